@@ -1,0 +1,33 @@
+#pragma once
+// From argv to what dp-launch should do, without doing it: parsing never starts a process and
+// never prints, so every argv can be tested (and fuzzed) in-process.
+
+#include <string>
+#include <vector>
+
+#include "cli/launch_options.h"
+#include "launcher/launch_spec.h"
+
+namespace dp::cli {
+
+struct CommandLine {
+    enum class Action {
+        kLaunch,  // run spec (or print it, with --dry-run)
+        kEnv,     // `dp-launch env`
+        kPrint,   // --help or --version: print `message` to stdout, exit 0
+        kFail,    // print `message` to stderr, exit `exit_code`
+    };
+    Action action = Action::kFail;
+    launcher::LaunchSpec spec;
+    bool json = false;  // `env --json`
+    std::string message;
+    int exit_code = 0;
+};
+
+// args excludes the program name.
+CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLookup& env);
+
+// Runs what parse_command_line decided and returns the process exit code. Catches every error.
+int run_command_line(const CommandLine& command_line);
+
+}  // namespace dp::cli

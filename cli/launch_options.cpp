@@ -1,0 +1,226 @@
+#include "cli/launch_options.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "launcher/errors.h"
+#include "launcher/values.h"
+
+namespace dp::cli {
+
+using launcher::UsageError;
+
+const std::vector<LaunchOptionDef>& launch_option_table() {
+    static const std::vector<LaunchOptionDef> table = {
+        {"num_processes", "-n,--num-processes,--num_processes,--nproc-per-node,--nproc_per_node",
+         "DP_NUM_PROCESSES", "N|auto", "auto",
+         "Processes (ranks) to start on this node; 'auto' starts one per visible GPU, or 1 without GPUs"},
+        {"gpu_ids", "--gpu-ids,--gpu_ids", "DP_GPU_IDS", "IDS", nullptr,
+         "GPUs to use, e.g. 0,2; sets CUDA_VISIBLE_DEVICES for every rank"},
+        {"nnodes", "--nnodes", "DP_NNODES", "N", "1", "Number of nodes in the job"},
+        {"node_rank", "--node-rank,--node_rank,--machine-rank,--machine_rank", "DP_NODE_RANK", "R", "0",
+         "This node's rank, 0 to nnodes-1"},
+        {"master_addr", "--master-addr,--master_addr,--main-process-ip,--main_process_ip", "DP_MASTER_ADDR",
+         "HOST", "127.0.0.1",
+         "Host of node rank 0, where rank 0 runs the store (required with several nodes)"},
+        {"master_port", "--master-port,--master_port,--main-process-port,--main_process_port",
+         "DP_MASTER_PORT", "PORT", nullptr,
+         "Port of rank 0's store; by default a free port is reserved (single node only)"},
+        {"max_restarts", "--max-restarts,--max_restarts", "DP_MAX_RESTARTS", "N", "0",
+         "Restart the whole group up to N times after a failure"},
+        {"shutdown_grace", "--shutdown-grace,--shutdown_grace", "DP_SHUTDOWN_GRACE", "SECONDS", "5",
+         "After a failure or a stop signal, time between SIGTERM and SIGKILL"},
+        {"log_dir", "--log-dir,--log_dir", "DP_LOG_DIR", "DIR", nullptr,
+         "Also append each rank's stdout and stderr to DIR/rank_N.stdout and DIR/rank_N.stderr"},
+        {"run_id", "--run-id,--run_id,--rdzv-id,--rdzv_id", "DP_RUN_ID", "ID", "none",
+         "Job id, exported as TORCHELASTIC_RUN_ID"},
+        {"no_prefix", "--no-prefix,--no_prefix", "DP_NO_PREFIX", nullptr, nullptr,
+         "Do not prefix output lines with [rank N]"},
+        {"quiet", "-q,--quiet", "DP_QUIET", nullptr, nullptr,
+         "Print none of dp-launch's own status lines (errors still show)"},
+        {"dry_run", "--dry-run,--dry_run", "DP_DRY_RUN", nullptr, nullptr,
+         "Print each rank's command and environment, start nothing"},
+        {"config", "--config,--config-file,--config_file", "DP_CONFIG", "FILE", nullptr,
+         "JSON file of option defaults, e.g. {\"num_processes\": 4}; flags and DP_* variables win over it"},
+    };
+    return table;
+}
+
+void add_launch_options(CLI::App& app, RawLaunchOptions& raw) {
+    for (const LaunchOptionDef& def : launch_option_table()) {
+        std::string help = def.help;
+        if (def.default_value) help += std::string(" [default: ") + def.default_value + "]";
+        help += std::string(" [env: ") + def.env + "]";
+        CLI::Option* opt = nullptr;
+        if (def.value_name) {
+            opt = app.add_option(def.flags, raw.values[def.key], help)->type_name(def.value_name);
+        } else {
+            opt = app.add_flag(def.flags)->description(help);
+        }
+        opt->group(std::string(def.key) == "config" ? "Configuration" : "Launch options");
+        raw.options[def.key] = opt;
+    }
+}
+
+namespace {
+
+// Config keys are accepted in any of the option's long spellings, with dashes or underscores.
+std::string normalize_key(std::string key) {
+    for (char& c : key)
+        if (c == '-') c = '_';
+    return key;
+}
+
+const LaunchOptionDef* find_config_key(const std::string& key) {
+    const std::string wanted = normalize_key(key);
+    for (const LaunchOptionDef& def : launch_option_table()) {
+        if (wanted == def.key) return &def;
+        std::stringstream names(def.flags);
+        for (std::string name; std::getline(names, name, ',');)
+            if (name.rfind("--", 0) == 0 && normalize_key(name.substr(2)) == wanted) return &def;
+    }
+    return nullptr;
+}
+
+std::string accepted_keys() {
+    std::string out;
+    for (const LaunchOptionDef& def : launch_option_table())
+        if (std::string(def.key) != "config") out += (out.empty() ? "" : ", ") + std::string(def.key);
+    return out;
+}
+
+struct Setting {
+    std::string text;
+    std::string source;  // "--nnodes", "DP_NNODES" or "cfg.json: nnodes"
+};
+
+constexpr std::size_t kMaxConfigBytes = 1 << 20;
+
+std::map<std::string, Setting> load_config(const std::string& path, const std::string& source) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw UsageError(source + " " + path + ": cannot read the file (" + std::strerror(errno) + ")");
+    std::string text(kMaxConfigBytes + 1, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxConfigBytes)
+        throw UsageError(source + " " + path + ": larger than 1 MiB; is it the right file?");
+
+    nlohmann::json doc;
+    try {
+        doc = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+        std::string why = e.what();
+        if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
+        throw UsageError(source + " " + path + ": not valid JSON: " + why);
+    }
+    if (!doc.is_object())
+        throw UsageError(source + " " + path +
+                         ": expected a JSON object of options, e.g. {\"num_processes\": 2}");
+
+    std::map<std::string, Setting> settings;
+    for (const auto& [key, value] : doc.items()) {
+        const LaunchOptionDef* def = find_config_key(key);
+        const std::string where = path + ": " + key;
+        if (!def || std::string(def->key) == "config")
+            throw UsageError(path + ": unknown key '" + key + "' (accepted: " + accepted_keys() + ")");
+        std::string as_text;
+        if (value.is_string()) {
+            as_text = value.get<std::string>();
+        } else if (value.is_boolean()) {
+            as_text = value.get<bool>() ? "true" : "false";
+        } else if (value.is_number()) {
+            as_text = value.dump();
+        } else if (value.is_array() && std::string(def->key) == "gpu_ids") {
+            for (const auto& id : value) {
+                if (!id.is_number_integer())
+                    throw UsageError(where + ": expected a list of GPU indices, e.g. [0, 1]");
+                as_text += (as_text.empty() ? "" : ",") + id.dump();
+            }
+        } else {
+            throw UsageError(where + ": expected a string, number or boolean");
+        }
+        if (!def->value_name && !value.is_boolean()) launcher::parse_bool(as_text, where);
+        settings[def->key] = {as_text, where};
+    }
+    return settings;
+}
+
+}  // namespace
+
+launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvLookup& env) {
+    auto long_name = [](const LaunchOptionDef& def) {
+        std::string flags = def.flags;
+        std::size_t start = flags.find("--");
+        return flags.substr(start, flags.find(',', start) - start);
+    };
+
+    // The config file's own path: flag, then environment.
+    std::map<std::string, Setting> config;
+    const LaunchOptionDef* config_def = find_config_key("config");
+    if (raw.options.at("config")->count() > 0) {
+        config = load_config(raw.values.at("config"), long_name(*config_def));
+    } else if (const char* path = env("DP_CONFIG"); path && *path) {
+        config = load_config(path, "DP_CONFIG");
+    }
+
+    std::map<std::string, Setting> chosen;
+    for (const LaunchOptionDef& def : launch_option_table()) {
+        if (std::string(def.key) == "config") continue;
+        if (raw.options.at(def.key)->count() > 0) {
+            chosen[def.key] = {def.value_name ? raw.values.at(def.key) : "true", long_name(def)};
+        } else if (const char* value = env(def.env)) {
+            chosen[def.key] = {value, def.env};
+        } else if (auto it = config.find(def.key); it != config.end()) {
+            chosen[def.key] = it->second;
+        }
+    }
+
+    launcher::LaunchSpec spec;
+    auto has = [&](const char* key) { return chosen.count(key) > 0; };
+    auto text = [&](const char* key) { return chosen.at(key).text; };
+    auto source = [&](const char* key) { return chosen.at(key).source; };
+
+    if (has("gpu_ids")) spec.gpu_ids = launcher::parse_gpu_ids(text("gpu_ids"), source("gpu_ids"));
+    spec.num_processes =
+        launcher::parse_process_count(has("num_processes") ? text("num_processes") : "auto", spec.gpu_ids,
+                                      has("num_processes") ? source("num_processes") : "--num-processes");
+    if (has("nnodes"))
+        spec.nnodes = launcher::parse_int(text("nnodes"), 1, launcher::kMaxNodes, source("nnodes"));
+    if (has("node_rank"))
+        spec.node_rank =
+            launcher::parse_int(text("node_rank"), 0, launcher::kMaxNodes - 1, source("node_rank"));
+    if (has("master_addr"))
+        spec.master_addr = launcher::parse_host(text("master_addr"), source("master_addr"));
+    if (has("master_port"))
+        spec.master_port = launcher::parse_port(text("master_port"), source("master_port"));
+    if (has("max_restarts"))
+        spec.max_restarts = launcher::parse_int(text("max_restarts"), 0, 1000, source("max_restarts"));
+    if (has("shutdown_grace"))
+        spec.shutdown_grace_s =
+            launcher::parse_seconds(text("shutdown_grace"), 3600, source("shutdown_grace"));
+    if (has("log_dir")) {
+        spec.log_dir = text("log_dir");
+        if (spec.log_dir.empty() || spec.log_dir.find('\0') != std::string::npos)
+            throw UsageError(source("log_dir") + ": expected a directory path");
+    }
+    if (has("run_id")) {
+        spec.run_id = text("run_id");
+        if (spec.run_id.empty() || spec.run_id.size() > 128 ||
+            spec.run_id.find_first_not_of(
+                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") != std::string::npos)
+            throw UsageError(source("run_id") + " '" + spec.run_id.substr(0, 80) +
+                             "': expected 1 to 128 letters, digits, '_', '.' or '-'");
+    }
+    if (has("no_prefix")) spec.prefix_output = !launcher::parse_bool(text("no_prefix"), source("no_prefix"));
+    if (has("quiet")) spec.quiet = launcher::parse_bool(text("quiet"), source("quiet"));
+    if (has("dry_run")) spec.dry_run = launcher::parse_bool(text("dry_run"), source("dry_run"));
+    spec.command = raw.command;
+    launcher::validate_launch_spec(spec);
+    return spec;
+}
+
+}  // namespace dp::cli

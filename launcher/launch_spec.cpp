@@ -1,0 +1,27 @@
+#include "launcher/launch_spec.h"
+
+#include "launcher/errors.h"
+
+namespace dp::launcher {
+
+void validate_launch_spec(const LaunchSpec& spec) {
+    if (spec.command.empty())
+        throw UsageError("no command given: put it after --, e.g. dp-launch -n 2 -- python train.py");
+    if (spec.node_rank >= spec.nnodes)
+        throw UsageError("--node-rank " + std::to_string(spec.node_rank) + ": must be below --nnodes " +
+                         std::to_string(spec.nnodes) + " (accepted: 0 to " + std::to_string(spec.nnodes - 1) +
+                         ")");
+    if (spec.nnodes > 1 && spec.master_addr.empty())
+        throw UsageError("--nnodes " + std::to_string(spec.nnodes) +
+                         ": several nodes need --master-addr, the host of node rank 0, on every node");
+    if (spec.nnodes > 1 && spec.master_port == 0)
+        throw UsageError("--nnodes " + std::to_string(spec.nnodes) +
+                         ": several nodes need the same --master-port on every node");
+    if (!spec.gpu_ids.empty() && spec.num_processes > static_cast<int>(spec.gpu_ids.size()))
+        throw UsageError("--num-processes " + std::to_string(spec.num_processes) + ": --gpu-ids lists only " +
+                         std::to_string(spec.gpu_ids.size()) + " GPU(s); give at most that many processes");
+    if (static_cast<long long>(spec.nnodes) * spec.num_processes > (1LL << 24))
+        throw UsageError("--nnodes x --num-processes: a world of more than 16777216 ranks is not supported");
+}
+
+}  // namespace dp::launcher

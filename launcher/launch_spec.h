@@ -1,0 +1,33 @@
+#pragma once
+// LaunchSpec: everything `dp-launch` needs to start a job, resolved from flags, DP_* environment
+// variables, a JSON config file and defaults (in that order of precedence).
+
+#include <string>
+#include <vector>
+
+namespace dp::launcher {
+
+struct LaunchSpec {
+    int num_processes = 1;     // local ranks on this node
+    std::vector<int> gpu_ids;  // empty: leave CUDA_VISIBLE_DEVICES alone
+    int nnodes = 1;
+    int node_rank = 0;
+    std::string master_addr;  // empty: 127.0.0.1 on a single node
+    int master_port = 0;      // 0: reserve a free port (single node only)
+    int max_restarts = 0;
+    double shutdown_grace_s = 5.0;  // SIGTERM, then SIGKILL after this long
+    std::string log_dir;            // empty: no per-rank log files
+    std::string run_id = "none";    // TORCHELASTIC_RUN_ID, as torchrun's default
+    bool prefix_output = true;
+    bool quiet = false;
+    bool dry_run = false;
+    std::vector<std::string> command;  // argv of the program run once per rank
+
+    int world_size() const { return nnodes * num_processes; }
+};
+
+// Cross-field checks (node rank below nnodes, multi-node needs address and port, a command).
+// Throws UsageError naming the flags involved.
+void validate_launch_spec(const LaunchSpec& spec);
+
+}  // namespace dp::launcher

@@ -1,0 +1,62 @@
+#pragma once
+// Splits a byte stream into whole lines, holding at most `max_line` bytes of an unfinished line.
+// A line longer than that is cut into pieces of `max_line` bytes, each delivered as a line of its
+// own, so a worker that prints megabytes with no newline cannot grow the launcher's memory.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace dp::launcher {
+
+inline constexpr std::size_t kDefaultMaxLine = 64 * 1024;
+
+class LineSplitter {
+  public:
+    explicit LineSplitter(std::size_t max_line = kDefaultMaxLine) : max_line_(max_line ? max_line : 1) {}
+
+    // Calls sink(line) for each line completed by `data`, without its '\n'.
+    template <typename Sink>
+    void feed(std::string_view data, Sink&& sink) {
+        while (!data.empty()) {
+            const std::size_t room = max_line_ - pending_.size();
+            // A newline right after `room` bytes still ends a line of exactly max_line bytes.
+            const std::size_t newline = data.substr(0, room + 1).find('\n');
+            if (newline != std::string_view::npos) {
+                emit(data.substr(0, newline), sink);
+                data.remove_prefix(newline + 1);
+            } else if (data.size() > room) {
+                emit(data.substr(0, room), sink);  // an over-long line: deliver what we hold
+                data.remove_prefix(room);
+            } else {
+                pending_.append(data);
+                return;
+            }
+        }
+    }
+
+    // Delivers an unfinished last line, if any (end of stream).
+    template <typename Sink>
+    void finish(Sink&& sink) {
+        if (!pending_.empty()) emit({}, sink);
+    }
+
+    std::size_t pending_bytes() const { return pending_.size(); }
+
+  private:
+    template <typename Sink>
+    void emit(std::string_view tail, Sink& sink) {
+        if (pending_.empty()) {
+            sink(tail);
+        } else {
+            pending_.append(tail);
+            sink(std::string_view(pending_));
+            pending_.clear();
+        }
+    }
+
+    std::size_t max_line_;
+    std::string pending_;
+};
+
+}  // namespace dp::launcher

@@ -1,0 +1,61 @@
+#include "launcher/port.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+
+#include "launcher/errors.h"
+
+namespace dp::launcher {
+
+PortReservation::PortReservation(const std::string& host) {
+    // Reserve on the wildcard address of the host's family: rank 0's store listens on every
+    // interface, so the port must be free on all of them.
+    sockaddr_storage addr{};
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+    socklen_t len = sizeof(sockaddr_in);
+    in6_addr scratch{};
+    if (inet_pton(AF_INET6, host.c_str(), &scratch) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_addr = in6addr_any;
+        len = sizeof(sockaddr_in6);
+    } else {
+        v4->sin_family = AF_INET;
+        v4->sin_addr.s_addr = htonl(INADDR_ANY);
+    }
+    fd_ = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) throw SystemError(errno_message("cannot create a socket to reserve MASTER_PORT"));
+    int one = 1;
+    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+        const std::string message = errno_message("cannot reserve a free port on " + host);
+        close(fd_);
+        fd_ = -1;
+        throw SystemError(message + "; pass --master-port");
+    }
+    port_ = ntohs(addr.ss_family == AF_INET ? v4->sin_port : v6->sin6_port);
+}
+
+PortReservation::PortReservation(PortReservation&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), port_(std::exchange(other.port_, 0)) {}
+
+PortReservation& PortReservation::operator=(PortReservation&& other) noexcept {
+    if (this != &other) {
+        if (fd_ >= 0) close(fd_);
+        fd_ = std::exchange(other.fd_, -1);
+        port_ = std::exchange(other.port_, 0);
+    }
+    return *this;
+}
+
+PortReservation::~PortReservation() {
+    if (fd_ >= 0) close(fd_);
+}
+
+}  // namespace dp::launcher

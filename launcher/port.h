@@ -1,0 +1,36 @@
+#pragma once
+// Choosing MASTER_PORT on a single node without the bind-then-close race.
+//
+// Note [port reservation]: the usual way (bind port 0, read the port, close, hand the number to
+// rank 0) leaves a window in which any other process can be given the same port, which is how
+// concurrent torchrun jobs collide with EADDRINUSE. Instead we bind port 0 with SO_REUSEADDR and
+// keep that socket open, bound but never listening, for the whole job. The kernel then never hands
+// the port out again as an ephemeral port (to another launcher, or to a connect), while rank 0's
+// store, which also sets SO_REUSEADDR (c10d's TCPStore and libuv both do), can still bind and
+// listen on it: Linux only refuses a second bind when one of the sockets is listening. The
+// reservation is released when the launcher exits.
+
+#include <string>
+
+namespace dp::launcher {
+
+class PortReservation {
+  public:
+    PortReservation() = default;
+    // Reserves a free TCP port for a store that `host` names (an address or a host name). Throws
+    // SystemError.
+    explicit PortReservation(const std::string& host);
+    PortReservation(PortReservation&& other) noexcept;
+    PortReservation& operator=(PortReservation&& other) noexcept;
+    PortReservation(const PortReservation&) = delete;
+    PortReservation& operator=(const PortReservation&) = delete;
+    ~PortReservation();
+
+    int port() const { return port_; }
+
+  private:
+    int fd_ = -1;
+    int port_ = 0;
+};
+
+}  // namespace dp::launcher

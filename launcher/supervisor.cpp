@@ -1,0 +1,514 @@
+#include "launcher/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <memory>
+#include <optional>
+
+#include "launcher/errors.h"
+#include "launcher/line_splitter.h"
+#include "launcher/orphan_guard.h"
+#include "launcher/port.h"
+#include "launcher/process.h"
+#include "launcher/rank_env.h"
+#include "launcher/system_info.h"
+
+namespace dp::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+constexpr std::size_t kTailLines = 10;
+constexpr std::size_t kTailLineBytes = 512;
+constexpr int kStragglerDrainMs = 2000;  // how long to wait for output pipes once every rank exited
+
+// What a rank's stream is connected to.
+struct Stream {
+    UniqueFd pipe;  // read end; reset at EOF
+    LineSplitter lines;
+    int terminal_fd = 1;  // where prefixed lines go: 1 or 2
+    UniqueFd log;         // --log-dir file, appended to
+};
+
+struct Rank {
+    int rank = 0;
+    int local_rank = 0;
+    pid_t pid = -1;
+    bool running = false;
+    bool signalled_by_launcher = false;
+    int wait_status = 0;
+    Clock::time_point started, ended;
+    Stream out, err;
+    std::deque<std::string> stderr_tail;
+};
+
+int exit_code_of(int wait_status) {
+    if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+    if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+    return kExitInternal;
+}
+
+std::string describe_status(int wait_status) {
+    if (WIFEXITED(wait_status)) return "exited with code " + std::to_string(WEXITSTATUS(wait_status));
+    if (WIFSIGNALED(wait_status)) return "killed by " + signal_name(WTERMSIG(wait_status));
+    return "ended with wait status " + std::to_string(wait_status);
+}
+
+std::string seconds(Clock::duration d) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.2f s", std::chrono::duration<double>(d).count());
+    return buf;
+}
+
+std::string now_iso8601() {
+    std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S%z", &tm);
+    return buf;
+}
+
+void make_dirs(const std::string& path) {
+    std::string partial;
+    for (std::size_t i = 0; i <= path.size(); ++i) {
+        if (i == path.size() || (path[i] == '/' && i > 0)) {
+            partial = path.substr(0, i);
+            if (mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST)
+                throw IoError(errno_message("--log-dir " + path + ": cannot create " + partial));
+        }
+    }
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        throw IoError("--log-dir " + path + ": not a directory");
+}
+
+struct Rendezvous {
+    std::string addr;
+    int port = 0;
+    PortReservation reservation;  // held for the whole job: Note [port reservation]
+};
+
+Rendezvous resolve_rendezvous(const LaunchSpec& spec) {
+    Rendezvous r;
+    r.addr = spec.master_addr.empty() ? "127.0.0.1" : spec.master_addr;
+    if (spec.master_port != 0) {
+        r.port = spec.master_port;
+    } else {
+        r.reservation = PortReservation(r.addr);
+        r.port = r.reservation.port();
+    }
+    return r;
+}
+
+// Blocks the job signals for the launcher's lifetime, so they arrive through a signalfd.
+class SignalChannel {
+  public:
+    SignalChannel() {
+        sigemptyset(&mask_);
+        sigaddset(&mask_, SIGCHLD);
+        for (int sig : kForwardedSignals) sigaddset(&mask_, sig);
+        if (sigprocmask(SIG_BLOCK, &mask_, &previous_) != 0) throw SystemError(errno_message("sigprocmask"));
+        fd_.reset(signalfd(-1, &mask_, SFD_CLOEXEC | SFD_NONBLOCK));
+        if (!fd_) throw SystemError(errno_message("signalfd"));
+    }
+    ~SignalChannel() { sigprocmask(SIG_SETMASK, &previous_, nullptr); }
+    int fd() const { return fd_.get(); }
+
+  private:
+    sigset_t mask_{}, previous_{};
+    UniqueFd fd_;
+};
+
+class Job {
+  public:
+    Job(const LaunchSpec& spec, Rendezvous& rendezvous) : spec_(spec), rendezvous_(rendezvous) {
+        timer_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+        if (!timer_) throw SystemError(errno_message("timerfd_create"));
+        base_env_ = current_environment();
+        ranks_.resize(static_cast<std::size_t>(spec.num_processes));
+        for (int i = 0; i < spec.num_processes; ++i) {
+            Rank& r = ranks_[static_cast<std::size_t>(i)];
+            r.local_rank = i;
+            r.rank = spec.node_rank * spec.num_processes + i;
+            r.out.terminal_fd = STDOUT_FILENO;
+            r.err.terminal_fd = STDERR_FILENO;
+        }
+        if (!spec.log_dir.empty()) open_logs();
+    }
+
+    int run() {
+        for (int restart = 0;; ++restart) {
+            run_attempt(restart);
+            if (first_failure_ < 0) {
+                if (launcher_signal_ != 0) {
+                    if (!spec_.quiet) say("stopped by " + signal_name(launcher_signal_));
+                    return 128 + launcher_signal_;
+                }
+                return kExitOk;
+            }
+            const Rank& failed = ranks_[static_cast<std::size_t>(first_failure_)];
+            if (launcher_signal_ == 0 && restart < spec_.max_restarts) {
+                if (!spec_.quiet)
+                    say("restarting all " + std::to_string(ranks_.size()) + " ranks (restart " +
+                        std::to_string(restart + 1) + " of " + std::to_string(spec_.max_restarts) +
+                        ") after rank " + std::to_string(failed.rank) + " " +
+                        describe_status(failed.wait_status));
+                continue;
+            }
+            report_failure();
+            return exit_code_of(failed.wait_status);
+        }
+    }
+
+  private:
+    void say(const std::string& line) {
+        const std::string text = "dp-launch: " + line + "\n";
+        write_all(STDERR_FILENO, text.data(), text.size());
+    }
+
+    void open_logs() {
+        make_dirs(spec_.log_dir);
+        for (Rank& r : ranks_) {
+            for (auto [stream, suffix] : {std::pair{&r.out, ".stdout"}, std::pair{&r.err, ".stderr"}}) {
+                const std::string path = spec_.log_dir + "/rank_" + std::to_string(r.rank) + suffix;
+                stream->log.reset(open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+                if (!stream->log) throw IoError(errno_message("--log-dir: cannot open " + path));
+            }
+        }
+    }
+
+    void run_attempt(int restart) {
+        first_failure_ = -1;
+        grace_armed_ = false;
+        itimerspec off{};
+        timerfd_settime(timer_.get(), 0, &off, nullptr);
+
+        RankEnvInputs inputs;
+        inputs.master_addr = rendezvous_.addr;
+        inputs.master_port = rendezvous_.port;
+        inputs.restart_count = restart;
+        inputs.usable_cpus = usable_cpu_count();
+        inputs.launcher_pid = getpid();
+        for (Rank& r : ranks_) {
+            if (r.out.log || r.err.log) {
+                const std::string header = "==== dp-launch run " + spec_.run_id + ", rank " +
+                                           std::to_string(r.rank) + ", attempt " + std::to_string(restart) +
+                                           ", " + now_iso8601() + " ====\n";
+                for (Stream* s : {&r.out, &r.err})
+                    if (s->log) write_log(*s, header.data(), header.size());
+            }
+            const std::vector<std::string> env =
+                merge_environment(base_env_, rank_variables(spec_, inputs, r.local_rank, base_env_));
+            ChildProcess child;
+            try {
+                child = spawn_child(spec_.command, env);
+            } catch (...) {
+                kill_all(SIGKILL);
+                for (Rank& started : ranks_)
+                    if (started.running) wait_for(started.pid);
+                throw;
+            }
+            guard_.watch(child.pid);
+            r.pid = child.pid;
+            r.running = true;
+            r.signalled_by_launcher = false;
+            r.wait_status = 0;
+            r.started = Clock::now();
+            r.out.pipe = std::move(child.stdout_read);
+            r.err.pipe = std::move(child.stderr_read);
+            r.out.lines = LineSplitter();
+            r.err.lines = LineSplitter();
+            r.stderr_tail.clear();
+            // A signal that arrived while we were still spawning reaches this rank too.
+            if (launcher_signal_ != 0 || first_failure_ >= 0)
+                signal_rank(r, launcher_signal_ ? launcher_signal_ : SIGTERM);
+        }
+        supervise();
+        for (Rank& r : ranks_) guard_.forget(r.pid);
+    }
+
+    void supervise() {
+        bool stragglers_killed = false;
+        std::vector<pollfd> fds;
+        std::vector<Stream*> streams;
+        while (true) {
+            const bool any_running =
+                std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+            if (!any_running && !stragglers_killed) {
+                // Whatever a rank left running in its process group goes with it.
+                for (Rank& r : ranks_) kill(-r.pid, SIGKILL);
+                stragglers_killed = true;
+            }
+            fds.clear();
+            streams.clear();
+            fds.push_back({signals_.fd(), POLLIN, 0});
+            fds.push_back({timer_.get(), POLLIN, 0});
+            for (Rank& r : ranks_) {
+                for (Stream* s : {&r.out, &r.err}) {
+                    if (!s->pipe) continue;
+                    fds.push_back({s->pipe.get(), POLLIN, 0});
+                    streams.push_back(s);
+                }
+            }
+            if (!any_running && streams.empty()) return;
+
+            const int timeout = any_running ? -1 : kStragglerDrainMs;
+            const int ready = poll(fds.data(), fds.size(), timeout);
+            if (ready < 0) {
+                if (errno == EINTR) continue;
+                throw SystemError(errno_message("poll"));
+            }
+            if (ready == 0) {
+                // Only a process outside the ranks' groups can still hold their pipes open.
+                say("some rank output is held open by a process that left its rank's process group; not "
+                    "waiting for it");
+                for (Stream* s : streams) finish_stream(*owner_of(s), *s);
+                return;
+            }
+            if (fds[0].revents & POLLIN) drain_signals();
+            if (fds[1].revents & POLLIN) on_grace_expired();
+            for (std::size_t i = 0; i < streams.size(); ++i)
+                if (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))
+                    pump(*owner_of(streams[i]), *streams[i]);
+        }
+    }
+
+    Rank* owner_of(Stream* s) {
+        for (Rank& r : ranks_)
+            if (s == &r.out || s == &r.err) return &r;
+        return nullptr;
+    }
+
+    void drain_signals() {
+        signalfd_siginfo info{};
+        while (read(signals_.fd(), &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+            const int sig = static_cast<int>(info.ssi_signo);
+            if (sig == SIGCHLD) {
+                reap();
+            } else {
+                on_launcher_signal(sig);
+            }
+        }
+    }
+
+    void reap() {
+        for (std::size_t i = 0; i < ranks_.size(); ++i) {
+            Rank& r = ranks_[i];
+            if (!r.running) continue;
+            int status = 0;
+            if (waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
+            r.running = false;
+            r.wait_status = status;
+            r.ended = Clock::now();
+            const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            if (failed && first_failure_ < 0 && launcher_signal_ == 0 && !r.signalled_by_launcher) {
+                first_failure_ = static_cast<int>(i);
+                stop_all(SIGTERM);
+                say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") " +
+                    describe_status(status) + " after " + seconds(r.ended - r.started) +
+                    "; stopping the other ranks");
+            }
+        }
+    }
+
+    void on_launcher_signal(int sig) {
+        if (sig == SIGUSR1 || sig == SIGUSR2) {
+            for (Rank& r : ranks_)
+                if (r.running) kill(-r.pid, sig);
+            return;
+        }
+        if (sig == SIGINT && ++sigint_count_ >= 2) {
+            say("second SIGINT: killing every rank now");
+            kill_all(SIGKILL);
+            return;
+        }
+        if (launcher_signal_ == 0) launcher_signal_ = sig;
+        stop_all(sig);
+    }
+
+    void signal_rank(Rank& r, int sig) {
+        if (!r.running) return;
+        kill(-r.pid, sig);
+        r.signalled_by_launcher = true;
+    }
+
+    // Sends `sig` to every running rank's process group and starts the grace period.
+    void stop_all(int sig) {
+        for (Rank& r : ranks_) signal_rank(r, sig);
+        if (grace_armed_) return;
+        grace_armed_ = true;
+        if (spec_.shutdown_grace_s <= 0) {
+            kill_all(SIGKILL);
+            return;
+        }
+        itimerspec when{};
+        const double whole = std::floor(spec_.shutdown_grace_s);
+        when.it_value.tv_sec = static_cast<time_t>(whole);
+        when.it_value.tv_nsec = static_cast<long>((spec_.shutdown_grace_s - whole) * 1e9);
+        timerfd_settime(timer_.get(), 0, &when, nullptr);
+    }
+
+    void on_grace_expired() {
+        std::uint64_t expirations = 0;
+        if (read(timer_.get(), &expirations, sizeof(expirations)) <= 0) return;
+        std::string late;
+        for (const Rank& r : ranks_)
+            if (r.running) late += (late.empty() ? "" : ", ") + std::to_string(r.rank);
+        if (!late.empty())
+            say("rank(s) " + late + " still running after the " +
+                seconds(std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(spec_.shutdown_grace_s))) +
+                " grace period: sending SIGKILL");
+        kill_all(SIGKILL);
+    }
+
+    void kill_all(int sig) {
+        for (Rank& r : ranks_) signal_rank(r, sig);
+    }
+
+    void write_log(Stream& s, const char* data, std::size_t size) {
+        if (s.log && !write_all(s.log.get(), data, size)) {
+            say(errno_message("cannot write a --log-dir file; that rank's log stops here"));
+            s.log.reset();
+        }
+    }
+
+    void pump(Rank& r, Stream& s) {
+        char buf[64 * 1024];
+        const ssize_t n = read(s.pipe.get(), buf, sizeof(buf));
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        if (n <= 0) {
+            finish_stream(r, s);
+            return;
+        }
+        write_log(s, buf, static_cast<std::size_t>(n));
+        out_.clear();
+        s.lines.feed(std::string_view(buf, static_cast<std::size_t>(n)),
+                     [&](std::string_view line) { add_line(r, s, line); });
+        flush(s);
+    }
+
+    void finish_stream(Rank& r, Stream& s) {
+        out_.clear();
+        s.lines.finish([&](std::string_view line) { add_line(r, s, line); });
+        flush(s);
+        s.pipe.reset();
+    }
+
+    void add_line(Rank& r, Stream& s, std::string_view line) {
+        if (spec_.prefix_output) out_ += "[rank " + std::to_string(r.rank) + "] ";
+        out_.append(line);
+        out_ += '\n';
+        if (&s == &r.err) {
+            r.stderr_tail.emplace_back(line.substr(0, kTailLineBytes));
+            if (r.stderr_tail.size() > kTailLines) r.stderr_tail.pop_front();
+        }
+    }
+
+    void flush(Stream& s) {
+        bool& open = s.terminal_fd == STDOUT_FILENO ? stdout_open_ : stderr_open_;
+        if (open && !out_.empty() && !write_all(s.terminal_fd, out_.data(), out_.size()))
+            open = false;  // EPIPE
+    }
+
+    void report_failure() {
+        const Rank& failed = ranks_[static_cast<std::size_t>(first_failure_)];
+        std::string text = "dp-launch: job failed: rank " + std::to_string(failed.rank) + " " +
+                           describe_status(failed.wait_status) + "\n";
+        char line[256];
+        std::snprintf(line, sizeof(line), "  %6s  %8s  %10s  %s\n", "rank", "pid", "elapsed", "result");
+        text += line;
+        for (const Rank& r : ranks_) {
+            std::string result = describe_status(r.wait_status);
+            if (&r == &failed)
+                result += "   <- first failure";
+            else if (r.signalled_by_launcher)
+                result += " (stopped by dp-launch)";
+            std::snprintf(line, sizeof(line), "  %6d  %8d  %10s  ", r.rank, static_cast<int>(r.pid),
+                          seconds(r.ended - r.started).c_str());
+            text += line + result + "\n";
+        }
+        if (failed.stderr_tail.empty()) {
+            text += "  rank " + std::to_string(failed.rank) + " wrote nothing to stderr\n";
+        } else {
+            text += "  last " + std::to_string(failed.stderr_tail.size()) + " line(s) of rank " +
+                    std::to_string(failed.rank) + " stderr:\n";
+            for (const std::string& l : failed.stderr_tail) text += "    | " + l + "\n";
+        }
+        if (!spec_.log_dir.empty()) text += "  full logs: " + spec_.log_dir + "/rank_*.stderr\n";
+        text += "dp-launch: exit code " + std::to_string(exit_code_of(failed.wait_status)) + "\n";
+        write_all(STDERR_FILENO, text.data(), text.size());
+    }
+
+    const LaunchSpec& spec_;
+    Rendezvous& rendezvous_;
+    OrphanGuard guard_;  // before the signal channel: the guard starts with no signals blocked
+    SignalChannel signals_;
+    UniqueFd timer_;
+    std::vector<std::string> base_env_;
+    std::vector<Rank> ranks_;
+    std::string out_;
+    int first_failure_ = -1;   // index into ranks_
+    int launcher_signal_ = 0;  // the first stop signal dp-launch received
+    int sigint_count_ = 0;
+    bool grace_armed_ = false;
+    bool stdout_open_ = true;
+    bool stderr_open_ = true;
+};
+
+}  // namespace
+
+std::string shell_quote(const std::string& word) {
+    if (!word.empty() &&
+        word.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,+@%") ==
+            std::string::npos)
+        return word;
+    std::string out = "'";
+    for (char c : word) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+std::string describe_dry_run(const LaunchSpec& spec) {
+    Rendezvous rendezvous = resolve_rendezvous(spec);
+    RankEnvInputs inputs;
+    inputs.master_addr = rendezvous.addr;
+    inputs.master_port = rendezvous.port;
+    inputs.usable_cpus = usable_cpu_count();
+    inputs.launcher_pid = getpid();
+    const std::vector<std::string> base = current_environment();
+    std::string out;
+    for (int local = 0; local < spec.num_processes; ++local) {
+        const EnvVars vars = rank_variables(spec, inputs, local, base);
+        out += "# rank " + std::to_string(spec.node_rank * spec.num_processes + local) + " (local rank " +
+               std::to_string(local) + ")\nenv";
+        for (const auto& [name, value] : vars) out += " " + name + "=" + shell_quote(value);
+        for (const std::string& arg : spec.command) out += " " + shell_quote(arg);
+        out += "\n";
+    }
+    return out;
+}
+
+int run_launch(const LaunchSpec& spec) {
+    validate_launch_spec(spec);
+    signal(SIGPIPE, SIG_IGN);
+    Rendezvous rendezvous = resolve_rendezvous(spec);
+    Job job(spec, rendezvous);
+    return job.run();
+}
+
+}  // namespace dp::launcher

@@ -1,0 +1,24 @@
+#pragma once
+// Running a job: spawn every local rank, multiplex their output, supervise them, and report.
+
+#include <string>
+#include <vector>
+
+#include "launcher/launch_spec.h"
+
+namespace dp::launcher {
+
+// Runs spec.command once per local rank and returns dp-launch's exit code: 0 when every rank
+// exited 0; else the first failing rank's exit code, or 128 + its signal; or 128 + the signal that
+// stopped the launcher. On the first failure every other rank's process group gets SIGTERM, then
+// SIGKILL after the grace period, and a report names the rank, its code and its last stderr lines.
+// Throws Error for what prevents starting (an unwritable log folder, a failed fork).
+int run_launch(const LaunchSpec& spec);
+
+// What --dry-run prints: one shell line per rank with the variables dp-launch sets.
+std::string describe_dry_run(const LaunchSpec& spec);
+
+// POSIX shell quoting, for printing commands that can be pasted.
+std::string shell_quote(const std::string& word);
+
+}  // namespace dp::launcher

@@ -1,0 +1,39 @@
+#pragma once
+// Parsers for option values. Each takes the text and the name of where it came from ("--nnodes",
+// "DP_NNODES", "dp.json: nnodes") and throws UsageError naming that source and what is accepted.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dp::launcher {
+
+inline constexpr int kMaxLocalProcesses = 1024;
+inline constexpr int kMaxNodes = 65536;
+
+// A whole decimal integer in [lo, hi]; no sign games, no trailing text. `alternatives` ("'auto' or ")
+// prefixes what the error says is accepted.
+int parse_int(std::string_view text, int lo, int hi, const std::string& source,
+              std::string_view alternatives = {});
+
+// A non-negative decimal number of seconds in [0, hi].
+double parse_seconds(std::string_view text, double hi, const std::string& source);
+
+// true/false, 1/0, yes/no, on/off (any case).
+bool parse_bool(std::string_view text, const std::string& source);
+
+// "0,2,3": distinct device indices.
+std::vector<int> parse_gpu_ids(std::string_view text, const std::string& source);
+
+// An IPv4 or IPv6 literal (optionally in brackets) or an RFC 1123 host name. Returns it without
+// brackets.
+std::string parse_host(std::string_view text, const std::string& source);
+
+// A TCP port, 1..65535.
+int parse_port(std::string_view text, const std::string& source);
+
+// "N" or "auto". Auto is the number of visible GPUs (given ids first, then CUDA_VISIBLE_DEVICES,
+// then the driver's device list), else 1.
+int parse_process_count(std::string_view text, const std::vector<int>& gpu_ids, const std::string& source);
+
+}  // namespace dp::launcher
