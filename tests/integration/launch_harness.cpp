@@ -1,0 +1,180 @@
+#include "integration/launch_harness.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace dp::test {
+
+double monotonic_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+Launch::Launch(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra_env) {
+    static std::atomic<int> counter{0};
+    marker_ = "dptest-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e) {
+        const std::string kv = *e;
+        if (extra_env.count(kv.substr(0, kv.find('='))) == 0) env_strings.push_back(kv);
+    }
+    for (const auto& [k, v] : extra_env) env_strings.push_back(k + "=" + v);
+    env_strings.push_back("DP_TEST_MARKER=" + marker_);
+    std::vector<std::string> argv_strings = {launcher_bin()};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv, envp;
+    for (auto& s : argv_strings) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) std::abort();
+    started_ = monotonic_seconds();
+    pid_ = fork();
+    if (pid_ == 0) {
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        execve(argv[0], argv.data(), envp.data());
+        _exit(127);
+    }
+    close(out[1]);
+    close(err[1]);
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+}
+
+Launch::~Launch() {
+    if (pid_ > 0) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+    }
+    if (out_fd_ >= 0) close(out_fd_);
+    if (err_fd_ >= 0) close(err_fd_);
+}
+
+void Launch::signal(int sig) const { kill(pid_, sig); }
+
+LaunchResult Launch::wait(double timeout_s) {
+    LaunchResult result;
+    const double deadline = monotonic_seconds() + timeout_s;
+    bool timed_out = false;
+    while (out_fd_ >= 0 || err_fd_ >= 0) {
+        pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+        const int remaining_ms = static_cast<int>((deadline - monotonic_seconds()) * 1000);
+        if (remaining_ms <= 0) {
+            timed_out = true;
+            break;
+        }
+        if (poll(fds, 2, remaining_ms) <= 0) continue;
+        for (int i = 0; i < 2; ++i) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            char buf[65536];
+            ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+            if (n > 0) {
+                (i == 0 ? result.out : result.err).append(buf, static_cast<size_t>(n));
+            } else {
+                close(fds[i].fd);
+                (i == 0 ? out_fd_ : err_fd_) = -1;
+            }
+        }
+    }
+    if (timed_out) kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    result.seconds = monotonic_seconds() - started_;
+    if (timed_out) {
+        result.exit_code = -1;
+    } else if (WIFEXITED(status)) {
+        result.exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+        result.exit_code = 128 + WTERMSIG(status);
+    }
+    return result;
+}
+
+LaunchResult run_launch(const std::vector<std::string>& args,
+                        const std::map<std::string, std::string>& extra_env, double timeout_s) {
+    Launch launch(args, extra_env);
+    return launch.wait(timeout_s);
+}
+
+std::vector<pid_t> processes_with_marker(const std::string& marker) {
+    const std::string needle = "DP_TEST_MARKER=" + marker;
+    std::vector<pid_t> found;
+    DIR* proc = opendir("/proc");
+    if (!proc) return found;
+    while (dirent* entry = readdir(proc)) {
+        char* end = nullptr;
+        const long pid = std::strtol(entry->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0) continue;
+        const std::string base = std::string("/proc/") + entry->d_name;
+        std::ifstream stat(base + "/stat");
+        std::string stat_line;
+        std::getline(stat, stat_line);
+        const auto paren = stat_line.rfind(')');
+        if (paren == std::string::npos || paren + 2 >= stat_line.size() || stat_line[paren + 2] == 'Z')
+            continue;
+        std::ifstream env_file(base + "/environ", std::ios::binary);
+        std::stringstream env;
+        env << env_file.rdbuf();
+        const std::string text = env.str();
+        std::size_t start = 0;
+        while (start < text.size()) {
+            std::size_t end_of = text.find('\0', start);
+            if (end_of == std::string::npos) end_of = text.size();
+            if (text.compare(start, end_of - start, needle) == 0) {
+                found.push_back(static_cast<pid_t>(pid));
+                break;
+            }
+            start = end_of + 1;
+        }
+    }
+    closedir(proc);
+    return found;
+}
+
+bool wait_until(const std::function<bool()>& pred, double timeout_s) {
+    const double deadline = monotonic_seconds() + timeout_s;
+    while (monotonic_seconds() < deadline) {
+        if (pred()) return true;
+        usleep(5000);
+    }
+    return pred();
+}
+
+std::string make_temp_dir() {
+    char templ[] = "/tmp/dp-launch-test-XXXXXX";
+    if (!mkdtemp(templ)) std::abort();
+    return templ;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+bool file_exists(const std::string& path) {
+    struct stat st {};
+    return stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace dp::test

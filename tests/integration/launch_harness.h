@@ -1,0 +1,62 @@
+#pragma once
+// Runs the real dp-launch binary as a child of the test, with a unique marker in its environment
+// so that every process of the job (ranks, their children) can be found in /proc afterwards.
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dp::test {
+
+struct LaunchResult {
+    int exit_code = -1;  // 128 + signal if dp-launch itself was killed
+    std::string out;
+    std::string err;
+    double seconds = 0;
+};
+
+class Launch {
+  public:
+    // Starts `dp-launch args...`. extra_env is added to the test's own environment.
+    explicit Launch(const std::vector<std::string>& args,
+                    const std::map<std::string, std::string>& extra_env = {});
+    ~Launch();
+    Launch(const Launch&) = delete;
+    Launch& operator=(const Launch&) = delete;
+
+    pid_t pid() const { return pid_; }
+    const std::string& marker() const { return marker_; }
+    void signal(int sig) const;
+    // Collects all output until dp-launch exits. Past the timeout it is SIGKILLed and the result
+    // has exit_code -1.
+    LaunchResult wait(double timeout_s = 60);
+
+  private:
+    pid_t pid_ = -1;
+    int out_fd_ = -1, err_fd_ = -1;
+    std::string marker_;
+    double started_ = 0;
+};
+
+// Runs dp-launch to completion.
+LaunchResult run_launch(const std::vector<std::string>& args,
+                        const std::map<std::string, std::string>& extra_env = {}, double timeout_s = 60);
+
+// Live (non-zombie) processes whose environment contains DP_TEST_MARKER=marker.
+std::vector<pid_t> processes_with_marker(const std::string& marker);
+
+// Polls pred every 5 ms until it holds or the timeout passes.
+bool wait_until(const std::function<bool()>& pred, double timeout_s);
+
+std::string make_temp_dir();
+std::string read_file(const std::string& path);
+bool file_exists(const std::string& path);
+double monotonic_seconds();
+
+inline const char* launcher_bin() { return DP_LAUNCH_BIN; }
+inline const char* worker_bin() { return DP_TEST_WORKER_BIN; }
+
+}  // namespace dp::test

@@ -1,0 +1,189 @@
+// dp-test-worker MODE [ARGS...]: a rank with scripted behaviour for the launcher's integration
+// tests. Every mode reads RANK from the environment the launcher set.
+//
+//   env DIR                 write the rank's environment to DIR/rank_<RANK>.env and exit 0
+//   fail RANK CODE DIR      rank RANK exits CODE after 200 ms, stamping DIR/exit_<RANK>; the other
+//                           ranks stamp DIR/term_<rank> when SIGTERM arrives, then exit 143
+//   ignore-term DIR         ignore SIGTERM and SIGINT, stamp DIR/ready_<RANK>, then wait forever
+//   tree DIR                start a child in the same process group, write both pids to
+//                           DIR/pids_<RANK>, then wait forever
+//   fail-first CODE         rank 1 exits CODE on the first attempt (TORCHELASTIC_RESTART_COUNT=0)
+//   lines N                 print N long lines, each written in two halves with a pause between
+//   bigline BYTES           print BYTES of 'x' with no newline, then a final line "done"
+//   signals DIR             log each SIGUSR1/SIGUSR2/SIGHUP/SIGQUIT to DIR/signals_<RANK>; exit on
+//   SIGTERM/SIGINT sleep SECONDS           sleep, then exit 0 stderr-exit CODE        print 15 numbered lines
+//   to stderr, then exit CODE
+#include <fcntl.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+extern char** environ;
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    return v ? std::atoi(v) : fallback;
+}
+
+long long now_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+std::string g_dir;
+int g_rank = -1;
+
+// Async-signal-safe: open, write, close.
+void stamp(const char* what) {
+    char path[4096];
+    std::snprintf(path, sizeof(path), "%s/%s_%d", g_dir.c_str(), what, g_rank);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return;
+    char buf[32];
+    int n = std::snprintf(buf, sizeof(buf), "%lld\n", now_ns());
+    if (write(fd, buf, static_cast<size_t>(n)) < 0) {
+    }
+    close(fd);
+}
+
+void on_term(int) {
+    stamp("term");
+    _exit(143);
+}
+
+void on_logged_signal(int sig) {
+    char path[4096];
+    std::snprintf(path, sizeof(path), "%s/signals_%d", g_dir.c_str(), g_rank);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) return;
+    char buf[32];
+    int n = std::snprintf(buf, sizeof(buf), "%d\n", sig);
+    if (write(fd, buf, static_cast<size_t>(n)) < 0) {
+    }
+    close(fd);
+    if (sig == SIGTERM || sig == SIGINT) _exit(128 + sig);
+}
+
+[[noreturn]] void wait_forever() {
+    for (int i = 0; i < 600; ++i) sleep(1);  // bounded: never outlive a broken test by more than 10 min
+    std::exit(99);
+}
+
+void write_all(int fd, const char* p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0) return;
+        p += w;
+        n -= static_cast<size_t>(w);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: dp-test-worker MODE [ARGS...]\n");
+        return 2;
+    }
+    const std::string mode = argv[1];
+    g_rank = env_int("RANK", -1);
+    auto arg = [&](int i) -> std::string {
+        if (i >= argc) {
+            std::fprintf(stderr, "dp-test-worker %s: missing argument %d\n", mode.c_str(), i - 1);
+            std::exit(2);
+        }
+        return argv[i];
+    };
+
+    if (mode == "env") {
+        g_dir = arg(2);
+        std::ofstream out(g_dir + "/rank_" + std::to_string(g_rank) + ".env");
+        for (char** e = environ; *e; ++e) out << *e << "\n";
+        return 0;
+    }
+    if (mode == "fail") {
+        const int failing = std::atoi(arg(2).c_str());
+        const int code = std::atoi(arg(3).c_str());
+        g_dir = arg(4);
+        if (g_rank == failing) {
+            usleep(200 * 1000);
+            std::fprintf(stderr, "rank %d: something went wrong\n", g_rank);
+            std::fflush(stderr);
+            stamp("exit");
+            return code;
+        }
+        signal(SIGTERM, on_term);
+        wait_forever();
+    }
+    if (mode == "ignore-term") {
+        g_dir = arg(2);
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+        stamp("ready");
+        wait_forever();
+    }
+    if (mode == "tree") {
+        g_dir = arg(2);
+        pid_t child = fork();
+        if (child == 0) wait_forever();
+        std::ofstream(g_dir + "/pids_" + std::to_string(g_rank)) << getpid() << " " << child << "\n";
+        wait_forever();
+    }
+    if (mode == "fail-first") {
+        if (env_int("TORCHELASTIC_RESTART_COUNT", -1) == 0 && g_rank == 1) {
+            std::fprintf(stderr, "rank 1: failing on the first attempt\n");
+            return std::atoi(arg(2).c_str());
+        }
+        std::printf("rank %d ok on attempt %d\n", g_rank, env_int("TORCHELASTIC_RESTART_COUNT", -1));
+        return 0;
+    }
+    if (mode == "lines") {
+        const int n = std::atoi(arg(2).c_str());
+        for (int i = 0; i < n; ++i) {
+            char line[512];
+            int len = std::snprintf(line, sizeof(line), "rank=%d line=%d %0300d end\n", g_rank, i, i);
+            write_all(1, line, static_cast<size_t>(len / 2));
+            if (i % 16 == 0) usleep(1000);
+            write_all(1, line + len / 2, static_cast<size_t>(len - len / 2));
+        }
+        return 0;
+    }
+    if (mode == "bigline") {
+        long long remaining = std::atoll(arg(2).c_str());
+        static char chunk[1 << 16];
+        std::memset(chunk, 'x', sizeof(chunk));
+        while (remaining > 0) {
+            size_t n = static_cast<size_t>(std::min<long long>(remaining, sizeof(chunk)));
+            write_all(1, chunk, n);
+            remaining -= static_cast<long long>(n);
+        }
+        write_all(1, "\ndone\n", 6);
+        return 0;
+    }
+    if (mode == "signals") {
+        g_dir = arg(2);
+        for (int sig : {SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGTERM, SIGINT}) signal(sig, on_logged_signal);
+        stamp("ready");
+        wait_forever();
+    }
+    if (mode == "sleep") {
+        usleep(static_cast<useconds_t>(std::atof(arg(2).c_str()) * 1e6));
+        return 0;
+    }
+    if (mode == "stderr-exit") {
+        for (int i = 1; i <= 15; ++i) std::fprintf(stderr, "stderr line %d\n", i);
+        return std::atoi(arg(2).c_str());
+    }
+    std::fprintf(stderr, "dp-test-worker: unknown mode '%s'\n", mode.c_str());
+    return 2;
+}
