@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Sets up (installs what is missing, builds) and runs the whole test suite through ctest.
+# Extra arguments go to ctest, e.g. ./scripts/test.sh -L unit
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${DP_BUILD_DIR:-$root/build}
+"$root/scripts/setup.sh"
+
+status=0
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)" "$@" || status=$?
+
+# Say why each skipped test was skipped (GPU tests on a machine without one, for instance).
+log="$build/Testing/Temporary/LastTest.log"
+if [[ -f $log ]] && grep -q '^SKIPPED:' "$log"; then
+    echo
+    echo "Skipped tests and why:"
+    awk '/^[0-9]+\/[0-9]+ Testing: /{name=$3} /^SKIPPED:/{print "  " name ": " substr($0, 10)}' "$log"
+fi
+exit $status
