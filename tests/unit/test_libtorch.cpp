@@ -1,7 +1,5 @@
 // The worker side links the pinned LibTorch from the wheel and computes with it on CPU.
-#include <doctest/doctest.h>
-
-#include <ATen/ATen.h>
+#include "unit/doctest_torch.h"
 
 #include "runtime/libtorch_info.h"
 

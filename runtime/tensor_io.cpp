@@ -1,0 +1,132 @@
+#include "runtime/tensor_io.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "runtime/errors.h"
+
+namespace dp::runtime {
+namespace {
+
+at::ScalarType to_scalar_type(StDType dtype) {
+    switch (dtype) {
+        case StDType::kF64:
+            return at::kDouble;
+        case StDType::kF32:
+            return at::kFloat;
+        case StDType::kF16:
+            return at::kHalf;
+        case StDType::kBF16:
+            return at::kBFloat16;
+        case StDType::kI64:
+            return at::kLong;
+        case StDType::kI32:
+            return at::kInt;
+        case StDType::kI16:
+            return at::kShort;
+        case StDType::kI8:
+            return at::kChar;
+        case StDType::kU8:
+            return at::kByte;
+        case StDType::kBool:
+            return at::kBool;
+    }
+    return at::kFloat;
+}
+
+StDType to_st_dtype(at::ScalarType type, const std::string& name) {
+    switch (type) {
+        case at::kDouble:
+            return StDType::kF64;
+        case at::kFloat:
+            return StDType::kF32;
+        case at::kHalf:
+            return StDType::kF16;
+        case at::kBFloat16:
+            return StDType::kBF16;
+        case at::kLong:
+            return StDType::kI64;
+        case at::kInt:
+            return StDType::kI32;
+        case at::kShort:
+            return StDType::kI16;
+        case at::kChar:
+            return StDType::kI8;
+        case at::kByte:
+            return StDType::kU8;
+        case at::kBool:
+            return StDType::kBool;
+        default:
+            throw ModelError("cannot save tensor '" + name + "': unsupported dtype " +
+                             std::string(c10::toString(type)));
+    }
+}
+
+}  // namespace
+
+at::Tensor load_tensor(const std::shared_ptr<SafetensorsFile>& file, const std::string& name,
+                       at::ScalarType dtype, at::Device device) {
+    const StTensorInfo& info = file->info(name);
+    const at::ScalarType stored = to_scalar_type(info.dtype);
+    const auto* ptr = file->data(name);
+    const std::size_t elem = st_dtype_size(info.dtype);
+    at::Tensor raw;
+    if (reinterpret_cast<std::uintptr_t>(ptr) % elem == 0) {
+        // Keep the mapping alive as long as the tensor aliases it.
+        auto keep = file;
+        raw = at::from_blob(
+            const_cast<std::byte*>(ptr), info.shape, [keep](void*) {}, at::TensorOptions().dtype(stored));
+    } else {
+        raw = at::empty(info.shape, at::TensorOptions().dtype(stored));
+        std::memcpy(raw.data_ptr(), ptr, info.nbytes);
+    }
+    return raw.to(device, dtype);
+}
+
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+    nlohmann::json header = nlohmann::json::object();
+    if (!metadata.empty()) header["__metadata__"] = metadata;
+    std::vector<at::Tensor> cpu;
+    std::size_t offset = 0;
+    for (const auto& [name, tensor] : tensors) {
+        at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
+        const StDType dtype = to_st_dtype(t.scalar_type(), name);
+        const std::size_t nbytes = t.numel() * st_dtype_size(dtype);
+        header[name] = {{"dtype", st_dtype_name(dtype)},
+                        {"shape", t.sizes().vec()},
+                        {"data_offsets", {offset, offset + nbytes}}};
+        offset += nbytes;
+        cpu.push_back(t);
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+    const std::string tmp = path + ".tmp." + std::to_string(getpid());
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out) throw ModelError(path + ": cannot write (" + std::strerror(errno) + ")");
+        std::uint64_t len = text.size();
+        char le[8];
+        for (int i = 0; i < 8; ++i) le[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+        out.write(le, 8);
+        out.write(text.data(), static_cast<std::streamsize>(text.size()));
+        for (const at::Tensor& t : cpu)
+            out.write(static_cast<const char*>(t.data_ptr()),
+                      static_cast<std::streamsize>(t.numel() * t.element_size()));
+        if (!out.flush()) {
+            std::remove(tmp.c_str());
+            throw ModelError(path + ": write failed");
+        }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw ModelError(path + ": cannot rename the finished file into place (" + std::strerror(errno) +
+                         ")");
+    }
+}
+
+}  // namespace dp::runtime

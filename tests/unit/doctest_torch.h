@@ -1,0 +1,15 @@
+#pragma once
+// Include this instead of <doctest/doctest.h> in tests that use LibTorch: c10's logging header
+// defines glog-style CHECK macros that would silently replace doctest's assertions.
+
+#include <ATen/ATen.h>
+
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LE
+#undef CHECK_LT
+#undef CHECK_GE
+#undef CHECK_GT
+
+#include <doctest/doctest.h>

@@ -1,0 +1,85 @@
+// FlowMatchEulerDiscreteScheduler against diffusers' own output (tests/data/golden/scheduler.safetensors,
+// written by scripts/golden/make_golden.py) and against the closed form.
+#include "unit/doctest_torch.h"
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/errors.h"
+#include "runtime/models/flow_match_scheduler.h"
+#include "runtime/tensor_io.h"
+
+using namespace dp::runtime;
+
+namespace {
+std::shared_ptr<SafetensorsFile> golden() {
+    return SafetensorsFile::open(std::string(DP_GOLDEN_DIR) + "/scheduler.safetensors");
+}
+
+double max_abs_diff(const std::vector<float>& ours, const at::Tensor& ref) {
+    REQUIRE(static_cast<int64_t>(ours.size()) == ref.numel());
+    at::Tensor t = at::tensor(at::ArrayRef<float>(ours));
+    return (t - ref).abs().max().item<double>();
+}
+}  // namespace
+
+TEST_CASE("sigmas and timesteps match diffusers for every golden configuration") {
+    auto file = golden();
+    const auto cases = nlohmann::json::parse(file->metadata().at("cases"));
+    int checked = 0;
+    for (const auto& [name, c] : cases.items()) {
+        if (name == "step") continue;
+        CAPTURE(name);
+        FlowMatchEulerScheduler s(FlowMatchSchedulerConfig::from_json_text(c["config"].dump(), name));
+        std::optional<double> mu;
+        if (!c["mu"].is_null()) mu = c["mu"].get<double>();
+        s.set_timesteps(c["steps"].get<int>(), mu);
+        const double ds = max_abs_diff(s.sigmas(), load_tensor(file, name + ".sigmas", at::kFloat));
+        const double dt = max_abs_diff(s.timesteps(), load_tensor(file, name + ".timesteps", at::kFloat));
+        MESSAGE(name << ": max |sigma diff| " << ds << ", max |timestep diff| " << dt);
+        CHECK(ds <= 1e-6);
+        CHECK(dt <= 1e-4);
+        ++checked;
+    }
+    CHECK(checked == 8);
+}
+
+TEST_CASE("the Euler step matches diffusers at every index") {
+    auto file = golden();
+    FlowMatchEulerScheduler s(FlowMatchSchedulerConfig::from_json_text(R"({"shift": 3.0})", "sd3"));
+    s.set_timesteps(4);
+    at::Tensor sample = load_tensor(file, "step.sample", at::kFloat);
+    at::Tensor out = load_tensor(file, "step.model_output", at::kFloat);
+    for (int i = 0; i < 4; ++i) {
+        at::Tensor ref = load_tensor(file, "step.prev_" + std::to_string(i), at::kFloat);
+        CHECK((s.step(out, i, sample) - ref).abs().max().item<double>() <= 1e-6);
+    }
+    CHECK_THROWS_AS(s.step(out, 4, sample), ModelError);
+}
+
+TEST_CASE("closed form: with shift 1 the sigmas are evenly spaced from 1 to 1/N, then 0") {
+    FlowMatchEulerScheduler s(FlowMatchSchedulerConfig{});
+    s.set_timesteps(5);
+    REQUIRE(s.sigmas().size() == 6);
+    const double first = 1.0, last = 1.0 / 1000;
+    for (int i = 0; i < 5; ++i)
+        CHECK(s.sigmas()[static_cast<std::size_t>(i)] ==
+              doctest::Approx(first + i * (last - first) / 4).epsilon(1e-6));
+    CHECK(s.sigmas().back() == 0.0f);
+    CHECK(s.timesteps()[0] == doctest::Approx(1000.0));
+}
+
+TEST_CASE("configs we do not implement, and bad values, are refused by name") {
+    CHECK_THROWS_WITH_AS(FlowMatchSchedulerConfig::from_json_text(R"({"use_karras_sigmas": true})", "s.json"),
+                         doctest::Contains("use_karras_sigmas"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        FlowMatchSchedulerConfig::from_json_text(R"({"_class_name": "DDIMScheduler"})", "s.json"),
+        doctest::Contains("DDIMScheduler"), ModelError);
+    CHECK_THROWS_WITH_AS(FlowMatchSchedulerConfig::from_json_text(R"({"shift": "big"})", "s.json"),
+                         doctest::Contains("'shift'"), ModelError);
+    CHECK_THROWS_AS(FlowMatchSchedulerConfig::from_json_text(R"({"shift": -1})", "s.json"), ModelError);
+    CHECK_THROWS_AS(FlowMatchSchedulerConfig::from_json_text("{", "s.json"), ModelError);
+    FlowMatchEulerScheduler dynamic(
+        FlowMatchSchedulerConfig::from_json_text(R"({"use_dynamic_shifting": true})", "s.json"));
+    CHECK_THROWS_WITH_AS(dynamic.set_timesteps(4), doctest::Contains("needs mu"), ModelError);
+    CHECK_THROWS_AS(dynamic.set_timesteps(0, 0.5), ModelError);
+}
