@@ -54,9 +54,73 @@ def scheduler():
     save("scheduler.safetensors", tensors, meta)
 
 
+TRICKY = [
+    "a photo of a cat",
+    "A Photo Of A CAT, on a MAT!!!",
+    "don't stop; I'M here, we'll see. rock'n'roll",
+    "  leading and trailing   spaces\t\ttabs\nnewlines\r\n ",
+    "non\u00a0breaking\u3000ideographic\u2003em\u0085nel",
+    "caf\u00e9 vs cafe\u0301 (composed and decomposed), na\u00efve, \u00c5ngstr\u00f6m",
+    "\u0130stanbul \u039f\u0394\u039f\u03a3 Stra\u00dfe \ufb01sh \uff21\uff22\uff23",
+    "emoji: \U0001f600\U0001f680 \U0001f469\u200d\U0001f4bb \U0001f44d\U0001f3fd \u2764\ufe0f",
+    "\u4e00\u53ea\u732b\u5728\u5c4b\u9876\u4e0a \u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 \ud55c\uad6d\uc5b4 \u1100\u1161",
+    "\u0645\u0631\u062d\u0628\u0627 \u0928\u092e\u0938\u094d\u0924\u0947 \u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35",
+    "prices: $100.50, 2024-11-29, x\u00b2+y\u00b2=z\u00b2, \u00bd cup, 3rd",
+    "https://example.com/a_b?c=d&e=f#g <html> @user #tag",
+    "<|startoftext|>literal specials<|endoftext|> and <|StartOfText|> in caps",
+    "zero\u200bwidth and soft\u00adhyphen",
+    "",
+    "   ",
+    "!!!???...,,,;;;:::",
+    "supercalifragilisticexpialidocious antidisestablishmentarianism",
+    " ".join(f"word{i} is number {i}," for i in range(60)),
+]
+
+
+def tokenizer():
+    import gzip
+
+    from transformers import CLIPTokenizer
+
+    gz = os.environ.get("DP_CLIP_BPE_GZ")
+    if not gz:
+        sys.exit("tokenizer: set DP_CLIP_BPE_GZ to CLIP's bpe_simple_vocab_16e6.txt.gz (make_golden.sh does)")
+    lines = gzip.open(gz).read().decode("utf-8").split("\n")
+    merges = [tuple(m.split()) for m in lines[1:1 + 6000]]  # the first 6000 of CLIP's merges
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    alphabet = [chr(c) for c in cs]
+    vocab = alphabet + [a + "</w>" for a in alphabet] + ["".join(m) for m in merges] + ["<|startoftext|>", "<|endoftext|>"]
+    folder = os.path.join(OUT, "clip_tokenizer")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump({t: i for i, t in enumerate(vocab)}, f, ensure_ascii=False)
+    with open(os.path.join(folder, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "\n".join(" ".join(m) for m in merges) + "\n")
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"model_max_length": 77, "bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
+                   "pad_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}, f)
+
+    tensors, meta = {}, {"strings": TRICKY}
+    for pad, prefix in (("<|endoftext|>", "ids"), ("!", "ids_pad_bang")):
+        tok = CLIPTokenizer.from_pretrained(folder, pad_token=pad)
+        for i, text in enumerate(TRICKY):
+            enc = tok(text, padding="max_length", max_length=77, truncation=True, return_tensors="pt")
+            tensors[f"{prefix}.{i}"] = enc.input_ids[0].to(torch.int64)
+            if prefix == "ids":
+                full = tok(text, padding="longest", return_tensors="pt").input_ids[0]
+                tensors[f"full.{i}"] = full.to(torch.int64)
+    save("clip_tokenizer.safetensors", tensors, meta)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(0)
-    wanted = sys.argv[1:] or ["scheduler"]
+    wanted = sys.argv[1:] or ["scheduler", "tokenizer"]
     for part in wanted:
         globals()[part]()

@@ -1,0 +1,74 @@
+// CLIP tokenizer ids against transformers' CLIPTokenizer on tricky strings (punctuation, emoji,
+// accents, CJK, white space, literal special tokens, long input), with CLIP's real merges.
+#include "unit/doctest_torch.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "runtime/errors.h"
+#include "runtime/models/clip_tokenizer.h"
+#include "runtime/tensor_io.h"
+
+using namespace dp::runtime;
+
+namespace {
+const std::string kFolder = std::string(DP_GOLDEN_DIR) + "/clip_tokenizer";
+
+std::vector<int64_t> ids_of(const std::shared_ptr<SafetensorsFile>& f, const std::string& name) {
+    at::Tensor t = load_tensor(f, name, at::kLong);
+    return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+}
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+}  // namespace
+
+TEST_CASE("ids equal transformers' on every golden string, padded, truncated and untruncated") {
+    auto golden = SafetensorsFile::open(std::string(DP_GOLDEN_DIR) + "/clip_tokenizer.safetensors");
+    const auto strings = nlohmann::json::parse(golden->metadata().at("cases"))["strings"];
+    const ClipTokenizer tok = ClipTokenizer::from_folder(kFolder);
+    const ClipTokenizer bang = ClipTokenizer::from_strings(
+        slurp(kFolder + "/vocab.json"), slurp(kFolder + "/merges.txt"), R"({"pad_token": "!"})", kFolder);
+    REQUIRE(strings.size() >= 15);
+    for (std::size_t i = 0; i < strings.size(); ++i) {
+        const std::string text = strings[i].get<std::string>();
+        CAPTURE(text);
+        const ClipEncoding enc = tok.encode(text);
+        CHECK(enc.ids == ids_of(golden, "ids." + std::to_string(i)));
+        CHECK(bang.encode(text).ids == ids_of(golden, "ids_pad_bang." + std::to_string(i)));
+        const std::vector<int64_t> full = ids_of(golden, "full." + std::to_string(i));
+        std::vector<int64_t> ours = {tok.bos_id()};
+        for (int64_t id : tok.tokenize(text)) ours.push_back(id);
+        ours.push_back(tok.eos_id());
+        CHECK(ours == full);
+        CHECK(enc.dropped_tokens == std::max<int>(0, static_cast<int>(full.size()) - 77));
+    }
+}
+
+TEST_CASE("a long prompt reports how many tokens were dropped, and decode gives them back as text") {
+    const ClipTokenizer tok = ClipTokenizer::from_folder(kFolder);
+    std::string text;
+    for (int i = 0; i < 100; ++i) text += "red ";
+    const ClipEncoding enc = tok.encode(text);
+    CHECK(enc.ids.size() == 77);
+    CHECK(enc.dropped_tokens == 25);
+    CHECK(tok.decode(enc.truncated).find("red red") == 0);
+    CHECK(tok.decode(tok.tokenize("a photo of a cat")) == "a photo of a cat");
+}
+
+TEST_CASE("bad tokenizer files are errors naming the file") {
+    CHECK_THROWS_WITH_AS(ClipTokenizer::from_folder("/nonexistent"), doctest::Contains("vocab.json"),
+                         ModelError);
+    CHECK_THROWS_WITH_AS(ClipTokenizer::from_strings("{oops", "", "", "tok"),
+                         doctest::Contains("tok/vocab.json"), ModelError);
+    CHECK_THROWS_WITH_AS(ClipTokenizer::from_strings(R"({"a": 0, "<|startoftext|>": 1, "<|endoftext|>": 2})",
+                                                     "a b c\n", "", "tok"),
+                         doctest::Contains("tok/merges.txt:1"), ModelError);
+    CHECK_THROWS_WITH_AS(ClipTokenizer::from_strings(R"({"a": 0})", "", "", "tok"),
+                         doctest::Contains("not in vocab.json"), ModelError);
+}
