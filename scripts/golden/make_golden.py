@@ -118,9 +118,37 @@ def tokenizer():
     save("clip_tokenizer.safetensors", tensors, meta)
 
 
+def clip():
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    shapes = {
+        # diffusers' SD3 test shape (legacy eos_token_id 2: the pooled token is the highest id)
+        "clip_l": dict(hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=5,
+                       vocab_size=1000, hidden_act="gelu", projection_dim=32, eos_token_id=2, bos_token_id=0,
+                       pad_token_id=1, layer_norm_eps=1e-5),
+        # a CLIP-G-like shape: quick_gelu, projection wider than hidden, a real eos id
+        "clip_g": dict(hidden_size=48, intermediate_size=96, num_attention_heads=4, num_hidden_layers=3,
+                       vocab_size=1000, hidden_act="quick_gelu", projection_dim=40, eos_token_id=999,
+                       bos_token_id=998, pad_token_id=999, layer_norm_eps=1e-5),
+    }
+    for name, kwargs in shapes.items():
+        torch.manual_seed(1)
+        model = CLIPTextModelWithProjection(CLIPTextConfig(**kwargs)).eval()
+        folder = os.path.join(OUT, name)
+        model.save_pretrained(folder, safe_serialization=True)
+        g = torch.Generator().manual_seed(2)
+        ids = torch.randint(3, 990, (2, 77), generator=g)
+        ids[0, 0], ids[1, 0] = kwargs["bos_token_id"], kwargs["bos_token_id"]
+        ids[0, 9:], ids[1, 30:] = kwargs["eos_token_id"], kwargs["eos_token_id"]
+        with torch.no_grad():
+            out = model(ids, output_hidden_states=True)
+        save(f"{name}.safetensors", {"input_ids": ids, "pooled": out[0], "hidden_skip0": out.hidden_states[-2],
+                                     "hidden_skip1": out.hidden_states[-3]}, {"config": kwargs})
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(0)
-    wanted = sys.argv[1:] or ["scheduler", "tokenizer"]
+    wanted = sys.argv[1:] or ["scheduler", "tokenizer", "clip"]
     for part in wanted:
         globals()[part]()

@@ -1,0 +1,70 @@
+#include "runtime/models/config_json.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "runtime/errors.h"
+
+namespace dp::runtime {
+
+ConfigJson::ConfigJson(const std::string& text, std::string path) : path_(std::move(path)) {
+    try {
+        json_ = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        throw ModelError(path_ + ": not valid JSON (" + std::string(e.what()).substr(0, 200) + ")");
+    }
+    if (!json_.is_object()) throw ModelError(path_ + ": expected a JSON object");
+}
+
+ConfigJson ConfigJson::from_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw ModelError(path + ": cannot read (missing config file?)");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ConfigJson(ss.str(), path);
+}
+
+bool ConfigJson::has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }
+
+void ConfigJson::fail(const char* key, const std::string& why) const {
+    throw ModelError(path_ + ": '" + key + "' " + why);
+}
+
+int64_t ConfigJson::integer(const char* key, int64_t fallback, int64_t lo, int64_t hi) const {
+    int64_t v = fallback;
+    if (has(key)) {
+        if (!json_[key].is_number_integer())
+            fail(key, "must be an integer, not " + json_[key].dump().substr(0, 40));
+        v = json_[key].get<int64_t>();
+    }
+    if (v < lo || v > hi)
+        fail(key,
+             "is " + std::to_string(v) + "; accepted: " + std::to_string(lo) + " to " + std::to_string(hi));
+    return v;
+}
+
+double ConfigJson::number(const char* key, double fallback, double lo, double hi) const {
+    double v = fallback;
+    if (has(key)) {
+        if (!json_[key].is_number()) fail(key, "must be a number, not " + json_[key].dump().substr(0, 40));
+        v = json_[key].get<double>();
+    }
+    if (!(v >= lo && v <= hi))
+        fail(key,
+             "is " + std::to_string(v) + "; accepted: " + std::to_string(lo) + " to " + std::to_string(hi));
+    return v;
+}
+
+bool ConfigJson::boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!json_[key].is_boolean()) fail(key, "must be true or false");
+    return json_[key].get<bool>();
+}
+
+std::string ConfigJson::string(const char* key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    if (!json_[key].is_string()) fail(key, "must be a string");
+    return json_[key].get<std::string>();
+}
+
+}  // namespace dp::runtime

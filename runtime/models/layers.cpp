@@ -1,0 +1,65 @@
+#include "runtime/models/layers.h"
+
+#include <ATen/ATen.h>
+
+namespace dp::runtime {
+
+Linear Linear::load(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, bool bias) {
+    Linear l;
+    l.weight = w.take(prefix + ".weight", {out, in});
+    if (bias) l.bias = w.take(prefix + ".bias", {out});
+    return l;
+}
+
+at::Tensor Linear::operator()(const at::Tensor& x) const { return at::linear(x, weight, bias); }
+
+LayerNorm LayerNorm::load(WeightStore& w, const std::string& prefix, int64_t dim, double eps, bool affine,
+                          bool bias) {
+    LayerNorm n;
+    n.dim = dim;
+    n.eps = eps;
+    if (affine) {
+        n.weight = w.take(prefix + ".weight", {dim});
+        if (bias) n.bias = w.take(prefix + ".bias", {dim});
+    }
+    return n;
+}
+
+at::Tensor LayerNorm::operator()(const at::Tensor& x) const {
+    return at::layer_norm(x, {dim}, weight, bias, eps);
+}
+
+RMSNorm RMSNorm::load(WeightStore& w, const std::string& prefix, int64_t dim, double eps, bool affine) {
+    RMSNorm n;
+    n.eps = eps;
+    if (affine) n.weight = w.take(prefix + ".weight", {dim});
+    return n;
+}
+
+at::Tensor RMSNorm::operator()(const at::Tensor& x) const {
+    // As diffusers: the mean square in fp32, the result back in the input's dtype.
+    const at::Tensor var = x.to(at::kFloat).pow(2).mean(-1, true);
+    at::Tensor y = x * at::rsqrt(var + eps);
+    if (weight.defined()) {
+        if (weight.scalar_type() == at::kHalf || weight.scalar_type() == at::kBFloat16)
+            y = y.to(weight.scalar_type());
+        y = y * weight;
+    }
+    return y.to(x.scalar_type());
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);
+}
+
+at::Tensor split_heads(const at::Tensor& x, int64_t heads) {
+    const int64_t b = x.size(0), s = x.size(1), d = x.size(2) / heads;
+    return x.view({b, s, heads, d}).transpose(1, 2);
+}
+
+at::Tensor merge_heads(const at::Tensor& x) {
+    const int64_t b = x.size(0), h = x.size(1), s = x.size(2), d = x.size(3);
+    return x.transpose(1, 2).reshape({b, s, h * d});
+}
+
+}  // namespace dp::runtime

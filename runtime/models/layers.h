@@ -1,0 +1,48 @@
+#pragma once
+// The few layer kinds the models are built from, as plain weights plus a forward function, so
+// that parallel strategies can replace a layer's weights with a shard and wrap its forward.
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+
+#include "runtime/models/weights.h"
+
+namespace dp::runtime {
+
+struct Linear {
+    at::Tensor weight;  // [out, in]
+    at::Tensor bias;    // [out] or undefined
+
+    static Linear load(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, bool bias = true);
+    at::Tensor operator()(const at::Tensor& x) const;
+};
+
+struct LayerNorm {
+    at::Tensor weight, bias;  // undefined without elementwise affine
+    int64_t dim = 0;
+    double eps = 1e-5;
+
+    static LayerNorm load(WeightStore& w, const std::string& prefix, int64_t dim, double eps,
+                          bool affine = true, bool bias = true);
+    at::Tensor operator()(const at::Tensor& x) const;
+};
+
+struct RMSNorm {
+    at::Tensor weight;  // undefined without elementwise affine
+    double eps = 1e-6;
+
+    static RMSNorm load(WeightStore& w, const std::string& prefix, int64_t dim, double eps,
+                        bool affine = true);
+    at::Tensor operator()(const at::Tensor& x) const;
+};
+
+// Multi-head attention over [batch, heads, seq, head_dim] tensors (softmax(q k^T / sqrt(d)) v).
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal = false);
+
+// [batch, seq, heads * head_dim] <-> [batch, heads, seq, head_dim].
+at::Tensor split_heads(const at::Tensor& x, int64_t heads);
+at::Tensor merge_heads(const at::Tensor& x);
+
+}  // namespace dp::runtime

@@ -1,0 +1,141 @@
+#include "runtime/models/weights.h"
+
+#include <ATen/ATen.h>
+#include <dirent.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "runtime/errors.h"
+#include "runtime/tensor_io.h"
+
+namespace dp::runtime {
+namespace {
+
+std::vector<std::string> files_ending(const std::string& dir, const std::string& suffix) {
+    std::vector<std::string> out;
+    if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d)) {
+            const std::string name = e->d_name;
+            if (name.size() > suffix.size() &&
+                name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+                out.push_back(name);
+        }
+        closedir(d);
+    } else {
+        throw ModelError(dir + ": cannot open the component folder");
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+    return out + "]";
+}
+
+}  // namespace
+
+WeightStore WeightStore::open_file(const std::string& path, at::ScalarType dtype, at::Device device) {
+    WeightStore store(dtype, device);
+    store.where_ = path;
+    auto file = SafetensorsFile::open(path);
+    for (const auto& [name, info] : file->tensors()) store.by_name_[name] = file;
+    return store;
+}
+
+WeightStore WeightStore::open_folder(const std::string& dir, at::ScalarType dtype, at::Device device) {
+    const std::vector<std::string> indexes = files_ending(dir, ".safetensors.index.json");
+    if (indexes.size() > 1) throw ModelError(dir + ": several *.safetensors.index.json files; keep one");
+    if (indexes.empty()) {
+        const std::vector<std::string> files = files_ending(dir, ".safetensors");
+        if (files.empty())
+            throw ModelError(dir + ": no *.safetensors weights (only safetensors is supported)");
+        if (files.size() > 1)
+            throw ModelError(
+                dir + ": several *.safetensors files but no .safetensors.index.json naming which holds what");
+        WeightStore store = open_file(dir + "/" + files[0], dtype, device);
+        store.where_ = dir;
+        return store;
+    }
+    const std::string index_path = dir + "/" + indexes[0];
+    std::ifstream in(index_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json index;
+    try {
+        index = nlohmann::json::parse(text.str());
+    } catch (const nlohmann::json::exception& e) {
+        throw ModelError(index_path + ": not valid JSON (" + std::string(e.what()).substr(0, 160) + ")");
+    }
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+        throw ModelError(index_path + ": expected an object with a \"weight_map\" of tensor -> file");
+    WeightStore store(dtype, device);
+    store.where_ = dir;
+    std::map<std::string, std::shared_ptr<SafetensorsFile>> shards;
+    for (const auto& [name, file] : index["weight_map"].items()) {
+        if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+            throw ModelError(index_path + ": tensor '" + name + "' maps to a bad file name");
+        const std::string shard = file.get<std::string>();
+        if (!shards.count(shard)) shards[shard] = SafetensorsFile::open(dir + "/" + shard);
+        if (!shards[shard]->contains(name))
+            throw ModelError(index_path + ": says '" + name + "' is in " + shard +
+                             ", but that file has no such tensor");
+        store.by_name_[name] = shards[shard];
+    }
+    return store;
+}
+
+WeightStore WeightStore::random(uint64_t seed, at::ScalarType dtype, at::Device device) {
+    WeightStore store(dtype, device);
+    store.where_ = "random(seed=" + std::to_string(seed) + ")";
+    store.random_ = true;
+    store.seed_ = seed;
+    return store;
+}
+
+bool WeightStore::has(const std::string& name) const { return random_ || by_name_.count(name) > 0; }
+
+at::Tensor WeightStore::take(const std::string& name, const std::vector<int64_t>& shape) {
+    taken_.insert(name);
+    if (random_) {
+        // Each tensor's values depend only on the seed and its name.
+        at::Generator gen = at::detail::createCPUGenerator(seed_ ^ std::hash<std::string>{}(name));
+        const bool is_norm = name.find("norm") != std::string::npos && name.size() > 7 &&
+                             name.compare(name.size() - 7, 7, ".weight") == 0;
+        at::Tensor t;
+        if (is_norm)
+            t = at::ones(shape, at::kFloat);
+        else if (shape.size() == 1)
+            t = at::randn(shape, gen, at::kFloat) * 0.01;
+        else
+            t = at::randn(shape, gen, at::kFloat) * 0.02;
+        return t.to(device_, dtype_);
+    }
+    auto it = by_name_.find(name);
+    if (it == by_name_.end())
+        throw ModelError(where_ + ": missing tensor '" + name + "' " + shape_text(shape));
+    const StTensorInfo& info = it->second->info(name);
+    if (info.shape != shape)
+        throw ModelError(it->second->path() + ": tensor '" + name + "' has shape " + shape_text(info.shape) +
+                         " but the config implies " + shape_text(shape));
+    return load_tensor(it->second, name, dtype_, device_);
+}
+
+void WeightStore::check_all_taken() const {
+    std::vector<std::string> extra;
+    for (const auto& [name, file] : by_name_)
+        if (!taken_.count(name)) extra.push_back(name);
+    if (extra.empty()) return;
+    std::string list;
+    for (std::size_t i = 0; i < extra.size() && i < 5; ++i)
+        list += (i ? ", " : "") + std::string("'") + extra[i] + "'";
+    if (extra.size() > 5) list += " and " + std::to_string(extra.size() - 5) + " more";
+    throw ModelError(where_ + ": unexpected tensor(s) " + list + " (does config.json match these weights?)");
+}
+
+}  // namespace dp::runtime

@@ -1,0 +1,55 @@
+#pragma once
+// Where a component's weights come from: its safetensors files (single or sharded, mmapped), or
+// seeded random values for tests and benchmarks. Modules ask for each tensor by its diffusers /
+// transformers name with the shape their config implies; the store checks the name exists and
+// the shape agrees, converts to the run's dtype and device, and finally reports tensors nobody
+// asked for.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/safetensors.h"
+
+namespace dp::runtime {
+
+class WeightStore {
+  public:
+    // The safetensors weights of a component folder: `*.safetensors.index.json` (sharded) or a
+    // single `*.safetensors`. Throws ModelError when there are none, or several unindexed files.
+    static WeightStore open_folder(const std::string& dir, at::ScalarType dtype, at::Device device);
+    // One file, for tests.
+    static WeightStore open_file(const std::string& path, at::ScalarType dtype, at::Device device);
+    // Seeded random weights of whatever shape is asked for: N(0, 0.02) for matrices, ones for
+    // norm weights, small values for biases. The same seed and names give the same weights.
+    static WeightStore random(uint64_t seed, at::ScalarType dtype, at::Device device);
+
+    // The tensor `name` with shape `shape`. Throws ModelError naming the file and tensor when it is
+    // missing or its shape differs.
+    at::Tensor take(const std::string& name, const std::vector<int64_t>& shape);
+    // Whether `name` exists (a random store has every name).
+    bool has(const std::string& name) const;
+    // Throws ModelError listing tensors present in the files but never taken.
+    void check_all_taken() const;
+
+    const std::string& where() const { return where_; }
+    at::ScalarType dtype() const { return dtype_; }
+    at::Device device() const { return device_; }
+
+  private:
+    WeightStore(at::ScalarType dtype, at::Device device) : dtype_(dtype), device_(device) {}
+    std::string where_;
+    at::ScalarType dtype_;
+    at::Device device_;
+    bool random_ = false;
+    uint64_t seed_ = 0;
+    std::map<std::string, std::shared_ptr<SafetensorsFile>> by_name_;  // tensor -> file holding it
+    std::set<std::string> taken_;
+};
+
+}  // namespace dp::runtime

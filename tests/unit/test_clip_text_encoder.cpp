@@ -1,0 +1,70 @@
+// CLIPTextModelWithProjection against transformers (tiny CLIP-L and CLIP-G shapes, fp32, CPU):
+// the hidden states SD3 uses (with and without clip_skip) and the projected pooled output.
+#include "unit/doctest_torch.h"
+
+#include "runtime/errors.h"
+#include "runtime/models/clip_text_encoder.h"
+#include "runtime/tensor_io.h"
+
+using namespace dp::runtime;
+
+namespace {
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+    REQUIRE(a.sizes() == b.sizes());
+    return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+}
+}  // namespace
+
+TEST_CASE("CLIP text encoders match transformers within 1e-4") {
+    for (const std::string name : {"clip_l", "clip_g"}) {
+        CAPTURE(name);
+        const std::string dir = std::string(DP_GOLDEN_DIR) + "/" + name;
+        WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+        ClipTextEncoder encoder(ClipTextConfig::from_json_file(dir + "/config.json"), weights);
+        weights.check_all_taken();
+        auto golden = SafetensorsFile::open(dir + ".safetensors");
+        const at::Tensor ids = load_tensor(golden, "input_ids", at::kLong);
+        const ClipTextOutput out0 = encoder.forward(ids, 0);
+        const ClipTextOutput out1 = encoder.forward(ids, 1);
+        const double d_hidden = max_diff(out0.hidden, load_tensor(golden, "hidden_skip0", at::kFloat));
+        const double d_skip = max_diff(out1.hidden, load_tensor(golden, "hidden_skip1", at::kFloat));
+        const double d_pooled = max_diff(out0.pooled, load_tensor(golden, "pooled", at::kFloat));
+        MESSAGE(name << ": max |diff| hidden " << d_hidden << ", clip_skip=1 " << d_skip << ", pooled "
+                     << d_pooled);
+        CHECK(d_hidden <= 1e-4);
+        CHECK(d_skip <= 1e-4);
+        CHECK(d_pooled <= 1e-4);
+    }
+}
+
+TEST_CASE("a config that disagrees with the weights, or is unsupported, is refused by name") {
+    const std::string dir = std::string(DP_GOLDEN_DIR) + "/clip_l";
+    ClipTextConfig config = ClipTextConfig::from_json_file(dir + "/config.json");
+    config.intermediate_size += 1;
+    WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+    CHECK_THROWS_WITH_AS(
+        ClipTextEncoder(config, weights),
+        doctest::Contains("mlp.fc1.weight' has shape [37, 32] but the config implies [38, 32]"), ModelError);
+    config = ClipTextConfig::from_json_file(dir + "/config.json");
+    config.num_hidden_layers -= 1;  // the last layer's tensors are then unexpected
+    WeightStore again = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+    ClipTextEncoder fewer(config, again);
+    CHECK_THROWS_WITH_AS(again.check_all_taken(),
+                         doctest::Contains("unexpected tensor(s) 'text_model.encoder.layers.4"), ModelError);
+    CHECK_THROWS_WITH_AS(ClipTextConfig::from_json_text(R"({"hidden_act": "relu"})", "c.json"),
+                         doctest::Contains("c.json: 'hidden_act'"), ModelError);
+    CHECK_THROWS_WITH_AS(ClipTextConfig::from_json_text(R"({"architectures": ["T5EncoderModel"]})", "c.json"),
+                         doctest::Contains("T5EncoderModel"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        ClipTextConfig::from_json_text(R"({"hidden_size": 30, "num_attention_heads": 4})", "c.json"),
+        doctest::Contains("must divide hidden_size"), ModelError);
+    WeightStore empty = WeightStore::random(1, at::kFloat, at::kCPU);
+    ClipTextConfig tiny =
+        ClipTextConfig::from_json_text(R"({"vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "projection_dim": 4, "max_position_embeddings": 5})",
+                                       "tiny");
+    ClipTextEncoder random_encoder(tiny, empty);
+    CHECK_THROWS_WITH_AS(random_encoder.forward(at::zeros({1, 6}, at::kLong)),
+                         doctest::Contains("only 5 positions"), ModelError);
+    CHECK(random_encoder.forward(at::zeros({1, 5}, at::kLong)).pooled.sizes() == at::IntArrayRef({1, 4}));
+}
