@@ -146,9 +146,45 @@ def clip():
                                      "hidden_skip1": out.hidden_states[-3]}, {"config": kwargs})
 
 
+def transformer():
+    from diffusers import SD3Transformer2DModel
+
+    shapes = {
+        # diffusers' SD3 pipeline test shape, with two blocks so that a full block runs too
+        "sd3_transformer": (dict(sample_size=32, patch_size=1, in_channels=4, num_layers=2, attention_head_dim=8,
+                                 num_attention_heads=4, caption_projection_dim=32, joint_attention_dim=32,
+                                 pooled_projection_dim=64, out_channels=4), (8, 8)),
+        # SD3.5-style RMS qk-norm, patch 2, and a latent whose patch grid (6 x 5) is cropped off-centre
+        "sd3_transformer_qknorm": (dict(sample_size=16, patch_size=2, in_channels=4, num_layers=3, attention_head_dim=8,
+                                        num_attention_heads=2, caption_projection_dim=16, joint_attention_dim=24,
+                                        pooled_projection_dim=20, out_channels=4, pos_embed_max_size=12,
+                                        qk_norm="rms_norm"), (12, 10)),
+    }
+    for name, (config, (h, w)) in shapes.items():
+        torch.manual_seed(3)
+        model = SD3Transformer2DModel(**config).eval()
+        # Random norm weights too, so that a swapped scale and shift cannot pass unnoticed.
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "norm" in n:
+                    p.add_(torch.randn_like(p) * 0.1)
+        folder = os.path.join(OUT, name)
+        model.save_pretrained(folder, safe_serialization=True)
+        g = torch.Generator().manual_seed(4)
+        latents = torch.randn(2, config["in_channels"], h, w, generator=g)
+        text = torch.randn(2, 7, config["joint_attention_dim"], generator=g)
+        pooled = torch.randn(2, config["pooled_projection_dim"], generator=g)
+        timestep = torch.tensor([999.0, 333.25])
+        with torch.no_grad():
+            out = model(hidden_states=latents, encoder_hidden_states=text, pooled_projections=pooled,
+                        timestep=timestep).sample
+        save(f"{name}.safetensors", {"latents": latents, "text": text, "pooled": pooled, "timestep": timestep,
+                                     "out": out}, {"config": config})
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(0)
-    wanted = sys.argv[1:] or ["scheduler", "tokenizer", "clip"]
+    wanted = sys.argv[1:] or ["scheduler", "tokenizer", "clip", "transformer"]
     for part in wanted:
         globals()[part]()

@@ -1,0 +1,87 @@
+#pragma once
+// diffusers' SD3Transformer2DModel (the MMDiT of SD3 and SD3.5): patch embedding with a cropped
+// sin-cos position table, timestep + pooled-text conditioning, joint transformer blocks whose
+// attention runs over image and text tokens together (AdaLayerNormZero on both streams, optional
+// RMS qk-norm, a context-pre-only last block), and an AdaLayerNormContinuous output head.
+// SD3.5's dual-attention blocks are not implemented yet: such configs are refused by name.
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/models/layers.h"
+
+namespace dp::runtime {
+
+struct Sd3TransformerConfig {
+    int64_t sample_size = 128;
+    int64_t patch_size = 2;
+    int64_t in_channels = 16;
+    int64_t out_channels = 16;
+    int64_t num_layers = 18;
+    int64_t attention_head_dim = 64;
+    int64_t num_attention_heads = 18;
+    int64_t joint_attention_dim = 4096;
+    int64_t caption_projection_dim = 1152;
+    int64_t pooled_projection_dim = 2048;
+    int64_t pos_embed_max_size = 96;
+    bool qk_rms_norm = false;  // qk_norm "rms_norm"
+
+    int64_t inner_dim() const { return num_attention_heads * attention_head_dim; }
+
+    static Sd3TransformerConfig from_json_text(const std::string& text, const std::string& path);
+    static Sd3TransformerConfig from_json_file(const std::string& path);
+};
+
+struct AdaNormZero {  // linear(silu(temb)) -> shift, scale, gate (attention), shift, scale, gate (MLP)
+    Linear linear;
+};
+
+struct JointAttention {
+    Linear to_q, to_k, to_v, to_out;         // image stream
+    Linear add_q, add_k, add_v, to_add_out;  // text stream (to_add_out absent when context_pre_only)
+    std::optional<RMSNorm> norm_q, norm_k, norm_added_q, norm_added_k;
+};
+
+struct FeedForward {  // GELU(tanh) MLP, 4x wide
+    Linear in, out;
+    at::Tensor operator()(const at::Tensor& x) const;
+};
+
+struct JointBlock {
+    bool context_pre_only = false;
+    AdaNormZero norm1;
+    Linear
+        norm1_context;  // AdaNormZero (6 x dim) or, when context_pre_only, AdaLayerNormContinuous (2 x dim)
+    JointAttention attn;
+    FeedForward ff, ff_context;  // ff_context absent when context_pre_only
+};
+
+class Sd3Transformer {
+  public:
+    Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& weights);
+
+    // latents [B, C, H, W], text [B, T, joint_attention_dim], pooled [B, pooled_projection_dim],
+    // timestep [B] (the scheduler's timesteps, 0..1000). Returns [B, out_channels, H, W].
+    at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
+                       const at::Tensor& timestep) const;
+
+    const Sd3TransformerConfig& config() const { return config_; }
+
+  private:
+    Sd3TransformerConfig config_;
+    at::Tensor patch_weight_, patch_bias_;  // Conv2d(in, inner, kernel = stride = patch)
+    at::Tensor pos_embed_;                  // [1, max * max, inner]
+    Linear time_1_, time_2_, text_1_, text_2_, context_embedder_;
+    std::vector<JointBlock> blocks_;
+    Linear norm_out_, proj_out_;
+};
+
+// diffusers' get_2d_sincos_pos_embed for SD3's table: [grid * grid, dim].
+at::Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid, int64_t base_size);
+// diffusers' get_timestep_embedding(t, 256, flip_sin_to_cos=True, downscale_freq_shift=0).
+at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim);
+
+}  // namespace dp::runtime

@@ -1,0 +1,47 @@
+// SD3Transformer2DModel against diffusers (fp32, CPU): a plain config and an SD3.5-style one with
+// RMS qk-norm, patch 2 and a cropped, non-square patch grid.
+#include "unit/doctest_torch.h"
+
+#include "runtime/errors.h"
+#include "runtime/models/sd3_transformer.h"
+#include "runtime/tensor_io.h"
+
+using namespace dp::runtime;
+
+TEST_CASE("the SD3 transformer matches diffusers within 1e-4, with and without qk-norm") {
+    for (const std::string name : {"sd3_transformer", "sd3_transformer_qknorm"}) {
+        CAPTURE(name);
+        const std::string dir = std::string(DP_GOLDEN_DIR) + "/" + name;
+        WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+        Sd3Transformer model(Sd3TransformerConfig::from_json_file(dir + "/config.json"), weights);
+        weights.check_all_taken();
+        auto g = SafetensorsFile::open(dir + ".safetensors");
+        const at::Tensor out =
+            model.forward(load_tensor(g, "latents", at::kFloat), load_tensor(g, "text", at::kFloat),
+                          load_tensor(g, "pooled", at::kFloat), load_tensor(g, "timestep", at::kFloat));
+        const at::Tensor ref = load_tensor(g, "out", at::kFloat);
+        REQUIRE(out.sizes() == ref.sizes());
+        const double diff = (out - ref).abs().max().item<double>();
+        MESSAGE(name << ": max |diff| " << diff << " (output max |value| " << ref.abs().max().item<double>()
+                     << ")");
+        CHECK(diff <= 1e-4);
+    }
+}
+
+TEST_CASE("sizes the model cannot take, and configs it does not support, are refused") {
+    const std::string dir = std::string(DP_GOLDEN_DIR) + "/sd3_transformer_qknorm";
+    WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+    Sd3Transformer model(Sd3TransformerConfig::from_json_file(dir + "/config.json"), weights);
+    const at::Tensor text = at::zeros({1, 3, 24}), pooled = at::zeros({1, 20}), t = at::ones({1});
+    CHECK_THROWS_WITH_AS(model.forward(at::zeros({1, 4, 7, 8}), text, pooled, t),
+                         doctest::Contains("not a multiple of the patch size 2"), ModelError);
+    CHECK_THROWS_WITH_AS(model.forward(at::zeros({1, 4, 26, 8}), text, pooled, t),
+                         doctest::Contains("position table has 12x12"), ModelError);
+    CHECK_THROWS_WITH_AS(Sd3TransformerConfig::from_json_text(R"({"dual_attention_layers": [0]})", "t.json"),
+                         doctest::Contains("dual_attention_layers"), ModelError);
+    CHECK_THROWS_WITH_AS(Sd3TransformerConfig::from_json_text(R"({"qk_norm": "layer_norm"})", "t.json"),
+                         doctest::Contains("qk_norm"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        Sd3TransformerConfig::from_json_text(R"({"_class_name": "FluxTransformer2DModel"})", "t.json"),
+        doctest::Contains("FluxTransformer2DModel"), ModelError);
+}
