@@ -126,6 +126,11 @@ at::Tensor WeightStore::take(const std::string& name, const std::vector<int64_t>
     return load_tensor(it->second, name, dtype_, device_);
 }
 
+void WeightStore::skip_prefix(const std::string& prefix) {
+    for (const auto& [name, file] : by_name_)
+        if (name.compare(0, prefix.size(), prefix) == 0) taken_.insert(name);
+}
+
 void WeightStore::check_all_taken() const {
     std::vector<std::string> extra;
     for (const auto& [name, file] : by_name_)

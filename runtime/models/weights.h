@@ -34,6 +34,8 @@ class WeightStore {
     at::Tensor take(const std::string& name, const std::vector<int64_t>& shape);
     // Whether `name` exists (a random store has every name).
     bool has(const std::string& name) const;
+    // Marks every tensor whose name starts with `prefix` as not needed (a VAE's encoder, say).
+    void skip_prefix(const std::string& prefix);
     // Throws ModelError listing tensors present in the files but never taken.
     void check_all_taken() const;
 

@@ -182,9 +182,39 @@ def transformer():
                                      "out": out}, {"config": config})
 
 
+def vae():
+    from diffusers import AutoencoderKL
+
+    shapes = {
+        # diffusers' SD3 pipeline test VAE: one block, so one latent is one pixel
+        "vae_tiny": dict(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(4,), layers_per_block=1,
+                         latent_channels=4, norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False,
+                         shift_factor=0.0609, scaling_factor=1.5035),
+        # two blocks (2x upsampling, channel change with a shortcut conv) and the post-quant conv
+        "vae_up": dict(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(8, 16), layers_per_block=1,
+                       latent_channels=4, norm_num_groups=4, use_post_quant_conv=True, shift_factor=0.1,
+                       scaling_factor=0.9, down_block_types=("DownEncoderBlock2D",) * 2,
+                       up_block_types=("UpDecoderBlock2D",) * 2),
+    }
+    for name, config in shapes.items():
+        torch.manual_seed(5)
+        model = AutoencoderKL(**config).eval()
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "norm" in n:
+                    p.add_(torch.randn_like(p) * 0.1)
+        folder = os.path.join(OUT, name)
+        model.save_pretrained(folder, safe_serialization=True)
+        g = torch.Generator().manual_seed(6)
+        latents = torch.randn(2, config["latent_channels"], 6, 5, generator=g)
+        with torch.no_grad():
+            image = model.decode(latents / config["scaling_factor"] + config["shift_factor"]).sample
+        save(f"{name}.safetensors", {"latents": latents, "image": image}, {"config": config})
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(0)
-    wanted = sys.argv[1:] or ["scheduler", "tokenizer", "clip", "transformer"]
+    wanted = sys.argv[1:] or ["scheduler", "tokenizer", "clip", "transformer", "vae"]
     for part in wanted:
         globals()[part]()

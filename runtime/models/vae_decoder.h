@@ -1,0 +1,84 @@
+#pragma once
+// The decoder half of diffusers' AutoencoderKL (SD3's VAE and its tiny test shapes): conv_in, a
+// mid block (ResNet, single-head spatial self-attention, ResNet), up blocks of ResNets with
+// nearest-neighbour 2x upsampling, GroupNorm + SiLU + conv_out. Latents are unscaled with the
+// config's scaling_factor and shift_factor before decoding.
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/models/layers.h"
+
+namespace dp::runtime {
+
+struct VaeConfig {
+    int64_t in_channels = 3;
+    int64_t out_channels = 3;
+    int64_t latent_channels = 16;
+    std::vector<int64_t> block_out_channels = {128, 256, 512, 512};
+    int64_t layers_per_block = 2;
+    int64_t norm_num_groups = 32;
+    double scaling_factor = 1.5305;
+    double shift_factor = 0.0;
+    bool use_post_quant_conv = true;
+    bool mid_block_add_attention = true;
+
+    // How many pixels one latent covers along each side: 2^(blocks - 1).
+    int64_t scale_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }
+
+    static VaeConfig from_json_text(const std::string& text, const std::string& path);
+    static VaeConfig from_json_file(const std::string& path);
+};
+
+struct Conv2d {
+    at::Tensor weight, bias;
+    int64_t padding = 0;
+    static Conv2d load(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, int64_t kernel);
+    at::Tensor operator()(const at::Tensor& x) const;
+};
+
+struct GroupNorm {
+    at::Tensor weight, bias;
+    int64_t groups = 32;
+    double eps = 1e-6;
+    static GroupNorm load(WeightStore& w, const std::string& prefix, int64_t channels, int64_t groups,
+                          double eps);
+    at::Tensor operator()(const at::Tensor& x) const;
+};
+
+class VaeDecoder {
+  public:
+    // Takes the decoder's tensors; the encoder's (encoder.*, quant_conv.*) are marked as not needed.
+    VaeDecoder(const VaeConfig& config, WeightStore& weights);
+
+    // Scaled latents [B, latent_channels, h, w] -> images [B, out_channels, h * f, w * f] in [-1, 1]
+    // (unclamped), as AutoencoderKL.decode((latents / scaling_factor) + shift_factor).
+    at::Tensor decode(const at::Tensor& latents) const;
+    const VaeConfig& config() const { return config_; }
+
+  private:
+    struct Resnet {
+        GroupNorm norm1, norm2;
+        Conv2d conv1, conv2, shortcut;  // shortcut undefined when channels are unchanged
+        at::Tensor operator()(const at::Tensor& x) const;
+    };
+    struct UpBlock {
+        std::vector<Resnet> resnets;
+        Conv2d upsample;  // undefined for the last block
+    };
+    static Resnet load_resnet(WeightStore& w, const std::string& prefix, int64_t in, int64_t out,
+                              int64_t groups);
+
+    VaeConfig config_;
+    Conv2d post_quant_conv_, conv_in_, conv_out_;
+    Resnet mid_1_, mid_2_;
+    bool mid_attention_ = true;
+    GroupNorm attn_norm_;
+    Linear attn_q_, attn_k_, attn_v_, attn_out_;
+    std::vector<UpBlock> up_blocks_;
+    GroupNorm norm_out_;
+};
+
+}  // namespace dp::runtime
