@@ -13,3 +13,13 @@
 #undef CHECK_GT
 
 #include <doctest/doctest.h>
+
+#include <string>
+
+// A file under tests/data/golden/ (written by scripts/golden/make_golden.py).
+inline std::string golden_path(const std::string& name) {
+    std::string path(DP_GOLDEN_DIR);
+    path.append("/");
+    path.append(name);
+    return path;
+}

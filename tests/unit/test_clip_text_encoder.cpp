@@ -18,7 +18,7 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
 TEST_CASE("CLIP text encoders match transformers within 1e-4") {
     for (const std::string name : {"clip_l", "clip_g"}) {
         CAPTURE(name);
-        const std::string dir = std::string(DP_GOLDEN_DIR) + "/" + name;
+        const std::string dir = golden_path(name);
         WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
         ClipTextEncoder encoder(ClipTextConfig::from_json_file(dir + "/config.json"), weights);
         weights.check_all_taken();
@@ -38,7 +38,7 @@ TEST_CASE("CLIP text encoders match transformers within 1e-4") {
 }
 
 TEST_CASE("a config that disagrees with the weights, or is unsupported, is refused by name") {
-    const std::string dir = std::string(DP_GOLDEN_DIR) + "/clip_l";
+    const std::string dir = golden_path("clip_l");
     ClipTextConfig config = ClipTextConfig::from_json_file(dir + "/config.json");
     config.intermediate_size += 1;
     WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);

@@ -13,7 +13,7 @@
 using namespace dp::runtime;
 
 namespace {
-const std::string kFolder = std::string(DP_GOLDEN_DIR) + "/clip_tokenizer";
+const std::string kFolder = golden_path("clip_tokenizer");
 
 std::vector<int64_t> ids_of(const std::shared_ptr<SafetensorsFile>& f, const std::string& name) {
     at::Tensor t = load_tensor(f, name, at::kLong);
@@ -29,7 +29,7 @@ std::string slurp(const std::string& path) {
 }  // namespace
 
 TEST_CASE("ids equal transformers' on every golden string, padded, truncated and untruncated") {
-    auto golden = SafetensorsFile::open(std::string(DP_GOLDEN_DIR) + "/clip_tokenizer.safetensors");
+    auto golden = SafetensorsFile::open(golden_path("clip_tokenizer.safetensors"));
     const auto strings = nlohmann::json::parse(golden->metadata().at("cases"))["strings"];
     const ClipTokenizer tok = ClipTokenizer::from_folder(kFolder);
     const ClipTokenizer bang = ClipTokenizer::from_strings(

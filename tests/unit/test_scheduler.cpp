@@ -12,7 +12,7 @@ using namespace dp::runtime;
 
 namespace {
 std::shared_ptr<SafetensorsFile> golden() {
-    return SafetensorsFile::open(std::string(DP_GOLDEN_DIR) + "/scheduler.safetensors");
+    return SafetensorsFile::open(golden_path("scheduler.safetensors"));
 }
 
 double max_abs_diff(const std::vector<float>& ours, const at::Tensor& ref) {

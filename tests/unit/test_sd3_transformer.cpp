@@ -11,7 +11,7 @@ using namespace dp::runtime;
 TEST_CASE("the SD3 transformer matches diffusers within 1e-4, with and without qk-norm") {
     for (const std::string name : {"sd3_transformer", "sd3_transformer_qknorm"}) {
         CAPTURE(name);
-        const std::string dir = std::string(DP_GOLDEN_DIR) + "/" + name;
+        const std::string dir = golden_path(name);
         WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
         Sd3Transformer model(Sd3TransformerConfig::from_json_file(dir + "/config.json"), weights);
         weights.check_all_taken();
@@ -29,7 +29,7 @@ TEST_CASE("the SD3 transformer matches diffusers within 1e-4, with and without q
 }
 
 TEST_CASE("sizes the model cannot take, and configs it does not support, are refused") {
-    const std::string dir = std::string(DP_GOLDEN_DIR) + "/sd3_transformer_qknorm";
+    const std::string dir = golden_path("sd3_transformer_qknorm");
     WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
     Sd3Transformer model(Sd3TransformerConfig::from_json_file(dir + "/config.json"), weights);
     const at::Tensor text = at::zeros({1, 3, 24}), pooled = at::zeros({1, 20}), t = at::ones({1});

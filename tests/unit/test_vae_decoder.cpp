@@ -11,7 +11,7 @@ using namespace dp::runtime;
 TEST_CASE("the VAE decoder matches diffusers within 1e-4") {
     for (const std::string name : {"vae_tiny", "vae_up"}) {
         CAPTURE(name);
-        const std::string dir = std::string(DP_GOLDEN_DIR) + "/" + name;
+        const std::string dir = golden_path(name);
         WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
         VaeDecoder vae(VaeConfig::from_json_file(dir + "/config.json"), weights);
         weights.check_all_taken();
