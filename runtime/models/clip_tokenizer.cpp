@@ -116,8 +116,41 @@ ClipTokenizer ClipTokenizer::from_folder(const std::string& dir) {
     std::string config = read_text(dir + "/tokenizer_config.json", false);
     const std::string special_map = read_text(dir + "/special_tokens_map.json", false);
     if (config.empty() && !special_map.empty()) config = special_map;
-    const std::string vocab = read_text(dir + "/vocab.json", true);
-    const std::string merges = read_text(dir + "/merges.txt", true);
+    std::string vocab = read_text(dir + "/vocab.json", false);
+    std::string merges;
+    if (!vocab.empty()) {
+        merges = read_text(dir + "/merges.txt", true);
+    } else {
+        // transformers 5 saves only tokenizer.json: take the BPE model's vocabulary and merges from it.
+        const std::string path = dir + "/tokenizer.json";
+        const std::string text = read_text(path, false);
+        if (text.empty())
+            throw ModelError(dir +
+                             ": no vocab.json + merges.txt and no tokenizer.json (missing tokenizer files?)");
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(text);
+        } catch (const nlohmann::json::exception& e) {
+            throw ModelError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 160) + ")");
+        }
+        const nlohmann::json* model = j.is_object() && j.contains("model") ? &j["model"] : nullptr;
+        if (!model || !model->is_object() || model->value("type", "") != "BPE" ||
+            !(*model)["vocab"].is_object() || !(*model)["merges"].is_array())
+            throw ModelError(path + ": expected a BPE model with \"vocab\" and \"merges\"");
+        if (model->contains("end_of_word_suffix") && (*model)["end_of_word_suffix"] != "</w>")
+            throw ModelError(path + ": not a CLIP tokenizer (end_of_word_suffix is not \"</w>\")");
+        if (model->value("ignore_merges", false))
+            throw ModelError(path + ": ignore_merges is not supported for CLIP");
+        vocab = (*model)["vocab"].dump();
+        for (const auto& m : (*model)["merges"]) {
+            if (m.is_string())
+                merges += m.get<std::string>() + "\n";
+            else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+                merges += m[0].get<std::string>() + " " + m[1].get<std::string>() + "\n";
+            else
+                throw ModelError(path + ": a merge is neither \"a b\" nor [\"a\", \"b\"]");
+        }
+    }
     return from_strings(vocab, merges, config, dir);
 }
 

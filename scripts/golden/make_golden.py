@@ -153,7 +153,7 @@ def transformer():
         # diffusers' SD3 pipeline test shape, with two blocks so that a full block runs too
         "sd3_transformer": (dict(sample_size=32, patch_size=1, in_channels=4, num_layers=2, attention_head_dim=8,
                                  num_attention_heads=4, caption_projection_dim=32, joint_attention_dim=32,
-                                 pooled_projection_dim=64, out_channels=4), (8, 8)),
+                                 pooled_projection_dim=64, out_channels=4, pos_embed_max_size=16), (8, 8)),
         # SD3.5-style RMS qk-norm, patch 2, and a latent whose patch grid (6 x 5) is cropped off-centre
         "sd3_transformer_qknorm": (dict(sample_size=16, patch_size=2, in_channels=4, num_layers=3, attention_head_dim=8,
                                         num_attention_heads=2, caption_projection_dim=16, joint_attention_dim=24,
@@ -212,9 +212,69 @@ def vae():
         save(f"{name}.safetensors", {"latents": latents, "image": image}, {"config": config})
 
 
+PIPELINE_CASES = [
+    # prompt, negative prompt, seed, steps, guidance scale, width, height
+    ("a red circle on a blue background", "", 0, 3, 5.0, 32, 32),
+    (" ".join(["a very long prompt about a small green triangle"] * 12), "blurry, low quality", 42, 2, 3.5, 40, 24),
+    ("no guidance at all", "", 7, 2, 1.0, 16, 16),
+]
+
+
+def pipeline():
+    import shutil
+
+    from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel,
+                           StableDiffusion3Pipeline)
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer
+
+    folder = os.path.join(OUT, "sd3_tiny")
+    shutil.rmtree(folder, ignore_errors=True)
+    # A small vocabulary (CLIP's first 1000 merges) keeps the text encoders' embeddings small.
+    tok_dir = os.path.join(OUT, "clip_tokenizer")
+    vocab = json.load(open(os.path.join(tok_dir, "vocab.json"), encoding="utf-8"))
+    merges = open(os.path.join(tok_dir, "merges.txt"), encoding="utf-8").read().split("\n")[1:1001]
+    small = [t for t, i in sorted(vocab.items(), key=lambda kv: kv[1]) if i < 512]
+    small += ["".join(m.split()) for m in merges] + ["<|startoftext|>", "<|endoftext|>"]
+    tmp = os.path.join(OUT, "_small_tokenizer")
+    os.makedirs(tmp, exist_ok=True)
+    json.dump({t: i for i, t in enumerate(small)}, open(os.path.join(tmp, "vocab.json"), "w", encoding="utf-8"), ensure_ascii=False)
+    open(os.path.join(tmp, "merges.txt"), "w", encoding="utf-8").write("#version: 0.2\n" + "\n".join(merges) + "\n")
+    tokenizer = CLIPTokenizer.from_pretrained(tmp, model_max_length=77)
+    tokenizer_2 = CLIPTokenizer.from_pretrained(tmp, pad_token="!", model_max_length=77)  # as SD3's second tokenizer
+    shutil.rmtree(tmp)
+    vocab_size, eos = len(small), len(small) - 1
+
+    torch.manual_seed(10)
+    clip = dict(hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=5, vocab_size=vocab_size,
+                hidden_act="gelu", projection_dim=32, layer_norm_eps=1e-5, bos_token_id=eos - 1)
+    text_encoder = CLIPTextModelWithProjection(CLIPTextConfig(eos_token_id=eos, **clip)).eval()
+    text_encoder_2 = CLIPTextModelWithProjection(CLIPTextConfig(eos_token_id=2, **clip)).eval()
+    transformer = SD3Transformer2DModel(sample_size=32, patch_size=1, in_channels=4, num_layers=2, attention_head_dim=8,
+                                        num_attention_heads=4, caption_projection_dim=32, joint_attention_dim=32,
+                                        pooled_projection_dim=64, out_channels=4, pos_embed_max_size=40).eval()
+    vae = AutoencoderKL(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(4,), layers_per_block=1,
+                        latent_channels=4, norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False,
+                        shift_factor=0.0609, scaling_factor=1.5035).eval()
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
+    pipe = StableDiffusion3Pipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
+                                    text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2, text_encoder_3=None,
+                                    tokenizer_3=None, transformer=transformer)
+    pipe.save_pretrained(folder, safe_serialization=True)
+
+    tensors = {}
+    for i, (prompt, negative, seed, steps, guidance, width, height) in enumerate(PIPELINE_CASES):
+        kwargs = dict(prompt=prompt, negative_prompt=negative, num_inference_steps=steps, guidance_scale=guidance,
+                      width=width, height=height)
+        image = pipe(generator=torch.Generator("cpu").manual_seed(seed), output_type="np", **kwargs).images[0]
+        latents = pipe(generator=torch.Generator("cpu").manual_seed(seed), output_type="latent", **kwargs).images[0]
+        tensors[f"image.{i}"] = torch.from_numpy((image * 255).round().astype("uint8"))
+        tensors[f"latents.{i}"] = latents.float()
+    save("sd3_pipeline.safetensors", tensors, {"cases": PIPELINE_CASES})
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(0)
-    wanted = sys.argv[1:] or ["scheduler", "tokenizer", "clip", "transformer", "vae"]
+    wanted = sys.argv[1:] or ["scheduler", "tokenizer", "clip", "transformer", "vae", "pipeline"]
     for part in wanted:
         globals()[part]()

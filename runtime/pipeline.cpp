@@ -1,0 +1,234 @@
+#include "runtime/pipeline.h"
+
+#include <ATen/ATen.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "runtime/errors.h"
+#include "runtime/models/clip_text_encoder.h"
+#include "runtime/models/clip_tokenizer.h"
+#include "runtime/models/config_json.h"
+#include "runtime/models/flow_match_scheduler.h"
+#include "runtime/models/sd3_transformer.h"
+#include "runtime/models/vae_decoder.h"
+
+namespace dp::runtime {
+
+namespace {
+
+constexpr int64_t kT5SequenceLength = 256;  // diffusers' max_sequence_length default
+
+// The library and class model_index.json names for a component, or empty when it names none.
+std::string component_class(const ConfigJson& index, const char* key) {
+    if (!index.has(key)) return {};
+    const auto& entry = index.raw()[key];
+    if (!entry.is_array() || entry.size() != 2) index.fail(key, "must be [library, class] or [null, null]");
+    if (entry[1].is_null()) return {};
+    if (!entry[1].is_string()) index.fail(key, "must name its class as a string");
+    return entry[1].get<std::string>();
+}
+
+void require_class(const ConfigJson& index, const char* key, const std::string& expected) {
+    const std::string cls = component_class(index, key);
+    if (cls.empty()) index.fail(key, "is missing: this pipeline needs a " + expected);
+    if (cls != expected && !(expected == "CLIPTextModelWithProjection" && cls == "CLIPTextModel"))
+        index.fail(key, "is a " + cls + "; supported: " + expected);
+}
+
+WeightStore open_weights(const PipelineOptions& o, const std::string& component, uint64_t salt) {
+    if (o.random_weights)
+        return WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, o.device);
+    return WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, o.device);
+}
+
+}  // namespace
+
+struct Sd3Pipeline::Components {
+    PipelineOptions options;
+    std::unique_ptr<ClipTokenizer> tokenizer, tokenizer_2;
+    std::unique_ptr<ClipTextEncoder> text_encoder, text_encoder_2;
+    std::unique_ptr<Sd3Transformer> transformer;
+    std::unique_ptr<VaeDecoder> vae;  // null: pixel space
+    FlowMatchSchedulerConfig scheduler;
+    int64_t vae_scale = 1;
+};
+
+Sd3Pipeline::Sd3Pipeline(std::unique_ptr<Components> c) : c_(std::move(c)) {}
+Sd3Pipeline::~Sd3Pipeline() = default;
+
+std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
+    const std::string& dir = o.model_dir;
+    const ConfigJson index = ConfigJson::from_file(dir + "/model_index.json");
+    const std::string cls = index.string("_class_name", "");
+    if (cls != "StableDiffusion3Pipeline")
+        throw ModelError(dir + "/model_index.json: pipeline class '" + cls +
+                         "' is not supported (supported: StableDiffusion3Pipeline)");
+    require_class(index, "scheduler", "FlowMatchEulerDiscreteScheduler");
+    require_class(index, "transformer", "SD3Transformer2DModel");
+    require_class(index, "text_encoder", "CLIPTextModelWithProjection");
+    require_class(index, "text_encoder_2", "CLIPTextModelWithProjection");
+    require_class(index, "tokenizer", "CLIPTokenizer");
+    require_class(index, "tokenizer_2", "CLIPTokenizer");
+    if (!component_class(index, "text_encoder_3").empty())
+        index.fail(
+            "text_encoder_3",
+            "names a T5 encoder, which is not supported yet; set it to [null, null] to run without it, "
+            "as diffusers does (T5 embeddings are then zeros)");
+
+    auto c = std::make_unique<Components>();
+    c->options = o;
+    c->scheduler = FlowMatchSchedulerConfig::from_json_file(dir + "/scheduler/scheduler_config.json");
+    c->tokenizer = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer"));
+    c->tokenizer_2 = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer_2"));
+    {
+        WeightStore w = open_weights(o, "text_encoder", 1);
+        c->text_encoder = std::make_unique<ClipTextEncoder>(
+            ClipTextConfig::from_json_file(dir + "/text_encoder/config.json"), w);
+        w.check_all_taken();
+    }
+    {
+        WeightStore w = open_weights(o, "text_encoder_2", 2);
+        c->text_encoder_2 = std::make_unique<ClipTextEncoder>(
+            ClipTextConfig::from_json_file(dir + "/text_encoder_2/config.json"), w);
+        w.check_all_taken();
+    }
+    {
+        WeightStore w = open_weights(o, "transformer", 3);
+        c->transformer = std::make_unique<Sd3Transformer>(
+            Sd3TransformerConfig::from_json_file(dir + "/transformer/config.json"), w);
+        w.check_all_taken();
+    }
+    if (!component_class(index, "vae").empty()) {
+        require_class(index, "vae", "AutoencoderKL");
+        WeightStore w = open_weights(o, "vae", 4);
+        c->vae = std::make_unique<VaeDecoder>(VaeConfig::from_json_file(dir + "/vae/config.json"), w);
+        w.check_all_taken();
+        c->vae_scale = c->vae->config().scale_factor();
+    }
+
+    // The pieces must fit together.
+    const Sd3TransformerConfig& t = c->transformer->config();
+    const int64_t pooled =
+        c->text_encoder->config().projection_dim + c->text_encoder_2->config().projection_dim;
+    if (pooled != t.pooled_projection_dim)
+        throw ModelError(dir + ": the text encoders' projections add up to " + std::to_string(pooled) +
+                         " but transformer/config.json pooled_projection_dim is " +
+                         std::to_string(t.pooled_projection_dim));
+    const int64_t channels = c->vae ? c->vae->config().latent_channels : 3;
+    if (t.in_channels != channels || t.out_channels != channels)
+        throw ModelError(
+            dir + ": the transformer works on " + std::to_string(t.in_channels) + " channels but " +
+            (c->vae ? "the VAE's latents have " : "pixel space (no VAE) has ") + std::to_string(channels));
+    if (!c->vae && t.out_channels != 3)
+        throw ModelError(dir + ": a pipeline without a VAE must produce 3 channels");
+    return std::unique_ptr<Sd3Pipeline>(new Sd3Pipeline(std::move(c)));
+}
+
+int Sd3Pipeline::size_multiple() const {
+    return static_cast<int>(c_->vae_scale * c_->transformer->config().patch_size);
+}
+int Sd3Pipeline::default_width() const {
+    return static_cast<int>(c_->transformer->config().sample_size * c_->vae_scale);
+}
+int Sd3Pipeline::default_height() const { return default_width(); }
+
+namespace {
+
+struct PromptEmbeds {
+    at::Tensor sequence;  // [1, 77 + 256, joint_attention_dim]
+    at::Tensor pooled;    // [1, pooled_projection_dim]
+};
+
+// diffusers' F.pad(x, (0, n)) on the last dimension: pads with zeros, or crops when n < 0.
+at::Tensor pad_last(const at::Tensor& x, int64_t to) {
+    const int64_t have = x.size(-1);
+    if (have == to) return x;
+    if (have > to) return x.narrow(-1, 0, to);
+    return at::constant_pad_nd(x, {0, to - have}, 0);
+}
+
+}  // namespace
+
+GenerateResult Sd3Pipeline::generate(const GenerateRequest& r) const {
+    const Components& c = *c_;
+    const Sd3TransformerConfig& tc = c.transformer->config();
+    GenerateResult result;
+    const int width = r.width ? r.width : default_width();
+    const int height = r.height ? r.height : default_height();
+    const int multiple = size_multiple();
+    if (width <= 0 || height <= 0 || width % multiple != 0 || height % multiple != 0)
+        throw ModelError("image size " + std::to_string(width) + "x" + std::to_string(height) +
+                         ": width and height must be positive multiples of " + std::to_string(multiple) +
+                         " for this model");
+    if (r.steps < 1) throw ModelError("steps must be at least 1");
+
+    auto encode = [&](const std::string& text) {
+        PromptEmbeds e;
+        std::vector<at::Tensor> hidden, pooled;
+        for (int which = 0; which < 2; ++which) {
+            const ClipTokenizer& tok = which == 0 ? *c.tokenizer : *c.tokenizer_2;
+            const ClipTextEncoder& enc = which == 0 ? *c.text_encoder : *c.text_encoder_2;
+            const ClipEncoding ids = tok.encode(text);
+            if (ids.dropped_tokens > 0 && which == 0)
+                result.warnings.push_back(
+                    "The following part of your input was truncated because CLIP can only handle sequences "
+                    "up to " +
+                    std::to_string(tok.model_max_length()) + " tokens (" +
+                    std::to_string(ids.dropped_tokens) + " tokens dropped): " + tok.decode(ids.truncated));
+            const at::Tensor input = at::tensor(ids.ids, at::kLong).unsqueeze(0).to(c.options.device);
+            ClipTextOutput out = enc.forward(input);
+            hidden.push_back(out.hidden.to(c.options.dtype));
+            pooled.push_back(out.pooled.to(c.options.dtype));
+        }
+        const at::Tensor clip = pad_last(at::cat(hidden, -1), tc.joint_attention_dim);
+        const at::Tensor t5 = at::zeros({1, kT5SequenceLength, tc.joint_attention_dim}, clip.options());
+        e.sequence = at::cat({clip, t5}, -2);
+        e.pooled = at::cat(pooled, -1);
+        return e;
+    };
+
+    const bool cfg = r.guidance_scale > 1.0;
+    const PromptEmbeds positive = encode(r.prompt);
+    at::Tensor text = positive.sequence, pooled = positive.pooled;
+    if (cfg) {
+        const PromptEmbeds negative = encode(r.negative_prompt);
+        text = at::cat({negative.sequence, positive.sequence}, 0);
+        pooled = at::cat({negative.pooled, positive.pooled}, 0);
+    }
+
+    // The initial noise: drawn on CPU from a generator seeded per request, exactly as diffusers'
+    // randn_tensor with generator=torch.Generator("cpu").manual_seed(seed).
+    const int64_t lh = height / c.vae_scale, lw = width / c.vae_scale;
+    at::Generator gen = at::detail::createCPUGenerator(r.seed);
+    at::Tensor latents =
+        at::randn({1, tc.in_channels, lh, lw}, gen, at::TensorOptions().dtype(c.options.dtype))
+            .to(c.options.device);
+
+    FlowMatchEulerScheduler scheduler(c.scheduler);
+    std::optional<double> mu;
+    if (c.scheduler.use_dynamic_shifting)
+        mu = flow_match_mu(c.scheduler, static_cast<int>((lh / tc.patch_size) * (lw / tc.patch_size)));
+    scheduler.set_timesteps(r.steps, mu);
+
+    for (int i = 0; i < r.steps; ++i) {
+        const at::Tensor model_in = cfg ? at::cat({latents, latents}, 0) : latents;
+        const at::Tensor t = at::full({model_in.size(0)}, scheduler.timesteps()[static_cast<std::size_t>(i)],
+                                      at::TensorOptions().dtype(at::kFloat).device(c.options.device));
+        at::Tensor noise = c.transformer->forward(model_in, text, pooled, t);
+        if (cfg) {
+            const std::vector<at::Tensor> parts = noise.chunk(2, 0);
+            noise = parts[0] + r.guidance_scale * (parts[1] - parts[0]);
+        }
+        latents = scheduler.step(noise, i, latents);
+    }
+    result.latents = latents.to(at::kCPU, at::kFloat);
+
+    at::Tensor image = c.vae ? c.vae->decode(latents) : latents;
+    // diffusers' postprocess: [-1, 1] -> [0, 1], clamp, fp32, x 255, round half to even, uint8.
+    image = (image / 2 + 0.5).clamp(0, 1).to(at::kCPU, at::kFloat);
+    result.image = (image[0].permute({1, 2, 0}) * 255).round().to(at::kByte).contiguous();
+    return result;
+}
+
+}  // namespace dp::runtime

@@ -1,0 +1,60 @@
+#pragma once
+// The text-to-image pipeline of the SD3 family, as diffusers' StableDiffusion3Pipeline runs it:
+// prompt -> CLIP-L and CLIP-G embeddings (T5 absent: zeros) -> flow-matching denoising with
+// classifier-free guidance -> VAE decode (or pixel space) -> uint8 RGB.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dp::runtime {
+
+struct PipelineOptions {
+    std::string model_dir;                   // a diffusers folder with model_index.json
+    std::optional<uint64_t> random_weights;  // set: the folder's configs with seeded random weights
+    at::ScalarType dtype = at::kFloat;
+    at::Device device = at::kCPU;
+};
+
+struct GenerateRequest {
+    std::string prompt;
+    std::string negative_prompt;
+    uint64_t seed = 0;
+    int steps = 28;
+    double guidance_scale = 7.0;
+    int width = 0;  // 0: the model's default (sample_size x VAE scale)
+    int height = 0;
+};
+
+struct GenerateResult {
+    at::Tensor image;                   // [height, width, 3] uint8, CPU
+    at::Tensor latents;                 // the final latents, fp32 CPU, before decoding
+    std::vector<std::string> warnings;  // e.g. prompt truncation, as diffusers logs it
+};
+
+class Sd3Pipeline {
+  public:
+    // Loads every component of `options.model_dir`. Throws ModelError naming what is missing,
+    // corrupt, inconsistent or unsupported.
+    static std::unique_ptr<Sd3Pipeline> load(const PipelineOptions& options);
+    ~Sd3Pipeline();
+
+    // Validates the request (ModelError for sizes the model cannot take) and generates one image.
+    GenerateResult generate(const GenerateRequest& request) const;
+
+    int default_width() const;
+    int default_height() const;
+    // Width and height must be multiples of this.
+    int size_multiple() const;
+
+  private:
+    struct Components;
+    explicit Sd3Pipeline(std::unique_ptr<Components> c);
+    std::unique_ptr<Components> c_;
+};
+
+}  // namespace dp::runtime
