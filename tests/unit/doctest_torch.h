@@ -14,7 +14,16 @@
 
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
+
+inline std::string read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
 
 // A file under tests/data/golden/ (written by scripts/golden/make_golden.py).
 inline std::string golden_path(const std::string& name) {

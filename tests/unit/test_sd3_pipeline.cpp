@@ -3,7 +3,13 @@
 // channel on at least 99.9% of pixels, and the final latents by at most 1e-4.
 #include "unit/doctest_torch.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "runtime/errors.h"
 #include "runtime/pipeline.h"
@@ -59,4 +65,92 @@ TEST_CASE("sizes the model cannot make, and broken model folders, are errors tha
     CHECK_THROWS_WITH_AS(pipeline->generate(r), doctest::Contains("position table"), ModelError);
     options.model_dir = golden_path("clip_l");
     CHECK_THROWS_WITH_AS(Sd3Pipeline::load(options), doctest::Contains("model_index.json"), ModelError);
+}
+
+namespace {
+// A copy of the golden tiny model that a test may break.
+std::string copy_model(const std::string& name) {
+    const std::string dir = "/tmp/dp_model_" + std::to_string(getpid()) + "_" + name;
+    const std::string cmd = "rm -rf '" + dir + "' && cp -r '" + golden_path("sd3_tiny") + "' '" + dir + "'";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    return dir;
+}
+
+std::string load_error(const std::string& dir) {
+    PipelineOptions options;
+    options.model_dir = dir;
+    try {
+        Sd3Pipeline::load(options);
+    } catch (const ModelError& e) {
+        return e.what();
+    }
+    return "loaded";
+}
+
+void write_file(const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+}  // namespace
+
+TEST_CASE("broken model folders: each error names the file and what is wrong") {
+    std::string dir = copy_model("missing");
+    std::remove((dir + "/transformer/diffusion_pytorch_model.safetensors").c_str());
+    CHECK_MESSAGE(load_error(dir).find(dir + "/transformer: no *.safetensors weights") != std::string::npos,
+                  load_error(dir));
+
+    dir = copy_model("truncated");
+    const std::string weights = dir + "/vae/diffusion_pytorch_model.safetensors";
+    REQUIRE(truncate(weights.c_str(), 4000) == 0);
+    CHECK_MESSAGE(load_error(dir).find(weights) != std::string::npos, load_error(dir));
+
+    dir = copy_model("t5");
+    std::string index = read_text_file(dir + "/model_index.json");
+    const std::string null_t5 = "\"text_encoder_3\": [\n    null,\n    null\n  ]";
+    REQUIRE(index.find(null_t5) != std::string::npos);
+    index.replace(index.find(null_t5), null_t5.size(),
+                  "\"text_encoder_3\": [\"transformers\", \"T5EncoderModel\"]");
+    write_file(dir + "/model_index.json", index);
+    CHECK_MESSAGE(load_error(dir).find("'text_encoder_3' names a T5 encoder") != std::string::npos,
+                  load_error(dir));
+
+    dir = copy_model("shape");
+    std::string config = read_text_file(dir + "/transformer/config.json");
+    config.replace(config.find("\"num_attention_heads\": 4"), 24, "\"num_attention_heads\": 2");
+    config.replace(config.find("\"caption_projection_dim\": 32"), 28, "\"caption_projection_dim\": 16");
+    write_file(dir + "/transformer/config.json", config);
+    CHECK_MESSAGE(load_error(dir).find("has shape") != std::string::npos, load_error(dir));
+
+    dir = copy_model("class");
+    write_file(dir + "/scheduler/scheduler_config.json", R"({"_class_name": "EulerDiscreteScheduler"})");
+    CHECK_MESSAGE(load_error(dir).find("'EulerDiscreteScheduler' is not supported") != std::string::npos,
+                  load_error(dir));
+
+    dir = copy_model("json");
+    write_file(dir + "/vae/config.json", "{\"block_out_channels\": [4,");
+    CHECK_MESSAGE(load_error(dir).find(dir + "/vae/config.json: not valid JSON") != std::string::npos,
+                  load_error(dir));
+    std::system(("rm -rf /tmp/dp_model_" + std::to_string(getpid()) + "_*").c_str());
+}
+
+TEST_CASE("random weights from the folder's configs are seeded; bf16 runs and stays close to fp32") {
+    PipelineOptions options;
+    options.model_dir = golden_path("sd3_tiny");
+    options.random_weights = 1;
+    GenerateRequest r;
+    r.prompt = "a red circle";
+    r.steps = 2;
+    r.width = r.height = 16;
+    const at::Tensor a = Sd3Pipeline::load(options)->generate(r).image;
+    const at::Tensor b = Sd3Pipeline::load(options)->generate(r).image;
+    CHECK(at::equal(a, b));
+    options.random_weights = 2;
+    CHECK_FALSE(at::equal(a, Sd3Pipeline::load(options)->generate(r).image));
+
+    options.random_weights.reset();
+    const at::Tensor fp32 = Sd3Pipeline::load(options)->generate(r).image.to(at::kFloat);
+    options.dtype = at::kBFloat16;
+    const at::Tensor bf16 = Sd3Pipeline::load(options)->generate(r).image.to(at::kFloat);
+    const double mean_diff = (fp32 - bf16).abs().mean().item<double>();
+    MESSAGE("bf16 vs fp32: mean |uint8 diff| " << mean_diff);
+    CHECK(mean_diff < 8.0);
 }
