@@ -1,6 +1,7 @@
 #include "runtime/pipeline.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 
 #include <fstream>
 #include <sstream>
@@ -151,6 +152,7 @@ at::Tensor pad_last(const at::Tensor& x, int64_t to) {
 }  // namespace
 
 GenerateResult Sd3Pipeline::generate(const GenerateRequest& r) const {
+    c10::InferenceMode inference;  // no autograd bookkeeping on any tensor made here
     const Components& c = *c_;
     const Sd3TransformerConfig& tc = c.transformer->config();
     GenerateResult result;
@@ -221,6 +223,7 @@ GenerateResult Sd3Pipeline::generate(const GenerateRequest& r) const {
             noise = parts[0] + r.guidance_scale * (parts[1] - parts[0]);
         }
         latents = scheduler.step(noise, i, latents);
+        if (r.on_step) r.on_step(i + 1, r.steps);
     }
     result.latents = latents.to(at::kCPU, at::kFloat);
 

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +29,7 @@ struct GenerateRequest {
     double guidance_scale = 7.0;
     int width = 0;  // 0: the model's default (sample_size x VAE scale)
     int height = 0;
+    std::function<void(int step, int steps)> on_step;  // called after each denoising step
 };
 
 struct GenerateResult {

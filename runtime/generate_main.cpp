@@ -1,0 +1,78 @@
+// dp-generate: one image from a model folder, with timings as JSON on stdout. A harness for the
+// benchmarks (scripts/bench/pipeline_vs_diffusers.sh) and for checking a model by hand.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "runtime/errors.h"
+#include "runtime/pipeline.h"
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+long peak_rss_kb() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+    using namespace dp::runtime;
+    CLI::App app("dp-generate: generate one image with the SD3 pipeline and print timings as JSON");
+    PipelineOptions options;
+    GenerateRequest request;
+    request.prompt = "a photo of a cat";
+    std::string dtype = "fp32";
+    int64_t random_seed = -1;
+    app.add_option("--model", options.model_dir, "diffusers model folder")->required();
+    app.add_option("--random-weights", random_seed,
+                   "use the folder's configs with random weights of this seed");
+    app.add_option("--prompt", request.prompt, "prompt");
+    app.add_option("--negative-prompt", request.negative_prompt, "negative prompt");
+    app.add_option("--seed", request.seed, "seed of the initial noise");
+    app.add_option("--steps", request.steps, "denoising steps")->check(CLI::Range(1, 10000));
+    app.add_option("--guidance-scale", request.guidance_scale, "classifier-free guidance scale");
+    app.add_option("--width", request.width, "width in pixels (default: the model's)");
+    app.add_option("--height", request.height, "height in pixels (default: the model's)");
+    app.add_option("--dtype", dtype, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+    CLI11_PARSE(app, argc, argv);
+    options.dtype = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
+    if (random_seed >= 0) options.random_weights = static_cast<uint64_t>(random_seed);
+    try {
+        auto start = std::chrono::steady_clock::now();
+        auto pipeline = Sd3Pipeline::load(options);
+        const double load_ms = ms_since(start);
+        std::vector<double> step_ms;
+        auto step_start = std::chrono::steady_clock::now();
+        request.on_step = [&](int, int) {
+            step_ms.push_back(ms_since(step_start));
+            step_start = std::chrono::steady_clock::now();
+        };
+        start = std::chrono::steady_clock::now();
+        step_start = start;
+        GenerateResult result = pipeline->generate(request);
+        const double total_ms = ms_since(start);
+        nlohmann::json out = {{"load_ms", load_ms},
+                              {"step_ms", step_ms},
+                              {"generate_ms", total_ms},
+                              {"peak_rss_kb", peak_rss_kb()},
+                              {"threads", at::get_num_threads()},
+                              {"image_mean", result.image.to(at::kFloat).mean().item<double>()},
+                              {"warnings", result.warnings}};
+        std::cout << out.dump() << std::endl;
+        return 0;
+    } catch (const Error& e) {
+        std::cerr << "dp-generate: " << e.what() << std::endl;
+        return e.exit_code();
+    } catch (const std::exception& e) {
+        std::cerr << "dp-generate: " << e.what() << std::endl;
+        return 1;
+    }
+}

@@ -1,0 +1,131 @@
+"""The C++ SD3 pipeline (dp-generate) against diffusers' StableDiffusion3Pipeline, same weights,
+same prompt, seed and settings, fp32 on this machine's CPU, in one run.
+
+For a small and a medium random SD3 config it prints model load time, the median time per
+denoising step and peak RSS of each process, and the C++/diffusers ratios. Each side runs in its
+own process, twice; the faster run of each is kept.
+"""
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TOKENIZER = os.path.join(ROOT, "tests", "data", "golden", "clip_tokenizer")
+
+CONFIGS = {
+    "small": dict(clip=dict(hidden_size=64, intermediate_size=256, num_attention_heads=4, num_hidden_layers=2, projection_dim=64),
+                  transformer=dict(sample_size=32, patch_size=2, in_channels=4, num_layers=4, attention_head_dim=32,
+                                   num_attention_heads=4, caption_projection_dim=128, joint_attention_dim=128,
+                                   pooled_projection_dim=128, out_channels=4, pos_embed_max_size=64),
+                  vae=dict(block_out_channels=(32, 64), layers_per_block=1, latent_channels=4, norm_num_groups=32),
+                  size=128),
+    "medium": dict(clip=dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_hidden_layers=4, projection_dim=256),
+                   transformer=dict(sample_size=32, patch_size=2, in_channels=16, num_layers=8, attention_head_dim=64,
+                                    num_attention_heads=6, caption_projection_dim=384, joint_attention_dim=512,
+                                    pooled_projection_dim=512, out_channels=16, pos_embed_max_size=64),
+                   vae=dict(block_out_channels=(64, 128, 128), layers_per_block=1, latent_channels=16, norm_num_groups=32),
+                   size=256),
+}
+STEPS, PROMPT, SEED, GUIDANCE = 5, "a small red circle on a blue background", 0, 5.0
+
+DIFFUSERS_RUN = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+import torch
+from diffusers import StableDiffusion3Pipeline
+t1 = time.perf_counter()
+pipe = StableDiffusion3Pipeline.from_pretrained(sys.argv[1], torch_dtype=torch.float32, text_encoder_3=None,
+                                                tokenizer_3=None, image_encoder=None, feature_extractor=None)
+t2 = time.perf_counter()
+marks = []
+def on_step(pipe, i, t, kw):
+    marks.append(time.perf_counter())
+    return kw
+size, steps, prompt, seed, guidance = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), float(sys.argv[6])
+start = time.perf_counter()
+with torch.no_grad():
+    pipe(prompt=prompt, num_inference_steps=steps, guidance_scale=guidance, width=size, height=size,
+         generator=torch.Generator("cpu").manual_seed(seed), callback_on_step_end=on_step)
+end = time.perf_counter()
+first = marks[0] - start  # includes prompt encoding, as the C++ figure does
+steps_ms = [first * 1e3] + [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
+print(json.dumps({"import_ms": (t1 - t0) * 1e3, "load_ms": (t2 - t1) * 1e3, "step_ms": steps_ms,
+                  "generate_ms": (end - start) * 1e3, "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "threads": torch.get_num_threads()}))
+"""
+
+
+def build_model(name, cfg, folder):
+    import torch
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer
+
+    torch.manual_seed(0)
+    vocab = len(json.load(open(os.path.join(TOKENIZER, "vocab.json"), encoding="utf-8")))
+    enc = lambda: CLIPTextModelWithProjection(CLIPTextConfig(vocab_size=vocab, eos_token_id=vocab - 1, bos_token_id=vocab - 2,
+                                                             hidden_act="quick_gelu", **cfg["clip"])).eval()
+    pipe = StableDiffusion3Pipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+        vae=AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * len(cfg["vae"]["block_out_channels"]),
+                          up_block_types=("UpDecoderBlock2D",) * len(cfg["vae"]["block_out_channels"]),
+                          use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.0609, scaling_factor=1.5305, **cfg["vae"]).eval(),
+        text_encoder=enc(), tokenizer=CLIPTokenizer.from_pretrained(TOKENIZER),
+        text_encoder_2=enc(), tokenizer_2=CLIPTokenizer.from_pretrained(TOKENIZER, pad_token="!"),
+        text_encoder_3=None, tokenizer_3=None, transformer=SD3Transformer2DModel(**cfg["transformer"]).eval())
+    pipe.save_pretrained(folder, safe_serialization=True)
+    params = sum(p.numel() for p in pipe.transformer.parameters())
+    return params
+
+
+def best(runs):
+    return min(runs, key=lambda r: statistics.median(r["step_ms"][1:] or r["step_ms"]))
+
+
+def main():
+    dp_generate = sys.argv[1]
+    python = sys.executable
+    tmp = tempfile.mkdtemp(prefix="dp-bench-")
+    print(f"machine: {os.cpu_count()} CPUs; fp32 on CPU; {STEPS} steps, guidance {GUIDANCE} (batch 2 through the transformer)")
+    rows = []
+    try:
+        for name, cfg in CONFIGS.items():
+            folder = os.path.join(tmp, name)
+            params = build_model(name, cfg, folder)
+            size = cfg["size"]
+            cpp, ref = [], []
+            for _ in range(2):
+                out = subprocess.run([dp_generate, "--model", folder, "--prompt", PROMPT, "--seed", str(SEED), "--steps", str(STEPS),
+                                      "--guidance-scale", str(GUIDANCE), "--width", str(size), "--height", str(size)],
+                                     check=True, capture_output=True, text=True).stdout
+                cpp.append(json.loads(out.strip().splitlines()[-1]))
+                proc = subprocess.run([python, "-c", DIFFUSERS_RUN, folder, str(size), str(STEPS), PROMPT, str(SEED), str(GUIDANCE)],
+                                      capture_output=True, text=True)
+                if proc.returncode != 0:
+                    sys.exit(f"diffusers failed:\n{proc.stderr[-3000:]}")
+                out = proc.stdout
+                ref.append(json.loads(out.strip().splitlines()[-1]))
+            c, r = best(cpp), best(ref)
+            rows.append((name, params, size, c, r))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"{'config':<8}{'transformer':>12}{'size':>6} | {'':>9}{'load':>10}{'step (median)':>15}{'peak RSS':>11}")
+    for name, params, size, c, r in rows:
+        for who, x in (("C++", c), ("diffusers", r)):
+            print(f"{name:<8}{params/1e6:>10.2f} M{size:>6} | {who:>9}{x['load_ms']:>8.1f}ms{statistics.median(x['step_ms'][1:]):>13.1f}ms"
+                  f"{x['peak_rss_kb']/1024:>8.0f} MB")
+        step_ratio = statistics.median(c["step_ms"][1:]) / statistics.median(r["step_ms"][1:])
+        print(f"{name:<8}{'':>12}{'':>6} | {'ratio':>9}{c['load_ms']/r['load_ms']:>9.2f}x{step_ratio:>14.2f}x"
+              f"{c['peak_rss_kb']/r['peak_rss_kb']:>10.2f}x   (C++ / diffusers; below 1 is faster)")
+    print("diffusers' load excludes `import torch, diffusers` (measured separately: "
+          f"{statistics.median([r['import_ms'] for *_, r in rows]):.0f} ms)")
+
+
+if __name__ == "__main__":
+    main()
