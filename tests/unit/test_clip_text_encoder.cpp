@@ -2,6 +2,11 @@
 // the hidden states SD3 uses (with and without clip_skip) and the projected pooled output.
 #include "unit/doctest_torch.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
 #include "runtime/errors.h"
 #include "runtime/models/clip_text_encoder.h"
 #include "runtime/tensor_io.h"
@@ -67,4 +72,35 @@ TEST_CASE("a config that disagrees with the weights, or is unsupported, is refus
     CHECK_THROWS_WITH_AS(random_encoder.forward(at::zeros({1, 6}, at::kLong)),
                          doctest::Contains("only 5 positions"), ModelError);
     CHECK(random_encoder.forward(at::zeros({1, 5}, at::kLong)).pooled.sizes() == at::IntArrayRef({1, 4}));
+}
+
+TEST_CASE("sharded weights (an index naming two files) load the same as one file") {
+    const std::string dir = "/tmp/dp_sharded_" + std::to_string(getpid());
+    REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
+    auto single = SafetensorsFile::open(golden_path("clip_l/model.safetensors"));
+    std::vector<std::pair<std::string, at::Tensor>> first, second;
+    nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+    for (const auto& [name, info] : single->tensors()) {
+        const bool in_first = first.size() <= second.size();
+        (in_first ? first : second).emplace_back(name, load_tensor(single, name, at::kFloat));
+        index["weight_map"][name] =
+            in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+    }
+    save_safetensors(dir + "/model-00001-of-00002.safetensors", first);
+    save_safetensors(dir + "/model-00002-of-00002.safetensors", second);
+    std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+    const ClipTextConfig config = ClipTextConfig::from_json_file(golden_path("clip_l/config.json"));
+    WeightStore sharded = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+    WeightStore whole = WeightStore::open_folder(golden_path("clip_l"), at::kFloat, at::kCPU);
+    ClipTextEncoder a(config, sharded), b(config, whole);
+    sharded.check_all_taken();
+    const at::Tensor ids = at::randint(3, 990, {1, 77}, at::kLong);
+    // Same values; only their alignment in memory differs, which can change the SIMD path by an ulp.
+    CHECK((a.forward(ids).pooled - b.forward(ids).pooled).abs().max().item<double>() <= 1e-6);
+
+    index["weight_map"]["text_projection.weight"] = "model-00003-of-00002.safetensors";
+    std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+    CHECK_THROWS_WITH_AS(WeightStore::open_folder(dir, at::kFloat, at::kCPU),
+                         doctest::Contains("model-00003-of-00002.safetensors"), ModelError);
+    std::system(("rm -rf " + dir).c_str());
 }
