@@ -1,0 +1,107 @@
+#include "runtime/communicator.h"
+
+#include <ATen/ATen.h>
+
+// Gloo's headers come from Debian's libgloo-dev: the wheel ships ProcessGroupGloo.hpp without the
+// gloo headers it includes. We only hold gloo objects through pointers, so the class layouts we
+// compile against do not depend on the gloo version inside libtorch_cpu.
+// (USE_C10D_GLOO and USE_C10D_NCCL come with LibTorch's compile definitions.)
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef DP_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "runtime/errors.h"
+
+namespace dp::runtime {
+
+struct Communicator::Impl {
+    c10::intrusive_ptr<c10d::Store> store;
+    c10::intrusive_ptr<c10d::Backend> backend;
+};
+
+Communicator::Communicator(const CommunicatorOptions& o) : options_(o), impl_(std::make_unique<Impl>()) {
+    const std::string where = o.master_addr + ":" + std::to_string(o.master_port);
+    try {
+        c10d::TCPStoreOptions so;
+        so.port = static_cast<uint16_t>(o.master_port);
+        so.isServer = o.rank == 0;
+        so.numWorkers = o.world_size;
+        so.waitWorkers = true;
+        so.timeout = o.timeout;
+        impl_->store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+        if (o.backend == "gloo") {
+            auto go = c10d::ProcessGroupGloo::Options::create(o.timeout);
+            // On one node everything stays on loopback; across nodes gloo picks the host's own address.
+            const bool local =
+                o.master_addr == "127.0.0.1" || o.master_addr == "localhost" || o.master_addr == "::1";
+            go->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                        : c10d::ProcessGroupGloo::createDefaultDevice());
+            impl_->backend =
+                c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, o.rank, o.world_size, go);
+        } else if (o.backend == "nccl") {
+#ifdef DP_WITH_NCCL
+            auto no = c10d::ProcessGroupNCCL::Options::create();
+            no->timeout = o.timeout;
+            impl_->backend =
+                c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, o.rank, o.world_size, no);
+#else
+            throw Error("the nccl backend is not built in (no CUDA toolkit at build time); use --device cpu",
+                        1);
+#endif
+        } else {
+            throw Error("unknown collective backend '" + o.backend + "' (known: gloo, nccl)", 2);
+        }
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception& e) {
+        std::string why = e.what();
+        if (auto nl = why.find('\n'); nl != std::string::npos) why = why.substr(0, nl);
+        throw Error("rank " + std::to_string(o.rank) + ": could not join the job's " + o.backend +
+                        " group through the store at " + where + " within " +
+                        std::to_string(o.timeout.count() / 1000) + " s: " + why,
+                    1);
+    }
+}
+
+Communicator::~Communicator() = default;
+
+namespace {
+void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int rank) {
+    try {
+        work->wait();
+    } catch (const std::exception& e) {
+        std::string why = e.what();
+        if (auto nl = why.find('\n'); nl != std::string::npos) why = why.substr(0, nl);
+        throw Error(std::string(what) + " failed on rank " + std::to_string(rank) + ": " + why, 1);
+    }
+}
+}  // namespace
+
+void Communicator::barrier() { finish(impl_->backend->barrier(), "barrier", rank()); }
+
+void Communicator::all_reduce(at::Tensor& tensor) {
+    std::vector<at::Tensor> t = {tensor};
+    finish(impl_->backend->allreduce(t), "all_reduce", rank());
+    bytes_["all_reduce"] += tensor.numel() * tensor.element_size();
+}
+
+std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int i = 0; i < size(); ++i) out[0].push_back(at::empty_like(tensor));
+    std::vector<at::Tensor> in = {tensor};
+    finish(impl_->backend->allgather(out, in), "all_gather", rank());
+    bytes_["all_gather"] += tensor.numel() * tensor.element_size();
+    return out[0];
+}
+
+void Communicator::broadcast(at::Tensor& tensor, int root) {
+    std::vector<at::Tensor> t = {tensor};
+    c10d::BroadcastOptions bo;
+    bo.rootRank = root;
+    finish(impl_->backend->broadcast(t, bo), "broadcast", rank());
+    if (rank() == root) bytes_["broadcast"] += tensor.numel() * tensor.element_size();
+}
+
+}  // namespace dp::runtime

@@ -1,0 +1,58 @@
+#pragma once
+// Communicator: the collectives the worker and the strategies use, over a c10d process group
+// (ProcessGroupGloo on CPU, ProcessGroupNCCL on GPU) created over c10d's TCPStore. Nothing here is
+// a transport of our own.
+//
+// Contract, as c10d's: every rank of the group calls the same collectives in the same order, with
+// tensors of the same shape and dtype. Each call blocks until it has completed on this rank, or
+// throws after the group's timeout, naming the collective and the timeout.
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dp::runtime {
+
+struct CommunicatorOptions {
+    std::string master_addr = "127.0.0.1";
+    int master_port = 29500;
+    int rank = 0;
+    int world_size = 1;
+    std::string backend = "gloo";  // or "nccl"
+    std::chrono::milliseconds timeout{300000};
+};
+
+class Communicator {
+  public:
+    // Joins the group: rank 0 hosts the TCPStore at master_addr:master_port. Throws Error when the
+    // rendezvous does not complete within the timeout or the backend is not built in.
+    explicit Communicator(const CommunicatorOptions& options);
+    ~Communicator();
+    Communicator(const Communicator&) = delete;
+    Communicator& operator=(const Communicator&) = delete;
+
+    int rank() const { return options_.rank; }
+    int size() const { return options_.world_size; }
+    const std::string& name() const { return options_.backend; }
+
+    void barrier();
+    void all_reduce(at::Tensor& tensor);  // sum, in place
+    std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
+    void broadcast(at::Tensor& tensor, int root);
+
+    // Bytes this rank sent into each kind of collective ("all_reduce", "all_gather", ...).
+    const std::map<std::string, uint64_t>& bytes() const { return bytes_; }
+
+  private:
+    struct Impl;
+    CommunicatorOptions options_;
+    std::unique_ptr<Impl> impl_;
+    std::map<std::string, uint64_t> bytes_;
+};
+
+}  // namespace dp::runtime

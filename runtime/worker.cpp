@@ -1,0 +1,164 @@
+#include "runtime/worker.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "runtime/communicator.h"
+#include "runtime/errors.h"
+#include "runtime/image_sink.h"
+#include "runtime/pipeline.h"
+#include "runtime/split.h"
+
+namespace dp::runtime {
+namespace {
+
+int env_int(const char* name, int fallback, int lo, int hi) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return fallback;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < lo || n > hi)
+        throw Error(std::string(name) + "='" + v + "': expected a whole number from " + std::to_string(lo) +
+                        " to " + std::to_string(hi) + " (dp-worker is started by dp-launch, which sets it)",
+                    2);
+    return static_cast<int>(n);
+}
+
+struct Request {
+    int64_t index = 0;
+    GenerateRequest generate;
+    std::string file;
+};
+
+std::vector<Request> read_requests(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw Error(path + ": cannot read the request list", 74);
+    std::vector<Request> out;
+    int line_no = 0;
+    for (std::string line; std::getline(in, line);) {
+        ++line_no;
+        if (line.empty()) continue;
+        try {
+            const nlohmann::json j = nlohmann::json::parse(line);
+            Request r;
+            r.index = j.at("index").get<int64_t>();
+            r.generate.prompt = j.at("prompt").get<std::string>();
+            r.generate.negative_prompt = j.at("negative_prompt").get<std::string>();
+            r.generate.seed = j.at("seed").get<uint64_t>();
+            r.generate.steps = j.at("steps").get<int>();
+            r.generate.guidance_scale = j.at("guidance_scale").get<double>();
+            r.generate.width = j.at("width").get<int>();
+            r.generate.height = j.at("height").get<int>();
+            r.file = j.at("file").get<std::string>();
+            if (r.file.empty() || r.file.find('/') != std::string::npos || r.file[0] == '.')
+                throw std::runtime_error("bad file name");
+            out.push_back(std::move(r));
+        } catch (const std::exception& e) {
+            throw Error(path + ":" + std::to_string(line_no) + ": not a request written by dp-launch (" +
+                            e.what() + ")",
+                        65);
+        }
+    }
+    return out;
+}
+
+// One JSON line per event on the launcher's status channel; silently nothing without one.
+class StatusChannel {
+  public:
+    StatusChannel() : fd_(env_int("DP_STATUS_FD", -1, -1, 1 << 20)) {}
+    void send(const nlohmann::json& event) {
+        if (fd_ < 0) return;
+        std::string line = event.dump() + "\n";
+        const char* p = line.data();
+        std::size_t n = line.size();
+        while (n > 0) {
+            const ssize_t w = ::write(fd_, p, n);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                fd_ = -1;  // the launcher is gone; keep working, it will stop us
+                return;
+            }
+            p += w;
+            n -= static_cast<std::size_t>(w);
+        }
+    }
+
+  private:
+    int fd_;
+};
+
+}  // namespace
+
+int run_worker(const WorkerOptions& o) {
+    const int rank = env_int("RANK", 0, 0, 1 << 24);
+    const int world = env_int("WORLD_SIZE", 1, 1, 1 << 24);
+    const int local_rank = env_int("LOCAL_RANK", 0, 0, 1 << 24);
+    if (rank >= world)
+        throw Error("RANK " + std::to_string(rank) + " is not below WORLD_SIZE " + std::to_string(world), 2);
+
+    PipelineOptions po;
+    po.model_dir = o.model_dir;
+    po.random_weights = o.random_weights;
+    po.dtype = o.dtype == "bf16" ? at::kBFloat16 : o.dtype == "fp16" ? at::kHalf : at::kFloat;
+    const bool cuda = at::hasCUDA();
+    if (o.device == "cuda" && !cuda)
+        throw Error("--device cuda: no CUDA device is available to this rank; use --device cpu or auto", 2);
+    po.device = (o.device == "cpu" || !cuda)
+                    ? at::Device(at::kCPU)
+                    : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+
+    CommunicatorOptions co;
+    co.rank = rank;
+    co.world_size = world;
+    if (const char* addr = std::getenv("MASTER_ADDR")) co.master_addr = addr;
+    co.master_port = env_int("MASTER_PORT", 29500, 1, 65535);
+    co.backend = po.device.is_cuda() ? "nccl" : "gloo";
+    Communicator comm(co);
+
+    const std::vector<Request> all = read_requests(o.requests_file);
+    const std::vector<Request> mine = split_between_processes(all, world, rank);
+    StatusChannel status;
+    status.send({{"event", "start"}, {"rank", rank}, {"count", mine.size()}, {"device", po.device.str()}});
+
+    int failed = 0;
+    if (!mine.empty()) {
+        const auto pipeline = Sd3Pipeline::load(po);
+        for (const Request& r : mine) {
+            const auto start = std::chrono::steady_clock::now();
+            try {
+                GenerateResult result = pipeline->generate(r.generate);
+                for (const std::string& w : result.warnings)
+                    std::cerr << "prompt " << r.index << ": " << w << std::endl;
+                const WrittenImage img = write_png_atomically(
+                    o.output_dir + "/" + r.file, result.image.data_ptr<uint8_t>(),
+                    static_cast<int>(result.image.size(1)), static_cast<int>(result.image.size(0)));
+                const double ms =
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                        .count();
+                status.send({{"event", "image"},
+                             {"index", r.index},
+                             {"file", r.file},
+                             {"sha256", img.sha256},
+                             {"rank", rank},
+                             {"ms", ms},
+                             {"width", result.image.size(1)},
+                             {"height", result.image.size(0)}});
+            } catch (const Error& e) {
+                ++failed;
+                std::cerr << "prompt " << r.index << ": " << e.what() << std::endl;
+                status.send({{"event", "failed"}, {"index", r.index}, {"error", e.what()}, {"rank", rank}});
+            }
+        }
+    }
+    // Every rank, with prompts or without, meets the others before leaving.
+    comm.barrier();
+    return failed == 0 ? 0 : 1;
+}
+
+}  // namespace dp::runtime

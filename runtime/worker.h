@@ -1,0 +1,24 @@
+#pragma once
+// dp-worker: one rank of the main job. It reads its place in the job from the launcher's
+// environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, DP_STATUS_FD), joins the
+// job's c10d group, takes its contiguous share of the requests (split_between_processes), writes
+// each image atomically and reports it to the launcher on the status channel.
+
+#include <optional>
+#include <string>
+
+namespace dp::runtime {
+
+struct WorkerOptions {
+    std::string model_dir;
+    std::string requests_file;  // JSON Lines written by the launcher, one resolved request per line
+    std::string output_dir;
+    std::string dtype = "fp32";   // fp32, bf16, fp16
+    std::string device = "auto";  // auto, cpu, cuda
+    std::optional<uint64_t> random_weights;
+};
+
+// Runs the rank and returns its exit code. Throws Error for what prevents it from starting.
+int run_worker(const WorkerOptions& options);
+
+}  // namespace dp::runtime
