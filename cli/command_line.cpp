@@ -6,6 +6,7 @@
 #include "cli/env_command.h"
 #include "launcher/build_info.h"
 #include "launcher/errors.h"
+#include "launcher/job.h"
 #include "launcher/supervisor.h"
 
 namespace dp::cli {
@@ -13,6 +14,7 @@ namespace {
 
 constexpr const char* kExamples = R"(
 Examples:
+  dp-launch -n 2 --model models/sd3 prompts.txt   2 ranks split prompts.txt; images in outputs/
   dp-launch -n 4 -- python train.py --lr 3e-4     4 ranks of a torchrun-style script
   dp-launch --gpu-ids 0,2 -- ./my_program        2 ranks on GPUs 0 and 2
   dp-launch -n 2 --log-dir logs -- ./job.sh       also keep each rank's output in logs/
@@ -46,7 +48,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
 
     CLI::App app(
         "dp-launch: start a command once per rank, torchrun-compatible, and supervise it.\n"
-        "Usage: dp-launch [OPTIONS] -- COMMAND [ARGS...]\n"
+        "Usage: dp-launch [OPTIONS] [PIPELINE OPTIONS] PROMPTS\n"
+        "       dp-launch [OPTIONS] -- COMMAND [ARGS...]\n"
         "       dp-launch env [--json]",
         "dp-launch");
     app.footer(kExamples);
@@ -81,13 +84,21 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
         result.exit_code = 0;
         return result;
     }
-    if (!stray.empty()) {
-        result.message = "unexpected argument '" + stray.front().substr(0, 80) +
-                         "': put the command after --, e.g. dp-launch -n 2 -- " + stray.front().substr(0, 80);
+    const bool job_mode = raw.command.empty() && !stray.empty();
+    if (stray.size() > 1 || (!stray.empty() && dashes != args.end())) {
+        result.message = "unexpected argument '" + stray.back().substr(0, 80) +
+                         "': give one PROMPTS file, or put a command after --, e.g. dp-launch -n 2 -- " +
+                         stray.front().substr(0, 80);
         return result;
     }
     try {
-        result.spec = resolve_launch_spec(raw, env);
+        result.spec = resolve_launch_spec(raw, env, /*require_command=*/!job_mode);
+        if (job_mode) {
+            result.job = resolve_job_options(raw, env, stray.front());
+        } else if (const std::string set = first_job_option_set(raw, env); !set.empty()) {
+            result.message = set + " is a pipeline option: it needs a PROMPTS file, not a command after --";
+            return result;
+        }
     } catch (const launcher::Error& e) {
         result.message = e.what();
         result.exit_code = e.exit_code();
@@ -111,6 +122,7 @@ int run_command_line(const CommandLine& command_line) {
                 std::cout << describe_environment(command_line.json) << std::flush;
                 return 0;
             case CommandLine::Action::kLaunch:
+                if (command_line.job) return launcher::run_job(command_line.spec, *command_line.job);
                 if (command_line.spec.dry_run) {
                     std::cout << launcher::describe_dry_run(command_line.spec) << std::flush;
                     return 0;

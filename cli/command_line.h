@@ -2,6 +2,7 @@
 // From argv to what dp-launch should do, without doing it: parsing never starts a process and
 // never prints, so every argv can be tested (and fuzzed) in-process.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,8 @@ struct CommandLine {
     };
     Action action = Action::kFail;
     launcher::LaunchSpec spec;
-    bool json = false;  // `env --json`
+    std::optional<launcher::JobOptions> job;  // set: the main job on a PROMPTS file
+    bool json = false;                        // `env --json`
     std::string message;
     int exit_code = 0;
 };

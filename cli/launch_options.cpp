@@ -1,6 +1,8 @@
 #include "cli/launch_options.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -50,8 +52,40 @@ const std::vector<LaunchOptionDef>& launch_option_table() {
     return table;
 }
 
+const std::vector<LaunchOptionDef>& job_option_table() {
+    static const std::vector<LaunchOptionDef> table = {
+        {"model", "--model", "DP_MODEL", "DIR", nullptr,
+         "Diffusers model folder (model_index.json, transformer/, vae/, ...); required for now"},
+        {"random_weights", "--random-weights,--random_weights", "DP_RANDOM_WEIGHTS", "SEED", nullptr,
+         "Use --model's configs with seeded random weights instead of its weights (tests, benchmarks)"},
+        {"output_dir", "-o,--output-dir,--output_dir", "DP_OUTPUT_DIR", "DIR", "outputs",
+         "Where images and manifest.jsonl go"},
+        {"steps", "--steps,--num-inference-steps", "DP_STEPS", "N", "28", "Denoising steps, 1 to 1000"},
+        {"guidance_scale", "--guidance-scale,--guidance_scale", "DP_GUIDANCE_SCALE", "X", "7",
+         "Classifier-free guidance scale, 0 to 100 (1 or less: no guidance)"},
+        {"seed", "--seed", "DP_SEED", "N", "0",
+         "Base seed: a prompt without its own seed gets seed + its index"},
+        {"width", "--width", "DP_WIDTH", "PX", nullptr, "Image width, 8 to 8192 (default: the model's)"},
+        {"height", "--height", "DP_HEIGHT", "PX", nullptr, "Image height, 8 to 8192 (default: the model's)"},
+        {"dtype", "--dtype", "DP_DTYPE", "fp32|bf16|fp16", "fp32", "Precision the model runs in"},
+        {"device", "--device", "DP_DEVICE", "auto|cpu|cuda", "auto",
+         "auto: cuda:LOCAL_RANK when CUDA is available, else cpu"},
+        {"negative_prompt", "--negative-prompt,--negative_prompt", "DP_NEGATIVE_PROMPT", "TEXT", nullptr,
+         "Negative prompt for prompts without their own"},
+        {"overwrite", "--overwrite", "DP_OVERWRITE", nullptr, nullptr,
+         "Replace images and manifest.jsonl already in the output folder"},
+        {"skip_invalid", "--skip-invalid,--skip_invalid", "DP_SKIP_INVALID", nullptr, nullptr,
+         "Run the valid prompts and record invalid lines in the manifest, instead of refusing to start"},
+        {"worker", "--worker", "DP_WORKER", "PATH", nullptr,
+         "The dp-worker executable (default: the one next to dp-launch)"},
+    };
+    return table;
+}
+
 void add_launch_options(CLI::App& app, RawLaunchOptions& raw) {
-    for (const LaunchOptionDef& def : launch_option_table()) {
+    std::vector<LaunchOptionDef> all = launch_option_table();
+    all.insert(all.end(), job_option_table().begin(), job_option_table().end());
+    for (const LaunchOptionDef& def : all) {
         std::string help = def.help;
         if (def.default_value) help += std::string(" [default: ") + def.default_value + "]";
         help += std::string(" [env: ") + def.env + "]";
@@ -61,7 +95,12 @@ void add_launch_options(CLI::App& app, RawLaunchOptions& raw) {
         } else {
             opt = app.add_flag(def.flags)->description(help);
         }
-        opt->group(std::string(def.key) == "config" ? "Configuration" : "Launch options");
+        const bool is_job =
+            std::any_of(job_option_table().begin(), job_option_table().end(),
+                        [&](const LaunchOptionDef& j) { return std::string(j.key) == def.key; });
+        opt->group(std::string(def.key) == "config" ? "Configuration"
+                   : is_job                         ? "Pipeline options (with PROMPTS)"
+                                                    : "Launch options");
         raw.options[def.key] = opt;
     }
 }
@@ -77,7 +116,11 @@ std::string normalize_key(std::string key) {
 
 const LaunchOptionDef* find_config_key(const std::string& key) {
     const std::string wanted = normalize_key(key);
-    for (const LaunchOptionDef& def : launch_option_table()) {
+    std::vector<const LaunchOptionDef*> all;
+    for (const LaunchOptionDef& def : launch_option_table()) all.push_back(&def);
+    for (const LaunchOptionDef& def : job_option_table()) all.push_back(&def);
+    for (const LaunchOptionDef* d : all) {
+        const LaunchOptionDef& def = *d;
         if (wanted == def.key) return &def;
         std::stringstream names(def.flags);
         for (std::string name; std::getline(names, name, ',');)
@@ -88,8 +131,9 @@ const LaunchOptionDef* find_config_key(const std::string& key) {
 
 std::string accepted_keys() {
     std::string out;
-    for (const LaunchOptionDef& def : launch_option_table())
-        if (std::string(def.key) != "config") out += (out.empty() ? "" : ", ") + std::string(def.key);
+    for (const auto* table : {&launch_option_table(), &job_option_table()})
+        for (const LaunchOptionDef& def : *table)
+            if (std::string(def.key) != "config") out += (out.empty() ? "" : ", ") + std::string(def.key);
     return out;
 }
 
@@ -149,26 +193,23 @@ std::map<std::string, Setting> load_config(const std::string& path, const std::s
     return settings;
 }
 
-}  // namespace
+std::string long_name(const LaunchOptionDef& def) {
+    std::string flags = def.flags;
+    std::size_t start = flags.find("--");
+    return flags.substr(start, flags.find(',', start) - start);
+}
 
-launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvLookup& env) {
-    auto long_name = [](const LaunchOptionDef& def) {
-        std::string flags = def.flags;
-        std::size_t start = flags.find("--");
-        return flags.substr(start, flags.find(',', start) - start);
-    };
+std::map<std::string, Setting> load_any_config(const RawLaunchOptions& raw, const EnvLookup& env) {
+    if (raw.options.at("config")->count() > 0) return load_config(raw.values.at("config"), "--config");
+    if (const char* path = env("DP_CONFIG"); path && *path) return load_config(path, "DP_CONFIG");
+    return {};
+}
 
-    // The config file's own path: flag, then environment.
-    std::map<std::string, Setting> config;
-    const LaunchOptionDef* config_def = find_config_key("config");
-    if (raw.options.at("config")->count() > 0) {
-        config = load_config(raw.values.at("config"), long_name(*config_def));
-    } else if (const char* path = env("DP_CONFIG"); path && *path) {
-        config = load_config(path, "DP_CONFIG");
-    }
-
+// Each option's text and where it came from: flag, then environment, then config file.
+std::map<std::string, Setting> collect(const std::vector<LaunchOptionDef>& table, const RawLaunchOptions& raw,
+                                       const EnvLookup& env, const std::map<std::string, Setting>& config) {
     std::map<std::string, Setting> chosen;
-    for (const LaunchOptionDef& def : launch_option_table()) {
+    for (const LaunchOptionDef& def : table) {
         if (std::string(def.key) == "config") continue;
         if (raw.options.at(def.key)->count() > 0) {
             chosen[def.key] = {def.value_name ? raw.values.at(def.key) : "true", long_name(def)};
@@ -178,7 +219,24 @@ launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvL
             chosen[def.key] = it->second;
         }
     }
+    return chosen;
+}
 
+uint64_t parse_u64(const Setting& s) {
+    uint64_t v = 0;
+    auto [ptr, ec] = std::from_chars(s.text.data(), s.text.data() + s.text.size(), v);
+    if (s.text.empty() || ec != std::errc() || ptr != s.text.data() + s.text.size())
+        throw UsageError(s.source + " '" + s.text.substr(0, 40) +
+                         "': expected a whole number from 0 to 18446744073709551615");
+    return v;
+}
+
+}  // namespace
+
+launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvLookup& env,
+                                         bool require_command) {
+    const std::map<std::string, Setting> chosen =
+        collect(launch_option_table(), raw, env, load_any_config(raw, env));
     launcher::LaunchSpec spec;
     auto has = [&](const char* key) { return chosen.count(key) > 0; };
     auto text = [&](const char* key) { return chosen.at(key).text; };
@@ -219,8 +277,57 @@ launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvL
     if (has("quiet")) spec.quiet = launcher::parse_bool(text("quiet"), source("quiet"));
     if (has("dry_run")) spec.dry_run = launcher::parse_bool(text("dry_run"), source("dry_run"));
     spec.command = raw.command;
-    launcher::validate_launch_spec(spec);
+    launcher::validate_launch_spec(spec, require_command);
     return spec;
+}
+
+std::string first_job_option_set(const RawLaunchOptions& raw, const EnvLookup& env) {
+    const std::map<std::string, Setting> chosen =
+        collect(job_option_table(), raw, env, load_any_config(raw, env));
+    return chosen.empty() ? "" : chosen.begin()->second.source;
+}
+
+launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvLookup& env,
+                                         const std::string& prompts) {
+    const std::map<std::string, Setting> chosen =
+        collect(job_option_table(), raw, env, load_any_config(raw, env));
+    launcher::JobOptions job;
+    job.prompts = prompts;
+    auto has = [&](const char* key) { return chosen.count(key) > 0; };
+    auto at = [&](const char* key) -> const Setting& { return chosen.at(key); };
+    auto text = [&](const char* key) { return chosen.at(key).text; };
+    auto one_of = [&](const char* key, std::initializer_list<const char*> allowed) {
+        for (const char* a : allowed)
+            if (text(key) == a) return text(key);
+        std::string list;
+        for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+        throw UsageError(at(key).source + " '" + text(key).substr(0, 40) + "': expected one of " + list);
+    };
+    if (!has("model") || text("model").empty())
+        throw UsageError(
+            "--model DIR is required: the diffusers model folder to run (a built-in default comes later)");
+    job.model = text("model");
+    if (has("random_weights")) job.random_weights = parse_u64(at("random_weights"));
+    if (has("output_dir")) {
+        job.output_dir = text("output_dir");
+        if (job.output_dir.empty()) throw UsageError(at("output_dir").source + ": expected a folder path");
+    }
+    while (job.output_dir.size() > 1 && job.output_dir.back() == '/') job.output_dir.pop_back();
+    if (has("steps")) job.steps = launcher::parse_int(text("steps"), 1, 1000, at("steps").source);
+    if (has("guidance_scale"))
+        job.guidance_scale =
+            launcher::parse_seconds(text("guidance_scale"), 100, at("guidance_scale").source);
+    if (has("seed")) job.seed = parse_u64(at("seed"));
+    if (has("width")) job.width = launcher::parse_int(text("width"), 8, 8192, at("width").source);
+    if (has("height")) job.height = launcher::parse_int(text("height"), 8, 8192, at("height").source);
+    if (has("dtype")) job.dtype = one_of("dtype", {"fp32", "bf16", "fp16"});
+    if (has("device")) job.device = one_of("device", {"auto", "cpu", "cuda"});
+    if (has("negative_prompt")) job.negative_prompt = text("negative_prompt");
+    if (has("overwrite")) job.overwrite = launcher::parse_bool(text("overwrite"), at("overwrite").source);
+    if (has("skip_invalid"))
+        job.skip_invalid = launcher::parse_bool(text("skip_invalid"), at("skip_invalid").source);
+    if (has("worker")) job.worker = text("worker");
+    return job;
 }
 
 }  // namespace dp::cli

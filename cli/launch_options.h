@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/job.h"
 #include "launcher/launch_spec.h"
 
 namespace dp::cli {
@@ -26,6 +27,8 @@ struct LaunchOptionDef {
 };
 
 const std::vector<LaunchOptionDef>& launch_option_table();
+// The pipeline options of the main job (`dp-launch [options] PROMPTS`), with the same rules.
+const std::vector<LaunchOptionDef>& job_option_table();
 
 // What CLI11 collected, before precedence is applied.
 struct RawLaunchOptions {
@@ -34,13 +37,21 @@ struct RawLaunchOptions {
     std::vector<std::string> command;             // everything after the first "--"
 };
 
-// Registers every option of the table on `app`, writing into `raw`.
+// Registers every option of both tables on `app`, writing into `raw`.
 void add_launch_options(CLI::App& app, RawLaunchOptions& raw);
 
 using EnvLookup = std::function<const char*(const char*)>;
 
 // Applies the precedence to every option and validates the result. Throws launcher::UsageError
 // naming the flag, variable or config key at fault and what it accepts.
-launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvLookup& env);
+launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvLookup& env,
+                                         bool require_command = true);
+
+// The same for the pipeline options, for a job on `prompts`.
+launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvLookup& env,
+                                         const std::string& prompts);
+
+// The first pipeline option set by a flag, a DP_* variable or the config file, or empty.
+std::string first_job_option_set(const RawLaunchOptions& raw, const EnvLookup& env);
 
 }  // namespace dp::cli

@@ -4,9 +4,11 @@
 
 namespace dp::launcher {
 
-void validate_launch_spec(const LaunchSpec& spec) {
-    if (spec.command.empty())
-        throw UsageError("no command given: put it after --, e.g. dp-launch -n 2 -- python train.py");
+void validate_launch_spec(const LaunchSpec& spec, bool require_command) {
+    if (require_command && spec.command.empty())
+        throw UsageError(
+            "no command given: put it after --, e.g. dp-launch -n 2 -- python train.py, or give a PROMPTS "
+            "file");
     if (spec.node_rank >= spec.nnodes)
         throw UsageError("--node-rank " + std::to_string(spec.node_rank) + ": must be below --nnodes " +
                          std::to_string(spec.nnodes) + " (accepted: 0 to " + std::to_string(spec.nnodes - 1) +

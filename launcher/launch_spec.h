@@ -28,6 +28,7 @@ struct LaunchSpec {
 
 // Cross-field checks (node rank below nnodes, multi-node needs address and port, a command).
 // Throws UsageError naming the flags involved.
-void validate_launch_spec(const LaunchSpec& spec);
+// `require_command` is false for the main job, whose command dp-launch builds itself.
+void validate_launch_spec(const LaunchSpec& spec, bool require_command = true);
 
 }  // namespace dp::launcher

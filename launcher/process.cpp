@@ -28,7 +28,8 @@ bool write_all(int fd, const char* data, std::size_t size) {
 namespace {
 
 // Only async-signal-safe calls between fork and exec.
-[[noreturn]] void exec_child(pid_t parent, char* const* argv, char* const* envp, int out_fd, int err_fd) {
+[[noreturn]] void exec_child(pid_t parent, char* const* argv, char* const* envp, int out_fd, int err_fd,
+                             int status_fd) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(128 + SIGKILL);  // the launcher died before prctl took effect
@@ -42,6 +43,12 @@ namespace {
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     dup2(out_fd, STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);
+    if (status_fd >= 0) {
+        if (status_fd == kStatusFd)
+            fcntl(kStatusFd, F_SETFD, 0);  // keep it open across exec
+        else
+            dup2(status_fd, kStatusFd);
+    }
 
     execvpe(argv[0], argv, envp);
     const int err = errno;
@@ -65,7 +72,8 @@ std::vector<char*> c_strings(const std::vector<std::string>& items) {
 
 }  // namespace
 
-ChildProcess spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+ChildProcess spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         int status_fd) {
     if (argv.empty()) throw UsageError("no command to run");
     int out_pipe[2], err_pipe[2];
     if (pipe2(out_pipe, O_CLOEXEC) != 0) throw SystemError(errno_message("cannot create a pipe"));
@@ -78,7 +86,8 @@ ChildProcess spawn_child(const std::vector<std::string>& argv, const std::vector
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) throw SystemError(errno_message("cannot fork"));
-    if (pid == 0) exec_child(parent, c_argv.data(), c_env.data(), out_write.get(), err_write.get());
+    if (pid == 0)
+        exec_child(parent, c_argv.data(), c_env.data(), out_write.get(), err_write.get(), status_fd);
 
     // Also set the group from this side, so a signal sent right after we return reaches it.
     setpgid(pid, pid);

@@ -21,7 +21,10 @@ struct ChildProcess {
 // mask and dispositions are reset to defaults. When the exec fails, the child writes the reason to
 // its stderr and exits 127 (not found) or 126 (not executable), as a shell does.
 // Throws SystemError when the fork or pipes fail.
-ChildProcess spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+// With `status_fd` >= 0, that descriptor is also given to the child as fd 3 (kStatusFd).
+inline constexpr int kStatusFd = 3;
+ChildProcess spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         int status_fd = -1);
 
 // "SIGTERM", or "signal 42" for an unnamed one.
 std::string signal_name(int sig);

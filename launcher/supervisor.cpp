@@ -52,7 +52,7 @@ struct Rank {
     bool signalled_by_launcher = false;
     int wait_status = 0;
     Clock::time_point started, ended;
-    Stream out, err;
+    Stream out, err, status;  // status: only with a listener
     std::deque<std::string> stderr_tail;
 };
 
@@ -136,7 +136,8 @@ class SignalChannel {
 
 class Job {
   public:
-    Job(const LaunchSpec& spec, Rendezvous& rendezvous) : spec_(spec), rendezvous_(rendezvous) {
+    Job(const LaunchSpec& spec, Rendezvous& rendezvous, StatusListener* listener)
+        : spec_(spec), rendezvous_(rendezvous), listener_(listener) {
         timer_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
         if (!timer_) throw SystemError(errno_message("timerfd_create"));
         base_env_ = current_environment();
@@ -212,11 +213,22 @@ class Job {
                 for (Stream* s : {&r.out, &r.err})
                     if (s->log) write_log(*s, header.data(), header.size());
             }
-            const std::vector<std::string> env =
-                merge_environment(base_env_, rank_variables(spec_, inputs, r.local_rank, base_env_));
+            EnvVars vars = rank_variables(spec_, inputs, r.local_rank, base_env_);
+            UniqueFd status_write;
+            if (listener_) {
+                int fds[2];
+                if (pipe2(fds, O_CLOEXEC) != 0)
+                    throw SystemError(errno_message("cannot create a status pipe"));
+                r.status.pipe.reset(fds[0]);
+                status_write.reset(fds[1]);
+                fcntl(fds[0], F_SETFL, O_NONBLOCK);
+                r.status.lines = LineSplitter();
+                vars.emplace_back("DP_STATUS_FD", std::to_string(kStatusFd));
+            }
+            const std::vector<std::string> env = merge_environment(base_env_, vars);
             ChildProcess child;
             try {
-                child = spawn_child(spec_.command, env);
+                child = spawn_child(spec_.command, env, status_write ? status_write.get() : -1);
             } catch (...) {
                 kill_all(SIGKILL);
                 for (Rank& started : ranks_)
@@ -259,7 +271,7 @@ class Job {
             fds.push_back({signals_.fd(), POLLIN, 0});
             fds.push_back({timer_.get(), POLLIN, 0});
             for (Rank& r : ranks_) {
-                for (Stream* s : {&r.out, &r.err}) {
+                for (Stream* s : {&r.out, &r.err, &r.status}) {
                     if (!s->pipe) continue;
                     fds.push_back({s->pipe.get(), POLLIN, 0});
                     streams.push_back(s);
@@ -290,7 +302,7 @@ class Job {
 
     Rank* owner_of(Stream* s) {
         for (Rank& r : ranks_)
-            if (s == &r.out || s == &r.err) return &r;
+            if (s == &r.out || s == &r.err || s == &r.status) return &r;
         return nullptr;
     }
 
@@ -396,6 +408,11 @@ class Job {
             finish_stream(r, s);
             return;
         }
+        if (&s == &r.status) {
+            s.lines.feed(std::string_view(buf, static_cast<std::size_t>(n)),
+                         [&](std::string_view line) { listener_->on_status(r.rank, line); });
+            return;
+        }
         write_log(s, buf, static_cast<std::size_t>(n));
         out_.clear();
         s.lines.feed(std::string_view(buf, static_cast<std::size_t>(n)),
@@ -404,6 +421,11 @@ class Job {
     }
 
     void finish_stream(Rank& r, Stream& s) {
+        if (&s == &r.status) {
+            s.lines.finish([&](std::string_view line) { listener_->on_status(r.rank, line); });
+            s.pipe.reset();
+            return;
+        }
         out_.clear();
         s.lines.finish([&](std::string_view line) { add_line(r, s, line); });
         flush(s);
@@ -457,6 +479,7 @@ class Job {
 
     const LaunchSpec& spec_;
     Rendezvous& rendezvous_;
+    StatusListener* listener_;
     OrphanGuard guard_;  // before the signal channel: the guard starts with no signals blocked
     SignalChannel signals_;
     UniqueFd timer_;
@@ -503,11 +526,11 @@ std::string describe_dry_run(const LaunchSpec& spec) {
     return out;
 }
 
-int run_launch(const LaunchSpec& spec) {
+int run_launch(const LaunchSpec& spec, StatusListener* listener) {
     validate_launch_spec(spec);
     signal(SIGPIPE, SIG_IGN);
     Rendezvous rendezvous = resolve_rendezvous(spec);
-    Job job(spec, rendezvous);
+    Job job(spec, rendezvous, listener);
     return job.run();
 }
 

@@ -2,18 +2,28 @@
 // Running a job: spawn every local rank, multiplex their output, supervise them, and report.
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "launcher/launch_spec.h"
 
 namespace dp::launcher {
 
+// Receives the lines ranks write on their status channel (fd 3, named by DP_STATUS_FD), one call
+// per whole line, from the launcher's single thread.
+class StatusListener {
+  public:
+    virtual ~StatusListener() = default;
+    virtual void on_status(int rank, std::string_view line) = 0;
+};
+
 // Runs spec.command once per local rank and returns dp-launch's exit code: 0 when every rank
 // exited 0; else the first failing rank's exit code, or 128 + its signal; or 128 + the signal that
 // stopped the launcher. On the first failure every other rank's process group gets SIGTERM, then
 // SIGKILL after the grace period, and a report names the rank, its code and its last stderr lines.
 // Throws Error for what prevents starting (an unwritable log folder, a failed fork).
-int run_launch(const LaunchSpec& spec);
+// With a listener, each rank also gets a status channel.
+int run_launch(const LaunchSpec& spec, StatusListener* listener = nullptr);
 
 // What --dry-run prints: one shell line per rank with the variables dp-launch sets.
 std::string describe_dry_run(const LaunchSpec& spec);

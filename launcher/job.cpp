@@ -1,0 +1,306 @@
+#include "launcher/job.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "launcher/errors.h"
+#include "launcher/process.h"
+#include "launcher/prompt_file.h"
+#include "launcher/supervisor.h"
+
+namespace dp::launcher {
+namespace {
+
+constexpr std::size_t kMaxPromptFileBytes = 256u << 20;
+constexpr std::size_t kMaxListedInvalid = 20;
+
+std::string read_prompts(const std::string& path) {
+    std::string bytes;
+    if (path == "-") {
+        std::ostringstream ss;
+        ss << std::cin.rdbuf();
+        bytes = ss.str();
+    } else {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) throw Error(errno_message("PROMPTS " + path + ": cannot read"), kExitNoInput);
+        std::ostringstream ss;
+        ss << in.rdbuf();
+        bytes = ss.str();
+    }
+    if (bytes.size() > kMaxPromptFileBytes) throw InputDataError("PROMPTS " + path + ": larger than 256 MiB");
+    return bytes;
+}
+
+// Standard input is JSON Lines when its first non-blank character opens an object.
+bool looks_like_jsonl(const std::string& bytes) {
+    const std::size_t first = bytes.find_first_not_of(" \t\r\n\xEF\xBB\xBF");
+    return first != std::string::npos && bytes[first] == '{';
+}
+
+void make_dirs(const std::string& path) {
+    for (std::size_t i = 1; i <= path.size(); ++i) {
+        if (i == path.size() || path[i] == '/') {
+            const std::string part = path.substr(0, i);
+            if (mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
+                throw IoError(errno_message("--output-dir " + path + ": cannot create " + part));
+        }
+    }
+}
+
+bool exists(const std::string& path) {
+    struct stat st {};
+    return stat(path.c_str(), &st) == 0;
+}
+
+std::string self_dir() {
+    char buf[4096];
+    const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n <= 0) return ".";
+    std::string path(buf, static_cast<std::size_t>(n));
+    return path.substr(0, path.rfind('/'));
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+    const std::string tmp = path + ".tmp." + std::to_string(getpid());
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << text;
+        if (!out.flush()) throw IoError(errno_message("cannot write " + tmp));
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+        throw IoError(errno_message("cannot rename " + tmp + " to " + path));
+}
+
+// Follows the ranks' status channels: appends each finished record to the manifest as it comes
+// (so a crash leaves every finished record readable) and shows progress.
+class JobMonitor : public StatusListener {
+  public:
+    JobMonitor(const LaunchSpec& launch, const JobOptions& job, std::map<int64_t, nlohmann::json> records,
+               int64_t to_run)
+        : launch_(launch),
+          job_(job),
+          records_(std::move(records)),
+          to_run_(to_run),
+          start_(std::chrono::steady_clock::now()) {
+        manifest_path_ = job.output_dir + "/manifest.jsonl";
+        manifest_.reset(
+            open(manifest_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+        if (!manifest_) throw IoError(errno_message("cannot create " + manifest_path_));
+        for (const auto& [index, record] : records_)
+            if (record.value("status", "") == "invalid") append(record);
+        tty_ = isatty(STDERR_FILENO) == 1;
+    }
+
+    void on_status(int rank, std::string_view line) override {
+        nlohmann::json event;
+        try {
+            event = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception&) {
+            return;  // not ours: a rank wrote something else on fd 3
+        }
+        const std::string kind = event.value("event", "");
+        if (kind != "image" && kind != "failed") return;
+        const int64_t index = event.value("index", int64_t{-1});
+        auto it = records_.find(index);
+        if (it == records_.end()) return;
+        nlohmann::json& r = it->second;
+        r["rank"] = rank;
+        if (kind == "image") {
+            r["status"] = "ok";
+            r["sha256"] = event.value("sha256", "");
+            r["ms"] = static_cast<int64_t>(event.value("ms", 0.0));
+            r["width"] = event.value("width", 0);
+            r["height"] = event.value("height", 0);
+            ++done_;
+        } else {
+            r["status"] = "failed";
+            r["error"] = event.value("error", "");
+            r.erase("file");
+            ++failed_;
+        }
+        append(r);
+        progress(false);
+    }
+
+    // Marks prompts no rank reported, rewrites the manifest sorted by index, prints the summary.
+    void finish() {
+        for (auto& [index, r] : records_)
+            if (r.value("status", "") == "pending") {
+                r["status"] = "not_run";
+                r.erase("file");
+                ++not_run_;
+            }
+        progress(true);
+        std::string text;
+        for (const auto& [index, r] : records_) text += r.dump() + "\n";
+        write_file_atomically(manifest_path_, text);
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        char line[512];
+        std::snprintf(
+            line, sizeof(line),
+            "dp-launch: %lld images, %lld failed, %lld invalid, %lld not run, %.1f s, %.2f images/s -> %s\n",
+            static_cast<long long>(done_), static_cast<long long>(failed_), static_cast<long long>(invalid()),
+            static_cast<long long>(not_run_), seconds, seconds > 0 ? done_ / seconds : 0.0,
+            manifest_path_.c_str());
+        std::fputs(line, stdout);
+        std::fflush(stdout);
+    }
+
+    int64_t failed() const { return failed_ + not_run_; }
+
+  private:
+    int64_t invalid() const {
+        return std::count_if(records_.begin(), records_.end(),
+                             [](const auto& kv) { return kv.second.value("status", "") == "invalid"; });
+    }
+
+    void append(const nlohmann::json& record) {
+        const std::string text = record.dump() + "\n";
+        if (manifest_ && !write_all(manifest_.get(), text.data(), text.size())) {
+            std::cerr << errno_message("dp-launch: cannot append to " + manifest_path_) << std::endl;
+            manifest_.reset();
+        }
+    }
+
+    // A bar redrawn in place on a terminal; in logs, a plain line every few seconds.
+    void progress(bool last) {
+        if (launch_.quiet) return;
+        const auto now = std::chrono::steady_clock::now();
+        const double elapsed = std::chrono::duration<double>(now - start_).count();
+        const int64_t finished = done_ + failed_;
+        const double rate = elapsed > 0 ? finished / elapsed : 0;
+        const double eta = rate > 0 ? (to_run_ - finished) / rate : 0;
+        char text[256];
+        if (tty_) {
+            const int width = 30;
+            const int filled = to_run_ > 0 ? static_cast<int>(width * finished / to_run_) : width;
+            std::snprintf(text, sizeof(text), "\r[%-*s] %lld/%lld  %.2f images/s  ETA %.0f s%s", width,
+                          std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                          static_cast<long long>(finished), static_cast<long long>(to_run_), rate, eta,
+                          last ? "\n" : "");
+            std::fputs(text, stderr);
+        } else if (last || std::chrono::duration<double>(now - last_line_).count() >= 5.0) {
+            if (last && finished == 0) return;
+            std::snprintf(text, sizeof(text),
+                          "dp-launch: progress %lld/%lld images, %.2f images/s, ETA %.0f s\n",
+                          static_cast<long long>(finished), static_cast<long long>(to_run_), rate, eta);
+            std::fputs(text, stderr);
+            last_line_ = now;
+        }
+        std::fflush(stderr);
+    }
+
+    const LaunchSpec& launch_;
+    const JobOptions& job_;
+    std::map<int64_t, nlohmann::json> records_;
+    int64_t to_run_;
+    int64_t done_ = 0, failed_ = 0, not_run_ = 0;
+    std::string manifest_path_;
+    UniqueFd manifest_;
+    bool tty_ = false;
+    std::chrono::steady_clock::time_point start_, last_line_{};
+};
+
+}  // namespace
+
+int run_job(const LaunchSpec& launch, const JobOptions& job) {
+    const std::string name = job.prompts == "-" ? "<stdin>" : job.prompts;
+    const std::string bytes = read_prompts(job.prompts);
+    const bool jsonl = job.prompts == "-" ? looks_like_jsonl(bytes) : is_jsonl_name(job.prompts);
+    const PromptFile file = parse_prompt_file(bytes, name, jsonl);
+
+    if (!file.invalid.empty() && !job.skip_invalid) {
+        std::string text =
+            "dp-launch: " + name + " has " + std::to_string(file.invalid.size()) +
+            " invalid line(s); nothing was started (fix them, or pass --skip-invalid to run the rest):\n";
+        for (std::size_t i = 0; i < file.invalid.size() && i < kMaxListedInvalid; ++i)
+            text += "  " + file.invalid[i].reason + "\n";
+        if (file.invalid.size() > kMaxListedInvalid)
+            text += "  ... and " + std::to_string(file.invalid.size() - kMaxListedInvalid) + " more\n";
+        std::cerr << text << std::flush;
+        return kExitInputData;
+    }
+    if (file.prompts.empty()) {
+        std::cout << "dp-launch: nothing to do: " << name << " has no prompts"
+                  << (file.invalid.empty() ? "" : " that are valid") << std::endl;
+        return kExitOk;
+    }
+
+    // Every prompt's settings, resolved once here so that every rank and the manifest agree.
+    std::map<int64_t, nlohmann::json> records;
+    std::string requests;
+    std::vector<std::string> clashes;
+    make_dirs(job.output_dir);
+    for (const PromptRecord& p : file.prompts) {
+        const std::string image = image_file_name(p.index, p.name ? *p.name : p.prompt);
+        nlohmann::json r = {{"index", p.index},
+                            {"line", p.line},
+                            {"prompt", p.prompt},
+                            {"negative_prompt", p.negative_prompt.value_or(job.negative_prompt)},
+                            {"seed", p.seed.value_or(prompt_seed(job.seed, p.index))},
+                            {"steps", p.steps.value_or(job.steps)},
+                            {"guidance_scale", p.guidance_scale.value_or(job.guidance_scale)},
+                            {"width", p.width.value_or(job.width)},
+                            {"height", p.height.value_or(job.height)},
+                            {"file", image}};
+        requests += r.dump() + "\n";
+        r["model"] = job.model;
+        r["status"] = "pending";
+        records[p.index] = r;
+        if (!job.overwrite && exists(job.output_dir + "/" + image))
+            clashes.push_back(job.output_dir + "/" + image);
+    }
+    if (!job.overwrite && exists(job.output_dir + "/manifest.jsonl"))
+        clashes.push_back(job.output_dir + "/manifest.jsonl");
+    if (!clashes.empty())
+        throw UsageError(clashes.front() +
+                         (clashes.size() > 1 ? " and " + std::to_string(clashes.size() - 1) + " more" : "") +
+                         " already exist; pass --overwrite to replace them, or choose another --output-dir");
+    for (const InvalidPrompt& bad : file.invalid)
+        records[bad.index] = {
+            {"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}};
+
+    const std::string requests_path = job.output_dir + "/.dp-requests-" + std::to_string(getpid()) + ".jsonl";
+    write_file_atomically(requests_path, requests);
+
+    LaunchSpec spec = launch;
+    const std::string worker = job.worker.empty() ? self_dir() + "/dp-worker" : job.worker;
+    spec.command = {worker,         "--model", job.model, "--requests", requests_path, "--output-dir",
+                    job.output_dir, "--dtype", job.dtype, "--device",   job.device};
+    if (job.random_weights)
+        spec.command.insert(spec.command.end(), {"--random-weights", std::to_string(*job.random_weights)});
+
+    if (launch.dry_run) {
+        std::remove(requests_path.c_str());
+        std::cout << file.prompts.size() << " prompt(s) from " << name << " over " << spec.world_size()
+                  << " rank(s); images to " << job.output_dir << "/\n"
+                  << describe_dry_run(spec) << std::flush;
+        return kExitOk;
+    }
+    JobMonitor monitor(launch, job, std::move(records), static_cast<int64_t>(file.prompts.size()));
+    int code = kExitInternal;
+    try {
+        code = run_launch(spec, &monitor);
+    } catch (...) {
+        std::remove(requests_path.c_str());
+        throw;
+    }
+    std::remove(requests_path.c_str());
+    monitor.finish();
+    if (code == kExitOk && monitor.failed() > 0)
+        code = kExitInternal;  // some prompts failed: see the manifest
+    return code;
+}
+
+}  // namespace dp::launcher

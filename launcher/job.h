@@ -1,0 +1,39 @@
+#pragma once
+// The main job: `dp-launch [launch options] [pipeline options] PROMPTS`. The launcher reads and
+// validates the prompt file once, resolves every prompt's settings, starts dp-worker on each rank
+// with the request list, follows their status channels (progress, manifest) and prints a summary.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "launcher/launch_spec.h"
+
+namespace dp::launcher {
+
+inline constexpr int kExitNoInput = 66;  // sysexits EX_NOINPUT: the prompt file cannot be read
+
+struct JobOptions {
+    std::string prompts;  // a path, or "-" for standard input
+    std::string model;
+    std::optional<uint64_t> random_weights;
+    std::string output_dir = "outputs";
+    int steps = 28;
+    double guidance_scale = 7.0;
+    uint64_t seed = 0;
+    int width = 0;  // 0: the model's default
+    int height = 0;
+    std::string dtype = "fp32";
+    std::string device = "auto";
+    std::string negative_prompt;
+    bool overwrite = false;
+    bool skip_invalid = false;
+    std::string worker;  // dp-worker to run; empty: next to dp-launch
+};
+
+// Runs the job and returns dp-launch's exit code (README "Exit codes"). Throws Error for what
+// prevents starting it: an unreadable prompt file (66), invalid prompts (65), existing outputs
+// without --overwrite (2).
+int run_job(const LaunchSpec& launch, const JobOptions& job);
+
+}  // namespace dp::launcher
