@@ -147,7 +147,16 @@ TEST_CASE("every invalid value is a one-line usage error naming its source") {
         {{"-n"}, "-n"},
         {{"-n", "2"}, "no command given"},
         {{"-n", "2", "--"}, "no command given"},
-        {{"python", "train.py"}, "put the command after --"},
+        {{"python", "train.py"}, "give one PROMPTS file, or put a command after --"},
+        {{"prompts.txt"}, "--model DIR is required"},
+        {{"--model", "m", "--steps", "0", "p.txt"}, "--steps '0': expected a whole number from 1 to 1000"},
+        {{"--model", "m", "--dtype", "fp64", "p.txt"}, "--dtype 'fp64': expected one of fp32, bf16, fp16"},
+        {{"--model", "m", "--device", "tpu", "p.txt"}, "--device 'tpu'"},
+        {{"--model", "m", "--seed", "-1", "p.txt"}, "--seed '-1'"},
+        {{"--model", "m", "--width", "4", "p.txt"}, "--width '4'"},
+        {{"--model", "m", "--guidance-scale", "500", "p.txt"}, "--guidance-scale"},
+        {{"--model", "m", "--", "python"}, "--model is a pipeline option: it needs a PROMPTS file"},
+        {{"--model", "m", "a.txt", "b.txt"}, "give one PROMPTS file"},
         {{"--config", "/nonexistent/dp.json", "--", "x"}, "/nonexistent/dp.json"},
     };
     for (const Case& c : cases) {
@@ -186,6 +195,37 @@ TEST_CASE("a corrupt or wrong config file is a usage error naming the file and k
         CHECK_MESSAGE(r.message.find(c.must_name) != std::string::npos, r.message);
         CHECK_MESSAGE(r.message.find(path) != std::string::npos, r.message);
     }
+}
+
+TEST_CASE("the main job's pipeline options: flags, DP_* twins and config keys, with the same precedence") {
+    const std::string cfg = write_temp(
+        "job.json", R"({"steps": 3, "guidance_scale": 2.5, "output-dir": "cfg_out", "skip_invalid": true})");
+    FakeEnv env;
+    env.vars["DP_CONFIG"] = cfg;
+    env.vars["DP_SEED"] = "18446744073709551615";
+    env.vars["DP_STEPS"] = "5";
+    CommandLine c = parse(
+        {"-n", "2", "--model", "models/x", "--dtype", "bf16", "--negative-prompt", "blurry", "prompts.jsonl"},
+        env);
+    REQUIRE_MESSAGE(c.action == CommandLine::Action::kLaunch, c.message);
+    REQUIRE(c.job.has_value());
+    CHECK(c.job->prompts == "prompts.jsonl");
+    CHECK(c.job->model == "models/x");
+    CHECK(c.job->steps == 5);  // env beats config
+    CHECK(c.job->guidance_scale == doctest::Approx(2.5));
+    CHECK(c.job->seed == 18446744073709551615ULL);
+    CHECK(c.job->output_dir == "cfg_out");
+    CHECK(c.job->skip_invalid);
+    CHECK(c.job->dtype == "bf16");
+    CHECK(c.job->negative_prompt == "blurry");
+    CHECK(c.job->device == "auto");
+    CHECK(c.spec.num_processes == 2);
+    CHECK(c.spec.command.empty());
+    CommandLine d = parse({"--model", "m", "-"});
+    REQUIRE(d.job.has_value());
+    CHECK(d.job->prompts == "-");
+    CHECK(d.job->output_dir == "outputs");
+    CHECK(d.job->steps == 28);
 }
 
 TEST_CASE("--version and env") {

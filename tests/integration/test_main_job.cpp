@@ -1,0 +1,227 @@
+// The main job with real processes: dp-launch -> dp-worker ranks joined through c10d (Gloo, CPU),
+// on the tiny SD3 model of tests/data/golden.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "integration/launch_harness.h"
+
+using namespace dp::test;
+
+namespace {
+
+std::vector<std::string> job_args(const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--model",  DP_TINY_MODEL, "--steps", "2", "--width", "16",
+                                     "--height", "16",          "-o",      out, "-q"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+}
+
+std::string write_prompts(const std::string& dir, const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+}
+
+std::vector<nlohmann::json> manifest(const std::string& out) {
+    std::vector<nlohmann::json> records;
+    std::istringstream in(read_file(out + "/manifest.jsonl"));
+    for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+    return records;
+}
+
+const char* kFivePrompts =
+    "a red circle on a blue background\n\na green square\nA YELLOW TRIANGLE!\nsmall red circle\nlast one\n";
+
+}  // namespace
+
+TEST_CASE("1, 2, 3 and 4 processes give byte-identical images and the same manifest") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", kFivePrompts);
+    std::map<int, std::vector<nlohmann::json>> by_world;
+    for (int n : {1, 2, 3, 4}) {
+        const std::string out = dir + "/out" + std::to_string(n);
+        Launch launch(job_args(out, {"-n", std::to_string(n), prompts}));
+        LaunchResult r = launch.wait(120);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        CHECK(r.out.find("dp-launch: 5 images, 0 failed, 0 invalid, 0 not run") == 0);
+        by_world[n] = manifest(out);
+        REQUIRE(by_world[n].size() == 5);
+        CHECK(processes_with_marker(launch.marker()).empty());
+    }
+    for (int n : {2, 3, 4}) {
+        for (std::size_t i = 0; i < 5; ++i) {
+            CAPTURE(n);
+            CAPTURE(i);
+            const auto& a = by_world[1][i];
+            const auto& b = by_world[n][i];
+            CHECK(a["file"] == b["file"]);
+            CHECK(a["sha256"] == b["sha256"]);
+            CHECK(a["seed"] == b["seed"]);
+            CHECK(read_file(dir + "/out1/" + a["file"].get<std::string>()) ==
+                  read_file(dir + "/out" + std::to_string(n) + "/" + b["file"].get<std::string>()));
+        }
+    }
+    // The split: with 5 prompts on 4 ranks, rank 0 makes two and the others one each (accelerate's rule).
+    std::map<int, int> per_rank;
+    for (const auto& r : by_world[4]) per_rank[r["rank"].get<int>()]++;
+    CHECK(per_rank == std::map<int, int>{{0, 2}, {1, 1}, {2, 1}, {3, 1}});
+}
+
+TEST_CASE("the manifest, field by field") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt",
+                                              "\xEF\xBB\xBF"
+                                              "first prompt\r\n\r\nsecond one\r\n");
+    const std::string out = dir + "/out";
+    LaunchResult r = run_launch(
+        job_args(out, {"-n", "2", "--seed", "100", "--negative-prompt", "ugly", prompts}), {}, 120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const auto records = manifest(out);
+    REQUIRE(records.size() == 2);
+    const auto& m = records[1];
+    CHECK(m["index"] == 1);
+    CHECK(m["line"] == 3);
+    CHECK(m["prompt"] == "second one");
+    CHECK(m["negative_prompt"] == "ugly");
+    CHECK(m["seed"] == 101);  // --seed + index
+    CHECK(m["steps"] == 2);
+    CHECK(m["guidance_scale"] == 7.0);
+    CHECK(m["width"] == 16);
+    CHECK(m["height"] == 16);
+    CHECK(m["model"] == DP_TINY_MODEL);
+    CHECK(m["file"] == "00001-second-one.png");
+    CHECK(m["rank"] == 1);
+    CHECK(m["status"] == "ok");
+    CHECK(m["ms"].get<int64_t>() >= 0);
+    CHECK(m["sha256"].get<std::string>().size() == 64);
+    CHECK(file_exists(out + "/00001-second-one.png"));
+    CHECK(read_file(out + "/00001-second-one.png").substr(1, 3) == "PNG");
+    // Nothing but the images and the manifest is left in the folder.
+    std::string listing;
+    for (const char* f : {"00000-first-prompt.png", "00001-second-one.png", "manifest.jsonl"})
+        listing += file_exists(out + "/" + f) ? "" : f;
+    CHECK(listing.empty());
+}
+
+TEST_CASE("2 prompts on 4 ranks: the ranks without prompts join, wait and exit 0") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", "one\ntwo\n");
+    LaunchResult r = run_launch(job_args(dir + "/out", {"-n", "4", prompts}), {}, 120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(manifest(dir + "/out").size() == 2);
+}
+
+TEST_CASE("an empty prompt file, or only blank lines: nothing to do, exit 0") {
+    const std::string dir = make_temp_dir();
+    for (const char* text : {"", "\n  \n\t\r\n"}) {
+        const std::string prompts = write_prompts(dir, "p.txt", text);
+        LaunchResult r = run_launch(job_args(dir + "/out", {"-n", "2", prompts}));
+        CHECK(r.exit_code == 0);
+        CHECK(r.out.find("nothing to do: " + prompts + " has no prompts") != std::string::npos);
+        CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
+    }
+    LaunchResult missing = run_launch(job_args(dir + "/out", {dir + "/no-such-file.txt"}));
+    CHECK(missing.exit_code == 66);
+    CHECK(missing.err.find("no-such-file.txt: cannot read") != std::string::npos);
+}
+
+TEST_CASE("prompts from stdin, read once by the launcher") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", "from stdin one\nfrom stdin two\n");
+    std::vector<std::string> args = job_args(dir + "/out", {"-n", "2", "-"});
+    std::string command = std::string(launcher_bin());
+    for (const auto& a : args) command += " '" + a + "'";
+    const int rc = std::system((command + " < " + prompts + " > /dev/null 2>&1").c_str());
+    CHECK(rc == 0);
+    const auto records = manifest(dir + "/out");
+    REQUIRE(records.size() == 2);
+    CHECK(records[1]["prompt"] == "from stdin two");
+}
+
+TEST_CASE("JSONL overrides per prompt, and hostile names stay inside the output folder") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(
+        dir, "p.jsonl",
+        R"({"prompt": "custom", "seed": 7, "steps": 1, "guidance_scale": 1.0, "width": 24, "height": 8, "name": "../../escape"})"
+        "\n"
+        R"({"prompt": "second", "negative_prompt": "n", "name": "/etc/passwd"})"
+        "\n"
+        R"({"prompt": "third", "name": "..\u0007\u001b[31m"})"
+        "\n");
+    const std::string out = dir + "/out";
+    LaunchResult r = run_launch(job_args(out, {"-n", "2", prompts}), {}, 120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const auto records = manifest(out);
+    REQUIRE(records.size() == 3);
+    CHECK(records[0]["seed"] == 7);
+    CHECK(records[0]["steps"] == 1);
+    CHECK(records[0]["guidance_scale"] == 1.0);
+    CHECK(records[0]["width"] == 24);
+    CHECK(records[0]["height"] == 8);
+    CHECK(records[0]["file"] == "00000-escape.png");
+    CHECK(records[1]["file"] == "00001-etc-passwd.png");
+    CHECK(records[1]["negative_prompt"] == "n");
+    CHECK(records[2]["file"] == "00002-31m.png");  // control characters and dots dropped
+    for (const auto& rec : records) CHECK(file_exists(out + "/" + rec["file"].get<std::string>()));
+    CHECK_FALSE(file_exists(dir + "/escape.png"));
+}
+
+TEST_CASE("invalid lines: refused and all listed by default; skipped and recorded with --skip-invalid") {
+    const std::string dir = make_temp_dir();
+    std::string text = "good\n";
+    text += std::string("nul\0byte\n", 9);
+    text += "bad \xFF utf8\n";
+    text += "also good\n";
+    const std::string prompts = write_prompts(dir, "p.txt", text);
+    LaunchResult refused = run_launch(job_args(dir + "/out", {"-n", "2", prompts}));
+    CHECK(refused.exit_code == 65);
+    CHECK(refused.err.find("has 2 invalid line(s); nothing was started") != std::string::npos);
+    CHECK(refused.err.find(prompts + ":2: contains a NUL byte") != std::string::npos);
+    CHECK(refused.err.find(prompts + ":3: not valid UTF-8") != std::string::npos);
+    CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
+
+    LaunchResult skipped =
+        run_launch(job_args(dir + "/out", {"-n", "2", "--skip-invalid", prompts}), {}, 120);
+    REQUIRE_MESSAGE(skipped.exit_code == 0, skipped.err);
+    CHECK(skipped.out.find("2 images, 0 failed, 2 invalid") != std::string::npos);
+    const auto records = manifest(dir + "/out");
+    REQUIRE(records.size() == 4);
+    CHECK(records[1]["status"] == "invalid");
+    CHECK(records[1]["line"] == 2);
+    CHECK(records[2]["status"] == "invalid");
+    CHECK(records[3]["status"] == "ok");
+    CHECK(records[3]["file"] == "00003-also-good.png");  // indices never shift
+}
+
+TEST_CASE("earlier outputs are never overwritten without --overwrite") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", "only one\n");
+    REQUIRE(run_launch(job_args(dir + "/out", {prompts}), {}, 120).exit_code == 0);
+    const std::string before = read_file(dir + "/out/manifest.jsonl");
+    LaunchResult again = run_launch(job_args(dir + "/out", {prompts}));
+    CHECK(again.exit_code == 2);
+    CHECK(again.err.find("already exist; pass --overwrite") != std::string::npos);
+    CHECK(read_file(dir + "/out/manifest.jsonl") == before);
+    CHECK(run_launch(job_args(dir + "/out", {"--overwrite", prompts}), {}, 120).exit_code == 0);
+}
+
+TEST_CASE("a size the model cannot make is a failed prompt in the manifest, and the job exits 1") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.jsonl",
+                                              R"({"prompt": "too wide", "width": 512})"
+                                              "\n"
+                                              R"({"prompt": "fine"})"
+                                              "\n");
+    LaunchResult r = run_launch(job_args(dir + "/out", {"-n", "2", prompts}), {}, 120);
+    CHECK(r.exit_code == 1);
+    CHECK(r.out.find("1 images, 1 failed") != std::string::npos);
+    const auto records = manifest(dir + "/out");
+    REQUIRE(records.size() == 2);
+    CHECK(records[0]["status"] == "failed");
+    CHECK(records[0]["error"].get<std::string>().find("position table") != std::string::npos);
+    CHECK(records[1]["status"] == "ok");
+}
