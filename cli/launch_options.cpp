@@ -54,8 +54,9 @@ const std::vector<LaunchOptionDef>& launch_option_table() {
 
 const std::vector<LaunchOptionDef>& job_option_table() {
     static const std::vector<LaunchOptionDef> table = {
-        {"model", "--model", "DP_MODEL", "DIR", nullptr,
-         "Diffusers model folder (model_index.json, transformer/, vae/, ...); required for now"},
+        {"model", "--model", "DP_MODEL", "DIR|NAME", "tiny-random-sd3",
+         "Diffusers model folder (model_index.json, transformer/, ...), or the name of a model shipped with "
+         "dp-launch"},
         {"random_weights", "--random-weights,--random_weights", "DP_RANDOM_WEIGHTS", "SEED", nullptr,
          "Use --model's configs with seeded random weights instead of its weights (tests, benchmarks)"},
         {"output_dir", "-o,--output-dir,--output_dir", "DP_OUTPUT_DIR", "DIR", "outputs",
@@ -303,10 +304,8 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
         for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
         throw UsageError(at(key).source + " '" + text(key).substr(0, 40) + "': expected one of " + list);
     };
-    if (!has("model") || text("model").empty())
-        throw UsageError(
-            "--model DIR is required: the diffusers model folder to run (a built-in default comes later)");
-    job.model = text("model");
+    job.model = launcher::resolve_model(has("model") ? text("model") : launcher::kDefaultModel,
+                                        has("model") ? at("model").source : "--model");
     if (has("random_weights")) job.random_weights = parse_u64(at("random_weights"));
     if (has("output_dir")) {
         job.output_dir = text("output_dir");

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -69,6 +71,38 @@ std::string self_dir() {
     std::string path(buf, static_cast<std::size_t>(n));
     return path.substr(0, path.rfind('/'));
 }
+
+bool is_model_dir(const std::string& dir) { return exists(dir + "/model_index.json"); }
+
+}  // namespace
+
+std::string resolve_model(const std::string& name, const std::string& source) {
+    if (name.empty()) throw UsageError(source + ": expected a model folder or the name of a shipped model");
+    if (name.find('/') != std::string::npos || is_model_dir(name)) {
+        if (!is_model_dir(name))
+            throw UsageError(source + " " + name +
+                             ": no model_index.json there (expected a diffusers model folder)");
+        return name;
+    }
+    std::vector<std::string> places;
+    if (const char* dir = std::getenv("DP_MODELS_DIR"); dir && *dir)
+        places.push_back(std::string(dir) + "/" + name);
+    const std::string exe = self_dir();
+    places.push_back(exe + "/../share/dp-launch/models/" + name);
+    places.push_back(exe + "/../../models/" + name);
+    for (const std::string& p : places) {
+        if (!is_model_dir(p)) continue;
+        char real[PATH_MAX];
+        return realpath(p.c_str(), real) ? std::string(real) : p;
+    }
+    std::string searched;
+    for (const std::string& p : places) searched += (searched.empty() ? "" : ", ") + p;
+    throw UsageError(source + " " + name +
+                     ": no such model folder, and no shipped model of that name (looked in " + searched +
+                     ")");
+}
+
+namespace {
 
 void write_file_atomically(const std::string& path, const std::string& text) {
     const std::string tmp = path + ".tmp." + std::to_string(getpid());
@@ -191,7 +225,8 @@ class JobMonitor : public StatusListener {
                           last ? "\n" : "");
             std::fputs(text, stderr);
         } else if (last || std::chrono::duration<double>(now - last_line_).count() >= 5.0) {
-            if (last && finished == 0) return;
+            if (finished == printed_) return;  // nothing new since the last line
+            printed_ = finished;
             std::snprintf(text, sizeof(text),
                           "dp-launch: progress %lld/%lld images, %.2f images/s, ETA %.0f s\n",
                           static_cast<long long>(finished), static_cast<long long>(to_run_), rate, eta);
@@ -209,6 +244,7 @@ class JobMonitor : public StatusListener {
     std::string manifest_path_;
     UniqueFd manifest_;
     bool tty_ = false;
+    int64_t printed_ = 0;
     std::chrono::steady_clock::time_point start_, last_line_{};
 };
 

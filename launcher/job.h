@@ -13,6 +13,15 @@ namespace dp::launcher {
 
 inline constexpr int kExitNoInput = 66;  // sysexits EX_NOINPUT: the prompt file cannot be read
 
+// The model used without --model: a tiny random SD3 shipped in models/ (see models/README.md).
+inline constexpr const char* kDefaultModel = "tiny-random-sd3";
+
+// A model folder path as given (when it contains a '/' or exists as given), else the shipped
+// model of that name, looked up next to the executable: $DP_MODELS_DIR/NAME,
+// EXE/../share/dp-launch/models/NAME, EXE/../../models/NAME. Throws UsageError naming `source`
+// and the places searched when there is none.
+std::string resolve_model(const std::string& name, const std::string& source);
+
 struct JobOptions {
     std::string prompts;  // a path, or "-" for standard input
     std::string model;

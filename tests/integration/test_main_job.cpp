@@ -225,3 +225,16 @@ TEST_CASE("a size the model cannot make is a failed prompt in the manifest, and 
     CHECK(records[0]["error"].get<std::string>().find("position table") != std::string::npos);
     CHECK(records[1]["status"] == "ok");
 }
+
+TEST_CASE("without --model the shipped default is found next to dp-launch, wherever the job runs") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", "default model\n");
+    Launch launch({"-n", "2", "--steps", "1", "-o", dir + "/out", "-q", prompts});
+    LaunchResult r = launch.wait(120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const auto records = manifest(dir + "/out");
+    REQUIRE(records.size() == 1);
+    const std::string model = records[0]["model"].get<std::string>();
+    CHECK(model.substr(model.size() - 23) == "/models/tiny-random-sd3");
+    CHECK(records[0]["width"] == 32);  // the model's default size
+}
