@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU checks, in one run, on a machine with a CUDA GPU: build against that machine's own
+# LibTorch (a python3 with torch, or a LibTorch folder), run the `gpu` tests, then time a short
+# generation on one GPU and print images/s. Needs no network: headers it cannot find on the
+# machine come from .deps/ (scripts/vendor-deps.sh, run where Debian's packages are).
+#
+#   scripts/gpu-check.sh [PYTHON_OR_LIBTORCH_DIR]     (default: python3)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+torch=${1:-python3}
+build=${DP_BUILD_DIR:-$root/build-gpu}
+start=$(date +%s)
+
+if [[ -d $torch ]]; then
+    prefix=$torch
+    py=$(command -v python3 || true)
+else
+    py=$torch
+    prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+fi
+echo "== LibTorch from $prefix"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi: not found"
+
+extra=()
+if [[ -d $root/.deps ]]; then
+    extra+=("-DCMAKE_PREFIX_PATH=$root/.deps" "-DCMAKE_INCLUDE_PATH=$root/.deps/include" "-DCMAKE_LIBRARY_PATH=$root/.deps/lib"
+            "-DCMAKE_CXX_FLAGS=-isystem $root/.deps/include" "-DICU_ROOT=$root/.deps")
+    export LD_LIBRARY_PATH=$root/.deps/lib:${LD_LIBRARY_PATH:-}
+fi
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDP_TORCH_PREFIX="$prefix" -DDP_PYTHON="$py" \
+      -DTORCH_CUDA_ARCH_LIST=9.0 "${extra[@]}" >"$build.configure.log" 2>&1 || { tail -40 "$build.configure.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)" >"$build.build.log" 2>&1 || { grep -E -A5 'error' "$build.build.log" | head -60; exit 1; }
+echo "== build: $(( $(date +%s) - start )) s"
+
+echo "== gpu tests"
+ctest --test-dir "$build" -L gpu --output-on-failure || status=$?
+
+echo "== timed generation on one GPU (default model, 20 steps, 8 prompts, warm-up excluded)"
+out=$(mktemp -d)
+head -n 8 "$root/examples/prompts.txt" >"$out/p.txt"
+"$build/bin/dp-launch" -n 1 --device cuda --steps 2 -q -o "$out/warm" "$out/p.txt" >/dev/null
+"$build/bin/dp-launch" -n 1 --device cuda --steps 20 -q -o "$out/run" "$out/p.txt"
+rm -rf "$out"
+echo "== total: $(( $(date +%s) - start )) s"
+exit ${status:-0}
