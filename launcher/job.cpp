@@ -312,8 +312,19 @@ int run_job(const LaunchSpec& launch, const JobOptions& job) {
 
     LaunchSpec spec = launch;
     const std::string worker = job.worker.empty() ? self_dir() + "/dp-worker" : job.worker;
-    spec.command = {worker,         "--model", job.model, "--requests", requests_path, "--output-dir",
-                    job.output_dir, "--dtype", job.dtype, "--device",   job.device};
+    spec.command = {worker,
+                    "--model",
+                    job.model,
+                    "--requests",
+                    requests_path,
+                    "--output-dir",
+                    job.output_dir,
+                    "--dtype",
+                    job.dtype,
+                    "--device",
+                    job.device,
+                    "--batch-size",
+                    std::to_string(job.batch_size)};
     if (job.random_weights)
         spec.command.insert(spec.command.end(), {"--random-weights", std::to_string(*job.random_weights)});
 

@@ -32,6 +32,7 @@ struct JobOptions {
     uint64_t seed = 0;
     int width = 0;  // 0: the model's default
     int height = 0;
+    int batch_size = 1;
     std::string dtype = "fp32";
     std::string device = "auto";
     std::string negative_prompt;

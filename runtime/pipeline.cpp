@@ -152,10 +152,21 @@ at::Tensor pad_last(const at::Tensor& x, int64_t to) {
 }  // namespace
 
 GenerateResult Sd3Pipeline::generate(const GenerateRequest& r) const {
+    return std::move(generate_batch({r}).front());
+}
+
+std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
     c10::InferenceMode inference;  // no autograd bookkeeping on any tensor made here
+    if (batch.empty()) return {};
     const Components& c = *c_;
     const Sd3TransformerConfig& tc = c.transformer->config();
-    GenerateResult result;
+    const GenerateRequest& r = batch.front();
+    for (const GenerateRequest& other : batch)
+        if (other.steps != r.steps || other.guidance_scale != r.guidance_scale || other.width != r.width ||
+            other.height != r.height)
+            throw ModelError("a batch must share steps, guidance scale and size");
+    const int64_t n = static_cast<int64_t>(batch.size());
+    std::vector<GenerateResult> results(batch.size());
     const int width = r.width ? r.width : default_width();
     const int height = r.height ? r.height : default_height();
     const int multiple = size_multiple();
@@ -165,47 +176,58 @@ GenerateResult Sd3Pipeline::generate(const GenerateRequest& r) const {
                          " for this model");
     if (r.steps < 1) throw ModelError("steps must be at least 1");
 
-    auto encode = [&](const std::string& text) {
+    // Both CLIP encoders over the batch; T5 absent, so zeros (diffusers' max_sequence_length).
+    auto encode = [&](bool negative) {
         PromptEmbeds e;
         std::vector<at::Tensor> hidden, pooled;
         for (int which = 0; which < 2; ++which) {
             const ClipTokenizer& tok = which == 0 ? *c.tokenizer : *c.tokenizer_2;
             const ClipTextEncoder& enc = which == 0 ? *c.text_encoder : *c.text_encoder_2;
-            const ClipEncoding ids = tok.encode(text);
-            if (ids.dropped_tokens > 0 && which == 0)
-                result.warnings.push_back(
-                    "The following part of your input was truncated because CLIP can only handle sequences "
-                    "up to " +
-                    std::to_string(tok.model_max_length()) + " tokens (" +
-                    std::to_string(ids.dropped_tokens) + " tokens dropped): " + tok.decode(ids.truncated));
-            const at::Tensor input = at::tensor(ids.ids, at::kLong).unsqueeze(0).to(c.options.device);
+            std::vector<int64_t> ids;
+            for (std::size_t k = 0; k < batch.size(); ++k) {
+                const ClipEncoding one = tok.encode(negative ? batch[k].negative_prompt : batch[k].prompt);
+                if (one.dropped_tokens > 0 && which == 0)
+                    results[k].warnings.push_back(
+                        std::string(negative ? "negative prompt: " : "") +
+                        "The following part of your input was truncated because CLIP can only handle "
+                        "sequences up to " +
+                        std::to_string(tok.model_max_length()) + " tokens (" +
+                        std::to_string(one.dropped_tokens) +
+                        " tokens dropped): " + tok.decode(one.truncated));
+                ids.insert(ids.end(), one.ids.begin(), one.ids.end());
+            }
+            const at::Tensor input = at::tensor(ids, at::kLong).view({n, -1}).to(c.options.device);
             ClipTextOutput out = enc.forward(input);
             hidden.push_back(out.hidden.to(c.options.dtype));
             pooled.push_back(out.pooled.to(c.options.dtype));
         }
         const at::Tensor clip = pad_last(at::cat(hidden, -1), tc.joint_attention_dim);
-        const at::Tensor t5 = at::zeros({1, kT5SequenceLength, tc.joint_attention_dim}, clip.options());
+        const at::Tensor t5 = at::zeros({n, kT5SequenceLength, tc.joint_attention_dim}, clip.options());
         e.sequence = at::cat({clip, t5}, -2);
         e.pooled = at::cat(pooled, -1);
         return e;
     };
 
     const bool cfg = r.guidance_scale > 1.0;
-    const PromptEmbeds positive = encode(r.prompt);
+    const PromptEmbeds positive = encode(false);
     at::Tensor text = positive.sequence, pooled = positive.pooled;
-    if (cfg) {
-        const PromptEmbeds negative = encode(r.negative_prompt);
+    if (cfg) {  // diffusers' order: all negatives, then all positives
+        const PromptEmbeds negative = encode(true);
         text = at::cat({negative.sequence, positive.sequence}, 0);
         pooled = at::cat({negative.pooled, positive.pooled}, 0);
     }
 
     // The initial noise: drawn on CPU from a generator seeded per request, exactly as diffusers'
-    // randn_tensor with generator=torch.Generator("cpu").manual_seed(seed).
+    // randn_tensor with generator=torch.Generator("cpu").manual_seed(seed), so an image does not
+    // depend on what else is in its batch.
     const int64_t lh = height / c.vae_scale, lw = width / c.vae_scale;
-    at::Generator gen = at::detail::createCPUGenerator(r.seed);
-    at::Tensor latents =
-        at::randn({1, tc.in_channels, lh, lw}, gen, at::TensorOptions().dtype(c.options.dtype))
-            .to(c.options.device);
+    std::vector<at::Tensor> noise_parts;
+    for (const GenerateRequest& req : batch) {
+        at::Generator gen = at::detail::createCPUGenerator(req.seed);
+        noise_parts.push_back(
+            at::randn({1, tc.in_channels, lh, lw}, gen, at::TensorOptions().dtype(c.options.dtype)));
+    }
+    at::Tensor latents = at::cat(noise_parts, 0).to(c.options.device);
 
     FlowMatchEulerScheduler scheduler(c.scheduler);
     std::optional<double> mu;
@@ -225,13 +247,17 @@ GenerateResult Sd3Pipeline::generate(const GenerateRequest& r) const {
         latents = scheduler.step(noise, i, latents);
         if (r.on_step) r.on_step(i + 1, r.steps);
     }
-    result.latents = latents.to(at::kCPU, at::kFloat);
 
     at::Tensor image = c.vae ? c.vae->decode(latents) : latents;
     // diffusers' postprocess: [-1, 1] -> [0, 1], clamp, fp32, x 255, round half to even, uint8.
     image = (image / 2 + 0.5).clamp(0, 1).to(at::kCPU, at::kFloat);
-    result.image = (image[0].permute({1, 2, 0}) * 255).round().to(at::kByte).contiguous();
-    return result;
+    const at::Tensor pixels = (image.permute({0, 2, 3, 1}) * 255).round().to(at::kByte);
+    const at::Tensor final_latents = latents.to(at::kCPU, at::kFloat);
+    for (int64_t k = 0; k < n; ++k) {
+        results[static_cast<std::size_t>(k)].image = pixels[k].contiguous();
+        results[static_cast<std::size_t>(k)].latents = final_latents.narrow(0, k, 1).contiguous();
+    }
+    return results;
 }
 
 }  // namespace dp::runtime

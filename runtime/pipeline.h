@@ -47,6 +47,10 @@ class Sd3Pipeline {
 
     // Validates the request (ModelError for sizes the model cannot take) and generates one image.
     GenerateResult generate(const GenerateRequest& request) const;
+    // Several requests that share steps, guidance scale and size, through the model together.
+    // Each keeps its own seed and noise; only the batched matmuls' shapes differ from one at a
+    // time, which can move a pixel by one step of 255 (README "Seeds and determinism").
+    std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests) const;
 
     int default_width() const;
     int default_height() const;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -129,30 +130,51 @@ int run_worker(const WorkerOptions& o) {
     int failed = 0;
     if (!mine.empty()) {
         const auto pipeline = Sd3Pipeline::load(po);
-        for (const Request& r : mine) {
+        std::size_t next = 0;
+        while (next < mine.size()) {
+            // A batch: consecutive requests that can share the model's shapes.
+            std::vector<const Request*> group = {&mine[next++]};
+            const GenerateRequest& first = group.front()->generate;
+            while (next < mine.size() && static_cast<int>(group.size()) < std::max(1, o.batch_size)) {
+                const GenerateRequest& g = mine[next].generate;
+                if (g.steps != first.steps || g.guidance_scale != first.guidance_scale ||
+                    g.width != first.width || g.height != first.height)
+                    break;
+                group.push_back(&mine[next++]);
+            }
+            std::vector<GenerateRequest> requests;
+            for (const Request* r : group) requests.push_back(r->generate);
             const auto start = std::chrono::steady_clock::now();
             try {
-                GenerateResult result = pipeline->generate(r.generate);
-                for (const std::string& w : result.warnings)
-                    std::cerr << "prompt " << r.index << ": " << w << std::endl;
-                const WrittenImage img = write_png_atomically(
-                    o.output_dir + "/" + r.file, result.image.data_ptr<uint8_t>(),
-                    static_cast<int>(result.image.size(1)), static_cast<int>(result.image.size(0)));
+                std::vector<GenerateResult> results = pipeline->generate_batch(requests);
                 const double ms =
                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                        .count();
-                status.send({{"event", "image"},
-                             {"index", r.index},
-                             {"file", r.file},
-                             {"sha256", img.sha256},
-                             {"rank", rank},
-                             {"ms", ms},
-                             {"width", result.image.size(1)},
-                             {"height", result.image.size(0)}});
+                        .count() /
+                    static_cast<double>(group.size());
+                for (std::size_t k = 0; k < group.size(); ++k) {
+                    const Request& r = *group[k];
+                    const GenerateResult& result = results[k];
+                    for (const std::string& w : result.warnings)
+                        std::cerr << "prompt " << r.index << ": " << w << std::endl;
+                    const WrittenImage img = write_png_atomically(
+                        o.output_dir + "/" + r.file, result.image.data_ptr<uint8_t>(),
+                        static_cast<int>(result.image.size(1)), static_cast<int>(result.image.size(0)));
+                    status.send({{"event", "image"},
+                                 {"index", r.index},
+                                 {"file", r.file},
+                                 {"sha256", img.sha256},
+                                 {"rank", rank},
+                                 {"ms", ms},
+                                 {"width", result.image.size(1)},
+                                 {"height", result.image.size(0)}});
+                }
             } catch (const Error& e) {
-                ++failed;
-                std::cerr << "prompt " << r.index << ": " << e.what() << std::endl;
-                status.send({{"event", "failed"}, {"index", r.index}, {"error", e.what()}, {"rank", rank}});
+                for (const Request* r : group) {
+                    ++failed;
+                    std::cerr << "prompt " << r->index << ": " << e.what() << std::endl;
+                    status.send(
+                        {{"event", "failed"}, {"index", r->index}, {"error", e.what()}, {"rank", rank}});
+                }
             }
         }
     }

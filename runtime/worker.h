@@ -16,6 +16,7 @@ struct WorkerOptions {
     std::string dtype = "fp32";   // fp32, bf16, fp16
     std::string device = "auto";  // auto, cpu, cuda
     std::optional<uint64_t> random_weights;
+    int batch_size = 1;  // consecutive requests with the same steps, guidance and size go through together
 };
 
 // Runs the rank and returns its exit code. Throws Error for what prevents it from starting.
