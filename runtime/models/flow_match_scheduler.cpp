@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "runtime/errors.h"
+#include "runtime/models/config_json.h"
 
 namespace dp::runtime {
 namespace {
@@ -32,65 +33,42 @@ std::vector<double> linspace(double start, double stop, int num) {
     return out;
 }
 
-template <typename T>
-T get_or(const nlohmann::json& j, const char* key, T fallback, const std::string& path) {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    try {
-        return j[key].get<T>();
-    } catch (const nlohmann::json::exception&) {
-        throw ModelError(path + ": '" + key + "' has the wrong type (" + j[key].dump().substr(0, 40) + ")");
-    }
-}
-
 }  // namespace
 
 FlowMatchSchedulerConfig FlowMatchSchedulerConfig::from_json_text(const std::string& text,
                                                                   const std::string& path) {
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        throw ModelError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 200) + ")");
-    }
-    if (!j.is_object()) throw ModelError(path + ": expected a JSON object");
-    const std::string cls = get_or<std::string>(j, "_class_name", "FlowMatchEulerDiscreteScheduler", path);
+    const ConfigJson j(text, path);
+    const std::string cls = j.string("_class_name", "FlowMatchEulerDiscreteScheduler");
     if (cls != "FlowMatchEulerDiscreteScheduler")
         throw ModelError(path + ": scheduler class '" + cls +
                          "' is not supported (supported: FlowMatchEulerDiscreteScheduler)");
     for (const char* unsupported :
          {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "stochastic_sampling"})
-        if (get_or<bool>(j, unsupported, false, path))
-            throw ModelError(path + ": '" + unsupported + "': true is not supported; set it to false");
+        if (j.boolean(unsupported, false)) j.fail(unsupported, "true is not supported; set it to false");
     FlowMatchSchedulerConfig c;
-    c.num_train_timesteps = get_or<int>(j, "num_train_timesteps", c.num_train_timesteps, path);
-    c.shift = get_or<double>(j, "shift", c.shift, path);
-    c.use_dynamic_shifting = get_or<bool>(j, "use_dynamic_shifting", c.use_dynamic_shifting, path);
-    c.base_shift = get_or<double>(j, "base_shift", c.base_shift, path);
-    c.max_shift = get_or<double>(j, "max_shift", c.max_shift, path);
-    c.base_image_seq_len = get_or<int>(j, "base_image_seq_len", c.base_image_seq_len, path);
-    c.max_image_seq_len = get_or<int>(j, "max_image_seq_len", c.max_image_seq_len, path);
-    c.invert_sigmas = get_or<bool>(j, "invert_sigmas", c.invert_sigmas, path);
-    if (j.contains("shift_terminal") && !j["shift_terminal"].is_null())
-        c.shift_terminal = get_or<double>(j, "shift_terminal", 0, path);
-    const std::string shift_type = get_or<std::string>(j, "time_shift_type", "exponential", path);
+    c.num_train_timesteps =
+        static_cast<int>(j.integer("num_train_timesteps", c.num_train_timesteps, 1, 1000000));
+    c.shift = j.number("shift", c.shift, 1e-6, 1e6);
+    c.use_dynamic_shifting = j.boolean("use_dynamic_shifting", c.use_dynamic_shifting);
+    c.base_shift = j.number("base_shift", c.base_shift, -1e6, 1e6);
+    c.max_shift = j.number("max_shift", c.max_shift, -1e6, 1e6);
+    c.base_image_seq_len =
+        static_cast<int>(j.integer("base_image_seq_len", c.base_image_seq_len, 1, 1 << 30));
+    c.max_image_seq_len = static_cast<int>(j.integer("max_image_seq_len", c.max_image_seq_len, 1, 1 << 30));
+    c.invert_sigmas = j.boolean("invert_sigmas", c.invert_sigmas);
+    if (j.has("shift_terminal")) c.shift_terminal = j.number("shift_terminal", 0, 0, 1 - 1e-9);
+    const std::string shift_type = j.string("time_shift_type", "exponential");
     if (shift_type != "exponential" && shift_type != "linear")
-        throw ModelError(path + ": time_shift_type '" + shift_type + "' (accepted: exponential, linear)");
+        j.fail("time_shift_type", "is '" + shift_type + "'; accepted: exponential, linear");
     c.linear_time_shift = shift_type == "linear";
-    if (c.num_train_timesteps < 1 || c.num_train_timesteps > 1000000)
-        throw ModelError(path + ": num_train_timesteps must be from 1 to 1000000");
-    if (!(c.shift > 0) || !std::isfinite(c.shift))
-        throw ModelError(path + ": shift must be a positive number");
     if (c.use_dynamic_shifting && c.max_image_seq_len == c.base_image_seq_len)
-        throw ModelError(path + ": max_image_seq_len must differ from base_image_seq_len");
+        j.fail("max_image_seq_len", "must differ from base_image_seq_len");
     return c;
 }
 
 FlowMatchSchedulerConfig FlowMatchSchedulerConfig::from_json_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw ModelError(path + ": cannot read (" + std::strerror(errno) + ")");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return from_json_text(ss.str(), path);
+    const ConfigJson j = ConfigJson::from_file(path);
+    return from_json_text(j.raw().dump(), path);
 }
 
 double flow_match_mu(const FlowMatchSchedulerConfig& c, int image_seq_len) {

@@ -21,6 +21,14 @@ def save(name, tensors, meta):
     print(f"{path}: {len(tensors)} tensors, {os.path.getsize(path)} bytes")
 
 
+def perturb_norms(model):
+    """Random norm weights too, so that a swapped scale and shift cannot pass unnoticed."""
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.add_(torch.randn_like(p) * 0.1)
+
+
 def scheduler():
     from diffusers import FlowMatchEulerDiscreteScheduler
 
@@ -163,11 +171,7 @@ def transformer():
     for name, (config, (h, w)) in shapes.items():
         torch.manual_seed(3)
         model = SD3Transformer2DModel(**config).eval()
-        # Random norm weights too, so that a swapped scale and shift cannot pass unnoticed.
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                if "norm" in n:
-                    p.add_(torch.randn_like(p) * 0.1)
+        perturb_norms(model)
         folder = os.path.join(OUT, name)
         model.save_pretrained(folder, safe_serialization=True)
         g = torch.Generator().manual_seed(4)
@@ -199,10 +203,7 @@ def vae():
     for name, config in shapes.items():
         torch.manual_seed(5)
         model = AutoencoderKL(**config).eval()
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                if "norm" in n:
-                    p.add_(torch.randn_like(p) * 0.1)
+        perturb_norms(model)
         folder = os.path.join(OUT, name)
         model.save_pretrained(folder, safe_serialization=True)
         g = torch.Generator().manual_seed(6)
