@@ -1,0 +1,85 @@
+#include "strategies/mesh.h"
+
+#include <set>
+#include <stdexcept>
+
+namespace dp::strategies {
+
+const char* mesh_dim_name(MeshDim dim) {
+    static const char* names[] = {"dp", "cfg", "ring", "ulysses", "tp"};
+    return names[static_cast<int>(dim)];
+}
+
+int MeshDegrees::of(MeshDim dim) const {
+    switch (dim) {
+        case MeshDim::kDp:
+            return dp;
+        case MeshDim::kCfg:
+            return cfg;
+        case MeshDim::kRing:
+            return ring;
+        case MeshDim::kUlysses:
+            return ulysses;
+        case MeshDim::kTp:
+            return tp;
+    }
+    return 1;
+}
+
+Mesh::Mesh(int world, MeshDegrees degrees) : world_(world), degrees_(degrees) {
+    for (int d = 0; d < kMeshDims; ++d)
+        if (degrees.of(static_cast<MeshDim>(d)) < 1)
+            throw std::invalid_argument(std::string("mesh degree ") + mesh_dim_name(static_cast<MeshDim>(d)) +
+                                        " must be at least 1");
+    if (degrees.product() != world)
+        throw std::invalid_argument(describe() + ": the degrees multiply to " +
+                                    std::to_string(degrees.product()) + " but the world has " +
+                                    std::to_string(world) + " ranks");
+}
+
+std::array<int, kMeshDims> Mesh::coords(int rank) const {
+    std::array<int, kMeshDims> c{};
+    for (int d = kMeshDims - 1; d >= 0; --d) {  // tp varies fastest
+        const int size = degrees_.of(static_cast<MeshDim>(d));
+        c[static_cast<std::size_t>(d)] = rank % size;
+        rank /= size;
+    }
+    return c;
+}
+
+int Mesh::rank_of(const std::array<int, kMeshDims>& c) const {
+    int rank = 0;
+    for (int d = 0; d < kMeshDims; ++d)
+        rank = rank * degrees_.of(static_cast<MeshDim>(d)) + c[static_cast<std::size_t>(d)];
+    return rank;
+}
+
+std::vector<int> Mesh::group(int rank, MeshDim dim) const {
+    std::array<int, kMeshDims> c = coords(rank);
+    std::vector<int> out;
+    for (int i = 0; i < degrees_.of(dim); ++i) {
+        c[static_cast<std::size_t>(dim)] = i;
+        out.push_back(rank_of(c));
+    }
+    return out;
+}
+
+std::vector<std::vector<int>> Mesh::groups(MeshDim dim) const {
+    std::set<std::vector<int>> seen;
+    std::vector<std::vector<int>> out;
+    for (int r = 0; r < world_; ++r) {
+        std::vector<int> g = group(r, dim);
+        if (seen.insert(g).second) out.push_back(std::move(g));
+    }
+    return out;
+}
+
+std::string Mesh::describe() const {
+    std::string out;
+    for (int d = 0; d < kMeshDims; ++d)
+        out += (d ? " " : "") + std::string(mesh_dim_name(static_cast<MeshDim>(d))) + "=" +
+               std::to_string(degrees_.of(static_cast<MeshDim>(d)));
+    return out;
+}
+
+}  // namespace dp::strategies

@@ -1,0 +1,46 @@
+#pragma once
+// The device mesh: world = dp x cfg x ring x ulysses x tp, with tp innermost so that adjacent
+// ranks (same node, fastest links) carry the heaviest traffic, then ulysses, ring, cfg, and dp
+// outermost. A pure description, no LibTorch: `dp-launch plan` prints it and the worker builds
+// its c10d sub-groups from it.
+
+#include <array>
+#include <string>
+#include <vector>
+
+namespace dp::strategies {
+
+enum class MeshDim { kDp = 0, kCfg = 1, kRing = 2, kUlysses = 3, kTp = 4 };
+inline constexpr int kMeshDims = 5;
+const char* mesh_dim_name(MeshDim dim);
+
+struct MeshDegrees {
+    int dp = 1, cfg = 1, ring = 1, ulysses = 1, tp = 1;
+    int product() const { return dp * cfg * ring * ulysses * tp; }
+    int of(MeshDim dim) const;
+};
+
+class Mesh {
+  public:
+    // Throws std::invalid_argument (naming the degrees) unless their product is `world`.
+    Mesh(int world, MeshDegrees degrees);
+
+    int world() const { return world_; }
+    const MeshDegrees& degrees() const { return degrees_; }
+    // The rank's index along each dimension.
+    std::array<int, kMeshDims> coords(int rank) const;
+    int rank_of(const std::array<int, kMeshDims>& coords) const;
+    // The ranks that share every coordinate with `rank` except `dim`, in order along `dim`: the
+    // sub-group `rank` belongs to for that dimension.
+    std::vector<int> group(int rank, MeshDim dim) const;
+    // Every distinct group along `dim`.
+    std::vector<std::vector<int>> groups(MeshDim dim) const;
+    // "dp=2 cfg=2 ..." for messages and plans.
+    std::string describe() const;
+
+  private:
+    int world_;
+    MeshDegrees degrees_;
+};
+
+}  // namespace dp::strategies
