@@ -251,6 +251,14 @@ class JobMonitor : public StatusListener {
 }  // namespace
 
 int run_job(const LaunchSpec& launch, const JobOptions& job) {
+    if (job.cfg_parallel && launch.world_size() % 2 != 0)
+        throw UsageError("--cfg-parallel: the world has " + std::to_string(launch.world_size()) +
+                         " ranks; CFG parallelism pairs them, so it needs an even number (try -n " +
+                         std::to_string(launch.num_processes + 1) + ")");
+    if (job.cfg_parallel && job.guidance_scale <= 1.0)
+        throw UsageError("--cfg-parallel with --guidance-scale " +
+                         std::to_string(job.guidance_scale).substr(0, 4) +
+                         ": there is no guidance to split at a scale of 1 or less");
     const std::string name = job.prompts == "-" ? "<stdin>" : job.prompts;
     const std::string bytes = read_prompts(job.prompts);
     const bool jsonl = job.prompts == "-" ? looks_like_jsonl(bytes) : is_jsonl_name(job.prompts);
@@ -325,6 +333,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& job) {
                     job.device,
                     "--batch-size",
                     std::to_string(job.batch_size)};
+    if (job.cfg_parallel) spec.command.push_back("--cfg-parallel");
     if (job.random_weights)
         spec.command.insert(spec.command.end(), {"--random-weights", std::to_string(*job.random_weights)});
 

@@ -33,6 +33,7 @@ struct JobOptions {
     int width = 0;  // 0: the model's default
     int height = 0;
     int batch_size = 1;
+    bool cfg_parallel = false;  // pairs of ranks split classifier-free guidance's two branches
     std::string dtype = "fp32";
     std::string device = "auto";
     std::string negative_prompt;

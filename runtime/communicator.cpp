@@ -2,10 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 // Gloo's headers come from Debian's libgloo-dev: the wheel ships ProcessGroupGloo.hpp without the
 // gloo headers it includes. We only hold gloo objects through pointers, so the class layouts we
 // compile against do not depend on the gloo version inside libtorch_cpu.
 // (USE_C10D_GLOO and USE_C10D_NCCL come with LibTorch's compile definitions.)
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef DP_WITH_NCCL
@@ -65,7 +68,49 @@ Communicator::Communicator(const CommunicatorOptions& o) : options_(o), impl_(st
     }
 }
 
+Communicator::Communicator(const CommunicatorOptions& options, std::unique_ptr<Impl> impl)
+    : options_(options), impl_(std::move(impl)) {}
+
 Communicator::~Communicator() = default;
+
+std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ranks, const std::string& tag) {
+    const auto me = std::find(ranks.begin(), ranks.end(), rank());
+    if (me == ranks.end())
+        throw Error("rank " + std::to_string(rank()) + " is not in the sub-group " + tag, 1);
+    CommunicatorOptions o = options_;
+    o.rank = static_cast<int>(me - ranks.begin());
+    o.world_size = static_cast<int>(ranks.size());
+    auto impl = std::make_unique<Impl>();
+    impl->store = c10::make_intrusive<c10d::PrefixStore>(tag, impl_->store);
+    try {
+        if (o.backend == "gloo") {
+            auto go = c10d::ProcessGroupGloo::Options::create(o.timeout);
+            const bool local =
+                o.master_addr == "127.0.0.1" || o.master_addr == "localhost" || o.master_addr == "::1";
+            go->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                        : c10d::ProcessGroupGloo::createDefaultDevice());
+            impl->backend =
+                c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, o.rank, o.world_size, go);
+        } else {
+#ifdef DP_WITH_NCCL
+            auto no = c10d::ProcessGroupNCCL::Options::create();
+            no->timeout = o.timeout;
+            impl->backend =
+                c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, o.rank, o.world_size, no);
+#else
+            throw Error("the nccl backend is not built in", 1);
+#endif
+        }
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception& e) {
+        std::string why = e.what();
+        if (auto nl = why.find('\n'); nl != std::string::npos) why = why.substr(0, nl);
+        throw Error("rank " + std::to_string(rank()) + ": could not form the sub-group " + tag + ": " + why,
+                    1);
+    }
+    return std::unique_ptr<Communicator>(new Communicator(o, std::move(impl)));
+}
 
 namespace {
 void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int rank) {

@@ -45,11 +45,17 @@ class Communicator {
     std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
     void broadcast(at::Tensor& tensor, int root);
 
+    // A sub-group of `ranks` (global ranks, in group order) over this group's store, under `tag`.
+    // Only members call it, each once per tag; returns their Communicator, whose rank() and size()
+    // are within the sub-group.
+    std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks, const std::string& tag);
+
     // Bytes this rank sent into each kind of collective ("all_reduce", "all_gather", ...).
     const std::map<std::string, uint64_t>& bytes() const { return bytes_; }
 
   private:
     struct Impl;
+    Communicator(const CommunicatorOptions& options, std::unique_ptr<Impl> impl);
     CommunicatorOptions options_;
     std::unique_ptr<Impl> impl_;
     std::map<std::string, uint64_t> bytes_;

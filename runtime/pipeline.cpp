@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/communicator.h"
 #include "runtime/errors.h"
 #include "runtime/models/clip_text_encoder.h"
 #include "runtime/models/clip_tokenizer.h"
@@ -209,12 +210,22 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     };
 
     const bool cfg = r.guidance_scale > 1.0;
-    const PromptEmbeds positive = encode(false);
-    at::Tensor text = positive.sequence, pooled = positive.pooled;
-    if (cfg) {  // diffusers' order: all negatives, then all positives
-        const PromptEmbeds negative = encode(true);
-        text = at::cat({negative.sequence, positive.sequence}, 0);
-        pooled = at::cat({negative.pooled, positive.pooled}, 0);
+    // With a CFG group each rank encodes and denoises one branch: rank 0 the negative one.
+    const bool split_cfg = cfg && cfg_group_ && cfg_group_->size() == 2;
+    at::Tensor text, pooled;
+    if (split_cfg) {
+        const PromptEmbeds mine = encode(cfg_group_->rank() == 0);
+        text = mine.sequence;
+        pooled = mine.pooled;
+    } else {
+        const PromptEmbeds positive = encode(false);
+        text = positive.sequence;
+        pooled = positive.pooled;
+        if (cfg) {  // diffusers' order: all negatives, then all positives
+            const PromptEmbeds negative = encode(true);
+            text = at::cat({negative.sequence, positive.sequence}, 0);
+            pooled = at::cat({negative.pooled, positive.pooled}, 0);
+        }
     }
 
     // The initial noise: drawn on CPU from a generator seeded per request, exactly as diffusers'
@@ -236,11 +247,15 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     scheduler.set_timesteps(r.steps, mu);
 
     for (int i = 0; i < r.steps; ++i) {
-        const at::Tensor model_in = cfg ? at::cat({latents, latents}, 0) : latents;
+        const at::Tensor model_in = cfg && !split_cfg ? at::cat({latents, latents}, 0) : latents;
         const at::Tensor t = at::full({model_in.size(0)}, scheduler.timesteps()[static_cast<std::size_t>(i)],
                                       at::TensorOptions().dtype(at::kFloat).device(c.options.device));
         at::Tensor noise = c.transformer->forward(model_in, text, pooled, t);
-        if (cfg) {
+        if (split_cfg) {
+            const std::vector<at::Tensor> parts =
+                cfg_group_->all_gather(noise.contiguous());  // [negative, positive]
+            noise = parts[0] + r.guidance_scale * (parts[1] - parts[0]);
+        } else if (cfg) {
             const std::vector<at::Tensor> parts = noise.chunk(2, 0);
             noise = parts[0] + r.guidance_scale * (parts[1] - parts[0]);
         }

@@ -14,6 +14,8 @@
 
 namespace dp::runtime {
 
+class Communicator;
+
 struct PipelineOptions {
     std::string model_dir;                   // a diffusers folder with model_index.json
     std::optional<uint64_t> random_weights;  // set: the folder's configs with seeded random weights
@@ -52,6 +54,11 @@ class Sd3Pipeline {
     // time, which can move a pixel by one step of 255 (README "Seeds and determinism").
     std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests) const;
 
+    // CFG parallelism: with a group of two, rank 0 of it runs the unconditional (negative) branch
+    // and rank 1 the conditional one; they exchange noise predictions every step and both hold
+    // the same latents. nullptr: both branches here, as one batch.
+    void set_cfg_group(Communicator* group) { cfg_group_ = group; }
+
     int default_width() const;
     int default_height() const;
     // Width and height must be multiples of this.
@@ -61,6 +68,7 @@ class Sd3Pipeline {
     struct Components;
     explicit Sd3Pipeline(std::unique_ptr<Components> c);
     std::unique_ptr<Components> c_;
+    Communicator* cfg_group_ = nullptr;
 };
 
 }  // namespace dp::runtime

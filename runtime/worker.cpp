@@ -15,6 +15,7 @@
 #include "runtime/image_sink.h"
 #include "runtime/pipeline.h"
 #include "runtime/split.h"
+#include "strategies/mesh.h"
 
 namespace dp::runtime {
 namespace {
@@ -123,13 +124,29 @@ int run_worker(const WorkerOptions& o) {
     Communicator comm(co);
 
     const std::vector<Request> all = read_requests(o.requests_file);
-    const std::vector<Request> mine = split_between_processes(all, world, rank);
+    // The mesh: prompts are split over the dp dimension; the ranks of one cfg pair take the same ones.
+    strategies::MeshDegrees degrees;
+    degrees.cfg = o.cfg_parallel ? 2 : 1;
+    if (world % degrees.cfg != 0)
+        throw Error("--cfg-parallel needs an even number of ranks, not " + std::to_string(world), 2);
+    degrees.dp = world / degrees.cfg;
+    const strategies::Mesh mesh(world, degrees);
+    const auto coords = mesh.coords(rank);
+    const int dp_index = coords[static_cast<std::size_t>(strategies::MeshDim::kDp)];
+    const int cfg_index = coords[static_cast<std::size_t>(strategies::MeshDim::kCfg)];
+    std::unique_ptr<Communicator> cfg_group;
+    if (o.cfg_parallel)
+        cfg_group = comm.subgroup(mesh.group(rank, strategies::MeshDim::kCfg),
+                                  "cfg/" + std::to_string(dp_index) + "/");
+    const bool writer = cfg_index == 0;  // one rank of each model replica writes and reports
+    const std::vector<Request> mine = split_between_processes(all, degrees.dp, dp_index);
     StatusChannel status;
     status.send({{"event", "start"}, {"rank", rank}, {"count", mine.size()}, {"device", po.device.str()}});
 
     int failed = 0;
     if (!mine.empty()) {
         const auto pipeline = Sd3Pipeline::load(po);
+        pipeline->set_cfg_group(cfg_group.get());
         std::size_t next = 0;
         while (next < mine.size()) {
             // A batch: consecutive requests that can share the model's shapes.
@@ -151,7 +168,7 @@ int run_worker(const WorkerOptions& o) {
                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                         .count() /
                     static_cast<double>(group.size());
-                for (std::size_t k = 0; k < group.size(); ++k) {
+                for (std::size_t k = 0; k < group.size() && writer; ++k) {
                     const Request& r = *group[k];
                     const GenerateResult& result = results[k];
                     for (const std::string& w : result.warnings)
@@ -170,6 +187,7 @@ int run_worker(const WorkerOptions& o) {
                 }
             } catch (const Error& e) {
                 for (const Request* r : group) {
+                    if (!writer) break;
                     ++failed;
                     std::cerr << "prompt " << r->index << ": " << e.what() << std::endl;
                     status.send(

@@ -16,7 +16,10 @@ struct WorkerOptions {
     std::string dtype = "fp32";   // fp32, bf16, fp16
     std::string device = "auto";  // auto, cpu, cuda
     std::optional<uint64_t> random_weights;
-    int batch_size = 1;  // consecutive requests with the same steps, guidance and size go through together
+    int batch_size = 1;
+    bool cfg_parallel =
+        false;  // pairs of ranks split the guidance branches (mesh dp x cfg=2)  // consecutive requests with
+                // the same steps, guidance and size go through together
 };
 
 // Runs the rank and returns its exit code. Throws Error for what prevents it from starting.

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "integration/launch_harness.h"
@@ -256,4 +257,39 @@ TEST_CASE("--batch-size 3 runs every prompt once, with the same seeds and files 
     }
     MESSAGE(same << " of 5 images byte-identical to batch 1 (the rest differ by at most 1 per channel: see "
                     "the unit test)");
+}
+
+TEST_CASE("CFG parallel (cfg2, and dp2 x cfg2) gives the single-process images, byte for byte") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", kFivePrompts);
+    REQUIRE(run_launch(job_args(dir + "/single", {"-n", "1", prompts}), {}, 120).exit_code == 0);
+    for (int n : {2, 4}) {
+        CAPTURE(n);
+        const std::string out = dir + "/cfg" + std::to_string(n);
+        LaunchResult r =
+            run_launch(job_args(out, {"-n", std::to_string(n), "--cfg-parallel", prompts}), {}, 120);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        const auto a = manifest(dir + "/single"), b = manifest(out);
+        REQUIRE(b.size() == 5);
+        std::set<int> writers;
+        for (std::size_t i = 0; i < 5; ++i) {
+            CHECK(a[i]["sha256"] == b[i]["sha256"]);
+            writers.insert(b[i]["rank"].get<int>());
+        }
+        // Only the first rank of each pair writes: ranks 0 (and 2 with dp2 x cfg2).
+        CHECK(writers == (n == 2 ? std::set<int>{0} : std::set<int>{0, 2}));
+    }
+}
+
+TEST_CASE("CFG parallel is refused before anything starts when it cannot apply") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", "x\n");
+    LaunchResult odd = run_launch(job_args(dir + "/out", {"-n", "3", "--cfg-parallel", prompts}));
+    CHECK(odd.exit_code == 2);
+    CHECK(odd.err.find("--cfg-parallel: the world has 3 ranks") != std::string::npos);
+    LaunchResult unguided =
+        run_launch(job_args(dir + "/out", {"-n", "2", "--cfg-parallel", "--guidance-scale", "1", prompts}));
+    CHECK(unguided.exit_code == 2);
+    CHECK(unguided.err.find("no guidance to split") != std::string::npos);
+    CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
 }
