@@ -24,6 +24,40 @@ struct Communicator::Impl {
     c10::intrusive_ptr<c10d::Backend> backend;
 };
 
+namespace {
+
+std::string first_line(const std::exception& e) {
+    std::string why = e.what();
+    if (auto nl = why.find('\n'); nl != std::string::npos) why = why.substr(0, nl);
+    return why;
+}
+
+// The process group of `o.backend` over `store`, for rank o.rank of o.world_size.
+c10::intrusive_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                               const CommunicatorOptions& o) {
+    if (o.backend == "gloo") {
+        auto go = c10d::ProcessGroupGloo::Options::create(o.timeout);
+        // On one node everything stays on loopback; across nodes gloo picks the host's own address.
+        const bool local =
+            o.master_addr == "127.0.0.1" || o.master_addr == "localhost" || o.master_addr == "::1";
+        go->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                    : c10d::ProcessGroupGloo::createDefaultDevice());
+        return c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world_size, go);
+    }
+    if (o.backend == "nccl") {
+#ifdef DP_WITH_NCCL
+        auto no = c10d::ProcessGroupNCCL::Options::create();
+        no->timeout = o.timeout;
+        return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.rank, o.world_size, no);
+#else
+        throw Error("the nccl backend is not built in (no CUDA toolkit at build time); use --device cpu", 1);
+#endif
+    }
+    throw Error("unknown collective backend '" + o.backend + "' (known: gloo, nccl)", 2);
+}
+
+}  // namespace
+
 Communicator::Communicator(const CommunicatorOptions& o) : options_(o), impl_(std::make_unique<Impl>()) {
     const std::string where = o.master_addr + ":" + std::to_string(o.master_port);
     try {
@@ -34,36 +68,13 @@ Communicator::Communicator(const CommunicatorOptions& o) : options_(o), impl_(st
         so.waitWorkers = true;
         so.timeout = o.timeout;
         impl_->store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
-        if (o.backend == "gloo") {
-            auto go = c10d::ProcessGroupGloo::Options::create(o.timeout);
-            // On one node everything stays on loopback; across nodes gloo picks the host's own address.
-            const bool local =
-                o.master_addr == "127.0.0.1" || o.master_addr == "localhost" || o.master_addr == "::1";
-            go->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                        : c10d::ProcessGroupGloo::createDefaultDevice());
-            impl_->backend =
-                c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, o.rank, o.world_size, go);
-        } else if (o.backend == "nccl") {
-#ifdef DP_WITH_NCCL
-            auto no = c10d::ProcessGroupNCCL::Options::create();
-            no->timeout = o.timeout;
-            impl_->backend =
-                c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, o.rank, o.world_size, no);
-#else
-            throw Error("the nccl backend is not built in (no CUDA toolkit at build time); use --device cpu",
-                        1);
-#endif
-        } else {
-            throw Error("unknown collective backend '" + o.backend + "' (known: gloo, nccl)", 2);
-        }
+        impl_->backend = make_backend(impl_->store, o);
     } catch (const Error&) {
         throw;
     } catch (const std::exception& e) {
-        std::string why = e.what();
-        if (auto nl = why.find('\n'); nl != std::string::npos) why = why.substr(0, nl);
         throw Error("rank " + std::to_string(o.rank) + ": could not join the job's " + o.backend +
                         " group through the store at " + where + " within " +
-                        std::to_string(o.timeout.count() / 1000) + " s: " + why,
+                        std::to_string(o.timeout.count() / 1000) + " s: " + first_line(e),
                     1);
     }
 }
@@ -83,31 +94,13 @@ std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
     auto impl = std::make_unique<Impl>();
     impl->store = c10::make_intrusive<c10d::PrefixStore>(tag, impl_->store);
     try {
-        if (o.backend == "gloo") {
-            auto go = c10d::ProcessGroupGloo::Options::create(o.timeout);
-            const bool local =
-                o.master_addr == "127.0.0.1" || o.master_addr == "localhost" || o.master_addr == "::1";
-            go->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                        : c10d::ProcessGroupGloo::createDefaultDevice());
-            impl->backend =
-                c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, o.rank, o.world_size, go);
-        } else {
-#ifdef DP_WITH_NCCL
-            auto no = c10d::ProcessGroupNCCL::Options::create();
-            no->timeout = o.timeout;
-            impl->backend =
-                c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, o.rank, o.world_size, no);
-#else
-            throw Error("the nccl backend is not built in", 1);
-#endif
-        }
+        impl->backend = make_backend(impl->store, o);
     } catch (const Error&) {
         throw;
     } catch (const std::exception& e) {
-        std::string why = e.what();
-        if (auto nl = why.find('\n'); nl != std::string::npos) why = why.substr(0, nl);
-        throw Error("rank " + std::to_string(rank()) + ": could not form the sub-group " + tag + ": " + why,
-                    1);
+        throw Error(
+            "rank " + std::to_string(rank()) + ": could not form the sub-group " + tag + ": " + first_line(e),
+            1);
     }
     return std::unique_ptr<Communicator>(new Communicator(o, std::move(impl)));
 }
@@ -117,9 +110,7 @@ void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int ra
     try {
         work->wait();
     } catch (const std::exception& e) {
-        std::string why = e.what();
-        if (auto nl = why.find('\n'); nl != std::string::npos) why = why.substr(0, nl);
-        throw Error(std::string(what) + " failed on rank " + std::to_string(rank) + ": " + why, 1);
+        throw Error(std::string(what) + " failed on rank " + std::to_string(rank) + ": " + first_line(e), 1);
     }
 }
 }  // namespace
