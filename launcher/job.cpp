@@ -259,6 +259,30 @@ int run_job(const LaunchSpec& launch, const JobOptions& job) {
         throw UsageError("--cfg-parallel with --guidance-scale " +
                          std::to_string(job.guidance_scale).substr(0, 4) +
                          ": there is no guidance to split at a scale of 1 or less");
+    const int cfg = job.cfg_parallel ? 2 : 1;
+    if (launch.world_size() % (cfg * job.ulysses) != 0)
+        throw UsageError("--ulysses " + std::to_string(job.ulysses) +
+                         (job.cfg_parallel ? " with --cfg-parallel" : "") + ": the world has " +
+                         std::to_string(launch.world_size()) + " ranks, which does not divide by " +
+                         std::to_string(cfg * job.ulysses) + " (world = dp x cfg x ulysses)");
+    if (job.ulysses > 1) {
+        // The heads are split over the Ulysses ranks: check them before any model is loaded.
+        std::ifstream in(job.model + "/transformer/config.json");
+        nlohmann::json config;
+        try {
+            in >> config;
+        } catch (const nlohmann::json::exception&) {
+        }
+        const int heads = config.is_object() ? config.value("num_attention_heads", 0) : 0;
+        if (heads > 0 && heads % job.ulysses != 0) {
+            std::string fits;
+            for (int d = 1; d <= heads; ++d)
+                if (heads % d == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(d);
+            throw UsageError("--ulysses " + std::to_string(job.ulysses) + ": the model has " +
+                             std::to_string(heads) + " attention heads; ulysses must divide " +
+                             std::to_string(heads) + " (try " + fits + ")");
+        }
+    }
     const std::string name = job.prompts == "-" ? "<stdin>" : job.prompts;
     const std::string bytes = read_prompts(job.prompts);
     const bool jsonl = job.prompts == "-" ? looks_like_jsonl(bytes) : is_jsonl_name(job.prompts);
@@ -334,6 +358,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& job) {
                     "--batch-size",
                     std::to_string(job.batch_size)};
     if (job.cfg_parallel) spec.command.push_back("--cfg-parallel");
+    if (job.ulysses > 1) spec.command.insert(spec.command.end(), {"--ulysses", std::to_string(job.ulysses)});
     if (job.random_weights)
         spec.command.insert(spec.command.end(), {"--random-weights", std::to_string(*job.random_weights)});
 

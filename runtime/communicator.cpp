@@ -132,6 +132,19 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
     return out[0];
 }
 
+at::Tensor Communicator::all_to_all(const at::Tensor& tensor) {
+    if (tensor.size(0) % size() != 0)
+        throw Error("all_to_all: dim 0 (" + std::to_string(tensor.size(0)) +
+                        ") does not divide by the group size " + std::to_string(size()),
+                    1);
+    at::Tensor input = tensor.contiguous();
+    at::Tensor output = at::empty_like(input);
+    std::vector<int64_t> equal;  // empty: equal splits
+    finish(impl_->backend->all_to_all_single(output, input, equal, equal), "all_to_all", rank());
+    bytes_["all_to_all"] += input.numel() * input.element_size();
+    return output;
+}
+
 void Communicator::broadcast(at::Tensor& tensor, int root) {
     std::vector<at::Tensor> t = {tensor};
     c10d::BroadcastOptions bo;

@@ -44,6 +44,9 @@ class Communicator {
     void all_reduce(at::Tensor& tensor);  // sum, in place
     std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
     void broadcast(at::Tensor& tensor, int root);
+    // Splits dim 0 into size() equal blocks, sends block i to rank i, and returns the blocks
+    // received, block i from rank i, in the same shape.
+    at::Tensor all_to_all(const at::Tensor& tensor);
 
     // A sub-group of `ranks` (global ranks, in group order) over this group's store, under `tag`.
     // Only members call it, each once per tag; returns their Communicator, whose rank() and size()

@@ -127,6 +127,8 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
     return std::unique_ptr<Sd3Pipeline>(new Sd3Pipeline(std::move(c)));
 }
 
+void Sd3Pipeline::set_ulysses_group(Communicator* group) { c_->transformer->set_sequence_group(group); }
+
 int Sd3Pipeline::size_multiple() const {
     return static_cast<int>(c_->vae_scale * c_->transformer->config().patch_size);
 }

@@ -58,6 +58,8 @@ class Sd3Pipeline {
     // and rank 1 the conditional one; they exchange noise predictions every step and both hold
     // the same latents. nullptr: both branches here, as one batch.
     void set_cfg_group(Communicator* group) { cfg_group_ = group; }
+    // Ulysses context parallelism for the transformer (Sd3Transformer::set_sequence_group).
+    void set_ulysses_group(Communicator* group);
 
     int default_width() const;
     int default_height() const;

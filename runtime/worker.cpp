@@ -127,18 +127,29 @@ int run_worker(const WorkerOptions& o) {
     // The mesh: prompts are split over the dp dimension; the ranks of one cfg pair take the same ones.
     strategies::MeshDegrees degrees;
     degrees.cfg = o.cfg_parallel ? 2 : 1;
-    if (world % degrees.cfg != 0)
-        throw Error("--cfg-parallel needs an even number of ranks, not " + std::to_string(world), 2);
-    degrees.dp = world / degrees.cfg;
+    degrees.ulysses = std::max(1, o.ulysses);
+    if (world % (degrees.cfg * degrees.ulysses) != 0)
+        throw Error("the world of " + std::to_string(world) + " ranks does not divide by cfg x ulysses = " +
+                        std::to_string(degrees.cfg * degrees.ulysses),
+                    2);
+    degrees.dp = world / (degrees.cfg * degrees.ulysses);
     const strategies::Mesh mesh(world, degrees);
     const auto coords = mesh.coords(rank);
     const int dp_index = coords[static_cast<std::size_t>(strategies::MeshDim::kDp)];
     const int cfg_index = coords[static_cast<std::size_t>(strategies::MeshDim::kCfg)];
-    std::unique_ptr<Communicator> cfg_group;
-    if (o.cfg_parallel)
-        cfg_group = comm.subgroup(mesh.group(rank, strategies::MeshDim::kCfg),
-                                  "cfg/" + std::to_string(dp_index) + "/");
-    const bool writer = cfg_index == 0;  // one rank of each model replica writes and reports
+    const int ulysses_index = coords[static_cast<std::size_t>(strategies::MeshDim::kUlysses)];
+    // Every rank forms its groups in the same order (cfg, then ulysses), so none waits on another.
+    std::unique_ptr<Communicator> cfg_group, ulysses_group;
+    if (degrees.cfg > 1)
+        cfg_group =
+            comm.subgroup(mesh.group(rank, strategies::MeshDim::kCfg),
+                          "cfg/" + std::to_string(dp_index) + "/" + std::to_string(ulysses_index) + "/");
+    if (degrees.ulysses > 1)
+        ulysses_group =
+            comm.subgroup(mesh.group(rank, strategies::MeshDim::kUlysses),
+                          "ulysses/" + std::to_string(dp_index) + "/" + std::to_string(cfg_index) + "/");
+    const bool writer =
+        cfg_index == 0 && ulysses_index == 0;  // one rank of each model replica writes and reports
     const std::vector<Request> mine = split_between_processes(all, degrees.dp, dp_index);
     StatusChannel status;
     status.send({{"event", "start"}, {"rank", rank}, {"count", mine.size()}, {"device", po.device.str()}});
@@ -147,6 +158,7 @@ int run_worker(const WorkerOptions& o) {
     if (!mine.empty()) {
         const auto pipeline = Sd3Pipeline::load(po);
         pipeline->set_cfg_group(cfg_group.get());
+        pipeline->set_ulysses_group(ulysses_group.get());
         std::size_t next = 0;
         while (next < mine.size()) {
             // A batch: consecutive requests that can share the model's shapes.

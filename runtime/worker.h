@@ -16,10 +16,9 @@ struct WorkerOptions {
     std::string dtype = "fp32";   // fp32, bf16, fp16
     std::string device = "auto";  // auto, cpu, cuda
     std::optional<uint64_t> random_weights;
-    int batch_size = 1;
-    bool cfg_parallel =
-        false;  // pairs of ranks split the guidance branches (mesh dp x cfg=2)  // consecutive requests with
-                // the same steps, guidance and size go through together
+    int batch_size = 1;  // consecutive requests with the same steps, guidance and size go through together
+    bool cfg_parallel = false;  // pairs of ranks split the guidance branches (mesh dp x cfg=2)
+    int ulysses = 1;            // ranks that split each image's tokens (Ulysses context parallelism)
 };
 
 // Runs the rank and returns its exit code. Throws Error for what prevents it from starting.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "runtime/communicator.h"
 #include "runtime/errors.h"
 #include "runtime/models/config_json.h"
 
@@ -160,7 +161,48 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
     at::Tensor ctx = context_embedder_(text);
     const at::Tensor temb_act = at::silu(temb);
 
+    // Note [Ulysses with joint attention]: with a sequence group of size U, each rank keeps a
+    // contiguous 1/U of the (padded) image tokens through every per-token layer. In attention,
+    // the image q, k, v go through an all-to-all from [tokens/U, all heads] to [all tokens, heads/U];
+    // the text tokens are replicated, so each rank just takes its heads of them, and the text
+    // is counted once. Padded image positions are masked out as keys. The image output goes back
+    // through the inverse all-to-all; the text output, [text, heads/U] on each rank, is gathered
+    // over heads so every rank keeps the whole text stream.
+    Communicator* sp = sequence_group_ && sequence_group_->size() > 1 ? sequence_group_ : nullptr;
     const int64_t image_tokens = x.size(1);
+    const int64_t u = sp ? sp->size() : 1;
+    const int64_t padded = (image_tokens + u - 1) / u * u;
+    const int64_t local = padded / u;
+    at::Tensor key_mask;  // [1, 1, 1, padded + text]: true where a key may be attended
+    if (sp) {
+        if (heads % u != 0)
+            throw ModelError("context parallelism: " + std::to_string(heads) +
+                             " attention heads do not divide by " + std::to_string(u));
+        if (padded > image_tokens) {
+            x = at::constant_pad_nd(x, {0, 0, 0, padded - image_tokens}, 0);
+            key_mask =
+                at::ones({padded + ctx.size(1)}, at::TensorOptions().dtype(at::kBool).device(x.device()));
+            key_mask.slice(0, image_tokens, padded).fill_(false);
+            key_mask = key_mask.view({1, 1, 1, -1});
+        }
+        x = x.narrow(1, sp->rank() * local, local).contiguous();
+    }
+    const int64_t hu = heads / u;
+    // [B, H, local, d] (all heads, my tokens) -> [B, H/U, padded, d] (my heads, all tokens).
+    auto tokens_to_heads = [&](const at::Tensor& t) {
+        const int64_t b = t.size(0), d = t.size(3);
+        at::Tensor blocks = t.reshape({b, u, hu, local, d}).permute({1, 0, 2, 3, 4});
+        at::Tensor got = sp->all_to_all(blocks);  // block i: my heads of rank i's tokens
+        return got.permute({1, 2, 0, 3, 4}).reshape({b, hu, padded, d});
+    };
+    // The inverse: [B, H/U, padded, d] -> [B, H, local, d].
+    auto heads_to_tokens = [&](const at::Tensor& t) {
+        const int64_t b = t.size(0), d = t.size(3);
+        at::Tensor blocks = t.reshape({b, hu, u, local, d}).permute({2, 0, 1, 3, 4});
+        at::Tensor got = sp->all_to_all(blocks);  // block i: rank i's heads of my tokens
+        return got.permute({1, 0, 2, 3, 4}).reshape({b, heads, local, d});
+    };
+
     for (const JointBlock& blk : blocks_) {
         const std::vector<at::Tensor> m =
             blk.norm1.linear(temb_act).chunk(6, 1);  // shift, scale, gate (msa), shift, scale, gate (mlp)
@@ -188,14 +230,28 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
             cq = (*a.norm_added_q)(cq);
             ck = (*a.norm_added_k)(ck);
         }
-        at::Tensor joint =
-            merge_heads(attention(at::cat({q, cq}, 2), at::cat({k, ck}, 2), at::cat({v, cv}, 2)));
-        at::Tensor attn_x = a.to_out(joint.slice(1, 0, image_tokens));
+        at::Tensor attn_x, attn_c;
+        if (sp) {
+            const int64_t first = sp->rank() * hu;
+            at::Tensor joint = at::scaled_dot_product_attention(
+                at::cat({tokens_to_heads(q), cq.narrow(1, first, hu)}, 2),
+                at::cat({tokens_to_heads(k), ck.narrow(1, first, hu)}, 2),
+                at::cat({tokens_to_heads(v), cv.narrow(1, first, hu)}, 2),
+                key_mask.defined() ? std::optional<at::Tensor>(key_mask) : std::nullopt);
+            attn_x = a.to_out(merge_heads(heads_to_tokens(joint.narrow(2, 0, padded).contiguous())));
+            if (!blk.context_pre_only)
+                attn_c = a.to_add_out(merge_heads(at::cat(
+                    sp->all_gather(joint.narrow(2, padded, joint.size(2) - padded).contiguous()), 1)));
+        } else {
+            at::Tensor joint =
+                merge_heads(attention(at::cat({q, cq}, 2), at::cat({k, ck}, 2), at::cat({v, cv}, 2)));
+            attn_x = a.to_out(joint.slice(1, 0, image_tokens));
+            if (!blk.context_pre_only) attn_c = a.to_add_out(joint.slice(1, image_tokens));
+        }
 
         x = x + m[2].unsqueeze(1) * attn_x;
         x = x + m[5].unsqueeze(1) * blk.ff(modulate(plain_layer_norm(x), m[3], m[4]));
         if (!blk.context_pre_only) {
-            at::Tensor attn_c = a.to_add_out(joint.slice(1, image_tokens));
             ctx = ctx + mc[2].unsqueeze(1) * attn_c;
             ctx = ctx + mc[5].unsqueeze(1) * blk.ff_context(modulate(plain_layer_norm(ctx), mc[3], mc[4]));
         }
@@ -203,6 +259,9 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
 
     const std::vector<at::Tensor> sc = norm_out_(temb_act.to(x.scalar_type())).chunk(2, 1);  // scale, shift
     x = proj_out_(modulate(plain_layer_norm(x), sc[1], sc[0]));
+    if (sp)
+        x = at::cat(sp->all_gather(x.contiguous()), 1)
+                .narrow(1, 0, image_tokens);  // every rank: all tokens, unpadded
     // Unpatchify: [B, gh, gw, p, p, C] -> [B, C, gh * p, gw * p].
     x = x.reshape({batch, gh, gw, p, p, config_.out_channels}).permute({0, 5, 1, 3, 2, 4});
     return x.reshape({batch, config_.out_channels, gh * p, gw * p});

@@ -15,6 +15,8 @@
 
 namespace dp::runtime {
 
+class Communicator;
+
 struct Sd3TransformerConfig {
     int64_t sample_size = 128;
     int64_t patch_size = 2;
@@ -70,7 +72,15 @@ class Sd3Transformer {
 
     const Sd3TransformerConfig& config() const { return config_; }
 
+    // Ulysses context parallelism over `group`: each rank keeps 1/size of the image tokens (padded
+    // to a multiple of the size, the padding masked out of attention), all-to-alls q, k, v from
+    // tokens to heads and the output back, and keeps the replicated text tokens, counted once.
+    // Every rank of the group calls forward with the same inputs and gets the same output.
+    // nullptr: no context parallelism.
+    void set_sequence_group(Communicator* group) { sequence_group_ = group; }
+
   private:
+    Communicator* sequence_group_ = nullptr;
     Sd3TransformerConfig config_;
     at::Tensor patch_weight_, patch_bias_;  // Conv2d(in, inner, kernel = stride = patch)
     at::Tensor pos_embed_;                  // [1, max * max, inner]

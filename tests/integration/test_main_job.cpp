@@ -293,3 +293,46 @@ TEST_CASE("CFG parallel is refused before anything starts when it cannot apply")
     CHECK(unguided.err.find("no guidance to split") != std::string::npos);
     CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
 }
+
+TEST_CASE(
+    "Ulysses context parallelism (2, 4 over an odd token count, and with cfg2) gives the single-process "
+    "images") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts =
+        write_prompts(dir, "p.txt", "a red circle\nA blue square!\na green triangle\n");
+    // 10 x 9 pixels is 90 image tokens: not a multiple of 4, so the 4-way split pads and masks.
+    auto args = [&](const std::string& out, std::vector<std::string> extra) {
+        std::vector<std::string> a = {"--steps", "3",  "--width",       "10", "--height",
+                                      "9",       "-o", dir + "/" + out, "-q"};
+        a.insert(a.end(), extra.begin(), extra.end());
+        a.push_back(prompts);
+        return a;
+    };
+    REQUIRE(run_launch(args("single", {"-n", "1"}), {}, 120).exit_code == 0);
+    const auto single = manifest(dir + "/single");
+    for (const auto& extra :
+         std::vector<std::vector<std::string>>{{"-n", "2", "--ulysses", "2"},
+                                               {"-n", "4", "--ulysses", "4"},
+                                               {"-n", "4", "--ulysses", "2", "--cfg-parallel"}}) {
+        CAPTURE(extra);
+        LaunchResult r = run_launch(args("cp", extra), {}, 120);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        const auto got = manifest(dir + "/cp");
+        REQUIRE(got.size() == 3);
+        for (std::size_t i = 0; i < 3; ++i) CHECK(got[i]["sha256"] == single[i]["sha256"]);
+        REQUIRE(std::system(("rm -rf '" + dir + "/cp'").c_str()) == 0);
+    }
+}
+
+TEST_CASE("Ulysses degrees that cannot work are refused before any model is loaded") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", "x\n");
+    LaunchResult heads = run_launch(job_args(dir + "/out", {"-n", "3", "--ulysses", "3", prompts}));
+    CHECK(heads.exit_code == 2);
+    CHECK(
+        heads.err.find("--ulysses 3: the model has 4 attention heads; ulysses must divide 4 (try 1, 2, 4)") !=
+        std::string::npos);
+    LaunchResult world = run_launch(job_args(dir + "/out", {"-n", "2", "--ulysses", "4", prompts}));
+    CHECK(world.exit_code == 2);
+    CHECK(world.err.find("does not divide by 4") != std::string::npos);
+}
