@@ -73,6 +73,9 @@ const std::vector<LaunchOptionDef>& job_option_table() {
          "predictions"},
         {"ulysses", "--ulysses", "DP_ULYSSES", "N", "1",
          "Ulysses context parallelism: N ranks split each image's tokens (N must divide the heads)"},
+        {"tp", "--tp", "DP_TP", "N", "1",
+         "Tensor parallelism: N ranks split the transformer's attention and MLP weights (tp x ulysses must "
+         "divide the heads)"},
         {"batch_size", "--batch-size,--batch_size", "DP_BATCH_SIZE", "N", "1",
          "Prompts with the same settings that go through the model together on a rank, 1 to 64"},
         {"dtype", "--dtype", "DP_DTYPE", "fp32|bf16|fp16", "fp32", "Precision the model runs in"},
@@ -329,6 +332,7 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
     if (has("cfg_parallel"))
         job.cfg_parallel = launcher::parse_bool(text("cfg_parallel"), at("cfg_parallel").source);
     if (has("ulysses")) job.ulysses = launcher::parse_int(text("ulysses"), 1, 64, at("ulysses").source);
+    if (has("tp")) job.tp = launcher::parse_int(text("tp"), 1, 64, at("tp").source);
     if (has("batch_size"))
         job.batch_size = launcher::parse_int(text("batch_size"), 1, 64, at("batch_size").source);
     if (has("dtype")) job.dtype = one_of("dtype", {"fp32", "bf16", "fp16"});

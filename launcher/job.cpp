@@ -259,14 +259,16 @@ int run_job(const LaunchSpec& launch, const JobOptions& job) {
         throw UsageError("--cfg-parallel with --guidance-scale " +
                          std::to_string(job.guidance_scale).substr(0, 4) +
                          ": there is no guidance to split at a scale of 1 or less");
+    // The model replica: cfg x ulysses x tp ranks; the world is dp of them.
     const int cfg = job.cfg_parallel ? 2 : 1;
-    if (launch.world_size() % (cfg * job.ulysses) != 0)
-        throw UsageError("--ulysses " + std::to_string(job.ulysses) +
-                         (job.cfg_parallel ? " with --cfg-parallel" : "") + ": the world has " +
+    const int replica = cfg * job.ulysses * job.tp;
+    if (launch.world_size() % replica != 0)
+        throw UsageError("--tp " + std::to_string(job.tp) + ", --ulysses " + std::to_string(job.ulysses) +
+                         (job.cfg_parallel ? ", --cfg-parallel" : "") + ": the world has " +
                          std::to_string(launch.world_size()) + " ranks, which does not divide by " +
-                         std::to_string(cfg * job.ulysses) + " (world = dp x cfg x ulysses)");
-    if (job.ulysses > 1) {
-        // The heads are split over the Ulysses ranks: check them before any model is loaded.
+                         std::to_string(replica) + " (world = dp x cfg x ulysses x tp)");
+    if (job.ulysses * job.tp > 1) {
+        // Heads are split over tp x ulysses ranks: check before any model is loaded.
         std::ifstream in(job.model + "/transformer/config.json");
         nlohmann::json config;
         try {
@@ -274,13 +276,15 @@ int run_job(const LaunchSpec& launch, const JobOptions& job) {
         } catch (const nlohmann::json::exception&) {
         }
         const int heads = config.is_object() ? config.value("num_attention_heads", 0) : 0;
-        if (heads > 0 && heads % job.ulysses != 0) {
+        const int split = job.tp * job.ulysses;
+        if (heads > 0 && heads % split != 0) {
             std::string fits;
             for (int d = 1; d <= heads; ++d)
                 if (heads % d == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(d);
-            throw UsageError("--ulysses " + std::to_string(job.ulysses) + ": the model has " +
-                             std::to_string(heads) + " attention heads; ulysses must divide " +
-                             std::to_string(heads) + " (try " + fits + ")");
+            throw UsageError("--tp " + std::to_string(job.tp) + " x --ulysses " +
+                             std::to_string(job.ulysses) + ": the model has " + std::to_string(heads) +
+                             " attention heads; tp x ulysses must divide " + std::to_string(heads) +
+                             " (try " + fits + ")");
         }
     }
     const std::string name = job.prompts == "-" ? "<stdin>" : job.prompts;
@@ -359,6 +363,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& job) {
                     std::to_string(job.batch_size)};
     if (job.cfg_parallel) spec.command.push_back("--cfg-parallel");
     if (job.ulysses > 1) spec.command.insert(spec.command.end(), {"--ulysses", std::to_string(job.ulysses)});
+    if (job.tp > 1) spec.command.insert(spec.command.end(), {"--tp", std::to_string(job.tp)});
     if (job.random_weights)
         spec.command.insert(spec.command.end(), {"--random-weights", std::to_string(*job.random_weights)});
 

@@ -98,7 +98,7 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
     {
         WeightStore w = open_weights(o, "transformer", 3);
         c->transformer = std::make_unique<Sd3Transformer>(
-            Sd3TransformerConfig::from_json_file(dir + "/transformer/config.json"), w);
+            Sd3TransformerConfig::from_json_file(dir + "/transformer/config.json"), w, o.tp_rank, o.tp_size);
         w.check_all_taken();
     }
     if (!component_class(index, "vae").empty()) {
@@ -128,6 +128,7 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
 }
 
 void Sd3Pipeline::set_ulysses_group(Communicator* group) { c_->transformer->set_sequence_group(group); }
+void Sd3Pipeline::set_tensor_group(Communicator* group) { c_->transformer->set_tensor_group(group); }
 
 int Sd3Pipeline::size_multiple() const {
     return static_cast<int>(c_->vae_scale * c_->transformer->config().patch_size);

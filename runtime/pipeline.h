@@ -21,6 +21,8 @@ struct PipelineOptions {
     std::optional<uint64_t> random_weights;  // set: the folder's configs with seeded random weights
     at::ScalarType dtype = at::kFloat;
     at::Device device = at::kCPU;
+    int tp_rank = 0;  // tensor parallelism: this rank keeps shard tp_rank of tp_size of the transformer
+    int tp_size = 1;
 };
 
 struct GenerateRequest {
@@ -60,6 +62,8 @@ class Sd3Pipeline {
     void set_cfg_group(Communicator* group) { cfg_group_ = group; }
     // Ulysses context parallelism for the transformer (Sd3Transformer::set_sequence_group).
     void set_ulysses_group(Communicator* group);
+    // The tensor-parallel group of PipelineOptions::tp_size ranks (Sd3Transformer::set_tensor_group).
+    void set_tensor_group(Communicator* group);
 
     int default_width() const;
     int default_height() const;

@@ -124,39 +124,51 @@ int run_worker(const WorkerOptions& o) {
     Communicator comm(co);
 
     const std::vector<Request> all = read_requests(o.requests_file);
-    // The mesh: prompts are split over the dp dimension; the ranks of one cfg pair take the same ones.
+    // The mesh: prompts are split over the dp dimension; the ranks of one model replica (its cfg,
+    // ulysses and tp ranks) take the same ones, and its first rank writes and reports.
     strategies::MeshDegrees degrees;
     degrees.cfg = o.cfg_parallel ? 2 : 1;
     degrees.ulysses = std::max(1, o.ulysses);
-    if (world % (degrees.cfg * degrees.ulysses) != 0)
-        throw Error("the world of " + std::to_string(world) + " ranks does not divide by cfg x ulysses = " +
-                        std::to_string(degrees.cfg * degrees.ulysses),
+    degrees.tp = std::max(1, o.tp);
+    const int replica = degrees.cfg * degrees.ulysses * degrees.tp;
+    if (world % replica != 0)
+        throw Error("the world of " + std::to_string(world) +
+                        " ranks does not divide by cfg x ulysses x tp = " + std::to_string(replica),
                     2);
-    degrees.dp = world / (degrees.cfg * degrees.ulysses);
+    degrees.dp = world / replica;
     const strategies::Mesh mesh(world, degrees);
     const auto coords = mesh.coords(rank);
-    const int dp_index = coords[static_cast<std::size_t>(strategies::MeshDim::kDp)];
-    const int cfg_index = coords[static_cast<std::size_t>(strategies::MeshDim::kCfg)];
-    const int ulysses_index = coords[static_cast<std::size_t>(strategies::MeshDim::kUlysses)];
-    // Every rank forms its groups in the same order (cfg, then ulysses), so none waits on another.
-    std::unique_ptr<Communicator> cfg_group, ulysses_group;
+    auto index = [&](strategies::MeshDim dim) { return coords[static_cast<std::size_t>(dim)]; };
+    const int dp_index = index(strategies::MeshDim::kDp);
+    // A group's tag: its dimension and the coordinates its members share.
+    auto tag = [&](strategies::MeshDim dim) {
+        std::string t = std::string(strategies::mesh_dim_name(dim)) + "/";
+        for (int d = 0; d < strategies::kMeshDims; ++d)
+            if (d != static_cast<int>(dim)) t += std::to_string(coords[static_cast<std::size_t>(d)]) + ".";
+        return t + "/";
+    };
+    // Every rank forms its groups in the same order (cfg, ulysses, tp), so none waits on another.
+    std::unique_ptr<Communicator> cfg_group, ulysses_group, tp_group;
     if (degrees.cfg > 1)
         cfg_group =
-            comm.subgroup(mesh.group(rank, strategies::MeshDim::kCfg),
-                          "cfg/" + std::to_string(dp_index) + "/" + std::to_string(ulysses_index) + "/");
+            comm.subgroup(mesh.group(rank, strategies::MeshDim::kCfg), tag(strategies::MeshDim::kCfg));
     if (degrees.ulysses > 1)
-        ulysses_group =
-            comm.subgroup(mesh.group(rank, strategies::MeshDim::kUlysses),
-                          "ulysses/" + std::to_string(dp_index) + "/" + std::to_string(cfg_index) + "/");
-    const bool writer =
-        cfg_index == 0 && ulysses_index == 0;  // one rank of each model replica writes and reports
+        ulysses_group = comm.subgroup(mesh.group(rank, strategies::MeshDim::kUlysses),
+                                      tag(strategies::MeshDim::kUlysses));
+    if (degrees.tp > 1)
+        tp_group = comm.subgroup(mesh.group(rank, strategies::MeshDim::kTp), tag(strategies::MeshDim::kTp));
+    const bool writer = index(strategies::MeshDim::kCfg) == 0 && index(strategies::MeshDim::kUlysses) == 0 &&
+                        index(strategies::MeshDim::kTp) == 0;
     const std::vector<Request> mine = split_between_processes(all, degrees.dp, dp_index);
     StatusChannel status;
     status.send({{"event", "start"}, {"rank", rank}, {"count", mine.size()}, {"device", po.device.str()}});
 
     int failed = 0;
     if (!mine.empty()) {
+        po.tp_rank = index(strategies::MeshDim::kTp);
+        po.tp_size = degrees.tp;
         const auto pipeline = Sd3Pipeline::load(po);
+        pipeline->set_tensor_group(tp_group.get());
         pipeline->set_cfg_group(cfg_group.get());
         pipeline->set_ulysses_group(ulysses_group.get());
         std::size_t next = 0;

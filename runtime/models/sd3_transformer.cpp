@@ -82,8 +82,25 @@ Sd3TransformerConfig Sd3TransformerConfig::from_json_file(const std::string& pat
     return from_json_text(j.raw().dump(), path);
 }
 
-Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& w) : config_(config) {
+Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& w, int tp_rank, int tp_size)
+    : tp_size_(tp_size), config_(config) {
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
+    if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
+        throw ModelError("tensor parallel rank " + std::to_string(tp_rank) + " of " +
+                         std::to_string(tp_size));
+    if (config.num_attention_heads % tp_size != 0)
+        throw ModelError("--tp " + std::to_string(tp_size) + ": the model has " +
+                         std::to_string(config.num_attention_heads) +
+                         " attention heads; tp must divide them");
+    // The projections this rank keeps: all of them without tensor parallelism.
+    auto column = [&](const std::string& name, int64_t in, int64_t out) {
+        return tp_size > 1 ? Linear::load_column_shard(w, name, in, out, tp_rank, tp_size)
+                           : Linear::load(w, name, in, out);
+    };
+    auto row = [&](const std::string& name, int64_t in, int64_t out) {
+        return tp_size > 1 ? Linear::load_row_shard(w, name, in, out, tp_rank, tp_size)
+                           : Linear::load(w, name, in, out);
+    };
     patch_weight_ = w.take("pos_embed.proj.weight", {d, config.in_channels, p, p});
     patch_bias_ = w.take("pos_embed.proj.bias", {d});
     const int64_t max = config.pos_embed_max_size;
@@ -106,25 +123,25 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
         blk.norm1_context =
             Linear::load(w, b + ".norm1_context.linear", d, (blk.context_pre_only ? 2 : 6) * d);
         JointAttention& a = blk.attn;
-        a.to_q = Linear::load(w, b + ".attn.to_q", d, d);
-        a.to_k = Linear::load(w, b + ".attn.to_k", d, d);
-        a.to_v = Linear::load(w, b + ".attn.to_v", d, d);
-        a.to_out = Linear::load(w, b + ".attn.to_out.0", d, d);
-        a.add_q = Linear::load(w, b + ".attn.add_q_proj", d, d);
-        a.add_k = Linear::load(w, b + ".attn.add_k_proj", d, d);
-        a.add_v = Linear::load(w, b + ".attn.add_v_proj", d, d);
-        if (!blk.context_pre_only) a.to_add_out = Linear::load(w, b + ".attn.to_add_out", d, d);
+        a.to_q = column(b + ".attn.to_q", d, d);
+        a.to_k = column(b + ".attn.to_k", d, d);
+        a.to_v = column(b + ".attn.to_v", d, d);
+        a.to_out = row(b + ".attn.to_out.0", d, d);
+        a.add_q = column(b + ".attn.add_q_proj", d, d);
+        a.add_k = column(b + ".attn.add_k_proj", d, d);
+        a.add_v = column(b + ".attn.add_v_proj", d, d);
+        if (!blk.context_pre_only) a.to_add_out = row(b + ".attn.to_add_out", d, d);
         if (config.qk_rms_norm) {
             a.norm_q = RMSNorm::load(w, b + ".attn.norm_q", hd, 1e-6);
             a.norm_k = RMSNorm::load(w, b + ".attn.norm_k", hd, 1e-6);
             a.norm_added_q = RMSNorm::load(w, b + ".attn.norm_added_q", hd, 1e-6);
             a.norm_added_k = RMSNorm::load(w, b + ".attn.norm_added_k", hd, 1e-6);
         }
-        blk.ff.in = Linear::load(w, b + ".ff.net.0.proj", d, 4 * d);
-        blk.ff.out = Linear::load(w, b + ".ff.net.2", 4 * d, d);
+        blk.ff.in = column(b + ".ff.net.0.proj", d, 4 * d);
+        blk.ff.out = row(b + ".ff.net.2", 4 * d, d);
         if (!blk.context_pre_only) {
-            blk.ff_context.in = Linear::load(w, b + ".ff_context.net.0.proj", d, 4 * d);
-            blk.ff_context.out = Linear::load(w, b + ".ff_context.net.2", 4 * d, d);
+            blk.ff_context.in = column(b + ".ff_context.net.0.proj", d, 4 * d);
+            blk.ff_context.out = row(b + ".ff_context.net.2", 4 * d, d);
         }
         blocks_.push_back(std::move(blk));
     }
@@ -134,7 +151,17 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
 
 at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                    const at::Tensor& pooled, const at::Tensor& timestep) const {
-    const int64_t p = config_.patch_size, heads = config_.num_attention_heads;
+    // With tensor parallelism this rank holds heads / tp of the attention heads.
+    const int64_t p = config_.patch_size, heads = config_.num_attention_heads / tp_size_;
+    if (tp_size_ > 1 && (!tensor_group_ || tensor_group_->size() != tp_size_))
+        throw ModelError("a tensor-parallel shard needs its tensor group of " + std::to_string(tp_size_) +
+                         " ranks (set_tensor_group)");
+    // A row-parallel layer's output: the sum over the tp ranks, then the bias, once.
+    auto reduced = [&](const Linear& layer, at::Tensor partial) {
+        if (tp_size_ == 1) return partial;
+        tensor_group_->all_reduce(partial);
+        return partial + layer.row_parallel_bias;
+    };
     const int64_t batch = latents.size(0), height = latents.size(2), width = latents.size(3);
     if (height % p != 0 || width % p != 0)
         throw ModelError("latent size " + std::to_string(height) + "x" + std::to_string(width) +
@@ -238,22 +265,28 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
                 at::cat({tokens_to_heads(k), ck.narrow(1, first, hu)}, 2),
                 at::cat({tokens_to_heads(v), cv.narrow(1, first, hu)}, 2),
                 key_mask.defined() ? std::optional<at::Tensor>(key_mask) : std::nullopt);
-            attn_x = a.to_out(merge_heads(heads_to_tokens(joint.narrow(2, 0, padded).contiguous())));
+            attn_x = reduced(a.to_out,
+                             a.to_out(merge_heads(heads_to_tokens(joint.narrow(2, 0, padded).contiguous()))));
             if (!blk.context_pre_only)
-                attn_c = a.to_add_out(merge_heads(at::cat(
-                    sp->all_gather(joint.narrow(2, padded, joint.size(2) - padded).contiguous()), 1)));
+                attn_c = reduced(
+                    a.to_add_out,
+                    a.to_add_out(merge_heads(at::cat(
+                        sp->all_gather(joint.narrow(2, padded, joint.size(2) - padded).contiguous()), 1))));
         } else {
             at::Tensor joint =
                 merge_heads(attention(at::cat({q, cq}, 2), at::cat({k, ck}, 2), at::cat({v, cv}, 2)));
-            attn_x = a.to_out(joint.slice(1, 0, image_tokens));
-            if (!blk.context_pre_only) attn_c = a.to_add_out(joint.slice(1, image_tokens));
+            attn_x = reduced(a.to_out, a.to_out(joint.slice(1, 0, image_tokens)));
+            if (!blk.context_pre_only)
+                attn_c = reduced(a.to_add_out, a.to_add_out(joint.slice(1, image_tokens)));
         }
 
         x = x + m[2].unsqueeze(1) * attn_x;
-        x = x + m[5].unsqueeze(1) * blk.ff(modulate(plain_layer_norm(x), m[3], m[4]));
+        x = x + m[5].unsqueeze(1) * reduced(blk.ff.out, blk.ff(modulate(plain_layer_norm(x), m[3], m[4])));
         if (!blk.context_pre_only) {
             ctx = ctx + mc[2].unsqueeze(1) * attn_c;
-            ctx = ctx + mc[5].unsqueeze(1) * blk.ff_context(modulate(plain_layer_norm(ctx), mc[3], mc[4]));
+            ctx = ctx +
+                  mc[5].unsqueeze(1) * reduced(blk.ff_context.out,
+                                               blk.ff_context(modulate(plain_layer_norm(ctx), mc[3], mc[4])));
         }
     }
 

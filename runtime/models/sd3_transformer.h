@@ -63,7 +63,12 @@ struct JointBlock {
 
 class Sd3Transformer {
   public:
-    Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& weights);
+    // With tp_size > 1 this rank keeps its tensor-parallel shard (tp_rank of tp_size) of the
+    // attention and MLP projections: q, k, v and MLP-in column-parallel, attention-out and
+    // MLP-out row-parallel, for the image and text streams; AdaLN, norms and embeddings stay
+    // whole. forward then needs set_tensor_group with that group.
+    Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& weights, int tp_rank = 0,
+                   int tp_size = 1);
 
     // latents [B, C, H, W], text [B, T, joint_attention_dim], pooled [B, pooled_projection_dim],
     // timestep [B] (the scheduler's timesteps, 0..1000). Returns [B, out_channels, H, W].
@@ -78,9 +83,14 @@ class Sd3Transformer {
     // Every rank of the group calls forward with the same inputs and gets the same output.
     // nullptr: no context parallelism.
     void set_sequence_group(Communicator* group) { sequence_group_ = group; }
+    // The tensor-parallel group this rank's shard belongs to (its size must be the tp_size given
+    // at construction).
+    void set_tensor_group(Communicator* group) { tensor_group_ = group; }
 
   private:
     Communicator* sequence_group_ = nullptr;
+    Communicator* tensor_group_ = nullptr;
+    int tp_size_ = 1;
     Sd3TransformerConfig config_;
     at::Tensor patch_weight_, patch_bias_;  // Conv2d(in, inner, kernel = stride = patch)
     at::Tensor pos_embed_;                  // [1, max * max, inner]

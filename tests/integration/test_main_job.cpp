@@ -2,6 +2,10 @@
 // on the tiny SD3 model of tests/data/golden.
 #include <doctest/doctest.h>
 
+#include <png.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -329,10 +333,69 @@ TEST_CASE("Ulysses degrees that cannot work are refused before any model is load
     const std::string prompts = write_prompts(dir, "p.txt", "x\n");
     LaunchResult heads = run_launch(job_args(dir + "/out", {"-n", "3", "--ulysses", "3", prompts}));
     CHECK(heads.exit_code == 2);
-    CHECK(
-        heads.err.find("--ulysses 3: the model has 4 attention heads; ulysses must divide 4 (try 1, 2, 4)") !=
-        std::string::npos);
+    CHECK(heads.err.find(
+              "--ulysses 3: the model has 4 attention heads; tp x ulysses must divide 4 (try 1, 2, 4)") !=
+          std::string::npos);
     LaunchResult world = run_launch(job_args(dir + "/out", {"-n", "2", "--ulysses", "4", prompts}));
     CHECK(world.exit_code == 2);
     CHECK(world.err.find("does not divide by 4") != std::string::npos);
+}
+
+namespace {
+// The largest difference of any channel between two PNG files of the same size (libpng's reader).
+int max_pixel_difference(const std::string& a, const std::string& b) {
+    std::vector<std::vector<uint8_t>> pixels;
+    for (const std::string& path : {a, b}) {
+        png_image image{};
+        image.version = PNG_IMAGE_VERSION;
+        REQUIRE(png_image_begin_read_from_file(&image, path.c_str()) != 0);
+        image.format = PNG_FORMAT_RGB;
+        pixels.emplace_back(PNG_IMAGE_SIZE(image));
+        REQUIRE(png_image_finish_read(&image, nullptr, pixels.back().data(), 0, nullptr) != 0);
+    }
+    REQUIRE(pixels[0].size() == pixels[1].size());
+    int worst = 0;
+    for (std::size_t i = 0; i < pixels[0].size(); ++i)
+        worst = std::max(worst, std::abs(pixels[0][i] - pixels[1][i]));
+    return worst;
+}
+}  // namespace
+
+TEST_CASE(
+    "tensor parallelism (tp2, tp4, tp2 x ulysses2, tp2 x cfg2) gives the single-process images within 1 per "
+    "channel") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts =
+        write_prompts(dir, "p.txt", "a red circle\nA blue square!\na green triangle\n");
+    auto args = [&](const std::string& out, std::vector<std::string> extra) {
+        std::vector<std::string> a = {"--steps", "3",  "--width",       "10", "--height",
+                                      "9",       "-o", dir + "/" + out, "-q"};
+        a.insert(a.end(), extra.begin(), extra.end());
+        a.push_back(prompts);
+        return a;
+    };
+    REQUIRE(run_launch(args("single", {"-n", "1"}), {}, 120).exit_code == 0);
+    const auto single = manifest(dir + "/single");
+    for (const auto& extra :
+         std::vector<std::vector<std::string>>{{"-n", "2", "--tp", "2"},
+                                               {"-n", "4", "--tp", "4"},
+                                               {"-n", "4", "--tp", "2", "--ulysses", "2"},
+                                               {"-n", "4", "--tp", "2", "--cfg-parallel"}}) {
+        CAPTURE(extra);
+        LaunchResult r = run_launch(args("tp", extra), {}, 120);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        const auto got = manifest(dir + "/tp");
+        REQUIRE(got.size() == 3);
+        int identical = 0;
+        for (std::size_t i = 0; i < 3; ++i) {
+            const std::string file = single[i]["file"].get<std::string>();
+            CHECK(max_pixel_difference(dir + "/single/" + file, dir + "/tp/" + file) <= 1);
+            identical += got[i]["sha256"] == single[i]["sha256"];
+        }
+        MESSAGE(identical << " of 3 images byte-identical");
+        REQUIRE(std::system(("rm -rf '" + dir + "/tp'").c_str()) == 0);
+    }
+    LaunchResult heads = run_launch(args("bad", {"-n", "3", "--tp", "3"}));
+    CHECK(heads.exit_code == 2);
+    CHECK(heads.err.find("tp x ulysses must divide 4") != std::string::npos);
 }
