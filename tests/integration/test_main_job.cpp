@@ -38,6 +38,15 @@ std::vector<nlohmann::json> manifest(const std::string& out) {
     return records;
 }
 
+// 10 x 9 pixels is 90 image tokens: not a multiple of 4, so a 4-way token split pads and masks.
+std::vector<std::string> odd_size_args(const std::string& out, const std::vector<std::string>& extra,
+                                       const std::string& prompts) {
+    std::vector<std::string> a = {"--steps", "3", "--width", "10", "--height", "9", "-o", out, "-q"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.push_back(prompts);
+    return a;
+}
+
 const char* kFivePrompts =
     "a red circle on a blue background\n\na green square\nA YELLOW TRIANGLE!\nsmall red circle\nlast one\n";
 
@@ -304,13 +313,8 @@ TEST_CASE(
     const std::string dir = make_temp_dir();
     const std::string prompts =
         write_prompts(dir, "p.txt", "a red circle\nA blue square!\na green triangle\n");
-    // 10 x 9 pixels is 90 image tokens: not a multiple of 4, so the 4-way split pads and masks.
     auto args = [&](const std::string& out, std::vector<std::string> extra) {
-        std::vector<std::string> a = {"--steps", "3",  "--width",       "10", "--height",
-                                      "9",       "-o", dir + "/" + out, "-q"};
-        a.insert(a.end(), extra.begin(), extra.end());
-        a.push_back(prompts);
-        return a;
+        return odd_size_args(dir + "/" + out, extra, prompts);
     };
     REQUIRE(run_launch(args("single", {"-n", "1"}), {}, 120).exit_code == 0);
     const auto single = manifest(dir + "/single");
@@ -368,11 +372,7 @@ TEST_CASE(
     const std::string prompts =
         write_prompts(dir, "p.txt", "a red circle\nA blue square!\na green triangle\n");
     auto args = [&](const std::string& out, std::vector<std::string> extra) {
-        std::vector<std::string> a = {"--steps", "3",  "--width",       "10", "--height",
-                                      "9",       "-o", dir + "/" + out, "-q"};
-        a.insert(a.end(), extra.begin(), extra.end());
-        a.push_back(prompts);
-        return a;
+        return odd_size_args(dir + "/" + out, extra, prompts);
     };
     REQUIRE(run_launch(args("single", {"-n", "1"}), {}, 120).exit_code == 0);
     const auto single = manifest(dir + "/single");
