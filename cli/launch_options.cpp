@@ -73,6 +73,8 @@ const std::vector<LaunchOptionDef>& job_option_table() {
          "predictions"},
         {"ulysses", "--ulysses", "DP_ULYSSES", "N", "1",
          "Ulysses context parallelism: N ranks split each image's tokens (N must divide the heads)"},
+        {"ring", "--ring", "DP_RING", "N", "1",
+         "Ring context parallelism: N ranks split each image's tokens and pass keys and values round a ring"},
         {"tp", "--tp", "DP_TP", "N", "1",
          "Tensor parallelism: N ranks split the transformer's attention and MLP weights (tp x ulysses must "
          "divide the heads)"},
@@ -332,6 +334,7 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
     if (has("cfg_parallel"))
         job.cfg_parallel = launcher::parse_bool(text("cfg_parallel"), at("cfg_parallel").source);
     if (has("ulysses")) job.ulysses = launcher::parse_int(text("ulysses"), 1, 64, at("ulysses").source);
+    if (has("ring")) job.ring = launcher::parse_int(text("ring"), 1, 64, at("ring").source);
     if (has("tp")) job.tp = launcher::parse_int(text("tp"), 1, 64, at("tp").source);
     if (has("batch_size"))
         job.batch_size = launcher::parse_int(text("batch_size"), 1, 64, at("batch_size").source);

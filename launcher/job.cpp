@@ -259,14 +259,19 @@ int run_job(const LaunchSpec& launch, const JobOptions& job) {
         throw UsageError("--cfg-parallel with --guidance-scale " +
                          std::to_string(job.guidance_scale).substr(0, 4) +
                          ": there is no guidance to split at a scale of 1 or less");
-    // The model replica: cfg x ulysses x tp ranks; the world is dp of them.
+    // The model replica: cfg x ring x ulysses x tp ranks; the world is dp of them.
     const int cfg = job.cfg_parallel ? 2 : 1;
-    const int replica = cfg * job.ulysses * job.tp;
+    if (job.ring > 1 && job.ulysses > 1)
+        throw UsageError(
+            "--ring " + std::to_string(job.ring) + " with --ulysses " + std::to_string(job.ulysses) +
+            ": both context-parallel schemes at once (USP) are not implemented yet; use one of them");
+    const int replica = cfg * job.ring * job.ulysses * job.tp;
     if (launch.world_size() % replica != 0)
-        throw UsageError("--tp " + std::to_string(job.tp) + ", --ulysses " + std::to_string(job.ulysses) +
+        throw UsageError("--tp " + std::to_string(job.tp) + ", --ring " + std::to_string(job.ring) +
+                         ", --ulysses " + std::to_string(job.ulysses) +
                          (job.cfg_parallel ? ", --cfg-parallel" : "") + ": the world has " +
                          std::to_string(launch.world_size()) + " ranks, which does not divide by " +
-                         std::to_string(replica) + " (world = dp x cfg x ulysses x tp)");
+                         std::to_string(replica) + " (world = dp x cfg x ring x ulysses x tp)");
     if (job.ulysses * job.tp > 1) {
         // Heads are split over tp x ulysses ranks: check before any model is loaded.
         std::ifstream in(job.model + "/transformer/config.json");
@@ -364,6 +369,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& job) {
     if (job.cfg_parallel) spec.command.push_back("--cfg-parallel");
     if (job.ulysses > 1) spec.command.insert(spec.command.end(), {"--ulysses", std::to_string(job.ulysses)});
     if (job.tp > 1) spec.command.insert(spec.command.end(), {"--tp", std::to_string(job.tp)});
+    if (job.ring > 1) spec.command.insert(spec.command.end(), {"--ring", std::to_string(job.ring)});
     if (job.random_weights)
         spec.command.insert(spec.command.end(), {"--random-weights", std::to_string(*job.random_weights)});
 

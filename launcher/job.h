@@ -35,6 +35,7 @@ struct JobOptions {
     int batch_size = 1;
     bool cfg_parallel = false;  // pairs of ranks split classifier-free guidance's two branches
     int ulysses = 1;            // ranks that split each image's tokens (Ulysses context parallelism)
+    int ring = 1;               // ranks that pass each image's keys and values round a ring (Ring attention)
     int tp = 1;                 // ranks that split the transformer's weights (tensor parallelism)
     std::string dtype = "fp32";
     std::string device = "auto";

@@ -145,6 +145,18 @@ at::Tensor Communicator::all_to_all(const at::Tensor& tensor) {
     return output;
 }
 
+at::Tensor Communicator::ring_shift(const at::Tensor& tensor) {
+    std::vector<at::Tensor> out = {tensor.contiguous()};
+    std::vector<at::Tensor> in = {at::empty_like(out[0])};
+    const int next = (rank() + 1) % size(), previous = (rank() + size() - 1) % size();
+    auto sent = impl_->backend->send(out, next, /*tag=*/7);
+    auto received = impl_->backend->recv(in, previous, /*tag=*/7);
+    finish(received, "ring recv", rank());
+    finish(sent, "ring send", rank());
+    bytes_["send"] += out[0].numel() * out[0].element_size();
+    return in[0];
+}
+
 void Communicator::broadcast(at::Tensor& tensor, int root) {
     std::vector<at::Tensor> t = {tensor};
     c10d::BroadcastOptions bo;

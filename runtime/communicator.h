@@ -47,6 +47,9 @@ class Communicator {
     // Splits dim 0 into size() equal blocks, sends block i to rank i, and returns the blocks
     // received, block i from rank i, in the same shape.
     at::Tensor all_to_all(const at::Tensor& tensor);
+    // Sends `tensor` to the next rank ((rank + 1) % size) and returns what the previous rank sent:
+    // one step of a ring.
+    at::Tensor ring_shift(const at::Tensor& tensor);
 
     // A sub-group of `ranks` (global ranks, in group order) over this group's store, under `tag`.
     // Only members call it, each once per tag; returns their Communicator, whose rank() and size()

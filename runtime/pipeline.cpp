@@ -129,6 +129,7 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
 
 void Sd3Pipeline::set_ulysses_group(Communicator* group) { c_->transformer->set_sequence_group(group); }
 void Sd3Pipeline::set_tensor_group(Communicator* group) { c_->transformer->set_tensor_group(group); }
+void Sd3Pipeline::set_ring_group(Communicator* group) { c_->transformer->set_ring_group(group); }
 
 int Sd3Pipeline::size_multiple() const {
     return static_cast<int>(c_->vae_scale * c_->transformer->config().patch_size);

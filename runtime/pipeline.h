@@ -64,6 +64,8 @@ class Sd3Pipeline {
     void set_ulysses_group(Communicator* group);
     // The tensor-parallel group of PipelineOptions::tp_size ranks (Sd3Transformer::set_tensor_group).
     void set_tensor_group(Communicator* group);
+    // Ring context parallelism for the transformer (Sd3Transformer::set_ring_group).
+    void set_ring_group(Communicator* group);
 
     int default_width() const;
     int default_height() const;

@@ -130,10 +130,11 @@ int run_worker(const WorkerOptions& o) {
     degrees.cfg = o.cfg_parallel ? 2 : 1;
     degrees.ulysses = std::max(1, o.ulysses);
     degrees.tp = std::max(1, o.tp);
-    const int replica = degrees.cfg * degrees.ulysses * degrees.tp;
+    degrees.ring = std::max(1, o.ring);
+    const int replica = degrees.cfg * degrees.ring * degrees.ulysses * degrees.tp;
     if (world % replica != 0)
         throw Error("the world of " + std::to_string(world) +
-                        " ranks does not divide by cfg x ulysses x tp = " + std::to_string(replica),
+                        " ranks does not divide by cfg x ring x ulysses x tp = " + std::to_string(replica),
                     2);
     degrees.dp = world / replica;
     const strategies::Mesh mesh(world, degrees);
@@ -147,18 +148,21 @@ int run_worker(const WorkerOptions& o) {
             if (d != static_cast<int>(dim)) t += std::to_string(coords[static_cast<std::size_t>(d)]) + ".";
         return t + "/";
     };
-    // Every rank forms its groups in the same order (cfg, ulysses, tp), so none waits on another.
-    std::unique_ptr<Communicator> cfg_group, ulysses_group, tp_group;
+    // Every rank forms its groups in the same order (cfg, ring, ulysses, tp), so none waits on another.
+    std::unique_ptr<Communicator> cfg_group, ring_group, ulysses_group, tp_group;
     if (degrees.cfg > 1)
         cfg_group =
             comm.subgroup(mesh.group(rank, strategies::MeshDim::kCfg), tag(strategies::MeshDim::kCfg));
+    if (degrees.ring > 1)
+        ring_group =
+            comm.subgroup(mesh.group(rank, strategies::MeshDim::kRing), tag(strategies::MeshDim::kRing));
     if (degrees.ulysses > 1)
         ulysses_group = comm.subgroup(mesh.group(rank, strategies::MeshDim::kUlysses),
                                       tag(strategies::MeshDim::kUlysses));
     if (degrees.tp > 1)
         tp_group = comm.subgroup(mesh.group(rank, strategies::MeshDim::kTp), tag(strategies::MeshDim::kTp));
     const bool writer = index(strategies::MeshDim::kCfg) == 0 && index(strategies::MeshDim::kUlysses) == 0 &&
-                        index(strategies::MeshDim::kTp) == 0;
+                        index(strategies::MeshDim::kTp) == 0 && index(strategies::MeshDim::kRing) == 0;
     const std::vector<Request> mine = split_between_processes(all, degrees.dp, dp_index);
     StatusChannel status;
     status.send({{"event", "start"}, {"rank", rank}, {"count", mine.size()}, {"device", po.device.str()}});
@@ -169,6 +173,7 @@ int run_worker(const WorkerOptions& o) {
         po.tp_size = degrees.tp;
         const auto pipeline = Sd3Pipeline::load(po);
         pipeline->set_tensor_group(tp_group.get());
+        pipeline->set_ring_group(ring_group.get());
         pipeline->set_cfg_group(cfg_group.get());
         pipeline->set_ulysses_group(ulysses_group.get());
         std::size_t next = 0;

@@ -19,6 +19,7 @@ struct WorkerOptions {
     int batch_size = 1;  // consecutive requests with the same steps, guidance and size go through together
     bool cfg_parallel = false;  // pairs of ranks split the guidance branches (mesh dp x cfg=2)
     int ulysses = 1;            // ranks that split each image's tokens (Ulysses context parallelism)
+    int ring = 1;               // ranks that pass each image's keys and values round a ring (Ring attention)
     int tp = 1;                 // ranks that split the transformer's weights (tensor parallelism)
 };
 

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
     app.add_option("--random-weights", random_seed, "the model's configs with seeded random weights");
     app.add_flag("--cfg-parallel", o.cfg_parallel, "pairs of ranks split the guidance branches");
     app.add_option("--ulysses", o.ulysses, "ranks that split each image's tokens")->check(CLI::Range(1, 64));
+    app.add_option("--ring", o.ring, "ranks that pass keys and values round a ring")
+        ->check(CLI::Range(1, 64));
     app.add_option("--tp", o.tp, "ranks that split the transformer's weights")->check(CLI::Range(1, 64));
     app.add_option("--batch-size", o.batch_size, "requests that go through the model together")
         ->check(CLI::Range(1, 64));

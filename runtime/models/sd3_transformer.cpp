@@ -195,14 +195,17 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
     // is counted once. Padded image positions are masked out as keys. The image output goes back
     // through the inverse all-to-all; the text output, [text, heads/U] on each rank, is gathered
     // over heads so every rank keeps the whole text stream.
-    Communicator* sp = sequence_group_ && sequence_group_->size() > 1 ? sequence_group_ : nullptr;
+    Communicator* ulysses = sequence_group_ && sequence_group_->size() > 1 ? sequence_group_ : nullptr;
+    Communicator* ring = ring_group_ && ring_group_->size() > 1 ? ring_group_ : nullptr;
+    if (ulysses && ring) throw ModelError("Ulysses and Ring together (USP) are not implemented yet");
+    Communicator* sp = ulysses ? ulysses : ring;  // whichever splits the image tokens
     const int64_t image_tokens = x.size(1);
     const int64_t u = sp ? sp->size() : 1;
     const int64_t padded = (image_tokens + u - 1) / u * u;
     const int64_t local = padded / u;
     at::Tensor key_mask;  // [1, 1, 1, padded + text]: true where a key may be attended
     if (sp) {
-        if (heads % u != 0)
+        if (ulysses && heads % u != 0)
             throw ModelError("context parallelism: " + std::to_string(heads) +
                              " attention heads do not divide by " + std::to_string(u));
         if (padded > image_tokens) {
@@ -258,7 +261,51 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
             ck = (*a.norm_added_k)(ck);
         }
         at::Tensor attn_x, attn_c;
-        if (sp) {
+        if (ring) {
+            // Note [ring attention merge]: the queries here are this rank's image tokens and all
+            // text tokens. They meet the text keys once, then each rank's image key/value block as
+            // it comes round the ring; partial results are merged exactly with their log-sum-exps:
+            // out = (out_a e^{lse_a} + out_b e^{lse_b}) / (e^{lse_a} + e^{lse_b}).
+            const at::Tensor queries = at::cat({q, cq}, 2);
+            const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+            at::Tensor out, lse;
+            auto absorb = [&](const at::Tensor& keys, const at::Tensor& values, const at::Tensor& keep) {
+                at::Tensor scores = at::matmul(queries, keys.transpose(-2, -1)) * scale;
+                if (keep.defined())
+                    scores = scores.masked_fill(keep.logical_not().view({1, 1, 1, -1}), -INFINITY);
+                const at::Tensor block_lse = at::logsumexp(scores, -1, true);
+                const at::Tensor block_out = at::matmul(at::exp(scores - block_lse), values);
+                if (!out.defined()) {
+                    out = block_out;
+                    lse = block_lse;
+                    return;
+                }
+                const at::Tensor merged = at::logaddexp(lse, block_lse);
+                out = out * at::exp(lse - merged) + block_out * at::exp(block_lse - merged);
+                lse = merged;
+            };
+            absorb(ck, cv, {});  // the replicated text keys, counted once
+            at::Tensor block_k = k, block_v = v;
+            for (int64_t step = 0; step < u; ++step) {
+                const int64_t owner = (ring->rank() - step + u) % u, start = owner * local;
+                if (start < image_tokens) {  // a block of padding alone is skipped
+                    at::Tensor keep;
+                    if (start + local > image_tokens)
+                        keep = at::arange(start, start + local,
+                                          at::TensorOptions().dtype(at::kLong).device(x.device())) <
+                               image_tokens;
+                    absorb(block_k, block_v, keep);
+                }
+                if (step + 1 < u) {
+                    block_k = ring->ring_shift(block_k);
+                    block_v = ring->ring_shift(block_v);
+                }
+            }
+            attn_x = reduced(a.to_out, a.to_out(merge_heads(out.narrow(2, 0, local))));
+            if (!blk.context_pre_only)
+                attn_c = reduced(a.to_add_out,
+                                 a.to_add_out(merge_heads(out.narrow(2, local, out.size(2) - local))));
+        } else if (sp) {
             const int64_t first = sp->rank() * hu;
             at::Tensor joint = at::scaled_dot_product_attention(
                 at::cat({tokens_to_heads(q), cq.narrow(1, first, hu)}, 2),

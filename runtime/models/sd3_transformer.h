@@ -86,10 +86,15 @@ class Sd3Transformer {
     // The tensor-parallel group this rank's shard belongs to (its size must be the tp_size given
     // at construction).
     void set_tensor_group(Communicator* group) { tensor_group_ = group; }
+    // Ring context parallelism over `group`: the image tokens are split as with Ulysses, and the
+    // image keys and values travel around the ring block by block, merged by log-sum-exp
+    // (Note [ring attention merge]). Not combined with Ulysses yet.
+    void set_ring_group(Communicator* group) { ring_group_ = group; }
 
   private:
     Communicator* sequence_group_ = nullptr;
     Communicator* tensor_group_ = nullptr;
+    Communicator* ring_group_ = nullptr;
     int tp_size_ = 1;
     Sd3TransformerConfig config_;
     at::Tensor patch_weight_, patch_bias_;  // Conv2d(in, inner, kernel = stride = patch)

@@ -399,3 +399,37 @@ TEST_CASE(
     CHECK(heads.exit_code == 2);
     CHECK(heads.err.find("tp x ulysses must divide 4") != std::string::npos);
 }
+
+TEST_CASE(
+    "Ring attention (2, 3, 4 over 90 tokens, with tp2, with cfg2) gives the single-process images within 1 "
+    "per channel") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts =
+        write_prompts(dir, "p.txt", "a red circle\nA blue square!\na green triangle\n");
+    REQUIRE(run_launch(odd_size_args(dir + "/single", {"-n", "1"}, prompts), {}, 120).exit_code == 0);
+    const auto single = manifest(dir + "/single");
+    for (const auto& extra :
+         std::vector<std::vector<std::string>>{{"-n", "2", "--ring", "2"},
+                                               {"-n", "3", "--ring", "3"},
+                                               {"-n", "4", "--ring", "4"},
+                                               {"-n", "4", "--ring", "2", "--tp", "2"},
+                                               {"-n", "4", "--ring", "2", "--cfg-parallel"}}) {
+        CAPTURE(extra);
+        LaunchResult r = run_launch(odd_size_args(dir + "/ring", extra, prompts), {}, 120);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        const auto got = manifest(dir + "/ring");
+        REQUIRE(got.size() == 3);
+        int identical = 0;
+        for (std::size_t i = 0; i < 3; ++i) {
+            const std::string file = single[i]["file"].get<std::string>();
+            CHECK(max_pixel_difference(dir + "/single/" + file, dir + "/ring/" + file) <= 1);
+            identical += got[i]["sha256"] == single[i]["sha256"];
+        }
+        MESSAGE(identical << " of 3 images byte-identical");
+        REQUIRE(std::system(("rm -rf '" + dir + "/ring'").c_str()) == 0);
+    }
+    LaunchResult usp =
+        run_launch(odd_size_args(dir + "/bad", {"-n", "4", "--ring", "2", "--ulysses", "2"}, prompts));
+    CHECK(usp.exit_code == 2);
+    CHECK(usp.err.find("(USP) are not implemented yet") != std::string::npos);
+}
