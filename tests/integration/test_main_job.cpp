@@ -52,6 +52,54 @@ const char* kFivePrompts =
 
 }  // namespace
 
+namespace {
+// The largest difference of any channel between two PNG files of the same size (libpng's reader).
+int max_pixel_difference(const std::string& a, const std::string& b) {
+    std::vector<std::vector<uint8_t>> pixels;
+    for (const std::string& path : {a, b}) {
+        png_image image{};
+        image.version = PNG_IMAGE_VERSION;
+        REQUIRE(png_image_begin_read_from_file(&image, path.c_str()) != 0);
+        image.format = PNG_FORMAT_RGB;
+        pixels.emplace_back(PNG_IMAGE_SIZE(image));
+        REQUIRE(png_image_finish_read(&image, nullptr, pixels.back().data(), 0, nullptr) != 0);
+    }
+    REQUIRE(pixels[0].size() == pixels[1].size());
+    int worst = 0;
+    for (std::size_t i = 0; i < pixels[0].size(); ++i)
+        worst = std::max(worst, std::abs(pixels[0][i] - pixels[1][i]));
+    return worst;
+}
+}  // namespace
+
+namespace {
+// Runs each configuration on the three odd-size prompts and checks every image against one
+// process: within `tolerance` per channel (0: the same bytes). Reports how many were identical.
+void expect_single_process_images(const std::vector<std::vector<std::string>>& configurations,
+                                  int tolerance) {
+    const std::string dir = make_temp_dir();
+    const std::string prompts =
+        write_prompts(dir, "p.txt", "a red circle\nA blue square!\na green triangle\n");
+    REQUIRE(run_launch(odd_size_args(dir + "/single", {"-n", "1"}, prompts), {}, 120).exit_code == 0);
+    const auto single = manifest(dir + "/single");
+    for (const auto& extra : configurations) {
+        CAPTURE(extra);
+        LaunchResult r = run_launch(odd_size_args(dir + "/run", extra, prompts), {}, 120);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        const auto got = manifest(dir + "/run");
+        REQUIRE(got.size() == 3);
+        int identical = 0;
+        for (std::size_t i = 0; i < 3; ++i) {
+            const std::string file = single[i]["file"].get<std::string>();
+            CHECK(max_pixel_difference(dir + "/single/" + file, dir + "/run/" + file) <= tolerance);
+            identical += got[i]["sha256"] == single[i]["sha256"];
+        }
+        MESSAGE(identical << " of 3 images byte-identical");
+        REQUIRE(std::system(("rm -rf '" + dir + "/run'").c_str()) == 0);
+    }
+}
+}  // namespace
+
 TEST_CASE("1, 2, 3 and 4 processes give byte-identical images and the same manifest") {
     const std::string dir = make_temp_dir();
     const std::string prompts = write_prompts(dir, "p.txt", kFivePrompts);
@@ -310,26 +358,10 @@ TEST_CASE("CFG parallel is refused before anything starts when it cannot apply")
 TEST_CASE(
     "Ulysses context parallelism (2, 4 over an odd token count, and with cfg2) gives the single-process "
     "images") {
-    const std::string dir = make_temp_dir();
-    const std::string prompts =
-        write_prompts(dir, "p.txt", "a red circle\nA blue square!\na green triangle\n");
-    auto args = [&](const std::string& out, std::vector<std::string> extra) {
-        return odd_size_args(dir + "/" + out, extra, prompts);
-    };
-    REQUIRE(run_launch(args("single", {"-n", "1"}), {}, 120).exit_code == 0);
-    const auto single = manifest(dir + "/single");
-    for (const auto& extra :
-         std::vector<std::vector<std::string>>{{"-n", "2", "--ulysses", "2"},
-                                               {"-n", "4", "--ulysses", "4"},
-                                               {"-n", "4", "--ulysses", "2", "--cfg-parallel"}}) {
-        CAPTURE(extra);
-        LaunchResult r = run_launch(args("cp", extra), {}, 120);
-        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-        const auto got = manifest(dir + "/cp");
-        REQUIRE(got.size() == 3);
-        for (std::size_t i = 0; i < 3; ++i) CHECK(got[i]["sha256"] == single[i]["sha256"]);
-        REQUIRE(std::system(("rm -rf '" + dir + "/cp'").c_str()) == 0);
-    }
+    expect_single_process_images({{"-n", "2", "--ulysses", "2"},
+                                  {"-n", "4", "--ulysses", "4"},
+                                  {"-n", "4", "--ulysses", "2", "--cfg-parallel"}},
+                                 0);
 }
 
 TEST_CASE("Ulysses degrees that cannot work are refused before any model is loaded") {
@@ -345,57 +377,17 @@ TEST_CASE("Ulysses degrees that cannot work are refused before any model is load
     CHECK(world.err.find("does not divide by 4") != std::string::npos);
 }
 
-namespace {
-// The largest difference of any channel between two PNG files of the same size (libpng's reader).
-int max_pixel_difference(const std::string& a, const std::string& b) {
-    std::vector<std::vector<uint8_t>> pixels;
-    for (const std::string& path : {a, b}) {
-        png_image image{};
-        image.version = PNG_IMAGE_VERSION;
-        REQUIRE(png_image_begin_read_from_file(&image, path.c_str()) != 0);
-        image.format = PNG_FORMAT_RGB;
-        pixels.emplace_back(PNG_IMAGE_SIZE(image));
-        REQUIRE(png_image_finish_read(&image, nullptr, pixels.back().data(), 0, nullptr) != 0);
-    }
-    REQUIRE(pixels[0].size() == pixels[1].size());
-    int worst = 0;
-    for (std::size_t i = 0; i < pixels[0].size(); ++i)
-        worst = std::max(worst, std::abs(pixels[0][i] - pixels[1][i]));
-    return worst;
-}
-}  // namespace
-
 TEST_CASE(
     "tensor parallelism (tp2, tp4, tp2 x ulysses2, tp2 x cfg2) gives the single-process images within 1 per "
     "channel") {
+    expect_single_process_images({{"-n", "2", "--tp", "2"},
+                                  {"-n", "4", "--tp", "4"},
+                                  {"-n", "4", "--tp", "2", "--ulysses", "2"},
+                                  {"-n", "4", "--tp", "2", "--cfg-parallel"}},
+                                 1);
     const std::string dir = make_temp_dir();
-    const std::string prompts =
-        write_prompts(dir, "p.txt", "a red circle\nA blue square!\na green triangle\n");
-    auto args = [&](const std::string& out, std::vector<std::string> extra) {
-        return odd_size_args(dir + "/" + out, extra, prompts);
-    };
-    REQUIRE(run_launch(args("single", {"-n", "1"}), {}, 120).exit_code == 0);
-    const auto single = manifest(dir + "/single");
-    for (const auto& extra :
-         std::vector<std::vector<std::string>>{{"-n", "2", "--tp", "2"},
-                                               {"-n", "4", "--tp", "4"},
-                                               {"-n", "4", "--tp", "2", "--ulysses", "2"},
-                                               {"-n", "4", "--tp", "2", "--cfg-parallel"}}) {
-        CAPTURE(extra);
-        LaunchResult r = run_launch(args("tp", extra), {}, 120);
-        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-        const auto got = manifest(dir + "/tp");
-        REQUIRE(got.size() == 3);
-        int identical = 0;
-        for (std::size_t i = 0; i < 3; ++i) {
-            const std::string file = single[i]["file"].get<std::string>();
-            CHECK(max_pixel_difference(dir + "/single/" + file, dir + "/tp/" + file) <= 1);
-            identical += got[i]["sha256"] == single[i]["sha256"];
-        }
-        MESSAGE(identical << " of 3 images byte-identical");
-        REQUIRE(std::system(("rm -rf '" + dir + "/tp'").c_str()) == 0);
-    }
-    LaunchResult heads = run_launch(args("bad", {"-n", "3", "--tp", "3"}));
+    LaunchResult heads =
+        run_launch(odd_size_args(dir + "/bad", {"-n", "3", "--tp", "3"}, write_prompts(dir, "p.txt", "x\n")));
     CHECK(heads.exit_code == 2);
     CHECK(heads.err.find("tp x ulysses must divide 4") != std::string::npos);
 }
@@ -403,33 +395,15 @@ TEST_CASE(
 TEST_CASE(
     "Ring attention (2, 3, 4 over 90 tokens, with tp2, with cfg2) gives the single-process images within 1 "
     "per channel") {
+    expect_single_process_images({{"-n", "2", "--ring", "2"},
+                                  {"-n", "3", "--ring", "3"},
+                                  {"-n", "4", "--ring", "4"},
+                                  {"-n", "4", "--ring", "2", "--tp", "2"},
+                                  {"-n", "4", "--ring", "2", "--cfg-parallel"}},
+                                 1);
     const std::string dir = make_temp_dir();
-    const std::string prompts =
-        write_prompts(dir, "p.txt", "a red circle\nA blue square!\na green triangle\n");
-    REQUIRE(run_launch(odd_size_args(dir + "/single", {"-n", "1"}, prompts), {}, 120).exit_code == 0);
-    const auto single = manifest(dir + "/single");
-    for (const auto& extra :
-         std::vector<std::vector<std::string>>{{"-n", "2", "--ring", "2"},
-                                               {"-n", "3", "--ring", "3"},
-                                               {"-n", "4", "--ring", "4"},
-                                               {"-n", "4", "--ring", "2", "--tp", "2"},
-                                               {"-n", "4", "--ring", "2", "--cfg-parallel"}}) {
-        CAPTURE(extra);
-        LaunchResult r = run_launch(odd_size_args(dir + "/ring", extra, prompts), {}, 120);
-        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-        const auto got = manifest(dir + "/ring");
-        REQUIRE(got.size() == 3);
-        int identical = 0;
-        for (std::size_t i = 0; i < 3; ++i) {
-            const std::string file = single[i]["file"].get<std::string>();
-            CHECK(max_pixel_difference(dir + "/single/" + file, dir + "/ring/" + file) <= 1);
-            identical += got[i]["sha256"] == single[i]["sha256"];
-        }
-        MESSAGE(identical << " of 3 images byte-identical");
-        REQUIRE(std::system(("rm -rf '" + dir + "/ring'").c_str()) == 0);
-    }
-    LaunchResult usp =
-        run_launch(odd_size_args(dir + "/bad", {"-n", "4", "--ring", "2", "--ulysses", "2"}, prompts));
+    LaunchResult usp = run_launch(odd_size_args(dir + "/bad", {"-n", "4", "--ring", "2", "--ulysses", "2"},
+                                                write_prompts(dir, "p.txt", "x\n")));
     CHECK(usp.exit_code == 2);
     CHECK(usp.err.find("(USP) are not implemented yet") != std::string::npos);
 }
