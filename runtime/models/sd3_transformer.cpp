@@ -149,6 +149,34 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
     proj_out_ = Linear::load(w, "proj_out", d, p * p * config.out_channels);
 }
 
+int64_t Sd3Transformer::parameter_bytes() const {
+    int64_t total = 0;
+    auto add = [&](const at::Tensor& t) {
+        if (t.defined()) total += t.numel() * t.element_size();
+    };
+    auto add_linear = [&](const Linear& l) {
+        add(l.weight);
+        add(l.bias);
+        add(l.row_parallel_bias);
+    };
+    add(patch_weight_);
+    add(patch_bias_);
+    add(pos_embed_);
+    for (const Linear* l :
+         {&time_1_, &time_2_, &text_1_, &text_2_, &context_embedder_, &norm_out_, &proj_out_})
+        add_linear(*l);
+    for (const JointBlock& b : blocks_) {
+        const JointAttention& a = b.attn;
+        for (const Linear* l :
+             {&b.norm1.linear, &b.norm1_context, &a.to_q, &a.to_k, &a.to_v, &a.to_out, &a.add_q, &a.add_k,
+              &a.add_v, &a.to_add_out, &b.ff.in, &b.ff.out, &b.ff_context.in, &b.ff_context.out})
+            add_linear(*l);
+        for (const auto* n : {&a.norm_q, &a.norm_k, &a.norm_added_q, &a.norm_added_k})
+            if (*n) add((*n)->weight);
+    }
+    return total;
+}
+
 at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                    const at::Tensor& pooled, const at::Tensor& timestep) const {
     // With tensor parallelism this rank holds heads / tp of the attention heads.

@@ -91,6 +91,9 @@ class Sd3Transformer {
     // (Note [ring attention merge]). Not combined with Ulysses yet.
     void set_ring_group(Communicator* group) { ring_group_ = group; }
 
+    // Bytes of the weights this rank holds (its shards under tensor parallelism).
+    int64_t parameter_bytes() const;
+
   private:
     Communicator* sequence_group_ = nullptr;
     Communicator* tensor_group_ = nullptr;

@@ -45,3 +45,40 @@ TEST_CASE("sizes the model cannot take, and configs it does not support, are ref
         Sd3TransformerConfig::from_json_text(R"({"_class_name": "FluxTransformer2DModel"})", "t.json"),
         doctest::Contains("FluxTransformer2DModel"), ModelError);
 }
+
+TEST_CASE("tensor-parallel shards: per-rank parameter bytes at tp 1, 2 and 4 follow the split exactly") {
+    const std::string dir = golden_path("sd3_tiny/transformer");
+    const Sd3TransformerConfig c = Sd3TransformerConfig::from_json_file(dir + "/config.json");
+    // Counted from the config alone: what tensor parallelism splits, and what stays whole.
+    const int64_t d = c.inner_dim(), layers = c.num_layers;
+    int64_t split = 0, whole = 0;
+    for (int64_t i = 0; i < layers; ++i) {
+        const bool last = i == layers - 1;
+        split += 6 * (d * d + d);                       // q, k, v for both streams: weights and biases
+        split += (last ? 1 : 2) * d * d;                // attention-out (and text out): weights
+        whole += (last ? 1 : 2) * d;                    // ... whose biases stay whole
+        split += (last ? 1 : 2) * (4 * d * d + 4 * d);  // MLP-in: weights and biases
+        split += (last ? 1 : 2) * 4 * d * d;            // MLP-out: weights
+        whole += (last ? 1 : 2) * d;                    // ... biases
+        whole += 6 * d * d + 6 * d + (last ? 2 : 6) * (d * d + d);  // AdaLN linears
+    }
+    whole +=
+        d * c.in_channels * c.patch_size * c.patch_size + d + c.pos_embed_max_size * c.pos_embed_max_size * d;
+    whole +=
+        256 * d + d + d * d + d + c.pooled_projection_dim * d + d + d * d + d;  // timestep and text embedders
+    whole += c.joint_attention_dim * d + d + d * 2 * d + 2 * d;                 // context embedder, norm_out
+    whole += d * c.patch_size * c.patch_size * c.out_channels +
+             c.patch_size * c.patch_size * c.out_channels;  // proj_out
+    for (int tp : {1, 2, 4}) {
+        CAPTURE(tp);
+        WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+        const Sd3Transformer shard(c, weights, /*tp_rank=*/tp - 1, tp);
+        weights.check_all_taken();
+        CHECK(shard.parameter_bytes() == 4 * (whole + split / tp));
+        MESSAGE("tp " << tp << ": " << shard.parameter_bytes() << " bytes per rank (" << 4 * whole
+                      << " replicated + " << 4 * split / tp << " sharded)");
+    }
+    WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+    CHECK_THROWS_WITH_AS(Sd3Transformer(c, weights, 0, 3), doctest::Contains("tp must divide them"),
+                         ModelError);
+}
