@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "runtime/communicator.h"
@@ -227,6 +228,18 @@ int run_worker(const WorkerOptions& o) {
     }
     // Every rank, with prompts or without, meets the others before leaving.
     comm.barrier();
+    if (const char* report = std::getenv("DP_COMM_REPORT"); report && *report && std::string(report) != "0") {
+        // Bytes this rank sent, per kind of collective, over every group it belongs to (the
+        // figures the README's communication formulas predict).
+        std::map<std::string, uint64_t> total;
+        for (const Communicator* c :
+             {&comm, cfg_group.get(), ring_group.get(), ulysses_group.get(), tp_group.get()})
+            if (c)
+                for (const auto& [kind, n] : c->bytes()) total[kind] += n;
+        std::string line = "dp-worker: rank " + std::to_string(rank) + " communication bytes:";
+        for (const auto& [kind, n] : total) line += " " + kind + "=" + std::to_string(n);
+        std::cerr << line << std::endl;
+    }
     // A prompt that failed is in the manifest and makes dp-launch exit 1; the rank itself did its
     // job, so it exits 0 (a non-zero exit would stop the group, or restart it with --max-restarts).
     if (failed > 0) std::cerr << "rank " << rank << ": " << failed << " prompt(s) failed" << std::endl;

@@ -407,3 +407,54 @@ TEST_CASE(
     CHECK(usp.exit_code == 2);
     CHECK(usp.err.find("(USP) are not implemented yet") != std::string::npos);
 }
+
+namespace {
+// "kind=bytes" pairs from a rank's DP_COMM_REPORT line on stderr.
+std::map<std::string, long long> reported_bytes(const std::string& err, int rank) {
+    std::map<std::string, long long> out;
+    const std::string marker = "dp-worker: rank " + std::to_string(rank) + " communication bytes:";
+    const std::size_t at = err.find(marker);
+    REQUIRE_MESSAGE(at != std::string::npos, err);
+    std::istringstream in(err.substr(at + marker.size(), err.find('\n', at) - at - marker.size()));
+    for (std::string item; in >> item;)
+        out[item.substr(0, item.find('='))] = std::stoll(item.substr(item.find('=') + 1));
+    return out;
+}
+}  // namespace
+
+TEST_CASE("measured communication bytes per strategy equal the README's per-step formulas") {
+    // The tiny model: width D = 32, H = 4 heads of d = 8, L = 2 blocks (the last context-pre-only),
+    // patch 1 and C = 4 latent channels; 10 x 9 pixels give N = 90 image tokens; the text is
+    // T = 77 CLIP + 256 T5 tokens. With guidance the transformer runs a batch of B = 2.
+    const long long D = 32, H = 4, d = 8, L = 2, C = 4, N = 90, T = 77 + 256, B = 2, S = 3,
+                    f = 4;  // f: bytes per fp32
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", "one prompt\n");
+    auto run = [&](std::vector<std::string> extra) {
+        LaunchResult r =
+            run_launch(odd_size_args(dir + "/out", extra, prompts), {{"DP_COMM_REPORT", "1"}}, 120);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        REQUIRE(std::system(("rm -rf '" + dir + "/out'").c_str()) == 0);
+        return reported_bytes(r.err, 0);
+    };
+    // CFG: one all_gather of this rank's noise prediction (1 x C x h x w) per step.
+    CHECK(run({"-n", "2", "--cfg-parallel"}) ==
+          std::map<std::string, long long>{{"all_gather", S * C * N * f}});
+    // Ulysses U = 2: per block 4 all-to-alls of B x H x (N/U) x d, an all_gather of the text
+    // output over heads (B x H/U x T x d) in every block with a text output, and one all_gather of
+    // the final tokens (B x N/U x C).
+    const long long U = 2, local = N / U;
+    CHECK(run({"-n", "2", "--ulysses", "2"}) ==
+          std::map<std::string, long long>{
+              {"all_to_all", S * 4 * L * B * H * local * d * f},
+              {"all_gather", S * ((L - 1) * B * (H / U) * T * d + B * local * C) * f}});
+    // TP: per block an all_reduce after attention-out and MLP-out of each stream that has them.
+    CHECK(run({"-n", "2", "--tp", "2"}) ==
+          std::map<std::string, long long>{{"all_reduce", S * B * D * (2 * N * L + 2 * T * (L - 1)) * f}});
+    // Ring R = 2: per block R - 1 sends of this rank's keys and values (B x H x N/R x d each), and
+    // one all_gather of the final tokens.
+    const long long R = 2;
+    CHECK(run({"-n", "2", "--ring", "2"}) ==
+          std::map<std::string, long long>{{"send", S * L * 2 * (R - 1) * B * H * (N / R) * d * f},
+                                           {"all_gather", S * B * (N / R) * C * f}});
+}
