@@ -261,10 +261,6 @@ int run_job(const LaunchSpec& launch, const JobOptions& job) {
                          ": there is no guidance to split at a scale of 1 or less");
     // The model replica: cfg x ring x ulysses x tp ranks; the world is dp of them.
     const int cfg = job.cfg_parallel ? 2 : 1;
-    if (job.ring > 1 && job.ulysses > 1)
-        throw UsageError(
-            "--ring " + std::to_string(job.ring) + " with --ulysses " + std::to_string(job.ulysses) +
-            ": both context-parallel schemes at once (USP) are not implemented yet; use one of them");
     const int replica = cfg * job.ring * job.ulysses * job.tp;
     if (launch.world_size() % replica != 0)
         throw UsageError("--tp " + std::to_string(job.tp) + ", --ring " + std::to_string(job.ring) +

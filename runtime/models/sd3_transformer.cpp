@@ -225,40 +225,52 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
     // over heads so every rank keeps the whole text stream.
     Communicator* ulysses = sequence_group_ && sequence_group_->size() > 1 ? sequence_group_ : nullptr;
     Communicator* ring = ring_group_ && ring_group_->size() > 1 ? ring_group_ : nullptr;
-    if (ulysses && ring) throw ModelError("Ulysses and Ring together (USP) are not implemented yet");
-    Communicator* sp = ulysses ? ulysses : ring;  // whichever splits the image tokens
     const int64_t image_tokens = x.size(1);
-    const int64_t u = sp ? sp->size() : 1;
-    const int64_t padded = (image_tokens + u - 1) / u * u;
-    const int64_t local = padded / u;
-    at::Tensor key_mask;  // [1, 1, 1, padded + text]: true where a key may be attended
-    if (sp) {
-        if (ulysses && heads % u != 0)
+    const int64_t nu = ulysses ? ulysses->size() : 1, nr = ring ? ring->size() : 1;
+    // Tokens are split over ring x ulysses ranks, ring outermost: this rank's block of `local`
+    // tokens is number ring_rank * nu + ulysses_rank, so a ring rank's ulysses group holds one
+    // contiguous segment of `seg` tokens.
+    const int64_t padded = (image_tokens + nu * nr - 1) / (nu * nr) * (nu * nr);
+    const int64_t local = padded / (nu * nr), seg = local * nu;
+    const int64_t block = (ring ? ring->rank() : 0) * nu + (ulysses ? ulysses->rank() : 0);
+    at::Tensor key_mask;  // Ulysses alone: [1, 1, 1, padded + text], true where a key may be attended
+    if (ulysses || ring) {
+        if (ulysses && heads % nu != 0)
             throw ModelError("context parallelism: " + std::to_string(heads) +
-                             " attention heads do not divide by " + std::to_string(u));
+                             " attention heads do not divide by " + std::to_string(nu));
         if (padded > image_tokens) {
             x = at::constant_pad_nd(x, {0, 0, 0, padded - image_tokens}, 0);
-            key_mask =
-                at::ones({padded + ctx.size(1)}, at::TensorOptions().dtype(at::kBool).device(x.device()));
-            key_mask.slice(0, image_tokens, padded).fill_(false);
-            key_mask = key_mask.view({1, 1, 1, -1});
+            if (!ring) {
+                key_mask =
+                    at::ones({padded + ctx.size(1)}, at::TensorOptions().dtype(at::kBool).device(x.device()));
+                key_mask.slice(0, image_tokens, padded).fill_(false);
+                key_mask = key_mask.view({1, 1, 1, -1});
+            }
         }
-        x = x.narrow(1, sp->rank() * local, local).contiguous();
+        x = x.narrow(1, block * local, local).contiguous();
     }
-    const int64_t hu = heads / u;
-    // [B, H, local, d] (all heads, my tokens) -> [B, H/U, padded, d] (my heads, all tokens).
+    const int64_t hu = heads / nu;
+    const int64_t first_head = ulysses ? ulysses->rank() * hu : 0;
+    // Ulysses: [B, H, local, d] (all heads, my tokens) -> [B, H/U, seg, d] (my heads, my segment).
     auto tokens_to_heads = [&](const at::Tensor& t) {
+        if (!ulysses) return t;
         const int64_t b = t.size(0), d = t.size(3);
-        at::Tensor blocks = t.reshape({b, u, hu, local, d}).permute({1, 0, 2, 3, 4});
-        at::Tensor got = sp->all_to_all(blocks);  // block i: my heads of rank i's tokens
-        return got.permute({1, 2, 0, 3, 4}).reshape({b, hu, padded, d});
+        at::Tensor blocks = t.reshape({b, nu, hu, local, d}).permute({1, 0, 2, 3, 4});
+        at::Tensor got = ulysses->all_to_all(blocks);  // block i: my heads of rank i's tokens
+        return got.permute({1, 2, 0, 3, 4}).reshape({b, hu, seg, d});
     };
-    // The inverse: [B, H/U, padded, d] -> [B, H, local, d].
+    // The inverse: [B, H/U, seg, d] -> [B, H, local, d].
     auto heads_to_tokens = [&](const at::Tensor& t) {
+        if (!ulysses) return t;
         const int64_t b = t.size(0), d = t.size(3);
-        at::Tensor blocks = t.reshape({b, hu, u, local, d}).permute({2, 0, 1, 3, 4});
-        at::Tensor got = sp->all_to_all(blocks);  // block i: rank i's heads of my tokens
+        at::Tensor blocks = t.reshape({b, hu, nu, local, d}).permute({2, 0, 1, 3, 4});
+        at::Tensor got = ulysses->all_to_all(blocks);  // block i: rank i's heads of my tokens
         return got.permute({1, 0, 2, 3, 4}).reshape({b, heads, local, d});
+    };
+    // This rank's heads of the replicated text, and the text output gathered back over heads.
+    auto my_heads = [&](const at::Tensor& t) { return ulysses ? t.narrow(1, first_head, hu) : t; };
+    auto all_heads = [&](const at::Tensor& t) {
+        return ulysses ? at::cat(ulysses->all_gather(t.contiguous()), 1) : t;
     };
 
     for (const JointBlock& blk : blocks_) {
@@ -290,11 +302,12 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
         }
         at::Tensor attn_x, attn_c;
         if (ring) {
-            // Note [ring attention merge]: the queries here are this rank's image tokens and all
-            // text tokens. They meet the text keys once, then each rank's image key/value block as
-            // it comes round the ring; partial results are merged exactly with their log-sum-exps:
+            // Note [ring attention merge]: the queries here are this rank's image tokens (its
+            // segment, with Ulysses) and all text tokens, for its heads. They meet the text keys
+            // once, then each ring rank's image key/value segment as it comes round the ring; the
+            // partial results are merged exactly by their log-sum-exps:
             // out = (out_a e^{lse_a} + out_b e^{lse_b}) / (e^{lse_a} + e^{lse_b}).
-            const at::Tensor queries = at::cat({q, cq}, 2);
+            const at::Tensor queries = at::cat({tokens_to_heads(q), my_heads(cq)}, 2);
             const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
             at::Tensor out, lse;
             auto absorb = [&](const at::Tensor& keys, const at::Tensor& values, const at::Tensor& keep) {
@@ -312,41 +325,40 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
                 out = out * at::exp(lse - merged) + block_out * at::exp(block_lse - merged);
                 lse = merged;
             };
-            absorb(ck, cv, {});  // the replicated text keys, counted once
-            at::Tensor block_k = k, block_v = v;
-            for (int64_t step = 0; step < u; ++step) {
-                const int64_t owner = (ring->rank() - step + u) % u, start = owner * local;
-                if (start < image_tokens) {  // a block of padding alone is skipped
+            absorb(my_heads(ck), my_heads(cv), {});  // the replicated text keys, counted once
+            at::Tensor block_k = tokens_to_heads(k), block_v = tokens_to_heads(v);
+            for (int64_t step = 0; step < nr; ++step) {
+                const int64_t owner = (ring->rank() - step + nr) % nr, start = owner * seg;
+                if (start < image_tokens) {  // a segment of padding alone is skipped
                     at::Tensor keep;
-                    if (start + local > image_tokens)
-                        keep = at::arange(start, start + local,
+                    if (start + seg > image_tokens)
+                        keep = at::arange(start, start + seg,
                                           at::TensorOptions().dtype(at::kLong).device(x.device())) <
                                image_tokens;
                     absorb(block_k, block_v, keep);
                 }
-                if (step + 1 < u) {
+                if (step + 1 < nr) {
                     block_k = ring->ring_shift(block_k);
                     block_v = ring->ring_shift(block_v);
                 }
             }
-            attn_x = reduced(a.to_out, a.to_out(merge_heads(out.narrow(2, 0, local))));
+            attn_x =
+                reduced(a.to_out, a.to_out(merge_heads(heads_to_tokens(out.narrow(2, 0, seg).contiguous()))));
             if (!blk.context_pre_only)
                 attn_c = reduced(a.to_add_out,
-                                 a.to_add_out(merge_heads(out.narrow(2, local, out.size(2) - local))));
-        } else if (sp) {
-            const int64_t first = sp->rank() * hu;
+                                 a.to_add_out(merge_heads(all_heads(out.narrow(2, seg, out.size(2) - seg)))));
+        } else if (ulysses) {
             at::Tensor joint = at::scaled_dot_product_attention(
-                at::cat({tokens_to_heads(q), cq.narrow(1, first, hu)}, 2),
-                at::cat({tokens_to_heads(k), ck.narrow(1, first, hu)}, 2),
-                at::cat({tokens_to_heads(v), cv.narrow(1, first, hu)}, 2),
+                at::cat({tokens_to_heads(q), my_heads(cq)}, 2),
+                at::cat({tokens_to_heads(k), my_heads(ck)}, 2),
+                at::cat({tokens_to_heads(v), my_heads(cv)}, 2),
                 key_mask.defined() ? std::optional<at::Tensor>(key_mask) : std::nullopt);
             attn_x = reduced(a.to_out,
-                             a.to_out(merge_heads(heads_to_tokens(joint.narrow(2, 0, padded).contiguous()))));
+                             a.to_out(merge_heads(heads_to_tokens(joint.narrow(2, 0, seg).contiguous()))));
             if (!blk.context_pre_only)
-                attn_c = reduced(
-                    a.to_add_out,
-                    a.to_add_out(merge_heads(at::cat(
-                        sp->all_gather(joint.narrow(2, padded, joint.size(2) - padded).contiguous()), 1))));
+                attn_c =
+                    reduced(a.to_add_out,
+                            a.to_add_out(merge_heads(all_heads(joint.narrow(2, seg, joint.size(2) - seg)))));
         } else {
             at::Tensor joint =
                 merge_heads(attention(at::cat({q, cq}, 2), at::cat({k, ck}, 2), at::cat({v, cv}, 2)));
@@ -367,9 +379,11 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
 
     const std::vector<at::Tensor> sc = norm_out_(temb_act.to(x.scalar_type())).chunk(2, 1);  // scale, shift
     x = proj_out_(modulate(plain_layer_norm(x), sc[1], sc[0]));
-    if (sp)
-        x = at::cat(sp->all_gather(x.contiguous()), 1)
-                .narrow(1, 0, image_tokens);  // every rank: all tokens, unpadded
+    // Every rank gets all tokens back, unpadded: the ulysses group's blocks make a segment, the
+    // ring's segments the image.
+    if (ulysses) x = at::cat(ulysses->all_gather(x.contiguous()), 1);
+    if (ring) x = at::cat(ring->all_gather(x.contiguous()), 1);
+    if (ulysses || ring) x = x.narrow(1, 0, image_tokens);
     // Unpatchify: [B, gh, gw, p, p, C] -> [B, C, gh * p, gw * p].
     x = x.reshape({batch, gh, gw, p, p, config_.out_channels}).permute({0, 5, 1, 3, 2, 4});
     return x.reshape({batch, config_.out_channels, gh * p, gw * p});

@@ -393,19 +393,17 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "Ring attention (2, 3, 4 over 90 tokens, with tp2, with cfg2) gives the single-process images within 1 "
-    "per channel") {
+    "Ring attention (2, 3, 4 over 90 tokens, with tp2, with cfg2) and USP (ring2 x ulysses2, also with tp2) "
+    "give the "
+    "single-process images within 1 per channel") {
     expect_single_process_images({{"-n", "2", "--ring", "2"},
                                   {"-n", "3", "--ring", "3"},
                                   {"-n", "4", "--ring", "4"},
                                   {"-n", "4", "--ring", "2", "--tp", "2"},
-                                  {"-n", "4", "--ring", "2", "--cfg-parallel"}},
+                                  {"-n", "4", "--ring", "2", "--cfg-parallel"},
+                                  {"-n", "4", "--ring", "2", "--ulysses", "2"},
+                                  {"-n", "8", "--ring", "2", "--ulysses", "2", "--tp", "2"}},
                                  1);
-    const std::string dir = make_temp_dir();
-    LaunchResult usp = run_launch(odd_size_args(dir + "/bad", {"-n", "4", "--ring", "2", "--ulysses", "2"},
-                                                write_prompts(dir, "p.txt", "x\n")));
-    CHECK(usp.exit_code == 2);
-    CHECK(usp.err.find("(USP) are not implemented yet") != std::string::npos);
 }
 
 namespace {
