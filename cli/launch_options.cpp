@@ -68,6 +68,11 @@ const std::vector<LaunchOptionDef>& job_option_table() {
          "Base seed: a prompt without its own seed gets seed + its index"},
         {"width", "--width", "DP_WIDTH", "PX", nullptr, "Image width, 8 to 8192 (default: the model's)"},
         {"height", "--height", "DP_HEIGHT", "PX", nullptr, "Image height, 8 to 8192 (default: the model's)"},
+        {"strategy", "--strategy", "DP_STRATEGY", "data|context|tensor|device-map", "data",
+         "Fill the degrees from the world: context means Ulysses where the head count allows it, else Ring; "
+         "tensor means --tp over all ranks"},
+        {"dp", "--dp", "DP_DP", "N", nullptr,
+         "Data-parallel degree; must equal world / (cfg x ring x ulysses x tp)"},
         {"cfg_parallel", "--cfg-parallel,--cfg_parallel", "DP_CFG_PARALLEL", nullptr, nullptr,
          "CFG parallelism: pairs of ranks run the negative and positive branches and exchange noise "
          "predictions"},
@@ -334,6 +339,13 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
     if (has("cfg_parallel"))
         job.cfg_parallel = launcher::parse_bool(text("cfg_parallel"), at("cfg_parallel").source);
     if (has("ulysses")) job.ulysses = launcher::parse_int(text("ulysses"), 1, 64, at("ulysses").source);
+    if (has("strategy")) {
+        job.strategy = one_of("strategy", {"data", "context", "tensor", "device-map"});
+        if (job.strategy == "data") job.strategy.clear();
+    }
+    if (has("dp"))
+        job.dp = launcher::parse_int(text("dp"), 1, launcher::kMaxNodes * launcher::kMaxLocalProcesses,
+                                     at("dp").source);
     if (has("ring")) job.ring = launcher::parse_int(text("ring"), 1, 64, at("ring").source);
     if (has("tp")) job.tp = launcher::parse_int(text("tp"), 1, 64, at("tp").source);
     if (has("batch_size"))

@@ -250,7 +250,32 @@ class JobMonitor : public StatusListener {
 
 }  // namespace
 
-int run_job(const LaunchSpec& launch, const JobOptions& job) {
+namespace {
+
+// The transformer's attention heads from the model's config.json, or 0 when it cannot be read.
+int model_heads(const std::string& model) {
+    std::ifstream in(model + "/transformer/config.json");
+    nlohmann::json config;
+    try {
+        in >> config;
+    } catch (const nlohmann::json::exception&) {
+        return 0;
+    }
+    return config.is_object() ? config.value("num_attention_heads", 0) : 0;
+}
+
+std::string divisors(int n) {
+    std::string out;
+    for (int d = 1; d <= n; ++d)
+        if (n % d == 0) out += (out.empty() ? "" : ", ") + std::to_string(d);
+    return out;
+}
+
+}  // namespace
+
+JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job) {
+    const int world = launch.world_size();
+    const int cfg = job.cfg_parallel ? 2 : 1;
     if (job.cfg_parallel && launch.world_size() % 2 != 0)
         throw UsageError("--cfg-parallel: the world has " + std::to_string(launch.world_size()) +
                          " ranks; CFG parallelism pairs them, so it needs an even number (try -n " +
@@ -259,35 +284,54 @@ int run_job(const LaunchSpec& launch, const JobOptions& job) {
         throw UsageError("--cfg-parallel with --guidance-scale " +
                          std::to_string(job.guidance_scale).substr(0, 4) +
                          ": there is no guidance to split at a scale of 1 or less");
-    // The model replica: cfg x ring x ulysses x tp ranks; the world is dp of them.
-    const int cfg = job.cfg_parallel ? 2 : 1;
+    const int heads = model_heads(job.model);
+    if (!job.strategy.empty()) {
+        if (job.ring > 1 || job.ulysses > 1 || job.tp > 1)
+            throw UsageError("--strategy " + job.strategy +
+                             " chooses the degrees itself; give either --strategy or --ulysses/--ring/--tp");
+        if (world % cfg != 0)
+            throw UsageError("--strategy " + job.strategy + " with --cfg-parallel needs an even world, not " +
+                             std::to_string(world));
+        const int ranks = world / cfg;
+        if (job.strategy == "context") {
+            // Ulysses where the heads allow it (less traffic), else Ring (any degree).
+            if (heads > 0 && heads % ranks == 0)
+                job.ulysses = ranks;
+            else
+                job.ring = ranks;
+        } else if (job.strategy == "tensor") {
+            job.tp = ranks;
+        } else if (job.strategy == "device-map") {
+            throw UsageError("--strategy device-map is not implemented yet; use data, context or tensor");
+        }
+    }
     const int replica = cfg * job.ring * job.ulysses * job.tp;
-    if (launch.world_size() % replica != 0)
+    if (world % replica != 0)
         throw UsageError("--tp " + std::to_string(job.tp) + ", --ring " + std::to_string(job.ring) +
                          ", --ulysses " + std::to_string(job.ulysses) +
                          (job.cfg_parallel ? ", --cfg-parallel" : "") + ": the world has " +
-                         std::to_string(launch.world_size()) + " ranks, which does not divide by " +
+                         std::to_string(world) + " ranks, which does not divide by " +
                          std::to_string(replica) + " (world = dp x cfg x ring x ulysses x tp)");
-    if (job.ulysses * job.tp > 1) {
-        // Heads are split over tp x ulysses ranks: check before any model is loaded.
-        std::ifstream in(job.model + "/transformer/config.json");
-        nlohmann::json config;
-        try {
-            in >> config;
-        } catch (const nlohmann::json::exception&) {
-        }
-        const int heads = config.is_object() ? config.value("num_attention_heads", 0) : 0;
-        const int split = job.tp * job.ulysses;
-        if (heads > 0 && heads % split != 0) {
-            std::string fits;
-            for (int d = 1; d <= heads; ++d)
-                if (heads % d == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(d);
-            throw UsageError("--tp " + std::to_string(job.tp) + " x --ulysses " +
-                             std::to_string(job.ulysses) + ": the model has " + std::to_string(heads) +
-                             " attention heads; tp x ulysses must divide " + std::to_string(heads) +
-                             " (try " + fits + ")");
-        }
-    }
+    if (job.dp > 0 && job.dp * replica != world)
+        throw UsageError("--dp " + std::to_string(job.dp) + ": dp x cfg x ring x ulysses x tp = " +
+                         std::to_string(job.dp * replica) + " but the world has " + std::to_string(world) +
+                         " ranks (--dp " + std::to_string(world / replica) + " would fit)");
+    // Heads are split over tp x ulysses ranks: checked before any model is loaded.
+    if (heads > 0 && heads % (job.tp * job.ulysses) != 0)
+        throw UsageError("--tp " + std::to_string(job.tp) + " x --ulysses " + std::to_string(job.ulysses) +
+                         ": the model has " + std::to_string(heads) +
+                         " attention heads; tp x ulysses must divide " + std::to_string(heads) + " (try " +
+                         divisors(heads) + ")");
+    return job;
+}
+
+int run_job(const LaunchSpec& launch, const JobOptions& requested) {
+    const JobOptions job = resolve_strategy(launch, requested);
+    if (!launch.quiet && job.cfg_parallel + (job.ring > 1) + (job.ulysses > 1) + (job.tp > 1) > 0)
+        std::cerr << "dp-launch: mesh dp="
+                  << launch.world_size() / ((job.cfg_parallel ? 2 : 1) * job.ring * job.ulysses * job.tp)
+                  << " cfg=" << (job.cfg_parallel ? 2 : 1) << " ring=" << job.ring
+                  << " ulysses=" << job.ulysses << " tp=" << job.tp << std::endl;
     const std::string name = job.prompts == "-" ? "<stdin>" : job.prompts;
     const std::string bytes = read_prompts(job.prompts);
     const bool jsonl = job.prompts == "-" ? looks_like_jsonl(bytes) : is_jsonl_name(job.prompts);

@@ -37,6 +37,8 @@ struct JobOptions {
     int ulysses = 1;            // ranks that split each image's tokens (Ulysses context parallelism)
     int ring = 1;               // ranks that pass each image's keys and values round a ring (Ring attention)
     int tp = 1;                 // ranks that split the transformer's weights (tensor parallelism)
+    int dp = 0;                 // 0: whatever the world leaves; else it must be exactly that
+    std::string strategy;       // data, context, tensor or device-map: fills the degrees from the world
     std::string dtype = "fp32";
     std::string device = "auto";
     std::string negative_prompt;
@@ -44,6 +46,10 @@ struct JobOptions {
     bool skip_invalid = false;
     std::string worker;  // dp-worker to run; empty: next to dp-launch
 };
+
+// Applies --strategy (context: Ulysses where the heads allow it, else Ring; tensor: tp over the
+// world) and checks the degrees against the world and the model's heads. Throws UsageError.
+JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job);
 
 // Runs the job and returns dp-launch's exit code (README "Exit codes"). Throws Error for what
 // prevents starting it: an unreadable prompt file (66), invalid prompts (65), existing outputs

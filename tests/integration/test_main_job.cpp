@@ -456,3 +456,41 @@ TEST_CASE("measured communication bytes per strategy equal the README's per-step
           std::map<std::string, long long>{{"send", S * L * 2 * (R - 1) * B * H * (N / R) * d * f},
                                            {"all_gather", S * B * (N / R) * C * f}});
 }
+
+TEST_CASE("--strategy fills the degrees from the world: context is Ulysses where heads allow, else Ring") {
+    expect_single_process_images({{"-n", "2", "--strategy", "context"},
+                                  {"-n", "3", "--strategy", "context"},
+                                  {"-n", "2", "--strategy", "tensor"}},
+                                 1);
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", "x\n");
+    auto mesh_line = [&](std::vector<std::string> args) {
+        args.insert(args.end(), {"--steps", "1", "--width", "10", "--height", "9", "--overwrite", "-o",
+                                 dir + "/out", prompts});
+        LaunchResult r = run_launch(args, {}, 120);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        const std::size_t at = r.err.find("dp-launch: mesh ");
+        return at == std::string::npos ? std::string() : r.err.substr(at, r.err.find('\n', at) - at);
+    };
+    CHECK(mesh_line({"-n", "2", "--strategy", "context"}) ==
+          "dp-launch: mesh dp=1 cfg=1 ring=1 ulysses=2 tp=1");
+    CHECK(mesh_line({"-n", "3", "--strategy", "context"}) ==
+          "dp-launch: mesh dp=1 cfg=1 ring=3 ulysses=1 tp=1");  // 4 heads: no 3-way Ulysses
+    CHECK(mesh_line({"-n", "4", "--strategy", "tensor", "--cfg-parallel"}) ==
+          "dp-launch: mesh dp=1 cfg=2 ring=1 ulysses=1 tp=2");
+    for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"-n", "2", "--strategy", "device-map"}, "--strategy device-map is not implemented yet"},
+             {{"-n", "2", "--strategy", "context", "--tp", "2"},
+              "give either --strategy or --ulysses/--ring/--tp"},
+             {{"-n", "4", "--ulysses", "2", "--dp", "3"},
+              "--dp 3: dp x cfg x ring x ulysses x tp = 6 but the world has 4 ranks (--dp 2 would fit)"},
+             {{"-n", "2", "--strategy", "sideways"},
+              "--strategy 'sideways': expected one of data, context, tensor, device-map"}}) {
+        CAPTURE(message);
+        std::vector<std::string> full = args;
+        full.push_back(prompts);
+        LaunchResult r = run_launch(full);
+        CHECK(r.exit_code == 2);
+        CHECK(r.err.find(message) != std::string::npos);
+    }
+}
