@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/env_command.h"
+#include "cli/plan_command.h"
 #include "launcher/build_info.h"
 #include "launcher/errors.h"
 #include "launcher/job.h"
@@ -50,6 +51,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
         "dp-launch: start a command once per rank, torchrun-compatible, and supervise it.\n"
         "Usage: dp-launch [OPTIONS] [PIPELINE OPTIONS] PROMPTS\n"
         "       dp-launch [OPTIONS] -- COMMAND [ARGS...]\n"
+        "       dp-launch plan [OPTIONS] [PIPELINE OPTIONS]\n"
         "       dp-launch env [--json]",
         "dp-launch");
     app.footer(kExamples);
@@ -60,6 +62,11 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
     CLI::App* env_cmd =
         app.add_subcommand("env", "Print the version, OS, CPUs, LibTorch, CUDA, NCCL and GPUs");
     env_cmd->add_flag("--json", result.json, "Print JSON");
+    CLI::App* plan_cmd = app.add_subcommand(
+        "plan",
+        "Print the mesh, each rank's role, the sub-groups, per-rank parameter bytes and the "
+        "bytes sent per step for these options, without running anything");
+    plan_cmd->fallthrough();  // the launch and pipeline options belong to the main app
 
     try {
         std::vector<std::string> reversed(options.rbegin(), options.rend());  // CLI11 takes argv reversed
@@ -79,6 +86,19 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
         return result;
     }
 
+    if (plan_cmd->parsed()) {
+        try {
+            result.spec = resolve_launch_spec(raw, env, /*require_command=*/false);
+            result.job = resolve_job_options(raw, env, "-");
+        } catch (const launcher::Error& e) {
+            result.message = e.what();
+            result.exit_code = e.exit_code();
+            return result;
+        }
+        result.action = CommandLine::Action::kPlan;
+        result.exit_code = 0;
+        return result;
+    }
     if (env_cmd->parsed()) {
         result.action = CommandLine::Action::kEnv;
         result.exit_code = 0;
@@ -118,6 +138,9 @@ int run_command_line(const CommandLine& command_line) {
             case CommandLine::Action::kFail:
                 std::cerr << "dp-launch: " << command_line.message << std::endl;
                 return command_line.exit_code;
+            case CommandLine::Action::kPlan:
+                std::cout << describe_plan(command_line.spec, *command_line.job) << std::flush;
+                return 0;
             case CommandLine::Action::kEnv:
                 std::cout << describe_environment(command_line.json) << std::flush;
                 return 0;

@@ -15,6 +15,7 @@ struct CommandLine {
     enum class Action {
         kLaunch,  // run spec (or print it, with --dry-run)
         kEnv,     // `dp-launch env`
+        kPlan,    // `dp-launch plan [options]`: print what a job would do
         kPrint,   // --help or --version: print `message` to stdout, exit 0
         kFail,    // print `message` to stderr, exit `exit_code`
     };

@@ -494,3 +494,38 @@ TEST_CASE("--strategy fills the degrees from the world: context is Ulysses where
         CHECK(r.err.find(message) != std::string::npos);
     }
 }
+
+TEST_CASE(
+    "dp-launch plan shows ranks, sub-groups, parameter bytes and the bytes a run really sends, in well under "
+    "a second") {
+    LaunchResult plan =
+        run_launch({"plan", "-n", "4", "--ulysses", "2", "--tp", "2", "--width", "10", "--height", "9"});
+    REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
+    CHECK(plan.seconds < 1.0);
+    CHECK(plan.out.find("mesh dp=1 cfg=1 ring=1 ulysses=2 tp=2") != std::string::npos);
+    CHECK(plan.out.find("rank 0: dp 0, cfg 0, ring 0, ulysses 0, tp 0 -- all prompts, writes the images") !=
+          std::string::npos);
+    CHECK(plan.out.find("ulysses: [0,2] [1,3]") != std::string::npos);
+    CHECK(plan.out.find("tp: [0,1] [2,3]") != std::string::npos);
+    CHECK(plan.out.find("(434960) = ") != std::string::npos);  // the per-rank bytes the tp unit test checks
+    // The plan's per-step estimate, times the steps, is what a run of one prompt reports.
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", "one prompt\n");
+    for (const auto& [degree, kind] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"--tp", "2"}, "all_reduce"}, {{"--ring", "2"}, "send"}}) {
+        CAPTURE(kind);
+        std::vector<std::string> plan_args = {"plan", "-n", "2", "--width", "10", "--height", "9"};
+        plan_args.insert(plan_args.end(), degree.begin(), degree.end());
+        const std::string text = run_launch(plan_args).out;
+        const std::size_t at = text.find("  " + kind + ": ");
+        REQUIRE(at != std::string::npos);
+        const long long per_step = std::stoll(text.substr(text.find('(', at) + 1));
+        std::vector<std::string> run_args = {"-n", "2"};
+        run_args.insert(run_args.end(), degree.begin(), degree.end());
+        LaunchResult r =
+            run_launch(odd_size_args(dir + "/out", run_args, prompts), {{"DP_COMM_REPORT", "1"}}, 120);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        REQUIRE(std::system(("rm -rf '" + dir + "/out'").c_str()) == 0);
+        CHECK(reported_bytes(r.err, 0)[kind] == 3 * per_step);
+    }
+}

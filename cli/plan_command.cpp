@@ -1,0 +1,190 @@
+#include "cli/plan_command.h"
+
+#include <dirent.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "launcher/errors.h"
+#include "strategies/mesh.h"
+
+namespace dp::cli {
+using namespace dp::launcher;
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw InputDataError(path + ": cannot read");
+    try {
+        return nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        throw InputDataError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 120) + ")");
+    }
+}
+
+// name -> element count, from the headers of a component's safetensors files.
+std::map<std::string, long long> tensor_sizes(const std::string& dir) {
+    std::vector<std::string> files;
+    if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d)) {
+            const std::string n = e->d_name;
+            if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0) files.push_back(n);
+        }
+        closedir(d);
+    }
+    if (files.empty()) throw InputDataError(dir + ": no *.safetensors weights");
+    std::map<std::string, long long> sizes;
+    for (const std::string& f : files) {
+        std::ifstream in(dir + "/" + f, std::ios::binary);
+        unsigned char len_bytes[8] = {};
+        in.read(reinterpret_cast<char*>(len_bytes), 8);
+        unsigned long long len = 0;
+        for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
+        if (!in || len > (100ULL << 20)) throw InputDataError(dir + "/" + f + ": corrupt safetensors header");
+        std::string header(len, '\0');
+        in.read(header.data(), static_cast<std::streamsize>(len));
+        nlohmann::json h;
+        try {
+            h = nlohmann::json::parse(header);
+        } catch (const nlohmann::json::exception&) {
+            throw InputDataError(dir + "/" + f + ": corrupt safetensors header");
+        }
+        for (const auto& [name, info] : h.items()) {
+            if (name == "__metadata__" || !info.is_object() || !info.contains("shape")) continue;
+            long long n = 1;
+            for (const auto& dim : info["shape"]) n *= dim.get<long long>();
+            sizes[name] = n;
+        }
+    }
+    return sizes;
+}
+
+// Whether tensor parallelism splits this tensor (Sd3Transformer's column- and row-parallel layers;
+// row-parallel biases stay whole).
+bool tensor_parallel_split(const std::string& name) {
+    for (const char* column :
+         {".attn.to_q.", ".attn.to_k.", ".attn.to_v.", ".attn.add_q_proj.", ".attn.add_k_proj.",
+          ".attn.add_v_proj.", ".ff.net.0.proj.", ".ff_context.net.0.proj."})
+        if (name.find(column) != std::string::npos) return true;
+    for (const char* row :
+         {".attn.to_out.0.weight", ".attn.to_add_out.weight", ".ff.net.2.weight", ".ff_context.net.2.weight"})
+        if (name.size() >= std::string(row).size() &&
+            name.compare(name.size() - std::string(row).size(), std::string::npos, row) == 0)
+            return true;
+    return false;
+}
+
+std::string bytes_text(long long b) {
+    char buf[64];
+    if (b >= (1LL << 30))
+        std::snprintf(buf, sizeof(buf), "%.2f GiB", b / 1073741824.0);
+    else if (b >= (1LL << 20))
+        std::snprintf(buf, sizeof(buf), "%.2f MiB", b / 1048576.0);
+    else if (b >= 1024)
+        std::snprintf(buf, sizeof(buf), "%.1f KiB", b / 1024.0);
+    else
+        std::snprintf(buf, sizeof(buf), "%lld B", b);
+    return std::string(buf) + " (" + std::to_string(b) + ")";
+}
+
+}  // namespace
+
+std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested) {
+    const JobOptions job = resolve_strategy(launch, requested);
+    const int world = launch.world_size();
+    strategies::MeshDegrees deg;
+    deg.cfg = job.cfg_parallel ? 2 : 1;
+    deg.ring = job.ring;
+    deg.ulysses = job.ulysses;
+    deg.tp = job.tp;
+    deg.dp = world / (deg.cfg * deg.ring * deg.ulysses * deg.tp);
+    const strategies::Mesh mesh(world, deg);
+
+    const nlohmann::json t = read_json(job.model + "/transformer/config.json");
+    const nlohmann::json vae = job.model.empty() ? nlohmann::json() : [&] {
+        std::ifstream in(job.model + "/vae/config.json");
+        return in ? read_json(job.model + "/vae/config.json") : nlohmann::json();
+    }();
+    const long long heads = t.value("num_attention_heads", 18), hd = t.value("attention_head_dim", 64),
+                    layers = t.value("num_layers", 18);
+    const long long patch = t.value("patch_size", 2), channels = t.value("in_channels", 16),
+                    sample = t.value("sample_size", 128);
+    const long long width_d = heads * hd;
+    const long long vae_scale = vae.is_object() && vae.contains("block_out_channels")
+                                    ? (1LL << (vae["block_out_channels"].size() - 1))
+                                    : 1;
+    const long long px_w = job.width ? job.width : sample * vae_scale,
+                    px_h = job.height ? job.height : sample * vae_scale;
+    const long long tokens = (px_w / vae_scale / patch) * (px_h / vae_scale / patch);
+    const long long text = 77 + 256;
+    const long long f = job.dtype == "fp32" ? 4 : 2;
+
+    std::ostringstream out;
+    out << "model: " << job.model << "\n  transformer: " << layers << " blocks, width " << width_d << ", "
+        << heads << " heads of " << hd << "; " << px_w << "x" << px_h << " px -> " << tokens
+        << " image tokens, " << text << " text tokens\n";
+    out << "world: " << world << " rank(s) on " << launch.nnodes << " node(s); mesh " << mesh.describe()
+        << "\n";
+    out << "ranks:\n";
+    for (int r = 0; r < world; ++r) {
+        const auto c = mesh.coords(r);
+        const bool writer = c[1] == 0 && c[2] == 0 && c[3] == 0 && c[4] == 0;
+        out << "  rank " << r << ": dp " << c[0] << ", cfg " << c[1] << ", ring " << c[2] << ", ulysses "
+            << c[3] << ", tp " << c[4] << " -- "
+            << (deg.dp > 1 ? "prompt share " + std::to_string(c[0]) + " of " + std::to_string(deg.dp)
+                           : std::string("all prompts"))
+            << (deg.cfg > 1 ? (c[1] == 0 ? ", negative branch" : ", positive branch") : "")
+            << (writer ? ", writes the images" : "") << "\n";
+    }
+    out << "sub-groups:\n";
+    for (int d = 1; d < strategies::kMeshDims; ++d) {
+        const auto dim = static_cast<strategies::MeshDim>(d);
+        if (deg.of(dim) == 1) continue;
+        out << "  " << strategies::mesh_dim_name(dim) << ":";
+        for (const auto& g : mesh.groups(dim)) {
+            out << " [";
+            for (std::size_t i = 0; i < g.size(); ++i) out << (i ? "," : "") << g[i];
+            out << "]";
+        }
+        out << "\n";
+    }
+    if (deg.cfg * deg.ring * deg.ulysses * deg.tp == 1) out << "  none (data parallelism only)\n";
+
+    long long split = 0, whole = 0;
+    for (const auto& [name, n] : tensor_sizes(job.model + "/transformer"))
+        (tensor_parallel_split(name) ? split : whole) += n;
+    out << "transformer parameters per rank (" << job.dtype
+        << "): " << bytes_text((whole + split / deg.tp) * f) << " = " << bytes_text(whole * f)
+        << " replicated + " << bytes_text(split * f) << " / tp " << deg.tp << "\n";
+
+    // Bytes each rank sends per denoising step, for one prompt (README "Parallel strategies").
+    const long long split_tokens = deg.ring * deg.ulysses;
+    const long long n = (tokens + split_tokens - 1) / split_tokens * split_tokens;
+    const long long b = job.guidance_scale > 1.0 && !job.cfg_parallel ? 2 : 1;
+    const long long h_rank = heads / deg.tp;
+    std::map<std::string, long long> step;
+    if (deg.cfg > 1) step["all_gather"] += channels * tokens * patch * patch * f;
+    if (deg.ulysses > 1) {
+        step["all_to_all"] += 4 * layers * b * h_rank * (n / split_tokens) * hd * f;
+        step["all_gather"] += ((layers - 1) * b * (h_rank / deg.ulysses) * text * hd +
+                               b * (n / split_tokens) * channels * patch * patch) *
+                              f;
+    }
+    if (deg.ring > 1) {
+        step["send"] += 2 * layers * (deg.ring - 1) * b * (h_rank / deg.ulysses) * (n / deg.ring) * hd * f;
+        step["all_gather"] += b * (n / deg.ring) * channels * patch * patch * f;
+    }
+    if (deg.tp > 1)
+        step["all_reduce"] += b * width_d * (2 * (n / split_tokens) * layers + 2 * text * (layers - 1)) * f;
+    out << "estimated bytes sent per rank per denoising step, per prompt:";
+    if (step.empty()) out << " none";
+    for (const auto& [kind, bytes] : step) out << "\n  " << kind << ": " << bytes_text(bytes);
+    out << "\n";
+    return out.str();
+}
+
+}  // namespace dp::cli
