@@ -86,25 +86,14 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
         return result;
     }
 
-    if (plan_cmd->parsed()) {
-        try {
-            result.spec = resolve_launch_spec(raw, env, /*require_command=*/false);
-            result.job = resolve_job_options(raw, env, "-");
-        } catch (const launcher::Error& e) {
-            result.message = e.what();
-            result.exit_code = e.exit_code();
-            return result;
-        }
-        result.action = CommandLine::Action::kPlan;
-        result.exit_code = 0;
-        return result;
-    }
     if (env_cmd->parsed()) {
         result.action = CommandLine::Action::kEnv;
         result.exit_code = 0;
         return result;
     }
-    const bool job_mode = raw.command.empty() && !stray.empty();
+    // `plan` resolves the same options as the main job, without a PROMPTS file.
+    const bool plan = plan_cmd->parsed();
+    const bool job_mode = plan || (raw.command.empty() && !stray.empty());
     if (stray.size() > 1 || (!stray.empty() && dashes != args.end())) {
         result.message = "unexpected argument '" + stray.back().substr(0, 80) +
                          "': give one PROMPTS file, or put a command after --, e.g. dp-launch -n 2 -- " +
@@ -114,7 +103,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
     try {
         result.spec = resolve_launch_spec(raw, env, /*require_command=*/!job_mode);
         if (job_mode) {
-            result.job = resolve_job_options(raw, env, stray.front());
+            result.job = resolve_job_options(raw, env, plan ? "-" : stray.front());
         } else if (const std::string set = first_job_option_set(raw, env); !set.empty()) {
             result.message = set + " is a pipeline option: it needs a PROMPTS file, not a command after --";
             return result;
@@ -124,7 +113,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
         result.exit_code = e.exit_code();
         return result;
     }
-    result.action = CommandLine::Action::kLaunch;
+    result.action = plan ? CommandLine::Action::kPlan : CommandLine::Action::kLaunch;
     result.exit_code = 0;
     return result;
 }
