@@ -94,6 +94,11 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
     // `plan` resolves the same options as the main job, without a PROMPTS file.
     const bool plan = plan_cmd->parsed();
     const bool job_mode = plan || (raw.command.empty() && !stray.empty());
+    if (plan && !stray.empty()) {
+        result.message = "plan takes options only, not '" + stray.front().substr(0, 80) +
+                         "': it describes a job without reading prompts";
+        return result;
+    }
     if (stray.size() > 1 || (!stray.empty() && dashes != args.end())) {
         result.message = "unexpected argument '" + stray.back().substr(0, 80) +
                          "': give one PROMPTS file, or put a command after --, e.g. dp-launch -n 2 -- " +
