@@ -70,7 +70,7 @@ const std::vector<LaunchOptionDef>& job_option_table() {
         {"height", "--height", "DP_HEIGHT", "PX", nullptr, "Image height, 8 to 8192 (default: the model's)"},
         {"strategy", "--strategy", "DP_STRATEGY", "data|context|tensor|device-map", "data",
          "Fill the degrees from the world: context means Ulysses where the head count allows it, else Ring; "
-         "tensor means --tp over all ranks"},
+         "tensor means --tp over all ranks; device-map means --device-map auto in one process"},
         {"dp", "--dp", "DP_DP", "N", nullptr,
          "Data-parallel degree; must equal world / (cfg x ring x ulysses x tp)"},
         {"cfg_parallel", "--cfg-parallel,--cfg_parallel", "DP_CFG_PARALLEL", nullptr, nullptr,
@@ -83,6 +83,12 @@ const std::vector<LaunchOptionDef>& job_option_table() {
         {"tp", "--tp", "DP_TP", "N", "1",
          "Tensor parallelism: N ranks split the transformer's attention and MLP weights (tp x ulysses must "
          "divide the heads)"},
+        {"device_map", "--device-map,--device_map", "DP_DEVICE_MAP", "balanced|auto|FILE.json", nullptr,
+         "One process over several devices: balanced places whole components, auto also splits the "
+         "transformer's blocks, FILE.json places them by hand ({\"transformer\": \"cuda:1\", ...})"},
+        {"max_memory", "--max-memory,--max_memory", "DP_MAX_MEMORY", "DEV=SIZE,...", nullptr,
+         "device_map's devices and budgets, e.g. cuda:0=20GiB,cuda:1=20GiB (default: every visible GPU's "
+         "free memory); cpu:0=1GB,cpu:1=1GB tries device_map on the CPU"},
         {"batch_size", "--batch-size,--batch_size", "DP_BATCH_SIZE", "N", "1",
          "Prompts with the same settings that go through the model together on a rank, 1 to 64"},
         {"dtype", "--dtype", "DP_DTYPE", "fp32|bf16|fp16", "fp32", "Precision the model runs in"},
@@ -348,6 +354,12 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
                                      at("dp").source);
     if (has("ring")) job.ring = launcher::parse_int(text("ring"), 1, 64, at("ring").source);
     if (has("tp")) job.tp = launcher::parse_int(text("tp"), 1, 64, at("tp").source);
+    if (has("device_map")) {
+        job.device_map = text("device_map");
+        if (job.device_map.empty())
+            throw UsageError(at("device_map").source + ": expected balanced, auto or a FILE.json");
+    }
+    if (has("max_memory")) job.max_memory = text("max_memory");
     if (has("batch_size"))
         job.batch_size = launcher::parse_int(text("batch_size"), 1, 64, at("batch_size").source);
     if (has("dtype")) job.dtype = one_of("dtype", {"fp32", "bf16", "fp16"});

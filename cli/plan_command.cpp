@@ -1,7 +1,5 @@
 #include "cli/plan_command.h"
 
-#include <dirent.h>
-
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -11,6 +9,7 @@
 
 #include "launcher/errors.h"
 #include "strategies/mesh.h"
+#include "strategies/model_sizes.h"
 
 namespace dp::cli {
 using namespace dp::launcher;
@@ -24,43 +23,6 @@ nlohmann::json read_json(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {
         throw InputDataError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 120) + ")");
     }
-}
-
-// name -> element count, from the headers of a component's safetensors files.
-std::map<std::string, long long> tensor_sizes(const std::string& dir) {
-    std::vector<std::string> files;
-    if (DIR* d = opendir(dir.c_str())) {
-        while (dirent* e = readdir(d)) {
-            const std::string n = e->d_name;
-            if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0) files.push_back(n);
-        }
-        closedir(d);
-    }
-    if (files.empty()) throw InputDataError(dir + ": no *.safetensors weights");
-    std::map<std::string, long long> sizes;
-    for (const std::string& f : files) {
-        std::ifstream in(dir + "/" + f, std::ios::binary);
-        unsigned char len_bytes[8] = {};
-        in.read(reinterpret_cast<char*>(len_bytes), 8);
-        unsigned long long len = 0;
-        for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
-        if (!in || len > (100ULL << 20)) throw InputDataError(dir + "/" + f + ": corrupt safetensors header");
-        std::string header(len, '\0');
-        in.read(header.data(), static_cast<std::streamsize>(len));
-        nlohmann::json h;
-        try {
-            h = nlohmann::json::parse(header);
-        } catch (const nlohmann::json::exception&) {
-            throw InputDataError(dir + "/" + f + ": corrupt safetensors header");
-        }
-        for (const auto& [name, info] : h.items()) {
-            if (name == "__metadata__" || !info.is_object() || !info.contains("shape")) continue;
-            long long n = 1;
-            for (const auto& dim : info["shape"]) n *= dim.get<long long>();
-            sizes[name] = n;
-        }
-    }
-    return sizes;
 }
 
 // Whether tensor parallelism splits this tensor (Sd3Transformer's column- and row-parallel layers;
@@ -140,6 +102,13 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
             << (deg.cfg > 1 ? (c[1] == 0 ? ", negative branch" : ", positive branch") : "")
             << (writer ? ", writes the images" : "") << "\n";
     }
+    if (!job.device_map.empty()) {
+        const auto plan = plan_device_map_for(job);
+        out << "device_map " << job.device_map << ": one process"
+            << (plan ? ", components and blocks placed:\n" + strategies::describe_device_map(*plan)
+                     : "; budgets are each visible GPU's free memory when the job starts (pass "
+                       "--max-memory cuda:0=SIZE,cuda:1=SIZE to see the placement here)\n");
+    }
     out << "sub-groups:\n";
     for (int d = 1; d < strategies::kMeshDims; ++d) {
         const auto dim = static_cast<strategies::MeshDim>(d);
@@ -155,8 +124,13 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     if (deg.cfg * deg.ring * deg.ulysses * deg.tp == 1) out << "  none (data parallelism only)\n";
 
     long long split = 0, whole = 0;
-    for (const auto& [name, n] : tensor_sizes(job.model + "/transformer"))
-        (tensor_parallel_split(name) ? split : whole) += n;
+    std::map<std::string, int64_t> counts;
+    try {
+        counts = strategies::safetensors_element_counts(job.model + "/transformer");
+    } catch (const std::runtime_error& e) {
+        throw InputDataError(e.what());
+    }
+    for (const auto& [name, n] : counts) (tensor_parallel_split(name) ? split : whole) += n;
     out << "transformer parameters per rank (" << job.dtype
         << "): " << bytes_text((whole + split / deg.tp) * f) << " = " << bytes_text(whole * f)
         << " replicated + " << bytes_text(split * f) << " / tp " << deg.tp << "\n";

@@ -19,6 +19,7 @@
 #include "launcher/process.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
+#include "strategies/model_sizes.h"
 
 namespace dp::launcher {
 namespace {
@@ -301,9 +302,24 @@ JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job) {
                 job.ring = ranks;
         } else if (job.strategy == "tensor") {
             job.tp = ranks;
-        } else if (job.strategy == "device-map") {
-            throw UsageError("--strategy device-map is not implemented yet; use data, context or tensor");
+        } else if (job.strategy == "device-map" && job.device_map.empty()) {
+            job.device_map = "auto";
         }
+    }
+    if (!job.max_memory.empty() && job.device_map.empty())
+        throw UsageError("--max-memory sets device_map's budgets; add --device-map balanced or auto");
+    if (!job.device_map.empty()) {
+        if (world != 1)
+            throw UsageError("--device-map runs one process over several devices, but the world has " +
+                             std::to_string(world) +
+                             " ranks; use -n 1 (or, for one process per GPU, drop --device-map)");
+        if (job.cfg_parallel || job.ring > 1 || job.ulysses > 1 || job.tp > 1)
+            throw UsageError("--device-map does not combine with --cfg-parallel, --ring, --ulysses or --tp");
+        if (job.device == "cpu" && job.max_memory.find("cuda") != std::string::npos)
+            throw UsageError(
+                "--device cpu with --max-memory naming GPUs: name CPU devices (cpu:0=1GB,"
+                "cpu:1=1GB) or drop --device cpu");
+        plan_device_map_for(job);  // every error now, before anything starts
     }
     const int replica = cfg * job.ring * job.ulysses * job.tp;
     if (world % replica != 0)
@@ -323,6 +339,35 @@ JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job) {
                          " attention heads; tp x ulysses must divide " + std::to_string(heads) + " (try " +
                          divisors(heads) + ")");
     return job;
+}
+
+std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job) {
+    if (job.device_map.empty()) return std::nullopt;
+    const bool file = job.device_map != "balanced" && job.device_map != "auto";
+    if (!file && job.max_memory.empty()) return std::nullopt;  // the GPUs' free memory: the worker's
+    try {
+        const auto sizes = strategies::pipeline_component_sizes(job.model, job.dtype == "fp32" ? 4 : 2);
+        if (file) {
+            std::ifstream in(job.device_map);
+            if (!in)
+                throw UsageError("--device-map " + job.device_map +
+                                 ": cannot read it; expected balanced, auto or a readable FILE.json");
+            std::stringstream text;
+            text << in.rdbuf();
+            if (!job.max_memory.empty())
+                throw UsageError("--max-memory does not apply to a device map written by hand (" +
+                                 job.device_map + ")");
+            return strategies::device_map_from_json(text.str(), sizes, job.device_map);
+        }
+        return strategies::plan_device_map(sizes, strategies::parse_max_memory(job.max_memory),
+                                           job.device_map == "auto" ? strategies::DeviceMapMode::kAuto
+                                                                    : strategies::DeviceMapMode::kBalanced);
+    } catch (const std::invalid_argument& e) {
+        throw UsageError("--device-map " + job.device_map + ": " + e.what());
+    } catch (const std::runtime_error& e) {
+        if (dynamic_cast<const Error*>(&e)) throw;
+        throw UsageError("--device-map " + job.device_map + ": " + e.what());
+    }
 }
 
 int run_job(const LaunchSpec& launch, const JobOptions& requested) {
@@ -410,6 +455,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     if (job.ulysses > 1) spec.command.insert(spec.command.end(), {"--ulysses", std::to_string(job.ulysses)});
     if (job.tp > 1) spec.command.insert(spec.command.end(), {"--tp", std::to_string(job.tp)});
     if (job.ring > 1) spec.command.insert(spec.command.end(), {"--ring", std::to_string(job.ring)});
+    if (!job.device_map.empty()) spec.command.insert(spec.command.end(), {"--device-map", job.device_map});
+    if (!job.max_memory.empty()) spec.command.insert(spec.command.end(), {"--max-memory", job.max_memory});
     if (job.random_weights)
         spec.command.insert(spec.command.end(), {"--random-weights", std::to_string(*job.random_weights)});
 

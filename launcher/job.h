@@ -8,6 +8,7 @@
 #include <string>
 
 #include "launcher/launch_spec.h"
+#include "strategies/device_map.h"
 
 namespace dp::launcher {
 
@@ -39,6 +40,8 @@ struct JobOptions {
     int tp = 1;                 // ranks that split the transformer's weights (tensor parallelism)
     int dp = 0;                 // 0: whatever the world leaves; else it must be exactly that
     std::string strategy;       // data, context, tensor or device-map: fills the degrees from the world
+    std::string device_map;     // balanced, auto or a FILE.json; empty: no device_map
+    std::string max_memory;     // device_map's budgets, "DEV=SIZE,..."; empty: the visible GPUs
     std::string dtype = "fp32";
     std::string device = "auto";
     std::string negative_prompt;
@@ -50,6 +53,12 @@ struct JobOptions {
 // Applies --strategy (context: Ulysses where the heads allow it, else Ring; tensor: tp over the
 // world) and checks the degrees against the world and the model's heads. Throws UsageError.
 JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job);
+
+// device_map's plan for `job` (already through resolve_strategy), made here when its budgets are
+// known without a GPU: a FILE.json, or --max-memory. nullopt without --device-map, or when the
+// budgets are the visible GPUs' free memory, which the worker measures. Throws UsageError for a
+// map that cannot work (one device, a component that fits nowhere, a bad file).
+std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job);
 
 // Runs the job and returns dp-launch's exit code (README "Exit codes"). Throws Error for what
 // prevents starting it: an unreadable prompt file (66), invalid prompts (65), existing outputs

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "runtime/communicator.h"
+#include "runtime/device_mapping.h"
 #include "runtime/errors.h"
 #include "runtime/models/clip_text_encoder.h"
 #include "runtime/models/clip_tokenizer.h"
@@ -38,10 +39,15 @@ void require_class(const ConfigJson& index, const char* key, const std::string& 
         index.fail(key, "is a " + cls + "; supported: " + expected);
 }
 
-WeightStore open_weights(const PipelineOptions& o, const std::string& component, uint64_t salt) {
-    if (o.random_weights)
-        return WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, o.device);
-    return WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, o.device);
+// A component's device: its device_map slot's, else the run's.
+at::Device device_of(const PipelineOptions& o, int slot) {
+    return o.device_map ? o.device_map->devices[static_cast<std::size_t>(slot)] : o.device;
+}
+
+WeightStore open_weights(const PipelineOptions& o, const std::string& component, uint64_t salt,
+                         at::Device device) {
+    if (o.random_weights) return WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, device);
+    return WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device);
 }
 
 }  // namespace
@@ -78,32 +84,36 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
             "names a T5 encoder, which is not supported yet; set it to [null, null] to run without it, "
             "as diffusers does (T5 embeddings are then zeros)");
 
+    const DeviceMapping* dm = o.device_map.get();
+    if (dm && (dm->transformer_blocks.empty() || device_of(o, dm->transformer_blocks.front()) != o.device))
+        throw ModelError("device_map: the run's device must be that of transformer block 0");
     auto c = std::make_unique<Components>();
     c->options = o;
     c->scheduler = FlowMatchSchedulerConfig::from_json_file(dir + "/scheduler/scheduler_config.json");
     c->tokenizer = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer"));
     c->tokenizer_2 = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer_2"));
     {
-        WeightStore w = open_weights(o, "text_encoder", 1);
+        WeightStore w = open_weights(o, "text_encoder", 1, device_of(o, dm ? dm->text_encoder : 0));
         c->text_encoder = std::make_unique<ClipTextEncoder>(
             ClipTextConfig::from_json_file(dir + "/text_encoder/config.json"), w);
         w.check_all_taken();
     }
     {
-        WeightStore w = open_weights(o, "text_encoder_2", 2);
+        WeightStore w = open_weights(o, "text_encoder_2", 2, device_of(o, dm ? dm->text_encoder_2 : 0));
         c->text_encoder_2 = std::make_unique<ClipTextEncoder>(
             ClipTextConfig::from_json_file(dir + "/text_encoder_2/config.json"), w);
         w.check_all_taken();
     }
     {
-        WeightStore w = open_weights(o, "transformer", 3);
+        WeightStore w = open_weights(o, "transformer", 3, o.device);
         c->transformer = std::make_unique<Sd3Transformer>(
-            Sd3TransformerConfig::from_json_file(dir + "/transformer/config.json"), w, o.tp_rank, o.tp_size);
+            Sd3TransformerConfig::from_json_file(dir + "/transformer/config.json"), w, o.tp_rank, o.tp_size,
+            o.device_map);
         w.check_all_taken();
     }
     if (!component_class(index, "vae").empty()) {
         require_class(index, "vae", "AutoencoderKL");
-        WeightStore w = open_weights(o, "vae", 4);
+        WeightStore w = open_weights(o, "vae", 4, device_of(o, dm ? dm->vae : 0));
         c->vae = std::make_unique<VaeDecoder>(VaeConfig::from_json_file(dir + "/vae/config.json"), w);
         w.check_all_taken();
         c->vae_scale = c->vae->config().scale_factor();
@@ -201,10 +211,15 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
                         " tokens dropped): " + tok.decode(one.truncated));
                 ids.insert(ids.end(), one.ids.begin(), one.ids.end());
             }
-            const at::Tensor input = at::tensor(ids, at::kLong).view({n, -1}).to(c.options.device);
+            const DeviceMapping* dm = c.options.device_map.get();
+            const int from = dm ? (which == 0 ? dm->text_encoder : dm->text_encoder_2) : 0;
+            const int to = dm ? dm->transformer_blocks.front() : 0;
+            const at::Tensor input = at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, from));
             ClipTextOutput out = enc.forward(input);
-            hidden.push_back(out.hidden.to(c.options.dtype));
-            pooled.push_back(out.pooled.to(c.options.dtype));
+            hidden.push_back(dm ? dm->move(out.hidden.to(c.options.dtype), from, to)
+                                : out.hidden.to(c.options.dtype));
+            pooled.push_back(dm ? dm->move(out.pooled.to(c.options.dtype), from, to)
+                                : out.pooled.to(c.options.dtype));
         }
         const at::Tensor clip = pad_last(at::cat(hidden, -1), tc.joint_attention_dim);
         const at::Tensor t5 = at::zeros({n, kT5SequenceLength, tc.joint_attention_dim}, clip.options());
@@ -267,7 +282,10 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
         if (r.on_step) r.on_step(i + 1, r.steps);
     }
 
-    at::Tensor image = c.vae ? c.vae->decode(latents) : latents;
+    const DeviceMapping* dm = c.options.device_map.get();
+    at::Tensor image = !c.vae ? latents
+                       : dm   ? c.vae->decode(dm->move(latents, dm->transformer_blocks.front(), dm->vae))
+                              : c.vae->decode(latents);
     // diffusers' postprocess: [-1, 1] -> [0, 1], clamp, fp32, x 255, round half to even, uint8.
     image = (image / 2 + 0.5).clamp(0, 1).to(at::kCPU, at::kFloat);
     const at::Tensor pixels = (image.permute({0, 2, 3, 1}) * 255).round().to(at::kByte);

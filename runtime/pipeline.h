@@ -15,6 +15,7 @@
 namespace dp::runtime {
 
 class Communicator;
+struct DeviceMapping;
 
 struct PipelineOptions {
     std::string model_dir;                   // a diffusers folder with model_index.json
@@ -23,6 +24,9 @@ struct PipelineOptions {
     at::Device device = at::kCPU;
     int tp_rank = 0;  // tensor parallelism: this rank keeps shard tp_rank of tp_size of the transformer
     int tp_size = 1;
+    // device_map: each component (and transformer block) on its own device; `device` must then be
+    // the device of transformer block 0, where the latents live. nullptr: everything on `device`.
+    std::shared_ptr<const DeviceMapping> device_map;
 };
 
 struct GenerateRequest {

@@ -9,14 +9,20 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "runtime/communicator.h"
+#include "runtime/device_mapping.h"
 #include "runtime/errors.h"
 #include "runtime/image_sink.h"
 #include "runtime/pipeline.h"
 #include "runtime/split.h"
+#include "runtime/tensor_io.h"
+#include "strategies/device_map.h"
 #include "strategies/mesh.h"
+#include "strategies/model_sizes.h"
 
 namespace dp::runtime {
 namespace {
@@ -96,6 +102,67 @@ class StatusChannel {
     int fd_;
 };
 
+// device_map's plan as the executor's slots: budgets from --max-memory or the visible GPUs, or a
+// map written by hand. Throws Error (exit 2) for a plan that cannot work.
+std::shared_ptr<DeviceMapping> make_device_mapping(const WorkerOptions& o, int element_bytes) {
+    strategies::DeviceMapPlan plan;
+    std::size_t blocks = 0;
+    try {
+        const auto sizes = strategies::pipeline_component_sizes(o.model_dir, element_bytes);
+        for (const auto& c : sizes)
+            if (c.name == "transformer") blocks = c.block_bytes.size();
+        if (o.device_map == "balanced" || o.device_map == "auto") {
+            std::vector<strategies::DeviceBudget> budgets;
+            if (!o.max_memory.empty()) {
+                budgets = strategies::parse_max_memory(o.max_memory);
+            } else {
+                for (const auto& [device, bytes] : DeviceMapping::visible_gpu_budgets())
+                    budgets.push_back({device, bytes});
+                if (budgets.size() < 2)
+                    throw std::invalid_argument(
+                        std::to_string(budgets.size()) +
+                        " GPU(s) visible; device_map needs two or more (to try it on the CPU, name CPU "
+                        "devices: --max-memory cpu:0=1GB,cpu:1=1GB)");
+            }
+            plan = strategies::plan_device_map(sizes, budgets,
+                                               o.device_map == "auto" ? strategies::DeviceMapMode::kAuto
+                                                                      : strategies::DeviceMapMode::kBalanced);
+        } else {
+            std::ifstream in(o.device_map);
+            if (!in) throw std::invalid_argument("cannot read " + o.device_map);
+            std::stringstream text;
+            text << in.rdbuf();
+            plan = strategies::device_map_from_json(text.str(), sizes, o.device_map);
+        }
+    } catch (const std::exception& e) {
+        throw Error("--device-map " + o.device_map + ": " + e.what(), 2);
+    }
+    auto mapping = std::make_shared<DeviceMapping>();
+    mapping->labels = plan.devices;
+    for (const std::string& label : plan.devices)
+        mapping->devices.push_back(DeviceMapping::device_for(label));
+    auto slot = [&](const std::string& label) {
+        return static_cast<int>(std::find(plan.devices.begin(), plan.devices.end(), label) -
+                                plan.devices.begin());
+    };
+    for (const strategies::Placement& p : plan.placements) {
+        if (p.component == "text_encoder") mapping->text_encoder = slot(p.device);
+        if (p.component == "text_encoder_2") mapping->text_encoder_2 = slot(p.device);
+        if (p.component == "vae") mapping->vae = slot(p.device);
+        if (p.component != "transformer") continue;
+        if (p.block < 0) {  // whole: every block on one device
+            mapping->transformer_blocks.assign(static_cast<std::size_t>(blocks), slot(p.device));
+        } else {
+            if (static_cast<int>(mapping->transformer_blocks.size()) <= p.block)
+                mapping->transformer_blocks.resize(static_cast<std::size_t>(p.block) + 1, 0);
+            mapping->transformer_blocks[static_cast<std::size_t>(p.block)] = slot(p.device);
+        }
+    }
+    std::cerr << "dp-worker: device_map " << o.device_map << ":\n"
+              << strategies::describe_device_map(plan) << std::flush;
+    return mapping;
+}
+
 }  // namespace
 
 int run_worker(const WorkerOptions& o) {
@@ -110,11 +177,21 @@ int run_worker(const WorkerOptions& o) {
     po.random_weights = o.random_weights;
     po.dtype = o.dtype == "bf16" ? at::kBFloat16 : o.dtype == "fp16" ? at::kHalf : at::kFloat;
     const bool cuda = at::hasCUDA();
+    if (!o.device_map.empty() && world != 1)
+        throw Error("--device-map runs one process over several devices; the world has " +
+                        std::to_string(world) + " ranks",
+                    2);
+    if (!o.device_map.empty()) {
+        po.device_map = make_device_mapping(o, po.dtype == at::kFloat ? 4 : 2);
+        po.device =
+            po.device_map->devices[static_cast<std::size_t>(po.device_map->transformer_blocks.front())];
+    }
     if (o.device == "cuda" && !cuda)
         throw Error("--device cuda: no CUDA device is available to this rank; use --device cpu or auto", 2);
-    po.device = (o.device == "cpu" || !cuda)
-                    ? at::Device(at::kCPU)
-                    : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+    if (!po.device_map)
+        po.device = (o.device == "cpu" || !cuda)
+                        ? at::Device(at::kCPU)
+                        : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 
     CommunicatorOptions co;
     co.rank = rank;
@@ -165,6 +242,10 @@ int run_worker(const WorkerOptions& o) {
     const bool writer = index(strategies::MeshDim::kCfg) == 0 && index(strategies::MeshDim::kUlysses) == 0 &&
                         index(strategies::MeshDim::kTp) == 0 && index(strategies::MeshDim::kRing) == 0;
     const std::vector<Request> mine = split_between_processes(all, degrees.dp, dp_index);
+    // DP_SAVE_LATENTS=1: each image's final latents (fp32, before decoding) beside it, as
+    // NAME.png.latents.safetensors, to compare runs more finely than by pixels.
+    const char* save_latents_env = std::getenv("DP_SAVE_LATENTS");
+    const bool save_latents = save_latents_env && *save_latents_env && std::string(save_latents_env) != "0";
     StatusChannel status;
     status.send({{"event", "start"}, {"rank", rank}, {"count", mine.size()}, {"device", po.device.str()}});
 
@@ -206,6 +287,9 @@ int run_worker(const WorkerOptions& o) {
                     const WrittenImage img = write_png_atomically(
                         o.output_dir + "/" + r.file, result.image.data_ptr<uint8_t>(),
                         static_cast<int>(result.image.size(1)), static_cast<int>(result.image.size(0)));
+                    if (save_latents)
+                        save_safetensors(o.output_dir + "/" + r.file + ".latents.safetensors",
+                                         {{"latents", result.latents}}, {{"prompt", r.generate.prompt}});
                     status.send({{"event", "image"},
                                  {"index", r.index},
                                  {"file", r.file},
@@ -239,6 +323,9 @@ int run_worker(const WorkerOptions& o) {
         std::string line = "dp-worker: rank " + std::to_string(rank) + " communication bytes:";
         for (const auto& [kind, n] : total) line += " " + kind + "=" + std::to_string(n);
         std::cerr << line << std::endl;
+        if (po.device_map)
+            std::cerr << "dp-worker: device_map moved " << po.device_map->moved_bytes() << " bytes in "
+                      << po.device_map->moves() << " moves between devices" << std::endl;
     }
     // A prompt that failed is in the manifest and makes dp-launch exit 1; the rank itself did its
     // job, so it exits 0 (a non-zero exit would stop the group, or restart it with --max-restarts).

@@ -21,6 +21,8 @@ struct WorkerOptions {
     int ulysses = 1;            // ranks that split each image's tokens (Ulysses context parallelism)
     int ring = 1;               // ranks that pass each image's keys and values round a ring (Ring attention)
     int tp = 1;                 // ranks that split the transformer's weights (tensor parallelism)
+    std::string device_map;     // balanced, auto or FILE.json: one process over several devices
+    std::string max_memory;     // device_map's budgets, "DEV=SIZE,..."; empty: the visible GPUs
 };
 
 // Runs the rank and returns its exit code. Throws Error for what prevents it from starting.

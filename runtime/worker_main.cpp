@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
     app.add_option("--ring", o.ring, "ranks that pass keys and values round a ring")
         ->check(CLI::Range(1, 64));
     app.add_option("--tp", o.tp, "ranks that split the transformer's weights")->check(CLI::Range(1, 64));
+    app.add_option("--device-map", o.device_map, "balanced, auto or FILE.json: one process, several devices");
+    app.add_option("--max-memory", o.max_memory, "device_map's devices and budgets, DEV=SIZE,...");
     app.add_option("--batch-size", o.batch_size, "requests that go through the model together")
         ->check(CLI::Range(1, 64));
     try {

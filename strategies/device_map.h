@@ -1,8 +1,8 @@
 #pragma once
 // Planning device_map: where each component (and, in `auto`, each transformer block) of a
 // pipeline goes, given their sizes and each device's memory budget. A pure function, no
-// LibTorch, tested without GPUs; the executor that moves activations between devices is not
-// written yet.
+// LibTorch, tested without GPUs. The executor (runtime/device_mapping.h) loads each part on its
+// device and moves the activations between them.
 
 #include <cstdint>
 #include <string>
@@ -35,12 +35,35 @@ struct Placement {
 
 struct DeviceMapPlan {
     std::vector<Placement> placements;
-    std::vector<int64_t> used;  // per budget, in the order given
+    std::vector<std::string> devices;  // the budgets' devices in the order given (a file: first use)
+    std::vector<int64_t> used;         // bytes placed on each of `devices`
 };
 
 // Throws std::invalid_argument naming the component that does not fit, the room left on each
 // device, and what would help (more devices, larger budgets, `auto` for a large transformer).
 DeviceMapPlan plan_device_map(const std::vector<ComponentSize>& components,
                               const std::vector<DeviceBudget>& budgets, DeviceMapMode mode);
+
+// A device as written by a user: "cuda:N", "cpu:N" (a CPU "device", for trying device_map without
+// GPUs), "cpu" (cpu:0) or a bare N (cuda:N, as diffusers and accelerate take it). Returns the
+// canonical "kind:N"; throws std::invalid_argument saying what is accepted.
+std::string canonical_device(const std::string& text);
+
+// accelerate's max_memory as text: "cuda:0=20GiB,cuda:1=20GiB" or "cpu:0=64MB,cpu:1=64MB". A size
+// is a whole number of bytes or a number with B, KB, MB, GB, TB (powers of 1000) or KiB, MiB,
+// GiB, TiB. Throws std::invalid_argument naming the entry that is wrong.
+std::vector<DeviceBudget> parse_max_memory(const std::string& text);
+
+// A device map written by hand (--device-map FILE.json), diffusers' hf_device_map style:
+//   {"text_encoder": "cuda:0", "text_encoder_2": 0, "vae": "cuda:0", "transformer": "cuda:1"}
+// where "transformer" may instead list one device per block (its embeddings and output head go
+// with block 0). Every one of `components` must be placed and nothing else named; at least two
+// devices must be used. Throws std::invalid_argument prefixed with `source`.
+DeviceMapPlan device_map_from_json(const std::string& json_text, const std::vector<ComponentSize>& components,
+                                   const std::string& source);
+
+// One line per component (transformer blocks grouped into runs on one device) and the bytes per
+// device, for `dp-launch plan` and the worker's log.
+std::string describe_device_map(const DeviceMapPlan& plan);
 
 }  // namespace dp::strategies

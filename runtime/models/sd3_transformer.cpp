@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "runtime/communicator.h"
+#include "runtime/device_mapping.h"
 #include "runtime/errors.h"
 #include "runtime/models/config_json.h"
 
@@ -82,8 +83,13 @@ Sd3TransformerConfig Sd3TransformerConfig::from_json_file(const std::string& pat
     return from_json_text(j.raw().dump(), path);
 }
 
-Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& w, int tp_rank, int tp_size)
-    : tp_size_(tp_size), config_(config) {
+Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& w, int tp_rank, int tp_size,
+                               std::shared_ptr<const DeviceMapping> mapping)
+    : mapping_(std::move(mapping)), tp_size_(tp_size), config_(config) {
+    if (mapping_ && static_cast<int64_t>(mapping_->transformer_blocks.size()) != config.num_layers)
+        throw ModelError("device_map places " + std::to_string(mapping_->transformer_blocks.size()) +
+                         " transformer blocks but the model has " + std::to_string(config.num_layers));
+    if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
     if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
         throw ModelError("tensor parallel rank " + std::to_string(tp_rank) + " of " +
@@ -116,6 +122,8 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
     text_2_ = Linear::load(w, "time_text_embed.text_embedder.linear_2", d, d);
     context_embedder_ = Linear::load(w, "context_embedder", config.joint_attention_dim, d);
     for (int64_t i = 0; i < config.num_layers; ++i) {
+        if (mapping_)
+            w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[i])]);
         const std::string b = "transformer_blocks." + std::to_string(i);
         JointBlock blk;
         blk.context_pre_only = i == config.num_layers - 1;
@@ -145,6 +153,7 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
         }
         blocks_.push_back(std::move(blk));
     }
+    if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
     norm_out_ = Linear::load(w, "norm_out.linear", d, 2 * d);
     proj_out_ = Linear::load(w, "proj_out", d, p * p * config.out_channels);
 }
@@ -214,7 +223,7 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
     at::Tensor t = timestep_embedding(timestep, 256).to(pooled.scalar_type());
     at::Tensor temb = time_2_(at::silu(time_1_(t))) + text_2_(at::silu(text_1_(pooled)));
     at::Tensor ctx = context_embedder_(text);
-    const at::Tensor temb_act = at::silu(temb);
+    at::Tensor temb_act = at::silu(temb);
 
     // Note [Ulysses with joint attention]: with a sequence group of size U, each rank keeps a
     // contiguous 1/U of the (padded) image tokens through every per-token layer. In attention,
@@ -273,7 +282,19 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
         return ulysses ? at::cat(ulysses->all_gather(t.contiguous()), 1) : t;
     };
 
-    for (const JointBlock& blk : blocks_) {
+    // device_map: the activations follow the blocks from device to device (the head's first).
+    const int head_slot = mapping_ ? mapping_->transformer_blocks.front() : 0;
+    int slot = head_slot;
+    auto move_to = [&](int to) {
+        if (!mapping_ || to == slot) return;
+        x = mapping_->move(x, slot, to);
+        ctx = mapping_->move(ctx, slot, to);
+        temb_act = mapping_->move(temb_act, slot, to);
+        slot = to;
+    };
+    for (std::size_t block = 0; block < blocks_.size(); ++block) {
+        const JointBlock& blk = blocks_[block];
+        if (mapping_) move_to(mapping_->transformer_blocks[block]);
         const std::vector<at::Tensor> m =
             blk.norm1.linear(temb_act).chunk(6, 1);  // shift, scale, gate (msa), shift, scale, gate (mlp)
         at::Tensor nx = modulate(plain_layer_norm(x), m[0], m[1]);
@@ -377,6 +398,10 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
         }
     }
 
+    if (mapping_ && slot != head_slot) {
+        x = mapping_->move(x, slot, head_slot);
+        temb_act = mapping_->move(temb_act, slot, head_slot);
+    }
     const std::vector<at::Tensor> sc = norm_out_(temb_act.to(x.scalar_type())).chunk(2, 1);  // scale, shift
     x = proj_out_(modulate(plain_layer_norm(x), sc[1], sc[0]));
     // Every rank gets all tokens back, unpadded: the ulysses group's blocks make a segment, the

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 namespace dp::runtime {
 
 class Communicator;
+struct DeviceMapping;
 
 struct Sd3TransformerConfig {
     int64_t sample_size = 128;
@@ -67,8 +69,10 @@ class Sd3Transformer {
     // attention and MLP projections: q, k, v and MLP-in column-parallel, attention-out and
     // MLP-out row-parallel, for the image and text streams; AdaLN, norms and embeddings stay
     // whole. forward then needs set_tensor_group with that group.
-    Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& weights, int tp_rank = 0,
-                   int tp_size = 1);
+    // With a device mapping, each block loads on its device (the embeddings and output head with
+    // block 0) and forward moves the activations between them; inputs and output are on block 0's.
+    Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& weights, int tp_rank = 0, int tp_size = 1,
+                   std::shared_ptr<const DeviceMapping> mapping = nullptr);
 
     // latents [B, C, H, W], text [B, T, joint_attention_dim], pooled [B, pooled_projection_dim],
     // timestep [B] (the scheduler's timesteps, 0..1000). Returns [B, out_channels, H, W].
@@ -95,6 +99,7 @@ class Sd3Transformer {
     int64_t parameter_bytes() const;
 
   private:
+    std::shared_ptr<const DeviceMapping> mapping_;
     Communicator* sequence_group_ = nullptr;
     Communicator* tensor_group_ = nullptr;
     Communicator* ring_group_ = nullptr;

@@ -39,6 +39,9 @@ class WeightStore {
     // Throws ModelError listing tensors present in the files but never taken.
     void check_all_taken() const;
 
+    // Where the tensors taken from now on go (device_map loads blocks on several devices).
+    void set_device(at::Device device) { device_ = device; }
+
     const std::string& where() const { return where_; }
     at::ScalarType dtype() const { return dtype_; }
     at::Device device() const { return device_; }

@@ -40,6 +40,8 @@ run() {
     per_step=$(echo "$secs / ($steps * 2)" | bc -l)
     [[ -z $single ]] && single=$per_step
     bytes=$(grep -o 'rank 0 communication bytes:.*' <<<"$err" | sed 's/rank 0 communication bytes://' || true)
+    # device_map: the activations moved between devices instead of collectives.
+    bytes+=$(grep -o 'device_map moved [0-9]*' <<<"$err" | sed 's/device_map moved / moved=/' || true)
     local scaled=""
     for kv in $bytes; do scaled+=" ${kv%%=*}=$(( ${kv#*=} / (steps * prompts_rank0) ))"; done
     rss=$(grep -o 'peak_rss_kb=[0-9]*' <<<"$err" | cut -d= -f2 | sort -n | tail -1)
@@ -55,4 +57,11 @@ run "tp2" 2 2 --tp 2
 run "ulysses2 x ring2 (USP)" 4 4 --ulysses 2 --ring 2
 run "tp2 x ulysses2" 4 4 --tp 2 --ulysses 2
 run "cfg2 x ulysses2" 4 4 --cfg-parallel --ulysses 2
+# device_map: on the CPU over two explicit CPU "devices" (whole components, balanced); on a GPU
+# machine over its GPUs when it has two or more.
+if [[ $device == cpu ]]; then
+    run "device_map balanced (2 CPU devs)" 1 1 --device-map balanced --max-memory cpu:0=8GB,cpu:1=8GB
+elif (( $(nvidia-smi -L 2>/dev/null | wc -l) >= 2 )); then
+    run "device_map auto" 1 1 --device-map auto
+fi
 echo "(bytes: per step and per prompt, rank 0; time: wall time of the whole job / (steps x prompts), start-up included)"

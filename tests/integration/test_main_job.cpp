@@ -5,7 +5,9 @@
 #include <png.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -73,18 +75,46 @@ int max_pixel_difference(const std::string& a, const std::string& b) {
 }  // namespace
 
 namespace {
+// The fp32 values of the one tensor of a NAME.latents.safetensors file (DP_SAVE_LATENTS=1).
+std::vector<float> read_latents(const std::string& path) {
+    const std::string bytes = read_file(path);
+    REQUIRE(bytes.size() >= 8);
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; --i)
+        len = (len << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+    REQUIRE(8 + len <= bytes.size());
+    const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, len));
+    const auto& info = header.at("latents");
+    REQUIRE(info.at("dtype") == "F32");
+    const std::size_t begin = info.at("data_offsets")[0], end = info.at("data_offsets")[1];
+    REQUIRE(8 + len + end <= bytes.size());
+    std::vector<float> values((end - begin) / 4);
+    std::memcpy(values.data(), bytes.data() + 8 + len + begin, values.size() * 4);
+    return values;
+}
+
+float max_latent_difference(const std::string& a, const std::string& b) {
+    const std::vector<float> x = read_latents(a), y = read_latents(b);
+    REQUIRE(x.size() == y.size());
+    float worst = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+    return worst;
+}
+
 // Runs each configuration on the three odd-size prompts and checks every image against one
-// process: within `tolerance` per channel (0: the same bytes). Reports how many were identical.
+// process: final latents within 1e-4 and PNGs within `tolerance` per channel (0: the same
+// bytes). Reports how many were identical.
 void expect_single_process_images(const std::vector<std::vector<std::string>>& configurations,
                                   int tolerance) {
     const std::string dir = make_temp_dir();
     const std::string prompts =
         write_prompts(dir, "p.txt", "a red circle\nA blue square!\na green triangle\n");
-    REQUIRE(run_launch(odd_size_args(dir + "/single", {"-n", "1"}, prompts), {}, 120).exit_code == 0);
+    const std::map<std::string, std::string> env = {{"DP_SAVE_LATENTS", "1"}};
+    REQUIRE(run_launch(odd_size_args(dir + "/single", {"-n", "1"}, prompts), env, 120).exit_code == 0);
     const auto single = manifest(dir + "/single");
     for (const auto& extra : configurations) {
         CAPTURE(extra);
-        LaunchResult r = run_launch(odd_size_args(dir + "/run", extra, prompts), {}, 120);
+        LaunchResult r = run_launch(odd_size_args(dir + "/run", extra, prompts), env, 120);
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
         const auto got = manifest(dir + "/run");
         REQUIRE(got.size() == 3);
@@ -92,6 +122,8 @@ void expect_single_process_images(const std::vector<std::vector<std::string>>& c
         for (std::size_t i = 0; i < 3; ++i) {
             const std::string file = single[i]["file"].get<std::string>();
             CHECK(max_pixel_difference(dir + "/single/" + file, dir + "/run/" + file) <= tolerance);
+            CHECK(max_latent_difference(dir + "/single/" + file + ".latents.safetensors",
+                                        dir + "/run/" + file + ".latents.safetensors") <= 1e-4f);
             identical += got[i]["sha256"] == single[i]["sha256"];
         }
         MESSAGE(identical << " of 3 images byte-identical");
@@ -479,7 +511,7 @@ TEST_CASE("--strategy fills the degrees from the world: context is Ulysses where
     CHECK(mesh_line({"-n", "4", "--strategy", "tensor", "--cfg-parallel"}) ==
           "dp-launch: mesh dp=1 cfg=2 ring=1 ulysses=1 tp=2");
     for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-             {{"-n", "2", "--strategy", "device-map"}, "--strategy device-map is not implemented yet"},
+             {{"-n", "2", "--strategy", "device-map"}, "--device-map runs one process over several devices"},
              {{"-n", "2", "--strategy", "context", "--tp", "2"},
               "give either --strategy or --ulysses/--ring/--tp"},
              {{"-n", "4", "--ulysses", "2", "--dp", "3"},
@@ -528,4 +560,82 @@ TEST_CASE(
         REQUIRE(std::system(("rm -rf '" + dir + "/out'").c_str()) == 0);
         CHECK(reported_bytes(r.err, 0)[kind] == 3 * per_step);
     }
+}
+
+TEST_CASE(
+    "device_map auto over two explicit CPU devices gives the single-process images, moving exactly "
+    "the activations its plan implies") {
+    // 450 KB on cpu:0 holds transformer block 0 with the embeddings and head; block 1, both text
+    // encoders and the VAE go to cpu:1.
+    const std::vector<std::string> device_map = {
+        "-n", "1", "--device-map", "auto", "--max-memory", "cpu:0=450KB,cpu:1=2MB"};
+    expect_single_process_images({device_map}, 0);
+
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", "one\ntwo\n");
+    LaunchResult r =
+        run_launch(odd_size_args(dir + "/out", device_map, prompts), {{"DP_COMM_REPORT", "1"}}, 120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(r.err.find("transformer block 0 (with its embeddings and output head): cpu:0") !=
+          std::string::npos);
+    CHECK(r.err.find("transformer block 1: cpu:1") != std::string::npos);
+    CHECK(r.err.find("text_encoder: cpu:1") != std::string::npos);
+    // Per prompt (width D = 32, B = 2 with guidance, N = 90 image and T = 333 text tokens, C = 4,
+    // S = 3 steps): both encoders' hidden states (77 x 32) and pooled outputs (32) for both
+    // branches to cpu:0; each step the image, text and conditioning to cpu:1 at block 1 and the
+    // image and conditioning back for the head; the final latents to the VAE on cpu:1.
+    const long long D = 32, B = 2, N = 90, T = 333, C = 4, S = 3, f = 4, prompts_n = 2;
+    const long long moves = prompts_n * (2 * 2 * 2 + S * 5 + 1);
+    const long long bytes = prompts_n * (2 * 2 * (77 * D + D) * f +
+                                         S * (B * (N * D + T * D + D) + B * (N * D + D)) * f + C * N * f);
+    CHECK(r.err.find("device_map moved " + std::to_string(bytes) + " bytes in " + std::to_string(moves) +
+                     " moves") != std::string::npos);
+}
+
+TEST_CASE("device_map is refused before anything starts when it cannot work") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_prompts(dir, "p.txt", "x\n");
+    const std::string one_device = write_prompts(
+        dir, "one.json", R"({"text_encoder": 0, "text_encoder_2": 0, "transformer": "cuda:0", "vae": 0})");
+    const std::string unknown = write_prompts(
+        dir, "unknown.json",
+        R"({"text_encoder": 0, "text_encoder_2": 0, "transformer": [0, 1], "vae": 1, "unet": 0})");
+    const std::string blocks =
+        write_prompts(dir, "blocks.json",
+                      R"({"text_encoder": 0, "text_encoder_2": 0, "transformer": [0, 1, 1], "vae": 1})");
+    for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"-n", "2", "--device-map", "auto"}, "--device-map runs one process over several devices"},
+             {{"--device-map", "auto", "--max-memory", "cpu:0=1GB"}, "needs at least two devices"},
+             {{"--device-map", "auto", "--max-memory", "cpu:0=1GB,cpu:0=2GB"}, "names cpu:0 twice"},
+             {{"--device-map", "auto", "--max-memory", "cpu:0=12parsecs,cpu:1=1GB"},
+              "is not a positive size"},
+             {{"--device-map", "auto", "--max-memory", "gpu0=1GB"}, "expected cuda:N, cpu:N"},
+             {{"--device-map", "balanced", "--max-memory", "cpu:0=300KB,cpu:1=300KB"},
+              "transformer (516368 bytes) fits on no device"},
+             {{"--device-map", "auto", "--tp", "2"}, "does not combine with"},
+             {{"--max-memory", "cpu:0=1GB,cpu:1=1GB"}, "add --device-map balanced or auto"},
+             {{"--device-map", one_device}, "puts everything on cuda:0"},
+             {{"--device-map", unknown}, "'unet' is not a component of this model"},
+             {{"--device-map", blocks}, "lists 3 devices but the model has 2 blocks"},
+             {{"--device-map", dir + "/missing.json"}, "cannot read it"}}) {
+        CAPTURE(message);
+        std::vector<std::string> full = {"-o", dir + "/out"};
+        full.insert(full.end(), args.begin(), args.end());
+        full.push_back(prompts);
+        LaunchResult r = run_launch(full);
+        CHECK(r.exit_code == 2);
+        CHECK(r.err.find(message) != std::string::npos);
+        CHECK_FALSE(file_exists(dir + "/out"));
+    }
+}
+
+TEST_CASE("dp-launch plan shows a device map, or says its budgets are measured when the job starts") {
+    LaunchResult plan = run_launch({"plan", "--device-map", "auto", "--max-memory", "cpu:0=450KB,cpu:1=2MB"});
+    REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
+    CHECK(plan.seconds < 1.0);
+    CHECK(plan.out.find("transformer block 1: cpu:1") != std::string::npos);
+    CHECK(plan.out.find("cpu:0 holds 0.40 MiB") != std::string::npos);
+    LaunchResult gpus = run_launch({"plan", "--strategy", "device-map"});
+    REQUIRE_MESSAGE(gpus.exit_code == 0, gpus.err);
+    CHECK(gpus.out.find("device_map auto: one process; budgets are") != std::string::npos);
 }

@@ -1,0 +1,44 @@
+#include "runtime/device_mapping.h"
+
+#include <ATen/Context.h>
+#ifdef DP_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+#include "runtime/errors.h"
+
+namespace dp::runtime {
+
+at::Device DeviceMapping::device_for(const std::string& label) {
+    const std::size_t colon = label.find(':');
+    const std::string kind = label.substr(0, colon);
+    const int index = colon == std::string::npos ? 0 : std::stoi(label.substr(colon + 1));
+    if (kind == "cpu") return at::Device(at::kCPU);
+    const int gpus = at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : 0;
+    if (kind != "cuda" || index >= gpus)
+        throw Error("device_map: " + label + " is not available here (" + std::to_string(gpus) +
+                        " CUDA device(s) visible; CPU \"devices\" cpu:N are always available)",
+                    2);
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+at::Tensor DeviceMapping::move(const at::Tensor& t, int from, int to) const {
+    if (from == to || !t.defined()) return t;
+    moved_bytes_ += static_cast<uint64_t>(t.numel()) * t.element_size();
+    ++moves_;
+    return t.to(devices[static_cast<std::size_t>(to)]);
+}
+
+std::vector<std::pair<std::string, int64_t>> DeviceMapping::visible_gpu_budgets() {
+    std::vector<std::pair<std::string, int64_t>> out;
+#ifdef DP_WITH_CUDA
+    if (!at::hasCUDA()) return out;
+    for (int i = 0; i < static_cast<int>(at::getNumGPUs()); ++i) {
+        const auto* props = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(i));
+        out.emplace_back("cuda:" + std::to_string(i), static_cast<int64_t>(props->totalGlobalMem / 10 * 9));
+    }
+#endif
+    return out;
+}
+
+}  // namespace dp::runtime

@@ -1,0 +1,94 @@
+#include "strategies/model_sizes.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace dp::strategies {
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100ULL << 20;
+
+bool is_dir(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir) {
+    std::vector<std::string> files;
+    if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d)) {
+            const std::string n = e->d_name;
+            if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0) files.push_back(n);
+        }
+        closedir(d);
+    }
+    if (files.empty()) throw std::runtime_error(dir + ": no *.safetensors weights");
+    std::sort(files.begin(), files.end());
+    std::map<std::string, int64_t> counts;
+    for (const std::string& f : files) {
+        const std::string path = dir + "/" + f;
+        std::ifstream in(path, std::ios::binary);
+        unsigned char len_bytes[8] = {};
+        in.read(reinterpret_cast<char*>(len_bytes), 8);
+        uint64_t len = 0;
+        for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
+        if (!in || len > kMaxHeaderBytes) throw std::runtime_error(path + ": corrupt safetensors header");
+        std::string header(len, '\0');
+        in.read(header.data(), static_cast<std::streamsize>(len));
+        nlohmann::json h;
+        try {
+            if (!in) throw std::runtime_error("short");
+            h = nlohmann::json::parse(header);
+            for (const auto& [name, info] : h.items()) {
+                if (name == "__metadata__") continue;
+                int64_t n = 1;
+                for (const auto& dim : info.at("shape")) {
+                    const int64_t v = dim.get<int64_t>();
+                    if (v < 0 || (v > 0 && n > (int64_t{1} << 50) / v)) throw std::runtime_error("shape");
+                    n *= v;
+                }
+                counts[name] = n;
+            }
+        } catch (const std::exception&) {
+            throw std::runtime_error(path + ": corrupt safetensors header");
+        }
+    }
+    return counts;
+}
+
+std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir, int64_t element_bytes) {
+    std::vector<ComponentSize> out;
+    for (const char* name : {"text_encoder", "text_encoder_2", "transformer", "vae"}) {
+        const std::string dir = model_dir + "/" + name;
+        if (std::string(name) == "vae" && !is_dir(dir)) continue;  // pixel space
+        ComponentSize c;
+        c.name = name;
+        for (const auto& [tensor, n] : safetensors_element_counts(dir)) {
+            if (std::string(name) == "vae" && tensor.rfind("encoder.", 0) == 0) continue;  // not loaded
+            if (std::string(name) == "vae" && tensor.rfind("quant_conv.", 0) == 0) continue;
+            c.bytes += n * element_bytes;
+            const std::string prefix = "transformer_blocks.";
+            if (std::string(name) != "transformer" || tensor.rfind(prefix, 0) != 0) continue;
+            const std::size_t dot = tensor.find('.', prefix.size());
+            int block = -1;
+            try {
+                block = std::stoi(tensor.substr(prefix.size(), dot - prefix.size()));
+            } catch (const std::exception&) {
+            }
+            if (block < 0 || block > 100000) continue;
+            if (static_cast<int>(c.block_bytes.size()) <= block) c.block_bytes.resize(block + 1, 0);
+            c.block_bytes[static_cast<std::size_t>(block)] += n * element_bytes;
+        }
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+}  // namespace dp::strategies
