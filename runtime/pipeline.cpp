@@ -60,6 +60,7 @@ struct Sd3Pipeline::Components {
     std::unique_ptr<VaeDecoder> vae;  // null: pixel space
     FlowMatchSchedulerConfig scheduler;
     int64_t vae_scale = 1;
+    std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>> parameters;
 };
 
 Sd3Pipeline::Sd3Pipeline(std::unique_ptr<Components> c) : c_(std::move(c)) {}
@@ -94,28 +95,36 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
     c->tokenizer_2 = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer_2"));
     {
         WeightStore w = open_weights(o, "text_encoder", 1, device_of(o, dm ? dm->text_encoder : 0));
+        if (o.trainable) w.keep_as_parameters();
         c->text_encoder = std::make_unique<ClipTextEncoder>(
             ClipTextConfig::from_json_file(dir + "/text_encoder/config.json"), w);
         w.check_all_taken();
+        if (o.trainable) c->parameters.emplace_back("text_encoder", w.parameters());
     }
     {
         WeightStore w = open_weights(o, "text_encoder_2", 2, device_of(o, dm ? dm->text_encoder_2 : 0));
+        if (o.trainable) w.keep_as_parameters();
         c->text_encoder_2 = std::make_unique<ClipTextEncoder>(
             ClipTextConfig::from_json_file(dir + "/text_encoder_2/config.json"), w);
         w.check_all_taken();
+        if (o.trainable) c->parameters.emplace_back("text_encoder_2", w.parameters());
     }
     {
         WeightStore w = open_weights(o, "transformer", 3, o.device);
+        if (o.trainable) w.keep_as_parameters();
         c->transformer = std::make_unique<Sd3Transformer>(
             Sd3TransformerConfig::from_json_file(dir + "/transformer/config.json"), w, o.tp_rank, o.tp_size,
             o.device_map);
         w.check_all_taken();
+        if (o.trainable) c->parameters.emplace_back("transformer", w.parameters());
     }
     if (!component_class(index, "vae").empty()) {
         require_class(index, "vae", "AutoencoderKL");
         WeightStore w = open_weights(o, "vae", 4, device_of(o, dm ? dm->vae : 0));
+        if (o.trainable) w.keep_as_parameters();
         c->vae = std::make_unique<VaeDecoder>(VaeConfig::from_json_file(dir + "/vae/config.json"), w);
         w.check_all_taken();
+        if (o.trainable) c->parameters.emplace_back("vae", w.parameters());
         c->vae_scale = c->vae->config().scale_factor();
     }
 
@@ -151,11 +160,6 @@ int Sd3Pipeline::default_height() const { return default_width(); }
 
 namespace {
 
-struct PromptEmbeds {
-    at::Tensor sequence;  // [1, 77 + 256, joint_attention_dim]
-    at::Tensor pooled;    // [1, pooled_projection_dim]
-};
-
 // diffusers' F.pad(x, (0, n)) on the last dimension: pads with zeros, or crops when n < 0.
 at::Tensor pad_last(const at::Tensor& x, int64_t to) {
     const int64_t have = x.size(-1);
@@ -165,6 +169,52 @@ at::Tensor pad_last(const at::Tensor& x, int64_t to) {
 }
 
 }  // namespace
+
+PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& prompts) const {
+    // Both CLIP encoders over the batch; T5 absent, so zeros (diffusers' max_sequence_length).
+    const Components& c = *c_;
+    const Sd3TransformerConfig& tc = c.transformer->config();
+    const int64_t n = static_cast<int64_t>(prompts.size());
+    PromptEmbeddings e;
+    e.truncation.assign(prompts.size(), "");
+    std::vector<at::Tensor> hidden, pooled;
+    for (int which = 0; which < 2; ++which) {
+        const ClipTokenizer& tok = which == 0 ? *c.tokenizer : *c.tokenizer_2;
+        const ClipTextEncoder& enc = which == 0 ? *c.text_encoder : *c.text_encoder_2;
+        std::vector<int64_t> ids;
+        for (std::size_t k = 0; k < prompts.size(); ++k) {
+            const ClipEncoding one = tok.encode(prompts[k]);
+            if (one.dropped_tokens > 0 && which == 0)
+                e.truncation[k] =
+                    "The following part of your input was truncated because CLIP can only handle "
+                    "sequences up to " +
+                    std::to_string(tok.model_max_length()) + " tokens (" +
+                    std::to_string(one.dropped_tokens) + " tokens dropped): " + tok.decode(one.truncated);
+            ids.insert(ids.end(), one.ids.begin(), one.ids.end());
+        }
+        const DeviceMapping* dm = c.options.device_map.get();
+        const int from = dm ? (which == 0 ? dm->text_encoder : dm->text_encoder_2) : 0;
+        const int to = dm ? dm->transformer_blocks.front() : 0;
+        const at::Tensor input = at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, from));
+        ClipTextOutput out = enc.forward(input);
+        hidden.push_back(dm ? dm->move(out.hidden.to(c.options.dtype), from, to)
+                            : out.hidden.to(c.options.dtype));
+        pooled.push_back(dm ? dm->move(out.pooled.to(c.options.dtype), from, to)
+                            : out.pooled.to(c.options.dtype));
+    }
+    const at::Tensor clip = pad_last(at::cat(hidden, -1), tc.joint_attention_dim);
+    const at::Tensor t5 = at::zeros({n, kT5SequenceLength, tc.joint_attention_dim}, clip.options());
+    e.sequence = at::cat({clip, t5}, -2);
+    e.pooled = at::cat(pooled, -1);
+    return e;
+}
+
+const Sd3Transformer& Sd3Pipeline::transformer() const { return *c_->transformer; }
+
+const std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>&
+Sd3Pipeline::parameters() const {
+    return c_->parameters;
+}
 
 GenerateResult Sd3Pipeline::generate(const GenerateRequest& r) const {
     return std::move(generate_batch({r}).front());
@@ -191,40 +241,14 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
                          " for this model");
     if (r.steps < 1) throw ModelError("steps must be at least 1");
 
-    // Both CLIP encoders over the batch; T5 absent, so zeros (diffusers' max_sequence_length).
     auto encode = [&](bool negative) {
-        PromptEmbeds e;
-        std::vector<at::Tensor> hidden, pooled;
-        for (int which = 0; which < 2; ++which) {
-            const ClipTokenizer& tok = which == 0 ? *c.tokenizer : *c.tokenizer_2;
-            const ClipTextEncoder& enc = which == 0 ? *c.text_encoder : *c.text_encoder_2;
-            std::vector<int64_t> ids;
-            for (std::size_t k = 0; k < batch.size(); ++k) {
-                const ClipEncoding one = tok.encode(negative ? batch[k].negative_prompt : batch[k].prompt);
-                if (one.dropped_tokens > 0 && which == 0)
-                    results[k].warnings.push_back(
-                        std::string(negative ? "negative prompt: " : "") +
-                        "The following part of your input was truncated because CLIP can only handle "
-                        "sequences up to " +
-                        std::to_string(tok.model_max_length()) + " tokens (" +
-                        std::to_string(one.dropped_tokens) +
-                        " tokens dropped): " + tok.decode(one.truncated));
-                ids.insert(ids.end(), one.ids.begin(), one.ids.end());
-            }
-            const DeviceMapping* dm = c.options.device_map.get();
-            const int from = dm ? (which == 0 ? dm->text_encoder : dm->text_encoder_2) : 0;
-            const int to = dm ? dm->transformer_blocks.front() : 0;
-            const at::Tensor input = at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, from));
-            ClipTextOutput out = enc.forward(input);
-            hidden.push_back(dm ? dm->move(out.hidden.to(c.options.dtype), from, to)
-                                : out.hidden.to(c.options.dtype));
-            pooled.push_back(dm ? dm->move(out.pooled.to(c.options.dtype), from, to)
-                                : out.pooled.to(c.options.dtype));
-        }
-        const at::Tensor clip = pad_last(at::cat(hidden, -1), tc.joint_attention_dim);
-        const at::Tensor t5 = at::zeros({n, kT5SequenceLength, tc.joint_attention_dim}, clip.options());
-        e.sequence = at::cat({clip, t5}, -2);
-        e.pooled = at::cat(pooled, -1);
+        std::vector<std::string> prompts;
+        for (const GenerateRequest& one : batch)
+            prompts.push_back(negative ? one.negative_prompt : one.prompt);
+        PromptEmbeddings e = encode_prompts(prompts);
+        for (std::size_t k = 0; k < batch.size(); ++k)
+            if (!e.truncation[k].empty())
+                results[k].warnings.push_back((negative ? "negative prompt: " : "") + e.truncation[k]);
         return e;
     };
 
@@ -233,15 +257,15 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     const bool split_cfg = cfg && cfg_group_ && cfg_group_->size() == 2;
     at::Tensor text, pooled;
     if (split_cfg) {
-        const PromptEmbeds mine = encode(cfg_group_->rank() == 0);
+        const PromptEmbeddings mine = encode(cfg_group_->rank() == 0);
         text = mine.sequence;
         pooled = mine.pooled;
     } else {
-        const PromptEmbeds positive = encode(false);
+        const PromptEmbeddings positive = encode(false);
         text = positive.sequence;
         pooled = positive.pooled;
         if (cfg) {  // diffusers' order: all negatives, then all positives
-            const PromptEmbeds negative = encode(true);
+            const PromptEmbeddings negative = encode(true);
             text = at::cat({negative.sequence, positive.sequence}, 0);
             pooled = at::cat({negative.pooled, positive.pooled}, 0);
         }

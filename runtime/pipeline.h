@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dp::runtime {
@@ -27,7 +28,18 @@ struct PipelineOptions {
     // device_map: each component (and transformer block) on its own device; `device` must then be
     // the device of transformer block 0, where the latents live. nullptr: everything on `device`.
     std::shared_ptr<const DeviceMapping> device_map;
+    // Training: every weight requires grad and parameters() lists it (WeightStore::keep_as_parameters).
+    bool trainable = false;
 };
+
+// A batch of prompts through both CLIP encoders, as the pipeline conditions the transformer.
+struct PromptEmbeddings {
+    at::Tensor sequence;                  // [n, CLIP length + 256 (T5's zeros), joint_attention_dim]
+    at::Tensor pooled;                    // [n, pooled_projection_dim]
+    std::vector<std::string> truncation;  // per prompt: diffusers' truncation warning, or empty
+};
+
+class Sd3Transformer;
 
 struct GenerateRequest {
     std::string prompt;
@@ -70,6 +82,13 @@ class Sd3Pipeline {
     void set_tensor_group(Communicator* group);
     // Ring context parallelism for the transformer (Sd3Transformer::set_ring_group).
     void set_ring_group(Communicator* group);
+
+    // The embeddings of `prompts` (no inference guard: a trainer gets gradients through them).
+    PromptEmbeddings encode_prompts(const std::vector<std::string>& prompts) const;
+    const Sd3Transformer& transformer() const;
+    // With PipelineOptions::trainable: each component's weights by name ("transformer", ...).
+    const std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>& parameters()
+        const;
 
     int default_width() const;
     int default_height() const;

@@ -112,6 +112,15 @@ icu::UnicodeString normalize(const icu::UnicodeString& text) {
 
 }  // namespace
 
+std::string clip_byte_symbol(unsigned char b) {
+    static const auto* map = [] {
+        auto* m = new std::string[256];
+        build_byte_map(*reinterpret_cast<std::string(*)[256]>(m));
+        return m;
+    }();
+    return map[b];
+}
+
 ClipTokenizer ClipTokenizer::from_folder(const std::string& dir) {
     std::string config = read_text(dir + "/tokenizer_config.json", false);
     const std::string special_map = read_text(dir + "/special_tokens_map.json", false);

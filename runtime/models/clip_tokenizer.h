@@ -26,6 +26,9 @@ struct ClipEncoding {
     std::vector<int64_t> truncated;  // the ids that were cut, for the warning's text
 };
 
+// GPT-2's printable symbol (UTF-8) for byte `b`: the alphabet of CLIP's vocab.json and merges.txt.
+std::string clip_byte_symbol(unsigned char b);
+
 class ClipTokenizer {
   public:
     // Throws ModelError naming the file at fault.

@@ -101,6 +101,15 @@ WeightStore WeightStore::random(uint64_t seed, at::ScalarType dtype, at::Device 
 bool WeightStore::has(const std::string& name) const { return random_ || by_name_.count(name) > 0; }
 
 at::Tensor WeightStore::take(const std::string& name, const std::vector<int64_t>& shape) {
+    at::Tensor t = take_tensor(name, shape);
+    if (keep_) {
+        t = t.detach().clone().requires_grad_(true);  // a leaf of its own, not a view of a mapping
+        parameters_.emplace_back(name, t);
+    }
+    return t;
+}
+
+at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<int64_t>& shape) {
     taken_.insert(name);
     if (random_) {
         // Each tensor's values depend only on the seed and its name.

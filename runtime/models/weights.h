@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/safetensors.h"
@@ -39,6 +40,11 @@ class WeightStore {
     // Throws ModelError listing tensors present in the files but never taken.
     void check_all_taken() const;
 
+    // Training: every tensor taken from now on requires grad and is kept, by name, for the
+    // optimizer and for saving (the modules hold the same tensors).
+    void keep_as_parameters() { keep_ = true; }
+    const std::vector<std::pair<std::string, at::Tensor>>& parameters() const { return parameters_; }
+
     // Where the tensors taken from now on go (device_map loads blocks on several devices).
     void set_device(at::Device device) { device_ = device; }
 
@@ -47,11 +53,14 @@ class WeightStore {
     at::Device device() const { return device_; }
 
   private:
+    at::Tensor take_tensor(const std::string& name, const std::vector<int64_t>& shape);
     WeightStore(at::ScalarType dtype, at::Device device) : dtype_(dtype), device_(device) {}
     std::string where_;
     at::ScalarType dtype_;
     at::Device device_;
     bool random_ = false;
+    bool keep_ = false;
+    std::vector<std::pair<std::string, at::Tensor>> parameters_;
     uint64_t seed_ = 0;
     std::map<std::string, std::shared_ptr<SafetensorsFile>> by_name_;  // tensor -> file holding it
     std::set<std::string> taken_;

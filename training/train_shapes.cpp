@@ -1,0 +1,365 @@
+// dp-train-shapes: trains the built-in "shapes" model from nothing, on this machine's CPUs.
+//
+// The model is the SD3 architecture at tiny size (two CLIP text encoders, an MMDiT, the flow-match
+// Euler scheduler) in pixel space, loaded through Sd3Pipeline with trainable weights, so the
+// forward pass trained here is the one inference runs. Rectified flow as SD3 trains it:
+// x_t = (1 - s) x_0 + s e with s from a logit-normal, the transformer predicts e - x_0 at timestep
+// 1000 s, mean squared error. 10 % of the prompts are dropped to "" (the negative prompt) for
+// classifier-free guidance; AdamW; an EMA of the weights is what gets evaluated and saved (fp16).
+// The tokenizer's vocabulary is built from the shapes grammar in CLIP's vocab.json/merges.txt form.
+#include <ATen/ATen.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "runtime/errors.h"
+#include "runtime/models/clip_tokenizer.h"
+#include "runtime/models/sd3_transformer.h"
+#include "runtime/pipeline.h"
+#include "runtime/tensor_io.h"
+#include "shapes/adherence.h"
+#include "shapes/shapes_world.h"
+
+namespace fs = std::filesystem;
+using dp::runtime::Sd3Pipeline;
+
+namespace {
+
+struct Dims {
+    int image = 32, patch = 2, layers = 4, heads = 4, head_dim = 24;
+    int text_hidden = 64, text_layers = 2, text_length = 32;
+};
+
+void write_json(const fs::path& path, const nlohmann::json& j) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << j.dump(2) << "\n";
+}
+
+// CLIP's vocabulary from the grammar: the 256 byte symbols, the same with "</w>", one merge per
+// step of spelling each grammar word left to right, then the two special tokens.
+int64_t write_tokenizer(const fs::path& dir, int max_length) {
+    nlohmann::ordered_json vocab;
+    int64_t next = 0;
+    for (int b = 0; b < 256; ++b)
+        vocab[dp::runtime::clip_byte_symbol(static_cast<unsigned char>(b))] = next++;
+    for (int b = 0; b < 256; ++b)
+        vocab[dp::runtime::clip_byte_symbol(static_cast<unsigned char>(b)) + "</w>"] = next++;
+    std::string merges = "#version: 0.2\n";
+    for (const std::string& word : dp::shapes::grammar_words()) {
+        if (word.size() < 2) continue;
+        std::string left(1, word[0]);
+        for (std::size_t i = 1; i < word.size(); ++i) {
+            const std::string right = std::string(1, word[i]) + (i + 1 == word.size() ? "</w>" : "");
+            const std::string merged = left + right;
+            if (!vocab.contains(merged)) {
+                merges += left + " " + right + "\n";
+                vocab[merged] = next++;
+            }
+            left = merged;
+        }
+    }
+    vocab["<|startoftext|>"] = next++;
+    vocab["<|endoftext|>"] = next++;
+    fs::create_directories(dir);
+    std::ofstream(dir / "vocab.json") << vocab.dump() << "\n";
+    std::ofstream(dir / "merges.txt") << merges;
+    write_json(dir / "tokenizer_config.json", {{"bos_token", "<|startoftext|>"},
+                                               {"eos_token", "<|endoftext|>"},
+                                               {"pad_token", "<|endoftext|>"},
+                                               {"unk_token", "<|endoftext|>"},
+                                               {"model_max_length", max_length},
+                                               {"tokenizer_class", "CLIPTokenizer"}});
+    return next;
+}
+
+void write_configs(const fs::path& dir, const Dims& d) {
+    const int64_t vocab = write_tokenizer(dir / "tokenizer", d.text_length);
+    write_tokenizer(dir / "tokenizer_2", d.text_length);
+    write_json(dir / "model_index.json", {{"_class_name", "StableDiffusion3Pipeline"},
+                                          {"_diffusers_version", "0.42.1"},
+                                          {"scheduler", {"diffusers", "FlowMatchEulerDiscreteScheduler"}},
+                                          {"text_encoder", {"transformers", "CLIPTextModelWithProjection"}},
+                                          {"text_encoder_2", {"transformers", "CLIPTextModelWithProjection"}},
+                                          {"text_encoder_3", {nullptr, nullptr}},
+                                          {"tokenizer", {"transformers", "CLIPTokenizer"}},
+                                          {"tokenizer_2", {"transformers", "CLIPTokenizer"}},
+                                          {"tokenizer_3", {nullptr, nullptr}},
+                                          {"transformer", {"diffusers", "SD3Transformer2DModel"}},
+                                          {"vae", {nullptr, nullptr}}});
+    write_json(dir / "scheduler/scheduler_config.json", {{"_class_name", "FlowMatchEulerDiscreteScheduler"},
+                                                         {"_diffusers_version", "0.42.1"},
+                                                         {"num_train_timesteps", 1000},
+                                                         {"shift", 1.0},
+                                                         {"use_dynamic_shifting", false}});
+    for (const char* te : {"text_encoder", "text_encoder_2"})
+        write_json(dir / te / "config.json", {{"architectures", {"CLIPTextModelWithProjection"}},
+                                              {"model_type", "clip_text_model"},
+                                              {"vocab_size", vocab},
+                                              {"hidden_size", d.text_hidden},
+                                              {"intermediate_size", 2 * d.text_hidden},
+                                              {"num_hidden_layers", d.text_layers},
+                                              {"num_attention_heads", 2},
+                                              {"max_position_embeddings", d.text_length},
+                                              {"projection_dim", d.text_hidden / 2},
+                                              {"hidden_act", "gelu"},
+                                              {"layer_norm_eps", 1e-5},
+                                              {"bos_token_id", vocab - 2},
+                                              {"eos_token_id", vocab - 1},
+                                              {"pad_token_id", vocab - 1},
+                                              {"torch_dtype", "float16"}});
+    const int inner = d.heads * d.head_dim;
+    write_json(dir / "transformer/config.json", {{"_class_name", "SD3Transformer2DModel"},
+                                                 {"_diffusers_version", "0.42.1"},
+                                                 {"sample_size", d.image},
+                                                 {"patch_size", d.patch},
+                                                 {"in_channels", 3},
+                                                 {"out_channels", 3},
+                                                 {"num_layers", d.layers},
+                                                 {"attention_head_dim", d.head_dim},
+                                                 {"num_attention_heads", d.heads},
+                                                 {"joint_attention_dim", 2 * d.text_hidden},
+                                                 {"caption_projection_dim", inner},
+                                                 {"pooled_projection_dim", d.text_hidden},
+                                                 {"pos_embed_max_size", d.image / d.patch},
+                                                 {"qk_norm", "rms_norm"},
+                                                 {"dual_attention_layers", nlohmann::json::array()}});
+}
+
+// A batch of training scenes as pixels in [-1, 1] and prompts (some dropped to "").
+void sample_batch(std::mt19937_64& rng, int n, int size, at::Tensor& images,
+                  std::vector<std::string>& prompts) {
+    images = at::empty({n, 3, size, size}, at::kFloat);
+    prompts.clear();
+    std::uniform_real_distribution<double> u(0, 1);
+    for (int i = 0; i < n; ++i) {
+        const dp::shapes::Scene scene = dp::shapes::random_scene(rng, false);
+        const std::vector<uint8_t> rgb = dp::shapes::render(scene, size, &rng);
+        images[i].copy_(at::from_blob(const_cast<uint8_t*>(rgb.data()), {size, size, 3}, at::kByte)
+                            .permute({2, 0, 1})
+                            .to(at::kFloat)
+                            .div(127.5)
+                            .sub(1.0));
+        prompts.push_back(u(rng) < 0.1 ? std::string() : dp::shapes::describe(scene, rng));
+    }
+}
+
+struct EvalSet {
+    std::vector<dp::shapes::Scene> scenes;
+    std::vector<std::string> prompts;
+};
+
+EvalSet held_out_set(int n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    EvalSet e;
+    for (int i = 0; i < n; ++i) {
+        e.scenes.push_back(dp::shapes::random_scene(rng, true));
+        e.prompts.push_back(dp::shapes::describe(e.scenes.back(), rng));
+    }
+    return e;
+}
+
+dp::shapes::AdherenceTotals evaluate(const Sd3Pipeline& pipe, const EvalSet& set, int steps,
+                                     double guidance) {
+    dp::shapes::AdherenceTotals totals;
+    for (std::size_t first = 0; first < set.prompts.size(); first += 16) {
+        std::vector<dp::runtime::GenerateRequest> batch;
+        for (std::size_t i = first; i < std::min(set.prompts.size(), first + 16); ++i) {
+            dp::runtime::GenerateRequest r;
+            r.prompt = set.prompts[i];
+            r.seed = i;
+            r.steps = steps;
+            r.guidance_scale = guidance;
+            batch.push_back(r);
+        }
+        const auto results = pipe.generate_batch(batch);
+        for (std::size_t k = 0; k < results.size(); ++k) {
+            const at::Tensor img = results[k].image.contiguous();
+            totals.add(dp::shapes::check_image(img.data_ptr<uint8_t>(), static_cast<int>(img.size(1)),
+                                               static_cast<int>(img.size(0)), set.scenes[first + k]));
+        }
+    }
+    return totals;
+}
+
+void print_totals(const char* what, const dp::shapes::AdherenceTotals& t) {
+    std::printf("%s: %d images: background %.1f%%, colour %.1f%%, kind %.1f%%, position %.1f%%\n", what,
+                t.images, 100 * t.rate(t.background, t.images), 100 * t.rate(t.colour, t.shapes),
+                100 * t.rate(t.kind, t.shapes), 100 * t.rate(t.position, t.shapes));
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app(
+        "dp-train-shapes: trains the built-in shapes model (SD3 architecture, pixel space) on the CPU");
+    std::string out = "models/shapes-sd3";
+    double minutes = 50, lr = 1e-3, ema_decay = 0.998, guidance = 7.0;
+    int batch = 32, eval_every = 1000, eval_prompts = 48, final_prompts = 96, steps = 28, max_steps = 0;
+    uint64_t seed = 0;
+    Dims d;
+    app.add_option("-o,--out", out, "the model folder to write (replaced when training ends)");
+    app.add_option("--minutes", minutes, "training time budget in minutes (evaluation excluded)");
+    app.add_option("--max-steps", max_steps,
+                   "stop after this many optimizer steps (0: the time budget decides)");
+    app.add_option("--batch", batch, "scenes per step")->check(CLI::Range(1, 1024));
+    app.add_option("--lr", lr, "AdamW learning rate (after a 200-step warm-up)");
+    app.add_option("--ema", ema_decay, "EMA decay of the weights saved");
+    app.add_option("--seed", seed, "seed of weights, scenes and noise");
+    app.add_option("--eval-every", eval_every, "evaluate the EMA weights every N steps");
+    app.add_option("--eval-prompts", eval_prompts, "held-out prompts per periodic evaluation");
+    app.add_option("--final-prompts", final_prompts, "held-out prompts in the final evaluation");
+    app.add_option("--layers", d.layers, "transformer blocks");
+    app.add_option("--heads", d.heads, "attention heads");
+    app.add_option("--head-dim", d.head_dim, "attention head width");
+    app.add_option("--patch", d.patch, "patch size");
+    app.add_option("--text-hidden", d.text_hidden, "CLIP width");
+    app.add_option("--text-layers", d.text_layers, "CLIP layers");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+    try {
+        const fs::path staging = out + ".training";
+        fs::remove_all(staging);
+        write_configs(staging, d);
+        dp::runtime::PipelineOptions po;
+        po.model_dir = staging.string();
+        po.random_weights = seed;
+        po.trainable = true;
+        const auto pipe = Sd3Pipeline::load(po);
+
+        std::vector<at::Tensor> params;
+        int64_t count = 0;
+        {
+            at::NoGradGuard no_grad;
+            for (const auto& [component, named] : pipe->parameters())
+                for (const auto& [name, t] : named) {
+                    // adaLN-Zero: every block starts as the identity and the output head at zero.
+                    if (component == "transformer" &&
+                        (name.find("norm1.linear") != std::string::npos ||
+                         name.find("norm1_context.linear") != std::string::npos ||
+                         name.rfind("norm_out.linear", 0) == 0 || name.rfind("proj_out", 0) == 0))
+                        t.zero_();
+                    params.push_back(t);
+                    count += t.numel();
+                }
+        }
+        std::vector<at::Tensor> ema;
+        for (const at::Tensor& p : params) ema.push_back(p.detach().clone());
+        torch::optim::AdamW opt(params, torch::optim::AdamWOptions(lr).betas({0.9, 0.99}).weight_decay(0.01));
+        std::printf(
+            "dp-train-shapes: %lld parameters; %dx%d px, patch %d, %d blocks of %d, batch %d, %.0f min\n",
+            static_cast<long long>(count), d.image, d.image, d.patch, d.layers, d.heads * d.head_dim, batch,
+            minutes);
+        std::fflush(stdout);
+
+        const EvalSet eval_set = held_out_set(eval_prompts, 1000 + seed);
+        auto with_ema = [&](auto&& fn) {
+            std::vector<at::Tensor> saved;
+            {
+                at::NoGradGuard no_grad;
+                for (std::size_t i = 0; i < params.size(); ++i) {
+                    saved.push_back(params[i].detach().clone());
+                    params[i].copy_(ema[i]);
+                }
+            }
+            fn();
+            at::NoGradGuard no_grad;
+            for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(saved[i]);
+        };
+
+        std::mt19937_64 rng(seed);
+        at::manual_seed(seed);
+        const auto start = std::chrono::steady_clock::now();
+        double train_seconds = 0, loss_sum = 0;
+        int loss_n = 0;
+        for (int step = 1;; ++step) {
+            const auto t0 = std::chrono::steady_clock::now();
+            at::Tensor x0;
+            std::vector<std::string> prompts;
+            sample_batch(rng, batch, d.image, x0, prompts);
+            const dp::runtime::PromptEmbeddings e = pipe->encode_prompts(prompts);
+            const at::Tensor noise = at::randn_like(x0);
+            const at::Tensor sigma = at::sigmoid(at::randn({batch}));
+            const at::Tensor s4 = sigma.view({batch, 1, 1, 1});
+            const at::Tensor xt = (1 - s4) * x0 + s4 * noise;
+            const at::Tensor v = pipe->transformer().forward(xt, e.sequence, e.pooled, sigma * 1000);
+            const at::Tensor loss = at::mse_loss(v, noise - x0);
+            opt.zero_grad();
+            loss.backward();
+            torch::nn::utils::clip_grad_norm_(params, 1.0);
+            const double warm = std::min(1.0, step / 200.0);
+            for (auto& group : opt.param_groups())
+                static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr * warm);
+            opt.step();
+            {
+                at::NoGradGuard no_grad;
+                const double decay = std::min(ema_decay, (1.0 + step) / (10.0 + step));
+                for (std::size_t i = 0; i < params.size(); ++i)
+                    ema[i].mul_(decay).add_(params[i].detach(), 1 - decay);
+            }
+            loss_sum += loss.item<double>();
+            ++loss_n;
+            train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            const bool done =
+                (max_steps > 0 && step >= max_steps) || (max_steps == 0 && train_seconds >= minutes * 60);
+            if (step % 50 == 0 || done) {
+                std::printf("step %6d  loss %.4f  %.2f steps/s  %.1f min trained\n", step, loss_sum / loss_n,
+                            step / train_seconds, train_seconds / 60);
+                std::fflush(stdout);
+                loss_sum = 0;
+                loss_n = 0;
+            }
+            if (step % eval_every == 0 && !done)
+                with_ema([&] {
+                    print_totals("  held-out adherence (EMA)", evaluate(*pipe, eval_set, steps, guidance));
+                });
+            if (done) break;
+        }
+
+        // Save the EMA weights in fp16, diffusers' layout, then put the folder in place.
+        with_ema([&] {
+            for (const auto& [component, named] : pipe->parameters()) {
+                std::vector<std::pair<std::string, at::Tensor>> tensors;
+                for (const auto& [name, t] : named) tensors.emplace_back(name, t.detach().to(at::kHalf));
+                const bool diffusers = component == "transformer";
+                if (diffusers) {
+                    const auto& tc = pipe->transformer().config();
+                    tensors.emplace_back("pos_embed.pos_embed", dp::runtime::sincos_pos_embed_2d(
+                                                                    tc.inner_dim(), tc.pos_embed_max_size,
+                                                                    tc.sample_size / tc.patch_size)
+                                                                    .unsqueeze(0)
+                                                                    .to(at::kHalf));
+                }
+                dp::runtime::save_safetensors(
+                    (staging / component /
+                     (diffusers ? "diffusion_pytorch_model.safetensors" : "model.safetensors"))
+                        .string(),
+                    tensors, {{"format", "pt"}});
+            }
+            print_totals("final held-out adherence (EMA)",
+                         evaluate(*pipe, held_out_set(final_prompts, 2000 + seed), steps, guidance));
+        });
+        fs::remove_all(out);
+        fs::rename(staging, out);
+        std::printf("dp-train-shapes: wrote %s in %.1f min\n", out.c_str(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 60);
+        return 0;
+    } catch (const dp::runtime::Error& e) {
+        std::cerr << "dp-train-shapes: " << e.what() << std::endl;
+        return e.exit_code();
+    } catch (const std::exception& e) {
+        std::cerr << "dp-train-shapes: " << e.what() << std::endl;
+        return 1;
+    }
+}
