@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "launcher/errors.h"
+#include "launcher/gallery.h"
 #include "launcher/process.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
@@ -181,6 +182,22 @@ class JobMonitor : public StatusListener {
         write_file_atomically(manifest_path_, text);
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        // The gallery, rewritten whole at the end of every run.
+        std::vector<nlohmann::json> ordered;
+        for (const auto& [index, r] : records_) ordered.push_back(r);
+        GallerySummary summary;
+        summary.model = job_.model;
+        summary.world_size = launch_.world_size();
+        summary.images = done_;
+        summary.failed = failed_;
+        summary.invalid = invalid();
+        summary.not_run = not_run_;
+        summary.seconds = seconds;
+        try {
+            write_file_atomically(job_.output_dir + "/index.html", gallery_html(ordered, summary));
+        } catch (const IoError& e) {
+            std::cerr << "dp-launch: " << e.what() << " (the images and manifest are written)" << std::endl;
+        }
         char line[512];
         std::snprintf(
             line, sizeof(line),
@@ -423,8 +440,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         if (!job.overwrite && exists(job.output_dir + "/" + image))
             clashes.push_back(job.output_dir + "/" + image);
     }
-    if (!job.overwrite && exists(job.output_dir + "/manifest.jsonl"))
-        clashes.push_back(job.output_dir + "/manifest.jsonl");
+    for (const char* own : {"/manifest.jsonl", "/index.html"})
+        if (!job.overwrite && exists(job.output_dir + own)) clashes.push_back(job.output_dir + own);
     if (!clashes.empty())
         throw UsageError(clashes.front() +
                          (clashes.size() > 1 ? " and " + std::to_string(clashes.size() - 1) + " more" : "") +

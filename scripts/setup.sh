@@ -32,6 +32,15 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# The gallery test opens index.html in a headless browser: Debian's chromium, for the tests only.
+# Where it cannot be installed that test is skipped with its reason; the set-up goes on.
+if [[ ${DP_TEST_BROWSER:-0} == 1 ]] && ! command -v chromium >/dev/null && ! command -v google-chrome >/dev/null; then
+    log "installing chromium (for the gallery test)"
+    if ! (as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null); then
+        log "chromium could not be installed; the gallery test will be skipped"
+    fi
+fi
+
 # 2. The pinned torch wheel, in a virtual environment outside the checkout.
 cmake_args=(-DCMAKE_BUILD_TYPE=Release)
 if [[ $with_torch == 1 ]]; then

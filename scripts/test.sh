@@ -4,7 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${DP_BUILD_DIR:-$root/build}
-"$root/scripts/setup.sh"
+DP_TEST_BROWSER=1 "$root/scripts/setup.sh"
 
 status=0
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" "$@" || status=$?
