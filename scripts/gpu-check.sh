@@ -40,6 +40,22 @@ out=$(mktemp -d)
 head -n 8 "$root/examples/prompts.txt" >"$out/p.txt"
 "$build/bin/dp-launch" -n 1 --device cuda --steps 2 -q -o "$out/warm" "$out/p.txt" >/dev/null
 "$build/bin/dp-launch" -n 1 --device cuda --steps 20 -q -o "$out/run" "$out/p.txt"
+echo "== device_map across the GPU and the CPU (tiny-random-sd3: block 0 on cuda:0, the rest on cpu:0)"
+DP_COMM_REPORT=1 DP_SAVE_LATENTS=1 "$build/bin/dp-launch" -n 1 --model tiny-random-sd3 --steps 3 -q -o "$out/dm" \
+    --device-map auto --max-memory cuda:0=450KB,cpu:0=1GB "$out/p.txt" 2>&1 | grep -E 'device_map|cuda|cpu' || status=1
+"$build/bin/dp-adherence" "$out/run" -q || true  # the shapes model on the GPU: how well it follows
+echo "== strategies on a larger config (random weights: 12 blocks of width 768, 64x64 px, 1024 tokens)"
+big="$out/larger-sd3"
+cp -r "$root/models/tiny-random-sd3" "$big"
+"${py:-python3}" - "$big/transformer/config.json" <<'PY'
+import json, sys
+p = sys.argv[1]; c = json.load(open(p))
+c.update(num_layers=12, num_attention_heads=12, attention_head_dim=64, caption_projection_dim=768,
+         patch_size=2, sample_size=64, pos_embed_max_size=64)
+json.dump(c, open(p, "w"))
+PY
+DP_BUILD_DIR="$build" DP_BENCH_SKIP_SETUP=1 DP_BENCH_DEVICE=cuda DP_BENCH_ARGS="--random-weights 0" \
+    "$root/scripts/bench/strategies.sh" "$big" 64 10 || status=1
 rm -rf "$out"
 echo "== total: $(( $(date +%s) - start )) s"
 exit ${status:-0}

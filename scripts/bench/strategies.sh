@@ -11,8 +11,10 @@ model=${1:-tiny-random-sd3}
 size=${2:-32}
 steps=${3:-10}
 device=${DP_BENCH_DEVICE:-cpu}
-setup_log=$(mktemp)
-"$root/scripts/setup.sh" >"$setup_log" 2>&1 || { cat "$setup_log" >&2; exit 1; }
+if [[ -z ${DP_BENCH_SKIP_SETUP:-} ]]; then  # gpu-check.sh has built its own tree already
+    setup_log=$(mktemp)
+    "$root/scripts/setup.sh" >"$setup_log" 2>&1 || { cat "$setup_log" >&2; exit 1; }
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # A worker wrapper that reports each rank's peak RSS.
@@ -26,13 +28,21 @@ printf 'a small red circle on a blue background\na large green square on a white
 echo "machine: $(nproc) CPUs; model $model; ${size}x${size}; $steps steps; 2 prompts; device $device"
 printf '%-26s %-6s %-14s %-12s %-44s %s\n' strategy ranks "s/step/prompt" "vs single" "bytes sent per step per prompt (rank 0)" "peak RSS/rank"
 single=""
+# Extra dp-launch arguments for every row (gpu-check.sh passes --random-weights for a larger config).
+read -r -a bench_args <<<"${DP_BENCH_ARGS:-}"
+gpus=0
+[[ $device == cuda ]] && gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 run() {
     local name=$1 n=$2 replica=$3
     shift 3
+    if [[ $device == cuda ]] && (( n > gpus )); then
+        printf '%-26s %-6s skipped: needs %d GPUs, this machine has %d\n' "$name" "$n" "$n" "$gpus"
+        return
+    fi
     local prompts_rank0=$(( (2 + n / replica - 1) / (n / replica) ))
     local start end err secs per_step bytes rss
     start=$(date +%s.%N)
-    err=$(DP_COMM_REPORT=1 "$build/bin/dp-launch" -n "$n" "$@" --model "$model" --device "$device" --steps "$steps" \
+    err=$(DP_COMM_REPORT=1 "$build/bin/dp-launch" -n "$n" "$@" ${bench_args[@]+"${bench_args[@]}"} --model "$model" --device "$device" --steps "$steps" \
           --width "$size" --height "$size" --worker "$tmp/worker.sh" --overwrite -o "$tmp/out" "$tmp/p.txt" 2>&1 >/dev/null)
     end=$(date +%s.%N)
     secs=$(echo "$end - $start" | bc -l)
@@ -61,7 +71,7 @@ run "cfg2 x ulysses2" 4 4 --cfg-parallel --ulysses 2
 # machine over its GPUs when it has two or more.
 if [[ $device == cpu ]]; then
     run "device_map balanced (2 CPU devs)" 1 1 --device-map balanced --max-memory cpu:0=8GB,cpu:1=8GB
-elif (( $(nvidia-smi -L 2>/dev/null | wc -l) >= 2 )); then
-    run "device_map auto" 1 1 --device-map auto
+else
+    run "device_map auto (GPUs)" 2 1 --device-map auto  # needs two GPUs
 fi
 echo "(bytes: per step and per prompt, rank 0; time: wall time of the whole job / (steps x prompts), start-up included)"
