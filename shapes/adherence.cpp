@@ -40,6 +40,29 @@ Verdict check_image(const uint8_t* rgb, int width, int height, const Scene& expe
     const std::size_t n = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
     std::vector<int> cls(n);
     for (std::size_t i = 0; i < n; ++i) cls[i] = nearest_colour(rgb + 3 * i);
+    // A 3 x 3 majority filter on the classes: isolated pixels of sampling noise take their
+    // neighbours' class, edges and corners of shapes stay (a pixel changes only when more than
+    // half of its window agrees on another class).
+    {
+        std::vector<int> filtered = cls;
+        std::vector<int> count(palette().size());
+        for (int y = 0; y < height; ++y)
+            for (int x = 0; x < width; ++x) {
+                std::fill(count.begin(), count.end(), 0);
+                int window = 0;
+                for (int dy = -1; dy <= 1; ++dy)
+                    for (int dx = -1; dx <= 1; ++dx) {
+                        const int yy = y + dy, xx = x + dx;
+                        if (yy < 0 || xx < 0 || yy >= height || xx >= width) continue;
+                        ++count[static_cast<std::size_t>(cls[static_cast<std::size_t>(yy) * width + xx])];
+                        ++window;
+                    }
+                const auto best = std::max_element(count.begin(), count.end());
+                if (*best * 2 > window)
+                    filtered[static_cast<std::size_t>(y) * width + x] = static_cast<int>(best - count.begin());
+            }
+        cls.swap(filtered);
+    }
 
     // Background: the majority class of the border.
     std::vector<int> votes(palette().size(), 0);
@@ -55,14 +78,9 @@ Verdict check_image(const uint8_t* rgb, int width, int height, const Scene& expe
     v.seen_background = palette()[static_cast<std::size_t>(bg)].name;
     v.background = bg == expected.background;
 
-    // Shape pixels: another class, and well away from the background's colour.
-    const Colour& b = palette()[static_cast<std::size_t>(bg)];
+    // Shape pixels: another class than the background's.
     std::vector<char> fg(n, 0);
-    for (std::size_t i = 0; i < n; ++i) {
-        const uint8_t* p = rgb + 3 * i;
-        const int dr = p[0] - b.r, dg = p[1] - b.g, db = p[2] - b.b;
-        fg[i] = cls[i] != bg && dr * dr + dg * dg + db * db > 60 * 60;
-    }
+    for (std::size_t i = 0; i < n; ++i) fg[i] = cls[i] != bg;
     // 4-connected components.
     std::vector<int> label(n, -1);
     std::vector<Component> comps;

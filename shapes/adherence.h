@@ -2,9 +2,9 @@
 // A deterministic prompt-adherence checker for the shapes world: no learned judge, only colour
 // classification and simple geometry on the generated pixels.
 //
-// The background is the palette colour most of the border pixels are closest to. Shape pixels are
-// those closer to another palette colour and clearly away from the background; they are grouped
-// into 4-connected components. Each shape the prompt asks for is matched to the largest component
+// Each pixel takes the palette colour it is nearest to, then the majority of its 3 x 3
+// neighbourhood where there is one (sampling noise). The background is the colour most border
+// pixels have; shape pixels are the others, grouped into 4-connected components. Each shape the prompt asks for is matched to the largest component
 // of its colour (else the largest unmatched one, whose colour is then wrong). A component's kind
 // comes from its bounding box: a triangle's top quarter is much narrower than its bottom quarter;
 // otherwise a square fills its box (>= 0.86) and a circle less. Its position is the anchor

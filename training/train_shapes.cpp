@@ -12,6 +12,7 @@
 #include <torch/optim/adamw.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -44,30 +45,45 @@ void write_json(const fs::path& path, const nlohmann::json& j) {
 }
 
 // CLIP's vocabulary from the grammar: the 256 byte symbols, the same with "</w>", one merge per
-// step of spelling each grammar word left to right, then the two special tokens.
+// step of spelling each grammar word left to right, then the two special tokens. BPE applies the
+// lowest-ranked merge first, so one word's merges can break another word apart ("r e" from "red"
+// inside "green"); words that do not come out as one token are moved to the front until all do.
 int64_t write_tokenizer(const fs::path& dir, int max_length) {
+    std::vector<std::string> order = dp::shapes::grammar_words();
     nlohmann::ordered_json vocab;
-    int64_t next = 0;
-    for (int b = 0; b < 256; ++b)
-        vocab[dp::runtime::clip_byte_symbol(static_cast<unsigned char>(b))] = next++;
-    for (int b = 0; b < 256; ++b)
-        vocab[dp::runtime::clip_byte_symbol(static_cast<unsigned char>(b)) + "</w>"] = next++;
-    std::string merges = "#version: 0.2\n";
-    for (const std::string& word : dp::shapes::grammar_words()) {
-        if (word.size() < 2) continue;
-        std::string left(1, word[0]);
-        for (std::size_t i = 1; i < word.size(); ++i) {
-            const std::string right = std::string(1, word[i]) + (i + 1 == word.size() ? "</w>" : "");
-            const std::string merged = left + right;
-            if (!vocab.contains(merged)) {
-                merges += left + " " + right + "\n";
-                vocab[merged] = next++;
+    std::string merges;
+    for (int attempt = 0;; ++attempt) {
+        vocab = nlohmann::ordered_json::object();
+        merges = "#version: 0.2\n";
+        int64_t next = 0;
+        for (int b = 0; b < 256; ++b)
+            vocab[dp::runtime::clip_byte_symbol(static_cast<unsigned char>(b))] = next++;
+        for (int b = 0; b < 256; ++b)
+            vocab[dp::runtime::clip_byte_symbol(static_cast<unsigned char>(b)) + "</w>"] = next++;
+        for (const std::string& word : order) {
+            if (word.size() < 2) continue;
+            std::string left(1, word[0]);
+            for (std::size_t i = 1; i < word.size(); ++i) {
+                const std::string right = std::string(1, word[i]) + (i + 1 == word.size() ? "</w>" : "");
+                const std::string merged = left + right;
+                if (!vocab.contains(merged)) {
+                    merges += left + " " + right + "\n";
+                    vocab[merged] = next++;
+                }
+                left = merged;
             }
-            left = merged;
         }
+        vocab["<|startoftext|>"] = next++;
+        vocab["<|endoftext|>"] = next++;
+        const auto tok = dp::runtime::ClipTokenizer::from_strings(vocab.dump(), merges, "", dir.string());
+        std::vector<std::string> split;
+        for (const std::string& word : order)
+            if (tok.tokenize(word).size() != 1) split.push_back(word);
+        if (split.empty()) break;
+        if (attempt == 50) throw std::runtime_error("cannot make every grammar word a single token");
+        for (const std::string& word : split) order.erase(std::find(order.begin(), order.end(), word));
+        order.insert(order.begin(), split.begin(), split.end());
     }
-    vocab["<|startoftext|>"] = next++;
-    vocab["<|endoftext|>"] = next++;
     fs::create_directories(dir);
     std::ofstream(dir / "vocab.json") << vocab.dump() << "\n";
     std::ofstream(dir / "merges.txt") << merges;
@@ -77,7 +93,7 @@ int64_t write_tokenizer(const fs::path& dir, int max_length) {
                                                {"unk_token", "<|endoftext|>"},
                                                {"model_max_length", max_length},
                                                {"tokenizer_class", "CLIPTokenizer"}});
-    return next;
+    return static_cast<int64_t>(vocab.size());
 }
 
 void write_configs(const fs::path& dir, const Dims& d) {
