@@ -54,7 +54,7 @@ const std::vector<LaunchOptionDef>& launch_option_table() {
 
 const std::vector<LaunchOptionDef>& job_option_table() {
     static const std::vector<LaunchOptionDef> table = {
-        {"model", "--model", "DP_MODEL", "DIR|NAME", "tiny-random-sd3",
+        {"model", "--model", "DP_MODEL", "DIR|NAME", "shapes-sd3",
          "Diffusers model folder (model_index.json, transformer/, ...), or the name of a model shipped with "
          "dp-launch"},
         {"random_weights", "--random-weights,--random_weights", "DP_RANDOM_WEIGHTS", "SEED", nullptr,

@@ -14,8 +14,9 @@ namespace dp::launcher {
 
 inline constexpr int kExitNoInput = 66;  // sysexits EX_NOINPUT: the prompt file cannot be read
 
-// The model used without --model: a tiny random SD3 shipped in models/ (see models/README.md).
-inline constexpr const char* kDefaultModel = "tiny-random-sd3";
+// The model used without --model: the shapes model trained by this project and shipped in
+// models/ (see models/README.md).
+inline constexpr const char* kDefaultModel = "shapes-sd3";
 
 // A model folder path as given (when it contains a '/' or exists as given), else the shipped
 // model of that name, looked up next to the executable: $DP_MODELS_DIR/NAME,

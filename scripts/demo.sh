@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up if needed, then runs the main job on the built-in default: two ranks split
-# examples/prompts.txt and write outputs/ (PNGs and manifest.jsonl). The default model is still a
-# tiny random SD3 (models/tiny-random-sd3), so the images are noise; every code path is the one a
-# real SD3 checkpoint runs.
+# examples/prompts.txt and write outputs/ (the PNGs, manifest.jsonl and index.html, a gallery to
+# open in a browser). The default model is the shapes model this project trained and ships
+# (models/shapes-sd3): each image shows the shapes, colours and places its prompt asks for.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${DP_BUILD_DIR:-$root/build}

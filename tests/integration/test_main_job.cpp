@@ -43,7 +43,8 @@ std::vector<nlohmann::json> manifest(const std::string& out) {
 // 10 x 9 pixels is 90 image tokens: not a multiple of 4, so a 4-way token split pads and masks.
 std::vector<std::string> odd_size_args(const std::string& out, const std::vector<std::string>& extra,
                                        const std::string& prompts) {
-    std::vector<std::string> a = {"--steps", "3", "--width", "10", "--height", "9", "-o", out, "-q"};
+    std::vector<std::string> a = {
+        "--model", "tiny-random-sd3", "--steps", "3", "--width", "10", "--height", "9", "-o", out, "-q"};
     a.insert(a.end(), extra.begin(), extra.end());
     a.push_back(prompts);
     return a;
@@ -329,7 +330,7 @@ TEST_CASE("without --model the shipped default is found next to dp-launch, where
     const auto records = manifest(dir + "/out");
     REQUIRE(records.size() == 1);
     const std::string model = records[0]["model"].get<std::string>();
-    CHECK(model.substr(model.size() - 23) == "/models/tiny-random-sd3");
+    CHECK(model.substr(model.size() - 18) == "/models/shapes-sd3");
     CHECK(records[0]["width"] == 32);  // the model's default size
 }
 
@@ -530,8 +531,8 @@ TEST_CASE("--strategy fills the degrees from the world: context is Ulysses where
 TEST_CASE(
     "dp-launch plan shows ranks, sub-groups, parameter bytes and the bytes a run really sends, in well under "
     "a second") {
-    LaunchResult plan =
-        run_launch({"plan", "-n", "4", "--ulysses", "2", "--tp", "2", "--width", "10", "--height", "9"});
+    LaunchResult plan = run_launch({"plan", "--model", "tiny-random-sd3", "-n", "4", "--ulysses", "2", "--tp",
+                                    "2", "--width", "10", "--height", "9"});
     REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
     CHECK(plan.seconds < 1.0);
     CHECK(plan.out.find("mesh dp=1 cfg=1 ring=1 ulysses=2 tp=2") != std::string::npos);
@@ -546,7 +547,8 @@ TEST_CASE(
     for (const auto& [degree, kind] : std::vector<std::pair<std::vector<std::string>, std::string>>{
              {{"--tp", "2"}, "all_reduce"}, {{"--ring", "2"}, "send"}}) {
         CAPTURE(kind);
-        std::vector<std::string> plan_args = {"plan", "-n", "2", "--width", "10", "--height", "9"};
+        std::vector<std::string> plan_args = {"plan",    "--model", "tiny-random-sd3", "-n", "2",
+                                              "--width", "10",      "--height",        "9"};
         plan_args.insert(plan_args.end(), degree.begin(), degree.end());
         const std::string text = run_launch(plan_args).out;
         const std::size_t at = text.find("  " + kind + ": ");
@@ -619,7 +621,7 @@ TEST_CASE("device_map is refused before anything starts when it cannot work") {
              {{"--device-map", blocks}, "lists 3 devices but the model has 2 blocks"},
              {{"--device-map", dir + "/missing.json"}, "cannot read it"}}) {
         CAPTURE(message);
-        std::vector<std::string> full = {"-o", dir + "/out"};
+        std::vector<std::string> full = {"--model", "tiny-random-sd3", "-o", dir + "/out"};
         full.insert(full.end(), args.begin(), args.end());
         full.push_back(prompts);
         LaunchResult r = run_launch(full);
@@ -630,7 +632,8 @@ TEST_CASE("device_map is refused before anything starts when it cannot work") {
 }
 
 TEST_CASE("dp-launch plan shows a device map, or says its budgets are measured when the job starts") {
-    LaunchResult plan = run_launch({"plan", "--device-map", "auto", "--max-memory", "cpu:0=450KB,cpu:1=2MB"});
+    LaunchResult plan = run_launch({"plan", "--model", "tiny-random-sd3", "--device-map", "auto",
+                                    "--max-memory", "cpu:0=450KB,cpu:1=2MB"});
     REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
     CHECK(plan.seconds < 1.0);
     CHECK(plan.out.find("transformer block 1: cpu:1") != std::string::npos);

@@ -9,6 +9,7 @@
 #include "runtime/errors.h"
 #include "runtime/models/clip_tokenizer.h"
 #include "runtime/tensor_io.h"
+#include "shapes/shapes_world.h"
 
 using namespace dp::runtime;
 
@@ -71,4 +72,25 @@ TEST_CASE("bad tokenizer files are errors naming the file") {
                          doctest::Contains("tok/merges.txt:1"), ModelError);
     CHECK_THROWS_WITH_AS(ClipTokenizer::from_strings(R"({"a": 0})", "", "", "tok"),
                          doctest::Contains("not in vocab.json"), ModelError);
+}
+
+TEST_CASE(
+    "the shipped shapes model's tokenizer: every grammar word is one token, and both tokenizers agree") {
+    const std::string dir = std::string(DP_MODELS_DIR) + "/shapes-sd3";
+    const ClipTokenizer tok = ClipTokenizer::from_folder(dir + "/tokenizer");
+    const ClipTokenizer tok2 = ClipTokenizer::from_folder(dir + "/tokenizer_2");
+    for (const std::string& word : dp::shapes::grammar_words()) {
+        CAPTURE(word);
+        const std::vector<int64_t> ids = tok.tokenize(word);
+        CHECK(ids.size() == 1);
+        CHECK(tok2.tokenize(word) == ids);
+        CHECK(tok.decode(ids) == word);
+    }
+    // Text outside the grammar still tokenizes, through the byte symbols.
+    CHECK(tok.tokenize("zebra 42!").size() > 3);
+    const ClipEncoding e = tok.encode("a small red circle on the left on a blue background");
+    CHECK(e.ids.size() == static_cast<std::size_t>(tok.model_max_length()));
+    CHECK(e.ids.front() == tok.bos_id());
+    CHECK(e.ids[12] == tok.eos_id());  // 11 words, one token each
+    CHECK(e.dropped_tokens == 0);
 }
