@@ -498,8 +498,8 @@ TEST_CASE("--strategy fills the degrees from the world: context is Ulysses where
     const std::string dir = make_temp_dir();
     const std::string prompts = write_prompts(dir, "p.txt", "x\n");
     auto mesh_line = [&](std::vector<std::string> args) {
-        args.insert(args.end(), {"--steps", "1", "--width", "10", "--height", "9", "--overwrite", "-o",
-                                 dir + "/out", prompts});
+        args.insert(args.end(), {"--model", "tiny-random-sd3", "--steps", "1", "--width", "10", "--height",
+                                 "9", "--overwrite", "-o", dir + "/out", prompts});
         LaunchResult r = run_launch(args, {}, 120);
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
         const std::size_t at = r.err.find("dp-launch: mesh ");
