@@ -361,28 +361,11 @@ JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job) {
 std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job) {
     if (job.device_map.empty()) return std::nullopt;
     const bool file = job.device_map != "balanced" && job.device_map != "auto";
-    if (!file && job.max_memory.empty()) return std::nullopt;  // the GPUs' free memory: the worker's
+    if (!file && job.max_memory.empty()) return std::nullopt;  // the GPUs' memory: the worker's
     try {
-        const auto sizes = strategies::pipeline_component_sizes(job.model, job.dtype == "fp32" ? 4 : 2);
-        if (file) {
-            std::ifstream in(job.device_map);
-            if (!in)
-                throw UsageError("--device-map " + job.device_map +
-                                 ": cannot read it; expected balanced, auto or a readable FILE.json");
-            std::stringstream text;
-            text << in.rdbuf();
-            if (!job.max_memory.empty())
-                throw UsageError("--max-memory does not apply to a device map written by hand (" +
-                                 job.device_map + ")");
-            return strategies::device_map_from_json(text.str(), sizes, job.device_map);
-        }
-        return strategies::plan_device_map(sizes, strategies::parse_max_memory(job.max_memory),
-                                           job.device_map == "auto" ? strategies::DeviceMapMode::kAuto
-                                                                    : strategies::DeviceMapMode::kBalanced);
-    } catch (const std::invalid_argument& e) {
-        throw UsageError("--device-map " + job.device_map + ": " + e.what());
-    } catch (const std::runtime_error& e) {
-        if (dynamic_cast<const Error*>(&e)) throw;
+        return strategies::plan_device_map_spec(job.model, job.dtype == "fp32" ? 4 : 2, job.device_map,
+                                                job.max_memory, {});
+    } catch (const std::exception& e) {
         throw UsageError("--device-map " + job.device_map + ": " + e.what());
     }
 }

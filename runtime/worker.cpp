@@ -11,12 +11,12 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "runtime/communicator.h"
 #include "runtime/device_mapping.h"
 #include "runtime/errors.h"
 #include "runtime/image_sink.h"
+#include "runtime/models/sd3_transformer.h"
 #include "runtime/pipeline.h"
 #include "runtime/split.h"
 #include "runtime/tensor_io.h"
@@ -106,37 +106,23 @@ class StatusChannel {
 // map written by hand. Throws Error (exit 2) for a plan that cannot work.
 std::shared_ptr<DeviceMapping> make_device_mapping(const WorkerOptions& o, int element_bytes) {
     strategies::DeviceMapPlan plan;
-    std::size_t blocks = 0;
     try {
-        const auto sizes = strategies::pipeline_component_sizes(o.model_dir, element_bytes);
-        for (const auto& c : sizes)
-            if (c.name == "transformer") blocks = c.block_bytes.size();
-        if (o.device_map == "balanced" || o.device_map == "auto") {
-            std::vector<strategies::DeviceBudget> budgets;
-            if (!o.max_memory.empty()) {
-                budgets = strategies::parse_max_memory(o.max_memory);
-            } else {
-                for (const auto& [device, bytes] : DeviceMapping::visible_gpu_budgets())
-                    budgets.push_back({device, bytes});
-                if (budgets.size() < 2)
-                    throw std::invalid_argument(
-                        std::to_string(budgets.size()) +
-                        " GPU(s) visible; device_map needs two or more (to try it on the CPU, name CPU "
-                        "devices: --max-memory cpu:0=1GB,cpu:1=1GB)");
-            }
-            plan = strategies::plan_device_map(sizes, budgets,
-                                               o.device_map == "auto" ? strategies::DeviceMapMode::kAuto
-                                                                      : strategies::DeviceMapMode::kBalanced);
-        } else {
-            std::ifstream in(o.device_map);
-            if (!in) throw std::invalid_argument("cannot read " + o.device_map);
-            std::stringstream text;
-            text << in.rdbuf();
-            plan = strategies::device_map_from_json(text.str(), sizes, o.device_map);
+        std::vector<strategies::DeviceBudget> gpus;
+        if (o.max_memory.empty() && (o.device_map == "balanced" || o.device_map == "auto")) {
+            for (const auto& [device, bytes] : DeviceMapping::visible_gpu_budgets())
+                gpus.push_back({device, bytes});
+            if (gpus.size() < 2)
+                throw std::invalid_argument(
+                    std::to_string(gpus.size()) +
+                    " GPU(s) visible; device_map needs two or more (to try it on the CPU, "
+                    "name CPU devices: --max-memory cpu:0=1GB,cpu:1=1GB)");
         }
+        plan = strategies::plan_device_map_spec(o.model_dir, element_bytes, o.device_map, o.max_memory, gpus);
     } catch (const std::exception& e) {
         throw Error("--device-map " + o.device_map + ": " + e.what(), 2);
     }
+    const auto blocks = static_cast<std::size_t>(
+        Sd3TransformerConfig::from_json_file(o.model_dir + "/transformer/config.json").num_layers);
     auto mapping = std::make_shared<DeviceMapping>();
     mapping->labels = plan.devices;
     for (const std::string& label : plan.devices)
@@ -151,7 +137,7 @@ std::shared_ptr<DeviceMapping> make_device_mapping(const WorkerOptions& o, int e
         if (p.component == "vae") mapping->vae = slot(p.device);
         if (p.component != "transformer") continue;
         if (p.block < 0) {  // whole: every block on one device
-            mapping->transformer_blocks.assign(static_cast<std::size_t>(blocks), slot(p.device));
+            mapping->transformer_blocks.assign(blocks, slot(p.device));
         } else {
             if (static_cast<int>(mapping->transformer_blocks.size()) <= p.block)
                 mapping->transformer_blocks.resize(static_cast<std::size_t>(p.block) + 1, 0);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <stdexcept>
 
 namespace dp::strategies {
@@ -89,6 +90,22 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
         out.push_back(std::move(c));
     }
     return out;
+}
+
+DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element_bytes,
+                                   const std::string& device_map, const std::string& max_memory,
+                                   const std::vector<DeviceBudget>& default_budgets) {
+    const std::vector<ComponentSize> sizes = pipeline_component_sizes(model_dir, element_bytes);
+    if (device_map == "balanced" || device_map == "auto")
+        return plan_device_map(sizes, max_memory.empty() ? default_budgets : parse_max_memory(max_memory),
+                               device_map == "auto" ? DeviceMapMode::kAuto : DeviceMapMode::kBalanced);
+    if (!max_memory.empty())
+        throw std::invalid_argument("--max-memory does not apply to a device map written by hand");
+    std::ifstream in(device_map);
+    if (!in) throw std::invalid_argument("cannot read it; expected balanced, auto or a readable FILE.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    return device_map_from_json(text.str(), sizes, device_map);
 }
 
 }  // namespace dp::strategies

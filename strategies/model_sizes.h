@@ -20,4 +20,12 @@ std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir
 // (the run's dtype: weights are converted when loaded).
 std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir, int64_t element_bytes);
 
+// device_map's plan for a model from the user's spec: `device_map` is balanced, auto or a FILE.json
+// (diffusers' hf_device_map style); balanced and auto take their budgets from `max_memory`
+// (DEV=SIZE,...) or, when it is empty, `default_budgets` (the visible GPUs). Throws
+// std::invalid_argument (or std::runtime_error for unreadable weights) saying what is wrong.
+DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element_bytes,
+                                   const std::string& device_map, const std::string& max_memory,
+                                   const std::vector<DeviceBudget>& default_budgets);
+
 }  // namespace dp::strategies

@@ -286,7 +286,7 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
     const int head_slot = mapping_ ? mapping_->transformer_blocks.front() : 0;
     int slot = head_slot;
     auto move_to = [&](int to) {
-        if (!mapping_ || to == slot) return;
+        if (to == slot) return;
         x = mapping_->move(x, slot, to);
         ctx = mapping_->move(ctx, slot, to);
         temb_act = mapping_->move(temb_act, slot, to);
