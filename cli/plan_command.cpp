@@ -82,7 +82,13 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     const long long px_w = job.width ? job.width : sample * vae_scale,
                     px_h = job.height ? job.height : sample * vae_scale;
     const long long tokens = (px_w / vae_scale / patch) * (px_h / vae_scale / patch);
-    const long long text = 77 + 256;
+    // CLIP's tokens plus the one that stands for T5's 256 zero positions (the worker's Note
+    // [constant text tail]).
+    const nlohmann::json tok = [&] {
+        std::ifstream in(job.model + "/tokenizer/tokenizer_config.json");
+        return in ? read_json(job.model + "/tokenizer/tokenizer_config.json") : nlohmann::json();
+    }();
+    const long long text = tok.value("model_max_length", 77LL) + 1;
     const long long f = job.dtype == "fp32" ? 4 : 2;
 
     std::ostringstream out;

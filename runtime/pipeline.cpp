@@ -203,8 +203,9 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
                             : out.pooled.to(c.options.dtype));
     }
     const at::Tensor clip = pad_last(at::cat(hidden, -1), tc.joint_attention_dim);
-    const at::Tensor t5 = at::zeros({n, kT5SequenceLength, tc.joint_attention_dim}, clip.options());
+    const at::Tensor t5 = at::zeros({n, 1, tc.joint_attention_dim}, clip.options());
     e.sequence = at::cat({clip, t5}, -2);
+    e.tail_repeats = kT5SequenceLength;
     e.pooled = at::cat(pooled, -1);
     return e;
 }
@@ -256,14 +257,17 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     // With a CFG group each rank encodes and denoises one branch: rank 0 the negative one.
     const bool split_cfg = cfg && cfg_group_ && cfg_group_->size() == 2;
     at::Tensor text, pooled;
+    int64_t tail_repeats = 1;
     if (split_cfg) {
         const PromptEmbeddings mine = encode(cfg_group_->rank() == 0);
         text = mine.sequence;
         pooled = mine.pooled;
+        tail_repeats = mine.tail_repeats;
     } else {
         const PromptEmbeddings positive = encode(false);
         text = positive.sequence;
         pooled = positive.pooled;
+        tail_repeats = positive.tail_repeats;
         if (cfg) {  // diffusers' order: all negatives, then all positives
             const PromptEmbeddings negative = encode(true);
             text = at::cat({negative.sequence, positive.sequence}, 0);
@@ -293,7 +297,7 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
         const at::Tensor model_in = cfg && !split_cfg ? at::cat({latents, latents}, 0) : latents;
         const at::Tensor t = at::full({model_in.size(0)}, scheduler.timesteps()[static_cast<std::size_t>(i)],
                                       at::TensorOptions().dtype(at::kFloat).device(c.options.device));
-        at::Tensor noise = c.transformer->forward(model_in, text, pooled, t);
+        at::Tensor noise = c.transformer->forward(model_in, text, pooled, t, tail_repeats);
         if (split_cfg) {
             const std::vector<at::Tensor> parts =
                 cfg_group_->all_gather(noise.contiguous());  // [negative, positive]

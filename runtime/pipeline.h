@@ -34,7 +34,10 @@ struct PipelineOptions {
 
 // A batch of prompts through both CLIP encoders, as the pipeline conditions the transformer.
 struct PromptEmbeddings {
-    at::Tensor sequence;                  // [n, CLIP length + 256 (T5's zeros), joint_attention_dim]
+    // [n, CLIP length + 1, joint_attention_dim]: CLIP's tokens, then one of T5's 256 zero
+    // positions, which stands for all of them (tail_repeats; Note [constant text tail]).
+    at::Tensor sequence;
+    int64_t tail_repeats = 1;
     at::Tensor pooled;                    // [n, pooled_projection_dim]
     std::vector<std::string> truncation;  // per prompt: diffusers' truncation warning, or empty
 };

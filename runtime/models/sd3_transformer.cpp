@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <functional>
 
 #include "runtime/communicator.h"
 #include "runtime/device_mapping.h"
@@ -187,7 +188,8 @@ int64_t Sd3Transformer::parameter_bytes() const {
 }
 
 at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,
-                                   const at::Tensor& pooled, const at::Tensor& timestep) const {
+                                   const at::Tensor& pooled, const at::Tensor& timestep,
+                                   int64_t tail_repeats) const {
     // With tensor parallelism this rank holds heads / tp of the attention heads.
     const int64_t p = config_.patch_size, heads = config_.num_attention_heads / tp_size_;
     if (tp_size_ > 1 && (!tensor_group_ || tensor_group_->size() != tp_size_))
@@ -203,6 +205,8 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
     if (height % p != 0 || width % p != 0)
         throw ModelError("latent size " + std::to_string(height) + "x" + std::to_string(width) +
                          " is not a multiple of the patch size " + std::to_string(p));
+    if (tail_repeats < 1 || text.dim() != 3 || text.size(1) < 1)
+        throw ModelError("the text must hold at least one token and its last token at least one repeat");
     const int64_t gh = height / p, gw = width / p, max = config_.pos_embed_max_size;
     if (gh > max || gw > max)
         throw ModelError("latent size " + std::to_string(height) + "x" + std::to_string(width) + " needs " +
@@ -242,20 +246,30 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
     const int64_t padded = (image_tokens + nu * nr - 1) / (nu * nr) * (nu * nr);
     const int64_t local = padded / (nu * nr), seg = local * nu;
     const int64_t block = (ring ? ring->rank() : 0) * nu + (ulysses ? ulysses->rank() : 0);
-    at::Tensor key_mask;  // Ulysses alone: [1, 1, 1, padded + text], true where a key may be attended
+    // Note [constant text tail]: without a T5 encoder SD3's text is CLIP's tokens followed by 256
+    // positions of zeros. Those stay identical through every block (text has no position
+    // embedding, every per-token layer maps equal rows to equal rows, and as queries they meet the
+    // same keys), so the caller passes one of them and tail_repeats. As a query it gives each copy's
+    // output; as a key it stands for all copies: softmax weight n e^s, the same as logit s + ln n.
+    // Exact up to rounding (the bias is rounded to the compute dtype), and about 4x less work for
+    // a small model whose image has far fewer than 256 tokens.
+    const int64_t text_tokens = ctx.size(1);
+    const double tail_bias = std::log(static_cast<double>(tail_repeats));
+    // The additive bias over [image keys, padded to image_keys; text keys]: -inf on padding, the
+    // tail's ln n on the last text key; undefined where neither applies.
+    auto joint_key_bias = [&](int64_t image_keys, const at::TensorOptions& options) {
+        at::Tensor bias;
+        if (image_keys == image_tokens && tail_repeats == 1) return bias;
+        bias = at::zeros({image_keys + text_tokens}, options);
+        bias.slice(0, image_tokens, image_keys).fill_(-INFINITY);
+        bias.narrow(0, image_keys + text_tokens - 1, 1).fill_(tail_bias);
+        return bias.view({1, 1, 1, -1});
+    };
     if (ulysses || ring) {
         if (ulysses && heads % nu != 0)
             throw ModelError("context parallelism: " + std::to_string(heads) +
                              " attention heads do not divide by " + std::to_string(nu));
-        if (padded > image_tokens) {
-            x = at::constant_pad_nd(x, {0, 0, 0, padded - image_tokens}, 0);
-            if (!ring) {
-                key_mask =
-                    at::ones({padded + ctx.size(1)}, at::TensorOptions().dtype(at::kBool).device(x.device()));
-                key_mask.slice(0, image_tokens, padded).fill_(false);
-                key_mask = key_mask.view({1, 1, 1, -1});
-            }
-        }
+        if (padded > image_tokens) x = at::constant_pad_nd(x, {0, 0, 0, padded - image_tokens}, 0);
         x = x.narrow(1, block * local, local).contiguous();
     }
     const int64_t hu = heads / nu;
@@ -281,6 +295,8 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
     auto all_heads = [&](const at::Tensor& t) {
         return ulysses ? at::cat(ulysses->all_gather(t.contiguous()), 1) : t;
     };
+    // Without ring, attention sees all `seg` (= padded) image keys at once.
+    const at::Tensor key_bias = ring ? at::Tensor() : joint_key_bias(seg, x.options());
 
     // device_map: the activations follow the blocks from device to device (the head's first).
     const int head_slot = mapping_ ? mapping_->transformer_blocks.front() : 0;
@@ -331,8 +347,10 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
             const at::Tensor queries = at::cat({tokens_to_heads(q), my_heads(cq)}, 2);
             const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
             at::Tensor out, lse;
-            auto absorb = [&](const at::Tensor& keys, const at::Tensor& values, const at::Tensor& keep) {
+            auto absorb = [&](const at::Tensor& keys, const at::Tensor& values, const at::Tensor& keep,
+                              const std::function<at::Tensor(at::Tensor)>& adjust = {}) {
                 at::Tensor scores = at::matmul(queries, keys.transpose(-2, -1)) * scale;
+                if (adjust) scores = adjust(scores);
                 if (keep.defined())
                     scores = scores.masked_fill(keep.logical_not().view({1, 1, 1, -1}), -INFINITY);
                 const at::Tensor block_lse = at::logsumexp(scores, -1, true);
@@ -346,7 +364,11 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
                 out = out * at::exp(lse - merged) + block_out * at::exp(block_lse - merged);
                 lse = merged;
             };
-            absorb(my_heads(ck), my_heads(cv), {});  // the replicated text keys, counted once
+            auto text_scores = [&](at::Tensor scores) {  // Note [constant text tail]
+                if (tail_repeats > 1) scores.narrow(-1, text_tokens - 1, 1).add_(tail_bias);
+                return scores;
+            };
+            absorb(my_heads(ck), my_heads(cv), {}, text_scores);  // the replicated text keys, once
             at::Tensor block_k = tokens_to_heads(k), block_v = tokens_to_heads(v);
             for (int64_t step = 0; step < nr; ++step) {
                 const int64_t owner = (ring->rank() - step + nr) % nr, start = owner * seg;
@@ -368,24 +390,18 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
             if (!blk.context_pre_only)
                 attn_c = reduced(a.to_add_out,
                                  a.to_add_out(merge_heads(all_heads(out.narrow(2, seg, out.size(2) - seg)))));
-        } else if (ulysses) {
+        } else {  // one attention over all keys; with Ulysses, this rank's heads of all tokens
             at::Tensor joint = at::scaled_dot_product_attention(
                 at::cat({tokens_to_heads(q), my_heads(cq)}, 2),
                 at::cat({tokens_to_heads(k), my_heads(ck)}, 2),
                 at::cat({tokens_to_heads(v), my_heads(cv)}, 2),
-                key_mask.defined() ? std::optional<at::Tensor>(key_mask) : std::nullopt);
+                key_bias.defined() ? std::optional<at::Tensor>(key_bias.to(q.scalar_type())) : std::nullopt);
             attn_x = reduced(a.to_out,
                              a.to_out(merge_heads(heads_to_tokens(joint.narrow(2, 0, seg).contiguous()))));
             if (!blk.context_pre_only)
                 attn_c =
                     reduced(a.to_add_out,
                             a.to_add_out(merge_heads(all_heads(joint.narrow(2, seg, joint.size(2) - seg)))));
-        } else {
-            at::Tensor joint =
-                merge_heads(attention(at::cat({q, cq}, 2), at::cat({k, ck}, 2), at::cat({v, cv}, 2)));
-            attn_x = reduced(a.to_out, a.to_out(joint.slice(1, 0, image_tokens)));
-            if (!blk.context_pre_only)
-                attn_c = reduced(a.to_add_out, a.to_add_out(joint.slice(1, image_tokens)));
         }
 
         x = x + m[2].unsqueeze(1) * attn_x;

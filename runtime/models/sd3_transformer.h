@@ -76,8 +76,10 @@ class Sd3Transformer {
 
     // latents [B, C, H, W], text [B, T, joint_attention_dim], pooled [B, pooled_projection_dim],
     // timestep [B] (the scheduler's timesteps, 0..1000). Returns [B, out_channels, H, W].
+    // tail_repeats: the last text token stands for that many identical tokens (Note [constant
+    // text tail]); 1 means the text is taken as it is.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
-                       const at::Tensor& timestep) const;
+                       const at::Tensor& timestep, int64_t tail_repeats = 1) const;
 
     const Sd3TransformerConfig& config() const { return config_; }
 

@@ -456,8 +456,9 @@ std::map<std::string, long long> reported_bytes(const std::string& err, int rank
 TEST_CASE("measured communication bytes per strategy equal the README's per-step formulas") {
     // The tiny model: width D = 32, H = 4 heads of d = 8, L = 2 blocks (the last context-pre-only),
     // patch 1 and C = 4 latent channels; 10 x 9 pixels give N = 90 image tokens; the text is
-    // T = 77 CLIP + 256 T5 tokens. With guidance the transformer runs a batch of B = 2.
-    const long long D = 32, H = 4, d = 8, L = 2, C = 4, N = 90, T = 77 + 256, B = 2, S = 3,
+    // T = 77 CLIP tokens + the one that stands for T5's 256 zeros. With guidance the transformer
+    // runs a batch of B = 2.
+    const long long D = 32, H = 4, d = 8, L = 2, C = 4, N = 90, T = 77 + 1, B = 2, S = 3,
                     f = 4;  // f: bytes per fp32
     const std::string dir = make_temp_dir();
     const std::string prompts = write_prompts(dir, "p.txt", "one prompt\n");
@@ -582,11 +583,11 @@ TEST_CASE(
           std::string::npos);
     CHECK(r.err.find("transformer block 1: cpu:1") != std::string::npos);
     CHECK(r.err.find("text_encoder: cpu:1") != std::string::npos);
-    // Per prompt (width D = 32, B = 2 with guidance, N = 90 image and T = 333 text tokens, C = 4,
+    // Per prompt (width D = 32, B = 2 with guidance, N = 90 image and T = 78 text tokens, C = 4,
     // S = 3 steps): both encoders' hidden states (77 x 32) and pooled outputs (32) for both
     // branches to cpu:0; each step the image, text and conditioning to cpu:1 at block 1 and the
     // image and conditioning back for the head; the final latents to the VAE on cpu:1.
-    const long long D = 32, B = 2, N = 90, T = 333, C = 4, S = 3, f = 4, prompts_n = 2;
+    const long long D = 32, B = 2, N = 90, T = 78, C = 4, S = 3, f = 4, prompts_n = 2;
     const long long moves = prompts_n * (2 * 2 * 2 + S * 5 + 1);
     const long long bytes = prompts_n * (2 * 2 * (77 * D + D) * f +
                                          S * (B * (N * D + T * D + D) + B * (N * D + D)) * f + C * N * f);

@@ -8,23 +8,60 @@
 
 using namespace dp::runtime;
 
+namespace {
+// A golden transformer (diffusers' weights) and the inputs diffusers ran it on.
+struct GoldenCase {
+    explicit GoldenCase(const std::string& name)
+        : dir(golden_path(name)),
+          weights(WeightStore::open_folder(dir, at::kFloat, at::kCPU)),
+          model(Sd3TransformerConfig::from_json_file(dir + "/config.json"), weights),
+          file(SafetensorsFile::open(dir + ".safetensors")) {}
+    at::Tensor get(const std::string& key) const { return load_tensor(file, key, at::kFloat); }
+
+    std::string dir;
+    WeightStore weights;
+    Sd3Transformer model;
+    std::shared_ptr<SafetensorsFile> file;
+};
+}  // namespace
+
 TEST_CASE("the SD3 transformer matches diffusers within 1e-4, with and without qk-norm") {
     for (const std::string name : {"sd3_transformer", "sd3_transformer_qknorm"}) {
         CAPTURE(name);
-        const std::string dir = golden_path(name);
-        WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
-        Sd3Transformer model(Sd3TransformerConfig::from_json_file(dir + "/config.json"), weights);
-        weights.check_all_taken();
-        auto g = SafetensorsFile::open(dir + ".safetensors");
+        GoldenCase g(name);
+        g.weights.check_all_taken();
         const at::Tensor out =
-            model.forward(load_tensor(g, "latents", at::kFloat), load_tensor(g, "text", at::kFloat),
-                          load_tensor(g, "pooled", at::kFloat), load_tensor(g, "timestep", at::kFloat));
-        const at::Tensor ref = load_tensor(g, "out", at::kFloat);
+            g.model.forward(g.get("latents"), g.get("text"), g.get("pooled"), g.get("timestep"));
+        const at::Tensor ref = g.get("out");
         REQUIRE(out.sizes() == ref.sizes());
         const double diff = (out - ref).abs().max().item<double>();
         MESSAGE(name << ": max |diff| " << diff << " (output max |value| " << ref.abs().max().item<double>()
                      << ")");
         CHECK(diff <= 1e-4);
+    }
+}
+
+TEST_CASE("a run of identical text tokens passed once with its repeat count gives the same output") {
+    // Note [constant text tail]: the pipeline passes one of T5's 256 zero positions and the count.
+    // Checked here with a non-zero repeated row, both configs, so it holds for any constant tail.
+    for (const std::string name : {"sd3_transformer", "sd3_transformer_qknorm"}) {
+        CAPTURE(name);
+        GoldenCase g(name);
+        const at::Tensor latents = g.get("latents"), text = g.get("text"), pooled = g.get("pooled"),
+                         t = g.get("timestep");
+        const at::Tensor row = text.narrow(1, 0, 1) * -0.5 + 0.25;  // any row, repeated
+        const int64_t repeats = 37;
+        const at::Tensor full =
+            g.model.forward(latents, at::cat({text, row.expand({-1, repeats, -1})}, 1), pooled, t);
+        const at::Tensor once = g.model.forward(latents, at::cat({text, row}, 1), pooled, t, repeats);
+        const at::Tensor ignored = g.model.forward(latents, at::cat({text, row}, 1), pooled, t);
+        const double diff = (once - full).abs().max().item<double>();
+        MESSAGE(name << ": max |diff| " << diff);
+        CHECK(diff <= 1e-5);
+        // The repeat count matters: the same tokens counted once give another output.
+        CHECK((ignored - full).abs().max().item<double>() > 1e-3);
+        CHECK_THROWS_WITH_AS(g.model.forward(latents, text, pooled, t, 0), doctest::Contains("repeat"),
+                             ModelError);
     }
 }
 
