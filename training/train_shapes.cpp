@@ -227,7 +227,9 @@ int main(int argc, char** argv) {
     app.add_option("--max-steps", max_steps,
                    "stop after this many optimizer steps (0: the time budget decides)");
     app.add_option("--batch", batch, "scenes per step")->check(CLI::Range(1, 1024));
-    app.add_option("--lr", lr, "AdamW learning rate (after a 200-step warm-up)");
+    app.add_option("--lr", lr,
+                   "AdamW learning rate (200-step warm-up, then held; decays linearly to a tenth over the "
+                   "last 40 % of the budget)");
     app.add_option("--ema", ema_decay, "EMA decay of the weights saved");
     app.add_option("--seed", seed, "seed of weights, scenes and noise");
     app.add_option("--eval-every", eval_every, "evaluate the EMA weights every N steps");
@@ -309,14 +311,20 @@ int main(int argc, char** argv) {
             const at::Tensor sigma = at::sigmoid(at::randn({batch}));
             const at::Tensor s4 = sigma.view({batch, 1, 1, 1});
             const at::Tensor xt = (1 - s4) * x0 + s4 * noise;
-            const at::Tensor v = pipe->transformer().forward(xt, e.sequence, e.pooled, sigma * 1000);
+            const at::Tensor v =
+                pipe->transformer().forward(xt, e.sequence, e.pooled, sigma * 1000, e.tail_repeats);
             const at::Tensor loss = at::mse_loss(v, noise - x0);
             opt.zero_grad();
             loss.backward();
             torch::nn::utils::clip_grad_norm_(params, 1.0);
+            // Warm up over 200 steps, hold, then decay linearly to a tenth over the last 40 % of
+            // the budget (steps, or minutes when the time decides).
             const double warm = std::min(1.0, step / 200.0);
+            const double done_fraction =
+                max_steps > 0 ? static_cast<double>(step) / max_steps : train_seconds / (minutes * 60);
+            const double anneal = 1.0 - 0.9 * std::clamp((done_fraction - 0.6) / 0.4, 0.0, 1.0);
             for (auto& group : opt.param_groups())
-                static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr * warm);
+                static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr * warm * anneal);
             opt.step();
             {
                 at::NoGradGuard no_grad;
