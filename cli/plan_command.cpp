@@ -25,6 +25,14 @@ nlohmann::json read_json(const std::string& path) {
     }
 }
 
+// An optional config: an empty object when the file is absent (a model without a VAE or tokenizer
+// folder), else read_json's result.
+nlohmann::json read_json_if_present(const std::string& path) {
+    if (!std::ifstream(path)) return nlohmann::json::object();
+    const nlohmann::json j = read_json(path);
+    return j.is_object() ? j : nlohmann::json::object();
+}
+
 // Whether tensor parallelism splits this tensor (Sd3Transformer's column- and row-parallel layers;
 // row-parallel biases stay whole).
 bool tensor_parallel_split(const std::string& name) {
@@ -67,10 +75,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     const strategies::Mesh mesh(world, deg);
 
     const nlohmann::json t = read_json(job.model + "/transformer/config.json");
-    const nlohmann::json vae = job.model.empty() ? nlohmann::json() : [&] {
-        std::ifstream in(job.model + "/vae/config.json");
-        return in ? read_json(job.model + "/vae/config.json") : nlohmann::json();
-    }();
+    const nlohmann::json vae = read_json_if_present(job.model + "/vae/config.json");
     const long long heads = t.value("num_attention_heads", 18), hd = t.value("attention_head_dim", 64),
                     layers = t.value("num_layers", 18);
     const long long patch = t.value("patch_size", 2), channels = t.value("in_channels", 16),
@@ -84,11 +89,12 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     const long long tokens = (px_w / vae_scale / patch) * (px_h / vae_scale / patch);
     // CLIP's tokens plus the one that stands for T5's 256 zero positions (the worker's Note
     // [constant text tail]).
-    const nlohmann::json tok = [&] {
-        std::ifstream in(job.model + "/tokenizer/tokenizer_config.json");
-        return in ? read_json(job.model + "/tokenizer/tokenizer_config.json") : nlohmann::json();
-    }();
-    const long long text = tok.value("model_max_length", 77LL) + 1;
+    const nlohmann::json tok = read_json_if_present(job.model + "/tokenizer/tokenizer_config.json");
+    const long long clip_length =
+        tok.contains("model_max_length") && tok["model_max_length"].is_number_integer()
+            ? tok["model_max_length"].get<long long>()
+            : 77;
+    const long long text = clip_length + 1;
     const long long f = job.dtype == "fp32" ? 4 : 2;
 
     std::ostringstream out;

@@ -542,6 +542,17 @@ TEST_CASE(
     CHECK(plan.out.find("ulysses: [0,2] [1,3]") != std::string::npos);
     CHECK(plan.out.find("tp: [0,1] [2,3]") != std::string::npos);
     CHECK(plan.out.find("(434960) = ") != std::string::npos);  // the per-rank bytes the tp unit test checks
+    // The text tokens: CLIP's length from the tokenizer plus the one for T5's zeros; 77 when a
+    // folder has no tokenizer config.
+    CHECK(plan.out.find(", 78 text tokens") != std::string::npos);
+    CHECK(run_launch({"plan", "--model", "shapes-sd3"}).out.find(", 33 text tokens") != std::string::npos);
+    const std::string bare = make_temp_dir() + "/no-tokenizer";
+    REQUIRE(std::system(("cp -r '" + std::string(DP_TINY_MODEL) + "' '" + bare + "' && rm -rf '" + bare +
+                         "/tokenizer'")
+                            .c_str()) == 0);
+    const LaunchResult no_tok = run_launch({"plan", "--model", bare});
+    CHECK_MESSAGE(no_tok.exit_code == 0, no_tok.err);
+    CHECK(no_tok.out.find(", 78 text tokens") != std::string::npos);
     // The plan's per-step estimate, times the steps, is what a run of one prompt reports.
     const std::string dir = make_temp_dir();
     const std::string prompts = write_prompts(dir, "p.txt", "one prompt\n");
