@@ -4,11 +4,12 @@
 //
 // Each pixel takes the palette colour it is nearest to, then the majority of its 3 x 3
 // neighbourhood where there is one (sampling noise). The background is the colour most border
-// pixels have; shape pixels are the others, grouped into 4-connected components. Each shape the prompt asks for is matched to the largest component
-// of its colour (else the largest unmatched one, whose colour is then wrong). A component's kind
-// comes from its bounding box: a triangle's top quarter is much narrower than its bottom quarter;
-// otherwise a square fills its box (>= 0.86) and a circle less. Its position is the anchor
-// (left, right, top, bottom, centre) nearest the centre of its box.
+// pixels have; shape pixels are the others, grouped into 4-connected components. Each shape the
+// prompt asks for is matched to the largest component of its colour (else the largest unmatched
+// one, whose colour is then wrong). A component's kind comes from its bounding box: a triangle's
+// top quarter is much narrower than its bottom quarter; otherwise a square fills its box (>= 0.86)
+// and a circle less. Its position is the anchor (left, right, top, bottom, centre) nearest the
+// centre of its box.
 
 #include <cstdint>
 #include <string>
