@@ -1,29 +1,15 @@
 #pragma once
-// Errors of the worker side. They carry the same documented exit codes as the launcher's
-// (README "Exit codes"); dp-worker's main maps them. Light header: no LibTorch.
-//
-// The launcher keeps its own hierarchy (launcher/errors.h) because runtime/ must not link
-// launcher/; the codes are the contract they share.
+// The worker side's names for the shared error hierarchy (protocol/errors.h); dp-worker's main
+// maps them to the documented exit codes. Light header: no LibTorch.
 
-#include <stdexcept>
-#include <string>
+#include "protocol/errors.h"
 
 namespace dp::runtime {
 
-class Error : public std::runtime_error {
-  public:
-    Error(const std::string& what, int exit_code) : std::runtime_error(what), exit_code_(exit_code) {}
-    int exit_code() const { return exit_code_; }
-
-  private:
-    int exit_code_;
-};
-
-// A model folder, weights file or config the user supplied is missing, corrupt or inconsistent.
-// The message names the file, and the tensor or key when there is one.
-class ModelError : public Error {
-  public:
-    explicit ModelError(const std::string& what) : Error(what, 65) {}
-};
+using protocol::CommunicationError;
+using protocol::Error;
+using protocol::InternalError;
+using protocol::kExitIo;
+using protocol::ModelError;
 
 }  // namespace dp::runtime

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/errors.h"
+#include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline.h"
 
 namespace {
@@ -25,7 +26,7 @@ long peak_rss_kb() {
 
 int main(int argc, char** argv) {
     using namespace dp::runtime;
-    CLI::App app("dp-generate: generate one image with the SD3 pipeline and print timings as JSON");
+    CLI::App app("dp-generate: generate one image with a model folder's pipeline and print timings as JSON");
     PipelineOptions options;
     GenerateRequest request;
     request.prompt = "a photo of a cat";
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
     if (random_seed >= 0) options.random_weights = static_cast<uint64_t>(random_seed);
     try {
         auto start = std::chrono::steady_clock::now();
-        auto pipeline = Sd3Pipeline::load(options);
+        auto pipeline = load_pipeline(options, ParallelContext::single());
         const double load_ms = ms_since(start);
         std::vector<double> step_ms;
         auto step_start = std::chrono::steady_clock::now();

@@ -68,23 +68,38 @@ StDType to_st_dtype(at::ScalarType type, const std::string& name) {
 
 }  // namespace
 
-at::Tensor load_tensor(const std::shared_ptr<SafetensorsFile>& file, const std::string& name,
-                       at::ScalarType dtype, at::Device device) {
+namespace {
+
+// The tensor as stored, aliasing the mapping where its alignment allows (else one copy).
+at::Tensor mapped_tensor(const std::shared_ptr<SafetensorsFile>& file, const std::string& name) {
     const StTensorInfo& info = file->info(name);
     const at::ScalarType stored = to_scalar_type(info.dtype);
     const auto* ptr = file->data(name);
     const std::size_t elem = st_dtype_size(info.dtype);
-    at::Tensor raw;
     if (reinterpret_cast<std::uintptr_t>(ptr) % elem == 0) {
         // Keep the mapping alive as long as the tensor aliases it.
         auto keep = file;
-        raw = at::from_blob(
+        return at::from_blob(
             const_cast<std::byte*>(ptr), info.shape, [keep](void*) {}, at::TensorOptions().dtype(stored));
-    } else {
-        raw = at::empty(info.shape, at::TensorOptions().dtype(stored));
-        std::memcpy(raw.data_ptr(), ptr, info.nbytes);
     }
-    return raw.to(device, dtype);
+    at::Tensor raw = at::empty(info.shape, at::TensorOptions().dtype(stored));
+    std::memcpy(raw.data_ptr(), ptr, info.nbytes);
+    return raw;
+}
+
+}  // namespace
+
+at::Tensor load_tensor(const std::shared_ptr<SafetensorsFile>& file, const std::string& name,
+                       at::ScalarType dtype, at::Device device) {
+    return mapped_tensor(file, name).to(device, dtype);
+}
+
+at::Tensor load_tensor_slice(const std::shared_ptr<SafetensorsFile>& file, const std::string& name,
+                             at::ScalarType dtype, at::Device device, int64_t dim, int64_t start, int64_t length) {
+    at::Tensor slice = mapped_tensor(file, name).narrow(dim, start, length);
+    // A copy of the slice alone: never a view that keeps the whole tensor (or mapping) alive.
+    at::Tensor out = slice.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
+    return out.is_contiguous() ? out : out.contiguous();
 }
 
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,

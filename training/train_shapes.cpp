@@ -22,9 +22,9 @@
 #include <random>
 
 #include "runtime/errors.h"
-#include "runtime/models/clip_tokenizer.h"
-#include "runtime/models/sd3_transformer.h"
-#include "runtime/pipeline.h"
+#include "runtime/models/common/clip_tokenizer.h"
+#include "runtime/models/sd3/sd3_transformer.h"
+#include "runtime/models/sd3/sd3_pipeline.h"
 #include "runtime/tensor_io.h"
 #include "shapes/adherence.h"
 #include "shapes/shapes_world.h"

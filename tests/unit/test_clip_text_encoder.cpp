@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/errors.h"
-#include "runtime/models/clip_text_encoder.h"
+#include "runtime/models/common/clip_text_encoder.h"
 #include "runtime/tensor_io.h"
 
 using namespace dp::runtime;

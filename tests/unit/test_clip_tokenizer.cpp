@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "runtime/errors.h"
-#include "runtime/models/clip_tokenizer.h"
+#include "runtime/models/common/clip_tokenizer.h"
 #include "runtime/tensor_io.h"
 #include "shapes/shapes_world.h"
 

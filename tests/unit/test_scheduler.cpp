@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/errors.h"
-#include "runtime/models/flow_match_scheduler.h"
+#include "runtime/models/common/flow_match_scheduler.h"
 #include "runtime/tensor_io.h"
 
 using namespace dp::runtime;

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "runtime/errors.h"
-#include "runtime/pipeline.h"
+#include "runtime/models/sd3/sd3_pipeline.h"
 #include "runtime/tensor_io.h"
 
 using namespace dp::runtime;

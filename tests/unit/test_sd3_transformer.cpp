@@ -3,7 +3,7 @@
 #include "unit/doctest_torch.h"
 
 #include "runtime/errors.h"
-#include "runtime/models/sd3_transformer.h"
+#include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/tensor_io.h"
 
 using namespace dp::runtime;
@@ -23,6 +23,14 @@ struct GoldenCase {
     Sd3Transformer model;
     std::shared_ptr<SafetensorsFile> file;
 };
+
+// Rank `rank` of a tensor-parallel mesh of `size`, without its group: enough to load a shard.
+ParallelContext tensor_parallel_rank(int rank, int size) {
+    dp::strategies::MeshDegrees degrees;
+    degrees.tp = size;
+    return ParallelContext::from_groups(dp::strategies::Mesh(size, degrees), rank, nullptr, nullptr, nullptr,
+                                        nullptr);
+}
 }  // namespace
 
 TEST_CASE("the SD3 transformer matches diffusers within 1e-4, with and without qk-norm") {
@@ -109,13 +117,15 @@ TEST_CASE("tensor-parallel shards: per-rank parameter bytes at tp 1, 2 and 4 fol
     for (int tp : {1, 2, 4}) {
         CAPTURE(tp);
         WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
-        const Sd3Transformer shard(c, weights, /*tp_rank=*/tp - 1, tp);
+        const auto parallel = tensor_parallel_rank(tp - 1, tp);
+        const Sd3Transformer shard(c, weights, parallel);
         weights.check_all_taken();
         CHECK(shard.parameter_bytes() == 4 * (whole + split / tp));
         MESSAGE("tp " << tp << ": " << shard.parameter_bytes() << " bytes per rank (" << 4 * whole
                       << " replicated + " << 4 * split / tp << " sharded)");
     }
     WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
-    CHECK_THROWS_WITH_AS(Sd3Transformer(c, weights, 0, 3), doctest::Contains("tp must divide them"),
+    const auto tp3 = tensor_parallel_rank(0, 3);
+    CHECK_THROWS_WITH_AS(Sd3Transformer(c, weights, tp3), doctest::Contains("tp must divide them"),
                          ModelError);
 }

@@ -3,7 +3,7 @@
 #include "unit/doctest_torch.h"
 
 #include "runtime/errors.h"
-#include "runtime/models/vae_decoder.h"
+#include "runtime/models/common/vae_decoder.h"
 #include "runtime/tensor_io.h"
 
 using namespace dp::runtime;

@@ -12,11 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "runtime/models/layers.h"
+#include "runtime/models/common/layers.h"
+#include "runtime/parallel/parallel_context.h"
+#include "runtime/parallel/parallel_linear.h"
 
 namespace dp::runtime {
 
-class Communicator;
 struct DeviceMapping;
 
 struct Sd3TransformerConfig {
@@ -39,79 +40,68 @@ struct Sd3TransformerConfig {
     static Sd3TransformerConfig from_json_file(const std::string& path);
 };
 
+// Every linear layer is a ParallelLinear, split as SD3's parallel spec says
+// (strategies::sd3_parallel_spec()); the others are whole on every rank.
 struct AdaNormZero {  // linear(silu(temb)) -> shift, scale, gate (attention), shift, scale, gate (MLP)
-    Linear linear;
+    ParallelLinear linear;
 };
 
 struct JointAttention {
-    Linear to_q, to_k, to_v, to_out;         // image stream
-    Linear add_q, add_k, add_v, to_add_out;  // text stream (to_add_out absent when context_pre_only)
+    ParallelLinear to_q, to_k, to_v, to_out;         // image stream
+    ParallelLinear add_q, add_k, add_v, to_add_out;  // text stream (to_add_out absent when context_pre_only)
     std::optional<RMSNorm> norm_q, norm_k, norm_added_q, norm_added_k;
 };
 
 struct FeedForward {  // GELU(tanh) MLP, 4x wide
-    Linear in, out;
+    ParallelLinear in, out;
     at::Tensor operator()(const at::Tensor& x) const;
 };
 
 struct JointBlock {
     bool context_pre_only = false;
     AdaNormZero norm1;
-    Linear
-        norm1_context;  // AdaNormZero (6 x dim) or, when context_pre_only, AdaLayerNormContinuous (2 x dim)
+    // AdaNormZero (6 x dim) or, when context_pre_only, AdaLayerNormContinuous (2 x dim)
+    ParallelLinear norm1_context;
     JointAttention attn;
     FeedForward ff, ff_context;  // ff_context absent when context_pre_only
 };
 
 class Sd3Transformer {
   public:
-    // With tp_size > 1 this rank keeps its tensor-parallel shard (tp_rank of tp_size) of the
-    // attention and MLP projections: q, k, v and MLP-in column-parallel, attention-out and
-    // MLP-out row-parallel, for the image and text streams; AdaLN, norms and embeddings stay
-    // whole. forward then needs set_tensor_group with that group.
-    // With a device mapping, each block loads on its device (the embeddings and output head with
-    // block 0) and forward moves the activations between them; inputs and output are on block 0's.
-    Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& weights, int tp_rank = 0, int tp_size = 1,
+    // Loads this rank's part of the model for its place in `parallel` (which must outlive it):
+    // with tensor parallelism its shard of the layers SD3's parallel spec splits (q, k, v and
+    // MLP-in column-parallel, attention-out and MLP-out row-parallel, for the image and text
+    // streams; AdaLN, norms and embeddings whole). With a device mapping each block loads on its
+    // device (the embeddings and output head with block 0), and forward moves the activations
+    // between them; inputs and output are on block 0's.
+    Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& weights,
+                   const ParallelContext& parallel = ParallelContext::single(),
                    std::shared_ptr<const DeviceMapping> mapping = nullptr);
 
     // latents [B, C, H, W], text [B, T, joint_attention_dim], pooled [B, pooled_projection_dim],
     // timestep [B] (the scheduler's timesteps, 0..1000). Returns [B, out_channels, H, W].
     // tail_repeats: the last text token stands for that many identical tokens (Note [constant
     // text tail]); 1 means the text is taken as it is.
+    // Under context parallelism (the context's sequence groups: Ulysses, Ring or both) each rank
+    // keeps its block of the image tokens, the text replicated; every rank of the groups calls
+    // forward with the same inputs and gets the same output.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
                        const at::Tensor& timestep, int64_t tail_repeats = 1) const;
 
     const Sd3TransformerConfig& config() const { return config_; }
 
-    // Ulysses context parallelism over `group`: each rank keeps 1/size of the image tokens (padded
-    // to a multiple of the size, the padding masked out of attention), all-to-alls q, k, v from
-    // tokens to heads and the output back, and keeps the replicated text tokens, counted once.
-    // Every rank of the group calls forward with the same inputs and gets the same output.
-    // nullptr: no context parallelism.
-    void set_sequence_group(Communicator* group) { sequence_group_ = group; }
-    // The tensor-parallel group this rank's shard belongs to (its size must be the tp_size given
-    // at construction).
-    void set_tensor_group(Communicator* group) { tensor_group_ = group; }
-    // Ring context parallelism over `group`: the image tokens are split as with Ulysses, and the
-    // image keys and values travel around the ring block by block, merged by log-sum-exp
-    // (Note [ring attention merge]). Not combined with Ulysses yet.
-    void set_ring_group(Communicator* group) { ring_group_ = group; }
-
     // Bytes of the weights this rank holds (its shards under tensor parallelism).
     int64_t parameter_bytes() const;
 
   private:
+    const ParallelContext* parallel_;
     std::shared_ptr<const DeviceMapping> mapping_;
-    Communicator* sequence_group_ = nullptr;
-    Communicator* tensor_group_ = nullptr;
-    Communicator* ring_group_ = nullptr;
-    int tp_size_ = 1;
     Sd3TransformerConfig config_;
     at::Tensor patch_weight_, patch_bias_;  // Conv2d(in, inner, kernel = stride = patch)
     at::Tensor pos_embed_;                  // [1, max * max, inner]
-    Linear time_1_, time_2_, text_1_, text_2_, context_embedder_;
+    ParallelLinear time_1_, time_2_, text_1_, text_2_, context_embedder_;
     std::vector<JointBlock> blocks_;
-    Linear norm_out_, proj_out_;
+    ParallelLinear norm_out_, proj_out_;
 };
 
 // diffusers' get_2d_sincos_pos_embed for SD3's table: [grid * grid, dim].

@@ -1,4 +1,4 @@
-#include "runtime/device_mapping.h"
+#include "runtime/parallel/device_mapping.h"
 
 #include <ATen/Context.h>
 #ifdef DP_WITH_CUDA
@@ -20,6 +20,12 @@ at::Device DeviceMapping::device_for(const std::string& label) {
                         " CUDA device(s) visible; CPU \"devices\" cpu:N are always available)",
                     2);
     return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+int DeviceMapping::slot_of(const std::string& component) const {
+    const auto it = components.find(component);
+    if (it != components.end()) return it->second;
+    return transformer_blocks.empty() ? 0 : transformer_blocks.front();
 }
 
 at::Tensor DeviceMapping::move(const at::Tensor& t, int from, int to) const {

@@ -1,4 +1,4 @@
-#include "runtime/models/clip_tokenizer.h"
+#include "runtime/models/common/clip_tokenizer.h"
 
 #include <unicode/normalizer2.h>
 #include <unicode/regex.h>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/models/layers.h"
+#include "runtime/models/common/layers.h"
 
 namespace dp::runtime {
 

@@ -1,4 +1,4 @@
-#include "runtime/models/weights.h"
+#include "runtime/models/common/weights.h"
 
 #include <ATen/ATen.h>
 #include <dirent.h>
@@ -100,8 +100,7 @@ WeightStore WeightStore::random(uint64_t seed, at::ScalarType dtype, at::Device 
 
 bool WeightStore::has(const std::string& name) const { return random_ || by_name_.count(name) > 0; }
 
-at::Tensor WeightStore::take(const std::string& name, const std::vector<int64_t>& shape) {
-    at::Tensor t = take_tensor(name, shape);
+at::Tensor WeightStore::keep(const std::string& name, at::Tensor t) {
     if (keep_) {
         t = t.detach().clone().requires_grad_(true);  // a leaf of its own, not a view of a mapping
         parameters_.emplace_back(name, t);
@@ -109,10 +108,27 @@ at::Tensor WeightStore::take(const std::string& name, const std::vector<int64_t>
     return t;
 }
 
-at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<int64_t>& shape) {
+at::Tensor WeightStore::take(const std::string& name, const std::vector<int64_t>& shape) {
+    return keep(name, take_tensor(name, shape));
+}
+
+at::Tensor WeightStore::take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                                   int64_t start, int64_t length) {
+    if (dim < 0 || dim >= static_cast<int64_t>(shape.size()) || start < 0 || length < 1 ||
+        start + length > shape[static_cast<std::size_t>(dim)])
+        throw InternalError("take_shard " + name + ": slice [" + std::to_string(start) + ", +" +
+                            std::to_string(length) + ") of dim " + std::to_string(dim) + " is outside " +
+                            shape_text(shape));
+    sharded_.insert(name);
+    return keep(name, take_tensor(name, shape, dim, start, length));
+}
+
+at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                                    int64_t start, int64_t length) {
     taken_.insert(name);
     if (random_) {
-        // Each tensor's values depend only on the seed and its name.
+        // Each tensor's values depend only on the seed and its name, so a shard holds exactly the
+        // values of the whole tensor it comes from.
         at::Generator gen = at::detail::createCPUGenerator(seed_ ^ std::hash<std::string>{}(name));
         const bool is_norm = name.find("norm") != std::string::npos && name.size() > 7 &&
                              name.compare(name.size() - 7, 7, ".weight") == 0;
@@ -123,7 +139,8 @@ at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<i
             t = at::randn(shape, gen, at::kFloat) * 0.01;
         else
             t = at::randn(shape, gen, at::kFloat) * 0.02;
-        return t.to(device_, dtype_);
+        if (dim >= 0) t = t.narrow(dim, start, length);
+        return t.to(device_, dtype_).contiguous();
     }
     auto it = by_name_.find(name);
     if (it == by_name_.end())
@@ -132,7 +149,8 @@ at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<i
     if (info.shape != shape)
         throw ModelError(it->second->path() + ": tensor '" + name + "' has shape " + shape_text(info.shape) +
                          " but the config implies " + shape_text(shape));
-    return load_tensor(it->second, name, dtype_, device_);
+    if (dim < 0) return load_tensor(it->second, name, dtype_, device_);
+    return load_tensor_slice(it->second, name, dtype_, device_, dim, start, length);
 }
 
 void WeightStore::skip_prefix(const std::string& prefix) {

@@ -1,4 +1,4 @@
-#include "runtime/models/config_json.h"
+#include "runtime/models/common/config_json.h"
 
 #include <fstream>
 #include <sstream>

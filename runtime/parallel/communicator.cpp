@@ -1,4 +1,4 @@
-#include "runtime/communicator.h"
+#include "runtime/parallel/communicator.h"
 
 #include <ATen/ATen.h>
 
@@ -8,6 +8,7 @@
 // gloo headers it includes. We only hold gloo objects through pointers, so the class layouts we
 // compile against do not depend on the gloo version inside libtorch_cpu.
 // (USE_C10D_GLOO and USE_C10D_NCCL come with LibTorch's compile definitions.)
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -72,12 +73,31 @@ Communicator::Communicator(const CommunicatorOptions& o) : options_(o), impl_(st
     } catch (const Error&) {
         throw;
     } catch (const std::exception& e) {
-        throw Error("rank " + std::to_string(o.rank) + ": could not join the job's " + o.backend +
-                        " group through the store at " + where + " within " +
-                        std::to_string(o.timeout.count() / 1000) + " s: " + first_line(e),
-                    1);
+        throw CommunicationError("rank " + std::to_string(o.rank) + ": could not join the job's " + o.backend +
+                                 " group through the store at " + where + " within " +
+                                 std::to_string(o.timeout.count() / 1000) + " s: " + first_line(e));
     }
 }
+
+Communicator::Communicator(const c10::intrusive_ptr<c10d::Store>& store, const CommunicatorOptions& o)
+    : options_(o), impl_(std::make_unique<Impl>()) {
+    impl_->store = store;
+    try {
+        impl_->backend = make_backend(store, o);
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw CommunicationError("rank " + std::to_string(o.rank) + ": could not form the " + o.backend +
+                                 " group '" + o.name + "': " + first_line(e));
+    }
+}
+
+struct InProcessStore::Impl {
+    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::HashStore>();
+};
+InProcessStore::InProcessStore() : impl_(std::make_unique<Impl>()) {}
+InProcessStore::~InProcessStore() = default;
+const c10::intrusive_ptr<c10d::Store>& InProcessStore::store() const { return impl_->store; }
 
 Communicator::Communicator(const CommunicatorOptions& options, std::unique_ptr<Impl> impl)
     : options_(options), impl_(std::move(impl)) {}
@@ -87,10 +107,11 @@ Communicator::~Communicator() = default;
 std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ranks, const std::string& tag) {
     const auto me = std::find(ranks.begin(), ranks.end(), rank());
     if (me == ranks.end())
-        throw Error("rank " + std::to_string(rank()) + " is not in the sub-group " + tag, 1);
+        throw InternalError("rank " + std::to_string(rank()) + " is not in the sub-group " + tag);
     CommunicatorOptions o = options_;
     o.rank = static_cast<int>(me - ranks.begin());
     o.world_size = static_cast<int>(ranks.size());
+    o.name = tag;
     auto impl = std::make_unique<Impl>();
     impl->store = c10::make_intrusive<c10d::PrefixStore>(tag, impl_->store);
     try {
@@ -98,28 +119,31 @@ std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
     } catch (const Error&) {
         throw;
     } catch (const std::exception& e) {
-        throw Error(
-            "rank " + std::to_string(rank()) + ": could not form the sub-group " + tag + ": " + first_line(e),
-            1);
+        throw CommunicationError("rank " + std::to_string(rank()) + ": could not form the sub-group " + tag +
+                                 ": " + first_line(e));
     }
     return std::unique_ptr<Communicator>(new Communicator(o, std::move(impl)));
 }
 
-namespace {
-void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int rank) {
+void Communicator::finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
     try {
-        work->wait();
+        if (!work->wait(options_.timeout))
+            throw std::runtime_error("did not complete");
     } catch (const std::exception& e) {
-        throw Error(std::string(what) + " failed on rank " + std::to_string(rank) + ": " + first_line(e), 1);
+        throw CommunicationError(std::string(what) + " on group '" + options_.name + "' (rank " +
+                                 std::to_string(rank()) + " of " + std::to_string(size()) + ", " +
+                                 options_.backend + ") failed or did not complete within its timeout of " +
+                                 std::to_string(options_.timeout.count() / 1000.0).substr(0, 5) +
+                                 " s: " + first_line(e) +
+                                 " (another rank of the group may have died; see its log)");
     }
 }
-}  // namespace
 
-void Communicator::barrier() { finish(impl_->backend->barrier(), "barrier", rank()); }
+void Communicator::barrier() { finish(impl_->backend->barrier(), "barrier"); }
 
 void Communicator::all_reduce(at::Tensor& tensor) {
     std::vector<at::Tensor> t = {tensor};
-    finish(impl_->backend->allreduce(t), "all_reduce", rank());
+    finish(impl_->backend->allreduce(t), "all_reduce");
     bytes_["all_reduce"] += tensor.numel() * tensor.element_size();
 }
 
@@ -127,20 +151,19 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
     std::vector<std::vector<at::Tensor>> out(1);
     for (int i = 0; i < size(); ++i) out[0].push_back(at::empty_like(tensor));
     std::vector<at::Tensor> in = {tensor};
-    finish(impl_->backend->allgather(out, in), "all_gather", rank());
+    finish(impl_->backend->allgather(out, in), "all_gather");
     bytes_["all_gather"] += tensor.numel() * tensor.element_size();
     return out[0];
 }
 
 at::Tensor Communicator::all_to_all(const at::Tensor& tensor) {
     if (tensor.size(0) % size() != 0)
-        throw Error("all_to_all: dim 0 (" + std::to_string(tensor.size(0)) +
-                        ") does not divide by the group size " + std::to_string(size()),
-                    1);
+        throw InternalError("all_to_all: dim 0 (" + std::to_string(tensor.size(0)) +
+                            ") does not divide by the group size " + std::to_string(size()));
     at::Tensor input = tensor.contiguous();
     at::Tensor output = at::empty_like(input);
     std::vector<int64_t> equal;  // empty: equal splits
-    finish(impl_->backend->all_to_all_single(output, input, equal, equal), "all_to_all", rank());
+    finish(impl_->backend->all_to_all_single(output, input, equal, equal), "all_to_all");
     bytes_["all_to_all"] += input.numel() * input.element_size();
     return output;
 }
@@ -151,8 +174,8 @@ at::Tensor Communicator::ring_shift(const at::Tensor& tensor) {
     const int next = (rank() + 1) % size(), previous = (rank() + size() - 1) % size();
     auto sent = impl_->backend->send(out, next, /*tag=*/7);
     auto received = impl_->backend->recv(in, previous, /*tag=*/7);
-    finish(received, "ring recv", rank());
-    finish(sent, "ring send", rank());
+    finish(received, "ring recv");
+    finish(sent, "ring send");
     bytes_["send"] += out[0].numel() * out[0].element_size();
     return in[0];
 }
@@ -161,7 +184,7 @@ void Communicator::broadcast(at::Tensor& tensor, int root) {
     std::vector<at::Tensor> t = {tensor};
     c10d::BroadcastOptions bo;
     bo.rootRank = root;
-    finish(impl_->backend->broadcast(t, bo), "broadcast", rank());
+    finish(impl_->backend->broadcast(t, bo), "broadcast");
     if (rank() == root) bytes_["broadcast"] += tensor.numel() * tensor.element_size();
 }
 

@@ -1,4 +1,4 @@
-#include "runtime/models/flow_match_scheduler.h"
+#include "runtime/models/common/flow_match_scheduler.h"
 
 #include <ATen/ATen.h>
 
@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "runtime/errors.h"
-#include "runtime/models/config_json.h"
+#include "runtime/models/common/config_json.h"
 
 namespace dp::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/models/layers.h"
+#include "runtime/models/common/layers.h"
 
 #include <ATen/ATen.h>
 
@@ -8,26 +8,6 @@ Linear Linear::load(WeightStore& w, const std::string& prefix, int64_t in, int64
     Linear l;
     l.weight = w.take(prefix + ".weight", {out, in});
     if (bias) l.bias = w.take(prefix + ".bias", {out});
-    return l;
-}
-
-Linear Linear::load_column_shard(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, int part,
-                                 int parts) {
-    Linear full = load(w, prefix, in, out);
-    const int64_t rows = out / parts;
-    Linear l;
-    l.weight = full.weight.narrow(0, part * rows, rows).contiguous();  // only this shard stays in memory
-    l.bias = full.bias.narrow(0, part * rows, rows).contiguous();
-    return l;
-}
-
-Linear Linear::load_row_shard(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, int part,
-                              int parts) {
-    Linear full = load(w, prefix, in, out);
-    const int64_t cols = in / parts;
-    Linear l;
-    l.weight = full.weight.narrow(1, part * cols, cols).contiguous();
-    l.row_parallel_bias = full.bias;
     return l;
 }
 

@@ -1,9 +1,9 @@
-#include "runtime/models/vae_decoder.h"
+#include "runtime/models/common/vae_decoder.h"
 
 #include <ATen/ATen.h>
 
 #include "runtime/errors.h"
-#include "runtime/models/config_json.h"
+#include "runtime/models/common/config_json.h"
 
 namespace dp::runtime {
 

@@ -5,9 +5,12 @@
 //
 // Contract, as c10d's: every rank of the group calls the same collectives in the same order, with
 // tensors of the same shape and dtype. Each call blocks until it has completed on this rank, or
-// throws after the group's timeout, naming the collective and the timeout.
+// throws CommunicationError (exit code 75) when it fails or the group's timeout passes, naming the
+// collective, the group and the timeout. After that the group's order is broken: the rank must
+// stop calling collectives on it.
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
 #include <cstdint>
@@ -15,6 +18,11 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+namespace c10d {
+class Store;
+class Work;
+}  // namespace c10d
 
 namespace dp::runtime {
 
@@ -24,7 +32,24 @@ struct CommunicatorOptions {
     int rank = 0;
     int world_size = 1;
     std::string backend = "gloo";  // or "nccl"
+    // How long one collective (and the rendezvous) may take before it fails.
     std::chrono::milliseconds timeout{300000};
+    std::string name = "world";  // the group's name in messages: "world", "tp/0.0.0.0./", ...
+};
+
+// A store shared by ranks that run as threads of this process (c10d's HashStore), for tests
+// that run a group in one process.
+class InProcessStore {
+  public:
+    InProcessStore();
+    ~InProcessStore();
+    InProcessStore(const InProcessStore&) = delete;
+    InProcessStore& operator=(const InProcessStore&) = delete;
+    const c10::intrusive_ptr<c10d::Store>& store() const;
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
 };
 
 class Communicator {
@@ -32,13 +57,20 @@ class Communicator {
     // Joins the group: rank 0 hosts the TCPStore at master_addr:master_port. Throws Error when the
     // rendezvous does not complete within the timeout or the backend is not built in.
     explicit Communicator(const CommunicatorOptions& options);
+    // Joins the group through `store`, which every rank shares: any c10d store, such as
+    // an InProcessStore for ranks that run as threads of one process (tests). master_addr and
+    // master_port are not used.
+    Communicator(const c10::intrusive_ptr<c10d::Store>& store, const CommunicatorOptions& options);
+    Communicator(const InProcessStore& store, const CommunicatorOptions& options)
+        : Communicator(store.store(), options) {}
     ~Communicator();
     Communicator(const Communicator&) = delete;
     Communicator& operator=(const Communicator&) = delete;
 
     int rank() const { return options_.rank; }
     int size() const { return options_.world_size; }
-    const std::string& name() const { return options_.backend; }
+    const std::string& name() const { return options_.name; }
+    const std::string& backend() const { return options_.backend; }
 
     void barrier();
     void all_reduce(at::Tensor& tensor);  // sum, in place
@@ -62,6 +94,8 @@ class Communicator {
   private:
     struct Impl;
     Communicator(const CommunicatorOptions& options, std::unique_ptr<Impl> impl);
+    // Waits for `work`; throws CommunicationError naming `what`, the group and the timeout.
+    void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const;
     CommunicatorOptions options_;
     std::unique_ptr<Impl> impl_;
     std::map<std::string, uint64_t> bytes_;

@@ -15,11 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/parallel/parallel_linear.h"
 #include "runtime/safetensors.h"
 
 namespace dp::runtime {
 
-class WeightStore {
+class WeightStore : public ShardSource {
   public:
     // The safetensors weights of a component folder: `*.safetensors.index.json` (sharded) or a
     // single `*.safetensors`. Throws ModelError when there are none, or several unindexed files.
@@ -32,7 +33,13 @@ class WeightStore {
 
     // The tensor `name` with shape `shape`. Throws ModelError naming the file and tensor when it is
     // missing or its shape differs.
-    at::Tensor take(const std::string& name, const std::vector<int64_t>& shape);
+    at::Tensor take(const std::string& name, const std::vector<int64_t>& shape) override;
+    // Its slice [start, start + length) along `dim`, narrowed before it is converted and moved, so
+    // that only the slice becomes resident (tensor-parallel shards).
+    at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
+                          int64_t length) override;
+    // The tensors taken as slices so far (what tensor parallelism split).
+    const std::set<std::string>& sharded() const { return sharded_; }
     // Whether `name` exists (a random store has every name).
     bool has(const std::string& name) const;
     // Marks every tensor whose name starts with `prefix` as not needed (a VAE's encoder, say).
@@ -53,7 +60,10 @@ class WeightStore {
     at::Device device() const { return device_; }
 
   private:
-    at::Tensor take_tensor(const std::string& name, const std::vector<int64_t>& shape);
+    // The whole tensor, or with dim >= 0 its slice, converted and on the store's device.
+    at::Tensor take_tensor(const std::string& name, const std::vector<int64_t>& shape, int64_t dim = -1,
+                           int64_t start = 0, int64_t length = 0);
+    at::Tensor keep(const std::string& name, at::Tensor t);
     WeightStore(at::ScalarType dtype, at::Device device) : dtype_(dtype), device_(device) {}
     std::string where_;
     at::ScalarType dtype_;
@@ -64,6 +74,7 @@ class WeightStore {
     uint64_t seed_ = 0;
     std::map<std::string, std::shared_ptr<SafetensorsFile>> by_name_;  // tensor -> file holding it
     std::set<std::string> taken_;
+    std::set<std::string> sharded_;
 };
 
 }  // namespace dp::runtime

@@ -1,9 +1,9 @@
-#include "runtime/models/clip_text_encoder.h"
+#include "runtime/models/common/clip_text_encoder.h"
 
 #include <ATen/ATen.h>
 
 #include "runtime/errors.h"
-#include "runtime/models/config_json.h"
+#include "runtime/models/common/config_json.h"
 
 namespace dp::runtime {
 

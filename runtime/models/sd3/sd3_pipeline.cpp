@@ -1,4 +1,4 @@
-#include "runtime/pipeline.h"
+#include "runtime/models/sd3/sd3_pipeline.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -6,15 +6,16 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/communicator.h"
-#include "runtime/device_mapping.h"
+#include "runtime/parallel/device_mapping.h"
+#include "runtime/parallel/guidance.h"
+#include "runtime/parallel/parallel_context.h"
 #include "runtime/errors.h"
-#include "runtime/models/clip_text_encoder.h"
-#include "runtime/models/clip_tokenizer.h"
-#include "runtime/models/config_json.h"
-#include "runtime/models/flow_match_scheduler.h"
-#include "runtime/models/sd3_transformer.h"
-#include "runtime/models/vae_decoder.h"
+#include "runtime/models/common/clip_text_encoder.h"
+#include "runtime/models/common/clip_tokenizer.h"
+#include "runtime/models/common/config_json.h"
+#include "runtime/models/common/flow_match_scheduler.h"
+#include "runtime/models/sd3/sd3_transformer.h"
+#include "runtime/models/common/vae_decoder.h"
 
 namespace dp::runtime {
 
@@ -40,8 +41,8 @@ void require_class(const ConfigJson& index, const char* key, const std::string& 
 }
 
 // A component's device: its device_map slot's, else the run's.
-at::Device device_of(const PipelineOptions& o, int slot) {
-    return o.device_map ? o.device_map->devices[static_cast<std::size_t>(slot)] : o.device;
+at::Device device_of(const PipelineOptions& o, const std::string& component) {
+    return o.device_map ? o.device_map->device_of(component) : o.device;
 }
 
 WeightStore open_weights(const PipelineOptions& o, const std::string& component, uint64_t salt,
@@ -54,6 +55,7 @@ WeightStore open_weights(const PipelineOptions& o, const std::string& component,
 
 struct Sd3Pipeline::Components {
     PipelineOptions options;
+    const ParallelContext* parallel = nullptr;
     std::unique_ptr<ClipTokenizer> tokenizer, tokenizer_2;
     std::unique_ptr<ClipTextEncoder> text_encoder, text_encoder_2;
     std::unique_ptr<Sd3Transformer> transformer;
@@ -67,6 +69,10 @@ Sd3Pipeline::Sd3Pipeline(std::unique_ptr<Components> c) : c_(std::move(c)) {}
 Sd3Pipeline::~Sd3Pipeline() = default;
 
 std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
+    return load(o, ParallelContext::single());
+}
+
+std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const ParallelContext& parallel) {
     const std::string& dir = o.model_dir;
     const ConfigJson index = ConfigJson::from_file(dir + "/model_index.json");
     const std::string cls = index.string("_class_name", "");
@@ -86,15 +92,16 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
             "as diffusers does (T5 embeddings are then zeros)");
 
     const DeviceMapping* dm = o.device_map.get();
-    if (dm && (dm->transformer_blocks.empty() || device_of(o, dm->transformer_blocks.front()) != o.device))
+    if (dm && (dm->transformer_blocks.empty() || device_of(o, "transformer") != o.device))
         throw ModelError("device_map: the run's device must be that of transformer block 0");
     auto c = std::make_unique<Components>();
     c->options = o;
+    c->parallel = &parallel;
     c->scheduler = FlowMatchSchedulerConfig::from_json_file(dir + "/scheduler/scheduler_config.json");
     c->tokenizer = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer"));
     c->tokenizer_2 = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer_2"));
     {
-        WeightStore w = open_weights(o, "text_encoder", 1, device_of(o, dm ? dm->text_encoder : 0));
+        WeightStore w = open_weights(o, "text_encoder", 1, device_of(o, "text_encoder"));
         if (o.trainable) w.keep_as_parameters();
         c->text_encoder = std::make_unique<ClipTextEncoder>(
             ClipTextConfig::from_json_file(dir + "/text_encoder/config.json"), w);
@@ -102,7 +109,7 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
         if (o.trainable) c->parameters.emplace_back("text_encoder", w.parameters());
     }
     {
-        WeightStore w = open_weights(o, "text_encoder_2", 2, device_of(o, dm ? dm->text_encoder_2 : 0));
+        WeightStore w = open_weights(o, "text_encoder_2", 2, device_of(o, "text_encoder_2"));
         if (o.trainable) w.keep_as_parameters();
         c->text_encoder_2 = std::make_unique<ClipTextEncoder>(
             ClipTextConfig::from_json_file(dir + "/text_encoder_2/config.json"), w);
@@ -113,14 +120,13 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
         WeightStore w = open_weights(o, "transformer", 3, o.device);
         if (o.trainable) w.keep_as_parameters();
         c->transformer = std::make_unique<Sd3Transformer>(
-            Sd3TransformerConfig::from_json_file(dir + "/transformer/config.json"), w, o.tp_rank, o.tp_size,
-            o.device_map);
+            Sd3TransformerConfig::from_json_file(dir + "/transformer/config.json"), w, parallel, o.device_map);
         w.check_all_taken();
         if (o.trainable) c->parameters.emplace_back("transformer", w.parameters());
     }
     if (!component_class(index, "vae").empty()) {
         require_class(index, "vae", "AutoencoderKL");
-        WeightStore w = open_weights(o, "vae", 4, device_of(o, dm ? dm->vae : 0));
+        WeightStore w = open_weights(o, "vae", 4, device_of(o, "vae"));
         if (o.trainable) w.keep_as_parameters();
         c->vae = std::make_unique<VaeDecoder>(VaeConfig::from_json_file(dir + "/vae/config.json"), w);
         w.check_all_taken();
@@ -146,9 +152,6 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
     return std::unique_ptr<Sd3Pipeline>(new Sd3Pipeline(std::move(c)));
 }
 
-void Sd3Pipeline::set_ulysses_group(Communicator* group) { c_->transformer->set_sequence_group(group); }
-void Sd3Pipeline::set_tensor_group(Communicator* group) { c_->transformer->set_tensor_group(group); }
-void Sd3Pipeline::set_ring_group(Communicator* group) { c_->transformer->set_ring_group(group); }
 
 int Sd3Pipeline::size_multiple() const {
     return static_cast<int>(c_->vae_scale * c_->transformer->config().patch_size);
@@ -193,9 +196,10 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
             ids.insert(ids.end(), one.ids.begin(), one.ids.end());
         }
         const DeviceMapping* dm = c.options.device_map.get();
-        const int from = dm ? (which == 0 ? dm->text_encoder : dm->text_encoder_2) : 0;
-        const int to = dm ? dm->transformer_blocks.front() : 0;
-        const at::Tensor input = at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, from));
+        const char* component = which == 0 ? "text_encoder" : "text_encoder_2";
+        const int from = dm ? dm->slot_of(component) : 0;
+        const int to = dm ? dm->slot_of("transformer") : 0;
+        const at::Tensor input = at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, component));
         ClipTextOutput out = enc.forward(input);
         hidden.push_back(dm ? dm->move(out.hidden.to(c.options.dtype), from, to)
                             : out.hidden.to(c.options.dtype));
@@ -217,9 +221,6 @@ Sd3Pipeline::parameters() const {
     return c_->parameters;
 }
 
-GenerateResult Sd3Pipeline::generate(const GenerateRequest& r) const {
-    return std::move(generate_batch({r}).front());
-}
 
 std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
     c10::InferenceMode inference;  // no autograd bookkeeping on any tensor made here
@@ -253,13 +254,13 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
         return e;
     };
 
-    const bool cfg = r.guidance_scale > 1.0;
-    // With a CFG group each rank encodes and denoises one branch: rank 0 the negative one.
-    const bool split_cfg = cfg && cfg_group_ && cfg_group_->size() == 2;
+    // Guidance's two branches: batched here, or one per rank of the cfg group (rank 0 the
+    // negative one), each rank encoding only its branch.
+    const Guidance guidance(r.guidance_scale > 1.0, c.parallel->cfg());
     at::Tensor text, pooled;
     int64_t tail_repeats = 1;
-    if (split_cfg) {
-        const PromptEmbeddings mine = encode(cfg_group_->rank() == 0);
+    if (guidance.split()) {
+        const PromptEmbeddings mine = encode(guidance.runs_negative_only());
         text = mine.sequence;
         pooled = mine.pooled;
         tail_repeats = mine.tail_repeats;
@@ -268,7 +269,7 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
         text = positive.sequence;
         pooled = positive.pooled;
         tail_repeats = positive.tail_repeats;
-        if (cfg) {  // diffusers' order: all negatives, then all positives
+        if (guidance.enabled()) {  // diffusers' order: all negatives, then all positives
             const PromptEmbeddings negative = encode(true);
             text = at::cat({negative.sequence, positive.sequence}, 0);
             pooled = at::cat({negative.pooled, positive.pooled}, 0);
@@ -294,25 +295,21 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     scheduler.set_timesteps(r.steps, mu);
 
     for (int i = 0; i < r.steps; ++i) {
-        const at::Tensor model_in = cfg && !split_cfg ? at::cat({latents, latents}, 0) : latents;
+        const at::Tensor model_in = guidance.model_input(latents);
         const at::Tensor t = at::full({model_in.size(0)}, scheduler.timesteps()[static_cast<std::size_t>(i)],
                                       at::TensorOptions().dtype(at::kFloat).device(c.options.device));
-        at::Tensor noise = c.transformer->forward(model_in, text, pooled, t, tail_repeats);
-        if (split_cfg) {
-            const std::vector<at::Tensor> parts =
-                cfg_group_->all_gather(noise.contiguous());  // [negative, positive]
-            noise = parts[0] + r.guidance_scale * (parts[1] - parts[0]);
-        } else if (cfg) {
-            const std::vector<at::Tensor> parts = noise.chunk(2, 0);
-            noise = parts[0] + r.guidance_scale * (parts[1] - parts[0]);
-        }
+        const at::Tensor noise = guidance.combine(
+            c.transformer->forward(model_in, text, pooled, t, tail_repeats),
+            [&](const at::Tensor& negative, const at::Tensor& positive) {
+                return linear_guidance(negative, positive, r.guidance_scale);
+            });
         latents = scheduler.step(noise, i, latents);
         if (r.on_step) r.on_step(i + 1, r.steps);
     }
 
     const DeviceMapping* dm = c.options.device_map.get();
     at::Tensor image = !c.vae ? latents
-                       : dm   ? c.vae->decode(dm->move(latents, dm->transformer_blocks.front(), dm->vae))
+                       : dm   ? c.vae->decode(dm->move(latents, dm->slot_of("transformer"), dm->slot_of("vae")))
                               : c.vae->decode(latents);
     // diffusers' postprocess: [-1, 1] -> [0, 1], clamp, fp32, x 255, round half to even, uint8.
     image = (image / 2 + 0.5).clamp(0, 1).to(at::kCPU, at::kFloat);

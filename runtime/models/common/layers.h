@@ -1,13 +1,13 @@
 #pragma once
-// The few layer kinds the models are built from, as plain weights plus a forward function, so
-// that parallel strategies can replace a layer's weights with a shard and wrap its forward.
+// The few layer kinds the models are built from, as plain weights plus a forward function. A
+// layer that tensor parallelism may split is a ParallelLinear (runtime/parallel/) instead.
 
 #include <ATen/core/Tensor.h>
 
 #include <optional>
 #include <string>
 
-#include "runtime/models/weights.h"
+#include "runtime/models/common/weights.h"
 
 namespace dp::runtime {
 
@@ -16,16 +16,7 @@ struct Linear {
     at::Tensor bias;    // [out] or undefined
 
     static Linear load(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, bool bias = true);
-    // Tensor parallelism: this rank's share of a layer split `parts` ways. Column-parallel keeps
-    // rows [part * out / parts, ...) of the weight and bias; row-parallel keeps those columns of
-    // the weight and the whole bias, which row_parallel_bias holds for after the all-reduce.
-    static Linear load_column_shard(WeightStore& w, const std::string& prefix, int64_t in, int64_t out,
-                                    int part, int parts);
-    static Linear load_row_shard(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, int part,
-                                 int parts);
     at::Tensor operator()(const at::Tensor& x) const;
-
-    at::Tensor row_parallel_bias;  // row-parallel shards: added once, after the sum over ranks
 };
 
 struct LayerNorm {

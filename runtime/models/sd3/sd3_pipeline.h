@@ -1,0 +1,60 @@
+#pragma once
+// The text-to-image pipeline of the SD3 family, as diffusers' StableDiffusion3Pipeline runs it:
+// prompt -> CLIP-L and CLIP-G embeddings (T5 absent: zeros) -> flow-matching denoising with
+// classifier-free guidance -> VAE decode (or pixel space) -> uint8 RGB.
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/pipeline.h"
+
+namespace dp::runtime {
+
+class Sd3Transformer;
+
+// A batch of prompts through both CLIP encoders, as the pipeline conditions the transformer.
+struct PromptEmbeddings {
+    // [n, CLIP length + 1, joint_attention_dim]: CLIP's tokens, then one of T5's 256 zero
+    // positions, which stands for all of them (tail_repeats; Note [constant text tail]).
+    at::Tensor sequence;
+    int64_t tail_repeats = 1;
+    at::Tensor pooled;                    // [n, pooled_projection_dim]
+    std::vector<std::string> truncation;  // per prompt: diffusers' truncation warning, or empty
+};
+
+class Sd3Pipeline : public DiffusionPipeline {
+  public:
+    // Loads every component of `options.model_dir`, the transformer as this rank's shard of the
+    // mesh (`parallel` must outlive the pipeline). Throws ModelError naming what is missing,
+    // corrupt, inconsistent or unsupported.
+    static std::unique_ptr<Sd3Pipeline> load(const PipelineOptions& options,
+                                             const ParallelContext& parallel);
+    static std::unique_ptr<Sd3Pipeline> load(const PipelineOptions& options);  // one process
+    ~Sd3Pipeline() override;
+
+    // Only the batched matmuls' shapes differ from one request at a time, which can move a pixel
+    // by one step of 255 (README "Seeds and determinism").
+    std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests) const override;
+
+    // The embeddings of `prompts` (no inference guard: a trainer gets gradients through them).
+    PromptEmbeddings encode_prompts(const std::vector<std::string>& prompts) const;
+    const Sd3Transformer& transformer() const;
+    // With PipelineOptions::trainable: each component's weights by name ("transformer", ...).
+    const std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>& parameters()
+        const;
+
+    int default_width() const override;
+    int default_height() const override;
+    int size_multiple() const override;
+
+  private:
+    struct Components;
+    explicit Sd3Pipeline(std::unique_ptr<Components> c);
+    std::unique_ptr<Components> c_;
+};
+
+}  // namespace dp::runtime

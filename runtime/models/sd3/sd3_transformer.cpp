@@ -1,0 +1,279 @@
+#include "runtime/models/sd3/sd3_transformer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "runtime/parallel/attention.h"
+#include "runtime/parallel/device_mapping.h"
+#include "runtime/parallel/sequence_shard.h"
+#include "runtime/errors.h"
+#include "runtime/models/common/config_json.h"
+
+namespace dp::runtime {
+namespace {
+
+at::Tensor sincos_1d(int64_t dim, const at::Tensor& pos) {
+    at::Tensor omega = at::arange(dim / 2, at::kDouble) / (dim / 2.0);
+    omega = 1.0 / at::pow(10000.0, omega);
+    at::Tensor out = at::outer(pos.reshape(-1).to(at::kDouble), omega);
+    return at::cat({at::sin(out), at::cos(out)}, 1);
+}
+
+// x -> norm(x) * (1 + scale) + shift, with shift and scale [B, dim].
+at::Tensor modulate(const at::Tensor& normed, const at::Tensor& shift, const at::Tensor& scale) {
+    return normed * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
+
+at::Tensor plain_layer_norm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6); }
+
+}  // namespace
+
+at::Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid, int64_t base_size) {
+    const at::Tensor coords =
+        at::arange(grid, at::kFloat) / (static_cast<double>(grid) / static_cast<double>(base_size));
+    std::vector<at::Tensor> mesh = at::meshgrid({coords, coords}, "xy");  // w first
+    const at::Tensor emb_h = sincos_1d(dim / 2, mesh[0]);
+    const at::Tensor emb_w = sincos_1d(dim / 2, mesh[1]);
+    return at::cat({emb_h, emb_w}, 1).to(at::kFloat);
+}
+
+at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {
+    const int64_t half = dim / 2;
+    at::Tensor exponent = -std::log(10000.0) * at::arange(0, half, timesteps.options().dtype(at::kFloat));
+    exponent = exponent / static_cast<double>(half);
+    at::Tensor emb = timesteps.unsqueeze(1).to(at::kFloat) * at::exp(exponent).unsqueeze(0);
+    emb = at::cat({at::cos(emb), at::sin(emb)}, -1);  // flip_sin_to_cos
+    return emb;
+}
+
+at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out(at::gelu(in(x), "tanh")); }
+
+Sd3TransformerConfig Sd3TransformerConfig::from_json_text(const std::string& text, const std::string& path) {
+    const ConfigJson c(text, path);
+    const std::string cls = c.string("_class_name", "SD3Transformer2DModel");
+    if (cls != "SD3Transformer2DModel")
+        throw ModelError(path + ": transformer class '" + cls +
+                         "' is not supported (supported: SD3Transformer2DModel)");
+    Sd3TransformerConfig cfg;
+    cfg.sample_size = c.integer("sample_size", cfg.sample_size, 1, 1 << 16);
+    cfg.patch_size = c.integer("patch_size", cfg.patch_size, 1, 64);
+    cfg.in_channels = c.integer("in_channels", cfg.in_channels, 1, 4096);
+    cfg.out_channels =
+        c.has("out_channels") ? c.integer("out_channels", cfg.in_channels, 1, 4096) : cfg.in_channels;
+    cfg.num_layers = c.integer("num_layers", cfg.num_layers, 1, 1024);
+    cfg.attention_head_dim = c.integer("attention_head_dim", cfg.attention_head_dim, 1, 4096);
+    cfg.num_attention_heads = c.integer("num_attention_heads", cfg.num_attention_heads, 1, 1024);
+    cfg.joint_attention_dim = c.integer("joint_attention_dim", cfg.joint_attention_dim, 1, 1 << 16);
+    cfg.caption_projection_dim = c.integer("caption_projection_dim", cfg.caption_projection_dim, 1, 1 << 16);
+    cfg.pooled_projection_dim = c.integer("pooled_projection_dim", cfg.pooled_projection_dim, 1, 1 << 16);
+    cfg.pos_embed_max_size = c.integer("pos_embed_max_size", cfg.pos_embed_max_size, 1, 4096);
+    const std::string qk = c.string("qk_norm", "");
+    if (!qk.empty() && qk != "rms_norm") c.fail("qk_norm", "is '" + qk + "'; supported: null, rms_norm");
+    cfg.qk_rms_norm = qk == "rms_norm";
+    if (c.has("dual_attention_layers") && !c.raw()["dual_attention_layers"].empty())
+        c.fail("dual_attention_layers", "is not empty: SD3.5's dual-attention blocks are not supported yet");
+    if (cfg.caption_projection_dim != cfg.inner_dim())
+        c.fail("caption_projection_dim", "must equal num_attention_heads x attention_head_dim (" +
+                                             std::to_string(cfg.inner_dim()) + ")");
+    return cfg;
+}
+
+Sd3TransformerConfig Sd3TransformerConfig::from_json_file(const std::string& path) {
+    const ConfigJson j = ConfigJson::from_file(path);
+    return from_json_text(j.raw().dump(), path);
+}
+
+Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& w,
+                               const ParallelContext& parallel, std::shared_ptr<const DeviceMapping> mapping)
+    : parallel_(&parallel), mapping_(std::move(mapping)), config_(config) {
+    if (mapping_ && static_cast<int64_t>(mapping_->transformer_blocks.size()) != config.num_layers)
+        throw ModelError("device_map places " + std::to_string(mapping_->transformer_blocks.size()) +
+                         " transformer blocks but the model has " + std::to_string(config.num_layers));
+    if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
+    const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
+    const TensorGroup tp = parallel.tensor();
+    if (config.num_attention_heads % tp.size != 0)
+        throw ModelError("--tp " + std::to_string(tp.size) + ": the model has " +
+                         std::to_string(config.num_attention_heads) + " attention heads; tp must divide them");
+    // Every linear layer as SD3's parallel spec splits it.
+    const strategies::ParallelSpec& spec = strategies::sd3_parallel_spec();
+    auto linear = [&](const std::string& name, int64_t in, int64_t out) {
+        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp);
+    };
+    patch_weight_ = w.take("pos_embed.proj.weight", {d, config.in_channels, p, p});
+    patch_bias_ = w.take("pos_embed.proj.bias", {d});
+    const int64_t max = config.pos_embed_max_size;
+    if (w.has("pos_embed.pos_embed") && w.where().rfind("random", 0) != 0) {
+        pos_embed_ = w.take("pos_embed.pos_embed", {1, max * max, d});
+    } else {
+        pos_embed_ =
+            sincos_pos_embed_2d(d, max, config.sample_size / p).unsqueeze(0).to(w.device(), w.dtype());
+    }
+    time_1_ = linear("time_text_embed.timestep_embedder.linear_1", 256, d);
+    time_2_ = linear("time_text_embed.timestep_embedder.linear_2", d, d);
+    text_1_ = linear("time_text_embed.text_embedder.linear_1", config.pooled_projection_dim, d);
+    text_2_ = linear("time_text_embed.text_embedder.linear_2", d, d);
+    context_embedder_ = linear("context_embedder", config.joint_attention_dim, d);
+    for (int64_t i = 0; i < config.num_layers; ++i) {
+        if (mapping_)
+            w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[i])]);
+        const std::string b = spec.block_prefixes.front() + std::to_string(i);
+        JointBlock blk;
+        blk.context_pre_only = i == config.num_layers - 1;
+        blk.norm1.linear = linear(b + ".norm1.linear", d, 6 * d);
+        blk.norm1_context = linear(b + ".norm1_context.linear", d, (blk.context_pre_only ? 2 : 6) * d);
+        JointAttention& a = blk.attn;
+        a.to_q = linear(b + ".attn.to_q", d, d);
+        a.to_k = linear(b + ".attn.to_k", d, d);
+        a.to_v = linear(b + ".attn.to_v", d, d);
+        a.to_out = linear(b + ".attn.to_out.0", d, d);
+        a.add_q = linear(b + ".attn.add_q_proj", d, d);
+        a.add_k = linear(b + ".attn.add_k_proj", d, d);
+        a.add_v = linear(b + ".attn.add_v_proj", d, d);
+        if (!blk.context_pre_only) a.to_add_out = linear(b + ".attn.to_add_out", d, d);
+        if (config.qk_rms_norm) {
+            a.norm_q = RMSNorm::load(w, b + ".attn.norm_q", hd, 1e-6);
+            a.norm_k = RMSNorm::load(w, b + ".attn.norm_k", hd, 1e-6);
+            a.norm_added_q = RMSNorm::load(w, b + ".attn.norm_added_q", hd, 1e-6);
+            a.norm_added_k = RMSNorm::load(w, b + ".attn.norm_added_k", hd, 1e-6);
+        }
+        blk.ff.in = linear(b + ".ff.net.0.proj", d, 4 * d);
+        blk.ff.out = linear(b + ".ff.net.2", 4 * d, d);
+        if (!blk.context_pre_only) {
+            blk.ff_context.in = linear(b + ".ff_context.net.0.proj", d, 4 * d);
+            blk.ff_context.out = linear(b + ".ff_context.net.2", 4 * d, d);
+        }
+        blocks_.push_back(std::move(blk));
+    }
+    if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
+    norm_out_ = linear("norm_out.linear", d, 2 * d);
+    proj_out_ = linear("proj_out", d, p * p * config.out_channels);
+}
+
+int64_t Sd3Transformer::parameter_bytes() const {
+    int64_t total = 0;
+    auto add = [&](const at::Tensor& t) {
+        if (t.defined()) total += t.numel() * t.element_size();
+    };
+    add(patch_weight_);
+    add(patch_bias_);
+    add(pos_embed_);
+    for (const ParallelLinear* l : {&time_1_, &time_2_, &text_1_, &text_2_, &context_embedder_, &norm_out_, &proj_out_})
+        total += l->parameter_bytes();
+    for (const JointBlock& b : blocks_) {
+        const JointAttention& a = b.attn;
+        for (const ParallelLinear* l :
+             {&b.norm1.linear, &b.norm1_context, &a.to_q, &a.to_k, &a.to_v, &a.to_out, &a.add_q, &a.add_k,
+              &a.add_v, &a.to_add_out, &b.ff.in, &b.ff.out, &b.ff_context.in, &b.ff_context.out})
+            total += l->parameter_bytes();
+        for (const auto* n : {&a.norm_q, &a.norm_k, &a.norm_added_q, &a.norm_added_k})
+            if (*n) add((*n)->weight);
+    }
+    return total;
+}
+
+at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,
+                                   const at::Tensor& pooled, const at::Tensor& timestep,
+                                   int64_t tail_repeats) const {
+    // With tensor parallelism this rank holds heads / tp of the attention heads.
+    const int64_t p = config_.patch_size, heads = config_.num_attention_heads / parallel_->tensor().size;
+    const int64_t batch = latents.size(0), height = latents.size(2), width = latents.size(3);
+    if (height % p != 0 || width % p != 0)
+        throw ModelError("latent size " + std::to_string(height) + "x" + std::to_string(width) +
+                         " is not a multiple of the patch size " + std::to_string(p));
+    if (tail_repeats < 1 || text.dim() != 3 || text.size(1) < 1)
+        throw ModelError("the text must hold at least one token and its last token at least one repeat");
+    const int64_t gh = height / p, gw = width / p, max = config_.pos_embed_max_size;
+    if (gh > max || gw > max)
+        throw ModelError("latent size " + std::to_string(height) + "x" + std::to_string(width) + " needs " +
+                         std::to_string(gh) + "x" + std::to_string(gw) +
+                         " patches; this model's position table has " + std::to_string(max) + "x" +
+                         std::to_string(max));
+
+    // Patch embedding plus the centre crop of the position table.
+    at::Tensor x = at::conv2d(latents, patch_weight_, patch_bias_, {p, p}).flatten(2).transpose(1, 2);
+    const int64_t top = (max - gh) / 2, left = (max - gw) / 2;
+    at::Tensor pos = pos_embed_.reshape({1, max, max, -1})
+                         .slice(1, top, top + gh)
+                         .slice(2, left, left + gw)
+                         .reshape({1, gh * gw, -1});
+    x = (x + pos).to(latents.scalar_type()).contiguous();
+
+    // Conditioning: timestep and pooled text.
+    at::Tensor t = timestep_embedding(timestep, 256).to(pooled.scalar_type());
+    at::Tensor temb = time_2_(at::silu(time_1_(t))) + text_2_(at::silu(text_1_(pooled)));
+    at::Tensor ctx = context_embedder_(text);
+    at::Tensor temb_act = at::silu(temb);
+
+    // The image tokens are split over the sequence groups; the text is replicated.
+    const SequenceShard image(x.size(1), parallel_->sequence());
+    x = image.shard(x);
+    // Note [constant text tail]: without a T5 encoder SD3's text is CLIP's tokens followed by 256
+    // positions of zeros. Those stay identical through every block (text has no position
+    // embedding, every per-token layer maps equal rows to equal rows, and as queries they meet the
+    // same keys), so the caller passes one of them and tail_repeats. As a query it gives each copy's
+    // output; as a key it stands for all copies: softmax weight n e^s, the same as logit s + ln n.
+    // Exact up to rounding (the bias is rounded to the compute dtype); the built-in model (64
+    // image tokens) trains 3x faster for it.
+    at::Tensor text_bias;
+    if (tail_repeats > 1) {
+        text_bias = at::zeros({1, ctx.size(1)}, x.options());
+        text_bias.narrow(1, ctx.size(1) - 1, 1).fill_(std::log(static_cast<double>(tail_repeats)));
+    }
+
+    BlockPlacement placement(mapping_.get());
+    for (std::size_t block = 0; block < blocks_.size(); ++block) {
+        const JointBlock& blk = blocks_[block];
+        placement.enter(block, {&x, &ctx, &temb_act});
+        const std::vector<at::Tensor> m =
+            blk.norm1.linear(temb_act).chunk(6, 1);  // shift, scale, gate (msa), shift, scale, gate (mlp)
+        at::Tensor nx = modulate(plain_layer_norm(x), m[0], m[1]);
+        std::vector<at::Tensor> mc;
+        at::Tensor nctx;
+        if (blk.context_pre_only) {
+            const std::vector<at::Tensor> sc =
+                blk.norm1_context(temb_act.to(ctx.scalar_type())).chunk(2, 1);  // scale, shift
+            nctx = modulate(plain_layer_norm(ctx), sc[1], sc[0]);
+        } else {
+            mc = blk.norm1_context(temb_act).chunk(6, 1);
+            nctx = modulate(plain_layer_norm(ctx), mc[0], mc[1]);
+        }
+
+        // Joint attention over [image tokens; text tokens].
+        const JointAttention& a = blk.attn;
+        AttentionInputs in;
+        in.q = split_heads(a.to_q(nx), heads);
+        in.k = split_heads(a.to_k(nx), heads);
+        in.v = split_heads(a.to_v(nx), heads);
+        in.q2 = split_heads(a.add_q(nctx), heads);
+        in.k2 = split_heads(a.add_k(nctx), heads);
+        in.v2 = split_heads(a.add_v(nctx), heads);
+        if (a.norm_q) {
+            in.q = (*a.norm_q)(in.q);
+            in.k = (*a.norm_k)(in.k);
+            in.q2 = (*a.norm_added_q)(in.q2);
+            in.k2 = (*a.norm_added_k)(in.k2);
+        }
+        in.shard = &image;
+        in.bias2 = text_bias;
+        in.want_out2 = !blk.context_pre_only;
+        const AttentionOutputs o = attend(in);
+
+        x = x + m[2].unsqueeze(1) * a.to_out(merge_heads(o.out));
+        x = x + m[5].unsqueeze(1) * blk.ff(modulate(plain_layer_norm(x), m[3], m[4]));
+        if (!blk.context_pre_only) {
+            ctx = ctx + mc[2].unsqueeze(1) * a.to_add_out(merge_heads(o.out2));
+            ctx = ctx + mc[5].unsqueeze(1) * blk.ff_context(modulate(plain_layer_norm(ctx), mc[3], mc[4]));
+        }
+    }
+
+    placement.leave({&x, &temb_act});
+    const std::vector<at::Tensor> sc = norm_out_(temb_act.to(x.scalar_type())).chunk(2, 1);  // scale, shift
+    x = image.gather(proj_out_(modulate(plain_layer_norm(x), sc[1], sc[0])));
+    // Unpatchify: [B, gh, gw, p, p, C] -> [B, C, gh * p, gw * p].
+    x = x.reshape({batch, gh, gw, p, p, config_.out_channels}).permute({0, 5, 1, 3, 2, 4});
+    return x.reshape({batch, config_.out_channels, gh * p, gw * p});
+}
+
+}  // namespace dp::runtime

@@ -1,0 +1,174 @@
+#include "runtime/parallel/attention.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <optional>
+
+#include "runtime/errors.h"
+#include "runtime/parallel/communicator.h"
+
+namespace dp::runtime {
+namespace {
+
+// Note [Ulysses with joint attention]: with a Ulysses group of size U, each rank keeps a
+// contiguous 1/U of the (padded) split tokens through every per-token layer. In attention, the
+// split streams' q, k, v go through an all-to-all from [tokens/U, all heads] to [all tokens of the
+// segment, heads/U]; a replicated stream is on every rank already, so each rank takes its heads
+// of it, and it is counted once. The outputs go back through the inverse all-to-all; a
+// replicated stream's output, [T, heads/U] on each rank, is gathered over heads so that every
+// rank keeps the whole stream.
+class Ulysses {
+  public:
+    Ulysses(const SequenceGroups& g, int64_t heads)
+        : group_(g.ulysses_size() > 1 ? g.ulysses : nullptr), n_(g.ulysses_size()), heads_(heads) {
+        if (heads % n_ != 0)
+            throw ModelError("context parallelism: " + std::to_string(heads) +
+                             " attention heads do not divide by " + std::to_string(n_));
+        per_rank_ = heads / n_;
+        first_ = group_ ? group_->rank() * per_rank_ : 0;
+    }
+
+    // [B, H, local, d] (all heads, my tokens) -> [B, H/U, U * local, d] (my heads, my segment).
+    at::Tensor tokens_to_heads(const at::Tensor& t) const {
+        if (!group_) return t;
+        const int64_t b = t.size(0), local = t.size(2), d = t.size(3);
+        at::Tensor blocks = t.reshape({b, n_, per_rank_, local, d}).permute({1, 0, 2, 3, 4});
+        at::Tensor got = group_->all_to_all(blocks);  // block i: my heads of rank i's tokens
+        return got.permute({1, 2, 0, 3, 4}).reshape({b, per_rank_, n_ * local, d});
+    }
+    // The inverse: [B, H/U, U * local, d] -> [B, H, local, d].
+    at::Tensor heads_to_tokens(const at::Tensor& t) const {
+        if (!group_) return t;
+        const int64_t b = t.size(0), local = t.size(2) / n_, d = t.size(3);
+        at::Tensor blocks = t.reshape({b, per_rank_, n_, local, d}).permute({2, 0, 1, 3, 4});
+        at::Tensor got = group_->all_to_all(blocks);  // block i: rank i's heads of my tokens
+        return got.permute({1, 0, 2, 3, 4}).reshape({b, heads_, local, d});
+    }
+    // This rank's heads of a replicated stream, and its output gathered back over heads.
+    at::Tensor my_heads(const at::Tensor& t) const { return group_ ? t.narrow(1, first_, per_rank_) : t; }
+    at::Tensor all_heads(const at::Tensor& t) const {
+        return group_ ? at::cat(group_->all_gather(t.contiguous()), 1) : t;
+    }
+
+  private:
+    Communicator* group_;
+    int64_t n_, heads_, per_rank_ = 0, first_ = 0;
+};
+
+// The additive bias over `count` keys of a stream from padded position `start`: -inf on padding,
+// the stream's own bias (if any) on its real tokens. [Bb, count] float, or undefined when it adds
+// nothing.
+at::Tensor stream_key_bias(int64_t tokens, const at::Tensor& bias, int64_t start, int64_t count,
+                           const at::TensorOptions& options) {
+    if (start + count <= tokens && !bias.defined()) return {};
+    const int64_t real = std::max<int64_t>(0, std::min(count, tokens - start));
+    at::Tensor out = bias.defined() ? at::full({bias.size(0), count}, -INFINITY, options)
+                                    : at::zeros({1, count}, options);
+    if (bias.defined() && real > 0) out.narrow(1, 0, real).copy_(bias.narrow(1, start, real));
+    if (real < count) out.narrow(1, real, count - real).fill_(-INFINITY);
+    return out;
+}
+
+// Joins per-stream biases over consecutive key ranges; undefined when none adds anything.
+at::Tensor joint_bias(const std::vector<std::pair<at::Tensor, int64_t>>& parts, const at::TensorOptions& options) {
+    bool any = false;
+    int64_t batch = 1;
+    for (const auto& [b, n] : parts)
+        if (b.defined()) {
+            any = true;
+            batch = std::max(batch, b.size(0));
+        }
+    if (!any) return {};
+    std::vector<at::Tensor> pieces;
+    for (const auto& [b, n] : parts)
+        pieces.push_back(b.defined() ? b.expand({batch, n}) : at::zeros({batch, n}, options));
+    return at::cat(pieces, 1);
+}
+
+}  // namespace
+
+AttentionOutputs attend(const AttentionInputs& in) {
+    if (!in.shard) throw InternalError("attend: the first stream needs its SequenceShard");
+    const SequenceShard& s1 = *in.shard;
+    const SequenceGroups& g = s1.groups();
+    const Ulysses ulysses(g, in.q.size(1));
+    Communicator* ring = g.ring_size() > 1 ? g.ring : nullptr;
+    const bool has2 = in.q2.defined();
+    const bool split2 = has2 && in.shard2 && in.shard2->split();
+    const int64_t tokens2 = !has2 ? 0 : split2 ? in.shard2->tokens() : in.q2.size(2);
+    const at::TensorOptions options = in.q.options();
+    // The keys and queries each rank attends with: its segment of the split streams, its heads.
+    const int64_t seg1 = s1.segment(), seg2 = split2 ? in.shard2->segment() : tokens2;
+    auto second = [&](const at::Tensor& t) { return split2 ? ulysses.tokens_to_heads(t) : ulysses.my_heads(t); };
+    auto outputs = [&](const at::Tensor& joint) {
+        AttentionOutputs out;
+        out.out = ulysses.heads_to_tokens(joint.narrow(2, 0, seg1).contiguous());
+        if (has2 && in.want_out2) {
+            const at::Tensor o2 = joint.narrow(2, seg1, joint.size(2) - seg1);
+            out.out2 = split2 ? ulysses.heads_to_tokens(o2.contiguous()) : ulysses.all_heads(o2);
+        }
+        return out;
+    };
+    const at::Tensor q1 = ulysses.tokens_to_heads(in.q), k1 = ulysses.tokens_to_heads(in.k),
+                     v1 = ulysses.tokens_to_heads(in.v);
+
+    if (!ring) {  // one attention over all keys; with Ulysses, this rank's heads of all tokens
+        const at::Tensor q = has2 ? at::cat({q1, second(in.q2)}, 2) : q1;
+        const at::Tensor k = has2 ? at::cat({k1, second(in.k2)}, 2) : k1;
+        const at::Tensor v = has2 ? at::cat({v1, second(in.v2)}, 2) : v1;
+        std::vector<std::pair<at::Tensor, int64_t>> parts = {
+            {stream_key_bias(s1.tokens(), {}, 0, seg1, options), seg1}};
+        if (has2) parts.emplace_back(stream_key_bias(tokens2, in.bias2, 0, seg2, options), seg2);
+        at::Tensor bias = joint_bias(parts, options);
+        std::optional<at::Tensor> mask;
+        if (bias.defined()) mask = bias.view({bias.size(0), 1, 1, -1}).to(q.scalar_type());
+        return outputs(at::scaled_dot_product_attention(q, k, v, mask));
+    }
+
+    // Note [ring attention merge]: the queries here are this rank's segment of the split streams
+    // and all of a replicated stream, for its heads. They meet a replicated stream's keys once,
+    // then each ring rank's key/value segment as it comes round the ring; the partial results are
+    // merged exactly by their log-sum-exps:
+    // out = (out_a e^{lse_a} + out_b e^{lse_b}) / (e^{lse_a} + e^{lse_b}).
+    const at::Tensor queries = has2 ? at::cat({q1, second(in.q2)}, 2) : q1;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(in.q.size(3)));
+    at::Tensor out, lse;
+    auto absorb = [&](const at::Tensor& keys, const at::Tensor& values, const at::Tensor& bias) {
+        at::Tensor scores = at::matmul(queries, keys.transpose(-2, -1)) * scale;
+        if (bias.defined()) scores = scores + bias.view({bias.size(0), 1, 1, -1}).to(scores.scalar_type());
+        const at::Tensor block_lse = at::logsumexp(scores, -1, true);
+        const at::Tensor block_out = at::matmul(at::exp(scores - block_lse), values);
+        if (!out.defined()) {
+            out = block_out;
+            lse = block_lse;
+            return;
+        }
+        const at::Tensor merged = at::logaddexp(lse, block_lse);
+        out = out * at::exp(lse - merged) + block_out * at::exp(block_lse - merged);
+        lse = merged;
+    };
+    if (has2 && !split2) absorb(ulysses.my_heads(in.k2), ulysses.my_heads(in.v2), in.bias2);  // once
+    at::Tensor block_k = split2 ? at::cat({k1, second(in.k2)}, 2) : k1;
+    at::Tensor block_v = split2 ? at::cat({v1, second(in.v2)}, 2) : v1;
+    const int64_t nr = ring->size();
+    for (int64_t step = 0; step < nr; ++step) {
+        const int64_t owner = (ring->rank() - step + nr) % nr;
+        const int64_t start1 = owner * seg1, start2 = owner * seg2;
+        // A segment of padding alone is skipped.
+        if (start1 < s1.tokens() || (split2 && start2 < tokens2)) {
+            std::vector<std::pair<at::Tensor, int64_t>> parts = {
+                {stream_key_bias(s1.tokens(), {}, start1, seg1, options), seg1}};
+            if (split2)
+                parts.emplace_back(stream_key_bias(tokens2, in.bias2, start2, seg2, options), seg2);
+            absorb(block_k, block_v, joint_bias(parts, options));
+        }
+        if (step + 1 < nr) {
+            block_k = ring->ring_shift(block_k);
+            block_v = ring->ring_shift(block_v);
+        }
+    }
+    return outputs(out);
+}
+
+}  // namespace dp::runtime

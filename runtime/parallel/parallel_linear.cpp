@@ -1,0 +1,97 @@
+#include "runtime/parallel/parallel_linear.h"
+
+#include <ATen/ATen.h>
+
+#include <numeric>
+
+#include "runtime/errors.h"
+#include "runtime/parallel/communicator.h"
+
+namespace dp::runtime {
+
+using strategies::TpSplit;
+
+namespace {
+
+void require_divisible(const std::string& name, int64_t features, const char* what, int parts) {
+    if (features % parts != 0)
+        throw ModelError(name + ": " + std::to_string(features) + " " + what +
+                         " do not divide by the tensor-parallel degree " + std::to_string(parts));
+}
+
+}  // namespace
+
+ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int64_t in, int64_t out,
+                                    const strategies::TpRule& rule, const TensorGroup& tp, bool bias) {
+    ParallelLinear l;
+    l.split_ = tp.size > 1 ? rule.split : TpSplit::kWhole;
+    l.group_ = tp.group;
+    const std::vector<int64_t> weight_shape = {out, in}, bias_shape = {out};
+    const std::string weight = name + ".weight", bias_name = name + ".bias";
+    switch (l.split_) {
+        case TpSplit::kWhole:
+            l.weight_ = w.take(weight, weight_shape);
+            if (bias) l.bias_ = w.take(bias_name, bias_shape);
+            break;
+        case TpSplit::kColumn: {
+            require_divisible(name, out, "output features", tp.size);
+            const int64_t rows = out / tp.size;
+            l.weight_ = w.take_shard(weight, weight_shape, 0, tp.rank * rows, rows);
+            if (bias) l.bias_ = w.take_shard(bias_name, bias_shape, 0, tp.rank * rows, rows);
+            break;
+        }
+        case TpSplit::kRow: {
+            require_divisible(name, in, "input features", tp.size);
+            const int64_t cols = in / tp.size;
+            l.weight_ = w.take_shard(weight, weight_shape, 1, tp.rank * cols, cols);
+            if (bias) l.bias_ = w.take(bias_name, bias_shape);
+            break;
+        }
+        case TpSplit::kRowSegments: {
+            // Each segment of the input is split on its own: this rank keeps its slice of every
+            // segment, in order, matching an input made of the segments' column-parallel slices.
+            const int64_t units = std::accumulate(rule.segments.begin(), rule.segments.end(), int64_t{0});
+            if (rule.segments.empty() || units <= 0 || in % units != 0)
+                throw ModelError(name + ": the parallel spec's segments do not tile its " + std::to_string(in) +
+                                 " input features");
+            std::vector<at::Tensor> parts;
+            int64_t begin = 0;
+            for (int64_t s : rule.segments) {
+                const int64_t width = in / units * s;
+                require_divisible(name, width, "input features of a segment", tp.size);
+                const int64_t cols = width / tp.size;
+                parts.push_back(w.take_shard(weight, weight_shape, 1, begin + tp.rank * cols, cols));
+                begin += width;
+            }
+            l.weight_ = at::cat(parts, 1);
+            if (bias) l.bias_ = w.take(bias_name, bias_shape);
+            break;
+        }
+    }
+    return l;
+}
+
+ParallelLinear ParallelLinear::whole(at::Tensor weight, at::Tensor bias) {
+    ParallelLinear l;
+    l.weight_ = std::move(weight);
+    l.bias_ = std::move(bias);
+    return l;
+}
+
+at::Tensor ParallelLinear::operator()(const at::Tensor& x) const {
+    if (split_ == TpSplit::kWhole || split_ == TpSplit::kColumn) return at::linear(x, weight_, bias_);
+    // Row-parallel: the partial products summed over the group, then the bias, once.
+    if (!group_) throw InternalError("a row-parallel layer was loaded for a tensor group it was not given");
+    at::Tensor partial = at::linear(x, weight_);
+    group_->all_reduce(partial);
+    return bias_.defined() ? partial + bias_ : partial;
+}
+
+int64_t ParallelLinear::parameter_bytes() const {
+    int64_t total = 0;
+    for (const at::Tensor* t : {&weight_, &bias_})
+        if (t->defined()) total += t->numel() * t->element_size();
+    return total;
+}
+
+}  // namespace dp::runtime

@@ -1,0 +1,58 @@
+#pragma once
+// ParallelLinear: a linear layer as a model family's parallel spec splits it over the
+// tensor-parallel group (strategies/parallel_spec.h): whole, column-parallel, row-parallel, or
+// row-parallel over segments (an input made of concatenated parts, each split on its own). Only
+// this rank's shard is ever resident: the weights are narrowed before they are converted and moved.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/parallel/parallel_context.h"
+#include "strategies/parallel_spec.h"
+
+namespace dp::runtime {
+
+// Where a layer's weights come from (a component's safetensors files, or seeded random values):
+// the tensor `name`, whose whole shape must be `shape`, narrowed to [start, start + length) along
+// `dim` before it is converted to the run's dtype and moved to its device.
+class ShardSource {
+  public:
+    virtual ~ShardSource() = default;
+    virtual at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                                  int64_t start, int64_t length) = 0;
+    virtual at::Tensor take(const std::string& name, const std::vector<int64_t>& shape) = 0;
+};
+
+class ParallelLinear {
+  public:
+    ParallelLinear() = default;
+    // Loads `name`.weight [out, in] (and `name`.bias [out]) as `rule` splits it over `tp`. Throws
+    // ModelError when the split features do not divide by the group size.
+    static ParallelLinear load(ShardSource& weights, const std::string& name, int64_t in, int64_t out,
+                               const strategies::TpRule& rule, const TensorGroup& tp, bool bias = true);
+    // The layer whole on every rank, from tensors already loaded (tests, trainers).
+    static ParallelLinear whole(at::Tensor weight, at::Tensor bias);
+
+    // Whole: x W^T + b. Column-parallel: this rank's slice of the output features. Row-parallel:
+    // x holds this rank's slice of the input features; the result is the whole output, summed
+    // over the group (one all_reduce) with the bias added once. Every rank of the group calls it.
+    at::Tensor operator()(const at::Tensor& x) const;
+
+    bool defined() const { return weight_.defined(); }
+    strategies::TpSplit split() const { return split_; }
+    // This rank's tensors: the weight shard, and the bias (a row-parallel layer's whole bias).
+    const at::Tensor& weight() const { return weight_; }
+    const at::Tensor& bias() const { return bias_; }
+    // Bytes of the tensors this rank holds.
+    int64_t parameter_bytes() const;
+
+  private:
+    strategies::TpSplit split_ = strategies::TpSplit::kWhole;
+    Communicator* group_ = nullptr;
+    at::Tensor weight_, bias_;
+};
+
+}  // namespace dp::runtime

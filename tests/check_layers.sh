@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The layer rules of DESIGN.md, checked on the sources under ROOT (default: this checkout):
+#   - launcher/, cli/, protocol/ and strategies/ include no LibTorch header (the launcher starts in
+#     milliseconds and `dp-launch plan` needs no LibTorch);
+#   - protocol/ includes nothing of ours but protocol/ (it is the contract both sides link);
+#   - runtime/parallel/ includes nothing from runtime/models/ (the parallel layer knows no model);
+#   - nothing under runtime/models/ includes the communicator (models call the parallel layer,
+#     never a collective).
+# Exits 1 listing every violation.
+set -uo pipefail
+root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+cd "$root" || exit 2
+status=0
+violations() {  # $1: rule, $2: pattern, folders...
+    local rule=$1 pattern=$2
+    shift 2
+    local hits
+    hits=$(grep -rnE --include='*.h' --include='*.cpp' --include='*.hpp' "^[[:space:]]*#[[:space:]]*include[[:space:]]*[<\"]($pattern)" "$@" 2>/dev/null)
+    if [[ -n $hits ]]; then
+        echo "$rule:"
+        echo "$hits" | sed 's/^/  /'
+        status=1
+    fi
+}
+violations "launcher/, cli/, protocol/ and strategies/ must not include LibTorch" \
+    'ATen/|torch/|c10/|caffe2/' launcher cli protocol strategies
+violations "protocol/ must include nothing of ours outside protocol/" \
+    '(launcher|cli|strategies|runtime|shapes|training)/' protocol
+violations "runtime/parallel/ must include nothing from runtime/models/" 'runtime/models/' runtime/parallel
+violations "runtime/models/ must not include the communicator" 'runtime/parallel/communicator\.h' runtime/models
+if [[ $status == 0 ]]; then echo "layer rules hold under $root"; fi
+exit $status

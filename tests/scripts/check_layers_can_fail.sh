@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The layer check must catch a violation of each rule: in a scratch copy of the sources, break
+# one rule at a time and expect check_layers.sh to fail naming it.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+src=$(cd "$here/.." && pwd)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+fails=0
+try() {  # $1: file to append an include to, $2: the include, $3: text the report must contain
+    rm -rf "$scratch/tree" && mkdir -p "$scratch/tree"
+    for d in launcher cli protocol strategies runtime; do cp -r "$src/$d" "$scratch/tree/"; done
+    printf '#include %s\n' "$2" >>"$scratch/tree/$1"
+    if out=$("$here/check_layers.sh" "$scratch/tree"); then
+        echo "not caught: $2 in $1"
+        fails=1
+    elif ! grep -qF "$3" <<<"$out"; then
+        echo "caught, but the report does not say '$3': $out"
+        fails=1
+    fi
+}
+"$here/check_layers.sh" "$src" >/dev/null || { echo "the real tree already breaks a rule"; exit 1; }
+try launcher/job.cpp '<ATen/ATen.h>' "must not include LibTorch"
+try strategies/mesh.h '<torch/torch.h>' "must not include LibTorch"
+try protocol/errors.h '"launcher/errors.h"' "protocol/ must include nothing"
+try runtime/parallel/attention.cpp '"runtime/models/common/layers.h"' "runtime/parallel/ must include nothing"
+try runtime/models/sd3/sd3_transformer.cpp '"runtime/parallel/communicator.h"' "must not include the communicator"
+[[ $fails == 0 ]] && echo "every layer rule is caught when broken"
+exit $fails

@@ -1,0 +1,278 @@
+// The shared parallel layer (runtime/parallel/) against whole-sequence and whole-weight math, with
+// ranks as threads of this process over an in-process c10d store: attend() for Ulysses, Ring and
+// both (USP) over 2, 3 and 4 ranks; ParallelLinear's column, row and segmented splits; guidance
+// split over a cfg group; and the loader's shards against SD3's parallel spec.
+#include "unit/doctest_torch.h"
+
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "runtime/errors.h"
+#include "runtime/models/common/weights.h"
+#include "runtime/models/sd3/sd3_transformer.h"
+#include "runtime/parallel/attention.h"
+#include "runtime/parallel/communicator.h"
+#include "runtime/parallel/guidance.h"
+#include "runtime/parallel/parallel_context.h"
+#include "runtime/parallel/parallel_linear.h"
+#include "runtime/parallel/sequence_shard.h"
+#include "strategies/model_sizes.h"
+#include "strategies/parallel_spec.h"
+#include "unit/ranks_as_threads.h"
+
+using namespace dp::runtime;
+using dp::strategies::Mesh;
+using dp::strategies::MeshDegrees;
+
+namespace {
+
+at::Tensor seeded(std::vector<int64_t> shape, uint64_t seed) {
+    at::Generator gen = at::detail::createCPUGenerator(seed);
+    return at::randn(shape, gen, at::kFloat);
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+enum class Second { kNone, kReplicated, kSplit };
+
+struct AttendCase {
+    int ulysses, ring;
+    Second second;
+};
+
+// Whole-sequence attention over [first; second] with the second stream's key bias.
+at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& q2,
+                     const at::Tensor& k2, const at::Tensor& v2, const at::Tensor& bias2) {
+    if (!q2.defined()) return at::scaled_dot_product_attention(q, k, v);
+    const int64_t b = q.size(0), n = q.size(2);
+    at::Tensor bias = at::cat({at::zeros({b, n}), bias2.expand({b, bias2.size(1)})}, 1).view({b, 1, 1, -1});
+    return at::scaled_dot_product_attention(at::cat({q, q2}, 2), at::cat({k, k2}, 2), at::cat({v, v2}, 2), bias);
+}
+
+// Runs attend() on every rank of a ring x ulysses mesh and compares each rank's gathered outputs
+// with whole-sequence attention. Returns the largest difference over ranks and streams.
+double attend_difference(const AttendCase& c, bool drop_bias = false) {
+    const int64_t batch = 2, heads = 12, tokens = 13, head_dim = 8, text = c.second == Second::kSplit ? 7 : 5;
+    const at::Tensor q = seeded({batch, heads, tokens, head_dim}, 1), k = seeded({batch, heads, tokens, head_dim}, 2),
+                     v = seeded({batch, heads, tokens, head_dim}, 3);
+    at::Tensor q2, k2, v2, bias2;
+    if (c.second != Second::kNone) {
+        q2 = seeded({batch, heads, text, head_dim}, 4);
+        k2 = seeded({batch, heads, text, head_dim}, 5);
+        v2 = seeded({batch, heads, text, head_dim}, 6);
+        if (c.second == Second::kReplicated) {  // a tail standing for 7 copies, and a masked key
+            bias2 = at::zeros({1, text});
+            bias2[0][text - 1] = std::log(7.0);
+            bias2[0][1] = -INFINITY;
+        } else {  // a key padding mask per prompt, and one biased key
+            bias2 = at::zeros({batch, text});
+            bias2[0][text - 1] = -INFINITY;
+            bias2[1][0] = -INFINITY;
+            bias2[1][3] = 0.5;
+        }
+    }
+    const at::Tensor expected = reference(q, k, v, q2, k2, v2, bias2);
+    MeshDegrees degrees;
+    degrees.ring = c.ring;
+    degrees.ulysses = c.ulysses;
+    const int world = c.ring * c.ulysses;
+    std::mutex m;
+    double worst = 0;
+    dp::test::run_ranks(world, [&](int rank, Communicator& group) {
+        const ParallelContext parallel(group, Mesh(world, degrees));
+        const SequenceShard image(tokens, parallel.sequence()), words(text, parallel.sequence());
+        AttentionInputs in;
+        in.q = image.shard(q, 2);
+        in.k = image.shard(k, 2);
+        in.v = image.shard(v, 2);
+        in.shard = &image;
+        if (c.second == Second::kReplicated) {
+            in.q2 = q2, in.k2 = k2, in.v2 = v2;
+        } else if (c.second == Second::kSplit) {
+            in.q2 = words.shard(q2, 2), in.k2 = words.shard(k2, 2), in.v2 = words.shard(v2, 2);
+            in.shard2 = &words;
+        }
+        if (!drop_bias) in.bias2 = bias2;
+        const AttentionOutputs out = attend(in);
+        double diff = max_diff(image.gather(out.out, 2), expected.narrow(2, 0, tokens));
+        if (c.second == Second::kReplicated) diff = std::max(diff, max_diff(out.out2, expected.narrow(2, tokens, text)));
+        if (c.second == Second::kSplit)
+            diff = std::max(diff, max_diff(words.gather(out.out2, 2), expected.narrow(2, tokens, text)));
+        (void)rank;
+        const std::lock_guard<std::mutex> lock(m);
+        worst = std::max(worst, diff);
+    });
+    return worst;
+}
+
+}  // namespace
+
+TEST_CASE("attend() over 2, 3 and 4 ranks equals whole-sequence attention: Ulysses, Ring and USP") {
+    for (Second second : {Second::kNone, Second::kReplicated, Second::kSplit})
+        for (const auto& [u, r] : std::vector<std::pair<int, int>>{{2, 1}, {3, 1}, {4, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 2}}) {
+            CAPTURE(u);
+            CAPTURE(r);
+            CAPTURE(static_cast<int>(second));
+            // 13 image tokens never divide by the ranks, so the padding is always exercised.
+            CHECK(attend_difference({u, r, second}) < 1e-5);
+        }
+}
+
+TEST_CASE("attend() applies the second stream's key bias: without it the result differs") {
+    for (Second second : {Second::kReplicated, Second::kSplit}) {
+        CAPTURE(static_cast<int>(second));
+        CHECK(attend_difference({2, 1, second}, /*drop_bias=*/true) > 1e-3);
+        CHECK(attend_difference({1, 2, second}, /*drop_bias=*/true) > 1e-3);
+    }
+}
+
+TEST_CASE("SequenceShard pads, splits and gathers any length, and splits rotary ids like tokens") {
+    const auto rank_body = [](int rank, Communicator& group) {
+        MeshDegrees degrees;
+        degrees.ring = 3;
+        const ParallelContext parallel(group, Mesh(3, degrees));
+        const SequenceShard shard(7, parallel.sequence());  // 7 tokens over 3 ranks: padded to 9
+        if (shard.padded() != 9 || shard.local() != 3) throw std::runtime_error("wrong padding");
+        const at::Tensor x = at::arange(14, at::kFloat).view({1, 7, 2});
+        const at::Tensor mine = shard.shard(x);
+        if (!at::equal(mine, at::constant_pad_nd(x, {0, 0, 0, 2}).narrow(1, 3 * rank, 3)))
+            throw std::runtime_error("rank " + std::to_string(rank) + " holds the wrong block");
+        if (!at::equal(shard.gather(mine), x)) throw std::runtime_error("gather does not give the whole back");
+        const at::Tensor ids = at::arange(21, at::kLong).view({7, 3});  // [tokens, axes]
+        if (!at::equal(shard.shard(ids, 0), at::constant_pad_nd(ids, {0, 0, 0, 2}).narrow(0, 3 * rank, 3)))
+            throw std::runtime_error("rotary ids are not split like the tokens");
+        const at::Tensor real = shard.real_tokens(6, 3, at::kCPU);
+        if (!at::equal(real, at::tensor({1, 0, 0}, at::kBool))) throw std::runtime_error("wrong real-token mask");
+    };
+    CHECK_NOTHROW(dp::test::run_ranks(3, rank_body));
+}
+
+namespace {
+
+// Weights held in memory, handed out as ParallelLinear asks for them.
+class MapSource : public ShardSource {
+  public:
+    std::map<std::string, at::Tensor> tensors;
+    at::Tensor take(const std::string& name, const std::vector<int64_t>& shape) override {
+        const at::Tensor& t = tensors.at(name);
+        if (t.sizes().vec() != shape) throw std::runtime_error(name + ": wrong shape asked for");
+        return t;
+    }
+    at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
+                          int64_t length) override {
+        return take(name, shape).narrow(dim, start, length).contiguous();
+    }
+};
+
+// Each rank's output of `layer` over `tp` ranks against at::linear on the whole weight.
+// `naive_input`: a segmented layer fed one contiguous slice of the input, as a plain row split would.
+double linear_difference(dp::strategies::TpSplit split, std::vector<int64_t> segments, int tp,
+                         bool naive_input = false) {
+    const int64_t in = 18, out = 12;
+    MapSource source;
+    source.tensors["l.weight"] = seeded({out, in}, 7);
+    source.tensors["l.bias"] = seeded({out}, 8);
+    const at::Tensor x = seeded({3, 4, in}, 9);
+    const at::Tensor expected = at::linear(x, source.tensors["l.weight"], source.tensors["l.bias"]);
+    const dp::strategies::TpRule rule{".l", split, segments};
+    std::mutex m;
+    double worst = 0;
+    dp::test::run_ranks(tp, [&](int rank, Communicator& group) {
+        MapSource mine = source;
+        const ParallelLinear layer = ParallelLinear::load(mine, "l", in, out, rule, {&group, rank, tp});
+        at::Tensor input = x, want = expected;
+        if (split == dp::strategies::TpSplit::kColumn) want = expected.narrow(-1, rank * out / tp, out / tp);
+        if (split == dp::strategies::TpSplit::kRow || naive_input) input = x.narrow(-1, rank * in / tp, in / tp);
+        if (split == dp::strategies::TpSplit::kRowSegments && !naive_input) {  // this rank's slice of each segment
+            std::vector<at::Tensor> parts;
+            int64_t begin = 0, units = 0;
+            for (int64_t s : segments) units += s;
+            for (int64_t s : segments) {
+                const int64_t width = in / units * s;
+                parts.push_back(x.narrow(-1, begin + rank * width / tp, width / tp));
+                begin += width;
+            }
+            input = at::cat(parts, -1);
+        }
+        const double diff = max_diff(layer(input), want);
+        const std::lock_guard<std::mutex> lock(m);
+        worst = std::max(worst, diff);
+    });
+    return worst;
+}
+
+}  // namespace
+
+TEST_CASE("ParallelLinear column, row and segmented splits equal at::linear on the whole weight") {
+    using dp::strategies::TpSplit;
+    for (int tp : {2, 3}) {
+        CAPTURE(tp);
+        CHECK(linear_difference(TpSplit::kColumn, {}, tp) < 1e-5);
+        CHECK(linear_difference(TpSplit::kRow, {}, tp) < 1e-5);
+        CHECK(linear_difference(TpSplit::kRowSegments, {1, 2}, tp) < 1e-5);
+    }
+    // Splitting a segmented input as if it were one segment gives another answer.
+    CHECK(linear_difference(TpSplit::kRowSegments, {1, 2}, 2, /*naive_input=*/true) > 1e-3);
+    MapSource source;
+    source.tensors["l.weight"] = seeded({12, 10}, 1);
+    source.tensors["l.bias"] = seeded({12}, 2);
+    CHECK_THROWS_WITH_AS(ParallelLinear::load(source, "l", 10, 12, {".l", TpSplit::kRow, {}}, {nullptr, 0, 3}),
+                         doctest::Contains("do not divide by the tensor-parallel degree 3"), ModelError);
+}
+
+TEST_CASE("a tensor-parallel shard is narrowed before it is converted: only the shard is resident") {
+    const std::string dir = golden_path("sd3_transformer");
+    WeightStore weights = WeightStore::open_folder(dir, at::kBFloat16, at::kCPU);
+    WeightStore whole = WeightStore::open_folder(dir, at::kBFloat16, at::kCPU);
+    const std::string name = "transformer_blocks.0.attn.to_q.weight";
+    const at::Tensor full = whole.take(name, {64, 64});
+    const at::Tensor shard = weights.take_shard(name, {64, 64}, 0, 16, 16);
+    CHECK(shard.dtype() == at::kBFloat16);
+    CHECK(at::equal(shard, full.narrow(0, 16, 16)));
+    CHECK(shard.storage().nbytes() == static_cast<std::size_t>(16 * 64 * 2));
+    CHECK(weights.sharded() == std::set<std::string>{name});
+}
+
+TEST_CASE("SD3's parallel spec names exactly the tensors its loader shards") {
+    const dp::strategies::ParallelSpec& spec = dp::strategies::sd3_parallel_spec();
+    for (const std::string name : {"sd3_transformer", "sd3_transformer_qknorm"}) {
+        CAPTURE(name);
+        const std::string dir = golden_path(name);
+        std::set<std::string> expected;
+        for (const auto& [tensor, count] : dp::strategies::safetensors_element_counts(dir))
+            if (dp::strategies::tp_splits_tensor(spec, tensor)) expected.insert(tensor);
+        MeshDegrees degrees;
+        degrees.tp = 2;
+        const ParallelContext parallel =
+            ParallelContext::from_groups(Mesh(2, degrees), 1, nullptr, nullptr, nullptr, nullptr);
+        WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+        const Sd3Transformer shard(Sd3TransformerConfig::from_json_file(dir + "/config.json"), weights, parallel);
+        weights.check_all_taken();
+        CHECK(!expected.empty());
+        CHECK(weights.sharded() == expected);
+    }
+}
+
+TEST_CASE("guidance split over a cfg group equals both branches as one batch") {
+    const at::Tensor negative = seeded({2, 4, 3, 3}, 11), positive = seeded({2, 4, 3, 3}, 12);
+    const Guidance::Combine rule = [](const at::Tensor& n, const at::Tensor& p) { return linear_guidance(n, p, 4.5); };
+    const at::Tensor batched = Guidance(true, nullptr).combine(at::cat({negative, positive}, 0), rule);
+    CHECK(max_diff(batched, negative + 4.5 * (positive - negative)) < 1e-6);
+    std::mutex m;
+    std::vector<at::Tensor> got(2);
+    dp::test::run_ranks(2, [&](int rank, Communicator& group) {
+        const Guidance g(true, &group);
+        if (!g.split() || g.runs_negative_only() != (rank == 0)) throw std::runtime_error("wrong branch");
+        if (g.model_input(negative).size(0) != 2) throw std::runtime_error("a split branch doubles its input");
+        const at::Tensor r = g.combine(rank == 0 ? negative : positive, rule);
+        const std::lock_guard<std::mutex> lock(m);
+        got[static_cast<std::size_t>(rank)] = r;
+    });
+    CHECK(at::equal(got[0], got[1]));
+    CHECK(max_diff(got[0], batched) < 1e-6);
+    CHECK(Guidance(true, nullptr).model_input(negative).size(0) == 4);  // both branches, one batch
+    CHECK(Guidance(false, nullptr).model_input(negative).size(0) == 2);
+    CHECK(at::equal(Guidance(false, nullptr).combine(negative, rule), negative));
+}
