@@ -144,7 +144,7 @@ TEST_CASE("SequenceShard pads, splits and gathers any length, and splits rotary 
         if (!at::equal(shard.shard(ids, 0), at::constant_pad_nd(ids, {0, 0, 0, 2}).narrow(0, 3 * rank, 3)))
             throw std::runtime_error("rotary ids are not split like the tokens");
         const at::Tensor real = shard.real_tokens(6, 3, at::kCPU);
-        if (!at::equal(real, at::tensor({1, 0, 0}, at::kBool))) throw std::runtime_error("wrong real-token mask");
+        if (!at::equal(real, at::tensor({1, 0, 0}, at::kLong).to(at::kBool))) throw std::runtime_error("wrong real-token mask");
     };
     CHECK_NOTHROW(dp::test::run_ranks(3, rank_body));
 }
@@ -227,11 +227,15 @@ TEST_CASE("a tensor-parallel shard is narrowed before it is converted: only the 
     WeightStore weights = WeightStore::open_folder(dir, at::kBFloat16, at::kCPU);
     WeightStore whole = WeightStore::open_folder(dir, at::kBFloat16, at::kCPU);
     const std::string name = "transformer_blocks.0.attn.to_q.weight";
-    const at::Tensor full = whole.take(name, {64, 64});
-    const at::Tensor shard = weights.take_shard(name, {64, 64}, 0, 16, 16);
-    CHECK(shard.dtype() == at::kBFloat16);
-    CHECK(at::equal(shard, full.narrow(0, 16, 16)));
-    CHECK(shard.storage().nbytes() == static_cast<std::size_t>(16 * 64 * 2));
+    const at::Tensor full = whole.take(name, {32, 32});
+    for (int64_t dim : {0, 1}) {
+        CAPTURE(dim);
+        const at::Tensor shard = weights.take_shard(name, {32, 32}, dim, 8, 8);
+        CHECK(shard.dtype() == at::kBFloat16);
+        CHECK(at::equal(shard, full.narrow(dim, 8, 8)));
+        CHECK(shard.storage().nbytes() == static_cast<std::size_t>(8 * 32 * 2));
+    }
+    CHECK_THROWS_AS(weights.take_shard(name, {32, 32}, 0, 30, 8), InternalError);
     CHECK(weights.sharded() == std::set<std::string>{name});
 }
 
