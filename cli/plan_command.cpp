@@ -9,6 +9,7 @@
 
 #include "launcher/errors.h"
 #include "strategies/mesh.h"
+#include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
 
 namespace dp::cli {
@@ -33,21 +34,6 @@ nlohmann::json read_json_if_present(const std::string& path) {
     return j.is_object() ? j : nlohmann::json::object();
 }
 
-// Whether tensor parallelism splits this tensor (Sd3Transformer's column- and row-parallel layers;
-// row-parallel biases stay whole).
-bool tensor_parallel_split(const std::string& name) {
-    for (const char* column :
-         {".attn.to_q.", ".attn.to_k.", ".attn.to_v.", ".attn.add_q_proj.", ".attn.add_k_proj.",
-          ".attn.add_v_proj.", ".ff.net.0.proj.", ".ff_context.net.0.proj."})
-        if (name.find(column) != std::string::npos) return true;
-    for (const char* row :
-         {".attn.to_out.0.weight", ".attn.to_add_out.weight", ".ff.net.2.weight", ".ff_context.net.2.weight"})
-        if (name.size() >= std::string(row).size() &&
-            name.compare(name.size() - std::string(row).size(), std::string::npos, row) == 0)
-            return true;
-    return false;
-}
-
 std::string bytes_text(long long b) {
     char buf[64];
     if (b >= (1LL << 30))
@@ -64,23 +50,18 @@ std::string bytes_text(long long b) {
 }  // namespace
 
 std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested) {
-    const JobOptions job = resolve_strategy(launch, requested);
+    const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested);
+    const JobOptions job = with_strategy(requested, strategy);
     const int world = launch.world_size();
-    strategies::MeshDegrees deg;
-    deg.cfg = job.cfg_parallel ? 2 : 1;
-    deg.ring = job.ring;
-    deg.ulysses = job.ulysses;
-    deg.tp = job.tp;
-    deg.dp = world / (deg.cfg * deg.ring * deg.ulysses * deg.tp);
+    const strategies::MeshDegrees& deg = strategy.degrees;
     const strategies::Mesh mesh(world, deg);
 
-    const nlohmann::json t = read_json(job.model + "/transformer/config.json");
+    const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model);
+    const strategies::TransformerShape shape = strategies::read_transformer_shape(job.model, spec);
     const nlohmann::json vae = read_json_if_present(job.model + "/vae/config.json");
-    const long long heads = t.value("num_attention_heads", 18), hd = t.value("attention_head_dim", 64),
-                    layers = t.value("num_layers", 18);
-    const long long patch = t.value("patch_size", 2), channels = t.value("in_channels", 16),
-                    sample = t.value("sample_size", 128);
-    const long long width_d = heads * hd;
+    const long long heads = shape.heads, hd = shape.head_dim, layers = shape.layers;
+    const long long patch = shape.patch_size, channels = shape.in_channels, sample = shape.sample_size;
+    const long long width_d = shape.width();
     const long long vae_scale = vae.is_object() && vae.contains("block_out_channels")
                                     ? (1LL << (vae["block_out_channels"].size() - 1))
                                     : 1;
@@ -106,7 +87,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     out << "ranks:\n";
     for (int r = 0; r < world; ++r) {
         const auto c = mesh.coords(r);
-        const bool writer = c[1] == 0 && c[2] == 0 && c[3] == 0 && c[4] == 0;
+        const bool writer = mesh.writes_outputs(r);
         out << "  rank " << r << ": dp " << c[0] << ", cfg " << c[1] << ", ring " << c[2] << ", ulysses "
             << c[3] << ", tp " << c[4] << " -- "
             << (deg.dp > 1 ? "prompt share " + std::to_string(c[0]) + " of " + std::to_string(deg.dp)
@@ -133,16 +114,16 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
         }
         out << "\n";
     }
-    if (deg.cfg * deg.ring * deg.ulysses * deg.tp == 1) out << "  none (data parallelism only)\n";
+    if (deg.replica_size() == 1) out << "  none (data parallelism only)\n";
 
     long long split = 0, whole = 0;
     std::map<std::string, int64_t> counts;
     try {
-        counts = strategies::safetensors_element_counts(job.model + "/transformer");
+        counts = strategies::safetensors_element_counts(job.model + "/" + spec.transformer);
     } catch (const std::runtime_error& e) {
         throw InputDataError(e.what());
     }
-    for (const auto& [name, n] : counts) (tensor_parallel_split(name) ? split : whole) += n;
+    for (const auto& [name, n] : counts) (strategies::tp_splits_tensor(spec, name) ? split : whole) += n;
     out << "transformer parameters per rank (" << job.dtype
         << "): " << bytes_text((whole + split / deg.tp) * f) << " = " << bytes_text(whole * f)
         << " replicated + " << bytes_text(split * f) << " / tp " << deg.tp << "\n";

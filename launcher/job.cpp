@@ -20,6 +20,7 @@
 #include "launcher/process.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
+#include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
 
 namespace dp::launcher {
@@ -268,94 +269,43 @@ class JobMonitor : public StatusListener {
 
 }  // namespace
 
-namespace {
-
-// The transformer's attention heads from the model's config.json, or 0 when it cannot be read.
-int model_heads(const std::string& model) {
-    std::ifstream in(model + "/transformer/config.json");
-    nlohmann::json config;
-    try {
-        in >> config;
-    } catch (const nlohmann::json::exception&) {
-        return 0;
-    }
-    return config.is_object() ? config.value("num_attention_heads", 0) : 0;
+strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const JobOptions& job) {
+    strategies::StrategyRequest r;
+    r.world = launch.world_size();
+    r.num_processes = launch.num_processes;
+    r.strategy = job.strategy;
+    r.cfg_parallel = job.cfg_parallel;
+    r.guidance_scale = job.guidance_scale;
+    r.ulysses = job.ulysses;
+    r.ring = job.ring;
+    r.tp = job.tp;
+    r.dp = job.dp;
+    r.device_map = job.device_map;
+    r.max_memory = job.max_memory;
+    r.device = job.device;
+    return r;
 }
 
-std::string divisors(int n) {
-    std::string out;
-    for (int d = 1; d <= n; ++d)
-        if (n % d == 0) out += (out.empty() ? "" : ", ") + std::to_string(d);
-    return out;
+strategies::ResolvedStrategy resolve_job_strategy(const LaunchSpec& launch, const JobOptions& job) {
+    const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model);
+    const int heads = static_cast<int>(strategies::read_transformer_shape(job.model, spec).heads);
+    const strategies::ResolvedStrategy resolved =
+        strategies::resolve_strategy(strategy_request(launch, job), spec, heads);
+    plan_device_map_for(with_strategy(job, resolved));  // every error now, before anything starts
+    return resolved;
 }
 
-}  // namespace
+JobOptions with_strategy(JobOptions job, const strategies::ResolvedStrategy& resolved) {
+    job.dp = resolved.degrees.dp;
+    job.ring = resolved.degrees.ring;
+    job.ulysses = resolved.degrees.ulysses;
+    job.tp = resolved.degrees.tp;
+    job.device_map = resolved.device_map;
+    return job;
+}
 
 JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job) {
-    const int world = launch.world_size();
-    const int cfg = job.cfg_parallel ? 2 : 1;
-    if (job.cfg_parallel && launch.world_size() % 2 != 0)
-        throw UsageError("--cfg-parallel: the world has " + std::to_string(launch.world_size()) +
-                         " ranks; CFG parallelism pairs them, so it needs an even number (try -n " +
-                         std::to_string(launch.num_processes + 1) + ")");
-    if (job.cfg_parallel && job.guidance_scale <= 1.0)
-        throw UsageError("--cfg-parallel with --guidance-scale " +
-                         std::to_string(job.guidance_scale).substr(0, 4) +
-                         ": there is no guidance to split at a scale of 1 or less");
-    const int heads = model_heads(job.model);
-    if (!job.strategy.empty()) {
-        if (job.ring > 1 || job.ulysses > 1 || job.tp > 1)
-            throw UsageError("--strategy " + job.strategy +
-                             " chooses the degrees itself; give either --strategy or --ulysses/--ring/--tp");
-        if (world % cfg != 0)
-            throw UsageError("--strategy " + job.strategy + " with --cfg-parallel needs an even world, not " +
-                             std::to_string(world));
-        const int ranks = world / cfg;
-        if (job.strategy == "context") {
-            // Ulysses where the heads allow it (less traffic), else Ring (any degree).
-            if (heads > 0 && heads % ranks == 0)
-                job.ulysses = ranks;
-            else
-                job.ring = ranks;
-        } else if (job.strategy == "tensor") {
-            job.tp = ranks;
-        } else if (job.strategy == "device-map" && job.device_map.empty()) {
-            job.device_map = "auto";
-        }
-    }
-    if (!job.max_memory.empty() && job.device_map.empty())
-        throw UsageError("--max-memory sets device_map's budgets; add --device-map balanced or auto");
-    if (!job.device_map.empty()) {
-        if (world != 1)
-            throw UsageError("--device-map runs one process over several devices, but the world has " +
-                             std::to_string(world) +
-                             " ranks; use -n 1 (or, for one process per GPU, drop --device-map)");
-        if (job.cfg_parallel || job.ring > 1 || job.ulysses > 1 || job.tp > 1)
-            throw UsageError("--device-map does not combine with --cfg-parallel, --ring, --ulysses or --tp");
-        if (job.device == "cpu" && job.max_memory.find("cuda") != std::string::npos)
-            throw UsageError(
-                "--device cpu with --max-memory naming GPUs: name CPU devices (cpu:0=1GB,"
-                "cpu:1=1GB) or drop --device cpu");
-        plan_device_map_for(job);  // every error now, before anything starts
-    }
-    const int replica = cfg * job.ring * job.ulysses * job.tp;
-    if (world % replica != 0)
-        throw UsageError("--tp " + std::to_string(job.tp) + ", --ring " + std::to_string(job.ring) +
-                         ", --ulysses " + std::to_string(job.ulysses) +
-                         (job.cfg_parallel ? ", --cfg-parallel" : "") + ": the world has " +
-                         std::to_string(world) + " ranks, which does not divide by " +
-                         std::to_string(replica) + " (world = dp x cfg x ring x ulysses x tp)");
-    if (job.dp > 0 && job.dp * replica != world)
-        throw UsageError("--dp " + std::to_string(job.dp) + ": dp x cfg x ring x ulysses x tp = " +
-                         std::to_string(job.dp * replica) + " but the world has " + std::to_string(world) +
-                         " ranks (--dp " + std::to_string(world / replica) + " would fit)");
-    // Heads are split over tp x ulysses ranks: checked before any model is loaded.
-    if (heads > 0 && heads % (job.tp * job.ulysses) != 0)
-        throw UsageError("--tp " + std::to_string(job.tp) + " x --ulysses " + std::to_string(job.ulysses) +
-                         ": the model has " + std::to_string(heads) +
-                         " attention heads; tp x ulysses must divide " + std::to_string(heads) + " (try " +
-                         divisors(heads) + ")");
-    return job;
+    return with_strategy(job, resolve_job_strategy(launch, job));
 }
 
 std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job) {
@@ -371,12 +321,11 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& j
 }
 
 int run_job(const LaunchSpec& launch, const JobOptions& requested) {
-    const JobOptions job = resolve_strategy(launch, requested);
-    if (!launch.quiet && job.cfg_parallel + (job.ring > 1) + (job.ulysses > 1) + (job.tp > 1) > 0)
-        std::cerr << "dp-launch: mesh dp="
-                  << launch.world_size() / ((job.cfg_parallel ? 2 : 1) * job.ring * job.ulysses * job.tp)
-                  << " cfg=" << (job.cfg_parallel ? 2 : 1) << " ring=" << job.ring
-                  << " ulysses=" << job.ulysses << " tp=" << job.tp << std::endl;
+    const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested);
+    const JobOptions job = with_strategy(requested, strategy);
+    if (!launch.quiet && strategy.degrees.replica_size() > 1)
+        std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
+                  << std::endl;
     const std::string name = job.prompts == "-" ? "<stdin>" : job.prompts;
     const std::string bytes = read_prompts(job.prompts);
     const bool jsonl = job.prompts == "-" ? looks_like_jsonl(bytes) : is_jsonl_name(job.prompts);

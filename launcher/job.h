@@ -9,6 +9,7 @@
 
 #include "launcher/launch_spec.h"
 #include "strategies/device_map.h"
+#include "strategies/strategy.h"
 
 namespace dp::launcher {
 
@@ -51,8 +52,19 @@ struct JobOptions {
     std::string worker;  // dp-worker to run; empty: next to dp-launch
 };
 
-// Applies --strategy (context: Ulysses where the heads allow it, else Ring; tensor: tp over the
-// world) and checks the degrees against the world and the model's heads. Throws UsageError.
+// The job's strategy options on `launch`'s world, as strategies::resolve_strategy takes them.
+strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const JobOptions& job);
+
+// strategies::resolve_strategy for `job`, with its model's family spec (model_index.json) and
+// heads (the transformer's config.json), then device_map's plan where it can be made here
+// (plan_device_map_for): every refusal before anything starts. Throws UsageError, or ModelError
+// when the model folder's configs cannot be read or its pipeline is not supported.
+strategies::ResolvedStrategy resolve_job_strategy(const LaunchSpec& launch, const JobOptions& job);
+
+// `job` with the resolved degrees (dp included) and device_map written back.
+JobOptions with_strategy(JobOptions job, const strategies::ResolvedStrategy& resolved);
+
+// with_strategy(job, resolve_job_strategy(launch, job)).
 JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job);
 
 // device_map's plan for `job` (already through resolve_strategy), made here when its budgets are

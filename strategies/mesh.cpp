@@ -64,6 +64,10 @@ std::vector<int> Mesh::group(int rank, MeshDim dim) const {
     return out;
 }
 
+int Mesh::replica(int rank) const { return coords(rank)[static_cast<std::size_t>(MeshDim::kDp)]; }
+
+bool Mesh::writes_outputs(int rank) const { return rank % degrees_.replica_size() == 0; }
+
 std::vector<std::vector<int>> Mesh::groups(MeshDim dim) const {
     std::set<std::vector<int>> seen;
     std::vector<std::vector<int>> out;

@@ -17,6 +17,8 @@ const char* mesh_dim_name(MeshDim dim);
 struct MeshDegrees {
     int dp = 1, cfg = 1, ring = 1, ulysses = 1, tp = 1;
     int product() const { return dp * cfg * ring * ulysses * tp; }
+    // The ranks of one model replica: they take the same prompts (cfg x ring x ulysses x tp).
+    int replica_size() const { return cfg * ring * ulysses * tp; }
     int of(MeshDim dim) const;
 };
 
@@ -33,6 +35,10 @@ class Mesh {
     // The ranks that share every coordinate with `rank` except `dim`, in order along `dim`: the
     // sub-group `rank` belongs to for that dimension.
     std::vector<int> group(int rank, MeshDim dim) const;
+    // The rank's model replica, 0 to dp - 1: which share of the prompts it takes.
+    int replica(int rank) const;
+    // Whether `rank` writes its replica's images and reports them: the replica's first rank.
+    bool writes_outputs(int rank) const;
     // Every distinct group along `dim`.
     std::vector<std::vector<int>> groups(MeshDim dim) const;
     // "dp=2 cfg=2 ..." for messages and plans.

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "strategies/model_config.h"
+
 namespace dp::strategies {
 namespace {
 
@@ -64,29 +66,51 @@ std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir
     return counts;
 }
 
-std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir, int64_t element_bytes) {
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The block index of a tensor named PREFIX<index>.<rest>, or -1.
+int block_index(const std::string& tensor, const std::string& prefix) {
+    if (!starts_with(tensor, prefix)) return -1;
+    const std::size_t dot = tensor.find('.', prefix.size());
+    try {
+        const int block = std::stoi(tensor.substr(prefix.size(), dot - prefix.size()));
+        return block <= 100000 ? block : -1;
+    } catch (const std::exception&) {
+        return -1;
+    }
+}
+
+}  // namespace
+
+std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir, const ParallelSpec& spec,
+                                                    int64_t element_bytes) {
     std::vector<ComponentSize> out;
-    for (const char* name : {"text_encoder", "text_encoder_2", "transformer", "vae"}) {
+    for (const std::string& name : spec.components) {
         const std::string dir = model_dir + "/" + name;
-        if (std::string(name) == "vae" && !is_dir(dir)) continue;  // pixel space
+        const auto& optional = spec.optional_components;
+        if (!is_dir(dir) && std::find(optional.begin(), optional.end(), name) != optional.end()) continue;
         ComponentSize c;
         c.name = name;
+        const bool blocks = name == spec.transformer;
+        // Each prefix's blocks in order; a block's index counts the earlier prefixes' blocks.
+        std::vector<std::vector<int64_t>> per_prefix(blocks ? spec.block_prefixes.size() : 0);
         for (const auto& [tensor, n] : safetensors_element_counts(dir)) {
-            if (std::string(name) == "vae" && tensor.rfind("encoder.", 0) == 0) continue;  // not loaded
-            if (std::string(name) == "vae" && tensor.rfind("quant_conv.", 0) == 0) continue;
+            const auto unloaded = [&, t = tensor](const std::pair<std::string, std::string>& u) {
+                return u.first == name && starts_with(t, u.second);
+            };
+            if (std::any_of(spec.unloaded_tensors.begin(), spec.unloaded_tensors.end(), unloaded)) continue;
             c.bytes += n * element_bytes;
-            const std::string prefix = "transformer_blocks.";
-            if (std::string(name) != "transformer" || tensor.rfind(prefix, 0) != 0) continue;
-            const std::size_t dot = tensor.find('.', prefix.size());
-            int block = -1;
-            try {
-                block = std::stoi(tensor.substr(prefix.size(), dot - prefix.size()));
-            } catch (const std::exception&) {
+            for (std::size_t p = 0; p < per_prefix.size(); ++p) {
+                const int block = block_index(tensor, spec.block_prefixes[p]);
+                if (block < 0) continue;
+                if (static_cast<int>(per_prefix[p].size()) <= block) per_prefix[p].resize(block + 1, 0);
+                per_prefix[p][static_cast<std::size_t>(block)] += n * element_bytes;
+                break;
             }
-            if (block < 0 || block > 100000) continue;
-            if (static_cast<int>(c.block_bytes.size()) <= block) c.block_bytes.resize(block + 1, 0);
-            c.block_bytes[static_cast<std::size_t>(block)] += n * element_bytes;
         }
+        for (const auto& b : per_prefix) c.block_bytes.insert(c.block_bytes.end(), b.begin(), b.end());
         out.push_back(std::move(c));
     }
     return out;
@@ -95,7 +119,8 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
 DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element_bytes,
                                    const std::string& device_map, const std::string& max_memory,
                                    const std::vector<DeviceBudget>& default_budgets) {
-    const std::vector<ComponentSize> sizes = pipeline_component_sizes(model_dir, element_bytes);
+    const std::vector<ComponentSize> sizes =
+        pipeline_component_sizes(model_dir, parallel_spec_for_model(model_dir), element_bytes);
     if (device_map == "balanced" || device_map == "auto")
         return plan_device_map(sizes, max_memory.empty() ? default_budgets : parse_max_memory(max_memory),
                                device_map == "auto" ? DeviceMapMode::kAuto : DeviceMapMode::kBalanced);

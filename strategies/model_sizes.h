@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "strategies/device_map.h"
+#include "strategies/parallel_spec.h"
 
 namespace dp::strategies {
 
@@ -15,15 +16,18 @@ namespace dp::strategies {
 // naming the file when there is none, or a header is unreadable or malformed.
 std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir);
 
-// The components an SD3 pipeline places (text_encoder, text_encoder_2, transformer with one entry
-// per block in `block_bytes`, and vae when the model has one), at `element_bytes` per element
-// (the run's dtype: weights are converted when loaded).
-std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir, int64_t element_bytes);
+// The components `spec` places, in its order (the transformer with one entry per block of its
+// block prefixes in `block_bytes`, in prefix order; an optional component only when the folder has
+// it), at `element_bytes` per element (the run's dtype: weights are converted when loaded), without
+// the tensors the pipeline never loads.
+std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir, const ParallelSpec& spec,
+                                                    int64_t element_bytes);
 
-// device_map's plan for a model from the user's spec: `device_map` is balanced, auto or a FILE.json
-// (diffusers' hf_device_map style); balanced and auto take their budgets from `max_memory`
-// (DEV=SIZE,...) or, when it is empty, `default_budgets` (the visible GPUs). Throws
-// std::invalid_argument (or std::runtime_error for unreadable weights) saying what is wrong.
+// device_map's plan for a model (its family's spec from model_index.json) from the user's spec: `device_map`
+// is balanced, auto or a FILE.json (diffusers' hf_device_map style); balanced and auto take their budgets
+// from `max_memory` (DEV=SIZE,...) or, when it is empty, `default_budgets` (the visible GPUs). Throws
+// std::invalid_argument (or std::runtime_error for unreadable weights or model_index.json) saying
+// what is wrong.
 DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element_bytes,
                                    const std::string& device_map, const std::string& max_memory,
                                    const std::vector<DeviceBudget>& default_budgets);

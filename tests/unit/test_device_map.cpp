@@ -1,9 +1,17 @@
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 
+#include "launcher/job.h"
 #include "strategies/device_map.h"
+#include "strategies/model_config.h"
+#include "strategies/model_sizes.h"
 
 using namespace dp::strategies;
 
@@ -110,4 +118,97 @@ TEST_CASE("a device map written by hand: whole components, or one device per tra
         CHECK_THROWS_WITH_AS(device_map_from_json(text, sd3_like(), "m.json"),
                              doctest::Contains(message.c_str()), std::invalid_argument);
     }
+}
+
+namespace {
+
+// A safetensors file holding only its header: each tensor as (name, shape); the sizes are read
+// from the header alone.
+void write_safetensors_header(const std::string& path,
+                              const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors) {
+    std::string header = "{";
+    int64_t offset = 0;
+    for (const auto& [name, shape] : tensors) {
+        int64_t n = 1;
+        std::string dims;
+        for (int64_t v : shape) {
+            n *= v;
+            dims += (dims.empty() ? "" : ",") + std::to_string(v);
+        }
+        header += (header.size() > 1 ? "," : "") + std::string("\"") + name +
+                  "\":{\"dtype\":\"F32\",\"shape\":[" + dims + "],\"data_offsets\":[" +
+                  std::to_string(offset) + "," + std::to_string(offset + 4 * n) + "]}";
+        offset += 4 * n;
+    }
+    header += "}";
+    std::ofstream out(path, std::ios::binary);
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+    out << header;
+}
+
+std::string component_dir(const std::string& model, const std::string& name) {
+    mkdir(model.c_str(), 0755);
+    const std::string dir = model + "/" + name;
+    mkdir(dir.c_str(), 0755);
+    return dir;
+}
+
+}  // namespace
+
+TEST_CASE("component sizes follow the spec: its components, block prefixes and unloaded tensors") {
+    const std::string model = "/tmp/dp_sizes_test_" + std::to_string(getpid());
+    write_safetensors_header(component_dir(model, "text_encoder") + "/model.safetensors", {{"a", {10}}});
+    write_safetensors_header(component_dir(model, "text_encoder_2") + "/model.safetensors", {{"b", {3, 5}}});
+    write_safetensors_header(component_dir(model, "transformer") + "/m.safetensors",
+                             {{"pos_embed.proj.weight", {7}},
+                              {"transformer_blocks.0.attn.to_q.weight", {4, 4}},
+                              {"transformer_blocks.1.attn.to_q.weight", {4, 2}},
+                              {"transformer_blocks.1.norm1.linear.bias", {3}},
+                              {"single_transformer_blocks.0.proj_out.weight", {5}}});
+    const ParallelSpec& sd3 = sd3_parallel_spec();
+    // No VAE folder: a pixel-space model, and the VAE is optional.
+    std::vector<ComponentSize> sizes = pipeline_component_sizes(model, sd3, 2);
+    REQUIRE(sizes.size() == 3);
+    CHECK(sizes[0].name == "text_encoder");
+    CHECK(sizes[0].bytes == 20);
+    CHECK(sizes[1].bytes == 30);
+    CHECK(sizes[2].name == "transformer");
+    CHECK(sizes[2].bytes == 2 * (7 + 16 + 8 + 3 + 5));
+    CHECK(sizes[2].block_bytes == std::vector<int64_t>{32, 22});  // single_ is not SD3's prefix
+    CHECK(sizes[0].block_bytes.empty());
+    // The VAE's encoder is never loaded: only its decoder counts.
+    write_safetensors_header(component_dir(model, "vae") + "/d.safetensors",
+                             {{"encoder.conv_in.weight", {100}},
+                              {"quant_conv.weight", {9}},
+                              {"post_quant_conv.weight", {4}},
+                              {"decoder.conv_in.weight", {6}}});
+    sizes = pipeline_component_sizes(model, sd3, 4);
+    REQUIRE(sizes.size() == 4);
+    CHECK(sizes[3].name == "vae");
+    CHECK(sizes[3].bytes == 4 * (4 + 6));
+    // A family with two kinds of blocks numbers them on, in prefix order.
+    ParallelSpec two = sd3;
+    two.block_prefixes = {"transformer_blocks.", "single_transformer_blocks."};
+    two.components = {"transformer"};
+    sizes = pipeline_component_sizes(model, two, 1);
+    REQUIRE(sizes.size() == 1);
+    CHECK(sizes[0].block_bytes == std::vector<int64_t>{16, 11, 5});
+    // A required component that is missing names its folder.
+    two.components = {"transformer", "text_encoder_3"};
+    CHECK_THROWS_WITH_AS(pipeline_component_sizes(model, two, 1), doctest::Contains("text_encoder_3"),
+                         std::runtime_error);
+    std::system(("rm -rf '" + model + "'").c_str());
+}
+
+TEST_CASE("the shipped tiny model's sizes: two transformer blocks, and the bytes the planner reports") {
+    const std::string model = dp::launcher::resolve_model("tiny-random-sd3", "--model");
+    const std::vector<ComponentSize> sizes =
+        pipeline_component_sizes(model, parallel_spec_for_model(model), 4);
+    REQUIRE(sizes.size() == 4);
+    CHECK(sizes[2].name == "transformer");
+    CHECK(sizes[2].bytes == 516368);
+    CHECK(sizes[2].block_bytes.size() == 2);
+    CHECK_THROWS_WITH_AS(plan_device_map_spec(model, 4, "balanced", "cpu:0=300KB,cpu:1=300KB", {}),
+                         doctest::Contains("transformer (516368 bytes) fits on no device"),
+                         std::invalid_argument);
 }

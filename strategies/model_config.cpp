@@ -1,0 +1,67 @@
+#include "strategies/model_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "protocol/errors.h"
+
+namespace dp::strategies {
+namespace {
+
+nlohmann::json read_object(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw protocol::ModelError(path + ": cannot read");
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        throw protocol::ModelError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 120) + ")");
+    }
+    if (!j.is_object()) throw protocol::ModelError(path + ": expected a JSON object");
+    return j;
+}
+
+int64_t positive(const nlohmann::json& config, const std::string& key, int64_t fallback,
+                 const std::string& path) {
+    const auto it = config.find(key);
+    if (it == config.end()) {
+        if (fallback > 0) return fallback;
+        throw protocol::ModelError(path + ": no \"" + key + "\"");
+    }
+    if (!it->is_number_integer() || it->get<int64_t>() < 1)
+        throw protocol::ModelError(path + ": \"" + key + "\" is " + it->dump().substr(0, 40) +
+                                   "; expected a positive integer");
+    return it->get<int64_t>();
+}
+
+}  // namespace
+
+const ParallelSpec& parallel_spec_for_model(const std::string& model_dir) {
+    const std::string path = model_dir + "/model_index.json";
+    const nlohmann::json index = read_object(path);
+    const auto name = index.find("_class_name");
+    if (name == index.end() || !name->is_string())
+        throw protocol::ModelError(path + ": no \"_class_name\" naming the pipeline");
+    if (const ParallelSpec* spec = find_parallel_spec(name->get<std::string>())) return *spec;
+    std::string supported;
+    for (const ParallelSpec* s : parallel_specs())
+        supported += (supported.empty() ? "" : ", ") + s->pipeline_class;
+    throw protocol::ModelError(path + ": _class_name " + name->get<std::string>() +
+                               " is not supported (supported: " + supported + ")");
+}
+
+TransformerShape read_transformer_shape(const std::string& model_dir, const ParallelSpec& spec) {
+    const std::string path = model_dir + "/" + spec.transformer + "/config.json";
+    const nlohmann::json config = read_object(path);
+    const TransformerShape& d = spec.transformer_defaults;
+    TransformerShape shape;
+    shape.heads = positive(config, spec.heads_key, d.heads, path);
+    shape.head_dim = positive(config, spec.head_dim_key, d.head_dim, path);
+    shape.layers = positive(config, spec.layers_key, d.layers, path);
+    shape.patch_size = positive(config, spec.patch_size_key, d.patch_size, path);
+    shape.in_channels = positive(config, spec.in_channels_key, d.in_channels, path);
+    shape.sample_size = positive(config, spec.sample_size_key, d.sample_size, path);
+    return shape;
+}
+
+}  // namespace dp::strategies

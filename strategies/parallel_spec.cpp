@@ -1,0 +1,84 @@
+#include "strategies/parallel_spec.h"
+
+namespace dp::strategies {
+
+const ParallelSpec& sd3_parallel_spec() {
+    static const ParallelSpec spec = [] {
+        ParallelSpec s;
+        s.family = "sd3";
+        s.pipeline_class = "StableDiffusion3Pipeline";
+        s.components = {"text_encoder", "text_encoder_2", "transformer", "vae"};
+        s.block_prefixes = {"transformer_blocks."};
+        // Joint attention: q, k, v column-parallel for both streams, the outputs row-parallel;
+        // the MLPs column- then row-parallel. AdaLN, norms and embeddings stay whole.
+        for (const char* column :
+             {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
+              ".attn.add_v_proj", ".ff.net.0.proj", ".ff_context.net.0.proj"})
+            s.tp_rules.push_back({column, TpSplit::kColumn, {}});
+        for (const char* row : {".attn.to_out.0", ".attn.to_add_out", ".ff.net.2", ".ff_context.net.2"})
+            s.tp_rules.push_back({row, TpSplit::kRow, {}});
+        s.streams = {{"image", true}, {"text", false}};
+        s.optional_components = {"vae"};
+        s.unloaded_tensors = {{"vae", "encoder."}, {"vae", "quant_conv."}};
+        // SD3Transformer2DModel's defaults.
+        s.transformer_defaults.heads = 18;
+        s.transformer_defaults.head_dim = 64;
+        s.transformer_defaults.layers = 18;
+        s.transformer_defaults.patch_size = 2;
+        s.transformer_defaults.in_channels = 16;
+        s.transformer_defaults.sample_size = 128;
+        return s;
+    }();
+    return spec;
+}
+
+const std::vector<const ParallelSpec*>& parallel_specs() {
+    static const std::vector<const ParallelSpec*> all = {&sd3_parallel_spec()};
+    return all;
+}
+
+const ParallelSpec* find_parallel_spec(const std::string& pipeline_class) {
+    for (const ParallelSpec* s : parallel_specs())
+        if (s->pipeline_class == pipeline_class) return s;
+    return nullptr;
+}
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& end) {
+    return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+}
+
+}  // namespace
+
+const TpRule& tp_rule_for_layer(const ParallelSpec& spec, const std::string& layer) {
+    static const TpRule whole{};
+    for (const TpRule& r : spec.tp_rules)
+        if (ends_with(layer, r.layer_suffix)) return r;
+    return whole;
+}
+
+bool tp_splits_tensor(const ParallelSpec& spec, const std::string& tensor_name) {
+    std::string layer;
+    bool is_bias = false;
+    if (ends_with(tensor_name, ".weight")) {
+        layer = tensor_name.substr(0, tensor_name.size() - 7);
+    } else if (ends_with(tensor_name, ".bias")) {
+        layer = tensor_name.substr(0, tensor_name.size() - 5);
+        is_bias = true;
+    } else {
+        return false;
+    }
+    switch (tp_rule_for_layer(spec, layer).split) {
+        case TpSplit::kWhole:
+            return false;
+        case TpSplit::kColumn:
+            return true;
+        case TpSplit::kRow:
+        case TpSplit::kRowSegments:
+            return !is_bias;
+    }
+    return false;
+}
+
+}  // namespace dp::strategies

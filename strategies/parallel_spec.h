@@ -1,0 +1,87 @@
+#pragma once
+// A model family's parallel spec: how its pipeline splits, as pure data (no LibTorch). The loader
+// shards tensors from it, `dp-launch plan` counts parameters and bytes from it, and strategy
+// resolution checks degrees against it. A family's spec is the one place that names its tensors
+// (as diffusers' _tp_plan / _cp_plan do).
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dp::strategies {
+
+// How tensor parallelism splits one linear layer over the tp ranks.
+enum class TpSplit {
+    kWhole,        // every rank keeps the whole layer
+    kColumn,       // output features split: weight rows and bias split
+    kRow,          // input features split: weight columns split, the bias added once after the sum
+    kRowSegments,  // input features are several concatenated segments, each split as kRow
+};
+
+struct TpRule {
+    std::string layer_suffix;  // matched against the end of a layer's name, e.g. ".attn.to_q"
+    TpSplit split = TpSplit::kWhole;
+    std::vector<int64_t> segments;  // kRowSegments: relative segment widths, e.g. {1, 4}
+};
+
+// An attention stream: split over the context-parallel ranks like the image tokens, or
+// replicated on every rank (a short text, counted once).
+struct StreamSpec {
+    std::string name;  // "image", "text"
+    bool split = false;
+};
+
+// The transformer's shape facts, from its config.json (read_transformer_shape, model_config.h).
+struct TransformerShape {
+    int64_t heads = 0;     // attention heads
+    int64_t head_dim = 0;  // features per head
+    int64_t layers = 0;    // transformer blocks
+    int64_t patch_size = 0;
+    int64_t in_channels = 0;  // latent channels
+    int64_t sample_size = 0;  // the default latent height and width
+    int64_t width() const { return heads * head_dim; }
+};
+
+struct ParallelSpec {
+    std::string family;          // "sd3"
+    std::string pipeline_class;  // model_index.json's _class_name, e.g. "StableDiffusion3Pipeline"
+    // The components device_map places, in pipeline order (model_index.json keys).
+    std::vector<std::string> components;
+    std::string transformer = "transformer";  // the component the strategies split
+    // Prefixes of the transformer's repeated blocks, e.g. "transformer_blocks."; a block is the
+    // prefix plus its index.
+    std::vector<std::string> block_prefixes;
+    std::vector<TpRule> tp_rules;
+    std::vector<StreamSpec> streams;
+    // Keys of transformer/config.json holding the attention heads and the head size.
+    std::string heads_key = "num_attention_heads";
+    std::string head_dim_key = "attention_head_dim";
+    std::string layers_key = "num_layers";
+    bool guidance_branches = true;  // classifier-free guidance has a negative branch to split
+    // Components a model folder may leave out (a pixel-space model has no VAE).
+    std::vector<std::string> optional_components;
+    // Tensors the pipeline never loads, as (component, name prefix): the VAE's encoder.
+    std::vector<std::pair<std::string, std::string>> unloaded_tensors;
+    std::string patch_size_key = "patch_size";
+    std::string in_channels_key = "in_channels";
+    std::string sample_size_key = "sample_size";
+    // The values the family's transformer class assumes for keys its config.json leaves out
+    // (diffusers' defaults); 0: the key is required.
+    TransformerShape transformer_defaults;
+};
+
+// The SD3 / SD3.5 family (StableDiffusion3Pipeline).
+const ParallelSpec& sd3_parallel_spec();
+// Every family's spec.
+const std::vector<const ParallelSpec*>& parallel_specs();
+// The spec whose pipeline_class is `pipeline_class`, or nullptr.
+const ParallelSpec* find_parallel_spec(const std::string& pipeline_class);
+
+// The rule for a layer (its name without ".weight"/".bias"); kWhole when no rule matches.
+const TpRule& tp_rule_for_layer(const ParallelSpec& spec, const std::string& layer);
+// Whether tensor parallelism splits this tensor (a ".weight" or ".bias"): column-parallel
+// weights and biases, row-parallel weights (their biases stay whole).
+bool tp_splits_tensor(const ParallelSpec& spec, const std::string& tensor_name);
+
+}  // namespace dp::strategies
