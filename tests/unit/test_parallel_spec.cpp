@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -17,10 +18,18 @@ using namespace dp::strategies;
 
 namespace {
 
+// The folder the model folders below are made in, removed when the tests end.
+struct TempRoot {
+    const std::string path = "/tmp/dp_spec_test_" + std::to_string(getpid());
+    TempRoot() { mkdir(path.c_str(), 0755); }
+    ~TempRoot() { (void)std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
 // A fresh model folder with these files (path relative to it -> contents).
 std::string model_folder(const std::string& name,
                          const std::vector<std::pair<std::string, std::string>>& files) {
-    const std::string dir = "/tmp/dp_spec_test_" + std::to_string(getpid()) + "_" + name;
+    static const TempRoot root;
+    const std::string dir = root.path + "/" + name;
     mkdir(dir.c_str(), 0755);
     for (const auto& [path, text] : files) {
         const std::size_t slash = path.rfind('/');
