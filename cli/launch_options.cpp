@@ -1,132 +1,42 @@
 #include "cli/launch_options.h"
 
-#include <algorithm>
+#include <cctype>
 #include <cerrno>
-#include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include "launcher/errors.h"
 #include "launcher/values.h"
 
 namespace dp::cli {
 
+using launcher::JobOptions;
+using launcher::LaunchSpec;
 using launcher::UsageError;
 
-const std::vector<LaunchOptionDef>& launch_option_table() {
-    static const std::vector<LaunchOptionDef> table = {
-        {"num_processes", "-n,--num-processes,--num_processes,--nproc-per-node,--nproc_per_node",
-         "DP_NUM_PROCESSES", "N|auto", "auto",
-         "Processes (ranks) to start on this node; 'auto' starts one per visible GPU, or 1 without GPUs"},
-        {"gpu_ids", "--gpu-ids,--gpu_ids", "DP_GPU_IDS", "IDS", nullptr,
-         "GPUs to use, e.g. 0,2; sets CUDA_VISIBLE_DEVICES for every rank"},
-        {"nnodes", "--nnodes", "DP_NNODES", "N", "1", "Number of nodes in the job"},
-        {"node_rank", "--node-rank,--node_rank,--machine-rank,--machine_rank", "DP_NODE_RANK", "R", "0",
-         "This node's rank, 0 to nnodes-1"},
-        {"master_addr", "--master-addr,--master_addr,--main-process-ip,--main_process_ip", "DP_MASTER_ADDR",
-         "HOST", "127.0.0.1",
-         "Host of node rank 0, where rank 0 runs the store (required with several nodes)"},
-        {"master_port", "--master-port,--master_port,--main-process-port,--main_process_port",
-         "DP_MASTER_PORT", "PORT", nullptr,
-         "Port of rank 0's store; by default a free port is reserved (single node only)"},
-        {"max_restarts", "--max-restarts,--max_restarts", "DP_MAX_RESTARTS", "N", "0",
-         "Restart the whole group up to N times after a failure"},
-        {"shutdown_grace", "--shutdown-grace,--shutdown_grace", "DP_SHUTDOWN_GRACE", "SECONDS", "5",
-         "After a failure or a stop signal, time between SIGTERM and SIGKILL"},
-        {"log_dir", "--log-dir,--log_dir", "DP_LOG_DIR", "DIR", nullptr,
-         "Also append each rank's stdout and stderr to DIR/rank_N.stdout and DIR/rank_N.stderr"},
-        {"run_id", "--run-id,--run_id,--rdzv-id,--rdzv_id", "DP_RUN_ID", "ID", "none",
-         "Job id, exported as TORCHELASTIC_RUN_ID"},
-        {"no_prefix", "--no-prefix,--no_prefix", "DP_NO_PREFIX", nullptr, nullptr,
-         "Do not prefix output lines with [rank N]"},
-        {"quiet", "-q,--quiet", "DP_QUIET", nullptr, nullptr,
-         "Print none of dp-launch's own status lines (errors still show)"},
-        {"dry_run", "--dry-run,--dry_run", "DP_DRY_RUN", nullptr, nullptr,
-         "Print each rank's command and environment, start nothing"},
-        {"config", "--config,--config-file,--config_file", "DP_CONFIG", "FILE", nullptr,
-         "JSON file of option defaults, e.g. {\"num_processes\": 4}; flags and DP_* variables win over it"},
-    };
-    return table;
-}
-
-const std::vector<LaunchOptionDef>& job_option_table() {
-    static const std::vector<LaunchOptionDef> table = {
-        {"model", "--model", "DP_MODEL", "DIR|NAME", "shapes-sd3",
-         "Diffusers model folder (model_index.json, transformer/, ...), or the name of a model shipped with "
-         "dp-launch"},
-        {"random_weights", "--random-weights,--random_weights", "DP_RANDOM_WEIGHTS", "SEED", nullptr,
-         "Use --model's configs with seeded random weights instead of its weights (tests, benchmarks)"},
-        {"output_dir", "-o,--output-dir,--output_dir", "DP_OUTPUT_DIR", "DIR", "outputs",
-         "Where images and manifest.jsonl go"},
-        {"steps", "--steps,--num-inference-steps", "DP_STEPS", "N", "28", "Denoising steps, 1 to 1000"},
-        {"guidance_scale", "--guidance-scale,--guidance_scale", "DP_GUIDANCE_SCALE", "X", "7",
-         "Classifier-free guidance scale, 0 to 100 (1 or less: no guidance)"},
-        {"seed", "--seed", "DP_SEED", "N", "0",
-         "Base seed: a prompt without its own seed gets seed + its index"},
-        {"width", "--width", "DP_WIDTH", "PX", nullptr, "Image width, 8 to 8192 (default: the model's)"},
-        {"height", "--height", "DP_HEIGHT", "PX", nullptr, "Image height, 8 to 8192 (default: the model's)"},
-        {"strategy", "--strategy", "DP_STRATEGY", "data|context|tensor|device-map", "data",
-         "Fill the degrees from the world: context means Ulysses where the head count allows it, else Ring; "
-         "tensor means --tp over all ranks; device-map means --device-map auto in one process"},
-        {"dp", "--dp", "DP_DP", "N", nullptr,
-         "Data-parallel degree; must equal world / (cfg x ring x ulysses x tp)"},
-        {"cfg_parallel", "--cfg-parallel,--cfg_parallel", "DP_CFG_PARALLEL", nullptr, nullptr,
-         "CFG parallelism: pairs of ranks run the negative and positive branches and exchange noise "
-         "predictions"},
-        {"ulysses", "--ulysses", "DP_ULYSSES", "N", "1",
-         "Ulysses context parallelism: N ranks split each image's tokens (N must divide the heads)"},
-        {"ring", "--ring", "DP_RING", "N", "1",
-         "Ring context parallelism: N ranks split each image's tokens and pass keys and values round a ring"},
-        {"tp", "--tp", "DP_TP", "N", "1",
-         "Tensor parallelism: N ranks split the transformer's attention and MLP weights (tp x ulysses must "
-         "divide the heads)"},
-        {"device_map", "--device-map,--device_map", "DP_DEVICE_MAP", "balanced|auto|FILE.json", nullptr,
-         "One process over several devices: balanced places whole components, auto also splits the "
-         "transformer's blocks, FILE.json places them by hand ({\"transformer\": \"cuda:1\", ...})"},
-        {"max_memory", "--max-memory,--max_memory", "DP_MAX_MEMORY", "DEV=SIZE,...", nullptr,
-         "device_map's devices and budgets, e.g. cuda:0=20GiB,cuda:1=20GiB (default: every visible GPU's "
-         "free memory); cpu:0=1GB,cpu:1=1GB tries device_map on the CPU"},
-        {"batch_size", "--batch-size,--batch_size", "DP_BATCH_SIZE", "N", "1",
-         "Prompts with the same settings that go through the model together on a rank, 1 to 64"},
-        {"dtype", "--dtype", "DP_DTYPE", "fp32|bf16|fp16", "fp32", "Precision the model runs in"},
-        {"device", "--device", "DP_DEVICE", "auto|cpu|cuda", "auto",
-         "auto: cuda:LOCAL_RANK when CUDA is available, else cpu"},
-        {"negative_prompt", "--negative-prompt,--negative_prompt", "DP_NEGATIVE_PROMPT", "TEXT", nullptr,
-         "Negative prompt for prompts without their own"},
-        {"overwrite", "--overwrite", "DP_OVERWRITE", nullptr, nullptr,
-         "Replace images and manifest.jsonl already in the output folder"},
-        {"skip_invalid", "--skip-invalid,--skip_invalid", "DP_SKIP_INVALID", nullptr, nullptr,
-         "Run the valid prompts and record invalid lines in the manifest, instead of refusing to start"},
-        {"worker", "--worker", "DP_WORKER", "PATH", nullptr,
-         "The dp-worker executable (default: the one next to dp-launch)"},
-    };
-    return table;
-}
-
-void add_launch_options(CLI::App& app, RawLaunchOptions& raw) {
-    std::vector<LaunchOptionDef> all = launch_option_table();
-    all.insert(all.end(), job_option_table().begin(), job_option_table().end());
-    for (const LaunchOptionDef& def : all) {
-        std::string help = def.help;
-        if (def.default_value) help += std::string(" [default: ") + def.default_value + "]";
-        help += std::string(" [env: ") + def.env + "]";
-        CLI::Option* opt = nullptr;
-        if (def.value_name) {
-            opt = app.add_option(def.flags, raw.values[def.key], help)->type_name(def.value_name);
-        } else {
-            opt = app.add_flag(def.flags)->description(help);
-        }
-        const bool is_job =
-            std::any_of(job_option_table().begin(), job_option_table().end(),
-                        [&](const LaunchOptionDef& j) { return std::string(j.key) == def.key; });
-        opt->group(std::string(def.key) == "config" ? "Configuration"
-                   : is_job                         ? "Pipeline options (with PROMPTS)"
-                                                    : "Launch options");
-        raw.options[def.key] = opt;
+std::string OptionDef::range_text() const {
+    switch (kind) {
+        case OptionKind::kInt:
+        case OptionKind::kNumber:
+            return launcher::number_text(lo) + " to " + launcher::number_text(hi) +
+                   (unit.empty() ? "" : " " + unit);
+        case OptionKind::kU64:
+            return "0 to " + std::to_string(UINT64_MAX);
+        default:
+            return "";
     }
+}
+
+std::string OptionDef::help_text() const {
+    std::string out = help;
+    if (const std::string range = range_text(); !range.empty()) out += " [" + range + "]";
+    if (!default_text.empty()) out += " [default: " + default_text + "]";
+    return out + " [env: " + env + "]";
 }
 
 namespace {
@@ -138,26 +48,356 @@ std::string normalize_key(std::string key) {
     return key;
 }
 
-const LaunchOptionDef* find_config_key(const std::string& key) {
+void name_option(OptionDef& def, const char* flags, const char* value_name, OptionKind kind,
+                 const char* help) {
+    def.flags = flags;
+    const std::size_t start = def.flags.find("--");
+    def.long_flag = def.flags.substr(start, def.flags.find(',', start) - start);
+    def.key = normalize_key(def.long_flag.substr(2));
+    def.env = "DP_";
+    for (char c : def.key) def.env += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    def.value_name = value_name;
+    def.kind = kind;
+    def.help = help;
+}
+
+template <class T>
+using Setter = decltype(OptionRow<T>::set);
+template <class T>
+using Getter = decltype(OptionRow<T>::get);
+
+// The rows' builders, one for each kind, each binding the row to its field.
+
+template <class T>
+OptionRow<T> row(const char* flags, const char* value_name, OptionKind kind, const char* help, Setter<T> set,
+                 Getter<T> get) {
+    OptionRow<T> r;
+    name_option(r, flags, value_name, kind, help);
+    r.set = std::move(set);
+    r.get = std::move(get);
+    return r;
+}
+
+template <class T>
+OptionRow<T> whole(const char* flags, const char* value_name, int T::*field, int lo, int hi,
+                   const char* help) {
+    OptionRow<T> r = row<T>(
+        flags, value_name, OptionKind::kInt, help,
+        [=](T& t, const std::string& text, const std::string& source) {
+            t.*field = launcher::parse_int(text, lo, hi, source);
+        },
+        [=](const T& t) { return std::to_string(t.*field); });
+    r.lo = lo;
+    r.hi = hi;
+    return r;
+}
+
+template <class T>
+OptionRow<T> number(const char* flags, const char* value_name, double T::*field, double lo, double hi,
+                    const char* unit, const char* help) {
+    OptionRow<T> r = row<T>(
+        flags, value_name, OptionKind::kNumber, help,
+        [=](T& t, const std::string& text, const std::string& source) {
+            t.*field = launcher::parse_number(text, lo, hi, source, unit);
+        },
+        [=](const T& t) { return launcher::number_text(t.*field); });
+    r.lo = lo;
+    r.hi = hi;
+    r.unit = unit;
+    return r;
+}
+
+// A uint64_t, or a std::optional<uint64_t> that is unset by default.
+template <class T, class Field>
+OptionRow<T> u64(const char* flags, const char* value_name, Field T::*field, const char* help) {
+    return row<T>(
+        flags, value_name, OptionKind::kU64, help,
+        [=](T& t, const std::string& text, const std::string& source) {
+            t.*field = launcher::parse_u64(text, source);
+        },
+        [=](const T& t) -> std::string {
+            if constexpr (std::is_same_v<Field, uint64_t>) {
+                return std::to_string(t.*field);
+            } else {
+                return t.*field ? std::to_string(*(t.*field)) : "";
+            }
+        });
+}
+
+// `inverted`: the switch turns the field off (--no-prefix and prefix_output).
+template <class T>
+OptionRow<T> on_off(const char* flags, bool T::*field, const char* help, bool inverted = false) {
+    return row<T>(
+        flags, "", OptionKind::kSwitch, help,
+        [=](T& t, const std::string& text, const std::string& source) {
+            t.*field = launcher::parse_bool(text, source) != inverted;
+        },
+        [=](const T& t) { return (t.*field != inverted) ? "on" : "off"; });
+}
+
+// `as_empty`: that choice is kept as the empty text, the field's default (JobOptions::strategy's "data").
+template <class T>
+OptionRow<T> choice(const char* flags, std::string T::*field, std::vector<std::string> choices,
+                    const char* help, const std::string& as_empty = "") {
+    OptionRow<T> r = row<T>(
+        flags, "", OptionKind::kChoice, help,
+        [=](T& t, const std::string& text, const std::string& source) {
+            const std::string value = launcher::parse_choice(text, choices, source);
+            t.*field = value == as_empty ? "" : value;
+        },
+        [=](const T& t) { return (t.*field).empty() ? as_empty : t.*field; });
+    for (const std::string& c : choices) r.value_name += (r.value_name.empty() ? "" : "|") + c;
+    r.choices = std::move(choices);
+    return r;
+}
+
+// `expected` ("a directory path"): refuses an empty text, or one with a NUL, saying it expects that.
+template <class T>
+OptionRow<T> text(const char* flags, const char* value_name, std::string T::*field, const char* help,
+                  const char* expected = nullptr) {
+    return row<T>(
+        flags, value_name, OptionKind::kText, help,
+        [=](T& t, const std::string& text, const std::string& source) {
+            if (expected && (text.empty() || text.find('\0') != std::string::npos))
+                throw UsageError(source + ": expected " + std::string(expected));
+            t.*field = text;
+        },
+        [=](const T& t) { return t.*field; });
+}
+
+// The same row, read by `set` (which still honours the row's range).
+template <class T>
+OptionRow<T> read_by(OptionRow<T> r, Setter<T> set) {
+    r.set = std::move(set);
+    return r;
+}
+
+// The row's default, when nothing sets the option: `value`, parsed as if given.
+template <class T>
+OptionRow<T> applied(OptionRow<T> r, const char* value) {
+    r.default_kind = DefaultKind::kApplied;
+    r.default_text = value;
+    return r;
+}
+
+// The row's field's default means `meaning`, which is not a value of the option.
+template <class T>
+OptionRow<T> described(OptionRow<T> r, const char* meaning) {
+    r.default_kind = DefaultKind::kDescribed;
+    r.default_text = meaning;
+    return r;
+}
+
+// Puts the rows under `group` and renders the defaults read from a default-constructed target.
+template <class T>
+std::vector<OptionRow<T>> finish(std::vector<OptionRow<T>> table, const char* group) {
+    for (OptionRow<T>& r : table) {
+        r.group = group;
+        if (r.default_kind == DefaultKind::kTarget) r.default_text = r.get(T{});
+    }
+    return table;
+}
+
+}  // namespace
+
+const std::vector<LaunchOptionRow>& launch_option_table() {
+    using S = LaunchSpec;
+    static const std::vector<LaunchOptionRow> table = finish<S>(
+        {
+            row<S>(
+                "--gpu-ids,--gpu_ids", "IDS", OptionKind::kText,
+                "GPUs to use, e.g. 0,2; sets CUDA_VISIBLE_DEVICES for every rank",
+                [](S& s, const std::string& t, const std::string& src) {
+                    s.gpu_ids = launcher::parse_gpu_ids(t, src);
+                },
+                [](const S& s) { return launcher::gpu_ids_text(s.gpu_ids); }),
+            applied(read_by(whole<S>("-n,--num-processes,--num_processes,--nproc-per-node,--nproc_per_node",
+                                     "N|auto", &S::num_processes, 1, launcher::kMaxLocalProcesses,
+                                     "Processes (ranks) to start on this node; 'auto' starts one per "
+                                     "visible GPU, or 1 without GPUs"),
+                            [](S& s, const std::string& t, const std::string& src) {
+                                s.num_processes = launcher::parse_process_count(t, s.gpu_ids, src);
+                            }),
+                    "auto"),
+            whole<S>("--nnodes", "N", &S::nnodes, 1, launcher::kMaxNodes, "Number of nodes in the job"),
+            whole<S>("--node-rank,--node_rank,--machine-rank,--machine_rank", "R", &S::node_rank, 0,
+                     launcher::kMaxNodes - 1, "This node's rank, below --nnodes"),
+            described(row<S>(
+                          "--master-addr,--master_addr,--main-process-ip,--main_process_ip", "HOST",
+                          OptionKind::kText,
+                          "Host of node rank 0, where rank 0 runs the store (required with several nodes)",
+                          [](S& s, const std::string& t, const std::string& src) {
+                              s.master_addr = launcher::parse_host(t, src);
+                          },
+                          [](const S& s) { return s.master_addr; }),
+                      "127.0.0.1 on a single node"),
+            described(
+                whole<S>("--master-port,--master_port,--main-process-port,--main_process_port", "PORT",
+                         &S::master_port, 1, 65535, "Port of rank 0's store (required with several nodes)"),
+                "a free port, reserved for the job on a single node"),
+            whole<S>("--max-restarts,--max_restarts", "N", &S::max_restarts, 0, 1000,
+                     "Restart the whole group up to N times after a failure"),
+            number<S>("--shutdown-grace,--shutdown_grace", "SECONDS", &S::shutdown_grace_s, 0, 3600,
+                      "seconds", "After a failure or a stop signal, time between SIGTERM and SIGKILL"),
+            text<S>("--log-dir,--log_dir", "DIR", &S::log_dir,
+                    "Also append each rank's stdout and stderr to DIR/rank_N.stdout and DIR/rank_N.stderr",
+                    "a directory path"),
+            read_by(text<S>("--run-id,--run_id,--rdzv-id,--rdzv_id", "ID", &S::run_id,
+                            "Job id, exported as TORCHELASTIC_RUN_ID"),
+                    [](S& s, const std::string& t, const std::string& src) {
+                        if (t.empty() || t.size() > 128 ||
+                            t.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                "0123456789_.-") != std::string::npos)
+                            throw UsageError(src + " '" + t.substr(0, 80) +
+                                             "': expected 1 to 128 letters, digits, '_', '.' or '-'");
+                        s.run_id = t;
+                    }),
+            on_off<S>("--no-prefix,--no_prefix", &S::prefix_output,
+                      "Do not prefix output lines with [rank N]",
+                      /*inverted=*/true),
+            on_off<S>("-q,--quiet", &S::quiet,
+                      "Print none of dp-launch's own status lines (errors still show)"),
+            on_off<S>("--dry-run,--dry_run", &S::dry_run,
+                      "Print each rank's command and environment, start nothing"),
+        },
+        "Launch options");
+    return table;
+}
+
+const OptionDef& config_option() {
+    static const OptionDef def = [] {
+        OptionDef d;
+        name_option(d, "--config,--config-file,--config_file", "FILE", OptionKind::kText,
+                    "JSON file of option defaults, e.g. {\"num_processes\": 4}; flags and DP_* variables win "
+                    "over it");
+        d.group = "Configuration";
+        return d;
+    }();
+    return def;
+}
+
+const std::vector<JobOptionRow>& job_option_table() {
+    using J = JobOptions;
+    static const std::vector<JobOptionRow> table = finish<J>(
+        {
+            applied(read_by(text<J>("--model", "DIR|NAME", &J::model,
+                                    "Diffusers model folder (model_index.json, transformer/, ...), or the "
+                                    "name of a model shipped with dp-launch"),
+                            [](J& j, const std::string& t, const std::string& src) {
+                                j.model = launcher::resolve_model(t, src);
+                            }),
+                    launcher::kDefaultModel),
+            u64<J>("--random-weights,--random_weights", "SEED", &J::random_weights,
+                   "Use --model's configs with seeded random weights instead of its weights (tests, "
+                   "benchmarks)"),
+            read_by(text<J>("-o,--output-dir,--output_dir", "DIR", &J::output_dir,
+                            "Where images and manifest.jsonl go"),
+                    [](J& j, const std::string& t, const std::string& src) {
+                        if (t.empty()) throw UsageError(src + ": expected a folder path");
+                        j.output_dir = t;
+                        while (j.output_dir.size() > 1 && j.output_dir.back() == '/') j.output_dir.pop_back();
+                    }),
+            whole<J>("--steps,--num-inference-steps", "N", &J::steps, 1, 1000, "Denoising steps"),
+            number<J>("--guidance-scale,--guidance_scale", "X", &J::guidance_scale, 0, 100, "",
+                      "Classifier-free guidance scale (1 or less: no guidance)"),
+            u64<J>("--seed", "N", &J::seed, "Base seed: a prompt without its own seed gets seed + its index"),
+            described(whole<J>("--width", "PX", &J::width, 8, 8192, "Image width"), "the model's"),
+            described(whole<J>("--height", "PX", &J::height, 8, 8192, "Image height"), "the model's"),
+            choice<J>(
+                "--strategy", &J::strategy, {"data", "context", "tensor", "device-map"},
+                "Fill the degrees from the world: context means Ulysses where the head count allows it, "
+                "else Ring; tensor means --tp over all ranks; device-map means --device-map auto in one "
+                "process",
+                /*as_empty=*/"data"),
+            described(whole<J>("--dp", "N", &J::dp, 1, launcher::kMaxNodes * launcher::kMaxLocalProcesses,
+                               "Data-parallel degree; must equal world / (cfg x ring x ulysses x tp)"),
+                      "what the other degrees leave of the world"),
+            on_off<J>("--cfg-parallel,--cfg_parallel", &J::cfg_parallel,
+                      "CFG parallelism: pairs of ranks run the negative and positive branches and exchange "
+                      "noise predictions"),
+            whole<J>(
+                "--ulysses", "N", &J::ulysses, 1, 64,
+                "Ulysses context parallelism: N ranks split each image's tokens (N must divide the heads)"),
+            whole<J>("--ring", "N", &J::ring, 1, 64,
+                     "Ring context parallelism: N ranks split each image's tokens and pass keys and values "
+                     "round a ring"),
+            whole<J>("--tp", "N", &J::tp, 1, 64,
+                     "Tensor parallelism: N ranks split the transformer's attention and MLP weights (tp x "
+                     "ulysses must divide the heads)"),
+            text<J>("--device-map,--device_map", "balanced|auto|FILE.json", &J::device_map,
+                    "One process over several devices: balanced places whole components, auto also splits "
+                    "the transformer's blocks, FILE.json places them by hand ({\"transformer\": \"cuda:1\", "
+                    "...})",
+                    "balanced, auto or a FILE.json"),
+            described(text<J>("--max-memory,--max_memory", "DEV=SIZE,...", &J::max_memory,
+                              "device_map's devices and budgets, e.g. cuda:0=20GiB,cuda:1=20GiB; "
+                              "cpu:0=1GB,cpu:1=1GB tries device_map on the CPU"),
+                      "every visible GPU's free memory"),
+            whole<J>("--batch-size,--batch_size", "N", &J::batch_size, 1, 64,
+                     "Prompts with the same settings that go through the model together on a rank"),
+            choice<J>("--dtype", &J::dtype, {"fp32", "bf16", "fp16"}, "Precision the model runs in"),
+            choice<J>("--device", &J::device, {"auto", "cpu", "cuda"},
+                      "auto: cuda:LOCAL_RANK when CUDA is available, else cpu"),
+            text<J>("--negative-prompt,--negative_prompt", "TEXT", &J::negative_prompt,
+                    "Negative prompt for prompts without their own"),
+            on_off<J>("--overwrite", &J::overwrite,
+                      "Replace images and manifest.jsonl already in the output folder"),
+            on_off<J>(
+                "--skip-invalid,--skip_invalid", &J::skip_invalid,
+                "Run the valid prompts and record invalid lines in the manifest, instead of refusing to "
+                "start"),
+            described(text<J>("--worker", "PATH", &J::worker, "The dp-worker executable"),
+                      "the one next to dp-launch"),
+        },
+        "Pipeline options (with PROMPTS)");
+    return table;
+}
+
+const std::vector<const OptionDef*>& all_option_defs() {
+    static const std::vector<const OptionDef*> all = [] {
+        std::vector<const OptionDef*> out;
+        for (const LaunchOptionRow& r : launch_option_table()) out.push_back(&r);
+        out.push_back(&config_option());
+        for (const JobOptionRow& r : job_option_table()) out.push_back(&r);
+        return out;
+    }();
+    return all;
+}
+
+void add_launch_options(CLI::App& app, RawLaunchOptions& raw) {
+    for (const OptionDef* def : all_option_defs()) {
+        std::string& value = raw.values[def->key];
+        CLI::Option* opt = nullptr;
+        if (def->kind == OptionKind::kSwitch) {
+            // The bare flag gives "true"; --flag=VALUE gives VALUE, read like the environment's.
+            opt = app.add_flag(def->flags, value, def->help_text())
+                      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+        } else {
+            opt = app.add_option(def->flags, value, def->help_text())->type_name(def->value_name);
+        }
+        opt->group(def->group);
+        raw.options[def->key] = opt;
+    }
+}
+
+namespace {
+
+const OptionDef* find_config_key(const std::string& key) {
     const std::string wanted = normalize_key(key);
-    std::vector<const LaunchOptionDef*> all;
-    for (const LaunchOptionDef& def : launch_option_table()) all.push_back(&def);
-    for (const LaunchOptionDef& def : job_option_table()) all.push_back(&def);
-    for (const LaunchOptionDef* d : all) {
-        const LaunchOptionDef& def = *d;
-        if (wanted == def.key) return &def;
-        std::stringstream names(def.flags);
+    for (const OptionDef* def : all_option_defs()) {
+        if (def == &config_option()) continue;
+        if (wanted == def->key) return def;
+        std::stringstream names(def->flags);
         for (std::string name; std::getline(names, name, ',');)
-            if (name.rfind("--", 0) == 0 && normalize_key(name.substr(2)) == wanted) return &def;
+            if (name.rfind("--", 0) == 0 && normalize_key(name.substr(2)) == wanted) return def;
     }
     return nullptr;
 }
 
 std::string accepted_keys() {
     std::string out;
-    for (const auto* table : {&launch_option_table(), &job_option_table()})
-        for (const LaunchOptionDef& def : *table)
-            if (std::string(def.key) != "config") out += (out.empty() ? "" : ", ") + std::string(def.key);
+    for (const OptionDef* def : all_option_defs())
+        if (def != &config_option()) out += (out.empty() ? "" : ", ") + def->key;
     return out;
 }
 
@@ -166,9 +406,11 @@ struct Setting {
     std::string source;  // "--nnodes", "DP_NNODES" or "cfg.json: nnodes"
 };
 
+using ConfigSettings = std::map<std::string, Setting>;  // by key
+
 constexpr std::size_t kMaxConfigBytes = 1 << 20;
 
-std::map<std::string, Setting> load_config(const std::string& path, const std::string& source) {
+ConfigSettings load_config(const std::string& path, const std::string& source) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw UsageError(source + " " + path + ": cannot read the file (" + std::strerror(errno) + ")");
     std::string text(kMaxConfigBytes + 1, '\0');
@@ -189,12 +431,11 @@ std::map<std::string, Setting> load_config(const std::string& path, const std::s
         throw UsageError(source + " " + path +
                          ": expected a JSON object of options, e.g. {\"num_processes\": 2}");
 
-    std::map<std::string, Setting> settings;
+    ConfigSettings settings;
     for (const auto& [key, value] : doc.items()) {
-        const LaunchOptionDef* def = find_config_key(key);
+        const OptionDef* def = find_config_key(key);
         const std::string where = path + ": " + key;
-        if (!def || std::string(def->key) == "config")
-            throw UsageError(path + ": unknown key '" + key + "' (accepted: " + accepted_keys() + ")");
+        if (!def) throw UsageError(path + ": unknown key '" + key + "' (accepted: " + accepted_keys() + ")");
         std::string as_text;
         if (value.is_string()) {
             as_text = value.get<std::string>();
@@ -202,7 +443,7 @@ std::map<std::string, Setting> load_config(const std::string& path, const std::s
             as_text = value.get<bool>() ? "true" : "false";
         } else if (value.is_number()) {
             as_text = value.dump();
-        } else if (value.is_array() && std::string(def->key) == "gpu_ids") {
+        } else if (value.is_array() && def->key == "gpu_ids") {
             for (const auto& id : value) {
                 if (!id.is_number_integer())
                     throw UsageError(where + ": expected a list of GPU indices, e.g. [0, 1]");
@@ -211,164 +452,66 @@ std::map<std::string, Setting> load_config(const std::string& path, const std::s
         } else {
             throw UsageError(where + ": expected a string, number or boolean");
         }
-        if (!def->value_name && !value.is_boolean()) launcher::parse_bool(as_text, where);
+        if (def->kind == OptionKind::kSwitch && !value.is_boolean()) launcher::parse_bool(as_text, where);
         settings[def->key] = {as_text, where};
     }
     return settings;
 }
 
-std::string long_name(const LaunchOptionDef& def) {
-    std::string flags = def.flags;
-    std::size_t start = flags.find("--");
-    return flags.substr(start, flags.find(',', start) - start);
-}
-
-std::map<std::string, Setting> load_any_config(const RawLaunchOptions& raw, const EnvLookup& env) {
-    if (raw.options.at("config")->count() > 0) return load_config(raw.values.at("config"), "--config");
-    if (const char* path = env("DP_CONFIG"); path && *path) return load_config(path, "DP_CONFIG");
+ConfigSettings load_any_config(const RawLaunchOptions& raw, const EnvLookup& env) {
+    const OptionDef& config = config_option();
+    if (raw.options.at(config.key)->count() > 0)
+        return load_config(raw.values.at(config.key), config.long_flag);
+    if (const char* path = env(config.env.c_str()); path && *path) return load_config(path, config.env);
     return {};
 }
 
-// Each option's text and where it came from: flag, then environment, then config file.
-std::map<std::string, Setting> collect(const std::vector<LaunchOptionDef>& table, const RawLaunchOptions& raw,
-                                       const EnvLookup& env, const std::map<std::string, Setting>& config) {
-    std::map<std::string, Setting> chosen;
-    for (const LaunchOptionDef& def : table) {
-        if (std::string(def.key) == "config") continue;
-        if (raw.options.at(def.key)->count() > 0) {
-            chosen[def.key] = {def.value_name ? raw.values.at(def.key) : "true", long_name(def)};
-        } else if (const char* value = env(def.env)) {
-            chosen[def.key] = {value, def.env};
-        } else if (auto it = config.find(def.key); it != config.end()) {
-            chosen[def.key] = it->second;
-        }
-    }
-    return chosen;
+// The option's text and where it came from: flag, then environment, then config file.
+std::optional<Setting> setting_of(const OptionDef& def, const RawLaunchOptions& raw, const EnvLookup& env,
+                                  const ConfigSettings& config) {
+    if (raw.options.at(def.key)->count() > 0) return Setting{raw.values.at(def.key), def.long_flag};
+    if (const char* value = env(def.env.c_str())) return Setting{value, def.env};
+    if (auto it = config.find(def.key); it != config.end()) return it->second;
+    return std::nullopt;
 }
 
-uint64_t parse_u64(const Setting& s) {
-    uint64_t v = 0;
-    auto [ptr, ec] = std::from_chars(s.text.data(), s.text.data() + s.text.size(), v);
-    if (s.text.empty() || ec != std::errc() || ptr != s.text.data() + s.text.size())
-        throw UsageError(s.source + " '" + s.text.substr(0, 40) +
-                         "': expected a whole number from 0 to 18446744073709551615");
-    return v;
+// Every row of `table`, in order, from its setting or its applied default.
+template <class T>
+void apply_table(const std::vector<OptionRow<T>>& table, const RawLaunchOptions& raw, const EnvLookup& env,
+                 T& target) {
+    const ConfigSettings config = load_any_config(raw, env);
+    for (const OptionRow<T>& row : table) {
+        if (const std::optional<Setting> s = setting_of(row, raw, env, config)) {
+            row.set(target, s->text, s->source);
+        } else if (row.default_kind == DefaultKind::kApplied) {
+            row.set(target, row.default_text, row.long_flag);
+        }
+    }
 }
 
 }  // namespace
 
 launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvLookup& env,
                                          bool require_command) {
-    const std::map<std::string, Setting> chosen =
-        collect(launch_option_table(), raw, env, load_any_config(raw, env));
-    launcher::LaunchSpec spec;
-    auto has = [&](const char* key) { return chosen.count(key) > 0; };
-    auto text = [&](const char* key) { return chosen.at(key).text; };
-    auto source = [&](const char* key) { return chosen.at(key).source; };
-
-    if (has("gpu_ids")) spec.gpu_ids = launcher::parse_gpu_ids(text("gpu_ids"), source("gpu_ids"));
-    spec.num_processes =
-        launcher::parse_process_count(has("num_processes") ? text("num_processes") : "auto", spec.gpu_ids,
-                                      has("num_processes") ? source("num_processes") : "--num-processes");
-    if (has("nnodes"))
-        spec.nnodes = launcher::parse_int(text("nnodes"), 1, launcher::kMaxNodes, source("nnodes"));
-    if (has("node_rank"))
-        spec.node_rank =
-            launcher::parse_int(text("node_rank"), 0, launcher::kMaxNodes - 1, source("node_rank"));
-    if (has("master_addr"))
-        spec.master_addr = launcher::parse_host(text("master_addr"), source("master_addr"));
-    if (has("master_port"))
-        spec.master_port = launcher::parse_port(text("master_port"), source("master_port"));
-    if (has("max_restarts"))
-        spec.max_restarts = launcher::parse_int(text("max_restarts"), 0, 1000, source("max_restarts"));
-    if (has("shutdown_grace"))
-        spec.shutdown_grace_s =
-            launcher::parse_seconds(text("shutdown_grace"), 3600, source("shutdown_grace"));
-    if (has("log_dir")) {
-        spec.log_dir = text("log_dir");
-        if (spec.log_dir.empty() || spec.log_dir.find('\0') != std::string::npos)
-            throw UsageError(source("log_dir") + ": expected a directory path");
-    }
-    if (has("run_id")) {
-        spec.run_id = text("run_id");
-        if (spec.run_id.empty() || spec.run_id.size() > 128 ||
-            spec.run_id.find_first_not_of(
-                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") != std::string::npos)
-            throw UsageError(source("run_id") + " '" + spec.run_id.substr(0, 80) +
-                             "': expected 1 to 128 letters, digits, '_', '.' or '-'");
-    }
-    if (has("no_prefix")) spec.prefix_output = !launcher::parse_bool(text("no_prefix"), source("no_prefix"));
-    if (has("quiet")) spec.quiet = launcher::parse_bool(text("quiet"), source("quiet"));
-    if (has("dry_run")) spec.dry_run = launcher::parse_bool(text("dry_run"), source("dry_run"));
+    LaunchSpec spec;
+    apply_table(launch_option_table(), raw, env, spec);
     spec.command = raw.command;
     launcher::validate_launch_spec(spec, require_command);
     return spec;
 }
 
 std::string first_job_option_set(const RawLaunchOptions& raw, const EnvLookup& env) {
-    const std::map<std::string, Setting> chosen =
-        collect(job_option_table(), raw, env, load_any_config(raw, env));
-    return chosen.empty() ? "" : chosen.begin()->second.source;
+    const ConfigSettings config = load_any_config(raw, env);
+    for (const JobOptionRow& row : job_option_table())
+        if (const std::optional<Setting> s = setting_of(row, raw, env, config)) return s->source;
+    return "";
 }
 
 launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvLookup& env,
                                          const std::string& prompts) {
-    const std::map<std::string, Setting> chosen =
-        collect(job_option_table(), raw, env, load_any_config(raw, env));
-    launcher::JobOptions job;
+    JobOptions job;
     job.prompts = prompts;
-    auto has = [&](const char* key) { return chosen.count(key) > 0; };
-    auto at = [&](const char* key) -> const Setting& { return chosen.at(key); };
-    auto text = [&](const char* key) { return chosen.at(key).text; };
-    auto one_of = [&](const char* key, std::initializer_list<const char*> allowed) {
-        for (const char* a : allowed)
-            if (text(key) == a) return text(key);
-        std::string list;
-        for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-        throw UsageError(at(key).source + " '" + text(key).substr(0, 40) + "': expected one of " + list);
-    };
-    job.model = launcher::resolve_model(has("model") ? text("model") : launcher::kDefaultModel,
-                                        has("model") ? at("model").source : "--model");
-    if (has("random_weights")) job.random_weights = parse_u64(at("random_weights"));
-    if (has("output_dir")) {
-        job.output_dir = text("output_dir");
-        if (job.output_dir.empty()) throw UsageError(at("output_dir").source + ": expected a folder path");
-    }
-    while (job.output_dir.size() > 1 && job.output_dir.back() == '/') job.output_dir.pop_back();
-    if (has("steps")) job.steps = launcher::parse_int(text("steps"), 1, 1000, at("steps").source);
-    if (has("guidance_scale"))
-        job.guidance_scale =
-            launcher::parse_seconds(text("guidance_scale"), 100, at("guidance_scale").source);
-    if (has("seed")) job.seed = parse_u64(at("seed"));
-    if (has("width")) job.width = launcher::parse_int(text("width"), 8, 8192, at("width").source);
-    if (has("height")) job.height = launcher::parse_int(text("height"), 8, 8192, at("height").source);
-    if (has("cfg_parallel"))
-        job.cfg_parallel = launcher::parse_bool(text("cfg_parallel"), at("cfg_parallel").source);
-    if (has("ulysses")) job.ulysses = launcher::parse_int(text("ulysses"), 1, 64, at("ulysses").source);
-    if (has("strategy")) {
-        job.strategy = one_of("strategy", {"data", "context", "tensor", "device-map"});
-        if (job.strategy == "data") job.strategy.clear();
-    }
-    if (has("dp"))
-        job.dp = launcher::parse_int(text("dp"), 1, launcher::kMaxNodes * launcher::kMaxLocalProcesses,
-                                     at("dp").source);
-    if (has("ring")) job.ring = launcher::parse_int(text("ring"), 1, 64, at("ring").source);
-    if (has("tp")) job.tp = launcher::parse_int(text("tp"), 1, 64, at("tp").source);
-    if (has("device_map")) {
-        job.device_map = text("device_map");
-        if (job.device_map.empty())
-            throw UsageError(at("device_map").source + ": expected balanced, auto or a FILE.json");
-    }
-    if (has("max_memory")) job.max_memory = text("max_memory");
-    if (has("batch_size"))
-        job.batch_size = launcher::parse_int(text("batch_size"), 1, 64, at("batch_size").source);
-    if (has("dtype")) job.dtype = one_of("dtype", {"fp32", "bf16", "fp16"});
-    if (has("device")) job.device = one_of("device", {"auto", "cpu", "cuda"});
-    if (has("negative_prompt")) job.negative_prompt = text("negative_prompt");
-    if (has("overwrite")) job.overwrite = launcher::parse_bool(text("overwrite"), at("overwrite").source);
-    if (has("skip_invalid"))
-        job.skip_invalid = launcher::parse_bool(text("skip_invalid"), at("skip_invalid").source);
-    if (has("worker")) job.worker = text("worker");
+    apply_table(job_option_table(), raw, env, job);
     return job;
 }
 

@@ -57,15 +57,44 @@ int parse_int(std::string_view text, int lo, int hi, const std::string& source,
     return static_cast<int>(value);
 }
 
-double parse_seconds(std::string_view text, double hi, const std::string& source) {
-    const std::string accepted =
-        "expected a number of seconds from 0 to " + std::to_string(static_cast<int>(hi));
+uint64_t parse_u64(std::string_view text, const std::string& source) {
+    uint64_t value = 0;
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end)
+        reject(source, text, "expected a whole number from 0 to " + std::to_string(UINT64_MAX));
+    return value;
+}
+
+double parse_number(std::string_view text, double lo, double hi, const std::string& source,
+                    std::string_view unit) {
+    const std::string accepted = "expected a number " +
+                                 (unit.empty() ? "" : "of " + std::string(unit) + " ") + "from " +
+                                 number_text(lo) + " to " + number_text(hi);
     double value = 0;
     const char* end = text.data() + text.size();
     auto [ptr, ec] = std::from_chars(text.data(), end, value, std::chars_format::fixed);
-    if (text.empty() || ptr != end || ec != std::errc() || !std::isfinite(value) || value < 0 || value > hi)
+    if (text.empty() || ptr != end || ec != std::errc() || !std::isfinite(value) || value < lo || value > hi)
         reject(source, text, accepted);
     return value;
+}
+
+double parse_seconds(std::string_view text, double hi, const std::string& source) {
+    return parse_number(text, 0, hi, source, "seconds");
+}
+
+std::string number_text(double value) {
+    char buf[32];
+    auto [ptr, ec] = std::to_chars(buf, buf + sizeof(buf), value);
+    return ec == std::errc() ? std::string(buf, ptr) : std::to_string(value);
+}
+
+std::string parse_choice(std::string_view text, const std::vector<std::string>& choices,
+                         const std::string& source) {
+    if (std::find(choices.begin(), choices.end(), text) != choices.end()) return std::string(text);
+    std::string list;
+    for (const std::string& c : choices) list += (list.empty() ? "" : ", ") + c;
+    reject(source, text, "expected one of " + list);
 }
 
 bool parse_bool(std::string_view text, const std::string& source) {
@@ -98,6 +127,12 @@ std::vector<int> parse_gpu_ids(std::string_view text, const std::string& source)
     return ids;
 }
 
+std::string gpu_ids_text(const std::vector<int>& ids) {
+    std::string out;
+    for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+    return out;
+}
+
 std::string parse_host(std::string_view text, const std::string& source) {
     std::string host(text);
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
@@ -107,8 +142,6 @@ std::string parse_host(std::string_view text, const std::string& source) {
     if (host.find('\0') == std::string::npos && is_hostname(host)) return host;
     reject(source, text, "expected a host name or an IPv4/IPv6 address, e.g. node0.cluster or 10.0.0.1");
 }
-
-int parse_port(std::string_view text, const std::string& source) { return parse_int(text, 1, 65535, source); }
 
 int parse_process_count(std::string_view text, const std::vector<int>& gpu_ids, const std::string& source) {
     if (text == "auto") {

@@ -1,8 +1,14 @@
 #include <doctest/doctest.h>
 
 #include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -30,31 +36,407 @@ CommandLine parse(std::vector<std::string> args, const FakeEnv& env = {}) {
     return parse_command_line(args, env.lookup());
 }
 
+std::string temp_path(const std::string& name) {
+    return "/tmp/dp_launch_test_" + std::to_string(getpid()) + "_" + name;
+}
+
 std::string write_temp(const std::string& name, const std::string& text) {
-    const std::string path = "/tmp/dp_launch_test_" + std::to_string(getpid()) + "_" + name;
+    const std::string path = temp_path(name);
     std::ofstream(path) << text;
     return path;
 }
 
 }  // namespace
 
-TEST_CASE("the option table has no duplicate flag, key or environment twin, and every twin is DP_*") {
-    std::set<std::string> flags, keys, envs;
-    for (const auto& def : dp::cli::launch_option_table()) {
-        CHECK_MESSAGE(keys.insert(def.key).second, def.key);
-        CHECK_MESSAGE(envs.insert(def.env).second, def.env);
-        CHECK(std::string(def.env).rfind("DP_", 0) == 0);
-        CHECK(std::string(def.help).size() > 10);
-        std::stringstream names(def.flags);
-        for (std::string name; std::getline(names, name, ',');)
-            CHECK_MESSAGE(flags.insert(name).second, name);
+// The table tests: every row of every table, checked from what parse_command_line makes of it.
+
+namespace {
+
+using dp::cli::DefaultKind;
+using dp::cli::OptionDef;
+using dp::cli::OptionKind;
+
+// A row of either table, and how to read its field back from a parsed command line.
+struct TableRow {
+    const OptionDef* def;
+    std::function<std::string(const CommandLine&)> field;
+    std::string default_field;  // the field of a default-constructed target
+};
+
+std::vector<TableRow> every_table_row() {
+    std::vector<TableRow> rows;
+    for (const auto& r : dp::cli::launch_option_table())
+        rows.push_back({&r, [&r](const CommandLine& c) { return r.get(c.spec); }, r.get({})});
+    for (const auto& r : dp::cli::job_option_table())
+        rows.push_back(
+            {&r, [&r](const CommandLine& c) { return c.job ? r.get(*c.job) : "(no job)"; }, r.get({})});
+    return rows;
+}
+
+// Settings every row's value needs from the others: several nodes (so any node rank up to 3 fits),
+// and so an address and a port. The row under test is left out of them, and when it is the address or
+// the port, so are the nodes.
+std::vector<std::string> context_for(const OptionDef& def, const std::string& nnodes = "4") {
+    const bool one_node = def.key == "master_addr" || def.key == "master_port";
+    std::vector<std::string> args;
+    for (auto [key, value] : {std::pair<std::string, std::string>{"nnodes", one_node ? "" : nnodes},
+                              {"master_addr", "node0"},
+                              {"master_port", "29500"}})
+        if (key != def.key && !value.empty()) args.push_back("--" + key + "=" + value);
+    return args;
+}
+
+// Where resolve_row writes its config file.
+std::string config_path() { return temp_path("table.json"); }
+
+// A main job on p.txt, with the row set from the sources given (nullopt: not set there). A config
+// value is written as a JSON number when `config_as_number`.
+CommandLine resolve_row(const OptionDef& def, std::optional<std::string> flag, std::optional<std::string> env,
+                        std::optional<std::string> config, bool config_as_number = false,
+                        std::vector<std::string> args = {}) {
+    if (args.empty()) args = context_for(def);
+    FakeEnv fake;
+    if (flag) args.push_back(def.long_flag + "=" + *flag);
+    if (env) fake.vars[def.env] = *env;
+    if (config) {
+        nlohmann::json doc = nlohmann::json::object();
+        doc[def.key] = config_as_number ? nlohmann::json::parse(*config) : nlohmann::json(*config);
+        std::ofstream(config_path()) << doc.dump();
+        args.push_back("--config=" + config_path());
     }
-    // Building the CLI11 app also refuses duplicates; --help must render every option.
-    CommandLine help = parse({"--help"});
+    args.push_back("p.txt");
+    return parse(args, fake);
+}
+
+// Texts each row accepts, to tell the sources apart; the kinds give them, except for text rows whose
+// setter checks more.
+std::vector<std::string> candidates(const OptionDef& def) {
+    switch (def.kind) {
+        case OptionKind::kSwitch:
+            return {"true", "false"};
+        case OptionKind::kInt: {
+            std::vector<std::string> out;
+            for (int i = 0; i < 4; ++i) out.push_back(std::to_string(static_cast<long long>(def.lo) + i));
+            return out;
+        }
+        case OptionKind::kNumber: {
+            std::vector<std::string> out;
+            for (double v : {def.lo, def.hi, (def.lo + def.hi) / 2}) {
+                std::ostringstream text;
+                text << v;
+                out.push_back(text.str());
+            }
+            return out;
+        }
+        case OptionKind::kU64:
+            return {"0", "1", "18446744073709551615"};
+        case OptionKind::kChoice:
+            return def.choices;
+        case OptionKind::kText:
+            break;
+    }
+    if (def.key == "gpu_ids") return {"0", "1", "0,1"};
+    if (def.key == "model") {
+        std::vector<std::string> out;
+        for (const char* name : {"model_a", "model_b", "model_c"}) {
+            const std::string dir = temp_path(name);
+            std::filesystem::create_directories(dir);
+            std::ofstream(dir + "/model_index.json") << "{}";
+            out.push_back(dir);
+        }
+        return out;
+    }
+    return {"a", "b", "c"};
+}
+
+// Fields that another row's value changes on purpose: -n auto counts --gpu-ids.
+bool depends_on(const std::string& key, const std::string& other) {
+    return key == "num_processes" && other == "gpu_ids";
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& separator) {
+    std::string out;
+    for (const std::string& item : items) out += (out.empty() ? "" : separator) + item;
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("the table tests cover every table of the program: both tables and --config") {
+    std::set<const OptionDef*> tested;
+    for (const TableRow& row : every_table_row()) CHECK(tested.insert(row.def).second);
+    tested.insert(&dp::cli::config_option());
+    const auto& all = dp::cli::all_option_defs();
+    CHECK(std::set<const OptionDef*>(all.begin(), all.end()) == tested);
+    CHECK(all.size() == tested.size());
+
+    // Everything registered on the command line is one of them.
+    CLI::App app;
+    dp::cli::RawLaunchOptions raw;
+    dp::cli::add_launch_options(app, raw);
+    std::size_t registered = 0;
+    for (const CLI::Option* opt : app.get_options()) {
+        if (opt->get_name() == "--help") continue;
+        ++registered;
+        CHECK_MESSAGE(std::any_of(all.begin(), all.end(),
+                                  [&](const OptionDef* d) { return raw.options.at(d->key) == opt; }),
+                      opt->get_name());
+    }
+    CHECK(registered == all.size());
+}
+
+TEST_CASE("no flag, environment twin or config key appears twice across the tables") {
+    std::map<std::string, std::string> flags, envs, config_names;  // -> the key of the row that has it
+    for (const OptionDef* def : dp::cli::all_option_defs()) {
+        CAPTURE(def->key);
+        CHECK_MESSAGE(envs.emplace(def->env, def->key).second, def->env);
+        CHECK(def->env.rfind("DP_", 0) == 0);
+        CHECK(def->help.size() > 10);
+        CHECK(def->long_flag.rfind("--", 0) == 0);
+        std::stringstream names(def->flags);
+        for (std::string name; std::getline(names, name, ',');) {
+            CHECK_MESSAGE(flags.emplace(name, def->key).second, name);
+            if (name.rfind("--", 0) != 0) continue;
+            std::string spelling = name.substr(2);
+            std::replace(spelling.begin(), spelling.end(), '-', '_');
+            // A config key names one row, in whichever spelling.
+            auto [at, fresh] = config_names.emplace(spelling, def->key);
+            CHECK_MESSAGE((fresh || at->second == def->key), spelling);
+        }
+        CHECK(config_names.count(def->key) == 1);
+    }
+    CHECK(envs.size() == dp::cli::all_option_defs().size());
+}
+
+TEST_CASE("--help renders every row's range, choices and default from the row, never by hand") {
+    const CommandLine help = parse({"--help"});
     REQUIRE(help.action == CommandLine::Action::kPrint);
-    for (const auto& def : dp::cli::launch_option_table())
-        CHECK_MESSAGE(help.message.find(def.env) != std::string::npos, def.env);
     CHECK(help.message.find("Examples:") != std::string::npos);
+    CHECK_MESSAGE(help.message.find(dp::cli::config_option().help_text()) != std::string::npos,
+                  dp::cli::config_option().help_text());
+    for (const TableRow& row : every_table_row()) {
+        const OptionDef& def = *row.def;
+        CAPTURE(def.key);
+        const std::string text = def.help_text();
+        CHECK_MESSAGE(help.message.find(text) != std::string::npos, text);
+        CHECK(text.find("[env: " + def.env + "]") != std::string::npos);
+
+        std::string range;
+        if (def.kind == OptionKind::kInt)
+            range = std::to_string(static_cast<long long>(def.lo)) + " to " +
+                    std::to_string(static_cast<long long>(def.hi));
+        if (def.kind == OptionKind::kNumber) {
+            std::ostringstream out;
+            out << def.lo << " to " << def.hi << (def.unit.empty() ? "" : " ") << def.unit;
+            range = out.str();
+        }
+        if (def.kind == OptionKind::kU64) range = "0 to 18446744073709551615";
+        if (!range.empty()) {
+            CHECK_MESSAGE(text.find("[" + range + "]") != std::string::npos, text);
+            CHECK_MESSAGE(def.help.find(" to " + range.substr(range.find(" to ") + 4)) == std::string::npos,
+                          "the range is written by hand: " << def.help);
+        }
+        if (def.kind == OptionKind::kChoice) {
+            CHECK(def.value_name == join(def.choices, "|"));
+            CHECK(help.message.find(def.long_flag + " " + def.value_name) != std::string::npos);
+            CHECK_MESSAGE(def.help.find(join(def.choices, "|")) == std::string::npos, def.help);
+            CHECK_MESSAGE(def.help.find(join(def.choices, ", ")) == std::string::npos, def.help);
+        }
+
+        std::string lower = def.help;
+        for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        CHECK_MESSAGE(lower.find("default") == std::string::npos,
+                      "the default is written by hand: " << def.help);
+        const std::string shown =
+            def.default_kind == DefaultKind::kTarget ? row.default_field : def.default_text;
+        if (shown.empty()) {
+            CHECK(text.find("[default:") == std::string::npos);
+        } else {
+            CHECK_MESSAGE(text.find("[default: " + shown + "]") != std::string::npos, text);
+        }
+    }
+}
+
+TEST_CASE("the default --help shows is the default applied") {
+    for (const TableRow& row : every_table_row()) {
+        const OptionDef& def = *row.def;
+        CAPTURE(def.key);
+        const CommandLine unset = resolve_row(def, std::nullopt, std::nullopt, std::nullopt);
+        REQUIRE_MESSAGE(unset.action == CommandLine::Action::kLaunch, unset.message);
+        if (def.default_kind == DefaultKind::kApplied) {
+            REQUIRE(!def.default_text.empty());
+        } else {
+            // Nothing set: the field keeps the target's own default.
+            CHECK(row.field(unset) == row.default_field);
+        }
+        if (def.default_kind == DefaultKind::kDescribed || def.default_text.empty()) continue;
+        const CommandLine given = resolve_row(def, def.default_text, std::nullopt, std::nullopt);
+        REQUIRE_MESSAGE(given.action == CommandLine::Action::kLaunch, given.message);
+        CHECK(row.field(given) == row.field(unset));
+    }
+}
+
+TEST_CASE("every row refuses what it does not accept, from the flag, the environment and the config") {
+    for (const TableRow& row : every_table_row()) {
+        const OptionDef& def = *row.def;
+        CAPTURE(def.key);
+        struct Bad {
+            std::string text;
+            bool json_number;
+        };
+        std::vector<Bad> bads;
+        std::string accepted;
+        switch (def.kind) {
+            case OptionKind::kInt:
+                bads = {{std::to_string(static_cast<long long>(def.lo) - 1), true},
+                        {std::to_string(static_cast<long long>(def.hi) + 1), true},
+                        {"x", false},
+                        {"1.5", false}};
+                accepted = "a whole number from " + std::to_string(static_cast<long long>(def.lo)) + " to " +
+                           std::to_string(static_cast<long long>(def.hi));
+                break;
+            case OptionKind::kNumber:
+                bads = {{std::to_string(static_cast<long long>(def.lo) - 1), true},
+                        {std::to_string(static_cast<long long>(def.hi) + 1), true},
+                        {"x", false}};
+                accepted = " to " + std::to_string(static_cast<long long>(def.hi));
+                break;
+            case OptionKind::kU64:
+                bads = {{"-1", false}, {"18446744073709551616", false}, {"x", false}};
+                accepted = "a whole number from 0 to 18446744073709551615";
+                break;
+            case OptionKind::kChoice:
+                bads = {{"x", false}, {def.choices.back() + " ", false}};
+                accepted = "expected one of " + join(def.choices, ", ");
+                break;
+            case OptionKind::kSwitch:
+                bads = {{"maybe", false}, {"2", false}};
+                accepted = "expected true or false (also 1/0, yes/no, on/off)";
+                break;
+            case OptionKind::kText:
+                continue;  // its own checks: see "every invalid value is a one-line usage error"
+        }
+        for (const Bad& bad : bads) {
+            CAPTURE(bad.text);
+            const std::string path = config_path();
+            const std::vector<std::pair<std::string, CommandLine>> tries = {
+                {def.long_flag, resolve_row(def, bad.text, std::nullopt, std::nullopt)},
+                {def.env, resolve_row(def, std::nullopt, bad.text, std::nullopt)},
+                {path + ": " + def.key,
+                 resolve_row(def, std::nullopt, std::nullopt, bad.text, bad.json_number)},
+            };
+            for (const auto& [source, r] : tries) {
+                CAPTURE(source);
+                CHECK(r.action == CommandLine::Action::kFail);
+                CHECK(r.exit_code == 2);
+                CHECK_MESSAGE(r.message.find(source + " '" + bad.text + "'") != std::string::npos, r.message);
+                CHECK_MESSAGE(r.message.find(accepted) != std::string::npos, r.message);
+                CHECK(r.message.find('\n') == std::string::npos);
+            }
+        }
+        // The ends of a range are accepted (node ranks up to 65535 need as many nodes).
+        if (def.kind == OptionKind::kInt || def.kind == OptionKind::kNumber) {
+            const auto args = context_for(def, def.key == "node_rank" ? "65536" : "4");
+            for (double end : {def.lo, def.hi}) {
+                std::ostringstream text;
+                text << std::fixed << std::setprecision(0) << end;
+                const CommandLine r = resolve_row(def, text.str(), std::nullopt, std::nullopt, false, args);
+                CHECK_MESSAGE(r.action == CommandLine::Action::kLaunch, r.message);
+                CHECK(row.field(r) == text.str());
+            }
+        }
+    }
+}
+
+TEST_CASE("precedence holds for every row: flag > environment > config file > default") {
+    const std::vector<TableRow> rows = every_table_row();
+    for (const TableRow& row : rows) {
+        const OptionDef& def = *row.def;
+        CAPTURE(def.key);
+        const CommandLine unset = resolve_row(def, std::nullopt, std::nullopt, std::nullopt);
+        REQUIRE_MESSAGE(unset.action == CommandLine::Action::kLaunch, unset.message);
+
+        // Each candidate's value, as the config file sets it; then one per source, each different from
+        // the one below it.
+        std::vector<std::pair<std::string, std::string>> values;  // text, field
+        for (const std::string& text : candidates(def)) {
+            const CommandLine r = resolve_row(def, std::nullopt, std::nullopt, text);
+            REQUIRE_MESSAGE(r.action == CommandLine::Action::kLaunch, text << ": " << r.message);
+            values.emplace_back(text, row.field(r));
+        }
+        // The first value unlike `unlike`, and if there is one, unlike every one of `rather_unlike`.
+        auto pick = [&](const std::string& unlike, const std::vector<std::string>& rather_unlike) {
+            for (const auto& v : values)
+                if (v.second != unlike &&
+                    std::find(rather_unlike.begin(), rather_unlike.end(), v.second) == rather_unlike.end())
+                    return v;
+            for (const auto& v : values)
+                if (v.second != unlike) return v;
+            FAIL("no candidate differs from " << unlike);
+            return values.front();
+        };
+        const std::string none = row.field(unset);
+        const auto config = pick(none, {});
+        const auto env = pick(config.second, {none});
+        const auto flag = pick(env.second, {none, config.second});
+
+        auto check = [&](const CommandLine& r, const std::string& wanted) {
+            REQUIRE_MESSAGE(r.action == CommandLine::Action::kLaunch, r.message);
+            CHECK(row.field(r) == wanted);
+        };
+        check(resolve_row(def, std::nullopt, env.first, std::nullopt), env.second);
+        check(resolve_row(def, std::nullopt, env.first, config.first), env.second);
+        check(resolve_row(def, flag.first, std::nullopt, config.first), flag.second);
+        check(resolve_row(def, flag.first, env.first, config.first), flag.second);
+        const CommandLine flag_only = resolve_row(def, flag.first, std::nullopt, std::nullopt);
+        check(flag_only, flag.second);
+
+        // The row sets its own field and no other.
+        const CommandLine config_only = resolve_row(def, std::nullopt, std::nullopt, config.first);
+        for (const TableRow& other : rows) {
+            if (other.def == row.def || depends_on(other.def->key, def.key)) continue;
+            CHECK_MESSAGE(other.field(flag_only) == other.field(unset), other.def->key);
+            CHECK_MESSAGE(other.field(config_only) == other.field(unset), other.def->key);
+        }
+    }
+}
+
+TEST_CASE("a switch given a value reads it: --overwrite=false is off") {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"--overwrite=false", "--skip-invalid=false", "--cfg-parallel=false",
+                                   "--dry-run=0", "p.txt"},
+          std::vector<std::string>{"--overwrite=no", "--skip-invalid=off", "--cfg-parallel=0",
+                                   "--dry-run=false", "--quiet=no", "--no-prefix=off", "p.txt"}}) {
+        CAPTURE(args);
+        const CommandLine c = parse(args);
+        REQUIRE_MESSAGE(c.action == CommandLine::Action::kLaunch, c.message);
+        CHECK_FALSE(c.job->overwrite);
+        CHECK_FALSE(c.job->skip_invalid);
+        CHECK_FALSE(c.job->cfg_parallel);
+        CHECK_FALSE(c.spec.dry_run);
+        CHECK_FALSE(c.spec.quiet);
+        CHECK(c.spec.prefix_output);
+    }
+    for (const TableRow& row : every_table_row()) {
+        if (row.def->kind != OptionKind::kSwitch) continue;
+        const OptionDef& def = *row.def;
+        CAPTURE(def.key);
+        for (const char* word : {"true", "1", "yes", "on", "TRUE", "false", "0", "no", "off", "Off"}) {
+            CAPTURE(word);
+            const bool on = std::string("1yesonTRUEtrue").find(word) != std::string::npos;
+            const CommandLine r = resolve_row(def, std::string(word), std::nullopt, std::nullopt);
+            REQUIRE_MESSAGE(r.action == CommandLine::Action::kLaunch, r.message);
+            CHECK(row.field(r) == (on ? "on" : "off"));
+            // A flag's value beats a variable that says the opposite.
+            const CommandLine over =
+                resolve_row(def, std::string(word), std::string(on ? "0" : "1"), std::nullopt);
+            CHECK(row.field(over) == (on ? "on" : "off"));
+        }
+        std::vector<std::string> bare = context_for(def);
+        bare.push_back(def.long_flag);
+        bare.push_back("p.txt");
+        CHECK(row.field(parse(bare)) == "on");
+    }
 }
 
 TEST_CASE("torchrun and accelerate spellings are accepted") {
