@@ -56,6 +56,13 @@ Sd3TransformerConfig Sd3TransformerConfig::from_json_text(const std::string& tex
         throw ModelError(path + ": transformer class '" + cls +
                          "' is not supported (supported: SD3Transformer2DModel)");
     Sd3TransformerConfig cfg;
+    const strategies::TransformerShape& shape = strategies::sd3_parallel_spec().transformer_defaults;
+    cfg.sample_size = shape.sample_size;
+    cfg.patch_size = shape.patch_size;
+    cfg.in_channels = shape.in_channels;
+    cfg.num_layers = shape.layers;
+    cfg.attention_head_dim = shape.head_dim;
+    cfg.num_attention_heads = shape.heads;
     cfg.sample_size = c.integer("sample_size", cfg.sample_size, 1, 1 << 16);
     cfg.patch_size = c.integer("patch_size", cfg.patch_size, 1, 64);
     cfg.in_channels = c.integer("in_channels", cfg.in_channels, 1, 4096);

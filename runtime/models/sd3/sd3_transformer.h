@@ -20,14 +20,17 @@ namespace dp::runtime {
 
 struct DeviceMapping;
 
+// diffusers' config.json of SD3Transformer2DModel. The shape the strategies also read (heads,
+// head size, layers, patch, channels, sample size) defaults to SD3's parallel spec
+// (strategies::sd3_parallel_spec().transformer_defaults), written there once.
 struct Sd3TransformerConfig {
-    int64_t sample_size = 128;
-    int64_t patch_size = 2;
-    int64_t in_channels = 16;
-    int64_t out_channels = 16;
-    int64_t num_layers = 18;
-    int64_t attention_head_dim = 64;
-    int64_t num_attention_heads = 18;
+    int64_t sample_size = 0;
+    int64_t patch_size = 0;
+    int64_t in_channels = 0;
+    int64_t out_channels = 0;
+    int64_t num_layers = 0;
+    int64_t attention_head_dim = 0;
+    int64_t num_attention_heads = 0;
     int64_t joint_attention_dim = 4096;
     int64_t caption_projection_dim = 1152;
     int64_t pooled_projection_dim = 2048;
