@@ -111,7 +111,7 @@ TEST_CASE("--strategy context is Ulysses where the heads divide by the ranks, el
     }
 }
 
-TEST_CASE("--strategy tensor is tp over the ranks; device-map is device_map auto; data changes nothing") {
+TEST_CASE("--strategy tensor is tp over the ranks, device-map is device_map auto, data changes nothing") {
     const ParallelSpec& sd3 = sd3_parallel_spec();
     StrategyRequest r = on_world(4);
     r.strategy = "tensor";
@@ -239,7 +239,7 @@ TEST_CASE("a family without a negative guidance branch refuses --cfg-parallel, a
 
 // Over every small request: what is accepted is a mesh of the world whose heads split evenly and
 // whose dp is the one asked for; what is refused is a usage error.
-TEST_CASE("every accepted request is a mesh of the world; every refusal a usage error") {
+TEST_CASE("every accepted request is a mesh of the world, and every refusal a usage error") {
     const ParallelSpec& sd3 = sd3_parallel_spec();
     int accepted = 0, refused = 0;
     for (int world = 1; world <= 12; ++world)
