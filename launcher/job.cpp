@@ -20,6 +20,9 @@
 #include "launcher/process.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
+#include "launcher/values.h"
+#include "protocol/job_file.h"
+#include "protocol/status_events.h"
 #include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
 
@@ -122,12 +125,14 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 // (so a crash leaves every finished record readable) and shows progress.
 class JobMonitor : public StatusListener {
   public:
+    // `order`: the prompt indices in the job file's order, which the ranks' start events refer to.
     JobMonitor(const LaunchSpec& launch, const JobOptions& job, std::map<int64_t, nlohmann::json> records,
-               int64_t to_run)
+               std::vector<int64_t> order)
         : launch_(launch),
           job_(job),
           records_(std::move(records)),
-          to_run_(to_run),
+          order_(std::move(order)),
+          to_run_(static_cast<int64_t>(order_.size())),
           start_(std::chrono::steady_clock::now()) {
         manifest_path_ = job.output_dir + "/manifest.jsonl";
         manifest_.reset(
@@ -139,44 +144,57 @@ class JobMonitor : public StatusListener {
     }
 
     void on_status(int rank, std::string_view line) override {
-        nlohmann::json event;
+        std::optional<protocol::StatusEvent> event;
         try {
-            event = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception&) {
-            return;  // not ours: a rank wrote something else on fd 3
+            event = protocol::parse_status_line(line);
+        } catch (const protocol::InputDataError& e) {
+            std::cerr << "dp-launch: rank " << rank << ": " << e.what() << " (ignored)" << std::endl;
+            return;
         }
-        const std::string kind = event.value("event", "");
-        if (kind != "image" && kind != "failed") return;
-        const int64_t index = event.value("index", int64_t{-1});
-        auto it = records_.find(index);
-        if (it == records_.end()) return;
-        nlohmann::json& r = it->second;
-        r["rank"] = rank;
-        if (kind == "image") {
-            r["status"] = "ok";
-            r["sha256"] = event.value("sha256", "");
-            r["ms"] = static_cast<int64_t>(event.value("ms", 0.0));
-            r["width"] = event.value("width", 0);
-            r["height"] = event.value("height", 0);
+        if (!event) return;  // not ours: a rank wrote something else on its status channel
+        if (const auto* start = std::get_if<protocol::StartEvent>(&*event)) {
+            shares_[rank] = {start->first, start->count};
+        } else if (const auto* image = std::get_if<protocol::ImageEvent>(&*event)) {
+            nlohmann::json* r = pending(image->index);
+            if (!r) return;
+            (*r)["rank"] = rank;
+            (*r)["status"] = "ok";
+            (*r)["sha256"] = image->sha256;
+            (*r)["ms"] = static_cast<int64_t>(image->ms);
+            (*r)["width"] = image->width;
+            (*r)["height"] = image->height;
             ++done_;
-        } else {
-            r["status"] = "failed";
-            r["error"] = event.value("error", "");
-            r.erase("file");
+            append(*r);
+        } else if (const auto* failed = std::get_if<protocol::FailedEvent>(&*event)) {
+            nlohmann::json* r = pending(failed->index);
+            if (!r) return;
+            (*r)["rank"] = rank;
+            (*r)["status"] = "failed";
+            (*r)["error"] = failed->error;
+            r->erase("file");
             ++failed_;
+            append(*r);
+        } else if (const auto* error = std::get_if<protocol::RankErrorEvent>(&*event)) {
+            // The rank stopped (a collective failed, a file could not be written, a bug): its
+            // share's unfinished prompts were not run; none of them failed.
+            const auto share = shares_.find(rank);
+            if (share == shares_.end()) return;
+            const auto [first, count] = share->second;
+            for (int64_t k = first; k < first + count && k < static_cast<int64_t>(order_.size()); ++k) {
+                nlohmann::json* r = pending(order_[static_cast<std::size_t>(k)]);
+                if (!r) continue;
+                mark_not_run(*r, "rank " + std::to_string(rank) + " stopped with exit code " +
+                                     std::to_string(error->exit_code) + ": " + error->message);
+                append(*r);
+            }
         }
-        append(r);
         progress(false);
     }
 
     // Marks prompts no rank reported, rewrites the manifest sorted by index, prints the summary.
     void finish() {
         for (auto& [index, r] : records_)
-            if (r.value("status", "") == "pending") {
-                r["status"] = "not_run";
-                r.erase("file");
-                ++not_run_;
-            }
+            if (r.value("status", "") == "pending") mark_not_run(r, "");
         progress(true);
         std::string text;
         for (const auto& [index, r] : records_) text += r.dump() + "\n";
@@ -213,6 +231,20 @@ class JobMonitor : public StatusListener {
     int64_t failed() const { return failed_ + not_run_; }
 
   private:
+    // The record of prompt `index` while no rank has reported it; else nullptr.
+    nlohmann::json* pending(int64_t index) {
+        const auto it = records_.find(index);
+        if (it == records_.end() || it->second.value("status", "") != "pending") return nullptr;
+        return &it->second;
+    }
+
+    void mark_not_run(nlohmann::json& r, const std::string& why) {
+        r["status"] = "not_run";
+        if (!why.empty()) r["error"] = why;
+        r.erase("file");
+        ++not_run_;
+    }
+
     int64_t invalid() const {
         return std::count_if(records_.begin(), records_.end(),
                              [](const auto& kv) { return kv.second.value("status", "") == "invalid"; });
@@ -258,6 +290,8 @@ class JobMonitor : public StatusListener {
     const LaunchSpec& launch_;
     const JobOptions& job_;
     std::map<int64_t, nlohmann::json> records_;
+    std::vector<int64_t> order_;
+    std::map<int, std::pair<int64_t, int64_t>> shares_;  // rank -> its share [first, first + count)
     int64_t to_run_;
     int64_t done_ = 0, failed_ = 0, not_run_ = 0;
     std::string manifest_path_;
@@ -320,6 +354,48 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& j
     }
 }
 
+namespace {
+
+// DP_COLLECTIVE_TIMEOUT: how long a rank waits in one collective before it gives up (exit code 75).
+double collective_timeout_s() {
+    const char* text = std::getenv("DP_COLLECTIVE_TIMEOUT");
+    if (!text || !*text) return protocol::kDefaultCollectiveTimeoutS;
+    return parse_number(text, 0.001, 7 * 24 * 3600, "DP_COLLECTIVE_TIMEOUT", "seconds");
+}
+
+protocol::DeviceMapPlan to_protocol(const strategies::DeviceMapPlan& plan) {
+    protocol::DeviceMapPlan out;
+    out.devices = plan.devices;
+    for (const strategies::Placement& p : plan.placements)
+        out.placements.push_back({p.component, p.block, p.device, p.bytes});
+    return out;
+}
+
+// What every rank is told: `job` (through the strategy) without its requests.
+protocol::JobFile job_file_for(const LaunchSpec& launch, const JobOptions& job) {
+    protocol::JobFile f;
+    f.model_dir = job.model;
+    f.random_weights = job.random_weights;
+    f.output_dir = job.output_dir;
+    f.dtype = job.dtype;
+    f.device = job.device;
+    f.batch_size = job.batch_size;
+    f.mesh.cfg = job.cfg_parallel ? 2 : 1;
+    f.mesh.ring = job.ring;
+    f.mesh.ulysses = job.ulysses;
+    f.mesh.tp = job.tp;
+    f.mesh.dp = launch.world_size() / (f.mesh.cfg * f.mesh.ring * f.mesh.ulysses * f.mesh.tp);
+    f.collective_timeout_s = collective_timeout_s();
+    if (!job.device_map.empty()) {
+        f.device_map = protocol::DeviceMapRequest{job.device_map, job.max_memory, std::nullopt};
+        // Planned once, here, when the budgets are known; else by the worker from its GPUs.
+        if (const auto plan = plan_device_map_for(job)) f.device_map->plan = to_protocol(*plan);
+    }
+    return f;
+}
+
+}  // namespace
+
 int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested);
     const JobOptions job = with_strategy(requested, strategy);
@@ -349,28 +425,31 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     }
 
     // Every prompt's settings, resolved once here so that every rank and the manifest agree.
+    protocol::JobFile job_file = job_file_for(launch, job);
     std::map<int64_t, nlohmann::json> records;
-    std::string requests;
+    std::vector<int64_t> order;
     std::vector<std::string> clashes;
     make_dirs(job.output_dir);
     for (const PromptRecord& p : file.prompts) {
-        const std::string image = image_file_name(p.index, p.name ? *p.name : p.prompt);
-        nlohmann::json r = {{"index", p.index},
-                            {"line", p.line},
-                            {"prompt", p.prompt},
-                            {"negative_prompt", p.negative_prompt.value_or(job.negative_prompt)},
-                            {"seed", p.seed.value_or(prompt_seed(job.seed, p.index))},
-                            {"steps", p.steps.value_or(job.steps)},
-                            {"guidance_scale", p.guidance_scale.value_or(job.guidance_scale)},
-                            {"width", p.width.value_or(job.width)},
-                            {"height", p.height.value_or(job.height)},
-                            {"file", image}};
-        requests += r.dump() + "\n";
+        protocol::JobRequest q;
+        q.index = p.index;
+        q.file = image_file_name(p.index, p.name ? *p.name : p.prompt);
+        q.prompt = p.prompt;
+        q.negative_prompt = p.negative_prompt.value_or(job.negative_prompt);
+        q.seed = p.seed.value_or(prompt_seed(job.seed, p.index));
+        q.steps = p.steps.value_or(job.steps);
+        q.guidance_scale = p.guidance_scale.value_or(job.guidance_scale);
+        q.width = p.width.value_or(job.width);
+        q.height = p.height.value_or(job.height);
+        nlohmann::json r = q;
+        r["line"] = p.line;
         r["model"] = job.model;
         r["status"] = "pending";
         records[p.index] = r;
-        if (!job.overwrite && exists(job.output_dir + "/" + image))
-            clashes.push_back(job.output_dir + "/" + image);
+        order.push_back(p.index);
+        if (!job.overwrite && exists(job.output_dir + "/" + q.file))
+            clashes.push_back(job.output_dir + "/" + q.file);
+        job_file.requests.push_back(std::move(q));
     }
     for (const char* own : {"/manifest.jsonl", "/index.html"})
         if (!job.overwrite && exists(job.output_dir + own)) clashes.push_back(job.output_dir + own);
@@ -382,49 +461,29 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         records[bad.index] = {
             {"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}};
 
-    const std::string requests_path = job.output_dir + "/.dp-requests-" + std::to_string(getpid()) + ".jsonl";
-    write_file_atomically(requests_path, requests);
+    const std::string job_path = job.output_dir + "/.dp-job-" + std::to_string(getpid()) + ".json";
+    protocol::write_job_file(job_path, job_file);
 
     LaunchSpec spec = launch;
     const std::string worker = job.worker.empty() ? self_dir() + "/dp-worker" : job.worker;
-    spec.command = {worker,
-                    "--model",
-                    job.model,
-                    "--requests",
-                    requests_path,
-                    "--output-dir",
-                    job.output_dir,
-                    "--dtype",
-                    job.dtype,
-                    "--device",
-                    job.device,
-                    "--batch-size",
-                    std::to_string(job.batch_size)};
-    if (job.cfg_parallel) spec.command.push_back("--cfg-parallel");
-    if (job.ulysses > 1) spec.command.insert(spec.command.end(), {"--ulysses", std::to_string(job.ulysses)});
-    if (job.tp > 1) spec.command.insert(spec.command.end(), {"--tp", std::to_string(job.tp)});
-    if (job.ring > 1) spec.command.insert(spec.command.end(), {"--ring", std::to_string(job.ring)});
-    if (!job.device_map.empty()) spec.command.insert(spec.command.end(), {"--device-map", job.device_map});
-    if (!job.max_memory.empty()) spec.command.insert(spec.command.end(), {"--max-memory", job.max_memory});
-    if (job.random_weights)
-        spec.command.insert(spec.command.end(), {"--random-weights", std::to_string(*job.random_weights)});
+    spec.command = {worker, "--job", job_path};
 
     if (launch.dry_run) {
-        std::remove(requests_path.c_str());
+        std::remove(job_path.c_str());
         std::cout << file.prompts.size() << " prompt(s) from " << name << " over " << spec.world_size()
                   << " rank(s); images to " << job.output_dir << "/\n"
                   << describe_dry_run(spec) << std::flush;
         return kExitOk;
     }
-    JobMonitor monitor(launch, job, std::move(records), static_cast<int64_t>(file.prompts.size()));
+    JobMonitor monitor(launch, job, std::move(records), std::move(order));
     int code = kExitInternal;
     try {
         code = run_launch(spec, &monitor);
     } catch (...) {
-        std::remove(requests_path.c_str());
+        std::remove(job_path.c_str());
         throw;
     }
-    std::remove(requests_path.c_str());
+    std::remove(job_path.c_str());
     monitor.finish();
     if (code == kExitOk && monitor.failed() > 0)
         code = kExitInternal;  // some prompts failed: see the manifest

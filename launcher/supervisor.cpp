@@ -319,6 +319,7 @@ class Job {
     }
 
     void reap() {
+        std::vector<std::size_t> failed;
         for (std::size_t i = 0; i < ranks_.size(); ++i) {
             Rank& r = ranks_[i];
             if (!r.running) continue;
@@ -327,15 +328,21 @@ class Job {
             r.running = false;
             r.wait_status = status;
             r.ended = Clock::now();
-            const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-            if (failed && first_failure_ < 0 && launcher_signal_ == 0 && !r.signalled_by_launcher) {
-                first_failure_ = static_cast<int>(i);
-                stop_all(SIGTERM);
-                say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") " +
-                    describe_status(status) + " after " + seconds(r.ended - r.started) +
-                    "; stopping the other ranks");
-            }
+            if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !r.signalled_by_launcher)
+                failed.push_back(i);
         }
+        if (failed.empty() || first_failure_ >= 0 || launcher_signal_ != 0) return;
+        // A rank whose collective failed (exit 75) is a consequence of another rank's failure:
+        // when both are seen at once, the other one is the first failure.
+        const auto cause = std::find_if(failed.begin(), failed.end(), [&](std::size_t i) {
+            return exit_code_of(ranks_[i].wait_status) != protocol::kExitCommunication;
+        });
+        first_failure_ = static_cast<int>(cause != failed.end() ? *cause : failed.front());
+        const Rank& r = ranks_[static_cast<std::size_t>(first_failure_)];
+        stop_all(SIGTERM);
+        say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") " +
+            describe_status(r.wait_status) + " after " + seconds(r.ended - r.started) +
+            "; stopping the other ranks");
     }
 
     void on_launcher_signal(int sig) {

@@ -1,22 +1,27 @@
 #include "runtime/worker.h"
 
 #include <ATen/ATen.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <optional>
 
-#include "runtime/communicator.h"
-#include "runtime/device_mapping.h"
+#include "protocol/job_file.h"
+#include "protocol/status_events.h"
 #include "runtime/errors.h"
 #include "runtime/image_sink.h"
-#include "runtime/models/sd3_transformer.h"
+#include "runtime/models/sd3/sd3_transformer.h"
+#include "runtime/parallel/communicator.h"
+#include "runtime/parallel/device_mapping.h"
+#include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline.h"
 #include "runtime/split.h"
 #include "runtime/tensor_io.h"
@@ -27,63 +32,28 @@
 namespace dp::runtime {
 namespace {
 
+using protocol::JobFile;
+using protocol::JobRequest;
+
 int env_int(const char* name, int fallback, int lo, int hi) {
     const char* v = std::getenv(name);
     if (!v || !*v) return fallback;
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
     if (*end != '\0' || n < lo || n > hi)
-        throw Error(std::string(name) + "='" + v + "': expected a whole number from " + std::to_string(lo) +
-                        " to " + std::to_string(hi) + " (dp-worker is started by dp-launch, which sets it)",
-                    2);
+        throw protocol::UsageError(std::string(name) + "='" + v + "': expected a whole number from " +
+                                   std::to_string(lo) + " to " + std::to_string(hi) +
+                                   " (dp-worker is started by dp-launch, which sets it)");
     return static_cast<int>(n);
 }
 
-struct Request {
-    int64_t index = 0;
-    GenerateRequest generate;
-    std::string file;
-};
-
-std::vector<Request> read_requests(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw Error(path + ": cannot read the request list", 74);
-    std::vector<Request> out;
-    int line_no = 0;
-    for (std::string line; std::getline(in, line);) {
-        ++line_no;
-        if (line.empty()) continue;
-        try {
-            const nlohmann::json j = nlohmann::json::parse(line);
-            Request r;
-            r.index = j.at("index").get<int64_t>();
-            r.generate.prompt = j.at("prompt").get<std::string>();
-            r.generate.negative_prompt = j.at("negative_prompt").get<std::string>();
-            r.generate.seed = j.at("seed").get<uint64_t>();
-            r.generate.steps = j.at("steps").get<int>();
-            r.generate.guidance_scale = j.at("guidance_scale").get<double>();
-            r.generate.width = j.at("width").get<int>();
-            r.generate.height = j.at("height").get<int>();
-            r.file = j.at("file").get<std::string>();
-            if (r.file.empty() || r.file.find('/') != std::string::npos || r.file[0] == '.')
-                throw std::runtime_error("bad file name");
-            out.push_back(std::move(r));
-        } catch (const std::exception& e) {
-            throw Error(path + ":" + std::to_string(line_no) + ": not a request written by dp-launch (" +
-                            e.what() + ")",
-                        65);
-        }
-    }
-    return out;
-}
-
-// One JSON line per event on the launcher's status channel; silently nothing without one.
+// The launcher's status channel (fd DP_STATUS_FD): one event per line; silently nothing without one.
 class StatusChannel {
   public:
-    StatusChannel() : fd_(env_int("DP_STATUS_FD", -1, -1, 1 << 20)) {}
-    void send(const nlohmann::json& event) {
+    explicit StatusChannel(int fd) : fd_(fd) {}
+    void send(const protocol::StatusEvent& event) {
         if (fd_ < 0) return;
-        std::string line = event.dump() + "\n";
+        const std::string line = protocol::status_line(event);
         const char* p = line.data();
         std::size_t n = line.size();
         while (n > 0) {
@@ -102,27 +72,73 @@ class StatusChannel {
     int fd_;
 };
 
-// device_map's plan as the executor's slots: budgets from --max-memory or the visible GPUs, or a
-// map written by hand. Throws Error (exit 2) for a plan that cannot work.
-std::shared_ptr<DeviceMapping> make_device_mapping(const WorkerOptions& o, int element_bytes) {
+// Test only: DP_TEST_KILL_AT_STEP=RANK:STEP makes rank RANK kill itself with SIGKILL after its
+// STEP-th denoising step (counted over all its prompts), so that the integration tests see what
+// the other ranks of a group do when one dies in the middle of a collective. Nothing sets it but
+// those tests.
+class TestKillSwitch {
+  public:
+    explicit TestKillSwitch(int rank) {
+        const char* v = std::getenv("DP_TEST_KILL_AT_STEP");
+        if (!v || !*v) return;
+        int target = -1;
+        if (std::sscanf(v, "%d:%lld", &target, &at_step_) != 2 || at_step_ < 1)
+            throw protocol::UsageError(std::string("DP_TEST_KILL_AT_STEP='") + v +
+                                       "': expected RANK:STEP (a test-only setting)");
+        armed_ = target == rank;
+    }
+    // Called after each denoising step.
+    void step() {
+        if (armed_ && ++steps_ == at_step_) ::raise(SIGKILL);
+    }
+    bool armed() const { return armed_; }
+
+  private:
+    bool armed_ = false;
+    long long at_step_ = 0;
+    long long steps_ = 0;
+};
+
+strategies::DeviceMapPlan to_strategies(const protocol::DeviceMapPlan& plan) {
+    strategies::DeviceMapPlan out;
+    out.devices = plan.devices;
+    out.used.assign(plan.devices.size(), 0);
+    for (const protocol::DevicePlacement& p : plan.placements) {
+        out.placements.push_back({p.component, p.block, p.device, p.bytes});
+        const auto d = std::find(plan.devices.begin(), plan.devices.end(), p.device) - plan.devices.begin();
+        out.used[static_cast<std::size_t>(d)] += p.bytes;
+    }
+    return out;
+}
+
+// device_map's plan as the executor's slots: the launcher's plan from the job file, or, when the
+// budgets are the visible GPUs' free memory, planned here. Throws UsageError for a plan that
+// cannot work.
+std::shared_ptr<DeviceMapping> make_device_mapping(const JobFile& job, int element_bytes) {
+    const protocol::DeviceMapRequest& request = *job.device_map;
     strategies::DeviceMapPlan plan;
-    try {
-        std::vector<strategies::DeviceBudget> gpus;
-        if (o.max_memory.empty() && (o.device_map == "balanced" || o.device_map == "auto")) {
+    if (request.plan) {
+        plan = to_strategies(*request.plan);
+    } else {
+        try {
+            if (!request.max_memory.empty() || (request.spec != "balanced" && request.spec != "auto"))
+                throw std::invalid_argument(
+                    "the job file has no plan, and only budgets measured here may "
+                    "be planned here (dp-launch plans the others)");
+            std::vector<strategies::DeviceBudget> gpus;
             for (const auto& [device, bytes] : DeviceMapping::visible_gpu_budgets())
                 gpus.push_back({device, bytes});
             if (gpus.size() < 2)
-                throw std::invalid_argument(
-                    std::to_string(gpus.size()) +
-                    " GPU(s) visible; device_map needs two or more (to try it on the CPU, "
-                    "name CPU devices: --max-memory cpu:0=1GB,cpu:1=1GB)");
+                throw std::invalid_argument(std::to_string(gpus.size()) +
+                                            " GPU(s) visible; device_map needs two or more (to try it on the "
+                                            "CPU, name CPU devices: --max-memory cpu:0=1GB,cpu:1=1GB)");
+            plan = strategies::plan_device_map_spec(job.model_dir, element_bytes, request.spec, "", gpus);
+        } catch (const std::exception& e) {
+            throw protocol::UsageError("--device-map " + request.spec + ": " + e.what());
         }
-        plan = strategies::plan_device_map_spec(o.model_dir, element_bytes, o.device_map, o.max_memory, gpus);
-    } catch (const std::exception& e) {
-        throw Error("--device-map " + o.device_map + ": " + e.what(), 2);
     }
     const auto blocks = static_cast<std::size_t>(
-        Sd3TransformerConfig::from_json_file(o.model_dir + "/transformer/config.json").num_layers);
+        Sd3TransformerConfig::from_json_file(job.model_dir + "/transformer/config.json").num_layers);
     auto mapping = std::make_shared<DeviceMapping>();
     mapping->labels = plan.devices;
     for (const std::string& label : plan.devices)
@@ -132,10 +148,10 @@ std::shared_ptr<DeviceMapping> make_device_mapping(const WorkerOptions& o, int e
                                 plan.devices.begin());
     };
     for (const strategies::Placement& p : plan.placements) {
-        if (p.component == "text_encoder") mapping->text_encoder = slot(p.device);
-        if (p.component == "text_encoder_2") mapping->text_encoder_2 = slot(p.device);
-        if (p.component == "vae") mapping->vae = slot(p.device);
-        if (p.component != "transformer") continue;
+        if (p.component != "transformer") {
+            mapping->components[p.component] = slot(p.device);
+            continue;
+        }
         if (p.block < 0) {  // whole: every block on one device
             mapping->transformer_blocks.assign(blocks, slot(p.device));
         } else {
@@ -144,38 +160,65 @@ std::shared_ptr<DeviceMapping> make_device_mapping(const WorkerOptions& o, int e
             mapping->transformer_blocks[static_cast<std::size_t>(p.block)] = slot(p.device);
         }
     }
-    std::cerr << "dp-worker: device_map " << o.device_map << ":\n"
+    std::cerr << "dp-worker: device_map " << request.spec << ":\n"
               << strategies::describe_device_map(plan) << std::flush;
     return mapping;
 }
 
-}  // namespace
+GenerateRequest generate_request(const JobRequest& r) {
+    GenerateRequest g;
+    g.prompt = r.prompt;
+    g.negative_prompt = r.negative_prompt;
+    g.seed = r.seed;
+    g.steps = r.steps;
+    g.guidance_scale = r.guidance_scale;
+    g.width = r.width;
+    g.height = r.height;
+    return g;
+}
 
-int run_worker(const WorkerOptions& o) {
-    const int rank = env_int("RANK", 0, 0, 1 << 24);
+// A problem of the request itself: that prompt fails, the rank goes on. Every other error ends
+// the rank (a collective failure above all: after it the group's order is broken).
+bool is_prompt_error(const Error& e) {
+    return dynamic_cast<const ModelError*>(&e) != nullptr ||
+           dynamic_cast<const protocol::InputDataError*>(&e) != nullptr;
+}
+
+bool env_flag(const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v && std::string(v) != "0";
+}
+
+// The rank's work once the job file is read. Returns its exit code; throws for what ends it.
+int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     const int world = env_int("WORLD_SIZE", 1, 1, 1 << 24);
     const int local_rank = env_int("LOCAL_RANK", 0, 0, 1 << 24);
     if (rank >= world)
-        throw Error("RANK " + std::to_string(rank) + " is not below WORLD_SIZE " + std::to_string(world), 2);
+        throw protocol::UsageError("RANK " + std::to_string(rank) + " is not below WORLD_SIZE " +
+                                   std::to_string(world));
+    if (job.mesh.world_size() != world)
+        throw protocol::UsageError(
+            "the job file's mesh (dp x cfg x ring x ulysses x tp = " + std::to_string(job.mesh.world_size()) +
+            ") does not match WORLD_SIZE " + std::to_string(world));
 
     PipelineOptions po;
-    po.model_dir = o.model_dir;
-    po.random_weights = o.random_weights;
-    po.dtype = o.dtype == "bf16" ? at::kBFloat16 : o.dtype == "fp16" ? at::kHalf : at::kFloat;
+    po.model_dir = job.model_dir;
+    po.random_weights = job.random_weights;
+    po.dtype = job.dtype == "bf16" ? at::kBFloat16 : job.dtype == "fp16" ? at::kHalf : at::kFloat;
     const bool cuda = at::hasCUDA();
-    if (!o.device_map.empty() && world != 1)
-        throw Error("--device-map runs one process over several devices; the world has " +
-                        std::to_string(world) + " ranks",
-                    2);
-    if (!o.device_map.empty()) {
-        po.device_map = make_device_mapping(o, po.dtype == at::kFloat ? 4 : 2);
+    if (job.device_map && world != 1)
+        throw protocol::UsageError("--device-map runs one process over several devices; the world has " +
+                                   std::to_string(world) + " ranks");
+    if (job.device_map) {
+        po.device_map = make_device_mapping(job, po.dtype == at::kFloat ? 4 : 2);
         po.device =
             po.device_map->devices[static_cast<std::size_t>(po.device_map->transformer_blocks.front())];
     }
-    if (o.device == "cuda" && !cuda)
-        throw Error("--device cuda: no CUDA device is available to this rank; use --device cpu or auto", 2);
+    if (job.device == "cuda" && !cuda)
+        throw protocol::UsageError(
+            "--device cuda: no CUDA device is available to this rank; use --device cpu or auto");
     if (!po.device_map)
-        po.device = (o.device == "cpu" || !cuda)
+        po.device = (job.device == "cpu" || !cuda)
                         ? at::Device(at::kCPU)
                         : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 
@@ -185,127 +228,85 @@ int run_worker(const WorkerOptions& o) {
     if (const char* addr = std::getenv("MASTER_ADDR")) co.master_addr = addr;
     co.master_port = env_int("MASTER_PORT", 29500, 1, 65535);
     co.backend = po.device.is_cuda() ? "nccl" : "gloo";
+    co.timeout = std::chrono::milliseconds(static_cast<int64_t>(job.collective_timeout_s * 1000));
     Communicator comm(co);
-
-    const std::vector<Request> all = read_requests(o.requests_file);
-    // The mesh: prompts are split over the dp dimension; the ranks of one model replica (its cfg,
-    // ulysses and tp ranks) take the same ones, and its first rank writes and reports.
     strategies::MeshDegrees degrees;
-    degrees.cfg = o.cfg_parallel ? 2 : 1;
-    degrees.ulysses = std::max(1, o.ulysses);
-    degrees.tp = std::max(1, o.tp);
-    degrees.ring = std::max(1, o.ring);
-    const int replica = degrees.cfg * degrees.ring * degrees.ulysses * degrees.tp;
-    if (world % replica != 0)
-        throw Error("the world of " + std::to_string(world) +
-                        " ranks does not divide by cfg x ring x ulysses x tp = " + std::to_string(replica),
-                    2);
-    degrees.dp = world / replica;
-    const strategies::Mesh mesh(world, degrees);
-    const auto coords = mesh.coords(rank);
-    auto index = [&](strategies::MeshDim dim) { return coords[static_cast<std::size_t>(dim)]; };
-    const int dp_index = index(strategies::MeshDim::kDp);
-    // A group's tag: its dimension and the coordinates its members share.
-    auto tag = [&](strategies::MeshDim dim) {
-        std::string t = std::string(strategies::mesh_dim_name(dim)) + "/";
-        for (int d = 0; d < strategies::kMeshDims; ++d)
-            if (d != static_cast<int>(dim)) t += std::to_string(coords[static_cast<std::size_t>(d)]) + ".";
-        return t + "/";
-    };
-    // Every rank forms its groups in the same order (cfg, ring, ulysses, tp), so none waits on another.
-    std::unique_ptr<Communicator> cfg_group, ring_group, ulysses_group, tp_group;
-    if (degrees.cfg > 1)
-        cfg_group =
-            comm.subgroup(mesh.group(rank, strategies::MeshDim::kCfg), tag(strategies::MeshDim::kCfg));
-    if (degrees.ring > 1)
-        ring_group =
-            comm.subgroup(mesh.group(rank, strategies::MeshDim::kRing), tag(strategies::MeshDim::kRing));
-    if (degrees.ulysses > 1)
-        ulysses_group = comm.subgroup(mesh.group(rank, strategies::MeshDim::kUlysses),
-                                      tag(strategies::MeshDim::kUlysses));
-    if (degrees.tp > 1)
-        tp_group = comm.subgroup(mesh.group(rank, strategies::MeshDim::kTp), tag(strategies::MeshDim::kTp));
-    const bool writer = index(strategies::MeshDim::kCfg) == 0 && index(strategies::MeshDim::kUlysses) == 0 &&
-                        index(strategies::MeshDim::kTp) == 0 && index(strategies::MeshDim::kRing) == 0;
-    const std::vector<Request> mine = split_between_processes(all, degrees.dp, dp_index);
+    degrees.dp = job.mesh.dp;
+    degrees.cfg = job.mesh.cfg;
+    degrees.ring = job.mesh.ring;
+    degrees.ulysses = job.mesh.ulysses;
+    degrees.tp = job.mesh.tp;
+    // Every rank forms its sub-groups here, in the same order, so none waits on another.
+    const ParallelContext parallel(comm, strategies::Mesh(world, degrees));
+    const bool writer = parallel.writes_outputs();
+    const Range share = split_between_processes(static_cast<int64_t>(job.requests.size()),
+                                                parallel.replicas(), parallel.replica());
     // DP_SAVE_LATENTS=1: each image's final latents (fp32, before decoding) beside it, as
     // NAME.png.latents.safetensors, to compare runs more finely than by pixels.
-    const char* save_latents_env = std::getenv("DP_SAVE_LATENTS");
-    const bool save_latents = save_latents_env && *save_latents_env && std::string(save_latents_env) != "0";
-    StatusChannel status;
-    status.send({{"event", "start"}, {"rank", rank}, {"count", mine.size()}, {"device", po.device.str()}});
+    const bool save_latents = env_flag("DP_SAVE_LATENTS");
+    TestKillSwitch kill_switch(rank);
+    status.send(protocol::StartEvent{rank, po.device.str(), share.begin, share.size()});
 
     int failed = 0;
-    if (!mine.empty()) {
-        po.tp_rank = index(strategies::MeshDim::kTp);
-        po.tp_size = degrees.tp;
-        const auto pipeline = Sd3Pipeline::load(po);
-        pipeline->set_tensor_group(tp_group.get());
-        pipeline->set_ring_group(ring_group.get());
-        pipeline->set_cfg_group(cfg_group.get());
-        pipeline->set_ulysses_group(ulysses_group.get());
-        std::size_t next = 0;
-        while (next < mine.size()) {
+    if (share.size() > 0) {
+        const auto pipeline = load_pipeline(po, parallel);
+        int64_t next = share.begin;
+        while (next < share.end) {
             // A batch: consecutive requests that can share the model's shapes.
-            std::vector<const Request*> group = {&mine[next++]};
-            const GenerateRequest& first = group.front()->generate;
-            while (next < mine.size() && static_cast<int>(group.size()) < std::max(1, o.batch_size)) {
-                const GenerateRequest& g = mine[next].generate;
+            std::vector<const JobRequest*> group = {&job.requests[static_cast<std::size_t>(next++)]};
+            const JobRequest& first = *group.front();
+            while (next < share.end && static_cast<int>(group.size()) < job.batch_size) {
+                const JobRequest& g = job.requests[static_cast<std::size_t>(next)];
                 if (g.steps != first.steps || g.guidance_scale != first.guidance_scale ||
                     g.width != first.width || g.height != first.height)
                     break;
-                group.push_back(&mine[next++]);
+                group.push_back(&g);
+                ++next;
             }
             std::vector<GenerateRequest> requests;
-            for (const Request* r : group) requests.push_back(r->generate);
+            for (const JobRequest* r : group) {
+                requests.push_back(generate_request(*r));
+                if (kill_switch.armed()) requests.back().on_step = [&](int, int) { kill_switch.step(); };
+            }
             const auto start = std::chrono::steady_clock::now();
+            std::vector<GenerateResult> results;
             try {
-                std::vector<GenerateResult> results = pipeline->generate_batch(requests);
-                const double ms =
-                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                        .count() /
-                    static_cast<double>(group.size());
-                for (std::size_t k = 0; k < group.size() && writer; ++k) {
-                    const Request& r = *group[k];
-                    const GenerateResult& result = results[k];
-                    for (const std::string& w : result.warnings)
-                        std::cerr << "prompt " << r.index << ": " << w << std::endl;
-                    const WrittenImage img = write_png_atomically(
-                        o.output_dir + "/" + r.file, result.image.data_ptr<uint8_t>(),
-                        static_cast<int>(result.image.size(1)), static_cast<int>(result.image.size(0)));
-                    if (save_latents)
-                        save_safetensors(o.output_dir + "/" + r.file + ".latents.safetensors",
-                                         {{"latents", result.latents}}, {{"prompt", r.generate.prompt}});
-                    status.send({{"event", "image"},
-                                 {"index", r.index},
-                                 {"file", r.file},
-                                 {"sha256", img.sha256},
-                                 {"rank", rank},
-                                 {"ms", ms},
-                                 {"width", result.image.size(1)},
-                                 {"height", result.image.size(0)}});
-                }
+                results = pipeline->generate_batch(requests);
             } catch (const Error& e) {
-                for (const Request* r : group) {
+                if (!is_prompt_error(e)) throw;
+                for (const JobRequest* r : group) {
                     if (!writer) break;
                     ++failed;
                     std::cerr << "prompt " << r->index << ": " << e.what() << std::endl;
-                    status.send(
-                        {{"event", "failed"}, {"index", r->index}, {"error", e.what()}, {"rank", rank}});
+                    status.send(protocol::FailedEvent{rank, r->index, e.what()});
                 }
+                continue;
+            }
+            const double ms =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
+                static_cast<double>(group.size());
+            for (std::size_t k = 0; k < group.size() && writer; ++k) {
+                const JobRequest& r = *group[k];
+                const GenerateResult& result = results[k];
+                for (const std::string& w : result.warnings)
+                    std::cerr << "prompt " << r.index << ": " << w << std::endl;
+                const int width = static_cast<int>(result.image.size(1));
+                const int height = static_cast<int>(result.image.size(0));
+                const WrittenImage img = write_png_atomically(
+                    job.output_dir + "/" + r.file, result.image.data_ptr<uint8_t>(), width, height);
+                if (save_latents)
+                    save_safetensors(job.output_dir + "/" + r.file + ".latents.safetensors",
+                                     {{"latents", result.latents}}, {{"prompt", r.prompt}});
+                status.send(protocol::ImageEvent{rank, r.index, r.file, img.sha256, ms, width, height});
             }
         }
     }
     // Every rank, with prompts or without, meets the others before leaving.
     comm.barrier();
-    if (const char* report = std::getenv("DP_COMM_REPORT"); report && *report && std::string(report) != "0") {
+    if (env_flag("DP_COMM_REPORT")) {
         // Bytes this rank sent, per kind of collective, over every group it belongs to (the
         // figures the README's communication formulas predict).
-        std::map<std::string, uint64_t> total;
-        for (const Communicator* c :
-             {&comm, cfg_group.get(), ring_group.get(), ulysses_group.get(), tp_group.get()})
-            if (c)
-                for (const auto& [kind, n] : c->bytes()) total[kind] += n;
+        const std::map<std::string, uint64_t> total = parallel.bytes();
         std::string line = "dp-worker: rank " + std::to_string(rank) + " communication bytes:";
         for (const auto& [kind, n] : total) line += " " + kind + "=" + std::to_string(n);
         std::cerr << line << std::endl;
@@ -313,10 +314,34 @@ int run_worker(const WorkerOptions& o) {
             std::cerr << "dp-worker: device_map moved " << po.device_map->moved_bytes() << " bytes in "
                       << po.device_map->moves() << " moves between devices" << std::endl;
     }
-    // A prompt that failed is in the manifest and makes dp-launch exit 1; the rank itself did its
-    // job, so it exits 0 (a non-zero exit would stop the group, or restart it with --max-restarts).
+    // A prompt that failed is in the manifest and makes dp-launch exit 1; the rank itself did
+    // its job, so it exits 0 (a non-zero exit would stop the group, or restart it with
+    // --max-restarts).
     if (failed > 0) std::cerr << "rank " << rank << ": " << failed << " prompt(s) failed" << std::endl;
-    return 0;
+    return protocol::kExitOk;
+}
+
+}  // namespace
+
+int run_worker(const std::string& job_path) {
+    int rank = 0;
+    std::optional<StatusChannel> status;
+    try {
+        rank = env_int("RANK", 0, 0, 1 << 24);
+        status.emplace(env_int("DP_STATUS_FD", -1, -1, 1 << 20));
+        const JobFile job = protocol::read_job_file(job_path);
+        return run_rank(job, rank, *status);
+    } catch (const Error& e) {
+        std::cerr << "dp-worker: " << e.what() << std::endl;
+        if (status) status->send(protocol::RankErrorEvent{rank, e.exit_code(), e.what()});
+        return e.exit_code();
+    } catch (const std::exception& e) {
+        // Not one of our errors: a broken promise in our code or a library's, never the input.
+        const std::string message = std::string("internal error: ") + e.what();
+        std::cerr << "dp-worker: " << message << std::endl;
+        if (status) status->send(protocol::RankErrorEvent{rank, protocol::kExitInternal, message});
+        return protocol::kExitInternal;
+    }
 }
 
 }  // namespace dp::runtime

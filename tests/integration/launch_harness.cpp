@@ -19,6 +19,35 @@ extern char** environ;
 
 namespace dp::test {
 
+namespace {
+
+// The test's environment with `extra_env` replacing or adding variables, and DP_TEST_MARKER.
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& extra_env,
+                                           const std::string& marker) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+        const std::string kv = *e;
+        if (extra_env.count(kv.substr(0, kv.find('='))) == 0) env.push_back(kv);
+    }
+    for (const auto& [k, v] : extra_env) env.push_back(k + "=" + v);
+    env.push_back("DP_TEST_MARKER=" + marker);
+    return env;
+}
+
+std::string next_marker() {
+    static std::atomic<int> counter{0};
+    return "dptest-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+    std::vector<char*> out;
+    for (auto& s : strings) out.push_back(s.data());
+    out.push_back(nullptr);
+    return out;
+}
+
+}  // namespace
+
 double monotonic_seconds() {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -26,22 +55,11 @@ double monotonic_seconds() {
 }
 
 Launch::Launch(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra_env) {
-    static std::atomic<int> counter{0};
-    marker_ = "dptest-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e; ++e) {
-        const std::string kv = *e;
-        if (extra_env.count(kv.substr(0, kv.find('='))) == 0) env_strings.push_back(kv);
-    }
-    for (const auto& [k, v] : extra_env) env_strings.push_back(k + "=" + v);
-    env_strings.push_back("DP_TEST_MARKER=" + marker_);
+    marker_ = next_marker();
+    std::vector<std::string> env_strings = child_environment(extra_env, marker_);
     std::vector<std::string> argv_strings = {launcher_bin()};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv, envp;
-    for (auto& s : argv_strings) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
+    std::vector<char*> argv = c_strings(argv_strings), envp = c_strings(env_strings);
 
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) std::abort();
@@ -108,6 +126,48 @@ LaunchResult Launch::wait(double timeout_s) {
     }
     return result;
 }
+
+DirectProcess::DirectProcess(const std::vector<std::string>& args,
+                             const std::map<std::string, std::string>& extra_env, const std::string& prefix)
+    : marker_(next_marker()), prefix_(prefix) {
+    std::vector<std::string> env_strings = child_environment(extra_env, marker_);
+    std::vector<std::string> argv_strings = args;
+    std::vector<char*> argv = c_strings(argv_strings), envp = c_strings(env_strings);
+    const std::string out = prefix + ".stdout", err = prefix + ".stderr", status = prefix + ".status";
+    pid_ = fork();
+    if (pid_ == 0) {
+        const int flags = O_WRONLY | O_CREAT | O_TRUNC;
+        if (dup2(open(out.c_str(), flags, 0644), 1) < 0 || dup2(open(err.c_str(), flags, 0644), 2) < 0 ||
+            dup2(open(status.c_str(), flags, 0644), 3) < 0)
+            _exit(126);
+        execve(argv[0], argv.data(), envp.data());
+        _exit(127);
+    }
+}
+
+DirectProcess::~DirectProcess() {
+    if (pid_ > 0) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+    }
+}
+
+int DirectProcess::wait(double timeout_s) {
+    int status = 0;
+    const bool exited = wait_until([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, timeout_s);
+    if (!exited) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+        return -1;
+    }
+    exited_at_ = monotonic_seconds();
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string DirectProcess::stderr_text() const { return read_file(prefix_ + ".stderr"); }
+std::string DirectProcess::status_text() const { return read_file(prefix_ + ".status"); }
 
 LaunchResult run_launch(const std::vector<std::string>& args,
                         const std::map<std::string, std::string>& extra_env, double timeout_s) {

@@ -41,6 +41,34 @@ class Launch {
     double started_ = 0;
 };
 
+// A program started by the test itself, not through dp-launch (as a rank whose launcher does not
+// stop it): `extra_env` is added to the test's environment with DP_TEST_MARKER, and its stdout,
+// stderr and fd 3 (its status channel, when DP_STATUS_FD=3 is set) go to the files
+// PREFIX.stdout, PREFIX.stderr and PREFIX.status. SIGKILLed and reaped when destroyed.
+class DirectProcess {
+  public:
+    DirectProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra_env,
+                  const std::string& prefix);
+    ~DirectProcess();
+    DirectProcess(const DirectProcess&) = delete;
+    DirectProcess& operator=(const DirectProcess&) = delete;
+
+    pid_t pid() const { return pid_; }
+    const std::string& marker() const { return marker_; }
+    // Waits until it exits and returns its exit code, or 128 + the signal that killed it; -1 when
+    // it is still running after `timeout_s` (it is then SIGKILLed). Also sets exited_at().
+    int wait(double timeout_s);
+    double exited_at() const { return exited_at_; }  // monotonic_seconds() when wait() saw it exit
+    std::string stderr_text() const;
+    std::string status_text() const;
+
+  private:
+    pid_t pid_ = -1;
+    std::string marker_;
+    std::string prefix_;
+    double exited_at_ = 0;
+};
+
 // Runs dp-launch to completion.
 LaunchResult run_launch(const std::vector<std::string>& args,
                         const std::map<std::string, std::string>& extra_env = {}, double timeout_s = 60);

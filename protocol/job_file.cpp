@@ -1,0 +1,198 @@
+#include "protocol/job_file.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "protocol/errors.h"
+#include "protocol/json_fields.h"
+
+namespace dp::protocol {
+
+namespace {
+
+constexpr int kMaxDegree = 1 << 16;
+constexpr int kMaxSize = 1 << 16;  // pixels; the launcher checks the model's own limits
+
+bool is_one_of(const std::string& value, std::initializer_list<const char*> accepted) {
+    for (const char* a : accepted)
+        if (value == a) return true;
+    return false;
+}
+
+void read_mesh(detail::Fields f, JobMesh& mesh) {
+    mesh.dp = static_cast<int>(f.integer("dp", 1, kMaxDegree));
+    mesh.cfg = static_cast<int>(f.integer("cfg", 1, 2));
+    mesh.ring = static_cast<int>(f.integer("ring", 1, kMaxDegree));
+    mesh.ulysses = static_cast<int>(f.integer("ulysses", 1, kMaxDegree));
+    mesh.tp = static_cast<int>(f.integer("tp", 1, kMaxDegree));
+    f.no_other_keys();
+}
+
+DeviceMapPlan read_plan(detail::Fields f) {
+    DeviceMapPlan plan;
+    const nlohmann::json& devices = f.array("devices");
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        if (!devices[i].is_string()) throw InputDataError(f.path("devices", i) + ": expected a string");
+        plan.devices.push_back(devices[i].get<std::string>());
+    }
+    const nlohmann::json& placements = f.array("placements");
+    for (std::size_t i = 0; i < placements.size(); ++i) {
+        detail::Fields p(placements[i], f.path("placements", i));
+        DevicePlacement out;
+        out.component = p.string("component");
+        out.block = static_cast<int>(p.integer("block", -1, 1 << 20));
+        out.device = p.string("device");
+        out.bytes = p.integer("bytes", 0, INT64_MAX);
+        p.no_other_keys();
+        if (std::find(plan.devices.begin(), plan.devices.end(), out.device) == plan.devices.end())
+            throw InputDataError(p.path("device") + ": '" + out.device +
+                                 "' is not one of the plan's devices");
+        plan.placements.push_back(std::move(out));
+    }
+    f.no_other_keys();
+    return plan;
+}
+
+DeviceMapRequest read_device_map(detail::Fields f) {
+    DeviceMapRequest dm;
+    dm.spec = f.string("spec");
+    if (dm.spec.empty()) throw InputDataError(f.path("spec") + ": expected balanced, auto or a FILE.json");
+    dm.max_memory = f.string("max_memory");
+    if (f.has("plan")) dm.plan = read_plan(detail::Fields(f.object("plan"), f.path("plan")));
+    f.no_other_keys();
+    return dm;
+}
+
+JobRequest read_request(detail::Fields f) {
+    JobRequest r;
+    r.index = f.integer("index", 0, INT64_MAX);
+    r.file = f.string("file");
+    if (r.file.empty() || r.file.find('/') != std::string::npos || r.file[0] == '.')
+        throw InputDataError(f.path("file") + ": '" + r.file +
+                             "' is not a file name inside the output folder (no '/', not starting with '.')");
+    r.prompt = f.string("prompt");
+    r.negative_prompt = f.string("negative_prompt");
+    r.seed = f.unsigned_integer("seed");
+    r.steps = static_cast<int>(f.integer("steps", 1, 1000000));
+    r.guidance_scale = f.number("guidance_scale", 0, 1e6);
+    r.width = static_cast<int>(f.integer("width", 0, kMaxSize));
+    r.height = static_cast<int>(f.integer("height", 0, kMaxSize));
+    f.no_other_keys();
+    return r;
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& j, const JobRequest& r) {
+    j = {{"index", r.index},
+         {"file", r.file},
+         {"prompt", r.prompt},
+         {"negative_prompt", r.negative_prompt},
+         {"seed", r.seed},
+         {"steps", r.steps},
+         {"guidance_scale", r.guidance_scale},
+         {"width", r.width},
+         {"height", r.height}};
+}
+
+void to_json(nlohmann::json& j, const JobFile& job) {
+    j = {{"format", kJobFileFormat},
+         {"version", kJobFileVersion},
+         {"model_dir", job.model_dir},
+         {"output_dir", job.output_dir},
+         {"dtype", job.dtype},
+         {"device", job.device},
+         {"batch_size", job.batch_size},
+         {"mesh",
+          {{"dp", job.mesh.dp},
+           {"cfg", job.mesh.cfg},
+           {"ring", job.mesh.ring},
+           {"ulysses", job.mesh.ulysses},
+           {"tp", job.mesh.tp}}},
+         {"collective_timeout_s", job.collective_timeout_s},
+         {"requests", job.requests}};
+    if (job.random_weights) j["random_weights"] = *job.random_weights;
+    if (job.device_map) {
+        nlohmann::json dm = {{"spec", job.device_map->spec}, {"max_memory", job.device_map->max_memory}};
+        if (const auto& plan = job.device_map->plan) {
+            nlohmann::json placements = nlohmann::json::array();
+            for (const DevicePlacement& p : plan->placements)
+                placements.push_back({{"component", p.component},
+                                      {"block", p.block},
+                                      {"device", p.device},
+                                      {"bytes", p.bytes}});
+            dm["plan"] = {{"devices", plan->devices}, {"placements", placements}};
+        }
+        j["device_map"] = dm;
+    }
+}
+
+void from_json(const nlohmann::json& j, JobFile& job) {
+    const auto format = j.find("format");  // end() for anything but an object
+    if (format == j.end() || *format != kJobFileFormat)
+        throw InputDataError(std::string("format: not a dp-launch job file (expected \"format\": \"") +
+                             kJobFileFormat + "\")");
+    detail::Fields f(j, "");
+    f.string("format");
+    const int64_t version = f.integer("version", 0, INT32_MAX);
+    if (version != kJobFileVersion)
+        throw InputDataError("version: " + std::to_string(version) +
+                             " is not the version this dp-worker reads (" + std::to_string(kJobFileVersion) +
+                             "); dp-launch and dp-worker come from different builds");
+    JobFile out;
+    out.model_dir = f.string("model_dir");
+    if (f.has("random_weights")) out.random_weights = f.unsigned_integer("random_weights");
+    out.output_dir = f.string("output_dir");
+    out.dtype = f.string("dtype");
+    if (!is_one_of(out.dtype, {"fp32", "bf16", "fp16"}))
+        throw InputDataError("dtype: '" + out.dtype + "': expected fp32, bf16 or fp16");
+    out.device = f.string("device");
+    if (!is_one_of(out.device, {"auto", "cpu", "cuda"}))
+        throw InputDataError("device: '" + out.device + "': expected auto, cpu or cuda");
+    out.batch_size = static_cast<int>(f.integer("batch_size", 1, 1 << 16));
+    read_mesh(detail::Fields(f.object("mesh"), "mesh"), out.mesh);
+    out.collective_timeout_s = f.number("collective_timeout_s", 0.001, 7 * 24 * 3600.0);
+    if (f.has("device_map"))
+        out.device_map = read_device_map(detail::Fields(f.object("device_map"), "device_map"));
+    const nlohmann::json& requests = f.array("requests");
+    for (std::size_t i = 0; i < requests.size(); ++i)
+        out.requests.push_back(read_request(detail::Fields(requests[i], f.path("requests", i))));
+    f.no_other_keys();
+    job = std::move(out);
+}
+
+void write_job_file(const std::string& path, const JobFile& job) {
+    const std::string tmp = path + ".tmp." + std::to_string(getpid());
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out << nlohmann::json(job).dump() << "\n";
+        if (!out.flush()) throw IoError("cannot write the job file " + tmp + ": " + std::strerror(errno));
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+        throw IoError("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+}
+
+JobFile read_job_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw Error("--job " + path + ": cannot read the job file: " + std::strerror(errno), kExitNoInput);
+    std::ostringstream text;
+    text << in.rdbuf();
+    try {
+        return nlohmann::json::parse(text.str()).get<JobFile>();
+    } catch (const nlohmann::json::parse_error& e) {
+        throw InputDataError(path + ": not a dp-launch job file (not JSON: " + e.what() + ")");
+    } catch (const InputDataError& e) {
+        throw InputDataError(path + ": " + e.what());
+    }
+}
+
+}  // namespace dp::protocol

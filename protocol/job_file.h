@@ -1,0 +1,99 @@
+#pragma once
+// The job file: everything a rank of the main job is told, written once by dp-launch and read by
+// every dp-worker (`dp-worker --job FILE`). The worker has no settings of its own on its command
+// line; a new pipeline setting is one field here, filled by the launcher, used by the worker.
+// One struct, one serialisation (to_json / from_json below), used by both sides.
+//
+//   {"format": "dp-launch job", "version": 1, "model_dir": "...", "random_weights": 7,
+//    "output_dir": "...", "dtype": "fp32", "device": "auto", "batch_size": 1,
+//    "mesh": {"dp": 2, "cfg": 1, "ring": 1, "ulysses": 1, "tp": 2}, "collective_timeout_s": 300,
+//    "device_map": {"spec": "auto", "max_memory": "cpu:0=1GB,cpu:1=1GB",
+//                   "plan": {"devices": ["cpu:0", "cpu:1"],
+//                            "placements": [{"component": "vae", "block": -1, "device": "cpu:1",
+//                                            "bytes": 1024}, ...]}},
+//    "requests": [{"index": 0, "file": "00000-a-cat.png", "prompt": "a cat", "negative_prompt": "",
+//                  "seed": 0, "steps": 28, "guidance_scale": 7.0, "width": 0, "height": 0}, ...]}
+//
+// random_weights and device_map are optional; so is device_map.plan (absent: the budgets are the
+// worker's visible GPUs' free memory, which only the worker can measure). std and nlohmann/json
+// only.
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dp::protocol {
+
+inline constexpr const char* kJobFileFormat = "dp-launch job";
+// Raised whenever a field changes meaning or a required one is added: a worker refuses a job file
+// of another version rather than guess.
+inline constexpr int kJobFileVersion = 1;
+// How long a rank waits in one collective (and for the rendezvous) before it gives up with
+// CommunicationError, exit code 75.
+inline constexpr double kDefaultCollectiveTimeoutS = 300;
+
+// The device mesh's degrees; their product is the world size.
+struct JobMesh {
+    int dp = 1, cfg = 1, ring = 1, ulysses = 1, tp = 1;
+    int world_size() const { return dp * cfg * ring * ulysses * tp; }
+};
+
+struct DevicePlacement {
+    std::string component;  // "text_encoder", "transformer", ...
+    int block = -1;         // -1: the whole component; else one transformer block
+    std::string device;     // one of DeviceMapPlan::devices
+    int64_t bytes = 0;      // the weights placed
+};
+
+struct DeviceMapPlan {
+    std::vector<std::string> devices;
+    std::vector<DevicePlacement> placements;
+};
+
+struct DeviceMapRequest {
+    std::string spec;                   // balanced, auto or FILE.json
+    std::string max_memory;             // "DEV=SIZE,..."; empty: the visible GPUs' free memory
+    std::optional<DeviceMapPlan> plan;  // the launcher's plan, when it could make one
+};
+
+// One prompt with every setting resolved by the launcher.
+struct JobRequest {
+    int64_t index = 0;  // the prompt's index in the prompt file
+    std::string file;   // the image's name inside output_dir: no '/', never starting with '.'
+    std::string prompt;
+    std::string negative_prompt;
+    uint64_t seed = 0;
+    int steps = 28;
+    double guidance_scale = 7.0;
+    int width = 0;  // 0: the model's default
+    int height = 0;
+};
+
+struct JobFile {
+    std::string model_dir;
+    std::optional<uint64_t> random_weights;  // set: the model's configs with seeded random weights
+    std::string output_dir;
+    std::string dtype = "fp32";   // fp32, bf16, fp16
+    std::string device = "auto";  // auto, cpu, cuda
+    int batch_size = 1;           // consecutive requests with the same settings generated together
+    JobMesh mesh;
+    double collective_timeout_s = kDefaultCollectiveTimeoutS;
+    std::optional<DeviceMapRequest> device_map;  // nullopt: everything on one device
+    std::vector<JobRequest> requests;            // in the order the ranks split them
+};
+
+void to_json(nlohmann::json& j, const JobRequest& request);
+void to_json(nlohmann::json& j, const JobFile& job);
+// Throws InputDataError naming the key that is missing, of the wrong type, out of range or
+// unknown, and a file of another format or version.
+void from_json(const nlohmann::json& j, JobFile& job);
+
+// Writes `job` to `path` through a temporary file and a rename. Throws IoError.
+void write_job_file(const std::string& path, const JobFile& job);
+// Throws Error (kExitNoInput) when `path` cannot be read, InputDataError "PATH: KEY: why" when it
+// is not a job file this build reads.
+JobFile read_job_file(const std::string& path);
+
+}  // namespace dp::protocol

@@ -1,0 +1,101 @@
+#include "protocol/status_events.h"
+
+#include <climits>
+#include <nlohmann/json.hpp>
+
+#include "protocol/errors.h"
+#include "protocol/json_fields.h"
+
+namespace dp::protocol {
+
+namespace {
+
+constexpr std::size_t kMaxMessageBytes = 4096;
+
+// Each kind's name on the wire, in the variant's order.
+constexpr const char* kEventNames[] = {"start", "image", "failed", "error"};
+static_assert(std::size(kEventNames) == std::variant_size_v<StatusEvent>);
+
+std::string cut(const std::string& text) {
+    return text.size() <= kMaxMessageBytes ? text : text.substr(0, kMaxMessageBytes) + "...";
+}
+
+nlohmann::json fields(const StartEvent& e) {
+    return {{"rank", e.rank}, {"device", e.device}, {"first", e.first}, {"count", e.count}};
+}
+nlohmann::json fields(const ImageEvent& e) {
+    return {{"rank", e.rank}, {"index", e.index}, {"file", e.file},    {"sha256", e.sha256},
+            {"ms", e.ms},     {"width", e.width}, {"height", e.height}};
+}
+nlohmann::json fields(const FailedEvent& e) {
+    return {{"rank", e.rank}, {"index", e.index}, {"error", cut(e.error)}};
+}
+nlohmann::json fields(const RankErrorEvent& e) {
+    return {{"rank", e.rank}, {"exit_code", e.exit_code}, {"message", cut(e.message)}};
+}
+
+int read_rank(detail::Fields& f) { return static_cast<int>(f.integer("rank", 0, INT_MAX)); }
+
+void read(detail::Fields& f, StartEvent& e) {
+    e.rank = read_rank(f);
+    e.device = f.string("device");
+    e.first = f.integer("first", 0, INT64_MAX);
+    e.count = f.integer("count", 0, INT64_MAX);
+}
+void read(detail::Fields& f, ImageEvent& e) {
+    e.rank = read_rank(f);
+    e.index = f.integer("index", 0, INT64_MAX);
+    e.file = f.string("file");
+    e.sha256 = f.string("sha256");
+    e.ms = f.number("ms", 0, 1e18);
+    e.width = static_cast<int>(f.integer("width", 0, INT_MAX));
+    e.height = static_cast<int>(f.integer("height", 0, INT_MAX));
+}
+void read(detail::Fields& f, FailedEvent& e) {
+    e.rank = read_rank(f);
+    e.index = f.integer("index", 0, INT64_MAX);
+    e.error = f.string("error");
+}
+void read(detail::Fields& f, RankErrorEvent& e) {
+    e.rank = read_rank(f);
+    e.exit_code = static_cast<int>(f.integer("exit_code", 1, 255));
+    e.message = f.string("message");
+}
+
+// The event of kind `name`, or nullopt when no kind has that name.
+template <std::size_t I = 0>
+std::optional<StatusEvent> read_kind(const nlohmann::json& name, detail::Fields& f) {
+    if constexpr (I == std::variant_size_v<StatusEvent>) {
+        return std::nullopt;
+    } else {
+        if (name != kEventNames[I]) return read_kind<I + 1>(name, f);
+        std::variant_alternative_t<I, StatusEvent> event;
+        try {
+            read(f, event);
+            f.no_other_keys();
+        } catch (const InputDataError& e) {
+            throw InputDataError(std::string("status event '") + kEventNames[I] + "': " + e.what());
+        }
+        return event;
+    }
+}
+
+}  // namespace
+
+std::string status_line(const StatusEvent& event) {
+    nlohmann::json j = std::visit([](const auto& e) { return fields(e); }, event);
+    j["event"] = kEventNames[event.index()];
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::optional<StatusEvent> parse_status_line(std::string_view line) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return std::nullopt;
+    const auto name = j.find("event");
+    if (name == j.end() || !name->is_string()) return std::nullopt;
+    detail::Fields f(j, "");
+    f.string("event");
+    return read_kind(*name, f);
+}
+
+}  // namespace dp::protocol

@@ -1,0 +1,66 @@
+#pragma once
+// The status events a rank writes on its status channel (the pipe named by DP_STATUS_FD), one JSON
+// object per line, "event" naming the kind. One serialisation (status_line / parse_status_line),
+// used by dp-worker's StatusChannel and dp-launch's JobMonitor. std and nlohmann/json only.
+//
+//   {"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 3}
+//   {"event": "image", "rank": 0, "index": 4, "file": "00004-x.png", "sha256": "...", "ms": 812.5,
+//    "width": 16, "height": 16}
+//   {"event": "failed", "rank": 0, "index": 5, "error": "..."}
+//   {"event": "error", "rank": 1, "exit_code": 75, "message": "all_reduce on group ... timed out"}
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace dp::protocol {
+
+// The rank has joined the group and takes requests [first, first + count) of the job file (its
+// replica's share; every rank of a replica takes the same ones).
+struct StartEvent {
+    int rank = 0;
+    std::string device;  // where its model runs: "cpu", "cuda:1", ...
+    int64_t first = 0;
+    int64_t count = 0;
+};
+
+// The image of request `index` (the prompt's index) is written, under its final name.
+struct ImageEvent {
+    int rank = 0;
+    int64_t index = 0;
+    std::string file;
+    std::string sha256;
+    double ms = 0;  // generation time, per image of its batch
+    int width = 0;
+    int height = 0;
+};
+
+// The model could not make request `index` (a ModelError for that prompt); the rank goes on.
+struct FailedEvent {
+    int rank = 0;
+    int64_t index = 0;
+    std::string error;
+};
+
+// The rank stops with `exit_code` (README "Exit codes"), e.g. 75 after a collective failed or
+// timed out. Its replica's unfinished requests are not run; none of them failed.
+struct RankErrorEvent {
+    int rank = 0;
+    int exit_code = 1;
+    std::string message;
+};
+
+using StatusEvent = std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent>;
+
+// The event as one line, ending in '\n'. Text that is not UTF-8 is replaced, never refused; a
+// message is cut to a few KiB, so that a line always stays far below the launcher's line bound.
+std::string status_line(const StatusEvent& event);
+
+// A line of the channel (with or without its '\n'). nullopt: not a status event (a rank may write
+// other things on the channel). Throws InputDataError naming the key for an event whose fields
+// are wrong.
+std::optional<StatusEvent> parse_status_line(std::string_view line);
+
+}  // namespace dp::protocol

@@ -1,0 +1,172 @@
+// A rank that dies or hangs in the middle of a collective: the others leave with exit code 75
+// within the group's timeout instead of carrying on, and dp-launch books the unfinished prompts
+// as not run. The dying rank is made by the worker's test-only DP_TEST_KILL_AT_STEP.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "integration/launch_harness.h"
+#include "launcher/port.h"
+#include "protocol/errors.h"
+#include "protocol/job_file.h"
+#include "protocol/status_events.h"
+
+using namespace dp::test;
+using dp::protocol::StatusEvent;
+
+namespace {
+
+// A tp=2 job on the tiny model: each of its denoising steps calls all_reduce on the tp group.
+std::string write_tp2_job(const std::string& dir, int steps, double timeout_s) {
+    dp::protocol::JobFile job;
+    job.model_dir = DP_TINY_MODEL;
+    job.output_dir = dir + "/out";
+    mkdir(job.output_dir.c_str(), 0777);
+    job.device = "cpu";
+    job.mesh.tp = 2;
+    job.collective_timeout_s = timeout_s;
+    for (int i = 0; i < 2; ++i) {
+        dp::protocol::JobRequest r;
+        r.index = i;
+        r.file = "0000" + std::to_string(i) + "-p.png";
+        r.prompt = "prompt " + std::to_string(i);
+        r.steps = steps;
+        r.width = r.height = 16;
+        job.requests.push_back(r);
+    }
+    const std::string path = dir + "/job.json";
+    dp::protocol::write_job_file(path, job);
+    return path;
+}
+
+std::vector<StatusEvent> events(const std::string& text) {
+    std::vector<StatusEvent> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+        if (auto e = dp::protocol::parse_status_line(line)) out.push_back(*e);
+    return out;
+}
+
+template <typename T>
+int count_of(const std::vector<StatusEvent>& events) {
+    int n = 0;
+    for (const StatusEvent& e : events) n += std::holds_alternative<T>(e);
+    return n;
+}
+
+// The two ranks of a tp=2 job, started directly: no launcher stops rank 0 when rank 1 goes.
+struct TwoRanks {
+    dp::launcher::PortReservation port{"127.0.0.1"};
+    std::vector<std::unique_ptr<DirectProcess>> ranks;
+
+    TwoRanks(const std::string& dir, const std::string& job,
+             const std::map<std::string, std::string>& extra) {
+        for (int r = 0; r < 2; ++r) {
+            std::map<std::string, std::string> env = {{"RANK", std::to_string(r)},
+                                                      {"LOCAL_RANK", std::to_string(r)},
+                                                      {"WORLD_SIZE", "2"},
+                                                      {"MASTER_ADDR", "127.0.0.1"},
+                                                      {"MASTER_PORT", std::to_string(port.port())},
+                                                      {"DP_STATUS_FD", "3"}};
+            env.insert(extra.begin(), extra.end());
+            ranks.push_back(
+                std::make_unique<DirectProcess>(std::vector<std::string>{DP_WORKER_BIN, "--job", job}, env,
+                                                dir + "/rank" + std::to_string(r)));
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("a rank killed in the middle of a collective: the other exits 75 within the group's timeout") {
+    const std::string dir = make_temp_dir();
+    const double timeout_s = 20;
+    const std::string job = write_tp2_job(dir, 200, timeout_s);
+    TwoRanks job_ranks(dir, job, {{"DP_TEST_KILL_AT_STEP", "1:5"}});
+    DirectProcess& survivor = *job_ranks.ranks[0];
+    DirectProcess& killed = *job_ranks.ranks[1];
+
+    CHECK(killed.wait(120) == 128 + SIGKILL);
+    const int code = survivor.wait(timeout_s + 30);
+    const std::string err = survivor.stderr_text();
+    CHECK_MESSAGE(code == dp::protocol::kExitCommunication, err);
+    CHECK(survivor.exited_at() - killed.exited_at() < timeout_s + 5);
+    // The survivor says why on its status channel, and books no prompt as failed.
+    const std::vector<StatusEvent> seen = events(survivor.status_text());
+    CHECK(count_of<dp::protocol::StartEvent>(seen) == 1);
+    CHECK(count_of<dp::protocol::FailedEvent>(seen) == 0);
+    CHECK(count_of<dp::protocol::ImageEvent>(seen) == 0);
+    REQUIRE(!seen.empty());
+    const auto* error = std::get_if<dp::protocol::RankErrorEvent>(&seen.back());
+    REQUIRE_MESSAGE(error, survivor.status_text());
+    CHECK(error->rank == 0);
+    CHECK(error->exit_code == 75);
+    CHECK(error->message.find("all_reduce") != std::string::npos);  // names the collective
+    CHECK(err.find("dp-worker: ") != std::string::npos);
+    CHECK(processes_with_marker(survivor.marker()).empty());
+    CHECK(processes_with_marker(killed.marker()).empty());
+}
+
+TEST_CASE("a rank that hangs: the other gives up after the group's timeout with exit code 75") {
+    const std::string dir = make_temp_dir();
+    const double timeout_s = 4;
+    const std::string job = write_tp2_job(dir, 200, timeout_s);
+    TwoRanks job_ranks(dir, job, {});
+    DirectProcess& survivor = *job_ranks.ranks[0];
+    DirectProcess& hung = *job_ranks.ranks[1];
+    // Once rank 1 has joined the group (its start event), it stops answering.
+    REQUIRE(
+        wait_until([&] { return count_of<dp::protocol::StartEvent>(events(hung.status_text())) == 1; }, 60));
+    kill(hung.pid(), SIGSTOP);
+    const double stopped = monotonic_seconds();
+    const int code = survivor.wait(timeout_s + 60);
+    CHECK_MESSAGE(code == dp::protocol::kExitCommunication, survivor.stderr_text());
+    const double waited = survivor.exited_at() - stopped;
+    MESSAGE("rank 0 gave up " << waited << " s after rank 1 stopped, with a timeout of " << timeout_s
+                              << " s");
+    CHECK(waited > timeout_s - 0.5);  // it did wait for the timeout it was given
+    CHECK(waited < timeout_s + 5);
+    const std::vector<StatusEvent> seen = events(survivor.status_text());
+    REQUIRE(!seen.empty());
+    const auto* error = std::get_if<dp::protocol::RankErrorEvent>(&seen.back());
+    REQUIRE(error);
+    CHECK(error->exit_code == 75);
+    CHECK(count_of<dp::protocol::FailedEvent>(seen) == 0);
+}
+
+TEST_CASE(
+    "under dp-launch, a rank killed mid-job: its unfinished prompts are not run, and dp-launch exits "
+    "with that rank's code") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = dir + "/p.txt";
+    std::ofstream(prompts) << "first\nsecond\nthird\nfourth\n";
+    // 4 steps a prompt: rank 1 dies in step 2 of the second prompt, after the first image.
+    Launch launch({"--model", DP_TINY_MODEL, "--steps", "4", "--width", "16", "--height", "16", "-o",
+                   dir + "/out", "-n", "2", "--tp", "2", prompts},
+                  {{"DP_TEST_KILL_AT_STEP", "1:6"}});
+    LaunchResult r = launch.wait(120);
+    CHECK_MESSAGE(r.exit_code == 128 + SIGKILL, r.err);
+    CHECK(r.err.find("rank 1 (pid") != std::string::npos);
+    CHECK(r.err.find("job failed: rank 1 killed by SIGKILL") != std::string::npos);
+    CHECK(r.out.find("dp-launch: 1 images, 0 failed, 0 invalid, 3 not run") == 0);
+    std::vector<nlohmann::json> records;
+    std::istringstream in(read_file(dir + "/out/manifest.jsonl"));
+    for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+    REQUIRE(records.size() == 4);
+    CHECK(records[0]["status"] == "ok");
+    for (std::size_t i = 1; i < 4; ++i) {
+        CAPTURE(i);
+        CHECK(records[i]["status"] == "not_run");
+        CHECK_FALSE(records[i].contains("file"));
+    }
+    CHECK(processes_with_marker(launch.marker()).empty());
+}

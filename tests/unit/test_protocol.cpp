@@ -1,0 +1,260 @@
+// The launcher <-> worker contract: the job file and the status events round-trip field by field,
+// and whatever is not a job file this build reads is refused with the file and the key named.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "protocol/errors.h"
+#include "protocol/job_file.h"
+#include "protocol/status_events.h"
+
+using namespace dp::protocol;
+
+namespace {
+
+// A job file with no field at its default, so that a field the serialisation drops shows.
+JobFile full_job() {
+    JobFile job;
+    job.model_dir = "/models/sd3 tiny";
+    job.random_weights = 18446744073709551615ull;
+    job.output_dir = "out/ünï";
+    job.dtype = "bf16";
+    job.device = "cpu";
+    job.batch_size = 3;
+    job.mesh = {2, 2, 3, 5, 7};
+    job.collective_timeout_s = 12.5;
+    DeviceMapPlan plan;
+    plan.devices = {"cpu:0", "cpu:1"};
+    plan.placements = {{"text_encoder", -1, "cpu:1", 1000},
+                       {"transformer", 0, "cpu:0", 2000},
+                       {"transformer", 1, "cpu:1", 3000}};
+    job.device_map = DeviceMapRequest{"auto", "cpu:0=450KB,cpu:1=2MB", plan};
+    JobRequest a;
+    a.index = 4;
+    a.file = "00004-a-red-circle.png";
+    a.prompt = "a red \"circle\"\n";
+    a.negative_prompt = "ugly";
+    a.seed = 9007199254740993ull;  // not exact as a double
+    a.steps = 40;
+    a.guidance_scale = 4.25;
+    a.width = 24;
+    a.height = 8;
+    JobRequest b = a;
+    b.index = 7;
+    b.file = "00007-b.png";
+    job.requests = {a, b};
+    return job;
+}
+
+void check_same(const JobFile& x, const JobFile& y) {
+    CHECK(x.model_dir == y.model_dir);
+    CHECK(x.random_weights == y.random_weights);
+    CHECK(x.output_dir == y.output_dir);
+    CHECK(x.dtype == y.dtype);
+    CHECK(x.device == y.device);
+    CHECK(x.batch_size == y.batch_size);
+    CHECK(x.mesh.dp == y.mesh.dp);
+    CHECK(x.mesh.cfg == y.mesh.cfg);
+    CHECK(x.mesh.ring == y.mesh.ring);
+    CHECK(x.mesh.ulysses == y.mesh.ulysses);
+    CHECK(x.mesh.tp == y.mesh.tp);
+    CHECK(x.collective_timeout_s == y.collective_timeout_s);
+    REQUIRE(x.device_map.has_value() == y.device_map.has_value());
+    if (x.device_map) {
+        CHECK(x.device_map->spec == y.device_map->spec);
+        CHECK(x.device_map->max_memory == y.device_map->max_memory);
+        REQUIRE(x.device_map->plan.has_value() == y.device_map->plan.has_value());
+        if (x.device_map->plan) {
+            CHECK(x.device_map->plan->devices == y.device_map->plan->devices);
+            REQUIRE(x.device_map->plan->placements.size() == y.device_map->plan->placements.size());
+            for (std::size_t i = 0; i < x.device_map->plan->placements.size(); ++i) {
+                const DevicePlacement &p = x.device_map->plan->placements[i],
+                                      &q = y.device_map->plan->placements[i];
+                CHECK(p.component == q.component);
+                CHECK(p.block == q.block);
+                CHECK(p.device == q.device);
+                CHECK(p.bytes == q.bytes);
+            }
+        }
+    }
+    REQUIRE(x.requests.size() == y.requests.size());
+    for (std::size_t i = 0; i < x.requests.size(); ++i) {
+        const JobRequest &r = x.requests[i], &s = y.requests[i];
+        CHECK(r.index == s.index);
+        CHECK(r.file == s.file);
+        CHECK(r.prompt == s.prompt);
+        CHECK(r.negative_prompt == s.negative_prompt);
+        CHECK(r.seed == s.seed);
+        CHECK(r.steps == s.steps);
+        CHECK(r.guidance_scale == s.guidance_scale);
+        CHECK(r.width == s.width);
+        CHECK(r.height == s.height);
+    }
+}
+
+std::string temp_path(const std::string& name) {
+    return "/tmp/dp-protocol-test-" + std::to_string(getpid()) + "-" + name;
+}
+
+// The message read_job_file gives for a file with `text`.
+std::string refusal(const std::string& text) {
+    const std::string path = temp_path("bad.json");
+    std::ofstream(path, std::ios::binary) << text;
+    std::string message;
+    try {
+        read_job_file(path);
+        message = "(accepted)";
+    } catch (const InputDataError& e) {
+        message = e.what();
+        CHECK(e.exit_code() == kExitInputData);
+    }
+    std::remove(path.c_str());
+    return message;
+}
+
+// full_job() as JSON with `edit` applied.
+std::string edited(const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = full_job();
+    edit(j);
+    return j.dump();
+}
+
+}  // namespace
+
+TEST_CASE("the job file round-trips every field, through JSON and through a file") {
+    const JobFile job = full_job();
+    JobFile back = nlohmann::json::parse(nlohmann::json(job).dump()).get<JobFile>();
+    check_same(job, back);
+
+    const std::string path = temp_path("job.json");
+    write_job_file(path, job);
+    check_same(job, read_job_file(path));
+    std::remove(path.c_str());
+
+    // The optional parts absent: still absent after the trip.
+    JobFile plain;
+    plain.model_dir = "m";
+    plain.output_dir = "o";
+    JobFile plain_back = nlohmann::json(plain).get<JobFile>();
+    check_same(plain, plain_back);
+    CHECK_FALSE(plain_back.random_weights);
+    CHECK_FALSE(plain_back.device_map);
+    CHECK(plain_back.collective_timeout_s == kDefaultCollectiveTimeoutS);
+    JobFile unplanned = job;
+    unplanned.device_map->plan.reset();
+    check_same(unplanned, nlohmann::json(unplanned).get<JobFile>());
+}
+
+TEST_CASE("a job file that is not one this build reads is refused, naming the file and the key") {
+    const std::string path = temp_path("bad.json");
+    for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+             {"", path + ": not a dp-launch job file (not JSON"},
+             {"[1, 2]", path + ": format: not a dp-launch job file"},
+             {R"({"format": "something else", "version": 1})", path + ": format: not a dp-launch job file"},
+             {edited([](auto& j) { j["version"] = 2; }),
+              path + ": version: 2 is not the version this dp-worker reads (1); dp-launch and dp-worker come "
+                     "from different builds"},
+             {edited([](auto& j) { j.erase("output_dir"); }),
+              path + ": output_dir: missing (expected a string)"},
+             {edited([](auto& j) { j["batch_size"] = "2"; }),
+              path + ": batch_size: expected a whole number from 1 to 65536, got \"2\""},
+             {edited([](auto& j) { j["mesh"]["tp"] = 0; }),
+              path + ": mesh.tp: expected a whole number from 1"},
+             {edited([](auto& j) { j["mesh"]["pp"] = 2; }), path + ": mesh.pp: not a key of this format"},
+             {edited([](auto& j) { j["dtype"] = "fp8"; }),
+              path + ": dtype: 'fp8': expected fp32, bf16 or fp16"},
+             {edited([](auto& j) { j["collective_timeout_s"] = 0; }),
+              path + ": collective_timeout_s: expected a number"},
+             {edited([](auto& j) { j["requests"][1]["seed"] = -1; }),
+              path + ": requests[1].seed: expected a whole number from 0 to 2^64 - 1, got -1"},
+             {edited([](auto& j) { j["requests"][0]["file"] = "../x.png"; }),
+              path + ": requests[0].file: '../x.png' is not a file name inside the output folder"},
+             {edited([](auto& j) { j["requests"][0].erase("prompt"); }),
+              path + ": requests[0].prompt: missing"},
+             {edited([](auto& j) { j["device_map"]["plan"]["placements"][2]["device"] = "cuda:3"; }),
+              path + ": device_map.plan.placements[2].device: 'cuda:3' is not one of the plan's devices"},
+             {edited([](auto& j) { j["steps"] = 3; }), path + ": steps: not a key of this format"}}) {
+        CAPTURE(text);
+        const std::string got = refusal(text);
+        CHECK_MESSAGE(got.find(message) == 0, got);
+    }
+    bool unreadable = false;
+    try {
+        read_job_file(temp_path("missing.json"));
+    } catch (const Error& e) {
+        unreadable =
+            e.exit_code() == kExitNoInput &&
+            std::string(e.what()).find("missing.json: cannot read the job file") != std::string::npos;
+    }
+    CHECK(unreadable);
+}
+
+TEST_CASE("every status event round-trips field by field, as one line") {
+    const StartEvent start{3, "cuda:1", 40, 12};
+    const ImageEvent image{2, 17, "00017-x.png", std::string(64, 'a'), 812.5, 16, 24};
+    const FailedEvent failed{1, 5, "image size 512x16: outside the \"position table\""};
+    const RankErrorEvent error{4, kExitCommunication, "all_reduce on group 'tp' failed"};
+    for (const StatusEvent& event : std::vector<StatusEvent>{start, image, failed, error}) {
+        const std::string line = status_line(event);
+        CAPTURE(line);
+        REQUIRE(line.back() == '\n');
+        CHECK(line.find('\n') == line.size() - 1);
+        const std::optional<StatusEvent> back = parse_status_line(line);
+        REQUIRE(back.has_value());
+        REQUIRE(back->index() == event.index());
+    }
+    const auto s = std::get<StartEvent>(*parse_status_line(status_line(start)));
+    CHECK(s.rank == 3);
+    CHECK(s.device == "cuda:1");
+    CHECK(s.first == 40);
+    CHECK(s.count == 12);
+    const auto i = std::get<ImageEvent>(*parse_status_line(status_line(image)));
+    CHECK(i.rank == 2);
+    CHECK(i.index == 17);
+    CHECK(i.file == "00017-x.png");
+    CHECK(i.sha256 == std::string(64, 'a'));
+    CHECK(i.ms == 812.5);
+    CHECK(i.width == 16);
+    CHECK(i.height == 24);
+    const auto f = std::get<FailedEvent>(*parse_status_line(status_line(failed)));
+    CHECK(f.rank == 1);
+    CHECK(f.index == 5);
+    CHECK(f.error == failed.error);
+    const auto e = std::get<RankErrorEvent>(*parse_status_line(status_line(error)));
+    CHECK(e.rank == 4);
+    CHECK(e.exit_code == 75);
+    CHECK(e.message == error.message);
+}
+
+TEST_CASE("status lines that are not events are passed over; a broken event names its key") {
+    for (const char* line :
+         {"", "hello from a rank", "[1]", "{}", R"({"event": 3})", R"({"event": "heartbeat"})"})
+        CHECK_FALSE(parse_status_line(line).has_value());
+    auto why = [](const std::string& line) {
+        try {
+            parse_status_line(line);
+        } catch (const InputDataError& e) {
+            return std::string(e.what());
+        }
+        return std::string("(accepted)");
+    };
+    CHECK(why(R"({"event": "image", "rank": 0})") ==
+          "status event 'image': index: missing (expected a whole number from 0 to 9223372036854775807)");
+    CHECK(why(R"({"event": "error", "rank": 0, "exit_code": 0, "message": ""})")
+              .find("exit_code: expected a whole number from 1 to 255") != std::string::npos);
+    CHECK(why(R"({"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 1, "extra": 1})") ==
+          "status event 'start': extra: not a key of this format");
+    // A message that is not UTF-8, or huge, still makes one short line.
+    const RankErrorEvent odd{0, 1, "bad \xFF byte" + std::string(100000, 'x')};
+    const std::string line = status_line(odd);
+    CHECK(line.size() < 5000);
+    const auto back = std::get<RankErrorEvent>(*parse_status_line(line));
+    CHECK(back.message.substr(0, 4) == "bad ");
+}
