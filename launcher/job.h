@@ -13,7 +13,7 @@
 
 namespace dp::launcher {
 
-inline constexpr int kExitNoInput = 66;  // sysexits EX_NOINPUT: the prompt file cannot be read
+using protocol::kExitNoInput;  // the prompt file cannot be read
 
 // The model used without --model: the shapes model trained by this project and shipped in
 // models/ (see models/README.md).

@@ -1,7 +1,7 @@
 #pragma once
 // Planning device_map: where each component (and, in `auto`, each transformer block) of a
 // pipeline goes, given their sizes and each device's memory budget. A pure function, no
-// LibTorch, tested without GPUs. The executor (runtime/device_mapping.h) loads each part on its
+// LibTorch, tested without GPUs. The executor (runtime/parallel/device_mapping.h) loads each part on its
 // device and moves the activations between them.
 
 #include <cstdint>

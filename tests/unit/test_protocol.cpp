@@ -233,7 +233,7 @@ TEST_CASE("every status event round-trips field by field, as one line") {
     CHECK(e.message == error.message);
 }
 
-TEST_CASE("status lines that are not events are passed over; a broken event names its key") {
+TEST_CASE("status lines that are not events are passed over, and a broken event names its key") {
     for (const char* line :
          {"", "hello from a rank", "[1]", "{}", R"({"event": 3})", R"({"event": "heartbeat"})"})
         CHECK_FALSE(parse_status_line(line).has_value());
