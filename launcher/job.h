@@ -8,6 +8,7 @@
 #include <string>
 
 #include "launcher/launch_spec.h"
+#include "protocol/errors.h"
 #include "strategies/device_map.h"
 #include "strategies/strategy.h"
 
