@@ -335,6 +335,10 @@ const std::vector<JobOptionRow>& job_option_table() {
                       "every visible GPU's free memory"),
             whole<J>("--batch-size,--batch_size", "N", &J::batch_size, 1, 64,
                      "Prompts with the same settings that go through the model together on a rank"),
+            number<J>("--collective-timeout,--collective_timeout", "SECONDS", &J::collective_timeout_s, 1,
+                      7 * 24 * 3600, "seconds",
+                      "How long a rank waits in one collective (another rank died or hangs) before it stops "
+                      "with exit code 75"),
             choice<J>("--dtype", &J::dtype, {"fp32", "bf16", "fp16"}, "Precision the model runs in"),
             choice<J>("--device", &J::device, {"auto", "cpu", "cuda"},
                       "auto: cuda:LOCAL_RANK when CUDA is available, else cpu"),

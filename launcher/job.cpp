@@ -356,13 +356,6 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& j
 
 namespace {
 
-// DP_COLLECTIVE_TIMEOUT: how long a rank waits in one collective before it gives up (exit code 75).
-double collective_timeout_s() {
-    const char* text = std::getenv("DP_COLLECTIVE_TIMEOUT");
-    if (!text || !*text) return protocol::kDefaultCollectiveTimeoutS;
-    return parse_number(text, 0.001, 7 * 24 * 3600, "DP_COLLECTIVE_TIMEOUT", "seconds");
-}
-
 protocol::DeviceMapPlan to_protocol(const strategies::DeviceMapPlan& plan) {
     protocol::DeviceMapPlan out;
     out.devices = plan.devices;
@@ -385,7 +378,7 @@ protocol::JobFile job_file_for(const LaunchSpec& launch, const JobOptions& job) 
     f.mesh.ulysses = job.ulysses;
     f.mesh.tp = job.tp;
     f.mesh.dp = launch.world_size() / (f.mesh.cfg * f.mesh.ring * f.mesh.ulysses * f.mesh.tp);
-    f.collective_timeout_s = collective_timeout_s();
+    f.collective_timeout_s = job.collective_timeout_s;
     if (!job.device_map.empty()) {
         f.device_map = protocol::DeviceMapRequest{job.device_map, job.max_memory, std::nullopt};
         // Planned once, here, when the budgets are known; else by the worker from its GPUs.

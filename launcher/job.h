@@ -9,6 +9,7 @@
 
 #include "launcher/launch_spec.h"
 #include "protocol/errors.h"
+#include "protocol/job_file.h"
 #include "strategies/device_map.h"
 #include "strategies/strategy.h"
 
@@ -37,6 +38,8 @@ struct JobOptions {
     int width = 0;  // 0: the model's default
     int height = 0;
     int batch_size = 1;
+    // How long a rank waits in one collective before it gives up (exit code 75).
+    double collective_timeout_s = protocol::kDefaultCollectiveTimeoutS;
     bool cfg_parallel = false;  // pairs of ranks split classifier-free guidance's two branches
     int ulysses = 1;            // ranks that split each image's tokens (Ulysses context parallelism)
     int ring = 1;               // ranks that pass each image's keys and values round a ring (Ring attention)
