@@ -96,7 +96,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
             << (writer ? ", writes the images" : "") << "\n";
     }
     if (!job.device_map.empty()) {
-        const auto plan = plan_device_map_for(job);
+        const auto& plan = strategy.device_map_plan;
         out << "device_map " << job.device_map << ": one process"
             << (plan ? ", components and blocks placed:\n" + strategies::describe_device_map(*plan)
                      : "; budgets are each visible GPU's free memory when the job starts (pass "

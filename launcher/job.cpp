@@ -323,9 +323,9 @@ strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const Job
 strategies::ResolvedStrategy resolve_job_strategy(const LaunchSpec& launch, const JobOptions& job) {
     const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model);
     const int heads = static_cast<int>(strategies::read_transformer_shape(job.model, spec).heads);
-    const strategies::ResolvedStrategy resolved =
-        strategies::resolve_strategy(strategy_request(launch, job), spec, heads);
-    plan_device_map_for(with_strategy(job, resolved));  // every error now, before anything starts
+    strategies::ResolvedStrategy resolved = strategies::resolve_strategy(strategy_request(launch, job), spec, heads);
+    // Planned once, here (every error now, before anything starts), when the budgets are known.
+    resolved.device_map_plan = plan_device_map_for(with_strategy(job, resolved));
     return resolved;
 }
 
@@ -364,8 +364,8 @@ protocol::DeviceMapPlan to_protocol(const strategies::DeviceMapPlan& plan) {
     return out;
 }
 
-// What every rank is told: `job` (through the strategy) without its requests.
-protocol::JobFile job_file_for(const LaunchSpec& launch, const JobOptions& job) {
+// What every rank is told: `job` (through `strategy`) without its requests.
+protocol::JobFile job_file_for(const JobOptions& job, const strategies::ResolvedStrategy& strategy) {
     protocol::JobFile f;
     f.model_dir = job.model;
     f.random_weights = job.random_weights;
@@ -373,16 +373,13 @@ protocol::JobFile job_file_for(const LaunchSpec& launch, const JobOptions& job) 
     f.dtype = job.dtype;
     f.device = job.device;
     f.batch_size = job.batch_size;
-    f.mesh.cfg = job.cfg_parallel ? 2 : 1;
-    f.mesh.ring = job.ring;
-    f.mesh.ulysses = job.ulysses;
-    f.mesh.tp = job.tp;
-    f.mesh.dp = launch.world_size() / (f.mesh.cfg * f.mesh.ring * f.mesh.ulysses * f.mesh.tp);
+    const strategies::MeshDegrees& d = strategy.degrees;
+    f.mesh = {d.dp, d.cfg, d.ring, d.ulysses, d.tp};
     f.collective_timeout_s = job.collective_timeout_s;
     if (!job.device_map.empty()) {
         f.device_map = protocol::DeviceMapRequest{job.device_map, job.max_memory, std::nullopt};
-        // Planned once, here, when the budgets are known; else by the worker from its GPUs.
-        if (const auto plan = plan_device_map_for(job)) f.device_map->plan = to_protocol(*plan);
+        // The launcher's plan when it could make one; else the worker plans from its GPUs.
+        if (strategy.device_map_plan) f.device_map->plan = to_protocol(*strategy.device_map_plan);
     }
     return f;
 }
@@ -418,7 +415,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     }
 
     // Every prompt's settings, resolved once here so that every rank and the manifest agree.
-    protocol::JobFile job_file = job_file_for(launch, job);
+    protocol::JobFile job_file = job_file_for(job, strategy);
     std::map<int64_t, nlohmann::json> records;
     std::vector<int64_t> order;
     std::vector<std::string> clashes;

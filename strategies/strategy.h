@@ -6,6 +6,9 @@
 
 #include <string>
 
+#include <optional>
+
+#include "strategies/device_map.h"
 #include "strategies/mesh.h"
 #include "strategies/parallel_spec.h"
 
@@ -28,6 +31,10 @@ struct StrategyRequest {
 struct ResolvedStrategy {
     MeshDegrees degrees;     // dp filled: degrees.product() == world
     std::string device_map;  // the request's, or "auto" from --strategy device-map
+    // device_map's plan when its budgets are known before the job starts (a FILE.json or
+    // --max-memory); nullopt without device_map, or when the worker measures its GPUs. Filled by
+    // the caller that reads the model's sizes (resolve_strategy itself reads no file).
+    std::optional<DeviceMapPlan> device_map_plan;
 };
 
 // Applies --strategy (context: Ulysses where `heads` divide by the ranks, else Ring; tensor: tp
