@@ -18,7 +18,6 @@
 #include "protocol/status_events.h"
 #include "runtime/errors.h"
 #include "runtime/image_sink.h"
-#include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/parallel_context.h"
@@ -26,6 +25,7 @@
 #include "runtime/split.h"
 #include "runtime/tensor_io.h"
 #include "strategies/device_map.h"
+#include "strategies/model_config.h"
 #include "strategies/mesh.h"
 #include "strategies/model_sizes.h"
 
@@ -137,29 +137,9 @@ std::shared_ptr<DeviceMapping> make_device_mapping(const JobFile& job, int eleme
             throw protocol::UsageError("--device-map " + request.spec + ": " + e.what());
         }
     }
-    const auto blocks = static_cast<std::size_t>(
-        Sd3TransformerConfig::from_json_file(job.model_dir + "/transformer/config.json").num_layers);
-    auto mapping = std::make_shared<DeviceMapping>();
-    mapping->labels = plan.devices;
-    for (const std::string& label : plan.devices)
-        mapping->devices.push_back(DeviceMapping::device_for(label));
-    auto slot = [&](const std::string& label) {
-        return static_cast<int>(std::find(plan.devices.begin(), plan.devices.end(), label) -
-                                plan.devices.begin());
-    };
-    for (const strategies::Placement& p : plan.placements) {
-        if (p.component != "transformer") {
-            mapping->components[p.component] = slot(p.device);
-            continue;
-        }
-        if (p.block < 0) {  // whole: every block on one device
-            mapping->transformer_blocks.assign(blocks, slot(p.device));
-        } else {
-            if (static_cast<int>(mapping->transformer_blocks.size()) <= p.block)
-                mapping->transformer_blocks.resize(static_cast<std::size_t>(p.block) + 1, 0);
-            mapping->transformer_blocks[static_cast<std::size_t>(p.block)] = slot(p.device);
-        }
-    }
+    const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model_dir);
+    auto mapping = DeviceMapping::from_plan(
+        plan, spec, static_cast<std::size_t>(strategies::read_transformer_shape(job.model_dir, spec).layers));
     std::cerr << "dp-worker: device_map " << request.spec << ":\n"
               << strategies::describe_device_map(plan) << std::flush;
     return mapping;

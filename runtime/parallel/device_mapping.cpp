@@ -5,6 +5,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
+#include <algorithm>
+
 #include "runtime/errors.h"
 
 namespace dp::runtime {
@@ -20,6 +22,29 @@ at::Device DeviceMapping::device_for(const std::string& label) {
                         " CUDA device(s) visible; CPU \"devices\" cpu:N are always available)",
                     2);
     return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+std::shared_ptr<DeviceMapping> DeviceMapping::from_plan(const strategies::DeviceMapPlan& plan, const strategies::ParallelSpec& spec,
+                                       std::size_t blocks) {
+    auto mapping = std::make_shared<DeviceMapping>();
+    DeviceMapping& m = *mapping;
+    m.labels = plan.devices;
+    for (const std::string& label : plan.devices) m.devices.push_back(device_for(label));
+    auto slot = [&](const std::string& label) {
+        return static_cast<int>(std::find(plan.devices.begin(), plan.devices.end(), label) - plan.devices.begin());
+    };
+    for (const strategies::Placement& p : plan.placements) {
+        if (p.component != spec.transformer) {
+            m.components[p.component] = slot(p.device);
+        } else if (p.block < 0) {  // whole: every block on one device
+            m.transformer_blocks.assign(blocks, slot(p.device));
+        } else {
+            if (m.transformer_blocks.size() <= static_cast<std::size_t>(p.block))
+                m.transformer_blocks.resize(static_cast<std::size_t>(p.block) + 1, 0);
+            m.transformer_blocks[static_cast<std::size_t>(p.block)] = slot(p.device);
+        }
+    }
+    return mapping;
 }
 
 int DeviceMapping::slot_of(const std::string& component) const {

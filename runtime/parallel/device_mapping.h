@@ -15,6 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "strategies/device_map.h"
+#include "strategies/parallel_spec.h"
+
 namespace dp::runtime {
 
 struct DeviceMapping {
@@ -28,6 +31,11 @@ struct DeviceMapping {
     at::Device device_of(const std::string& component) const {
         return devices[static_cast<std::size_t>(slot_of(component))];
     }
+
+    // The executor's slots for `plan`: each placement's device, the transformer (spec.transformer)
+    // block by block over its `blocks` blocks. Throws UsageError for a device that is not there.
+    static std::shared_ptr<DeviceMapping> from_plan(const strategies::DeviceMapPlan& plan, const strategies::ParallelSpec& spec,
+                                   std::size_t blocks);
 
     // A "kind:N" label as the device it runs on. Throws Error (exit 2) for a CUDA device that is
     // not there.
