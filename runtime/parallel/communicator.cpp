@@ -127,8 +127,11 @@ std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
 
 void Communicator::finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
     try {
-        if (!work->wait(options_.timeout))
-            throw std::runtime_error("did not complete");
+        // Gloo completes on the CPU: wait at most the group's timeout. NCCL's wait() only orders
+        // the current CUDA stream after the collective; a timeout here would block the CPU until
+        // the kernel ends, so its timeout is the process group's own (watchdog) instead.
+        const bool done = options_.backend == "nccl" ? work->wait() : work->wait(options_.timeout);
+        if (!done) throw std::runtime_error("did not complete");
     } catch (const std::exception& e) {
         throw CommunicationError(std::string(what) + " on group '" + options_.name + "' (rank " +
                                  std::to_string(rank()) + " of " + std::to_string(size()) + ", " +
