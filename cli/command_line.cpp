@@ -109,7 +109,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
         result.spec = resolve_launch_spec(raw, env, /*require_command=*/!job_mode);
         if (job_mode) {
             result.job = resolve_job_options(raw, env, plan ? "-" : stray.front());
-        } else if (const std::string set = first_job_option_set(raw, env); !set.empty()) {
+        } else if (const std::string set = first_job_option_flag(raw); !set.empty()) {
             result.message = set + " is a pipeline option: it needs a PROMPTS file, not a command after --";
             return result;
         }

@@ -504,10 +504,9 @@ launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvL
     return spec;
 }
 
-std::string first_job_option_set(const RawLaunchOptions& raw, const EnvLookup& env) {
-    const ConfigSettings config = load_any_config(raw, env);
+std::string first_job_option_flag(const RawLaunchOptions& raw) {
     for (const JobOptionRow& row : job_option_table())
-        if (const std::optional<Setting> s = setting_of(row, raw, env, config)) return s->source;
+        if (raw.options.at(row.key)->count() > 0) return row.long_flag;
     return "";
 }
 

@@ -100,7 +100,8 @@ launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvL
 launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvLookup& env,
                                          const std::string& prompts);
 
-// The first pipeline option set by a flag, a DP_* variable or the config file, or empty.
-std::string first_job_option_set(const RawLaunchOptions& raw, const EnvLookup& env);
+// The first pipeline option given as a flag on the command line, or empty. DP_* variables and the
+// config file only give defaults, which a command run has no use for, so they are never an error.
+std::string first_job_option_flag(const RawLaunchOptions& raw);
 
 }  // namespace dp::cli

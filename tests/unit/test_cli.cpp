@@ -695,3 +695,24 @@ TEST_CASE("fuzz: random argv never escapes the usage-error path") {
     CHECK(launches > 0);
     CHECK(failures > 0);
 }
+
+TEST_CASE("pipeline defaults from the environment or a config file do not stop a command run") {
+    const std::string cfg = write_temp("pipeline_defaults.json", R"({"steps": 4, "model": "nowhere"})");
+    FakeEnv env;
+    env.vars["DP_STEPS"] = "4";
+    env.vars["DP_WIDTH"] = "not even a number";  // a default nothing reads is not checked
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"--", "true"}, std::vector<std::string>{"--config", cfg, "--", "true"}}) {
+        CAPTURE(args);
+        const CommandLine c = parse(args, env);
+        CHECK_MESSAGE(c.action == CommandLine::Action::kLaunch, c.message);
+        CHECK_FALSE(c.job.has_value());
+    }
+    env.vars["DP_CONFIG"] = cfg;
+    CHECK(parse({"--", "true"}, env).action == CommandLine::Action::kLaunch);
+    // A pipeline flag on the command line still is an error there.
+    const CommandLine flag = parse({"--steps", "4", "--", "true"}, env);
+    CHECK(flag.action == CommandLine::Action::kFail);
+    CHECK(flag.exit_code == 2);
+    CHECK(flag.message.find("--steps is a pipeline option") != std::string::npos);
+}
