@@ -2,7 +2,14 @@
 
 #include <ATen/ATen.h>
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
+#include <iostream>
 
 // Gloo's headers come from Debian's libgloo-dev: the wheel ships ProcessGroupGloo.hpp without the
 // gloo headers it includes. We only hold gloo objects through pointers, so the class layouts we
@@ -57,6 +64,59 @@ c10::intrusive_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::St
     throw Error("unknown collective backend '" + o.backend + "' (known: gloo, nccl)", 2);
 }
 
+// Note [store on the job's address only]: c10d's TCPStore server listens on every interface of
+// the host, so anything that can reach the machine can connect to a running job's store and
+// write keys. Rank 0 instead makes the listening socket itself, bound to the master address
+// (127.0.0.1 on one node; the address the other nodes connect to on several), and hands it to
+// the store (TCPStoreOptions::masterListenFd, which the store then owns). SO_REUSEADDR lets it
+// bind the port the launcher keeps reserved (Note [port reservation]).
+int listen_on_master_address(const std::string& host, int port) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+    if (rc != 0)
+        throw CommunicationError("the store's address " + host + " does not resolve: " + gai_strerror(rc));
+    // A host name that resolves to loopback here but not on the other nodes (Debian's
+    // "127.0.1.1 host" line) would shut them out: the store then listens on every interface, as
+    // c10d's does, and says so.
+    const bool loopback_literal = host == "127.0.0.1" || host == "localhost" || host == "::1";
+    const addrinfo* first = found;
+    const bool resolves_to_loopback =
+        first && ((first->ai_family == AF_INET &&
+                   (ntohl(reinterpret_cast<const sockaddr_in*>(first->ai_addr)->sin_addr.s_addr) >> 24) == 127) ||
+                  (first->ai_family == AF_INET6 &&
+                   IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(first->ai_addr)->sin6_addr)));
+    if (resolves_to_loopback && !loopback_literal) {
+        freeaddrinfo(found);
+        std::cerr << "dp-worker: MASTER_ADDR " << host
+                  << " resolves to a loopback address on rank 0's host; its store listens on every "
+                     "interface so that other nodes can reach it (give rank 0's network address to "
+                     "restrict it)"
+                  << std::endl;
+        return -1;
+    }
+    std::string why = "no address";
+    int fd = -1;
+    for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+        fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        const int on = 1;
+        ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+        if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 1024) != 0) {
+            why = std::strerror(errno);
+            ::close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(found);
+    if (fd < 0)
+        throw CommunicationError("rank 0 cannot listen for the job's store on " + host + ":" + std::to_string(port) +
+                                 ": " + why + " (MASTER_ADDR must be an address of rank 0's host)");
+    return fd;
+}
+
 }  // namespace
 
 Communicator::Communicator(const CommunicatorOptions& o) : options_(o), impl_(std::make_unique<Impl>()) {
@@ -68,6 +128,9 @@ Communicator::Communicator(const CommunicatorOptions& o) : options_(o), impl_(st
         so.numWorkers = o.world_size;
         so.waitWorkers = true;
         so.timeout = o.timeout;
+        if (so.isServer)
+            if (const int fd = listen_on_master_address(o.master_addr, o.master_port); fd >= 0)
+                so.masterListenFd = fd;
         impl_->store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
         impl_->backend = make_backend(impl_->store, o);
     } catch (const Error&) {
