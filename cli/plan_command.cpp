@@ -9,6 +9,7 @@
 
 #include "launcher/errors.h"
 #include "strategies/mesh.h"
+#include "strategies/model_files.h"
 #include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
 
@@ -17,10 +18,10 @@ using namespace dp::launcher;
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw InputDataError(path + ": cannot read");
+    if (!strategies::model_file_exists(path)) throw InputDataError(path + ": cannot read");
+    const std::string text = strategies::read_model_file(path);  // a FIFO or device is refused
     try {
-        return nlohmann::json::parse(in);
+        return nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
         throw InputDataError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 120) + ")");
     }
@@ -29,7 +30,7 @@ nlohmann::json read_json(const std::string& path) {
 // An optional config: an empty object when the file is absent (a model without a VAE or tokenizer
 // folder), else read_json's result.
 nlohmann::json read_json_if_present(const std::string& path) {
-    if (!std::ifstream(path)) return nlohmann::json::object();
+    if (!strategies::model_file_exists(path)) return nlohmann::json::object();
     const nlohmann::json j = read_json(path);
     return j.is_object() ? j : nlohmann::json::object();
 }

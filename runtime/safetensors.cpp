@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/errors.h"
+#include "strategies/model_files.h"
 
 namespace dp::runtime {
 namespace {
@@ -130,12 +131,11 @@ std::map<std::string, StTensorInfo> parse_safetensors_header(const std::string& 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
     file->path_ = path;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw ModelError(path + ": cannot open (" + std::strerror(errno) + ")");
+    const int fd = strategies::open_model_file(path);  // a regular file, or ModelError
     struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         ::close(fd);
-        throw ModelError(path + ": not a regular file");
+        throw ModelError(path + ": cannot stat (" + std::strerror(errno) + ")");
     }
     const auto size = static_cast<std::size_t>(st.st_size);
     if (size < 8) {

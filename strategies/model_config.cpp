@@ -4,16 +4,17 @@
 #include <nlohmann/json.hpp>
 
 #include "protocol/errors.h"
+#include "strategies/model_files.h"
 
 namespace dp::strategies {
 namespace {
 
 nlohmann::json read_object(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw protocol::ModelError(path + ": cannot read");
+    if (!model_file_exists(path)) throw protocol::ModelError(path + ": cannot read");
+    const std::string text = read_model_file(path);  // a FIFO or device is refused, not read
     nlohmann::json j;
     try {
-        j = nlohmann::json::parse(in);
+        j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
         throw protocol::ModelError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 120) + ")");
     }

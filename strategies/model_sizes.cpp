@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <stdexcept>
 
 #include "strategies/model_config.h"
+#include "strategies/model_files.h"
 
 namespace dp::strategies {
 namespace {
@@ -37,17 +39,24 @@ std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir
     std::map<std::string, int64_t> counts;
     for (const std::string& f : files) {
         const std::string path = dir + "/" + f;
-        std::ifstream in(path, std::ios::binary);
-        unsigned char len_bytes[8] = {};
-        in.read(reinterpret_cast<char*>(len_bytes), 8);
-        uint64_t len = 0;
-        for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
-        if (!in || len > kMaxHeaderBytes) throw std::runtime_error(path + ": corrupt safetensors header");
-        std::string header(len, '\0');
-        in.read(header.data(), static_cast<std::streamsize>(len));
+        std::string header;
+        bool whole = false;
+        {
+            const int fd = open_model_file(path);  // a regular file: a FIFO would block here
+            unsigned char len_bytes[8] = {};
+            uint64_t len = 0;
+            if (::pread(fd, len_bytes, 8, 0) == 8) {
+                for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
+                if (len <= kMaxHeaderBytes) {
+                    header.assign(len, '\0');
+                    whole = ::pread(fd, header.data(), len, 8) == static_cast<ssize_t>(len);
+                }
+            }
+            ::close(fd);
+        }
+        if (!whole) throw std::runtime_error(path + ": corrupt safetensors header");
         nlohmann::json h;
         try {
-            if (!in) throw std::runtime_error("short");
             h = nlohmann::json::parse(header);
             for (const auto& [name, info] : h.items()) {
                 if (name == "__metadata__") continue;
@@ -126,11 +135,14 @@ DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element
                                device_map == "auto" ? DeviceMapMode::kAuto : DeviceMapMode::kBalanced);
     if (!max_memory.empty())
         throw std::invalid_argument("--max-memory does not apply to a device map written by hand");
-    std::ifstream in(device_map);
-    if (!in) throw std::invalid_argument("cannot read it; expected balanced, auto or a readable FILE.json");
-    std::stringstream text;
-    text << in.rdbuf();
-    return device_map_from_json(text.str(), sizes, device_map);
+    std::string text;
+    try {
+        text = read_model_file(device_map, 1 << 20);
+    } catch (const std::exception& e) {
+        throw std::invalid_argument("cannot read it (" + std::string(e.what()) +
+                                    "); expected balanced, auto or a readable FILE.json");
+    }
+    return device_map_from_json(text, sizes, device_map);
 }
 
 }  // namespace dp::strategies

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "runtime/errors.h"
+#include "strategies/model_files.h"
 
 namespace dp::runtime {
 namespace {
@@ -27,14 +28,11 @@ constexpr const char* kByteLevelPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\p{White_Space}\p{L}\p{N}]+|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
 
 std::string read_text(const std::string& path, bool required) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
+    if (!strategies::model_file_exists(path)) {
         if (required) throw ModelError(path + ": cannot read (missing tokenizer file?)");
         return {};
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    return strategies::read_model_file(path);
 }
 
 // GPT-2's reversible byte -> printable code point map.

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "runtime/errors.h"
+#include "strategies/model_files.h"
 
 namespace dp::runtime {
 
@@ -17,11 +18,8 @@ ConfigJson::ConfigJson(const std::string& text, std::string path) : path_(std::m
 }
 
 ConfigJson ConfigJson::from_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw ModelError(path + ": cannot read (missing config file?)");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ConfigJson(ss.str(), path);
+    if (!strategies::model_file_exists(path)) throw ModelError(path + ": cannot read (missing config file?)");
+    return ConfigJson(strategies::read_model_file(path), path);
 }
 
 bool ConfigJson::has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "runtime/errors.h"
+#include "strategies/model_files.h"
 #include "runtime/tensor_io.h"
 
 namespace dp::runtime {
@@ -63,12 +64,10 @@ WeightStore WeightStore::open_folder(const std::string& dir, at::ScalarType dtyp
         return store;
     }
     const std::string index_path = dir + "/" + indexes[0];
-    std::ifstream in(index_path);
-    std::stringstream text;
-    text << in.rdbuf();
+    const std::string text = strategies::read_model_file(index_path);
     nlohmann::json index;
     try {
-        index = nlohmann::json::parse(text.str());
+        index = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
         throw ModelError(index_path + ": not valid JSON (" + std::string(e.what()).substr(0, 160) + ")");
     }
