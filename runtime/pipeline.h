@@ -44,6 +44,9 @@ struct GenerateResult {
     at::Tensor image;                   // [height, width, 3] uint8, CPU
     at::Tensor latents;                 // the final latents, fp32 CPU, before decoding
     std::vector<std::string> warnings;  // e.g. prompt truncation, as diffusers logs it
+    // Non-empty: this request made no valid image (its latents are not finite, say), and why. The
+    // other requests of the batch are unaffected.
+    std::string error;
 };
 
 class DiffusionPipeline {

@@ -270,6 +270,12 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
                 const GenerateResult& result = results[k];
                 for (const std::string& w : result.warnings)
                     std::cerr << "prompt " << r.index << ": " << w << std::endl;
+                if (!result.error.empty()) {  // no valid image: a failed prompt, not a black PNG
+                    ++failed;
+                    std::cerr << "prompt " << r.index << ": " << result.error << std::endl;
+                    status.send(protocol::FailedEvent{rank, r.index, result.error});
+                    continue;
+                }
                 const int width = static_cast<int>(result.image.size(1));
                 const int height = static_cast<int>(result.image.size(0));
                 const WrittenImage img = write_png_atomically(

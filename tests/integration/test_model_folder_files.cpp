@@ -6,7 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "integration/launch_harness.h"
@@ -42,4 +47,46 @@ TEST_CASE("a FIFO in the model folder is refused at once, naming it, never waite
         CHECK(r.seconds < 30);
         CHECK_MESSAGE(r.err.find(file + ": not a regular file") != std::string::npos, r.err);
     }
+}
+
+namespace {
+// Overwrites every element of the F32 tensor `name` in a safetensors file with NaN, in place.
+void poison_tensor(const std::string& path, const std::string& name) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(f);
+    uint64_t header_len = 0;
+    f.read(reinterpret_cast<char*>(&header_len), 8);  // little-endian, as this machine
+    std::string header(header_len, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(header_len));
+    const nlohmann::json h = nlohmann::json::parse(header);
+    REQUIRE(h.at(name).at("dtype") == "F32");
+    const uint64_t begin = h.at(name).at("data_offsets")[0], end = h.at(name).at("data_offsets")[1];
+    const uint32_t nan_bits = 0x7FC00000u;
+    f.seekp(static_cast<std::streamoff>(8 + header_len + begin));
+    for (uint64_t at = begin; at < end; at += 4) f.write(reinterpret_cast<const char*>(&nan_bits), 4);
+    REQUIRE(f.flush());
+}
+}  // namespace
+
+TEST_CASE("weights that make NaN latents give a failed prompt saying so, not a black image marked ok") {
+    const std::string dir = make_temp_dir();
+    const std::string model = dir + "/model";
+    REQUIRE(std::system(("cp -r '" + std::string(DP_TINY_MODEL) + "' '" + model + "'").c_str()) == 0);
+    poison_tensor(model + "/transformer/diffusion_pytorch_model.safetensors", "proj_out.bias");
+    const std::string prompts = dir + "/p.txt";
+    REQUIRE(std::system(("printf 'a prompt\\nanother\\n' > '" + prompts + "'").c_str()) == 0);
+    const LaunchResult r = run_launch({"-n", "1", "--model", model, "--steps", "2", "--width", "16", "--height",
+                                       "16", "--device", "cpu", "-o", dir + "/out", prompts},
+                                      {}, 120);
+    CHECK(r.exit_code == 1);  // some prompts failed: see the manifest
+    std::istringstream manifest(read_file(dir + "/out/manifest.jsonl"));
+    int records = 0;
+    for (std::string line; std::getline(manifest, line);) {
+        const nlohmann::json rec = nlohmann::json::parse(line);
+        ++records;
+        CHECK(rec.at("status") == "failed");
+        CHECK_MESSAGE(rec.value("error", "").find("not finite") != std::string::npos, line);
+        CHECK_FALSE(file_exists(dir + "/out/" + rec.value("file", std::string("none"))));
+    }
+    CHECK(records == 2);
 }

@@ -315,9 +315,17 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     image = (image / 2 + 0.5).clamp(0, 1).to(at::kCPU, at::kFloat);
     const at::Tensor pixels = (image.permute({0, 2, 3, 1}) * 255).round().to(at::kByte);
     const at::Tensor final_latents = latents.to(at::kCPU, at::kFloat);
+    // A NaN or inf would pass through the clamp as a black or saturated image: such a request
+    // made no image.
+    const at::Tensor finite = at::isfinite(final_latents).flatten(1).all(1);
     for (int64_t k = 0; k < n; ++k) {
-        results[static_cast<std::size_t>(k)].image = pixels[k].contiguous();
-        results[static_cast<std::size_t>(k)].latents = final_latents.narrow(0, k, 1).contiguous();
+        GenerateResult& out = results[static_cast<std::size_t>(k)];
+        out.image = pixels[k].contiguous();
+        out.latents = final_latents.narrow(0, k, 1).contiguous();
+        if (!finite[k].item<bool>())
+            out.error = "the final latents are not finite (NaN or inf) after " + std::to_string(r.steps) +
+                        " steps: the model's weights or these settings produce no image (check the weights, "
+                        "and try --dtype fp32)";
     }
     return results;
 }
