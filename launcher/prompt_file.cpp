@@ -1,9 +1,18 @@
 #include "launcher/prompt_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+
+#include "launcher/errors.h"
+#include "launcher/unique_fd.h"
+#include "launcher/values.h"
 
 namespace dp::launcher {
 namespace {
@@ -15,13 +24,7 @@ std::string where(const std::string& name, int64_t line) { return name + ":" + s
 // Fills `out` from a JSON object; returns an error text, or empty when valid.
 std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
     nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        std::string why = e.what();
-        if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
-        return "not valid JSON (" + why.substr(0, 160) + ")";
-    }
+    if (std::string why = parse_strict_json(text, j); !why.empty()) return why.substr(0, 200);
     if (!j.is_object()) return "expected a JSON object like {\"prompt\": \"a red circle\"}";
     for (const auto& [key, value] : j.items()) {
         auto type_error = [&](const char* expected) { return "key '" + key + "': expected " + expected; };
@@ -65,39 +68,63 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
 
 }  // namespace
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at s[i] (no overlongs, surrogates or code points
+// past U+10FFFF), or 0 when none starts there.
+std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) return 1;
+    std::size_t n = 0;
+    uint32_t cp = 0;
+    if ((c & 0xE0) == 0xC0) {
+        n = 1;
+        cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+        n = 2;
+        cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+        n = 3;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    for (std::size_t k = 1; k <= n; ++k) {
+        if (i + k >= s.size()) return 0;
+        const auto cc = static_cast<unsigned char>(s[i + k]);
+        if ((cc & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000)) return 0;  // overlong
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return n + 1;
+}
+
+}  // namespace
+
 bool is_valid_utf8(std::string_view s) {
-    std::size_t i = 0;
-    while (i < s.size()) {
-        const auto c = static_cast<unsigned char>(s[i]);
-        std::size_t n = 0;
-        uint32_t cp = 0;
-        if (c < 0x80) {
-            ++i;
-            continue;
-        }
-        if ((c & 0xE0) == 0xC0) {
-            n = 1;
-            cp = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            n = 2;
-            cp = c & 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            n = 3;
-            cp = c & 0x07;
-        } else
-            return false;
-        for (std::size_t k = 1; k <= n; ++k) {
-            if (i + k >= s.size()) return false;
-            const auto cc = static_cast<unsigned char>(s[i + k]);
-            if ((cc & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (cc & 0x3F);
-        }
-        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000))
-            return false;  // overlong
-        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-        i += n + 1;
+    for (std::size_t i = 0; i < s.size();) {
+        const std::size_t n = utf8_sequence_length(s, i);
+        if (n == 0) return false;
+        i += n;
     }
     return true;
+}
+
+std::string utf8_for_display(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (std::size_t i = 0; i < s.size();) {
+        const std::size_t n = utf8_sequence_length(s, i);
+        if (n == 0) {
+            out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+            ++i;
+        } else {
+            out.append(s.substr(i, n));
+            i += n;
+        }
+    }
+    return out;
 }
 
 bool is_jsonl_name(const std::string& name) {
@@ -107,52 +134,137 @@ bool is_jsonl_name(const std::string& name) {
     return tail == ".jsonl";
 }
 
-PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bool jsonl) {
-    PromptFile file;
-    if (bytes.substr(0, 3) == "\xEF\xBB\xBF") bytes.remove_prefix(3);
-    int64_t line_no = 0;
-    std::size_t start = 0;
-    while (start < bytes.size()) {
-        std::size_t end = bytes.find('\n', start);
-        if (end == std::string_view::npos) end = bytes.size();
-        std::string_view line = bytes.substr(start, end - start);
-        start = end + 1;
-        ++line_no;
-        while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
-            line.remove_suffix(1);
-        if (line.find_first_not_of(" \t\f\v") == std::string_view::npos) continue;  // blank
-        const int64_t index = file.total++;
-        auto invalid = [&](const std::string& why) {
-            file.invalid.push_back({index, line_no, where(name, line_no) + ": " + why});
-        };
-        if (line.size() > kMaxPromptLineBytes) {
-            invalid("line is " + std::to_string(line.size()) + " bytes; the limit is " +
-                    std::to_string(kMaxPromptLineBytes));
-            continue;
-        }
-        if (line.find('\0') != std::string_view::npos) {
-            invalid("contains a NUL byte");
-            continue;
-        }
-        if (!is_valid_utf8(line)) {
-            invalid("not valid UTF-8");
-            continue;
-        }
+namespace {
+
+// The bytes of a line the reader holds: the line limit, and a BOM before it on the first line.
+constexpr std::size_t kHeldLineBytes = kMaxPromptLineBytes + 3;
+constexpr std::string_view kBom = "\xEF\xBB\xBF";
+
+bool is_trailing_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+}  // namespace
+
+PromptFileReader::PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check)
+    : name_(utf8_for_display(name)), format_(format), check_(std::move(check)) {}
+
+void PromptFileReader::limit_passed(const std::string& what) const {
+    throw InputDataError(name_ + ": " + what + "; one job takes at most " +
+                         std::to_string(kMaxJobPromptBytes >> 20) + " MiB and " +
+                         std::to_string(kMaxJobPrompts) + " prompt lines (split the file into several jobs)");
+}
+
+void PromptFileReader::feed(std::string_view bytes) {
+    while (!bytes.empty()) {
+        const std::size_t newline = bytes.find('\n');
+        const std::string_view part = bytes.substr(0, newline);
+        bytes_ += part.size() + (newline == std::string_view::npos ? 0 : 1);
+        if (bytes_ > kMaxJobPromptBytes)
+            limit_passed("more than " + std::to_string(kMaxJobPromptBytes >> 20) +
+                         " MiB (stopped reading there)");
+        if (line_.size() < kHeldLineBytes) line_.append(part.substr(0, kHeldLineBytes - line_.size()));
+        line_bytes_ += part.size();
+        std::size_t blank = 0;
+        while (blank < part.size() && is_trailing_blank(part[part.size() - 1 - blank])) ++blank;
+        trailing_blank_ = blank == part.size() ? trailing_blank_ + blank : blank;
+        if (newline == std::string_view::npos) return;
+        end_line();
+        bytes.remove_prefix(newline + 1);
+    }
+}
+
+void PromptFileReader::end_line() {
+    ++line_no_;
+    std::string_view line = line_;
+    std::size_t length = line_bytes_ - trailing_blank_;  // without the white space that ends it
+    if (line_no_ == 1 && line.substr(0, kBom.size()) == kBom) {
+        line.remove_prefix(kBom.size());
+        length -= kBom.size();
+    }
+    if (length <= line.size()) line = line.substr(0, length);
+    const bool blank = length <= line.size() && line.find_first_not_of(" \t\f\v") == std::string_view::npos;
+    auto next_line = [this] {
+        line_.clear();
+        line_bytes_ = 0;
+        trailing_blank_ = 0;
+    };
+    if (blank) return next_line();
+    const int64_t index = file_.total++;
+    if (file_.total > kMaxJobPrompts)
+        limit_passed("more than " + std::to_string(kMaxJobPrompts) +
+                     " prompt lines (stopped reading at line " + std::to_string(line_no_) + ")");
+    if (format_ == PromptFormat::kDetect) {
+        const std::size_t first = line.find_first_not_of(" \t\f\v");
+        format_ = first != std::string_view::npos && line[first] == '{' ? PromptFormat::kJsonl
+                                                                        : PromptFormat::kText;
+    }
+    auto invalid = [&](const std::string& why) {
+        file_.invalid.push_back({index, line_no_, where(name_, line_no_) + ": " + why});
+    };
+    if (length > kMaxPromptLineBytes) {
+        invalid("line is " + std::to_string(length) + " bytes; the limit is " +
+                std::to_string(kMaxPromptLineBytes));
+    } else if (line.find('\0') != std::string_view::npos) {
+        invalid("contains a NUL byte");
+    } else if (!is_valid_utf8(line)) {
+        invalid("not valid UTF-8");
+    } else {
         PromptRecord record;
         record.index = index;
-        record.line = line_no;
-        if (jsonl) {
-            const std::string error = parse_jsonl_object(line, record);
-            if (!error.empty()) {
-                invalid(error);
-                continue;
-            }
+        record.line = line_no_;
+        std::string error;
+        if (format_ == PromptFormat::kJsonl) {
+            error = parse_jsonl_object(line, record);
         } else {
             record.prompt = std::string(line);
         }
-        file.prompts.push_back(std::move(record));
+        if (error.empty() && check_) error = check_(record);
+        if (error.empty()) {
+            file_.prompts.push_back(std::move(record));
+        } else {
+            invalid(error);
+        }
     }
-    return file;
+    next_line();
+}
+
+PromptFile PromptFileReader::finish() {
+    if (line_bytes_ > 0) end_line();
+    return std::move(file_);
+}
+
+PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bool jsonl,
+                             const PromptCheck& check) {
+    PromptFileReader reader(name, jsonl ? PromptFormat::kJsonl : PromptFormat::kText, check);
+    reader.feed(bytes);
+    return reader.finish();
+}
+
+PromptFile read_prompt_file(const std::string& path, const PromptCheck& check) {
+    const bool from_stdin = path == "-";
+    const std::string shown = from_stdin ? "<stdin>" : utf8_for_display(path);
+    UniqueFd owned;
+    if (!from_stdin) {
+        owned.reset(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!owned) throw Error(errno_message("PROMPTS " + shown + ": cannot read"), protocol::kExitNoInput);
+    }
+    const int fd = from_stdin ? STDIN_FILENO : owned.get();
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
+        throw Error("PROMPTS " + shown + ": is a directory, not a prompt file", protocol::kExitNoInput);
+    PromptFileReader reader(from_stdin ? "<stdin>" : path,
+                            from_stdin            ? PromptFormat::kDetect
+                            : is_jsonl_name(path) ? PromptFormat::kJsonl
+                                                  : PromptFormat::kText,
+                            check);
+    std::string buffer(std::size_t{1} << 16, '\0');
+    while (true) {
+        const ssize_t n = read(fd, buffer.data(), buffer.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw Error(errno_message("PROMPTS " + shown + ": cannot read"), protocol::kExitNoInput);
+        if (n == 0) break;
+        reader.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
+    }
+    return reader.finish();
 }
 
 std::string slugify(std::string_view text) {

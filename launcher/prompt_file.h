@@ -11,9 +11,15 @@
 // optional "negative_prompt", "seed", "steps", "guidance_scale", "width", "height", "name".
 //
 // Invalid lines: bytes that are not UTF-8, a NUL byte, a line longer than kMaxPromptLineBytes, and
-// in JSONL a line that is not such an object (unknown key, wrong type, value out of range).
+// in JSONL a line that is not such an object (unknown key, a key twice, wrong type, value out of
+// range), or one the caller's check refuses (a size the model cannot make).
+//
+// The file is read as a stream: at most kMaxPromptLineBytes of a line are held, whatever its length,
+// and one job accepts at most kMaxJobPromptBytes and kMaxJobPrompts lines; the reader stops at the
+// first limit it meets, so an endless input (/dev/zero, a FIFO) costs a bounded amount of memory.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +28,9 @@
 namespace dp::launcher {
 
 inline constexpr std::size_t kMaxPromptLineBytes = 16 * 1024;
+// What one job accepts: the bytes of its prompt file, and its non-blank lines.
+inline constexpr std::size_t kMaxJobPromptBytes = std::size_t{256} << 20;
+inline constexpr int64_t kMaxJobPrompts = 1000000;
 
 struct PromptRecord {
     int64_t index = 0;  // position among non-blank lines
@@ -47,8 +56,53 @@ struct PromptFile {
     int64_t total = 0;  // non-blank lines
 };
 
+enum class PromptFormat {
+    kText,
+    kJsonl,
+    kDetect,  // JSON Lines when the first non-blank line starts with '{' (standard input)
+};
+
+// A further check of a valid record (the sizes its model can make): an error text, or empty.
+using PromptCheck = std::function<std::string(const PromptRecord&)>;
+
+// Parses a prompt file fed in pieces of any size. `name` is how messages name the file (it is
+// shown with bytes that are not UTF-8 replaced, so that every message and record is UTF-8).
+class PromptFileReader {
+  public:
+    PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check = {});
+
+    // Throws InputDataError when the input passes kMaxJobPromptBytes or kMaxJobPrompts lines.
+    void feed(std::string_view bytes);
+    // The end of the input: the last line without a newline, then the result.
+    PromptFile finish();
+
+  private:
+    void end_line();
+    void limit_passed(const std::string& what) const;
+
+    std::string name_;
+    PromptFormat format_;
+    PromptCheck check_;
+    PromptFile file_;
+    std::string line_;                // the line so far, its first kHeldLineBytes bytes
+    std::size_t line_bytes_ = 0;      // the whole line's length so far
+    std::size_t trailing_blank_ = 0;  // the length of the white space that ends it so far
+    std::size_t bytes_ = 0;
+    int64_t line_no_ = 0;
+};
+
 // Parses `bytes` read from `name` ("-" for stdin). JSONL when `jsonl` is set.
-PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bool jsonl);
+PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bool jsonl,
+                             const PromptCheck& check = {});
+
+// Reads the prompt file `path` ("-": standard input) as a stream. Throws Error with
+// protocol::kExitNoInput when it cannot be opened or read (a directory included), and
+// InputDataError past the job's limits.
+PromptFile read_prompt_file(const std::string& path, const PromptCheck& check = {});
+
+// `text` with each byte that is not part of valid UTF-8 replaced by U+FFFD, to show a path in a
+// message or a JSON record.
+std::string utf8_for_display(std::string_view text);
 
 // Whether `name` means JSON Lines (ends in ".jsonl", any case).
 bool is_jsonl_name(const std::string& name);

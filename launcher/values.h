@@ -3,6 +3,7 @@
 // "DP_NNODES", "dp.json: nnodes") and throws UsageError naming that source and what is accepted.
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,5 +51,14 @@ std::string parse_host(std::string_view text, const std::string& source);
 // "N" or "auto". Auto is the number of visible GPUs (given ids first, then CUDA_VISIBLE_DEVICES,
 // then the driver's device list), else 1.
 int parse_process_count(std::string_view text, const std::vector<int>& gpu_ids, const std::string& source);
+
+// The deepest nesting of arrays and objects parse_strict_json accepts.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses `text` as one JSON document into `out`. Returns an empty text when it is valid, else what
+// is wrong in one line: not JSON, a number a double cannot hold (1e309), nesting deeper than
+// kMaxJsonDepth, or a key given twice in one object (nlohmann's parser would keep the last one).
+// Never throws for any input.
+std::string parse_strict_json(std::string_view text, nlohmann::json& out);
 
 }  // namespace dp::launcher

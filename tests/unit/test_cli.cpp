@@ -716,3 +716,179 @@ TEST_CASE("pipeline defaults from the environment or a config file do not stop a
     CHECK(flag.exit_code == 2);
     CHECK(flag.message.find("--steps is a pipeline option") != std::string::npos);
 }
+
+TEST_CASE("a config file with a key twice, a number a double cannot hold or deep nesting is a usage error") {
+    struct Case {
+        std::string text;
+        std::string must_name;
+    };
+    const std::vector<Case> cases = {
+        {R"({"num_processes": 1e309})", "not valid JSON: number overflow parsing '1e309'"},
+        {R"({"shutdown_grace": -1e999})", "number overflow parsing '-1e999'"},
+        {R"({"num_processes": 2, "num_processes": 3})", "key 'num_processes' is given twice"},
+        {R"({"log_dir": "a", "gpu_ids": [0], "log_dir": "b"})", "key 'log_dir' is given twice"},
+        {"{\"run_id\": " + std::string(100, '[') + std::string(100, ']') + "}", "nested deeper than 64"},
+        {std::string(300000, '['), "nested deeper than 64"},
+        {"{\"log_dir\": \"\xff\"}", "not valid JSON"},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(c.text.substr(0, 80));
+        const std::string path = write_temp("strict.json", c.text);
+        for (const bool from_env : {false, true}) {
+            FakeEnv env;
+            std::vector<std::string> args = {"--", "true"};
+            if (from_env)
+                env.vars["DP_CONFIG"] = path;
+            else
+                args.insert(args.begin(), {"--config", path});
+            CommandLine r;
+            REQUIRE_NOTHROW(r = parse(args, env));
+            CHECK(r.action == CommandLine::Action::kFail);
+            CHECK(r.exit_code == 2);
+            CHECK_MESSAGE(r.message.find(path + ": ") != std::string::npos, r.message);
+            CHECK_MESSAGE(r.message.find(c.must_name) != std::string::npos, r.message);
+            CHECK(r.message.find('\n') == std::string::npos);
+        }
+    }
+}
+
+// Config files built from keys, values near every edge and junk, then mutated byte by byte: reading
+// one must always end in a launch or a usage error, never an escaping exception or another code.
+TEST_CASE("fuzz: random and mutated config files never escape the usage-error path") {
+    const std::vector<std::string> keys = {"num_processes",
+                                           "nnodes",
+                                           "node_rank",
+                                           "master_addr",
+                                           "master_port",
+                                           "gpu_ids",
+                                           "max_restarts",
+                                           "shutdown_grace",
+                                           "log_dir",
+                                           "run_id",
+                                           "quiet",
+                                           "dry_run",
+                                           "no-prefix",
+                                           "steps",
+                                           "width",
+                                           "seed",
+                                           "guidance_scale",
+                                           "model",
+                                           "dtype",
+                                           "negative_prompt",
+                                           "skip_invalid",
+                                           "collective_timeout",
+                                           "config",
+                                           "bogus",
+                                           "",
+                                           "num_processes\u00e9",
+                                           "\xff"};
+    const std::vector<std::string> values = {"1",
+                                             "0",
+                                             "-1",
+                                             "2",
+                                             "1024",
+                                             "1025",
+                                             "1e309",
+                                             "-1e309",
+                                             "1e-400",
+                                             "1.5",
+                                             "18446744073709551616",
+                                             "99999999999999999999999999999999",
+                                             "-0",
+                                             "true",
+                                             "false",
+                                             "null",
+                                             "\"auto\"",
+                                             "\"\"",
+                                             "\"x\\u0000y\"",
+                                             "\"\\ud800\"",
+                                             "\"\xff\xfe\"",
+                                             "\"\xc3\xa9\"",
+                                             "[0, 1]",
+                                             "[0, \"x\"]",
+                                             "[1e309]",
+                                             "[[[[[[[[[[]]]]]]]]]]",
+                                             "{\"a\": 1}",
+                                             "{}",
+                                             "[]",
+                                             "\"yes\"",
+                                             "\"0,0\"",
+                                             "\"::1\"",
+                                             "\"fp64\"",
+                                             "\"/nonexistent\"",
+                                             "\"" + std::string(70000, 'a') + "\"",
+                                             std::string(200, '[') + std::string(200, ']')};
+    const std::vector<std::string> junk = {"{",
+                                           "}",
+                                           "[",
+                                           "]",
+                                           ",",
+                                           ":",
+                                           "\"",
+                                           "\\",
+                                           "\xff",
+                                           "\xc0\xaf",
+                                           "\xef\xbb\xbf",
+                                           std::string(1, '\0'),
+                                           "e999",
+                                           "1e",
+                                           "-",
+                                           " "};
+    std::mt19937 rng(4242);
+    const std::string path = temp_path("fuzz.json");
+    int launches = 0, failures = 0;
+    for (int trial = 0; trial < 1500; ++trial) {
+        std::string text = "{";
+        const int n = static_cast<int>(rng() % 5);
+        for (int i = 0; i < n; ++i) {
+            // Now and then a key again, to give duplicates.
+            const std::string& key = keys[rng() % keys.size()];
+            text += (i ? ", " : "") +
+                    nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::ignore) + ": " +
+                    values[rng() % values.size()];
+        }
+        text += "}";
+        const int mutations = trial % 3 == 0 ? 0 : static_cast<int>(rng() % 4);
+        for (int m = 0; m < mutations; ++m) {
+            const std::size_t at = rng() % (text.size() + 1);
+            switch (rng() % 3) {
+                case 0:
+                    text.insert(at, junk[rng() % junk.size()]);
+                    break;
+                case 1:
+                    if (at < text.size()) text.erase(at, 1 + rng() % 8);
+                    break;
+                default:
+                    if (at < text.size()) text[at] = static_cast<char>(rng() % 256);
+            }
+        }
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+        FakeEnv env;
+        std::vector<std::string> args;
+        if (trial % 2) {
+            env.vars["DP_CONFIG"] = path;
+        } else {
+            args = {"--config", path};
+        }
+        if (trial % 4 < 2) {
+            args.insert(args.end(), {"--", "true"});
+        } else {
+            args.push_back("p.txt");
+        }
+        CAPTURE(text.substr(0, 200));
+        CommandLine r;
+        CHECK_NOTHROW(r = parse(args, env));
+        if (r.action == CommandLine::Action::kFail) {
+            ++failures;
+            CHECK_MESSAGE(r.exit_code == 2, r.message);
+            CHECK(!r.message.empty());
+            CHECK(r.message.find('\n') == std::string::npos);
+        } else {
+            ++launches;
+            CHECK(r.action == CommandLine::Action::kLaunch);
+            CHECK(r.exit_code == 0);
+        }
+    }
+    CHECK(launches > 0);
+    CHECK(failures > 0);
+}

@@ -1,7 +1,13 @@
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
 #include <set>
 
+#include "launcher/errors.h"
 #include "launcher/prompt_file.h"
 
 using namespace dp::launcher;
@@ -132,4 +138,126 @@ TEST_CASE("seeds: --seed plus the index, distinct per prompt") {
     CHECK(seeds.size() == 100);
     CHECK(prompt_seed(42, 5) == 47);
     CHECK(prompt_seed(~0ULL, 1) == 0);  // wraps
+}
+
+TEST_CASE("JSONL: a key given twice is an invalid line, not the last one winning") {
+    const PromptFile f = parse_prompt_file(R"({"prompt": "a", "seed": 1, "seed": 2})"
+                                           "\n"
+                                           R"({"prompt": "a", "name": "x", "prompt": "b"})"
+                                           "\n"
+                                           R"({"prompt": "fine", "nested": {"k": 1, "k": 2}})"
+                                           "\n",
+                                           "p.jsonl", true);
+    CHECK(f.prompts.empty());
+    REQUIRE(f.invalid.size() == 3);
+    CHECK(f.invalid[0].reason == "p.jsonl:1: key 'seed' is given twice");
+    CHECK(f.invalid[1].reason == "p.jsonl:2: key 'prompt' is given twice");
+    CHECK(f.invalid[2].reason == "p.jsonl:3: key 'k' is given twice");
+}
+
+namespace {
+std::string describe(const PromptFile& f) {
+    std::string out = std::to_string(f.total) + "\n";
+    for (const auto& p : f.prompts)
+        out += std::to_string(p.index) + " " + std::to_string(p.line) + " " + p.prompt + "\n";
+    for (const auto& bad : f.invalid) out += bad.reason + "\n";
+    return out;
+}
+}  // namespace
+
+TEST_CASE("read as a stream: any split of the input gives the same prompts and invalid lines") {
+    std::string text =
+        "\xEF\xBB\xBF"
+        "first\r\n\n";
+    text += std::string(kMaxPromptLineBytes, 'a') + std::string(100000, ' ') + "\n";  // fits once trimmed
+    text += std::string(kMaxPromptLineBytes + 1, 'b') + "\t\n";                       // one byte too long
+    text += std::string(kMaxPromptLineBytes - 1, 'c') + "\xC3\xA9\n";  // 2 bytes past the limit
+    text += std::string(300000, 'd') + " x\n";
+    text += std::string("nul\0\n", 5) + "bad \xFF\n   \t\nlast";
+    const std::string whole = describe(parse_prompt_file(text, "p.txt", false));
+    CHECK(whole.find("p.txt:4: line is 16385 bytes; the limit is 16384") != std::string::npos);
+    CHECK(whole.find("p.txt:5: line is 16385 bytes") != std::string::npos);
+    CHECK(whole.find("p.txt:6: line is 300002 bytes") != std::string::npos);
+    CHECK(whole.find("1 2 first") == std::string::npos);  // the BOM is dropped, the line is 1
+    CHECK(whole.find("0 1 first\n1 3 " + std::string(kMaxPromptLineBytes, 'a') + "\n") != std::string::npos);
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 20; ++trial) {
+        PromptFileReader reader("p.txt", PromptFormat::kText);
+        for (std::size_t at = 0; at < text.size();) {
+            const std::size_t n = trial == 0 ? 1 : 1 + rng() % 70000;
+            reader.feed(std::string_view(text).substr(at, n));
+            at += n;
+        }
+        CHECK(describe(reader.finish()) == whole);
+    }
+}
+
+TEST_CASE("standard input is JSON Lines when its first non-blank line starts with '{'") {
+    for (const auto& [text, jsonl] :
+         std::vector<std::pair<std::string, bool>>{{"\n  \r\n  {\"prompt\": \"x\"}\n", true},
+                                                   {"\xEF\xBB\xBF{\"prompt\": \"x\"}", true},
+                                                   {"a {\"prompt\": \"x\"}\n", false},
+                                                   {"\n\nplain\n{\"prompt\": \"x\"}\n", false}}) {
+        CAPTURE(text);
+        PromptFileReader reader("<stdin>", PromptFormat::kDetect);
+        reader.feed(text);
+        const PromptFile f = reader.finish();
+        REQUIRE(!f.prompts.empty());
+        CHECK((f.prompts.front().prompt == "x") == jsonl);
+    }
+}
+
+TEST_CASE("an endless or huge input stops at the job's limit, holding one line's limit at most") {
+    PromptFileReader reader("/dev/zero", PromptFormat::kText);
+    const std::string zeros(1 << 20, '\0');
+    std::size_t fed = 0;
+    try {
+        while (fed < (std::size_t{1} << 30)) {
+            reader.feed(zeros);
+            fed += zeros.size();
+        }
+        FAIL("no limit");
+    } catch (const dp::launcher::InputDataError& e) {
+        CHECK(std::string(e.what()).find(
+                  "/dev/zero: more than 256 MiB (stopped reading there); one job takes at "
+                  "most 256 MiB and 1000000 prompt lines") == 0);
+    }
+    CHECK(fed == kMaxJobPromptBytes);
+
+    // The same from the file itself, and from a FIFO's endless writer.
+    CHECK_THROWS_WITH_AS(read_prompt_file("/dev/zero"), doctest::Contains("more than 256 MiB"),
+                         dp::launcher::InputDataError);
+}
+
+TEST_CASE("a prompt file that is a directory or missing cannot be read (66)") {
+    const std::string dir = "/tmp/dp_prompt_dir_" + std::to_string(getpid());
+    std::filesystem::create_directories(dir);
+    for (const std::string& path : {dir, dir + "/missing.txt"}) {
+        CAPTURE(path);
+        try {
+            read_prompt_file(path);
+            FAIL("read");
+        } catch (const dp::launcher::Error& e) {
+            CHECK(e.exit_code() == 66);
+            CHECK(std::string(e.what()).find("PROMPTS " + path + ": ") == 0);
+        }
+    }
+    CHECK_THROWS_WITH(read_prompt_file(dir), doctest::Contains(": is a directory, not a prompt file"));
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a file name that is not UTF-8 is shown with U+FFFD in messages, and the file is read") {
+    CHECK(utf8_for_display("ok \xC3\xA9") == "ok \xC3\xA9");
+    CHECK(utf8_for_display("a\xFF\xC0\xAF"
+                           "b") ==
+          "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+          "b");
+    const std::string path = "/tmp/dp_prompt_\xFF_" + std::to_string(getpid()) + ".txt";
+    { std::ofstream(path) << "one\n\xFF\n"; }
+    const PromptFile f = read_prompt_file(path);
+    std::filesystem::remove(path);
+    REQUIRE(f.prompts.size() == 1);
+    REQUIRE(f.invalid.size() == 1);
+    CHECK(is_valid_utf8(f.invalid[0].reason));
+    CHECK(f.invalid[0].reason.find(utf8_for_display(path) + ":2: not valid UTF-8") == 0);
 }
