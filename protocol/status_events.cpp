@@ -13,7 +13,7 @@ namespace {
 constexpr std::size_t kMaxMessageBytes = 4096;
 
 // Each kind's name on the wire, in the variant's order.
-constexpr const char* kEventNames[] = {"start", "image", "failed", "error"};
+constexpr const char* kEventNames[] = {"start", "image", "failed", "error", "heartbeat"};
 static_assert(std::size(kEventNames) == std::variant_size_v<StatusEvent>);
 
 std::string cut(const std::string& text) {
@@ -29,6 +29,13 @@ nlohmann::json fields(const ImageEvent& e) {
 }
 nlohmann::json fields(const FailedEvent& e) {
     return {{"rank", e.rank}, {"index", e.index}, {"error", cut(e.error)}};
+}
+nlohmann::json fields(const HeartbeatEvent& e) {
+    return {{"rank", e.rank},
+            {"phase", phase_name(e.phase)},
+            {"index", e.index},
+            {"step", e.step},
+            {"steps", e.steps}};
 }
 nlohmann::json fields(const RankErrorEvent& e) {
     return {{"rank", e.rank}, {"exit_code", e.exit_code}, {"message", cut(e.message)}};
@@ -62,6 +69,20 @@ void read(detail::Fields& f, RankErrorEvent& e) {
     e.message = f.string("message");
 }
 
+void read(detail::Fields& f, HeartbeatEvent& e) {
+    e.rank = read_rank(f);
+    const std::string phase = f.string("phase");
+    bool known = false;
+    for (RankPhase p : {RankPhase::kLoading, RankPhase::kGenerating, RankPhase::kWaiting})
+        if (phase == phase_name(p)) e.phase = p, known = true;
+    if (!known)
+        throw InputDataError(f.path("phase") + " '" + phase.substr(0, 40) +
+                             "': expected loading, generating or waiting");
+    e.index = f.integer("index", -1, INT64_MAX);
+    e.step = static_cast<int>(f.integer("step", 0, INT_MAX));
+    e.steps = static_cast<int>(f.integer("steps", 0, INT_MAX));
+}
+
 // The event of kind `name`, or nullopt when no kind has that name.
 template <std::size_t I = 0>
 std::optional<StatusEvent> read_kind(const nlohmann::json& name, detail::Fields& f) {
@@ -81,6 +102,31 @@ std::optional<StatusEvent> read_kind(const nlohmann::json& name, detail::Fields&
 }
 
 }  // namespace
+
+const char* phase_name(RankPhase phase) {
+    switch (phase) {
+        case RankPhase::kLoading:
+            return "loading";
+        case RankPhase::kGenerating:
+            return "generating";
+        case RankPhase::kWaiting:
+            return "waiting";
+    }
+    return "?";
+}
+
+std::string describe(const HeartbeatEvent& beat) {
+    switch (beat.phase) {
+        case RankPhase::kLoading:
+            return "loading the model";
+        case RankPhase::kGenerating:
+            return "step " + std::to_string(beat.step) + " of " + std::to_string(beat.steps) + " of prompt " +
+                   std::to_string(beat.index);
+        case RankPhase::kWaiting:
+            return "waiting for the other ranks";
+    }
+    return "?";
+}
 
 std::string status_line(const StatusEvent& event) {
     nlohmann::json j = std::visit([](const auto& e) { return fields(e); }, event);

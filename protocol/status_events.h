@@ -8,6 +8,7 @@
 //    "width": 16, "height": 16}
 //   {"event": "failed", "rank": 0, "index": 5, "error": "..."}
 //   {"event": "error", "rank": 1, "exit_code": 75, "message": "all_reduce on group ... timed out"}
+//   {"event": "heartbeat", "rank": 0, "phase": "generating", "index": 4, "step": 3, "steps": 28}
 
 #include <cstdint>
 #include <optional>
@@ -52,7 +53,29 @@ struct RankErrorEvent {
     std::string message;
 };
 
-using StatusEvent = std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent>;
+// What a rank is doing when it sends a heartbeat.
+enum class RankPhase {
+    kLoading,     // reading the model's weights
+    kGenerating,  // denoising prompt `index`: `step` of `steps` done
+    kWaiting,     // its share is done; it waits for the other ranks before leaving
+};
+const char* phase_name(RankPhase phase);  // "loading", "generating", "waiting"
+
+// The rank is alive and making progress: sent when loading starts, before each batch (step 0)
+// and after each denoising step. dp-launch stops the job when a rank sends nothing for longer
+// than --rank-timeout (--load-timeout while it loads; never while it waits).
+struct HeartbeatEvent {
+    int rank = 0;
+    RankPhase phase = RankPhase::kLoading;
+    int64_t index = -1;  // the prompt being generated; -1 outside kGenerating
+    int step = 0;
+    int steps = 0;
+};
+
+// "loading", "step 3 of 28 of prompt 4", "waiting for the other ranks".
+std::string describe(const HeartbeatEvent& beat);
+
+using StatusEvent = std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent, HeartbeatEvent>;
 
 // The event as one line, ending in '\n'. Text that is not UTF-8 is replaced, never refused; a
 // message is cut to a few KiB, so that a line always stays far below the launcher's line bound.

@@ -233,9 +233,34 @@ TEST_CASE("every status event round-trips field by field, as one line") {
     CHECK(e.message == error.message);
 }
 
+TEST_CASE("a heartbeat round-trips in each phase, says what the rank does, and refuses other phases") {
+    const HeartbeatEvent generating{2, RankPhase::kGenerating, 7, 3, 28};
+    const auto g = std::get<HeartbeatEvent>(*parse_status_line(status_line(generating)));
+    CHECK(g.rank == 2);
+    CHECK(g.phase == RankPhase::kGenerating);
+    CHECK(g.index == 7);
+    CHECK(g.step == 3);
+    CHECK(g.steps == 28);
+    CHECK(describe(g) == "step 3 of 28 of prompt 7");
+    for (RankPhase phase : {RankPhase::kLoading, RankPhase::kWaiting}) {
+        const HeartbeatEvent beat{0, phase, -1, 0, 0};
+        CHECK(std::get<HeartbeatEvent>(*parse_status_line(status_line(beat))).phase == phase);
+    }
+    CHECK(describe(HeartbeatEvent{0, RankPhase::kLoading, -1, 0, 0}) == "loading the model");
+    bool refused = false;
+    try {
+        parse_status_line(
+            R"({"event": "heartbeat", "rank": 0, "phase": "dozing", "index": -1, "step": 0, "steps": 0})");
+    } catch (const InputDataError& e) {
+        refused = std::string(e.what()) ==
+                  "status event 'heartbeat': phase 'dozing': expected loading, generating or waiting";
+    }
+    CHECK(refused);
+}
+
 TEST_CASE("status lines that are not events are passed over, and a broken event names its key") {
     for (const char* line :
-         {"", "hello from a rank", "[1]", "{}", R"({"event": 3})", R"({"event": "heartbeat"})"})
+         {"", "hello from a rank", "[1]", "{}", R"({"event": 3})", R"({"event": "checkpoint"})"})
         CHECK_FALSE(parse_status_line(line).has_value());
     auto why = [](const std::string& line) {
         try {
