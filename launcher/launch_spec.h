@@ -18,6 +18,12 @@ struct LaunchSpec {
     double shutdown_grace_s = 5.0;  // SIGTERM, then SIGKILL after this long
     std::string log_dir;            // empty: no per-rank log files
     std::string run_id = "none";    // TORCHELASTIC_RUN_ID, as torchrun's default
+    // Main job: a rank that sends no heartbeat for this long is hung and the job stops (exit 75);
+    // --load-timeout before its first heartbeat and while it loads the model. 0: never.
+    double rank_timeout_s = 300.0;
+    double load_timeout_s = 1800.0;
+    // The whole job, every restart included; past it, exit 75. 0: no limit.
+    double timeout_s = 0;
     bool prefix_output = true;
     bool quiet = false;
     bool dry_run = false;

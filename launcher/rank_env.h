@@ -18,6 +18,7 @@ struct RankEnvInputs {
     int restart_count = 0;
     int usable_cpus = 1;  // for the OMP_NUM_THREADS default
     long launcher_pid = 0;
+    std::string job_id;  // DP_JOB_ID (Note [orphan guard]); empty: not set
 };
 
 // The variables dp-launch sets for local rank `local_rank`, in a fixed order. OMP_NUM_THREADS is

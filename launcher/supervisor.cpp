@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <memory>
@@ -25,6 +27,7 @@
 #include "launcher/process.h"
 #include "launcher/rank_env.h"
 #include "launcher/system_info.h"
+#include "protocol/status_events.h"
 
 namespace dp::launcher {
 namespace {
@@ -35,6 +38,8 @@ constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, 
 constexpr std::size_t kTailLines = 10;
 constexpr std::size_t kTailLineBytes = 512;
 constexpr int kStragglerDrainMs = 2000;  // how long to wait for output pipes once every rank exited
+// A hang, or the job past --timeout: running it again may succeed (README "Exit codes").
+constexpr int kExitRetry = protocol::kExitCommunication;
 
 // What a rank's stream is connected to.
 struct Stream {
@@ -54,7 +59,40 @@ struct Rank {
     Clock::time_point started, ended;
     Stream out, err, status;  // status: only with a listener
     std::deque<std::string> stderr_tail;
+    Clock::time_point heard;                       // the last line on its status channel
+    std::optional<protocol::HeartbeatEvent> beat;  // the last heartbeat
 };
+
+// Why dp-launch itself stopped the job.
+enum class StopReason { kNone, kHang, kJobTimeout };
+
+Clock::duration from_seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// What /proc says about a process that has gone quiet.
+std::string process_state(pid_t pid) {
+    char path[64];
+    std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+    std::FILE* f = std::fopen(path, "re");
+    if (!f) return "";
+    char buf[512] = {};
+    const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    const char* paren = std::strrchr(buf, ')');
+    if (n == 0 || !paren || paren[1] == '\0' || paren[2] == '\0') return "";
+    switch (paren[2]) {
+        case 'T':
+        case 't':
+            return "its process is stopped (SIGSTOP, or a debugger)";
+        case 'D':
+            return "its process is in uninterruptible sleep (disk, network file system or driver)";
+        case 'R':
+            return "its process is running";
+        default:
+            return "its process is sleeping";
+    }
+}
 
 int exit_code_of(int wait_status) {
     if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
@@ -138,6 +176,9 @@ class Job {
   public:
     Job(const LaunchSpec& spec, Rendezvous& rendezvous, StatusListener* listener)
         : spec_(spec), rendezvous_(rendezvous), listener_(listener) {
+        // Descendants orphaned while the job runs become our children: Note [orphan guard].
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
+        job_started_ = Clock::now();
         timer_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
         if (!timer_) throw SystemError(errno_message("timerfd_create"));
         base_env_ = current_environment();
@@ -155,6 +196,21 @@ class Job {
     int run() {
         for (int restart = 0;; ++restart) {
             run_attempt(restart);
+            if (stop_reason_ != StopReason::kNone) {
+                if (stop_reason_ == StopReason::kHang && launcher_signal_ == 0 &&
+                    restart < spec_.max_restarts) {
+                    if (!spec_.quiet)
+                        say("restarting all " + std::to_string(ranks_.size()) + " ranks (restart " +
+                            std::to_string(restart + 1) + " of " + std::to_string(spec_.max_restarts) +
+                            ") after " + stop_message_);
+                    if (listener_) listener_->on_restart();
+                    continue;
+                }
+                report(stop_message_,
+                       stopped_rank_ >= 0 ? &ranks_[static_cast<std::size_t>(stopped_rank_)] : nullptr,
+                       "<- silent", kExitRetry);
+                return kExitRetry;
+            }
             if (first_failure_ < 0) {
                 if (launcher_signal_ != 0) {
                     if (!spec_.quiet) say("stopped by " + signal_name(launcher_signal_));
@@ -169,9 +225,11 @@ class Job {
                         std::to_string(restart + 1) + " of " + std::to_string(spec_.max_restarts) +
                         ") after rank " + std::to_string(failed.rank) + " " +
                         describe_status(failed.wait_status));
+                if (listener_) listener_->on_restart();
                 continue;
             }
-            report_failure();
+            report("rank " + std::to_string(failed.rank) + " " + describe_status(failed.wait_status), &failed,
+                   "<- first failure", exit_code_of(failed.wait_status));
             return exit_code_of(failed.wait_status);
         }
     }
@@ -195,6 +253,8 @@ class Job {
 
     void run_attempt(int restart) {
         first_failure_ = -1;
+        stop_reason_ = StopReason::kNone;
+        stopped_rank_ = -1;
         grace_armed_ = false;
         itimerspec off{};
         timerfd_settime(timer_.get(), 0, &off, nullptr);
@@ -205,6 +265,7 @@ class Job {
         inputs.restart_count = restart;
         inputs.usable_cpus = usable_cpu_count();
         inputs.launcher_pid = getpid();
+        inputs.job_id = guard_.job_id();
         for (Rank& r : ranks_) {
             if (r.out.log || r.err.log) {
                 const std::string header = "==== dp-launch run " + spec_.run_id + ", rank " +
@@ -241,6 +302,8 @@ class Job {
             r.signalled_by_launcher = false;
             r.wait_status = 0;
             r.started = Clock::now();
+            r.heard = r.started;
+            r.beat.reset();
             r.out.pipe = std::move(child.stdout_read);
             r.err.pipe = std::move(child.stderr_read);
             r.out.lines = LineSplitter();
@@ -262,8 +325,10 @@ class Job {
             const bool any_running =
                 std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
             if (!any_running && !stragglers_killed) {
-                // Whatever a rank left running in its process group goes with it.
+                // Whatever a rank left running goes with it: its process group, then every other
+                // process of the job (Note [orphan guard]).
                 for (Rank& r : ranks_) kill(-r.pid, SIGKILL);
+                kill_job_processes(guard_.job_id(), {getpid()}, guard_.pid());
                 stragglers_killed = true;
             }
             fds.clear();
@@ -279,11 +344,15 @@ class Job {
             }
             if (!any_running && streams.empty()) return;
 
-            const int timeout = any_running ? -1 : kStragglerDrainMs;
+            const int timeout = any_running ? ms_until_next_deadline() : kStragglerDrainMs;
             const int ready = poll(fds.data(), fds.size(), timeout);
             if (ready < 0) {
                 if (errno == EINTR) continue;
                 throw SystemError(errno_message("poll"));
+            }
+            if (ready == 0 && any_running) {
+                check_deadlines();
+                continue;
             }
             if (ready == 0) {
                 // Only a process outside the ranks' groups can still hold their pipes open.
@@ -297,7 +366,92 @@ class Job {
             for (std::size_t i = 0; i < streams.size(); ++i)
                 if (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))
                     pump(*owner_of(streams[i]), *streams[i]);
+            if (any_running) check_deadlines();
         }
+    }
+
+    bool stopping() const {
+        return first_failure_ >= 0 || launcher_signal_ != 0 || stop_reason_ != StopReason::kNone;
+    }
+
+    // When rank `r` has been silent too long: --load-timeout before its first heartbeat and while
+    // it loads, --rank-timeout while it generates, never while it waits for the others.
+    std::optional<Clock::time_point> silence_deadline(const Rank& r) const {
+        if (!listener_ || !r.running) return std::nullopt;
+        if (r.beat && r.beat->phase == protocol::RankPhase::kWaiting) return std::nullopt;
+        const double allowance = loading(r) ? spec_.load_timeout_s : spec_.rank_timeout_s;
+        if (allowance <= 0) return std::nullopt;
+        return r.heard + from_seconds(allowance);
+    }
+
+    static bool loading(const Rank& r) { return !r.beat || r.beat->phase == protocol::RankPhase::kLoading; }
+
+    // poll's timeout: until the job's --timeout or the first rank's silence deadline; -1: none.
+    int ms_until_next_deadline() const {
+        if (stopping()) return -1;
+        std::optional<Clock::time_point> next;
+        if (spec_.timeout_s > 0) next = job_started_ + from_seconds(spec_.timeout_s);
+        for (const Rank& r : ranks_)
+            if (const auto d = silence_deadline(r); d && (!next || *d < *next)) next = d;
+        if (!next) return -1;
+        const auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
+        return static_cast<int>(std::clamp<long long>(ms, 0, 24LL * 3600 * 1000));
+    }
+
+    void check_deadlines() {
+        if (stopping()) return;
+        const Clock::time_point now = Clock::now();
+        if (spec_.timeout_s > 0 && now >= job_started_ + from_seconds(spec_.timeout_s)) {
+            stop_reason_ = StopReason::kJobTimeout;
+            stop_message_ =
+                "the job ran past --timeout " + seconds(from_seconds(spec_.timeout_s)) + " (it may hang)";
+            say(stop_message_ + "; stopping every rank");
+            stop_all(SIGTERM);
+            return;
+        }
+        // The rank silent longest is named first; a stopped process is named before all.
+        const Rank* silent = nullptr;
+        std::string others;
+        for (const Rank& r : ranks_) {
+            const auto d = silence_deadline(r);
+            if (!d || now < *d) continue;
+            const bool stopped = process_state(r.pid).find("stopped") != std::string::npos;
+            if (!silent || (stopped && process_state(silent->pid).find("stopped") == std::string::npos) ||
+                (!stopped && r.heard < silent->heard)) {
+                if (silent) others += (others.empty() ? "" : ", ") + std::to_string(silent->rank);
+                silent = &r;
+            } else {
+                others += (others.empty() ? "" : ", ") + std::to_string(r.rank);
+            }
+        }
+        if (!silent) return;
+        stop_reason_ = StopReason::kHang;
+        stopped_rank_ = static_cast<int>(silent - ranks_.data());
+        const std::string doing =
+            silent->beat ? protocol::describe(*silent->beat) : "starting (no heartbeat yet)";
+        const std::string state = process_state(silent->pid);
+        stop_message_ = "rank " + std::to_string(silent->rank) + " hung while " + doing +
+                        ": no heartbeat for " + seconds(now - silent->heard) + " (" +
+                        (loading(*silent) ? "--load-timeout " + seconds(from_seconds(spec_.load_timeout_s))
+                                          : "--rank-timeout " + seconds(from_seconds(spec_.rank_timeout_s))) +
+                        ")" + (state.empty() ? "" : "; " + state) +
+                        (others.empty() ? "" : "; also silent: rank(s) " + others);
+        say(stop_message_ + "; stopping the job");
+        stop_all(SIGTERM);
+    }
+
+    // Every line of rank `r`'s status channel: it is alive; a heartbeat says what it is doing.
+    void on_status_line(Rank& r, std::string_view line) {
+        r.heard = Clock::now();
+        if (line.find("\"heartbeat\"") != std::string_view::npos) {
+            try {
+                if (auto event = protocol::parse_status_line(line))
+                    if (auto* beat = std::get_if<protocol::HeartbeatEvent>(&*event)) r.beat = *beat;
+            } catch (const protocol::Error&) {
+                // The listener reports malformed events.
+            }
+        }
+        listener_->on_status(r.rank, line);
     }
 
     Rank* owner_of(Stream* s) {
@@ -320,18 +474,22 @@ class Job {
 
     void reap() {
         std::vector<std::size_t> failed;
-        for (std::size_t i = 0; i < ranks_.size(); ++i) {
-            Rank& r = ranks_[i];
-            if (!r.running) continue;
-            int status = 0;
-            if (waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
+        // Any child: as a subreaper we also collect orphaned descendants of the ranks.
+        int status = 0;
+        pid_t pid = 0;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            const auto it = std::find_if(ranks_.begin(), ranks_.end(),
+                                         [&](const Rank& r) { return r.running && r.pid == pid; });
+            if (it == ranks_.end()) continue;
+            const std::size_t i = static_cast<std::size_t>(it - ranks_.begin());
+            Rank& r = *it;
             r.running = false;
             r.wait_status = status;
             r.ended = Clock::now();
             if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !r.signalled_by_launcher)
                 failed.push_back(i);
         }
-        if (failed.empty() || first_failure_ >= 0 || launcher_signal_ != 0) return;
+        if (failed.empty() || stopping()) return;
         // A rank whose collective failed (exit 75) is a consequence of another rank's failure:
         // when both are seen at once, the other one is the first failure.
         const auto cause = std::find_if(failed.begin(), failed.end(), [&](std::size_t i) {
@@ -363,6 +521,8 @@ class Job {
     void signal_rank(Rank& r, int sig) {
         if (!r.running) return;
         kill(-r.pid, sig);
+        // A stopped rank acts on its stop signal only once it runs again.
+        if (sig != SIGKILL) kill(-r.pid, SIGCONT);
         r.signalled_by_launcher = true;
     }
 
@@ -417,7 +577,7 @@ class Job {
         }
         if (&s == &r.status) {
             s.lines.feed(std::string_view(buf, static_cast<std::size_t>(n)),
-                         [&](std::string_view line) { listener_->on_status(r.rank, line); });
+                         [&](std::string_view line) { on_status_line(r, line); });
             return;
         }
         write_log(s, buf, static_cast<std::size_t>(n));
@@ -429,7 +589,7 @@ class Job {
 
     void finish_stream(Rank& r, Stream& s) {
         if (&s == &r.status) {
-            s.lines.finish([&](std::string_view line) { listener_->on_status(r.rank, line); });
+            s.lines.finish([&](std::string_view line) { on_status_line(r, line); });
             s.pipe.reset();
             return;
         }
@@ -455,45 +615,51 @@ class Job {
             open = false;  // EPIPE
     }
 
-    void report_failure() {
-        const Rank& failed = ranks_[static_cast<std::size_t>(first_failure_)];
-        std::string text = "dp-launch: job failed: rank " + std::to_string(failed.rank) + " " +
-                           describe_status(failed.wait_status) + "\n";
+    // The job's end: `headline`, each rank's result with `marked` marked, `marked`'s last stderr
+    // lines, and the exit code.
+    void report(const std::string& headline, const Rank* marked, const char* mark, int code) {
+        std::string text = "dp-launch: job failed: " + headline + "\n";
         char line[256];
         std::snprintf(line, sizeof(line), "  %6s  %8s  %10s  %s\n", "rank", "pid", "elapsed", "result");
         text += line;
         for (const Rank& r : ranks_) {
             std::string result = describe_status(r.wait_status);
-            if (&r == &failed)
-                result += "   <- first failure";
+            if (&r == marked)
+                result += std::string("   ") + mark;
             else if (r.signalled_by_launcher)
                 result += " (stopped by dp-launch)";
             std::snprintf(line, sizeof(line), "  %6d  %8d  %10s  ", r.rank, static_cast<int>(r.pid),
                           seconds(r.ended - r.started).c_str());
             text += line + result + "\n";
         }
-        if (failed.stderr_tail.empty()) {
-            text += "  rank " + std::to_string(failed.rank) + " wrote nothing to stderr\n";
+        if (!marked) {
+        } else if (marked->stderr_tail.empty()) {
+            text += "  rank " + std::to_string(marked->rank) + " wrote nothing to stderr\n";
         } else {
-            text += "  last " + std::to_string(failed.stderr_tail.size()) + " line(s) of rank " +
-                    std::to_string(failed.rank) + " stderr:\n";
-            for (const std::string& l : failed.stderr_tail) text += "    | " + l + "\n";
+            text += "  last " + std::to_string(marked->stderr_tail.size()) + " line(s) of rank " +
+                    std::to_string(marked->rank) + " stderr:\n";
+            for (const std::string& l : marked->stderr_tail) text += "    | " + l + "\n";
         }
         if (!spec_.log_dir.empty()) text += "  full logs: " + spec_.log_dir + "/rank_*.stderr\n";
-        text += "dp-launch: exit code " + std::to_string(exit_code_of(failed.wait_status)) + "\n";
+        text += "dp-launch: exit code " + std::to_string(code) +
+                (code == kExitRetry ? " (running the job again may succeed)" : "") + "\n";
         write_all(STDERR_FILENO, text.data(), text.size());
     }
 
     const LaunchSpec& spec_;
     Rendezvous& rendezvous_;
     StatusListener* listener_;
-    OrphanGuard guard_;  // before the signal channel: the guard starts with no signals blocked
+    OrphanGuard guard_{new_job_id()};  // before the signal channel: the guard starts with no signals blocked
     SignalChannel signals_;
     UniqueFd timer_;
     std::vector<std::string> base_env_;
     std::vector<Rank> ranks_;
     std::string out_;
-    int first_failure_ = -1;   // index into ranks_
+    int first_failure_ = -1;  // index into ranks_
+    StopReason stop_reason_ = StopReason::kNone;
+    std::string stop_message_;
+    int stopped_rank_ = -1;  // index into ranks_: the rank a hang names
+    Clock::time_point job_started_;
     int launcher_signal_ = 0;  // the first stop signal dp-launch received
     int sigint_count_ = 0;
     bool grace_armed_ = false;

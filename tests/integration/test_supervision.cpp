@@ -2,9 +2,12 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "integration/launch_harness.h"
 
@@ -176,4 +179,128 @@ TEST_CASE("a successful job is silent apart from the ranks' own output") {
     CHECK(r.exit_code == 0);
     CHECK(r.out.empty());
     CHECK(r.err.empty());
+}
+
+namespace {
+// The pids a `daemon` rank wrote: its setsid daemon and its child in the rank's group.
+std::vector<pid_t> daemon_pids(const std::string& dir, int rank) {
+    std::istringstream in(read_file(dir + "/daemon_" + std::to_string(rank)));
+    std::vector<pid_t> pids;
+    for (pid_t p = 0; in >> p;) pids.push_back(p);
+    return pids;
+}
+
+bool alive(pid_t pid) {
+    const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    const auto paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+std::string prompt_file(const std::string& dir, int n) {
+    std::string text;
+    for (int i = 0; i < n; ++i) text += "a red circle number " + std::to_string(i) + "\n";
+    const std::string path = dir + "/prompts.txt";
+    std::ofstream(path) << text;
+    return path;
+}
+}  // namespace
+
+TEST_CASE("SIGKILL to dp-launch alone also kills a daemon a rank started with setsid") {
+    const std::string dir = make_temp_dir();
+    Launch launch({"-n", "2", "--", worker_bin(), "daemon", dir, "wait"});
+    REQUIRE(wait_until([&] { return file_exists(dir + "/daemon_0") && file_exists(dir + "/daemon_1"); }, 10));
+    const std::vector<pid_t> daemons = {daemon_pids(dir, 0).at(0), daemon_pids(dir, 1).at(0)};
+    for (pid_t d : daemons) REQUIRE(alive(d));
+    launch.signal(SIGKILL);
+    LaunchResult r = launch.wait(10);
+    CHECK(r.exit_code == 128 + SIGKILL);
+    check_nothing_left(launch.marker());
+    for (pid_t d : daemons) CHECK_MESSAGE(!alive(d), "daemon " << d << " outlived the job");
+}
+
+TEST_CASE("SIGKILL to dp-launch's whole process group leaves no rank, child or daemon alive") {
+    const std::string dir = make_temp_dir();
+    // setsid(1): dp-launch leads a process group (and session) of its own, which the test then kills
+    // whole, as a container runtime or `kill -9 -PGID` does.
+    DirectProcess launcher(
+        {"/usr/bin/setsid", launcher_bin(), "-n", "2", "--", worker_bin(), "daemon", dir, "wait"}, {},
+        dir + "/launcher");
+    REQUIRE(wait_until([&] { return file_exists(dir + "/daemon_0") && file_exists(dir + "/daemon_1"); }, 10));
+    REQUIRE(processes_with_marker(launcher.marker()).size() >=
+            8);  // launcher, guard, 2 x (rank, child, daemon)
+    REQUIRE(getpgid(launcher.pid()) == launcher.pid());
+    kill(-launcher.pid(), SIGKILL);
+    CHECK(launcher.wait(10) == 128 + SIGKILL);
+    check_nothing_left(launcher.marker());
+}
+
+TEST_CASE("timeout -s KILL on dp-launch kills the job's processes, as the issue's reproduction does") {
+    const std::string dir = make_temp_dir();
+    // timeout(1) puts itself and dp-launch in a new process group and SIGKILLs the group.
+    DirectProcess launcher({"/usr/bin/timeout", "-s", "KILL", "1", launcher_bin(), "-n", "2", "--", "sh",
+                            "-c", "sleep 40 & touch " + dir + "/started_$RANK; sleep 40"},
+                           {}, dir + "/launcher");
+    CHECK(launcher.wait(10) == 128 + SIGKILL);
+    CHECK(file_exists(dir + "/started_0"));
+    check_nothing_left(launcher.marker());
+}
+
+TEST_CASE("a daemon a rank started with setsid is killed when the job ends normally") {
+    const std::string dir = make_temp_dir();
+    Launch launch({"-n", "2", "--", worker_bin(), "daemon", dir, "exit"});
+    LaunchResult r = launch.wait(30);
+    CHECK(r.exit_code == 0);
+    CHECK(r.seconds < 10);
+    check_nothing_left(launch.marker());
+    for (int rank : {0, 1})
+        for (pid_t p : daemon_pids(dir, rank)) CHECK_MESSAGE(!alive(p), "pid " << p << " outlived the job");
+}
+
+TEST_CASE("--timeout stops a command-mode job that runs too long, with exit code 75") {
+    Launch launch({"-n", "2", "--timeout", "1", "--shutdown-grace", "1", "--", "sleep", "60"});
+    LaunchResult r = launch.wait(30);
+    CHECK(r.exit_code == 75);
+    CHECK(r.seconds < 5);
+    CHECK(r.err.find("the job ran past --timeout 1.00 s") != std::string::npos);
+    CHECK(r.err.find("exit code 75 (running the job again may succeed)") != std::string::npos);
+    check_nothing_left(launch.marker());
+}
+
+TEST_CASE("a rank stopped with SIGSTOP ends the main job within --rank-timeout, named with its step") {
+    const std::string dir = make_temp_dir();
+    Launch launch(
+        {"-n", "2", "--rank-timeout", "1", "--shutdown-grace", "1", "--worker", worker_bin(), "-o",
+         dir + "/out", prompt_file(dir, 4)},
+        {{"DP_TEST_FAKE_STOP", "1:6"}, {"DP_TEST_FAKE_STEPS", "4"}, {"DP_TEST_FAKE_STEP_MS", "20"}});
+    LaunchResult r = launch.wait(30);
+    CHECK(r.exit_code == 75);
+    CHECK(r.seconds < 6);
+    INFO(r.err);
+    CHECK(r.err.find("rank 1 hung while step 2 of 4 of prompt 1: no heartbeat for") != std::string::npos);
+    CHECK(r.err.find("(--rank-timeout 1.00 s); its process is stopped") != std::string::npos);
+    CHECK(r.err.find("<- silent") != std::string::npos);
+    CHECK(file_exists(dir + "/out/manifest.jsonl"));
+    check_nothing_left(launch.marker());
+}
+
+TEST_CASE("a rank that waits for the others longer than --rank-timeout is not hung") {
+    const std::string dir = make_temp_dir();
+    LaunchResult r = run_launch({"-n", "2", "--rank-timeout", "0.5", "--worker", worker_bin(), "-o",
+                                 dir + "/out", prompt_file(dir, 2)},
+                                {{"DP_TEST_FAKE_WAIT_S", "1.5"}});
+    INFO(r.err);
+    CHECK(r.err.find("hung") == std::string::npos);
+    CHECK(r.exit_code != 75);
+}
+
+TEST_CASE("a rank that never sends a heartbeat is hung after --load-timeout") {
+    const std::string dir = make_temp_dir();
+    const std::string script = dir + "/silent.sh";
+    std::ofstream(script) << "#!/bin/sh\nexec sleep 60\n";
+    chmod(script.c_str(), 0755);
+    LaunchResult r = run_launch({"-n", "1", "--load-timeout", "0.5", "--shutdown-grace", "0.5", "--worker",
+                                 script, "-o", dir + "/out", prompt_file(dir, 1)});
+    CHECK(r.exit_code == 75);
+    CHECK(r.err.find("rank 0 hung while starting (no heartbeat yet)") != std::string::npos);
+    CHECK(r.err.find("(--load-timeout 0.50 s)") != std::string::npos);
 }

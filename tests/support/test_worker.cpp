@@ -11,10 +11,20 @@
 //   lines N                 print N long lines, each written in two halves with a pause between
 //   bigline BYTES           print BYTES of 'x' with no newline, then a final line "done"
 //   signals DIR             log each SIGUSR1/SIGUSR2/SIGHUP/SIGQUIT to DIR/signals_<RANK>; exit on
-//   SIGTERM/SIGINT sleep SECONDS           sleep, then exit 0 stderr-exit CODE        print 15 numbered lines
-//   to stderr, then exit CODE
+//                           SIGTERM/SIGINT
+//   sleep SECONDS           sleep, then exit 0
+//   stderr-exit CODE        print 15 numbered lines to stderr, then exit CODE
+//   daemon DIR exit|wait    start a daemon (fork, setsid, fork: it leaves the rank's process group
+//                           and session) and a child in the rank's group, write their pids to
+//                           DIR/daemon_<RANK>, then exit 0 or wait forever
+//   --job PATH              a stand-in for dp-worker in the main job: on its status channel a
+//                           start event and heartbeats (loading, then DP_TEST_FAKE_PROMPTS prompts
+//                           of DP_TEST_FAKE_STEPS steps, DP_TEST_FAKE_STEP_MS apart, then waiting
+//                           for DP_TEST_FAKE_WAIT_S), then exit 0. DP_TEST_FAKE_STOP=RANK:STEP:
+//                           that rank stops itself with SIGSTOP after its STEP-th step.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -178,6 +188,60 @@ int main(int argc, char** argv) {
     }
     if (mode == "sleep") {
         usleep(static_cast<useconds_t>(std::atof(arg(2).c_str()) * 1e6));
+        return 0;
+    }
+    if (mode == "daemon") {
+        g_dir = arg(2);
+        const bool then_exit = arg(3) == "exit";
+        int pids[2];
+        if (pipe(pids) != 0) return 1;
+        const pid_t middle = fork();
+        if (middle == 0) {
+            setsid();
+            const pid_t daemon = fork();
+            if (daemon == 0) {
+                for (int fd = 0; fd <= 2; ++fd) close(fd);  // a daemon holds none of the rank's pipes
+                wait_forever();
+            }
+            write_all(pids[1], reinterpret_cast<const char*>(&daemon), sizeof(daemon));
+            _exit(0);
+        }
+        pid_t daemon = -1;
+        if (read(pids[0], &daemon, sizeof(daemon)) != sizeof(daemon)) return 1;
+        waitpid(middle, nullptr, 0);
+        const pid_t child = fork();
+        if (child == 0) wait_forever();
+        std::ofstream(g_dir + "/daemon_" + std::to_string(g_rank)) << daemon << " " << child << "\n";
+        if (then_exit) return 0;
+        wait_forever();
+    }
+    if (mode == "--job") {
+        const int fd = env_int("DP_STATUS_FD", -1);
+        auto send = [&](const std::string& line) {
+            if (fd >= 0) write_all(fd, (line + "\n").data(), line.size() + 1);
+        };
+        const int prompts = env_int("DP_TEST_FAKE_PROMPTS", 2), steps = env_int("DP_TEST_FAKE_STEPS", 4);
+        const int step_ms = env_int("DP_TEST_FAKE_STEP_MS", 20);
+        int stop_rank = -1, stop_step = -1;
+        if (const char* v = std::getenv("DP_TEST_FAKE_STOP")) std::sscanf(v, "%d:%d", &stop_rank, &stop_step);
+        const std::string rank = std::to_string(g_rank);
+        send("{\"event\":\"start\",\"rank\":" + rank + ",\"device\":\"cpu\",\"first\":0,\"count\":0}");
+        send("{\"event\":\"heartbeat\",\"rank\":" + rank +
+             ",\"phase\":\"loading\",\"index\":-1,\"step\":0,\"steps\":0}");
+        int done = 0;
+        for (int p = 0; p < prompts; ++p) {
+            for (int k = 0; k <= steps; ++k) {
+                if (k > 0) usleep(static_cast<useconds_t>(step_ms) * 1000);
+                send("{\"event\":\"heartbeat\",\"rank\":" + rank +
+                     ",\"phase\":\"generating\",\"index\":" + std::to_string(p) +
+                     ",\"step\":" + std::to_string(k) + ",\"steps\":" + std::to_string(steps) + "}");
+                if (k > 0 && g_rank == stop_rank && ++done == stop_step) raise(SIGSTOP);
+            }
+        }
+        send("{\"event\":\"heartbeat\",\"rank\":" + rank +
+             ",\"phase\":\"waiting\",\"index\":-1,\"step\":0,\"steps\":0}");
+        usleep(static_cast<useconds_t>(
+            std::atof(std::getenv("DP_TEST_FAKE_WAIT_S") ? std::getenv("DP_TEST_FAKE_WAIT_S") : "0") * 1e6));
         return 0;
     }
     if (mode == "stderr-exit") {
