@@ -8,6 +8,7 @@
 #include "launcher/build_info.h"
 #include "launcher/errors.h"
 #include "launcher/job.h"
+#include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
 
 namespace dp::cli {
@@ -33,6 +34,20 @@ std::string one_line(std::string text) {
     std::replace(text.begin(), text.end(), '\n', ' ');
     while (!text.empty() && text.back() == ' ') text.pop_back();
     return text;
+}
+
+// `words` as one shell line: a word with characters the shell treats specially is single-quoted.
+std::string shell_words(const std::vector<std::string>& words) {
+    std::string out;
+    for (const std::string& w : words) {
+        const bool plain = !w.empty() && w.find_first_not_of(
+                                             "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                             "0123456789_-+=.,/:@%") == std::string::npos;
+        std::string quoted = "'";
+        for (char c : w) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+        out += (out.empty() ? "" : " ") + (plain ? w : quoted + "'");
+    }
+    return launcher::utf8_for_display(out);
 }
 
 }  // namespace
@@ -104,6 +119,19 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
                          "': give one PROMPTS file, or put a command after --, e.g. dp-launch -n 2 -- " +
                          stray.front().substr(0, 80);
         return result;
+    }
+    if (job_mode && !plan && stray.front() != "-") {
+        if (const auto program = launcher::guess_program(stray.front())) {
+            std::vector<std::string> meant;
+            for (const std::string& arg : options)
+                if (arg != stray.front()) meant.push_back(arg);
+            meant.push_back("--");
+            meant.insert(meant.end(), program->command.begin(), program->command.end());
+            result.message = launcher::utf8_for_display(stray.front()) + " is " + program->what +
+                             ", not a prompt file; to run it once per rank, put it after --: dp-launch " +
+                             shell_words(meant);
+            return result;
+        }
     }
     try {
         result.spec = resolve_launch_spec(raw, env, /*require_command=*/!job_mode);

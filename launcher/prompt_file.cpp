@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "launcher/errors.h"
 #include "launcher/unique_fd.h"
@@ -265,6 +267,39 @@ PromptFile read_prompt_file(const std::string& path, const PromptCheck& check) {
         reader.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
     }
     return reader.finish();
+}
+
+std::optional<ProgramGuess> guess_program(const std::string& path) {
+    // A name that says prompts is prompts, whatever its mode (files on a FAT mount are executable).
+    if (is_jsonl_name(path) || (path.size() > 4 && path.compare(path.size() - 4, 4, ".txt") == 0))
+        return std::nullopt;
+    UniqueFd fd(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));  // a FIFO never blocks here
+    struct stat st {};
+    if (!fd || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+    const std::string as_command = path.find('/') == std::string::npos ? "./" + path : path;
+    char head[256] = {};
+    const ssize_t n = read(fd.get(), head, sizeof(head) - 1);
+    const std::string first_line(head, n > 0 ? std::strcspn(head, "\n") : 0);
+    const bool executable = (st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH)) != 0;
+    if (first_line.rfind("#!", 0) == 0) {
+        if (executable) return ProgramGuess{"a script (#!)", {as_command}};
+        std::istringstream words(first_line.substr(2));
+        std::string interpreter, argument;
+        words >> interpreter >> argument;
+        if (interpreter.size() >= 4 && interpreter.substr(interpreter.size() - 4) == "/env" &&
+            !argument.empty())
+            interpreter = argument;
+        if (!interpreter.empty()) return ProgramGuess{"a script (#!)", {interpreter, path}};
+    }
+    static const std::vector<std::pair<std::string, std::string>> kSuffixes = {
+        {".py", "python3"}, {".sh", "bash"}, {".bash", "bash"}, {".zsh", "zsh"},
+        {".pl", "perl"},    {".rb", "ruby"}, {".js", "node"},   {".lua", "lua"}};
+    for (const auto& [suffix, interpreter] : kSuffixes)
+        if (path.size() > suffix.size() &&
+            path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0)
+            return ProgramGuess{"a " + suffix + " script", {interpreter, path}};
+    if (executable) return ProgramGuess{"an executable file", {as_command}};
+    return std::nullopt;
 }
 
 std::string slugify(std::string_view text) {

@@ -100,6 +100,16 @@ PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bo
 // InputDataError past the job's limits.
 PromptFile read_prompt_file(const std::string& path, const PromptCheck& check = {});
 
+// When `path` looks like a program rather than a prompt file, what it is ("a .py script", "a
+// script (#!)", "an executable file") and the command that would run it ("python3 train.py",
+// "./job.sh"); else nullopt. A program is a file with a script suffix (.py, .sh, ...), a "#!"
+// first line or the executable bit; a name ending in .txt or .jsonl is always a prompt file.
+struct ProgramGuess {
+    std::string what;
+    std::vector<std::string> command;
+};
+std::optional<ProgramGuess> guess_program(const std::string& path);
+
 // `text` with each byte that is not part of valid UTF-8 replaced by U+FFFD, to show a path in a
 // message or a JSON record.
 std::string utf8_for_display(std::string_view text);

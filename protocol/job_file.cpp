@@ -71,6 +71,36 @@ DeviceMapRequest read_device_map(detail::Fields f) {
     return dm;
 }
 
+// Note [paths in the job file]: a path is bytes on Linux, but JSON text is UTF-8. A path that is
+// not UTF-8 is written as "KEY_hex", its bytes in hexadecimal, instead of "KEY", so that every path
+// round-trips; a UTF-8 path is written as it is.
+void put_path(nlohmann::json& j, const std::string& key, const std::string& path) {
+    try {
+        (void)nlohmann::json(path).dump();
+        j[key] = path;
+    } catch (const nlohmann::json::type_error&) {
+        static const char* const kDigits = "0123456789abcdef";
+        std::string hex;
+        for (const unsigned char c : path) {
+            hex += kDigits[c >> 4];
+            hex += kDigits[c & 15];
+        }
+        j[key + "_hex"] = hex;
+    }
+}
+
+std::string read_path(detail::Fields& f, const std::string& key) {
+    const std::string hex_key = key + "_hex";
+    if (!f.has(hex_key.c_str())) return f.string(key.c_str());
+    const std::string hex = f.string(hex_key.c_str());
+    if (hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+        throw InputDataError(f.path(hex_key.c_str()) + ": expected the path's bytes as lowercase hex digits");
+    std::string path;
+    for (std::size_t i = 0; i < hex.size(); i += 2)
+        path += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    return path;
+}
+
 JobRequest read_request(detail::Fields f) {
     JobRequest r;
     r.index = f.integer("index", 0, INT64_MAX);
@@ -106,8 +136,6 @@ void to_json(nlohmann::json& j, const JobRequest& r) {
 void to_json(nlohmann::json& j, const JobFile& job) {
     j = {{"format", kJobFileFormat},
          {"version", kJobFileVersion},
-         {"model_dir", job.model_dir},
-         {"output_dir", job.output_dir},
          {"dtype", job.dtype},
          {"device", job.device},
          {"batch_size", job.batch_size},
@@ -119,6 +147,8 @@ void to_json(nlohmann::json& j, const JobFile& job) {
            {"tp", job.mesh.tp}}},
          {"collective_timeout_s", job.collective_timeout_s},
          {"requests", job.requests}};
+    put_path(j, "model_dir", job.model_dir);
+    put_path(j, "output_dir", job.output_dir);
     if (job.random_weights) j["random_weights"] = *job.random_weights;
     if (job.device_map) {
         nlohmann::json dm = {{"spec", job.device_map->spec}, {"max_memory", job.device_map->max_memory}};
@@ -148,9 +178,9 @@ void from_json(const nlohmann::json& j, JobFile& job) {
                              " is not the version this dp-worker reads (" + std::to_string(kJobFileVersion) +
                              "); dp-launch and dp-worker come from different builds");
     JobFile out;
-    out.model_dir = f.string("model_dir");
+    out.model_dir = read_path(f, "model_dir");
     if (f.has("random_weights")) out.random_weights = f.unsigned_integer("random_weights");
-    out.output_dir = f.string("output_dir");
+    out.output_dir = read_path(f, "output_dir");
     out.dtype = f.string("dtype");
     if (!is_one_of(out.dtype, {"fp32", "bf16", "fp16"}))
         throw InputDataError("dtype: '" + out.dtype + "': expected fp32, bf16 or fp16");

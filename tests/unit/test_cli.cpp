@@ -16,6 +16,9 @@
 #include "cli/command_line.h"
 #include "cli/launch_options.h"
 #include "launcher/errors.h"
+#include "launcher/job.h"
+#include "launcher/prompt_file.h"
+#include "protocol/job_file.h"
 
 using dp::cli::CommandLine;
 using dp::cli::parse_command_line;
@@ -891,4 +894,112 @@ TEST_CASE("fuzz: random and mutated config files never escape the usage-error pa
     }
     CHECK(launches > 0);
     CHECK(failures > 0);
+}
+
+TEST_CASE("bytes that are not UTF-8: a usage error in prompt text, and paths that simply work") {
+    // Prompt text is text: the flag or variable is named.
+    const CommandLine flag = parse({"--negative-prompt", "blur \xff", "p.txt"});
+    CHECK(flag.action == CommandLine::Action::kFail);
+    CHECK(flag.exit_code == 2);
+    CHECK(flag.message.find("--negative-prompt: expected UTF-8 text") != std::string::npos);
+    FakeEnv env;
+    env.vars["DP_NEGATIVE_PROMPT"] = "\xc0\xaf";
+    const CommandLine var = parse({"p.txt"}, env);
+    CHECK(var.exit_code == 2);
+    CHECK(var.message.find("DP_NEGATIVE_PROMPT: expected UTF-8 text") != std::string::npos);
+    CHECK(parse({"--negative-prompt",
+                 "flou, d\xc3\xa9"
+                 "form\xc3\xa9",
+                 "p.txt"})
+              .action == CommandLine::Action::kLaunch);
+
+    // Paths are bytes: the job file carries any of them to the worker unchanged.
+    dp::protocol::JobFile job;
+    job.model_dir =
+        "/tmp/mod\xff\xfe"
+        "el";
+    job.output_dir = "out/\xc3\x28";
+    dp::protocol::JobRequest request;
+    request.file = "00000-x.png";
+    request.prompt = "x";
+    job.requests.push_back(request);
+    const std::string path = temp_path("paths.json");
+    dp::protocol::write_job_file(path, job);
+    const dp::protocol::JobFile back = dp::protocol::read_job_file(path);
+    CHECK(back.model_dir == job.model_dir);
+    CHECK(back.output_dir == job.output_dir);
+    job.model_dir = "/tmp/mod\xc3\xa9le";  // UTF-8 stays a plain string
+    dp::protocol::write_job_file(path, job);
+    CHECK(dp::launcher::utf8_for_display(path) == path);
+    CHECK(nlohmann::json::parse(std::ifstream(path)).at("model_dir") == job.model_dir);
+    CHECK(dp::protocol::read_job_file(path).model_dir == job.model_dir);
+    std::filesystem::remove(path);
+
+    // The whole main job, as far as it goes without starting a rank, on a model folder and a prompt
+    // file whose names are not UTF-8.
+    const std::string dir = temp_path("bytes\xff");
+    std::filesystem::create_directories(dir);
+    const std::string model = dir + "/model\xfe";
+    std::filesystem::create_directory_symlink(dp::launcher::resolve_model("tiny-random-sd3", "test"), model);
+    const std::string prompts = write_temp("prompts\xff.txt", "one\ntwo\n");
+    const CommandLine c = parse({"--dry-run", "-q", "--model", model, "-o", dir + "/out\xfd", prompts});
+    REQUIRE_MESSAGE(c.action == CommandLine::Action::kLaunch, c.message);
+    CHECK(dp::cli::run_command_line(c) == 0);
+    std::filesystem::remove_all(dir);
+    std::filesystem::remove(prompts);
+}
+
+TEST_CASE("a PROMPTS file that is a program is refused with the command that was probably meant") {
+    const std::string dir = temp_path("programs");
+    std::filesystem::create_directories(dir);
+    auto file = [&](const std::string& name, const std::string& text, bool executable) {
+        const std::string path = dir + "/" + name;
+        std::ofstream(path) << text;
+        std::filesystem::permissions(
+            path, executable ? std::filesystem::perms::owner_all
+                             : std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+        return path;
+    };
+    struct Case {
+        std::string path;
+        std::string meant;
+    };
+    const std::vector<Case> cases = {
+        {file("train.py", "import torch\nprint(1)\n", false),
+         "dp-launch -n 2 -- python3 " + dir + "/train.py"},
+        {file("job.sh", "echo hi\n", false), "dp-launch -n 2 -- bash " + dir + "/job.sh"},
+        {file("run", "#!/usr/bin/env python3\nprint(1)\n", false),
+         "dp-launch -n 2 -- python3 " + dir + "/run"},
+        {file("tool", "#!/bin/sh\necho\n", true), "dp-launch -n 2 -- " + dir + "/tool"},
+        {file("binary",
+              "\x7f"
+              "ELF",
+              true),
+         "dp-launch -n 2 -- " + dir + "/binary"},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(c.path);
+        const CommandLine r = parse({"-n", "2", c.path});
+        CHECK(r.action == CommandLine::Action::kFail);
+        CHECK(r.exit_code == 2);
+        CHECK_MESSAGE(r.message.find(c.path + " is ") == 0, r.message);
+        CHECK_MESSAGE(r.message.find("not a prompt file") != std::string::npos, r.message);
+        CHECK_MESSAGE(r.message.size() >= c.meant.size(), r.message);
+        CHECK_MESSAGE(r.message.substr(r.message.size() - c.meant.size()) == c.meant, r.message);
+    }
+    // The words are quoted for the shell, and the options are kept.
+    const std::string spaced = file("my job.py", "print(1)\n", false);
+    const CommandLine quoted = parse({"--log-dir", "my logs", spaced});
+    CHECK(quoted.message.find("dp-launch --log-dir 'my logs' -- python3 '" + spaced + "'") !=
+          std::string::npos);
+
+    // Files named .txt or .jsonl are prompt files, whatever their mode or first line.
+    for (const std::string& path :
+         {file("prompts.txt", "a red circle\n", false), file("prompts.jsonl", "{\"prompt\": \"x\"}\n", true),
+          file("p.txt", "#!not really\n", true), file("plain", "a cat\n", false)}) {
+        CAPTURE(path);
+        const CommandLine r = parse({"-n", "2", path});
+        CHECK_MESSAGE(r.action == CommandLine::Action::kLaunch, r.message);
+    }
+    std::filesystem::remove_all(dir);
 }
