@@ -99,6 +99,34 @@ class TestKillSwitch {
     long long steps_ = 0;
 };
 
+// Note [stopping at a step boundary]: SIGTERM or SIGINT (dp-launch forwards both, e.g. when a
+// scheduler preempts the job) only sets a flag. The rank checks it between denoising steps and
+// between batches, abandons the prompt it was making (an image is only ever written whole) and
+// exits 128 + the signal; the launcher's manifest keeps every image reported before, so a
+// --resume run makes the rest.
+volatile sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+void install_stop_handlers() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+}
+
+// Throws the rank's stop (exit code 128 + the signal) when a stop signal has arrived; `where` says
+// what the rank leaves undone.
+void stop_if_asked(int rank, const std::string& where) {
+    const int sig = g_stop_signal;
+    if (sig == 0) return;
+    const char* name = sigabbrev_np(sig);
+    throw Error("rank " + std::to_string(rank) + " stopped by SIG" + (name ? name : "?") + " " + where,
+                128 + sig);
+}
+
 strategies::DeviceMapPlan to_strategies(const protocol::DeviceMapPlan& plan) {
     strategies::DeviceMapPlan out;
     out.devices = plan.devices;
@@ -229,6 +257,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
 
     int failed = 0;
     if (share.size() > 0) {
+        status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kLoading, -1, 0, 0});
         const auto pipeline = load_pipeline(po, parallel);
         int64_t next = share.begin;
         while (next < share.end) {
@@ -243,10 +272,22 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
                 group.push_back(&g);
                 ++next;
             }
+            stop_if_asked(rank, "before prompt " + std::to_string(first.index));
+            status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kGenerating, first.index, 0,
+                                                 first.steps});
             std::vector<GenerateRequest> requests;
             for (const JobRequest* r : group) {
                 requests.push_back(generate_request(*r));
-                if (kill_switch.armed()) requests.back().on_step = [&](int, int) { kill_switch.step(); };
+                const bool first_of_batch = r == group.front();
+                requests.back().on_step = [&, first_of_batch](int step, int steps) {
+                    if (kill_switch.armed()) kill_switch.step();
+                    if (!first_of_batch) return;  // one heartbeat per step of the batch
+                    status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kGenerating, first.index,
+                                                         step, steps});
+                    stop_if_asked(rank, "after step " + std::to_string(step) + " of " +
+                                            std::to_string(steps) + " of prompt " +
+                                            std::to_string(first.index) + " (abandoned)");
+                };
             }
             const auto start = std::chrono::steady_clock::now();
             std::vector<GenerateResult> results;
@@ -288,6 +329,8 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
         }
     }
     // Every rank, with prompts or without, meets the others before leaving.
+    stop_if_asked(rank, "after its share");
+    status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kWaiting, -1, 0, 0});
     comm.barrier();
     if (env_flag("DP_COMM_REPORT")) {
         // Bytes this rank sent, per kind of collective, over every group it belongs to (the
@@ -312,6 +355,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
 int run_worker(const std::string& job_path) {
     int rank = 0;
     std::optional<StatusChannel> status;
+    install_stop_handlers();
     try {
         rank = env_int("RANK", 0, 0, 1 << 24);
         status.emplace(env_int("DP_STATUS_FD", -1, -1, 1 << 20));

@@ -9,6 +9,9 @@
 // rank goes on. Anything else ends the rank with an error event and its exit code: a collective
 // that failed or timed out (CommunicationError, 75; the group's order is broken, so the rank calls
 // no further collective), an image that cannot be written (74), a bug in our code (1).
+// SIGTERM or SIGINT: the rank stops at the next denoising step and exits 128 + the signal.
+// Heartbeats on the status channel (loading, each step, waiting) let dp-launch tell a hung rank
+// from a slow one.
 
 #include <string>
 
