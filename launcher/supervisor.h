@@ -15,6 +15,8 @@ class StatusListener {
   public:
     virtual ~StatusListener() = default;
     virtual void on_status(int rank, std::string_view line) = 0;
+    // Called before the ranks restart after a failure (--max-restarts), when none is running.
+    virtual void on_restart() {}
 };
 
 // Runs spec.command once per local rank and returns dp-launch's exit code: 0 when every rank
