@@ -1,0 +1,130 @@
+// The main job under a scheduler: preemption by SIGTERM, and a rank that stops making progress,
+// with real dp-worker ranks over Gloo on the tiny SD3 model of tests/data/golden.
+#include <doctest/doctest.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "integration/launch_harness.h"
+
+using namespace dp::test;
+
+namespace {
+
+std::string many_prompts(const std::string& dir, int n) {
+    std::string text;
+    for (int i = 0; i < n; ++i) text += "a red circle number " + std::to_string(i) + "\n";
+    const std::string path = dir + "/prompts.txt";
+    std::ofstream(path) << text;
+    return path;
+}
+
+std::vector<std::string> args(const std::string& out, const std::string& prompts,
+                              std::vector<std::string> extra) {
+    std::vector<std::string> a = {"-n",      "2",  "--model",  DP_TINY_MODEL, "--steps", "20",
+                                  "--width", "16", "--height", "16",          "-o",      out};
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.push_back(prompts);
+    return a;
+}
+
+// The manifest's lines as JSON; a line that is not whole JSON fails the test.
+std::vector<nlohmann::json> manifest_lines(const std::string& out) {
+    std::vector<nlohmann::json> records;
+    std::istringstream in(read_file(out + "/manifest.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+        CAPTURE(line);
+        REQUIRE(nlohmann::json::accept(line));
+        records.push_back(nlohmann::json::parse(line));
+    }
+    return records;
+}
+
+int ok_records(const std::string& out) {
+    int n = 0;
+    std::istringstream in(read_file(out + "/manifest.jsonl"));
+    for (std::string line; std::getline(in, line);) n += line.find("\"status\":\"ok\"") != std::string::npos;
+    return n;
+}
+
+// The dp-worker process of rank `rank` among the processes of the job marked `marker`.
+pid_t worker_of_rank(const std::string& marker, int rank) {
+    for (pid_t p : processes_with_marker(marker)) {
+        const std::string base = "/proc/" + std::to_string(p);
+        if (read_file(base + "/cmdline").find("dp-worker") == std::string::npos) continue;
+        const std::string env = read_file(base + "/environ");
+        if (env.find(std::string("\0RANK=", 6) + std::to_string(rank) + '\0') != std::string::npos) return p;
+    }
+    return -1;
+}
+
+void check_nothing_left(const std::string& marker) {
+    const bool clean = wait_until([&] { return processes_with_marker(marker).empty(); }, 3.0);
+    CHECK_MESSAGE(clean, processes_with_marker(marker).size() << " process(es) of the job still alive");
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM mid-job: the ranks stop at a step boundary, dp-launch exits 143, the manifest is whole") {
+    const std::string dir = make_temp_dir();
+    const std::string out = dir + "/out";
+    Launch launch(args(out, many_prompts(dir, 60), {"--shutdown-grace", "20"}));
+    REQUIRE(wait_until([&] { return ok_records(out) >= 2; }, 60));
+    launch.signal(SIGTERM);
+    LaunchResult r = launch.wait(60);
+    INFO(r.err);
+    CHECK(r.exit_code == 128 + SIGTERM);
+    // Each rank stopped itself within the grace period: nothing needed SIGKILL.
+    CHECK(r.err.find("sending SIGKILL") == std::string::npos);
+    for (int rank : {0, 1})
+        CHECK(r.err.find("dp-worker: rank " + std::to_string(rank) + " stopped by SIGTERM") !=
+              std::string::npos);
+    const std::vector<nlohmann::json> records = manifest_lines(out);
+    CHECK(records.size() == 60);
+    int ok = 0, not_run = 0;
+    for (const nlohmann::json& record : records) {
+        const std::string status = record.at("status");
+        if (status == "ok") {
+            ++ok;
+            CHECK(record.at("sha256").get<std::string>().size() == 64);
+            CHECK(file_exists(out + "/" + record.at("file").get<std::string>()));
+        } else {
+            CHECK(status == "not_run");
+            // The rank said why it left them: its own stop, not a crash.
+            CHECK(record.value("error", "").find("stopped with exit code 143") != std::string::npos);
+            ++not_run;
+        }
+    }
+    MESSAGE(ok << " images made, " << not_run << " not run when SIGTERM came");
+    CHECK(ok >= 2);
+    CHECK(not_run >= 1);
+    check_nothing_left(launch.marker());
+}
+
+TEST_CASE("a dp-worker stopped with SIGSTOP ends the job within --rank-timeout, naming the rank and prompt") {
+    const std::string dir = make_temp_dir();
+    const std::string out = dir + "/out";
+    Launch launch(args(out, many_prompts(dir, 60), {"--rank-timeout", "2", "--shutdown-grace", "5"}));
+    REQUIRE(wait_until([&] { return ok_records(out) >= 2; }, 60));
+    const pid_t rank1 = worker_of_rank(launch.marker(), 1);
+    REQUIRE(rank1 > 0);
+    kill(rank1, SIGSTOP);
+    const double stopped_at = monotonic_seconds();
+    LaunchResult r = launch.wait(60);
+    INFO(r.err);
+    CHECK(r.exit_code == 75);
+    CHECK(monotonic_seconds() - stopped_at < 2 + 5 + 3);
+    CHECK(r.err.find("rank 1 hung while step ") != std::string::npos);
+    CHECK(r.err.find(" of prompt ") != std::string::npos);
+    CHECK(r.err.find("its process is stopped") != std::string::npos);
+    CHECK(r.err.find("exit code 75 (running the job again may succeed)") != std::string::npos);
+    for (const nlohmann::json& record : manifest_lines(out)) CHECK(record.at("status") != "pending");
+    check_nothing_left(launch.marker());
+}
