@@ -52,6 +52,7 @@ struct JobOptions {
     std::string device = "auto";
     std::string negative_prompt;
     bool overwrite = false;
+    bool resume = false;  // keep the earlier run's valid images, make only the missing ones
     bool skip_invalid = false;
     std::string worker;  // dp-worker to run; empty: next to dp-launch
 };
