@@ -161,8 +161,9 @@ int kill_job_processes(const std::string& job_id, const std::vector<pid_t>& root
             kill(p, SIGKILL);
             if (signalled.insert(p).second) ++killed, fresh = true;
         }
-        // A process SIGKILLed a moment ago may still be listed; only new ones mean another sweep.
-        if (!fresh && sweep > 0) break;
+        // A process SIGKILLed a moment ago may still be listed; only new ones mean another sweep
+        // (what was killed may have forked in between).
+        if (!fresh) break;
         sleep_ms(10);
     }
     return killed;
