@@ -403,8 +403,8 @@ class Job {
         const Clock::time_point now = Clock::now();
         if (spec_.timeout_s > 0 && now >= job_started_ + from_seconds(spec_.timeout_s)) {
             stop_reason_ = StopReason::kJobTimeout;
-            stop_message_ =
-                "the job ran past --timeout " + seconds(from_seconds(spec_.timeout_s)) + " (it may hang)";
+            stop_message_ = "the job ran past --timeout " + seconds(from_seconds(spec_.timeout_s)) +
+                            " (a rank may be hung)";
             say(stop_message_ + "; stopping every rank");
             stop_all(SIGTERM);
             return;
