@@ -128,3 +128,20 @@ TEST_CASE("a dp-worker stopped with SIGSTOP ends the job within --rank-timeout, 
     for (const nlohmann::json& record : manifest_lines(out)) CHECK(record.at("status") != "pending");
     check_nothing_left(launch.marker());
 }
+
+TEST_CASE("with tensor parallelism both ranks go silent when one is stopped: the stopped one is named") {
+    const std::string dir = make_temp_dir();
+    const std::string out = dir + "/out";
+    Launch launch(
+        args(out, many_prompts(dir, 60), {"--tp", "2", "--rank-timeout", "2", "--shutdown-grace", "5"}));
+    REQUIRE(wait_until([&] { return ok_records(out) >= 1; }, 60));
+    const pid_t rank1 = worker_of_rank(launch.marker(), 1);
+    REQUIRE(rank1 > 0);
+    kill(rank1, SIGSTOP);
+    LaunchResult r = launch.wait(60);
+    INFO(r.err);
+    CHECK(r.exit_code == 75);
+    CHECK(r.err.find("rank 1 hung while step ") != std::string::npos);
+    CHECK(r.err.find("its process is stopped") != std::string::npos);
+    check_nothing_left(launch.marker());
+}
