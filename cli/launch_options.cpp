@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "launcher/errors.h"
+#include "launcher/prompt_file.h"
 #include "launcher/values.h"
 
 namespace dp::cli {
@@ -239,6 +240,13 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                      "Restart the whole group up to N times after a failure"),
             number<S>("--shutdown-grace,--shutdown_grace", "SECONDS", &S::shutdown_grace_s, 0, 3600,
                       "seconds", "After a failure or a stop signal, time between SIGTERM and SIGKILL"),
+            number<S>("--rank-timeout,--rank_timeout", "SECONDS", &S::rank_timeout_s, 0, 86400, "seconds",
+                      "Main job: stop the job (exit 75) when a rank sends no heartbeat for this long while "
+                      "it generates; 0: never"),
+            number<S>("--load-timeout,--load_timeout", "SECONDS", &S::load_timeout_s, 0, 86400, "seconds",
+                      "Main job: the same allowance while a rank starts and loads the model; 0: never"),
+            number<S>("--timeout", "SECONDS", &S::timeout_s, 0, 604800, "seconds",
+                      "Stop the whole job (exit 75) when it runs longer than this; 0: no limit"),
             text<S>("--log-dir,--log_dir", "DIR", &S::log_dir,
                     "Also append each rank's stdout and stderr to DIR/rank_N.stdout and DIR/rank_N.stderr",
                     "a directory path"),
@@ -342,10 +350,20 @@ const std::vector<JobOptionRow>& job_option_table() {
             choice<J>("--dtype", &J::dtype, {"fp32", "bf16", "fp16"}, "Precision the model runs in"),
             choice<J>("--device", &J::device, {"auto", "cpu", "cuda"},
                       "auto: cuda:LOCAL_RANK when CUDA is available, else cpu"),
-            text<J>("--negative-prompt,--negative_prompt", "TEXT", &J::negative_prompt,
-                    "Negative prompt for prompts without their own"),
+            read_by(text<J>("--negative-prompt,--negative_prompt", "TEXT", &J::negative_prompt,
+                            "Negative prompt for prompts without their own"),
+                    [](J& j, const std::string& t, const std::string& src) {
+                        if (!launcher::is_valid_utf8(t) || t.find('\0') != std::string::npos)
+                            throw UsageError(src +
+                                             ": expected UTF-8 text without NUL bytes (the prompt is "
+                                             "text, not bytes)");
+                        j.negative_prompt = t;
+                    }),
             on_off<J>("--overwrite", &J::overwrite,
                       "Replace images and manifest.jsonl already in the output folder"),
+            on_off<J>("--resume", &J::resume,
+                      "Keep the images an earlier run of this job made (status ok, SHA-256 unchanged) and "
+                      "make only the missing ones"),
             on_off<J>(
                 "--skip-invalid,--skip_invalid", &J::skip_invalid,
                 "Run the valid prompts and record invalid lines in the manifest, instead of refusing to "
@@ -424,13 +442,8 @@ ConfigSettings load_config(const std::string& path, const std::string& source) {
         throw UsageError(source + " " + path + ": larger than 1 MiB; is it the right file?");
 
     nlohmann::json doc;
-    try {
-        doc = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-        std::string why = e.what();
-        if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
-        throw UsageError(source + " " + path + ": not valid JSON: " + why);
-    }
+    if (const std::string why = launcher::parse_strict_json(text, doc); !why.empty())
+        throw UsageError(source + " " + path + ": " + why);
     if (!doc.is_object())
         throw UsageError(source + " " + path +
                          ": expected a JSON object of options, e.g. {\"num_processes\": 2}");
