@@ -29,8 +29,8 @@ namespace dp::launcher {
 
 inline constexpr std::size_t kMaxPromptLineBytes = 16 * 1024;
 // What one job accepts: the bytes of its prompt file, and its non-blank lines.
-inline constexpr std::size_t kMaxJobPromptBytes = std::size_t{256} << 20;
-inline constexpr int64_t kMaxJobPrompts = 1000000;
+inline constexpr std::size_t kMaxJobPromptBytes = std::size_t{64} << 20;
+inline constexpr int64_t kMaxJobPrompts = 100000;
 
 struct PromptRecord {
     int64_t index = 0;  // position among non-blank lines

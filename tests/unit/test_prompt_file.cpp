@@ -219,14 +219,26 @@ TEST_CASE("an endless or huge input stops at the job's limit, holding one line's
         FAIL("no limit");
     } catch (const dp::launcher::InputDataError& e) {
         CHECK(std::string(e.what()).find(
-                  "/dev/zero: more than 256 MiB (stopped reading there); one job takes at "
-                  "most 256 MiB and 1000000 prompt lines") == 0);
+                  "/dev/zero: more than 64 MiB (stopped reading there); one job takes at "
+                  "most 64 MiB and 100000 prompt lines") == 0);
     }
     CHECK(fed == kMaxJobPromptBytes);
 
     // The same from the file itself, and from a FIFO's endless writer.
-    CHECK_THROWS_WITH_AS(read_prompt_file("/dev/zero"), doctest::Contains("more than 256 MiB"),
+    CHECK_THROWS_WITH_AS(read_prompt_file("/dev/zero"), doctest::Contains("more than 64 MiB"),
                          dp::launcher::InputDataError);
+}
+
+TEST_CASE("one job takes at most kMaxJobPrompts prompt lines; blank lines do not count") {
+    std::string text;
+    for (int64_t i = 0; i < kMaxJobPrompts; ++i) text += "a\n\n";
+    const PromptFile f = parse_prompt_file(text, "p.txt", false);
+    CHECK(f.total == kMaxJobPrompts);
+    CHECK_THROWS_WITH_AS(
+        parse_prompt_file(text + "one more\n", "p.txt", false),
+        "p.txt: more than 100000 prompt lines (stopped reading at line 200001); one job takes at "
+        "most 64 MiB and 100000 prompt lines (split the file into several jobs)",
+        dp::launcher::InputDataError);
 }
 
 TEST_CASE("a prompt file that is a directory or missing cannot be read (66)") {
