@@ -45,6 +45,10 @@ std::string read_all(int fd) {
     return text;
 }
 
+bool is_number(const std::string& s) {
+    return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
 bool process_alive(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
 
 }  // namespace
@@ -101,16 +105,15 @@ std::vector<std::string> remove_leftovers(const std::string& dir) {
     if (!d) return removed;
     while (const dirent* e = readdir(d)) {
         const std::string name = e->d_name;
-        bool stale = name.find(".tmp.") != std::string::npos;
+        const std::size_t tmp = name.rfind(".tmp.");
+        bool stale = tmp != std::string::npos && is_number(name.substr(tmp + 5));
         const std::string job_prefix = ".dp-job-", job_suffix = ".json";
         if (!stale && name.size() > job_prefix.size() + job_suffix.size() &&
             name.compare(0, job_prefix.size(), job_prefix) == 0 &&
             name.compare(name.size() - job_suffix.size(), job_suffix.size(), job_suffix) == 0) {
             const std::string pid =
                 name.substr(job_prefix.size(), name.size() - job_prefix.size() - job_suffix.size());
-            stale = !pid.empty() && pid.size() <= 9 &&
-                    pid.find_first_not_of("0123456789") == std::string::npos &&
-                    !process_alive(static_cast<pid_t>(std::stol(pid)));
+            stale = is_number(pid) && !process_alive(static_cast<pid_t>(std::stol(pid)));
         }
         if (stale && std::remove((dir + "/" + name).c_str()) == 0) removed.push_back(name);
     }

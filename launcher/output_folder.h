@@ -36,7 +36,7 @@ class OutputLock {
 // Throws IoError; the temporary file is removed on every error.
 void write_file_atomically(const std::string& path, const std::string& text);
 
-// Removes what killed runs left in `dir`: temporary files (any name containing ".tmp.") and job
+// Removes what killed runs left in `dir`: temporary files (NAME.tmp.PID) and job
 // files (.dp-job-PID.json) whose pid is not alive. Only while holding its OutputLock. Returns the
 // names removed.
 std::vector<std::string> remove_leftovers(const std::string& dir);
