@@ -40,6 +40,9 @@ constexpr std::size_t kTailLineBytes = 512;
 constexpr int kStragglerDrainMs = 2000;  // how long to wait for output pipes once every rank exited
 // A hang, or the job past --timeout: running it again may succeed (README "Exit codes").
 constexpr int kExitRetry = protocol::kExitCommunication;
+// How long the other ranks may take to exit on their own after one exits 75 (Note [a lost peer is
+// a consequence]).
+constexpr std::chrono::milliseconds kSettle{2000};
 
 // What a rank's stream is connected to.
 struct Stream {
@@ -253,6 +256,8 @@ class Job {
 
     void run_attempt(int restart) {
         first_failure_ = -1;
+        lost_peer_.reset();
+        settle_until_.reset();
         stop_reason_ = StopReason::kNone;
         stopped_rank_ = -1;
         grace_armed_ = false;
@@ -389,7 +394,7 @@ class Job {
     // poll's timeout: until the job's --timeout or the first rank's silence deadline; -1: none.
     int ms_until_next_deadline() const {
         if (stopping()) return -1;
-        std::optional<Clock::time_point> next;
+        std::optional<Clock::time_point> next = settle_until_;
         if (spec_.timeout_s > 0) next = job_started_ + from_seconds(spec_.timeout_s);
         for (const Rank& r : ranks_)
             if (const auto d = silence_deadline(r); d && (!next || *d < *next)) next = d;
@@ -401,6 +406,10 @@ class Job {
     void check_deadlines() {
         if (stopping()) return;
         const Clock::time_point now = Clock::now();
+        if (settle_until_ && now >= *settle_until_) {  // no other rank failed meanwhile
+            commit_failure(*lost_peer_);
+            return;
+        }
         if (spec_.timeout_s > 0 && now >= job_started_ + from_seconds(spec_.timeout_s)) {
             stop_reason_ = StopReason::kJobTimeout;
             stop_message_ = "the job ran past --timeout " + seconds(from_seconds(spec_.timeout_s)) +
@@ -489,14 +498,34 @@ class Job {
             if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !r.signalled_by_launcher)
                 failed.push_back(i);
         }
+        const bool others_running =
+            std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+        if (failed.empty() && lost_peer_ && !others_running && !stopping()) commit_failure(*lost_peer_);
         if (failed.empty() || stopping()) return;
-        // A rank whose collective failed (exit 75) is a consequence of another rank's failure:
-        // when both are seen at once, the other one is the first failure.
+        // Note [a lost peer is a consequence]: a rank whose collective failed (exit 75) failed
+        // because another rank of its group died or broke off, and that rank may still be on its
+        // way out (writing its error, tearing down its group) when the 75 arrives. So the first
+        // failure is a rank that did not exit 75 when there is one; while there is none, the
+        // others get a short settle window (kSettle, at most the grace period) to exit on their
+        // own before they are stopped, so that a bad model (65) is not reported as a retryable 75.
         const auto cause = std::find_if(failed.begin(), failed.end(), [&](std::size_t i) {
             return exit_code_of(ranks_[i].wait_status) != protocol::kExitCommunication;
         });
-        first_failure_ = static_cast<int>(cause != failed.end() ? *cause : failed.front());
-        const Rank& r = ranks_[static_cast<std::size_t>(first_failure_)];
+        if (cause == failed.end()) {
+            if (!lost_peer_) lost_peer_ = failed.front();
+            if (!settle_until_)
+                settle_until_ =
+                    Clock::now() + std::min<Clock::duration>(kSettle, from_seconds(spec_.shutdown_grace_s));
+            if (others_running && Clock::now() < *settle_until_) return;
+        }
+        commit_failure(cause != failed.end() ? *cause : *lost_peer_);
+    }
+
+    // The first failure is `index`: every other rank is stopped.
+    void commit_failure(std::size_t index) {
+        first_failure_ = static_cast<int>(index);
+        settle_until_.reset();
+        const Rank& r = ranks_[index];
         stop_all(SIGTERM);
         say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") " +
             describe_status(r.wait_status) + " after " + seconds(r.ended - r.started) +
@@ -656,6 +685,10 @@ class Job {
     std::vector<Rank> ranks_;
     std::string out_;
     int first_failure_ = -1;  // index into ranks_
+    // Note [a lost peer is a consequence]: the first rank seen exiting 75, and until when the
+    // others may still exit on their own.
+    std::optional<std::size_t> lost_peer_;
+    std::optional<Clock::time_point> settle_until_;
     StopReason stop_reason_ = StopReason::kNone;
     std::string stop_message_;
     int stopped_rank_ = -1;  // index into ranks_: the rank a hang names

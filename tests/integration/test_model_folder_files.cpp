@@ -42,8 +42,8 @@ TEST_CASE("a FIFO in the model folder is refused at once, naming it, never waite
             run_launch({"-n", "2", "--model", model, "--steps", "1", "--width", "16", "--height", "16",
                         "--device", "cpu", "-o", dir + "/out", prompts},
                        {}, 60);
-        CHECK(r.exit_code != 0);
-        CHECK(r.exit_code != -1);  // it ended by itself
+        // 65: a bad model, to be fixed, even where the other rank first lost its peer (75).
+        CHECK_MESSAGE(r.exit_code == 65, r.err);
         CHECK(r.seconds < 30);
         CHECK_MESSAGE(r.err.find(file + ": not a regular file") != std::string::npos, r.err);
     }
