@@ -12,11 +12,14 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "launcher/errors.h"
 #include "launcher/gallery.h"
+#include "launcher/manifest.h"
+#include "launcher/output_folder.h"
 #include "launcher/process.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
@@ -29,31 +32,7 @@
 namespace dp::launcher {
 namespace {
 
-constexpr std::size_t kMaxPromptFileBytes = 256u << 20;
 constexpr std::size_t kMaxListedInvalid = 20;
-
-std::string read_prompts(const std::string& path) {
-    std::string bytes;
-    if (path == "-") {
-        std::ostringstream ss;
-        ss << std::cin.rdbuf();
-        bytes = ss.str();
-    } else {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) throw Error(errno_message("PROMPTS " + path + ": cannot read"), kExitNoInput);
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        bytes = ss.str();
-    }
-    if (bytes.size() > kMaxPromptFileBytes) throw InputDataError("PROMPTS " + path + ": larger than 256 MiB");
-    return bytes;
-}
-
-// Standard input is JSON Lines when its first non-blank character opens an object.
-bool looks_like_jsonl(const std::string& bytes) {
-    const std::size_t first = bytes.find_first_not_of(" \t\r\n\xEF\xBB\xBF");
-    return first != std::string::npos && bytes[first] == '{';
-}
 
 void make_dirs(const std::string& path) {
     for (std::size_t i = 1; i <= path.size(); ++i) {
@@ -110,36 +89,38 @@ std::string resolve_model(const std::string& name, const std::string& source) {
 
 namespace {
 
-void write_file_atomically(const std::string& path, const std::string& text) {
-    const std::string tmp = path + ".tmp." + std::to_string(getpid());
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out << text;
-        if (!out.flush()) throw IoError(errno_message("cannot write " + tmp));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-        throw IoError(errno_message("cannot rename " + tmp + " to " + path));
-}
-
 // Follows the ranks' status channels: appends each finished record to the manifest as it comes
-// (so a crash leaves every finished record readable) and shows progress.
+// (so a crash leaves every finished record readable) and shows progress. A prompt counts once:
+// after a rank failure the restarted ranks get only the prompts that have no image yet.
 class JobMonitor : public StatusListener {
   public:
-    // `order`: the prompt indices in the job file's order, which the ranks' start events refer to.
+    // `records`: every prompt's record; those not "pending" (invalid lines, images kept from an
+    // earlier run) are written to the manifest now. `job_file` is at `job_path`, its requests the
+    // pending prompts in the order the ranks' start events refer to.
     JobMonitor(const LaunchSpec& launch, const JobOptions& job, std::map<int64_t, nlohmann::json> records,
-               std::vector<int64_t> order)
+               protocol::JobFile job_file, std::string job_path)
         : launch_(launch),
           job_(job),
           records_(std::move(records)),
-          order_(std::move(order)),
-          to_run_(static_cast<int64_t>(order_.size())),
+          job_file_(std::move(job_file)),
+          job_path_(std::move(job_path)),
+          to_run_(static_cast<int64_t>(job_file_.requests.size())),
           start_(std::chrono::steady_clock::now()) {
+        for (const protocol::JobRequest& q : job_file_.requests) {
+            order_.push_back(q.index);
+            request_of_[q.index] = q;
+        }
         manifest_path_ = job.output_dir + "/manifest.jsonl";
-        manifest_.reset(
-            open(manifest_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
-        if (!manifest_) throw IoError(errno_message("cannot create " + manifest_path_));
-        for (const auto& [index, record] : records_)
-            if (record.value("status", "") == "invalid") append(record);
+        std::string text;
+        for (const auto& [index, record] : records_) {
+            const std::string status = record.value("status", "");
+            if (status == "pending") continue;
+            text += record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+            kept_ += status == "ok";
+        }
+        // Whole or not at all: a job killed now leaves the earlier run's manifest, or this one.
+        write_file_atomically(manifest_path_, text);
+        manifest_ = ManifestAppender(manifest_path_);
         tty_ = isatty(STDERR_FILENO) == 1;
     }
 
@@ -191,14 +172,43 @@ class JobMonitor : public StatusListener {
         progress(false);
     }
 
-    // Marks prompts no rank reported, rewrites the manifest sorted by index, prints the summary.
+    // Before the ranks restart: the job file is rewritten with the prompts that have no image yet
+    // (failed and not run ones included), so the restart resumes instead of starting over.
+    void on_restart() override {
+        job_file_.requests.clear();
+        order_.clear();
+        shares_.clear();
+        for (auto& [index, r] : records_) {
+            const std::string status = r.value("status", "");
+            if (status != "pending" && status != "failed" && status != "not_run") continue;
+            if (status == "failed") --failed_;
+            if (status == "not_run") --not_run_;
+            r["status"] = "pending";
+            r.erase("error");
+            r.erase("rank");
+            r["file"] = request_of_[index].file;
+            job_file_.requests.push_back(request_of_[index]);
+            order_.push_back(index);
+        }
+        protocol::write_job_file(job_path_, job_file_);
+    }
+
+    // Marks prompts no rank reported, rewrites the manifest sorted by index, writes the gallery and
+    // prints the summary. A file that cannot be written is reported and makes write_failed() true.
     void finish() {
         for (auto& [index, r] : records_)
             if (r.value("status", "") == "pending") mark_not_run(r, "");
         progress(true);
         std::string text;
-        for (const auto& [index, r] : records_) text += r.dump() + "\n";
-        write_file_atomically(manifest_path_, text);
+        for (const auto& [index, r] : records_)
+            text += r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+        manifest_.close();
+        try {
+            write_file_atomically(manifest_path_, text);
+        } catch (const IoError& e) {
+            // The appended records stay: each is whole, and every finished prompt has one.
+            report_write_error(e.what());
+        }
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
         // The gallery, rewritten whole at the end of every run.
@@ -207,7 +217,7 @@ class JobMonitor : public StatusListener {
         GallerySummary summary;
         summary.model = job_.model;
         summary.world_size = launch_.world_size();
-        summary.images = done_;
+        summary.images = done_ + kept_;
         summary.failed = failed_;
         summary.invalid = invalid();
         summary.not_run = not_run_;
@@ -215,20 +225,23 @@ class JobMonitor : public StatusListener {
         try {
             write_file_atomically(job_.output_dir + "/index.html", gallery_html(ordered, summary));
         } catch (const IoError& e) {
-            std::cerr << "dp-launch: " << e.what() << " (the images and manifest are written)" << std::endl;
+            report_write_error(e.what());
         }
-        char line[512];
+        char line[640];
         std::snprintf(
             line, sizeof(line),
-            "dp-launch: %lld images, %lld failed, %lld invalid, %lld not run, %.1f s, %.2f images/s -> %s\n",
-            static_cast<long long>(done_), static_cast<long long>(failed_), static_cast<long long>(invalid()),
-            static_cast<long long>(not_run_), seconds, seconds > 0 ? done_ / seconds : 0.0,
-            manifest_path_.c_str());
+            "dp-launch: %lld images, %lld failed, %lld invalid, %lld not run, %.1f s, %.2f images/s -> %s%s\n",
+            static_cast<long long>(done_ + kept_), static_cast<long long>(failed_),
+            static_cast<long long>(invalid()), static_cast<long long>(not_run_), seconds,
+            seconds > 0 ? done_ / seconds : 0.0, manifest_path_.c_str(),
+            kept_ > 0 ? (" (" + std::to_string(kept_) + " kept from the earlier run)").c_str() : "");
         std::fputs(line, stdout);
         std::fflush(stdout);
     }
 
     int64_t failed() const { return failed_ + not_run_; }
+    // The manifest or the gallery could not be written (a full disk): exit code 74.
+    bool write_failed() const { return write_failed_; }
 
   private:
     // The record of prompt `index` while no rank has reported it; else nullptr.
@@ -251,11 +264,17 @@ class JobMonitor : public StatusListener {
     }
 
     void append(const nlohmann::json& record) {
-        const std::string text = record.dump() + "\n";
-        if (manifest_ && !write_all(manifest_.get(), text.data(), text.size())) {
-            std::cerr << errno_message("dp-launch: cannot append to " + manifest_path_) << std::endl;
-            manifest_.reset();
+        if (!manifest_.is_open()) return;
+        if (!manifest_.append(record)) {
+            report_write_error(errno_message("cannot append to " + manifest_path_) +
+                               " (its records so far are whole)");
+            manifest_.close();
         }
+    }
+
+    void report_write_error(const std::string& what) {
+        write_failed_ = true;
+        std::cerr << "dp-launch: " << what << std::endl;
     }
 
     // A bar redrawn in place on a terminal; in logs, a plain line every few seconds.
@@ -290,12 +309,16 @@ class JobMonitor : public StatusListener {
     const LaunchSpec& launch_;
     const JobOptions& job_;
     std::map<int64_t, nlohmann::json> records_;
+    protocol::JobFile job_file_;
+    std::string job_path_;
+    std::map<int64_t, protocol::JobRequest> request_of_;
     std::vector<int64_t> order_;
     std::map<int, std::pair<int64_t, int64_t>> shares_;  // rank -> its share [first, first + count)
     int64_t to_run_;
-    int64_t done_ = 0, failed_ = 0, not_run_ = 0;
+    int64_t done_ = 0, failed_ = 0, not_run_ = 0, kept_ = 0;
     std::string manifest_path_;
-    UniqueFd manifest_;
+    ManifestAppender manifest_;
+    bool write_failed_ = false;
     bool tty_ = false;
     int64_t printed_ = 0;
     std::chrono::steady_clock::time_point start_, last_line_{};
@@ -392,10 +415,21 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     if (!launch.quiet && strategy.degrees.replica_size() > 1)
         std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
                   << std::endl;
-    const std::string name = job.prompts == "-" ? "<stdin>" : job.prompts;
-    const std::string bytes = read_prompts(job.prompts);
-    const bool jsonl = job.prompts == "-" ? looks_like_jsonl(bytes) : is_jsonl_name(job.prompts);
-    const PromptFile file = parse_prompt_file(bytes, name, jsonl);
+    const std::string name = job.prompts == "-" ? "<stdin>" : utf8_for_display(job.prompts);
+    // Sizes the model cannot make are refused here, before anything starts: a flag's is a usage
+    // error, a JSONL line's makes that line invalid.
+    const strategies::ImageSizeRule sizes =
+        strategies::read_image_size_rule(job.model, strategies::parallel_spec_for_model(job.model));
+    using Side = std::pair<const char*, std::optional<int>>;
+    for (const auto& [flag, pixels] : {Side{"--width", job.width}, Side{"--height", job.height}})
+        if (const std::string why = *pixels ? sizes.check(*pixels) : ""; !why.empty())
+            throw UsageError(std::string(flag) + " " + std::to_string(*pixels) + ": " + why);
+    const PromptFile file = read_prompt_file(job.prompts, [&sizes](const PromptRecord& p) -> std::string {
+        for (const auto& [key, pixels] : {Side{"width", p.width}, Side{"height", p.height}})
+            if (const std::string why = pixels ? sizes.check(*pixels) : ""; !why.empty())
+                return "key '" + std::string(key) + "': " + std::to_string(*pixels) + ": " + why;
+        return {};
+    });
 
     if (!file.invalid.empty() && !job.skip_invalid) {
         std::string text =
@@ -417,9 +451,19 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     // Every prompt's settings, resolved once here so that every rank and the manifest agree.
     protocol::JobFile job_file = job_file_for(job, strategy);
     std::map<int64_t, nlohmann::json> records;
-    std::vector<int64_t> order;
     std::vector<std::string> clashes;
+    if (job.overwrite && job.resume)
+        throw UsageError("--overwrite and --resume: choose one (--overwrite makes every image again, "
+                         "--resume only those that have none)");
     make_dirs(job.output_dir);
+    // Held until the job ends, from before the check for earlier outputs: no other job writes
+    // here meanwhile (Note [output folder lock]).
+    const OutputLock lock = OutputLock::acquire(job.output_dir);
+    const std::string manifest_path = job.output_dir + "/manifest.jsonl";
+    const std::map<int64_t, nlohmann::json> earlier =
+        job.overwrite || job.resume ? read_manifest(manifest_path) : std::map<int64_t, nlohmann::json>{};
+    const bool replace = job.overwrite || job.resume;
+    std::map<int64_t, protocol::JobRequest> requests;
     for (const PromptRecord& p : file.prompts) {
         protocol::JobRequest q;
         q.index = p.index;
@@ -429,54 +473,70 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         q.seed = p.seed.value_or(prompt_seed(job.seed, p.index));
         q.steps = p.steps.value_or(job.steps);
         q.guidance_scale = p.guidance_scale.value_or(job.guidance_scale);
-        q.width = p.width.value_or(job.width);
-        q.height = p.height.value_or(job.height);
+        q.width = p.width.value_or(job.width ? job.width : static_cast<int>(sizes.default_side));
+        q.height = p.height.value_or(job.height ? job.height : static_cast<int>(sizes.default_side));
         nlohmann::json r = q;
         r["line"] = p.line;
         r["model"] = job.model;
+        r["dtype"] = job.dtype;
+        if (job.random_weights) r["random_weights"] = *job.random_weights;
         r["status"] = "pending";
         records[p.index] = r;
-        order.push_back(p.index);
-        if (!job.overwrite && exists(job.output_dir + "/" + q.file))
-            clashes.push_back(job.output_dir + "/" + q.file);
-        job_file.requests.push_back(std::move(q));
+        if (!replace && exists(job.output_dir + "/" + q.file)) clashes.push_back(job.output_dir + "/" + q.file);
+        requests[p.index] = std::move(q);
     }
     for (const char* own : {"/manifest.jsonl", "/index.html"})
-        if (!job.overwrite && exists(job.output_dir + own)) clashes.push_back(job.output_dir + own);
+        if (!replace && exists(job.output_dir + own)) clashes.push_back(job.output_dir + own);
     if (!clashes.empty())
         throw UsageError(clashes.front() +
                          (clashes.size() > 1 ? " and " + std::to_string(clashes.size() - 1) + " more" : "") +
-                         " already exist; pass --overwrite to replace them, or choose another --output-dir");
+                         " already exist; pass --overwrite to replace them, --resume to make only the images "
+                         "that are missing, or choose another --output-dir");
+    if (job.resume)
+        for (auto& [index, kept] : images_to_keep(earlier, records, job.output_dir)) records[index] = kept;
+    for (const PromptRecord& p : file.prompts)  // in the prompt file's order
+        if (records[p.index].value("status", "") == "pending") job_file.requests.push_back(requests[p.index]);
     for (const InvalidPrompt& bad : file.invalid)
         records[bad.index] = {
             {"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}};
 
     const std::string job_path = job.output_dir + "/.dp-job-" + std::to_string(getpid()) + ".json";
-    protocol::write_job_file(job_path, job_file);
-
     LaunchSpec spec = launch;
     const std::string worker = job.worker.empty() ? self_dir() + "/dp-worker" : job.worker;
     spec.command = {worker, "--job", job_path};
-
     if (launch.dry_run) {
-        std::remove(job_path.c_str());
-        std::cout << file.prompts.size() << " prompt(s) from " << name << " over " << spec.world_size()
+        std::cout << job_file.requests.size() << " prompt(s) from " << name << " over " << spec.world_size()
                   << " rank(s); images to " << job.output_dir << "/\n"
                   << describe_dry_run(spec) << std::flush;
         return kExitOk;
     }
-    JobMonitor monitor(launch, job, std::move(records), std::move(order));
-    int code = kExitInternal;
-    try {
-        code = run_launch(spec, &monitor);
-    } catch (...) {
-        std::remove(job_path.c_str());
-        throw;
+
+    remove_leftovers(job.output_dir);  // of killed runs: ours is the only job here now
+    if (job.overwrite) {
+        // The earlier run's images that this job does not make again would be listed nowhere.
+        std::set<std::string> made;
+        for (const protocol::JobRequest& q : job_file.requests) made.insert(q.file);
+        for (const auto& [index, r] : earlier) {
+            const std::string f = r.value("file", "");
+            if (!f.empty() && f[0] != '.' && f.find('/') == std::string::npos && !made.count(f))
+                std::remove((job.output_dir + "/" + f).c_str());
+        }
     }
-    std::remove(job_path.c_str());
+    // The job file goes when the job ends, however it ends.
+    struct RemoveOnExit {
+        std::string path;
+        ~RemoveOnExit() {
+            std::remove(path.c_str());
+            std::remove((path + ".tmp." + std::to_string(getpid())).c_str());
+        }
+    } job_file_owner{job_path};
+    protocol::write_job_file(job_path, job_file);
+    const bool nothing_to_make = job_file.requests.empty();
+    JobMonitor monitor(launch, job, std::move(records), std::move(job_file), job_path);
+    const int code = nothing_to_make ? kExitOk : run_launch(spec, &monitor);
     monitor.finish();
-    if (code == kExitOk && monitor.failed() > 0)
-        code = kExitInternal;  // some prompts failed: see the manifest
+    if (code == kExitOk && monitor.write_failed()) return kExitIo;  // a full disk: see the message
+    if (code == kExitOk && monitor.failed() > 0) return kExitInternal;  // some prompts failed: see the manifest
     return code;
 }
 

@@ -304,7 +304,7 @@ TEST_CASE("earlier outputs are never overwritten without --overwrite") {
     CHECK(run_launch(job_args(dir + "/out", {"--overwrite", prompts}), {}, 120).exit_code == 0);
 }
 
-TEST_CASE("a size the model cannot make is a failed prompt in the manifest, and the job exits 1") {
+TEST_CASE("a size the model cannot make is an invalid line, found before any rank starts") {
     const std::string dir = make_temp_dir();
     const std::string prompts = write_prompts(dir, "p.jsonl",
                                               R"({"prompt": "too wide", "width": 512})"
@@ -312,13 +312,9 @@ TEST_CASE("a size the model cannot make is a failed prompt in the manifest, and 
                                               R"({"prompt": "fine"})"
                                               "\n");
     LaunchResult r = run_launch(job_args(dir + "/out", {"-n", "2", prompts}), {}, 120);
-    CHECK(r.exit_code == 1);
-    CHECK(r.out.find("1 images, 1 failed") != std::string::npos);
-    const auto records = manifest(dir + "/out");
-    REQUIRE(records.size() == 2);
-    CHECK(records[0]["status"] == "failed");
-    CHECK(records[0]["error"].get<std::string>().find("position table") != std::string::npos);
-    CHECK(records[1]["status"] == "ok");
+    CHECK(r.exit_code == 65);
+    CHECK(r.err.find(prompts + ":1: key 'width': 512: this model makes sizes") != std::string::npos);
+    CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
 }
 
 TEST_CASE("without --model the shipped default is found next to dp-launch, wherever the job runs") {

@@ -1,0 +1,139 @@
+// What the main job accepts as input, checked with the real dp-launch and dp-worker: sizes the
+// model cannot make, prompt files that are not files or not prompts, paths and text that are not
+// UTF-8, endless inputs, and pipeline defaults under a command run.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "integration/launch_harness.h"
+
+using namespace dp::test;
+
+namespace {
+
+std::string write_file(const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+}
+
+// manifest.jsonl, one record per line.
+std::vector<nlohmann::json> manifest_of(const std::string& out) {
+    std::vector<nlohmann::json> records;
+    const std::string text = read_file(out + "/manifest.jsonl");
+    for (std::size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos; at = end + 1)
+        records.push_back(nlohmann::json::parse(text.substr(at, end - at)));
+    return records;
+}
+
+std::vector<std::string> tiny(const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--model", DP_TINY_MODEL, "--steps", "1", "-o", out, "-q"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+}
+
+}  // namespace
+
+TEST_CASE("sizes the model cannot make are refused before any rank starts, naming sizes that work") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_file(dir + "/p.txt", "one\n");
+    // The tiny model: no patching (1) and a 40 x 40 position table; the shipped one: patch 4, 8 x 8.
+    LaunchResult wide = run_launch(tiny(dir + "/out", {"-n", "2", "--width", "41", prompts}));
+    CHECK(wide.exit_code == 2);
+    CHECK_MESSAGE(wide.err.find("--width 41: this model makes sizes that are multiples of 1 from 1 to 40 "
+                                "pixels (nearest: 40)") != std::string::npos,
+                  wide.err);
+    CHECK(wide.seconds < 10);
+    LaunchResult odd = run_launch({"-n", "2", "--height", "33", "-o", dir + "/out", prompts});
+    CHECK(odd.exit_code == 2);
+    CHECK_MESSAGE(odd.err.find("--height 33: this model makes sizes that are multiples of 4 from 4 to 32 "
+                               "pixels (nearest: 32)") != std::string::npos,
+                  odd.err);
+    CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
+}
+
+TEST_CASE("a JSONL line's size the model cannot make is an invalid line; records carry the size asked for") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_file(dir + "/p.jsonl", R"({"prompt": "too wide", "width": 512})"
+                                                             "\n"
+                                                             R"({"prompt": "tall", "height": 24})"
+                                                             "\n");
+    LaunchResult refused = run_launch(tiny(dir + "/out", {prompts}));
+    CHECK(refused.exit_code == 65);
+    CHECK_MESSAGE(
+        refused.err.find(prompts + ":1: key 'width': 512: this model makes sizes that are multiples "
+                                   "of 1 from 1 to 40 pixels (nearest: 40)") != std::string::npos,
+        refused.err);
+    CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
+
+    LaunchResult skipped = run_launch(tiny(dir + "/out", {"--skip-invalid", prompts}), {}, 120);
+    REQUIRE_MESSAGE(skipped.exit_code == 0, skipped.err);
+    const auto records = manifest_of(dir + "/out");
+    REQUIRE(records.size() == 2);
+    CHECK(records[0]["status"] == "invalid");
+    CHECK(records[1]["status"] == "ok");
+    CHECK(records[1]["width"] == 32);  // the model's default: sample_size 32 x VAE scale 1
+    CHECK(records[1]["height"] == 24);
+}
+
+TEST_CASE("a directory as the prompt file cannot be read (66), and /dev/zero stops at the job's limit") {
+    const std::string dir = make_temp_dir();
+    LaunchResult directory = run_launch(tiny(dir + "/out", {dir}));
+    CHECK(directory.exit_code == 66);
+    CHECK(directory.err.find("PROMPTS " + dir + ": is a directory, not a prompt file") != std::string::npos);
+    CHECK(directory.out.find("nothing to do") == std::string::npos);
+
+    LaunchResult zero = run_launch(tiny(dir + "/out", {"/dev/zero"}), {}, 60);
+    CHECK(zero.exit_code == 65);
+    CHECK(zero.err.find("/dev/zero: more than 64 MiB (stopped reading there)") != std::string::npos);
+    CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
+}
+
+TEST_CASE("a program given as PROMPTS is refused with the command that was probably meant") {
+    const std::string dir = make_temp_dir();
+    const std::string script = write_file(dir + "/train.py", "import torch\nprint('hello')\n");
+    LaunchResult r = run_launch({"-n", "2", script});
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE(r.err.find("is a .py script, not a prompt file; to run it once per rank, put it after --: "
+                             "dp-launch -n 2 -- python3 " +
+                             script) != std::string::npos,
+                  r.err);
+}
+
+TEST_CASE("paths that are not UTF-8 work; prompt text that is not UTF-8 is a usage error") {
+    const std::string dir = make_temp_dir() + "/bytes\xff";
+    std::filesystem::create_directories(dir);
+    const std::string model = dir + "/model\xfe";
+    std::filesystem::create_directory_symlink(DP_TINY_MODEL, model);
+    const std::string prompts = write_file(dir + "/prompts\xfd.txt", "a red circle\n");
+    const std::string out = dir + "/out\xfc";
+    LaunchResult r = run_launch({"--model", model, "--steps", "1", "--width", "16", "--height", "16", "-o",
+                                 out, "-q", "--negative-prompt", "flou", prompts},
+                                {}, 120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const auto records = manifest_of(out);
+    REQUIRE(records.size() == 1);
+    CHECK(records[0]["status"] == "ok");
+    CHECK(file_exists(out + "/" + records[0]["file"].get<std::string>()));
+
+    LaunchResult text = run_launch({"--model", model, "-o", out, "--negative-prompt", "\xff", prompts});
+    CHECK(text.exit_code == 2);
+    CHECK(text.err.find("--negative-prompt: expected UTF-8 text") != std::string::npos);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("pipeline defaults from DP_* variables or a config file leave a command run alone") {
+    const std::string dir = make_temp_dir();
+    const std::string config = write_file(dir + "/dp.json", R"({"steps": 4, "width": 64})");
+    LaunchResult env = run_launch({"-n", "2", "--", "true"}, {{"DP_STEPS", "4"}});
+    CHECK_MESSAGE(env.exit_code == 0, env.err);
+    LaunchResult file = run_launch({"--config", config, "--", "true"});
+    CHECK_MESSAGE(file.exit_code == 0, file.err);
+    LaunchResult flag = run_launch({"--steps", "4", "--", "true"});
+    CHECK(flag.exit_code == 2);
+    CHECK(flag.err.find("--steps is a pipeline option") != std::string::npos);
+}
