@@ -198,8 +198,16 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
                          " patches; this model's position table has " + std::to_string(max) + "x" +
                          std::to_string(max));
 
-    // Patch embedding plus the centre crop of the position table.
-    at::Tensor x = at::conv2d(latents, patch_weight_, patch_bias_, {p, p}).flatten(2).transpose(1, 2);
+    // Patch embedding plus the centre crop of the position table. Note [patch embedding as a
+    // matmul]: the Conv2d(kernel = stride = patch) is computed as a linear layer over the
+    // flattened patches, the same sum; oneDNN's convolution picks its algorithm by shape and
+    // thread count, so as a convolution the latents changed in the last bits with the number of
+    // intra-op threads (and so with the number of processes), while the matmul does not.
+    const int64_t channels = latents.size(1);
+    at::Tensor x = latents.reshape({batch, channels, gh, p, gw, p})
+                       .permute({0, 2, 4, 1, 3, 5})
+                       .reshape({batch, gh * gw, channels * p * p});
+    x = at::linear(x, patch_weight_.reshape({patch_weight_.size(0), -1}), patch_bias_);
     const int64_t top = (max - gh) / 2, left = (max - gw) / 2;
     at::Tensor pos = pos_embed_.reshape({1, max, max, -1})
                          .slice(1, top, top + gh)
