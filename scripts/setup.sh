@@ -6,6 +6,7 @@
 #   DP_VENV       virtual environment holding the pinned torch wheel, shared by every checkout
 #                 (default: ~/.cache/dp-launch/venv)
 #   DP_WITH_TORCH=0  build the launcher only: no torch wheel, no worker side
+#   DP_SETUP_NO_BUILD=1  install what is missing, build nothing
 set -euo pipefail
 
 TORCH_VERSION=2.15.0  # the CUDA 13 build on PyPI; LibTorch comes from inside this wheel
@@ -64,6 +65,9 @@ if [[ $with_torch == 1 ]]; then
 else
     cmake_args+=(-DDP_WITH_TORCH=OFF)
 fi
+
+# DP_SETUP_NO_BUILD=1: the packages and the wheel only (scripts/sanitize.sh builds its own tree).
+if [[ ${DP_SETUP_NO_BUILD:-0} == 1 ]]; then exit 0; fi
 
 # 3. Configure once (CMake re-configures by itself when a CMakeLists.txt changes), then build.
 mkdir -p "$build"
