@@ -293,7 +293,7 @@ TEST_CASE(
     CHECK(processes_with_marker(launch.marker()).empty());
 }
 
-TEST_CASE("--resume keeps the valid images and makes the rest; other settings are refused") {
+TEST_CASE("--resume keeps the valid images and makes the rest, and other settings are refused") {
     const std::string dir = make_temp_dir();
     const std::string out = dir + "/out";
     const std::string prompts = numbered_prompts(dir, 6);
