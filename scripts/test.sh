@@ -16,4 +16,11 @@ if [[ -f $log ]] && grep -q '^SKIPPED:' "$log"; then
     echo "Skipped tests and why:"
     awk '/^[0-9]+\/[0-9]+ Testing: /{name=$3} /^SKIPPED:/{print "  " name ": " substr($0, 10)}' "$log"
 fi
+# The launcher side again under AddressSanitizer + UndefinedBehaviorSanitizer (its own build
+# folder; DP_TEST_SANITIZE=0 skips it).
+if [[ ${DP_TEST_SANITIZE:-1} == 1 ]]; then
+    echo
+    echo "The launcher side under AddressSanitizer and UndefinedBehaviorSanitizer:"
+    "$root/scripts/sanitize.sh" || status=1
+fi
 exit $status
