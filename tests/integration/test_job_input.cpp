@@ -56,7 +56,7 @@ TEST_CASE("sizes the model cannot make are refused before any rank starts, namin
     CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
 }
 
-TEST_CASE("a JSONL line's size the model cannot make is an invalid line; records carry the size asked for") {
+TEST_CASE("a JSONL line's size the model cannot make is an invalid line, and records carry the size asked for") {
     const std::string dir = make_temp_dir();
     const std::string prompts = write_file(dir + "/p.jsonl", R"({"prompt": "too wide", "width": 512})"
                                                              "\n"
@@ -104,7 +104,7 @@ TEST_CASE("a program given as PROMPTS is refused with the command that was proba
                   r.err);
 }
 
-TEST_CASE("paths that are not UTF-8 work; prompt text that is not UTF-8 is a usage error") {
+TEST_CASE("paths that are not UTF-8 work, and prompt text that is not UTF-8 is a usage error") {
     const std::string dir = make_temp_dir() + "/bytes\xff";
     std::filesystem::create_directories(dir);
     const std::string model = dir + "/model\xfe";

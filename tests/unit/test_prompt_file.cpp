@@ -229,7 +229,7 @@ TEST_CASE("an endless or huge input stops at the job's limit, holding one line's
                          dp::launcher::InputDataError);
 }
 
-TEST_CASE("one job takes at most kMaxJobPrompts prompt lines; blank lines do not count") {
+TEST_CASE("one job takes at most kMaxJobPrompts prompt lines, and blank lines do not count") {
     std::string text;
     for (int64_t i = 0; i < kMaxJobPrompts; ++i) text += "a\n\n";
     const PromptFile f = parse_prompt_file(text, "p.txt", false);
