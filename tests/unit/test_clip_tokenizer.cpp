@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 
 #include "runtime/errors.h"
@@ -93,4 +94,33 @@ TEST_CASE(
     CHECK(e.ids.front() == tok.bos_id());
     CHECK(e.ids[12] == tok.eos_id());  // 11 words, one token each
     CHECK(e.dropped_tokens == 0);
+}
+
+TEST_CASE("fuzz: 3000 random byte strings encode to max_length ids in the vocabulary, or a clean error") {
+    const ClipTokenizer tok = ClipTokenizer::from_folder(kFolder);
+    const int64_t vocab =
+        static_cast<int64_t>(nlohmann::json::parse(slurp(kFolder + "/vocab.json")).size());
+    std::mt19937_64 rng(7);
+    const std::string pieces[] = {"a", " ", "<|startoftext|>", "<|endoftext|>", "\xf0\x9f\x98\x80", "\xe2\x80\x8b",
+                                  "\xff", "\xc3", "\xed\xa0\x80", "!", "\t\n", "ABC", "\xe4\xb8\xad", "'s", "123"};
+    int encoded = 0, refused = 0;
+    for (int i = 0; i < 3000; ++i) {
+        std::string text;
+        for (int n = static_cast<int>(rng() % 40); n > 0; --n) {
+            if (rng() % 3 == 0)
+                text += static_cast<char>(rng() % 256);
+            else
+                text += pieces[rng() % std::size(pieces)];
+        }
+        try {
+            const ClipEncoding e = tok.encode(text);
+            REQUIRE(static_cast<int>(e.ids.size()) == tok.model_max_length());
+            for (int64_t id : e.ids) REQUIRE((id >= 0 && id < vocab));
+            ++encoded;
+        } catch (const dp::protocol::Error&) {
+            ++refused;  // ours, with a message: never a crash or a foreign exception
+        }
+    }
+    MESSAGE(encoded << " encoded, " << refused << " refused");
+    CHECK(encoded > 1000);
 }

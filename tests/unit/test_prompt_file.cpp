@@ -273,3 +273,35 @@ TEST_CASE("a file name that is not UTF-8 is shown with U+FFFD in messages, and t
     CHECK(is_valid_utf8(f.invalid[0].reason));
     CHECK(f.invalid[0].reason.find(utf8_for_display(path) + ":2: not valid UTF-8") == 0);
 }
+
+TEST_CASE("fuzz: 3000 random prompt files, fed in random pieces, parse into valid and invalid lines, or a clean error") {
+    std::mt19937_64 rng(11);
+    const std::string pieces[] = {"{", "}", "\"prompt\"", ":", "\"", ",", "\"seed\": ", "1e309", "-1", "\n", "\r\n",
+                                  "\"steps\": 4", "\"width\": 33", "[", "]", "null", "true", "\xef\xbb\xbf", "\xff",
+                                  "\"name\": \"../../x\"", "  ", "a red circle", "\\u0000", "\"prompt\": \"p\""};
+    for (int i = 0; i < 3000; ++i) {
+        std::string text;
+        for (int n = static_cast<int>(rng() % 60); n > 0; --n)
+            text += rng() % 4 == 0 ? std::string(1, static_cast<char>(rng() % 256)) : pieces[rng() % std::size(pieces)];
+        const PromptFormat format = rng() % 2 ? PromptFormat::kJsonl : PromptFormat::kText;
+        try {
+            PromptFileReader reader("fuzz.jsonl", format);
+            for (std::size_t at = 0; at < text.size();) {
+                const std::size_t n = 1 + rng() % 17;
+                reader.feed(std::string_view(text).substr(at, n));
+                at += n;
+            }
+            const PromptFile f = reader.finish();
+            REQUIRE(static_cast<int64_t>(f.prompts.size() + f.invalid.size()) == f.total);
+            for (const PromptRecord& p : f.prompts) {
+                REQUIRE((p.index >= 0 && p.index < f.total));
+                REQUIRE(is_valid_utf8(p.prompt));
+            }
+            for (const InvalidPrompt& bad : f.invalid) REQUIRE(is_valid_utf8(bad.reason));
+        } catch (const dp::protocol::Error&) {
+            // ours, with a message (a limit passed): never a crash or a foreign exception
+        } catch (const std::exception& e) {
+            FAIL_CHECK("case " << i << " escaped as " << e.what());
+        }
+    }
+}
