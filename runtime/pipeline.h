@@ -27,6 +27,12 @@ struct PipelineOptions {
     std::shared_ptr<const DeviceMapping> device_map;
     // Training: every weight requires grad and parameters() lists it (WeightStore::keep_as_parameters).
     bool trainable = false;
+    // Weight files of this variant (diffusers' `variant`: "fp16" reads `*.fp16.safetensors`); empty:
+    // the plain files.
+    std::string variant;
+    // Without the T5 text encoder even when the folder has one (diffusers' text_encoder_3=None):
+    // its embeddings are then zeros, as for a folder without it.
+    bool no_t5 = false;
 };
 
 struct GenerateRequest {
@@ -37,6 +43,15 @@ struct GenerateRequest {
     double guidance_scale = 7.0;
     int width = 0;  // 0: the model's default
     int height = 0;
+    // T5's tokens (diffusers' max_sequence_length, 1..512); the text is CLIP's 77 plus these.
+    int max_sequence_length = 256;
+    // Skip-layer guidance (diffusers' StableDiffusion3Pipeline): empty skips none. Between
+    // start and stop (fractions of the steps) a third branch runs with these transformer blocks
+    // skipped, and the noise moves away from it by `skip_layer_guidance_scale`.
+    std::vector<int> skip_guidance_layers;
+    double skip_layer_guidance_scale = 2.8;
+    double skip_layer_guidance_start = 0.01;
+    double skip_layer_guidance_stop = 0.2;
     std::function<void(int step, int steps)> on_step;  // called after each denoising step
 };
 

@@ -92,6 +92,16 @@ AttentionOutputs attend(const AttentionInputs& in) {
     if (!in.shard) throw InternalError("attend: the first stream needs its SequenceShard");
     const SequenceShard& s1 = *in.shard;
     const SequenceGroups& g = s1.groups();
+    const double scale = in.scale > 0 ? in.scale : 1.0 / std::sqrt(static_cast<double>(in.q.size(3)));
+    const std::optional<double> sdpa_scale = in.scale > 0 ? std::optional<double>(in.scale) : std::nullopt;
+    if (in.logits_bias.defined()) {  // a replicated stream alone: one plain attention
+        if (s1.split() || in.q2.defined())
+            throw InternalError("attend: a logits bias needs one stream that is not split");
+        AttentionOutputs out;
+        out.out = at::scaled_dot_product_attention(in.q, in.k, in.v, in.logits_bias.to(in.q.scalar_type()), 0.0,
+                                                   false, sdpa_scale);
+        return out;
+    }
     const Ulysses ulysses(g, in.q.size(1));
     Communicator* ring = g.ring_size() > 1 ? g.ring : nullptr;
     const bool has2 = in.q2.defined();
@@ -123,7 +133,7 @@ AttentionOutputs attend(const AttentionInputs& in) {
         at::Tensor bias = joint_bias(parts, options);
         std::optional<at::Tensor> mask;
         if (bias.defined()) mask = bias.view({bias.size(0), 1, 1, -1}).to(q.scalar_type());
-        return outputs(at::scaled_dot_product_attention(q, k, v, mask));
+        return outputs(at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, sdpa_scale));
     }
 
     // Note [ring attention merge]: the queries here are this rank's segment of the split streams
@@ -132,7 +142,6 @@ AttentionOutputs attend(const AttentionInputs& in) {
     // merged exactly by their log-sum-exps:
     // out = (out_a e^{lse_a} + out_b e^{lse_b}) / (e^{lse_a} + e^{lse_b}).
     const at::Tensor queries = has2 ? at::cat({q1, second(in.q2)}, 2) : q1;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(in.q.size(3)));
     at::Tensor out, lse;
     auto absorb = [&](const at::Tensor& keys, const at::Tensor& values, const at::Tensor& bias) {
         at::Tensor scores = at::matmul(queries, keys.transpose(-2, -1)) * scale;

@@ -32,6 +32,12 @@ struct AttentionInputs {
     at::Tensor bias2;
     // False: the caller does not use the second stream's output (saves its collectives).
     bool want_out2 = true;
+    // The logits' scale; 0: 1 / sqrt(head_dim). T5 attends unscaled (1).
+    double scale = 0;
+    // Added to every logit, [1 or B, H, queries, keys] over the whole first stream (T5's relative
+    // position bias, for this rank's heads). Only where the first stream is not split (a text
+    // encoder, replicated on every rank): with sequence groups it is an InternalError.
+    at::Tensor logits_bias;
 };
 
 struct AttentionOutputs {
