@@ -273,9 +273,29 @@ def pipeline():
     save("sd3_pipeline.safetensors", tensors, {"cases": PIPELINE_CASES})
 
 
+PARTS = ["scheduler", "tokenizer", "clip", "transformer", "vae", "pipeline"]
+
+
+def all_parts():
+    """This file's parts, then those of every golden_*.py beside it (each lists its own PARTS)."""
+    import glob
+    import importlib
+
+    parts = {name: globals()[name] for name in PARTS}
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    for path in sorted(glob.glob(os.path.join(here, "golden_*.py"))):
+        module = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
+        for name in module.PARTS:
+            parts[name] = getattr(module, name)
+    return parts
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
-    torch.manual_seed(0)
-    wanted = sys.argv[1:] or ["scheduler", "tokenizer", "clip", "transformer", "vae", "pipeline"]
-    for part in wanted:
-        globals()[part]()
+    parts = all_parts()
+    for part in sys.argv[1:] or list(parts):
+        if part not in parts:
+            sys.exit(f"unknown part {part!r}; the parts are: {', '.join(parts)}")
+        torch.manual_seed(0)
+        parts[part]()
