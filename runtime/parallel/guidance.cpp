@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "runtime/errors.h"
 #include "runtime/parallel/communicator.h"
 
 namespace dp::runtime {
@@ -23,6 +24,21 @@ at::Tensor Guidance::combine(const at::Tensor& noise, const Combine& rule) const
     }
     const std::vector<at::Tensor> parts = noise.chunk(2, 0);
     return rule(parts[0], parts[1]);
+}
+
+at::Tensor Guidance::combine(const at::Tensor& noise, const at::Tensor& extra, const Combine3& rule) const {
+    if (!enabled_) throw InternalError("Guidance: a third prediction needs the guidance branches");
+    if (group_) {
+        // The negative rank sends zeros in the extra's place, so that both send the same shape.
+        const at::Tensor mine =
+            at::cat({noise, runs_negative_only() ? at::zeros_like(noise) : extra}, 0).contiguous();
+        const std::vector<at::Tensor> parts = group_->all_gather(mine);
+        const int64_t n = noise.size(0);
+        return rule(parts[0].narrow(0, 0, n), parts[1].narrow(0, 0, n), parts[1].narrow(0, n, n));
+    }
+    if (!extra.defined()) throw InternalError("Guidance: the third prediction is missing");
+    const std::vector<at::Tensor> parts = noise.chunk(2, 0);
+    return rule(parts[0], parts[1], extra);
 }
 
 at::Tensor linear_guidance(const at::Tensor& negative, const at::Tensor& positive, double scale) {

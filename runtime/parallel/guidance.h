@@ -31,6 +31,15 @@ class Guidance {
     // cfg group when split, so every rank of it gets the same result) through `combine`.
     at::Tensor combine(const at::Tensor& noise, const Combine& combine) const;
 
+    // A third prediction made from the positive branch's input (skip-layer guidance's: the same
+    // model with blocks skipped). Only the rank that runs the positive branch makes it (batched:
+    // this rank); `extra` is undefined on the other. Every rank of the cfg group gets `rule` of the
+    // three, exchanged in the one gather the branches already need.
+    using Combine3 =
+        std::function<at::Tensor(const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra)>;
+    bool runs_positive() const { return enabled_ && !runs_negative_only(); }
+    at::Tensor combine(const at::Tensor& noise, const at::Tensor& extra, const Combine3& rule) const;
+
   private:
     bool enabled_;
     Communicator* group_;
