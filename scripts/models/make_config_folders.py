@@ -1,0 +1,212 @@
+"""Writes the config-only folders of real SD3-family models: models/sd3-medium, models/sd3.5-medium
+and models/sd3.5-large, as diffusers lays out stabilityai/stable-diffusion-3-medium-diffusers,
+stable-diffusion-3.5-medium and stable-diffusion-3.5-large, without their weights.
+
+Every component gets its config.json with the checkpoint's values, and a tensor manifest,
+<component>/tensors.json: each tensor's name, shape and dtype, in the layout of a safetensors
+header (without data offsets). The manifest comes from instantiating the component's class from
+that config on torch's meta device, so that it names exactly the tensors the published files hold
+(tied weights once, non-persistent buffers not at all) without a byte of weights. `dp-launch plan`
+counts from the manifests; `--random-weights` runs build the real shapes.
+
+Tokenizer vocabularies are not available offline: tokenizer/ and tokenizer_2/ carry the small CLIP
+BPE of models/tiny-random-sd3, tokenizer_3/ a small SentencePiece model trained here. Their ids are
+not the real model's (models/README.md).
+
+Run:   ~/.cache/dp-launch/venv/bin/python scripts/models/make_config_folders.py
+Check: ... make_config_folders.py --check   (exit 1 when a committed file differs from what the
+                                             configs here give: a stale manifest, say)
+"""
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+MODELS = os.path.join(ROOT, "models")
+TINY = os.path.join(MODELS, "tiny-random-sd3")
+
+# --- the checkpoints' values --------------------------------------------------------------------
+
+# openai/clip-vit-large-patch14's text tower with its projection (SD3's text_encoder).
+CLIP_L = dict(vocab_size=49408, hidden_size=768, intermediate_size=3072, projection_dim=768,
+              num_hidden_layers=12, num_attention_heads=12, max_position_embeddings=77,
+              hidden_act="quick_gelu", layer_norm_eps=1e-5, attention_dropout=0.0, dropout=0.0,
+              initializer_range=0.02, initializer_factor=1.0, pad_token_id=1, bos_token_id=0,
+              eos_token_id=2)
+# laion/CLIP-ViT-bigG-14's text tower with its projection (SD3's text_encoder_2).
+CLIP_G = dict(CLIP_L, hidden_size=1280, intermediate_size=5120, projection_dim=1280,
+              num_hidden_layers=32, num_attention_heads=20, hidden_act="gelu")
+# google/t5-v1_1-xxl's encoder (SD3's text_encoder_3).
+T5_XXL = dict(vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_decoder_layers=24,
+              num_heads=64, relative_attention_num_buckets=32, relative_attention_max_distance=128,
+              dropout_rate=0.1, layer_norm_epsilon=1e-6, initializer_factor=1.0,
+              feed_forward_proj="gated-gelu", is_encoder_decoder=True, use_cache=True,
+              pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, tie_word_embeddings=False)
+# SD3's 16-channel VAE (the same in all three).
+VAE = dict(in_channels=3, out_channels=3, latent_channels=16, block_out_channels=[128, 256, 512, 512],
+           down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
+           layers_per_block=2, act_fn="silu", norm_num_groups=32, sample_size=1024,
+           scaling_factor=1.5305, shift_factor=0.0609, latents_mean=None, latents_std=None,
+           force_upcast=True, use_quant_conv=False, use_post_quant_conv=False)
+SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)
+
+TRANSFORMER_BASE = dict(sample_size=128, patch_size=2, in_channels=16, out_channels=16,
+                        attention_head_dim=64, joint_attention_dim=4096, pooled_projection_dim=2048)
+FOLDERS = {
+    "sd3-medium": dict(
+        transformer=dict(TRANSFORMER_BASE, num_layers=24, num_attention_heads=24,
+                         caption_projection_dim=1536, pos_embed_max_size=192),
+        transformer_dtype="F16", extra_index={}),
+    "sd3.5-medium": dict(
+        transformer=dict(TRANSFORMER_BASE, num_layers=24, num_attention_heads=24,
+                         caption_projection_dim=1536, pos_embed_max_size=384, qk_norm="rms_norm",
+                         dual_attention_layers=list(range(13))),
+        transformer_dtype="BF16", extra_index={"image_encoder": [None, None], "feature_extractor": [None, None]}),
+    "sd3.5-large": dict(
+        transformer=dict(TRANSFORMER_BASE, num_layers=38, num_attention_heads=38,
+                         caption_projection_dim=2432, pos_embed_max_size=192, qk_norm="rms_norm"),
+        transformer_dtype="BF16", extra_index={"image_encoder": [None, None], "feature_extractor": [None, None]}),
+}
+# The dtype the published files store, as recorded in the manifests (dp-launch plan counts at the
+# run's dtype; this is for the reader).
+TEXT_DTYPE, VAE_DTYPE = "F16", "F16"
+
+CLIP_TOKENIZER = dict(add_prefix_space=False, bos_token="<|startoftext|>", clean_up_tokenization_spaces=True,
+                      do_lower_case=True, eos_token="<|endoftext|>", errors="replace", model_max_length=77,
+                      pad_token="<|endoftext|>", tokenizer_class="CLIPTokenizer", unk_token="<|endoftext|>")
+T5_TOKENIZER = dict(add_prefix_space=True, additional_special_tokens=[f"<extra_id_{i}>" for i in range(100)],
+                    clean_up_tokenization_spaces=True, eos_token="</s>", extra_ids=100, legacy=True,
+                    model_max_length=512, pad_token="<pad>", sp_model_kwargs={}, tokenizer_class="T5Tokenizer",
+                    unk_token="<unk>")
+
+# --- writing ------------------------------------------------------------------------------------
+
+DTYPE_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+
+
+def json_text(obj):
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+def manifest_text(model, dtype, cls):
+    """The model's persistent tensors, each once (a tied weight under its first name), as a
+    safetensors header without data offsets: one tensor per line."""
+    seen, lines = set(), []
+    for name, t in model.state_dict(keep_vars=True).items():
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        lines.append(json.dumps(name) + ": " + json.dumps({"dtype": dtype, "shape": list(t.shape)}))
+    meta = {"class": cls, "format": "tensor manifest: names, shapes and dtypes of the published weights",
+            "made_by": "scripts/models/make_config_folders.py"}
+    return "{\n" + json.dumps("__metadata__") + ": " + json.dumps(meta, sort_keys=True) + ",\n" + \
+        ",\n".join(lines) + "\n}\n"
+
+
+def transformers_component(cfg_cls, model_cls, values, dtype):
+    config = cfg_cls(**values)
+    config.architectures = [model_cls.__name__]
+    with torch.device("meta"):
+        model = model_cls(config)
+    d = config.to_dict()
+    d.update(values)  # as the checkpoint says, where the class adjusts its own copy (T5's encoder-only flags)
+    d["dtype"] = {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}[dtype]
+    return json_text(d), manifest_text(model, dtype, model_cls.__name__)
+
+
+def diffusers_component(model_cls, values, dtype):
+    with torch.device("meta"):
+        model = model_cls(**values)
+    return json_text(json.loads(model.to_json_string())), manifest_text(model, dtype, model_cls.__name__)
+
+
+def spiece_model():
+    """A small T5-style SentencePiece model (pad 0, eos 1, unk 2, no bos), trained on the
+    project's example prompts: a stand-in, its ids are not T5's."""
+    import sentencepiece as spm
+
+    with open(os.path.join(ROOT, "examples", "prompts.txt"), encoding="utf-8") as f:
+        text = [line.strip() for line in f if line.strip()]
+    text += ["a photo of an astronaut riding a horse on the moon", "a cat holding a sign that says hello world",
+             "an oil painting of a lighthouse at dusk, highly detailed", "Käse, café, naïve — 東京 2024!"]
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(text * 4), model_writer=out, vocab_size=200,
+                                   model_type="unigram", character_coverage=1.0, pad_id=0, eos_id=1,
+                                   unk_id=2, bos_id=-1, num_threads=1, minloglevel=2,
+                                   normalization_rule_name="identity",
+                                   hard_vocab_limit=False)
+    return out.getvalue()
+
+
+def folder_files(name, spec, spiece):
+    """Relative path -> bytes of every file of one folder."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
+
+    files = {}
+    index = {"_class_name": "StableDiffusion3Pipeline", "_diffusers_version": "0.42.1",
+             "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+             "text_encoder": ["transformers", "CLIPTextModelWithProjection"],
+             "text_encoder_2": ["transformers", "CLIPTextModelWithProjection"],
+             "text_encoder_3": ["transformers", "T5EncoderModel"],
+             "tokenizer": ["transformers", "CLIPTokenizer"], "tokenizer_2": ["transformers", "CLIPTokenizer"],
+             "tokenizer_3": ["transformers", "T5TokenizerFast"],
+             "transformer": ["diffusers", "SD3Transformer2DModel"], "vae": ["diffusers", "AutoencoderKL"]}
+    index.update(spec["extra_index"])
+    files["model_index.json"] = json_text(index)
+    files["scheduler/scheduler_config.json"] = json_text(
+        json.loads(FlowMatchEulerDiscreteScheduler(**SCHEDULER).to_json_string()))
+    for comp, cfg_cls, model_cls, values in (
+            ("text_encoder", CLIPTextConfig, CLIPTextModelWithProjection, CLIP_L),
+            ("text_encoder_2", CLIPTextConfig, CLIPTextModelWithProjection, CLIP_G),
+            ("text_encoder_3", T5Config, T5EncoderModel, T5_XXL)):
+        files[f"{comp}/config.json"], files[f"{comp}/tensors.json"] = transformers_component(
+            cfg_cls, model_cls, values, TEXT_DTYPE)
+    files["transformer/config.json"], files["transformer/tensors.json"] = diffusers_component(
+        SD3Transformer2DModel, spec["transformer"], spec["transformer_dtype"])
+    files["vae/config.json"], files["vae/tensors.json"] = diffusers_component(AutoencoderKL, VAE, VAE_DTYPE)
+    for tok, pad in (("tokenizer", "<|endoftext|>"), ("tokenizer_2", "!")):
+        with open(os.path.join(TINY, tok, "tokenizer.json"), "rb") as f:
+            files[f"{tok}/tokenizer.json"] = f.read()
+        files[f"{tok}/tokenizer_config.json"] = json_text(dict(CLIP_TOKENIZER, pad_token=pad))
+    files["tokenizer_3/spiece.model"] = spiece
+    files["tokenizer_3/tokenizer_config.json"] = json_text(T5_TOKENIZER)
+    return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
+
+
+def main():
+    check = "--check" in sys.argv[1:]
+    spiece = spiece_model()
+    stale = []
+    for name, spec in FOLDERS.items():
+        files = folder_files(name, spec, spiece)
+        for rel, data in sorted(files.items()):
+            path = os.path.join(MODELS, name, rel)
+            if check:
+                old = open(path, "rb").read() if os.path.exists(path) else None
+                # The SentencePiece trainer's bytes may vary between its versions; its vocabulary may not.
+                if rel.endswith(".model"):
+                    continue
+                if old != data:
+                    stale.append(path)
+                continue
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+        if not check:
+            print(f"{os.path.join(MODELS, name)}: {len(files)} files, "
+                  f"{sum(len(v) for v in files.values())} bytes")
+    if check:
+        for p in stale:
+            print(f"stale: {os.path.relpath(p, ROOT)} (run scripts/models/make_config_folders.py)")
+        print("config folders: " + ("stale" if stale else "up to date"))
+        sys.exit(1 if stale else 0)
+
+
+if __name__ == "__main__":
+    main()
