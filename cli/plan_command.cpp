@@ -12,6 +12,7 @@
 #include "strategies/model_files.h"
 #include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
+#include "strategies/strategy.h"
 
 namespace dp::cli {
 using namespace dp::launcher;
@@ -116,34 +117,46 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
         out << "\n";
     }
     if (deg.replica_size() == 1) out << "  none (data parallelism only)\n";
+    for (const std::string& note : strategy.notes) out << "note: " << note << "\n";
+    // Heads on the busiest rank (Note [uneven heads]): the figures below are that rank's.
+    const bool heads_fit = heads >= static_cast<long long>(deg.tp) * deg.ulysses;
+    const long long h_tp =
+        heads_fit ? strategies::head_split(heads, deg.tp, deg.ulysses).tp_shares.front() : 0;
+    const long long h_attend = heads_fit ? strategies::head_split(heads, deg.tp, deg.ulysses).most() : 0;
 
     long long split = 0, whole = 0;
     std::map<std::string, int64_t> counts;
     try {
-        counts = strategies::safetensors_element_counts(job.model + "/" + spec.transformer);
+        counts = strategies::tensor_element_counts(job.model + "/" + spec.transformer);
     } catch (const std::runtime_error& e) {
         throw InputDataError(e.what());
     }
     for (const auto& [name, n] : counts) (strategies::tp_splits_tensor(spec, name) ? split : whole) += n;
-    out << "transformer parameters per rank (" << job.dtype
-        << "): " << bytes_text((whole + split / deg.tp) * f) << " = " << bytes_text(whole * f)
-        << " replicated + " << bytes_text(split * f) << " / tp " << deg.tp << "\n";
+    if (!heads_fit || heads % deg.tp == 0)
+        out << "transformer parameters per rank (" << job.dtype
+            << "): " << bytes_text((whole + split / deg.tp) * f) << " = " << bytes_text(whole * f)
+            << " replicated + " << bytes_text(split * f) << " / tp " << deg.tp << "\n";
+    else  // the attention layers split by heads; the MLPs evenly, a smaller share
+        out << "transformer parameters per rank (" << job.dtype << "): up to "
+            << bytes_text((whole + split * h_tp / heads) * f) << " = " << bytes_text(whole * f)
+            << " replicated + " << bytes_text(split * f) << " x at most " << h_tp << "/" << heads
+            << " on the ranks with " << h_tp << " heads (tp " << deg.tp << ")\n";
 
     // Bytes each rank sends per denoising step, for one prompt (README "Parallel strategies").
     const long long split_tokens = deg.ring * deg.ulysses;
     const long long n = (tokens + split_tokens - 1) / split_tokens * split_tokens;
     const long long b = job.guidance_scale > 1.0 && !job.cfg_parallel ? 2 : 1;
-    const long long h_rank = heads / deg.tp;
     std::map<std::string, long long> step;
     if (deg.cfg > 1) step["all_gather"] += channels * tokens * patch * patch * f;
     if (deg.ulysses > 1) {
-        step["all_to_all"] += 4 * layers * b * h_rank * (n / split_tokens) * hd * f;
-        step["all_gather"] += ((layers - 1) * b * (h_rank / deg.ulysses) * text * hd +
-                               b * (n / split_tokens) * channels * patch * patch) *
-                              f;
+        // q, k, v leave with the tp shard's heads; the output comes back with this rank's, from
+        // every Ulysses rank; the text output is gathered padded to the largest share.
+        step["all_to_all"] += layers * b * (3 * h_tp + deg.ulysses * h_attend) * (n / split_tokens) * hd * f;
+        step["all_gather"] +=
+            ((layers - 1) * b * h_attend * text * hd + b * (n / split_tokens) * channels * patch * patch) * f;
     }
     if (deg.ring > 1) {
-        step["send"] += 2 * layers * (deg.ring - 1) * b * (h_rank / deg.ulysses) * (n / deg.ring) * hd * f;
+        step["send"] += 2 * layers * (deg.ring - 1) * b * h_attend * (n / deg.ring) * hd * f;
         step["all_gather"] += b * (n / deg.ring) * channels * patch * patch * f;
     }
     if (deg.tp > 1)

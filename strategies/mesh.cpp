@@ -1,5 +1,6 @@
 #include "strategies/mesh.h"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
@@ -24,6 +25,22 @@ int MeshDegrees::of(MeshDim dim) const {
             return tp;
     }
     return 1;
+}
+
+std::vector<int64_t> even_shares(int64_t count, int parts) {
+    if (parts < 1 || count < 0)
+        throw std::invalid_argument("cannot share " + std::to_string(count) + " units over " +
+                                    std::to_string(parts) + " ranks");
+    std::vector<int64_t> out(static_cast<std::size_t>(parts), count / parts);
+    for (int64_t i = 0; i < count % parts; ++i) ++out[static_cast<std::size_t>(i)];
+    return out;
+}
+
+int64_t share_start(int64_t count, int parts, int index) {
+    if (index < 0 || index >= parts)
+        throw std::invalid_argument("share " + std::to_string(index) + " of " + std::to_string(parts));
+    const int64_t base = count / parts, extra = count % parts;
+    return index * base + std::min<int64_t>(index, extra);
 }
 
 Mesh::Mesh(int world, MeshDegrees degrees) : world_(world), degrees_(degrees) {

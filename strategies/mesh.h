@@ -5,6 +5,7 @@
 // its c10d sub-groups from it.
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,13 @@ struct MeshDegrees {
     int replica_size() const { return cfg * ring * ulysses * tp; }
     int of(MeshDim dim) const;
 };
+
+// `count` units (attention heads, blocks of features) over `parts` ranks as evenly as possible,
+// the first ranks taking one more: 38 heads over 4 ranks are {10, 10, 9, 9}. Throws
+// std::invalid_argument unless parts >= 1 and count >= 0.
+std::vector<int64_t> even_shares(int64_t count, int parts);
+// Where share `index` of even_shares(count, parts) starts: the units before it.
+int64_t share_start(int64_t count, int parts, int index);
 
 class Mesh {
   public:

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -84,7 +86,7 @@ TEST_CASE("explicit degrees pass through with dp filled from the world") {
     CHECK(resolve_strategy(r, sd3, 0).device_map.empty());
 }
 
-TEST_CASE("--strategy context is Ulysses where the heads divide by the ranks, else Ring") {
+TEST_CASE("--strategy context is Ulysses as far as the heads divide by the ranks, Ring over the rest") {
     const ParallelSpec& sd3 = sd3_parallel_spec();
     struct Case {
         int world;
@@ -95,7 +97,14 @@ TEST_CASE("--strategy context is Ulysses where the heads divide by the ranks, el
     for (const Case& c : std::vector<Case>{{2, false, 4, degrees(1, 1, 1, 2, 1)},
                                            {3, false, 4, degrees(1, 1, 3, 1, 1)},
                                            {4, false, 4, degrees(1, 1, 1, 4, 1)},
-                                           {8, false, 4, degrees(1, 1, 8, 1, 1)},
+                                           {8, false, 4, degrees(1, 1, 2, 4, 1)},
+                                           {4, false, 6, degrees(1, 1, 2, 2, 1)},
+                                           {9, false, 6, degrees(1, 1, 3, 3, 1)},
+                                           {2, false, 38, degrees(1, 1, 1, 2, 1)},
+                                           {4, false, 38, degrees(1, 1, 2, 2, 1)},
+                                           {8, false, 38, degrees(1, 1, 4, 2, 1)},
+                                           {8, true, 38, degrees(1, 2, 2, 2, 1)},
+                                           {19, false, 38, degrees(1, 1, 1, 19, 1)},
                                            {4, true, 4, degrees(1, 2, 1, 2, 1)},
                                            {6, true, 4, degrees(1, 2, 3, 1, 1)},
                                            {6, false, 24, degrees(1, 1, 1, 6, 1)},
@@ -157,18 +166,28 @@ TEST_CASE("every refusal is a usage error (exit 2) that names the flags and what
             {2, "--cfg-parallel --guidance-scale 0.5", 4,
              "--cfg-parallel with --guidance-scale 0.50: there is no guidance to split at a scale of 1 or "
              "less"},
-            {3, "--ulysses 3", 4,
-             "--tp 1 x --ulysses 3: the model has 4 attention heads; tp x ulysses must divide 4 (try 1, 2, "
-             "4)"},
-            {3, "--tp 3", 4,
-             "--tp 3 x --ulysses 1: the model has 4 attention heads; tp x ulysses must divide 4 (try 1, 2, "
-             "4)"},
-            {8, "--tp 2 --ulysses 4", 12,
-             "--tp 2 x --ulysses 4: the model has 12 attention heads; tp x ulysses must divide 12 (try 1, 2, "
-             "3, 4, 6, 12)"},
-            {3, "--strategy tensor", 4,
-             "--tp 3 x --ulysses 1: the model has 4 attention heads; tp x ulysses must divide 4 (try 1, 2, "
-             "4)"},
+            {5, "--ulysses 5", 4,
+             "--tp 1 x --ulysses 5: the model has 4 attention heads, fewer than the 5 ranks tp x ulysses "
+             "splits them over, so a rank would hold none; tp x ulysses may be at most 4 (1, 2, 4 split them "
+             "evenly, other degrees give some ranks one head more)"},
+            {40, "--tp 40", 38,
+             "--tp 40 x --ulysses 1: the model has 38 attention heads, fewer than the 40 ranks tp x ulysses "
+             "splits them over, so a rank would hold none; tp x ulysses may be at most 38 (1, 2, 19, 38 "
+             "split "
+             "them evenly, other degrees give some ranks one head more)"},
+            {8, "--tp 2 --ulysses 4", 6,
+             "--tp 2 x --ulysses 4: the model has 6 attention heads, fewer than the 8 ranks tp x ulysses "
+             "splits them over, so a rank would hold none; tp x ulysses may be at most 6 (1, 2, 3, 6 split "
+             "them evenly, other degrees give some ranks one head more)"},
+            {64, "--tp 8 --ulysses 8", 38,
+             "--tp 8 x --ulysses 8: the model has 38 attention heads, fewer than the 64 ranks tp x ulysses "
+             "splits them over, so a rank would hold none; tp x ulysses may be at most 38 (1, 2, 19, 38 "
+             "split "
+             "them evenly, other degrees give some ranks one head more)"},
+            {8, "--strategy tensor", 4,
+             "--tp 8 x --ulysses 1: the model has 4 attention heads, fewer than the 8 ranks tp x ulysses "
+             "splits them over, so a rank would hold none; tp x ulysses may be at most 4 (1, 2, 4 split them "
+             "evenly, other degrees give some ranks one head more)"},
             {2, "--ulysses 4", 4,
              "--tp 1, --ring 1, --ulysses 4: the world has 2 ranks, which does not divide by 4 (world = dp x "
              "cfg x ring x ulysses x tp)"},
@@ -218,6 +237,8 @@ TEST_CASE("every refusal is a usage error (exit 2) that names the flags and what
     // The same flags on a world they fit are accepted.
     CHECK_NOTHROW(resolve_strategy(request(1, two_devices + " --device cpu"), sd3_parallel_spec(), 4));
     CHECK_NOTHROW(resolve_strategy(request(8, "--tp 2 --ulysses 4"), sd3_parallel_spec(), 24));
+    CHECK_NOTHROW(resolve_strategy(request(8, "--tp 2 --ulysses 4"), sd3_parallel_spec(), 8));  // 1 head each
+    CHECK_NOTHROW(resolve_strategy(request(3, "--tp 3"), sd3_parallel_spec(), 4));  // 2, 1, 1 heads
     CHECK_NOTHROW(
         resolve_strategy(request(4, "--cfg-parallel --guidance-scale 1.01"), sd3_parallel_spec(), 4));
 }
@@ -237,8 +258,8 @@ TEST_CASE("a family without a negative guidance branch refuses --cfg-parallel, a
     check_degrees(resolve_strategy(on_world(2), sd3_parallel_spec(), 4).degrees, degrees(2, 1, 1, 1, 1));
 }
 
-// Over every small request: what is accepted is a mesh of the world whose heads split evenly and
-// whose dp is the one asked for; what is refused is a usage error.
+// Over every small request: what is accepted is a mesh of the world that leaves every rank at
+// least one head and whose dp is the one asked for; what is refused is a usage error.
 TEST_CASE("every accepted request is a mesh of the world, and every refusal a usage error") {
     const ParallelSpec& sd3 = sd3_parallel_spec();
     int accepted = 0, refused = 0;
@@ -269,7 +290,8 @@ TEST_CASE("every accepted request is a mesh of the world, and every refusal a us
                                     REQUIRE(d.product() == world);
                                     CHECK_NOTHROW(Mesh(world, d));
                                     CHECK(d.cfg == (cfg ? 2 : 1));
-                                    if (heads > 0) CHECK(heads % (d.tp * d.ulysses) == 0);
+                                    if (heads > 0) CHECK(heads >= d.tp * d.ulysses);
+                                    if (heads > 0 && d.tp * d.ulysses > 1) CHECK(!out.notes.empty());
                                     if (dp > 0) CHECK(d.dp == dp);
                                     if (*strategy == '\0') {
                                         CHECK(d.ulysses == ulysses);
@@ -300,8 +322,123 @@ TEST_CASE("the launcher resolves with the model's own spec and heads") {
     const ResolvedStrategy r = dp::launcher::resolve_job_strategy(launch, job);
     check_degrees(r.degrees, degrees(1, 1, 1, 4, 1));
     job.strategy.clear();
-    job.tp = 3;
-    launch.num_processes = 3;
+    job.tp = 5;
+    launch.num_processes = 5;
     CHECK_THROWS_WITH_AS(dp::launcher::resolve_strategy(launch, job),
-                         doctest::Contains("the model has 4 attention heads"), dp::protocol::UsageError);
+                         doctest::Contains("the model has 4 attention heads, fewer than the 5 ranks"),
+                         dp::protocol::UsageError);
+    job.tp = 3;  // 4 heads over 3 ranks: 2, 1, 1
+    launch.num_processes = 3;
+    const ResolvedStrategy uneven = dp::launcher::resolve_job_strategy(launch, job);
+    check_degrees(uneven.degrees, degrees(1, 1, 1, 1, 3));
+    REQUIRE(uneven.notes.size() == 1);
+    CHECK(uneven.notes[0].find("the ranks hold 2, 1, 1 heads") != std::string::npos);
+}
+
+namespace {
+
+// The notes of a request on `world` ranks over `heads` heads, one per line.
+std::string notes_of(int world, const std::string& flags, int heads) {
+    std::string out;
+    for (const std::string& n : resolve_strategy(request(world, flags), sd3_parallel_spec(), heads).notes)
+        out += n + "\n";
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("shares of units over ranks are as even as possible, the first ranks one more") {
+    CHECK(even_shares(38, 4) == std::vector<int64_t>{10, 10, 9, 9});
+    CHECK(even_shares(38, 8) == std::vector<int64_t>{5, 5, 5, 5, 5, 5, 4, 4});
+    CHECK(even_shares(38, 2) == std::vector<int64_t>{19, 19});
+    CHECK(even_shares(3, 5) == std::vector<int64_t>{1, 1, 1, 0, 0});
+    for (int64_t count : {0, 1, 7, 38, 2432})
+        for (int parts : {1, 2, 3, 4, 8}) {
+            const std::vector<int64_t> shares = even_shares(count, parts);
+            int64_t start = 0;
+            for (int i = 0; i < parts; ++i) {
+                CHECK(share_start(count, parts, i) == start);
+                start += shares[static_cast<std::size_t>(i)];
+            }
+            CHECK(start == count);
+        }
+    CHECK_THROWS_AS(even_shares(4, 0), std::invalid_argument);
+    CHECK_THROWS_AS(share_start(4, 2, 2), std::invalid_argument);
+}
+
+TEST_CASE(
+    "SD3.5-large's 38 heads: tensor and Ulysses take 4 and 8 ranks with uneven heads, context picks USP") {
+    const ParallelSpec& sd3 = sd3_parallel_spec();
+    struct Case {
+        int world;
+        std::string flags;
+        MeshDegrees want;
+    };
+    for (const Case& c : std::vector<Case>{{2, "--strategy tensor", degrees(1, 1, 1, 1, 2)},
+                                           {4, "--strategy tensor", degrees(1, 1, 1, 1, 4)},
+                                           {8, "--strategy tensor", degrees(1, 1, 1, 1, 8)},
+                                           {8, "--strategy tensor --cfg-parallel", degrees(1, 2, 1, 1, 4)},
+                                           {2, "--strategy context", degrees(1, 1, 1, 2, 1)},
+                                           {4, "--strategy context", degrees(1, 1, 2, 2, 1)},
+                                           {8, "--strategy context", degrees(1, 1, 4, 2, 1)},
+                                           {4, "--tp 4", degrees(1, 1, 1, 1, 4)},
+                                           {8, "--ulysses 8", degrees(1, 1, 1, 8, 1)},
+                                           {8, "--ulysses 4 --tp 2", degrees(1, 1, 1, 4, 2)},
+                                           {8, "--ulysses 2 --ring 4", degrees(1, 1, 4, 2, 1)},
+                                           {38, "--tp 38", degrees(1, 1, 1, 1, 38)}}) {
+        CAPTURE(c.world);
+        CAPTURE(c.flags);
+        check_degrees(resolve_strategy(request(c.world, c.flags), sd3, 38).degrees, c.want);
+    }
+    // What each degree costs, with the arithmetic.
+    CHECK(
+        notes_of(4, "--tp 4", 38) ==
+        "--tp 4: 38 attention heads over 4 ranks: the ranks hold 10, 10, 9, 9 heads. Attention waits for the "
+        "10-head ranks, so a 9-head rank idles (10 - 9) / 10 = 10% of attention time; together the ranks use "
+        "38 / (4 x 10) = 95% of theirs\n");
+    CHECK(notes_of(8, "--ulysses 8", 38) ==
+          "--ulysses 8: 38 attention heads over 8 ranks: the ranks hold 5, 5, 5, 5, 5, 5, 4, 4 heads. "
+          "Attention "
+          "waits for the 5-head ranks, so a 4-head rank idles (5 - 4) / 5 = 20% of attention time; together "
+          "the "
+          "ranks use 38 / (8 x 5) = 95% of theirs\n");
+    CHECK(
+        notes_of(8, "--tp 4 --ulysses 2", 38) ==
+        "--tp 4 x --ulysses 2: 38 attention heads over 8 ranks (tp shards of 10, 10, 9, 9, each over ulysses "
+        "2): the ranks hold 5, 5, 5, 5, 5, 5, 4, 4 heads. Attention waits for the 5-head ranks, so a 4-head "
+        "rank idles (5 - 4) / 5 = 20% of attention time; together the ranks use 38 / (8 x 5) = 95% of "
+        "theirs\n");
+    CHECK(notes_of(2, "--tp 2", 38) ==
+          "--tp 2: 38 attention heads over 2 ranks: 19 heads each, an even split\n");
+    CHECK(
+        notes_of(3, "--tp 3", 4) ==
+        "--tp 3: 4 attention heads over 3 ranks: the ranks hold 2, 1, 1 heads. Attention waits for the "
+        "2-head "
+        "ranks, so a 1-head rank idles (2 - 1) / 2 = 50% of attention time; together the ranks use 4 / (3 x "
+        "2) = ~67% of theirs\n");
+    CHECK(notes_of(4, "--strategy context", 38) ==
+          "--strategy context: 38 attention heads do not divide by 4 ranks, so Ulysses 2 (the largest degree "
+          "dividing both) inside Ring 2; --ulysses 4 would split the heads unevenly\n"
+          "--ulysses 2: 38 attention heads over 2 ranks: 19 heads each, an even split\n");
+    CHECK(notes_of(3, "--strategy context", 4) ==
+          "--strategy context: 4 attention heads do not divide by 3 ranks, so Ring 3 (no Ulysses degree "
+          "above 1 "
+          "divides both); --ulysses 3 would split the heads unevenly\n");
+    CHECK(notes_of(4, "", 38).empty());            // data parallelism splits no heads
+    CHECK(notes_of(2, "--strategy context", 4) ==  // 4 heads over Ulysses 2: even, no fallback
+          "--ulysses 2: 4 attention heads over 2 ranks: 2 heads each, an even split\n");
+    CHECK(notes_of(4, "--tp 4", 0).empty());  // unknown heads: nothing to say
+    // Degrees above the heads leave a rank with none and are refused, listing what works.
+    CHECK_THROWS_WITH_AS(resolve_strategy(request(40, "--strategy tensor"), sd3, 38),
+                         doctest::Contains("tp x ulysses may be at most 38 (1, 2, 19, 38 split them evenly"),
+                         dp::protocol::UsageError);
+    CHECK_THROWS_WITH_AS(resolve_strategy(request(40, "--ulysses 20 --tp 2"), sd3, 38),
+                         doctest::Contains("fewer than the 40 ranks"), dp::protocol::UsageError);
+    // The head split the runtime uses: tp shards first, each over its Ulysses group.
+    const HeadSplit s = head_split(38, 2, 4);
+    CHECK(s.tp_shares == std::vector<int64_t>{19, 19});
+    CHECK(s.per_rank == std::vector<int64_t>{5, 5, 5, 5, 5, 5, 4, 4});
+    CHECK(s.most() == 5);
+    CHECK(s.fewest() == 4);
+    CHECK_THROWS_AS(head_split(38, 8, 5), std::invalid_argument);
 }
