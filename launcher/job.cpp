@@ -379,6 +379,19 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& j
 
 namespace {
 
+// A config-only folder of a real model (models/README.md) makes images only from random weights.
+void check_has_weights(const std::string& model) {
+    const std::vector<std::string> missing =
+        strategies::components_without_weights(model, strategies::parallel_spec_for_model(model));
+    if (missing.empty()) return;
+    std::string list;
+    for (const std::string& c : missing) list += (list.empty() ? "" : ", ") + c;
+    throw UsageError("--model " + model + ": the folder has configs only (" + list +
+                     " list their tensors in tensors.json but hold no *.safetensors weights); pass "
+                     "--random-weights SEED to run it with random weights of its real sizes, or point "
+                     "--model at a folder with the real weights");
+}
+
 protocol::DeviceMapPlan to_protocol(const strategies::DeviceMapPlan& plan) {
     protocol::DeviceMapPlan out;
     out.devices = plan.devices;
@@ -412,6 +425,7 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::Resolved
 int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested);
     const JobOptions job = with_strategy(requested, strategy);
+    if (!job.random_weights) check_has_weights(job.model);
     if (!launch.quiet && strategy.degrees.replica_size() > 1)
         std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
                   << std::endl;

@@ -23,6 +23,40 @@ bool is_dir(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// Adds each tensor's element count from a safetensors header's JSON (or a tensor manifest, which
+// has the same layout): false when it is not such JSON or a shape is not a list of sizes.
+bool add_header_counts(const std::string& header, std::map<std::string, int64_t>& counts) {
+    try {
+        const nlohmann::json h = nlohmann::json::parse(header);
+        if (!h.is_object()) return false;
+        for (const auto& [name, info] : h.items()) {
+            if (name == "__metadata__") continue;
+            int64_t n = 1;
+            for (const auto& dim : info.at("shape")) {
+                const int64_t v = dim.get<int64_t>();
+                if (v < 0 || (v > 0 && n > (int64_t{1} << 50) / v)) return false;
+                n *= v;
+            }
+            counts[name] = n;
+        }
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+bool has_safetensors(const std::string& dir) {
+    bool found = false;
+    if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d)) {
+            const std::string n = e->d_name;
+            found = found || (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0);
+        }
+        closedir(d);
+    }
+    return found;
+}
+
 }  // namespace
 
 std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir) {
@@ -55,24 +89,34 @@ std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir
             ::close(fd);
         }
         if (!whole) throw std::runtime_error(path + ": corrupt safetensors header");
-        nlohmann::json h;
-        try {
-            h = nlohmann::json::parse(header);
-            for (const auto& [name, info] : h.items()) {
-                if (name == "__metadata__") continue;
-                int64_t n = 1;
-                for (const auto& dim : info.at("shape")) {
-                    const int64_t v = dim.get<int64_t>();
-                    if (v < 0 || (v > 0 && n > (int64_t{1} << 50) / v)) throw std::runtime_error("shape");
-                    n *= v;
-                }
-                counts[name] = n;
-            }
-        } catch (const std::exception&) {
-            throw std::runtime_error(path + ": corrupt safetensors header");
-        }
+        if (!add_header_counts(header, counts)) throw std::runtime_error(path + ": corrupt safetensors header");
     }
     return counts;
+}
+
+std::map<std::string, int64_t> tensor_element_counts(const std::string& dir) {
+    if (has_safetensors(dir)) return safetensors_element_counts(dir);
+    const std::string manifest = dir + "/" + kTensorManifest;
+    if (!model_file_exists(manifest))
+        throw std::runtime_error(dir + ": no *.safetensors weights, and no " + std::string(kTensorManifest) +
+                                 " (the tensor list of a config-only folder)");
+    const std::string text = read_model_file(manifest, std::size_t{16} << 20);  // ModelError names it
+    std::map<std::string, int64_t> counts;
+    if (!add_header_counts(text, counts) || counts.empty())
+        throw std::runtime_error(manifest +
+                                 ": not a tensor manifest (expected {\"NAME\": {\"dtype\": ..., \"shape\": [...]}, "
+                                 "...}, as scripts/models/make_config_folders.py writes it)");
+    return counts;
+}
+
+std::vector<std::string> components_without_weights(const std::string& model_dir, const ParallelSpec& spec) {
+    std::vector<std::string> out;
+    for (const std::string& name : spec.components) {
+        const std::string dir = model_dir + "/" + name;
+        if (is_dir(dir) && !has_safetensors(dir) && model_file_exists(dir + "/" + kTensorManifest))
+            out.push_back(name);
+    }
+    return out;
 }
 
 namespace {
@@ -105,7 +149,7 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
         const bool blocks = name == spec.transformer;
         // Each prefix's blocks in order; a block's index counts the earlier prefixes' blocks.
         std::vector<std::vector<int64_t>> per_prefix(blocks ? spec.block_prefixes.size() : 0);
-        for (const auto& [tensor, n] : safetensors_element_counts(dir)) {
+        for (const auto& [tensor, n] : tensor_element_counts(dir)) {
             const auto unloaded = [&, t = tensor](const std::pair<std::string, std::string>& u) {
                 return u.first == name && starts_with(t, u.second);
             };

@@ -1,6 +1,7 @@
 #pragma once
 // What a diffusers model folder weighs, read from its safetensors headers alone (no LibTorch, no
-// weights loaded): element counts per tensor, and the sizes device_map plans with.
+// weights loaded), or from the tensor manifests of a config-only folder: element counts per
+// tensor, and the sizes device_map plans with.
 
 #include <cstdint>
 #include <map>
@@ -15,6 +16,19 @@ namespace dp::strategies {
 // Tensor name -> element count over every *.safetensors file of `dir`. Throws std::runtime_error
 // naming the file when there is none, or a header is unreadable or malformed.
 std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir);
+
+// A config-only folder of a real model (no weights) lists each component's tensors in this file,
+// laid out as a safetensors header without data offsets (scripts/models/make_config_folders.py).
+inline constexpr const char* kTensorManifest = "tensors.json";
+
+// Tensor name -> element count of one component folder: its safetensors headers, or, when it has
+// no *.safetensors, its tensors.json manifest. Throws std::runtime_error naming the folder when it
+// has neither, or the file that is unreadable or malformed.
+std::map<std::string, int64_t> tensor_element_counts(const std::string& dir);
+
+// The components `spec` places whose folder has a tensors.json manifest and no *.safetensors:
+// configs only, which a job runs only with random weights. Empty for a folder with weights.
+std::vector<std::string> components_without_weights(const std::string& model_dir, const ParallelSpec& spec);
 
 // The components `spec` places, in its order (the transformer with one entry per block of its
 // block prefixes in `block_bytes`, in prefix order; an optional component only when the folder has
