@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -59,20 +60,17 @@ bool has_safetensors(const std::string& dir) {
 
 }  // namespace
 
-std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir) {
-    std::vector<std::string> files;
-    if (DIR* d = opendir(dir.c_str())) {
-        while (dirent* e = readdir(d)) {
-            const std::string n = e->d_name;
-            if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0) files.push_back(n);
-        }
-        closedir(d);
+std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir, const std::string& variant) {
+    // The files the worker loads (Note [weight variants]): one file, or the shards an index names.
+    const ComponentWeights weights = find_component_weights(dir, variant);
+    std::set<std::string> files;
+    if (weights.index.empty()) {
+        files.insert(weights.file);
+    } else {
+        for (const auto& [tensor, shard] : read_weight_index(weights.index)) files.insert(dir + "/" + shard);
     }
-    if (files.empty()) throw std::runtime_error(dir + ": no *.safetensors weights");
-    std::sort(files.begin(), files.end());
     std::map<std::string, int64_t> counts;
-    for (const std::string& f : files) {
-        const std::string path = dir + "/" + f;
+    for (const std::string& path : files) {
         std::string header;
         bool whole = false;
         {
@@ -94,8 +92,8 @@ std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir
     return counts;
 }
 
-std::map<std::string, int64_t> tensor_element_counts(const std::string& dir) {
-    if (has_safetensors(dir)) return safetensors_element_counts(dir);
+std::map<std::string, int64_t> tensor_element_counts(const std::string& dir, const std::string& variant) {
+    if (has_safetensors(dir)) return safetensors_element_counts(dir, variant);
     const std::string manifest = dir + "/" + kTensorManifest;
     if (!model_file_exists(manifest))
         throw std::runtime_error(dir + ": no *.safetensors weights, and no " + std::string(kTensorManifest) +
@@ -138,7 +136,7 @@ int block_index(const std::string& tensor, const std::string& prefix) {
 }  // namespace
 
 std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir, const ParallelSpec& spec,
-                                                    int64_t element_bytes) {
+                                                    int64_t element_bytes, const std::string& variant) {
     std::vector<ComponentSize> out;
     for (const std::string& name : spec.components) {
         const std::string dir = model_dir + "/" + name;
@@ -149,7 +147,7 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
         const bool blocks = name == spec.transformer;
         // Each prefix's blocks in order; a block's index counts the earlier prefixes' blocks.
         std::vector<std::vector<int64_t>> per_prefix(blocks ? spec.block_prefixes.size() : 0);
-        for (const auto& [tensor, n] : tensor_element_counts(dir)) {
+        for (const auto& [tensor, n] : tensor_element_counts(dir, variant)) {
             const auto unloaded = [&, t = tensor](const std::pair<std::string, std::string>& u) {
                 return u.first == name && starts_with(t, u.second);
             };
@@ -171,9 +169,9 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
 
 DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element_bytes,
                                    const std::string& device_map, const std::string& max_memory,
-                                   const std::vector<DeviceBudget>& default_budgets) {
+                                   const std::vector<DeviceBudget>& default_budgets, const std::string& variant) {
     const std::vector<ComponentSize> sizes =
-        pipeline_component_sizes(model_dir, parallel_spec_for_model(model_dir), element_bytes);
+        pipeline_component_sizes(model_dir, parallel_spec_for_model(model_dir), element_bytes, variant);
     if (device_map == "balanced" || device_map == "auto")
         return plan_device_map(sizes, max_memory.empty() ? default_budgets : parse_max_memory(max_memory),
                                device_map == "auto" ? DeviceMapMode::kAuto : DeviceMapMode::kBalanced);

@@ -7,11 +7,17 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "protocol/errors.h"
 #include "strategies/model_files.h"
+#include "strategies/model_sizes.h"
 
 using namespace dp::strategies;
 
@@ -58,4 +64,136 @@ TEST_CASE("a regular model file is read whole, within its size limit") {
     close(fd);
     unlink(path.c_str());
     rmdir(dir.c_str());
+}
+
+namespace {
+
+// A file `dir`/`name` holding a safetensors header for the F32 tensors `shapes` (no data needed
+// for a header reader), or `text` as it is.
+void write_weights(const std::string& path, const std::map<std::string, std::vector<int64_t>>& shapes) {
+    std::string header = "{";
+    int64_t offset = 0;
+    for (const auto& [name, shape] : shapes) {
+        int64_t n = 1;
+        std::string dims;
+        for (int64_t d : shape) {
+            n *= d;
+            dims += (dims.empty() ? "" : ",") + std::to_string(d);
+        }
+        header += (header.size() > 1 ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"F32\",\"shape\":[" +
+                  dims + "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + 4 * n) + "]}";
+        offset += 4 * n;
+    }
+    header += "}";
+    std::ofstream out(path, std::ios::binary);
+    const uint64_t len = header.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((len >> (8 * i)) & 0xff));
+    out << header << std::string(static_cast<std::size_t>(offset), '\0');
+}
+
+std::string fresh_dir(const std::string& name) {
+    const std::string dir = scratch_dir() + "/" + name;
+    std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str());
+    return dir;
+}
+
+std::string refusal(const std::string& dir, const std::string& variant) {
+    try {
+        find_component_weights(dir, variant);
+    } catch (const dp::protocol::ModelError& e) {
+        return e.what();
+    }
+    return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("weight file names: plain, a variant, sharded, and names that are no weights") {
+    const std::vector<std::pair<std::string, std::optional<std::string>>> cases = {
+        {"diffusion_pytorch_model.safetensors", ""},
+        {"model.safetensors", ""},
+        {"diffusion_pytorch_model-00001-of-00002.safetensors", ""},
+        {"diffusion_pytorch_model.safetensors.index.json", ""},
+        {"diffusion_pytorch_model.fp16.safetensors", "fp16"},
+        {"model.bf16.safetensors", "bf16"},
+        {"diffusion_pytorch_model.fp16-00001-of-00002.safetensors", "fp16"},
+        {"diffusion_pytorch_model-00001-of-00002.fp16.safetensors", "fp16"},  // the older layout
+        {"diffusion_pytorch_model.safetensors.index.fp16.json", "fp16"},
+        {"config.json", std::nullopt},
+        {"tensors.json", std::nullopt},
+        {".safetensors", std::nullopt},
+        {".hidden.safetensors", std::nullopt},
+        {"x.safetensors.index.", std::nullopt},
+        {"spiece.model", std::nullopt},
+    };
+    for (const auto& [name, variant] : cases) {
+        CAPTURE(name);
+        CHECK(weight_file_variant(name) == variant);
+    }
+}
+
+TEST_CASE("a component's weights for a variant: one file or an index, and errors that name the variants") {
+    const std::string dir = fresh_dir("variants");
+    write_weights(dir + "/diffusion_pytorch_model.safetensors", {{"w", {2, 3}}});
+    write_weights(dir + "/diffusion_pytorch_model.fp16.safetensors", {{"w", {2, 3}}});
+    CHECK(find_component_weights(dir, "").file == dir + "/diffusion_pytorch_model.safetensors");
+    CHECK(find_component_weights(dir, "fp16").file == dir + "/diffusion_pytorch_model.fp16.safetensors");
+    CHECK(find_component_weights(dir, "fp16").index.empty());
+    CHECK(weight_variants(dir) == std::set<std::string>{"", "fp16"});
+    // Both files hold the same tensor: a count over "every *.safetensors" would say 12.
+    CHECK(safetensors_element_counts(dir, "fp16").at("w") == 6);
+    CHECK(safetensors_element_counts(dir).size() == 1);
+    CHECK(refusal(dir, "bf16") == "--variant bf16: " + dir +
+                                      " has no bf16 weights (NAME.bf16.safetensors or NAME.safetensors.index.bf16.json); "
+                                      "it has plain weights (drop --variant to use them) and the variant(s) fp16");
+
+    // Only a variant's files: the plain run is refused, naming the variant and the flag.
+    std::remove((dir + "/diffusion_pytorch_model.safetensors").c_str());
+    CHECK(refusal(dir, "") == dir + ": only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain ones; "
+                                    "pass --variant fp16 to use them");
+
+    // Sharded: the variant's index wins over its shards, and counts come from the shards it names.
+    const std::string sharded = fresh_dir("sharded");
+    write_weights(sharded + "/diffusion_pytorch_model.fp16-00001-of-00002.safetensors", {{"a", {4}}});
+    write_weights(sharded + "/diffusion_pytorch_model.fp16-00002-of-00002.safetensors", {{"b", {5}}});
+    CHECK_THROWS_WITH_AS(find_component_weights(sharded, "fp16"), doctest::Contains("but no *.safetensors.index.fp16.json"),
+                         dp::protocol::ModelError);
+    std::ofstream(sharded + "/diffusion_pytorch_model.safetensors.index.fp16.json")
+        << R"({"metadata": {}, "weight_map": {"a": "diffusion_pytorch_model.fp16-00001-of-00002.safetensors",
+                                               "b": "diffusion_pytorch_model.fp16-00002-of-00002.safetensors"}})";
+    CHECK(find_component_weights(sharded, "fp16").index ==
+          sharded + "/diffusion_pytorch_model.safetensors.index.fp16.json");
+    const auto counts = safetensors_element_counts(sharded, "fp16");
+    CHECK(counts == std::map<std::string, int64_t>{{"a", 4}, {"b", 5}});
+    CHECK(refusal(sharded, "") == sharded + ": only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain "
+                                            "ones; pass --variant fp16 to use them");
+    std::ofstream(sharded + "/bad.safetensors.index.json") << R"({"weight_map": {"a": "../x.safetensors"}})";
+    CHECK_THROWS_WITH_AS(safetensors_element_counts(sharded, ""), doctest::Contains("maps to a bad file name"),
+                         dp::protocol::ModelError);
+
+    const std::string empty = fresh_dir("empty");
+    CHECK(refusal(empty, "") == empty + ": no *.safetensors weights (only safetensors is supported)");
+    CHECK(refusal(empty, "fp16").find("it has no *.safetensors weights at all") != std::string::npos);
+    CHECK(refusal(empty + "/missing", "").find("cannot open the component folder") != std::string::npos);
+}
+
+TEST_CASE("a symlink to a regular file is a model file; one to a missing blob says so") {
+    // A Hugging Face snapshot: every file is a symlink into ../../blobs/.
+    const std::string dir = fresh_dir("snapshot");
+    REQUIRE(std::system(("mkdir -p '" + dir + "/blobs' '" + dir + "/snap'").c_str()) == 0);
+    std::ofstream(dir + "/blobs/abc") << "{\"k\": 1}";
+    REQUIRE(symlink("../blobs/abc", (dir + "/snap/config.json").c_str()) == 0);
+    CHECK(read_model_file(dir + "/snap/config.json") == "{\"k\": 1}");
+    CHECK_NOTHROW(check_model_file(dir + "/snap/config.json"));
+    write_weights(dir + "/blobs/w", {{"t", {3}}});
+    REQUIRE(symlink("../blobs/w", (dir + "/snap/model.safetensors").c_str()) == 0);
+    CHECK(safetensors_element_counts(dir + "/snap").at("t") == 3);
+    REQUIRE(symlink("../blobs/gone", (dir + "/snap/vocab.json").c_str()) == 0);
+    CHECK_THROWS_WITH_AS(check_model_file(dir + "/snap/vocab.json"),
+                         doctest::Contains("vocab.json: a symlink to ../blobs/gone, which is missing"),
+                         dp::protocol::ModelError);
+    // A symlink to a folder or a FIFO is still no model file.
+    REQUIRE(symlink("../blobs", (dir + "/snap/dir.json").c_str()) == 0);
+    CHECK_THROWS_WITH_AS(check_model_file(dir + "/snap/dir.json"), doctest::Contains("not a regular file (a folder)"),
+                         dp::protocol::ModelError);
 }
