@@ -141,6 +141,26 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
             << bytes_text((whole + split * h_tp / heads) * f) << " = " << bytes_text(whole * f)
             << " replicated + " << bytes_text(split * f) << " x at most " << h_tp << "/" << heads
             << " on the ranks with " << h_tp << " heads (tp " << deg.tp << ")\n";
+    // What a rank's weights come to: its transformer share (above) and every other component
+    // whole, without the tensors the pipeline never loads (scripts/bench/sd35_large_memory.sh
+    // compares a rank's peak RSS with it).
+    std::vector<strategies::ComponentSize> sizes;
+    try {
+        sizes = strategies::pipeline_component_sizes(job.model, spec, f);
+    } catch (const std::runtime_error& e) {
+        throw InputDataError(e.what());
+    }
+    const long long transformer_rank =
+        (!heads_fit || heads % deg.tp == 0 ? whole + split / deg.tp : whole + split * h_tp / heads) * f;
+    long long rank_bytes = 0;
+    std::string parts;
+    for (const strategies::ComponentSize& c : sizes) {
+        const long long bytes = c.name == spec.transformer ? transformer_rank : c.bytes;
+        rank_bytes += bytes;
+        parts += "  " + c.name + ": " + bytes_text(bytes) +
+                 (c.name == spec.transformer && deg.tp > 1 ? ", its tp share" : "") + "\n";
+    }
+    out << "weights per rank (" << job.dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
 
     // Bytes each rank sends per denoising step, for one prompt (README "Parallel strategies").
     const long long split_tokens = deg.ring * deg.ulysses;

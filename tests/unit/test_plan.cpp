@@ -71,3 +71,235 @@ TEST_CASE("plan: the transformer parameters tensor parallelism splits, in closed
     }
     CHECK(has(plan(2, {"--tp", "2"}), "(434960) = "));
 }
+
+// --- the shipped config-only folders of real models, at real size ---------------------------------
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "launcher/job.h"
+#include "protocol/errors.h"
+#include "strategies/model_files.h"
+#include "strategies/model_sizes.h"
+
+namespace {
+
+nlohmann::json config_of(const std::string& model, const std::string& file) {
+    return nlohmann::json::parse(dp::strategies::read_model_file(model + "/" + file));
+}
+
+long long linear(long long in, long long out, bool bias = true) { return in * out + (bias ? out : 0); }
+
+// SD3Transformer2DModel's parameters from its config alone, by diffusers' layer list: the whole
+// count, the part tensor parallelism splits (q, k, v of both streams and of attn2, the MLPs' first
+// layers, weight and bias; the attention outputs' and MLPs' second layers' weights), and each
+// block's count.
+struct TransformerCounts {
+    long long total = 0, split = 0;
+    std::vector<long long> blocks;
+};
+
+TransformerCounts sd3_transformer_counts(const nlohmann::json& c) {
+    const long long heads = c["num_attention_heads"], hd = c["attention_head_dim"], d = heads * hd;
+    const long long layers = c["num_layers"], p = c["patch_size"], in = c["in_channels"];
+    const long long out = c["out_channels"], max = c["pos_embed_max_size"];
+    const bool qk = c["qk_norm"] == "rms_norm";
+    std::set<long long> dual;
+    for (const auto& i : c["dual_attention_layers"]) dual.insert(i.get<long long>());
+    TransformerCounts t;
+    t.total = max * max * d + linear(in * p * p, d) + linear(256, d) + linear(d, d) +
+              linear(c["pooled_projection_dim"].get<long long>(), d) + linear(d, d) +
+              linear(c["joint_attention_dim"].get<long long>(), d) + linear(d, 2 * d) + linear(d, p * p * out);
+    for (long long i = 0; i < layers; ++i) {
+        const bool last = i == layers - 1, two = dual.count(i) > 0;
+        // AdaLN: 6 modulations (9 with attn2), the text's 6, or 2 in the last block (context pre-only).
+        long long b = linear(d, (two ? 9 : 6) * d) + linear(d, (last ? 2 : 6) * d);
+        long long s = 0;
+        b += 7 * linear(d, d) + (last ? 0 : linear(d, d)) + (qk ? 4 * hd : 0);  // q k v, add_q k v, outs
+        s += 6 * linear(d, d) + d * d + (last ? 0 : d * d);
+        if (two) {
+            b += 4 * linear(d, d) + (qk ? 2 * hd : 0);
+            s += 3 * linear(d, d) + d * d;
+        }
+        const long long mlp = linear(d, 4 * d) + linear(4 * d, d), mlp_split = linear(d, 4 * d) + 4 * d * d;
+        b += (last ? 1 : 2) * mlp;
+        s += (last ? 1 : 2) * mlp_split;
+        t.blocks.push_back(b);
+        t.total += b;
+        t.split += s;
+    }
+    return t;
+}
+
+// CLIPTextModelWithProjection: embeddings, pre-LN layers, the final norm and a bias-free projection.
+long long clip_counts(const nlohmann::json& c) {
+    const long long h = c["hidden_size"], mlp = c["intermediate_size"];
+    const long long layer = 4 * linear(h, h) + linear(h, mlp) + linear(mlp, h) + 2 * 2 * h;
+    return c["vocab_size"].get<long long>() * h + c["max_position_embeddings"].get<long long>() * h +
+           c["num_hidden_layers"].get<long long>() * layer + 2 * h + linear(h, c["projection_dim"], false);
+}
+
+// T5EncoderModel (gated-gelu, bias-free, RMS norms with a weight only; the relative position
+// bias in the first layer alone; the token embedding once, tied).
+long long t5_encoder_counts(const nlohmann::json& c) {
+    const long long d = c["d_model"], inner = c["num_heads"].get<long long>() * c["d_kv"].get<long long>();
+    const long long ff = c["d_ff"];
+    const long long layer = 4 * d * inner + 3 * d * ff + 2 * d;
+    return c["vocab_size"].get<long long>() * d + c["num_layers"].get<long long>() * layer +
+           c["relative_attention_num_buckets"].get<long long>() * c["num_heads"].get<long long>() + d;
+}
+
+// AutoencoderKL: {decoder, encoder} (no quant convs: use_quant_conv and use_post_quant_conv off).
+std::pair<long long, long long> vae_counts(const nlohmann::json& c) {
+    std::vector<long long> ch;
+    for (const auto& x : c["block_out_channels"]) ch.push_back(x.get<long long>());
+    const long long per = c["layers_per_block"], latent = c["latent_channels"];
+    const long long rgb_in = c["in_channels"], rgb_out = c["out_channels"];
+    const auto conv = [](long long i, long long o, long long k) { return i * o * k * k + o; };
+    const auto resnet = [&](long long i, long long o) {
+        return 2 * i + conv(i, o, 3) + 2 * o + conv(o, o, 3) + (i != o ? conv(i, o, 1) : 0);
+    };
+    const long long top = ch.back();
+    const long long mid = 2 * resnet(top, top) + 2 * top + 4 * linear(top, top);
+    long long decoder = conv(latent, top, 3) + mid + 2 * ch.front() + conv(ch.front(), rgb_out, 3);
+    long long prev = top;
+    for (std::size_t i = 0; i < ch.size(); ++i) {
+        const long long o = ch[ch.size() - 1 - i];
+        for (long long r = 0; r <= per; ++r) decoder += resnet(r == 0 ? prev : o, o);
+        if (i + 1 < ch.size()) decoder += conv(o, o, 3);
+        prev = o;
+    }
+    long long encoder = conv(rgb_in, ch.front(), 3) + mid + 2 * top + conv(top, 2 * latent, 3);
+    prev = ch.front();
+    for (std::size_t i = 0; i < ch.size(); ++i) {
+        for (long long r = 0; r < per; ++r) encoder += resnet(r == 0 ? prev : ch[i], ch[i]);
+        if (i + 1 < ch.size()) encoder += conv(ch[i], ch[i], 3);
+        prev = ch[i];
+    }
+    return {decoder, encoder};
+}
+
+long long sum_counts(const std::map<std::string, int64_t>& counts, const std::string& prefix = "") {
+    long long n = 0;
+    for (const auto& [name, count] : counts)
+        if (name.rfind(prefix, 0) == 0) n += count;
+    return n;
+}
+
+const char* const kConfigOnly[] = {"sd3-medium", "sd3.5-medium", "sd3.5-large"};
+
+std::string plan_of(const std::string& model, int tp) {
+    dp::launcher::LaunchSpec launch;
+    launch.num_processes = tp;
+    dp::launcher::JobOptions job;
+    job.model = model;
+    job.dtype = "bf16";
+    job.tp = tp;
+    return dp::cli::describe_plan(launch, job);
+}
+
+std::string bytes_in(long long n) { return "(" + std::to_string(n) + ")"; }
+
+}  // namespace
+
+TEST_CASE("config-only folders: every tensor manifest agrees with its config, in closed form") {
+    // A manifest left behind when a config changes (scripts/models/make_config_folders.py writes
+    // both) disagrees here: with the total, a block's count, or the tensors a setting adds.
+    for (const char* name : kConfigOnly) {
+        CAPTURE(name);
+        const std::string model = dp::launcher::resolve_model(name, "--model");
+        const nlohmann::json tc = config_of(model, "transformer/config.json");
+        const TransformerCounts t = sd3_transformer_counts(tc);
+        const auto transformer = dp::strategies::tensor_element_counts(model + "/transformer");
+        CHECK(sum_counts(transformer) == t.total);
+        for (std::size_t i = 0; i < t.blocks.size(); ++i) {
+            CAPTURE(i);
+            CHECK(sum_counts(transformer, "transformer_blocks." + std::to_string(i) + ".") == t.blocks[i]);
+        }
+        CHECK(transformer.count("transformer_blocks.0.attn.norm_q.weight") == (tc["qk_norm"] == "rms_norm"));
+        CHECK(transformer.count("transformer_blocks.0.attn2.to_q.weight") == !tc["dual_attention_layers"].empty());
+        CHECK(transformer.at("pos_embed.pos_embed") ==
+              tc["pos_embed_max_size"].get<long long>() * tc["pos_embed_max_size"].get<long long>() *
+                  tc["num_attention_heads"].get<long long>() * tc["attention_head_dim"].get<long long>());
+        for (const char* clip : {"text_encoder", "text_encoder_2"})
+            CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/" + clip)) ==
+                  clip_counts(config_of(model, std::string(clip) + "/config.json")));
+        CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/text_encoder_3")) ==
+              t5_encoder_counts(config_of(model, "text_encoder_3/config.json")));
+        const auto [decoder, encoder] = vae_counts(config_of(model, "vae/config.json"));
+        const auto vae = dp::strategies::tensor_element_counts(model + "/vae");
+        CHECK(sum_counts(vae, "decoder.") == decoder);
+        CHECK(sum_counts(vae, "encoder.") == encoder);
+        CHECK(sum_counts(vae) == decoder + encoder);
+    }
+    // The published sizes, as a reader knows them: SD3.5 large's MMDiT is 8.1 B parameters, T5-XXL's
+    // encoder 4.76 B, CLIP-G 695 M, CLIP-L 124 M.
+    const std::string large = dp::launcher::resolve_model("sd3.5-large", "--model");
+    CHECK(sd3_transformer_counts(config_of(large, "transformer/config.json")).total == 8146280768);
+    CHECK(t5_encoder_counts(config_of(large, "text_encoder_3/config.json")) == 4762310656);
+}
+
+TEST_CASE("plan: the shipped config-only folders at real size, per rank and per step") {
+    for (const char* name : kConfigOnly) {
+        CAPTURE(name);
+        const std::string model = dp::launcher::resolve_model(name, "--model");
+        const nlohmann::json tc = config_of(model, "transformer/config.json");
+        const TransformerCounts t = sd3_transformer_counts(tc);
+        const long long whole = t.total - t.split;
+        const long long others = clip_counts(config_of(model, "text_encoder/config.json")) +
+                                 clip_counts(config_of(model, "text_encoder_2/config.json")) +
+                                 vae_counts(config_of(model, "vae/config.json")).first;  // the decoder
+        for (int tp : {1, 2}) {
+            CAPTURE(tp);
+            const std::string p = plan_of(model, tp);
+            // bf16: 2 bytes a parameter; tp 2 halves the split part and nothing else.
+            CHECK(has(p, "transformer parameters per rank (bf16): "));
+            CHECK(has(p, bytes_in((whole + t.split / tp) * 2) + " = "));
+            CHECK(has(p, bytes_in(whole * 2) + " replicated + "));
+            CHECK(has(p, bytes_in(t.split * 2) + " / tp " + std::to_string(tp) + "\n"));
+            CHECK(has(p, "weights per rank (bf16): "));
+            CHECK(has(p, bytes_in((whole + t.split / tp + others) * 2) + "\n"));
+        }
+        // At the default 1024x1024: 4096 image tokens, 78 text tokens (CLIP's 77 and T5's constant
+        // tail); tp 2's all-reduces: two per block on the image, two on the text but in the last block,
+        // for both guidance branches, of width D at 2 bytes.
+        const long long d = tc["num_attention_heads"].get<long long>() * tc["attention_head_dim"].get<long long>();
+        const long long layers = tc["num_layers"];
+        const std::string p = plan_of(model, 2);
+        CHECK(has(p, " px -> 4096 image tokens, 78 text tokens\n"));
+        CHECK(has(p, "  all_reduce: ") );
+        CHECK(has(p, bytes_in(2 * d * (2 * 4096 * layers + 2 * 78 * (layers - 1)) * 2) + "\n"));
+    }
+    // SD3.5 large at bf16 under tp 2: about 10.2 GB of the transformer a rank, 11.8 GB in all.
+    const std::string p = plan_of(dp::launcher::resolve_model("sd3.5-large", "--model"), 2);
+    CHECK(has(p, "weights per rank (bf16): 11.81 GiB"));
+}
+
+TEST_CASE("a config-only folder runs only with --random-weights") {
+    dp::launcher::LaunchSpec launch;
+    dp::launcher::JobOptions job;
+    job.model = dp::launcher::resolve_model("sd3.5-large", "--model");
+    job.prompts = "/nonexistent/prompts.txt";
+    job.output_dir = "/nonexistent/outputs";
+    try {
+        dp::launcher::run_job(launch, job);
+        FAIL("expected a refusal");
+    } catch (const dp::protocol::UsageError& e) {
+        const std::string what = e.what();
+        CHECK(has(what, "the folder has configs only"));
+        CHECK(has(what, "pass --random-weights SEED"));
+        CHECK(has(what, "point --model at a folder with the real weights"));
+    }
+    // With random weights the check passes; the job then stops at the prompt file, not the weights.
+    job.random_weights = 1;
+    try {
+        dp::launcher::run_job(launch, job);
+        FAIL("expected the missing prompt file to stop it");
+    } catch (const std::exception& e) {
+        CHECK_FALSE(has(e.what(), "configs only"));
+    }
+    CHECK(dp::strategies::components_without_weights(dp::launcher::resolve_model("tiny-random-sd3", "--model"),
+                                                     dp::strategies::sd3_parallel_spec())
+              .empty());
+}
