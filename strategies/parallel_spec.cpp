@@ -10,12 +10,15 @@ const ParallelSpec& sd3_parallel_spec() {
         s.components = {"text_encoder", "text_encoder_2", "transformer", "vae"};
         s.block_prefixes = {"transformer_blocks."};
         // Joint attention: q, k, v column-parallel for both streams, the outputs row-parallel;
-        // the MLPs column- then row-parallel. AdaLN, norms and embeddings stay whole.
+        // SD3.5's image-only second attention (attn2) split the same way, by the same heads; the
+        // MLPs column- then row-parallel. AdaLN, norms and embeddings stay whole.
         for (const char* column :
              {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
-              ".attn.add_v_proj", ".ff.net.0.proj", ".ff_context.net.0.proj"})
+              ".attn.add_v_proj", ".attn2.to_q", ".attn2.to_k", ".attn2.to_v", ".ff.net.0.proj",
+              ".ff_context.net.0.proj"})
             s.tp_rules.push_back({column, TpSplit::kColumn, {}});
-        for (const char* row : {".attn.to_out.0", ".attn.to_add_out", ".ff.net.2", ".ff_context.net.2"})
+        for (const char* row :
+             {".attn.to_out.0", ".attn.to_add_out", ".attn2.to_out.0", ".ff.net.2", ".ff_context.net.2"})
             s.tp_rules.push_back({row, TpSplit::kRow, {}});
         s.streams = {{"image", true}, {"text", false}};
         s.optional_components = {"vae"};

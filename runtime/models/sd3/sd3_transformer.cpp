@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/parallel/attention.h"
@@ -27,15 +28,57 @@ at::Tensor modulate(const at::Tensor& normed, const at::Tensor& shift, const at:
 
 at::Tensor plain_layer_norm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6); }
 
+// One axis of diffusers' square sin-cos table: each of the `grid` coordinates (i / (grid / base))
+// embedded over dim / 2 features, [grid, dim / 2], computed in double and rounded to float.
+at::Tensor sincos_axis(int64_t dim, int64_t grid, int64_t base_size) {
+    if (dim % 4 != 0)
+        throw ModelError("the sin-cos position table needs a width divisible by 4, not " +
+                         std::to_string(dim));
+    const at::Tensor coords =
+        at::arange(grid, at::kFloat) / (static_cast<double>(grid) / static_cast<double>(base_size));
+    return sincos_1d(dim / 2, coords).to(at::kFloat);
+}
+
+// Note [position table from its axis]: diffusers' table row for patch (i, j) is the column's axis
+// embedding followed by the row's, [axis(j), axis(i)], the same axis for both (the grid is
+// square). So any crop is two slices of the axis table, and SD3.5-medium's 384 x 384 table
+// (0.9 GB at width 1536 in fp32) is never built when the checkpoint does not store it.
+at::Tensor crop_from_axis(const at::Tensor& axis, int64_t top, int64_t left, int64_t height, int64_t width) {
+    const int64_t half = axis.size(1);
+    const at::Tensor cols = axis.narrow(0, left, width).unsqueeze(0).expand({height, width, half});
+    const at::Tensor rows = axis.narrow(0, top, height).unsqueeze(1).expand({height, width, half});
+    return at::cat({cols, rows}, 2).reshape({height * width, 2 * half});
+}
+
+// SD3.5's attn2 over this rank's block of the image tokens `x` (with `heads` of its heads):
+// attend() with the first stream alone, so Ulysses and Ring split it as they split attn.
+at::Tensor image_attention(const ImageAttention& a, const at::Tensor& x, int64_t heads,
+                           const SequenceShard& image) {
+    AttentionInputs in;
+    in.q = split_heads(a.to_q(x), heads);
+    in.k = split_heads(a.to_k(x), heads);
+    in.v = split_heads(a.to_v(x), heads);
+    if (a.norm_q) {
+        in.q = (*a.norm_q)(in.q);
+        in.k = (*a.norm_k)(in.k);
+    }
+    in.shard = &image;
+    return a.to_out(merge_heads(attend(in).out));
+}
+
 }  // namespace
 
 at::Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid, int64_t base_size) {
-    const at::Tensor coords =
-        at::arange(grid, at::kFloat) / (static_cast<double>(grid) / static_cast<double>(base_size));
-    std::vector<at::Tensor> mesh = at::meshgrid({coords, coords}, "xy");  // w first
-    const at::Tensor emb_h = sincos_1d(dim / 2, mesh[0]);
-    const at::Tensor emb_w = sincos_1d(dim / 2, mesh[1]);
-    return at::cat({emb_h, emb_w}, 1).to(at::kFloat);
+    return crop_from_axis(sincos_axis(dim, grid, base_size), 0, 0, grid, grid);
+}
+
+at::Tensor sincos_pos_embed_crop(int64_t dim, int64_t grid, int64_t base_size, int64_t height,
+                                 int64_t width) {
+    if (height < 1 || width < 1 || height > grid || width > grid)
+        throw ModelError("a " + std::to_string(height) + "x" + std::to_string(width) + " crop of a " +
+                         std::to_string(grid) + "x" + std::to_string(grid) + " position table");
+    return crop_from_axis(sincos_axis(dim, grid, base_size), (grid - height) / 2, (grid - width) / 2, height,
+                          width);
 }
 
 at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {
@@ -48,6 +91,10 @@ at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {
 }
 
 at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out(at::gelu(in(x), "tanh")); }
+
+bool Sd3TransformerConfig::dual_attention(int64_t block) const {
+    return std::binary_search(dual_attention_layers.begin(), dual_attention_layers.end(), block);
+}
 
 Sd3TransformerConfig Sd3TransformerConfig::from_json_text(const std::string& text, const std::string& path) {
     const ConfigJson c(text, path);
@@ -78,8 +125,22 @@ Sd3TransformerConfig Sd3TransformerConfig::from_json_text(const std::string& tex
     const std::string qk = c.string("qk_norm", "");
     if (!qk.empty() && qk != "rms_norm") c.fail("qk_norm", "is '" + qk + "'; supported: null, rms_norm");
     cfg.qk_rms_norm = qk == "rms_norm";
-    if (c.has("dual_attention_layers") && !c.raw()["dual_attention_layers"].empty())
-        c.fail("dual_attention_layers", "is not empty: SD3.5's dual-attention blocks are not supported yet");
+    // SD3.5's MMDiT-X blocks: a list of block indices (diffusers' tuple), null or [] for none.
+    if (c.has("dual_attention_layers") && !c.raw().at("dual_attention_layers").is_null()) {
+        const nlohmann::json& list = c.raw().at("dual_attention_layers");
+        const std::string accepted =
+            "a list of block indices from 0 to num_layers - 1 (" + std::to_string(cfg.num_layers - 1) + ")";
+        if (!list.is_array())
+            c.fail("dual_attention_layers", "is " + list.dump().substr(0, 40) + "; expected " + accepted);
+        for (const nlohmann::json& v : list) {
+            if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= cfg.num_layers)
+                c.fail("dual_attention_layers", "holds " + v.dump().substr(0, 40) + "; expected " + accepted);
+            cfg.dual_attention_layers.push_back(v.get<int64_t>());
+        }
+        std::vector<int64_t>& l = cfg.dual_attention_layers;
+        std::sort(l.begin(), l.end());
+        l.erase(std::unique(l.begin(), l.end()), l.end());
+    }
     if (cfg.caption_projection_dim != cfg.inner_dim())
         c.fail("caption_projection_dim", "must equal num_attention_heads x attention_head_dim (" +
                                              std::to_string(cfg.inner_dim()) + ")");
@@ -110,12 +171,13 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
     };
     patch_weight_ = w.take("pos_embed.proj.weight", {d, config.in_channels, p, p});
     patch_bias_ = w.take("pos_embed.proj.bias", {d});
+    // As diffusers: the checkpoint's table when it stores one, else the sin-cos table (base size
+    // sample_size / patch), kept as its axis (Note [position table from its axis]).
     const int64_t max = config.pos_embed_max_size;
     if (w.has("pos_embed.pos_embed") && w.where().rfind("random", 0) != 0) {
         pos_embed_ = w.take("pos_embed.pos_embed", {1, max * max, d});
     } else {
-        pos_embed_ =
-            sincos_pos_embed_2d(d, max, config.sample_size / p).unsqueeze(0).to(w.device(), w.dtype());
+        pos_embed_1d_ = sincos_axis(d, max, config.sample_size / p).to(w.device(), w.dtype());
     }
     time_1_ = linear("time_text_embed.timestep_embedder.linear_1", 256, d);
     time_2_ = linear("time_text_embed.timestep_embedder.linear_2", d, d);
@@ -128,7 +190,8 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
         const std::string b = spec.block_prefixes.front() + std::to_string(i);
         JointBlock blk;
         blk.context_pre_only = i == config.num_layers - 1;
-        blk.norm1.linear = linear(b + ".norm1.linear", d, 6 * d);
+        blk.dual_attention = config.dual_attention(i);
+        blk.norm1.linear = linear(b + ".norm1.linear", d, (blk.dual_attention ? 9 : 6) * d);
         blk.norm1_context = linear(b + ".norm1_context.linear", d, (blk.context_pre_only ? 2 : 6) * d);
         JointAttention& a = blk.attn;
         a.to_q = linear(b + ".attn.to_q", d, d);
@@ -144,6 +207,17 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
             a.norm_k = RMSNorm::load(w, b + ".attn.norm_k", hd, 1e-6);
             a.norm_added_q = RMSNorm::load(w, b + ".attn.norm_added_q", hd, 1e-6);
             a.norm_added_k = RMSNorm::load(w, b + ".attn.norm_added_k", hd, 1e-6);
+        }
+        if (blk.dual_attention) {  // split like attn, by the same heads
+            ImageAttention& a2 = blk.attn2;
+            a2.to_q = linear(b + ".attn2.to_q", d, d);
+            a2.to_k = linear(b + ".attn2.to_k", d, d);
+            a2.to_v = linear(b + ".attn2.to_v", d, d);
+            a2.to_out = linear(b + ".attn2.to_out.0", d, d);
+            if (config.qk_rms_norm) {
+                a2.norm_q = RMSNorm::load(w, b + ".attn2.norm_q", hd, 1e-6);
+                a2.norm_k = RMSNorm::load(w, b + ".attn2.norm_k", hd, 1e-6);
+            }
         }
         blk.ff.in = linear(b + ".ff.net.0.proj", d, 4 * d);
         blk.ff.out = linear(b + ".ff.net.2", 4 * d, d);
@@ -170,11 +244,13 @@ int64_t Sd3Transformer::parameter_bytes() const {
         total += l->parameter_bytes();
     for (const JointBlock& b : blocks_) {
         const JointAttention& a = b.attn;
+        const ImageAttention& a2 = b.attn2;
         for (const ParallelLinear* l :
              {&b.norm1.linear, &b.norm1_context, &a.to_q, &a.to_k, &a.to_v, &a.to_out, &a.add_q, &a.add_k,
-              &a.add_v, &a.to_add_out, &b.ff.in, &b.ff.out, &b.ff_context.in, &b.ff_context.out})
+              &a.add_v, &a.to_add_out, &a2.to_q, &a2.to_k, &a2.to_v, &a2.to_out, &b.ff.in, &b.ff.out,
+              &b.ff_context.in, &b.ff_context.out})
             total += l->parameter_bytes();
-        for (const auto* n : {&a.norm_q, &a.norm_k, &a.norm_added_q, &a.norm_added_k})
+        for (const auto* n : {&a.norm_q, &a.norm_k, &a.norm_added_q, &a.norm_added_k, &a2.norm_q, &a2.norm_k})
             if (*n) add((*n)->weight);
     }
     return total;
@@ -182,7 +258,7 @@ int64_t Sd3Transformer::parameter_bytes() const {
 
 at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                    const at::Tensor& pooled, const at::Tensor& timestep,
-                                   int64_t tail_repeats) const {
+                                   int64_t tail_repeats, const std::vector<int>& skip_layers) const {
     // With tensor parallelism this rank holds heads / tp of the attention heads.
     const int64_t p = config_.patch_size, heads = config_.num_attention_heads / parallel_->tensor().size;
     const int64_t batch = latents.size(0), height = latents.size(2), width = latents.size(3);
@@ -197,6 +273,15 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
                          std::to_string(gh) + "x" + std::to_string(gw) +
                          " patches; this model's position table has " + std::to_string(max) + "x" +
                          std::to_string(max));
+    std::vector<bool> skipped(blocks_.size(), false);
+    for (int layer : skip_layers) {
+        if (layer < 0 || static_cast<std::size_t>(layer) >= blocks_.size())
+            throw ModelError("skip layer " + std::to_string(layer) + ": the transformer has " +
+                             std::to_string(blocks_.size()) +
+                             " blocks; skipped layers are block indices 0 to " +
+                             std::to_string(blocks_.size() - 1));
+        skipped[static_cast<std::size_t>(layer)] = true;
+    }
 
     // Patch embedding plus the centre crop of the position table. Note [patch embedding as a
     // matmul]: the Conv2d(kernel = stride = patch) is computed as a linear layer over the
@@ -209,10 +294,12 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
                        .reshape({batch, gh * gw, channels * p * p});
     x = at::linear(x, patch_weight_.reshape({patch_weight_.size(0), -1}), patch_bias_);
     const int64_t top = (max - gh) / 2, left = (max - gw) / 2;
-    at::Tensor pos = pos_embed_.reshape({1, max, max, -1})
-                         .slice(1, top, top + gh)
-                         .slice(2, left, left + gw)
-                         .reshape({1, gh * gw, -1});
+    const at::Tensor pos = pos_embed_.defined()
+                               ? pos_embed_.reshape({1, max, max, -1})
+                                     .slice(1, top, top + gh)
+                                     .slice(2, left, left + gw)
+                                     .reshape({1, gh * gw, -1})
+                               : crop_from_axis(pos_embed_1d_, top, left, gh, gw).unsqueeze(0);
     x = (x + pos).to(latents.scalar_type()).contiguous();
 
     // Conditioning: timestep and pooled text.
@@ -239,11 +326,13 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
 
     BlockPlacement placement(mapping_.get());
     for (std::size_t block = 0; block < blocks_.size(); ++block) {
+        if (skipped[block]) continue;  // as diffusers: neither stream changes
         const JointBlock& blk = blocks_[block];
         placement.enter(block, {&x, &ctx, &temb_act});
-        const std::vector<at::Tensor> m =
-            blk.norm1.linear(temb_act).chunk(6, 1);  // shift, scale, gate (msa), shift, scale, gate (mlp)
-        at::Tensor nx = modulate(plain_layer_norm(x), m[0], m[1]);
+        // shift, scale, gate (attention), shift, scale, gate (MLP)[, shift, scale, gate (attn2)]
+        const std::vector<at::Tensor> m = blk.norm1.linear(temb_act).chunk(blk.dual_attention ? 9 : 6, 1);
+        const at::Tensor normed = plain_layer_norm(x);
+        at::Tensor nx = modulate(normed, m[0], m[1]);
         std::vector<at::Tensor> mc;
         at::Tensor nctx;
         if (blk.context_pre_only) {
@@ -276,6 +365,9 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
         const AttentionOutputs o = attend(in);
 
         x = x + m[2].unsqueeze(1) * a.to_out(merge_heads(o.out));
+        if (blk.dual_attention)
+            x = x + m[8].unsqueeze(1) *
+                        image_attention(blk.attn2, modulate(normed, m[6], m[7]), heads, image);
         x = x + m[5].unsqueeze(1) * blk.ff(modulate(plain_layer_norm(x), m[3], m[4]));
         if (!blk.context_pre_only) {
             ctx = ctx + mc[2].unsqueeze(1) * a.to_add_out(merge_heads(o.out2));

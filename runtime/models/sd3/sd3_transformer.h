@@ -2,8 +2,10 @@
 // diffusers' SD3Transformer2DModel (the MMDiT of SD3 and SD3.5): patch embedding with a cropped
 // sin-cos position table, timestep + pooled-text conditioning, joint transformer blocks whose
 // attention runs over image and text tokens together (AdaLayerNormZero on both streams, optional
-// RMS qk-norm, a context-pre-only last block), and an AdaLayerNormContinuous output head.
-// SD3.5's dual-attention blocks are not implemented yet: such configs are refused by name.
+// RMS qk-norm, a context-pre-only last block), and an AdaLayerNormContinuous output head. SD3.5's
+// MMDiT-X blocks (config dual_attention_layers) add a second, image-only self-attention (attn2)
+// with its own AdaLN modulation (SD35AdaLayerNormZeroX: 9 x dim). forward can skip blocks, as
+// diffusers' skip_layers does for skip-layer guidance.
 
 #include <ATen/core/Tensor.h>
 
@@ -34,10 +36,12 @@ struct Sd3TransformerConfig {
     int64_t joint_attention_dim = 4096;
     int64_t caption_projection_dim = 1152;
     int64_t pooled_projection_dim = 2048;
-    int64_t pos_embed_max_size = 96;
-    bool qk_rms_norm = false;  // qk_norm "rms_norm"
+    int64_t pos_embed_max_size = 96;  // the position table's side (SD3.5: 384 medium, 192 large)
+    bool qk_rms_norm = false;         // qk_norm "rms_norm"
+    std::vector<int64_t> dual_attention_layers;  // blocks with attn2 (SD3.5), ascending, each once
 
     int64_t inner_dim() const { return num_attention_heads * attention_head_dim; }
+    bool dual_attention(int64_t block) const;
 
     static Sd3TransformerConfig from_json_text(const std::string& text, const std::string& path);
     static Sd3TransformerConfig from_json_file(const std::string& path);
@@ -45,7 +49,9 @@ struct Sd3TransformerConfig {
 
 // Every linear layer is a ParallelLinear, split as SD3's parallel spec says
 // (strategies::sd3_parallel_spec()); the others are whole on every rank.
-struct AdaNormZero {  // linear(silu(temb)) -> shift, scale, gate (attention), shift, scale, gate (MLP)
+// linear(silu(temb)) -> shift, scale, gate (attention), shift, scale, gate (MLP), and in a
+// dual-attention block shift, scale, gate (attn2): 6 or 9 x dim.
+struct AdaNormZero {
     ParallelLinear linear;
 };
 
@@ -55,6 +61,12 @@ struct JointAttention {
     std::optional<RMSNorm> norm_q, norm_k, norm_added_q, norm_added_k;
 };
 
+// SD3.5's second attention: self-attention over the image tokens alone.
+struct ImageAttention {
+    ParallelLinear to_q, to_k, to_v, to_out;
+    std::optional<RMSNorm> norm_q, norm_k;
+};
+
 struct FeedForward {  // GELU(tanh) MLP, 4x wide
     ParallelLinear in, out;
     at::Tensor operator()(const at::Tensor& x) const;
@@ -62,10 +74,12 @@ struct FeedForward {  // GELU(tanh) MLP, 4x wide
 
 struct JointBlock {
     bool context_pre_only = false;
+    bool dual_attention = false;  // attn2 is loaded, and norm1 is 9 x dim
     AdaNormZero norm1;
     // AdaNormZero (6 x dim) or, when context_pre_only, AdaLayerNormContinuous (2 x dim)
     ParallelLinear norm1_context;
     JointAttention attn;
+    ImageAttention attn2;
     FeedForward ff, ff_context;  // ff_context absent when context_pre_only
 };
 
@@ -74,9 +88,9 @@ class Sd3Transformer {
     // Loads this rank's part of the model for its place in `parallel` (which must outlive it):
     // with tensor parallelism its shard of the layers SD3's parallel spec splits (q, k, v and
     // MLP-in column-parallel, attention-out and MLP-out row-parallel, for the image and text
-    // streams; AdaLN, norms and embeddings whole). With a device mapping each block loads on its
-    // device (the embeddings and output head with block 0), and forward moves the activations
-    // between them; inputs and output are on block 0's.
+    // streams and attn2; AdaLN, norms and embeddings whole). With a device mapping each block
+    // loads on its device (the embeddings and output head with block 0), and forward moves the
+    // activations between them; inputs and output are on block 0's.
     Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& weights,
                    const ParallelContext& parallel = ParallelContext::single(),
                    std::shared_ptr<const DeviceMapping> mapping = nullptr);
@@ -85,11 +99,14 @@ class Sd3Transformer {
     // timestep [B] (the scheduler's timesteps, 0..1000). Returns [B, out_channels, H, W].
     // tail_repeats: the last text token stands for that many identical tokens (Note [constant
     // text tail]); 1 means the text is taken as it is.
+    // skip_layers: blocks that do not run at all (diffusers' skip_layers, for skip-layer
+    // guidance); each must be a block index, 0 to num_layers - 1, or forward throws ModelError.
     // Under context parallelism (the context's sequence groups: Ulysses, Ring or both) each rank
     // keeps its block of the image tokens, the text replicated; every rank of the groups calls
     // forward with the same inputs and gets the same output.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
-                       const at::Tensor& timestep, int64_t tail_repeats = 1) const;
+                       const at::Tensor& timestep, int64_t tail_repeats = 1,
+                       const std::vector<int>& skip_layers = {}) const;
 
     const Sd3TransformerConfig& config() const { return config_; }
 
@@ -101,7 +118,10 @@ class Sd3Transformer {
     std::shared_ptr<const DeviceMapping> mapping_;
     Sd3TransformerConfig config_;
     at::Tensor patch_weight_, patch_bias_;  // Conv2d(in, inner, kernel = stride = patch)
-    at::Tensor pos_embed_;                  // [1, max * max, inner]
+    // The checkpoint's position table [1, max * max, inner]; undefined when it stores none, and
+    // the crop is built from pos_embed_1d_ (Note [position table from its axis]).
+    at::Tensor pos_embed_;
+    at::Tensor pos_embed_1d_;  // [max, inner / 2]: one axis' sin-cos embedding
     ParallelLinear time_1_, time_2_, text_1_, text_2_, context_embedder_;
     std::vector<JointBlock> blocks_;
     ParallelLinear norm_out_, proj_out_;
@@ -109,6 +129,10 @@ class Sd3Transformer {
 
 // diffusers' get_2d_sincos_pos_embed for SD3's table: [grid * grid, dim].
 at::Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid, int64_t base_size);
+// The same table's centre crop for a height x width patch grid, as diffusers' PatchEmbed crops
+// it: [height * width, dim], built without the whole table.
+at::Tensor sincos_pos_embed_crop(int64_t dim, int64_t grid, int64_t base_size, int64_t height,
+                                 int64_t width);
 // diffusers' get_timestep_embedding(t, 256, flip_sin_to_cos=True, downscale_freq_shift=0).
 at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim);
 
