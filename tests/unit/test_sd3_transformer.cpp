@@ -82,7 +82,7 @@ TEST_CASE("sizes the model cannot take, and configs it does not support, are ref
                          doctest::Contains("not a multiple of the patch size 2"), ModelError);
     CHECK_THROWS_WITH_AS(model.forward(at::zeros({1, 4, 26, 8}), text, pooled, t),
                          doctest::Contains("position table has 12x12"), ModelError);
-    CHECK_THROWS_WITH_AS(Sd3TransformerConfig::from_json_text(R"({"dual_attention_layers": [0]})", "t.json"),
+    CHECK_THROWS_WITH_AS(Sd3TransformerConfig::from_json_text(R"({"dual_attention_layers": [18]})", "t.json"),
                          doctest::Contains("dual_attention_layers"), ModelError);
     CHECK_THROWS_WITH_AS(Sd3TransformerConfig::from_json_text(R"({"qk_norm": "layer_norm"})", "t.json"),
                          doctest::Contains("qk_norm"), ModelError);
