@@ -54,6 +54,9 @@ class WeightStore : public ShardSource {
 
     // Where the tensors taken from now on go (device_map loads blocks on several devices).
     void set_device(at::Device device) { device_ = device; }
+    // The dtype the tensors taken from now on get, converted from the file's (T5 keeps some
+    // layers in fp32 in an fp16 run).
+    void set_dtype(at::ScalarType dtype) { dtype_ = dtype; }
 
     const std::string& where() const { return where_; }
     at::ScalarType dtype() const { return dtype_; }
