@@ -1,6 +1,20 @@
 #include "strategies/parallel_spec.h"
 
 namespace dp::strategies {
+namespace {
+
+// T5's encoder (text_encoder_3 of SD3, FLUX's text_encoder_2), split like any transformer: q, k, v
+// and the gated feed-forward's input projections column-parallel (by heads and features), the
+// attention output and the feed-forward output row-parallel. Its relative position bias and its
+// norms stay whole.
+void add_t5_encoder_rules(ParallelSpec& s) {
+    for (const char* column : {".SelfAttention.q", ".SelfAttention.k", ".SelfAttention.v", ".DenseReluDense.wi_0",
+                               ".DenseReluDense.wi_1"})
+        s.tp_rules.push_back({column, TpSplit::kColumn, {}});
+    for (const char* row : {".SelfAttention.o", ".DenseReluDense.wo"}) s.tp_rules.push_back({row, TpSplit::kRow, {}});
+}
+
+}  // namespace
 
 const ParallelSpec& sd3_parallel_spec() {
     static const ParallelSpec spec = [] {
@@ -20,6 +34,7 @@ const ParallelSpec& sd3_parallel_spec() {
         for (const char* row :
              {".attn.to_out.0", ".attn.to_add_out", ".attn2.to_out.0", ".ff.net.2", ".ff_context.net.2"})
             s.tp_rules.push_back({row, TpSplit::kRow, {}});
+        add_t5_encoder_rules(s);
         s.streams = {{"image", true}, {"text", false}};
         s.optional_components = {"vae"};
         s.unloaded_tensors = {{"vae", "encoder."}, {"vae", "quant_conv."}};

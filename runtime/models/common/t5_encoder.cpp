@@ -1,0 +1,201 @@
+#include "runtime/models/common/t5_encoder.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+
+#include "runtime/errors.h"
+#include "runtime/models/common/config_json.h"
+#include "runtime/models/common/layers.h"
+#include "runtime/parallel/attention.h"
+#include "runtime/parallel/sequence_shard.h"
+
+namespace dp::runtime {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// T5LayerNorm: x / rms(x) * weight, the mean square in fp32; a half-precision weight brings the
+// result back to its dtype before the scale (Note [T5 dtypes]).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+    const at::Tensor variance = x.to(at::kFloat).pow(2).mean(-1, true);
+    at::Tensor h = x * at::rsqrt(variance + eps);
+    if (weight.scalar_type() == at::kHalf || weight.scalar_type() == at::kBFloat16)
+        h = h.to(weight.scalar_type());
+    return weight * h;
+}
+
+// transformers' gelu_new (the tanh approximation), op for op, so that half precision rounds alike.
+at::Tensor gelu_new(const at::Tensor& x) {
+    return 0.5 * x * (1.0 + at::tanh(std::sqrt(2.0 / kPi) * (x + 0.044715 * at::pow(x, 3.0))));
+}
+
+// An fp16 residual stream clamped to fp16's range, less 1000 when it overflowed (without a host
+// sync). Other dtypes pass unchanged.
+at::Tensor clamp_half(const at::Tensor& x) {
+    if (x.scalar_type() != at::kHalf) return x;
+    const double max = 65504.0;  // torch.finfo(torch.float16).max
+    const at::Tensor bound =
+        at::where(at::isinf(x).any(), at::scalar_tensor(max - 1000, x.options().dtype(at::kFloat)),
+                  at::scalar_tensor(max, x.options().dtype(at::kFloat)));
+    return at::clamp(x, -bound, bound);
+}
+
+// The bidirectional relative-position bucket of each (query, key) pair, [T, T] int64: half the
+// buckets for keys after the query; within each half, exact distances below half of it, then
+// logarithmic bins up to max_distance, beyond which all share the last bucket.
+at::Tensor position_buckets(int64_t tokens, int64_t num_buckets, int64_t max_distance,
+                            const at::Device& device) {
+    const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(device);
+    const at::Tensor context = at::arange(tokens, longs).unsqueeze(1);
+    const at::Tensor memory = at::arange(tokens, longs).unsqueeze(0);
+    at::Tensor relative = memory - context;
+    const int64_t half = num_buckets / 2;
+    at::Tensor buckets = (relative > 0).to(at::kLong) * half;
+    relative = relative.abs();
+    const int64_t max_exact = half / 2;
+    const at::Tensor is_small = relative < max_exact;
+    at::Tensor large =
+        max_exact + (at::log(relative.to(at::kFloat) / static_cast<double>(max_exact)) /
+                     std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)) *
+                     static_cast<double>(half - max_exact))
+                        .to(at::kLong);
+    large = at::minimum(large, at::full_like(large, half - 1));
+    return buckets + at::where(is_small, relative, large);
+}
+
+}  // namespace
+
+T5Config T5Config::from_json_text(const std::string& text, const std::string& path) {
+    const ConfigJson c(text, path);
+    const std::string model_type = c.string("model_type", "t5");
+    if (model_type != "t5")
+        c.fail("model_type",
+               "is '" + model_type + "'; supported: t5 (T5 v1.1, as SD3's and FLUX's text_encoder_3)");
+    T5Config cfg;
+    cfg.vocab_size = c.integer("vocab_size", cfg.vocab_size, 1, 1 << 24);
+    cfg.d_model = c.integer("d_model", cfg.d_model, 1, 1 << 16);
+    cfg.d_kv = c.integer("d_kv", cfg.d_kv, 1, 1 << 12);
+    cfg.d_ff = c.integer("d_ff", cfg.d_ff, 1, 1 << 18);
+    cfg.num_layers = c.integer("num_layers", cfg.num_layers, 1, 1024);
+    cfg.num_heads = c.integer("num_heads", cfg.num_heads, 1, 1024);
+    cfg.relative_attention_num_buckets =
+        c.integer("relative_attention_num_buckets", cfg.relative_attention_num_buckets, 4, 1 << 12);
+    cfg.relative_attention_max_distance =
+        c.integer("relative_attention_max_distance", cfg.relative_attention_max_distance, 1, 1 << 20);
+    cfg.layer_norm_epsilon = c.number("layer_norm_epsilon", cfg.layer_norm_epsilon, 0, 1);
+    if (!c.has("feed_forward_proj"))
+        c.fail("feed_forward_proj",
+               "is missing; transformers' default 'relu' (T5 v1.0) is not supported; "
+               "supported: gated-gelu (T5 v1.1)");
+    cfg.feed_forward_proj = c.string("feed_forward_proj", "");
+    if (cfg.feed_forward_proj != "gated-gelu")
+        c.fail("feed_forward_proj", "is '" + cfg.feed_forward_proj + "'; supported: gated-gelu (T5 v1.1)");
+    if (c.boolean("is_decoder", false)) c.fail("is_decoder", "is true; only T5's encoder is supported");
+    // Below 2 exact distances per direction, the logarithmic bins would divide by log(1).
+    if (cfg.relative_attention_num_buckets / 4 < 2 ||
+        cfg.relative_attention_max_distance <= cfg.relative_attention_num_buckets / 4)
+        c.fail("relative_attention_max_distance", "must exceed relative_attention_num_buckets / 4 = " +
+                                                      std::to_string(cfg.relative_attention_num_buckets / 4) +
+                                                      ", which must be at least 2");
+    return cfg;
+}
+
+T5Config T5Config::from_json_file(const std::string& path) {
+    const ConfigJson j = ConfigJson::from_file(path);
+    return from_json_text(j.raw().dump(), path);
+}
+
+T5Encoder::T5Encoder(const T5Config& config, WeightStore& w, const TensorGroup& tp,
+                     const strategies::ParallelSpec& spec)
+    : config_(config) {
+    const int64_t d = config.d_model, inner = config.inner_dim(), ff = config.d_ff;
+    if (config.num_heads % tp.size != 0)
+        throw ModelError("T5 encoder: " + std::to_string(config.num_heads) +
+                         " attention heads do not divide by the tensor-parallel degree " +
+                         std::to_string(tp.size));
+    local_heads_ = config.num_heads / tp.size;
+    // Tied embeddings: transformers saves shared.weight, encoder.embed_tokens.weight or both.
+    const bool shared = w.has("shared.weight");
+    embedding_ = w.take(shared ? "shared.weight" : "encoder.embed_tokens.weight", {config.vocab_size, d});
+    if (shared) w.skip_prefix("encoder.embed_tokens.weight");
+    w.skip_prefix("decoder.");  // a T5ForConditionalGeneration's checkpoint, as T5EncoderModel loads it
+    w.skip_prefix("lm_head.");
+    const at::Tensor bias = w.take("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                                   {config.relative_attention_num_buckets, config.num_heads});
+    relative_bias_ = bias.narrow(1, tp.rank * local_heads_, local_heads_).contiguous();
+    auto linear = [&](const std::string& name, int64_t in, int64_t out) {
+        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp,
+                                    /*bias=*/false);
+    };
+    const at::ScalarType run_dtype = w.dtype();
+    for (int64_t i = 0; i < config.num_layers; ++i) {
+        const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
+        Block b;
+        b.attention_norm = w.take(p + "0.layer_norm.weight", {d});
+        b.q = linear(p + "0.SelfAttention.q", d, inner);
+        b.k = linear(p + "0.SelfAttention.k", d, inner);
+        b.v = linear(p + "0.SelfAttention.v", d, inner);
+        b.o = linear(p + "0.SelfAttention.o", inner, d);
+        b.ff_norm = w.take(p + "1.layer_norm.weight", {d});
+        b.wi_0 = linear(p + "1.DenseReluDense.wi_0", d, ff);
+        b.wi_1 = linear(p + "1.DenseReluDense.wi_1", d, ff);
+        // Note [T5 dtypes]: wo stays fp32 in an fp16 run, loaded so from the file.
+        if (run_dtype == at::kHalf) w.set_dtype(at::kFloat);
+        try {
+            b.wo = linear(p + "1.DenseReluDense.wo", ff, d);
+        } catch (...) {
+            w.set_dtype(run_dtype);
+            throw;
+        }
+        w.set_dtype(run_dtype);
+        blocks_.push_back(std::move(b));
+    }
+    final_norm_ = w.take("encoder.final_layer_norm.weight", {d});
+}
+
+at::Tensor T5Encoder::position_bias(int64_t tokens) const {
+    const at::Tensor buckets =
+        position_buckets(tokens, config_.relative_attention_num_buckets,
+                         config_.relative_attention_max_distance, relative_bias_.device());
+    return at::embedding(relative_bias_, buckets).permute({2, 0, 1}).unsqueeze(0);  // [1, heads, T, T]
+}
+
+at::Tensor T5Encoder::forward(const at::Tensor& input_ids) const {
+    if (input_ids.dim() != 2) throw InternalError("T5Encoder::forward: input_ids must be [batch, tokens]");
+    const at::Tensor ids = input_ids.to(embedding_.device(), at::kLong);
+    const int64_t tokens = ids.size(1);
+    const at::Tensor bias = position_bias(tokens);
+    const SequenceShard whole(tokens, SequenceGroups{});  // a text encoder: every rank holds all tokens
+    const double eps = config_.layer_norm_epsilon;
+    at::Tensor x = at::embedding(embedding_, ids);
+    for (const Block& b : blocks_) {
+        at::Tensor h = rms_norm(x, b.attention_norm, eps);
+        AttentionInputs in;
+        in.q = split_heads(b.q(h), local_heads_);
+        in.k = split_heads(b.k(h), local_heads_);
+        in.v = split_heads(b.v(h), local_heads_);
+        in.shard = &whole;
+        in.scale = 1.0;  // T5 attends unscaled
+        in.logits_bias = bias;
+        x = clamp_half(x + b.o(merge_heads(attend(in).out)));
+        h = rms_norm(x, b.ff_norm, eps);
+        h = gelu_new(b.wi_0(h)) * b.wi_1(h);
+        x = clamp_half(x + b.wo(h.to(b.wo.weight().scalar_type())));
+    }
+    return rms_norm(x, final_norm_, eps);
+}
+
+int64_t T5Encoder::parameter_bytes() const {
+    auto bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : int64_t{0}; };
+    int64_t total = bytes(embedding_) + bytes(relative_bias_) + bytes(final_norm_);
+    for (const Block& b : blocks_) {
+        total += bytes(b.attention_norm) + bytes(b.ff_norm);
+        for (const ParallelLinear* l : {&b.q, &b.k, &b.v, &b.o, &b.wi_0, &b.wi_1, &b.wo})
+            total += l->parameter_bytes();
+    }
+    return total;
+}
+
+}  // namespace dp::runtime
