@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "runtime/errors.h"
 #include "runtime/parallel/communicator.h"
+#include "strategies/mesh.h"
 
 namespace dp::runtime {
 namespace {
@@ -14,46 +16,57 @@ namespace {
 // Note [Ulysses with joint attention]: with a Ulysses group of size U, each rank keeps a
 // contiguous 1/U of the (padded) split tokens through every per-token layer. In attention, the
 // split streams' q, k, v go through an all-to-all from [tokens/U, all heads] to [all tokens of the
-// segment, heads/U]; a replicated stream is on every rank already, so each rank takes its heads
-// of it, and it is counted once. The outputs go back through the inverse all-to-all; a
-// replicated stream's output, [T, heads/U] on each rank, is gathered over heads so that every
-// rank keeps the whole stream.
+// segment, this rank's heads]; a replicated stream is on every rank already, so each rank takes its
+// heads of it, and it is counted once. The outputs go back through the inverse all-to-all; a
+// replicated stream's output, [T, my heads] on each rank, is gathered over heads so that every
+// rank keeps the whole stream. Heads that do not divide by U are shared unevenly, the first ranks
+// one more (Note [uneven heads]): the all-to-alls carry each rank's own split sizes.
 class Ulysses {
   public:
     Ulysses(const SequenceGroups& g, int64_t heads)
-        : group_(g.ulysses_size() > 1 ? g.ulysses : nullptr), n_(g.ulysses_size()), heads_(heads) {
-        if (heads % n_ != 0)
+        : group_(g.ulysses_size() > 1 ? g.ulysses : nullptr), n_(g.ulysses_size()) {
+        if (heads < n_)
             throw ModelError("context parallelism: " + std::to_string(heads) +
-                             " attention heads do not divide by " + std::to_string(n_));
-        per_rank_ = heads / n_;
-        first_ = group_ ? group_->rank() * per_rank_ : 0;
+                             " attention heads over Ulysses " + std::to_string(n_) +
+                             " would leave a rank with none (--ulysses may be at most " +
+                             std::to_string(heads) + " here)");
+        shares_ = strategies::even_shares(heads, static_cast<int>(n_));
+        const int me = group_ ? group_->rank() : 0;
+        mine_ = shares_[static_cast<std::size_t>(me)];
+        first_ = strategies::share_start(heads, static_cast<int>(n_), me);
     }
 
-    // [B, H, local, d] (all heads, my tokens) -> [B, H/U, U * local, d] (my heads, my segment).
+    // [B, H, local, d] (all heads, my tokens) -> [B, my heads, U * local, d] (my segment).
     at::Tensor tokens_to_heads(const at::Tensor& t) const {
         if (!group_) return t;
         const int64_t b = t.size(0), local = t.size(2), d = t.size(3);
-        at::Tensor blocks = t.reshape({b, n_, per_rank_, local, d}).permute({1, 0, 2, 3, 4});
-        at::Tensor got = group_->all_to_all(blocks);  // block i: my heads of rank i's tokens
-        return got.permute({1, 2, 0, 3, 4}).reshape({b, per_rank_, n_ * local, d});
+        // Heads first, so that rank i's heads are its split of dim 0.
+        const at::Tensor heads_first = t.permute({1, 0, 2, 3});
+        const at::Tensor got = group_->all_to_all(heads_first, shares_, std::vector<int64_t>(n_, mine_));
+        // got: [U * my heads, B, local, d], block i my heads of rank i's tokens.
+        return got.view({n_, mine_, b, local, d}).permute({2, 1, 0, 3, 4}).reshape({b, mine_, n_ * local, d});
     }
-    // The inverse: [B, H/U, U * local, d] -> [B, H, local, d].
+    // The inverse: [B, my heads, U * local, d] -> [B, H, local, d].
     at::Tensor heads_to_tokens(const at::Tensor& t) const {
         if (!group_) return t;
         const int64_t b = t.size(0), local = t.size(2) / n_, d = t.size(3);
-        at::Tensor blocks = t.reshape({b, per_rank_, n_, local, d}).permute({2, 0, 1, 3, 4});
-        at::Tensor got = group_->all_to_all(blocks);  // block i: rank i's heads of my tokens
-        return got.permute({1, 0, 2, 3, 4}).reshape({b, heads_, local, d});
+        // [U * my heads, B, local, d]: block i my heads of rank i's tokens.
+        const at::Tensor blocks =
+            t.reshape({b, mine_, n_, local, d}).permute({2, 1, 0, 3, 4}).reshape({-1, b, local, d});
+        const at::Tensor got = group_->all_to_all(blocks, std::vector<int64_t>(n_, mine_), shares_);
+        return got.permute({1, 0, 2, 3}).contiguous();  // [B, H, local, d]: rank i's heads in order
     }
     // This rank's heads of a replicated stream, and its output gathered back over heads.
-    at::Tensor my_heads(const at::Tensor& t) const { return group_ ? t.narrow(1, first_, per_rank_) : t; }
+    at::Tensor my_heads(const at::Tensor& t) const { return group_ ? t.narrow(1, first_, mine_) : t; }
     at::Tensor all_heads(const at::Tensor& t) const {
-        return group_ ? at::cat(group_->all_gather(t.contiguous()), 1) : t;
+        if (!group_) return t;
+        return at::cat(group_->all_gather(t.transpose(0, 1).contiguous(), shares_), 0).transpose(0, 1);
     }
 
   private:
     Communicator* group_;
-    int64_t n_, heads_, per_rank_ = 0, first_ = 0;
+    int64_t n_, mine_ = 0, first_ = 0;
+    std::vector<int64_t> shares_;  // heads per rank of the group
 };
 
 // The additive bias over `count` keys of a stream from padded position `start`: -inf on padding,

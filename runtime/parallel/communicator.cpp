@@ -234,6 +234,49 @@ at::Tensor Communicator::all_to_all(const at::Tensor& tensor) {
     return output;
 }
 
+at::Tensor Communicator::all_to_all(const at::Tensor& tensor, const std::vector<int64_t>& send_rows,
+                                    const std::vector<int64_t>& receive_rows) {
+    const auto rows_of = [](const std::vector<int64_t>& r) {  // -1 when a split is negative
+        int64_t total = 0;
+        for (int64_t n : r) {
+            if (n < 0) return int64_t{-1};
+            total += n;
+        }
+        return total;
+    };
+    if (static_cast<int>(send_rows.size()) != size() || static_cast<int>(receive_rows.size()) != size() ||
+        rows_of(send_rows) != tensor.size(0) || rows_of(receive_rows) < 0)
+        throw InternalError("all_to_all: split sizes for " + std::to_string(send_rows.size()) + " and " +
+                            std::to_string(receive_rows.size()) + " ranks over dim 0 of " +
+                            std::to_string(tensor.size(0)) + " rows, on a group of " +
+                            std::to_string(size()));
+    at::Tensor input = tensor.contiguous();
+    std::vector<int64_t> shape = input.sizes().vec();
+    shape[0] = rows_of(receive_rows);
+    at::Tensor output = at::empty(shape, input.options());
+    std::vector<int64_t> out_splits = receive_rows, in_splits = send_rows;
+    finish(impl_->backend->all_to_all_single(output, input, out_splits, in_splits), "all_to_all");
+    bytes_["all_to_all"] += input.numel() * input.element_size();
+    return output;
+}
+
+std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor, const std::vector<int64_t>& rows) {
+    if (static_cast<int>(rows.size()) != size() || rows[static_cast<std::size_t>(rank())] != tensor.size(0))
+        throw InternalError("all_gather: " + std::to_string(rows.size()) + " block sizes for a group of " +
+                            std::to_string(size()) + ", this rank's block has " +
+                            std::to_string(tensor.size(0)) + " rows");
+    const int64_t most = *std::max_element(rows.begin(), rows.end());
+    if (most == tensor.size(0) && std::all_of(rows.begin(), rows.end(), [&](int64_t n) { return n == most; }))
+        return all_gather(tensor);
+    std::vector<int64_t> padded_shape = tensor.sizes().vec();
+    padded_shape[0] = most;
+    at::Tensor padded = at::zeros(padded_shape, tensor.options());
+    padded.narrow(0, 0, tensor.size(0)).copy_(tensor);
+    std::vector<at::Tensor> blocks = all_gather(padded);
+    for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i] = blocks[i].narrow(0, 0, rows[i]);
+    return blocks;
+}
+
 at::Tensor Communicator::ring_shift(const at::Tensor& tensor) {
     std::vector<at::Tensor> out = {tensor.contiguous()};
     std::vector<at::Tensor> in = {at::empty_like(out[0])};

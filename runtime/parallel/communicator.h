@@ -75,10 +75,19 @@ class Communicator {
     void barrier();
     void all_reduce(at::Tensor& tensor);  // sum, in place
     std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
+    // All_gather of blocks whose dim 0 differs by rank: rank i holds rows[i] rows (the other dims
+    // equal), and gets every block back, block i from rank i. On the wire each block is padded to
+    // the most rows (and counted so in bytes()); equal rows are a plain all_gather.
+    std::vector<at::Tensor> all_gather(const at::Tensor& tensor, const std::vector<int64_t>& rows);
     void broadcast(at::Tensor& tensor, int root);
     // Splits dim 0 into size() equal blocks, sends block i to rank i, and returns the blocks
     // received, block i from rank i, in the same shape.
     at::Tensor all_to_all(const at::Tensor& tensor);
+    // Unequal splits (c10d's all_to_all_single with split sizes): sends the next send_rows[i] rows
+    // of dim 0 to rank i, and returns the rows received, receive_rows[i] from rank i, in rank order.
+    // Rank j's send_rows[i] must equal rank i's receive_rows[j].
+    at::Tensor all_to_all(const at::Tensor& tensor, const std::vector<int64_t>& send_rows,
+                          const std::vector<int64_t>& receive_rows);
     // Sends `tensor` to the next rank ((rank + 1) % size) and returns what the previous rank sent:
     // one step of a ring.
     at::Tensor ring_shift(const at::Tensor& tensor);

@@ -11,6 +11,11 @@ int SequenceGroups::ring_size() const { return ring ? ring->size() : 1; }
 int SequenceGroups::ulysses_rank() const { return ulysses ? ulysses->rank() : 0; }
 int SequenceGroups::ring_rank() const { return ring ? ring->rank() : 0; }
 
+int64_t TensorGroup::share(int64_t count) const {
+    return strategies::even_shares(count, size)[static_cast<std::size_t>(rank)];
+}
+int64_t TensorGroup::share_start(int64_t count) const { return strategies::share_start(count, size, rank); }
+
 ParallelContext::ParallelContext() : mesh_(1, strategies::MeshDegrees{}) {}
 
 ParallelContext::ParallelContext(Communicator& world, const strategies::Mesh& mesh)

@@ -34,6 +34,10 @@ struct TensorGroup {
     Communicator* group = nullptr;  // nullptr when size is 1
     int rank = 0;
     int size = 1;
+    // This rank's share of `count` units (attention heads) and where it starts: as even as
+    // possible, the first ranks one more (strategies::even_shares; Note [uneven heads]).
+    int64_t share(int64_t count) const;
+    int64_t share_start(int64_t count) const;
 };
 
 class ParallelContext {

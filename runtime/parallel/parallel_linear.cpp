@@ -13,16 +13,38 @@ using strategies::TpSplit;
 
 namespace {
 
-void require_divisible(const std::string& name, int64_t features, const char* what, int parts) {
-    if (features % parts != 0)
-        throw ModelError(name + ": " + std::to_string(features) + " " + what +
-                         " do not divide by the tensor-parallel degree " + std::to_string(parts));
+struct FeatureRange {
+    int64_t start = 0, length = 0;
+};
+
+// The features of `features` this rank keeps: an equal part (unit 0), or its share of the blocks
+// of `unit` features.
+FeatureRange my_features(const std::string& name, int64_t features, const char* what, const TensorGroup& tp,
+                         int64_t unit) {
+    if (unit <= 0) {
+        if (features % tp.size != 0)
+            throw ModelError(name + ": " + std::to_string(features) + " " + what +
+                             " do not divide by the tensor-parallel degree " + std::to_string(tp.size));
+        const int64_t part = features / tp.size;
+        return {tp.rank * part, part};
+    }
+    if (features % unit != 0)
+        throw ModelError(name + ": " + std::to_string(features) + " " + what + " are not whole blocks of " +
+                         std::to_string(unit) + " (a head's features)");
+    const int64_t blocks = features / unit;
+    if (blocks < tp.size)
+        throw ModelError(name + ": " + std::to_string(blocks) + " blocks of " + std::to_string(unit) + " " +
+                         what + " over the tensor-parallel degree " + std::to_string(tp.size) +
+                         " would leave a rank with none (--tp may be at most " + std::to_string(blocks) +
+                         ")");
+    return {tp.share_start(blocks) * unit, tp.share(blocks) * unit};
 }
 
 }  // namespace
 
 ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int64_t in, int64_t out,
-                                    const strategies::TpRule& rule, const TensorGroup& tp, bool bias) {
+                                    const strategies::TpRule& rule, const TensorGroup& tp, bool bias,
+                                    int64_t unit) {
     ParallelLinear l;
     l.split_ = tp.size > 1 ? rule.split : TpSplit::kWhole;
     l.group_ = tp.group;
@@ -34,16 +56,14 @@ ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int
             if (bias) l.bias_ = w.take(bias_name, bias_shape);
             break;
         case TpSplit::kColumn: {
-            require_divisible(name, out, "output features", tp.size);
-            const int64_t rows = out / tp.size;
-            l.weight_ = w.take_shard(weight, weight_shape, 0, tp.rank * rows, rows);
-            if (bias) l.bias_ = w.take_shard(bias_name, bias_shape, 0, tp.rank * rows, rows);
+            const FeatureRange rows = my_features(name, out, "output features", tp, unit);
+            l.weight_ = w.take_shard(weight, weight_shape, 0, rows.start, rows.length);
+            if (bias) l.bias_ = w.take_shard(bias_name, bias_shape, 0, rows.start, rows.length);
             break;
         }
         case TpSplit::kRow: {
-            require_divisible(name, in, "input features", tp.size);
-            const int64_t cols = in / tp.size;
-            l.weight_ = w.take_shard(weight, weight_shape, 1, tp.rank * cols, cols);
+            const FeatureRange cols = my_features(name, in, "input features", tp, unit);
+            l.weight_ = w.take_shard(weight, weight_shape, 1, cols.start, cols.length);
             if (bias) l.bias_ = w.take(bias_name, bias_shape);
             break;
         }
@@ -58,9 +78,8 @@ ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int
             int64_t begin = 0;
             for (int64_t s : rule.segments) {
                 const int64_t width = in / units * s;
-                require_divisible(name, width, "input features of a segment", tp.size);
-                const int64_t cols = width / tp.size;
-                parts.push_back(w.take_shard(weight, weight_shape, 1, begin + tp.rank * cols, cols));
+                const FeatureRange cols = my_features(name, width, "input features of a segment", tp, unit);
+                parts.push_back(w.take_shard(weight, weight_shape, 1, begin + cols.start, cols.length));
                 begin += width;
             }
             l.weight_ = at::cat(parts, 1);

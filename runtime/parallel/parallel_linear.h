@@ -29,10 +29,15 @@ class ShardSource {
 class ParallelLinear {
   public:
     ParallelLinear() = default;
-    // Loads `name`.weight [out, in] (and `name`.bias [out]) as `rule` splits it over `tp`. Throws
-    // ModelError when the split features do not divide by the group size.
+    // Loads `name`.weight [out, in] (and `name`.bias [out]) as `rule` splits it over `tp`.
+    // unit 0: the split features (each segment's) must divide by the group size. unit N: they are
+    // whole blocks of N features (an attention head's head_dim; 1 for an MLP), shared as evenly as
+    // possible, the first ranks one block more (TensorGroup::share; Note [uneven heads]): 38 heads
+    // of 64 over 4 ranks are 640, 640, 576, 576 features. Throws ModelError naming the layer when
+    // the features do not split so, or a rank would keep none.
     static ParallelLinear load(ShardSource& weights, const std::string& name, int64_t in, int64_t out,
-                               const strategies::TpRule& rule, const TensorGroup& tp, bool bias = true);
+                               const strategies::TpRule& rule, const TensorGroup& tp, bool bias = true,
+                               int64_t unit = 0);
     // The layer whole on every rank, from tensors already loaded (tests, trainers).
     static ParallelLinear whole(at::Tensor weight, at::Tensor bias);
 
