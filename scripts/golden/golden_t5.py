@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import tempfile
 
 import torch
@@ -74,6 +75,10 @@ def t5_tokenizer():
     import sentencepiece as spm
     from transformers import T5Tokenizer, T5TokenizerFast
 
+    try:
+        import google.protobuf  # noqa: F401  (transformers reads spiece.model with it)
+    except ImportError:
+        sys.exit("t5_tokenizer: transformers needs the protobuf package to read spiece.model (pip install protobuf)")
     folder = os.path.join(OUT, "t5_tokenizer")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
