@@ -161,13 +161,21 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
     if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
     const TensorGroup tp = parallel.tensor();
-    if (config.num_attention_heads % tp.size != 0)
+    if (config.num_attention_heads < tp.size)
         throw ModelError("--tp " + std::to_string(tp.size) + ": the model has " +
-                         std::to_string(config.num_attention_heads) + " attention heads; tp must divide them");
+                         std::to_string(config.num_attention_heads) +
+                         " attention heads, so a rank would hold none; tp may be at most " +
+                         std::to_string(config.num_attention_heads));
     // Every linear layer as SD3's parallel spec splits it.
     const strategies::ParallelSpec& spec = strategies::sd3_parallel_spec();
     auto linear = [&](const std::string& name, int64_t in, int64_t out) {
         return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp);
+    };
+    // Attention projections split by whole heads, unevenly where tp does not divide them (Note
+    // [uneven heads]).
+    auto heads_linear = [&](const std::string& name, int64_t in, int64_t out) {
+        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp,
+                                    /*bias=*/true, /*unit=*/hd);
     };
     patch_weight_ = w.take("pos_embed.proj.weight", {d, config.in_channels, p, p});
     patch_bias_ = w.take("pos_embed.proj.bias", {d});
@@ -194,14 +202,14 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
         blk.norm1.linear = linear(b + ".norm1.linear", d, (blk.dual_attention ? 9 : 6) * d);
         blk.norm1_context = linear(b + ".norm1_context.linear", d, (blk.context_pre_only ? 2 : 6) * d);
         JointAttention& a = blk.attn;
-        a.to_q = linear(b + ".attn.to_q", d, d);
-        a.to_k = linear(b + ".attn.to_k", d, d);
-        a.to_v = linear(b + ".attn.to_v", d, d);
-        a.to_out = linear(b + ".attn.to_out.0", d, d);
-        a.add_q = linear(b + ".attn.add_q_proj", d, d);
-        a.add_k = linear(b + ".attn.add_k_proj", d, d);
-        a.add_v = linear(b + ".attn.add_v_proj", d, d);
-        if (!blk.context_pre_only) a.to_add_out = linear(b + ".attn.to_add_out", d, d);
+        a.to_q = heads_linear(b + ".attn.to_q", d, d);
+        a.to_k = heads_linear(b + ".attn.to_k", d, d);
+        a.to_v = heads_linear(b + ".attn.to_v", d, d);
+        a.to_out = heads_linear(b + ".attn.to_out.0", d, d);
+        a.add_q = heads_linear(b + ".attn.add_q_proj", d, d);
+        a.add_k = heads_linear(b + ".attn.add_k_proj", d, d);
+        a.add_v = heads_linear(b + ".attn.add_v_proj", d, d);
+        if (!blk.context_pre_only) a.to_add_out = heads_linear(b + ".attn.to_add_out", d, d);
         if (config.qk_rms_norm) {
             a.norm_q = RMSNorm::load(w, b + ".attn.norm_q", hd, 1e-6);
             a.norm_k = RMSNorm::load(w, b + ".attn.norm_k", hd, 1e-6);
@@ -210,10 +218,10 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
         }
         if (blk.dual_attention) {  // split like attn, by the same heads
             ImageAttention& a2 = blk.attn2;
-            a2.to_q = linear(b + ".attn2.to_q", d, d);
-            a2.to_k = linear(b + ".attn2.to_k", d, d);
-            a2.to_v = linear(b + ".attn2.to_v", d, d);
-            a2.to_out = linear(b + ".attn2.to_out.0", d, d);
+            a2.to_q = heads_linear(b + ".attn2.to_q", d, d);
+            a2.to_k = heads_linear(b + ".attn2.to_k", d, d);
+            a2.to_v = heads_linear(b + ".attn2.to_v", d, d);
+            a2.to_out = heads_linear(b + ".attn2.to_out.0", d, d);
             if (config.qk_rms_norm) {
                 a2.norm_q = RMSNorm::load(w, b + ".attn2.norm_q", hd, 1e-6);
                 a2.norm_k = RMSNorm::load(w, b + ".attn2.norm_k", hd, 1e-6);
@@ -259,8 +267,8 @@ int64_t Sd3Transformer::parameter_bytes() const {
 at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                    const at::Tensor& pooled, const at::Tensor& timestep,
                                    int64_t tail_repeats, const std::vector<int>& skip_layers) const {
-    // With tensor parallelism this rank holds heads / tp of the attention heads.
-    const int64_t p = config_.patch_size, heads = config_.num_attention_heads / parallel_->tensor().size;
+    // With tensor parallelism this rank holds its share of the attention heads.
+    const int64_t p = config_.patch_size, heads = parallel_->tensor().share(config_.num_attention_heads);
     const int64_t batch = latents.size(0), height = latents.size(2), width = latents.size(3);
     if (height % p != 0 || width % p != 0)
         throw ModelError("latent size " + std::to_string(height) + "x" + std::to_string(width) +
