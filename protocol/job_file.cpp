@@ -20,6 +20,8 @@ namespace {
 
 constexpr int kMaxDegree = 1 << 16;
 constexpr int kMaxSize = 1 << 16;  // pixels; the launcher checks the model's own limits
+constexpr int kMaxSequenceLength = 512;  // diffusers refuses more T5 tokens
+constexpr int kMaxBlock = 1 << 20;       // a transformer block index; the launcher checks the model's
 
 bool is_one_of(const std::string& value, std::initializer_list<const char*> accepted) {
     for (const char* a : accepted)
@@ -115,6 +117,24 @@ JobRequest read_request(detail::Fields f) {
     r.guidance_scale = f.number("guidance_scale", 0, 1e6);
     r.width = static_cast<int>(f.integer("width", 0, kMaxSize));
     r.height = static_cast<int>(f.integer("height", 0, kMaxSize));
+    r.max_sequence_length = static_cast<int>(f.integer("max_sequence_length", 1, kMaxSequenceLength));
+    const nlohmann::json& layers = f.array("skip_guidance_layers");
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+        if (!layers[i].is_number_integer() || layers[i].get<int64_t>() < 0 || layers[i].get<int64_t>() > kMaxBlock)
+            throw InputDataError(f.path("skip_guidance_layers", i) + ": expected a block index from 0 to " +
+                                 std::to_string(kMaxBlock));
+        const int layer = static_cast<int>(layers[i].get<int64_t>());
+        if (std::find(r.skip_guidance_layers.begin(), r.skip_guidance_layers.end(), layer) !=
+            r.skip_guidance_layers.end())
+            throw InputDataError(f.path("skip_guidance_layers", i) + ": block " + std::to_string(layer) +
+                                 " is listed twice");
+        r.skip_guidance_layers.push_back(layer);
+    }
+    r.skip_layer_guidance_scale = f.number("skip_layer_guidance_scale", 0, 1e6);
+    r.skip_layer_guidance_start = f.number("skip_layer_guidance_start", 0, 1);
+    r.skip_layer_guidance_stop = f.number("skip_layer_guidance_stop", 0, 1);
+    if (r.skip_layer_guidance_start >= r.skip_layer_guidance_stop)
+        throw InputDataError(f.path("skip_layer_guidance_start") + ": must be below skip_layer_guidance_stop");
     f.no_other_keys();
     return r;
 }
@@ -130,7 +150,26 @@ void to_json(nlohmann::json& j, const JobRequest& r) {
          {"steps", r.steps},
          {"guidance_scale", r.guidance_scale},
          {"width", r.width},
-         {"height", r.height}};
+         {"height", r.height},
+         {"max_sequence_length", r.max_sequence_length},
+         {"skip_guidance_layers", r.skip_guidance_layers},
+         {"skip_layer_guidance_scale", r.skip_layer_guidance_scale},
+         {"skip_layer_guidance_start", r.skip_layer_guidance_start},
+         {"skip_layer_guidance_stop", r.skip_layer_guidance_stop}};
+}
+
+bool is_variant_name(const std::string& name) {
+    return name.size() <= 64 && name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                       "0123456789_-") == std::string::npos;
+}
+
+bool same_batch_settings(const JobRequest& a, const JobRequest& b) {
+    return a.steps == b.steps && a.guidance_scale == b.guidance_scale && a.width == b.width &&
+           a.height == b.height && a.max_sequence_length == b.max_sequence_length &&
+           a.skip_guidance_layers == b.skip_guidance_layers &&
+           a.skip_layer_guidance_scale == b.skip_layer_guidance_scale &&
+           a.skip_layer_guidance_start == b.skip_layer_guidance_start &&
+           a.skip_layer_guidance_stop == b.skip_layer_guidance_stop;
 }
 
 void to_json(nlohmann::json& j, const JobFile& job) {
@@ -139,6 +178,8 @@ void to_json(nlohmann::json& j, const JobFile& job) {
          {"dtype", job.dtype},
          {"device", job.device},
          {"batch_size", job.batch_size},
+         {"variant", job.variant},
+         {"no_t5", job.no_t5},
          {"mesh",
           {{"dp", job.mesh.dp},
            {"cfg", job.mesh.cfg},
@@ -182,12 +223,17 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     if (f.has("random_weights")) out.random_weights = f.unsigned_integer("random_weights");
     out.output_dir = read_path(f, "output_dir");
     out.dtype = f.string("dtype");
-    if (!is_one_of(out.dtype, {"fp32", "bf16", "fp16"}))
-        throw InputDataError("dtype: '" + out.dtype + "': expected fp32, bf16 or fp16");
+    if (!is_one_of(out.dtype, {"auto", "fp32", "bf16", "fp16"}))
+        throw InputDataError("dtype: '" + out.dtype + "': expected auto, fp32, bf16 or fp16");
     out.device = f.string("device");
     if (!is_one_of(out.device, {"auto", "cpu", "cuda"}))
         throw InputDataError("device: '" + out.device + "': expected auto, cpu or cuda");
     out.batch_size = static_cast<int>(f.integer("batch_size", 1, 1 << 16));
+    out.variant = f.string("variant");
+    if (!is_variant_name(out.variant))
+        throw InputDataError("variant: '" + out.variant.substr(0, 40) +
+                             "': expected empty or a name of letters, digits, '_' and '-' such as fp16");
+    out.no_t5 = f.boolean("no_t5");
     read_mesh(detail::Fields(f.object("mesh"), "mesh"), out.mesh);
     out.collective_timeout_s = f.number("collective_timeout_s", 0.001, 7 * 24 * 3600.0);
     if (f.has("device_map"))

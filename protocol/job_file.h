@@ -4,15 +4,19 @@
 // line; a new pipeline setting is one field here, filled by the launcher, used by the worker.
 // One struct, one serialisation (to_json / from_json below), used by both sides.
 //
-//   {"format": "dp-launch job", "version": 1, "model_dir": "...", "random_weights": 7,
-//    "output_dir": "...", "dtype": "fp32", "device": "auto", "batch_size": 1,
+//   {"format": "dp-launch job", "version": 2, "model_dir": "...", "random_weights": 7,
+//    "output_dir": "...", "dtype": "auto", "device": "auto", "batch_size": 1, "variant": "",
+//    "no_t5": false,
 //    "mesh": {"dp": 2, "cfg": 1, "ring": 1, "ulysses": 1, "tp": 2}, "collective_timeout_s": 300,
 //    "device_map": {"spec": "auto", "max_memory": "cpu:0=1GB,cpu:1=1GB",
 //                   "plan": {"devices": ["cpu:0", "cpu:1"],
 //                            "placements": [{"component": "vae", "block": -1, "device": "cpu:1",
 //                                            "bytes": 1024}, ...]}},
 //    "requests": [{"index": 0, "file": "00000-a-cat.png", "prompt": "a cat", "negative_prompt": "",
-//                  "seed": 0, "steps": 28, "guidance_scale": 7.0, "width": 0, "height": 0}, ...]}
+//                  "seed": 0, "steps": 28, "guidance_scale": 7.0, "width": 0, "height": 0,
+//                  "max_sequence_length": 256, "skip_guidance_layers": [7, 8, 9],
+//                  "skip_layer_guidance_scale": 2.8, "skip_layer_guidance_start": 0.01,
+//                  "skip_layer_guidance_stop": 0.2}, ...]}
 //
 // random_weights and device_map are optional; so is device_map.plan (absent: the budgets are the
 // worker's visible GPUs' free memory, which only the worker can measure). std and nlohmann/json
@@ -29,7 +33,9 @@ namespace dp::protocol {
 inline constexpr const char* kJobFileFormat = "dp-launch job";
 // Raised whenever a field changes meaning or a required one is added: a worker refuses a job file
 // of another version rather than guess.
-inline constexpr int kJobFileVersion = 1;
+// 2: variant, no_t5 and each request's max_sequence_length and skip-layer guidance are required;
+// dtype may be "auto".
+inline constexpr int kJobFileVersion = 2;
 // How long a rank waits in one collective (and for the rendezvous) before it gives up with
 // CommunicationError, exit code 75.
 inline constexpr double kDefaultCollectiveTimeoutS = 300;
@@ -69,14 +75,31 @@ struct JobRequest {
     double guidance_scale = 7.0;
     int width = 0;  // 0: the model's default
     int height = 0;
+    int max_sequence_length = 256;  // T5's tokens (diffusers' max_sequence_length), 1 to 512
+    // Skip-layer guidance (diffusers' StableDiffusion3Pipeline): transformer blocks skipped by a
+    // third branch between start and stop (fractions of the steps, start < stop); empty: none.
+    std::vector<int> skip_guidance_layers;
+    double skip_layer_guidance_scale = 2.8;
+    double skip_layer_guidance_start = 0.01;
+    double skip_layer_guidance_stop = 0.2;
 };
+
+// Whether two requests may go through the model together: the same steps, guidance, size and
+// every other setting that shapes the batch (each keeps its own prompt, seed and noise).
+bool same_batch_settings(const JobRequest& a, const JobRequest& b);
+
+// Whether `name` may be a weight variant: empty (none), or up to 64 letters, digits, '_' and '-'
+// (diffusers' fp16, bf16, non_ema), so that NAME.VARIANT.safetensors stays one file name.
+bool is_variant_name(const std::string& name);
 
 struct JobFile {
     std::string model_dir;
     std::optional<uint64_t> random_weights;  // set: the model's configs with seeded random weights
     std::string output_dir;
-    std::string dtype = "fp32";   // fp32, bf16, fp16
+    std::string dtype = "auto";   // auto (bf16 on a GPU, fp32 on the CPU: the worker resolves it), fp32, bf16, fp16
     std::string device = "auto";  // auto, cpu, cuda
+    std::string variant;          // weight files of this variant (*.VARIANT.safetensors); empty: the plain ones
+    bool no_t5 = false;           // the T5 text encoder is not loaded even when the folder has one
     int batch_size = 1;           // consecutive requests with the same settings generated together
     JobMesh mesh;
     double collective_timeout_s = kDefaultCollectiveTimeoutS;

@@ -66,6 +66,10 @@ double Fields::number(const char* key, double lo, double hi) {
     return x;
 }
 
+bool Fields::boolean(const char* key) {
+    return at(key, &nlohmann::json::is_boolean, "true or false").get<bool>();
+}
+
 const nlohmann::json& Fields::array(const char* key) {
     return at(key, &nlohmann::json::is_array, "an array");
 }

@@ -21,6 +21,7 @@ class Fields {
     int64_t integer(const char* key, int64_t lo, int64_t hi);
     uint64_t unsigned_integer(const char* key);
     double number(const char* key, double lo, double hi);
+    bool boolean(const char* key);
     const nlohmann::json& array(const char* key);
     const nlohmann::json& object(const char* key);
     bool has(const char* key) const { return j_.contains(key); }

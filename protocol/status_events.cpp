@@ -21,7 +21,9 @@ std::string cut(const std::string& text) {
 }
 
 nlohmann::json fields(const StartEvent& e) {
-    return {{"rank", e.rank}, {"device", e.device}, {"first", e.first}, {"count", e.count}};
+    nlohmann::json j = {{"rank", e.rank}, {"device", e.device}, {"first", e.first}, {"count", e.count}};
+    if (!e.dtype.empty()) j["dtype"] = e.dtype;
+    return j;
 }
 nlohmann::json fields(const ImageEvent& e) {
     return {{"rank", e.rank}, {"index", e.index}, {"file", e.file},    {"sha256", e.sha256},
@@ -48,6 +50,11 @@ void read(detail::Fields& f, StartEvent& e) {
     e.device = f.string("device");
     e.first = f.integer("first", 0, INT64_MAX);
     e.count = f.integer("count", 0, INT64_MAX);
+    if (f.has("dtype")) {
+        e.dtype = f.string("dtype");
+        if (e.dtype != "fp32" && e.dtype != "bf16" && e.dtype != "fp16")
+            throw InputDataError(f.path("dtype") + " '" + e.dtype.substr(0, 40) + "': expected fp32, bf16 or fp16");
+    }
 }
 void read(detail::Fields& f, ImageEvent& e) {
     e.rank = read_rank(f);

@@ -3,7 +3,7 @@
 // object per line, "event" naming the kind. One serialisation (status_line / parse_status_line),
 // used by dp-worker's StatusChannel and dp-launch's JobMonitor. std and nlohmann/json only.
 //
-//   {"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 3}
+//   {"event": "start", "rank": 0, "device": "cpu", "dtype": "fp32", "first": 0, "count": 3}
 //   {"event": "image", "rank": 0, "index": 4, "file": "00004-x.png", "sha256": "...", "ms": 812.5,
 //    "width": 16, "height": 16}
 //   {"event": "failed", "rank": 0, "index": 5, "error": "..."}
@@ -25,6 +25,9 @@ struct StartEvent {
     std::string device;  // where its model runs: "cpu", "cuda:1", ...
     int64_t first = 0;
     int64_t count = 0;
+    // The precision its model runs in (fp32, bf16, fp16: --dtype auto resolved on the rank's
+    // device); empty: not said (the key is optional).
+    std::string dtype;
 };
 
 // The image of request `index` (the prompt's index) is written, under its final name.

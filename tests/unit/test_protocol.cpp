@@ -28,6 +28,8 @@ JobFile full_job() {
     job.dtype = "bf16";
     job.device = "cpu";
     job.batch_size = 3;
+    job.variant = "fp16";
+    job.no_t5 = true;
     job.mesh = {2, 2, 3, 5, 7};
     job.collective_timeout_s = 12.5;
     DeviceMapPlan plan;
@@ -46,6 +48,11 @@ JobFile full_job() {
     a.guidance_scale = 4.25;
     a.width = 24;
     a.height = 8;
+    a.max_sequence_length = 77;
+    a.skip_guidance_layers = {7, 8, 9};
+    a.skip_layer_guidance_scale = 3.5;
+    a.skip_layer_guidance_start = 0.05;
+    a.skip_layer_guidance_stop = 0.5;
     JobRequest b = a;
     b.index = 7;
     b.file = "00007-b.png";
@@ -60,6 +67,8 @@ void check_same(const JobFile& x, const JobFile& y) {
     CHECK(x.dtype == y.dtype);
     CHECK(x.device == y.device);
     CHECK(x.batch_size == y.batch_size);
+    CHECK(x.variant == y.variant);
+    CHECK(x.no_t5 == y.no_t5);
     CHECK(x.mesh.dp == y.mesh.dp);
     CHECK(x.mesh.cfg == y.mesh.cfg);
     CHECK(x.mesh.ring == y.mesh.ring);
@@ -96,6 +105,11 @@ void check_same(const JobFile& x, const JobFile& y) {
         CHECK(r.guidance_scale == s.guidance_scale);
         CHECK(r.width == s.width);
         CHECK(r.height == s.height);
+        CHECK(r.max_sequence_length == s.max_sequence_length);
+        CHECK(r.skip_guidance_layers == s.skip_guidance_layers);
+        CHECK(r.skip_layer_guidance_scale == s.skip_layer_guidance_scale);
+        CHECK(r.skip_layer_guidance_start == s.skip_layer_guidance_start);
+        CHECK(r.skip_layer_guidance_stop == s.skip_layer_guidance_stop);
     }
 }
 
@@ -158,8 +172,8 @@ TEST_CASE("a job file that is not one this build reads is refused, naming the fi
              {"", path + ": not a dp-launch job file (not JSON"},
              {"[1, 2]", path + ": format: not a dp-launch job file"},
              {R"({"format": "something else", "version": 1})", path + ": format: not a dp-launch job file"},
-             {edited([](auto& j) { j["version"] = 2; }),
-              path + ": version: 2 is not the version this dp-worker reads (1); dp-launch and dp-worker come "
+             {edited([](auto& j) { j["version"] = 1; }),
+              path + ": version: 1 is not the version this dp-worker reads (2); dp-launch and dp-worker come "
                      "from different builds"},
              {edited([](auto& j) { j.erase("output_dir"); }),
               path + ": output_dir: missing (expected a string)"},
@@ -169,7 +183,23 @@ TEST_CASE("a job file that is not one this build reads is refused, naming the fi
               path + ": mesh.tp: expected a whole number from 1"},
              {edited([](auto& j) { j["mesh"]["pp"] = 2; }), path + ": mesh.pp: not a key of this format"},
              {edited([](auto& j) { j["dtype"] = "fp8"; }),
-              path + ": dtype: 'fp8': expected fp32, bf16 or fp16"},
+              path + ": dtype: 'fp8': expected auto, fp32, bf16 or fp16"},
+             {edited([](auto& j) { j.erase("variant"); }), path + ": variant: missing (expected a string)"},
+             {edited([](auto& j) { j["variant"] = "../fp16"; }),
+              path + ": variant: '../fp16': expected empty or a name of letters, digits, '_' and '-'"},
+             {edited([](auto& j) { j["no_t5"] = 1; }), path + ": no_t5: expected true or false, got 1"},
+             {edited([](auto& j) { j["requests"][0].erase("max_sequence_length"); }),
+              path + ": requests[0].max_sequence_length: missing"},
+             {edited([](auto& j) { j["requests"][0]["max_sequence_length"] = 513; }),
+              path + ": requests[0].max_sequence_length: expected a whole number from 1 to 512, got 513"},
+             {edited([](auto& j) { j["requests"][1]["skip_guidance_layers"] = {7, 7}; }),
+              path + ": requests[1].skip_guidance_layers[1]: block 7 is listed twice"},
+             {edited([](auto& j) { j["requests"][1]["skip_guidance_layers"] = {"7"}; }),
+              path + ": requests[1].skip_guidance_layers[0]: expected a block index from 0 to"},
+             {edited([](auto& j) { j["requests"][0]["skip_layer_guidance_start"] = 0.5; }),
+              path + ": requests[0].skip_layer_guidance_start: must be below skip_layer_guidance_stop"},
+             {edited([](auto& j) { j["requests"][0]["skip_layer_guidance_stop"] = 1.5; }),
+              path + ": requests[0].skip_layer_guidance_stop: expected a number from 0.0 to 1.0, got 1.5"},
              {edited([](auto& j) { j["collective_timeout_s"] = 0; }),
               path + ": collective_timeout_s: expected a number"},
              {edited([](auto& j) { j["requests"][1]["seed"] = -1; }),
@@ -197,7 +227,7 @@ TEST_CASE("a job file that is not one this build reads is refused, naming the fi
 }
 
 TEST_CASE("every status event round-trips field by field, as one line") {
-    const StartEvent start{3, "cuda:1", 40, 12};
+    const StartEvent start{3, "cuda:1", 40, 12, "bf16"};
     const ImageEvent image{2, 17, "00017-x.png", std::string(64, 'a'), 812.5, 16, 24};
     const FailedEvent failed{1, 5, "image size 512x16: outside the \"position table\""};
     const RankErrorEvent error{4, kExitCommunication, "all_reduce on group 'tp' failed"};
@@ -215,6 +245,16 @@ TEST_CASE("every status event round-trips field by field, as one line") {
     CHECK(s.device == "cuda:1");
     CHECK(s.first == 40);
     CHECK(s.count == 12);
+    CHECK(s.dtype == "bf16");
+    // An older rank's start event has no dtype; another value is refused.
+    CHECK(std::get<StartEvent>(*parse_status_line(status_line(StartEvent{0, "cpu", 0, 1}))).dtype.empty());
+    bool refused = false;
+    try {
+        parse_status_line(R"({"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 1, "dtype": "auto"})");
+    } catch (const InputDataError& e) {
+        refused = std::string(e.what()) == "status event 'start': dtype 'auto': expected fp32, bf16 or fp16";
+    }
+    CHECK(refused);
     const auto i = std::get<ImageEvent>(*parse_status_line(status_line(image)));
     CHECK(i.rank == 2);
     CHECK(i.index == 17);
