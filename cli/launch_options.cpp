@@ -11,8 +11,10 @@
 #include <type_traits>
 
 #include "launcher/errors.h"
+#include "launcher/model_location.h"
 #include "launcher/prompt_file.h"
 #include "launcher/values.h"
+#include "protocol/job_file.h"
 
 namespace dp::cli {
 
@@ -288,13 +290,35 @@ const std::vector<JobOptionRow>& job_option_table() {
     using J = JobOptions;
     static const std::vector<JobOptionRow> table = finish<J>(
         {
-            applied(read_by(text<J>("--model", "DIR|NAME", &J::model,
-                                    "Diffusers model folder (model_index.json, transformer/, ...), or the "
-                                    "name of a model shipped with dp-launch"),
-                            [](J& j, const std::string& t, const std::string& src) {
-                                j.model = launcher::resolve_model(t, src);
-                            }),
+            // Found once the whole table is read, with --revision (resolve_job_options).
+            applied(text<J>("--model", "DIR|NAME|ORG/NAME", &J::model,
+                            "Diffusers model folder (model_index.json, transformer/, ...), the name of a model "
+                            "shipped with dp-launch, or a Hugging Face repo id found in the local cache "
+                            "($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub; no network)",
+                            "a model folder, a shipped model's name or ORG/NAME"),
                     launcher::kDefaultModel),
+            described(read_by(text<J>("--revision", "REV", &J::revision,
+                                      "Branch, tag or commit hash (7 or more hex digits) of --model ORG/NAME in "
+                                      "the Hugging Face cache"),
+                              [](J& j, const std::string& t, const std::string& src) {
+                                  if (t.empty() || t.find('\0') != std::string::npos || !launcher::is_valid_utf8(t))
+                                      throw UsageError(src + ": expected a branch, a tag or a commit hash");
+                                  j.revision = t;
+                              }),
+                      "main"),
+            read_by(text<J>("--variant", "NAME", &J::variant,
+                            "Weight files of this variant in every component folder (diffusers' variant: fp16 "
+                            "reads NAME.fp16.safetensors or NAME.safetensors.index.fp16.json)"),
+                    [](J& j, const std::string& t, const std::string& src) {
+                        if (t.empty() || !protocol::is_variant_name(t))
+                            throw UsageError(src + " '" + launcher::utf8_for_display(t.substr(0, 80)) +
+                                             "': expected a variant name of letters, digits, '_' and '-', such "
+                                             "as fp16 or bf16");
+                        j.variant = t;
+                    }),
+            on_off<J>("--no-t5,--no_t5", &J::no_t5,
+                      "Run without the T5 text encoder even when the model has one (its embeddings are then "
+                      "zeros, as diffusers' text_encoder_3=None)"),
             u64<J>("--random-weights,--random_weights", "SEED", &J::random_weights,
                    "Use --model's configs with seeded random weights instead of its weights (tests, "
                    "benchmarks)"),
@@ -311,6 +335,24 @@ const std::vector<JobOptionRow>& job_option_table() {
             u64<J>("--seed", "N", &J::seed, "Base seed: a prompt without its own seed gets seed + its index"),
             described(whole<J>("--width", "PX", &J::width, 8, 8192, "Image width"), "the model's"),
             described(whole<J>("--height", "PX", &J::height, 8, 8192, "Image height"), "the model's"),
+            whole<J>("--max-sequence-length,--max_sequence_length", "N", &J::max_sequence_length, 1, 512,
+                     "T5's tokens per prompt (diffusers' max_sequence_length); without T5, as many zero "
+                     "positions"),
+            described(row<J>(
+                          "--skip-guidance-layers,--skip_guidance_layers", "BLOCKS", OptionKind::kText,
+                          "Skip-layer guidance: transformer blocks a third branch skips, a comma list such as "
+                          "7,8,9 (SD3.5 medium's); empty: none",
+                          [](J& j, const std::string& t, const std::string& src) {
+                              j.skip_guidance_layers = launcher::parse_block_list(t, src);
+                          },
+                          [](const J& j) { return launcher::block_list_text(j.skip_guidance_layers); }),
+                      "off"),
+            number<J>("--skip-layer-guidance-scale,--skip_layer_guidance_scale", "X", &J::skip_layer_guidance_scale,
+                      0, 100, "", "How far skip-layer guidance moves the noise away from the skipping branch"),
+            number<J>("--skip-layer-guidance-start,--skip_layer_guidance_start", "F", &J::skip_layer_guidance_start,
+                      0, 1, "", "Fraction of the steps after which skip-layer guidance runs (below the stop)"),
+            number<J>("--skip-layer-guidance-stop,--skip_layer_guidance_stop", "F", &J::skip_layer_guidance_stop, 0,
+                      1, "", "Fraction of the steps after which skip-layer guidance stops"),
             choice<J>(
                 "--strategy", &J::strategy, {"data", "context", "tensor", "device-map"},
                 "Fill the degrees from the world: context means Ulysses where the head count allows it, "
@@ -347,7 +389,9 @@ const std::vector<JobOptionRow>& job_option_table() {
                       7 * 24 * 3600, "seconds",
                       "How long a rank waits in one collective (another rank died or hangs) before it stops "
                       "with exit code 75"),
-            choice<J>("--dtype", &J::dtype, {"fp32", "bf16", "fp16"}, "Precision the model runs in"),
+            choice<J>("--dtype", &J::dtype, {"auto", "fp32", "bf16", "fp16"},
+                      "Precision the model runs in; auto is bf16 on a GPU and fp32 on the CPU, decided by each "
+                      "rank for its device"),
             choice<J>("--device", &J::device, {"auto", "cpu", "cuda"},
                       "auto: cuda:LOCAL_RANK when CUDA is available, else cpu"),
             read_by(text<J>("--negative-prompt,--negative_prompt", "TEXT", &J::negative_prompt,
@@ -495,8 +539,7 @@ std::optional<Setting> setting_of(const OptionDef& def, const RawLaunchOptions& 
 // Every row of `table`, in order, from its setting or its applied default.
 template <class T>
 void apply_table(const std::vector<OptionRow<T>>& table, const RawLaunchOptions& raw, const EnvLookup& env,
-                 T& target) {
-    const ConfigSettings config = load_any_config(raw, env);
+                 const ConfigSettings& config, T& target) {
     for (const OptionRow<T>& row : table) {
         if (const std::optional<Setting> s = setting_of(row, raw, env, config)) {
             row.set(target, s->text, s->source);
@@ -511,7 +554,7 @@ void apply_table(const std::vector<OptionRow<T>>& table, const RawLaunchOptions&
 launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvLookup& env,
                                          bool require_command) {
     LaunchSpec spec;
-    apply_table(launch_option_table(), raw, env, spec);
+    apply_table(launch_option_table(), raw, env, load_any_config(raw, env), spec);
     spec.command = raw.command;
     launcher::validate_launch_spec(spec, require_command);
     return spec;
@@ -527,7 +570,14 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
                                          const std::string& prompts) {
     JobOptions job;
     job.prompts = prompts;
-    apply_table(job_option_table(), raw, env, job);
+    const ConfigSettings config = load_any_config(raw, env);
+    apply_table(job_option_table(), raw, env, config, job);
+    // The model is found once --revision is known: a Hugging Face repo's snapshot depends on it.
+    std::string source = "--model";
+    for (const JobOptionRow& row : job_option_table())
+        if (row.key == "model")
+            if (const std::optional<Setting> s = setting_of(row, raw, env, config)) source = s->source;
+    job.model = launcher::resolve_model(job.model, source, job.revision, env);
     return job;
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "launcher/errors.h"
+#include "launcher/job_settings.h"
 #include "strategies/mesh.h"
 #include "strategies/model_files.h"
 #include "strategies/model_config.h"
@@ -70,20 +71,25 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     const long long px_w = job.width ? job.width : sample * vae_scale,
                     px_h = job.height ? job.height : sample * vae_scale;
     const long long tokens = (px_w / vae_scale / patch) * (px_h / vae_scale / patch);
-    // CLIP's tokens plus the one that stands for T5's 256 zero positions (the worker's Note
-    // [constant text tail]).
+    // CLIP's tokens, then T5's max_sequence_length; without T5 (none in the folder, or --no-t5)
+    // one that stands for its zero positions (the worker's Note [constant text tail]).
     const nlohmann::json tok = read_json_if_present(job.model + "/tokenizer/tokenizer_config.json");
     const long long clip_length =
         tok.contains("model_max_length") && tok["model_max_length"].is_number_integer()
             ? tok["model_max_length"].get<long long>()
             : 77;
-    const long long text = clip_length + 1;
-    const long long f = job.dtype == "fp32" ? 4 : 2;
+    const nlohmann::json index = read_json_if_present(job.model + "/model_index.json");
+    const bool t5 = !job.no_t5 && index.contains("text_encoder_3") && index["text_encoder_3"].is_array() &&
+                    index["text_encoder_3"].size() == 2 && index["text_encoder_3"][1].is_string();
+    const long long text = clip_length + (t5 ? job.max_sequence_length : 1);
+    const std::string dtype = expected_dtype(job, strategy.device_map_plan);
+    const long long f = dtype == "fp32" ? 4 : 2;
 
     std::ostringstream out;
     out << "model: " << job.model << "\n  transformer: " << layers << " blocks, width " << width_d << ", "
         << heads << " heads of " << hd << "; " << px_w << "x" << px_h << " px -> " << tokens
-        << " image tokens, " << text << " text tokens\n";
+        << " image tokens, " << text << " text tokens\n  precision: "
+        << describe_dtype(job, strategy.device_map_plan) << "\n";
     out << "world: " << world << " rank(s) on " << launch.nnodes << " node(s); mesh " << mesh.describe()
         << "\n";
     out << "ranks:\n";
@@ -127,17 +133,17 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     long long split = 0, whole = 0;
     std::map<std::string, int64_t> counts;
     try {
-        counts = strategies::tensor_element_counts(job.model + "/" + spec.transformer);
+        counts = strategies::tensor_element_counts(job.model + "/" + spec.transformer, job.variant);
     } catch (const std::runtime_error& e) {
         throw InputDataError(e.what());
     }
     for (const auto& [name, n] : counts) (strategies::tp_splits_tensor(spec, name) ? split : whole) += n;
     if (!heads_fit || heads % deg.tp == 0)
-        out << "transformer parameters per rank (" << job.dtype
+        out << "transformer parameters per rank (" << dtype
             << "): " << bytes_text((whole + split / deg.tp) * f) << " = " << bytes_text(whole * f)
             << " replicated + " << bytes_text(split * f) << " / tp " << deg.tp << "\n";
     else  // the attention layers split by heads; the MLPs evenly, a smaller share
-        out << "transformer parameters per rank (" << job.dtype << "): up to "
+        out << "transformer parameters per rank (" << dtype << "): up to "
             << bytes_text((whole + split * h_tp / heads) * f) << " = " << bytes_text(whole * f)
             << " replicated + " << bytes_text(split * f) << " x at most " << h_tp << "/" << heads
             << " on the ranks with " << h_tp << " heads (tp " << deg.tp << ")\n";
@@ -146,7 +152,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     // compares a rank's peak RSS with it).
     std::vector<strategies::ComponentSize> sizes;
     try {
-        sizes = strategies::pipeline_component_sizes(job.model, spec, f);
+        sizes = strategies::pipeline_component_sizes(job.model, spec, f, job.variant);
     } catch (const std::runtime_error& e) {
         throw InputDataError(e.what());
     }
@@ -160,7 +166,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
         parts += "  " + c.name + ": " + bytes_text(bytes) +
                  (c.name == spec.transformer && deg.tp > 1 ? ", its tp share" : "") + "\n";
     }
-    out << "weights per rank (" << job.dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
+    out << "weights per rank (" << dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
 
     // Bytes each rank sends per denoising step, for one prompt (README "Parallel strategies").
     const long long split_tokens = deg.ring * deg.ulysses;
@@ -185,6 +191,15 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     if (step.empty()) out << " none";
     for (const auto& [kind, bytes] : step) out << "\n  " << kind << ": " << bytes_text(bytes);
     out << "\n";
+    // What the job itself would refuse, though a plan can still be made.
+    std::vector<std::string> refusals = model_problems(job);
+    try {
+        const std::vector<std::string> more = job_setting_problems(job, read_model_rules(job));
+        refusals.insert(refusals.end(), more.begin(), more.end());
+    } catch (const Error& e) {
+        refusals.push_back(e.what());
+    }
+    for (const std::string& why : refusals) out << "warning: the job would refuse this: " << why << "\n";
     return out.str();
 }
 

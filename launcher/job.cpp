@@ -18,6 +18,7 @@
 
 #include "launcher/errors.h"
 #include "launcher/gallery.h"
+#include "launcher/job_settings.h"
 #include "launcher/manifest.h"
 #include "launcher/output_folder.h"
 #include "launcher/process.h"
@@ -56,38 +57,6 @@ std::string self_dir() {
     std::string path(buf, static_cast<std::size_t>(n));
     return path.substr(0, path.rfind('/'));
 }
-
-bool is_model_dir(const std::string& dir) { return exists(dir + "/model_index.json"); }
-
-}  // namespace
-
-std::string resolve_model(const std::string& name, const std::string& source) {
-    if (name.empty()) throw UsageError(source + ": expected a model folder or the name of a shipped model");
-    if (name.find('/') != std::string::npos || is_model_dir(name)) {
-        if (!is_model_dir(name))
-            throw UsageError(source + " " + name +
-                             ": no model_index.json there (expected a diffusers model folder)");
-        return name;
-    }
-    std::vector<std::string> places;
-    if (const char* dir = std::getenv("DP_MODELS_DIR"); dir && *dir)
-        places.push_back(std::string(dir) + "/" + name);
-    const std::string exe = self_dir();
-    places.push_back(exe + "/../share/dp-launch/models/" + name);
-    places.push_back(exe + "/../../models/" + name);
-    for (const std::string& p : places) {
-        if (!is_model_dir(p)) continue;
-        char real[PATH_MAX];
-        return realpath(p.c_str(), real) ? std::string(real) : p;
-    }
-    std::string searched;
-    for (const std::string& p : places) searched += (searched.empty() ? "" : ", ") + p;
-    throw UsageError(source + " " + name +
-                     ": no such model folder, and no shipped model of that name (looked in " + searched +
-                     ")");
-}
-
-namespace {
 
 // Follows the ranks' status channels: appends each finished record to the manifest as it comes
 // (so a crash leaves every finished record readable) and shows progress. A prompt counts once:
@@ -135,6 +104,7 @@ class JobMonitor : public StatusListener {
         if (!event) return;  // not ours: a rank wrote something else on its status channel
         if (const auto* start = std::get_if<protocol::StartEvent>(&*event)) {
             shares_[rank] = {start->first, start->count};
+            if (!start->dtype.empty()) dtype_of_[rank] = start->dtype;
         } else if (const auto* image = std::get_if<protocol::ImageEvent>(&*event)) {
             nlohmann::json* r = pending(image->index);
             if (!r) return;
@@ -144,6 +114,8 @@ class JobMonitor : public StatusListener {
             (*r)["ms"] = static_cast<int64_t>(image->ms);
             (*r)["width"] = image->width;
             (*r)["height"] = image->height;
+            // The precision the rank ran in (--dtype auto resolved on its device).
+            if (const auto d = dtype_of_.find(rank); d != dtype_of_.end()) (*r)["dtype"] = d->second;
             ++done_;
             append(*r);
         } else if (const auto* failed = std::get_if<protocol::FailedEvent>(&*event)) {
@@ -314,6 +286,7 @@ class JobMonitor : public StatusListener {
     std::map<int64_t, protocol::JobRequest> request_of_;
     std::vector<int64_t> order_;
     std::map<int, std::pair<int64_t, int64_t>> shares_;  // rank -> its share [first, first + count)
+    std::map<int, std::string> dtype_of_;                  // rank -> the precision it said it runs in
     int64_t to_run_;
     int64_t done_ = 0, failed_ = 0, not_run_ = 0, kept_ = 0;
     std::string manifest_path_;
@@ -370,8 +343,20 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& j
     const bool file = job.device_map != "balanced" && job.device_map != "auto";
     if (!file && job.max_memory.empty()) return std::nullopt;  // the GPUs' memory: the worker's
     try {
-        return strategies::plan_device_map_spec(job.model, job.dtype == "fp32" ? 4 : 2, job.device_map,
-                                                job.max_memory, {});
+        const auto plan_at = [&](int64_t element_bytes) {
+            return strategies::plan_device_map_spec(job.model, element_bytes, job.device_map, job.max_memory, {},
+                                                    job.variant);
+        };
+        if (job.dtype != "auto") return plan_at(job.dtype == "fp32" ? 4 : 2);
+        // --dtype auto is fp32 on CPU devices and bf16 on GPUs: the devices say which.
+        strategies::DeviceMapPlan devices;
+        if (!job.max_memory.empty()) {
+            for (const strategies::DeviceBudget& b : strategies::parse_max_memory(job.max_memory))
+                devices.devices.push_back(b.device);
+        } else {
+            devices = plan_at(4);  // a FILE.json: no budgets to exceed
+        }
+        return plan_at(expected_dtype(job, devices) == "fp32" ? 4 : 2);
     } catch (const std::exception& e) {
         throw UsageError("--device-map " + job.device_map + ": " + e.what());
     }
@@ -409,6 +394,8 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::Resolved
     f.dtype = job.dtype;
     f.device = job.device;
     f.batch_size = job.batch_size;
+    f.variant = job.variant;
+    f.no_t5 = job.no_t5;
     const strategies::MeshDegrees& d = strategy.degrees;
     f.mesh = {d.dp, d.cfg, d.ring, d.ulysses, d.tp};
     f.collective_timeout_s = job.collective_timeout_s;
@@ -430,20 +417,12 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
                   << std::endl;
     const std::string name = job.prompts == "-" ? "<stdin>" : utf8_for_display(job.prompts);
-    // Sizes the model cannot make are refused here, before anything starts: a flag's is a usage
-    // error, a JSONL line's makes that line invalid.
-    const strategies::ImageSizeRule sizes =
-        strategies::read_image_size_rule(job.model, strategies::parallel_spec_for_model(job.model));
-    using Side = std::pair<const char*, std::optional<int>>;
-    for (const auto& [flag, pixels] : {Side{"--width", job.width}, Side{"--height", job.height}})
-        if (const std::string why = *pixels ? sizes.check(*pixels) : ""; !why.empty())
-            throw UsageError(std::string(flag) + " " + std::to_string(*pixels) + ": " + why);
-    const PromptFile file = read_prompt_file(job.prompts, [&sizes](const PromptRecord& p) -> std::string {
-        for (const auto& [key, pixels] : {Side{"width", p.width}, Side{"height", p.height}})
-            if (const std::string why = pixels ? sizes.check(*pixels) : ""; !why.empty())
-                return "key '" + std::string(key) + "': " + std::to_string(*pixels) + ": " + why;
-        return {};
-    });
+    // What the model cannot run is refused here, before anything starts: a flag's setting is a
+    // usage error, a JSONL line's makes that line invalid, the folder's own problems are the model's.
+    const ModelRules rules = read_model_rules(job);
+    check_job(job, rules);
+    const PromptFile file = read_prompt_file(
+        job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, rules); });
 
     if (!file.invalid.empty() && !job.skip_invalid) {
         std::string text =
@@ -478,24 +457,10 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         job.overwrite || job.resume ? read_manifest(manifest_path) : std::map<int64_t, nlohmann::json>{};
     const bool replace = job.overwrite || job.resume;
     std::map<int64_t, protocol::JobRequest> requests;
+    const std::string dtype = expected_dtype(job, strategy.device_map_plan);
     for (const PromptRecord& p : file.prompts) {
-        protocol::JobRequest q;
-        q.index = p.index;
-        q.file = image_file_name(p.index, p.name ? *p.name : p.prompt);
-        q.prompt = p.prompt;
-        q.negative_prompt = p.negative_prompt.value_or(job.negative_prompt);
-        q.seed = p.seed.value_or(prompt_seed(job.seed, p.index));
-        q.steps = p.steps.value_or(job.steps);
-        q.guidance_scale = p.guidance_scale.value_or(job.guidance_scale);
-        q.width = p.width.value_or(job.width ? job.width : static_cast<int>(sizes.default_side));
-        q.height = p.height.value_or(job.height ? job.height : static_cast<int>(sizes.default_side));
-        nlohmann::json r = q;
-        r["line"] = p.line;
-        r["model"] = job.model;
-        r["dtype"] = job.dtype;
-        if (job.random_weights) r["random_weights"] = *job.random_weights;
-        r["status"] = "pending";
-        records[p.index] = r;
+        protocol::JobRequest q = job_request(p, job, rules);
+        records[p.index] = pending_record(q, p.line, job, dtype);
         if (!replace && exists(job.output_dir + "/" + q.file)) clashes.push_back(job.output_dir + "/" + q.file);
         requests[p.index] = std::move(q);
     }

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "launcher/launch_spec.h"
+#include "launcher/model_location.h"
 #include "protocol/errors.h"
 #include "protocol/job_file.h"
 #include "strategies/device_map.h"
@@ -20,12 +22,6 @@ using protocol::kExitNoInput;  // the prompt file cannot be read
 // The model used without --model: the shapes model trained by this project and shipped in
 // models/ (see models/README.md).
 inline constexpr const char* kDefaultModel = "shapes-sd3";
-
-// A model folder path as given (when it contains a '/' or exists as given), else the shipped
-// model of that name, looked up next to the executable: $DP_MODELS_DIR/NAME,
-// EXE/../share/dp-launch/models/NAME, EXE/../../models/NAME. Throws UsageError naming `source`
-// and the places searched when there is none.
-std::string resolve_model(const std::string& name, const std::string& source);
 
 struct JobOptions {
     std::string prompts;  // a path, or "-" for standard input
@@ -48,9 +44,18 @@ struct JobOptions {
     std::string strategy;       // data, context, tensor or device-map: fills the degrees from the world
     std::string device_map;     // balanced, auto or a FILE.json; empty: no device_map
     std::string max_memory;     // device_map's budgets, "DEV=SIZE,..."; empty: the visible GPUs
-    std::string dtype = "fp32";
+    std::string dtype = "auto";  // auto: bf16 on a GPU, fp32 on the CPU (each rank decides); fp32, bf16, fp16
     std::string device = "auto";
+    std::string revision;  // --model ORG/NAME's branch, tag or commit in the Hugging Face cache; empty: main
+    std::string variant;   // weight files NAME.VARIANT.safetensors; empty: the plain ones
+    bool no_t5 = false;    // without the T5 text encoder, even when the folder has one
     std::string negative_prompt;
+    // Defaults of each prompt's settings, as diffusers' StableDiffusion3Pipeline names them.
+    int max_sequence_length = 256;
+    std::vector<int> skip_guidance_layers;  // empty: no skip-layer guidance
+    double skip_layer_guidance_scale = 2.8;
+    double skip_layer_guidance_start = 0.01;
+    double skip_layer_guidance_stop = 0.2;
     bool overwrite = false;
     bool resume = false;  // keep the earlier run's valid images, make only the missing ones
     bool skip_invalid = false;

@@ -151,13 +151,34 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
     const auto value = [](const nlohmann::json& r, const char* key, const nlohmann::json& fallback) {
         return r.contains(key) ? r[key] : fallback;
     };
+    // Each setting with the value a record that leaves it out had (older records, and the
+    // skip-layer settings when no block is skipped).
     const std::pair<const char*, nlohmann::json> keys[] = {
-        {"model", nullptr},     {"random_weights", nullptr}, {"dtype", "fp32"}, {"seed", nullptr},
-        {"steps", nullptr},     {"guidance_scale", nullptr}, {"width", 0},      {"height", 0},
-        {"negative_prompt", ""}};
+        {"model", nullptr},
+        {"random_weights", nullptr},
+        {"variant", ""},
+        {"dtype", "fp32"},
+        {"no_t5", false},
+        {"seed", nullptr},
+        {"steps", nullptr},
+        {"guidance_scale", nullptr},
+        {"width", 0},
+        {"height", 0},
+        {"negative_prompt", ""},
+        {"max_sequence_length", 256},
+        {"skip_guidance_layers", nlohmann::json::array()},
+        {"skip_layer_guidance_scale", 2.8},
+        {"skip_layer_guidance_start", 0.01},
+        {"skip_layer_guidance_stop", 0.2}};
+    const auto skips = [&](const nlohmann::json& r) {
+        return !value(r, "skip_guidance_layers", nlohmann::json::array()).empty();
+    };
+    const bool skip_layer_guidance = skips(earlier) || skips(now);
     for (const auto& [key, fallback] : keys) {
         const nlohmann::json want = value(now, key, fallback);
         if ((std::string(key) == "width" || std::string(key) == "height") && want == 0) continue;
+        // Without skipped blocks the skip-layer settings change nothing.
+        if (std::string(key).rfind("skip_layer_guidance_", 0) == 0 && !skip_layer_guidance) continue;
         const nlohmann::json had = value(earlier, key, fallback);
         if (had != want)
             differences.push_back(std::string(key) + " " + describe(had) + " (now " + describe(want) + ")");

@@ -37,9 +37,11 @@ class ManifestAppender {
     int64_t size_ = 0;  // the bytes of whole records in the file
 };
 
-// The settings that change an image's pixels (model, random weights, dtype, seed, steps, guidance,
-// size, negative prompt) on which an earlier record differs from the one a new job would write,
-// as "steps 4 (now 2)". A size of 0 in `now` (the model's default) is not compared.
+// The settings that change an image's pixels (model, random weights, variant, dtype, no_t5, seed,
+// steps, guidance, size, negative prompt, max_sequence_length and skip-layer guidance) on which an
+// earlier record differs from the one a new job would write, as "steps 4 (now 2)". A size of 0 in
+// `now` (the model's default) is not compared, nor are the skip-layer scale, start and stop when
+// neither record skips a block.
 std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier, const nlohmann::json& now);
 
 // For --resume: the earlier records (read_manifest) whose images a job whose prompts have

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -19,7 +20,27 @@
 namespace dp::launcher {
 namespace {
 
-const char* kAcceptedKeys = "prompt, negative_prompt, seed, steps, guidance_scale, width, height, name";
+const char* kAcceptedKeys =
+    "prompt, negative_prompt, seed, steps, guidance_scale, width, height, name, max_sequence_length, "
+    "skip_guidance_layers, skip_layer_guidance_scale, skip_layer_guidance_start, skip_layer_guidance_stop";
+
+// A transformer block index in a prompt file; the model's own count is checked by the caller.
+constexpr int64_t kMaxBlockIndex = 100000;
+
+// Reads "skip_guidance_layers": a list of distinct block indices. Returns an error text, or empty.
+std::string parse_layers(const nlohmann::json& value, std::vector<int>& out) {
+    const std::string expected = "key 'skip_guidance_layers': expected a list of distinct transformer block "
+                                 "indices, e.g. [7, 8, 9] ([] for none)";
+    if (!value.is_array()) return expected;
+    for (const auto& v : value) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxBlockIndex) return expected;
+        const int layer = static_cast<int>(v.get<int64_t>());
+        if (std::find(out.begin(), out.end(), layer) != out.end())
+            return "key 'skip_guidance_layers': block " + std::to_string(layer) + " is listed twice";
+        out.push_back(layer);
+    }
+    return {};
+}
 
 std::string where(const std::string& name, int64_t line) { return name + ":" + std::to_string(line); }
 
@@ -54,11 +75,26 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
                        std::to_string(hi);
             const int v = static_cast<int>(value.get<int64_t>());
             (is_steps ? out.steps : key == "width" ? out.width : out.height) = v;
-        } else if (key == "guidance_scale") {
+        } else if (key == "guidance_scale" || key == "skip_layer_guidance_scale" ||
+                   key == "skip_layer_guidance_start" || key == "skip_layer_guidance_stop") {
+            const bool fraction = key != "guidance_scale" && key != "skip_layer_guidance_scale";
+            const double hi = fraction ? 1 : 100;
             if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0 ||
-                value.get<double>() > 100)
-                return type_error("a number from 0 to 100");
-            out.guidance_scale = value.get<double>();
+                value.get<double>() > hi)
+                return type_error(fraction ? "a number from 0 to 1 (a fraction of the steps)" : "a number from 0 to 100");
+            const double v = value.get<double>();
+            (key == "guidance_scale"              ? out.guidance_scale
+             : key == "skip_layer_guidance_scale" ? out.skip_layer_guidance_scale
+             : key == "skip_layer_guidance_start" ? out.skip_layer_guidance_start
+                                                  : out.skip_layer_guidance_stop) = v;
+        } else if (key == "max_sequence_length") {
+            if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 512)
+                return type_error("a whole number from 1 to 512 (T5's tokens)");
+            out.max_sequence_length = static_cast<int>(value.get<int64_t>());
+        } else if (key == "skip_guidance_layers") {
+            std::vector<int> layers;
+            if (std::string why = parse_layers(value, layers); !why.empty()) return why;
+            out.skip_guidance_layers = std::move(layers);
         } else {
             return "unknown key '" + key.substr(0, 40) + "' (accepted: " + kAcceptedKeys + ")";
         }

@@ -8,7 +8,10 @@
 // an invalid line never renumbers the others.
 //
 // JSON Lines (.jsonl): one object per non-blank line with "prompt" (required, non-empty) and
-// optional "negative_prompt", "seed", "steps", "guidance_scale", "width", "height", "name".
+// optional "negative_prompt", "seed", "steps", "guidance_scale", "width", "height", "name", and
+// diffusers' "max_sequence_length" (1 to 512), "skip_guidance_layers" (a list of distinct block
+// indices), "skip_layer_guidance_scale" (0 to 100), "skip_layer_guidance_start" and
+// "skip_layer_guidance_stop" (0 to 1).
 //
 // Invalid lines: bytes that are not UTF-8, a NUL byte, a line longer than kMaxPromptLineBytes, and
 // in JSONL a line that is not such an object (unknown key, a key twice, wrong type, value out of
@@ -42,6 +45,9 @@ struct PromptRecord {
     std::optional<double> guidance_scale;
     std::optional<int> width, height;
     std::optional<std::string> name;
+    std::optional<int> max_sequence_length;
+    std::optional<std::vector<int>> skip_guidance_layers;
+    std::optional<double> skip_layer_guidance_scale, skip_layer_guidance_start, skip_layer_guidance_stop;
 };
 
 struct InvalidPrompt {

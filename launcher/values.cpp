@@ -180,6 +180,29 @@ std::string gpu_ids_text(const std::vector<int>& ids) {
     return out;
 }
 
+std::vector<int> parse_block_list(std::string_view text, const std::string& source) {
+    const std::string accepted = "expected distinct transformer block indices separated by commas, e.g. 7,8,9 "
+                                 "(empty: none)";
+    std::vector<int> blocks;
+    if (text.empty()) return blocks;
+    for (size_t start = 0;;) {
+        const size_t comma = text.find(',', start);
+        const std::string_view item = text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
+        int block = 0;
+        auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), block);
+        if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || block < 0 || block > 100000)
+            reject(source, text, accepted);
+        if (std::find(blocks.begin(), blocks.end(), block) != blocks.end())
+            reject(source, text, "block " + std::to_string(block) + " is listed twice; " + accepted);
+        blocks.push_back(block);
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+    }
+    return blocks;
+}
+
+std::string block_list_text(const std::vector<int>& blocks) { return gpu_ids_text(blocks); }
+
 std::string parse_host(std::string_view text, const std::string& source) {
     std::string host(text);
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);

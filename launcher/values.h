@@ -44,6 +44,12 @@ std::vector<int> parse_gpu_ids(std::string_view text, const std::string& source)
 // The text parse_gpu_ids reads: "0,2,3".
 std::string gpu_ids_text(const std::vector<int>& ids);
 
+// "7,8,9": distinct transformer block indices, each 0 to 100000 (the model's own count is checked
+// against it later); the empty text is none.
+std::vector<int> parse_block_list(std::string_view text, const std::string& source);
+// The text parse_block_list reads: "7,8,9", or empty.
+std::string block_list_text(const std::vector<int>& blocks);
+
 // An IPv4 or IPv6 literal (optionally in brackets) or an RFC 1123 host name. Returns it without
 // brackets.
 std::string parse_host(std::string_view text, const std::string& source);

@@ -1,8 +1,11 @@
 #include "strategies/model_config.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "protocol/errors.h"
 #include "strategies/model_files.h"
@@ -100,6 +103,199 @@ ImageSizeRule read_image_size_rule(const std::string& model_dir, const ParallelS
     rule.max_patches = positive(config, "pos_embed_max_size", 96, path);
     rule.default_side = positive(config, spec.sample_size_key, d.sample_size, path) * rule.vae_scale;
     return rule;
+}
+
+}  // namespace dp::strategies
+
+namespace dp::strategies {
+namespace {
+
+// What a component of model_index.json must be, for a family's pipeline.
+struct ComponentRule {
+    const char* key;
+    std::vector<std::string> classes;  // accepted class names, the first the one to name
+    bool required;                     // false: [null, null] or absent is fine
+    enum Files { kModel, kScheduler, kClipTokenizer, kT5Tokenizer } files;
+    bool t5;  // part of the T5 text encoder: nothing is needed of it with no_t5
+};
+
+// StableDiffusion3Pipeline's components, as the worker's pipeline loads them.
+const std::vector<ComponentRule>& sd3_components() {
+    static const std::vector<ComponentRule> rules = {
+        {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
+        {"text_encoder", {"CLIPTextModelWithProjection", "CLIPTextModel"}, true, ComponentRule::kModel, false},
+        {"text_encoder_2", {"CLIPTextModelWithProjection", "CLIPTextModel"}, true, ComponentRule::kModel, false},
+        {"tokenizer", {"CLIPTokenizer"}, true, ComponentRule::kClipTokenizer, false},
+        {"tokenizer_2", {"CLIPTokenizer"}, true, ComponentRule::kClipTokenizer, false},
+        {"transformer", {"SD3Transformer2DModel"}, true, ComponentRule::kModel, false},
+        {"vae", {"AutoencoderKL"}, false, ComponentRule::kModel, false},
+        {"text_encoder_3", {"T5EncoderModel"}, false, ComponentRule::kModel, true},
+        {"tokenizer_3", {"T5TokenizerFast", "T5Tokenizer"}, false, ComponentRule::kT5Tokenizer, true},
+    };
+    return rules;
+}
+
+std::string or_list(const std::vector<std::string>& items) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i)
+        out += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
+    return out;
+}
+
+bool is_folder(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The class model_index.json names for `key`: empty for [null, null] or an absent key. Throws
+// ModelError for an entry of another shape.
+std::string component_class(const nlohmann::json& index, const std::string& key, const std::string& path) {
+    const auto it = index.find(key);
+    if (it == index.end()) return {};
+    if (!it->is_array() || it->size() != 2)
+        throw protocol::ModelError(path + ": \"" + key + "\" must be [library, class] or [null, null]");
+    if ((*it)[1].is_null()) return {};
+    if (!(*it)[1].is_string()) throw protocol::ModelError(path + ": \"" + key + "\" must name its class as a string");
+    return (*it)[1].get<std::string>();
+}
+
+// The problems of one component's folder: its config, tokenizer files and weights.
+void check_component_files(const std::string& dir, const ComponentRule& rule, const ModelNeeds& needs,
+                           std::vector<std::string>& problems) {
+    const auto need_file = [&](const std::string& file) {
+        try {
+            check_model_file(dir + "/" + file);
+        } catch (const protocol::ModelError& e) {
+            problems.push_back(e.what());
+        }
+    };
+    switch (rule.files) {
+        case ComponentRule::kScheduler:
+            need_file("scheduler_config.json");
+            return;
+        case ComponentRule::kClipTokenizer:
+            if (!model_file_exists(dir + "/tokenizer.json")) {
+                need_file("vocab.json");
+                need_file("merges.txt");
+            } else {
+                need_file("tokenizer.json");
+            }
+            return;
+        case ComponentRule::kT5Tokenizer:
+            need_file("spiece.model");  // the SentencePiece model the worker's T5 tokenizer reads
+            return;
+        case ComponentRule::kModel:
+            break;
+    }
+    try {
+        check_model_file(dir + "/config.json");  // names a symlink whose blob is missing
+        read_object(dir + "/config.json");
+    } catch (const protocol::ModelError& e) {
+        problems.push_back(e.what());
+    }
+    if (needs.random_weights) return;
+    const std::set<std::string> variants = weight_variants(dir);
+    if (variants.empty() && model_file_exists(dir + "/tensors.json")) return;  // config-only: said elsewhere
+    try {
+        const ComponentWeights weights = find_component_weights(dir, needs.variant);
+        check_model_file(weights.index.empty() ? weights.file : weights.index);
+    } catch (const protocol::ModelError& e) {
+        problems.push_back(e.what());
+    }
+}
+
+// The transformer's config against the rest: dual-attention blocks within the blocks, T5's width.
+void check_transformer_config(const std::string& model_dir, const ParallelSpec& spec, bool t5,
+                              std::vector<std::string>& problems) {
+    const std::string path = model_dir + "/" + spec.transformer + "/config.json";
+    nlohmann::json config;
+    int64_t layers = 0;
+    try {
+        config = read_object(path);
+        layers = positive(config, spec.layers_key, spec.transformer_defaults.layers, path);
+    } catch (const protocol::ModelError&) {
+        return;  // reported with its folder
+    }
+    if (const auto it = config.find("dual_attention_layers"); it != config.end() && !it->is_null()) {
+        std::set<int64_t> seen;
+        bool ok = it->is_array();
+        for (const auto& v : ok ? *it : nlohmann::json::array()) {
+            ok = ok && v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < layers &&
+                 seen.insert(v.get<int64_t>()).second;
+        }
+        if (!ok)
+            problems.push_back(path + ": \"dual_attention_layers\" is " + it->dump().substr(0, 60) +
+                               "; expected a list of distinct block indices from 0 to " + std::to_string(layers - 1));
+    }
+    if (!t5) return;
+    const std::string t5_path = model_dir + "/text_encoder_3/config.json";
+    try {
+        const nlohmann::json t5_config = read_object(t5_path);
+        const int64_t joint = positive(config, "joint_attention_dim", 4096, path);
+        const int64_t d_model = positive(t5_config, "d_model", 512, t5_path);
+        if (d_model != joint)
+            problems.push_back(t5_path + ": \"d_model\" is " + std::to_string(d_model) +
+                               " but the transformer's joint_attention_dim is " + std::to_string(joint) +
+                               " (T5's embeddings join the text as they are); use the T5 encoder made for this "
+                               "model, or --no-t5");
+    } catch (const protocol::ModelError& e) {
+        if (model_file_exists(t5_path)) problems.push_back(e.what());  // a missing one is reported already
+    }
+}
+
+}  // namespace
+
+std::vector<std::string> model_folder_problems(const std::string& model_dir, const ParallelSpec& spec,
+                                               const ModelNeeds& needs) {
+    std::vector<std::string> problems;
+    const std::string path = model_dir + "/model_index.json";
+    nlohmann::json index;
+    try {
+        index = read_object(path);
+    } catch (const protocol::ModelError& e) {
+        return {e.what()};
+    }
+    if (spec.family != "sd3") return problems;  // no other family is known yet
+    bool t5 = false;
+    std::string t5_tokenizer;
+    for (const ComponentRule& rule : sd3_components()) {
+        std::string cls;
+        try {
+            cls = component_class(index, rule.key, path);
+        } catch (const protocol::ModelError& e) {
+            problems.push_back(e.what());
+            continue;
+        }
+        if (rule.t5 && needs.no_t5) continue;
+        if (std::string(rule.key) == "tokenizer_3") {
+            if (!t5) continue;  // no T5 encoder: its tokenizer is not needed
+            if (cls.empty()) {
+                problems.push_back(path + ": \"tokenizer_3\" is missing, but text_encoder_3 names a T5 encoder, "
+                                          "which needs a " + or_list(rule.classes) + " (or run with --no-t5)");
+                continue;
+            }
+        }
+        if (cls.empty()) {
+            if (rule.required)
+                problems.push_back(path + ": \"" + rule.key + "\" is missing: " + spec.pipeline_class + " needs a " +
+                                   rule.classes.front());
+            continue;
+        }
+        if (std::find(rule.classes.begin(), rule.classes.end(), cls) == rule.classes.end()) {
+            problems.push_back(path + ": \"" + rule.key + "\" is a " + cls + "; supported: " + or_list(rule.classes) +
+                               (rule.t5 ? " (or run with --no-t5)" : ""));
+            continue;
+        }
+        if (std::string(rule.key) == "text_encoder_3") t5 = true;
+        const std::string dir = model_dir + "/" + rule.key;
+        if (!is_folder(dir)) {
+            problems.push_back(dir + ": missing (model_index.json names a " + cls + " there)");
+            continue;
+        }
+        check_component_files(dir, rule, needs, problems);
+    }
+    check_transformer_config(model_dir, spec, t5, problems);
+    return problems;
 }
 
 }  // namespace dp::strategies

@@ -4,6 +4,7 @@
 // the worker read these facts here, so that a default is written once, in the spec.
 
 #include <string>
+#include <vector>
 
 #include "strategies/parallel_spec.h"
 
@@ -39,5 +40,24 @@ struct ImageSizeRule {
 // block_out_channels, the transformer's config.json the patch, sample and position-table sizes
 // (a key it leaves out takes diffusers' default). Throws protocol::ModelError naming the file.
 ImageSizeRule read_image_size_rule(const std::string& model_dir, const ParallelSpec& spec);
+
+// What a job asks of a model folder beyond its shape.
+struct ModelNeeds {
+    std::string variant;          // the weight files of this variant (Note [weight variants], model_files.h)
+    bool no_t5 = false;           // the T5 encoder is not loaded, so its folders need nothing
+    bool random_weights = false;  // weights are not read: only configs and tokenizers matter
+};
+
+// Every reason the ranks would refuse `model_dir` for a job with `needs`, found from its files
+// without loading anything: model_index.json's components missing or of a class the family does
+// not run (SD3: CLIP and T5 text encoders, T5TokenizerFast or T5Tokenizer with spiece.model, the
+// SD3 transformer, AutoencoderKL, the flow-match scheduler), a component folder, config,
+// tokenizer file or weight file that is missing or not a regular file, and configs that do not fit
+// together (dual_attention_layers outside the blocks, T5's d_model against the transformer's
+// joint_attention_dim). Each entry names the file or key and what would work. Empty: it loads as
+// far as its files tell. A config-only folder's missing weights (tensors.json, no *.safetensors)
+// are not listed: components_without_weights (model_sizes.h) says that.
+std::vector<std::string> model_folder_problems(const std::string& model_dir, const ParallelSpec& spec,
+                                               const ModelNeeds& needs);
 
 }  // namespace dp::strategies

@@ -82,6 +82,7 @@ std::vector<TableRow> every_table_row() {
 std::vector<std::string> context_for(const OptionDef& def, const std::string& nnodes = "4") {
     const bool one_node = def.key == "master_addr" || def.key == "master_port";
     std::vector<std::string> args;
+    if (def.key == "revision") args.push_back("--model=org/tiny");  // in fake_hub_cache()
     for (auto [key, value] : {std::pair<std::string, std::string>{"nnodes", one_node ? "" : nnodes},
                               {"master_addr", "node0"},
                               {"master_port", "29500"}})
@@ -92,6 +93,24 @@ std::vector<std::string> context_for(const OptionDef& def, const std::string& nn
 // Where resolve_row writes its config file.
 std::string config_path() { return temp_path("table.json"); }
 
+// A Hugging Face cache holding org/tiny at main, v1, v2 and v3, each its own snapshot.
+std::string fake_hub_cache() {
+    static const std::string dir = [] {
+        const std::string cache = temp_path("hub");
+        const std::string repo = cache + "/models--org--tiny";
+        std::filesystem::create_directories(repo + "/refs");
+        const std::vector<std::string> refs = {"main", "v1", "v2", "v3"};
+        for (std::size_t i = 0; i < refs.size(); ++i) {
+            const std::string commit = std::string(39, 'a') + static_cast<char>('0' + i);
+            std::filesystem::create_directories(repo + "/snapshots/" + commit);
+            std::ofstream(repo + "/snapshots/" + commit + "/model_index.json") << "{}";
+            std::ofstream(repo + "/refs/" + refs[i]) << commit;
+        }
+        return cache;
+    }();
+    return dir;
+}
+
 // A main job on p.txt, with the row set from the sources given (nullopt: not set there). A config
 // value is written as a JSON number when `config_as_number`.
 CommandLine resolve_row(const OptionDef& def, std::optional<std::string> flag, std::optional<std::string> env,
@@ -99,6 +118,7 @@ CommandLine resolve_row(const OptionDef& def, std::optional<std::string> flag, s
                         std::vector<std::string> args = {}) {
     if (args.empty()) args = context_for(def);
     FakeEnv fake;
+    fake.vars["HF_HUB_CACHE"] = fake_hub_cache();
     if (flag) args.push_back(def.long_flag + "=" + *flag);
     if (env) fake.vars[def.env] = *env;
     if (config) {
@@ -139,6 +159,8 @@ std::vector<std::string> candidates(const OptionDef& def) {
             break;
     }
     if (def.key == "gpu_ids") return {"0", "1", "0,1"};
+    if (def.key == "skip_guidance_layers") return {"1", "0,2", "3"};
+    if (def.key == "revision") return {"v1", "v2", "v3"};  // branches of the fake cache's org/tiny
     if (def.key == "model") {
         std::vector<std::string> out;
         for (const char* name : {"model_a", "model_b", "model_c"}) {
@@ -152,9 +174,10 @@ std::vector<std::string> candidates(const OptionDef& def) {
     return {"a", "b", "c"};
 }
 
-// Fields that another row's value changes on purpose: -n auto counts --gpu-ids.
+// Fields that another row's value changes on purpose: -n auto counts --gpu-ids, and --revision
+// picks --model's snapshot.
 bool depends_on(const std::string& key, const std::string& other) {
-    return key == "num_processes" && other == "gpu_ids";
+    return (key == "num_processes" && other == "gpu_ids") || (key == "model" && other == "revision");
 }
 
 std::string join(const std::vector<std::string>& items, const std::string& separator) {
@@ -537,7 +560,17 @@ TEST_CASE("every invalid value is a one-line usage error naming its source") {
          "--model no-such-model: no such model folder, and no shipped model of that name"},
         {{"--model", "/nonexistent/dir", "p.txt"}, "--model /nonexistent/dir: no model_index.json there"},
         {{"--steps", "0", "p.txt"}, "--steps '0': expected a whole number from 1 to 1000"},
-        {{"--dtype", "fp64", "p.txt"}, "--dtype 'fp64': expected one of fp32, bf16, fp16"},
+        {{"--dtype", "fp64", "p.txt"}, "--dtype 'fp64': expected one of auto, fp32, bf16, fp16"},
+        {{"--variant", "fp16/x", "p.txt"}, "--variant 'fp16/x': expected a variant name of letters, digits"},
+        {{"--variant", "", "p.txt"}, "--variant '': expected a variant name"},
+        {{"--skip-guidance-layers", "7,7", "p.txt"}, "--skip-guidance-layers '7,7': block 7 is listed twice"},
+        {{"--skip-guidance-layers", "7,,8", "p.txt"}, "--skip-guidance-layers '7,,8': expected distinct"},
+        {{"--skip-guidance-layers", "-1", "p.txt"}, "--skip-guidance-layers '-1': expected distinct"},
+        {{"--revision", "v1", "p.txt"},
+         "--revision v1: --model shapes-sd3 is a shipped model's name; --revision applies to a Hugging Face repo"},
+        {{"--model", "/nonexistent/dir", "--revision", "v1", "p.txt"}, "--revision v1: --model /nonexistent/dir is a folder"},
+        {{"--model", "org/na me", "p.txt"}, "--model 'org/na me': no such folder, and not a Hugging Face repo id"},
+        {{"--model", "org--x/name", "p.txt"}, "'--' and '..' are not allowed in a repo id"},
         {{"--device", "tpu", "p.txt"}, "--device 'tpu'"},
         {{"--seed", "-1", "p.txt"}, "--seed '-1'"},
         {{"--width", "4", "p.txt"}, "--width '4'"},

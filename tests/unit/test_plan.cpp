@@ -13,6 +13,7 @@ std::string plan(int world, std::vector<std::string> flags) {
     launch.num_processes = world;
     dp::launcher::JobOptions job;
     job.model = dp::launcher::resolve_model("tiny-random-sd3", "--model");
+    job.dtype = "fp32";  // the figures below are fp32's; auto would depend on this machine's GPUs
     job.width = 10;
     job.height = 9;
     for (std::size_t i = 0; i < flags.size(); ++i) {
@@ -189,13 +190,17 @@ long long sum_counts(const std::map<std::string, int64_t>& counts, const std::st
 
 const char* const kConfigOnly[] = {"sd3-medium", "sd3.5-medium", "sd3.5-large"};
 
-std::string plan_of(const std::string& model, int tp) {
+std::string plan_of(const std::string& model, int tp, const std::vector<std::string>& flags = {}) {
     dp::launcher::LaunchSpec launch;
     launch.num_processes = tp;
     dp::launcher::JobOptions job;
     job.model = model;
     job.dtype = "bf16";
     job.tp = tp;
+    for (std::size_t i = 0; i < flags.size(); ++i) {
+        if (flags[i] == "--no-t5") job.no_t5 = true;
+        if (flags[i] == "--max-sequence-length") job.max_sequence_length = std::stoi(flags[++i]);
+    }
     return dp::cli::describe_plan(launch, job);
 }
 
@@ -261,15 +266,18 @@ TEST_CASE("plan: the shipped config-only folders at real size, per rank and per 
             CHECK(has(p, "weights per rank (bf16): "));
             CHECK(has(p, bytes_in((whole + t.split / tp + others) * 2) + "\n"));
         }
-        // At the default 1024x1024: 4096 image tokens, 78 text tokens (CLIP's 77 and T5's constant
-        // tail); tp 2's all-reduces: two per block on the image, two on the text but in the last block,
-        // for both guidance branches, of width D at 2 bytes.
+        // At the default 1024x1024: 4096 image tokens, 333 text tokens (CLIP's 77 and T5's 256, the
+        // default max_sequence_length); tp 2's all-reduces: two per block on the image, two on the text
+        // but in the last block, for both guidance branches, of width D at 2 bytes.
         const long long d = tc["num_attention_heads"].get<long long>() * tc["attention_head_dim"].get<long long>();
         const long long layers = tc["num_layers"];
         const std::string p = plan_of(model, 2);
-        CHECK(has(p, " px -> 4096 image tokens, 78 text tokens\n"));
+        CHECK(has(p, " px -> 4096 image tokens, 333 text tokens\n"));
         CHECK(has(p, "  all_reduce: ") );
-        CHECK(has(p, bytes_in(2 * d * (2 * 4096 * layers + 2 * 78 * (layers - 1)) * 2) + "\n"));
+        CHECK(has(p, bytes_in(2 * d * (2 * 4096 * layers + 2 * 333 * (layers - 1)) * 2) + "\n"));
+        // Without T5 its positions are one constant token (Note [constant text tail]): 78.
+        CHECK(has(plan_of(model, 2, {"--no-t5"}), " px -> 4096 image tokens, 78 text tokens\n"));
+        CHECK(has(plan_of(model, 2, {"--max-sequence-length", "77"}), " px -> 4096 image tokens, 154 text tokens\n"));
     }
     // SD3.5 large at bf16 under tp 2: about 10.2 GB of the transformer a rank, 11.8 GB in all.
     const std::string p = plan_of(dp::launcher::resolve_model("sd3.5-large", "--model"), 2);

@@ -1,0 +1,63 @@
+#pragma once
+// Every prompt's settings for the main job, resolved and checked before anything starts: a prompt
+// file's record over the job's flags, against what the model can make (its sizes, its transformer
+// blocks) and what it needs (strategies::model_folder_problems); and the manifest record each
+// prompt starts with. No LibTorch.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/job.h"
+#include "launcher/prompt_file.h"
+#include "protocol/job_file.h"
+#include "strategies/device_map.h"
+#include "strategies/model_config.h"
+
+namespace dp::launcher {
+
+// What the model allows of a request, from its configs.
+struct ModelRules {
+    strategies::ImageSizeRule sizes;
+    int64_t layers = 0;  // transformer blocks: skip_guidance_layers must be below
+};
+
+// The rules of `job.model`. Throws ModelError naming the file.
+ModelRules read_model_rules(const JobOptions& job);
+
+// Each of the job's own settings (flags, DP_* variables, config) the model or the others refuse, as
+// "--width 33: ..." naming the flag and what is accepted. Empty: none.
+std::vector<std::string> job_setting_problems(const JobOptions& job, const ModelRules& rules);
+
+// A valid prompt record's settings, its own over the job's, against the model: an error text naming
+// the key (the record becomes an invalid line), or empty.
+std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job, const ModelRules& rules);
+
+// The model folder's problems for this job, with the flags that would help (--variant, --no-t5).
+std::vector<std::string> model_problems(const JobOptions& job);
+
+// Throws UsageError (job_setting_problems) or ModelError (model_problems) listing every problem.
+void check_job(const JobOptions& job, const ModelRules& rules);
+
+// The request for prompt `p`: its own settings, else the job's, else the model's default size.
+protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job, const ModelRules& rules);
+
+// The precision the ranks will run in: `job.dtype`, or what auto gives on the device they get
+// (bf16 on a GPU, fp32 on the CPU): --device, device_map's devices (`plan`, when the launcher made
+// one; else the visible GPUs), or for --device auto whether this node shows a GPU. The ranks say
+// what they resolved (protocol::StartEvent::dtype), which the manifest then records.
+std::string expected_dtype(const JobOptions& job, const std::optional<strategies::DeviceMapPlan>& plan);
+
+// What expected_dtype means for auto, in words, for `plan` and --help ("bf16 on a GPU, fp32 on the
+// CPU; here fp32: no GPU is visible").
+std::string describe_dtype(const JobOptions& job, const std::optional<strategies::DeviceMapPlan>& plan);
+
+// A prompt's manifest record before any rank reports it (status "pending"): its request and every
+// setting that changes its pixels (manifest.h: pixel_setting_differences). `dtype` is
+// expected_dtype's.
+nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const JobOptions& job,
+                              const std::string& dtype);
+
+}  // namespace dp::launcher

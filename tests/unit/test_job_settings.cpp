@@ -1,0 +1,317 @@
+// The main job's new per-prompt settings (max_sequence_length, skip-layer guidance) and model
+// options (--variant, --no-t5, --dtype auto), from flag and JSONL key to the request, the manifest
+// record and --resume; and the model folder checks made before any rank starts, each naming the
+// file or key and what would work.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "launcher/job.h"
+#include "launcher/job_settings.h"
+#include "launcher/manifest.h"
+#include "launcher/prompt_file.h"
+#include "protocol/errors.h"
+#include "protocol/job_file.h"
+#include "strategies/model_config.h"
+
+namespace fs = std::filesystem;
+using namespace dp::launcher;
+
+namespace {
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string scratch(const std::string& name) {
+    const std::string dir = "/tmp/dp_job_settings_" + std::to_string(getpid()) + "_" + name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    return dir;
+}
+
+// A copy of the shipped tiny model, with T5 added: text_encoder_3 (a config whose d_model is the
+// transformer's joint_attention_dim, and a weights file) and tokenizer_3 (spiece.model).
+std::string tiny_with_t5(const std::string& name) {
+    const std::string dir = scratch(name) + "/model";
+    fs::copy(resolve_model("tiny-random-sd3", "--model"), dir, fs::copy_options::recursive);
+    nlohmann::json index = nlohmann::json::parse(std::ifstream(dir + "/model_index.json"));
+    index["text_encoder_3"] = {"transformers", "T5EncoderModel"};
+    index["tokenizer_3"] = {"transformers", "T5TokenizerFast"};
+    std::ofstream(dir + "/model_index.json") << index.dump(2);
+    fs::create_directories(dir + "/text_encoder_3");
+    fs::create_directories(dir + "/tokenizer_3");
+    std::ofstream(dir + "/text_encoder_3/config.json") << R"({"architectures": ["T5EncoderModel"], "d_model": 32})";
+    fs::copy_file(dir + "/text_encoder/model.safetensors", dir + "/text_encoder_3/model.safetensors");
+    std::ofstream(dir + "/tokenizer_3/spiece.model") << "sentencepiece";
+    return dir;
+}
+
+std::vector<std::string> problems(const std::string& model, dp::strategies::ModelNeeds needs = {}) {
+    return dp::strategies::model_folder_problems(model, dp::strategies::parallel_spec_for_model(model), needs);
+}
+
+std::string joined(const std::vector<std::string>& items) {
+    std::string out;
+    for (const std::string& s : items) out += s + "\n";
+    return out;
+}
+
+void edit_json(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(path));
+    edit(j);
+    std::ofstream(path) << j.dump(2);
+}
+
+}  // namespace
+
+TEST_CASE("JSONL keys for the new settings: accepted in range, each bad value an invalid line naming its key") {
+    const PromptFile f = parse_prompt_file(
+        R"({"prompt": "a", "max_sequence_length": 77, "skip_guidance_layers": [7, 8, 9], "skip_layer_guidance_scale": 3.5, "skip_layer_guidance_start": 0.1, "skip_layer_guidance_stop": 0.5}
+{"prompt": "b", "skip_guidance_layers": []}
+{"prompt": "c", "max_sequence_length": 513}
+{"prompt": "d", "max_sequence_length": 0}
+{"prompt": "e", "skip_guidance_layers": 7}
+{"prompt": "f", "skip_guidance_layers": [1, 1]}
+{"prompt": "g", "skip_guidance_layers": [-1]}
+{"prompt": "h", "skip_layer_guidance_start": 1.5}
+{"prompt": "i", "skip_layer_guidance_scale": 101}
+{"prompt": "j", "skip_layer_guidance_stop": "0.2"}
+)",
+        "p.jsonl", true);
+    REQUIRE(f.prompts.size() == 2);
+    const PromptRecord& a = f.prompts[0];
+    CHECK(a.max_sequence_length == 77);
+    CHECK(*a.skip_guidance_layers == std::vector<int>{7, 8, 9});
+    CHECK(*a.skip_layer_guidance_scale == 3.5);
+    CHECK(*a.skip_layer_guidance_start == 0.1);
+    CHECK(*a.skip_layer_guidance_stop == 0.5);
+    CHECK(f.prompts[1].skip_guidance_layers->empty());
+    REQUIRE(f.invalid.size() == 8);
+    const std::vector<std::string> expected = {
+        "p.jsonl:3: key 'max_sequence_length': expected a whole number from 1 to 512",
+        "p.jsonl:4: key 'max_sequence_length': expected a whole number from 1 to 512",
+        "p.jsonl:5: key 'skip_guidance_layers': expected a list of distinct transformer block indices",
+        "p.jsonl:6: key 'skip_guidance_layers': block 1 is listed twice",
+        "p.jsonl:7: key 'skip_guidance_layers': expected a list",
+        "p.jsonl:8: key 'skip_layer_guidance_start': expected a number from 0 to 1",
+        "p.jsonl:9: key 'skip_layer_guidance_scale': expected a number from 0 to 100",
+        "p.jsonl:10: key 'skip_layer_guidance_stop': expected a number from 0 to 1"};
+    for (std::size_t i = 0; i < expected.size(); ++i) CHECK_MESSAGE(has(f.invalid[i].reason, expected[i]), f.invalid[i].reason);
+}
+
+TEST_CASE("a request takes the prompt's own settings, else the job's; checks against the model's blocks") {
+    JobOptions job;
+    job.model = resolve_model("tiny-random-sd3", "--model");  // 2 transformer blocks
+    job.max_sequence_length = 100;
+    job.skip_guidance_layers = {1};
+    job.skip_layer_guidance_scale = 3;
+    const ModelRules rules = read_model_rules(job);
+    CHECK(rules.layers == 2);
+    PromptRecord p;
+    p.prompt = "x";
+    p.skip_layer_guidance_stop = 0.7;
+    const dp::protocol::JobRequest q = job_request(p, job, rules);
+    CHECK(q.max_sequence_length == 100);
+    CHECK(q.skip_guidance_layers == std::vector<int>{1});
+    CHECK(q.skip_layer_guidance_scale == 3);
+    CHECK(q.skip_layer_guidance_start == 0.01);
+    CHECK(q.skip_layer_guidance_stop == 0.7);
+    CHECK(q.width == 32);  // the model's default size
+    p.max_sequence_length = 7;
+    p.skip_guidance_layers = std::vector<int>{};
+    CHECK(job_request(p, job, rules).max_sequence_length == 7);
+    CHECK(job_request(p, job, rules).skip_guidance_layers.empty());
+
+    CHECK(job_setting_problems(job, rules).empty());
+    CHECK(prompt_setting_problem(p, job, rules).empty());
+    job.skip_guidance_layers = {0, 2};
+    job.skip_layer_guidance_start = 0.5;
+    job.skip_layer_guidance_stop = 0.5;
+    const std::vector<std::string> bad = job_setting_problems(job, rules);
+    REQUIRE(bad.size() == 2);
+    CHECK(bad[0] == "--skip-guidance-layers 0,2: block 2 is not one of the transformer's 2 blocks (0 to 1)");
+    CHECK(has(bad[1], "--skip-layer-guidance-start 0.5 and --skip-layer-guidance-stop 0.5: the start must be below"));
+    CHECK_THROWS_WITH_AS(check_job(job, rules), doctest::Contains("block 2 is not one of"), dp::protocol::UsageError);
+    p.skip_guidance_layers = std::vector<int>{5};
+    CHECK(prompt_setting_problem(p, job, rules) ==
+          "key 'skip_guidance_layers': block 5 is not one of the transformer's 2 blocks (0 to 1)");
+    p.skip_guidance_layers.reset();
+    p.skip_layer_guidance_stop.reset();
+    p.skip_layer_guidance_start = 0.9;  // over the job's stop of 0.5
+    CHECK(prompt_setting_problem(p, job, rules) ==
+          "skip_layer_guidance_start 0.9 and skip_layer_guidance_stop 0.5 (the job's): the start must be below the stop");
+}
+
+TEST_CASE("requests batch together only when every setting that shapes the batch agrees") {
+    dp::protocol::JobRequest a;
+    a.prompt = "a";
+    a.seed = 1;
+    dp::protocol::JobRequest b = a;
+    b.prompt = "b";  // prompt, seed and file are each request's own
+    b.seed = 2;
+    CHECK(dp::protocol::same_batch_settings(a, b));
+    for (int field = 0; field < 9; ++field) {
+        CAPTURE(field);
+        dp::protocol::JobRequest c = a;
+        switch (field) {
+            case 0: c.steps = 3; break;
+            case 1: c.guidance_scale = 2; break;
+            case 2: c.width = 16; break;
+            case 3: c.height = 16; break;
+            case 4: c.max_sequence_length = 77; break;
+            case 5: c.skip_guidance_layers = {7}; break;
+            case 6: c.skip_layer_guidance_scale = 3; break;
+            case 7: c.skip_layer_guidance_start = 0.05; break;
+            case 8: c.skip_layer_guidance_stop = 0.3; break;
+        }
+        CHECK_FALSE(dp::protocol::same_batch_settings(a, c));
+    }
+}
+
+TEST_CASE("the manifest records the new settings, and --resume treats a change as a change of settings") {
+    JobOptions job;
+    job.model = "m";
+    dp::protocol::JobRequest q;
+    q.prompt = "a";
+    q.steps = 2;
+    nlohmann::json had = pending_record(q, 1, job, "fp32");
+    CHECK(had["max_sequence_length"] == 256);
+    CHECK_FALSE(had.contains("skip_guidance_layers"));  // none skipped: the skip settings change nothing
+    CHECK_FALSE(had.contains("variant"));
+    CHECK_FALSE(had.contains("no_t5"));
+    CHECK(had["dtype"] == "fp32");
+
+    // An older record (none of the new keys) equals a new one at the defaults.
+    nlohmann::json older = had;
+    older.erase("max_sequence_length");
+    CHECK(pixel_setting_differences(older, had).empty());
+
+    dp::protocol::JobRequest r = q;
+    r.max_sequence_length = 77;
+    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32")) ==
+          std::vector<std::string>{"max_sequence_length 256 (now 77)"});
+    r = q;
+    r.skip_layer_guidance_scale = 4;  // without skipped blocks: nothing changes
+    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32")).empty());
+    r.skip_guidance_layers = {7, 8};
+    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32")) ==
+          std::vector<std::string>{"skip_guidance_layers [] (now [7,8])", "skip_layer_guidance_scale 2.8 (now 4.0)"});
+    JobOptions other = job;
+    other.variant = "fp16";
+    other.no_t5 = true;
+    CHECK(pixel_setting_differences(had, pending_record(q, 1, other, "bf16")) ==
+          std::vector<std::string>{"variant '' (now 'fp16')", "dtype 'fp32' (now 'bf16')", "no_t5 false (now true)"});
+}
+
+TEST_CASE("--dtype auto: bf16 on a GPU, fp32 on the CPU, as the devices the ranks get say") {
+    JobOptions job;
+    CHECK(job.dtype == "auto");
+    job.device = "cpu";
+    CHECK(expected_dtype(job, std::nullopt) == "fp32");
+    CHECK(describe_dtype(job, std::nullopt) == "auto: bf16 on a GPU, fp32 on the CPU; fp32 here (--device cpu)");
+    job.device = "cuda";
+    CHECK(expected_dtype(job, std::nullopt) == "bf16");
+    job.device_map = "balanced";
+    CHECK(expected_dtype(job, std::nullopt) == "bf16");  // the visible GPUs' budgets
+    dp::strategies::DeviceMapPlan plan;
+    plan.devices = {"cpu:0", "cpu:1"};
+    CHECK(expected_dtype(job, plan) == "fp32");
+    plan.devices = {"cuda:0", "cuda:1"};
+    CHECK(expected_dtype(job, plan) == "bf16");
+    job.dtype = "fp16";
+    CHECK(expected_dtype(job, plan) == "fp16");
+    CHECK(describe_dtype(job, plan) == "fp16");
+}
+
+TEST_CASE("the model folder's components are checked before anything starts, T5 and dual attention included") {
+    const std::string tiny = resolve_model("tiny-random-sd3", "--model");
+    CHECK(problems(tiny).empty());
+    const std::string model = tiny_with_t5("t5");
+    CHECK_MESSAGE(problems(model).empty(), joined(problems(model)));
+    // The shipped config-only folders of real models (T5, SD3.5's dual attention) pass as configs.
+    for (const char* real : {"sd3-medium", "sd3.5-medium", "sd3.5-large"}) {
+        CAPTURE(real);
+        CHECK_MESSAGE(problems(resolve_model(real, "--model"), {"", false, true}).empty(),
+                      joined(problems(resolve_model(real, "--model"), {"", false, true})));
+    }
+
+    fs::remove(model + "/tokenizer_3/spiece.model");
+    CHECK(has(joined(problems(model)), model + "/tokenizer_3/spiece.model: cannot open"));
+    CHECK(problems(model, {"", true, false}).empty());  // --no-t5: T5 needs nothing
+    edit_json(model + "/model_index.json", [](auto& j) { j["tokenizer_3"] = {"transformers", "T5Whatever"}; });
+    CHECK(has(joined(problems(model)), "\"tokenizer_3\" is a T5Whatever; supported: T5TokenizerFast or T5Tokenizer "
+                                       "(or run with --no-t5)"));
+    edit_json(model + "/model_index.json", [](auto& j) { j["tokenizer_3"] = {nullptr, nullptr}; });
+    CHECK(has(joined(problems(model)), "\"tokenizer_3\" is missing, but text_encoder_3 names a T5 encoder"));
+    edit_json(model + "/model_index.json", [](auto& j) { j["tokenizer_3"] = {"transformers", "T5Tokenizer"}; });
+    std::ofstream(model + "/tokenizer_3/spiece.model") << "x";
+    CHECK(problems(model).empty());
+    edit_json(model + "/text_encoder_3/config.json", [](auto& j) { j["d_model"] = 4096; });
+    CHECK(has(joined(problems(model)), "text_encoder_3/config.json: \"d_model\" is 4096 but the transformer's "
+                                       "joint_attention_dim is 32"));
+    CHECK(problems(model, {"", true, false}).empty());
+
+    edit_json(model + "/transformer/config.json", [](auto& j) { j["dual_attention_layers"] = {0, 1}; });
+    CHECK(problems(model, {"", true, false}).empty());  // supported now
+    edit_json(model + "/transformer/config.json", [](auto& j) { j["dual_attention_layers"] = {0, 2}; });
+    CHECK(has(joined(problems(model, {"", true, false})),
+              "\"dual_attention_layers\" is [0,2]; expected a list of distinct block indices from 0 to 1"));
+    edit_json(model + "/transformer/config.json", [](auto& j) { j["dual_attention_layers"] = nlohmann::json::array(); });
+
+    edit_json(model + "/model_index.json", [](auto& j) { j["vae"] = {"diffusers", "AutoencoderTiny"}; });
+    CHECK(has(joined(problems(model, {"", true, false})), "\"vae\" is a AutoencoderTiny; supported: AutoencoderKL"));
+    edit_json(model + "/model_index.json", [](auto& j) { j["vae"] = {"diffusers", "AutoencoderKL"}; });
+    fs::remove_all(model + "/vae");
+    CHECK(has(joined(problems(model, {"", true, false})), model + "/vae: missing (model_index.json names a AutoencoderKL there)"));
+    edit_json(model + "/model_index.json", [](auto& j) { j.erase("text_encoder_2"); j["vae"] = {nullptr, nullptr}; });
+    CHECK(joined(problems(model, {"", true, false})) ==
+          model + "/model_index.json: \"text_encoder_2\" is missing: StableDiffusion3Pipeline needs a "
+                  "CLIPTextModelWithProjection\n");
+}
+
+TEST_CASE("weight variants in every component: only-variant folders name --variant, a missing variant names what is there") {
+    const std::string base = scratch("variants");
+    const std::string model = base + "/model";
+    fs::copy(resolve_model("tiny-random-sd3", "--model"), model, fs::copy_options::recursive);
+    for (const char* c : {"text_encoder", "text_encoder_2"})
+        fs::rename(model + "/" + c + "/model.safetensors", model + "/" + c + "/model.fp16.safetensors");
+    for (const char* c : {"transformer", "vae"})
+        fs::rename(model + "/" + c + "/diffusion_pytorch_model.safetensors",
+                   model + "/" + c + "/diffusion_pytorch_model.fp16.safetensors");
+    const std::vector<std::string> plain = problems(model);
+    REQUIRE(plain.size() == 4);
+    CHECK(plain[0] == model + "/text_encoder: only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain ones; "
+                              "pass --variant fp16 to use them");
+    CHECK(problems(model, {"fp16", false, false}).empty());
+    CHECK(problems(model, {"", false, true}).empty());  // random weights read no weight files
+    const std::vector<std::string> bf16 = problems(model, {"bf16", false, false});
+    REQUIRE(bf16.size() == 4);
+    CHECK(has(bf16[0], "--variant bf16: " + model + "/text_encoder has no bf16 weights"));
+    CHECK(has(bf16[0], "it has the variant(s) fp16"));
+
+    // The job refuses before anything starts: no output folder is made.
+    JobOptions job;
+    job.model = model;
+    job.prompts = "/dev/null";
+    job.output_dir = base + "/out";
+    dp::launcher::LaunchSpec launch;
+    try {
+        run_job(launch, job);
+        FAIL("expected a refusal");
+    } catch (const dp::protocol::ModelError& e) {
+        CHECK(has(e.what(), "4 problems, found before anything started"));
+        CHECK(has(e.what(), "pass --variant fp16"));
+    }
+    CHECK_FALSE(fs::exists(job.output_dir));
+    job.skip_guidance_layers = {9};
+    job.variant = "fp16";
+    CHECK_THROWS_WITH_AS(run_job(launch, job), doctest::Contains("--skip-guidance-layers 9: block 9 is not one"),
+                         dp::protocol::UsageError);
+    CHECK_FALSE(fs::exists(job.output_dir));
+}
