@@ -110,7 +110,8 @@ TEST_CASE("broken model folders: each error names the file and what is wrong") {
     index.replace(index.find(null_t5), null_t5.size(),
                   "\"text_encoder_3\": [\"transformers\", \"T5EncoderModel\"]");
     write_file(dir + "/model_index.json", index);
-    CHECK_MESSAGE(load_error(dir).find("'text_encoder_3' names a T5 encoder") != std::string::npos,
+    CHECK_MESSAGE(load_error(dir).find("'tokenizer_3' is missing: the T5 encoder needs a T5TokenizerFast") !=
+                      std::string::npos,
                   load_error(dir));
 
     dir = copy_model("shape");

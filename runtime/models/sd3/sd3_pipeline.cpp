@@ -14,6 +14,8 @@
 #include "runtime/models/common/clip_tokenizer.h"
 #include "runtime/models/common/config_json.h"
 #include "runtime/models/common/flow_match_scheduler.h"
+#include "runtime/models/common/t5_encoder.h"
+#include "runtime/models/common/t5_tokenizer.h"
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/models/common/vae_decoder.h"
 
@@ -21,7 +23,7 @@ namespace dp::runtime {
 
 namespace {
 
-constexpr int64_t kT5SequenceLength = 256;  // diffusers' max_sequence_length default
+constexpr int kMaxT5SequenceLength = 512;  // diffusers refuses more
 
 // The library and class model_index.json names for a component, or empty when it names none.
 std::string component_class(const ConfigJson& index, const char* key) {
@@ -48,7 +50,7 @@ at::Device device_of(const PipelineOptions& o, const std::string& component) {
 WeightStore open_weights(const PipelineOptions& o, const std::string& component, uint64_t salt,
                          at::Device device) {
     if (o.random_weights) return WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, device);
-    return WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device);
+    return WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device, o.variant);
 }
 
 }  // namespace
@@ -58,6 +60,8 @@ struct Sd3Pipeline::Components {
     const ParallelContext* parallel = nullptr;
     std::unique_ptr<ClipTokenizer> tokenizer, tokenizer_2;
     std::unique_ptr<ClipTextEncoder> text_encoder, text_encoder_2;
+    std::unique_ptr<T5Tokenizer> tokenizer_3;  // both null: no T5 (absent, or PipelineOptions::no_t5)
+    std::unique_ptr<T5Encoder> text_encoder_3;
     std::unique_ptr<Sd3Transformer> transformer;
     std::unique_ptr<VaeDecoder> vae;  // null: pixel space
     FlowMatchSchedulerConfig scheduler;
@@ -85,11 +89,14 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
     require_class(index, "text_encoder_2", "CLIPTextModelWithProjection");
     require_class(index, "tokenizer", "CLIPTokenizer");
     require_class(index, "tokenizer_2", "CLIPTokenizer");
-    if (!component_class(index, "text_encoder_3").empty())
-        index.fail(
-            "text_encoder_3",
-            "names a T5 encoder, which is not supported yet; set it to [null, null] to run without it, "
-            "as diffusers does (T5 embeddings are then zeros)");
+    const bool t5 = !component_class(index, "text_encoder_3").empty() && !o.no_t5;
+    if (t5) {
+        require_class(index, "text_encoder_3", "T5EncoderModel");
+        const std::string tok = component_class(index, "tokenizer_3");
+        if (tok != "T5TokenizerFast" && tok != "T5Tokenizer")
+            index.fail("tokenizer_3", tok.empty() ? "is missing: the T5 encoder needs a T5TokenizerFast"
+                                                  : "is a " + tok + "; supported: T5TokenizerFast, T5Tokenizer");
+    }
 
     const DeviceMapping* dm = o.device_map.get();
     if (dm && (dm->transformer_blocks.empty() || device_of(o, "transformer") != o.device))
@@ -115,6 +122,15 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
             ClipTextConfig::from_json_file(dir + "/text_encoder_2/config.json"), w);
         w.check_all_taken();
         if (o.trainable) c->parameters.emplace_back("text_encoder_2", w.parameters());
+    }
+    if (t5) {
+        c->tokenizer_3 = std::make_unique<T5Tokenizer>(T5Tokenizer::from_folder(dir + "/tokenizer_3"));
+        WeightStore w = open_weights(o, "text_encoder_3", 5, device_of(o, "text_encoder_3"));
+        if (o.trainable) w.keep_as_parameters();
+        c->text_encoder_3 = std::make_unique<T5Encoder>(T5Config::from_json_file(dir + "/text_encoder_3/config.json"),
+                                                        w, parallel.tensor());
+        w.check_all_taken();
+        if (o.trainable) c->parameters.emplace_back("text_encoder_3", w.parameters());
     }
     {
         WeightStore w = open_weights(o, "transformer", 3, o.device);
@@ -142,6 +158,10 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
         throw ModelError(dir + ": the text encoders' projections add up to " + std::to_string(pooled) +
                          " but transformer/config.json pooled_projection_dim is " +
                          std::to_string(t.pooled_projection_dim));
+    if (c->text_encoder_3 && c->text_encoder_3->config().d_model != t.joint_attention_dim)
+        throw ModelError(dir + ": text_encoder_3/config.json d_model is " +
+                         std::to_string(c->text_encoder_3->config().d_model) +
+                         " but transformer/config.json joint_attention_dim is " + std::to_string(t.joint_attention_dim));
     const int64_t channels = c->vae ? c->vae->config().latent_channels : 3;
     if (t.in_channels != channels || t.out_channels != channels)
         throw ModelError(
@@ -173,9 +193,13 @@ at::Tensor pad_last(const at::Tensor& x, int64_t to) {
 
 }  // namespace
 
-PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& prompts) const {
-    // Both CLIP encoders over the batch; T5 absent, so zeros (diffusers' max_sequence_length).
+PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& prompts,
+                                             int max_sequence_length) const {
+    // Both CLIP encoders over the batch, then T5's max_sequence_length positions (zeros without T5).
     const Components& c = *c_;
+    if (max_sequence_length < 1 || max_sequence_length > kMaxT5SequenceLength)
+        throw ModelError("max_sequence_length " + std::to_string(max_sequence_length) + ": must be 1 to " +
+                         std::to_string(kMaxT5SequenceLength));
     const Sd3TransformerConfig& tc = c.transformer->config();
     const int64_t n = static_cast<int64_t>(prompts.size());
     PromptEmbeddings e;
@@ -207,10 +231,31 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
                             : out.pooled.to(c.options.dtype));
     }
     const at::Tensor clip = pad_last(at::cat(hidden, -1), tc.joint_attention_dim);
-    const at::Tensor t5 = at::zeros({n, 1, tc.joint_attention_dim}, clip.options());
-    e.sequence = at::cat({clip, t5}, -2);
-    e.tail_repeats = kT5SequenceLength;
     e.pooled = at::cat(pooled, -1);
+    if (!c.text_encoder_3) {  // Note [constant text tail]: one zero position stands for all of them
+        e.sequence = at::cat({clip, at::zeros({n, 1, tc.joint_attention_dim}, clip.options())}, -2);
+        e.tail_repeats = max_sequence_length;
+        return e;
+    }
+    std::vector<int64_t> ids;
+    for (std::size_t k = 0; k < prompts.size(); ++k) {
+        const T5Encoding one = c.tokenizer_3->encode(prompts[k], max_sequence_length);
+        if (one.dropped_tokens > 0) {
+            std::string& warning = e.truncation[k];
+            if (!warning.empty()) warning += "; ";
+            warning += "The following part of your input was truncated because `max_sequence_length` is set to " +
+                       std::to_string(max_sequence_length) + " tokens (" + std::to_string(one.dropped_tokens) +
+                       " tokens dropped): " + c.tokenizer_3->decode(one.truncated);
+        }
+        ids.insert(ids.end(), one.ids.begin(), one.ids.end());
+    }
+    const DeviceMapping* dm = c.options.device_map.get();
+    const at::Tensor input =
+        at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, "text_encoder_3"));
+    at::Tensor t5 = c.text_encoder_3->forward(input).to(c.options.dtype);
+    if (dm) t5 = dm->move(t5, dm->slot_of("text_encoder_3"), dm->slot_of("transformer"));
+    e.sequence = at::cat({clip, t5}, -2);
+    e.tail_repeats = 1;
     return e;
 }
 
@@ -230,8 +275,13 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     const GenerateRequest& r = batch.front();
     for (const GenerateRequest& other : batch)
         if (other.steps != r.steps || other.guidance_scale != r.guidance_scale || other.width != r.width ||
-            other.height != r.height)
-            throw ModelError("a batch must share steps, guidance scale and size");
+            other.height != r.height || other.max_sequence_length != r.max_sequence_length ||
+            other.skip_guidance_layers != r.skip_guidance_layers ||
+            other.skip_layer_guidance_scale != r.skip_layer_guidance_scale ||
+            other.skip_layer_guidance_start != r.skip_layer_guidance_start ||
+            other.skip_layer_guidance_stop != r.skip_layer_guidance_stop)
+            throw ModelError(
+                "a batch must share steps, guidance scale, size, max_sequence_length and skip-layer guidance");
     const int64_t n = static_cast<int64_t>(batch.size());
     std::vector<GenerateResult> results(batch.size());
     const int width = r.width ? r.width : default_width();
@@ -242,12 +292,16 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
                          ": width and height must be positive multiples of " + std::to_string(multiple) +
                          " for this model");
     if (r.steps < 1) throw ModelError("steps must be at least 1");
+    for (int layer : r.skip_guidance_layers)
+        if (layer < 0 || layer >= tc.num_layers)
+            throw ModelError("skip_guidance_layers: block " + std::to_string(layer) + " does not exist (the model has " +
+                             std::to_string(tc.num_layers) + " blocks, 0 to " + std::to_string(tc.num_layers - 1) + ")");
 
     auto encode = [&](bool negative) {
         std::vector<std::string> prompts;
         for (const GenerateRequest& one : batch)
             prompts.push_back(negative ? one.negative_prompt : one.prompt);
-        PromptEmbeddings e = encode_prompts(prompts);
+        PromptEmbeddings e = encode_prompts(prompts, r.max_sequence_length);
         for (std::size_t k = 0; k < batch.size(); ++k)
             if (!e.truncation[k].empty())
                 results[k].warnings.push_back((negative ? "negative prompt: " : "") + e.truncation[k]);
@@ -257,17 +311,17 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     // Guidance's two branches: batched here, or one per rank of the cfg group (rank 0 the
     // negative one), each rank encoding only its branch.
     const Guidance guidance(r.guidance_scale > 1.0, c.parallel->cfg());
-    at::Tensor text, pooled;
+    at::Tensor text, pooled, positive_text, positive_pooled;  // positive_*: skip-layer guidance's input
     int64_t tail_repeats = 1;
     if (guidance.split()) {
         const PromptEmbeddings mine = encode(guidance.runs_negative_only());
-        text = mine.sequence;
-        pooled = mine.pooled;
+        text = positive_text = mine.sequence;
+        pooled = positive_pooled = mine.pooled;
         tail_repeats = mine.tail_repeats;
     } else {
         const PromptEmbeddings positive = encode(false);
-        text = positive.sequence;
-        pooled = positive.pooled;
+        text = positive_text = positive.sequence;
+        pooled = positive_pooled = positive.pooled;
         tail_repeats = positive.tail_repeats;
         if (guidance.enabled()) {  // diffusers' order: all negatives, then all positives
             const PromptEmbeddings negative = encode(true);
@@ -296,13 +350,30 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
 
     for (int i = 0; i < r.steps; ++i) {
         const at::Tensor model_in = guidance.model_input(latents);
-        const at::Tensor t = at::full({model_in.size(0)}, scheduler.timesteps()[static_cast<std::size_t>(i)],
+        const double timestep = scheduler.timesteps()[static_cast<std::size_t>(i)];
+        const at::Tensor t = at::full({model_in.size(0)}, timestep,
                                       at::TensorOptions().dtype(at::kFloat).device(c.options.device));
-        const at::Tensor noise = guidance.combine(
-            c.transformer->forward(model_in, text, pooled, t, tail_repeats),
-            [&](const at::Tensor& negative, const at::Tensor& positive) {
+        const at::Tensor prediction = c.transformer->forward(model_in, text, pooled, t, tail_repeats);
+        // Skip-layer guidance, as diffusers: with guidance, on the steps strictly inside
+        // (start, stop) x steps, the positive branch once more with the blocks skipped.
+        const bool skip_layers = guidance.enabled() && !r.skip_guidance_layers.empty() &&
+                                 i > r.steps * r.skip_layer_guidance_start && i < r.steps * r.skip_layer_guidance_stop;
+        at::Tensor noise;
+        if (!skip_layers) {
+            noise = guidance.combine(prediction, [&](const at::Tensor& negative, const at::Tensor& positive) {
                 return linear_guidance(negative, positive, r.guidance_scale);
             });
+        } else {
+            at::Tensor skipped;
+            if (guidance.runs_positive())
+                skipped = c.transformer->forward(latents, positive_text, positive_pooled, t.narrow(0, 0, n),
+                                                 tail_repeats, r.skip_guidance_layers);
+            noise = guidance.combine(
+                prediction, skipped, [&](const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra) {
+                    return linear_guidance(negative, positive, r.guidance_scale) +
+                           (positive - extra) * r.skip_layer_guidance_scale;
+                });
+        }
         latents = scheduler.step(noise, i, latents);
         if (r.on_step) r.on_step(i + 1, r.steps);
     }

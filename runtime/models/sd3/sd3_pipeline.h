@@ -1,7 +1,7 @@
 #pragma once
 // The text-to-image pipeline of the SD3 family, as diffusers' StableDiffusion3Pipeline runs it:
-// prompt -> CLIP-L and CLIP-G embeddings (T5 absent: zeros) -> flow-matching denoising with
-// classifier-free guidance -> VAE decode (or pixel space) -> uint8 RGB.
+// prompt -> CLIP-L, CLIP-G and T5-XXL embeddings (T5 absent or --no-t5: zeros) -> flow-matching
+// denoising with classifier-free and skip-layer guidance -> VAE decode (or pixel space) -> uint8 RGB.
 
 #include <ATen/core/Tensor.h>
 
@@ -16,10 +16,11 @@ namespace dp::runtime {
 
 class Sd3Transformer;
 
-// A batch of prompts through both CLIP encoders, as the pipeline conditions the transformer.
+// A batch of prompts through the text encoders, as the pipeline conditions the transformer.
 struct PromptEmbeddings {
-    // [n, CLIP length + 1, joint_attention_dim]: CLIP's tokens, then one of T5's 256 zero
-    // positions, which stands for all of them (tail_repeats; Note [constant text tail]).
+    // [n, CLIP length + max_sequence_length, joint_attention_dim]: CLIP's tokens, then T5's. Without
+    // T5, [n, CLIP length + 1, ...]: one of T5's zero positions stands for all of them
+    // (tail_repeats; Note [constant text tail]).
     at::Tensor sequence;
     int64_t tail_repeats = 1;
     at::Tensor pooled;                    // [n, pooled_projection_dim]
@@ -41,7 +42,7 @@ class Sd3Pipeline : public DiffusionPipeline {
     std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests) const override;
 
     // The embeddings of `prompts` (no inference guard: a trainer gets gradients through them).
-    PromptEmbeddings encode_prompts(const std::vector<std::string>& prompts) const;
+    PromptEmbeddings encode_prompts(const std::vector<std::string>& prompts, int max_sequence_length = 256) const;
     const Sd3Transformer& transformer() const;
     // With PipelineOptions::trainable: each component's weights by name ("transformer", ...).
     const std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>& parameters()

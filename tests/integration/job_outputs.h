@@ -1,0 +1,16 @@
+#pragma once
+// Reading back what a main job wrote, for the integration tests: PNG pixels (libpng), the final
+// latents of DP_SAVE_LATENTS=1, and the largest differences between two runs' outputs.
+
+#include <string>
+#include <vector>
+
+namespace dp::test {
+
+// The largest difference of any channel between two PNG files of the same size.
+int max_pixel_difference(const std::string& a, const std::string& b);
+// The fp32 values of the one tensor of a NAME.latents.safetensors file.
+std::vector<float> read_latents(const std::string& path);
+float max_latent_difference(const std::string& a, const std::string& b);
+
+}  // namespace dp::test

@@ -1,0 +1,124 @@
+// End to end against diffusers' StableDiffusion3Pipeline for the rest of the SD3 family: SD3 with
+// its T5 encoder, SD3.5-medium's shape (dual attention, qk-norm) with and without skip-layer
+// guidance, and SD3.5-large's shape (an odd head count). Tiny random folders saved by diffusers
+// (scripts/golden/golden_sd3_family.py); the uint8 images may differ by at most 1 per channel on
+// at least 99.9% of channels, the final latents by at most 1e-4.
+#include "unit/doctest_torch.h"
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/errors.h"
+#include "runtime/models/sd3/sd3_pipeline.h"
+#include "runtime/tensor_io.h"
+
+using namespace dp::runtime;
+
+namespace {
+
+GenerateRequest request_of(const nlohmann::json& c) {
+    GenerateRequest r;
+    r.prompt = c.at("prompt").get<std::string>();
+    r.negative_prompt = c.at("negative_prompt").get<std::string>();
+    r.seed = c.at("seed").get<uint64_t>();
+    r.steps = c.at("steps").get<int>();
+    r.guidance_scale = c.at("guidance_scale").get<double>();
+    r.width = c.at("width").get<int>();
+    r.height = c.at("height").get<int>();
+    r.max_sequence_length = c.value("max_sequence_length", 256);
+    r.skip_guidance_layers = c.value("skip_guidance_layers", std::vector<int>{});
+    r.skip_layer_guidance_scale = c.value("skip_layer_guidance_scale", 2.8);
+    r.skip_layer_guidance_start = c.value("skip_layer_guidance_start", 0.01);
+    r.skip_layer_guidance_stop = c.value("skip_layer_guidance_stop", 0.2);
+    return r;
+}
+
+// Every case of `name` against diffusers' images and latents.
+void expect_golden_pipeline(const std::string& name) {
+    PipelineOptions options;
+    options.model_dir = golden_path(name);
+    const auto pipeline = Sd3Pipeline::load(options);
+    auto golden = SafetensorsFile::open(golden_path(name + ".safetensors"));
+    const auto cases = nlohmann::json::parse(golden->metadata().at("cases"))["cases"];
+    REQUIRE(cases.size() >= 2);
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        const GenerateRequest r = request_of(cases[i]);
+        CAPTURE(name);
+        CAPTURE(i);
+        const GenerateResult out = pipeline->generate(r);
+        const at::Tensor ref_image = load_tensor(golden, "image." + std::to_string(i), at::kByte);
+        const at::Tensor ref_latents = load_tensor(golden, "latents." + std::to_string(i), at::kFloat);
+        REQUIRE(out.image.sizes() == ref_image.sizes());
+        const at::Tensor diff = (out.image.to(at::kInt) - ref_image.to(at::kInt)).abs();
+        const double within_one = diff.le(1).to(at::kDouble).mean().item<double>();
+        const double latent_diff = (out.latents - ref_latents).abs().max().item<double>();
+        MESSAGE(name << " case " << i << " (" << r.width << "x" << r.height << ", " << r.steps << " steps, "
+                     << r.skip_guidance_layers.size() << " skipped layers): max |uint8 diff| "
+                     << diff.max().item<int>() << ", channels within 1: " << within_one * 100
+                     << "%, max |latent diff| " << latent_diff);
+        CHECK(within_one >= 0.999);
+        CHECK(latent_diff <= 1e-4);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("SD3 with its T5 encoder gives diffusers' images, over-long prompts truncated with a warning") {
+    expect_golden_pipeline("sd3_t5_tiny");
+    PipelineOptions options;
+    options.model_dir = golden_path("sd3_t5_tiny");
+    const auto pipeline = Sd3Pipeline::load(options);
+    GenerateRequest r = request_of(
+        nlohmann::json::parse(SafetensorsFile::open(golden_path("sd3_t5_tiny.safetensors"))->metadata().at("cases"))
+            ["cases"][1]);
+    r.steps = 1;
+    const GenerateResult out = pipeline->generate(r);
+    REQUIRE(out.warnings.size() == 1);
+    CHECK(out.warnings[0].find("`max_sequence_length` is set to 16 tokens") != std::string::npos);
+    r.max_sequence_length = 513;
+    CHECK_THROWS_WITH_AS(pipeline->generate(r), doctest::Contains("must be 1 to 512"), ModelError);
+}
+
+TEST_CASE("SD3.5-medium's shape (dual attention, qk-norm), with and without skip-layer guidance, gives diffusers' images") {
+    expect_golden_pipeline("sd35_medium_tiny");
+}
+
+TEST_CASE("SD3.5-large's shape (an odd head count) gives diffusers' images") { expect_golden_pipeline("sd35_large_tiny"); }
+
+TEST_CASE("skip-layer guidance: blocks that do not exist are refused, and it changes the image only inside its window") {
+    PipelineOptions options;
+    options.model_dir = golden_path("sd35_medium_tiny");
+    const auto pipeline = Sd3Pipeline::load(options);
+    GenerateRequest r;
+    r.prompt = "a star";
+    r.steps = 3;
+    r.guidance_scale = 4.0;
+    r.width = r.height = 16;
+    const at::Tensor plain = pipeline->generate(r).latents;
+    r.skip_guidance_layers = {3};
+    CHECK_THROWS_WITH_AS(pipeline->generate(r), doctest::Contains("block 3 does not exist (the model has 3 blocks"),
+                         ModelError);
+    r.skip_guidance_layers = {1};
+    r.skip_layer_guidance_start = 0.5;  // no step strictly inside (1.5, 1.8)
+    r.skip_layer_guidance_stop = 0.6;
+    CHECK(at::equal(pipeline->generate(r).latents, plain));
+    r.skip_layer_guidance_start = 0.01;
+    r.skip_layer_guidance_stop = 0.9;
+    CHECK_FALSE(at::allclose(pipeline->generate(r).latents, plain));
+}
+
+TEST_CASE("--no-t5 runs a T5 folder without its encoder: zeros in T5's place, as diffusers' text_encoder_3=None") {
+    PipelineOptions options;
+    options.model_dir = golden_path("sd3_t5_tiny");
+    GenerateRequest r;
+    r.prompt = "a red circle";
+    r.steps = 2;
+    r.width = r.height = 16;
+    const at::Tensor with_t5 = Sd3Pipeline::load(options)->generate(r).latents;
+    options.no_t5 = true;
+    const auto without = Sd3Pipeline::load(options);
+    const PromptEmbeddings e = without->encode_prompts({"a red circle"}, 100);
+    CHECK(e.tail_repeats == 100);
+    CHECK(e.sequence.size(1) == 77 + 1);
+    CHECK(at::equal(e.sequence.narrow(1, 77, 1), at::zeros_like(e.sequence.narrow(1, 77, 1))));
+    CHECK_FALSE(at::allclose(without->generate(r).latents, with_t5));
+}
