@@ -10,25 +10,24 @@ that config on torch's meta device, so that it names exactly the tensors the pub
 counts from the manifests; `--random-weights` runs build the real shapes.
 
 Tokenizer vocabularies are not available offline: tokenizer/ and tokenizer_2/ carry the small CLIP
-BPE of models/tiny-random-sd3, tokenizer_3/ a small SentencePiece model trained here. Their ids are
-not the real model's (models/README.md).
+BPE of models/tiny-random-sd3, tokenizer_3/ the small SentencePiece vocabulary of
+tests/data/golden/t5_tokenizer. Their ids are not the real model's (models/README.md).
 
 Run:   ~/.cache/dp-launch/venv/bin/python scripts/models/make_config_folders.py
 Check: ... make_config_folders.py --check   (exit 1 when a committed file differs from what the
                                              configs here give: a stale manifest, say)
 """
-import io
 import json
 import os
-import shutil
 import sys
-import tempfile
 
 import torch
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 MODELS = os.path.join(ROOT, "models")
 TINY = os.path.join(MODELS, "tiny-random-sd3")
+# The small T5 SentencePiece vocabulary the T5 tokenizer's tests use (256 pieces).
+T5_TOKENIZER_DIR = os.path.join(ROOT, "tests", "data", "golden", "t5_tokenizer")
 
 # --- the checkpoints' values --------------------------------------------------------------------
 
@@ -125,25 +124,7 @@ def diffusers_component(model_cls, values, dtype):
     return json_text(json.loads(model.to_json_string())), manifest_text(model, dtype, model_cls.__name__)
 
 
-def spiece_model():
-    """A small T5-style SentencePiece model (pad 0, eos 1, unk 2, no bos), trained on the
-    project's example prompts: a stand-in, its ids are not T5's."""
-    import sentencepiece as spm
-
-    with open(os.path.join(ROOT, "examples", "prompts.txt"), encoding="utf-8") as f:
-        text = [line.strip() for line in f if line.strip()]
-    text += ["a photo of an astronaut riding a horse on the moon", "a cat holding a sign that says hello world",
-             "an oil painting of a lighthouse at dusk, highly detailed", "Käse, café, naïve — 東京 2024!"]
-    out = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(text * 4), model_writer=out, vocab_size=200,
-                                   model_type="unigram", character_coverage=1.0, pad_id=0, eos_id=1,
-                                   unk_id=2, bos_id=-1, num_threads=1, minloglevel=2,
-                                   normalization_rule_name="identity",
-                                   hard_vocab_limit=False)
-    return out.getvalue()
-
-
-def folder_files(name, spec, spiece):
+def folder_files(name, spec):
     """Relative path -> bytes of every file of one folder."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
@@ -174,24 +155,22 @@ def folder_files(name, spec, spiece):
         with open(os.path.join(TINY, tok, "tokenizer.json"), "rb") as f:
             files[f"{tok}/tokenizer.json"] = f.read()
         files[f"{tok}/tokenizer_config.json"] = json_text(dict(CLIP_TOKENIZER, pad_token=pad))
-    files["tokenizer_3/spiece.model"] = spiece
+    for f in ("spiece.model", "tokenizer.json"):
+        with open(os.path.join(T5_TOKENIZER_DIR, f), "rb") as src:
+            files[f"tokenizer_3/{f}"] = src.read()
     files["tokenizer_3/tokenizer_config.json"] = json_text(T5_TOKENIZER)
     return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
 
 
 def main():
     check = "--check" in sys.argv[1:]
-    spiece = spiece_model()
     stale = []
     for name, spec in FOLDERS.items():
-        files = folder_files(name, spec, spiece)
+        files = folder_files(name, spec)
         for rel, data in sorted(files.items()):
             path = os.path.join(MODELS, name, rel)
             if check:
                 old = open(path, "rb").read() if os.path.exists(path) else None
-                # The SentencePiece trainer's bytes may vary between its versions; its vocabulary may not.
-                if rel.endswith(".model"):
-                    continue
                 if old != data:
                     stale.append(path)
                 continue
