@@ -50,6 +50,18 @@ std::string bytes_text(long long b) {
     return std::string(buf) + " (" + std::to_string(b) + ")";
 }
 
+// `count` of the job's weight variant; when the folder lacks it (a warning below says so), of the
+// plain weights, which have the same shapes.
+template <class Count>
+auto with_variant_or_plain(const JobOptions& job, const Count& count) {
+    try {
+        return count(job.variant);
+    } catch (const protocol::ModelError&) {
+        if (job.variant.empty()) throw;
+        return count("");
+    }
+}
+
 }  // namespace
 
 std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested) {
@@ -133,7 +145,9 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     long long split = 0, whole = 0;
     std::map<std::string, int64_t> counts;
     try {
-        counts = strategies::tensor_element_counts(job.model + "/" + spec.transformer, job.variant);
+        counts = with_variant_or_plain(job, [&](const std::string& variant) {
+            return strategies::tensor_element_counts(job.model + "/" + spec.transformer, variant);
+        });
     } catch (const std::runtime_error& e) {
         throw InputDataError(e.what());
     }
@@ -152,7 +166,9 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     // compares a rank's peak RSS with it).
     std::vector<strategies::ComponentSize> sizes;
     try {
-        sizes = strategies::pipeline_component_sizes(job.model, spec, f, job.variant);
+        sizes = with_variant_or_plain(job, [&](const std::string& variant) {
+            return strategies::pipeline_component_sizes(job.model, spec, f, variant);
+        });
     } catch (const std::runtime_error& e) {
         throw InputDataError(e.what());
     }

@@ -311,3 +311,30 @@ TEST_CASE("a config-only folder runs only with --random-weights") {
                                                      dp::strategies::sd3_parallel_spec())
               .empty());
 }
+
+TEST_CASE("plan says what --dtype auto means and warns about what the job would refuse") {
+    dp::launcher::LaunchSpec launch;
+    dp::launcher::JobOptions job;
+    job.model = dp::launcher::resolve_model("tiny-random-sd3", "--model");
+    job.device = "cpu";
+    std::string p = dp::cli::describe_plan(launch, job);
+    CHECK(has(p, "  precision: auto: bf16 on a GPU, fp32 on the CPU; fp32 here (--device cpu)\n"));
+    CHECK(has(p, "transformer parameters per rank (fp32): 504.3 KiB (516368)"));
+    CHECK_FALSE(has(p, "warning"));
+    job.device = "cuda";
+    p = dp::cli::describe_plan(launch, job);
+    CHECK(has(p, "fp32 on the CPU; bf16 here (--device cuda)\n"));
+    CHECK(has(p, "transformer parameters per rank (bf16): 252.1 KiB (258184)"));
+
+    // The plan is still made; each refusal is a warning.
+    job.variant = "fp16";
+    job.skip_guidance_layers = {2};
+    job.width = 4000;
+    p = dp::cli::describe_plan(launch, job);
+    CHECK(has(p, "transformer parameters per rank (bf16): 252.1 KiB (258184)"));  // counted from the plain files
+    CHECK(has(p, "warning: the job would refuse this: --variant fp16: " + job.model +
+                     "/transformer has no fp16 weights"));
+    CHECK(has(p, "warning: the job would refuse this: --width 4000: this model makes sizes that are multiples of"));
+    CHECK(has(p, "warning: the job would refuse this: --skip-guidance-layers 2: block 2 is not one of the "
+                 "transformer's 2 blocks (0 to 1)\n"));
+}
