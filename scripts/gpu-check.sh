@@ -56,6 +56,11 @@ json.dump(c, open(p, "w"))
 PY
 DP_BUILD_DIR="$build" DP_BENCH_SKIP_SETUP=1 DP_BENCH_DEVICE=cuda DP_BENCH_ARGS="--random-weights 0" \
     "$root/scripts/bench/strategies.sh" "$big" 64 10 || status=1
+echo "== SD3.5 large at real size: a rank's peak memory against its weights (random bf16 weights, 1 step)"
+# On the GPU with T5 (27.5 GB of weights on one device), then on this host's CPUs whole and under
+# --tp 2, which the 2-core development machine has too little memory for.
+DP_BENCH_DEVICE=cuda DP_BENCH_T5=1 DP_BENCH_CASES="sd3.5-large:1" "$root/scripts/bench/sd35_large_memory.sh" "$build" || status=1
+DP_BENCH_CASES="sd3.5-large:1 sd3.5-large:2" "$root/scripts/bench/sd35_large_memory.sh" "$build" || status=1
 rm -rf "$out"
 echo "== total: $(( $(date +%s) - start )) s"
 exit ${status:-0}
