@@ -160,7 +160,8 @@ std::shared_ptr<DeviceMapping> make_device_mapping(const JobFile& job, int eleme
                 throw std::invalid_argument(std::to_string(gpus.size()) +
                                             " GPU(s) visible; device_map needs two or more (to try it on the "
                                             "CPU, name CPU devices: --max-memory cpu:0=1GB,cpu:1=1GB)");
-            plan = strategies::plan_device_map_spec(job.model_dir, element_bytes, request.spec, "", gpus);
+            plan = strategies::plan_device_map_spec(job.model_dir, element_bytes, request.spec, "", gpus,
+                                                    job.variant);
         } catch (const std::exception& e) {
             throw protocol::UsageError("--device-map " + request.spec + ": " + e.what());
         }
@@ -182,7 +183,32 @@ GenerateRequest generate_request(const JobRequest& r) {
     g.guidance_scale = r.guidance_scale;
     g.width = r.width;
     g.height = r.height;
+    g.max_sequence_length = r.max_sequence_length;
+    g.skip_guidance_layers = r.skip_guidance_layers;
+    g.skip_layer_guidance_scale = r.skip_layer_guidance_scale;
+    g.skip_layer_guidance_start = r.skip_layer_guidance_start;
+    g.skip_layer_guidance_stop = r.skip_layer_guidance_stop;
     return g;
+}
+
+// The job's precision on `device`: --dtype auto is bf16 on a GPU and fp32 on the CPU (the
+// launcher's launcher::expected_dtype says the same before the ranks start).
+at::ScalarType run_dtype(const std::string& dtype, bool on_gpu) {
+    if (dtype == "auto") return on_gpu ? at::kBFloat16 : at::kFloat;
+    return dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
+}
+
+const char* dtype_name(at::ScalarType dtype) {
+    return dtype == at::kBFloat16 ? "bf16" : dtype == at::kHalf ? "fp16" : "fp32";
+}
+
+// Whether device_map places the job on GPUs: the launcher's plan says, else the budgets are the
+// visible GPUs'.
+bool device_map_on_gpus(const JobFile& job) {
+    const auto& plan = job.device_map->plan;
+    if (!plan) return true;
+    return std::any_of(plan->devices.begin(), plan->devices.end(),
+                       [](const std::string& d) { return d.rfind("cuda", 0) == 0; });
 }
 
 // A problem of the request itself: that prompt fails, the rank goes on. Every other error ends
@@ -212,12 +238,14 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     PipelineOptions po;
     po.model_dir = job.model_dir;
     po.random_weights = job.random_weights;
-    po.dtype = job.dtype == "bf16" ? at::kBFloat16 : job.dtype == "fp16" ? at::kHalf : at::kFloat;
+    po.variant = job.variant;
+    po.no_t5 = job.no_t5;
     const bool cuda = at::hasCUDA();
     if (job.device_map && world != 1)
         throw protocol::UsageError("--device-map runs one process over several devices; the world has " +
                                    std::to_string(world) + " ranks");
     if (job.device_map) {
+        po.dtype = run_dtype(job.dtype, device_map_on_gpus(job));
         po.device_map = make_device_mapping(job, po.dtype == at::kFloat ? 4 : 2);
         po.device =
             po.device_map->devices[static_cast<std::size_t>(po.device_map->transformer_blocks.front())];
@@ -225,10 +253,12 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     if (job.device == "cuda" && !cuda)
         throw protocol::UsageError(
             "--device cuda: no CUDA device is available to this rank; use --device cpu or auto");
-    if (!po.device_map)
+    if (!po.device_map) {
         po.device = (job.device == "cpu" || !cuda)
                         ? at::Device(at::kCPU)
                         : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+        po.dtype = run_dtype(job.dtype, po.device.is_cuda());
+    }
 
     CommunicatorOptions co;
     co.rank = rank;
@@ -253,7 +283,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     // NAME.png.latents.safetensors, to compare runs more finely than by pixels.
     const bool save_latents = env_flag("DP_SAVE_LATENTS");
     TestKillSwitch kill_switch(rank);
-    status.send(protocol::StartEvent{rank, po.device.str(), share.begin, share.size()});
+    status.send(protocol::StartEvent{rank, po.device.str(), share.begin, share.size(), dtype_name(po.dtype)});
 
     int failed = 0;
     if (share.size() > 0) {
@@ -266,9 +296,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
             const JobRequest& first = *group.front();
             while (next < share.end && static_cast<int>(group.size()) < job.batch_size) {
                 const JobRequest& g = job.requests[static_cast<std::size_t>(next)];
-                if (g.steps != first.steps || g.guidance_scale != first.guidance_scale ||
-                    g.width != first.width || g.height != first.height)
-                    break;
+                if (!protocol::same_batch_settings(g, first)) break;
                 group.push_back(&g);
                 ++next;
             }

@@ -1,7 +1,6 @@
 #include "runtime/models/common/weights.h"
 
 #include <ATen/ATen.h>
-#include <dirent.h>
 
 #include <algorithm>
 #include <fstream>
@@ -15,23 +14,6 @@
 
 namespace dp::runtime {
 namespace {
-
-std::vector<std::string> files_ending(const std::string& dir, const std::string& suffix) {
-    std::vector<std::string> out;
-    if (DIR* d = opendir(dir.c_str())) {
-        while (dirent* e = readdir(d)) {
-            const std::string name = e->d_name;
-            if (name.size() > suffix.size() &&
-                name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-                out.push_back(name);
-        }
-        closedir(d);
-    } else {
-        throw ModelError(dir + ": cannot open the component folder");
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
     std::string out = "[";
@@ -49,40 +31,21 @@ WeightStore WeightStore::open_file(const std::string& path, at::ScalarType dtype
     return store;
 }
 
-WeightStore WeightStore::open_folder(const std::string& dir, at::ScalarType dtype, at::Device device) {
-    const std::vector<std::string> indexes = files_ending(dir, ".safetensors.index.json");
-    if (indexes.size() > 1) throw ModelError(dir + ": several *.safetensors.index.json files; keep one");
-    if (indexes.empty()) {
-        const std::vector<std::string> files = files_ending(dir, ".safetensors");
-        if (files.empty())
-            throw ModelError(dir + ": no *.safetensors weights (only safetensors is supported)");
-        if (files.size() > 1)
-            throw ModelError(
-                dir + ": several *.safetensors files but no .safetensors.index.json naming which holds what");
-        WeightStore store = open_file(dir + "/" + files[0], dtype, device);
+WeightStore WeightStore::open_folder(const std::string& dir, at::ScalarType dtype, at::Device device,
+                                     const std::string& variant) {
+    const strategies::ComponentWeights files = strategies::find_component_weights(dir, variant);
+    if (files.index.empty()) {
+        WeightStore store = open_file(files.file, dtype, device);
         store.where_ = dir;
         return store;
     }
-    const std::string index_path = dir + "/" + indexes[0];
-    const std::string text = strategies::read_model_file(index_path);
-    nlohmann::json index;
-    try {
-        index = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        throw ModelError(index_path + ": not valid JSON (" + std::string(e.what()).substr(0, 160) + ")");
-    }
-    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-        throw ModelError(index_path + ": expected an object with a \"weight_map\" of tensor -> file");
     WeightStore store(dtype, device);
     store.where_ = dir;
     std::map<std::string, std::shared_ptr<SafetensorsFile>> shards;
-    for (const auto& [name, file] : index["weight_map"].items()) {
-        if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-            throw ModelError(index_path + ": tensor '" + name + "' maps to a bad file name");
-        const std::string shard = file.get<std::string>();
+    for (const auto& [name, shard] : strategies::read_weight_index(files.index)) {
         if (!shards.count(shard)) shards[shard] = SafetensorsFile::open(dir + "/" + shard);
         if (!shards[shard]->contains(name))
-            throw ModelError(index_path + ": says '" + name + "' is in " + shard +
+            throw ModelError(files.index + ": says '" + name + "' is in " + shard +
                              ", but that file has no such tensor");
         store.by_name_[name] = shards[shard];
     }

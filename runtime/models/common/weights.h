@@ -23,8 +23,12 @@ namespace dp::runtime {
 class WeightStore : public ShardSource {
   public:
     // The safetensors weights of a component folder: `*.safetensors.index.json` (sharded) or a
-    // single `*.safetensors`. Throws ModelError when there are none, or several unindexed files.
-    static WeightStore open_folder(const std::string& dir, at::ScalarType dtype, at::Device device);
+    // single `*.safetensors`; with `variant`, `*.safetensors.index.VARIANT.json` or
+    // `*.VARIANT.safetensors` (strategies::find_component_weights). Tensors stored in another dtype
+    // are converted to `dtype` as they are taken. Throws ModelError when there are none, several
+    // unindexed files, or only another variant's.
+    static WeightStore open_folder(const std::string& dir, at::ScalarType dtype, at::Device device,
+                                   const std::string& variant = "");
     // One file, for tests.
     static WeightStore open_file(const std::string& path, at::ScalarType dtype, at::Device device);
     // Seeded random weights of whatever shape is asked for: N(0, 0.02) for matrices, ones for
