@@ -182,6 +182,23 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
         parts += "  " + c.name + ": " + bytes_text(bytes) +
                  (c.name == spec.transformer && deg.tp > 1 ? ", its tp share" : "") + "\n";
     }
+    // T5's encoder where the job runs it: the spec's T5 rules split it over tp like the transformer.
+    const std::string t5_dir = job.model + "/text_encoder_3";
+    if (t5 && strategies::model_file_exists(t5_dir)) {
+        long long t5_whole = 0, t5_split = 0;
+        try {
+            const auto t5_counts = with_variant_or_plain(job, [&](const std::string& variant) {
+                return strategies::tensor_element_counts(t5_dir, variant);
+            });
+            for (const auto& [name, n] : t5_counts)
+                (strategies::tp_splits_tensor(spec, name) ? t5_split : t5_whole) += n;
+        } catch (const std::runtime_error& e) {
+            throw InputDataError(e.what());
+        }
+        const long long bytes = (t5_whole + t5_split / deg.tp) * f;
+        rank_bytes += bytes;
+        parts += "  text_encoder_3: " + bytes_text(bytes) + (deg.tp > 1 ? ", its tp share" : "") + "\n";
+    }
     out << "weights per rank (" << dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
 
     // Bytes each rank sends per denoising step, for one prompt (README "Parallel strategies").

@@ -142,13 +142,15 @@ long long clip_counts(const nlohmann::json& c) {
 }
 
 // T5EncoderModel (gated-gelu, bias-free, RMS norms with a weight only; the relative position
-// bias in the first layer alone; the token embedding once, tied).
-long long t5_encoder_counts(const nlohmann::json& c) {
+// bias in the first layer alone; the token embedding once, tied): {total, the part tensor
+// parallelism splits: every attention and feed-forward matrix}.
+std::pair<long long, long long> t5_encoder_counts(const nlohmann::json& c) {
     const long long d = c["d_model"], inner = c["num_heads"].get<long long>() * c["d_kv"].get<long long>();
-    const long long ff = c["d_ff"];
-    const long long layer = 4 * d * inner + 3 * d * ff + 2 * d;
-    return c["vocab_size"].get<long long>() * d + c["num_layers"].get<long long>() * layer +
-           c["relative_attention_num_buckets"].get<long long>() * c["num_heads"].get<long long>() + d;
+    const long long ff = c["d_ff"], layers = c["num_layers"];
+    const long long matrices = 4 * d * inner + 3 * d * ff;
+    const long long total = c["vocab_size"].get<long long>() * d + layers * (matrices + 2 * d) +
+                            c["relative_attention_num_buckets"].get<long long>() * c["num_heads"].get<long long>() + d;
+    return {total, layers * matrices};
 }
 
 // AutoencoderKL: {decoder, encoder} (no quant convs: use_quant_conv and use_post_quant_conv off).
@@ -231,7 +233,7 @@ TEST_CASE("config-only folders: every tensor manifest agrees with its config, in
             CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/" + clip)) ==
                   clip_counts(config_of(model, std::string(clip) + "/config.json")));
         CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/text_encoder_3")) ==
-              t5_encoder_counts(config_of(model, "text_encoder_3/config.json")));
+              t5_encoder_counts(config_of(model, "text_encoder_3/config.json")).first);
         const auto [decoder, encoder] = vae_counts(config_of(model, "vae/config.json"));
         const auto vae = dp::strategies::tensor_element_counts(model + "/vae");
         CHECK(sum_counts(vae, "decoder.") == decoder);
@@ -242,7 +244,7 @@ TEST_CASE("config-only folders: every tensor manifest agrees with its config, in
     // encoder 4.76 B, CLIP-G 695 M, CLIP-L 124 M.
     const std::string large = dp::launcher::resolve_model("sd3.5-large", "--model");
     CHECK(sd3_transformer_counts(config_of(large, "transformer/config.json")).total == 8146280768);
-    CHECK(t5_encoder_counts(config_of(large, "text_encoder_3/config.json")) == 4762310656);
+    CHECK(t5_encoder_counts(config_of(large, "text_encoder_3/config.json")).first == 4762310656);
 }
 
 TEST_CASE("plan: the shipped config-only folders at real size, per rank and per step") {
@@ -255,16 +257,24 @@ TEST_CASE("plan: the shipped config-only folders at real size, per rank and per 
         const long long others = clip_counts(config_of(model, "text_encoder/config.json")) +
                                  clip_counts(config_of(model, "text_encoder_2/config.json")) +
                                  vae_counts(config_of(model, "vae/config.json")).first;  // the decoder
+        const auto [t5_total, t5_split] = t5_encoder_counts(config_of(model, "text_encoder_3/config.json"));
         for (int tp : {1, 2}) {
             CAPTURE(tp);
             const std::string p = plan_of(model, tp);
-            // bf16: 2 bytes a parameter; tp 2 halves the split part and nothing else.
+            // bf16: 2 bytes a parameter; tp 2 halves the split parts (T5's too) and nothing else.
             CHECK(has(p, "transformer parameters per rank (bf16): "));
             CHECK(has(p, bytes_in((whole + t.split / tp) * 2) + " = "));
             CHECK(has(p, bytes_in(whole * 2) + " replicated + "));
             CHECK(has(p, bytes_in(t.split * 2) + " / tp " + std::to_string(tp) + "\n"));
+            CHECK(has(p, "  text_encoder_3: "));
+            CHECK(has(p, bytes_in((t5_total - t5_split + t5_split / tp) * 2)));
+            const long long t5_rank = t5_total - t5_split + t5_split / tp;
             CHECK(has(p, "weights per rank (bf16): "));
-            CHECK(has(p, bytes_in((whole + t.split / tp + others) * 2) + "\n"));
+            CHECK(has(p, bytes_in((whole + t.split / tp + others + t5_rank) * 2) + "\n"));
+            // --no-t5: T5 neither loaded nor counted.
+            const std::string no_t5 = plan_of(model, tp, {"--no-t5"});
+            CHECK(has(no_t5, bytes_in((whole + t.split / tp + others) * 2) + "\n"));
+            CHECK_FALSE(has(no_t5, "text_encoder_3"));
         }
         // At the default 1024x1024: 4096 image tokens, 333 text tokens (CLIP's 77 and T5's 256, the
         // default max_sequence_length); tp 2's all-reduces: two per block on the image, two on the text
@@ -273,15 +283,17 @@ TEST_CASE("plan: the shipped config-only folders at real size, per rank and per 
         const long long layers = tc["num_layers"];
         const std::string p = plan_of(model, 2);
         CHECK(has(p, " px -> 4096 image tokens, 333 text tokens\n"));
-        CHECK(has(p, "  all_reduce: ") );
+        CHECK(has(p, "  all_reduce: "));
         CHECK(has(p, bytes_in(2 * d * (2 * 4096 * layers + 2 * 333 * (layers - 1)) * 2) + "\n"));
         // Without T5 its positions are one constant token (Note [constant text tail]): 78.
         CHECK(has(plan_of(model, 2, {"--no-t5"}), " px -> 4096 image tokens, 78 text tokens\n"));
         CHECK(has(plan_of(model, 2, {"--max-sequence-length", "77"}), " px -> 4096 image tokens, 154 text tokens\n"));
     }
-    // SD3.5 large at bf16 under tp 2: about 10.2 GB of the transformer a rank, 11.8 GB in all.
-    const std::string p = plan_of(dp::launcher::resolve_model("sd3.5-large", "--model"), 2);
-    CHECK(has(p, "weights per rank (bf16): 11.81 GiB"));
+    // SD3.5 large at bf16 under tp 2: 10.2 GiB of the transformer a rank, 16.4 GiB with T5's half,
+    // 11.8 GiB without T5.
+    const std::string large = dp::launcher::resolve_model("sd3.5-large", "--model");
+    CHECK(has(plan_of(large, 2), "weights per rank (bf16): 16.37 GiB"));
+    CHECK(has(plan_of(large, 2, {"--no-t5"}), "weights per rank (bf16): 11.81 GiB"));
 }
 
 TEST_CASE("a config-only folder runs only with --random-weights") {
