@@ -105,7 +105,7 @@ TEST_CASE("JSONL keys for the new settings: accepted in range, each bad value an
     for (std::size_t i = 0; i < expected.size(); ++i) CHECK_MESSAGE(has(f.invalid[i].reason, expected[i]), f.invalid[i].reason);
 }
 
-TEST_CASE("a request takes the prompt's own settings, else the job's; checks against the model's blocks") {
+TEST_CASE("a request takes the prompt's own settings, else the job's, checked against the model's blocks") {
     JobOptions job;
     job.model = resolve_model("tiny-random-sd3", "--model");  // 2 transformer blocks
     job.max_sequence_length = 100;

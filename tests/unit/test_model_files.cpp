@@ -177,7 +177,7 @@ TEST_CASE("a component's weights for a variant: one file or an index, and errors
     CHECK(refusal(empty + "/missing", "").find("cannot open the component folder") != std::string::npos);
 }
 
-TEST_CASE("a symlink to a regular file is a model file; one to a missing blob says so") {
+TEST_CASE("a symlink to a regular file is a model file, and one to a missing blob says so") {
     // A Hugging Face snapshot: every file is a symlink into ../../blobs/.
     const std::string dir = fresh_dir("snapshot");
     REQUIRE(std::system(("mkdir -p '" + dir + "/blobs' '" + dir + "/snap'").c_str()) == 0);

@@ -76,7 +76,7 @@ TEST_CASE("an fp16 variant of a component in an fp32 run: converted on load, the
     std::system(("rm -rf '" + dir + "'").c_str());
 }
 
-TEST_CASE("a sharded variant is read through its index; bf16 storage in an fp32 run is converted") {
+TEST_CASE("a sharded variant is read through its index, and bf16 storage in an fp32 run is converted") {
     const std::string dir = scratch("sharded_bf16");
     const auto tensors = clip_l_tensors(at::kBFloat16);
     std::vector<std::pair<std::string, at::Tensor>> first, second;
