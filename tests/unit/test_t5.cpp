@@ -288,7 +288,7 @@ TEST_CASE("T5 config errors name the file and key") {
                          doctest::Contains("/nonexistent/config.json"), ModelError);
 }
 
-TEST_CASE("T5 encoder over 2 tensor-parallel ranks equals one process and keeps half the split layers") {
+TEST_CASE("T5 encoder over 2 and 3 tensor-parallel ranks (uneven heads) equals one process and keeps its share of the split layers") {
     auto golden = SafetensorsFile::open(golden_path("t5_encoder.safetensors"));
     const at::Tensor ids = load_tensor(golden, "input_ids", at::kLong);
     const T5Config config = T5Config::from_json_file(kEncoder + "/config.json");
@@ -300,13 +300,15 @@ TEST_CASE("T5 encoder over 2 tensor-parallel ranks equals one process and keeps 
     for (const auto& [tensor, count] : dp::strategies::safetensors_element_counts(kEncoder))
         if (dp::strategies::tp_splits_tensor(spec, tensor)) split.insert(tensor);
     CHECK(split.size() == 7 * static_cast<std::size_t>(config.num_layers));
+    for (const int tp : {2, 3}) {  // 4 heads and 48 features as 2, 1, 1 and 16 each
+    CAPTURE(tp);
     std::mutex m;
-    std::vector<at::Tensor> got(2);
-    std::vector<int64_t> bytes(2);
-    std::vector<std::set<std::string>> sharded(2);
-    dp::test::run_ranks(2, [&](int rank, Communicator& group) {
+    std::vector<at::Tensor> got(static_cast<std::size_t>(tp));
+    std::vector<int64_t> bytes(static_cast<std::size_t>(tp));
+    std::vector<std::set<std::string>> sharded(static_cast<std::size_t>(tp));
+    dp::test::run_ranks(tp, [&](int rank, Communicator& group) {
         WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-        const T5Encoder encoder(config, weights, TensorGroup{&group, rank, 2});
+        const T5Encoder encoder(config, weights, TensorGroup{&group, rank, tp});
         weights.check_all_taken();
         const at::Tensor out = encoder.forward(ids);
         const std::lock_guard<std::mutex> lock(m);
@@ -314,14 +316,15 @@ TEST_CASE("T5 encoder over 2 tensor-parallel ranks equals one process and keeps 
         bytes[static_cast<std::size_t>(rank)] = encoder.parameter_bytes();
         sharded[static_cast<std::size_t>(rank)] = weights.sharded();
     });
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < tp; ++r) {
         CAPTURE(r);
         CHECK(max_diff(got[static_cast<std::size_t>(r)], expected) < 1e-5);
         CHECK(sharded[static_cast<std::size_t>(r)] == split);
         CHECK(bytes[static_cast<std::size_t>(r)] < whole.parameter_bytes());
     }
+    }
     WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-    CHECK_THROWS_WITH_AS(T5Encoder(config, weights, TensorGroup{nullptr, 0, 3}),
-                         doctest::Contains("4 attention heads do not divide by the tensor-parallel degree 3"),
+    CHECK_THROWS_WITH_AS(T5Encoder(config, weights, TensorGroup{nullptr, 0, 5}),
+                         doctest::Contains("4 attention heads over a tensor-parallel degree of 5: a rank would hold none"),
                          ModelError);
 }

@@ -111,11 +111,12 @@ T5Encoder::T5Encoder(const T5Config& config, WeightStore& w, const TensorGroup& 
                      const strategies::ParallelSpec& spec)
     : config_(config) {
     const int64_t d = config.d_model, inner = config.inner_dim(), ff = config.d_ff;
-    if (config.num_heads % tp.size != 0)
+    // Heads and feed-forward features split as evenly as tp allows (Note [uneven heads]).
+    if (config.num_heads < tp.size)
         throw ModelError("T5 encoder: " + std::to_string(config.num_heads) +
-                         " attention heads do not divide by the tensor-parallel degree " +
-                         std::to_string(tp.size));
-    local_heads_ = config.num_heads / tp.size;
+                         " attention heads over a tensor-parallel degree of " + std::to_string(tp.size) +
+                         ": a rank would hold none");
+    local_heads_ = tp.share(config.num_heads);
     // Tied embeddings: transformers saves shared.weight, encoder.embed_tokens.weight or both.
     const bool shared = w.has("shared.weight");
     embedding_ = w.take(shared ? "shared.weight" : "encoder.embed_tokens.weight", {config.vocab_size, d});
@@ -124,27 +125,27 @@ T5Encoder::T5Encoder(const T5Config& config, WeightStore& w, const TensorGroup& 
     w.skip_prefix("lm_head.");
     const at::Tensor bias = w.take("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
                                    {config.relative_attention_num_buckets, config.num_heads});
-    relative_bias_ = bias.narrow(1, tp.rank * local_heads_, local_heads_).contiguous();
-    auto linear = [&](const std::string& name, int64_t in, int64_t out) {
+    relative_bias_ = bias.narrow(1, tp.share_start(config.num_heads), local_heads_).contiguous();
+    auto linear = [&](const std::string& name, int64_t in, int64_t out, int64_t unit) {
         return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp,
-                                    /*bias=*/false);
+                                    /*bias=*/false, unit);
     };
     const at::ScalarType run_dtype = w.dtype();
     for (int64_t i = 0; i < config.num_layers; ++i) {
         const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
         Block b;
         b.attention_norm = w.take(p + "0.layer_norm.weight", {d});
-        b.q = linear(p + "0.SelfAttention.q", d, inner);
-        b.k = linear(p + "0.SelfAttention.k", d, inner);
-        b.v = linear(p + "0.SelfAttention.v", d, inner);
-        b.o = linear(p + "0.SelfAttention.o", inner, d);
+        b.q = linear(p + "0.SelfAttention.q", d, inner, config.d_kv);
+        b.k = linear(p + "0.SelfAttention.k", d, inner, config.d_kv);
+        b.v = linear(p + "0.SelfAttention.v", d, inner, config.d_kv);
+        b.o = linear(p + "0.SelfAttention.o", inner, d, config.d_kv);
         b.ff_norm = w.take(p + "1.layer_norm.weight", {d});
-        b.wi_0 = linear(p + "1.DenseReluDense.wi_0", d, ff);
-        b.wi_1 = linear(p + "1.DenseReluDense.wi_1", d, ff);
+        b.wi_0 = linear(p + "1.DenseReluDense.wi_0", d, ff, 1);
+        b.wi_1 = linear(p + "1.DenseReluDense.wi_1", d, ff, 1);
         // Note [T5 dtypes]: wo stays fp32 in an fp16 run, loaded so from the file.
         if (run_dtype == at::kHalf) w.set_dtype(at::kFloat);
         try {
-            b.wo = linear(p + "1.DenseReluDense.wo", ff, d);
+            b.wo = linear(p + "1.DenseReluDense.wo", ff, d, 1);
         } catch (...) {
             w.set_dtype(run_dtype);
             throw;

@@ -166,10 +166,11 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
                          std::to_string(config.num_attention_heads) +
                          " attention heads, so a rank would hold none; tp may be at most " +
                          std::to_string(config.num_attention_heads));
-    // Every linear layer as SD3's parallel spec splits it.
+    // Every linear layer as SD3's parallel spec splits it; the MLPs' features as evenly as tp allows.
     const strategies::ParallelSpec& spec = strategies::sd3_parallel_spec();
     auto linear = [&](const std::string& name, int64_t in, int64_t out) {
-        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp);
+        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp,
+                                    /*bias=*/true, /*unit=*/1);
     };
     // Attention projections split by whole heads, unevenly where tp does not divide them (Note
     // [uneven heads]).
