@@ -2,8 +2,6 @@
 // on the tiny SD3 model of tests/data/golden.
 #include <doctest/doctest.h>
 
-#include <png.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -14,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "integration/job_outputs.h"
 #include "integration/launch_harness.h"
 
 using namespace dp::test;
@@ -56,51 +55,6 @@ const char* kFivePrompts =
 }  // namespace
 
 namespace {
-// The largest difference of any channel between two PNG files of the same size (libpng's reader).
-int max_pixel_difference(const std::string& a, const std::string& b) {
-    std::vector<std::vector<uint8_t>> pixels;
-    for (const std::string& path : {a, b}) {
-        png_image image{};
-        image.version = PNG_IMAGE_VERSION;
-        REQUIRE(png_image_begin_read_from_file(&image, path.c_str()) != 0);
-        image.format = PNG_FORMAT_RGB;
-        pixels.emplace_back(PNG_IMAGE_SIZE(image));
-        REQUIRE(png_image_finish_read(&image, nullptr, pixels.back().data(), 0, nullptr) != 0);
-    }
-    REQUIRE(pixels[0].size() == pixels[1].size());
-    int worst = 0;
-    for (std::size_t i = 0; i < pixels[0].size(); ++i)
-        worst = std::max(worst, std::abs(pixels[0][i] - pixels[1][i]));
-    return worst;
-}
-}  // namespace
-
-namespace {
-// The fp32 values of the one tensor of a NAME.latents.safetensors file (DP_SAVE_LATENTS=1).
-std::vector<float> read_latents(const std::string& path) {
-    const std::string bytes = read_file(path);
-    REQUIRE(bytes.size() >= 8);
-    uint64_t len = 0;
-    for (int i = 7; i >= 0; --i)
-        len = (len << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
-    REQUIRE(8 + len <= bytes.size());
-    const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, len));
-    const auto& info = header.at("latents");
-    REQUIRE(info.at("dtype") == "F32");
-    const std::size_t begin = info.at("data_offsets")[0], end = info.at("data_offsets")[1];
-    REQUIRE(8 + len + end <= bytes.size());
-    std::vector<float> values((end - begin) / 4);
-    std::memcpy(values.data(), bytes.data() + 8 + len + begin, values.size() * 4);
-    return values;
-}
-
-float max_latent_difference(const std::string& a, const std::string& b) {
-    const std::vector<float> x = read_latents(a), y = read_latents(b);
-    REQUIRE(x.size() == y.size());
-    float worst = 0;
-    for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
-    return worst;
-}
 
 // Runs each configuration on the three odd-size prompts and checks every image against one
 // process: final latents within 1e-4 and PNGs within `tolerance` per channel (0: the same
@@ -385,10 +339,11 @@ TEST_CASE("CFG parallel is refused before anything starts when it cannot apply")
 }
 
 TEST_CASE(
-    "Ulysses context parallelism (2, 4 over an odd token count, and with cfg2) gives the single-process "
-    "images") {
+    "Ulysses context parallelism (2, 4 over an odd token count, 3 over 4 heads, and with cfg2) gives the "
+    "single-process images") {
     expect_single_process_images({{"-n", "2", "--ulysses", "2"},
                                   {"-n", "4", "--ulysses", "4"},
+                                  {"-n", "3", "--ulysses", "3"},  // 4 heads as 2, 1, 1
                                   {"-n", "4", "--ulysses", "2", "--cfg-parallel"}},
                                  0);
 }
@@ -396,29 +351,31 @@ TEST_CASE(
 TEST_CASE("Ulysses degrees that cannot work are refused before any model is loaded") {
     const std::string dir = make_temp_dir();
     const std::string prompts = write_prompts(dir, "p.txt", "x\n");
-    LaunchResult heads = run_launch(job_args(dir + "/out", {"-n", "3", "--ulysses", "3", prompts}));
+    LaunchResult heads = run_launch(job_args(dir + "/out", {"-n", "5", "--ulysses", "5", prompts}));
     CHECK(heads.exit_code == 2);
-    CHECK(heads.err.find(
-              "--ulysses 3: the model has 4 attention heads; tp x ulysses must divide 4 (try 1, 2, 4)") !=
-          std::string::npos);
+    CHECK_MESSAGE(heads.err.find("--tp 1 x --ulysses 5: the model has 4 attention heads, fewer than the 5 ranks") !=
+                      std::string::npos,
+                  heads.err);
+    CHECK(heads.err.find("tp x ulysses may be at most 4 (1, 2, 4 split them evenly") != std::string::npos);
     LaunchResult world = run_launch(job_args(dir + "/out", {"-n", "2", "--ulysses", "4", prompts}));
     CHECK(world.exit_code == 2);
     CHECK(world.err.find("does not divide by 4") != std::string::npos);
 }
 
 TEST_CASE(
-    "tensor parallelism (tp2, tp4, tp2 x ulysses2, tp2 x cfg2) gives the single-process images within 1 per "
-    "channel") {
+    "tensor parallelism (tp2, tp4, tp3 over 4 heads, tp2 x ulysses2, tp2 x cfg2) gives the single-process images "
+    "within 1 per channel") {
     expect_single_process_images({{"-n", "2", "--tp", "2"},
                                   {"-n", "4", "--tp", "4"},
+                                  {"-n", "3", "--tp", "3"},  // 4 heads as 2, 1, 1; MLP features 43, 43, 42
                                   {"-n", "4", "--tp", "2", "--ulysses", "2"},
                                   {"-n", "4", "--tp", "2", "--cfg-parallel"}},
                                  1);
     const std::string dir = make_temp_dir();
     LaunchResult heads =
-        run_launch(odd_size_args(dir + "/bad", {"-n", "3", "--tp", "3"}, write_prompts(dir, "p.txt", "x\n")));
+        run_launch(odd_size_args(dir + "/bad", {"-n", "5", "--tp", "5"}, write_prompts(dir, "p.txt", "x\n")));
     CHECK(heads.exit_code == 2);
-    CHECK(heads.err.find("tp x ulysses must divide 4") != std::string::npos);
+    CHECK(heads.err.find("so a rank would hold none; tp x ulysses may be at most 4") != std::string::npos);
 }
 
 TEST_CASE(
