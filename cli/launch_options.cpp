@@ -367,13 +367,14 @@ const std::vector<JobOptionRow>& job_option_table() {
                       "noise predictions"),
             whole<J>(
                 "--ulysses", "N", &J::ulysses, 1, 64,
-                "Ulysses context parallelism: N ranks split each image's tokens (N must divide the heads)"),
+                "Ulysses context parallelism: N ranks split each image's tokens and the heads (unevenly where N does "
+                "not divide them; tp x ulysses at most the heads)"),
             whole<J>("--ring", "N", &J::ring, 1, 64,
                      "Ring context parallelism: N ranks split each image's tokens and pass keys and values "
                      "round a ring"),
             whole<J>("--tp", "N", &J::tp, 1, 64,
-                     "Tensor parallelism: N ranks split the transformer's attention and MLP weights (tp x "
-                     "ulysses must divide the heads)"),
+                     "Tensor parallelism: N ranks split the transformer's and T5's attention and MLP weights (by whole "
+                     "heads, unevenly where N does not divide them; tp x ulysses at most the heads)"),
             text<J>("--device-map,--device_map", "balanced|auto|FILE.json", &J::device_map,
                     "One process over several devices: balanced places whole components, auto also splits "
                     "the transformer's blocks, FILE.json places them by hand ({\"transformer\": \"cuda:1\", "

@@ -413,9 +413,11 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested);
     const JobOptions job = with_strategy(requested, strategy);
     if (!job.random_weights) check_has_weights(job.model);
-    if (!launch.quiet && strategy.degrees.replica_size() > 1)
+    if (!launch.quiet && strategy.degrees.replica_size() > 1) {
         std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
                   << std::endl;
+        for (const std::string& note : strategy.notes) std::cerr << "dp-launch: " << note << std::endl;
+    }
     const std::string name = job.prompts == "-" ? "<stdin>" : utf8_for_display(job.prompts);
     // What the model cannot run is refused here, before anything starts: a flag's setting is a
     // usage error, a JSONL line's makes that line invalid, the folder's own problems are the model's.
