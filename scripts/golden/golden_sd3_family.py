@@ -5,6 +5,7 @@ Three tiny random folders, saved by diffusers' save_pretrained, and their images
 - sd35_medium_tiny: SD3.5-medium's shape: dual-attention blocks, RMS qk-norm, patch 2, with and
   without skip-layer guidance;
 - sd35_large_tiny: SD3.5-large's shape: an odd head count (3), RMS qk-norm.
+Each also runs its first case in bf16 (image_bf16.0, latents_bf16.0).
 
 Needs the t5_tokenizer part first (its tiny SentencePiece model is the T5 tokenizer here).
 """
@@ -124,5 +125,14 @@ def sd3_family_pipelines():
                     tensors[f"{key}.{i}"] = torch.from_numpy((out * 255).round().astype("uint8"))
                 else:
                     tensors[f"{key}.{i}"] = out.float()
+        # The first case once more with every component in bf16, as pipe.to(torch.bfloat16) runs it.
+        pipe.to(torch.bfloat16)
+        case = cases[0]
+        kwargs = {k: v for k, v in case.items() if k not in ("prompt", "negative_prompt", "seed", "steps")}
+        kwargs.update(prompt=case["prompt"], negative_prompt=case["negative_prompt"], num_inference_steps=case["steps"])
+        for output, key in (("np", "image_bf16"), ("latent", "latents_bf16")):
+            out = pipe(generator=torch.Generator("cpu").manual_seed(case["seed"]), output_type=output, **kwargs).images[0]
+            tensors[f"{key}.0"] = (torch.from_numpy((out * 255).round().astype("uint8")) if output == "np"
+                                   else out.float())
         save(f"{name}.safetensors", tensors, {"cases": cases})
         print(f"{folder}: {json.dumps(TRANSFORMERS[name])}")
