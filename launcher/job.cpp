@@ -20,6 +20,7 @@
 #include "launcher/gallery.h"
 #include "launcher/job_settings.h"
 #include "launcher/manifest.h"
+#include "launcher/model_location.h"
 #include "launcher/output_folder.h"
 #include "launcher/process.h"
 #include "launcher/prompt_file.h"
@@ -48,14 +49,6 @@ void make_dirs(const std::string& path) {
 bool exists(const std::string& path) {
     struct stat st {};
     return stat(path.c_str(), &st) == 0;
-}
-
-std::string self_dir() {
-    char buf[4096];
-    const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    if (n <= 0) return ".";
-    std::string path(buf, static_cast<std::size_t>(n));
-    return path.substr(0, path.rfind('/'));
 }
 
 // Follows the ranks' status channels: appends each finished record to the manifest as it comes

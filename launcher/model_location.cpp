@@ -41,14 +41,6 @@ std::string real_path(const std::string& path) {
     return realpath(path.c_str(), real) ? std::string(real) : path;
 }
 
-std::string self_dir() {
-    char buf[4096];
-    const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    if (n <= 0) return ".";
-    std::string path(buf, static_cast<std::size_t>(n));
-    return path.substr(0, path.rfind('/'));
-}
-
 std::string env_value(const EnvLookup& env, const char* name) {
     const char* v = env(name);
     return v && *v ? std::string(v) : std::string();
@@ -244,6 +236,14 @@ std::string resolve_model(const std::string& name, const std::string& source, co
     for (const std::string& p : places) searched += (searched.empty() ? "" : ", ") + p;
     throw UsageError(source + " " + shown + ": no such model folder, and no shipped model of that name (looked in " +
                      searched + "; a Hugging Face repo is named ORG/NAME)");
+}
+
+std::string self_dir() {
+    char buf[4096];
+    const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n <= 0) return ".";
+    std::string path(buf, static_cast<std::size_t>(n));
+    return path.substr(0, path.rfind('/'));
 }
 
 }  // namespace dp::launcher

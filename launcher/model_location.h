@@ -47,4 +47,8 @@ std::string find_hub_snapshot(const HubCache& cache, const std::string& repo_id,
 std::string resolve_model(const std::string& name, const std::string& source, const std::string& revision = "",
                           const EnvLookup& env = process_env());
 
+// The folder of this executable (/proc/self/exe), where dp-worker and the shipped models are found;
+// "." when it cannot be read.
+std::string self_dir();
+
 }  // namespace dp::launcher

@@ -14,9 +14,11 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 inline std::string read_text_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -31,4 +33,16 @@ inline std::string golden_path(const std::string& name) {
     path.append("/");
     path.append(name);
     return path;
+}
+
+// Values drawn from N(0, 1) by a generator seeded with `seed` alone: the same on every rank.
+inline at::Tensor seeded(std::vector<int64_t> shape, uint64_t seed) {
+    at::Generator gen = at::detail::createCPUGenerator(seed);
+    return at::randn(shape, gen, at::kFloat);
+}
+
+// The largest absolute difference of two tensors of the same shape, in fp32.
+inline double max_diff(const at::Tensor& a, const at::Tensor& b) {
+    REQUIRE(a.sizes() == b.sizes());
+    return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
 }

@@ -14,10 +14,6 @@
 using namespace dp::runtime;
 
 namespace {
-double max_diff(const at::Tensor& a, const at::Tensor& b) {
-    REQUIRE(a.sizes() == b.sizes());
-    return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
-}
 }  // namespace
 
 TEST_CASE("CLIP text encoders match transformers within 1e-4") {

@@ -26,7 +26,6 @@ using dp::strategies::MeshDegrees;
 
 namespace {
 
-double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 // The golden dual-attention transformer's folder, and the inputs and outputs diffusers gave.
 const std::string& sd35_dir() {

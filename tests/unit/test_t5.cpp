@@ -30,10 +30,6 @@ std::vector<int64_t> ids_of(const at::Tensor& t) {
     return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
 }
 
-double max_diff(const at::Tensor& a, const at::Tensor& b) {
-    REQUIRE(a.sizes() == b.sizes());
-    return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
-}
 
 // A fresh folder under /tmp, removed (with its files) when the test ends.
 struct TempDir {

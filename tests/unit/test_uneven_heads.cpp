@@ -37,12 +37,7 @@ using dp::strategies::TpSplit;
 
 namespace {
 
-at::Tensor seeded(std::vector<int64_t> shape, uint64_t seed) {
-    at::Generator gen = at::detail::createCPUGenerator(seed);
-    return at::randn(shape, gen, at::kFloat);
-}
 
-double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 // The largest of the values each rank reports.
 class Worst {

@@ -36,10 +36,6 @@ std::vector<std::pair<std::string, at::Tensor>> clip_l_tensors(at::ScalarType dt
     return out;
 }
 
-double max_diff(const at::Tensor& a, const at::Tensor& b) {
-    REQUIRE(a.sizes() == b.sizes());
-    return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
-}
 
 }  // namespace
 
