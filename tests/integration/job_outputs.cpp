@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "integration/launch_harness.h"
 
@@ -55,6 +56,13 @@ float max_latent_difference(const std::string& a, const std::string& b) {
     float worst = 0;
     for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
     return worst;
+}
+
+std::vector<nlohmann::json> read_manifest(const std::string& out) {
+    std::vector<nlohmann::json> records;
+    std::istringstream in(read_file(out + "/manifest.jsonl"));
+    for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+    return records;
 }
 
 }  // namespace dp::test

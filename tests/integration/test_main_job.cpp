@@ -32,13 +32,6 @@ std::string write_prompts(const std::string& dir, const std::string& name, const
     return path;
 }
 
-std::vector<nlohmann::json> manifest(const std::string& out) {
-    std::vector<nlohmann::json> records;
-    std::istringstream in(read_file(out + "/manifest.jsonl"));
-    for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
-    return records;
-}
-
 // 10 x 9 pixels is 90 image tokens: not a multiple of 4, so a 4-way token split pads and masks.
 std::vector<std::string> odd_size_args(const std::string& out, const std::vector<std::string>& extra,
                                        const std::string& prompts) {
@@ -66,12 +59,12 @@ void expect_single_process_images(const std::vector<std::vector<std::string>>& c
         write_prompts(dir, "p.txt", "a red circle\nA blue square!\na green triangle\n");
     const std::map<std::string, std::string> env = {{"DP_SAVE_LATENTS", "1"}};
     REQUIRE(run_launch(odd_size_args(dir + "/single", {"-n", "1"}, prompts), env, 120).exit_code == 0);
-    const auto single = manifest(dir + "/single");
+    const auto single = read_manifest(dir + "/single");
     for (const auto& extra : configurations) {
         CAPTURE(extra);
         LaunchResult r = run_launch(odd_size_args(dir + "/run", extra, prompts), env, 120);
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-        const auto got = manifest(dir + "/run");
+        const auto got = read_manifest(dir + "/run");
         REQUIRE(got.size() == 3);
         int identical = 0;
         for (std::size_t i = 0; i < 3; ++i) {
@@ -97,7 +90,7 @@ TEST_CASE("1, 2, 3 and 4 processes give byte-identical images and the same manif
         LaunchResult r = launch.wait(120);
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
         CHECK(r.out.find("dp-launch: 5 images, 0 failed, 0 invalid, 0 not run") == 0);
-        by_world[n] = manifest(out);
+        by_world[n] = read_manifest(out);
         REQUIRE(by_world[n].size() == 5);
         CHECK(processes_with_marker(launch.marker()).empty());
     }
@@ -129,7 +122,7 @@ TEST_CASE("the manifest, field by field") {
     LaunchResult r = run_launch(
         job_args(out, {"-n", "2", "--seed", "100", "--negative-prompt", "ugly", prompts}), {}, 120);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    const auto records = manifest(out);
+    const auto records = read_manifest(out);
     REQUIRE(records.size() == 2);
     const auto& m = records[1];
     CHECK(m["index"] == 1);
@@ -161,7 +154,7 @@ TEST_CASE("2 prompts on 4 ranks: the ranks without prompts join, wait and exit 0
     const std::string prompts = write_prompts(dir, "p.txt", "one\ntwo\n");
     LaunchResult r = run_launch(job_args(dir + "/out", {"-n", "4", prompts}), {}, 120);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    CHECK(manifest(dir + "/out").size() == 2);
+    CHECK(read_manifest(dir + "/out").size() == 2);
 }
 
 TEST_CASE("an empty prompt file, or only blank lines: nothing to do, exit 0") {
@@ -186,7 +179,7 @@ TEST_CASE("prompts from stdin, read once by the launcher") {
     for (const auto& a : args) command += " '" + a + "'";
     const int rc = std::system((command + " < " + prompts + " > /dev/null 2>&1").c_str());
     CHECK(rc == 0);
-    const auto records = manifest(dir + "/out");
+    const auto records = read_manifest(dir + "/out");
     REQUIRE(records.size() == 2);
     CHECK(records[1]["prompt"] == "from stdin two");
 }
@@ -204,7 +197,7 @@ TEST_CASE("JSONL overrides per prompt, and hostile names stay inside the output 
     const std::string out = dir + "/out";
     LaunchResult r = run_launch(job_args(out, {"-n", "2", prompts}), {}, 120);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    const auto records = manifest(out);
+    const auto records = read_manifest(out);
     REQUIRE(records.size() == 3);
     CHECK(records[0]["seed"] == 7);
     CHECK(records[0]["steps"] == 1);
@@ -237,7 +230,7 @@ TEST_CASE("invalid lines: refused and all listed by default, skipped and recorde
         run_launch(job_args(dir + "/out", {"-n", "2", "--skip-invalid", prompts}), {}, 120);
     REQUIRE_MESSAGE(skipped.exit_code == 0, skipped.err);
     CHECK(skipped.out.find("2 images, 0 failed, 2 invalid") != std::string::npos);
-    const auto records = manifest(dir + "/out");
+    const auto records = read_manifest(dir + "/out");
     REQUIRE(records.size() == 4);
     CHECK(records[1]["status"] == "invalid");
     CHECK(records[1]["line"] == 2);
@@ -277,7 +270,7 @@ TEST_CASE("without --model the shipped default is found next to dp-launch, where
     Launch launch({"-n", "2", "--steps", "1", "-o", dir + "/out", "-q", prompts});
     LaunchResult r = launch.wait(120);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    const auto records = manifest(dir + "/out");
+    const auto records = read_manifest(dir + "/out");
     REQUIRE(records.size() == 1);
     const std::string model = records[0]["model"].get<std::string>();
     CHECK(model.substr(model.size() - 18) == "/models/shapes-sd3");
@@ -290,7 +283,7 @@ TEST_CASE("--batch-size 3 runs every prompt once, with the same seeds and files 
     REQUIRE(run_launch(job_args(dir + "/one", {"-n", "2", prompts}), {}, 120).exit_code == 0);
     LaunchResult r = run_launch(job_args(dir + "/three", {"-n", "2", "--batch-size", "3", prompts}), {}, 120);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    const auto a = manifest(dir + "/one"), b = manifest(dir + "/three");
+    const auto a = read_manifest(dir + "/one"), b = read_manifest(dir + "/three");
     REQUIRE(b.size() == 5);
     int same = 0;
     for (std::size_t i = 0; i < 5; ++i) {
@@ -313,7 +306,7 @@ TEST_CASE("CFG parallel (cfg2, and dp2 x cfg2) gives the single-process images, 
         LaunchResult r =
             run_launch(job_args(out, {"-n", std::to_string(n), "--cfg-parallel", prompts}), {}, 120);
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-        const auto a = manifest(dir + "/single"), b = manifest(out);
+        const auto a = read_manifest(dir + "/single"), b = read_manifest(out);
         REQUIRE(b.size() == 5);
         std::set<int> writers;
         for (std::size_t i = 0; i < 5; ++i) {

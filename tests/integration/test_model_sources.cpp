@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "integration/job_outputs.h"
 #include "integration/launch_harness.h"
 
 namespace fs = std::filesystem;
@@ -31,13 +32,6 @@ std::vector<std::string> job_args(const std::string& model, const std::string& o
                                      "--device", "cpu", "-o", out, "-q"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
-}
-
-std::vector<nlohmann::json> records_of(const std::string& out) {
-    std::vector<nlohmann::json> records;
-    std::istringstream in(read_file(out + "/manifest.jsonl"));
-    for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
-    return records;
 }
 
 std::string png(const std::string& out, const nlohmann::json& record) {
@@ -167,7 +161,7 @@ TEST_CASE("a model from a Hugging Face cache snapshot makes the same images as i
     const LaunchResult r =
         run_launch(job_args("org/tiny", dir + "/hub_out", {"-n", "2", prompts}), {{"HF_HUB_CACHE", cache}}, 120);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    const auto plain = records_of(dir + "/plain"), hub = records_of(dir + "/hub_out");
+    const auto plain = read_manifest(dir + "/plain"), hub = read_manifest(dir + "/hub_out");
     REQUIRE(hub.size() == 2);
     for (std::size_t i = 0; i < hub.size(); ++i) {
         CHECK(hub[i].at("status") == "ok");
@@ -211,7 +205,7 @@ TEST_CASE("an fp16 weight variant in an fp32 run: converted on load, the images 
         run_launch(job_args(both, dir + "/b", {"--dtype", "fp32", "--variant", "fp16", prompts}), latents, 120);
     REQUIRE_MESSAGE(v.exit_code == 0, v.err);
     REQUIRE(run_launch(job_args(both, dir + "/c", {"--dtype", "fp32", prompts}), latents, 120).exit_code == 0);
-    const auto a = records_of(dir + "/a"), b = records_of(dir + "/b"), c = records_of(dir + "/c");
+    const auto a = read_manifest(dir + "/a"), b = read_manifest(dir + "/b"), c = read_manifest(dir + "/c");
     REQUIRE(b.size() == 2);
     const auto latents_of = [](const std::string& out, const nlohmann::json& r) {
         return read_file(out + "/" + r.at("file").get<std::string>() + ".latents.safetensors");
@@ -243,7 +237,7 @@ TEST_CASE("--dtype auto on the CPU is fp32: the manifest says so and the images 
                                                 "--height", "16", "-o", dir + "/auto", "-q", prompts};
     REQUIRE(run_launch(auto_args, {{"CUDA_VISIBLE_DEVICES", ""}}, 120).exit_code == 0);
     REQUIRE(run_launch(job_args(DP_TINY_MODEL, dir + "/fp32", {"--dtype", "fp32", prompts}), {}, 120).exit_code == 0);
-    const auto a = records_of(dir + "/auto"), f = records_of(dir + "/fp32");
+    const auto a = read_manifest(dir + "/auto"), f = read_manifest(dir + "/fp32");
     REQUIRE(a.size() == 1);
     CHECK(a[0].at("dtype") == "fp32");
     CHECK(png(dir + "/auto", a[0]) == png(dir + "/fp32", f[0]));
@@ -263,7 +257,7 @@ TEST_CASE("the new per-prompt settings reach the ranks, and prompts that differ 
     REQUIRE_MESSAGE(batched.exit_code == 0, batched.err);
     const LaunchResult single = run_launch(job_args(DP_TINY_MODEL, dir + "/single", {prompts}), {}, 180);
     REQUIRE_MESSAGE(single.exit_code == 0, single.err);
-    const auto b = records_of(dir + "/batched"), s = records_of(dir + "/single");
+    const auto b = read_manifest(dir + "/batched"), s = read_manifest(dir + "/single");
     REQUIRE(b.size() == 4);
     for (std::size_t i = 0; i < 4; ++i) {
         CAPTURE(i);

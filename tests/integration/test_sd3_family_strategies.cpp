@@ -34,13 +34,6 @@ std::vector<std::string> args_for(const std::string& model, const std::string& o
     return a;
 }
 
-std::vector<nlohmann::json> manifest_of(const std::string& out) {
-    std::vector<nlohmann::json> records;
-    std::istringstream in(read_file(out + "/manifest.jsonl"));
-    for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
-    return records;
-}
-
 // Each configuration against one process: final latents within 1e-4, PNGs within 1 per channel.
 void expect_single_process_images(const std::string& model, const std::vector<std::vector<std::string>>& runs) {
     const std::string dir = make_temp_dir();
@@ -49,14 +42,14 @@ void expect_single_process_images(const std::string& model, const std::vector<st
     const std::map<std::string, std::string> env = {{"DP_SAVE_LATENTS", "1"}};
     LaunchResult one = run_launch(args_for(model, dir + "/single", {"-n", "1"}, prompts), env, 180);
     REQUIRE_MESSAGE(one.exit_code == 0, one.err);
-    const auto single = manifest_of(dir + "/single");
+    const auto single = read_manifest(dir + "/single");
     REQUIRE(single.size() == 3);
     for (const auto& extra : runs) {
         CAPTURE(model);
         CAPTURE(extra);
         LaunchResult r = run_launch(args_for(model, dir + "/run", extra, prompts), env, 180);
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-        REQUIRE(manifest_of(dir + "/run").size() == 3);
+        REQUIRE(read_manifest(dir + "/run").size() == 3);
         for (const auto& record : single) {
             const std::string file = record["file"].get<std::string>();
             CHECK(max_pixel_difference(dir + "/single/" + file, dir + "/run/" + file) <= 1);
