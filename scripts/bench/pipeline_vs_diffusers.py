@@ -1,7 +1,8 @@
 """The C++ SD3 pipeline (dp-generate) against diffusers' StableDiffusion3Pipeline, same weights,
 same prompt, seed and settings, fp32 on this machine's CPU, in one run.
 
-For a small and a medium random SD3 config it prints model load time, the median time per
+For a small and a medium random SD3 config, and the medium one with a T5 encoder (the text is then
+CLIP's 77 tokens plus T5's 256), it prints model load time, the median time per
 denoising step and peak RSS of each process, and the C++/diffusers ratios. Each side runs in its
 own process, twice; the faster run of each is kept.
 """
@@ -17,6 +18,7 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TOKENIZER = os.path.join(ROOT, "tests", "data", "golden", "clip_tokenizer")
+T5_TOKENIZER = os.path.join(ROOT, "tests", "data", "golden", "t5_tokenizer")
 
 CONFIGS = {
     "small": dict(clip=dict(hidden_size=64, intermediate_size=256, num_attention_heads=4, num_hidden_layers=2, projection_dim=64),
@@ -32,6 +34,7 @@ CONFIGS = {
                    vae=dict(block_out_channels=(64, 128, 128), layers_per_block=1, latent_channels=16, norm_num_groups=32),
                    size=256),
 }
+CONFIGS["medium+t5"] = dict(CONFIGS["medium"], t5=dict(d_model=512, d_kv=64, num_heads=8, d_ff=1024, num_layers=4))
 STEPS, PROMPT, SEED, GUIDANCE = 5, "a small red circle on a blue background", 0, 5.0
 
 DIFFUSERS_RUN = r"""
@@ -40,8 +43,9 @@ t0 = time.perf_counter()
 import torch
 from diffusers import StableDiffusion3Pipeline
 t1 = time.perf_counter()
-pipe = StableDiffusion3Pipeline.from_pretrained(sys.argv[1], torch_dtype=torch.float32, text_encoder_3=None,
-                                                tokenizer_3=None, image_encoder=None, feature_extractor=None)
+no_t5 = {} if sys.argv[7] == "t5" else dict(text_encoder_3=None, tokenizer_3=None)
+pipe = StableDiffusion3Pipeline.from_pretrained(sys.argv[1], torch_dtype=torch.float32, image_encoder=None,
+                                                feature_extractor=None, **no_t5)
 t2 = time.perf_counter()
 marks = []
 def on_step(pipe, i, t, kw):
@@ -64,7 +68,7 @@ print(json.dumps({"import_ms": (t1 - t0) * 1e3, "load_ms": (t2 - t1) * 1e3, "ste
 def build_model(name, cfg, folder):
     import torch
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
-    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer
+    from transformers import AutoTokenizer, CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer, T5Config, T5EncoderModel
 
     torch.manual_seed(0)
     vocab = len(json.load(open(os.path.join(TOKENIZER, "vocab.json"), encoding="utf-8")))
@@ -78,6 +82,10 @@ def build_model(name, cfg, folder):
         text_encoder=enc(), tokenizer=CLIPTokenizer.from_pretrained(TOKENIZER),
         text_encoder_2=enc(), tokenizer_2=CLIPTokenizer.from_pretrained(TOKENIZER, pad_token="!"),
         text_encoder_3=None, tokenizer_3=None, transformer=SD3Transformer2DModel(**cfg["transformer"]).eval())
+    if "t5" in cfg:
+        tokenizer_3 = AutoTokenizer.from_pretrained(T5_TOKENIZER)
+        pipe.register_modules(tokenizer_3=tokenizer_3, text_encoder_3=T5EncoderModel(
+            T5Config(vocab_size=len(tokenizer_3), feed_forward_proj="gated-gelu", **cfg["t5"])).eval())
     pipe.save_pretrained(folder, safe_serialization=True)
     params = sum(p.numel() for p in pipe.transformer.parameters())
     return params
@@ -104,7 +112,8 @@ def main():
                                       "--guidance-scale", str(GUIDANCE), "--width", str(size), "--height", str(size)],
                                      check=True, capture_output=True, text=True).stdout
                 cpp.append(json.loads(out.strip().splitlines()[-1]))
-                proc = subprocess.run([python, "-c", DIFFUSERS_RUN, folder, str(size), str(STEPS), PROMPT, str(SEED), str(GUIDANCE)],
+                proc = subprocess.run([python, "-c", DIFFUSERS_RUN, folder, str(size), str(STEPS), PROMPT, str(SEED), str(GUIDANCE),
+                                       "t5" if "t5" in cfg else "no-t5"],
                                       capture_output=True, text=True)
                 if proc.returncode != 0:
                     sys.exit(f"diffusers failed:\n{proc.stderr[-3000:]}")
