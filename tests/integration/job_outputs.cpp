@@ -15,38 +15,76 @@
 
 namespace dp::test {
 
-// The largest difference of any channel between two PNG files of the same size (libpng's reader).
-int max_pixel_difference(const std::string& a, const std::string& b) {
-    std::vector<std::vector<uint8_t>> pixels;
-    for (const std::string& path : {a, b}) {
-        png_image image{};
-        image.version = PNG_IMAGE_VERSION;
-        REQUIRE(png_image_begin_read_from_file(&image, path.c_str()) != 0);
-        image.format = PNG_FORMAT_RGB;
-        pixels.emplace_back(PNG_IMAGE_SIZE(image));
-        REQUIRE(png_image_finish_read(&image, nullptr, pixels.back().data(), 0, nullptr) != 0);
-    }
-    REQUIRE(pixels[0].size() == pixels[1].size());
-    int worst = 0;
-    for (std::size_t i = 0; i < pixels[0].size(); ++i)
-        worst = std::max(worst, std::abs(pixels[0][i] - pixels[1][i]));
-    return worst;
+std::vector<uint8_t> read_png_rgb(const std::string& path, int* width, int* height) {
+    png_image image{};
+    image.version = PNG_IMAGE_VERSION;
+    REQUIRE_MESSAGE(png_image_begin_read_from_file(&image, path.c_str()) != 0, path);
+    image.format = PNG_FORMAT_RGB;
+    std::vector<uint8_t> pixels(PNG_IMAGE_SIZE(image));
+    REQUIRE(png_image_finish_read(&image, nullptr, pixels.data(), 0, nullptr) != 0);
+    if (width) *width = static_cast<int>(image.width);
+    if (height) *height = static_cast<int>(image.height);
+    return pixels;
 }
-// The fp32 values of the one tensor of a NAME.latents.safetensors file (DP_SAVE_LATENTS=1).
-std::vector<float> read_latents(const std::string& path) {
-    const std::string bytes = read_file(path);
-    REQUIRE(bytes.size() >= 8);
+
+namespace {
+// A safetensors file's bytes and its parsed header; the data start right after it.
+struct Safetensors {
+    std::string bytes;
+    nlohmann::json header;
+    std::size_t data = 0;
+};
+Safetensors open_safetensors(const std::string& path) {
+    Safetensors f;
+    f.bytes = read_file(path);
+    REQUIRE_MESSAGE(f.bytes.size() >= 8, path);
     uint64_t len = 0;
     for (int i = 7; i >= 0; --i)
-        len = (len << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
-    REQUIRE(8 + len <= bytes.size());
-    const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, len));
-    const auto& info = header.at("latents");
-    REQUIRE(info.at("dtype") == "F32");
+        len = (len << 8) | static_cast<unsigned char>(f.bytes[static_cast<std::size_t>(i)]);
+    REQUIRE(8 + len <= f.bytes.size());
+    f.header = nlohmann::json::parse(f.bytes.substr(8, len));
+    f.data = 8 + len;
+    return f;
+}
+}  // namespace
+
+std::vector<uint8_t> read_safetensors_tensor(const std::string& path, const std::string& name, std::string* dtype,
+                                             std::vector<int64_t>* shape) {
+    const Safetensors f = open_safetensors(path);
+    REQUIRE_MESSAGE(f.header.contains(name), path << " has no tensor " << name);
+    const auto& info = f.header.at(name);
+    if (dtype) *dtype = info.at("dtype").get<std::string>();
+    if (shape) *shape = info.at("shape").get<std::vector<int64_t>>();
     const std::size_t begin = info.at("data_offsets")[0], end = info.at("data_offsets")[1];
-    REQUIRE(8 + len + end <= bytes.size());
-    std::vector<float> values((end - begin) / 4);
-    std::memcpy(values.data(), bytes.data() + 8 + len + begin, values.size() * 4);
+    REQUIRE(begin <= end);
+    REQUIRE(f.data + end <= f.bytes.size());
+    return std::vector<uint8_t>(f.bytes.begin() + static_cast<std::ptrdiff_t>(f.data + begin),
+                                f.bytes.begin() + static_cast<std::ptrdiff_t>(f.data + end));
+}
+
+std::string read_safetensors_metadata(const std::string& path, const std::string& key) {
+    const Safetensors f = open_safetensors(path);
+    const bool has = f.header.contains("__metadata__") && f.header["__metadata__"].contains(key);
+    REQUIRE_MESSAGE(has, path << " has no metadata " << key);
+    return f.header["__metadata__"][key].get<std::string>();
+}
+
+// The largest difference of any channel between two PNG files of the same size.
+int max_pixel_difference(const std::string& a, const std::string& b) {
+    const std::vector<uint8_t> x = read_png_rgb(a), y = read_png_rgb(b);
+    REQUIRE(x.size() == y.size());
+    int worst = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+    return worst;
+}
+
+// The fp32 values of the one tensor of a NAME.latents.safetensors file (DP_SAVE_LATENTS=1).
+std::vector<float> read_latents(const std::string& path) {
+    std::string dtype;
+    const std::vector<uint8_t> raw = read_safetensors_tensor(path, "latents", &dtype);
+    REQUIRE(dtype == "F32");
+    std::vector<float> values(raw.size() / 4);
+    std::memcpy(values.data(), raw.data(), values.size() * 4);
     return values;
 }
 

@@ -3,12 +3,20 @@
 // (libpng), the final latents of DP_SAVE_LATENTS=1, and the largest differences between two runs'
 // outputs.
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 namespace dp::test {
 
+// The RGB bytes of a PNG file, row by row (libpng's reader); width and height through the pointers.
+std::vector<uint8_t> read_png_rgb(const std::string& path, int* width = nullptr, int* height = nullptr);
+// The bytes of tensor `name` in a safetensors file, with its dtype ("U8", "F32", ...) and shape.
+std::vector<uint8_t> read_safetensors_tensor(const std::string& path, const std::string& name,
+                                             std::string* dtype = nullptr, std::vector<int64_t>* shape = nullptr);
+// The string under `key` in a safetensors file's __metadata__.
+std::string read_safetensors_metadata(const std::string& path, const std::string& key);
 // The largest difference of any channel between two PNG files of the same size.
 int max_pixel_difference(const std::string& a, const std::string& b);
 // The fp32 values of the one tensor of a NAME.latents.safetensors file.

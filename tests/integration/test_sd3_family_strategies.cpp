@@ -1,9 +1,11 @@
-// Every strategy on the rest of the SD3 family gives the single-process images, with real
-// dp-launch and dp-worker processes over Gloo: SD3 with its T5 encoder, SD3.5-medium's shape
-// (dual attention, qk-norm, skip-layer guidance as a JSONL key) and SD3.5-large's shape (3 heads,
-// so TP and Ulysses split the heads unevenly). The golden folders of tests/data/golden.
+// The rest of the SD3 family through real dp-launch and dp-worker processes over Gloo: SD3 with
+// its T5 encoder, SD3.5-medium's shape (dual attention, qk-norm, skip-layer guidance as a JSONL
+// key) and SD3.5-large's shape (3 heads, so TP and Ulysses split the heads unevenly). The golden
+// folders of tests/data/golden, saved by diffusers: the PNGs equal diffusers' images, and every
+// strategy gives the single-process images.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -72,7 +74,61 @@ const std::vector<std::vector<std::string>> kEveryStrategy = {
     {"-n", "1", "--device-map", "balanced", "--max-memory", "cpu:0=1GB,cpu:1=1GB"},
 };
 
+// Every golden case of `model` as a JSONL line, through dp-launch with `extra`, against
+// diffusers' images: at most 1 per channel on at least 99.9% of channels.
+void expect_diffusers_images(const std::string& model, const std::vector<std::string>& extra) {
+    const std::string golden = std::string(DP_GOLDEN_DIR) + "/" + model + ".safetensors";
+    const nlohmann::json cases = nlohmann::json::parse(read_safetensors_metadata(golden, "cases")).at("cases");
+    REQUIRE(cases.size() >= 2);
+    const std::string dir = make_temp_dir();
+    const std::string prompts = dir + "/p.jsonl";
+    {
+        std::ofstream out(prompts, std::ios::binary);
+        for (const auto& c : cases) out << c.dump() << "\n";
+    }
+    std::vector<std::string> args = {"--model", std::string(DP_GOLDEN_DIR) + "/" + model, "-o", dir + "/out", "-q"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back(prompts);
+    LaunchResult r = run_launch(args, {}, 180);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const auto records = read_manifest(dir + "/out");
+    REQUIRE(records.size() == cases.size());
+    for (const auto& record : records) {
+        const int64_t index = record.at("index").get<int64_t>();
+        CAPTURE(model);
+        CAPTURE(index);
+        int width = 0, height = 0;
+        const std::vector<uint8_t> ours =
+            read_png_rgb(dir + "/out/" + record.at("file").get<std::string>(), &width, &height);
+        std::vector<int64_t> shape;
+        const std::vector<uint8_t> theirs = read_safetensors_tensor(golden, "image." + std::to_string(index), nullptr, &shape);
+        REQUIRE(shape == std::vector<int64_t>{height, width, 3});
+        REQUIRE(ours.size() == theirs.size());
+        std::size_t within = 0;
+        int worst = 0;
+        for (std::size_t i = 0; i < ours.size(); ++i) {
+            const int d = std::abs(ours[i] - theirs[i]);
+            within += d <= 1;
+            worst = std::max(worst, d);
+        }
+        MESSAGE(model << " case " << index << " through dp-launch: max |uint8 diff| " << worst);
+        CHECK(static_cast<double>(within) >= 0.999 * static_cast<double>(ours.size()));
+    }
+    REQUIRE(std::system(("rm -rf '" + dir + "'").c_str()) == 0);
+}
+
 }  // namespace
+
+TEST_CASE("dp-launch on the SD3 + T5, SD3.5-medium and SD3.5-large folders saved by diffusers gives diffusers' images") {
+    for (const char* model : {"sd3_t5_tiny", "sd35_medium_tiny", "sd35_large_tiny"}) {
+        expect_diffusers_images(model, {"-n", "2"});
+        // SD3.5-large's 3 heads take tp 2 (2, 1) but not tp 2 x ulysses 2 (a rank would hold none)
+        if (std::string(model) == "sd35_large_tiny")
+            expect_diffusers_images(model, {"-n", "4", "--tp", "2", "--ring", "2"});
+        else
+            expect_diffusers_images(model, {"-n", "4", "--tp", "2", "--ulysses", "2"});
+    }
+}
 
 TEST_CASE("SD3 with T5: tp2, ulysses2, ring2, ring3, usp, tp2 x ulysses2, cfg2 and device_map give the single-process images") {
     expect_single_process_images("sd3_t5_tiny", kEveryStrategy);
