@@ -165,39 +165,38 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     // whole, without the tensors the pipeline never loads (scripts/bench/sd35_large_memory.sh
     // compares a rank's peak RSS with it).
     std::vector<strategies::ComponentSize> sizes;
+    const std::vector<std::string> left_out = strategies::components_left_out(job.model, spec, job.no_t5);
     try {
         sizes = with_variant_or_plain(job, [&](const std::string& variant) {
-            return strategies::pipeline_component_sizes(job.model, spec, f, variant);
+            return strategies::pipeline_component_sizes(job.model, spec, f, variant, left_out);
         });
     } catch (const std::runtime_error& e) {
         throw InputDataError(e.what());
     }
     const long long transformer_rank =
         (!heads_fit || heads % deg.tp == 0 ? whole + split / deg.tp : whole + split * h_tp / heads) * f;
-    long long rank_bytes = 0;
-    std::string parts;
-    for (const strategies::ComponentSize& c : sizes) {
-        const long long bytes = c.name == spec.transformer ? transformer_rank : c.bytes;
-        rank_bytes += bytes;
-        parts += "  " + c.name + ": " + bytes_text(bytes) +
-                 (c.name == spec.transformer && deg.tp > 1 ? ", its tp share" : "") + "\n";
-    }
     // T5's encoder where the job runs it: the spec's T5 rules split it over tp like the transformer.
-    const std::string t5_dir = job.model + "/text_encoder_3";
-    if (t5 && strategies::model_file_exists(t5_dir)) {
+    auto t5_rank = [&](const strategies::ComponentSize& c) {
         long long t5_whole = 0, t5_split = 0;
         try {
             const auto t5_counts = with_variant_or_plain(job, [&](const std::string& variant) {
-                return strategies::tensor_element_counts(t5_dir, variant);
+                return strategies::tensor_element_counts(job.model + "/" + c.name, variant);
             });
             for (const auto& [name, n] : t5_counts)
                 (strategies::tp_splits_tensor(spec, name) ? t5_split : t5_whole) += n;
         } catch (const std::runtime_error& e) {
             throw InputDataError(e.what());
         }
-        const long long bytes = (t5_whole + t5_split / deg.tp) * f;
+        return (t5_whole + t5_split / deg.tp) * f;
+    };
+    long long rank_bytes = 0;
+    std::string parts;
+    for (const strategies::ComponentSize& c : sizes) {
+        const bool split_by_tp = c.name == spec.transformer || c.name == spec.t5_encoder;
+        const long long bytes =
+            c.name == spec.transformer ? transformer_rank : c.name == spec.t5_encoder ? t5_rank(c) : c.bytes;
         rank_bytes += bytes;
-        parts += "  text_encoder_3: " + bytes_text(bytes) + (deg.tp > 1 ? ", its tp share" : "") + "\n";
+        parts += "  " + c.name + ": " + bytes_text(bytes) + (split_by_tp && deg.tp > 1 ? ", its tp share" : "") + "\n";
     }
     out << "weights per rank (" << dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
 

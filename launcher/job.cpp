@@ -337,8 +337,9 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& j
     if (!file && job.max_memory.empty()) return std::nullopt;  // the GPUs' memory: the worker's
     try {
         const auto plan_at = [&](int64_t element_bytes) {
-            return strategies::plan_device_map_spec(job.model, element_bytes, job.device_map, job.max_memory, {},
-                                                    job.variant);
+            return strategies::plan_device_map_spec(
+                job.model, element_bytes, job.device_map, job.max_memory, {}, job.variant,
+                strategies::components_left_out(job.model, strategies::parallel_spec_for_model(job.model), job.no_t5));
         };
         if (job.dtype != "auto") return plan_at(job.dtype == "fp32" ? 4 : 2);
         // --dtype auto is fp32 on CPU devices and bf16 on GPUs: the devices say which.

@@ -160,8 +160,9 @@ std::shared_ptr<DeviceMapping> make_device_mapping(const JobFile& job, int eleme
                 throw std::invalid_argument(std::to_string(gpus.size()) +
                                             " GPU(s) visible; device_map needs two or more (to try it on the "
                                             "CPU, name CPU devices: --max-memory cpu:0=1GB,cpu:1=1GB)");
-            plan = strategies::plan_device_map_spec(job.model_dir, element_bytes, request.spec, "", gpus,
-                                                    job.variant);
+            plan = strategies::plan_device_map_spec(
+                job.model_dir, element_bytes, request.spec, "", gpus, job.variant,
+                strategies::components_left_out(job.model_dir, strategies::parallel_spec_for_model(job.model_dir), job.no_t5));
         } catch (const std::exception& e) {
             throw protocol::UsageError("--device-map " + request.spec + ": " + e.what());
         }

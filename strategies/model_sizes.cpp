@@ -135,10 +135,27 @@ int block_index(const std::string& tensor, const std::string& prefix) {
 
 }  // namespace
 
+std::vector<std::string> components_left_out(const std::string& model_dir, const ParallelSpec& spec, bool no_t5) {
+    if (spec.t5_encoder.empty()) return {};
+    if (no_t5) return {spec.t5_encoder};
+    nlohmann::json index;
+    try {
+        index = nlohmann::json::parse(read_model_file(model_dir + "/model_index.json", 1 << 20));
+    } catch (const std::exception&) {
+        return {};  // parallel_spec_for_model has named what is wrong with it
+    }
+    const bool named = index.is_object() && index.contains(spec.t5_encoder) && index[spec.t5_encoder].is_array() &&
+                       index[spec.t5_encoder].size() == 2 && index[spec.t5_encoder][1].is_string();
+    if (!named) return {spec.t5_encoder};
+    return {};
+}
+
 std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir, const ParallelSpec& spec,
-                                                    int64_t element_bytes, const std::string& variant) {
+                                                    int64_t element_bytes, const std::string& variant,
+                                                    const std::vector<std::string>& left_out) {
     std::vector<ComponentSize> out;
     for (const std::string& name : spec.components) {
+        if (std::find(left_out.begin(), left_out.end(), name) != left_out.end()) continue;
         const std::string dir = model_dir + "/" + name;
         const auto& optional = spec.optional_components;
         if (!is_dir(dir) && std::find(optional.begin(), optional.end(), name) != optional.end()) continue;
@@ -169,9 +186,10 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
 
 DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element_bytes,
                                    const std::string& device_map, const std::string& max_memory,
-                                   const std::vector<DeviceBudget>& default_budgets, const std::string& variant) {
+                                   const std::vector<DeviceBudget>& default_budgets, const std::string& variant,
+                                   const std::vector<std::string>& left_out) {
     const std::vector<ComponentSize> sizes =
-        pipeline_component_sizes(model_dir, parallel_spec_for_model(model_dir), element_bytes, variant);
+        pipeline_component_sizes(model_dir, parallel_spec_for_model(model_dir), element_bytes, variant, left_out);
     if (device_map == "balanced" || device_map == "auto")
         return plan_device_map(sizes, max_memory.empty() ? default_budgets : parse_max_memory(max_memory),
                                device_map == "auto" ? DeviceMapMode::kAuto : DeviceMapMode::kBalanced);

@@ -36,9 +36,14 @@ std::vector<std::string> components_without_weights(const std::string& model_dir
 // The components `spec` places, in its order (the transformer with one entry per block of its
 // block prefixes in `block_bytes`, in prefix order; an optional component only when the folder has
 // it), at `element_bytes` per element (the run's dtype: weights are converted when loaded), without
-// the tensors the pipeline never loads; from `variant`'s weight files.
+// the tensors the pipeline never loads; from `variant`'s weight files. `left_out`: components the
+// job does not load (the T5 encoder under --no-t5).
 std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir, const ParallelSpec& spec,
-                                                    int64_t element_bytes, const std::string& variant = "");
+                                                    int64_t element_bytes, const std::string& variant = "",
+                                                    const std::vector<std::string>& left_out = {});
+// The components of `spec` a job on `model_dir` does not load: the T5 encoder under --no-t5
+// (`no_t5`), or when model_index.json names none (its folder may still be there).
+std::vector<std::string> components_left_out(const std::string& model_dir, const ParallelSpec& spec, bool no_t5);
 
 // device_map's plan for a model (its family's spec from model_index.json) from the user's spec: `device_map`
 // is balanced, auto or a FILE.json (diffusers' hf_device_map style); balanced and auto take their budgets
@@ -48,6 +53,6 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
 DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element_bytes,
                                    const std::string& device_map, const std::string& max_memory,
                                    const std::vector<DeviceBudget>& default_budgets,
-                                   const std::string& variant = "");
+                                   const std::string& variant = "", const std::vector<std::string>& left_out = {});
 
 }  // namespace dp::strategies

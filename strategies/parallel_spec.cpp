@@ -21,7 +21,8 @@ const ParallelSpec& sd3_parallel_spec() {
         ParallelSpec s;
         s.family = "sd3";
         s.pipeline_class = "StableDiffusion3Pipeline";
-        s.components = {"text_encoder", "text_encoder_2", "transformer", "vae"};
+        s.components = {"text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae"};
+        s.t5_encoder = "text_encoder_3";
         s.block_prefixes = {"transformer_blocks."};
         // Joint attention: q, k, v column-parallel for both streams, the outputs row-parallel;
         // SD3.5's image-only second attention (attn2) split the same way, by the same heads; the
@@ -36,7 +37,7 @@ const ParallelSpec& sd3_parallel_spec() {
             s.tp_rules.push_back({row, TpSplit::kRow, {}});
         add_t5_encoder_rules(s);
         s.streams = {{"image", true}, {"text", false}};
-        s.optional_components = {"vae"};
+        s.optional_components = {"text_encoder_3", "vae"};
         s.unloaded_tensors = {{"vae", "encoder."}, {"vae", "quant_conv."}};
         // SD3Transformer2DModel's defaults.
         s.transformer_defaults.heads = 18;

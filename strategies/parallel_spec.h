@@ -61,6 +61,8 @@ struct ParallelSpec {
     bool guidance_branches = true;  // classifier-free guidance has a negative branch to split
     // Components a model folder may leave out (a pixel-space model has no VAE).
     std::vector<std::string> optional_components;
+    // The T5 encoder component, which --no-t5 leaves out (SD3: text_encoder_3); empty: none.
+    std::string t5_encoder;
     // Tensors the pipeline never loads, as (component, name prefix): the VAE's encoder.
     std::vector<std::pair<std::string, std::string>> unloaded_tensors;
     std::string patch_size_key = "patch_size";

@@ -195,8 +195,43 @@ TEST_CASE("component sizes follow the spec: its components, block prefixes and u
     CHECK(sizes[0].block_bytes == std::vector<int64_t>{16, 11, 5});
     // A required component that is missing names its folder.
     two.components = {"transformer", "text_encoder_3"};
+    two.optional_components = {};
     CHECK_THROWS_WITH_AS(pipeline_component_sizes(model, two, 1), doctest::Contains("text_encoder_3"),
                          std::runtime_error);
+    std::system(("rm -rf '" + model + "'").c_str());
+}
+
+TEST_CASE("T5's encoder is placed where the job loads it: not under --no-t5, nor when model_index.json names none") {
+    const std::string model = "/tmp/dp_t5_sizes_test_" + std::to_string(getpid());
+    write_safetensors_header(component_dir(model, "text_encoder") + "/model.safetensors", {{"a", {10}}});
+    write_safetensors_header(component_dir(model, "text_encoder_2") + "/model.safetensors", {{"b", {3}}});
+    write_safetensors_header(component_dir(model, "text_encoder_3") + "/model.safetensors",
+                             {{"encoder.block.0.layer.0.SelfAttention.q.weight", {8, 8}}});
+    write_safetensors_header(component_dir(model, "transformer") + "/m.safetensors",
+                             {{"transformer_blocks.0.attn.to_q.weight", {2, 2}}});
+    const ParallelSpec& sd3 = sd3_parallel_spec();
+    auto names = [&](const std::vector<std::string>& left_out) {
+        std::vector<std::string> out;
+        for (const ComponentSize& c : pipeline_component_sizes(model, sd3, 2, "", left_out)) out.push_back(c.name);
+        return out;
+    };
+    const std::vector<std::string> with_t5 = {"text_encoder", "text_encoder_2", "text_encoder_3", "transformer"};
+    const std::vector<std::string> without = {"text_encoder", "text_encoder_2", "transformer"};
+    std::ofstream(model + "/model_index.json")
+        << R"({"_class_name": "StableDiffusion3Pipeline", "text_encoder_3": ["transformers", "T5EncoderModel"]})";
+    CHECK(names(components_left_out(model, sd3, false)) == with_t5);
+    CHECK(names(components_left_out(model, sd3, true)) == without);
+    std::ofstream(model + "/model_index.json")
+        << R"({"_class_name": "StableDiffusion3Pipeline", "text_encoder_3": [null, null]})";
+    CHECK(names(components_left_out(model, sd3, false)) == without);
+    // The planner places it like any component: 128 bytes of T5 in bf16.
+    std::ofstream(model + "/model_index.json")
+        << R"({"_class_name": "StableDiffusion3Pipeline", "text_encoder_3": ["transformers", "T5EncoderModel"]})";
+    const DeviceMapPlan plan = plan_device_map_spec(model, 2, "balanced", "cpu:0=1MB,cpu:1=1MB", {}, "",
+                                                    components_left_out(model, sd3, false));
+    bool placed = false;
+    for (const Placement& p : plan.placements) placed |= p.component == "text_encoder_3" && p.bytes == 128;
+    CHECK(placed);
     std::system(("rm -rf '" + model + "'").c_str());
 }
 
