@@ -110,8 +110,12 @@ TEST_CASE("broken model folders: each error names the file and what is wrong") {
     index.replace(index.find(null_t5), null_t5.size(),
                   "\"text_encoder_3\": [\"transformers\", \"T5EncoderModel\"]");
     write_file(dir + "/model_index.json", index);
-    CHECK_MESSAGE(load_error(dir).find("'tokenizer_3' is missing: the T5 encoder needs a T5TokenizerFast") !=
+    // Every problem at once: the encoder's folder, and the tokenizer it needs.
+    CHECK_MESSAGE(load_error(dir).find(dir + "/text_encoder_3: missing (model_index.json names a T5EncoderModel there)") !=
                       std::string::npos,
+                  load_error(dir));
+    CHECK_MESSAGE(load_error(dir).find("\"tokenizer_3\" is missing, but text_encoder_3 names a T5 encoder, which needs "
+                                       "a T5TokenizerFast or T5Tokenizer (or run with --no-t5)") != std::string::npos,
                   load_error(dir));
 
     dir = copy_model("shape");

@@ -18,6 +18,8 @@
 #include "runtime/models/common/t5_tokenizer.h"
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/models/common/vae_decoder.h"
+#include "strategies/model_config.h"
+#include "strategies/parallel_spec.h"
 
 namespace dp::runtime {
 
@@ -35,11 +37,19 @@ std::string component_class(const ConfigJson& index, const char* key) {
     return entry[1].get<std::string>();
 }
 
-void require_class(const ConfigJson& index, const char* key, const std::string& expected) {
-    const std::string cls = component_class(index, key);
-    if (cls.empty()) index.fail(key, "is missing: this pipeline needs a " + expected);
-    if (cls != expected && !(expected == "CLIPTextModelWithProjection" && cls == "CLIPTextModel"))
-        index.fail(key, "is a " + cls + "; supported: " + expected);
+// Everything the folder's files say would stop the load (strategies::model_folder_problems: the
+// components and classes this family runs, their files), as one ModelError listing them all.
+void require_loadable(const PipelineOptions& o) {
+    strategies::ModelNeeds needs;
+    needs.variant = o.variant;
+    needs.no_t5 = o.no_t5;
+    needs.random_weights = o.random_weights.has_value();
+    const std::vector<std::string> problems =
+        strategies::model_folder_problems(o.model_dir, strategies::sd3_parallel_spec(), needs);
+    if (problems.empty()) return;
+    std::string text = problems.front();
+    for (std::size_t i = 1; i < problems.size(); ++i) text += "\n" + problems[i];
+    throw ModelError(text);
 }
 
 // A component's device: its device_map slot's, else the run's.
@@ -83,20 +93,8 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
     if (cls != "StableDiffusion3Pipeline")
         throw ModelError(dir + "/model_index.json: pipeline class '" + cls +
                          "' is not supported (supported: StableDiffusion3Pipeline)");
-    require_class(index, "scheduler", "FlowMatchEulerDiscreteScheduler");
-    require_class(index, "transformer", "SD3Transformer2DModel");
-    require_class(index, "text_encoder", "CLIPTextModelWithProjection");
-    require_class(index, "text_encoder_2", "CLIPTextModelWithProjection");
-    require_class(index, "tokenizer", "CLIPTokenizer");
-    require_class(index, "tokenizer_2", "CLIPTokenizer");
+    require_loadable(o);
     const bool t5 = !component_class(index, "text_encoder_3").empty() && !o.no_t5;
-    if (t5) {
-        require_class(index, "text_encoder_3", "T5EncoderModel");
-        const std::string tok = component_class(index, "tokenizer_3");
-        if (tok != "T5TokenizerFast" && tok != "T5Tokenizer")
-            index.fail("tokenizer_3", tok.empty() ? "is missing: the T5 encoder needs a T5TokenizerFast"
-                                                  : "is a " + tok + "; supported: T5TokenizerFast, T5Tokenizer");
-    }
 
     const DeviceMapping* dm = o.device_map.get();
     if (dm && (dm->transformer_blocks.empty() || device_of(o, "transformer") != o.device))
@@ -141,7 +139,6 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
         if (o.trainable) c->parameters.emplace_back("transformer", w.parameters());
     }
     if (!component_class(index, "vae").empty()) {
-        require_class(index, "vae", "AutoencoderKL");
         WeightStore w = open_weights(o, "vae", 4, device_of(o, "vae"));
         if (o.trainable) w.keep_as_parameters();
         c->vae = std::make_unique<VaeDecoder>(VaeConfig::from_json_file(dir + "/vae/config.json"), w);
