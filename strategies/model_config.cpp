@@ -182,7 +182,12 @@ void check_component_files(const std::string& dir, const ComponentRule& rule, co
             }
             return;
         case ComponentRule::kT5Tokenizer:
-            need_file("spiece.model");  // the SentencePiece model the worker's T5 tokenizer reads
+            // The SentencePiece model the worker's T5 tokenizer reads, or the tokenizer.json it is
+            // rebuilt from (transformers 5 saves T5's tokenizer as tokenizer.json alone).
+            if (model_file_exists(dir + "/spiece.model") || !model_file_exists(dir + "/tokenizer.json"))
+                need_file("spiece.model");
+            else
+                need_file("tokenizer.json");
             return;
         case ComponentRule::kModel:
             break;

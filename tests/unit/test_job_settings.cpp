@@ -244,6 +244,9 @@ TEST_CASE("the model folder's components are checked before anything starts, T5 
     fs::remove(model + "/tokenizer_3/spiece.model");
     CHECK(has(joined(problems(model)), model + "/tokenizer_3/spiece.model: cannot open"));
     CHECK(problems(model, {"", true, false}).empty());  // --no-t5: T5 needs nothing
+    std::ofstream(model + "/tokenizer_3/tokenizer.json") << "{}";  // as transformers 5 saves it: enough
+    CHECK_MESSAGE(problems(model).empty(), joined(problems(model)));
+    fs::remove(model + "/tokenizer_3/tokenizer.json");
     edit_json(model + "/model_index.json", [](auto& j) { j["tokenizer_3"] = {"transformers", "T5Whatever"}; });
     CHECK(has(joined(problems(model)), "\"tokenizer_3\" is a T5Whatever; supported: T5TokenizerFast or T5Tokenizer "
                                        "(or run with --no-t5)"));
