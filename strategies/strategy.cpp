@@ -73,7 +73,8 @@ std::string describe_head_split(const HeadSplit& s) {
     if (s.tp > 1 && s.ulysses > 1)
         out +=
             " (tp shards of " + join(s.tp_shares) + ", each over ulysses " + std::to_string(s.ulysses) + ")";
-    if (s.even()) return out + ": " + std::to_string(s.most()) + " heads each, an even split";
+    if (s.even())
+        return out + ": " + std::to_string(s.most()) + (s.most() == 1 ? " head" : " heads") + " each, an even split";
     const int64_t most = s.most();
     out += ": the ranks hold " + join(s.per_rank) + " heads. Attention waits for the " +
            std::to_string(most) + "-head ranks, so";
