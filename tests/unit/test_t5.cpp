@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "runtime/errors.h"
@@ -323,4 +324,23 @@ TEST_CASE("T5 encoder over 2 and 3 tensor-parallel ranks (uneven heads) equals o
     CHECK_THROWS_WITH_AS(T5Encoder(config, weights, TensorGroup{nullptr, 0, 5}),
                          doctest::Contains("4 attention heads over a tensor-parallel degree of 5: a rank would hold none"),
                          ModelError);
+}
+
+TEST_CASE("T5 tokenizer takes any bytes without crashing: invalid UTF-8, NULs, lone surrogates, long inputs") {
+    const T5Tokenizer tok = T5Tokenizer::from_folder(golden_path("t5_tokenizer"));
+    std::mt19937_64 rng(7);
+    std::vector<std::string> inputs = {std::string("\xff\xfe\x80", 3), std::string("a\0b", 3), "\xed\xa0\x80",
+                                       "\xc3", "\xf4\x90\x80\x80", std::string(20000, ' '),
+                                       std::string(5000, 'x') + "</s" + std::string(5000, '>')};
+    for (int i = 0; i < 300; ++i) {
+        std::string s(rng() % 64, '\0');
+        for (char& c : s) c = static_cast<char>(rng() & 0xff);
+        inputs.push_back(s);
+    }
+    for (const std::string& text : inputs) {
+        const T5Encoding e = tok.encode(text, 32);
+        REQUIRE(e.ids.size() == 32);
+        for (int64_t id : e.ids) CHECK((id >= 0 && id < tok.vocab_size()));
+        (void)tok.decode(e.truncated);
+    }
 }
