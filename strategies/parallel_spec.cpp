@@ -9,7 +9,7 @@ namespace {
 // norms stay whole.
 void add_t5_encoder_rules(ParallelSpec& s) {
     for (const char* column : {".SelfAttention.q", ".SelfAttention.k", ".SelfAttention.v", ".DenseReluDense.wi_0",
-                               ".DenseReluDense.wi_1"})
+                               ".DenseReluDense.wi_1", ".DenseReluDense.wi"})
         s.tp_rules.push_back({column, TpSplit::kColumn, {}});
     for (const char* row : {".SelfAttention.o", ".DenseReluDense.wo"}) s.tp_rules.push_back({row, TpSplit::kRow, {}});
 }

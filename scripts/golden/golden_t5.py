@@ -161,4 +161,30 @@ def t5_encoder():
     save("t5_encoder.safetensors", tensors, meta)
 
 
-PARTS = ["t5_tokenizer", "t5_encoder"]
+def t5_feed_forwards():
+    """T5's other feed-forwards: v1.0's relu (wi, wo; transformers' default, and the tiny T5 of
+    diffusers' own SD3 tests), gated-silu and plain gelu, each a tiny folder and its fp32 output."""
+    from transformers import T5Config, T5EncoderModel
+
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 96, (2, 17), generator=g)
+    ids[1, 12], ids[1, 13:] = 1, 0
+    tensors = {"input_ids": ids}
+    kinds = {"relu": "t5_encoder_relu", "gated-silu": "t5_encoder_gated_silu", "gelu": "t5_encoder_gelu"}
+    for kind, name in kinds.items():
+        folder = os.path.join(OUT, name)
+        shutil.rmtree(folder, ignore_errors=True)
+        torch.manual_seed(2)
+        config = T5Config(vocab_size=96, d_model=16, d_kv=4, num_heads=4, d_ff=37, num_layers=2,
+                          feed_forward_proj=kind, relative_attention_num_buckets=8,
+                          relative_attention_max_distance=20, dropout_rate=0.0, is_encoder_decoder=False,
+                          use_cache=False)
+        model = T5EncoderModel(config).eval()
+        perturb_norms(model)
+        model.save_pretrained(folder, safe_serialization=True)
+        with torch.no_grad():
+            tensors[f"hidden.{kind}"] = model(input_ids=ids).last_hidden_state
+    save("t5_feed_forwards.safetensors", tensors, {"kinds": kinds})
+
+
+PARTS = ["t5_tokenizer", "t5_encoder", "t5_feed_forwards"]

@@ -194,6 +194,28 @@ TEST_CASE("T5 encoder matches transformers in fp32, bf16 and fp16 (fp16 keeps wo
     }
 }
 
+TEST_CASE("T5's other feed-forwards (v1.0 relu, gated-silu, gelu) match transformers, and relu is the default") {
+    auto golden = SafetensorsFile::open(golden_path("t5_feed_forwards.safetensors"));
+    const at::Tensor ids = load_tensor(golden, "input_ids", at::kLong);
+    for (const auto& [kind, folder] : std::vector<std::pair<std::string, std::string>>{
+             {"relu", "t5_encoder_relu"}, {"gated-silu", "t5_encoder_gated_silu"}, {"gelu", "t5_encoder_gelu"}}) {
+        CAPTURE(kind);
+        const std::string dir = golden_path(folder);
+        const T5Config config = T5Config::from_json_file(dir + "/config.json");
+        CHECK(config.feed_forward_proj == kind);
+        WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+        const T5Encoder encoder(config, weights);
+        weights.check_all_taken();
+        const double diff = max_diff(encoder.forward(ids), load_tensor(golden, "hidden." + kind, at::kFloat));
+        MESSAGE(kind << ": max |diff| " << diff);
+        CHECK(diff <= 1e-5);
+    }
+    nlohmann::json j = nlohmann::json::parse(read_text_file(golden_path("t5_encoder_relu/config.json")));
+    j.erase("feed_forward_proj");
+    CHECK(T5Config::from_json_text(j.dump(), "c.json").activation() == "relu");
+    CHECK_FALSE(T5Config::from_json_text(j.dump(), "c.json").gated());
+}
+
 TEST_CASE("T5 encoder outputs at pads are neither zero nor equal to each other, as the reference's") {
     auto golden = SafetensorsFile::open(golden_path("t5_encoder.safetensors"));
     const at::Tensor ids = load_tensor(golden, "input_ids", at::kLong);
@@ -271,8 +293,8 @@ TEST_CASE("T5 config errors name the file and key") {
         std::string key;
         nlohmann::json value;
     };
-    for (const Bad& b : {Bad{"feed_forward_proj", "relu"}, Bad{"feed_forward_proj", erase},
-                         Bad{"feed_forward_proj", "gated-silu"}, Bad{"num_heads", "four"}, Bad{"d_model", 0},
+    for (const Bad& b : {Bad{"feed_forward_proj", "gated-tanh"}, Bad{"feed_forward_proj", "swish"},
+                         Bad{"feed_forward_proj", 3}, Bad{"num_heads", "four"}, Bad{"d_model", 0},
                          Bad{"model_type", "umt5"}, Bad{"relative_attention_max_distance", 4},
                          Bad{"is_decoder", true}, Bad{"layer_norm_epsilon", -1}}) {
         CAPTURE(b.key);

@@ -31,6 +31,14 @@ at::Tensor gelu_new(const at::Tensor& x) {
     return 0.5 * x * (1.0 + at::tanh(std::sqrt(2.0 / kPi) * (x + 0.044715 * at::pow(x, 3.0))));
 }
 
+// The feed-forward's activation by its ACT2FN name (T5Config::from_json_text accepts these only).
+at::Tensor activate(const std::string& act, const at::Tensor& x) {
+    if (act == "gelu_new") return gelu_new(x);
+    if (act == "gelu") return at::gelu(x);
+    if (act == "silu") return at::silu(x);
+    return at::relu(x);
+}
+
 // An fp16 residual stream clamped to fp16's range, less 1000 when it overflowed (without a host
 // sync). Other dtypes pass unchanged.
 at::Tensor clamp_half(const at::Tensor& x) {
@@ -67,6 +75,11 @@ at::Tensor position_buckets(int64_t tokens, int64_t num_buckets, int64_t max_dis
 
 }  // namespace
 
+std::string T5Config::activation() const {
+    if (feed_forward_proj == "gated-gelu") return "gelu_new";
+    return gated() ? feed_forward_proj.substr(6) : feed_forward_proj;
+}
+
 T5Config T5Config::from_json_text(const std::string& text, const std::string& path) {
     const ConfigJson c(text, path);
     const std::string model_type = c.string("model_type", "t5");
@@ -85,13 +98,12 @@ T5Config T5Config::from_json_text(const std::string& text, const std::string& pa
     cfg.relative_attention_max_distance =
         c.integer("relative_attention_max_distance", cfg.relative_attention_max_distance, 1, 1 << 20);
     cfg.layer_norm_epsilon = c.number("layer_norm_epsilon", cfg.layer_norm_epsilon, 0, 1);
-    if (!c.has("feed_forward_proj"))
-        c.fail("feed_forward_proj",
-               "is missing; transformers' default 'relu' (T5 v1.0) is not supported; "
-               "supported: gated-gelu (T5 v1.1)");
-    cfg.feed_forward_proj = c.string("feed_forward_proj", "");
-    if (cfg.feed_forward_proj != "gated-gelu")
-        c.fail("feed_forward_proj", "is '" + cfg.feed_forward_proj + "'; supported: gated-gelu (T5 v1.1)");
+    cfg.feed_forward_proj = c.string("feed_forward_proj", "relu");  // transformers' default (T5 v1.0)
+    const std::string act = cfg.activation();
+    if (act != "relu" && act != "gelu" && act != "gelu_new" && act != "silu")
+        c.fail("feed_forward_proj", "is '" + cfg.feed_forward_proj +
+                                        "'; supported: gated-gelu (T5 v1.1, T5-XXL), relu (T5 v1.0), or ACT and "
+                                        "gated-ACT for ACT relu, gelu, gelu_new, silu");
     if (c.boolean("is_decoder", false)) c.fail("is_decoder", "is true; only T5's encoder is supported");
     // Below 2 exact distances per direction, the logarithmic bins would divide by log(1).
     if (cfg.relative_attention_num_buckets / 4 < 2 ||
@@ -140,8 +152,12 @@ T5Encoder::T5Encoder(const T5Config& config, WeightStore& w, const TensorGroup& 
         b.v = linear(p + "0.SelfAttention.v", d, inner, config.d_kv);
         b.o = linear(p + "0.SelfAttention.o", inner, d, config.d_kv);
         b.ff_norm = w.take(p + "1.layer_norm.weight", {d});
-        b.wi_0 = linear(p + "1.DenseReluDense.wi_0", d, ff, 1);
-        b.wi_1 = linear(p + "1.DenseReluDense.wi_1", d, ff, 1);
+        if (config.gated()) {
+            b.wi_0 = linear(p + "1.DenseReluDense.wi_0", d, ff, 1);
+            b.wi_1 = linear(p + "1.DenseReluDense.wi_1", d, ff, 1);
+        } else {
+            b.wi_0 = linear(p + "1.DenseReluDense.wi", d, ff, 1);
+        }
         // Note [T5 dtypes]: wo stays fp32 in an fp16 run, loaded so from the file.
         if (run_dtype == at::kHalf) w.set_dtype(at::kFloat);
         try {
@@ -170,6 +186,7 @@ at::Tensor T5Encoder::forward(const at::Tensor& input_ids) const {
     const at::Tensor bias = position_bias(tokens);
     const SequenceShard whole(tokens, SequenceGroups{});  // a text encoder: every rank holds all tokens
     const double eps = config_.layer_norm_epsilon;
+    const std::string act = config_.activation();
     at::Tensor x = at::embedding(embedding_, ids);
     for (const Block& b : blocks_) {
         at::Tensor h = rms_norm(x, b.attention_norm, eps);
@@ -182,7 +199,7 @@ at::Tensor T5Encoder::forward(const at::Tensor& input_ids) const {
         in.logits_bias = bias;
         x = clamp_half(x + b.o(merge_heads(attend(in).out)));
         h = rms_norm(x, b.ff_norm, eps);
-        h = gelu_new(b.wi_0(h)) * b.wi_1(h);
+        h = b.wi_1.defined() ? activate(act, b.wi_0(h)) * b.wi_1(h) : activate(act, b.wi_0(h));
         x = clamp_half(x + b.wo(h.to(b.wo.weight().scalar_type())));
     }
     return rms_norm(x, final_norm_, eps);

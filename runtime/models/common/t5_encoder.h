@@ -27,7 +27,12 @@ struct T5Config {
     int64_t vocab_size = 32128, d_model = 512, d_kv = 64, d_ff = 2048, num_layers = 6, num_heads = 8;
     int64_t relative_attention_num_buckets = 32, relative_attention_max_distance = 128;
     double layer_norm_epsilon = 1e-6;
-    std::string feed_forward_proj = "gated-gelu";  // the only one supported
+    // transformers' feed_forward_proj: "gated-ACT" (v1.1, T5-XXL: wi_0, wi_1, wo) or "ACT" (v1.0:
+    // wi, wo), ACT one of relu, gelu, gelu_new, silu; "gated-gelu" means gelu_new, as transformers has it.
+    std::string feed_forward_proj = "gated-gelu";
+    bool gated() const { return feed_forward_proj.rfind("gated-", 0) == 0; }
+    // The activation's name in transformers' ACT2FN.
+    std::string activation() const;
 
     // Throws ModelError naming the file and key for a missing, mistyped, invalid or unsupported
     // value (transformers' defaults fill absent keys, except feed_forward_proj, whose default
@@ -59,7 +64,7 @@ class T5Encoder {
   private:
     struct Block {
         at::Tensor attention_norm, ff_norm;
-        ParallelLinear q, k, v, o, wi_0, wi_1, wo;
+        ParallelLinear q, k, v, o, wi_0, wi_1, wo;  // wi_0 is v1.0's wi when not gated; wi_1 then absent
     };
     T5Config config_;
     int64_t local_heads_ = 0;
