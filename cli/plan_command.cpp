@@ -152,6 +152,15 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
         throw InputDataError(e.what());
     }
     for (const auto& [name, n] : counts) (strategies::tp_splits_tensor(spec, name) ? split : whole) += n;
+    // Layers split by output features and gathered (AdaLN's modulations): every rank sends its
+    // share of each one's outputs, padded to the largest share, per prompt of the batch.
+    long long gathered_features = 0;
+    for (const auto& [name, n] : counts) {
+        const std::size_t dot = name.rfind(".weight");
+        if (dot == std::string::npos || dot + 7 != name.size()) continue;
+        if (strategies::tp_rule_for_layer(spec, name.substr(0, dot)).split == strategies::TpSplit::kColumnGathered)
+            gathered_features += (n / width_d + deg.tp - 1) / deg.tp;
+    }
     if (!heads_fit || heads % deg.tp == 0)
         out << "transformer parameters per rank (" << dtype
             << "): " << bytes_text((whole + split / deg.tp) * f) << " = " << bytes_text(whole * f)
@@ -217,8 +226,10 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
         step["send"] += 2 * layers * (deg.ring - 1) * b * h_attend * (n / deg.ring) * hd * f;
         step["all_gather"] += b * (n / deg.ring) * channels * patch * patch * f;
     }
-    if (deg.tp > 1)
+    if (deg.tp > 1) {
         step["all_reduce"] += b * width_d * (2 * (n / split_tokens) * layers + 2 * text * (layers - 1)) * f;
+        step["all_gather"] += b * gathered_features * f;
+    }
     out << "estimated bytes sent per rank per denoising step, per prompt:";
     if (step.empty()) out << " none";
     for (const auto& [kind, bytes] : step) out << "\n  " << kind << ": " << bytes_text(bytes);

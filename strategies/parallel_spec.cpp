@@ -35,6 +35,10 @@ const ParallelSpec& sd3_parallel_spec() {
         for (const char* row :
              {".attn.to_out.0", ".attn.to_add_out", ".attn2.to_out.0", ".ff.net.2", ".ff_context.net.2"})
             s.tp_rules.push_back({row, TpSplit::kRow, {}});
+        // AdaLN's modulations (6 x width per block and stream, 9 x with attn2): a third of the
+        // transformer's weights, for outputs of one row per prompt; split and gathered.
+        for (const char* gathered : {".norm1.linear", ".norm1_context.linear"})
+            s.tp_rules.push_back({gathered, TpSplit::kColumnGathered, {}});
         add_t5_encoder_rules(s);
         s.streams = {{"image", true}, {"text", false}};
         s.optional_components = {"text_encoder_3", "vae"};
@@ -92,6 +96,7 @@ bool tp_splits_tensor(const ParallelSpec& spec, const std::string& tensor_name) 
         case TpSplit::kWhole:
             return false;
         case TpSplit::kColumn:
+        case TpSplit::kColumnGathered:
             return true;
         case TpSplit::kRow:
         case TpSplit::kRowSegments:

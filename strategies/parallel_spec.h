@@ -17,6 +17,9 @@ enum class TpSplit {
     kColumn,       // output features split: weight rows and bias split
     kRow,          // input features split: weight columns split, the bias added once after the sum
     kRowSegments,  // input features are several concatenated segments, each split as kRow
+    // Output features split as kColumn, then gathered so that every rank has the whole output: a
+    // large weight with a small output (SD3's AdaLN modulations, 6 x width from the timestep).
+    kColumnGathered,
 };
 
 struct TpRule {

@@ -55,10 +55,18 @@ ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int
             l.weight_ = w.take(weight, weight_shape);
             if (bias) l.bias_ = w.take(bias_name, bias_shape);
             break;
-        case TpSplit::kColumn: {
+        case TpSplit::kColumn:
+        case TpSplit::kColumnGathered: {
             const FeatureRange rows = my_features(name, out, "output features", tp, unit);
             l.weight_ = w.take_shard(weight, weight_shape, 0, rows.start, rows.length);
             if (bias) l.bias_ = w.take_shard(bias_name, bias_shape, 0, rows.start, rows.length);
+            if (l.split_ == TpSplit::kColumnGathered) {
+                const int64_t u = unit > 0 ? unit : out / tp.size;
+                for (int r = 0; r < tp.size; ++r) {
+                    const TensorGroup other{nullptr, r, tp.size};
+                    l.gathered_rows_.push_back(unit > 0 ? other.share(out / u) * u : u);
+                }
+            }
             break;
         }
         case TpSplit::kRow: {
@@ -99,6 +107,18 @@ ParallelLinear ParallelLinear::whole(at::Tensor weight, at::Tensor bias) {
 
 at::Tensor ParallelLinear::operator()(const at::Tensor& x) const {
     if (split_ == TpSplit::kWhole || split_ == TpSplit::kColumn) return at::linear(x, weight_, bias_);
+    if (split_ == TpSplit::kColumnGathered) {
+        if (!group_) throw InternalError("a gathered column-parallel layer was loaded without its tensor group");
+        // The features are gathered along dim 0 (the Communicator's unequal blocks), so the
+        // output's features go first and come back last.
+        const at::Tensor mine = at::linear(x, weight_, bias_);
+        const int64_t features = mine.size(-1);
+        const at::Tensor rows = mine.reshape({-1, features}).t().contiguous();
+        const at::Tensor all = at::cat(group_->all_gather(rows, gathered_rows_), 0).t();
+        std::vector<int64_t> shape = mine.sizes().vec();
+        shape.back() = all.size(1);
+        return all.reshape(shape);
+    }
     // Row-parallel: the partial products summed over the group, then the bias, once.
     if (!group_) throw InternalError("a row-parallel layer was loaded for a tensor group it was not given");
     at::Tensor partial = at::linear(x, weight_);

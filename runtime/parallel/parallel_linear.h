@@ -41,7 +41,8 @@ class ParallelLinear {
     // The layer whole on every rank, from tensors already loaded (tests, trainers).
     static ParallelLinear whole(at::Tensor weight, at::Tensor bias);
 
-    // Whole: x W^T + b. Column-parallel: this rank's slice of the output features. Row-parallel:
+    // Whole: x W^T + b. Column-parallel: this rank's slice of the output features (gathered: then
+    // every rank's slice, so the whole output, one all_gather). Row-parallel:
     // x holds this rank's slice of the input features; the result is the whole output, summed
     // over the group (one all_reduce) with the bias added once. Every rank of the group calls it.
     at::Tensor operator()(const at::Tensor& x) const;
@@ -57,6 +58,7 @@ class ParallelLinear {
   private:
     strategies::TpSplit split_ = strategies::TpSplit::kWhole;
     Communicator* group_ = nullptr;
+    std::vector<int64_t> gathered_rows_;  // kColumnGathered: each rank's output features
     at::Tensor weight_, bias_;
 };
 

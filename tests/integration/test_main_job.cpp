@@ -426,9 +426,13 @@ TEST_CASE("measured communication bytes per strategy equal the README's per-step
           std::map<std::string, long long>{
               {"all_to_all", S * 4 * L * B * H * local * d * f},
               {"all_gather", S * ((L - 1) * B * (H / U) * T * d + B * local * C) * f}});
-    // TP: per block an all_reduce after attention-out and MLP-out of each stream that has them.
+    // TP: per block an all_reduce after attention-out and MLP-out of each stream that has them,
+    // and an all_gather of this rank's half of AdaLN's modulations (B x 6D/2 per stream, the last
+    // block's text B x 2D/2).
+    const long long P = 2;
     CHECK(run({"-n", "2", "--tp", "2"}) ==
-          std::map<std::string, long long>{{"all_reduce", S * B * D * (2 * N * L + 2 * T * (L - 1)) * f}});
+          std::map<std::string, long long>{{"all_reduce", S * B * D * (2 * N * L + 2 * T * (L - 1)) * f},
+                                           {"all_gather", S * B * (6 * D * L + 6 * D * (L - 1) + 2 * D) / P * f}});
     // Ring R = 2: per block R - 1 sends of this rank's keys and values (B x H x N/R x d each), and
     // one all_gather of the final tokens.
     const long long R = 2;

@@ -63,9 +63,16 @@ TEST_CASE("SD3's tensor parallelism: column weights and biases split, row weight
         CHECK(tp_splits_tensor(sd3, name + ".weight"));
         CHECK_FALSE(tp_splits_tensor(sd3, name + ".bias"));  // added once, after the sum
     }
+    // AdaLN's modulations: split by output features, then gathered (weight and bias).
+    for (const char* layer : {"norm1.linear", "norm1_context.linear"}) {
+        CAPTURE(layer);
+        const std::string name = "transformer_blocks.0." + std::string(layer);
+        CHECK(tp_rule_for_layer(sd3, name).split == TpSplit::kColumnGathered);
+        CHECK(tp_splits_tensor(sd3, name + ".weight"));
+        CHECK(tp_splits_tensor(sd3, name + ".bias"));
+    }
     for (const char* whole :
-         {"transformer_blocks.0.norm1.linear.weight", "transformer_blocks.0.norm1.linear.bias",
-          "transformer_blocks.0.norm1_context.linear.weight", "transformer_blocks.0.attn.norm_q.weight",
+         {"transformer_blocks.0.attn.norm_q.weight",
           "transformer_blocks.0.attn.norm_added_k.weight", "pos_embed.proj.weight", "pos_embed.pos_embed",
           "time_text_embed.timestep_embedder.linear_1.weight", "time_text_embed.text_embedder.linear_2.bias",
           "context_embedder.weight", "norm_out.linear.weight", "proj_out.weight", "proj_out.bias",
@@ -75,7 +82,7 @@ TEST_CASE("SD3's tensor parallelism: column weights and biases split, row weight
         CAPTURE(whole);
         CHECK_FALSE(tp_splits_tensor(sd3, whole));
     }
-    CHECK(tp_rule_for_layer(sd3, "transformer_blocks.0.norm1.linear").split == TpSplit::kWhole);
+    CHECK(tp_rule_for_layer(sd3, "transformer_blocks.0.norm_out.linear").split == TpSplit::kWhole);
 }
 
 TEST_CASE("a family's spec is found by its pipeline class, and its lists name its own components") {

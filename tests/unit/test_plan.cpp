@@ -56,11 +56,13 @@ TEST_CASE("plan: the mesh, each rank's role and the sub-groups") {
 TEST_CASE("plan: the transformer parameters tensor parallelism splits, in closed form") {
     // The tiny model (D = 32, MLP 4D, 2 blocks, the last one context-pre-only: no text output or
     // text MLP). Column-parallel: q, k, v and their text twins (weight D x D and bias D each), the
-    // MLPs' first layers (4D x D and 4D); row-parallel: the weights of the attention outputs
-    // (D x D) and of the MLPs' second layers (D x 4D). Everything else (516368 bytes in all at
-    // fp32) stays whole.
+    // MLPs' first layers (4D x D and 4D), and AdaLN's modulations, gathered (6D x D and 6D per
+    // stream, 2D x D and 2D for the last block's text); row-parallel: the weights of the attention
+    // outputs (D x D) and of the MLPs' second layers (D x 4D). Everything else (516368 bytes in
+    // all at fp32) stays whole.
     const long long D = 32, qkv = 6 * (D * D + D), up = 4 * D * D + 4 * D, out = D * D, down = 4 * D * D;
-    const long long split = (qkv + 2 * up + 2 * out + 2 * down) + (qkv + up + out + down);
+    const long long ada = 6 * D * D + 6 * D, ada_last = 2 * D * D + 2 * D;
+    const long long split = (qkv + 2 * up + 2 * out + 2 * down + 2 * ada) + (qkv + up + out + down + ada + ada_last);
     const long long all = 516368 / 4;
     for (int tp : {1, 2, 4}) {
         CAPTURE(tp);
@@ -70,7 +72,7 @@ TEST_CASE("plan: the transformer parameters tensor parallelism splits, in closed
         CHECK(has(p, "(" + std::to_string((all - split) * 4) + ") replicated + "));
         CHECK(has(p, "(" + std::to_string(split * 4) + ") / tp " + std::to_string(tp) + "\n"));
     }
-    CHECK(has(plan(2, {"--tp", "2"}), "(434960) = "));
+    CHECK(has(plan(2, {"--tp", "2"}), "(" + std::to_string((all - split + split / 2) * 4) + ") = "));
 }
 
 // --- the shipped config-only folders of real models, at real size ---------------------------------
@@ -116,7 +118,7 @@ TransformerCounts sd3_transformer_counts(const nlohmann::json& c) {
         const bool last = i == layers - 1, two = dual.count(i) > 0;
         // AdaLN: 6 modulations (9 with attn2), the text's 6, or 2 in the last block (context pre-only).
         long long b = linear(d, (two ? 9 : 6) * d) + linear(d, (last ? 2 : 6) * d);
-        long long s = 0;
+        long long s = b;  // split by output features and gathered
         b += 7 * linear(d, d) + (last ? 0 : linear(d, d)) + (qk ? 4 * hd : 0);  // q k v, add_q k v, outs
         s += 6 * linear(d, d) + d * d + (last ? 0 : d * d);
         if (two) {
@@ -289,11 +291,11 @@ TEST_CASE("plan: the shipped config-only folders at real size, per rank and per 
         CHECK(has(plan_of(model, 2, {"--no-t5"}), " px -> 4096 image tokens, 78 text tokens\n"));
         CHECK(has(plan_of(model, 2, {"--max-sequence-length", "77"}), " px -> 4096 image tokens, 154 text tokens\n"));
     }
-    // SD3.5 large at bf16 under tp 2: 10.2 GiB of the transformer a rank, 16.4 GiB with T5's half,
-    // 11.8 GiB without T5.
+    // SD3.5 large at bf16 under tp 2: 7.7 GiB of the transformer a rank (AdaLN split too), 13.9
+    // GiB with T5's half, 9.3 GiB without T5.
     const std::string large = dp::launcher::resolve_model("sd3.5-large", "--model");
-    CHECK(has(plan_of(large, 2), "weights per rank (bf16): 16.37 GiB"));
-    CHECK(has(plan_of(large, 2, {"--no-t5"}), "weights per rank (bf16): 11.81 GiB"));
+    CHECK(has(plan_of(large, 2), "weights per rank (bf16): 13.88 GiB"));
+    CHECK(has(plan_of(large, 2, {"--no-t5"}), "weights per rank (bf16): 9.32 GiB"));
 }
 
 TEST_CASE("a config-only folder runs only with --random-weights") {

@@ -105,7 +105,7 @@ TEST_CASE("tensor-parallel shards: per-rank parameter bytes at tp 1, 2 and 4 fol
         split += (last ? 1 : 2) * (4 * d * d + 4 * d);  // MLP-in: weights and biases
         split += (last ? 1 : 2) * 4 * d * d;            // MLP-out: weights
         whole += (last ? 1 : 2) * d;                    // ... biases
-        whole += 6 * d * d + 6 * d + (last ? 2 : 6) * (d * d + d);  // AdaLN linears
+        split += 6 * d * d + 6 * d + (last ? 2 : 6) * (d * d + d);  // AdaLN linears, gathered after
     }
     whole +=
         d * c.in_channels * c.patch_size * c.patch_size + d + c.pos_embed_max_size * c.pos_embed_max_size * d;
