@@ -60,13 +60,10 @@ ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int
             const FeatureRange rows = my_features(name, out, "output features", tp, unit);
             l.weight_ = w.take_shard(weight, weight_shape, 0, rows.start, rows.length);
             if (bias) l.bias_ = w.take_shard(bias_name, bias_shape, 0, rows.start, rows.length);
-            if (l.split_ == TpSplit::kColumnGathered) {
-                const int64_t u = unit > 0 ? unit : out / tp.size;
-                for (int r = 0; r < tp.size; ++r) {
-                    const TensorGroup other{nullptr, r, tp.size};
-                    l.gathered_rows_.push_back(unit > 0 ? other.share(out / u) * u : u);
-                }
-            }
+            if (l.split_ == TpSplit::kColumnGathered)  // every rank's share, as the all_gather receives them
+                for (int r = 0; r < tp.size; ++r)
+                    l.gathered_rows_.push_back(
+                        my_features(name, out, "output features", TensorGroup{nullptr, r, tp.size}, unit).length);
             break;
         }
         case TpSplit::kRow: {

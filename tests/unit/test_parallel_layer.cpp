@@ -20,9 +20,11 @@
 #include "runtime/parallel/sequence_shard.h"
 #include "strategies/model_sizes.h"
 #include "strategies/parallel_spec.h"
+#include "unit/map_source.h"
 #include "unit/ranks_as_threads.h"
 
 using namespace dp::runtime;
+using dp::test::MapSource;
 using dp::strategies::Mesh;
 using dp::strategies::MeshDegrees;
 
@@ -145,21 +147,6 @@ TEST_CASE("SequenceShard pads, splits and gathers any length, and splits rotary 
 }
 
 namespace {
-
-// Weights held in memory, handed out as ParallelLinear asks for them.
-class MapSource : public ShardSource {
-  public:
-    std::map<std::string, at::Tensor> tensors;
-    at::Tensor take(const std::string& name, const std::vector<int64_t>& shape) override {
-        const at::Tensor& t = tensors.at(name);
-        if (t.sizes().vec() != shape) throw std::runtime_error(name + ": wrong shape asked for");
-        return t;
-    }
-    at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
-                          int64_t length) override {
-        return take(name, shape).narrow(dim, start, length).contiguous();
-    }
-};
 
 // Each rank's output of `layer` over `tp` ranks against at::linear on the whole weight.
 // `naive_input`: a segmented layer fed one contiguous slice of the input, as a plain row split would.

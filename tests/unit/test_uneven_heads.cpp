@@ -28,9 +28,11 @@
 #include "runtime/parallel/sequence_shard.h"
 #include "runtime/tensor_io.h"
 #include "strategies/mesh.h"
+#include "unit/map_source.h"
 #include "unit/ranks_as_threads.h"
 
 using namespace dp::runtime;
+using dp::test::MapSource;
 using dp::strategies::Mesh;
 using dp::strategies::MeshDegrees;
 using dp::strategies::TpSplit;
@@ -171,20 +173,6 @@ TEST_CASE(
 }
 
 namespace {
-
-class MapSource : public ShardSource {
-  public:
-    std::map<std::string, at::Tensor> tensors;
-    at::Tensor take(const std::string& name, const std::vector<int64_t>& shape) override {
-        const at::Tensor& t = tensors.at(name);
-        if (t.sizes().vec() != shape) throw std::runtime_error(name + ": wrong shape asked for");
-        return t;
-    }
-    at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
-                          int64_t start, int64_t length) override {
-        return take(name, shape).narrow(dim, start, length).contiguous();
-    }
-};
 
 // A column-parallel layer followed by a row-parallel one over the same blocks of `unit` features
 // (q then attention-out, MLP-in then MLP-out) on `tp` ranks, against both whole. Also checks

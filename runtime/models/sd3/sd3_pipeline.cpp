@@ -155,10 +155,6 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
         throw ModelError(dir + ": the text encoders' projections add up to " + std::to_string(pooled) +
                          " but transformer/config.json pooled_projection_dim is " +
                          std::to_string(t.pooled_projection_dim));
-    if (c->text_encoder_3 && c->text_encoder_3->config().d_model != t.joint_attention_dim)
-        throw ModelError(dir + ": text_encoder_3/config.json d_model is " +
-                         std::to_string(c->text_encoder_3->config().d_model) +
-                         " but transformer/config.json joint_attention_dim is " + std::to_string(t.joint_attention_dim));
     const int64_t channels = c->vae ? c->vae->config().latent_channels : 3;
     if (t.in_channels != channels || t.out_channels != channels)
         throw ModelError(

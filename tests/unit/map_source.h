@@ -1,0 +1,29 @@
+#pragma once
+// Weights held in memory, handed out as ParallelLinear asks for them (tests of the parallel layer).
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime/parallel/parallel_linear.h"
+
+namespace dp::test {
+
+class MapSource : public dp::runtime::ShardSource {
+  public:
+    std::map<std::string, at::Tensor> tensors;
+    at::Tensor take(const std::string& name, const std::vector<int64_t>& shape) override {
+        const at::Tensor& t = tensors.at(name);
+        if (t.sizes().vec() != shape) throw std::runtime_error(name + ": wrong shape asked for");
+        return t;
+    }
+    at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
+                          int64_t length) override {
+        return take(name, shape).narrow(dim, start, length).contiguous();
+    }
+};
+
+}  // namespace dp::test
