@@ -1,0 +1,1 @@
+#include "runtime/models/common/qwen2_text_encoder.h"

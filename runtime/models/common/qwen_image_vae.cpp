@@ -1,0 +1,1 @@
+#include "runtime/models/common/qwen_image_vae.h"

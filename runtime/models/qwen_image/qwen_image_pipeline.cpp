@@ -1,0 +1,1 @@
+#include "runtime/models/qwen_image/qwen_image_pipeline.h"
