@@ -14,7 +14,57 @@ void add_t5_encoder_rules(ParallelSpec& s) {
     for (const char* row : {".SelfAttention.o", ".DenseReluDense.wo"}) s.tp_rules.push_back({row, TpSplit::kRow, {}});
 }
 
+// Qwen2.5-VL's language model as Qwen-Image's text encoder (a Qwen2 decoder): q, k, v (by
+// key-value head groups, so that each rank keeps whole GQA groups) and SwiGLU's gate and up
+// projections column-parallel, the attention output and down projection row-parallel. Embeddings
+// and norms stay whole.
+void add_qwen2_decoder_rules(ParallelSpec& s) {
+    for (const char* column : {".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj", ".mlp.gate_proj",
+                               ".mlp.up_proj"})
+        s.tp_rules.push_back({column, TpSplit::kColumn, {}});
+    for (const char* row : {".self_attn.o_proj", ".mlp.down_proj"}) s.tp_rules.push_back({row, TpSplit::kRow, {}});
+}
+
 }  // namespace
+
+const ParallelSpec& qwen_image_parallel_spec() {
+    static const ParallelSpec spec = [] {
+        ParallelSpec s;
+        s.family = "qwen-image";
+        s.pipeline_class = "QwenImagePipeline";
+        s.components = {"text_encoder", "transformer", "vae"};
+        s.block_prefixes = {"transformer_blocks."};
+        // Dual-stream blocks: q, k, v of both streams column-parallel (by heads), the outputs
+        // row-parallel, both GELU MLPs column- then row-parallel.
+        for (const char* column : {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
+                                   ".attn.add_v_proj", ".img_mlp.net.0.proj", ".txt_mlp.net.0.proj"})
+            s.tp_rules.push_back({column, TpSplit::kColumn, {}});
+        for (const char* row : {".attn.to_out.0", ".attn.to_add_out", ".img_mlp.net.2", ".txt_mlp.net.2"})
+            s.tp_rules.push_back({row, TpSplit::kRow, {}});
+        // Each stream's modulation (6 x width per block from the timestep alone): a third of the
+        // transformer's weights for one row per prompt; split and gathered, where diffusers' TP
+        // keeps them whole.
+        for (const char* gathered : {".img_mod.1", ".txt_mod.1"})
+            s.tp_rules.push_back({gathered, TpSplit::kColumnGathered, {}});
+        add_qwen2_decoder_rules(s);
+        // The text (up to 1024 tokens, of any length) is split like the image under context
+        // parallelism, padded and masked: replicated, each rank would repeat its whole MLPs and
+        // projections (Note [Qwen-Image text stream], qwen_image_transformer.h).
+        s.streams = {{"image", true}, {"text", true}};
+        s.unloaded_tensors = {{"vae", "encoder."}, {"vae", "quant_conv."}, {"text_encoder", "visual."},
+                              {"text_encoder", "model.visual."}, {"text_encoder", "lm_head."}};
+        // QwenImageTransformer2DModel's defaults; 128 latents a side is the pipeline's
+        // default_sample_size (1024 pixels).
+        s.transformer_defaults.heads = 24;
+        s.transformer_defaults.head_dim = 128;
+        s.transformer_defaults.layers = 60;
+        s.transformer_defaults.patch_size = 2;
+        s.transformer_defaults.in_channels = 64;
+        s.transformer_defaults.sample_size = 128;
+        return s;
+    }();
+    return spec;
+}
 
 const ParallelSpec& sd3_parallel_spec() {
     static const ParallelSpec spec = [] {
@@ -56,7 +106,7 @@ const ParallelSpec& sd3_parallel_spec() {
 }
 
 const std::vector<const ParallelSpec*>& parallel_specs() {
-    static const std::vector<const ParallelSpec*> all = {&sd3_parallel_spec()};
+    static const std::vector<const ParallelSpec*> all = {&sd3_parallel_spec(), &qwen_image_parallel_spec()};
     return all;
 }
 

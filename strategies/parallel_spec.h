@@ -78,6 +78,8 @@ struct ParallelSpec {
 
 // The SD3 / SD3.5 family (StableDiffusion3Pipeline).
 const ParallelSpec& sd3_parallel_spec();
+// Qwen-Image (QwenImagePipeline): its Qwen2.5-VL text encoder, dual-stream transformer and VAE.
+const ParallelSpec& qwen_image_parallel_spec();
 // Every family's spec.
 const std::vector<const ParallelSpec*>& parallel_specs();
 // The spec whose pipeline_class is `pipeline_class`, or nullptr.
