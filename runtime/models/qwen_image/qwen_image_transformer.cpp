@@ -1,1 +1,298 @@
 #include "runtime/models/qwen_image/qwen_image_transformer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "runtime/errors.h"
+#include "runtime/models/common/config_json.h"
+#include "runtime/parallel/attention.h"
+#include "runtime/parallel/device_mapping.h"
+#include "runtime/parallel/sequence_shard.h"
+
+namespace dp::runtime {
+namespace {
+
+constexpr double kEps = 1e-6;       // every LayerNorm and RMSNorm of the model
+constexpr double kTheta = 10000.0;  // RoPE's base
+
+// x -> x * (1 + scale) + shift, with shift and scale [B, dim].
+at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
+    return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
+
+at::Tensor plain_layer_norm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, {}, {}, kEps); }
+
+// diffusers' Timesteps(256, flip_sin_to_cos, shift 0, scale 1000) on timesteps already in the
+// model's dtype: the frequencies rounded to that dtype, the product in fp32, then scaled.
+at::Tensor timestep_projection(const at::Tensor& t) {
+    const int64_t half = 128;
+    const at::Tensor exponent =
+        at::arange(0, half, t.options().dtype(at::kFloat)) * (-std::log(10000.0) / static_cast<double>(half));
+    const at::Tensor freqs = at::exp(exponent).to(t.scalar_type()).to(at::kFloat);
+    const at::Tensor emb = (t.to(at::kFloat).unsqueeze(1) * freqs.unsqueeze(0)) * 1000.0;
+    return at::cat({at::cos(emb), at::sin(emb)}, -1);
+}
+
+// One axis' rotary angles: positions [N] (fp32) times the axis' dim / 2 frequencies, [N, dim / 2].
+at::Tensor axis_angles(const at::Tensor& positions, int64_t dim) {
+    const at::Tensor inv =
+        1.0 / at::pow(kTheta, at::arange(0, dim, 2, at::kFloat) / static_cast<double>(dim));
+    return at::outer(positions, inv);
+}
+
+// Positions -(n - n / 2) ... n / 2 - 1 along one image axis (scale_rope's centring).
+at::Tensor centred(int64_t n) { return at::arange(n, at::kFloat) - static_cast<double>(n - n / 2); }
+
+}  // namespace
+
+QwenRope qwen_image_rope(const std::array<int64_t, 3>& axes, int64_t grid_h, int64_t grid_w,
+                         int64_t text_tokens) {
+    const int64_t h2 = axes[1] / 2, w2 = axes[2] / 2;
+    const at::Tensor frame = at::zeros({grid_h, grid_w, axes[0] / 2}, at::kFloat);  // frame 0: no rotation
+    const at::Tensor rows = axis_angles(centred(grid_h), axes[1]).unsqueeze(1).expand({grid_h, grid_w, h2});
+    const at::Tensor cols = axis_angles(centred(grid_w), axes[2]).unsqueeze(0).expand({grid_h, grid_w, w2});
+    const at::Tensor image = at::cat({frame, rows, cols}, 2).reshape({grid_h * grid_w, -1});
+    // The text continues after the image's largest index, the same position on every axis.
+    const at::Tensor pos =
+        at::arange(text_tokens, at::kFloat) + static_cast<double>(std::max(grid_h / 2, grid_w / 2));
+    const at::Tensor text =
+        at::cat({axis_angles(pos, axes[0]), axis_angles(pos, axes[1]), axis_angles(pos, axes[2])}, 1);
+    return {at::cos(image), at::sin(image), at::cos(text), at::sin(text)};
+}
+
+at::Tensor apply_qwen_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    std::vector<int64_t> pairs = x.sizes().vec();
+    pairs.back() /= 2;
+    pairs.push_back(2);
+    const at::Tensor xf = x.to(at::kFloat).reshape(pairs);
+    const at::Tensor re = xf.select(-1, 0), im = xf.select(-1, 1);
+    // (re + i im)(cos + i sin)
+    return at::stack({re * cos - im * sin, re * sin + im * cos}, -1).flatten(-2).to(x.scalar_type());
+}
+
+at::Tensor QwenFeedForward::operator()(const at::Tensor& x) const { return out(at::gelu(in(x), "tanh")); }
+
+QwenImageTransformerConfig QwenImageTransformerConfig::from_json_text(const std::string& text,
+                                                                      const std::string& path) {
+    const ConfigJson c(text, path);
+    const std::string cls = c.string("_class_name", "QwenImageTransformer2DModel");
+    if (cls != "QwenImageTransformer2DModel")
+        throw ModelError(path + ": transformer class '" + cls +
+                         "' is not supported (supported: QwenImageTransformer2DModel)");
+    QwenImageTransformerConfig cfg;
+    const strategies::TransformerShape& shape = strategies::qwen_image_parallel_spec().transformer_defaults;
+    cfg.patch_size = c.integer("patch_size", shape.patch_size, 1, 64);
+    cfg.in_channels = c.integer("in_channels", shape.in_channels, 1, 1 << 16);
+    // diffusers: absent is 16, null is in_channels.
+    const bool null_out = c.raw().contains("out_channels") && c.raw().at("out_channels").is_null();
+    cfg.out_channels = c.integer("out_channels", null_out ? cfg.in_channels : 16, 1, 1 << 16);
+    cfg.num_layers = c.integer("num_layers", shape.layers, 1, 1024);
+    cfg.attention_head_dim = c.integer("attention_head_dim", shape.head_dim, 2, 4096);
+    cfg.num_attention_heads = c.integer("num_attention_heads", shape.heads, 1, 1024);
+    cfg.joint_attention_dim = c.integer("joint_attention_dim", cfg.joint_attention_dim, 1, 1 << 16);
+    if (c.has("axes_dims_rope")) {
+        const nlohmann::json& list = c.raw().at("axes_dims_rope");
+        const std::string accepted =
+            "expected 3 even integers (frame, height, width) summing to attention_head_dim (" +
+            std::to_string(cfg.attention_head_dim) + ")";
+        if (!list.is_array() || list.size() != 3)
+            c.fail("axes_dims_rope", "is " + list.dump().substr(0, 40) + "; " + accepted);
+        for (std::size_t i = 0; i < 3; ++i) {
+            if (!list[i].is_number_integer() || list[i].get<int64_t>() < 2 || list[i].get<int64_t>() % 2 != 0)
+                c.fail("axes_dims_rope", "is " + list.dump().substr(0, 40) + "; " + accepted);
+            cfg.axes_dims_rope[i] = list[i].get<int64_t>();
+        }
+    }
+    if (cfg.axes_dims_rope[0] + cfg.axes_dims_rope[1] + cfg.axes_dims_rope[2] != cfg.attention_head_dim)
+        c.fail("axes_dims_rope",
+               "sums to " +
+                   std::to_string(cfg.axes_dims_rope[0] + cfg.axes_dims_rope[1] + cfg.axes_dims_rope[2]) +
+                   "; it must sum to attention_head_dim (" + std::to_string(cfg.attention_head_dim) + ")");
+    cfg.guidance_embeds = c.boolean("guidance_embeds", false);
+    if (cfg.guidance_embeds)
+        c.fail("guidance_embeds",
+               "is true; only false is supported (diffusers' QwenImageTransformer2DModel has no "
+               "guidance embedder to run it)");
+    for (const char* key : {"zero_cond_t", "use_additional_t_cond", "use_layer3d_rope"})
+        if (c.boolean(key, false))
+            c.fail(key,
+                   "is true (Qwen-Image-Edit / Layered); only false, Qwen-Image's text-to-image transformer, "
+                   "is supported");
+    return cfg;
+}
+
+QwenImageTransformerConfig QwenImageTransformerConfig::from_json_file(const std::string& path) {
+    const ConfigJson j = ConfigJson::from_file(path);
+    return from_json_text(j.raw().dump(), path);
+}
+
+QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& config, WeightStore& w,
+                                           const ParallelContext& parallel,
+                                           std::shared_ptr<const DeviceMapping> mapping)
+    : parallel_(&parallel), mapping_(std::move(mapping)), config_(config) {
+    if (mapping_ && static_cast<int64_t>(mapping_->transformer_blocks.size()) != config.num_layers)
+        throw ModelError("device_map places " + std::to_string(mapping_->transformer_blocks.size()) +
+                         " transformer blocks but the model has " + std::to_string(config.num_layers));
+    if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
+    const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
+    const TensorGroup tp = parallel.tensor();
+    if (config.num_attention_heads < tp.size)
+        throw ModelError("--tp " + std::to_string(tp.size) + ": the model has " +
+                         std::to_string(config.num_attention_heads) +
+                         " attention heads, so a rank would hold none; tp may be at most " +
+                         std::to_string(config.num_attention_heads));
+    const strategies::ParallelSpec& spec = strategies::qwen_image_parallel_spec();
+    // The MLPs' and modulations' features as evenly as tp allows; attention by whole heads,
+    // unevenly where tp does not divide them (Note [uneven heads]).
+    auto linear = [&](const std::string& name, int64_t in, int64_t out) {
+        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp, true, 1);
+    };
+    auto heads_linear = [&](const std::string& name, int64_t in, int64_t out) {
+        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp, true,
+                                    hd);
+    };
+    img_in_ = linear("img_in", config.in_channels, d);
+    txt_norm_ = RMSNorm::load(w, "txt_norm", config.joint_attention_dim, kEps);
+    txt_in_ = linear("txt_in", config.joint_attention_dim, d);
+    time_1_ = linear("time_text_embed.timestep_embedder.linear_1", 256, d);
+    time_2_ = linear("time_text_embed.timestep_embedder.linear_2", d, d);
+    for (int64_t i = 0; i < config.num_layers; ++i) {
+        if (mapping_)
+            w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[i])]);
+        const std::string b = spec.block_prefixes.front() + std::to_string(i);
+        QwenDualStreamBlock blk;
+        blk.img_mod = linear(b + ".img_mod.1", d, 6 * d);
+        blk.txt_mod = linear(b + ".txt_mod.1", d, 6 * d);
+        blk.to_q = heads_linear(b + ".attn.to_q", d, d);
+        blk.to_k = heads_linear(b + ".attn.to_k", d, d);
+        blk.to_v = heads_linear(b + ".attn.to_v", d, d);
+        blk.to_out = heads_linear(b + ".attn.to_out.0", d, d);
+        blk.add_q = heads_linear(b + ".attn.add_q_proj", d, d);
+        blk.add_k = heads_linear(b + ".attn.add_k_proj", d, d);
+        blk.add_v = heads_linear(b + ".attn.add_v_proj", d, d);
+        blk.to_add_out = heads_linear(b + ".attn.to_add_out", d, d);
+        blk.norm_q = RMSNorm::load(w, b + ".attn.norm_q", hd, kEps);
+        blk.norm_k = RMSNorm::load(w, b + ".attn.norm_k", hd, kEps);
+        blk.norm_added_q = RMSNorm::load(w, b + ".attn.norm_added_q", hd, kEps);
+        blk.norm_added_k = RMSNorm::load(w, b + ".attn.norm_added_k", hd, kEps);
+        blk.img_mlp.in = linear(b + ".img_mlp.net.0.proj", d, 4 * d);
+        blk.img_mlp.out = linear(b + ".img_mlp.net.2", 4 * d, d);
+        blk.txt_mlp.in = linear(b + ".txt_mlp.net.0.proj", d, 4 * d);
+        blk.txt_mlp.out = linear(b + ".txt_mlp.net.2", 4 * d, d);
+        blocks_.push_back(std::move(blk));
+    }
+    if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
+    norm_out_ = linear("norm_out.linear", d, 2 * d);
+    proj_out_ = linear("proj_out", d, p * p * config.out_channels);
+}
+
+int64_t QwenImageTransformer::parameter_bytes() const {
+    int64_t total = 0;
+    auto add = [&](const at::Tensor& t) {
+        if (t.defined()) total += t.numel() * t.element_size();
+    };
+    add(txt_norm_.weight);
+    for (const ParallelLinear* l : {&img_in_, &txt_in_, &time_1_, &time_2_, &norm_out_, &proj_out_})
+        total += l->parameter_bytes();
+    for (const QwenDualStreamBlock& b : blocks_) {
+        for (const ParallelLinear* l :
+             {&b.img_mod, &b.txt_mod, &b.to_q, &b.to_k, &b.to_v, &b.to_out, &b.add_q, &b.add_k, &b.add_v,
+              &b.to_add_out, &b.img_mlp.in, &b.img_mlp.out, &b.txt_mlp.in, &b.txt_mlp.out})
+            total += l->parameter_bytes();
+        for (const RMSNorm* n : {&b.norm_q, &b.norm_k, &b.norm_added_q, &b.norm_added_k}) add(n->weight);
+    }
+    return total;
+}
+
+at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
+                                         const at::Tensor& text_mask, const at::Tensor& timestep,
+                                         int64_t grid_h, int64_t grid_w) const {
+    const QwenImageTransformerConfig& c = config_;
+    if (grid_h < 1 || grid_w < 1 || latents.dim() != 3 || latents.size(1) != grid_h * grid_w ||
+        latents.size(2) != c.in_channels)
+        throw ModelError(
+            "the transformer takes packed latents [batch, grid_h * grid_w, " + std::to_string(c.in_channels) +
+            "] for a " + std::to_string(grid_h) + " x " + std::to_string(grid_w) + " patch grid; got " +
+            (latents.defined() ? std::to_string(latents.dim()) + " dimensions " + c10::str(latents.sizes())
+                               : std::string("none")));
+    const int64_t batch = latents.size(0);
+    if (text.dim() != 3 || text.size(0) != batch || text.size(1) < 1 || text.size(2) != c.joint_attention_dim)
+        throw ModelError("the transformer takes text [" + std::to_string(batch) + ", tokens >= 1, " +
+                         std::to_string(c.joint_attention_dim) + "]; got " + c10::str(text.sizes()));
+    const int64_t tokens = text.size(1);
+    if (text_mask.defined() &&
+        (text_mask.dim() != 2 || text_mask.size(0) != batch || text_mask.size(1) != tokens))
+        throw ModelError("the text mask must be [" + std::to_string(batch) + ", " + std::to_string(tokens) +
+                         "], one entry per text token; got " + c10::str(text_mask.sizes()));
+    if (timestep.numel() != batch && timestep.numel() != 1)
+        throw ModelError("the transformer takes one timestep per prompt (" + std::to_string(batch) +
+                         "); got " + std::to_string(timestep.numel()));
+    const at::ScalarType dtype = img_in_.weight().scalar_type();
+    const at::Device device = img_in_.weight().device();
+    // With tensor parallelism this rank holds its share of the attention heads.
+    const int64_t heads = parallel_->tensor().share(c.num_attention_heads);
+
+    // Both streams split over the sequence groups (Note [Qwen-Image text stream]); per-token layers
+    // run on this rank's block only.
+    const SequenceShard image(grid_h * grid_w, parallel_->sequence()), words(tokens, parallel_->sequence());
+    at::Tensor x = img_in_(image.shard(latents.to(device, dtype)));
+    at::Tensor ctx = txt_in_(txt_norm_(words.shard(text.to(device, dtype))));
+    at::Tensor text_bias;  // over all T tokens: -inf for padding keys
+    if (text_mask.defined())
+        text_bias = at::zeros({batch, tokens}, x.options()).masked_fill(text_mask.to(device) == 0, -INFINITY);
+
+    const at::Tensor t = timestep.reshape({-1}).to(device, dtype).expand({batch});
+    const at::Tensor temb = time_2_(at::silu(time_1_(timestep_projection(t).to(dtype))));
+    at::Tensor temb_act = at::silu(temb);
+
+    const QwenRope rope = qwen_image_rope(c.axes_dims_rope, grid_h, grid_w, tokens);
+    at::Tensor image_cos = image.shard(rope.image_cos, 0).to(device),
+               image_sin = image.shard(rope.image_sin, 0).to(device);
+    at::Tensor text_cos = words.shard(rope.text_cos, 0).to(device),
+               text_sin = words.shard(rope.text_sin, 0).to(device);
+
+    BlockPlacement placement(mapping_.get());
+    for (std::size_t block = 0; block < blocks_.size(); ++block) {
+        const QwenDualStreamBlock& blk = blocks_[block];
+        // The last block's text output feeds nothing: its text side stops at attention's keys.
+        const bool last = block + 1 == blocks_.size();
+        placement.enter(block,
+                        {&x, &ctx, &temb_act, &text_bias, &image_cos, &image_sin, &text_cos, &text_sin});
+        // shift, scale, gate (attention), shift, scale, gate (MLP), per stream
+        const std::vector<at::Tensor> m = blk.img_mod(temb_act).chunk(6, 1);
+        const std::vector<at::Tensor> mc = blk.txt_mod(temb_act).chunk(6, 1);
+        const at::Tensor nx = modulate(plain_layer_norm(x), m[0], m[1]);
+        const at::Tensor nctx = modulate(plain_layer_norm(ctx), mc[0], mc[1]);
+
+        AttentionInputs in;
+        in.q = apply_qwen_rope(blk.norm_q(split_heads(blk.to_q(nx), heads)), image_cos, image_sin);
+        in.k = apply_qwen_rope(blk.norm_k(split_heads(blk.to_k(nx), heads)), image_cos, image_sin);
+        in.v = split_heads(blk.to_v(nx), heads);
+        in.q2 = apply_qwen_rope(blk.norm_added_q(split_heads(blk.add_q(nctx), heads)), text_cos, text_sin);
+        in.k2 = apply_qwen_rope(blk.norm_added_k(split_heads(blk.add_k(nctx), heads)), text_cos, text_sin);
+        in.v2 = split_heads(blk.add_v(nctx), heads);
+        in.shard = &image;
+        in.shard2 = &words;
+        in.bias2 = text_bias;
+        in.want_out2 = !last;
+        const AttentionOutputs o = attend(in);
+
+        x = x + m[2].unsqueeze(1) * blk.to_out(merge_heads(o.out));
+        x = x + m[5].unsqueeze(1) * blk.img_mlp(modulate(plain_layer_norm(x), m[3], m[4]));
+        if (!last) {
+            ctx = ctx + mc[2].unsqueeze(1) * blk.to_add_out(merge_heads(o.out2));
+            ctx = ctx + mc[5].unsqueeze(1) * blk.txt_mlp(modulate(plain_layer_norm(ctx), mc[3], mc[4]));
+        }
+        if (dtype == at::kHalf) {  // as diffusers: keep fp16 activations finite
+            x = x.clamp(-65504, 65504);
+            ctx = ctx.clamp(-65504, 65504);
+        }
+    }
+
+    placement.leave({&x, &temb_act});
+    const std::vector<at::Tensor> sc = norm_out_(temb_act).chunk(2, 1);  // scale, shift
+    return image.gather(proj_out_(modulate(plain_layer_norm(x), sc[1], sc[0])));
+}
+
+}  // namespace dp::runtime
