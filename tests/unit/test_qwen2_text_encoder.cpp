@@ -1,1 +1,231 @@
-// (in progress)
+// Qwen-Image's text encoder (Qwen2.5-VL's language model) against transformers: hidden_states[-1]
+// of padded batches (right, left, no mask) in fp32 and one row in bf16, both checkpoint layouts,
+// config errors, and tensor parallelism over 2 and 3 ranks (uneven GQA groups) against one process.
+#include "unit/doctest_torch.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "runtime/errors.h"
+#include "runtime/models/common/qwen2_text_encoder.h"
+#include "runtime/parallel/communicator.h"
+#include "runtime/tensor_io.h"
+#include "strategies/model_sizes.h"
+#include "unit/ranks_as_threads.h"
+
+using namespace dp::runtime;
+
+namespace {
+
+const std::string kEncoder = golden_path("qwen2_encoder");
+
+std::shared_ptr<SafetensorsFile> golden() {
+    return SafetensorsFile::open(golden_path("qwen2_encoder.safetensors"));
+}
+
+Qwen2TextConfig golden_config() { return Qwen2TextConfig::from_json_file(kEncoder + "/config.json"); }
+
+// The largest difference over the real (mask 1) positions of [B, L, D] outputs.
+double masked_diff(const at::Tensor& got, const at::Tensor& want, const at::Tensor& mask) {
+    REQUIRE(got.sizes() == want.sizes());
+    const at::Tensor real = mask.to(at::kBool);
+    return (got.to(at::kFloat) - want.to(at::kFloat)).abs().index({real}).max().item<double>();
+}
+
+struct TempDir {
+    std::string path;
+    TempDir() {
+        char name[] = "/tmp/dp_qwen2_XXXXXX";
+        REQUIRE(mkdtemp(name) != nullptr);
+        path = name;
+    }
+    ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+}  // namespace
+
+TEST_CASE("Qwen2.5-VL text config: the tiny golden's text_config, and a flat transformers 4 file") {
+    const Qwen2TextConfig c = golden_config();
+    CHECK(c.vocab_size == 300);
+    CHECK(c.hidden_size == 64);
+    CHECK(c.intermediate_size == 96);
+    CHECK(c.num_hidden_layers == 2);
+    CHECK(c.num_attention_heads == 8);
+    CHECK(c.num_key_value_heads == 4);
+    CHECK(c.head_dim() == 8);
+    CHECK(c.group_size() == 2);
+    CHECK(c.rope_theta == 1e6);
+    CHECK(c.rms_norm_eps == doctest::Approx(1e-6));
+    // A flat file of transformers 4 (rope_theta beside rope_scaling's mrope) reads the same.
+    nlohmann::json j = nlohmann::json::parse(read_text_file(kEncoder + "/config.json"));
+    nlohmann::json flat = j["text_config"];
+    flat["model_type"] = "qwen2_5_vl";
+    flat.erase("rope_parameters");
+    flat["rope_theta"] = 5e5;
+    flat["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", {1, 1, 2}}};
+    const Qwen2TextConfig f = Qwen2TextConfig::from_json_text(flat.dump(), "te/config.json");
+    CHECK(f.num_key_value_heads == 4);
+    CHECK(f.rope_theta == 5e5);
+}
+
+TEST_CASE(
+    "Qwen2.5-VL text encoder matches transformers' hidden_states[-1] on padded batches, right and left") {
+    auto g = golden();
+    WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
+    const Qwen2TextEncoder encoder(golden_config(), weights);
+    weights.check_all_taken();  // the vision tower and lm_head are skipped, nothing else is left
+    for (const std::string side : {"right", "left"}) {
+        CAPTURE(side);
+        const at::Tensor ids = load_tensor(g, side + ".input_ids", at::kLong);
+        const at::Tensor mask = load_tensor(g, side + ".attention_mask", at::kLong);
+        const at::Tensor out = encoder.forward(ids, mask);
+        CHECK(static_cast<int>(out.scalar_type()) == static_cast<int>(at::kFloat));
+        CHECK(at::isfinite(out).all().item<bool>());
+        const double diff = masked_diff(out, load_tensor(g, side + ".hidden", at::kFloat), mask);
+        MESSAGE(side << ": max |diff| " << diff);
+        CHECK(diff <= 1e-4);
+    }
+    // Without a mask every position is real: causal attention alone, pads attended as tokens.
+    const at::Tensor ids = load_tensor(g, "right.input_ids", at::kLong);
+    const at::Tensor want = load_tensor(g, "nomask.hidden", at::kFloat);
+    CHECK(max_diff(encoder.forward(ids), want) <= 1e-4);
+    // The mask matters: the padded rows differ from the unmasked run at their real positions.
+    const at::Tensor mask = load_tensor(g, "right.attention_mask", at::kLong);
+    CHECK(masked_diff(encoder.forward(ids, mask), want, mask) <= 1e-4);  // right pads come after
+    const at::Tensor left_ids = load_tensor(g, "left.input_ids", at::kLong);
+    const at::Tensor left_mask = load_tensor(g, "left.attention_mask", at::kLong);
+    CHECK(masked_diff(encoder.forward(left_ids), load_tensor(g, "left.hidden", at::kFloat), left_mask) >
+          1e-2);
+}
+
+TEST_CASE("Qwen2.5-VL text encoder in bf16 matches transformers' bf16 run") {
+    auto g = golden();
+    WeightStore weights = WeightStore::open_folder(kEncoder, at::kBFloat16, at::kCPU);
+    const Qwen2TextEncoder encoder(golden_config(), weights);
+    const at::Tensor out = encoder.forward(load_tensor(g, "bf16.input_ids", at::kLong));
+    CHECK(static_cast<int>(out.scalar_type()) == static_cast<int>(at::kBFloat16));
+    const at::Tensor want = load_tensor(g, "bf16.hidden", at::kFloat);
+    const double diff = max_diff(out, want);
+    MESSAGE("bf16: max |diff| " << diff << " (max |h| " << want.abs().max().item<double>() << ")");
+    CHECK(diff <= 1.6e-2);  // one unit in the last place of |h| ~2.8 (0 measured on CPU)
+}
+
+TEST_CASE("Qwen2.5-VL text encoder reads model.* and model.language_model.* checkpoints alike") {
+    auto source = SafetensorsFile::open(kEncoder + "/model.safetensors");
+    std::vector<std::pair<std::string, at::Tensor>> renamed;
+    for (const auto& [name, info] : source->tensors()) {
+        std::string n = name;
+        if (n.rfind("model.", 0) == 0) n = "model.language_model." + n.substr(6);
+        if (n.rfind("visual.", 0) == 0) n = "model." + n;
+        renamed.emplace_back(n, load_tensor(source, name, at::kFloat));
+    }
+    const TempDir dir;
+    save_safetensors(dir.path + "/model.safetensors", renamed);
+    const at::Tensor ids = at::arange(3, 20, at::kLong).view({1, -1});
+    WeightStore legacy = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
+    WeightStore modules = WeightStore::open_folder(dir.path, at::kFloat, at::kCPU);
+    const Qwen2TextConfig config = golden_config();
+    const Qwen2TextEncoder a(config, legacy), b(config, modules);
+    CHECK_NOTHROW(modules.check_all_taken());
+    CHECK(max_diff(a.forward(ids), b.forward(ids)) == 0);
+    Qwen2TextConfig three = config;
+    three.num_hidden_layers = 3;
+    WeightStore short_weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
+    CHECK_THROWS_WITH_AS(Qwen2TextEncoder(three, short_weights),
+                         doctest::Contains("model.layers.2.input_layernorm.weight"), ModelError);
+}
+
+TEST_CASE("Qwen2.5-VL text config errors name the file and key") {
+    const std::string good = read_text_file(kEncoder + "/config.json");
+    struct Bad {
+        std::string key;  // under text_config; "rope_parameters.K" under its rope_parameters
+        nlohmann::json value;
+        std::string named;  // what the message must name
+    };
+    CHECK_NOTHROW(Qwen2TextConfig::from_json_text(good, "te/config.json"));
+    for (const Bad& b :
+         {Bad{"hidden_act", "gelu", "hidden_act"}, Bad{"hidden_size", "wide", "hidden_size"},
+          Bad{"num_attention_heads", 7, "num_attention_heads"},
+          Bad{"num_key_value_heads", 3, "num_key_value_heads"},
+          Bad{"use_sliding_window", true, "use_sliding_window"}, Bad{"rms_norm_eps", -1, "rms_norm_eps"},
+          Bad{"model_type", "llama", "model_type"}, Bad{"rope_parameters.rope_type", "yarn", "rope_type"},
+          Bad{"rope_parameters.rope_theta", "big", "rope_theta"},
+          Bad{"rope_parameters.mrope_section", nlohmann::json::array({16, 24, 24}), "mrope_section"},
+          Bad{"rope_parameters", 3, "rope_parameters"}}) {
+        CAPTURE(b.key);
+        nlohmann::json j = nlohmann::json::parse(good);
+        nlohmann::json& t = j["text_config"];
+        if (b.key.rfind("rope_parameters.", 0) == 0)
+            t["rope_parameters"][b.key.substr(16)] = b.value;
+        else
+            t[b.key] = b.value;
+        CHECK_THROWS_WITH_AS(Qwen2TextConfig::from_json_text(j.dump(), "te/config.json"),
+                             doctest::Contains("te/config.json: text_config"), ModelError);
+        CHECK_THROWS_WITH_AS(Qwen2TextConfig::from_json_text(j.dump(), "te/config.json"),
+                             doctest::Contains(b.named.c_str()), ModelError);
+    }
+    nlohmann::json j = nlohmann::json::parse(good);
+    j["model_type"] = "qwen2_vl";
+    CHECK_THROWS_WITH_AS(Qwen2TextConfig::from_json_text(j.dump(), "te/config.json"),
+                         doctest::Contains("'model_type' is 'qwen2_vl'"), ModelError);
+    j = nlohmann::json::parse(good);
+    j["text_config"] = "none";
+    CHECK_THROWS_WITH_AS(Qwen2TextConfig::from_json_text(j.dump(), "te/config.json"),
+                         doctest::Contains("'text_config' must be an object"), ModelError);
+    CHECK_THROWS_WITH_AS(Qwen2TextConfig::from_json_file("/nonexistent/config.json"),
+                         doctest::Contains("/nonexistent/config.json"), ModelError);
+}
+
+TEST_CASE(
+    "Qwen2.5-VL text encoder over 2 and 3 tensor-parallel ranks (uneven GQA groups) equals one process") {
+    auto g = golden();
+    const at::Tensor ids = load_tensor(g, "left.input_ids", at::kLong);
+    const at::Tensor mask = load_tensor(g, "left.attention_mask", at::kLong);
+    const Qwen2TextConfig config = golden_config();
+    WeightStore whole_weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
+    const Qwen2TextEncoder whole(config, whole_weights);
+    const at::Tensor expected = whole.forward(ids, mask);
+    const dp::strategies::ParallelSpec& spec = dp::strategies::qwen_image_parallel_spec();
+    std::set<std::string> split;
+    auto unloaded = [&](const std::string& tensor) {  // the vision tower's MLP matches the rules' suffixes
+        for (const auto& [component, prefix] : spec.unloaded_tensors)
+            if (component == "text_encoder" && tensor.rfind(prefix, 0) == 0) return true;
+        return false;
+    };
+    for (const auto& [tensor, count] : dp::strategies::safetensors_element_counts(kEncoder))
+        if (dp::strategies::tp_splits_tensor(spec, tensor) && !unloaded(tensor)) split.insert(tensor);
+    // q, k, v (weights and biases), o, gate, up and down of every layer.
+    CHECK(split.size() == 10 * static_cast<std::size_t>(config.num_hidden_layers));
+    for (const int tp : {2, 3}) {  // 4 key-value heads as 2, 2 and as 2, 1, 1; 96 features as 48 or 32 each
+        CAPTURE(tp);
+        std::mutex m;
+        std::vector<at::Tensor> got(static_cast<std::size_t>(tp));
+        std::vector<int64_t> bytes(static_cast<std::size_t>(tp));
+        std::vector<std::set<std::string>> sharded(static_cast<std::size_t>(tp));
+        dp::test::run_ranks(tp, [&](int rank, Communicator& group) {
+            WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
+            const Qwen2TextEncoder encoder(config, weights, TensorGroup{&group, rank, tp});
+            weights.check_all_taken();
+            const at::Tensor out = encoder.forward(ids, mask);
+            const std::lock_guard<std::mutex> lock(m);
+            got[static_cast<std::size_t>(rank)] = out;
+            bytes[static_cast<std::size_t>(rank)] = encoder.parameter_bytes();
+            sharded[static_cast<std::size_t>(rank)] = weights.sharded();
+        });
+        for (int r = 0; r < tp; ++r) {
+            CAPTURE(r);
+            CHECK(masked_diff(got[static_cast<std::size_t>(r)], expected, mask) < 1e-5);
+            CHECK(sharded[static_cast<std::size_t>(r)] == split);
+            CHECK(bytes[static_cast<std::size_t>(r)] < whole.parameter_bytes());
+        }
+        if (tp == 3) CHECK(bytes[0] > bytes[1]);  // rank 0 keeps two GQA groups, the others one
+    }
+    WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
+    CHECK_THROWS_WITH_AS(Qwen2TextEncoder(config, weights, TensorGroup{nullptr, 0, 5}),
+                         doctest::Contains("4 key-value heads over a tensor-parallel degree of 5"),
+                         ModelError);
+}

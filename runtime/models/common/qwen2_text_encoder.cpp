@@ -1,1 +1,217 @@
 #include "runtime/models/common/qwen2_text_encoder.h"
+
+#include <ATen/ATen.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "runtime/errors.h"
+#include "runtime/models/common/config_json.h"
+#include "runtime/models/common/layers.h"
+#include "runtime/parallel/attention.h"
+#include "runtime/parallel/sequence_shard.h"
+
+namespace dp::runtime {
+namespace {
+
+// Qwen2's RMS norm (Note [Qwen2 dtypes]): the mean square in fp32, the normalised input back in
+// its dtype, then scaled by the weight.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+    const at::Tensor h = x.to(at::kFloat);
+    const at::Tensor variance = h.pow(2).mean(-1, true);
+    return weight * (h * at::rsqrt(variance + eps)).to(x.scalar_type());
+}
+
+// [.., d] -> [-second half, first half].
+at::Tensor rotate_half(const at::Tensor& x) {
+    const int64_t half = x.size(-1) / 2;
+    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// The additive attention bias [B or 1, heads, L, L]: 0 where a query may see a key (the key is
+// not after it and, with a mask, not a pad), -inf elsewhere. Every query also sees itself: that
+// changes nothing for a real token, and gives a pad query with only pads before it (left padding)
+// a finite, meaningless output instead of NaN.
+at::Tensor attention_bias(const at::Tensor& mask, int64_t tokens, int64_t heads,
+                          const at::TensorOptions& options) {
+    const at::TensorOptions longs = options.dtype(at::kLong);
+    const at::Tensor query = at::arange(tokens, longs).unsqueeze(1),
+                     key = at::arange(tokens, longs).unsqueeze(0);
+    at::Tensor allowed = (key <= query).view({1, 1, tokens, tokens});
+    if (mask.defined()) {
+        allowed = allowed.logical_and(mask.to(options.device()).ne(0).view({mask.size(0), 1, 1, tokens}));
+        allowed = allowed.logical_or((key == query).view({1, 1, tokens, tokens}));
+    }
+    const at::Tensor bias = at::where(allowed, at::scalar_tensor(0.0, options),
+                                      at::scalar_tensor(-std::numeric_limits<double>::infinity(), options));
+    return bias.expand({bias.size(0), heads, tokens, tokens});
+}
+
+// The object holding the text model's keys: `text_config` when present (transformers 5, as
+// Qwen2_5_VLConfig reads it), else the top level.
+ConfigJson text_part(const ConfigJson& top) {
+    if (!top.has("text_config")) return top;
+    const nlohmann::json& t = top.raw()["text_config"];
+    if (!t.is_object()) top.fail("text_config", "must be an object");
+    return ConfigJson(t.dump(), top.path() + ": text_config");
+}
+
+}  // namespace
+
+Qwen2TextConfig Qwen2TextConfig::from_json_text(const std::string& text, const std::string& path) {
+    const ConfigJson top(text, path);
+    const std::string top_type = top.string("model_type", "qwen2_5_vl");
+    if (top_type != "qwen2_5_vl" && top_type != "qwen2_5_vl_text")
+        top.fail("model_type",
+                 "is '" + top_type + "'; supported: qwen2_5_vl (Qwen2.5-VL, Qwen-Image's text_encoder)");
+    const bool nested = top.has("text_config");
+    const ConfigJson c = text_part(top);
+    if (nested && c.has("model_type") && c.string("model_type", "") != "qwen2_5_vl_text")
+        c.fail("model_type", "is '" + c.string("model_type", "") + "'; supported: qwen2_5_vl_text");
+    Qwen2TextConfig cfg;
+    cfg.vocab_size = c.integer("vocab_size", cfg.vocab_size, 1, 1 << 24);
+    cfg.hidden_size = c.integer("hidden_size", cfg.hidden_size, 1, 1 << 17);
+    cfg.intermediate_size = c.integer("intermediate_size", cfg.intermediate_size, 1, 1 << 20);
+    cfg.num_hidden_layers = c.integer("num_hidden_layers", cfg.num_hidden_layers, 1, 1024);
+    cfg.num_attention_heads = c.integer("num_attention_heads", cfg.num_attention_heads, 1, 4096);
+    cfg.num_key_value_heads = c.integer("num_key_value_heads", cfg.num_attention_heads, 1, 4096);
+    cfg.rms_norm_eps = c.number("rms_norm_eps", cfg.rms_norm_eps, 0, 1);
+    cfg.hidden_act = c.string("hidden_act", cfg.hidden_act);
+    if (cfg.hidden_act != "silu")
+        c.fail("hidden_act", "is '" + cfg.hidden_act + "'; supported: silu (SwiGLU)");
+    if (cfg.hidden_size % cfg.num_attention_heads != 0 || cfg.head_dim() % 2 != 0)
+        c.fail("num_attention_heads", "is " + std::to_string(cfg.num_attention_heads) +
+                                          "; it must divide hidden_size " + std::to_string(cfg.hidden_size) +
+                                          " into heads of an even size");
+    if (cfg.num_attention_heads % cfg.num_key_value_heads != 0)
+        c.fail("num_key_value_heads", "is " + std::to_string(cfg.num_key_value_heads) +
+                                          "; it must divide num_attention_heads " +
+                                          std::to_string(cfg.num_attention_heads));
+    if (c.boolean("use_sliding_window", false))
+        c.fail("use_sliding_window", "is true; only full attention in every layer is supported");
+
+    // As Qwen2_5_VLTextConfig reads RoPE: rope_scaling (older files) replaces rope_parameters;
+    // rope_theta from that object, else the key beside it, else 1e6.
+    const char* rope_key =
+        c.has("rope_scaling") && !c.raw()["rope_scaling"].empty() ? "rope_scaling" : "rope_parameters";
+    if (c.has(rope_key)) {
+        if (!c.raw()[rope_key].is_object()) c.fail(rope_key, "must be an object");
+        const ConfigJson rope(c.raw()[rope_key].dump(), c.path() + ": " + rope_key);
+        const std::string type = rope.string("rope_type", rope.string("type", "default"));
+        if (type != "default" && type != "mrope")
+            rope.fail(rope.has("rope_type") ? "rope_type" : "type",
+                      "is '" + type + "'; supported: default or mrope (Qwen2.5-VL's, without scaling)");
+        cfg.rope_theta = rope.number("rope_theta", c.number("rope_theta", cfg.rope_theta, 1, 1e12), 1, 1e12);
+        if (rope.has("mrope_section")) {
+            const nlohmann::json& s = rope.raw()["mrope_section"];
+            int64_t sum = 0;
+            bool ints = s.is_array();
+            for (const nlohmann::json& v : s) {
+                ints = ints && v.is_number_integer() && v.get<int64_t>() >= 0;
+                if (ints) sum += v.get<int64_t>();
+            }
+            if (!ints || sum != cfg.head_dim() / 2)
+                rope.fail("mrope_section", "is " + s.dump().substr(0, 60) +
+                                               "; it must list integers summing to "
+                                               "head_dim / 2 = " +
+                                               std::to_string(cfg.head_dim() / 2));
+        }
+    } else {
+        cfg.rope_theta = c.number("rope_theta", cfg.rope_theta, 1, 1e12);
+    }
+    return cfg;
+}
+
+Qwen2TextConfig Qwen2TextConfig::from_json_file(const std::string& path) {
+    const ConfigJson j = ConfigJson::from_file(path);
+    return from_json_text(j.raw().dump(), path);
+}
+
+Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w, const TensorGroup& tp,
+                                   const strategies::ParallelSpec& spec)
+    : config_(config) {
+    const int64_t d = config.hidden_size, hd = config.head_dim(), kv = config.num_key_value_heads;
+    const int64_t heads = config.num_attention_heads, group = config.group_size(),
+                  ff = config.intermediate_size;
+    if (kv < tp.size)
+        throw ModelError("Qwen2.5-VL text encoder: " + std::to_string(kv) +
+                         " key-value heads over a tensor-parallel degree of " + std::to_string(tp.size) +
+                         ": a rank would hold none (each rank keeps whole GQA groups)");
+    local_kv_heads_ = tp.share(kv);
+    const std::string base =
+        w.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+    w.skip_prefix("visual.");
+    w.skip_prefix("model.visual.");
+    w.skip_prefix("lm_head.");
+    embedding_ = w.take(base + "embed_tokens.weight", {config.vocab_size, d});
+    // Heads split by GQA groups: a unit of q's features is one group's query heads, k's and v's
+    // one key-value head; the MLP by single features (Note [uneven heads]).
+    auto linear = [&](const std::string& name, int64_t in, int64_t out, bool bias, int64_t unit) {
+        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp, bias,
+                                    unit);
+    };
+    for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+        const std::string p = base + "layers." + std::to_string(i) + ".";
+        Layer l;
+        l.input_norm = w.take(p + "input_layernorm.weight", {d});
+        l.q = linear(p + "self_attn.q_proj", d, heads * hd, true, group * hd);
+        l.k = linear(p + "self_attn.k_proj", d, kv * hd, true, hd);
+        l.v = linear(p + "self_attn.v_proj", d, kv * hd, true, hd);
+        l.o = linear(p + "self_attn.o_proj", heads * hd, d, false, group * hd);
+        l.post_attention_norm = w.take(p + "post_attention_layernorm.weight", {d});
+        l.gate = linear(p + "mlp.gate_proj", d, ff, false, 1);
+        l.up = linear(p + "mlp.up_proj", d, ff, false, 1);
+        l.down = linear(p + "mlp.down_proj", ff, d, false, 1);
+        layers_.push_back(std::move(l));
+    }
+    final_norm_ = w.take(base + "norm.weight", {d});
+    const at::TensorOptions floats = at::TensorOptions().dtype(at::kFloat).device(w.device());
+    inv_freq_ =
+        at::reciprocal(at::pow(config.rope_theta, at::arange(0, hd, 2, floats) / static_cast<double>(hd)));
+}
+
+at::Tensor Qwen2TextEncoder::forward(const at::Tensor& input_ids, const at::Tensor& mask) const {
+    if (input_ids.dim() != 2) throw InternalError("Qwen2TextEncoder::forward: ids must be [batch, tokens]");
+    if (mask.defined() && mask.sizes() != input_ids.sizes())
+        throw InternalError("Qwen2TextEncoder::forward: the mask must have the ids' shape [batch, tokens]");
+    const at::Tensor ids = input_ids.to(embedding_.device(), at::kLong);
+    const int64_t tokens = ids.size(1), group = config_.group_size();
+    const int64_t q_heads = local_kv_heads_ * group;
+    const double eps = config_.rms_norm_eps;
+    at::Tensor x = at::embedding(embedding_, ids);
+    // Note [Qwen2.5-VL text positions]: positions 0 .. L-1 on every row, one rotary stream.
+    const at::Tensor positions = at::arange(tokens, inv_freq_.options());
+    const at::Tensor freqs = positions.unsqueeze(1) * inv_freq_.unsqueeze(0);  // [L, head_dim / 2]
+    const at::Tensor angles = at::cat({freqs, freqs}, -1);
+    const at::Tensor cos = angles.cos().to(x.scalar_type()), sin = angles.sin().to(x.scalar_type());
+    auto rotate = [&](const at::Tensor& t) { return t * cos + rotate_half(t) * sin; };
+    const at::Tensor bias = attention_bias(mask, tokens, q_heads, x.options());
+    const SequenceShard whole(tokens, SequenceGroups{});  // a text encoder: every rank holds all tokens
+    for (const Layer& l : layers_) {
+        at::Tensor h = rms_norm(x, l.input_norm, eps);
+        AttentionInputs in;
+        in.q = rotate(split_heads(l.q(h), q_heads));
+        // Each key-value head serves its group's query heads (transformers' repeat_kv).
+        in.k = rotate(split_heads(l.k(h), local_kv_heads_)).repeat_interleave(group, 1);
+        in.v = split_heads(l.v(h), local_kv_heads_).repeat_interleave(group, 1);
+        in.shard = &whole;
+        in.logits_bias = bias;
+        x = x + l.o(merge_heads(attend(in).out));
+        h = rms_norm(x, l.post_attention_norm, eps);
+        x = x + l.down(at::silu(l.gate(h)) * l.up(h));
+    }
+    return rms_norm(x, final_norm_, eps);
+}
+
+int64_t Qwen2TextEncoder::parameter_bytes() const {
+    auto bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : int64_t{0}; };
+    int64_t total = bytes(embedding_) + bytes(final_norm_);
+    for (const Layer& l : layers_) {
+        total += bytes(l.input_norm) + bytes(l.post_attention_norm);
+        for (const ParallelLinear* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+            total += p->parameter_bytes();
+    }
+    return total;
+}
+
+}  // namespace dp::runtime

@@ -1,2 +1,90 @@
 #pragma once
-// (in progress)
+// The language model of transformers' Qwen2_5_VLForConditionalGeneration on text alone, as
+// diffusers' QwenImagePipeline runs its text_encoder (hidden_states[-1] of a forward with an
+// attention mask): token embeddings, pre-norm decoder layers of causal grouped-query
+// self-attention (q, k, v with biases, o without; RoPE) and a SwiGLU MLP, then the final RMS
+// norm, whose output hidden_states[-1] is (transformers ties it to last_hidden_state). The vision
+// tower and lm_head are never loaded.
+//
+// Note [Qwen2.5-VL text positions]: Qwen2.5-VL's M-RoPE rotates three position streams
+// (temporal, height, width), each over its mrope_section of the rotary frequencies. Without
+// images or videos transformers 5 gives all three streams the same positions, 0 .. L-1 for every
+// row whatever the attention mask (get_rope_index is only called with an image or video grid;
+// transformers 4's gave a padded row cumsum(mask) - 1 instead). With equal streams the sections
+// recompose into the plain frequency list, so it is ordinary 1-D RoPE over head_dim with
+// rope_theta. The two choices of positions differ only by a per-row offset on a left-padded row,
+// which RoPE cannot see: logits depend on position differences only, and pads are masked out as
+// keys. So a real token's output does not depend on its row's padding, left or right (the golden
+// script asserts it against each row run alone).
+//
+// Note [Qwen2 dtypes]: as transformers runs it. RMS norms take the variance in fp32 and scale
+// the input-dtype result by the weight; cos and sin are computed in fp32 and cast to the run's
+// dtype before the rotation; everything else runs in the run's dtype.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/models/common/weights.h"
+#include "runtime/parallel/parallel_context.h"
+#include "runtime/parallel/parallel_linear.h"
+#include "strategies/parallel_spec.h"
+
+namespace dp::runtime {
+
+// The text part of a Qwen2.5-VL config.json: its `text_config` (transformers 5) or the top level
+// (older files). Absent keys take Qwen2_5_VLTextConfig's defaults (num_key_value_heads:
+// num_attention_heads).
+struct Qwen2TextConfig {
+    int64_t vocab_size = 152064, hidden_size = 8192, intermediate_size = 29568, num_hidden_layers = 80;
+    int64_t num_attention_heads = 64, num_key_value_heads = 8;
+    double rms_norm_eps = 1e-5, rope_theta = 1e6;
+    std::string hidden_act = "silu";
+
+    int64_t head_dim() const { return hidden_size / num_attention_heads; }
+    // Query heads per key-value head (one GQA group).
+    int64_t group_size() const { return num_attention_heads / num_key_value_heads; }
+
+    // Throws ModelError naming the file and key for a missing, mistyped, invalid or unsupported
+    // value: hidden_act other than silu, a rope_type other than default / mrope, a sliding window,
+    // heads that do not divide hidden_size or kv heads that do not divide heads, an mrope_section
+    // not summing to head_dim / 2. rope_theta is read from rope_parameters (transformers 5),
+    // rope_scaling or the top level, in that order.
+    static Qwen2TextConfig from_json_text(const std::string& text, const std::string& path);
+    static Qwen2TextConfig from_json_file(const std::string& path);
+};
+
+class Qwen2TextEncoder {
+  public:
+    // With a tensor group of more than one rank, `spec`'s rules split q, k, v, gate and up by
+    // columns and o and down by rows; each rank keeps whole GQA groups (its even share of the
+    // key-value heads and their query heads: 4 groups over 3 ranks are 2, 1, 1) and its even
+    // share of the MLP's features. Every rank of the group then calls forward with the same
+    // inputs. Tensors are read under model.* (transformers 4's and 5's save_pretrained) or
+    // model.language_model.* (transformers 5's module names), whichever the store holds.
+    Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& weights, const TensorGroup& tp = {},
+                     const strategies::ParallelSpec& spec = strategies::qwen_image_parallel_spec());
+
+    // ids [B, L] int64 and mask [B, L] (1 real, 0 pad; undefined: all real), on any device ->
+    // hidden_states[-1] [B, L, hidden_size] on the weights' device, in the run's dtype. Outputs at
+    // pads are finite and meaningless.
+    at::Tensor forward(const at::Tensor& ids, const at::Tensor& mask = {}) const;
+
+    const Qwen2TextConfig& config() const { return config_; }
+    // Bytes of the tensors this rank holds.
+    int64_t parameter_bytes() const;
+
+  private:
+    struct Layer {
+        at::Tensor input_norm, post_attention_norm;
+        ParallelLinear q, k, v, o, gate, up, down;
+    };
+    Qwen2TextConfig config_;
+    int64_t local_kv_heads_ = 0;
+    at::Tensor embedding_, final_norm_, inv_freq_;  // inv_freq_: [head_dim / 2] fp32
+    std::vector<Layer> layers_;
+};
+
+}  // namespace dp::runtime
