@@ -1,22 +1,15 @@
 #pragma once
-// CLIP's byte-level BPE tokenizer, read from a tokenizer folder (vocab.json, merges.txt and,
-// when present, tokenizer_config.json / special_tokens_map.json), giving the same ids as
-// transformers' CLIPTokenizer.
-//
-// Note [CLIP tokenization]: the steps follow transformers' tokenizer exactly: special tokens
-// written literally in the text are matched first; every other span is NFC-normalised, runs of
-// Unicode white space become one space, and each code point is lowercased on its own (full
-// mapping, no context); the text is split with CLIP's pattern (contractions, letter runs, single
-// digits, runs of other non-space characters; ICU's regex engine supplies \p{L} and \p{N}); each
-// piece is mapped byte by byte to GPT-2's printable alphabet, "</w>" is appended to its last
-// symbol, and merges are applied lowest rank first, leftmost first. Light header: no LibTorch.
+// CLIP's tokenizer: the byte-level BPE tokenizer (bpe_tokenizer.h) in CLIP's configuration, read
+// from a tokenizer folder (vocab.json, merges.txt and, when present, tokenizer_config.json /
+// special_tokens_map.json, or tokenizer.json alone), giving the same ids as transformers'
+// CLIPTokenizer; plus CLIP's bos + tokens + eos encoding, truncated and padded. The steps are in
+// Note [byte-level BPE tokenization]. Light header: no LibTorch.
 
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
+
+#include "runtime/models/common/bpe_tokenizer.h"
 
 namespace dp::runtime {
 
@@ -27,9 +20,9 @@ struct ClipEncoding {
 };
 
 // GPT-2's printable symbol (UTF-8) for byte `b`: the alphabet of CLIP's vocab.json and merges.txt.
-std::string clip_byte_symbol(unsigned char b);
+inline std::string clip_byte_symbol(unsigned char b) { return byte_level_symbol(b); }
 
-class ClipTokenizer {
+class ClipTokenizer : public BpeTokenizer {
   public:
     // Throws ModelError naming the file at fault.
     static ClipTokenizer from_folder(const std::string& dir);
@@ -37,30 +30,15 @@ class ClipTokenizer {
     static ClipTokenizer from_strings(const std::string& vocab_json, const std::string& merges_txt,
                                       const std::string& config_json, const std::string& where);
 
-    // The content tokens of `text`, without bos/eos.
-    std::vector<int64_t> tokenize(const std::string& text) const;
     // bos + tokens + eos, truncated and padded to max_length (77 unless configured).
     ClipEncoding encode(const std::string& text) const;
     ClipEncoding encode(const std::string& text, int max_length) const;
-    // The text of ids (byte-level decoding, "</w>" as a space), for messages.
-    std::string decode(const std::vector<int64_t>& ids) const;
 
-    int model_max_length() const { return model_max_length_; }
-    int64_t bos_id() const { return bos_id_; }
-    int64_t eos_id() const { return eos_id_; }
-    int64_t pad_id() const { return pad_id_; }
-    std::size_t vocab_size() const { return vocab_.size(); }
+    // tokenizer_config.json's model_max_length where it is in [2, 4096], else CLIP's 77.
+    int model_max_length() const;
 
   private:
-    void bpe(const std::string& piece, std::vector<int64_t>& out) const;
-
-    std::unordered_map<std::string, int64_t> vocab_;
-    std::vector<std::string> id_to_token_;
-    std::unordered_map<std::string, int> merge_rank_;        // "left right" -> rank
-    std::vector<std::pair<std::string, int64_t>> specials_;  // matched literally in raw text
-    std::string byte_to_symbol_[256];
-    int64_t bos_id_ = 0, eos_id_ = 0, pad_id_ = 0, unk_id_ = 0;
-    int model_max_length_ = 77;
+    explicit ClipTokenizer(BpeTokenizer base) : BpeTokenizer(std::move(base)) {}
 };
 
 }  // namespace dp::runtime
