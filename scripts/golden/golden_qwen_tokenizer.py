@@ -13,6 +13,7 @@ folders must give alike.
 """
 import json
 import os
+import random
 import shutil
 import tempfile
 
@@ -128,6 +129,18 @@ QWEN2_STRINGS = [
 ]
 
 
+# Pieces the fuzzed strings are made of: letters in both cases, every kind of white space, digits,
+# apostrophes, combining marks, CJK, emoji with joiners and modifiers, controls, added tokens.
+FUZZ_POOL = list("abc de fgh ABC XYZ 019 '.,!-") + [
+    "'s", "'S", "'ll", "'LL", "'re", "'ve", "'d", "'m", "'t", "\t", "\n", "\r", "\r\n", "  ", "\u00a0",
+    "\u3000", "\u2003", "\x0b", "\x0c", "\x85", "\u2028", "\u1680", "\u200b", "\ufeff", "\x1c", "\x00",
+    "\u0301", "\u0308", "\u030a", "e\u0301", "\u00e9", "A\u030a", "\u212b", "\u017f", "\u0130", "\u00df",
+    "\u732b", "\u4e00", "\u65e5\u672c", "\u30c6", "\uac00", "\u1100\u1161", "\u0663", "\u2460", "\u00b2",
+    "\U0001f600", "\u200d", "\U0001f469", "\U0001f3fd", "\ufe0f", "\u2764", "\U0001f1ef", "\ufffd",
+    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|image_pad|>", "<tool_call>", "<|", "|>", "<", ">",
+]
+
+
 def _write_v4_config(src, dst):
     """tokenizer_config.json (with added_tokens_decoder) and added_tokens.json as transformers 4
     wrote them, which is how the Qwen-Image release has them beside vocab.json and merges.txt."""
@@ -163,14 +176,25 @@ def qwen2_tokenizer():
     ref_json = AutoTokenizer.from_pretrained(folder_json)  # read from tokenizer.json
     assert type(ref).__name__.startswith("Qwen2Tokenizer"), type(ref)
 
-    tensors, decoded = {}, []
+    tensors, decoded, fuzz = {}, [], []
     for i, text in enumerate(QWEN2_STRINGS):
         ids = ref(text, add_special_tokens=True).input_ids
         assert ids == ref_json(text, add_special_tokens=True).input_ids, text
         assert ids == ref(text, add_special_tokens=False).input_ids, text  # Qwen2 adds no bos/eos
         tensors[f"ids.{i}"] = torch.tensor(ids, dtype=torch.int64)
         decoded.append(ref.decode(ids))
-    meta = {"strings": QWEN2_STRINGS, "decoded": decoded, "pad_id": ref.pad_token_id,
+    rng = random.Random(1)
+    flat, lengths = [], []
+    for _ in range(400):
+        text = "".join(rng.choice(FUZZ_POOL) for _ in range(rng.randint(0, 16)))
+        ids = ref(text).input_ids
+        assert ids == ref_json(text).input_ids, text
+        flat += ids
+        lengths.append(len(ids))
+        fuzz.append(text)
+    tensors["fuzz.ids"] = torch.tensor(flat, dtype=torch.int64)
+    tensors["fuzz.lengths"] = torch.tensor(lengths, dtype=torch.int64)
+    meta = {"strings": QWEN2_STRINGS, "fuzz": fuzz, "decoded": decoded, "pad_id": ref.pad_token_id,
             "eos_id": ref.eos_token_id, "vocab_size": len(ref),
             "added": {t: ref.convert_tokens_to_ids(t) for t in QWEN2_SPECIAL + QWEN2_ADDED_PLAIN}}
     save("qwen2_tokenizer.safetensors", tensors, meta)

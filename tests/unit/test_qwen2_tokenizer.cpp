@@ -1,1 +1,178 @@
-// (in progress)
+// Qwen2 tokenizer ids against transformers' Qwen2Tokenizer on tricky strings (CJK, emoji with
+// joiners, white space runs, contractions in both cases, digit runs, combining marks, added tokens
+// written inline, Qwen-Image's prompt template), from every folder layout a real one comes in.
+#include "unit/doctest_torch.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "runtime/errors.h"
+#include "runtime/models/common/qwen2_tokenizer.h"
+#include "runtime/safetensors.h"
+#include "runtime/tensor_io.h"
+
+using namespace dp::runtime;
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kFolder = golden_path("qwen2_tokenizer");           // vocab.json + merges.txt + config
+const std::string kJsonFolder = golden_path("qwen2_tokenizer_json");  // tokenizer.json + config
+
+struct TempDir {
+    std::string path;
+    TempDir() {
+        char name[] = "/tmp/dp_qwen2_tok_XXXXXX";
+        REQUIRE(mkdtemp(name) != nullptr);
+        path = name;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    void write(const std::string& name, const std::string& bytes) const {
+        std::ofstream(path + "/" + name, std::ios::binary) << bytes;
+    }
+    void copy_from(const std::string& dir, const std::string& name) const {
+        fs::copy_file(dir + "/" + name, path + "/" + name);
+    }
+};
+
+std::vector<int64_t> ids_of(const std::shared_ptr<SafetensorsFile>& f, const std::string& name) {
+    at::Tensor t = load_tensor(f, name, at::kLong);
+    return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+}
+
+nlohmann::json golden_meta(const std::shared_ptr<SafetensorsFile>& f) {
+    return nlohmann::json::parse(f->metadata().at("cases"));
+}
+}  // namespace
+
+TEST_CASE("Qwen2 ids equal transformers' on every golden string, from every folder layout") {
+    auto golden = SafetensorsFile::open(golden_path("qwen2_tokenizer.safetensors"));
+    const nlohmann::json meta = golden_meta(golden);
+    const auto& strings = meta["strings"];
+    REQUIRE(strings.size() >= 20);
+
+    // tokenizer.json with nothing beside it, and with its merges written as "a b" strings.
+    TempDir alone, string_merges, no_added_json;
+    alone.copy_from(kJsonFolder, "tokenizer.json");
+    nlohmann::json tj = nlohmann::json::parse(read_text_file(kJsonFolder + "/tokenizer.json"));
+    REQUIRE(tj["model"]["merges"][0].is_array());
+    for (auto& m : tj["model"]["merges"]) m = m[0].get<std::string>() + " " + m[1].get<std::string>();
+    string_merges.write("tokenizer.json", tj.dump());
+    string_merges.copy_from(kJsonFolder, "tokenizer_config.json");
+    // vocab.json + merges.txt with the added tokens only in tokenizer_config.json's added_tokens_decoder.
+    for (const char* name : {"vocab.json", "merges.txt", "tokenizer_config.json"})
+        no_added_json.copy_from(kFolder, name);
+
+    const std::vector<std::pair<std::string, Qwen2Tokenizer>> layouts = {
+        {"vocab.json + merges.txt", Qwen2Tokenizer::from_folder(kFolder)},
+        {"tokenizer.json", Qwen2Tokenizer::from_folder(kJsonFolder)},
+        {"tokenizer.json alone", Qwen2Tokenizer::from_folder(alone.path)},
+        {"tokenizer.json with string merges", Qwen2Tokenizer::from_folder(string_merges.path)},
+        {"no added_tokens.json", Qwen2Tokenizer::from_folder(no_added_json.path)},
+    };
+    for (const auto& [layout, tok] : layouts) {
+        CAPTURE(layout);
+        CHECK(tok.vocab_size() == meta["vocab_size"].get<std::size_t>());
+        CHECK(tok.pad_id() == meta["pad_id"].get<int64_t>());
+        CHECK(tok.bos_id() == -1);
+        for (const auto& [token, id] : meta["added"].items()) {
+            CAPTURE(token);
+            CHECK(tok.id_of(token) == id.get<int64_t>());
+            CHECK(tok.tokenize(token) == std::vector<int64_t>{id.get<int64_t>()});
+        }
+        for (std::size_t i = 0; i < strings.size(); ++i) {
+            const std::string text = strings[i].get<std::string>();
+            CAPTURE(text);
+            const std::vector<int64_t> ids = tok.tokenize(text);
+            CHECK(ids == ids_of(golden, "ids." + std::to_string(i)));
+            CHECK(tok.decode(ids) == meta["decoded"][i].get<std::string>());
+        }
+    }
+    // The eos the config names (<|im_end|>); with no config, transformers' default <|endoftext|>.
+    CHECK(layouts[0].second.eos_id() == meta["eos_id"].get<int64_t>());
+    CHECK(layouts[1].second.eos_id() == meta["eos_id"].get<int64_t>());
+    CHECK(layouts[2].second.eos_id() == meta["pad_id"].get<int64_t>());
+}
+
+TEST_CASE(
+    "Qwen2 ids equal transformers' on 400 random strings of white space, marks, emoji and added tokens") {
+    auto golden = SafetensorsFile::open(golden_path("qwen2_tokenizer.safetensors"));
+    const nlohmann::json meta = golden_meta(golden);
+    const std::vector<int64_t> flat = ids_of(golden, "fuzz.ids"), lengths = ids_of(golden, "fuzz.lengths");
+    REQUIRE(lengths.size() == meta["fuzz"].size());
+    for (const std::string& dir : {kFolder, kJsonFolder}) {
+        const Qwen2Tokenizer tok = Qwen2Tokenizer::from_folder(dir);
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < lengths.size(); ++i) {
+            const std::string text = meta["fuzz"][i].get<std::string>();
+            CAPTURE(dir);
+            CAPTURE(text);
+            const std::vector<int64_t> want(flat.begin() + static_cast<std::ptrdiff_t>(at),
+                                            flat.begin() + static_cast<std::ptrdiff_t>(at + lengths[i]));
+            at += static_cast<std::size_t>(lengths[i]);
+            CHECK(tok.tokenize(text) == want);
+        }
+        CHECK(at == flat.size());
+    }
+}
+
+TEST_CASE("Qwen2's tokenizer: the prompt template's special tokens are single ids, nothing is wrapped") {
+    const Qwen2Tokenizer tok = Qwen2Tokenizer::from_folder(kFolder);
+    const int64_t im_start = tok.id_of("<|im_start|>"), im_end = tok.id_of("<|im_end|>");
+    REQUIRE(im_start >= 0);
+    REQUIRE(im_end >= 0);
+    CHECK(tok.tokenize("").empty());
+    const std::vector<int64_t> ids = tok.tokenize("<|im_start|>user\nx<|im_end|>\n");
+    CHECK(ids.front() == im_start);
+    CHECK(std::count(ids.begin(), ids.end(), im_end) == 1);
+    CHECK(tok.id_of("not a token") == -1);
+}
+
+TEST_CASE("bad Qwen2 tokenizer files are errors naming the file") {
+    CHECK_THROWS_WITH_AS(Qwen2Tokenizer::from_folder("/nonexistent"), doctest::Contains("tokenizer.json"),
+                         ModelError);
+    const std::string vocab = read_text_file(kFolder + "/vocab.json");
+    const std::string merges = read_text_file(kFolder + "/merges.txt");
+    CHECK_THROWS_WITH_AS(Qwen2Tokenizer::from_strings("{oops", merges, "", "tok"),
+                         doctest::Contains("tok/vocab.json"), ModelError);
+    CHECK_THROWS_WITH_AS(Qwen2Tokenizer::from_strings(vocab, "a b c\n", "", "tok"),
+                         doctest::Contains("tok/merges.txt:1"), ModelError);
+    CHECK_THROWS_WITH_AS(Qwen2Tokenizer::from_strings(vocab, merges, "[1", "tok"),
+                         doctest::Contains("tok/tokenizer_config.json"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        Qwen2Tokenizer::from_strings(vocab, merges, R"({"eos_token": "a", "pad_token": "<|nope|>"})", "tok"),
+        doctest::Contains("pad_token '<|nope|>'"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        Qwen2Tokenizer::from_strings(vocab, merges,
+                                     R"({"added_tokens_decoder": {"5": {"content": "<|x|>"}}})", "tok"),
+        doctest::Contains("takes id 5"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        Qwen2Tokenizer::from_strings(
+            vocab, merges, R"({"added_tokens_decoder": {"99999": {"content": "<|x|>", "lstrip": true}}})",
+            "tok"),
+        doctest::Contains("tok/tokenizer_config.json: added token '<|x|>' sets \"lstrip\""), ModelError);
+
+    TempDir bad_json, clip_json, bad_merge, bad_added;
+    bad_json.write("tokenizer.json", "{\"model\": ");
+    CHECK_THROWS_WITH_AS(Qwen2Tokenizer::from_folder(bad_json.path),
+                         doctest::Contains((bad_json.path + "/tokenizer.json: not valid JSON").c_str()),
+                         ModelError);
+    nlohmann::json tj = nlohmann::json::parse(read_text_file(kJsonFolder + "/tokenizer.json"));
+    tj["model"]["end_of_word_suffix"] = "</w>";
+    clip_json.write("tokenizer.json", tj.dump());
+    CHECK_THROWS_WITH_AS(Qwen2Tokenizer::from_folder(clip_json.path),
+                         doctest::Contains("tokenizer.json: not a Qwen2 tokenizer"), ModelError);
+    tj["model"]["end_of_word_suffix"] = "";
+    tj["model"]["merges"][3] = 7;
+    bad_merge.write("tokenizer.json", tj.dump());
+    CHECK_THROWS_WITH_AS(Qwen2Tokenizer::from_folder(bad_merge.path),
+                         doctest::Contains("tokenizer.json: a merge is neither"), ModelError);
+    for (const char* name : {"vocab.json", "merges.txt"}) bad_added.copy_from(kFolder, name);
+    bad_added.write("added_tokens.json", R"({"<|endoftext|>": "x"})");
+    CHECK_THROWS_WITH_AS(Qwen2Tokenizer::from_folder(bad_added.path),
+                         doctest::Contains((bad_added.path + "/added_tokens.json").c_str()), ModelError);
+}
