@@ -81,29 +81,41 @@ OptionRow<T> row(const char* flags, const char* value_name, OptionKind kind, con
     return r;
 }
 
-template <class T>
-OptionRow<T> whole(const char* flags, const char* value_name, int T::*field, int lo, int hi,
+// The text of a field's value: empty for an unset optional.
+template <class V, class Text>
+std::string value_text(const V& v, Text text) {
+    if constexpr (std::is_arithmetic_v<V>) {
+        return text(v);
+    } else {
+        return v ? text(*v) : std::string();
+    }
+}
+
+// An int, or a std::optional<int> that is unset by default (the model family's default).
+template <class T, class Field>
+OptionRow<T> whole(const char* flags, const char* value_name, Field T::*field, int lo, int hi,
                    const char* help) {
     OptionRow<T> r = row<T>(
         flags, value_name, OptionKind::kInt, help,
         [=](T& t, const std::string& text, const std::string& source) {
             t.*field = launcher::parse_int(text, lo, hi, source);
         },
-        [=](const T& t) { return std::to_string(t.*field); });
+        [=](const T& t) { return value_text(t.*field, [](int v) { return std::to_string(v); }); });
     r.lo = lo;
     r.hi = hi;
     return r;
 }
 
-template <class T>
-OptionRow<T> number(const char* flags, const char* value_name, double T::*field, double lo, double hi,
+// A double, or a std::optional<double> that is unset by default.
+template <class T, class Field>
+OptionRow<T> number(const char* flags, const char* value_name, Field T::*field, double lo, double hi,
                     const char* unit, const char* help) {
     OptionRow<T> r = row<T>(
         flags, value_name, OptionKind::kNumber, help,
         [=](T& t, const std::string& text, const std::string& source) {
             t.*field = launcher::parse_number(text, lo, hi, source, unit);
         },
-        [=](const T& t) { return launcher::number_text(t.*field); });
+        [=](const T& t) { return value_text(t.*field, [](double v) { return launcher::number_text(v); }); });
     r.lo = lo;
     r.hi = hi;
     r.unit = unit;
@@ -329,15 +341,23 @@ const std::vector<JobOptionRow>& job_option_table() {
                         j.output_dir = t;
                         while (j.output_dir.size() > 1 && j.output_dir.back() == '/') j.output_dir.pop_back();
                     }),
-            whole<J>("--steps,--num-inference-steps", "N", &J::steps, 1, 1000, "Denoising steps"),
-            number<J>("--guidance-scale,--guidance_scale", "X", &J::guidance_scale, 0, 100, "",
-                      "Classifier-free guidance scale (1 or less: no guidance)"),
+            described(whole<J>("--steps,--num-inference-steps,--num_inference_steps", "N", &J::steps, 1, 1000,
+                               "Denoising steps"),
+                      "the model family's: SD3 28, Qwen-Image 50"),
+            described(number<J>("--guidance-scale,--guidance_scale", "X", &J::guidance_scale, 0, 100, "",
+                                "SD3's classifier-free guidance scale (1 or less: no guidance)"),
+                      "7.0"),
+            described(number<J>("--true-cfg-scale,--true_cfg_scale", "X", &J::true_cfg_scale, 0, 100, "",
+                                "Qwen-Image's classifier-free guidance scale: it runs above 1 for prompts with a "
+                                "negative prompt"),
+                      "4.0"),
             u64<J>("--seed", "N", &J::seed, "Base seed: a prompt without its own seed gets seed + its index"),
             described(whole<J>("--width", "PX", &J::width, 8, 8192, "Image width"), "the model's"),
             described(whole<J>("--height", "PX", &J::height, 8, 8192, "Image height"), "the model's"),
-            whole<J>("--max-sequence-length,--max_sequence_length", "N", &J::max_sequence_length, 1, 512,
-                     "T5's tokens per prompt (diffusers' max_sequence_length); without T5, as many zero "
-                     "positions"),
+            described(whole<J>("--max-sequence-length,--max_sequence_length", "N", &J::max_sequence_length, 1, 1024,
+                               "The text encoder's tokens per prompt (diffusers' max_sequence_length); SD3's T5 takes "
+                               "at most 512 (without T5, as many zero positions)"),
+                      "SD3 256, Qwen-Image 512"),
             described(row<J>(
                           "--skip-guidance-layers,--skip_guidance_layers", "BLOCKS", OptionKind::kText,
                           "Skip-layer guidance: transformer blocks a third branch skips, a comma list such as "
@@ -347,12 +367,18 @@ const std::vector<JobOptionRow>& job_option_table() {
                           },
                           [](const J& j) { return launcher::block_list_text(j.skip_guidance_layers); }),
                       "off"),
-            number<J>("--skip-layer-guidance-scale,--skip_layer_guidance_scale", "X", &J::skip_layer_guidance_scale,
-                      0, 100, "", "How far skip-layer guidance moves the noise away from the skipping branch"),
-            number<J>("--skip-layer-guidance-start,--skip_layer_guidance_start", "F", &J::skip_layer_guidance_start,
-                      0, 1, "", "Fraction of the steps after which skip-layer guidance runs (below the stop)"),
-            number<J>("--skip-layer-guidance-stop,--skip_layer_guidance_stop", "F", &J::skip_layer_guidance_stop, 0,
-                      1, "", "Fraction of the steps after which skip-layer guidance stops"),
+            described(number<J>("--skip-layer-guidance-scale,--skip_layer_guidance_scale", "X",
+                                &J::skip_layer_guidance_scale, 0, 100, "",
+                                "How far skip-layer guidance moves the noise away from the skipping branch"),
+                      "2.8"),
+            described(number<J>("--skip-layer-guidance-start,--skip_layer_guidance_start", "F",
+                                &J::skip_layer_guidance_start, 0, 1, "",
+                                "Fraction of the steps after which skip-layer guidance runs (below the stop)"),
+                      "0.01"),
+            described(number<J>("--skip-layer-guidance-stop,--skip_layer_guidance_stop", "F",
+                                &J::skip_layer_guidance_stop, 0, 1, "",
+                                "Fraction of the steps after which skip-layer guidance stops"),
+                      "0.2"),
             choice<J>(
                 "--strategy", &J::strategy, {"data", "context", "tensor", "device-map"},
                 "Fill the degrees from the world: context means Ulysses where the head count allows it, "
@@ -395,8 +421,12 @@ const std::vector<JobOptionRow>& job_option_table() {
                       "rank for its device"),
             choice<J>("--device", &J::device, {"auto", "cpu", "cuda"},
                       "auto: cuda:LOCAL_RANK when CUDA is available, else cpu"),
-            read_by(text<J>("--negative-prompt,--negative_prompt", "TEXT", &J::negative_prompt,
-                            "Negative prompt for prompts without their own"),
+            described(read_by(row<J>(
+                                  "--negative-prompt,--negative_prompt", "TEXT", OptionKind::kText,
+                                  "Negative prompt for prompts without their own (Qwen-Image runs guidance only "
+                                  "with one, even \"\")",
+                                  [](J&, const std::string&, const std::string&) {},
+                                  [](const J& j) { return j.negative_prompt.value_or(""); }),
                     [](J& j, const std::string& t, const std::string& src) {
                         if (!launcher::is_valid_utf8(t) || t.find('\0') != std::string::npos)
                             throw UsageError(src +
@@ -404,6 +434,7 @@ const std::vector<JobOptionRow>& job_option_table() {
                                              "text, not bytes)");
                         j.negative_prompt = t;
                     }),
+                      "none (SD3: \"\")"),
             on_off<J>("--overwrite", &J::overwrite,
                       "Replace images and manifest.jsonl already in the output folder"),
             on_off<J>("--resume", &J::resume,

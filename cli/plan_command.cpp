@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -73,34 +74,38 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
 
     const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model);
     const strategies::TransformerShape shape = strategies::read_transformer_shape(job.model, spec);
-    const nlohmann::json vae = read_json_if_present(job.model + "/vae/config.json");
+    const ModelRules rules = read_model_rules(job);
     const long long heads = shape.heads, hd = shape.head_dim, layers = shape.layers;
-    const long long patch = shape.patch_size, channels = shape.in_channels, sample = shape.sample_size;
+    const long long patch = shape.patch_size, channels = shape.in_channels;
     const long long width_d = shape.width();
-    const long long vae_scale = vae.is_object() && vae.contains("block_out_channels")
-                                    ? (1LL << (vae["block_out_channels"].size() - 1))
-                                    : 1;
-    const long long px_w = job.width ? job.width : sample * vae_scale,
-                    px_h = job.height ? job.height : sample * vae_scale;
+    const long long vae_scale = rules.sizes.vae_scale;
+    const long long px_w = job.width ? job.width : rules.sizes.default_side,
+                    px_h = job.height ? job.height : rules.sizes.default_side;
     const long long tokens = (px_w / vae_scale / patch) * (px_h / vae_scale / patch);
-    // CLIP's tokens, then T5's max_sequence_length; without T5 (none in the folder, or --no-t5)
-    // one that stands for its zero positions (the worker's Note [constant text tail]).
-    const nlohmann::json tok = read_json_if_present(job.model + "/tokenizer/tokenizer_config.json");
-    const long long clip_length =
-        tok.contains("model_max_length") && tok["model_max_length"].is_number_integer()
-            ? tok["model_max_length"].get<long long>()
-            : 77;
-    const nlohmann::json index = read_json_if_present(job.model + "/model_index.json");
-    const bool t5 = !job.no_t5 && index.contains("text_encoder_3") && index["text_encoder_3"].is_array() &&
-                    index["text_encoder_3"].size() == 2 && index["text_encoder_3"][1].is_string();
-    const long long text = clip_length + (t5 ? job.max_sequence_length : 1);
+    const strategies::CallArguments& arguments = spec.arguments;
+    const long long max_sequence = job.max_sequence_length.value_or(arguments.max_sequence_length);
+    long long text = max_sequence;  // Qwen-Image: at most this, as long as the prompt
+    if (spec.family == "sd3") {
+        // CLIP's tokens, then T5's max_sequence_length; without T5 (none in the folder, or --no-t5)
+        // one that stands for its zero positions (the worker's Note [constant text tail]).
+        const nlohmann::json tok = read_json_if_present(job.model + "/tokenizer/tokenizer_config.json");
+        const long long clip_length =
+            tok.contains("model_max_length") && tok["model_max_length"].is_number_integer()
+                ? tok["model_max_length"].get<long long>()
+                : 77;
+        const nlohmann::json index = read_json_if_present(job.model + "/model_index.json");
+        const bool t5 = !job.no_t5 && index.contains("text_encoder_3") && index["text_encoder_3"].is_array() &&
+                        index["text_encoder_3"].size() == 2 && index["text_encoder_3"][1].is_string();
+        text = clip_length + (t5 ? max_sequence : 1);
+    }
+    const bool text_split = spec.streams.size() > 1 && spec.streams[1].split;
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);
     const long long f = dtype == "fp32" ? 4 : 2;
 
     std::ostringstream out;
     out << "model: " << job.model << "\n  transformer: " << layers << " blocks, width " << width_d << ", "
         << heads << " heads of " << hd << "; " << px_w << "x" << px_h << " px -> " << tokens
-        << " image tokens, " << text << " text tokens\n  precision: "
+        << " image tokens, " << (text_split ? "up to " : "") << text << " text tokens\n  precision: "
         << describe_dtype(job, strategy.device_map_plan) << "\n";
     out << "world: " << world << " rank(s) on " << launch.nnodes << " node(s); mesh " << mesh.describe()
         << "\n";
@@ -184,15 +189,20 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     }
     const long long transformer_rank =
         (!heads_fit || heads % deg.tp == 0 ? whole + split / deg.tp : whole + split * h_tp / heads) * f;
-    // T5's encoder where the job runs it: the spec's T5 rules split it over tp like the transformer.
-    auto t5_rank = [&](const strategies::ComponentSize& c) {
+    // A text encoder the spec's rules split over tp like the transformer (SD3's T5, Qwen-Image's
+    // Qwen2.5-VL), without the tensors the pipeline never loads (its vision tower).
+    auto text_encoder_rank = [&](const strategies::ComponentSize& c) {
         long long t5_whole = 0, t5_split = 0;
         try {
             const auto t5_counts = with_variant_or_plain(job, [&](const std::string& variant) {
                 return strategies::tensor_element_counts(job.model + "/" + c.name, variant);
             });
-            for (const auto& [name, n] : t5_counts)
-                (strategies::tp_splits_tensor(spec, name) ? t5_split : t5_whole) += n;
+            for (const auto& [name, n] : t5_counts) {
+                const bool unloaded = std::any_of(
+                    spec.unloaded_tensors.begin(), spec.unloaded_tensors.end(),
+                    [&](const auto& u) { return u.first == c.name && name.rfind(u.second, 0) == 0; });
+                if (!unloaded) (strategies::tp_splits_tensor(spec, name) ? t5_split : t5_whole) += n;
+            }
         } catch (const std::runtime_error& e) {
             throw InputDataError(e.what());
         }
@@ -201,9 +211,11 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     long long rank_bytes = 0;
     std::string parts;
     for (const strategies::ComponentSize& c : sizes) {
-        const bool split_by_tp = c.name == spec.transformer || c.name == spec.t5_encoder;
+        const bool text_encoder = std::find(spec.tp_components.begin(), spec.tp_components.end(), c.name) !=
+                                  spec.tp_components.end();
+        const bool split_by_tp = c.name == spec.transformer || text_encoder;
         const long long bytes =
-            c.name == spec.transformer ? transformer_rank : c.name == spec.t5_encoder ? t5_rank(c) : c.bytes;
+            c.name == spec.transformer ? transformer_rank : text_encoder ? text_encoder_rank(c) : c.bytes;
         rank_bytes += bytes;
         parts += "  " + c.name + ": " + bytes_text(bytes) + (split_by_tp && deg.tp > 1 ? ", its tp share" : "") + "\n";
     }
@@ -212,22 +224,30 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     // Bytes each rank sends per denoising step, for one prompt (README "Parallel strategies").
     const long long split_tokens = deg.ring * deg.ulysses;
     const long long n = (tokens + split_tokens - 1) / split_tokens * split_tokens;
-    const long long b = job.guidance_scale > 1.0 && !job.cfg_parallel ? 2 : 1;
+    // Both guidance branches in one batch (Qwen-Image's only with a negative prompt).
+    const bool guided = cfg_scale_setting(job, arguments).value_or(arguments.cfg_scale) > 1.0 &&
+                        (!arguments.guidance_needs_negative_prompt || job.negative_prompt.has_value());
+    const long long b = guided && !job.cfg_parallel ? 2 : 1;
     std::map<std::string, long long> step;
     if (deg.cfg > 1) step["all_gather"] += channels * tokens * patch * patch * f;
+    // A split text stream (Qwen-Image) travels with the image's tokens, padded to the ranks; a
+    // replicated one (SD3) is computed whole on every rank, its attention output gathered.
+    const long long m = text_split ? (text + split_tokens - 1) / split_tokens * split_tokens : 0;
+    const long long text_rank = text_split ? m / split_tokens : text;
     if (deg.ulysses > 1) {
         // q, k, v leave with the tp shard's heads; the output comes back with this rank's, from
         // every Ulysses rank; the text output is gathered padded to the largest share.
-        step["all_to_all"] += layers * b * (3 * h_tp + deg.ulysses * h_attend) * (n / split_tokens) * hd * f;
-        step["all_gather"] +=
-            ((layers - 1) * b * h_attend * text * hd + b * (n / split_tokens) * channels * patch * patch) * f;
+        step["all_to_all"] += layers * b * (3 * h_tp + deg.ulysses * h_attend) * ((n + m) / split_tokens) * hd * f;
+        step["all_gather"] += ((text_split ? 0 : (layers - 1) * b * h_attend * text * hd) +
+                               b * (n / split_tokens) * channels * patch * patch) *
+                              f;
     }
     if (deg.ring > 1) {
-        step["send"] += 2 * layers * (deg.ring - 1) * b * h_attend * (n / deg.ring) * hd * f;
+        step["send"] += 2 * layers * (deg.ring - 1) * b * h_attend * ((n + m) / deg.ring) * hd * f;
         step["all_gather"] += b * (n / deg.ring) * channels * patch * patch * f;
     }
     if (deg.tp > 1) {
-        step["all_reduce"] += b * width_d * (2 * (n / split_tokens) * layers + 2 * text * (layers - 1)) * f;
+        step["all_reduce"] += b * width_d * (2 * (n / split_tokens) * layers + 2 * text_rank * (layers - 1)) * f;
         step["all_gather"] += b * gathered_features * f;
     }
     out << "estimated bytes sent per rank per denoising step, per prompt:";

@@ -292,13 +292,14 @@ class JobMonitor : public StatusListener {
 
 }  // namespace
 
-strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const JobOptions& job) {
+strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const JobOptions& job,
+                                             const strategies::ParallelSpec& spec) {
     strategies::StrategyRequest r;
     r.world = launch.world_size();
     r.num_processes = launch.num_processes;
     r.strategy = job.strategy;
     r.cfg_parallel = job.cfg_parallel;
-    r.guidance_scale = job.guidance_scale;
+    r.cfg_scale = cfg_scale_setting(job, spec.arguments);
     r.ulysses = job.ulysses;
     r.ring = job.ring;
     r.tp = job.tp;
@@ -312,7 +313,7 @@ strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const Job
 strategies::ResolvedStrategy resolve_job_strategy(const LaunchSpec& launch, const JobOptions& job) {
     const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model);
     const int heads = static_cast<int>(strategies::read_transformer_shape(job.model, spec).heads);
-    strategies::ResolvedStrategy resolved = strategies::resolve_strategy(strategy_request(launch, job), spec, heads);
+    strategies::ResolvedStrategy resolved = strategies::resolve_strategy(strategy_request(launch, job, spec), spec, heads);
     // Planned once, here (every error now, before anything starts), when the budgets are known.
     resolved.device_map_plan = plan_device_map_for(with_strategy(job, resolved));
     return resolved;
@@ -456,7 +457,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);
     for (const PromptRecord& p : file.prompts) {
         protocol::JobRequest q = job_request(p, job, rules);
-        records[p.index] = pending_record(q, p.line, job, dtype);
+        records[p.index] = pending_record(q, p.line, job, dtype, rules);
         if (!replace && exists(job.output_dir + "/" + q.file)) clashes.push_back(job.output_dir + "/" + q.file);
         requests[p.index] = std::move(q);
     }

@@ -28,8 +28,11 @@ struct JobOptions {
     std::string model;
     std::optional<uint64_t> random_weights;
     std::string output_dir = "outputs";
-    int steps = 28;
-    double guidance_scale = 7.0;
+    // Unset: the default of the model's family (strategies::CallArguments: diffusers' for its
+    // pipeline; SD3 28 steps, Qwen-Image 50).
+    std::optional<int> steps;
+    std::optional<double> guidance_scale;  // SD3's CFG scale (7.0)
+    std::optional<double> true_cfg_scale;  // Qwen-Image's (4.0, with a negative prompt)
     uint64_t seed = 0;
     int width = 0;  // 0: the model's default
     int height = 0;
@@ -49,13 +52,13 @@ struct JobOptions {
     std::string revision;  // --model ORG/NAME's branch, tag or commit in the Hugging Face cache; empty: main
     std::string variant;   // weight files NAME.VARIANT.safetensors; empty: the plain ones
     bool no_t5 = false;    // without the T5 text encoder, even when the folder has one
-    std::string negative_prompt;
-    // Defaults of each prompt's settings, as diffusers' StableDiffusion3Pipeline names them.
-    int max_sequence_length = 256;
+    std::optional<std::string> negative_prompt;  // unset: none given (diffusers' None)
+    // Defaults of each prompt's settings, by diffusers' names; unset: the family's default.
+    std::optional<int> max_sequence_length;
     std::vector<int> skip_guidance_layers;  // empty: no skip-layer guidance
-    double skip_layer_guidance_scale = 2.8;
-    double skip_layer_guidance_start = 0.01;
-    double skip_layer_guidance_stop = 0.2;
+    std::optional<double> skip_layer_guidance_scale;  // SD3's 2.8, 0.01 and 0.2
+    std::optional<double> skip_layer_guidance_start;
+    std::optional<double> skip_layer_guidance_stop;
     bool overwrite = false;
     bool resume = false;  // keep the earlier run's valid images, make only the missing ones
     bool skip_invalid = false;
@@ -63,7 +66,8 @@ struct JobOptions {
 };
 
 // The job's strategy options on `launch`'s world, as strategies::resolve_strategy takes them.
-strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const JobOptions& job);
+strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const JobOptions& job,
+                                             const strategies::ParallelSpec& spec);
 
 // strategies::resolve_strategy for `job`, with its model's family spec (model_index.json) and
 // heads (the transformer's config.json), then device_map's plan where it can be made here

@@ -10,6 +10,9 @@
 namespace dp::launcher {
 namespace {
 
+// diffusers' StableDiffusion3Pipeline defaults for skip-layer guidance.
+constexpr double kSkipScale = 2.8, kSkipStart = 0.01, kSkipStop = 0.2;
+
 std::string layers_text(const std::vector<int>& layers) {
     std::string out;
     for (int l : layers) out += (out.empty() ? "" : ",") + std::to_string(l);
@@ -29,11 +32,35 @@ std::string joined(const std::vector<std::string>& items, const std::string& sep
     return out;
 }
 
+// What `family` takes besides the common settings, for messages: "true_cfg_scale, max_sequence_length".
+std::string taken_keys(const strategies::ParallelSpec& spec) { return joined(spec.arguments.keys, ", "); }
+
+// Why the family does not take `key`, or empty when it does.
+std::string foreign_key(const strategies::ParallelSpec& spec, const std::string& key) {
+    if (spec.arguments.takes(key)) return {};
+    std::string why = spec.display_name + " does not take " + key + " (its pipeline takes " + taken_keys(spec);
+    if (key == "guidance_scale" || key == "true_cfg_scale")
+        why += "; its guidance scale is " + spec.arguments.cfg_key;
+    return why + ")";
+}
+
+std::string max_sequence_problem(const strategies::ParallelSpec& spec, int tokens) {
+    const int limit = spec.arguments.max_sequence_length_limit;
+    if (tokens <= limit) return {};
+    return std::to_string(tokens) + " is more than " + spec.display_name + "'s pipeline accepts (1 to " +
+           std::to_string(limit) + ")";
+}
+
 }  // namespace
+
+std::optional<double> cfg_scale_setting(const JobOptions& job, const strategies::CallArguments& arguments) {
+    return arguments.cfg_key == "true_cfg_scale" ? job.true_cfg_scale : job.guidance_scale;
+}
 
 ModelRules read_model_rules(const JobOptions& job) {
     const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model);
     ModelRules rules;
+    rules.spec = &spec;
     rules.sizes = strategies::read_image_size_rule(job.model, spec);
     rules.layers = strategies::read_transformer_shape(job.model, spec).layers;
     return rules;
@@ -45,12 +72,33 @@ std::vector<std::string> job_setting_problems(const JobOptions& job, const Model
     for (const auto& [flag, pixels] : {Side{"--width", job.width}, Side{"--height", job.height}})
         if (const std::string why = pixels ? rules.sizes.check(pixels) : ""; !why.empty())
             out.push_back(std::string(flag) + " " + std::to_string(pixels) + ": " + why);
+    const strategies::ParallelSpec& spec = *rules.spec;
+    using Flag = std::pair<const char*, bool>;  // a key, and whether the job sets its flag
+    for (const auto& [key, set] :
+         {Flag{"guidance_scale", job.guidance_scale.has_value()}, Flag{"true_cfg_scale", job.true_cfg_scale.has_value()},
+          Flag{"max_sequence_length", job.max_sequence_length.has_value()},
+          Flag{"skip_guidance_layers", !job.skip_guidance_layers.empty()},
+          Flag{"skip_layer_guidance_scale", job.skip_layer_guidance_scale.has_value()},
+          Flag{"skip_layer_guidance_start", job.skip_layer_guidance_start.has_value()},
+          Flag{"skip_layer_guidance_stop", job.skip_layer_guidance_stop.has_value()}}) {
+        std::string flag = "--" + std::string(key);
+        std::replace(flag.begin(), flag.end(), '_', '-');
+        if (const std::string why = set ? foreign_key(spec, key) : ""; !why.empty()) out.push_back(flag + ": " + why);
+    }
+    if (job.no_t5 && spec.t5_encoder.empty())
+        out.push_back("--no-t5: " + spec.display_name + " has no T5 text encoder to leave out");
+    if (job.max_sequence_length)
+        if (const std::string why = max_sequence_problem(spec, *job.max_sequence_length); !why.empty())
+            out.push_back("--max-sequence-length " + why);
+    if (!spec.arguments.takes("skip_guidance_layers")) return out;
     for (int layer : job.skip_guidance_layers)
         if (const std::string why = block_problem(layer, rules.layers); !why.empty())
             out.push_back("--skip-guidance-layers " + layers_text(job.skip_guidance_layers) + ": " + why);
-    if (job.skip_layer_guidance_start >= job.skip_layer_guidance_stop)
-        out.push_back("--skip-layer-guidance-start " + number_text(job.skip_layer_guidance_start) +
-                      " and --skip-layer-guidance-stop " + number_text(job.skip_layer_guidance_stop) +
+    const double start = job.skip_layer_guidance_start.value_or(kSkipStart);
+    const double stop = job.skip_layer_guidance_stop.value_or(kSkipStop);
+    if (start >= stop)
+        out.push_back("--skip-layer-guidance-start " + number_text(start) + " and --skip-layer-guidance-stop " +
+                      number_text(stop) +
                       ": the start must be below the stop (fractions of the steps; diffusers' defaults are "
                       "0.01 and 0.2)");
     return out;
@@ -61,13 +109,27 @@ std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
     for (const auto& [key, pixels] : {Side{"width", p.width}, Side{"height", p.height}})
         if (const std::string why = pixels ? rules.sizes.check(*pixels) : ""; !why.empty())
             return "key '" + std::string(key) + "': " + std::to_string(*pixels) + ": " + why;
+    const strategies::ParallelSpec& spec = *rules.spec;
+    using Key = std::pair<const char*, bool>;  // a key, and whether the record has it
+    for (const auto& [key, set] :
+         {Key{"guidance_scale", p.guidance_scale.has_value()}, Key{"true_cfg_scale", p.true_cfg_scale.has_value()},
+          Key{"max_sequence_length", p.max_sequence_length.has_value()},
+          Key{"skip_guidance_layers", p.skip_guidance_layers.has_value()},
+          Key{"skip_layer_guidance_scale", p.skip_layer_guidance_scale.has_value()},
+          Key{"skip_layer_guidance_start", p.skip_layer_guidance_start.has_value()},
+          Key{"skip_layer_guidance_stop", p.skip_layer_guidance_stop.has_value()}})
+        if (const std::string why = set ? foreign_key(spec, key) : ""; !why.empty())
+            return "key '" + std::string(key) + "': " + why;
+    if (p.max_sequence_length)
+        if (const std::string why = max_sequence_problem(spec, *p.max_sequence_length); !why.empty())
+            return "key 'max_sequence_length': " + why;
     if (p.skip_guidance_layers)
         for (int layer : *p.skip_guidance_layers)
             if (const std::string why = block_problem(layer, rules.layers); !why.empty())
                 return "key 'skip_guidance_layers': " + why;
     if (p.skip_layer_guidance_start || p.skip_layer_guidance_stop) {
-        const double start = p.skip_layer_guidance_start.value_or(job.skip_layer_guidance_start);
-        const double stop = p.skip_layer_guidance_stop.value_or(job.skip_layer_guidance_stop);
+        const double start = p.skip_layer_guidance_start.value_or(job.skip_layer_guidance_start.value_or(kSkipStart));
+        const double stop = p.skip_layer_guidance_stop.value_or(job.skip_layer_guidance_stop.value_or(kSkipStop));
         if (start >= stop)
             return "skip_layer_guidance_start " + number_text(start) +
                    (p.skip_layer_guidance_start ? "" : " (the job's)") + " and skip_layer_guidance_stop " +
@@ -100,17 +162,22 @@ protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job, c
     q.index = p.index;
     q.file = image_file_name(p.index, p.name ? *p.name : p.prompt);
     q.prompt = p.prompt;
-    q.negative_prompt = p.negative_prompt.value_or(job.negative_prompt);
+    const strategies::CallArguments& a = rules.spec->arguments;
+    q.negative_prompt = p.negative_prompt ? p.negative_prompt : job.negative_prompt;
+    // SD3's pipeline has no "none": its default negative prompt is "".
+    if (!a.guidance_needs_negative_prompt && !q.negative_prompt) q.negative_prompt = "";
     q.seed = p.seed.value_or(prompt_seed(job.seed, p.index));
-    q.steps = p.steps.value_or(job.steps);
-    q.guidance_scale = p.guidance_scale.value_or(job.guidance_scale);
+    q.steps = p.steps.value_or(job.steps.value_or(a.steps));
+    // Each scale's default is its family's where that family takes it (the other is unused).
+    q.guidance_scale = p.guidance_scale.value_or(job.guidance_scale.value_or(a.cfg_key == "guidance_scale" ? a.cfg_scale : 7.0));
+    q.true_cfg_scale = p.true_cfg_scale.value_or(job.true_cfg_scale.value_or(a.cfg_key == "true_cfg_scale" ? a.cfg_scale : 4.0));
     q.width = p.width.value_or(job.width ? job.width : static_cast<int>(rules.sizes.default_side));
     q.height = p.height.value_or(job.height ? job.height : static_cast<int>(rules.sizes.default_side));
-    q.max_sequence_length = p.max_sequence_length.value_or(job.max_sequence_length);
+    q.max_sequence_length = p.max_sequence_length.value_or(job.max_sequence_length.value_or(a.max_sequence_length));
     q.skip_guidance_layers = p.skip_guidance_layers.value_or(job.skip_guidance_layers);
-    q.skip_layer_guidance_scale = p.skip_layer_guidance_scale.value_or(job.skip_layer_guidance_scale);
-    q.skip_layer_guidance_start = p.skip_layer_guidance_start.value_or(job.skip_layer_guidance_start);
-    q.skip_layer_guidance_stop = p.skip_layer_guidance_stop.value_or(job.skip_layer_guidance_stop);
+    q.skip_layer_guidance_scale = p.skip_layer_guidance_scale.value_or(job.skip_layer_guidance_scale.value_or(kSkipScale));
+    q.skip_layer_guidance_start = p.skip_layer_guidance_start.value_or(job.skip_layer_guidance_start.value_or(kSkipStart));
+    q.skip_layer_guidance_stop = p.skip_layer_guidance_stop.value_or(job.skip_layer_guidance_stop.value_or(kSkipStop));
     return q;
 }
 
@@ -146,9 +213,12 @@ std::string describe_dtype(const JobOptions& job, const std::optional<strategies
 }
 
 nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const JobOptions& job,
-                              const std::string& dtype) {
+                              const std::string& dtype, const ModelRules& rules) {
     nlohmann::json r = q;
-    if (q.skip_guidance_layers.empty())  // no skip-layer guidance: its settings change nothing
+    for (const char* key : {"guidance_scale", "true_cfg_scale", "max_sequence_length", "skip_guidance_layers",
+                            "skip_layer_guidance_scale", "skip_layer_guidance_start", "skip_layer_guidance_stop"})
+        if (!rules.spec->arguments.takes(key)) r.erase(key);
+    if (q.skip_guidance_layers.empty() && r.contains("skip_guidance_layers"))  // none: its settings change nothing
         for (const char* key : {"skip_guidance_layers", "skip_layer_guidance_scale", "skip_layer_guidance_start",
                                 "skip_layer_guidance_stop"})
             r.erase(key);

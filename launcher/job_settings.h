@@ -18,11 +18,21 @@
 
 namespace dp::launcher {
 
+// Note [call arguments]: each family's pipeline takes its own call arguments, by diffusers' names,
+// listed with diffusers' defaults in its spec (strategies::CallArguments). A flag or JSONL key that
+// the model's family does not take is refused, naming the family and what it takes, rather than
+// ignored: a Qwen-Image job given guidance_scale would otherwise run at true_cfg_scale's default
+// without a word. A setting left unset takes the family's default when the request is made.
+
 // What the model allows of a request, from its configs.
 struct ModelRules {
     strategies::ImageSizeRule sizes;
     int64_t layers = 0;  // transformer blocks: skip_guidance_layers must be below
+    const strategies::ParallelSpec* spec = &strategies::sd3_parallel_spec();  // the model's family
 };
+
+// The job's own setting of the family's CFG scale (--guidance-scale or --true-cfg-scale), if any.
+std::optional<double> cfg_scale_setting(const JobOptions& job, const strategies::CallArguments& arguments);
 
 // The rules of `job.model`. Throws ModelError naming the file.
 ModelRules read_model_rules(const JobOptions& job);
@@ -57,7 +67,8 @@ std::string describe_dtype(const JobOptions& job, const std::optional<strategies
 // A prompt's manifest record before any rank reports it (status "pending"): its request and every
 // setting that changes its pixels (manifest.h: pixel_setting_differences). `dtype` is
 // expected_dtype's.
+// Only the call arguments the family takes are recorded.
 nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const JobOptions& job,
-                              const std::string& dtype);
+                              const std::string& dtype, const ModelRules& rules);
 
 }  // namespace dp::launcher

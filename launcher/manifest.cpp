@@ -162,6 +162,7 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
         {"seed", nullptr},
         {"steps", nullptr},
         {"guidance_scale", nullptr},
+        {"true_cfg_scale", nullptr},
         {"width", 0},
         {"height", 0},
         {"negative_prompt", ""},

@@ -21,8 +21,9 @@ namespace dp::launcher {
 namespace {
 
 const char* kAcceptedKeys =
-    "prompt, negative_prompt, seed, steps, guidance_scale, width, height, name, max_sequence_length, "
-    "skip_guidance_layers, skip_layer_guidance_scale, skip_layer_guidance_start, skip_layer_guidance_stop";
+    "prompt, negative_prompt, seed, steps (or num_inference_steps), width, height, name, max_sequence_length; "
+    "SD3: guidance_scale, skip_guidance_layers, skip_layer_guidance_scale, skip_layer_guidance_start, "
+    "skip_layer_guidance_stop; Qwen-Image: true_cfg_scale";
 
 // A transformer block index in a prompt file; the model's own count is checked by the caller.
 constexpr int64_t kMaxBlockIndex = 100000;
@@ -51,6 +52,7 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
     if (!j.is_object()) return "expected a JSON object like {\"prompt\": \"a red circle\"}";
     for (const auto& [key, value] : j.items()) {
         auto type_error = [&](const char* expected) { return "key '" + key + "': expected " + expected; };
+        if (key == "negative_prompt" && value.is_null()) continue;  // diffusers' None: none given
         if (key == "prompt" || key == "negative_prompt" || key == "name") {
             if (!value.is_string()) return type_error("a string");
             const std::string s = value.get<std::string>();
@@ -67,29 +69,33 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
             if (!value.is_number_unsigned())
                 return type_error("a whole number from 0 to 18446744073709551615");
             out.seed = value.get<uint64_t>();
-        } else if (key == "steps" || key == "width" || key == "height") {
-            const bool is_steps = key == "steps";
+        } else if (key == "steps" || key == "num_inference_steps" || key == "width" || key == "height") {
+            const bool is_steps = key == "steps" || key == "num_inference_steps";
+            if (is_steps && j.contains("steps") && j.contains("num_inference_steps"))
+                return "keys 'steps' and 'num_inference_steps' are the same setting: give one";
             const int64_t lo = is_steps ? 1 : 8, hi = is_steps ? 1000 : 8192;
             if (!value.is_number_integer() || value.get<int64_t>() < lo || value.get<int64_t>() > hi)
                 return "key '" + key + "': expected a whole number from " + std::to_string(lo) + " to " +
                        std::to_string(hi);
             const int v = static_cast<int>(value.get<int64_t>());
             (is_steps ? out.steps : key == "width" ? out.width : out.height) = v;
-        } else if (key == "guidance_scale" || key == "skip_layer_guidance_scale" ||
+        } else if (key == "guidance_scale" || key == "true_cfg_scale" || key == "skip_layer_guidance_scale" ||
                    key == "skip_layer_guidance_start" || key == "skip_layer_guidance_stop") {
-            const bool fraction = key != "guidance_scale" && key != "skip_layer_guidance_scale";
+            const bool fraction = key == "skip_layer_guidance_start" || key == "skip_layer_guidance_stop";
             const double hi = fraction ? 1 : 100;
             if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0 ||
                 value.get<double>() > hi)
                 return type_error(fraction ? "a number from 0 to 1 (a fraction of the steps)" : "a number from 0 to 100");
             const double v = value.get<double>();
             (key == "guidance_scale"              ? out.guidance_scale
+             : key == "true_cfg_scale"            ? out.true_cfg_scale
              : key == "skip_layer_guidance_scale" ? out.skip_layer_guidance_scale
              : key == "skip_layer_guidance_start" ? out.skip_layer_guidance_start
                                                   : out.skip_layer_guidance_stop) = v;
         } else if (key == "max_sequence_length") {
-            if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 512)
-                return type_error("a whole number from 1 to 512 (T5's tokens)");
+            // The family's own limit (SD3's 512, Qwen-Image's 1024) is checked with the model.
+            if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 1024)
+                return type_error("a whole number from 1 to 1024 (the text encoder's tokens)");
             out.max_sequence_length = static_cast<int>(value.get<int64_t>());
         } else if (key == "skip_guidance_layers") {
             std::vector<int> layers;

@@ -8,10 +8,12 @@
 // an invalid line never renumbers the others.
 //
 // JSON Lines (.jsonl): one object per non-blank line with "prompt" (required, non-empty) and
-// optional "negative_prompt", "seed", "steps", "guidance_scale", "width", "height", "name", and
-// diffusers' "max_sequence_length" (1 to 512), "skip_guidance_layers" (a list of distinct block
-// indices), "skip_layer_guidance_scale" (0 to 100), "skip_layer_guidance_start" and
-// "skip_layer_guidance_stop" (0 to 1).
+// optional "negative_prompt" (null: none), "seed", "steps" (or diffusers' "num_inference_steps"),
+// "width", "height", "name", and the pipelines' own call arguments by diffusers' names:
+// "guidance_scale" and "true_cfg_scale" (0 to 100), "max_sequence_length" (1 to 1024),
+// "skip_guidance_layers" (a list of distinct block indices), "skip_layer_guidance_scale" (0 to
+// 100), "skip_layer_guidance_start" and "skip_layer_guidance_stop" (0 to 1). Which of these a
+// model's family takes, and their limits there, is the caller's check (job_settings.h).
 //
 // Invalid lines: bytes that are not UTF-8, a NUL byte, a line longer than kMaxPromptLineBytes, and
 // in JSONL a line that is not such an object (unknown key, a key twice, wrong type, value out of
@@ -42,7 +44,7 @@ struct PromptRecord {
     std::optional<std::string> negative_prompt;
     std::optional<uint64_t> seed;
     std::optional<int> steps;
-    std::optional<double> guidance_scale;
+    std::optional<double> guidance_scale, true_cfg_scale;
     std::optional<int> width, height;
     std::optional<std::string> name;
     std::optional<int> max_sequence_length;

@@ -20,7 +20,7 @@ namespace {
 
 constexpr int kMaxDegree = 1 << 16;
 constexpr int kMaxSize = 1 << 16;  // pixels; the launcher checks the model's own limits
-constexpr int kMaxSequenceLength = 512;  // diffusers refuses more T5 tokens
+constexpr int kMaxSequenceLength = 1024;  // no family takes more (each checks its own limit)
 constexpr int kMaxBlock = 1 << 20;       // a transformer block index; the launcher checks the model's
 
 bool is_one_of(const std::string& value, std::initializer_list<const char*> accepted) {
@@ -111,10 +111,11 @@ JobRequest read_request(detail::Fields f) {
         throw InputDataError(f.path("file") + ": '" + r.file +
                              "' is not a file name inside the output folder (no '/', not starting with '.')");
     r.prompt = f.string("prompt");
-    r.negative_prompt = f.string("negative_prompt");
+    r.negative_prompt = f.string_or_null("negative_prompt");
     r.seed = f.unsigned_integer("seed");
     r.steps = static_cast<int>(f.integer("steps", 1, 1000000));
     r.guidance_scale = f.number("guidance_scale", 0, 1e6);
+    r.true_cfg_scale = f.number("true_cfg_scale", 0, 1e6);
     r.width = static_cast<int>(f.integer("width", 0, kMaxSize));
     r.height = static_cast<int>(f.integer("height", 0, kMaxSize));
     r.max_sequence_length = static_cast<int>(f.integer("max_sequence_length", 1, kMaxSequenceLength));
@@ -145,10 +146,11 @@ void to_json(nlohmann::json& j, const JobRequest& r) {
     j = {{"index", r.index},
          {"file", r.file},
          {"prompt", r.prompt},
-         {"negative_prompt", r.negative_prompt},
+         {"negative_prompt", r.negative_prompt ? nlohmann::json(*r.negative_prompt) : nlohmann::json()},
          {"seed", r.seed},
          {"steps", r.steps},
          {"guidance_scale", r.guidance_scale},
+         {"true_cfg_scale", r.true_cfg_scale},
          {"width", r.width},
          {"height", r.height},
          {"max_sequence_length", r.max_sequence_length},
@@ -164,7 +166,8 @@ bool is_variant_name(const std::string& name) {
 }
 
 bool same_batch_settings(const JobRequest& a, const JobRequest& b) {
-    return a.steps == b.steps && a.guidance_scale == b.guidance_scale && a.width == b.width &&
+    return a.steps == b.steps && a.guidance_scale == b.guidance_scale && a.true_cfg_scale == b.true_cfg_scale &&
+           a.negative_prompt.has_value() == b.negative_prompt.has_value() && a.width == b.width &&
            a.height == b.height && a.max_sequence_length == b.max_sequence_length &&
            a.skip_guidance_layers == b.skip_guidance_layers &&
            a.skip_layer_guidance_scale == b.skip_layer_guidance_scale &&

@@ -13,7 +13,8 @@
 //                            "placements": [{"component": "vae", "block": -1, "device": "cpu:1",
 //                                            "bytes": 1024}, ...]}},
 //    "requests": [{"index": 0, "file": "00000-a-cat.png", "prompt": "a cat", "negative_prompt": "",
-//                  "seed": 0, "steps": 28, "guidance_scale": 7.0, "width": 0, "height": 0,
+//                  "seed": 0, "steps": 28, "guidance_scale": 7.0, "true_cfg_scale": 4.0,
+//                  "width": 0, "height": 0,
 //                  "max_sequence_length": 256, "skip_guidance_layers": [7, 8, 9],
 //                  "skip_layer_guidance_scale": 2.8, "skip_layer_guidance_start": 0.01,
 //                  "skip_layer_guidance_stop": 0.2}, ...]}
@@ -35,7 +36,9 @@ inline constexpr const char* kJobFileFormat = "dp-launch job";
 // of another version rather than guess.
 // 2: variant, no_t5 and each request's max_sequence_length and skip-layer guidance are required;
 // dtype may be "auto".
-inline constexpr int kJobFileVersion = 2;
+// 3: each request's true_cfg_scale is required, and its negative_prompt may be null (none given:
+// Qwen-Image then runs no negative branch); max_sequence_length goes to 1024.
+inline constexpr int kJobFileVersion = 3;
 // How long a rank waits in one collective (and for the rendezvous) before it gives up with
 // CommunicationError, exit code 75.
 inline constexpr double kDefaultCollectiveTimeoutS = 300;
@@ -69,13 +72,16 @@ struct JobRequest {
     int64_t index = 0;  // the prompt's index in the prompt file
     std::string file;   // the image's name inside output_dir: no '/', never starting with '.'
     std::string prompt;
-    std::string negative_prompt;
+    // nullopt: none given (diffusers' negative_prompt=None); the SD3 family's launcher gives "".
+    std::optional<std::string> negative_prompt;
     uint64_t seed = 0;
     int steps = 28;
-    double guidance_scale = 7.0;
+    double guidance_scale = 7.0;  // SD3's CFG scale
+    double true_cfg_scale = 4.0;  // Qwen-Image's CFG scale (with a negative prompt given)
     int width = 0;  // 0: the model's default
     int height = 0;
-    int max_sequence_length = 256;  // T5's tokens (diffusers' max_sequence_length), 1 to 512
+    // The text encoder's tokens (diffusers' max_sequence_length): SD3's T5, 1 to 512; Qwen-Image's, to 1024.
+    int max_sequence_length = 256;
     // Skip-layer guidance (diffusers' StableDiffusion3Pipeline): transformer blocks skipped by a
     // third branch between start and stop (fractions of the steps, start < stop); empty: none.
     std::vector<int> skip_guidance_layers;

@@ -39,6 +39,14 @@ std::string Fields::string(const char* key) {
     return at(key, &nlohmann::json::is_string, "a string").get<std::string>();
 }
 
+std::optional<std::string> Fields::string_or_null(const char* key) {
+    if (j_.contains(key) && j_[key].is_null()) {
+        read_.insert(key);
+        return std::nullopt;
+    }
+    return at(key, &nlohmann::json::is_string, "a string or null").get<std::string>();
+}
+
 int64_t Fields::integer(const char* key, int64_t lo, int64_t hi) {
     const std::string expected = "a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
     const nlohmann::json& v = at(key, &nlohmann::json::is_number_integer, expected.c_str());

@@ -18,6 +18,8 @@ class Fields {
     Fields(const nlohmann::json& j, std::string path);
 
     std::string string(const char* key);
+    // A string, or null for none (the key is still required).
+    std::optional<std::string> string_or_null(const char* key);
     int64_t integer(const char* key, int64_t lo, int64_t hi);
     uint64_t unsigned_integer(const char* key);
     double number(const char* key, double lo, double hi);

@@ -37,13 +37,17 @@ struct PipelineOptions {
 
 struct GenerateRequest {
     std::string prompt;
-    std::string negative_prompt;
+    // nullopt: none given (diffusers' None). SD3 then uses "" (its default); Qwen-Image runs no
+    // negative branch.
+    std::optional<std::string> negative_prompt;
     uint64_t seed = 0;
     int steps = 28;
-    double guidance_scale = 7.0;
+    double guidance_scale = 7.0;  // SD3's CFG scale
+    double true_cfg_scale = 4.0;  // Qwen-Image's CFG scale: with a negative prompt, above 1
+    // Where the family's text encoder stops: SD3's T5 tokens, 1 to 512; Qwen-Image's, 1 to 1024.
     int width = 0;  // 0: the model's default
     int height = 0;
-    // T5's tokens (diffusers' max_sequence_length, 1..512); the text is CLIP's 77 plus these.
+    // SD3: the text is CLIP's 77 plus these.
     int max_sequence_length = 256;
     // Skip-layer guidance (diffusers' StableDiffusion3Pipeline): empty skips none. Between
     // start and stop (fractions of the steps) a third branch runs with these transformer blocks

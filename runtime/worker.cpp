@@ -182,6 +182,7 @@ GenerateRequest generate_request(const JobRequest& r) {
     g.seed = r.seed;
     g.steps = r.steps;
     g.guidance_scale = r.guidance_scale;
+    g.true_cfg_scale = r.true_cfg_scale;
     g.width = r.width;
     g.height = r.height;
     g.max_sequence_length = r.max_sequence_length;

@@ -87,20 +87,33 @@ ImageSizeRule read_image_size_rule(const std::string& model_dir, const ParallelS
     if (vae != index.end() && vae->is_array() && vae->size() == 2 && !(*vae)[1].is_null()) {
         const std::string path = model_dir + "/vae/config.json";
         const nlohmann::json config = read_object(path);
-        std::size_t blocks = 4;  // diffusers' SD3 VAE: (128, 256, 512, 512)
-        if (const auto it = config.find("block_out_channels"); it != config.end()) {
-            if (!it->is_array() || it->empty() || it->size() > 8)
-                throw protocol::ModelError(path + ": \"block_out_channels\" must be a list of 1 to 8 widths");
-            blocks = it->size();
+        if (spec.vae_scale_key == "temperal_downsample") {
+            // AutoencoderKLQwenImage: 2^len(temperal_downsample), diffusers' default three.
+            std::size_t downsamples = 3;
+            if (const auto it = config.find("temperal_downsample"); it != config.end()) {
+                if (!it->is_array() || it->size() > 7)
+                    throw protocol::ModelError(path + ": \"temperal_downsample\" must be a list of up to 7 booleans");
+                downsamples = it->size();
+            }
+            rule.vae_scale = int64_t{1} << downsamples;
+        } else {
+            std::size_t blocks = 4;  // diffusers' SD3 VAE: (128, 256, 512, 512)
+            if (const auto it = config.find("block_out_channels"); it != config.end()) {
+                if (!it->is_array() || it->empty() || it->size() > 8)
+                    throw protocol::ModelError(path + ": \"block_out_channels\" must be a list of 1 to 8 widths");
+                blocks = it->size();
+            }
+            rule.vae_scale = int64_t{1} << (blocks - 1);
         }
-        rule.vae_scale = int64_t{1} << (blocks - 1);
     }
     const std::string path = model_dir + "/" + spec.transformer + "/config.json";
     const nlohmann::json config = read_object(path);
     const TransformerShape& d = spec.transformer_defaults;
     rule.patch_size = positive(config, spec.patch_size_key, d.patch_size, path);
-    // The position table's side: diffusers' SD3Transformer2DModel defaults it to 96, as the worker does.
-    rule.max_patches = positive(config, "pos_embed_max_size", 96, path);
+    // The position table's side (SD3Transformer2DModel's pos_embed_max_size, 96 by default, as the
+    // worker reads it), or the family's fixed limit.
+    rule.max_patches = spec.max_patches_key.empty() ? spec.max_patches
+                                                    : positive(config, spec.max_patches_key, spec.max_patches, path);
     rule.default_side = positive(config, spec.sample_size_key, d.sample_size, path) * rule.vae_scale;
     return rule;
 }
@@ -115,7 +128,7 @@ struct ComponentRule {
     const char* key;
     std::vector<std::string> classes;  // accepted class names, the first the one to name
     bool required;                     // false: [null, null] or absent is fine
-    enum Files { kModel, kScheduler, kClipTokenizer, kT5Tokenizer } files;
+    enum Files { kModel, kScheduler, kBpeTokenizer, kT5Tokenizer } files;
     bool t5;  // part of the T5 text encoder: nothing is needed of it with no_t5
 };
 
@@ -125,14 +138,33 @@ const std::vector<ComponentRule>& sd3_components() {
         {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
         {"text_encoder", {"CLIPTextModelWithProjection", "CLIPTextModel"}, true, ComponentRule::kModel, false},
         {"text_encoder_2", {"CLIPTextModelWithProjection", "CLIPTextModel"}, true, ComponentRule::kModel, false},
-        {"tokenizer", {"CLIPTokenizer"}, true, ComponentRule::kClipTokenizer, false},
-        {"tokenizer_2", {"CLIPTokenizer"}, true, ComponentRule::kClipTokenizer, false},
+        {"tokenizer", {"CLIPTokenizer"}, true, ComponentRule::kBpeTokenizer, false},
+        {"tokenizer_2", {"CLIPTokenizer"}, true, ComponentRule::kBpeTokenizer, false},
         {"transformer", {"SD3Transformer2DModel"}, true, ComponentRule::kModel, false},
         {"vae", {"AutoencoderKL"}, false, ComponentRule::kModel, false},
         {"text_encoder_3", {"T5EncoderModel"}, false, ComponentRule::kModel, true},
         {"tokenizer_3", {"T5TokenizerFast", "T5Tokenizer"}, false, ComponentRule::kT5Tokenizer, true},
     };
     return rules;
+}
+
+// QwenImagePipeline's components, as the worker's pipeline loads them.
+const std::vector<ComponentRule>& qwen_image_components() {
+    static const std::vector<ComponentRule> rules = {
+        {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
+        {"text_encoder", {"Qwen2_5_VLForConditionalGeneration"}, true, ComponentRule::kModel, false},
+        {"tokenizer", {"Qwen2Tokenizer", "Qwen2TokenizerFast"}, true, ComponentRule::kBpeTokenizer, false},
+        {"transformer", {"QwenImageTransformer2DModel"}, true, ComponentRule::kModel, false},
+        {"vae", {"AutoencoderKLQwenImage"}, true, ComponentRule::kModel, false},
+    };
+    return rules;
+}
+
+// The rules of `spec`'s family, or nullptr for a family without any.
+const std::vector<ComponentRule>* components_of(const ParallelSpec& spec) {
+    if (spec.family == "sd3") return &sd3_components();
+    if (spec.family == "qwen-image") return &qwen_image_components();
+    return nullptr;
 }
 
 std::string or_list(const std::vector<std::string>& items) {
@@ -173,7 +205,7 @@ void check_component_files(const std::string& dir, const ComponentRule& rule, co
         case ComponentRule::kScheduler:
             need_file("scheduler_config.json");
             return;
-        case ComponentRule::kClipTokenizer:
+        case ComponentRule::kBpeTokenizer:
             if (!model_file_exists(dir + "/tokenizer.json")) {
                 need_file("vocab.json");
                 need_file("merges.txt");
@@ -232,6 +264,24 @@ void check_transformer_config(const std::string& model_dir, const ParallelSpec& 
             problems.push_back(path + ": \"dual_attention_layers\" is " + it->dump().substr(0, 60) +
                                "; expected a list of distinct block indices from 0 to " + std::to_string(layers - 1));
     }
+    if (spec.family == "qwen-image") {
+        // The text encoder's hidden states join the transformer as they are.
+        const std::string text_path = model_dir + "/text_encoder/config.json";
+        try {
+            const nlohmann::json text_config = read_object(text_path);
+            const auto nested = text_config.find("text_config");
+            const nlohmann::json& text = nested != text_config.end() && nested->is_object() ? *nested : text_config;
+            const int64_t joint = positive(config, "joint_attention_dim", 3584, path);
+            const int64_t hidden = positive(text, "hidden_size", 3584, text_path);
+            if (hidden != joint)
+                problems.push_back(text_path + ": \"hidden_size\" is " + std::to_string(hidden) +
+                                   " but the transformer's joint_attention_dim is " + std::to_string(joint) +
+                                   "; use the text encoder made for this model");
+        } catch (const protocol::ModelError& e) {
+            if (model_file_exists(text_path)) problems.push_back(e.what());
+        }
+        return;
+    }
     if (!t5) return;
     const std::string t5_path = model_dir + "/text_encoder_3/config.json";
     try {
@@ -260,10 +310,10 @@ std::vector<std::string> model_folder_problems(const std::string& model_dir, con
     } catch (const protocol::ModelError& e) {
         return {e.what()};
     }
-    if (spec.family != "sd3") return problems;  // no other family is known yet
+    const std::vector<ComponentRule>* rules = components_of(spec);
+    if (!rules) return problems;
     bool t5 = false;
-    std::string t5_tokenizer;
-    for (const ComponentRule& rule : sd3_components()) {
+    for (const ComponentRule& rule : *rules) {
         std::string cls;
         try {
             cls = component_class(index, rule.key, path);

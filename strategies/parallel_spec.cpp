@@ -31,8 +31,10 @@ const ParallelSpec& qwen_image_parallel_spec() {
     static const ParallelSpec spec = [] {
         ParallelSpec s;
         s.family = "qwen-image";
+        s.display_name = "Qwen-Image";
         s.pipeline_class = "QwenImagePipeline";
         s.components = {"text_encoder", "transformer", "vae"};
+        s.tp_components = {"text_encoder"};
         s.block_prefixes = {"transformer_blocks."};
         // Dual-stream blocks: q, k, v of both streams column-parallel (by heads), the outputs
         // row-parallel, both GELU MLPs column- then row-parallel.
@@ -61,6 +63,19 @@ const ParallelSpec& qwen_image_parallel_spec() {
         s.transformer_defaults.patch_size = 2;
         s.transformer_defaults.in_channels = 64;
         s.transformer_defaults.sample_size = 128;
+        // QwenImagePipeline's call arguments and defaults.
+        s.arguments.keys = {"true_cfg_scale", "max_sequence_length"};
+        s.arguments.steps = 50;
+        s.arguments.cfg_key = "true_cfg_scale";
+        s.arguments.cfg_scale = 4.0;
+        s.arguments.max_sequence_length = 512;
+        s.arguments.max_sequence_length_limit = 1024;
+        s.arguments.guidance_needs_negative_prompt = true;
+        s.vae_scale_key = "temperal_downsample";
+        // Its RoPE tables hold 4096 positions: half a side's patches from the centre, then up to
+        // 1024 text positions after them.
+        s.max_patches_key.clear();
+        s.max_patches = 2 * (4096 - 1024);
         return s;
     }();
     return spec;
@@ -70,9 +85,11 @@ const ParallelSpec& sd3_parallel_spec() {
     static const ParallelSpec spec = [] {
         ParallelSpec s;
         s.family = "sd3";
+        s.display_name = "SD3";
         s.pipeline_class = "StableDiffusion3Pipeline";
         s.components = {"text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae"};
         s.t5_encoder = "text_encoder_3";
+        s.tp_components = {"text_encoder_3"};
         s.block_prefixes = {"transformer_blocks."};
         // Joint attention: q, k, v column-parallel for both streams, the outputs row-parallel;
         // SD3.5's image-only second attention (attn2) split the same way, by the same heads; the
@@ -100,6 +117,9 @@ const ParallelSpec& sd3_parallel_spec() {
         s.transformer_defaults.patch_size = 2;
         s.transformer_defaults.in_channels = 16;
         s.transformer_defaults.sample_size = 128;
+        // StableDiffusion3Pipeline's call arguments and defaults.
+        s.arguments.keys = {"guidance_scale", "max_sequence_length", "skip_guidance_layers", "skip_layer_guidance_scale",
+                            "skip_layer_guidance_start", "skip_layer_guidance_stop"};
         return s;
     }();
     return spec;
@@ -114,6 +134,12 @@ const ParallelSpec* find_parallel_spec(const std::string& pipeline_class) {
     for (const ParallelSpec* s : parallel_specs())
         if (s->pipeline_class == pipeline_class) return s;
     return nullptr;
+}
+
+bool CallArguments::takes(const std::string& key) const {
+    for (const std::string& k : keys)
+        if (k == key) return true;
+    return false;
 }
 
 namespace {

@@ -46,8 +46,28 @@ struct TransformerShape {
     int64_t width() const { return heads * head_dim; }
 };
 
+// The call arguments of a family's pipeline that a request sets (JSONL keys, and flags of the same
+// names), with diffusers' defaults for that pipeline. Every family takes prompt, name, seed, width,
+// height, negative_prompt and steps (or num_inference_steps); `keys` lists the others it takes.
+// A key of another family is an error naming this one (Note [call arguments], job_settings.h).
+struct CallArguments {
+    std::vector<std::string> keys;  // e.g. "guidance_scale", "max_sequence_length"
+    int steps = 28;
+    // The classifier-free guidance scale's key (SD3's guidance_scale, Qwen-Image's
+    // true_cfg_scale) and default; guidance runs above 1.
+    std::string cfg_key = "guidance_scale";
+    double cfg_scale = 7.0;
+    int max_sequence_length = 256;
+    int max_sequence_length_limit = 512;  // what the pipeline accepts, from 1
+    // Whether the negative branch runs only when a negative prompt is given (Qwen-Image), rather
+    // than whenever the scale asks for it (SD3: an empty negative prompt by default).
+    bool guidance_needs_negative_prompt = false;
+    bool takes(const std::string& key) const;
+};
+
 struct ParallelSpec {
     std::string family;          // "sd3"
+    std::string display_name;    // how messages name the family: "SD3", "Qwen-Image"
     std::string pipeline_class;  // model_index.json's _class_name, e.g. "StableDiffusion3Pipeline"
     // The components device_map places, in pipeline order (model_index.json keys).
     std::vector<std::string> components;
@@ -66,6 +86,9 @@ struct ParallelSpec {
     std::vector<std::string> optional_components;
     // The T5 encoder component, which --no-t5 leaves out (SD3: text_encoder_3); empty: none.
     std::string t5_encoder;
+    // Components besides the transformer that tensor parallelism splits by the same rules (SD3's
+    // T5, Qwen-Image's Qwen2.5-VL text encoder).
+    std::vector<std::string> tp_components;
     // Tensors the pipeline never loads, as (component, name prefix): the VAE's encoder.
     std::vector<std::pair<std::string, std::string>> unloaded_tensors;
     std::string patch_size_key = "patch_size";
@@ -74,6 +97,14 @@ struct ParallelSpec {
     // The values the family's transformer class assumes for keys its config.json leaves out
     // (diffusers' defaults); 0: the key is required.
     TransformerShape transformer_defaults;
+    CallArguments arguments;
+    // How the VAE's config gives its pixels per latent: "block_out_channels" (AutoencoderKL:
+    // 2^(blocks - 1)) or "temperal_downsample" (AutoencoderKLQwenImage: 2^len).
+    std::string vae_scale_key = "block_out_channels";
+    // The patches along a side the transformer's positions allow: its config key (SD3's
+    // pos_embed_max_size) and the value when absent; an empty key: always the value.
+    std::string max_patches_key = "pos_embed_max_size";
+    int64_t max_patches = 96;
 };
 
 // The SD3 / SD3.5 family (StableDiffusion3Pipeline).

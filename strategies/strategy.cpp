@@ -114,10 +114,13 @@ void check_cfg_parallel(const StrategyRequest& r, const ParallelSpec& spec) {
         throw UsageError("--cfg-parallel: the world has " + std::to_string(r.world) +
                          " ranks; CFG parallelism pairs them, so it needs an even number (try -n " +
                          std::to_string(r.num_processes + 1) + ")");
-    if (r.guidance_scale <= 1.0)
-        throw UsageError("--cfg-parallel with --guidance-scale " +
-                         std::to_string(r.guidance_scale).substr(0, 4) +
+    const double scale = r.cfg_scale.value_or(spec.arguments.cfg_scale);
+    if (scale <= 1.0) {
+        std::string flag = "--" + spec.arguments.cfg_key;
+        std::replace(flag.begin(), flag.end(), '_', '-');
+        throw UsageError("--cfg-parallel with " + flag + " " + std::to_string(scale).substr(0, 4) +
                          ": there is no guidance to split at a scale of 1 or less");
+    }
 }
 
 // --strategy's degrees, filled into `d` (cfg already set) from the ranks the world leaves.

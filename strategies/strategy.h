@@ -21,7 +21,9 @@ struct StrategyRequest {
     int num_processes = 1;  // processes per node, for the "try -n N" hint
     std::string strategy;   // "" or data, context, tensor, device-map: fills the degrees from the world
     bool cfg_parallel = false;
-    double guidance_scale = 7.0;
+    // The family's CFG scale as the job sets it (--guidance-scale for SD3, --true-cfg-scale for
+    // Qwen-Image); unset: its default (spec.arguments).
+    std::optional<double> cfg_scale;
     int ulysses = 1, ring = 1, tp = 1;
     int dp = 0;              // 0: whatever the world leaves; else it must be exactly that
     std::string device_map;  // balanced, auto or a FILE.json; empty: none

@@ -74,7 +74,7 @@ TEST_CASE("JSONL keys for the new settings: accepted in range, each bad value an
     const PromptFile f = parse_prompt_file(
         R"({"prompt": "a", "max_sequence_length": 77, "skip_guidance_layers": [7, 8, 9], "skip_layer_guidance_scale": 3.5, "skip_layer_guidance_start": 0.1, "skip_layer_guidance_stop": 0.5}
 {"prompt": "b", "skip_guidance_layers": []}
-{"prompt": "c", "max_sequence_length": 513}
+{"prompt": "c", "max_sequence_length": 1025}
 {"prompt": "d", "max_sequence_length": 0}
 {"prompt": "e", "skip_guidance_layers": 7}
 {"prompt": "f", "skip_guidance_layers": [1, 1]}
@@ -94,8 +94,8 @@ TEST_CASE("JSONL keys for the new settings: accepted in range, each bad value an
     CHECK(f.prompts[1].skip_guidance_layers->empty());
     REQUIRE(f.invalid.size() == 8);
     const std::vector<std::string> expected = {
-        "p.jsonl:3: key 'max_sequence_length': expected a whole number from 1 to 512",
-        "p.jsonl:4: key 'max_sequence_length': expected a whole number from 1 to 512",
+        "p.jsonl:3: key 'max_sequence_length': expected a whole number from 1 to 1024",
+        "p.jsonl:4: key 'max_sequence_length': expected a whole number from 1 to 1024",
         "p.jsonl:5: key 'skip_guidance_layers': expected a list of distinct transformer block indices",
         "p.jsonl:6: key 'skip_guidance_layers': block 1 is listed twice",
         "p.jsonl:7: key 'skip_guidance_layers': expected a list",
@@ -127,6 +127,10 @@ TEST_CASE("a request takes the prompt's own settings, else the job's, checked ag
     p.skip_guidance_layers = std::vector<int>{};
     CHECK(job_request(p, job, rules).max_sequence_length == 7);
     CHECK(job_request(p, job, rules).skip_guidance_layers.empty());
+    p.max_sequence_length = 513;  // the parser takes up to 1024 (Qwen-Image's); SD3's T5 takes 512
+    CHECK(prompt_setting_problem(p, job, rules) ==
+          "key 'max_sequence_length': 513 is more than SD3's pipeline accepts (1 to 512)");
+    p.max_sequence_length = 7;
 
     CHECK(job_setting_problems(job, rules).empty());
     CHECK(prompt_setting_problem(p, job, rules).empty());
@@ -180,7 +184,7 @@ TEST_CASE("the manifest records the new settings, and --resume treats a change a
     dp::protocol::JobRequest q;
     q.prompt = "a";
     q.steps = 2;
-    nlohmann::json had = pending_record(q, 1, job, "fp32");
+    nlohmann::json had = pending_record(q, 1, job, "fp32", ModelRules{});
     CHECK(had["max_sequence_length"] == 256);
     CHECK_FALSE(had.contains("skip_guidance_layers"));  // none skipped: the skip settings change nothing
     CHECK_FALSE(had.contains("variant"));
@@ -194,18 +198,18 @@ TEST_CASE("the manifest records the new settings, and --resume treats a change a
 
     dp::protocol::JobRequest r = q;
     r.max_sequence_length = 77;
-    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32")) ==
+    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32", ModelRules{})) ==
           std::vector<std::string>{"max_sequence_length 256 (now 77)"});
     r = q;
     r.skip_layer_guidance_scale = 4;  // without skipped blocks: nothing changes
-    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32")).empty());
+    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32", ModelRules{})).empty());
     r.skip_guidance_layers = {7, 8};
-    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32")) ==
+    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32", ModelRules{})) ==
           std::vector<std::string>{"skip_guidance_layers [] (now [7,8])", "skip_layer_guidance_scale 2.8 (now 4.0)"});
     JobOptions other = job;
     other.variant = "fp16";
     other.no_t5 = true;
-    CHECK(pixel_setting_differences(had, pending_record(q, 1, other, "bf16")) ==
+    CHECK(pixel_setting_differences(had, pending_record(q, 1, other, "bf16", ModelRules{})) ==
           std::vector<std::string>{"variant '' (now 'fp16')", "dtype 'fp32' (now 'bf16')", "no_t5 false (now true)"});
 }
 

@@ -105,13 +105,15 @@ TEST_CASE("a model folder's family comes from model_index.json's _class_name, or
     const std::string sd3 =
         model_folder("sd3", {{"model_index.json", R"({"_class_name": "StableDiffusion3Pipeline"})"}});
     CHECK(&parallel_spec_for_model(sd3) == &sd3_parallel_spec());
+    const std::string qwen = model_folder("qwen", {{"model_index.json", R"({"_class_name": "QwenImagePipeline"})"}});
+    CHECK(&parallel_spec_for_model(qwen) == &qwen_image_parallel_spec());
     CHECK(&parallel_spec_for_model(dp::launcher::resolve_model("tiny-random-sd3", "--model")) ==
           &sd3_parallel_spec());
     const std::string flux =
         model_folder("flux", {{"model_index.json", R"({"_class_name": "FluxPipeline"})"}});
     CHECK_THROWS_WITH_AS(parallel_spec_for_model(flux),
                          (flux + "/model_index.json: _class_name FluxPipeline is not supported (supported: "
-                                 "StableDiffusion3Pipeline)")
+                                 "StableDiffusion3Pipeline, QwenImagePipeline)")
                              .c_str(),
                          dp::protocol::ModelError);
     for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{

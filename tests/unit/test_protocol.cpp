@@ -46,6 +46,7 @@ JobFile full_job() {
     a.seed = 9007199254740993ull;  // not exact as a double
     a.steps = 40;
     a.guidance_scale = 4.25;
+    a.true_cfg_scale = 2.5;
     a.width = 24;
     a.height = 8;
     a.max_sequence_length = 77;
@@ -56,6 +57,7 @@ JobFile full_job() {
     JobRequest b = a;
     b.index = 7;
     b.file = "00007-b.png";
+    b.negative_prompt.reset();  // none given: null, not ""
     job.requests = {a, b};
     return job;
 }
@@ -103,6 +105,7 @@ void check_same(const JobFile& x, const JobFile& y) {
         CHECK(r.seed == s.seed);
         CHECK(r.steps == s.steps);
         CHECK(r.guidance_scale == s.guidance_scale);
+        CHECK(r.true_cfg_scale == s.true_cfg_scale);
         CHECK(r.width == s.width);
         CHECK(r.height == s.height);
         CHECK(r.max_sequence_length == s.max_sequence_length);
@@ -173,7 +176,7 @@ TEST_CASE("a job file that is not one this build reads is refused, naming the fi
              {"[1, 2]", path + ": format: not a dp-launch job file"},
              {R"({"format": "something else", "version": 1})", path + ": format: not a dp-launch job file"},
              {edited([](auto& j) { j["version"] = 1; }),
-              path + ": version: 1 is not the version this dp-worker reads (2); dp-launch and dp-worker come "
+              path + ": version: 1 is not the version this dp-worker reads (3); dp-launch and dp-worker come "
                      "from different builds"},
              {edited([](auto& j) { j.erase("output_dir"); }),
               path + ": output_dir: missing (expected a string)"},
@@ -190,8 +193,12 @@ TEST_CASE("a job file that is not one this build reads is refused, naming the fi
              {edited([](auto& j) { j["no_t5"] = 1; }), path + ": no_t5: expected true or false, got 1"},
              {edited([](auto& j) { j["requests"][0].erase("max_sequence_length"); }),
               path + ": requests[0].max_sequence_length: missing"},
-             {edited([](auto& j) { j["requests"][0]["max_sequence_length"] = 513; }),
-              path + ": requests[0].max_sequence_length: expected a whole number from 1 to 512, got 513"},
+             {edited([](auto& j) { j["requests"][0]["max_sequence_length"] = 1025; }),
+              path + ": requests[0].max_sequence_length: expected a whole number from 1 to 1024, got 1025"},
+             {edited([](auto& j) { j["requests"][0].erase("true_cfg_scale"); }),
+              path + ": requests[0].true_cfg_scale: missing"},
+             {edited([](auto& j) { j["requests"][0]["negative_prompt"] = 3; }),
+              path + ": requests[0].negative_prompt: expected a string or null"},
              {edited([](auto& j) { j["requests"][1]["skip_guidance_layers"] = {7, 7}; }),
               path + ": requests[1].skip_guidance_layers[1]: block 7 is listed twice"},
              {edited([](auto& j) { j["requests"][1]["skip_guidance_layers"] = {"7"}; }),

@@ -37,7 +37,7 @@ StrategyRequest request(int world, const std::string& flags) {
         if (flag == "--strategy")
             r.strategy = value;
         else if (flag == "--guidance-scale")
-            r.guidance_scale = std::stod(value);
+            r.cfg_scale = std::stod(value);
         else if (flag == "--ulysses")
             r.ulysses = std::stoi(value);
         else if (flag == "--ring")

@@ -293,7 +293,7 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     auto encode = [&](bool negative) {
         std::vector<std::string> prompts;
         for (const GenerateRequest& one : batch)
-            prompts.push_back(negative ? one.negative_prompt : one.prompt);
+            prompts.push_back(negative ? one.negative_prompt.value_or("") : one.prompt);
         PromptEmbeddings e = encode_prompts(prompts, r.max_sequence_length);
         for (std::size_t k = 0; k < batch.size(); ++k)
             if (!e.truncation[k].empty())
