@@ -1,6 +1,7 @@
-"""Writes the config-only folders of real SD3-family models: models/sd3-medium, models/sd3.5-medium
-and models/sd3.5-large, as diffusers lays out stabilityai/stable-diffusion-3-medium-diffusers,
-stable-diffusion-3.5-medium and stable-diffusion-3.5-large, without their weights.
+"""Writes the config-only folders of real models: models/sd3-medium, models/sd3.5-medium,
+models/sd3.5-large and models/qwen-image, as diffusers lays out
+stabilityai/stable-diffusion-3-medium-diffusers, stable-diffusion-3.5-medium,
+stable-diffusion-3.5-large and Qwen/Qwen-Image, without their weights.
 
 Every component gets its config.json with the checkpoint's values, and a tensor manifest,
 <component>/tensors.json: each tensor's name, shape and dtype, in the layout of a safetensors
@@ -11,7 +12,9 @@ counts from the manifests; `--random-weights` runs build the real shapes.
 
 Tokenizer vocabularies are not available offline: tokenizer/ and tokenizer_2/ carry the small CLIP
 BPE of models/tiny-random-sd3, tokenizer_3/ the small SentencePiece vocabulary of
-tests/data/golden/t5_tokenizer. Their ids are not the real model's (models/README.md).
+tests/data/golden/t5_tokenizer, and Qwen-Image's tokenizer/ the small byte-level BPE of
+tests/data/golden/qwen2_tokenizer (Qwen2's pre-tokenizer and special tokens, a small vocabulary).
+Their ids are not the real model's (models/README.md).
 
 Run:   ~/.cache/dp-launch/venv/bin/python scripts/models/make_config_folders.py
 Check: ... make_config_folders.py --check   (exit 1 when a committed file differs from what the
@@ -82,6 +85,30 @@ T5_TOKENIZER = dict(add_prefix_space=True, additional_special_tokens=[f"<extra_i
                     clean_up_tokenization_spaces=True, eos_token="</s>", extra_ids=100, legacy=True,
                     model_max_length=512, pad_token="<pad>", sp_model_kwargs={}, tokenizer_class="T5Tokenizer",
                     unk_token="<unk>")
+
+# Qwen/Qwen-Image: its text encoder is Qwen2.5-VL-7B-Instruct (the language model is what runs),
+# its transformer 60 dual-stream blocks of width 3072, its VAE Wan 2.1's 16-channel one.
+QWEN_TEXT = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                 num_attention_heads=28, num_key_value_heads=4, hidden_act="silu", max_position_embeddings=128000,
+                 rms_norm_eps=1e-6, rope_theta=1000000.0, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
+                 tie_word_embeddings=False, use_sliding_window=False, sliding_window=32768, max_window_layers=28,
+                 attention_dropout=0.0, bos_token_id=151643, eos_token_id=151645)
+QWEN_VISION = dict(depth=32, hidden_size=1280, hidden_act="silu", intermediate_size=3420, num_heads=16, in_chans=3,
+                   out_hidden_size=3584, patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
+                   fullatt_block_indexes=[7, 15, 23, 31], tokens_per_second=2)
+QWEN_TRANSFORMER = dict(patch_size=2, in_channels=64, out_channels=16, num_layers=60, attention_head_dim=128,
+                        num_attention_heads=24, joint_attention_dim=3584, guidance_embeds=False,
+                        axes_dims_rope=(16, 56, 56))
+QWEN_VAE = dict(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
+                temperal_downsample=[False, True, True], dropout=0.0,
+                latents_mean=[-0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508, 0.4134, -0.0715,
+                              0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921],
+                latents_std=[2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743, 3.2687, 2.1526, 2.8652,
+                             1.5579, 1.6382, 1.1253, 2.8251, 1.916])
+QWEN_SCHEDULER = dict(num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9,
+                      base_image_seq_len=256, max_image_seq_len=8192, shift_terminal=0.02,
+                      time_shift_type="exponential")
+QWEN_TOKENIZER_DIR = os.path.join(ROOT, "tests", "data", "golden", "qwen2_tokenizer")
 
 # --- writing ------------------------------------------------------------------------------------
 
@@ -162,11 +189,47 @@ def folder_files(name, spec):
     return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
 
 
+def qwen_image_files():
+    """Relative path -> bytes of every file of models/qwen-image."""
+    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageTransformer2DModel
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    files = {"model_index.json": json_text(
+        {"_class_name": "QwenImagePipeline", "_diffusers_version": "0.42.1",
+         "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+         "text_encoder": ["transformers", "Qwen2_5_VLForConditionalGeneration"],
+         "tokenizer": ["transformers", "Qwen2Tokenizer"],
+         "transformer": ["diffusers", "QwenImageTransformer2DModel"],
+         "vae": ["diffusers", "AutoencoderKLQwenImage"]})}
+    files["scheduler/scheduler_config.json"] = json_text(
+        json.loads(FlowMatchEulerDiscreteScheduler(**QWEN_SCHEDULER).to_json_string()))
+    config = Qwen2_5_VLConfig(text_config=QWEN_TEXT, vision_config=QWEN_VISION, image_token_id=151655,
+                              video_token_id=151656, vision_start_token_id=151652, vision_end_token_id=151653)
+    config.architectures = ["Qwen2_5_VLForConditionalGeneration"]
+    with torch.device("meta"):
+        model = Qwen2_5_VLForConditionalGeneration(config)
+    d = config.to_dict()
+    d["dtype"] = "bfloat16"
+    files["text_encoder/config.json"] = json_text(d)
+    # The names the published files use (model.layers.N..., visual..., lm_head), which
+    # save_pretrained writes back from the module's own (model.language_model...).
+    manifest = manifest_text(model, "BF16", "Qwen2_5_VLForConditionalGeneration")
+    manifest = manifest.replace('"model.language_model.', '"model.').replace('"model.visual.', '"visual.')
+    files["text_encoder/tensors.json"] = manifest
+    files["transformer/config.json"], files["transformer/tensors.json"] = diffusers_component(
+        QwenImageTransformer2DModel, QWEN_TRANSFORMER, "BF16")
+    files["vae/config.json"], files["vae/tensors.json"] = diffusers_component(AutoencoderKLQwenImage, QWEN_VAE, "BF16")
+    for name in sorted(os.listdir(QWEN_TOKENIZER_DIR)):
+        with open(os.path.join(QWEN_TOKENIZER_DIR, name), "rb") as f:
+            files[f"tokenizer/{name}"] = f.read()
+    return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
+
+
 def main():
     check = "--check" in sys.argv[1:]
     stale = []
-    for name, spec in FOLDERS.items():
-        files = folder_files(name, spec)
+    for name, spec in list(FOLDERS.items()) + [("qwen-image", None)]:
+        files = folder_files(name, spec) if spec else qwen_image_files()
         for rel, data in sorted(files.items()):
             path = os.path.join(MODELS, name, rel)
             if check:
