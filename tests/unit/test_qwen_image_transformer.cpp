@@ -4,6 +4,7 @@
 // the degrees do not divide, and the per-rank bytes tensor parallelism leaves.
 #include "unit/doctest_torch.h"
 
+#include <cmath>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -67,7 +68,7 @@ class Worst {
   public:
     void add(double v) {
         const std::lock_guard<std::mutex> lock(m_);
-        worst_ = std::max(worst_, v);
+        worst_ = std::isnan(v) ? v : std::max(worst_, v);  // NaN sticks: it fails every bound
     }
     double value() const { return worst_; }
 
