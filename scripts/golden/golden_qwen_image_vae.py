@@ -4,7 +4,8 @@ qwen_image_vae: a tiny random AutoencoderKLQwenImage (perturbed RMS-norm gammas,
 latents_mean / latents_std, temperal_downsample [False, True] so that the decoder's first up block
 is an upsample3d with a time_conv) in tests/data/golden/qwen_image_vae/, with a non-square batch
 of transformer latents and the image QwenImagePipeline decodes from them in fp32: un-normalised
-with the latent statistics, given one frame, decoded, clamped, the frame taken back out.
+with the latent statistics, given one frame, decoded, clamped, the frame taken back out; and the
+same decode in bf16 (image_bf16).
 It also checks, in diffusers itself, the reduction the C++ decoder relies on (Note [one frame
 through causal 3-D convolutions]): with one frame, only the last time slice of every causal
 kernel and none of the time_conv weights reach the output.
@@ -64,7 +65,10 @@ def qwen_image_vae():
         assert torch.equal(_pipeline_decode(vae, latents), image), "not reproducible"
     vae.save_pretrained(os.path.join(OUT, "qwen_image_vae"), safe_serialization=True)
     print(f"clamped: {(image.abs() == 1).float().mean():.2f} of the image")
-    save("qwen_image_vae.safetensors", {"latents": latents, "image": image}, {"config": config})
+    with torch.no_grad():  # the same in bf16, weights and latents (its RMS norms normalise in fp32)
+        image_bf16 = _pipeline_decode(vae.to(torch.bfloat16), latents.to(torch.bfloat16)).float()
+    save("qwen_image_vae.safetensors", {"latents": latents, "image": image, "image_bf16": image_bf16},
+         {"config": config})
 
 
 PARTS = ["qwen_image_vae"]
