@@ -154,20 +154,24 @@ AttentionOutputs attend(const AttentionInputs& in) {
     // then each ring rank's key/value segment as it comes round the ring; the partial results are
     // merged exactly by their log-sum-exps:
     // out = (out_a e^{lse_a} + out_b e^{lse_b}) / (e^{lse_a} + e^{lse_b}).
+    // A query row whose keys in a block are all masked (a segment of image padding whose text keys
+    // the prompt's bias masks) has lse -inf there: it contributes nothing, its partial output is 0.
     const at::Tensor queries = has2 ? at::cat({q1, second(in.q2)}, 2) : q1;
     at::Tensor out, lse;
+    // lse where finite, else 0: subtracting it never gives -inf - (-inf).
+    auto finite_or_zero = [](const at::Tensor& t) { return at::where(at::isneginf(t), at::zeros_like(t), t); };
     auto absorb = [&](const at::Tensor& keys, const at::Tensor& values, const at::Tensor& bias) {
         at::Tensor scores = at::matmul(queries, keys.transpose(-2, -1)) * scale;
         if (bias.defined()) scores = scores + bias.view({bias.size(0), 1, 1, -1}).to(scores.scalar_type());
         const at::Tensor block_lse = at::logsumexp(scores, -1, true);
-        const at::Tensor block_out = at::matmul(at::exp(scores - block_lse), values);
+        const at::Tensor block_out = at::matmul(at::exp(scores - finite_or_zero(block_lse)), values);
         if (!out.defined()) {
             out = block_out;
             lse = block_lse;
             return;
         }
-        const at::Tensor merged = at::logaddexp(lse, block_lse);
-        out = out * at::exp(lse - merged) + block_out * at::exp(block_lse - merged);
+        const at::Tensor merged = at::logaddexp(lse, block_lse), shift = finite_or_zero(merged);
+        out = out * at::exp(lse - shift) + block_out * at::exp(block_lse - shift);
         lse = merged;
     };
     if (has2 && !split2) absorb(ulysses.my_heads(in.k2), ulysses.my_heads(in.v2), in.bias2);  // once

@@ -125,6 +125,58 @@ TEST_CASE("attend() applies the second stream's key bias: without it the result 
     }
 }
 
+namespace {
+
+// A ring segment whose keys are all masked for one prompt: 2 image tokens over the ranks leave the
+// last ring segment's image block all padding, and the bias masks that segment's text keys (text
+// tokens 4 and 5, the last segment at ring 3 and at ring 2 x Ulysses 2) for prompt 0. Runs attend()
+// in `dtype` and returns the largest difference from whole-sequence attention in fp32 (infinite
+// when any output is not finite).
+double masked_segment_difference(int ulysses, int ring, at::ScalarType dtype) {
+    const int64_t batch = 2, heads = 4, tokens = 2, text = 6, head_dim = 8;
+    const at::Tensor q = seeded({batch, heads, tokens, head_dim}, 21), k = seeded({batch, heads, tokens, head_dim}, 22),
+                     v = seeded({batch, heads, tokens, head_dim}, 23), q2 = seeded({batch, heads, text, head_dim}, 24),
+                     k2 = seeded({batch, heads, text, head_dim}, 25), v2 = seeded({batch, heads, text, head_dim}, 26);
+    at::Tensor bias2 = at::zeros({batch, text});
+    bias2[0][4] = -INFINITY;
+    bias2[0][5] = -INFINITY;
+    bias2[1][1] = -INFINITY;
+    const at::Tensor expected = reference(q, k, v, q2, k2, v2, bias2);
+    MeshDegrees degrees;
+    degrees.ring = ring;
+    degrees.ulysses = ulysses;
+    const int world = ring * ulysses;
+    std::mutex m;
+    double worst = 0;
+    dp::test::run_ranks(world, [&](int, Communicator& group) {
+        const ParallelContext parallel(group, Mesh(world, degrees));
+        const SequenceShard image(tokens, parallel.sequence()), words(text, parallel.sequence());
+        AttentionInputs in;
+        in.q = image.shard(q, 2).to(dtype), in.k = image.shard(k, 2).to(dtype), in.v = image.shard(v, 2).to(dtype);
+        in.shard = &image;
+        in.q2 = words.shard(q2, 2).to(dtype), in.k2 = words.shard(k2, 2).to(dtype), in.v2 = words.shard(v2, 2).to(dtype);
+        in.shard2 = &words;
+        in.bias2 = bias2;
+        const AttentionOutputs out = attend(in);
+        const at::Tensor got = at::cat({image.gather(out.out, 2), words.gather(out.out2, 2)}, 2).to(at::kFloat);
+        const double diff = at::isfinite(got).all().item<bool>() ? max_diff(got, expected) : INFINITY;
+        const std::lock_guard<std::mutex> lock(m);
+        worst = std::max(worst, diff);
+    });
+    return worst;
+}
+
+}  // namespace
+
+TEST_CASE("attend() with a ring segment whose keys are all masked for a prompt: finite, and equal to one rank") {
+    for (const auto& [u, r] : std::vector<std::pair<int, int>>{{1, 3}, {2, 2}, {3, 1}, {1, 1}}) {
+        CAPTURE(u);
+        CAPTURE(r);
+        CHECK(masked_segment_difference(u, r, at::kFloat) < 1e-5);
+        CHECK(masked_segment_difference(u, r, at::kBFloat16) < 5e-2);
+    }
+}
+
 TEST_CASE("SequenceShard pads, splits and gathers any length, and splits rotary ids like tokens") {
     const auto rank_body = [](int rank, Communicator& group) {
         MeshDegrees degrees;
