@@ -83,3 +83,34 @@ TEST_CASE("configs we do not implement, and bad values, are refused by name") {
     CHECK_THROWS_WITH_AS(dynamic.set_timesteps(4), doctest::Contains("needs mu"), ModelError);
     CHECK_THROWS_AS(dynamic.set_timesteps(0, 0.5), ModelError);
 }
+
+TEST_CASE("explicit sigmas as QwenImagePipeline passes them: dynamic mu from the tokens, shift_terminal") {
+    // tests/data/golden/qwen_scheduler.safetensors (scripts/golden/golden_qwen_scheduler.py):
+    // linspace(1, 1/N, N) through Qwen-Image's scheduler config, as diffusers sets them.
+    auto file = SafetensorsFile::open(golden_path("qwen_scheduler.safetensors"));
+    const auto cases = nlohmann::json::parse(file->metadata().at("cases"));
+    int checked = 0;
+    for (const auto& [name, c] : cases.items()) {
+        CAPTURE(name);
+        const FlowMatchSchedulerConfig config = FlowMatchSchedulerConfig::from_json_text(c["config"].dump(), name);
+        FlowMatchEulerScheduler s(config);
+        const int steps = c["steps"].get<int>();
+        std::vector<double> sigmas;
+        for (int i = 0; i < steps; ++i)
+            sigmas.push_back(steps == 1 ? 1.0 : 1.0 + (1.0 / steps - 1.0) * i / (steps - 1));
+        const double mu = flow_match_mu(config, c["image_seq_len"].get<int>());
+        CHECK(mu == doctest::Approx(c["mu"].get<double>()).epsilon(1e-12));
+        s.set_sigmas(sigmas, mu);
+        const double ds = max_abs_diff(s.sigmas(), load_tensor(file, name + ".sigmas", at::kFloat));
+        const double dt = max_abs_diff(s.timesteps(), load_tensor(file, name + ".timesteps", at::kFloat));
+        MESSAGE(name << ": max |sigma diff| " << ds << ", max |timestep diff| " << dt);
+        CHECK(ds <= 1e-6);
+        CHECK(dt <= 1e-4);
+        ++checked;
+    }
+    CHECK(checked == 4);
+    FlowMatchEulerScheduler s(FlowMatchSchedulerConfig::from_json_text(R"({"shift": 3.0})", "sd3"));
+    CHECK_THROWS_AS(s.set_sigmas({}), ModelError);
+    CHECK_THROWS_AS(s.set_sigmas({1.0, 0.0}), ModelError);
+    CHECK_THROWS_AS(s.set_sigmas({1.5}), ModelError);
+}

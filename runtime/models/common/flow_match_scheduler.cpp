@@ -90,21 +90,34 @@ FlowMatchEulerScheduler::FlowMatchEulerScheduler(FlowMatchSchedulerConfig config
 void FlowMatchEulerScheduler::set_timesteps(int steps, std::optional<double> mu) {
     if (steps < 1 || steps > 100000)
         throw ModelError("steps must be from 1 to 100000, got " + std::to_string(steps));
-    if (config_.use_dynamic_shifting && !mu)
-        throw ModelError("this scheduler uses dynamic shifting: set_timesteps needs mu (see flow_match_mu)");
     const double n = config_.num_train_timesteps;
     std::vector<double> t =
         linspace(static_cast<double>(sigma_max_) * n, static_cast<double>(sigma_min_) * n, steps);
-    std::vector<double> s(t.size());
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        double sigma = t[i] / n;
+    for (double& v : t) v /= n;
+    shift_sigmas(std::move(t), mu);
+}
+
+void FlowMatchEulerScheduler::set_sigmas(const std::vector<double>& sigmas, std::optional<double> mu) {
+    if (sigmas.empty() || sigmas.size() > 100000)
+        throw ModelError("the scheduler takes 1 to 100000 sigmas, got " + std::to_string(sigmas.size()));
+    std::vector<double> s;
+    for (double v : sigmas) {
+        if (!(v > 0 && v <= 1)) throw ModelError("sigma " + std::to_string(v) + ": sigmas must be in (0, 1]");
+        s.push_back(static_cast<float>(v));  // np.array(sigmas).astype(np.float32)
+    }
+    shift_sigmas(std::move(s), mu);
+}
+
+void FlowMatchEulerScheduler::shift_sigmas(std::vector<double> s, std::optional<double> mu) {
+    if (config_.use_dynamic_shifting && !mu)
+        throw ModelError("this scheduler uses dynamic shifting: set_timesteps needs mu (see flow_match_mu)");
+    for (double& sigma : s) {
         if (config_.use_dynamic_shifting) {
             const double inv = 1.0 / sigma - 1.0;  // diffusers calls time_shift(mu, 1.0, t)
             sigma = config_.linear_time_shift ? *mu / (*mu + inv) : std::exp(*mu) / (std::exp(*mu) + inv);
         } else {
             sigma = config_.shift * sigma / (1.0 + (config_.shift - 1.0) * sigma);
         }
-        s[i] = sigma;
     }
     if (config_.shift_terminal) {
         const double scale = (1.0 - s.back()) / (1.0 - *config_.shift_terminal);

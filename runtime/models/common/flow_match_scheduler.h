@@ -38,6 +38,9 @@ class FlowMatchEulerScheduler {
     // Computes `steps` timesteps and steps + 1 sigmas (the last 0, or 1 when inverted). `mu` is
     // required when the config uses dynamic shifting.
     void set_timesteps(int steps, std::optional<double> mu = std::nullopt);
+    // The same from explicit sigmas in (0, 1] (diffusers' set_timesteps(sigmas=...)), shifted as
+    // the config says: QwenImagePipeline passes linspace(1, 1 / steps, steps).
+    void set_sigmas(const std::vector<double>& sigmas, std::optional<double> mu = std::nullopt);
 
     const std::vector<float>& sigmas() const { return sigmas_; }
     const std::vector<float>& timesteps() const { return timesteps_; }
@@ -48,6 +51,7 @@ class FlowMatchEulerScheduler {
     at::Tensor step(const at::Tensor& model_output, int index, const at::Tensor& sample) const;
 
   private:
+    void shift_sigmas(std::vector<double> sigmas, std::optional<double> mu);
     FlowMatchSchedulerConfig config_;
     float sigma_min_ = 0;
     float sigma_max_ = 1;
