@@ -14,6 +14,7 @@
 #include "runtime/models/common/clip_tokenizer.h"
 #include "runtime/models/common/config_json.h"
 #include "runtime/models/common/flow_match_scheduler.h"
+#include "runtime/models/common/pipeline_common.h"
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
 #include "runtime/models/sd3/sd3_transformer.h"
@@ -26,42 +27,6 @@ namespace dp::runtime {
 namespace {
 
 constexpr int kMaxT5SequenceLength = 512;  // diffusers refuses more
-
-// The library and class model_index.json names for a component, or empty when it names none.
-std::string component_class(const ConfigJson& index, const char* key) {
-    if (!index.has(key)) return {};
-    const auto& entry = index.raw()[key];
-    if (!entry.is_array() || entry.size() != 2) index.fail(key, "must be [library, class] or [null, null]");
-    if (entry[1].is_null()) return {};
-    if (!entry[1].is_string()) index.fail(key, "must name its class as a string");
-    return entry[1].get<std::string>();
-}
-
-// Everything the folder's files say would stop the load (strategies::model_folder_problems: the
-// components and classes this family runs, their files), as one ModelError listing them all.
-void require_loadable(const PipelineOptions& o) {
-    strategies::ModelNeeds needs;
-    needs.variant = o.variant;
-    needs.no_t5 = o.no_t5;
-    needs.random_weights = o.random_weights.has_value();
-    const std::vector<std::string> problems =
-        strategies::model_folder_problems(o.model_dir, strategies::sd3_parallel_spec(), needs);
-    if (problems.empty()) return;
-    std::string text = problems.front();
-    for (std::size_t i = 1; i < problems.size(); ++i) text += "\n" + problems[i];
-    throw ModelError(text);
-}
-
-// A component's device: its device_map slot's, else the run's.
-at::Device device_of(const PipelineOptions& o, const std::string& component) {
-    return o.device_map ? o.device_map->device_of(component) : o.device;
-}
-
-WeightStore open_weights(const PipelineOptions& o, const std::string& component, uint64_t salt,
-                         at::Device device) {
-    if (o.random_weights) return WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, device);
-    return WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device, o.variant);
-}
 
 }  // namespace
 
@@ -93,7 +58,7 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
     if (cls != "StableDiffusion3Pipeline")
         throw ModelError(dir + "/model_index.json: pipeline class '" + cls +
                          "' is not supported (supported: StableDiffusion3Pipeline)");
-    require_loadable(o);
+    require_loadable(o, strategies::sd3_parallel_spec());
     const bool t5 = !component_class(index, "text_encoder_3").empty() && !o.no_t5;
 
     const DeviceMapping* dm = o.device_map.get();
@@ -277,14 +242,7 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
                 "a batch must share steps, guidance scale, size, max_sequence_length and skip-layer guidance");
     const int64_t n = static_cast<int64_t>(batch.size());
     std::vector<GenerateResult> results(batch.size());
-    const int width = r.width ? r.width : default_width();
-    const int height = r.height ? r.height : default_height();
-    const int multiple = size_multiple();
-    if (width <= 0 || height <= 0 || width % multiple != 0 || height % multiple != 0)
-        throw ModelError("image size " + std::to_string(width) + "x" + std::to_string(height) +
-                         ": width and height must be positive multiples of " + std::to_string(multiple) +
-                         " for this model");
-    if (r.steps < 1) throw ModelError("steps must be at least 1");
+    const auto [width, height] = checked_size(*this, r);
     for (int layer : r.skip_guidance_layers)
         if (layer < 0 || layer >= tc.num_layers)
             throw ModelError("skip_guidance_layers: block " + std::to_string(layer) + " does not exist (the model has " +
@@ -375,22 +333,7 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     at::Tensor image = !c.vae ? latents
                        : dm   ? c.vae->decode(dm->move(latents, dm->slot_of("transformer"), dm->slot_of("vae")))
                               : c.vae->decode(latents);
-    // diffusers' postprocess: [-1, 1] -> [0, 1], clamp, fp32, x 255, round half to even, uint8.
-    image = (image / 2 + 0.5).clamp(0, 1).to(at::kCPU, at::kFloat);
-    const at::Tensor pixels = (image.permute({0, 2, 3, 1}) * 255).round().to(at::kByte);
-    const at::Tensor final_latents = latents.to(at::kCPU, at::kFloat);
-    // A NaN or inf would pass through the clamp as a black or saturated image: such a request
-    // made no image.
-    const at::Tensor finite = at::isfinite(final_latents).flatten(1).all(1);
-    for (int64_t k = 0; k < n; ++k) {
-        GenerateResult& out = results[static_cast<std::size_t>(k)];
-        out.image = pixels[k].contiguous();
-        out.latents = final_latents.narrow(0, k, 1).contiguous();
-        if (!finite[k].item<bool>())
-            out.error = "the final latents are not finite (NaN or inf) after " + std::to_string(r.steps) +
-                        " steps: the model's weights or these settings produce no image (check the weights, "
-                        "and try --dtype fp32)";
-    }
+    finish_results(results, image, latents, r.steps);
     return results;
 }
 

@@ -1,0 +1,74 @@
+#include "runtime/models/common/pipeline_common.h"
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "runtime/errors.h"
+#include "runtime/models/common/config_json.h"
+#include "runtime/parallel/device_mapping.h"
+#include "strategies/model_config.h"
+
+namespace dp::runtime {
+
+void require_loadable(const PipelineOptions& o, const strategies::ParallelSpec& spec) {
+    strategies::ModelNeeds needs;
+    needs.variant = o.variant;
+    needs.no_t5 = o.no_t5;
+    needs.random_weights = o.random_weights.has_value();
+    const std::vector<std::string> problems = strategies::model_folder_problems(o.model_dir, spec, needs);
+    if (problems.empty()) return;
+    std::string text = problems.front();
+    for (std::size_t i = 1; i < problems.size(); ++i) text += "\n" + problems[i];
+    throw ModelError(text);
+}
+
+at::Device device_of(const PipelineOptions& o, const std::string& component) {
+    return o.device_map ? o.device_map->device_of(component) : o.device;
+}
+
+WeightStore open_weights(const PipelineOptions& o, const std::string& component, uint64_t salt, at::Device device) {
+    if (o.random_weights) return WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, device);
+    return WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device, o.variant);
+}
+
+std::string component_class(const ConfigJson& index, const char* key) {
+    if (!index.has(key)) return {};
+    const auto& entry = index.raw()[key];
+    if (!entry.is_array() || entry.size() != 2) index.fail(key, "must be [library, class] or [null, null]");
+    if (entry[1].is_null()) return {};
+    if (!entry[1].is_string()) index.fail(key, "must name its class as a string");
+    return entry[1].get<std::string>();
+}
+
+std::pair<int, int> checked_size(const DiffusionPipeline& pipeline, const GenerateRequest& r) {
+    const int width = r.width ? r.width : pipeline.default_width();
+    const int height = r.height ? r.height : pipeline.default_height();
+    const int multiple = pipeline.size_multiple();
+    if (width <= 0 || height <= 0 || width % multiple != 0 || height % multiple != 0)
+        throw ModelError("image size " + std::to_string(width) + "x" + std::to_string(height) +
+                         ": width and height must be positive multiples of " + std::to_string(multiple) +
+                         " for this model");
+    if (r.steps < 1) throw ModelError("steps must be at least 1");
+    return {width, height};
+}
+
+void finish_results(std::vector<GenerateResult>& results, const at::Tensor& images, const at::Tensor& latents,
+                    int steps) {
+    const at::Tensor image = (images / 2 + 0.5).clamp(0, 1).to(at::kCPU, at::kFloat);
+    const at::Tensor pixels = (image.permute({0, 2, 3, 1}) * 255).round().to(at::kByte);
+    const at::Tensor final_latents = latents.to(at::kCPU, at::kFloat);
+    const at::Tensor finite = at::isfinite(final_latents).flatten(1).all(1);
+    for (std::size_t k = 0; k < results.size(); ++k) {
+        const int64_t i = static_cast<int64_t>(k);
+        GenerateResult& out = results[k];
+        out.image = pixels[i].contiguous();
+        out.latents = final_latents.narrow(0, i, 1).contiguous();
+        if (!finite[i].item<bool>())
+            out.error = "the final latents are not finite (NaN or inf) after " + std::to_string(steps) +
+                        " steps: the model's weights or these settings produce no image (check the weights, "
+                        "and try --dtype fp32)";
+    }
+}
+
+}  // namespace dp::runtime
