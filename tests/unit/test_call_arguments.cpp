@@ -1,0 +1,144 @@
+// Each family's call arguments (Note [call arguments], launcher/job_settings.h): diffusers' names
+// and defaults for its pipeline, another family's key or flag refused naming the family, and the
+// manifest recording only what the family takes. Against the shipped folders: the tiny SD3 model
+// and the config-only Qwen-Image one.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "launcher/job.h"
+#include "launcher/job_settings.h"
+#include "launcher/prompt_file.h"
+#include "protocol/job_file.h"
+
+using namespace dp::launcher;
+
+namespace {
+
+JobOptions job_on(const std::string& model) {
+    JobOptions job;
+    job.model = resolve_model(model, "--model");
+    return job;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("Qwen-Image's defaults are QwenImagePipeline's: 50 steps, true_cfg_scale 4, 512 tokens, 1024 px, no negative") {
+    const JobOptions job = job_on("qwen-image");
+    const ModelRules rules = read_model_rules(job);
+    CHECK(rules.spec->family == "qwen-image");
+    CHECK(rules.sizes.multiple() == 16);  // 8 pixels a latent, 2x2 patches
+    CHECK(rules.sizes.default_side == 1024);
+    CHECK(rules.sizes.check(1000) == "this model makes sizes that are multiples of 16 from 16 to 98304 pixels "
+                                     "(nearest: 992 or 1008)");
+    PromptRecord p;
+    p.prompt = "a cat";
+    const dp::protocol::JobRequest q = job_request(p, job, rules);
+    CHECK(q.steps == 50);
+    CHECK(q.true_cfg_scale == 4.0);
+    CHECK(q.max_sequence_length == 512);
+    CHECK(q.width == 1024);
+    CHECK(q.height == 1024);
+    CHECK_FALSE(q.negative_prompt.has_value());  // diffusers' None: no negative branch
+    const nlohmann::json record = pending_record(q, 1, job, "bf16", rules);
+    CHECK(record["true_cfg_scale"] == 4.0);
+    CHECK(record["negative_prompt"].is_null());
+    for (const char* key : {"guidance_scale", "skip_guidance_layers", "skip_layer_guidance_scale"})
+        CHECK_MESSAGE(!record.contains(key), key);
+
+    // Its own settings, then the job's, then the family's.
+    JobOptions set = job;
+    set.steps = 8;
+    set.true_cfg_scale = 2.5;
+    set.negative_prompt = "";
+    p.max_sequence_length = 1024;  // Qwen-Image takes up to 1024
+    CHECK(prompt_setting_problem(p, set, rules).empty());
+    const dp::protocol::JobRequest r = job_request(p, set, rules);
+    CHECK(r.steps == 8);
+    CHECK(r.true_cfg_scale == 2.5);
+    CHECK(r.negative_prompt == std::optional<std::string>(""));
+    CHECK(r.max_sequence_length == 1024);
+}
+
+TEST_CASE("SD3's defaults stay StableDiffusion3Pipeline's, and its negative prompt is \"\" when none is given") {
+    const JobOptions job = job_on("tiny-random-sd3");
+    const ModelRules rules = read_model_rules(job);
+    PromptRecord p;
+    p.prompt = "a cat";
+    const dp::protocol::JobRequest q = job_request(p, job, rules);
+    CHECK(q.steps == 28);
+    CHECK(q.guidance_scale == 7.0);
+    CHECK(q.max_sequence_length == 256);
+    CHECK(q.negative_prompt == std::optional<std::string>(""));
+    const nlohmann::json record = pending_record(q, 1, job, "fp32", rules);
+    CHECK(record["guidance_scale"] == 7.0);
+    CHECK_FALSE(record.contains("true_cfg_scale"));
+}
+
+TEST_CASE("a flag or key of another family is refused, naming the family and what it takes") {
+    JobOptions qwen = job_on("qwen-image");
+    const ModelRules qwen_rules = read_model_rules(qwen);
+    qwen.guidance_scale = 5;
+    qwen.skip_guidance_layers = {1};
+    qwen.no_t5 = true;
+    qwen.max_sequence_length = 1024;
+    const std::vector<std::string> bad = job_setting_problems(qwen, qwen_rules);
+    REQUIRE(bad.size() == 3);
+    CHECK(bad[0] == "--guidance-scale: Qwen-Image does not take guidance_scale (its pipeline takes true_cfg_scale, "
+                    "max_sequence_length; its guidance scale is true_cfg_scale)");
+    CHECK(has(bad[1], "--skip-guidance-layers: Qwen-Image does not take skip_guidance_layers"));
+    CHECK(bad[2] == "--no-t5: Qwen-Image has no T5 text encoder to leave out");
+
+    PromptRecord p;
+    p.prompt = "x";
+    p.guidance_scale = 3;
+    CHECK(has(prompt_setting_problem(p, job_on("qwen-image"), qwen_rules),
+              "key 'guidance_scale': Qwen-Image does not take guidance_scale"));
+    p.guidance_scale.reset();
+    p.skip_layer_guidance_start = 0.1;
+    CHECK(has(prompt_setting_problem(p, job_on("qwen-image"), qwen_rules),
+              "key 'skip_layer_guidance_start': Qwen-Image does not take"));
+
+    JobOptions sd3 = job_on("tiny-random-sd3");
+    const ModelRules sd3_rules = read_model_rules(sd3);
+    sd3.true_cfg_scale = 4;
+    sd3.max_sequence_length = 600;
+    sd3.offload = true;
+    const std::vector<std::string> sd3_bad = job_setting_problems(sd3, sd3_rules);
+    REQUIRE(sd3_bad.size() == 3);
+    CHECK(has(sd3_bad[0], "--true-cfg-scale: SD3 does not take true_cfg_scale"));
+    CHECK(has(sd3_bad[0], "its guidance scale is guidance_scale"));
+    CHECK(has(sd3_bad[1], "--offload: SD3's pipeline keeps its components on their devices"));
+    CHECK(sd3_bad[2] == "--max-sequence-length 600 is more than SD3's pipeline accepts (1 to 512)");
+    PromptRecord t;
+    t.prompt = "x";
+    t.true_cfg_scale = 4;
+    CHECK(has(prompt_setting_problem(t, job_on("tiny-random-sd3"), sd3_rules), "key 'true_cfg_scale': SD3 does not"));
+
+    JobOptions both = job_on("qwen-image");
+    both.offload = true;
+    both.device_map = "auto";
+    REQUIRE(job_setting_problems(both, qwen_rules).size() == 1);
+    CHECK(has(job_setting_problems(both, qwen_rules)[0], "--offload and --device-map auto: choose one"));
+}
+
+TEST_CASE("JSONL takes diffusers' names: num_inference_steps for steps, true_cfg_scale, a null negative prompt") {
+    const PromptFile f = parse_prompt_file(
+        R"({"prompt": "a", "num_inference_steps": 12, "true_cfg_scale": 2.5, "negative_prompt": null}
+{"prompt": "b", "steps": 3, "num_inference_steps": 4}
+{"prompt": "c", "true_cfg_scale": 101}
+{"prompt": "d", "negative_prompt": ""}
+)",
+        "p.jsonl", true);
+    REQUIRE(f.prompts.size() == 2);
+    CHECK(f.prompts[0].steps == 12);
+    CHECK(f.prompts[0].true_cfg_scale == 2.5);
+    CHECK_FALSE(f.prompts[0].negative_prompt.has_value());
+    CHECK(f.prompts[1].negative_prompt == std::optional<std::string>(""));
+    REQUIRE(f.invalid.size() == 2);
+    CHECK(has(f.invalid[0].reason, "p.jsonl:2: keys 'steps' and 'num_inference_steps' are the same setting"));
+    CHECK(has(f.invalid[1].reason, "p.jsonl:3: key 'true_cfg_scale': expected a number from 0 to 100"));
+}
