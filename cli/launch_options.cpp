@@ -328,6 +328,10 @@ const std::vector<JobOptionRow>& job_option_table() {
                                              "as fp16 or bf16");
                         j.variant = t;
                     }),
+            on_off<J>("--offload", &J::offload,
+                      "Keep each component on the GPU only while it runs, as diffusers' enable_model_cpu_offload: "
+                      "for a machine where even --device-map does not fit (slower: each use reads its weights "
+                      "again)"),
             on_off<J>("--no-t5,--no_t5", &J::no_t5,
                       "Run without the T5 text encoder even when the model has one (its embeddings are then "
                       "zeros, as diffusers' text_encoder_3=None)"),

@@ -391,6 +391,7 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::Resolved
     f.batch_size = job.batch_size;
     f.variant = job.variant;
     f.no_t5 = job.no_t5;
+    f.offload = job.offload;
     const strategies::MeshDegrees& d = strategy.degrees;
     f.mesh = {d.dp, d.cfg, d.ring, d.ulysses, d.tp};
     f.collective_timeout_s = job.collective_timeout_s;

@@ -52,6 +52,7 @@ struct JobOptions {
     std::string revision;  // --model ORG/NAME's branch, tag or commit in the Hugging Face cache; empty: main
     std::string variant;   // weight files NAME.VARIANT.safetensors; empty: the plain ones
     bool no_t5 = false;    // without the T5 text encoder, even when the folder has one
+    bool offload = false;  // each component on the GPU only while it runs (diffusers' model CPU offload)
     std::optional<std::string> negative_prompt;  // unset: none given (diffusers' None)
     // Defaults of each prompt's settings, by diffusers' names; unset: the family's default.
     std::optional<int> max_sequence_length;

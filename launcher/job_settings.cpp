@@ -85,6 +85,14 @@ std::vector<std::string> job_setting_problems(const JobOptions& job, const Model
         std::replace(flag.begin(), flag.end(), '_', '-');
         if (const std::string why = set ? foreign_key(spec, key) : ""; !why.empty()) out.push_back(flag + ": " + why);
     }
+    if (job.offload && !job.device_map.empty())
+        out.push_back("--offload and --device-map " + job.device_map +
+                      ": choose one (offload keeps one component at a time on the GPU; device_map spreads them "
+                      "over several)");
+    if (job.offload && !spec.offload)
+        out.push_back("--offload: " + spec.display_name +
+                      "'s pipeline keeps its components on their devices; to fit a large model use --device-map "
+                      "auto, or --tp");
     if (job.no_t5 && spec.t5_encoder.empty())
         out.push_back("--no-t5: " + spec.display_name + " has no T5 text encoder to leave out");
     if (job.max_sequence_length)

@@ -183,6 +183,7 @@ void to_json(nlohmann::json& j, const JobFile& job) {
          {"batch_size", job.batch_size},
          {"variant", job.variant},
          {"no_t5", job.no_t5},
+         {"offload", job.offload},
          {"mesh",
           {{"dp", job.mesh.dp},
            {"cfg", job.mesh.cfg},
@@ -237,6 +238,7 @@ void from_json(const nlohmann::json& j, JobFile& job) {
         throw InputDataError("variant: '" + out.variant.substr(0, 40) +
                              "': expected empty or a name of letters, digits, '_' and '-' such as fp16");
     out.no_t5 = f.boolean("no_t5");
+    out.offload = f.boolean("offload");
     read_mesh(detail::Fields(f.object("mesh"), "mesh"), out.mesh);
     out.collective_timeout_s = f.number("collective_timeout_s", 0.001, 7 * 24 * 3600.0);
     if (f.has("device_map"))

@@ -6,7 +6,7 @@
 //
 //   {"format": "dp-launch job", "version": 2, "model_dir": "...", "random_weights": 7,
 //    "output_dir": "...", "dtype": "auto", "device": "auto", "batch_size": 1, "variant": "",
-//    "no_t5": false,
+//    "no_t5": false, "offload": false,
 //    "mesh": {"dp": 2, "cfg": 1, "ring": 1, "ulysses": 1, "tp": 2}, "collective_timeout_s": 300,
 //    "device_map": {"spec": "auto", "max_memory": "cpu:0=1GB,cpu:1=1GB",
 //                   "plan": {"devices": ["cpu:0", "cpu:1"],
@@ -37,7 +37,7 @@ inline constexpr const char* kJobFileFormat = "dp-launch job";
 // 2: variant, no_t5 and each request's max_sequence_length and skip-layer guidance are required;
 // dtype may be "auto".
 // 3: each request's true_cfg_scale is required, and its negative_prompt may be null (none given:
-// Qwen-Image then runs no negative branch); max_sequence_length goes to 1024.
+// Qwen-Image then runs no negative branch); max_sequence_length goes to 1024; offload is required.
 inline constexpr int kJobFileVersion = 3;
 // How long a rank waits in one collective (and for the rendezvous) before it gives up with
 // CommunicationError, exit code 75.
@@ -106,6 +106,7 @@ struct JobFile {
     std::string device = "auto";  // auto, cpu, cuda
     std::string variant;          // weight files of this variant (*.VARIANT.safetensors); empty: the plain ones
     bool no_t5 = false;           // the T5 text encoder is not loaded even when the folder has one
+    bool offload = false;         // each component on the device only while it runs
     int batch_size = 1;           // consecutive requests with the same settings generated together
     JobMesh mesh;
     double collective_timeout_s = kDefaultCollectiveTimeoutS;

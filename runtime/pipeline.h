@@ -33,6 +33,9 @@ struct PipelineOptions {
     // Without the T5 text encoder even when the folder has one (diffusers' text_encoder_3=None):
     // its embeddings are then zeros, as for a folder without it.
     bool no_t5 = false;
+    // Each component is built on `device` when it runs and freed after (diffusers' model CPU
+    // offload): only the largest one is ever resident there. Not with device_map.
+    bool offload = false;
 };
 
 struct GenerateRequest {

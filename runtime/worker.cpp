@@ -242,6 +242,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     po.random_weights = job.random_weights;
     po.variant = job.variant;
     po.no_t5 = job.no_t5;
+    po.offload = job.offload;
     const bool cuda = at::hasCUDA();
     if (job.device_map && world != 1)
         throw protocol::UsageError("--device-map runs one process over several devices; the world has " +

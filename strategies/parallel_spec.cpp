@@ -35,6 +35,7 @@ const ParallelSpec& qwen_image_parallel_spec() {
         s.pipeline_class = "QwenImagePipeline";
         s.components = {"text_encoder", "transformer", "vae"};
         s.tp_components = {"text_encoder"};
+        s.offload = true;
         s.block_prefixes = {"transformer_blocks."};
         // Dual-stream blocks: q, k, v of both streams column-parallel (by heads), the outputs
         // row-parallel, both GELU MLPs column- then row-parallel.

@@ -89,6 +89,9 @@ struct ParallelSpec {
     // Components besides the transformer that tensor parallelism splits by the same rules (SD3's
     // T5, Qwen-Image's Qwen2.5-VL text encoder).
     std::vector<std::string> tp_components;
+    // Whether the family's pipeline runs with --offload (each component on the device only while
+    // it runs).
+    bool offload = false;
     // Tensors the pipeline never loads, as (component, name prefix): the VAE's encoder.
     std::vector<std::pair<std::string, std::string>> unloaded_tensors;
     std::string patch_size_key = "patch_size";

@@ -161,3 +161,18 @@ TEST_CASE("Qwen-Image: packed latents round-trip, and bad requests are refused b
     CHECK_THROWS_WITH_AS(pipeline->generate_batch({r, other}), doctest::Contains("whether a negative prompt"),
                          ModelError);
 }
+
+TEST_CASE("Qwen-Image --offload: each component built when it runs and freed after, the same images") {
+    PipelineOptions options;
+    options.model_dir = tiny_qwen_image();
+    const auto kept = QwenImagePipeline::load(options);
+    options.offload = true;
+    const auto offloaded = QwenImagePipeline::load(options);
+    CHECK(kept->components_kept());
+    CHECK_FALSE(offloaded->components_kept());
+    GenerateRequest r = request_of(cases().at("cfg"));
+    r.steps = 2;
+    const GenerateResult a = kept->generate(r), b = offloaded->generate(r);
+    CHECK(at::equal(a.latents, b.latents));
+    CHECK(at::equal(a.image, b.image));
+}

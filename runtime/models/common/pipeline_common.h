@@ -6,6 +6,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +34,30 @@ WeightStore open_weights(const PipelineOptions& options, const std::string& comp
 
 // The class model_index.json names for a component, or empty when it names none.
 std::string component_class(const ConfigJson& index, const char* key);
+
+// Note [offload]: with PipelineOptions::offload a component is not kept. It is built on the run's
+// device each time it runs, from its (mmapped) files, and freed as soon as it has run, so that the
+// device holds one component's weights at a time, as diffusers' enable_model_cpu_offload does. A
+// component's uses are few and long (the text encoder once per batch, the transformer for all the
+// steps, the VAE once), so building it again costs about what moving it costs diffusers.
+template <class T>
+class Component {
+  public:
+    using Make = std::function<std::unique_ptr<T>()>;
+    Component() = default;
+    // Without offload `make` runs now, once; with it, on every use().
+    Component(Make make, bool offload) : make_(std::move(make)) {
+        if (!offload) kept_ = std::shared_ptr<const T>(make_());
+    }
+    // The component, alive while the returned pointer is.
+    std::shared_ptr<const T> use() const { return kept_ ? kept_ : std::shared_ptr<const T>(make_()); }
+    // The component when it is kept; nullptr with offload.
+    const T* kept() const { return kept_.get(); }
+
+  private:
+    Make make_;
+    std::shared_ptr<const T> kept_;
+};
 
 // The request's width and height (0: the pipeline's defaults), after checking them and its steps.
 // Throws ModelError naming the size and the multiple the pipeline needs.

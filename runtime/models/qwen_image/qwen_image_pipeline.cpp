@@ -38,9 +38,13 @@ struct QwenImagePipeline::Components {
     PipelineOptions options;
     const ParallelContext* parallel = nullptr;
     std::unique_ptr<Qwen2Tokenizer> tokenizer;
-    std::unique_ptr<Qwen2TextEncoder> text_encoder;
-    std::unique_ptr<QwenImageTransformer> transformer;
-    std::unique_ptr<QwenImageVaeDecoder> vae;
+    Qwen2TextConfig text_config;
+    QwenImageTransformerConfig transformer_config;
+    QwenImageVaeConfig vae_config;
+    // Kept, or built for each use with PipelineOptions::offload (Note [offload]).
+    Component<Qwen2TextEncoder> text_encoder;
+    Component<QwenImageTransformer> transformer;
+    Component<QwenImageVaeDecoder> vae;
     FlowMatchSchedulerConfig scheduler;
     int64_t vae_scale = 8;
 };
@@ -69,32 +73,45 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
     c->parallel = &parallel;
     c->scheduler = FlowMatchSchedulerConfig::from_json_file(dir + "/scheduler/scheduler_config.json");
     c->tokenizer = std::make_unique<Qwen2Tokenizer>(Qwen2Tokenizer::from_folder(dir + "/tokenizer"));
-    {
-        WeightStore w = open_weights(o, "text_encoder", 11, device_of(o, "text_encoder"));
-        c->text_encoder = std::make_unique<Qwen2TextEncoder>(
-            Qwen2TextConfig::from_json_file(dir + "/text_encoder/config.json"), w, parallel.tensor(), spec);
-        w.check_all_taken();
-    }
-    {
-        WeightStore w = open_weights(o, "transformer", 12, o.device);
-        c->transformer = std::make_unique<QwenImageTransformer>(
-            QwenImageTransformerConfig::from_json_file(dir + "/transformer/config.json"), w, parallel, o.device_map);
-        w.check_all_taken();
-    }
-    {
-        WeightStore w = open_weights(o, "vae", 13, device_of(o, "vae"));
-        c->vae = std::make_unique<QwenImageVaeDecoder>(QwenImageVaeConfig::from_json_file(dir + "/vae/config.json"), w);
-        w.check_all_taken();
-        c->vae_scale = c->vae->config().scale_factor();
-    }
+    c->text_config = Qwen2TextConfig::from_json_file(dir + "/text_encoder/config.json");
+    c->transformer_config = QwenImageTransformerConfig::from_json_file(dir + "/transformer/config.json");
+    c->vae_config = QwenImageVaeConfig::from_json_file(dir + "/vae/config.json");
+    if (o.offload && o.device_map) throw ModelError("offload and device_map: choose one");
+    const Components* at = c.get();
+    c->text_encoder = Component<Qwen2TextEncoder>(
+        [at, &spec] {
+            WeightStore w = open_weights(at->options, "text_encoder", 11, device_of(at->options, "text_encoder"));
+            auto m = std::make_unique<Qwen2TextEncoder>(at->text_config, w, at->parallel->tensor(), spec);
+            w.check_all_taken();
+            return m;
+        },
+        o.offload);
+    c->transformer = Component<QwenImageTransformer>(
+        [at] {
+            WeightStore w = open_weights(at->options, "transformer", 12, at->options.device);
+            auto m = std::make_unique<QwenImageTransformer>(at->transformer_config, w, *at->parallel,
+                                                            at->options.device_map);
+            w.check_all_taken();
+            return m;
+        },
+        o.offload);
+    c->vae = Component<QwenImageVaeDecoder>(
+        [at] {
+            WeightStore w = open_weights(at->options, "vae", 13, device_of(at->options, "vae"));
+            auto m = std::make_unique<QwenImageVaeDecoder>(at->vae_config, w);
+            w.check_all_taken();
+            return m;
+        },
+        o.offload);
+    c->vae_scale = c->vae_config.scale_factor();
 
     // The pieces must fit together.
-    const QwenImageTransformerConfig& t = c->transformer->config();
-    const int64_t hidden = c->text_encoder->config().hidden_size;
+    const QwenImageTransformerConfig& t = c->transformer_config;
+    const int64_t hidden = c->text_config.hidden_size;
     if (hidden != t.joint_attention_dim)
         throw ModelError(dir + ": the text encoder's hidden_size is " + std::to_string(hidden) +
                          " but transformer/config.json joint_attention_dim is " + std::to_string(t.joint_attention_dim));
-    const int64_t z = c->vae->config().z_dim;
+    const int64_t z = c->vae_config.z_dim;
     if (t.patch_size != 2 || t.in_channels != z * 4 || t.out_channels != z)
         throw ModelError(dir + ": the transformer takes " + std::to_string(t.in_channels) + " channels in " +
                          std::to_string(t.patch_size) + "x" + std::to_string(t.patch_size) + " patches and makes " +
@@ -104,10 +121,13 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
     return std::unique_ptr<QwenImagePipeline>(new QwenImagePipeline(std::move(c)));
 }
 
+bool QwenImagePipeline::components_kept() const {
+    return c_->text_encoder.kept() && c_->transformer.kept() && c_->vae.kept();
+}
+
 int QwenImagePipeline::size_multiple() const { return static_cast<int>(c_->vae_scale * 2); }
 int QwenImagePipeline::default_width() const { return static_cast<int>(kDefaultSampleSize * c_->vae_scale); }
 int QwenImagePipeline::default_height() const { return default_width(); }
-const QwenImageTransformer& QwenImagePipeline::transformer() const { return *c_->transformer; }
 
 QwenPromptEmbeddings QwenImagePipeline::encode_prompts(const std::vector<std::string>& prompts,
                                                        int max_sequence_length) const {
@@ -148,7 +168,7 @@ QwenPromptEmbeddings QwenImagePipeline::encode_prompts(const std::vector<std::st
     const at::Device device = device_of(c.options, "text_encoder");
     const at::Tensor input = at::tensor(ids, at::kLong).view({n, longest}).to(device);
     const at::Tensor input_mask = at::tensor(mask, at::kLong).view({n, longest}).to(device);
-    at::Tensor hidden = c.text_encoder->forward(input, input_mask).to(c.options.dtype);
+    at::Tensor hidden = c.text_encoder.use()->forward(input, input_mask).to(c.options.dtype);
     if (const DeviceMapping* dm = c.options.device_map.get())
         hidden = dm->move(hidden, dm->slot_of("text_encoder"), dm->slot_of("transformer"));
     // Each prompt's own tokens after the template's first ones, zero-padded to the longest.
@@ -205,7 +225,7 @@ std::vector<GenerateResult> QwenImagePipeline::generate_batch(const std::vector<
     c10::InferenceMode inference;
     if (batch.empty()) return {};
     const Components& c = *c_;
-    const QwenImageTransformerConfig& tc = c.transformer->config();
+    const QwenImageTransformerConfig& tc = c.transformer_config;
     const GenerateRequest& r = batch.front();
     for (const GenerateRequest& other : batch)
         if (other.steps != r.steps || other.true_cfg_scale != r.true_cfg_scale || other.width != r.width ||
@@ -263,13 +283,14 @@ std::vector<GenerateResult> QwenImagePipeline::generate_batch(const std::vector<
     scheduler.set_sigmas(sigmas, flow_match_mu(c.scheduler, static_cast<int>(latents.size(1))));
 
     const at::Tensor mask = text.mask.all().item<bool>() ? at::Tensor() : text.mask;  // diffusers drops an all-ones mask
+    std::shared_ptr<const QwenImageTransformer> transformer = c.transformer.use();
     for (int i = 0; i < r.steps; ++i) {
         const at::Tensor model_in = guidance.model_input(latents);
         // diffusers: the timestep in the latents' dtype, then / 1000.
         const at::Tensor t = at::full({model_in.size(0)}, scheduler.timesteps()[static_cast<std::size_t>(i)],
                                       at::TensorOptions().dtype(c.options.dtype).device(c.options.device)) /
                              1000;
-        const at::Tensor prediction = c.transformer->forward(model_in, text.sequence, mask, t, lh / 2, lw / 2);
+        const at::Tensor prediction = transformer->forward(model_in, text.sequence, mask, t, lh / 2, lw / 2);
         const at::Tensor noise = guidance.combine(prediction, [&](const at::Tensor& negative, const at::Tensor& positive) {
             return true_cfg_guidance(negative, positive, r.true_cfg_scale);
         });
@@ -277,10 +298,11 @@ std::vector<GenerateResult> QwenImagePipeline::generate_batch(const std::vector<
         if (r.on_step) r.on_step(i + 1, r.steps);
     }
 
+    transformer.reset();  // with offload, freed before the VAE is built
     at::Tensor image = unpack_latents(latents, lh, lw);
     if (const DeviceMapping* dm = c.options.device_map.get())
         image = dm->move(image, dm->slot_of("transformer"), dm->slot_of("vae"));
-    image = c.vae->decode(image);
+    image = c.vae.use()->decode(image);
     finish_results(results, image, latents, r.steps);
     return results;
 }

@@ -16,8 +16,6 @@
 
 namespace dp::runtime {
 
-class QwenImageTransformer;
-
 // A batch of prompts through the text encoder, as the pipeline conditions the transformer.
 struct QwenPromptEmbeddings {
     at::Tensor sequence;  // [n, T, hidden]: each prompt's kept tokens, zero-padded to the longest
@@ -39,7 +37,8 @@ class QwenImagePipeline : public DiffusionPipeline {
 
     // The embeddings of `prompts`, cut to `max_sequence_length` (1 to 1024) tokens.
     QwenPromptEmbeddings encode_prompts(const std::vector<std::string>& prompts, int max_sequence_length = 512) const;
-    const QwenImageTransformer& transformer() const;
+    // Whether the components are kept on their devices (not with PipelineOptions::offload).
+    bool components_kept() const;
 
     int default_width() const override;
     int default_height() const override;

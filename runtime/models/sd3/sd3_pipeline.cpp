@@ -59,6 +59,7 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
         throw ModelError(dir + "/model_index.json: pipeline class '" + cls +
                          "' is not supported (supported: StableDiffusion3Pipeline)");
     require_loadable(o, strategies::sd3_parallel_spec());
+    if (o.offload) throw ModelError("offload: the SD3 pipeline keeps its components on their devices");
     const bool t5 = !component_class(index, "text_encoder_3").empty() && !o.no_t5;
 
     const DeviceMapping* dm = o.device_map.get();
