@@ -352,3 +352,44 @@ TEST_CASE("plan says what --dtype auto means and warns about what the job would 
     CHECK(has(p, "warning: the job would refuse this: --skip-guidance-layers 2: block 2 is not one of the "
                  "transformer's 2 blocks (0 to 1)\n"));
 }
+
+TEST_CASE("plan: Qwen-Image at real size, with the modulations and the text encoder split by tp, in closed form") {
+    // QwenImageTransformer2DModel's parameters from its config, by diffusers' layer list: what tp
+    // splits (q, k, v of both streams and the MLPs' inputs by columns with their biases, both
+    // modulations too; the attention outputs and MLP outputs by rows, their biases whole) and what
+    // stays whole (embeddings, norms, the output head).
+    const std::string model = dp::launcher::resolve_model("qwen-image", "--model");
+    const nlohmann::json tc = config_of(model, "transformer/config.json");
+    const long long d = tc["num_attention_heads"].get<long long>() * tc["attention_head_dim"].get<long long>();
+    const long long joint = tc["joint_attention_dim"], layers = tc["num_layers"], hd = tc["attention_head_dim"];
+    const long long out = tc["patch_size"].get<long long>() * tc["patch_size"].get<long long>() *
+                          tc["out_channels"].get<long long>();
+    const long long whole_top = linear(tc["in_channels"], d) + joint + linear(joint, d) + linear(256, d) +
+                                linear(d, d) + linear(d, 2 * d) + linear(d, out);
+    const long long split_block = 2 * linear(d, 6 * d) + 6 * linear(d, d) + 2 * linear(d, 4 * d) + 2 * d * d +
+                                  2 * 4 * d * d;
+    const long long whole_block = 2 * d + 2 * d + 4 * hd;  // the row-parallel biases, the four qk-norms
+    const long long whole = whole_top + layers * whole_block, split = layers * split_block;
+    CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/transformer")) == whole + split);
+    CHECK(whole + split == 20430401088);  // Qwen-Image's published 20.4 B
+    // Qwen2.5-VL's language model: q, k, v (with biases) and gate/up split by columns, o and down
+    // by rows; embeddings and norms whole. The vision tower and lm_head are never loaded.
+    const nlohmann::json text = config_of(model, "text_encoder/config.json")["text_config"];
+    const long long h = text["hidden_size"], inter = text["intermediate_size"], vocab = text["vocab_size"];
+    const long long kv = text["num_key_value_heads"].get<long long>() * (h / text["num_attention_heads"].get<long long>());
+    const long long text_split = text["num_hidden_layers"].get<long long>() *
+                                 (linear(h, h) + 2 * linear(h, kv) + h * h + 3 * h * inter);
+    const long long text_whole = vocab * h + text["num_hidden_layers"].get<long long>() * 2 * h + h;
+    for (int tp : {1, 2, 4}) {
+        CAPTURE(tp);
+        const std::string p = plan_of(model, tp);
+        CHECK(has(p, bytes_in((whole + split / tp) * 2) + " = " + ""));
+        CHECK(has(p, bytes_in(whole * 2) + " replicated + " + ""));
+        CHECK(has(p, bytes_in(split * 2) + " / tp " + std::to_string(tp) + "\n"));
+        CHECK(has(p, "  text_encoder: "));
+        CHECK(has(p, bytes_in((text_whole + text_split / tp) * 2)));
+    }
+    // The modulations split too: what a rank keeps whole is 0.4 % of the transformer.
+    CHECK(static_cast<double>(whole) / (whole + split) < 0.005);
+    CHECK(has(plan_of(model, 1), " px -> 4096 image tokens, up to 512 text tokens\n"));
+}
