@@ -61,6 +61,26 @@ echo "== SD3.5 large at real size: a rank's peak memory against its weights (ran
 # --tp 2, which the 2-core development machine has too little memory for.
 DP_BENCH_DEVICE=cuda DP_BENCH_T5=1 DP_BENCH_CASES="sd3.5-large:1" "$root/scripts/bench/sd35_large_memory.sh" "$build" || status=1
 DP_BENCH_CASES="sd3.5-large:1 sd3.5-large:2" "$root/scripts/bench/sd35_large_memory.sh" "$build" || status=1
+echo "== Qwen-Image at real size on one GPU (models/qwen-image, random bf16 weights, 1024x1024): s/step"
+# 41 GB of transformer and 15 GB of text encoder on one device. Each image's time spans its text
+# encoding, its steps and its decode, so a step is the difference between a 6-step and a 2-step
+# image of the same prompt (the first image warms up); with true CFG, the same with a negative prompt.
+qwen_prompts="$out/qwen.jsonl"
+lighthouse='"prompt": "a lighthouse on a cliff at dusk, oil painting"'
+printf '{%s, "steps": %s}\n' "$lighthouse" 2 "$lighthouse" 2 "$lighthouse" 6 >"$qwen_prompts"
+printf '{%s, "negative_prompt": "blurry, low quality", "steps": %s}\n' "$lighthouse" 2 "$lighthouse" 6 >>"$qwen_prompts"
+if "$build/bin/dp-launch" -n 1 --device cuda --model "$root/models/qwen-image" --random-weights 0 --dtype bf16 \
+        --width 1024 --height 1024 -q -o "$out/qwen" "$qwen_prompts"; then
+    "${py:-python3}" - "$out/qwen/manifest.jsonl" <<'PY' || status=1
+import json, sys
+ms = {r["index"]: r["ms"] for r in map(json.loads, open(sys.argv[1])) if r.get("status") == "ok"}
+step = lambda a, b: (ms[b] - ms[a]) / 4 / 1e3
+print(f"Qwen-Image 1024x1024, bf16, one GPU: {step(1, 2):.3f} s/step, {step(3, 4):.3f} s/step with true CFG; "
+      f"a 2-step image {ms[1] / 1e3:.2f} s (text encoder, 2 steps, VAE decode)")
+PY
+else
+    status=1
+fi
 rm -rf "$out"
 echo "== total: $(( $(date +%s) - start )) s"
 exit ${status:-0}
