@@ -171,7 +171,9 @@ protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job, c
     q.file = image_file_name(p.index, p.name ? *p.name : p.prompt);
     q.prompt = p.prompt;
     const strategies::CallArguments& a = rules.spec->arguments;
-    q.negative_prompt = p.negative_prompt ? p.negative_prompt : job.negative_prompt;
+    q.negative_prompt = p.negative_prompt       ? p.negative_prompt
+                        : p.no_negative_prompt ? std::nullopt
+                                               : job.negative_prompt;
     // SD3's pipeline has no "none": its default negative prompt is "".
     if (!a.guidance_needs_negative_prompt && !q.negative_prompt) q.negative_prompt = "";
     q.seed = p.seed.value_or(prompt_seed(job.seed, p.index));

@@ -52,7 +52,10 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
     if (!j.is_object()) return "expected a JSON object like {\"prompt\": \"a red circle\"}";
     for (const auto& [key, value] : j.items()) {
         auto type_error = [&](const char* expected) { return "key '" + key + "': expected " + expected; };
-        if (key == "negative_prompt" && value.is_null()) continue;  // diffusers' None: none given
+        if (key == "negative_prompt" && value.is_null()) {  // diffusers' None, over the job's flag
+            out.no_negative_prompt = true;
+            continue;
+        }
         if (key == "prompt" || key == "negative_prompt" || key == "name") {
             if (!value.is_string()) return type_error("a string");
             const std::string s = value.get<std::string>();

@@ -42,6 +42,7 @@ struct PromptRecord {
     int64_t line = 0;   // 1-based line number in the file
     std::string prompt;
     std::optional<std::string> negative_prompt;
+    bool no_negative_prompt = false;  // "negative_prompt": null: none, whatever the job's flag says
     std::optional<uint64_t> seed;
     std::optional<int> steps;
     std::optional<double> guidance_scale, true_cfg_scale;

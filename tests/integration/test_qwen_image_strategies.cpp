@@ -21,9 +21,7 @@ using namespace dp::test;
 
 namespace {
 
-std::string tiny_qwen_image() {
-    return std::string(DP_GOLDEN_DIR) + "/../../../models/tiny-random-qwen-image";
-}
+std::string tiny_qwen_image() { return std::string(DP_MODELS_DIR) + "/tiny-random-qwen-image"; }
 std::string golden_file() { return std::string(DP_GOLDEN_DIR) + "/qwen_image_pipeline.safetensors"; }
 
 nlohmann::json golden_cases() {

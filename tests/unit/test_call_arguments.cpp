@@ -61,6 +61,8 @@ TEST_CASE("Qwen-Image's defaults are QwenImagePipeline's: 50 steps, true_cfg_sca
     CHECK(r.true_cfg_scale == 2.5);
     CHECK(r.negative_prompt == std::optional<std::string>(""));
     CHECK(r.max_sequence_length == 1024);
+    p.no_negative_prompt = true;  // "negative_prompt": null: none, over the job's --negative-prompt
+    CHECK_FALSE(job_request(p, set, rules).negative_prompt.has_value());
 }
 
 TEST_CASE("SD3's defaults stay StableDiffusion3Pipeline's, and its negative prompt is \"\" when none is given") {
@@ -137,6 +139,8 @@ TEST_CASE("JSONL takes diffusers' names: num_inference_steps for steps, true_cfg
     CHECK(f.prompts[0].steps == 12);
     CHECK(f.prompts[0].true_cfg_scale == 2.5);
     CHECK_FALSE(f.prompts[0].negative_prompt.has_value());
+    CHECK(f.prompts[0].no_negative_prompt);
+    CHECK_FALSE(f.prompts[1].no_negative_prompt);
     CHECK(f.prompts[1].negative_prompt == std::optional<std::string>(""));
     REQUIRE(f.invalid.size() == 2);
     CHECK(has(f.invalid[0].reason, "p.jsonl:2: keys 'steps' and 'num_inference_steps' are the same setting"));

@@ -105,7 +105,7 @@ TEST_CASE("Qwen-Image: bf16 within the measured tolerance of diffusers' bf16") {
     CHECK(d.latents <= kBf16Latents);
 }
 
-TEST_CASE("Qwen-Image: prompts of different lengths batched equal each alone; the negative branch only with a negative prompt") {
+TEST_CASE("Qwen-Image: prompts of different lengths batched equal each alone, and the negative branch only with a negative prompt") {
     PipelineOptions options;
     options.model_dir = tiny_qwen_image();
     const auto pipeline = QwenImagePipeline::load(options);

@@ -201,7 +201,7 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("Qwen-Image's tp shards split attention, MLPs and both modulations; device_map places the blocks") {
+TEST_CASE("Qwen-Image's tp shards split attention, MLPs and both modulations, and device_map places the blocks") {
     const QwenImageTransformerConfig c = golden_config();
     const int64_t d = c.inner_dim(), layers = c.num_layers, p = c.patch_size;
     // Counted from the config alone: what tensor parallelism splits, and what stays whole.
