@@ -91,6 +91,7 @@ const ParallelSpec& sd3_parallel_spec() {
         s.components = {"text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae"};
         s.t5_encoder = "text_encoder_3";
         s.tp_components = {"text_encoder_3"};
+        s.offload = true;
         s.block_prefixes = {"transformer_blocks."};
         // Joint attention: q, k, v column-parallel for both streams, the outputs row-parallel;
         // SD3.5's image-only second attention (attn2) split the same way, by the same heads; the

@@ -157,3 +157,24 @@ TEST_CASE("--no-t5 runs a T5 folder without its encoder: zeros in T5's place, as
     CHECK(at::equal(e.sequence.narrow(1, 77, 1), at::zeros_like(e.sequence.narrow(1, 77, 1))));
     CHECK_FALSE(at::allclose(without->generate(r).latents, with_t5));
 }
+
+TEST_CASE("SD3 --offload: each component built when it runs and freed after, diffusers' images still") {
+    // With T5 and skip-layer guidance, so that every component and the transformer's second use run.
+    PipelineOptions options;
+    options.model_dir = golden_path("sd3_t5_tiny");
+    options.offload = true;
+    const auto offloaded = Sd3Pipeline::load(options);
+    CHECK_THROWS_AS(offloaded->transformer(), InternalError);
+    options.offload = false;
+    const auto kept = Sd3Pipeline::load(options);
+    auto golden = SafetensorsFile::open(golden_path("sd3_t5_tiny.safetensors"));
+    GenerateRequest r = request_of(nlohmann::json::parse(golden->metadata().at("cases"))["cases"][0]);
+    r.skip_guidance_layers = {1};
+    r.skip_layer_guidance_stop = 0.9;
+    const GenerateResult a = kept->generate(r), b = offloaded->generate(r);
+    CHECK(at::equal(a.latents, b.latents));
+    CHECK(at::equal(a.image, b.image));
+    options.offload = true;
+    options.trainable = true;
+    CHECK_THROWS_WITH_AS(Sd3Pipeline::load(options), doctest::Contains("not with training"), ModelError);
+}

@@ -77,28 +77,28 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
     c->transformer_config = QwenImageTransformerConfig::from_json_file(dir + "/transformer/config.json");
     c->vae_config = QwenImageVaeConfig::from_json_file(dir + "/vae/config.json");
     if (o.offload && o.device_map) throw ModelError("offload and device_map: choose one");
-    const Components* at = c.get();
+    const Components* self = c.get();
     c->text_encoder = Component<Qwen2TextEncoder>(
-        [at, &spec] {
-            WeightStore w = open_weights(at->options, "text_encoder", 11, device_of(at->options, "text_encoder"));
-            auto m = std::make_unique<Qwen2TextEncoder>(at->text_config, w, at->parallel->tensor(), spec);
+        [self, &spec] {
+            WeightStore w = open_weights(self->options, "text_encoder", 11, device_of(self->options, "text_encoder"));
+            auto m = std::make_unique<Qwen2TextEncoder>(self->text_config, w, self->parallel->tensor(), spec);
             w.check_all_taken();
             return m;
         },
         o.offload);
     c->transformer = Component<QwenImageTransformer>(
-        [at] {
-            WeightStore w = open_weights(at->options, "transformer", 12, at->options.device);
-            auto m = std::make_unique<QwenImageTransformer>(at->transformer_config, w, *at->parallel,
-                                                            at->options.device_map);
+        [self] {
+            WeightStore w = open_weights(self->options, "transformer", 12, self->options.device);
+            auto m = std::make_unique<QwenImageTransformer>(self->transformer_config, w, *self->parallel,
+                                                            self->options.device_map);
             w.check_all_taken();
             return m;
         },
         o.offload);
     c->vae = Component<QwenImageVaeDecoder>(
-        [at] {
-            WeightStore w = open_weights(at->options, "vae", 13, device_of(at->options, "vae"));
-            auto m = std::make_unique<QwenImageVaeDecoder>(at->vae_config, w);
+        [self] {
+            WeightStore w = open_weights(self->options, "vae", 13, device_of(self->options, "vae"));
+            auto m = std::make_unique<QwenImageVaeDecoder>(self->vae_config, w);
             w.check_all_taken();
             return m;
         },

@@ -34,11 +34,17 @@ struct Sd3Pipeline::Components {
     PipelineOptions options;
     const ParallelContext* parallel = nullptr;
     std::unique_ptr<ClipTokenizer> tokenizer, tokenizer_2;
-    std::unique_ptr<ClipTextEncoder> text_encoder, text_encoder_2;
-    std::unique_ptr<T5Tokenizer> tokenizer_3;  // both null: no T5 (absent, or PipelineOptions::no_t5)
-    std::unique_ptr<T5Encoder> text_encoder_3;
-    std::unique_ptr<Sd3Transformer> transformer;
-    std::unique_ptr<VaeDecoder> vae;  // null: pixel space
+    ClipTextConfig text_config, text_config_2;
+    T5Config t5_config;
+    Sd3TransformerConfig transformer_config;
+    VaeConfig vae_config;
+    // Kept, or built for each use with PipelineOptions::offload (Note [offload]).
+    Component<ClipTextEncoder> text_encoder, text_encoder_2;
+    std::unique_ptr<T5Tokenizer> tokenizer_3;  // null: no T5 (absent, or PipelineOptions::no_t5)
+    Component<T5Encoder> text_encoder_3;
+    Component<Sd3Transformer> transformer;
+    bool has_vae = false;  // false: pixel space
+    Component<VaeDecoder> vae;
     FlowMatchSchedulerConfig scheduler;
     int64_t vae_scale = 1;
     std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>> parameters;
@@ -59,7 +65,8 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
         throw ModelError(dir + "/model_index.json: pipeline class '" + cls +
                          "' is not supported (supported: StableDiffusion3Pipeline)");
     require_loadable(o, strategies::sd3_parallel_spec());
-    if (o.offload) throw ModelError("offload: the SD3 pipeline keeps its components on their devices");
+    if (o.offload && (o.trainable || o.device_map))
+        throw ModelError("offload: not with training or device_map (each component would be built again per use)");
     const bool t5 = !component_class(index, "text_encoder_3").empty() && !o.no_t5;
 
     const DeviceMapping* dm = o.device_map.get();
@@ -71,72 +78,73 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
     c->scheduler = FlowMatchSchedulerConfig::from_json_file(dir + "/scheduler/scheduler_config.json");
     c->tokenizer = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer"));
     c->tokenizer_2 = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer_2"));
-    {
-        WeightStore w = open_weights(o, "text_encoder", 1, device_of(o, "text_encoder"));
-        if (o.trainable) w.keep_as_parameters();
-        c->text_encoder = std::make_unique<ClipTextEncoder>(
-            ClipTextConfig::from_json_file(dir + "/text_encoder/config.json"), w);
-        w.check_all_taken();
-        if (o.trainable) c->parameters.emplace_back("text_encoder", w.parameters());
-    }
-    {
-        WeightStore w = open_weights(o, "text_encoder_2", 2, device_of(o, "text_encoder_2"));
-        if (o.trainable) w.keep_as_parameters();
-        c->text_encoder_2 = std::make_unique<ClipTextEncoder>(
-            ClipTextConfig::from_json_file(dir + "/text_encoder_2/config.json"), w);
-        w.check_all_taken();
-        if (o.trainable) c->parameters.emplace_back("text_encoder_2", w.parameters());
-    }
+    c->text_config = ClipTextConfig::from_json_file(dir + "/text_encoder/config.json");
+    c->text_config_2 = ClipTextConfig::from_json_file(dir + "/text_encoder_2/config.json");
+    c->transformer_config = Sd3TransformerConfig::from_json_file(dir + "/transformer/config.json");
+    c->has_vae = !component_class(index, "vae").empty();
+    if (c->has_vae) c->vae_config = VaeConfig::from_json_file(dir + "/vae/config.json");
     if (t5) {
         c->tokenizer_3 = std::make_unique<T5Tokenizer>(T5Tokenizer::from_folder(dir + "/tokenizer_3"));
-        WeightStore w = open_weights(o, "text_encoder_3", 5, device_of(o, "text_encoder_3"));
-        if (o.trainable) w.keep_as_parameters();
-        c->text_encoder_3 = std::make_unique<T5Encoder>(T5Config::from_json_file(dir + "/text_encoder_3/config.json"),
-                                                        w, parallel.tensor());
-        w.check_all_taken();
-        if (o.trainable) c->parameters.emplace_back("text_encoder_3", w.parameters());
+        c->t5_config = T5Config::from_json_file(dir + "/text_encoder_3/config.json");
     }
-    {
-        WeightStore w = open_weights(o, "transformer", 3, o.device);
-        if (o.trainable) w.keep_as_parameters();
-        c->transformer = std::make_unique<Sd3Transformer>(
-            Sd3TransformerConfig::from_json_file(dir + "/transformer/config.json"), w, parallel, o.device_map);
-        w.check_all_taken();
-        if (o.trainable) c->parameters.emplace_back("transformer", w.parameters());
-    }
-    if (!component_class(index, "vae").empty()) {
-        WeightStore w = open_weights(o, "vae", 4, device_of(o, "vae"));
-        if (o.trainable) w.keep_as_parameters();
-        c->vae = std::make_unique<VaeDecoder>(VaeConfig::from_json_file(dir + "/vae/config.json"), w);
-        w.check_all_taken();
-        if (o.trainable) c->parameters.emplace_back("vae", w.parameters());
-        c->vae_scale = c->vae->config().scale_factor();
+    // Each component from its weights on its device; kept (its parameters listed when training),
+    // or built at each use with offload.
+    Components* self = c.get();
+    const auto component = [&o, self](const char* name, uint64_t salt, at::Device device, auto build) {
+        using T = typename decltype(build(std::declval<WeightStore&>()))::element_type;
+        return Component<T>(
+            [self, name, salt, device, build] {
+                WeightStore w = open_weights(self->options, name, salt, device);
+                if (self->options.trainable) w.keep_as_parameters();
+                auto m = build(w);
+                w.check_all_taken();
+                if (self->options.trainable) self->parameters.emplace_back(name, w.parameters());
+                return m;
+            },
+            o.offload);
+    };
+    c->text_encoder = component("text_encoder", 1, device_of(o, "text_encoder"), [self](WeightStore& w) {
+        return std::make_unique<ClipTextEncoder>(self->text_config, w);
+    });
+    c->text_encoder_2 = component("text_encoder_2", 2, device_of(o, "text_encoder_2"), [self](WeightStore& w) {
+        return std::make_unique<ClipTextEncoder>(self->text_config_2, w);
+    });
+    if (t5)
+        c->text_encoder_3 = component("text_encoder_3", 5, device_of(o, "text_encoder_3"), [self](WeightStore& w) {
+            return std::make_unique<T5Encoder>(self->t5_config, w, self->parallel->tensor());
+        });
+    c->transformer = component("transformer", 3, o.device, [self](WeightStore& w) {
+        return std::make_unique<Sd3Transformer>(self->transformer_config, w, *self->parallel, self->options.device_map);
+    });
+    if (c->has_vae) {
+        c->vae = component("vae", 4, device_of(o, "vae"),
+                           [self](WeightStore& w) { return std::make_unique<VaeDecoder>(self->vae_config, w); });
+        c->vae_scale = c->vae_config.scale_factor();
     }
 
     // The pieces must fit together.
-    const Sd3TransformerConfig& t = c->transformer->config();
-    const int64_t pooled =
-        c->text_encoder->config().projection_dim + c->text_encoder_2->config().projection_dim;
+    const Sd3TransformerConfig& t = c->transformer_config;
+    const int64_t pooled = c->text_config.projection_dim + c->text_config_2.projection_dim;
     if (pooled != t.pooled_projection_dim)
         throw ModelError(dir + ": the text encoders' projections add up to " + std::to_string(pooled) +
                          " but transformer/config.json pooled_projection_dim is " +
                          std::to_string(t.pooled_projection_dim));
-    const int64_t channels = c->vae ? c->vae->config().latent_channels : 3;
+    const int64_t channels = c->has_vae ? c->vae_config.latent_channels : 3;
     if (t.in_channels != channels || t.out_channels != channels)
         throw ModelError(
             dir + ": the transformer works on " + std::to_string(t.in_channels) + " channels but " +
-            (c->vae ? "the VAE's latents have " : "pixel space (no VAE) has ") + std::to_string(channels));
-    if (!c->vae && t.out_channels != 3)
+            (c->has_vae ? "the VAE's latents have " : "pixel space (no VAE) has ") + std::to_string(channels));
+    if (!c->has_vae && t.out_channels != 3)
         throw ModelError(dir + ": a pipeline without a VAE must produce 3 channels");
     return std::unique_ptr<Sd3Pipeline>(new Sd3Pipeline(std::move(c)));
 }
 
 
 int Sd3Pipeline::size_multiple() const {
-    return static_cast<int>(c_->vae_scale * c_->transformer->config().patch_size);
+    return static_cast<int>(c_->vae_scale * c_->transformer_config.patch_size);
 }
 int Sd3Pipeline::default_width() const {
-    return static_cast<int>(c_->transformer->config().sample_size * c_->vae_scale);
+    return static_cast<int>(c_->transformer_config.sample_size * c_->vae_scale);
 }
 int Sd3Pipeline::default_height() const { return default_width(); }
 
@@ -159,14 +167,14 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
     if (max_sequence_length < 1 || max_sequence_length > kMaxT5SequenceLength)
         throw ModelError("max_sequence_length " + std::to_string(max_sequence_length) + ": must be 1 to " +
                          std::to_string(kMaxT5SequenceLength));
-    const Sd3TransformerConfig& tc = c.transformer->config();
+    const Sd3TransformerConfig& tc = c.transformer_config;
     const int64_t n = static_cast<int64_t>(prompts.size());
     PromptEmbeddings e;
     e.truncation.assign(prompts.size(), "");
     std::vector<at::Tensor> hidden, pooled;
     for (int which = 0; which < 2; ++which) {
         const ClipTokenizer& tok = which == 0 ? *c.tokenizer : *c.tokenizer_2;
-        const ClipTextEncoder& enc = which == 0 ? *c.text_encoder : *c.text_encoder_2;
+        const std::shared_ptr<const ClipTextEncoder> enc = which == 0 ? c.text_encoder.use() : c.text_encoder_2.use();
         std::vector<int64_t> ids;
         for (std::size_t k = 0; k < prompts.size(); ++k) {
             const ClipEncoding one = tok.encode(prompts[k]);
@@ -183,7 +191,7 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
         const int from = dm ? dm->slot_of(component) : 0;
         const int to = dm ? dm->slot_of("transformer") : 0;
         const at::Tensor input = at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, component));
-        ClipTextOutput out = enc.forward(input);
+        ClipTextOutput out = enc->forward(input);
         hidden.push_back(dm ? dm->move(out.hidden.to(c.options.dtype), from, to)
                             : out.hidden.to(c.options.dtype));
         pooled.push_back(dm ? dm->move(out.pooled.to(c.options.dtype), from, to)
@@ -191,7 +199,7 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
     }
     const at::Tensor clip = pad_last(at::cat(hidden, -1), tc.joint_attention_dim);
     e.pooled = at::cat(pooled, -1);
-    if (!c.text_encoder_3) {  // Note [constant text tail]: one zero position stands for all of them
+    if (!c.tokenizer_3) {  // Note [constant text tail]: one zero position stands for all of them
         e.sequence = at::cat({clip, at::zeros({n, 1, tc.joint_attention_dim}, clip.options())}, -2);
         e.tail_repeats = max_sequence_length;
         return e;
@@ -211,14 +219,17 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
     const DeviceMapping* dm = c.options.device_map.get();
     const at::Tensor input =
         at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, "text_encoder_3"));
-    at::Tensor t5 = c.text_encoder_3->forward(input).to(c.options.dtype);
+    at::Tensor t5 = c.text_encoder_3.use()->forward(input).to(c.options.dtype);
     if (dm) t5 = dm->move(t5, dm->slot_of("text_encoder_3"), dm->slot_of("transformer"));
     e.sequence = at::cat({clip, t5}, -2);
     e.tail_repeats = 1;
     return e;
 }
 
-const Sd3Transformer& Sd3Pipeline::transformer() const { return *c_->transformer; }
+const Sd3Transformer& Sd3Pipeline::transformer() const {
+    if (!c_->transformer.kept()) throw InternalError("Sd3Pipeline::transformer: not kept with offload");
+    return *c_->transformer.kept();
+}
 
 const std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>&
 Sd3Pipeline::parameters() const {
@@ -230,7 +241,7 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     c10::InferenceMode inference;  // no autograd bookkeeping on any tensor made here
     if (batch.empty()) return {};
     const Components& c = *c_;
-    const Sd3TransformerConfig& tc = c.transformer->config();
+    const Sd3TransformerConfig& tc = c.transformer_config;
     const GenerateRequest& r = batch.front();
     for (const GenerateRequest& other : batch)
         if (other.steps != r.steps || other.guidance_scale != r.guidance_scale || other.width != r.width ||
@@ -300,12 +311,13 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
         mu = flow_match_mu(c.scheduler, static_cast<int>((lh / tc.patch_size) * (lw / tc.patch_size)));
     scheduler.set_timesteps(r.steps, mu);
 
+    std::shared_ptr<const Sd3Transformer> transformer = c.transformer.use();
     for (int i = 0; i < r.steps; ++i) {
         const at::Tensor model_in = guidance.model_input(latents);
         const double timestep = scheduler.timesteps()[static_cast<std::size_t>(i)];
         const at::Tensor t = at::full({model_in.size(0)}, timestep,
                                       at::TensorOptions().dtype(at::kFloat).device(c.options.device));
-        const at::Tensor prediction = c.transformer->forward(model_in, text, pooled, t, tail_repeats);
+        const at::Tensor prediction = transformer->forward(model_in, text, pooled, t, tail_repeats);
         // Skip-layer guidance, as diffusers: with guidance, on the steps strictly inside
         // (start, stop) x steps, the positive branch once more with the blocks skipped.
         const bool skip_layers = guidance.enabled() && !r.skip_guidance_layers.empty() &&
@@ -318,7 +330,7 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
         } else {
             at::Tensor skipped;
             if (guidance.runs_positive())
-                skipped = c.transformer->forward(latents, positive_text, positive_pooled, t.narrow(0, 0, n),
+                skipped = transformer->forward(latents, positive_text, positive_pooled, t.narrow(0, 0, n),
                                                  tail_repeats, r.skip_guidance_layers);
             noise = guidance.combine(
                 prediction, skipped, [&](const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra) {
@@ -331,9 +343,10 @@ std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<Genera
     }
 
     const DeviceMapping* dm = c.options.device_map.get();
-    at::Tensor image = !c.vae ? latents
-                       : dm   ? c.vae->decode(dm->move(latents, dm->slot_of("transformer"), dm->slot_of("vae")))
-                              : c.vae->decode(latents);
+    transformer.reset();  // with offload, freed before the VAE is built
+    at::Tensor image = !c.has_vae ? latents
+                       : dm       ? c.vae.use()->decode(dm->move(latents, dm->slot_of("transformer"), dm->slot_of("vae")))
+                                  : c.vae.use()->decode(latents);
     finish_results(results, image, latents, r.steps);
     return results;
 }

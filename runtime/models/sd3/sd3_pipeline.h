@@ -43,6 +43,7 @@ class Sd3Pipeline : public DiffusionPipeline {
 
     // The embeddings of `prompts` (no inference guard: a trainer gets gradients through them).
     PromptEmbeddings encode_prompts(const std::vector<std::string>& prompts, int max_sequence_length = 256) const;
+    // Throws InternalError with PipelineOptions::offload (nothing is kept).
     const Sd3Transformer& transformer() const;
     // With PipelineOptions::trainable: each component's weights by name ("transformer", ...).
     const std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>& parameters()
