@@ -1,0 +1,173 @@
+"""The C++ Qwen-Image pipeline (dp-generate) against diffusers' QwenImagePipeline, same weights,
+prompt, seed and settings, fp32 on this machine's CPU, in one run.
+
+Two folders: models/tiny-random-qwen-image as committed, and a "medium" random one saved here with
+diffusers' save_pretrained (the real model's shapes scaled down: a transformer of 6 blocks of
+8 heads x 64, a Qwen2.5-VL text encoder of 3 layers of width 512, an 8x VAE; 768x768 pixels,
+2304 image tokens). Each runs without
+true CFG (no negative prompt: one transformer pass a step) and with it (a negative prompt and
+true_cfg_scale 4: two passes a step). For each it prints model load time, the median time per
+denoising step (the first step, which includes prompt encoding, left out) and peak RSS of each
+process, and the C++/diffusers ratios. Each side runs in its own process, RUNS times; the faster
+run of each is kept.
+
+    qwen_image_vs_diffusers.py DP_GENERATE [CONFIG ...]     (configs: tiny medium; default both)
+"""
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TINY = os.path.join(ROOT, "models", "tiny-random-qwen-image")
+REAL = os.path.join(ROOT, "models", "qwen-image")
+
+MEDIUM = dict(
+    text=dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=4,
+              rms_norm_eps=1e-6, max_position_embeddings=4096,
+              rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [8, 12, 12]}),
+    vision=dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=2, out_hidden_size=512, patch_size=2,
+                spatial_merge_size=1, temporal_patch_size=1, window_size=4, fullatt_block_indexes=[0], in_channels=1),
+    transformer=dict(patch_size=2, in_channels=64, out_channels=16, num_layers=6, attention_head_dim=64,
+                     num_attention_heads=8, joint_attention_dim=512, axes_dims_rope=(8, 28, 28)),
+    vae=dict(base_dim=16, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1, attn_scales=[],
+             temperal_downsample=[False, True, True]),
+)
+# name: (folder, or None to build the medium one; image side in pixels)
+CONFIGS = {"tiny": (TINY, 64), "medium": (None, 768)}
+RUNS = int(os.environ.get("DP_BENCH_RUNS", "2"))
+STEPS, SEED, TRUE_CFG = 5, 0, 4.0
+PROMPT = "an old lighthouse on a rocky coast at dusk, waves and gulls"
+NEGATIVE = "blurry, low quality"
+
+DIFFUSERS_RUN = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+import torch
+from diffusers import QwenImagePipeline
+t1 = time.perf_counter()
+pipe = QwenImagePipeline.from_pretrained(sys.argv[1], torch_dtype=torch.float32)
+pipe.set_progress_bar_config(disable=True)
+t2 = time.perf_counter()
+marks = []
+def on_step(pipe, i, t, kw):
+    marks.append(time.perf_counter())
+    return kw
+size, steps, prompt, seed, scale = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), float(sys.argv[6])
+negative = sys.argv[7] if len(sys.argv) > 7 else None
+start = time.perf_counter()
+with torch.no_grad():
+    pipe(prompt=prompt, negative_prompt=negative, true_cfg_scale=scale, num_inference_steps=steps, width=size,
+         height=size, generator=torch.Generator("cpu").manual_seed(seed), callback_on_step_end=on_step)
+end = time.perf_counter()
+first = marks[0] - start  # includes prompt encoding, as the C++ figure does
+steps_ms = [first * 1e3] + [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
+print(json.dumps({"import_ms": (t1 - t0) * 1e3, "load_ms": (t2 - t1) * 1e3, "step_ms": steps_ms,
+                  "generate_ms": (end - start) * 1e3, "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "threads": torch.get_num_threads()}))
+"""
+
+
+def build_medium(folder):
+    """Saves the medium random pipeline into folder; returns the transformer's parameter count."""
+    import torch
+    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
+
+    tokenizer = Qwen2Tokenizer.from_pretrained(os.path.join(TINY, "tokenizer"))
+    torch.manual_seed(0)
+    text_encoder = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
+        text_config=dict(MEDIUM["text"], vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=tokenizer.eos_token_id),
+        vision_config=MEDIUM["vision"])).eval()
+    transformer = QwenImageTransformer2DModel(**MEDIUM["transformer"]).eval()
+    vae_config = json.load(open(os.path.join(REAL, "vae", "config.json")))
+    vae = AutoencoderKLQwenImage(latents_mean=vae_config["latents_mean"], latents_std=vae_config["latents_std"],
+                                 **MEDIUM["vae"]).eval()
+    scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(os.path.join(REAL, "scheduler"))
+    pipe = QwenImagePipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
+                             transformer=transformer)
+    pipe.save_pretrained(folder, safe_serialization=True)
+    return sum(p.numel() for p in transformer.parameters())
+
+
+def transformer_params(folder):
+    from safetensors import safe_open
+    path = os.path.join(folder, "transformer", "diffusion_pytorch_model.safetensors")
+    with safe_open(path, "pt") as f:
+        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+
+
+def median_step(run):
+    return statistics.median(run["step_ms"][1:] or run["step_ms"])
+
+
+def best(runs):
+    return min(runs, key=median_step)
+
+
+def run_cpp(dp_generate, folder, size, cfg):
+    args = [dp_generate, "--model", folder, "--prompt", PROMPT, "--seed", str(SEED), "--steps", str(STEPS),
+            "--width", str(size), "--height", str(size), "--true-cfg-scale", str(TRUE_CFG)]
+    if cfg:
+        args += ["--negative-prompt", NEGATIVE]
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"dp-generate failed ({' '.join(args)}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_diffusers(folder, size, cfg):
+    args = [sys.executable, "-c", DIFFUSERS_RUN, folder, str(size), str(STEPS), PROMPT, str(SEED), str(TRUE_CFG)]
+    if cfg:
+        args.append(NEGATIVE)
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"diffusers failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main():
+    dp_generate = sys.argv[1]
+    names = sys.argv[2:] or list(CONFIGS)
+    for n in names:
+        if n not in CONFIGS:
+            sys.exit(f"unknown config {n!r}; accepted: {', '.join(CONFIGS)}")
+    tmp = tempfile.mkdtemp(prefix="dp-bench-qwen-")
+    print(f"machine: {os.cpu_count()} CPUs; fp32 on CPU; {STEPS} steps; true CFG {TRUE_CFG} with a negative prompt "
+          f"(two transformer passes a step), none without; best of {RUNS} runs a side")
+    rows = []
+    try:
+        for name in names:
+            folder, size = CONFIGS[name]
+            if folder is None:
+                folder = os.path.join(tmp, name)
+                params = build_medium(folder)
+            else:
+                params = transformer_params(folder)
+            for cfg in (False, True):
+                cpp, ref = [], []
+                for _ in range(RUNS):
+                    cpp.append(run_cpp(dp_generate, folder, size, cfg))
+                    ref.append(run_diffusers(folder, size, cfg))
+                rows.append((name + (" +cfg" if cfg else ""), params, size, best(cpp), best(ref)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"{'config':<12}{'transformer':>12}{'size':>6} | {'':>9}{'load':>10}{'step (median)':>15}{'peak RSS':>11}")
+    for name, params, size, c, r in rows:
+        for who, x in (("C++", c), ("diffusers", r)):
+            print(f"{name:<12}{params/1e6:>10.2f} M{size:>6} | {who:>9}{x['load_ms']:>8.1f}ms{median_step(x):>13.1f}ms"
+                  f"{x['peak_rss_kb']/1024:>8.0f} MB")
+        print(f"{name:<12}{'':>12}{'':>6} | {'ratio':>9}{c['load_ms']/r['load_ms']:>9.2f}x{median_step(c)/median_step(r):>14.2f}x"
+              f"{c['peak_rss_kb']/r['peak_rss_kb']:>10.2f}x   (C++ / diffusers; below 1 is faster)")
+    print("diffusers' load excludes `import torch, diffusers` (measured separately: "
+          f"{statistics.median([r['import_ms'] for *_, r in rows]):.0f} ms); "
+          f"threads: C++ {rows[0][3]['threads']}, torch {rows[0][4]['threads']}")
+
+
+if __name__ == "__main__":
+    main()
