@@ -119,7 +119,9 @@ void FlowMatchEulerScheduler::shift_sigmas(std::vector<double> s, std::optional<
             sigma = config_.shift * sigma / (1.0 + (config_.shift - 1.0) * sigma);
         }
     }
-    if (config_.shift_terminal) {
+    // One step from sigma 1 leaves nothing to stretch: diffusers divides 0 by 0 there (NaN sigmas,
+    // a NaN image); the schedule stays 1 -> 0.
+    if (config_.shift_terminal && s.back() < 1.0) {
         const double scale = (1.0 - s.back()) / (1.0 - *config_.shift_terminal);
         for (double& v : s) v = 1.0 - (1.0 - v) / scale;
     }
