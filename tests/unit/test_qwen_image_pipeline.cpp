@@ -176,3 +176,16 @@ TEST_CASE("Qwen-Image --offload: each component built when it runs and freed aft
     CHECK(at::equal(a.latents, b.latents));
     CHECK(at::equal(a.image, b.image));
 }
+
+TEST_CASE("Qwen-Image: one step makes an image (diffusers' terminal stretch gives NaN there)") {
+    PipelineOptions options;
+    options.model_dir = tiny_qwen_image();
+    const auto pipeline = QwenImagePipeline::load(options);
+    GenerateRequest r;
+    r.prompt = "a cat";
+    r.steps = 1;
+    r.width = r.height = 32;
+    const GenerateResult out = pipeline->generate(r);
+    CHECK_MESSAGE(out.error.empty(), out.error);
+    CHECK(at::isfinite(out.latents).all().item<bool>());
+}
