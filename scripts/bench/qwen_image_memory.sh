@@ -4,8 +4,8 @@
 # ranks run models/qwen-image's configs cut to a few transformer blocks and text-encoder layers
 # (widths 3072 and 3584 as published; the manifests cut to match), with random bf16 weights
 # (--random-weights), two steps at a small image size, so that the weights, not the activations,
-# are what is measured. (Two: with one step, shift_terminal's stretch divides 0 by 0, in diffusers
-# as here, and the latents are NaN.)
+# are what is measured. (Two, not one: one step's schedule is NaN in diffusers, and in builds
+# before the one-step fix.)
 #
 #   goal: a rank's peak RSS - LibTorch's base within 5 % of plan's weights per rank
 #
