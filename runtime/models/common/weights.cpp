@@ -95,18 +95,33 @@ at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<i
         at::Generator gen = at::detail::createCPUGenerator(seed_ ^ std::hash<std::string>{}(name));
         const bool is_norm = name.find("norm") != std::string::npos && name.size() > 7 &&
                              name.compare(name.size() - 7, 7, ".weight") == 0;
-        // One fp32 tensor, scaled in place, and the freed heap handed back after each: otherwise
-        // the temporaries stayed resident (a real-size rank peaked 30 % above its weights).
-        at::Tensor t;
-        if (is_norm) {
-            t = at::ones(shape, at::kFloat);
-        } else {
-            t = at::randn(shape, gen, at::kFloat);
-            t.mul_(shape.size() == 1 ? 0.01 : 0.02);
+        // Drawn in fp32 in chunks of rows, each copied (or its part of the shard) into the output
+        // and freed, the heap handed back after each tensor: a rank holds its share and one chunk,
+        // never the whole tensor in fp32 (the 1.1 GB embedding of Qwen2.5-VL was 2.2 GB of
+        // temporaries on every rank).
+        std::vector<int64_t> out_shape = shape;
+        if (dim >= 0) out_shape[static_cast<std::size_t>(dim)] = length;
+        at::Tensor out = at::empty(out_shape, at::TensorOptions().dtype(dtype_).device(device_));
+        if (is_norm) return out.fill_(1);
+        const double scale = shape.size() == 1 ? 0.01 : 0.02;
+        if (shape.empty()) return out.copy_(at::randn(shape, gen, at::kFloat).mul_(scale));
+        int64_t row_elements = 1;
+        for (std::size_t i = 1; i < shape.size(); ++i) row_elements *= shape[i];
+        const int64_t rows = shape[0];
+        const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(1, row_elements));
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+            std::vector<int64_t> part = shape;
+            part[0] = std::min(chunk, rows - r0);
+            const at::Tensor t = at::randn(part, gen, at::kFloat).mul_(scale);
+            if (dim < 0) {
+                out.narrow(0, r0, part[0]).copy_(t);
+            } else if (dim == 0) {  // the rows of this chunk inside [start, start + length)
+                const int64_t lo = std::max(r0, start), hi = std::min(r0 + part[0], start + length);
+                if (lo < hi) out.narrow(0, lo - start, hi - lo).copy_(t.narrow(0, lo - r0, hi - lo));
+            } else {
+                out.narrow(0, r0, part[0]).copy_(t.narrow(dim, start, length));
+            }
         }
-        if (dim >= 0) t = t.narrow(dim, start, length);
-        at::Tensor out = t.to(device_, dtype_).contiguous();
-        t = at::Tensor();
         malloc_trim(0);
         return out;
     }
