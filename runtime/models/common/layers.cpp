@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include "runtime/errors.h"
+#include "runtime/parallel/device_mapping.h"
+
 namespace dp::runtime {
 
 Linear Linear::load(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, bool bias) {
@@ -60,6 +63,17 @@ at::Tensor split_heads(const at::Tensor& x, int64_t heads) {
 at::Tensor merge_heads(const at::Tensor& x) {
     const int64_t b = x.size(0), h = x.size(1), s = x.size(2), d = x.size(3);
     return x.transpose(1, 2).reshape({b, s, h * d});
+}
+
+void prepare_transformer_load(const DeviceMapping* mapping, WeightStore& w, int64_t layers, int64_t heads,
+                              const TensorGroup& tp) {
+    if (mapping && static_cast<int64_t>(mapping->transformer_blocks.size()) != layers)
+        throw ModelError("device_map places " + std::to_string(mapping->transformer_blocks.size()) +
+                         " transformer blocks but the model has " + std::to_string(layers));
+    if (mapping) w.set_device(mapping->devices[static_cast<std::size_t>(mapping->transformer_blocks[0])]);
+    if (heads < tp.size)
+        throw ModelError("--tp " + std::to_string(tp.size) + ": the model has " + std::to_string(heads) +
+                         " attention heads, so a rank would hold none; tp may be at most " + std::to_string(heads));
 }
 
 }  // namespace dp::runtime

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/models/common/weights.h"
+#include "runtime/parallel/parallel_context.h"
 
 namespace dp::runtime {
 
@@ -37,6 +38,14 @@ struct RMSNorm {
                         bool affine = true);
     at::Tensor operator()(const at::Tensor& x) const;
 };
+
+struct DeviceMapping;
+
+// A transformer's place in the run, checked before it loads: device_map (when set) places exactly
+// its `layers` blocks, and its weights then start on block 0's device; tp leaves every rank at
+// least one of its `heads`. Throws ModelError naming what does not fit.
+void prepare_transformer_load(const DeviceMapping* mapping, WeightStore& weights, int64_t layers, int64_t heads,
+                              const TensorGroup& tp);
 
 // Multi-head attention over [batch, heads, seq, head_dim] tensors (softmax(q k^T / sqrt(d)) v).
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal = false);

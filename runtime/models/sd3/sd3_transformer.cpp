@@ -155,17 +155,9 @@ Sd3TransformerConfig Sd3TransformerConfig::from_json_file(const std::string& pat
 Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& w,
                                const ParallelContext& parallel, std::shared_ptr<const DeviceMapping> mapping)
     : parallel_(&parallel), mapping_(std::move(mapping)), config_(config) {
-    if (mapping_ && static_cast<int64_t>(mapping_->transformer_blocks.size()) != config.num_layers)
-        throw ModelError("device_map places " + std::to_string(mapping_->transformer_blocks.size()) +
-                         " transformer blocks but the model has " + std::to_string(config.num_layers));
-    if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
     const TensorGroup tp = parallel.tensor();
-    if (config.num_attention_heads < tp.size)
-        throw ModelError("--tp " + std::to_string(tp.size) + ": the model has " +
-                         std::to_string(config.num_attention_heads) +
-                         " attention heads, so a rank would hold none; tp may be at most " +
-                         std::to_string(config.num_attention_heads));
+    prepare_transformer_load(mapping_.get(), w, config.num_layers, config.num_attention_heads, tp);
     // Every linear layer as SD3's parallel spec splits it; the MLPs' features as evenly as tp allows.
     const strategies::ParallelSpec& spec = strategies::sd3_parallel_spec();
     auto linear = [&](const std::string& name, int64_t in, int64_t out) {
