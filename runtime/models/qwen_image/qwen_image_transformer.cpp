@@ -62,13 +62,16 @@ QwenRope qwen_image_rope(const std::array<int64_t, 3>& axes, int64_t grid_h, int
 }
 
 at::Tensor apply_qwen_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    return apply_qwen_rope(x, at::complex(cos, sin));
+}
+
+at::Tensor apply_qwen_rope(const at::Tensor& x, const at::Tensor& rotation) {
+    // (re + i im)(cos + i sin), one complex product as diffusers computes it (use_real=False).
     std::vector<int64_t> pairs = x.sizes().vec();
     pairs.back() /= 2;
     pairs.push_back(2);
-    const at::Tensor xf = x.to(at::kFloat).reshape(pairs);
-    const at::Tensor re = xf.select(-1, 0), im = xf.select(-1, 1);
-    // (re + i im)(cos + i sin)
-    return at::stack({re * cos - im * sin, re * sin + im * cos}, -1).flatten(-2).to(x.scalar_type());
+    const at::Tensor xc = at::view_as_complex(x.to(at::kFloat).contiguous().view(pairs));
+    return at::view_as_real(xc * rotation).flatten(-2).to(x.scalar_type());
 }
 
 at::Tensor QwenFeedForward::operator()(const at::Tensor& x) const { return out(at::gelu(in(x), "tanh")); }
@@ -239,10 +242,9 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
     at::Tensor temb_act = at::silu(temb);
 
     const QwenRope rope = qwen_image_rope(c.axes_dims_rope, grid_h, grid_w, tokens);
-    at::Tensor image_cos = image.shard(rope.image_cos, 0).to(device),
-               image_sin = image.shard(rope.image_sin, 0).to(device);
-    at::Tensor text_cos = words.shard(rope.text_cos, 0).to(device),
-               text_sin = words.shard(rope.text_sin, 0).to(device);
+    // Each position's rotation as one complex number per frequency, this rank's block of them.
+    at::Tensor image_rot = at::complex(image.shard(rope.image_cos, 0), image.shard(rope.image_sin, 0)).to(device);
+    at::Tensor text_rot = at::complex(words.shard(rope.text_cos, 0), words.shard(rope.text_sin, 0)).to(device);
 
     BlockPlacement placement(mapping_.get());
     for (std::size_t block = 0; block < blocks_.size(); ++block) {
@@ -250,7 +252,7 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
         // The last block's text output feeds nothing: its text side stops at attention's keys.
         const bool last = block + 1 == blocks_.size();
         placement.enter(block,
-                        {&x, &ctx, &temb_act, &text_bias, &image_cos, &image_sin, &text_cos, &text_sin});
+                        {&x, &ctx, &temb_act, &text_bias, &image_rot, &text_rot});
         // shift, scale, gate (attention), shift, scale, gate (MLP), per stream
         const std::vector<at::Tensor> m = blk.img_mod(temb_act).chunk(6, 1);
         const std::vector<at::Tensor> mc = blk.txt_mod(temb_act).chunk(6, 1);
@@ -258,11 +260,11 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
         const at::Tensor nctx = modulate(plain_layer_norm(ctx), mc[0], mc[1]);
 
         AttentionInputs in;
-        in.q = apply_qwen_rope(blk.norm_q(split_heads(blk.to_q(nx), heads)), image_cos, image_sin);
-        in.k = apply_qwen_rope(blk.norm_k(split_heads(blk.to_k(nx), heads)), image_cos, image_sin);
+        in.q = apply_qwen_rope(blk.norm_q(split_heads(blk.to_q(nx), heads)), image_rot);
+        in.k = apply_qwen_rope(blk.norm_k(split_heads(blk.to_k(nx), heads)), image_rot);
         in.v = split_heads(blk.to_v(nx), heads);
-        in.q2 = apply_qwen_rope(blk.norm_added_q(split_heads(blk.add_q(nctx), heads)), text_cos, text_sin);
-        in.k2 = apply_qwen_rope(blk.norm_added_k(split_heads(blk.add_k(nctx), heads)), text_cos, text_sin);
+        in.q2 = apply_qwen_rope(blk.norm_added_q(split_heads(blk.add_q(nctx), heads)), text_rot);
+        in.k2 = apply_qwen_rope(blk.norm_added_k(split_heads(blk.add_k(nctx), heads)), text_rot);
         in.v2 = split_heads(blk.add_v(nctx), heads);
         in.shard = &image;
         in.shard2 = &words;

@@ -121,5 +121,7 @@ QwenRope qwen_image_rope(const std::array<int64_t, 3>& axes_dims, int64_t grid_h
 // x [B, H, S, head_dim] rotated pairwise (x[2k], x[2k + 1]) by the angles of cos / sin [S, head_dim
 // / 2], in fp32, as diffusers' complex product; returned in x's dtype.
 at::Tensor apply_qwen_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// The same with the rotation as complex numbers, cos + i sin, [tokens, head_dim / 2].
+at::Tensor apply_qwen_rope(const at::Tensor& x, const at::Tensor& rotation);
 
 }  // namespace dp::runtime
