@@ -65,6 +65,8 @@ at::Tensor merge_heads(const at::Tensor& x) {
     return x.transpose(1, 2).reshape({b, s, h * d});
 }
 
+at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out(at::gelu(in(x), "tanh")); }
+
 void prepare_transformer_load(const DeviceMapping* mapping, WeightStore& w, int64_t layers, int64_t heads,
                               const TensorGroup& tp) {
     if (mapping && static_cast<int64_t>(mapping->transformer_blocks.size()) != layers)

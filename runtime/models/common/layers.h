@@ -9,6 +9,7 @@
 
 #include "runtime/models/common/weights.h"
 #include "runtime/parallel/parallel_context.h"
+#include "runtime/parallel/parallel_linear.h"
 
 namespace dp::runtime {
 
@@ -36,6 +37,13 @@ struct RMSNorm {
 
     static RMSNorm load(WeightStore& w, const std::string& prefix, int64_t dim, double eps,
                         bool affine = true);
+    at::Tensor operator()(const at::Tensor& x) const;
+};
+
+// diffusers' FeedForward with activation_fn "gelu-approximate": GELU(tanh) between two linear
+// layers, 4x wide (the MMDiTs' MLPs), each split as the family's spec says.
+struct FeedForward {
+    ParallelLinear in, out;
     at::Tensor operator()(const at::Tensor& x) const;
 };
 

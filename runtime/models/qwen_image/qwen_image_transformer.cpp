@@ -74,7 +74,6 @@ at::Tensor apply_qwen_rope(const at::Tensor& x, const at::Tensor& rotation) {
     return at::view_as_real(xc * rotation).flatten(-2).to(x.scalar_type());
 }
 
-at::Tensor QwenFeedForward::operator()(const at::Tensor& x) const { return out(at::gelu(in(x), "tanh")); }
 
 QwenImageTransformerConfig QwenImageTransformerConfig::from_json_text(const std::string& text,
                                                                       const std::string& path) {

@@ -57,18 +57,13 @@ struct QwenImageTransformerConfig {
 
 // Every linear layer is a ParallelLinear, split as Qwen-Image's parallel spec says
 // (strategies::qwen_image_parallel_spec()); the norms and embeddings are whole on every rank.
-struct QwenFeedForward {  // GELU(tanh), 4 x wide
-    ParallelLinear in, out;
-    at::Tensor operator()(const at::Tensor& x) const;
-};
-
 struct QwenDualStreamBlock {
     // SiLU + Linear(dim, 6 dim): shift, scale, gate (attention), shift, scale, gate (MLP).
     ParallelLinear img_mod, txt_mod;
     ParallelLinear to_q, to_k, to_v, to_out;         // image stream
     ParallelLinear add_q, add_k, add_v, to_add_out;  // text stream
     RMSNorm norm_q, norm_k, norm_added_q, norm_added_k;
-    QwenFeedForward img_mlp, txt_mlp;
+    FeedForward img_mlp, txt_mlp;
 };
 
 class QwenImageTransformer {

@@ -90,7 +90,6 @@ at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {
     return emb;
 }
 
-at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out(at::gelu(in(x), "tanh")); }
 
 bool Sd3TransformerConfig::dual_attention(int64_t block) const {
     return std::binary_search(dual_attention_layers.begin(), dual_attention_layers.end(), block);

@@ -67,10 +67,6 @@ struct ImageAttention {
     std::optional<RMSNorm> norm_q, norm_k;
 };
 
-struct FeedForward {  // GELU(tanh) MLP, 4x wide
-    ParallelLinear in, out;
-    at::Tensor operator()(const at::Tensor& x) const;
-};
 
 struct JointBlock {
     bool context_pre_only = false;
