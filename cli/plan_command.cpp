@@ -81,8 +81,10 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     const long long vae_scale = rules.sizes.vae_scale;
     const long long px_w = job.width ? job.width : rules.sizes.default_side,
                     px_h = job.height ? job.height : rules.sizes.default_side;
-    const long long tokens = (px_w / vae_scale / patch) * (px_h / vae_scale / patch);
-    const strategies::CallArguments& arguments = spec.arguments;
+    // Patches a side as the pipeline makes them (FLUX packs 2x2 before a transformer of patch 1).
+    const long long grid = rules.sizes.patch_size;
+    const long long tokens = (px_w / vae_scale / grid) * (px_h / vae_scale / grid);
+    const strategies::CallArguments& arguments = rules.arguments;
     const long long max_sequence = job.max_sequence_length.value_or(arguments.max_sequence_length);
     long long text = max_sequence;  // Qwen-Image: at most this, as long as the prompt
     if (spec.family == "sd3") {

@@ -32,22 +32,19 @@ std::string joined(const std::vector<std::string>& items, const std::string& sep
     return out;
 }
 
-// What `family` takes besides the common settings, for messages: "true_cfg_scale, max_sequence_length".
-std::string taken_keys(const strategies::ParallelSpec& spec) { return joined(spec.arguments.keys, ", "); }
-
-// Why the family does not take `key`, or empty when it does.
-std::string foreign_key(const strategies::ParallelSpec& spec, const std::string& key) {
-    if (spec.arguments.takes(key)) return {};
-    std::string why = spec.display_name + " does not take " + key + " (its pipeline takes " + taken_keys(spec);
-    if (key == "guidance_scale" || key == "true_cfg_scale")
-        why += "; its guidance scale is " + spec.arguments.cfg_key;
+// Why the model's pipeline does not take `key`, or empty when it does (or accepts and ignores it).
+std::string foreign_key(const ModelRules& rules, const std::string& key) {
+    const strategies::CallArguments& a = rules.arguments;
+    if (a.takes(key) || a.ignores(key)) return {};
+    std::string why = rules.family_name + " does not take " + key + " (its pipeline takes " + joined(a.keys, ", ");
+    if (key == "guidance_scale" || key == "true_cfg_scale") why += "; its guidance scale is " + a.cfg_key;
     return why + ")";
 }
 
-std::string max_sequence_problem(const strategies::ParallelSpec& spec, int tokens) {
-    const int limit = spec.arguments.max_sequence_length_limit;
+std::string max_sequence_problem(const ModelRules& rules, int tokens) {
+    const int limit = rules.arguments.max_sequence_length_limit;
     if (tokens <= limit) return {};
-    return std::to_string(tokens) + " is more than " + spec.display_name + "'s pipeline accepts (1 to " +
+    return std::to_string(tokens) + " is more than " + rules.family_name + "'s pipeline accepts (1 to " +
            std::to_string(limit) + ")";
 }
 
@@ -61,6 +58,8 @@ ModelRules read_model_rules(const JobOptions& job) {
     const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model);
     ModelRules rules;
     rules.spec = &spec;
+    rules.arguments = strategies::call_arguments_for_model(job.model, spec);
+    rules.family_name = strategies::family_name_for_model(job.model, spec);
     rules.sizes = strategies::read_image_size_rule(job.model, spec);
     rules.layers = strategies::read_transformer_shape(job.model, spec).layers;
     return rules;
@@ -83,7 +82,7 @@ std::vector<std::string> job_setting_problems(const JobOptions& job, const Model
           Flag{"skip_layer_guidance_stop", job.skip_layer_guidance_stop.has_value()}}) {
         std::string flag = "--" + std::string(key);
         std::replace(flag.begin(), flag.end(), '_', '-');
-        if (const std::string why = set ? foreign_key(spec, key) : ""; !why.empty()) out.push_back(flag + ": " + why);
+        if (const std::string why = set ? foreign_key(rules, key) : ""; !why.empty()) out.push_back(flag + ": " + why);
     }
     if (job.offload && !job.device_map.empty())
         out.push_back("--offload and --device-map " + job.device_map +
@@ -96,9 +95,9 @@ std::vector<std::string> job_setting_problems(const JobOptions& job, const Model
     if (job.no_t5 && spec.t5_encoder.empty())
         out.push_back("--no-t5: " + spec.display_name + " has no T5 text encoder to leave out");
     if (job.max_sequence_length)
-        if (const std::string why = max_sequence_problem(spec, *job.max_sequence_length); !why.empty())
+        if (const std::string why = max_sequence_problem(rules, *job.max_sequence_length); !why.empty())
             out.push_back("--max-sequence-length " + why);
-    if (!spec.arguments.takes("skip_guidance_layers")) return out;
+    if (!rules.arguments.takes("skip_guidance_layers")) return out;
     for (int layer : job.skip_guidance_layers)
         if (const std::string why = block_problem(layer, rules.layers); !why.empty())
             out.push_back("--skip-guidance-layers " + layers_text(job.skip_guidance_layers) + ": " + why);
@@ -117,7 +116,6 @@ std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
     for (const auto& [key, pixels] : {Side{"width", p.width}, Side{"height", p.height}})
         if (const std::string why = pixels ? rules.sizes.check(*pixels) : ""; !why.empty())
             return "key '" + std::string(key) + "': " + std::to_string(*pixels) + ": " + why;
-    const strategies::ParallelSpec& spec = *rules.spec;
     using Key = std::pair<const char*, bool>;  // a key, and whether the record has it
     for (const auto& [key, set] :
          {Key{"guidance_scale", p.guidance_scale.has_value()}, Key{"true_cfg_scale", p.true_cfg_scale.has_value()},
@@ -126,10 +124,10 @@ std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
           Key{"skip_layer_guidance_scale", p.skip_layer_guidance_scale.has_value()},
           Key{"skip_layer_guidance_start", p.skip_layer_guidance_start.has_value()},
           Key{"skip_layer_guidance_stop", p.skip_layer_guidance_stop.has_value()}})
-        if (const std::string why = set ? foreign_key(spec, key) : ""; !why.empty())
+        if (const std::string why = set ? foreign_key(rules, key) : ""; !why.empty())
             return "key '" + std::string(key) + "': " + why;
     if (p.max_sequence_length)
-        if (const std::string why = max_sequence_problem(spec, *p.max_sequence_length); !why.empty())
+        if (const std::string why = max_sequence_problem(rules, *p.max_sequence_length); !why.empty())
             return "key 'max_sequence_length': " + why;
     if (p.skip_guidance_layers)
         for (int layer : *p.skip_guidance_layers)
@@ -170,7 +168,7 @@ protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job, c
     q.index = p.index;
     q.file = image_file_name(p.index, p.name ? *p.name : p.prompt);
     q.prompt = p.prompt;
-    const strategies::CallArguments& a = rules.spec->arguments;
+    const strategies::CallArguments& a = rules.arguments;
     q.negative_prompt = p.negative_prompt       ? p.negative_prompt
                         : p.no_negative_prompt ? std::nullopt
                                                : job.negative_prompt;
@@ -179,7 +177,7 @@ protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job, c
     q.seed = p.seed.value_or(prompt_seed(job.seed, p.index));
     q.steps = p.steps.value_or(job.steps.value_or(a.steps));
     // Each scale's default is its family's where that family takes it (the other is unused).
-    q.guidance_scale = p.guidance_scale.value_or(job.guidance_scale.value_or(a.cfg_key == "guidance_scale" ? a.cfg_scale : 7.0));
+    q.guidance_scale = p.guidance_scale.value_or(job.guidance_scale.value_or(a.cfg_key == "guidance_scale" ? a.cfg_scale : a.guidance_scale));
     q.true_cfg_scale = p.true_cfg_scale.value_or(job.true_cfg_scale.value_or(a.cfg_key == "true_cfg_scale" ? a.cfg_scale : 4.0));
     q.width = p.width.value_or(job.width ? job.width : static_cast<int>(rules.sizes.default_side));
     q.height = p.height.value_or(job.height ? job.height : static_cast<int>(rules.sizes.default_side));
@@ -227,7 +225,7 @@ nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const
     nlohmann::json r = q;
     for (const char* key : {"guidance_scale", "true_cfg_scale", "max_sequence_length", "skip_guidance_layers",
                             "skip_layer_guidance_scale", "skip_layer_guidance_start", "skip_layer_guidance_stop"})
-        if (!rules.spec->arguments.takes(key)) r.erase(key);
+        if (!rules.arguments.takes(key)) r.erase(key);
     if (q.skip_guidance_layers.empty() && r.contains("skip_guidance_layers"))  // none: its settings change nothing
         for (const char* key : {"skip_guidance_layers", "skip_layer_guidance_scale", "skip_layer_guidance_start",
                                 "skip_layer_guidance_stop"})

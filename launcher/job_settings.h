@@ -29,6 +29,10 @@ struct ModelRules {
     strategies::ImageSizeRule sizes;
     int64_t layers = 0;  // transformer blocks: skip_guidance_layers must be below
     const strategies::ParallelSpec* spec = &strategies::sd3_parallel_spec();  // the model's family
+    // What its pipeline takes, and how messages name it: the family's, or its variant's
+    // (FLUX.1-schnell: no guidance_scale, 4 steps, 256 tokens).
+    strategies::CallArguments arguments = spec->arguments;
+    std::string family_name = spec->display_name;
 };
 
 // The job's own setting of the family's CFG scale (--guidance-scale or --true-cfg-scale), if any.

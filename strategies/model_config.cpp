@@ -63,6 +63,7 @@ TransformerShape read_transformer_shape(const std::string& model_dir, const Para
     shape.heads = positive(config, spec.heads_key, d.heads, path);
     shape.head_dim = positive(config, spec.head_dim_key, d.head_dim, path);
     shape.layers = positive(config, spec.layers_key, d.layers, path);
+    for (const auto& [key, fallback] : spec.more_layers_keys) shape.layers += positive(config, key, fallback, path);
     shape.patch_size = positive(config, spec.patch_size_key, d.patch_size, path);
     shape.in_channels = positive(config, spec.in_channels_key, d.in_channels, path);
     shape.sample_size = positive(config, spec.sample_size_key, d.sample_size, path);
@@ -109,7 +110,7 @@ ImageSizeRule read_image_size_rule(const std::string& model_dir, const ParallelS
     const std::string path = model_dir + "/" + spec.transformer + "/config.json";
     const nlohmann::json config = read_object(path);
     const TransformerShape& d = spec.transformer_defaults;
-    rule.patch_size = positive(config, spec.patch_size_key, d.patch_size, path);
+    rule.patch_size = spec.packed_patch ? spec.packed_patch : positive(config, spec.patch_size_key, d.patch_size, path);
     // The position table's side (SD3Transformer2DModel's pos_embed_max_size, 96 by default, as the
     // worker reads it), or the family's fixed limit.
     rule.max_patches = spec.max_patches_key.empty() ? spec.max_patches
@@ -160,10 +161,25 @@ const std::vector<ComponentRule>& qwen_image_components() {
     return rules;
 }
 
+// FluxPipeline's components, as the worker's pipeline loads them (no image encoder: text to image).
+const std::vector<ComponentRule>& flux_components() {
+    static const std::vector<ComponentRule> rules = {
+        {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
+        {"text_encoder", {"CLIPTextModel", "CLIPTextModelWithProjection"}, true, ComponentRule::kModel, false},
+        {"text_encoder_2", {"T5EncoderModel"}, true, ComponentRule::kModel, false},
+        {"tokenizer", {"CLIPTokenizer"}, true, ComponentRule::kBpeTokenizer, false},
+        {"tokenizer_2", {"T5TokenizerFast", "T5Tokenizer"}, true, ComponentRule::kT5Tokenizer, false},
+        {"transformer", {"FluxTransformer2DModel"}, true, ComponentRule::kModel, false},
+        {"vae", {"AutoencoderKL"}, true, ComponentRule::kModel, false},
+    };
+    return rules;
+}
+
 // The rules of `spec`'s family, or nullptr for a family without any.
 const std::vector<ComponentRule>* components_of(const ParallelSpec& spec) {
     if (spec.family == "sd3") return &sd3_components();
     if (spec.family == "qwen-image") return &qwen_image_components();
+    if (spec.family == "flux") return &flux_components();
     return nullptr;
 }
 
@@ -241,6 +257,25 @@ void check_component_files(const std::string& dir, const ComponentRule& rule, co
     }
 }
 
+// A text encoder's width (`key` of its config at `encoder_path`) against the transformer's
+// `joint_key`: a problem naming both when they differ. A missing encoder config is reported with
+// its folder.
+void check_width(const std::string& encoder_path, const char* key, int64_t fallback, const nlohmann::json& config,
+                 const char* joint_key, int64_t joint_fallback, const std::string& path, const char* why,
+                 std::vector<std::string>& problems) {
+    try {
+        const nlohmann::json encoder = read_object(encoder_path);
+        const int64_t joint = positive(config, joint_key, joint_fallback, path);
+        const int64_t width = positive(encoder, key, fallback, encoder_path);
+        if (width != joint)
+            problems.push_back(encoder_path + ": \"" + key + "\" is " + std::to_string(width) +
+                               " but the transformer's " + joint_key + " is " + std::to_string(joint) + " (" + why +
+                               "); use the text encoder made for this model");
+    } catch (const protocol::ModelError& e) {
+        if (model_file_exists(encoder_path)) problems.push_back(e.what());
+    }
+}
+
 // The transformer's config against the rest: dual-attention blocks within the blocks, T5's width.
 void check_transformer_config(const std::string& model_dir, const ParallelSpec& spec, bool t5,
                               std::vector<std::string>& problems) {
@@ -282,6 +317,13 @@ void check_transformer_config(const std::string& model_dir, const ParallelSpec& 
         }
         return;
     }
+    if (spec.family == "flux") {
+        check_width(model_dir + "/text_encoder_2/config.json", "d_model", 4096, config, "joint_attention_dim", 4096,
+                    path, "T5's embeddings are the transformer's text", problems);
+        check_width(model_dir + "/text_encoder/config.json", "hidden_size", 768, config, "pooled_projection_dim", 768,
+                    path, "CLIP's pooled output conditions every block", problems);
+        return;
+    }
     if (!t5) return;
     const std::string t5_path = model_dir + "/text_encoder_3/config.json";
     try {
@@ -299,6 +341,31 @@ void check_transformer_config(const std::string& model_dir, const ParallelSpec& 
 }
 
 }  // namespace
+
+namespace {
+
+// Whether `model_dir` is its family's variant (ParallelSpec::variant_key false or absent).
+bool is_variant(const std::string& model_dir, const ParallelSpec& spec) {
+    if (spec.variant_key.empty()) return false;
+    const std::string path = model_dir + "/" + spec.transformer + "/config.json";
+    const nlohmann::json config = read_object(path);
+    const auto it = config.find(spec.variant_key);
+    if (it == config.end() || it->is_null()) return true;
+    if (!it->is_boolean())
+        throw protocol::ModelError(path + ": \"" + spec.variant_key + "\" is " + it->dump().substr(0, 40) +
+                                   "; expected true or false");
+    return !it->get<bool>();
+}
+
+}  // namespace
+
+CallArguments call_arguments_for_model(const std::string& model_dir, const ParallelSpec& spec) {
+    return is_variant(model_dir, spec) ? spec.variant_arguments : spec.arguments;
+}
+
+std::string family_name_for_model(const std::string& model_dir, const ParallelSpec& spec) {
+    return is_variant(model_dir, spec) ? spec.variant_name : spec.display_name;
+}
 
 std::vector<std::string> model_folder_problems(const std::string& model_dir, const ParallelSpec& spec,
                                                const ModelNeeds& needs) {

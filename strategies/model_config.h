@@ -21,6 +21,13 @@ const ParallelSpec& parallel_spec_for_model(const std::string& model_dir);
 // object, or a value is not a positive integer, or a required key is missing.
 TransformerShape read_transformer_shape(const std::string& model_dir, const ParallelSpec& spec);
 
+// The call arguments `model_dir`'s pipeline takes, with their defaults: its family's, or its
+// variant's (ParallelSpec::variant_key: FLUX.1-schnell's transformer has no guidance_embeds).
+// Throws protocol::ModelError naming the file.
+CallArguments call_arguments_for_model(const std::string& model_dir, const ParallelSpec& spec);
+// How messages name `model_dir`'s family: its variant's name ("FLUX.1-schnell") or the family's.
+std::string family_name_for_model(const std::string& model_dir, const ParallelSpec& spec);
+
 // The image sizes a model can make, from its configs (diffusers' SD3 rule): width and height are
 // multiples of vae_scale x patch_size pixels, and at most max_patches patches along each side.
 struct ImageSizeRule {

@@ -1,5 +1,7 @@
 #include "strategies/parallel_spec.h"
 
+#include <algorithm>
+
 namespace dp::strategies {
 namespace {
 
@@ -127,8 +129,74 @@ const ParallelSpec& sd3_parallel_spec() {
     return spec;
 }
 
+const ParallelSpec& flux_parallel_spec() {
+    static const ParallelSpec spec = [] {
+        ParallelSpec s;
+        s.family = "flux";
+        s.display_name = "FLUX.1";
+        s.pipeline_class = "FluxPipeline";
+        s.components = {"text_encoder", "text_encoder_2", "transformer", "vae"};
+        s.tp_components = {"text_encoder_2"};
+        s.offload = true;
+        // 19 double-stream blocks, then 38 single-stream ones; device_map counts them in that order.
+        s.block_prefixes = {"transformer_blocks.", "single_transformer_blocks."};
+        s.more_layers_keys = {{"num_single_layers", 38}};
+        // Double-stream blocks as SD3's joint ones; single-stream blocks: q, k, v and the MLP's
+        // input column-parallel, and the one output projection over [attention, MLP]
+        // row-parallel over its two segments (width and 4 x width), each split as its producer is.
+        for (const char* column : {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
+                                   ".attn.add_v_proj", ".ff.net.0.proj", ".ff_context.net.0.proj", ".proj_mlp"})
+            s.tp_rules.push_back({column, TpSplit::kColumn, {}});
+        for (const char* row : {".attn.to_out.0", ".attn.to_add_out", ".ff.net.2", ".ff_context.net.2"})
+            s.tp_rules.push_back({row, TpSplit::kRow, {}});
+        s.tp_rules.push_back({".proj_out", TpSplit::kRowSegments, {1, 4}});
+        // The modulations (6 x width per double block and stream, 3 x per single block): split and
+        // gathered, as SD3's and Qwen-Image's.
+        for (const char* gathered : {".norm1.linear", ".norm1_context.linear", ".norm.linear"})
+            s.tp_rules.push_back({gathered, TpSplit::kColumnGathered, {}});
+        add_t5_encoder_rules(s);
+        // The text (T5's 512 or 256 tokens, no mask) runs through every single block's MLP beside
+        // the image: split like it, as Qwen-Image's (Note [FLUX text stream], flux_transformer.h).
+        s.streams = {{"image", true}, {"text", true}};
+        s.unloaded_tensors = {{"vae", "encoder."}, {"vae", "quant_conv."}};
+        // FluxTransformer2DModel's defaults; FluxPipeline's default_sample_size is 128 latents.
+        s.transformer_defaults.heads = 24;
+        s.transformer_defaults.head_dim = 128;
+        s.transformer_defaults.layers = 19;
+        s.transformer_defaults.patch_size = 1;
+        s.transformer_defaults.in_channels = 64;
+        s.transformer_defaults.sample_size = 128;
+        s.packed_patch = 2;
+        // Rotary positions from ids: no table bounds the size; 512 patches (8192 pixels) a side.
+        s.max_patches_key.clear();
+        s.max_patches = 512;
+        // FluxPipeline's call arguments: dev's distilled guidance, true CFG only with a negative
+        // prompt above 1 (off by default).
+        s.arguments.keys = {"guidance_scale", "true_cfg_scale", "max_sequence_length"};
+        s.arguments.steps = 28;
+        s.arguments.cfg_key = "true_cfg_scale";
+        s.arguments.cfg_scale = 1.0;
+        s.arguments.guidance_needs_negative_prompt = true;
+        s.arguments.guidance_scale = 3.5;
+        s.arguments.max_sequence_length = 512;
+        s.arguments.max_sequence_length_limit = 512;
+        // FLUX.1-schnell: no guidance embedding, 4 steps, 256 T5 tokens by default (as it was
+        // distilled; diffusers' own defaults, 28 and 512, are dev's).
+        s.variant_key = "guidance_embeds";
+        s.variant_name = "FLUX.1-schnell";
+        s.variant_arguments = s.arguments;
+        s.variant_arguments.keys = {"true_cfg_scale", "max_sequence_length"};
+        s.variant_arguments.ignored_keys = {"guidance_scale"};
+        s.variant_arguments.steps = 4;
+        s.variant_arguments.max_sequence_length = 256;
+        return s;
+    }();
+    return spec;
+}
+
 const std::vector<const ParallelSpec*>& parallel_specs() {
-    static const std::vector<const ParallelSpec*> all = {&sd3_parallel_spec(), &qwen_image_parallel_spec()};
+    static const std::vector<const ParallelSpec*> all = {&sd3_parallel_spec(), &qwen_image_parallel_spec(),
+                                                         &flux_parallel_spec()};
     return all;
 }
 
@@ -139,9 +207,11 @@ const ParallelSpec* find_parallel_spec(const std::string& pipeline_class) {
 }
 
 bool CallArguments::takes(const std::string& key) const {
-    for (const std::string& k : keys)
-        if (k == key) return true;
-    return false;
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+bool CallArguments::ignores(const std::string& key) const {
+    return std::find(ignored_keys.begin(), ignored_keys.end(), key) != ignored_keys.end();
 }
 
 namespace {

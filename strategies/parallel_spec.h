@@ -62,7 +62,14 @@ struct CallArguments {
     // Whether the negative branch runs only when a negative prompt is given (Qwen-Image), rather
     // than whenever the scale asks for it (SD3: an empty negative prompt by default).
     bool guidance_needs_negative_prompt = false;
+    // guidance_scale's default where it is not the CFG scale: FLUX.1-dev's distilled guidance,
+    // which the transformer embeds (3.5).
+    double guidance_scale = 7.0;
+    // Keys the pipeline accepts and ignores, as diffusers does (FLUX.1-schnell's guidance_scale:
+    // its transformer has no guidance embedding). Accepted, not recorded.
+    std::vector<std::string> ignored_keys;
     bool takes(const std::string& key) const;
+    bool ignores(const std::string& key) const;
 };
 
 struct ParallelSpec {
@@ -81,6 +88,9 @@ struct ParallelSpec {
     std::string heads_key = "num_attention_heads";
     std::string head_dim_key = "attention_head_dim";
     std::string layers_key = "num_layers";
+    // The blocks of the later block_prefixes, by their config keys and diffusers' defaults (FLUX's
+    // num_single_layers, 38): TransformerShape::layers counts every block of every prefix.
+    std::vector<std::pair<std::string, int64_t>> more_layers_keys;
     bool guidance_branches = true;  // classifier-free guidance has a negative branch to split
     // Components a model folder may leave out (a pixel-space model has no VAE).
     std::vector<std::string> optional_components;
@@ -101,6 +111,15 @@ struct ParallelSpec {
     // (diffusers' defaults); 0: the key is required.
     TransformerShape transformer_defaults;
     CallArguments arguments;
+    // A variant of the family, told by a boolean key of the transformer's config.json that is
+    // false (or absent) in it, with call arguments of its own: FLUX.1-schnell, whose transformer has
+    // no guidance_embeds. Empty key: none (call_arguments_for_model, model_config.h).
+    std::string variant_key;
+    std::string variant_name;  // how messages name it: "FLUX.1-schnell"
+    CallArguments variant_arguments;
+    // The latents per patch side the pipeline packs whatever the transformer's patch_size says
+    // (FLUX packs 2x2 before a transformer of patch_size 1); 0: the transformer's patch_size.
+    int64_t packed_patch = 0;
     // How the VAE's config gives its pixels per latent: "block_out_channels" (AutoencoderKL:
     // 2^(blocks - 1)) or "temperal_downsample" (AutoencoderKLQwenImage: 2^len).
     std::string vae_scale_key = "block_out_channels";
@@ -114,6 +133,9 @@ struct ParallelSpec {
 const ParallelSpec& sd3_parallel_spec();
 // Qwen-Image (QwenImagePipeline): its Qwen2.5-VL text encoder, dual-stream transformer and VAE.
 const ParallelSpec& qwen_image_parallel_spec();
+// FLUX.1 dev and schnell (FluxPipeline): CLIP-L's pooled output and T5, the double- and
+// single-stream transformer, the 16-channel VAE.
+const ParallelSpec& flux_parallel_spec();
 // Every family's spec.
 const std::vector<const ParallelSpec*>& parallel_specs();
 // The spec whose pipeline_class is `pipeline_class`, or nullptr.

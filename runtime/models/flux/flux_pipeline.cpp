@@ -1,0 +1,1 @@
+#include "runtime/models/flux/flux_pipeline.h"
