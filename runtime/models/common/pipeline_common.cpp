@@ -71,4 +71,14 @@ void finish_results(std::vector<GenerateResult>& results, const at::Tensor& imag
     }
 }
 
+at::Tensor pack_latents(const at::Tensor& x) {
+    const int64_t b = x.size(0), ch = x.size(1), h = x.size(2), w = x.size(3);
+    return x.view({b, ch, h / 2, 2, w / 2, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({b, (h / 2) * (w / 2), ch * 4});
+}
+
+at::Tensor unpack_latents(const at::Tensor& x, int64_t h, int64_t w) {
+    const int64_t b = x.size(0), ch = x.size(2) / 4;
+    return x.view({b, h / 2, w / 2, ch, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({b, ch, h, w});
+}
+
 }  // namespace dp::runtime

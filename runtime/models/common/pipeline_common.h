@@ -69,4 +69,9 @@ std::pair<int, int> checked_size(const DiffusionPipeline& pipeline, const Genera
 void finish_results(std::vector<GenerateResult>& results, const at::Tensor& images, const at::Tensor& latents,
                     int steps);
 
+// Latents [B, C, H, W] <-> packed [B, (H / 2)(W / 2), 4C], as diffusers' _pack_latents and
+// _unpack_latents order the 2x2 patches (Qwen-Image's and FLUX's transformers take them packed).
+at::Tensor pack_latents(const at::Tensor& latents);
+at::Tensor unpack_latents(const at::Tensor& packed, int64_t height, int64_t width);
+
 }  // namespace dp::runtime

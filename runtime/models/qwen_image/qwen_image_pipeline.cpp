@@ -190,16 +190,6 @@ at::Tensor true_cfg_guidance(const at::Tensor& negative, const at::Tensor& posit
     return combined * (cond_norm / noise_norm);
 }
 
-at::Tensor pack_latents(const at::Tensor& x) {
-    const int64_t b = x.size(0), ch = x.size(1), h = x.size(2), w = x.size(3);
-    return x.view({b, ch, h / 2, 2, w / 2, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({b, (h / 2) * (w / 2), ch * 4});
-}
-
-at::Tensor unpack_latents(const at::Tensor& x, int64_t h, int64_t w) {
-    const int64_t b = x.size(0), ch = x.size(2) / 4;
-    return x.view({b, h / 2, w / 2, ch, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({b, ch, h, w});
-}
-
 namespace {
 
 // Two branches' embeddings as one batch (negatives first), padded to the longer text with

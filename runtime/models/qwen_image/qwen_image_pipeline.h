@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/models/common/pipeline_common.h"  // pack_latents, unpack_latents: its latents packed 2x2
 #include "runtime/pipeline.h"
 
 namespace dp::runtime {
@@ -53,10 +54,5 @@ class QwenImagePipeline : public DiffusionPipeline {
 // QwenImagePipeline's true CFG: negative + scale (positive - negative), rescaled per token to the
 // positive prediction's norm over the channels (the last dimension).
 at::Tensor true_cfg_guidance(const at::Tensor& negative, const at::Tensor& positive, double scale);
-
-// Latents [B, C, H, W] <-> packed [B, (H / 2)(W / 2), 4C], as diffusers' _pack_latents and
-// _unpack_latents order the 2x2 patches.
-at::Tensor pack_latents(const at::Tensor& latents);
-at::Tensor unpack_latents(const at::Tensor& packed, int64_t height, int64_t width);
 
 }  // namespace dp::runtime
