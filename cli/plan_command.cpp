@@ -248,7 +248,13 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
         step["send"] += 2 * layers * (deg.ring - 1) * b * h_attend * ((n + m) / deg.ring) * hd * f;
         step["all_gather"] += b * (n / deg.ring) * channels * patch * patch * f;
     }
-    if (deg.tp > 1) {
+    if (deg.tp > 1 && shape.more_layers > 0) {
+        // FLUX: a double block reduces after each stream's attention and MLP outputs (the last one's
+        // text too: the single blocks go on with it), a single block once, over both streams.
+        const long long both = n / split_tokens + text_rank, doubles = layers - shape.more_layers;
+        step["all_reduce"] += b * width_d * both * (2 * doubles + shape.more_layers) * f;
+        step["all_gather"] += b * gathered_features * f;
+    } else if (deg.tp > 1) {
         step["all_reduce"] += b * width_d * (2 * (n / split_tokens) * layers + 2 * text_rank * (layers - 1)) * f;
         step["all_gather"] += b * gathered_features * f;
     }

@@ -92,7 +92,10 @@ std::vector<std::string> job_setting_problems(const JobOptions& job, const Model
         out.push_back("--offload: " + spec.display_name +
                       "'s pipeline keeps its components on their devices; to fit a large model use --device-map "
                       "auto, or --tp");
-    if (job.no_t5 && spec.t5_encoder.empty())
+    if (job.no_t5 && spec.t5_required)
+        out.push_back("--no-t5: " + spec.display_name +
+                      "'s transformer takes T5's embeddings as its whole text; it cannot run without them");
+    else if (job.no_t5 && spec.t5_encoder.empty())
         out.push_back("--no-t5: " + spec.display_name + " has no T5 text encoder to leave out");
     if (job.max_sequence_length)
         if (const std::string why = max_sequence_problem(rules, *job.max_sequence_length); !why.empty())

@@ -63,7 +63,8 @@ TransformerShape read_transformer_shape(const std::string& model_dir, const Para
     shape.heads = positive(config, spec.heads_key, d.heads, path);
     shape.head_dim = positive(config, spec.head_dim_key, d.head_dim, path);
     shape.layers = positive(config, spec.layers_key, d.layers, path);
-    for (const auto& [key, fallback] : spec.more_layers_keys) shape.layers += positive(config, key, fallback, path);
+    for (const auto& [key, fallback] : spec.more_layers_keys) shape.more_layers += positive(config, key, fallback, path);
+    shape.layers += shape.more_layers;
     shape.patch_size = positive(config, spec.patch_size_key, d.patch_size, path);
     shape.in_channels = positive(config, spec.in_channels_key, d.in_channels, path);
     shape.sample_size = positive(config, spec.sample_size_key, d.sample_size, path);

@@ -137,6 +137,7 @@ const ParallelSpec& flux_parallel_spec() {
         s.pipeline_class = "FluxPipeline";
         s.components = {"text_encoder", "text_encoder_2", "transformer", "vae"};
         s.tp_components = {"text_encoder_2"};
+        s.t5_required = true;
         s.offload = true;
         // 19 double-stream blocks, then 38 single-stream ones; device_map counts them in that order.
         s.block_prefixes = {"transformer_blocks.", "single_transformer_blocks."};

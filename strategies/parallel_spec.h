@@ -39,7 +39,8 @@ struct StreamSpec {
 struct TransformerShape {
     int64_t heads = 0;     // attention heads
     int64_t head_dim = 0;  // features per head
-    int64_t layers = 0;    // transformer blocks
+    int64_t layers = 0;    // transformer blocks, of every block prefix
+    int64_t more_layers = 0;  // of them, those of the later prefixes (FLUX's single-stream blocks)
     int64_t patch_size = 0;
     int64_t in_channels = 0;  // latent channels
     int64_t sample_size = 0;  // the default latent height and width
@@ -96,6 +97,9 @@ struct ParallelSpec {
     std::vector<std::string> optional_components;
     // The T5 encoder component, which --no-t5 leaves out (SD3: text_encoder_3); empty: none.
     std::string t5_encoder;
+    // Whether the family's T5 encoder is part of every run (FLUX's text_encoder_2: its embeddings
+    // are the transformer's whole text), so that --no-t5 cannot leave it out.
+    bool t5_required = false;
     // Components besides the transformer that tensor parallelism splits by the same rules (SD3's
     // T5, Qwen-Image's Qwen2.5-VL text encoder).
     std::vector<std::string> tp_components;

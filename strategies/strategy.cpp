@@ -118,8 +118,16 @@ void check_cfg_parallel(const StrategyRequest& r, const ParallelSpec& spec) {
     if (scale <= 1.0) {
         std::string flag = "--" + spec.arguments.cfg_key;
         std::replace(flag.begin(), flag.end(), '_', '-');
-        throw UsageError("--cfg-parallel with " + flag + " " + std::to_string(scale).substr(0, 4) +
-                         ": there is no guidance to split at a scale of 1 or less");
+        std::string why = "--cfg-parallel with " + flag + " " + std::to_string(scale).substr(0, 4) +
+                          ": there is no guidance to split at a scale of 1 or less";
+        if (spec.arguments.guidance_needs_negative_prompt)
+            why += " (" + spec.display_name + "'s negative branch runs only with " + flag +
+                   " above 1 and a negative prompt" +
+                   (spec.arguments.takes("guidance_scale") && spec.arguments.cfg_key != "guidance_scale"
+                        ? "; its guidance_scale is embedded in the transformer, one forward per step, nothing to split"
+                        : "") +
+                   ")";
+        throw UsageError(why);
     }
 }
 

@@ -1,7 +1,8 @@
 """Writes the config-only folders of real models: models/sd3-medium, models/sd3.5-medium,
-models/sd3.5-large and models/qwen-image, as diffusers lays out
-stabilityai/stable-diffusion-3-medium-diffusers, stable-diffusion-3.5-medium,
-stable-diffusion-3.5-large and Qwen/Qwen-Image, without their weights.
+models/sd3.5-large, models/qwen-image, models/flux.1-dev and models/flux.1-schnell, as diffusers
+lays out stabilityai/stable-diffusion-3-medium-diffusers, stable-diffusion-3.5-medium,
+stable-diffusion-3.5-large, Qwen/Qwen-Image and black-forest-labs/FLUX.1-dev and FLUX.1-schnell,
+without their weights.
 
 Every component gets its config.json with the checkpoint's values, and a tensor manifest,
 <component>/tensors.json: each tensor's name, shape and dtype, in the layout of a safetensors
@@ -12,7 +13,7 @@ counts from the manifests; `--random-weights` runs build the real shapes.
 
 Tokenizer vocabularies are not available offline: tokenizer/ and tokenizer_2/ carry the small CLIP
 BPE of models/tiny-random-sd3, tokenizer_3/ the small SentencePiece vocabulary of
-tests/data/golden/t5_tokenizer, and Qwen-Image's tokenizer/ the small byte-level BPE of
+tests/data/golden/t5_tokenizer (FLUX's tokenizer_2/ too), and Qwen-Image's tokenizer/ the small byte-level BPE of
 tests/data/golden/qwen2_tokenizer (Qwen2's pre-tokenizer and special tokens, a small vocabulary).
 Their ids are not the real model's (models/README.md).
 
@@ -109,6 +110,20 @@ QWEN_SCHEDULER = dict(num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=
                       base_image_seq_len=256, max_image_seq_len=8192, shift_terminal=0.02,
                       time_shift_type="exponential")
 QWEN_TOKENIZER_DIR = os.path.join(ROOT, "tests", "data", "golden", "qwen2_tokenizer")
+
+# black-forest-labs/FLUX.1-dev and FLUX.1-schnell: CLIP-L's text tower without its projection, T5
+# v1.1 XXL's encoder, 19 double- and 38 single-stream blocks of width 3072 (dev with the guidance
+# embedder), SD3's VAE layout with FLUX's scale and shift. Their schedulers differ: dev shifts by
+# the image's size, schnell not at all.
+FLUX_TRANSFORMER = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
+                        num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768,
+                        axes_dims_rope=(16, 56, 56))
+FLUX_VAE = dict(VAE, scaling_factor=0.3611, shift_factor=0.1159)
+FLUX_SCHEDULERS = {
+    "flux.1-dev": dict(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
+                       max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096),
+    "flux.1-schnell": dict(num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=False),
+}
 
 # --- writing ------------------------------------------------------------------------------------
 
@@ -225,11 +240,45 @@ def qwen_image_files():
     return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
 
 
+def flux_files(name):
+    """Relative path -> bytes of every file of models/flux.1-dev or models/flux.1-schnell."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    files = {"model_index.json": json_text(
+        {"_class_name": "FluxPipeline", "_diffusers_version": "0.42.1",
+         "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+         "text_encoder": ["transformers", "CLIPTextModel"], "text_encoder_2": ["transformers", "T5EncoderModel"],
+         "tokenizer": ["transformers", "CLIPTokenizer"], "tokenizer_2": ["transformers", "T5TokenizerFast"],
+         "transformer": ["diffusers", "FluxTransformer2DModel"], "vae": ["diffusers", "AutoencoderKL"],
+         "image_encoder": [None, None], "feature_extractor": [None, None]})}
+    files["scheduler/scheduler_config.json"] = json_text(
+        json.loads(FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULERS[name]).to_json_string()))
+    files["text_encoder/config.json"], files["text_encoder/tensors.json"] = transformers_component(
+        CLIPTextConfig, CLIPTextModel, {k: v for k, v in CLIP_L.items() if k != "projection_dim"}, "BF16")
+    files["text_encoder_2/config.json"], files["text_encoder_2/tensors.json"] = transformers_component(
+        T5Config, T5EncoderModel, T5_XXL, "BF16")
+    transformer = dict(FLUX_TRANSFORMER, guidance_embeds=name == "flux.1-dev")
+    files["transformer/config.json"], files["transformer/tensors.json"] = diffusers_component(
+        FluxTransformer2DModel, transformer, "BF16")
+    files["vae/config.json"], files["vae/tensors.json"] = diffusers_component(AutoencoderKL, FLUX_VAE, "BF16")
+    with open(os.path.join(TINY, "tokenizer", "tokenizer.json"), "rb") as f:
+        files["tokenizer/tokenizer.json"] = f.read()
+    files["tokenizer/tokenizer_config.json"] = json_text(CLIP_TOKENIZER)
+    for f in ("spiece.model", "tokenizer.json"):
+        with open(os.path.join(T5_TOKENIZER_DIR, f), "rb") as src:
+            files[f"tokenizer_2/{f}"] = src.read()
+    files["tokenizer_2/tokenizer_config.json"] = json_text(T5_TOKENIZER)
+    return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
+
+
 def main():
     check = "--check" in sys.argv[1:]
     stale = []
-    for name, spec in list(FOLDERS.items()) + [("qwen-image", None)]:
-        files = folder_files(name, spec) if spec else qwen_image_files()
+    makers = [(name, lambda spec=spec, name=name: folder_files(name, spec)) for name, spec in FOLDERS.items()]
+    makers += [("qwen-image", qwen_image_files)] + [(name, lambda name=name: flux_files(name)) for name in FLUX_SCHEDULERS]
+    for name, make in makers:
+        files = make()
         for rel, data in sorted(files.items()):
             path = os.path.join(MODELS, name, rel)
             if check:

@@ -145,3 +145,80 @@ TEST_CASE("JSONL takes diffusers' names: num_inference_steps for steps, true_cfg
     CHECK(has(f.invalid[0].reason, "p.jsonl:2: keys 'steps' and 'num_inference_steps' are the same setting"));
     CHECK(has(f.invalid[1].reason, "p.jsonl:3: key 'true_cfg_scale': expected a number from 0 to 100"));
 }
+
+TEST_CASE("FLUX.1-dev's defaults are FluxPipeline's: 28 steps, guidance 3.5 embedded, no true CFG, 512 tokens") {
+    const JobOptions job = job_on("flux.1-dev");
+    const ModelRules rules = read_model_rules(job);
+    CHECK(rules.spec->family == "flux");
+    CHECK(rules.family_name == "FLUX.1");
+    CHECK(rules.sizes.multiple() == 16);  // 8 pixels a latent, packed 2x2 before a transformer of patch 1
+    CHECK(rules.sizes.default_side == 1024);
+    CHECK(rules.layers == 19 + 38);  // double- then single-stream blocks
+    PromptRecord p;
+    p.prompt = "a cat";
+    const dp::protocol::JobRequest q = job_request(p, job, rules);
+    CHECK(q.steps == 28);
+    CHECK(q.guidance_scale == 3.5);
+    CHECK(q.true_cfg_scale == 1.0);
+    CHECK(q.max_sequence_length == 512);
+    CHECK_FALSE(q.negative_prompt.has_value());
+    const nlohmann::json record = pending_record(q, 1, job, "bf16", rules);
+    CHECK(record["guidance_scale"] == 3.5);
+    CHECK(record["true_cfg_scale"] == 1.0);
+    CHECK(record["max_sequence_length"] == 512);
+    CHECK_FALSE(record.contains("skip_guidance_layers"));
+
+    JobOptions set = job;
+    set.guidance_scale = 5;
+    set.true_cfg_scale = 3;
+    set.negative_prompt = "blurry";
+    CHECK(job_setting_problems(set, rules).empty());
+    const dp::protocol::JobRequest r = job_request(p, set, rules);
+    CHECK(r.guidance_scale == 5);
+    CHECK(r.true_cfg_scale == 3);
+    CHECK(r.negative_prompt == std::optional<std::string>("blurry"));
+
+    JobOptions bad = job;
+    bad.max_sequence_length = 513;
+    bad.skip_guidance_layers = {1};
+    bad.no_t5 = true;
+    const std::vector<std::string> problems = job_setting_problems(bad, rules);
+    REQUIRE(problems.size() == 3);
+    CHECK(has(problems[0], "--skip-guidance-layers: FLUX.1 does not take skip_guidance_layers (its pipeline takes "
+                           "guidance_scale, true_cfg_scale, max_sequence_length"));
+    CHECK(problems[1] == "--no-t5: FLUX.1's transformer takes T5's embeddings as its whole text; it cannot run "
+                         "without them");
+    CHECK(problems[2] == "--max-sequence-length 513 is more than FLUX.1's pipeline accepts (1 to 512)");
+}
+
+TEST_CASE("FLUX.1-schnell: 4 steps and 256 tokens by default, guidance_scale accepted and ignored as diffusers does") {
+    const JobOptions job = job_on("flux.1-schnell");
+    const ModelRules rules = read_model_rules(job);
+    CHECK(rules.family_name == "FLUX.1-schnell");
+    PromptRecord p;
+    p.prompt = "a cat";
+    const dp::protocol::JobRequest q = job_request(p, job, rules);
+    CHECK(q.steps == 4);
+    CHECK(q.max_sequence_length == 256);
+    // The model card's guidance_scale=0.0 is accepted, as FluxPipeline accepts it, and changes nothing,
+    // so the manifest does not record it.
+    JobOptions set = job;
+    set.guidance_scale = 0.0;
+    CHECK(job_setting_problems(set, rules).empty());
+    p.guidance_scale = 0.0;
+    CHECK(prompt_setting_problem(p, set, rules).empty());
+    const nlohmann::json record = pending_record(job_request(p, set, rules), 1, set, "bf16", rules);
+    CHECK_FALSE(record.contains("guidance_scale"));
+    CHECK(record["max_sequence_length"] == 256);
+    CHECK(record["steps"] == 4);
+    p.max_sequence_length = 512;  // diffusers takes up to 512 for schnell too
+    CHECK(prompt_setting_problem(p, set, rules).empty());
+    p.max_sequence_length = 600;
+    CHECK(prompt_setting_problem(p, set, rules) ==
+          "key 'max_sequence_length': 600 is more than FLUX.1-schnell's pipeline accepts (1 to 512)");
+    PromptRecord skip;
+    skip.prompt = "x";
+    skip.skip_layer_guidance_scale = 2;
+    CHECK(has(prompt_setting_problem(skip, set, rules),
+              "key 'skip_layer_guidance_scale': FLUX.1-schnell does not take skip_layer_guidance_scale"));
+}

@@ -87,7 +87,8 @@ TEST_CASE("SD3's tensor parallelism: column weights and biases split, row weight
 
 TEST_CASE("a family's spec is found by its pipeline class, and its lists name its own components") {
     CHECK(find_parallel_spec("StableDiffusion3Pipeline") == &sd3_parallel_spec());
-    CHECK(find_parallel_spec("FluxPipeline") == nullptr);
+    CHECK(find_parallel_spec("FluxPipeline") == &flux_parallel_spec());
+    CHECK(find_parallel_spec("FluxImg2ImgPipeline") == nullptr);
     CHECK(find_parallel_spec("") == nullptr);
     for (const ParallelSpec* spec : parallel_specs()) {
         CAPTURE(spec->family);
@@ -111,9 +112,12 @@ TEST_CASE("a model folder's family comes from model_index.json's _class_name, or
           &sd3_parallel_spec());
     const std::string flux =
         model_folder("flux", {{"model_index.json", R"({"_class_name": "FluxPipeline"})"}});
-    CHECK_THROWS_WITH_AS(parallel_spec_for_model(flux),
-                         (flux + "/model_index.json: _class_name FluxPipeline is not supported (supported: "
-                                 "StableDiffusion3Pipeline, QwenImagePipeline)")
+    CHECK(&parallel_spec_for_model(flux) == &flux_parallel_spec());
+    const std::string kontext =
+        model_folder("kontext", {{"model_index.json", R"({"_class_name": "FluxKontextPipeline"})"}});
+    CHECK_THROWS_WITH_AS(parallel_spec_for_model(kontext),
+                         (kontext + "/model_index.json: _class_name FluxKontextPipeline is not supported (supported: "
+                                    "StableDiffusion3Pipeline, QwenImagePipeline, FluxPipeline)")
                              .c_str(),
                          dp::protocol::ModelError);
     for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{

@@ -393,3 +393,42 @@ TEST_CASE("plan: Qwen-Image at real size, with the modulations and the text enco
     CHECK(static_cast<double>(whole) / (whole + split) < 0.005);
     CHECK(has(plan_of(model, 1), " px -> 4096 image tokens, up to 512 text tokens\n"));
 }
+
+TEST_CASE("plan: FLUX.1 at real size, double and single blocks split by tp (the single blocks' output by segments)") {
+    // FluxTransformer2DModel's parameters from its config, by diffusers' layer list. Split: both
+    // streams' q, k, v and MLP inputs, the single blocks' q, k, v and proj_mlp (by columns, with
+    // their biases), every modulation (norm1, norm1_context, norm: gathered), the attention and MLP
+    // outputs and the single blocks' proj_out (by rows, biases whole). Whole: embeddings, the
+    // conditioning, the qk-norms, the output head.
+    for (const char* name : {"flux.1-dev", "flux.1-schnell"}) {
+        CAPTURE(name);
+        const std::string model = dp::launcher::resolve_model(name, "--model");
+        const nlohmann::json tc = config_of(model, "transformer/config.json");
+        const long long hd = tc["attention_head_dim"], d = tc["num_attention_heads"].get<long long>() * hd;
+        const long long doubles = tc["num_layers"], singles = tc["num_single_layers"];
+        const bool guidance = tc["guidance_embeds"];
+        const long long whole_top = linear(tc["in_channels"], d) + linear(tc["joint_attention_dim"], d) +
+                                    (guidance ? 2 : 1) * (linear(256, d) + linear(d, d)) +
+                                    linear(tc["pooled_projection_dim"], d) + linear(d, d) + linear(d, 2 * d) +
+                                    linear(d, tc["in_channels"]);
+        const long long split_double = 2 * linear(d, 6 * d) + 6 * linear(d, d) + 2 * linear(d, 4 * d) +
+                                       2 * d * d + 2 * 4 * d * d;
+        const long long whole_double = 4 * d + 4 * hd;
+        const long long split_single = linear(d, 3 * d) + 3 * linear(d, d) + linear(d, 4 * d) + 5 * d * d;
+        const long long whole_single = d + 2 * hd;
+        const long long whole = whole_top + doubles * whole_double + singles * whole_single;
+        const long long split = doubles * split_double + singles * split_single;
+        CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/transformer")) == whole + split);
+        // FLUX.1-dev's published 11.9 B; schnell lacks the guidance embedder.
+        CHECK(whole + split == (guidance ? 11901408320LL : 11901408320LL - linear(256, d) - linear(d, d)));
+        for (int tp : {1, 2, 4}) {
+            CAPTURE(tp);
+            const std::string p = plan_of(model, tp);
+            CHECK(has(p, bytes_in(whole * 2) + " replicated + "));
+            CHECK(has(p, bytes_in(split * 2) + " / tp " + std::to_string(tp) + "\n"));
+            CHECK(has(p, "  text_encoder_2: "));
+            CHECK(has(p, "57 blocks, width 3072, 24 heads of 128; 1024x1024 px -> 4096 image tokens"));
+        }
+        CHECK(static_cast<double>(whole) / (whole + split) < 0.01);
+    }
+}

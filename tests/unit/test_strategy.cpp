@@ -258,6 +258,25 @@ TEST_CASE("a family without a negative guidance branch refuses --cfg-parallel, a
     check_degrees(resolve_strategy(on_world(2), sd3_parallel_spec(), 4).degrees, degrees(2, 1, 1, 1, 1));
 }
 
+TEST_CASE("FLUX.1 splits CFG only where true CFG runs: its distilled guidance has no negative branch") {
+    const ParallelSpec& flux = flux_parallel_spec();
+    StrategyRequest r = on_world(2);
+    r.cfg_parallel = true;  // true_cfg_scale's default, 1.0: no negative branch
+    CHECK_THROWS_WITH_AS(resolve_strategy(r, flux, 24),
+                         "--cfg-parallel with --true-cfg-scale 1.00: there is no guidance to split at a scale of 1 "
+                         "or less (FLUX.1's negative branch runs only with --true-cfg-scale above 1 and a negative "
+                         "prompt; its guidance_scale is embedded in the transformer, one forward per step, nothing "
+                         "to split)",
+                         dp::protocol::UsageError);
+    r.cfg_scale = 4.0;  // --true-cfg-scale 4
+    check_degrees(resolve_strategy(r, flux, 24).degrees, degrees(1, 2, 1, 1, 1));
+    r = on_world(8);
+    r.tp = 2;
+    r.ring = 2;  // TP with CP, which diffusers refuses
+    r.ulysses = 2;
+    check_degrees(resolve_strategy(r, flux, 24).degrees, degrees(1, 1, 2, 2, 2));
+}
+
 // Over every small request: what is accepted is a mesh of the world that leaves every rank at
 // least one head and whose dp is the one asked for; what is refused is a usage error.
 TEST_CASE("every accepted request is a mesh of the world, and every refusal a usage error") {
