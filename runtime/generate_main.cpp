@@ -40,8 +40,10 @@ int main(int argc, char** argv) {
         "--negative-prompt", [&](const std::string& text) { request.negative_prompt = text; }, "negative prompt");
     app.add_option("--seed", request.seed, "seed of the initial noise");
     app.add_option("--steps", request.steps, "denoising steps")->check(CLI::Range(1, 10000));
-    app.add_option("--guidance-scale", request.guidance_scale, "classifier-free guidance scale (SD3)");
-    app.add_option("--true-cfg-scale", request.true_cfg_scale, "true CFG scale (Qwen-Image, with a negative prompt)");
+    app.add_option("--guidance-scale", request.guidance_scale, "classifier-free guidance scale (SD3), distilled guidance (FLUX.1-dev)");
+    app.add_option("--true-cfg-scale", request.true_cfg_scale, "true CFG scale (Qwen-Image, FLUX.1; with a negative prompt)");
+    app.add_option("--max-sequence-length", request.max_sequence_length, "text tokens of T5 / the text encoder")
+        ->check(CLI::Range(1, 1024));
     app.add_option("--width", request.width, "width in pixels (default: the model's)");
     app.add_option("--height", request.height, "height in pixels (default: the model's)");
     app.add_option("--dtype", dtype, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));

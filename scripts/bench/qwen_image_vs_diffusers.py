@@ -14,13 +14,13 @@ run of each is kept.
     qwen_image_vs_diffusers.py DP_GENERATE [CONFIG ...]     (configs: tiny medium; default both)
 """
 import json
-import math
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vs_diffusers_common import best, print_rows, run_json, transformer_params  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TINY = os.path.join(ROOT, "models", "tiny-random-qwen-image")
@@ -94,19 +94,10 @@ def build_medium(folder):
     return sum(p.numel() for p in transformer.parameters())
 
 
-def transformer_params(folder):
-    from safetensors import safe_open
-    path = os.path.join(folder, "transformer", "diffusion_pytorch_model.safetensors")
-    with safe_open(path, "pt") as f:
-        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
 
 
-def median_step(run):
-    return statistics.median(run["step_ms"][1:] or run["step_ms"])
 
 
-def best(runs):
-    return min(runs, key=median_step)
 
 
 def run_cpp(dp_generate, folder, size, cfg):
@@ -114,20 +105,14 @@ def run_cpp(dp_generate, folder, size, cfg):
             "--width", str(size), "--height", str(size), "--true-cfg-scale", str(TRUE_CFG)]
     if cfg:
         args += ["--negative-prompt", NEGATIVE]
-    proc = subprocess.run(args, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"dp-generate failed ({' '.join(args)}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_json(args, "dp-generate")
 
 
 def run_diffusers(folder, size, cfg):
     args = [sys.executable, "-c", DIFFUSERS_RUN, folder, str(size), str(STEPS), PROMPT, str(SEED), str(TRUE_CFG)]
     if cfg:
         args.append(NEGATIVE)
-    proc = subprocess.run(args, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"diffusers failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_json(args, "diffusers")
 
 
 def main():
@@ -157,17 +142,7 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"{'config':<12}{'transformer':>12}{'size':>6} | {'':>9}{'load':>10}{'step (median)':>15}{'peak RSS':>11}")
-    for name, params, size, c, r in rows:
-        for who, x in (("C++", c), ("diffusers", r)):
-            print(f"{name:<12}{params/1e6:>10.2f} M{size:>6} | {who:>9}{x['load_ms']:>8.1f}ms{median_step(x):>13.1f}ms"
-                  f"{x['peak_rss_kb']/1024:>8.0f} MB")
-        print(f"{name:<12}{'':>12}{'':>6} | {'ratio':>9}{c['load_ms']/r['load_ms']:>9.2f}x{median_step(c)/median_step(r):>14.2f}x"
-              f"{c['peak_rss_kb']/r['peak_rss_kb']:>10.2f}x   (C++ / diffusers; below 1 is faster)")
-    print("diffusers' load excludes `import torch, diffusers` (measured separately: "
-          f"{statistics.median([r['import_ms'] for *_, r in rows]):.0f} ms); "
-          f"threads: C++ {rows[0][3]['threads']}, torch {rows[0][4]['threads']}")
-
+    print_rows(rows, 12)
 
 if __name__ == "__main__":
     main()

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -95,6 +96,45 @@ float max_latent_difference(const std::string& a, const std::string& b) {
     for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
     return worst;
 }
+
+PixelDifference png_against_golden(const std::string& png, const std::string& golden_file, const std::string& tensor) {
+    int width = 0, height = 0;
+    const std::vector<uint8_t> ours = read_png_rgb(png, &width, &height);
+    std::vector<int64_t> shape;
+    const std::vector<uint8_t> theirs = read_safetensors_tensor(golden_file, tensor, nullptr, &shape);
+    REQUIRE(shape == std::vector<int64_t>{height, width, 3});
+    REQUIRE(ours.size() == theirs.size());
+    PixelDifference d;
+    double total = 0;
+    std::size_t within = 0;
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+        const int diff = std::abs(ours[i] - theirs[i]);
+        within += diff <= 1;
+        total += diff;
+        d.max = std::max(d.max, diff);
+    }
+    d.within_one = static_cast<double>(within) / static_cast<double>(ours.size());
+    d.mean = total / static_cast<double>(ours.size());
+    return d;
+}
+
+std::vector<float> golden_f32(const std::string& golden_file, const std::string& tensor) {
+    std::string dtype;
+    const std::vector<uint8_t> raw = read_safetensors_tensor(golden_file, tensor, &dtype);
+    REQUIRE(dtype == "F32");
+    std::vector<float> out(raw.size() / sizeof(float));
+    std::memcpy(out.data(), raw.data(), out.size() * sizeof(float));
+    return out;
+}
+
+float max_difference(const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    float worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+    return worst;
+}
+
+void remove_dir(const std::string& dir) { REQUIRE(std::system(("rm -rf '" + dir + "'").c_str()) == 0); }
 
 std::vector<nlohmann::json> read_manifest(const std::string& out) {
     std::vector<nlohmann::json> records;

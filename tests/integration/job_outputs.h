@@ -22,6 +22,20 @@ int max_pixel_difference(const std::string& a, const std::string& b);
 // The fp32 values of the one tensor of a NAME.latents.safetensors file.
 std::vector<float> read_latents(const std::string& path);
 float max_latent_difference(const std::string& a, const std::string& b);
+// A PNG against a reference image (a golden file's uint8 [height, width, 3] tensor).
+struct PixelDifference {
+    double within_one = 0;  // the share of channels within 1
+    double mean = 0;
+    int max = 0;
+};
+PixelDifference png_against_golden(const std::string& png, const std::string& golden_file, const std::string& tensor);
+// A golden file's fp32 tensor, flat.
+std::vector<float> golden_f32(const std::string& golden_file, const std::string& tensor);
+// The largest difference between two equally long lists of values.
+float max_difference(const std::vector<float>& a, const std::vector<float>& b);
+// rm -rf, checked.
+void remove_dir(const std::string& dir);
+
 // The records of OUT/manifest.jsonl, in order.
 std::vector<nlohmann::json> read_manifest(const std::string& out);
 

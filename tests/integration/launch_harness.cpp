@@ -1,5 +1,7 @@
 #include "integration/launch_harness.h"
 
+#include <doctest/doctest.h>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -173,6 +175,14 @@ LaunchResult run_launch(const std::vector<std::string>& args,
                         const std::map<std::string, std::string>& extra_env, double timeout_s) {
     Launch launch(args, extra_env);
     return launch.wait(timeout_s);
+}
+
+LaunchResult run_leaving_nothing(const std::vector<std::string>& args,
+                                 const std::map<std::string, std::string>& extra_env, double timeout_s) {
+    Launch launch(args, extra_env);
+    LaunchResult r = launch.wait(timeout_s);
+    CHECK(wait_until([&] { return processes_with_marker(launch.marker()).empty(); }, 5));
+    return r;
 }
 
 std::vector<pid_t> processes_with_marker(const std::string& marker) {

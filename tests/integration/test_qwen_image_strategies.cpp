@@ -28,60 +28,10 @@ nlohmann::json golden_cases() {
     return nlohmann::json::parse(read_safetensors_metadata(golden_file(), "cases"));
 }
 
-std::vector<float> golden_latents(const std::string& name) {
-    std::string dtype;
-    const std::vector<uint8_t> raw = read_safetensors_tensor(golden_file(), name + ".latents", &dtype);
-    REQUIRE(dtype == "F32");
-    std::vector<float> out(raw.size() / sizeof(float));
-    std::memcpy(out.data(), raw.data(), out.size() * sizeof(float));
-    return out;
-}
+std::vector<float> golden_latents(const std::string& name) { return golden_f32(golden_file(), name + ".latents"); }
 
-struct PixelDifference {
-    double within_one = 0;  // the share of channels within 1
-    double mean = 0;
-    int max = 0;
-};
-
-// Our PNG against diffusers' image `name`, of the same size.
 PixelDifference against_golden(const std::string& png, const std::string& name) {
-    int width = 0, height = 0;
-    const std::vector<uint8_t> ours = read_png_rgb(png, &width, &height);
-    std::vector<int64_t> shape;
-    const std::vector<uint8_t> theirs =
-        read_safetensors_tensor(golden_file(), name + ".image", nullptr, &shape);
-    REQUIRE(shape == std::vector<int64_t>{height, width, 3});
-    REQUIRE(ours.size() == theirs.size());
-    PixelDifference d;
-    double total = 0;
-    std::size_t within = 0;
-    for (std::size_t i = 0; i < ours.size(); ++i) {
-        const int diff = std::abs(ours[i] - theirs[i]);
-        within += diff <= 1;
-        total += diff;
-        d.max = std::max(d.max, diff);
-    }
-    d.within_one = static_cast<double>(within) / static_cast<double>(ours.size());
-    d.mean = total / static_cast<double>(ours.size());
-    return d;
-}
-
-float max_difference(const std::vector<float>& a, const std::vector<float>& b) {
-    REQUIRE(a.size() == b.size());
-    float worst = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-    return worst;
-}
-
-void remove_dir(const std::string& dir) { REQUIRE(std::system(("rm -rf '" + dir + "'").c_str()) == 0); }
-
-// run_launch, and no process of the job is left once dp-launch has exited.
-LaunchResult run_leaving_nothing(const std::vector<std::string>& args,
-                                 const std::map<std::string, std::string>& env) {
-    Launch launch(args, env);
-    LaunchResult r = launch.wait(120);
-    CHECK(wait_until([&] { return processes_with_marker(launch.marker()).empty(); }, 5));
-    return r;
+    return png_against_golden(png, golden_file(), name + ".image");
 }
 
 // Text lengths after the template (the prompt's own tokens plus the template's 16-token suffix, by
