@@ -43,6 +43,7 @@ at::Tensor RMSNorm::operator()(const at::Tensor& x) const {
     // As diffusers: the mean square in fp32, the result back in the input's dtype.
     const at::Tensor var = x.to(at::kFloat).pow(2).mean(-1, true);
     at::Tensor y = x * at::rsqrt(var + eps);
+    if (weight.defined() && weight_in_fp32) return (y.to(at::kFloat) * weight.to(at::kFloat)).to(x.scalar_type());
     if (weight.defined()) {
         if (weight.scalar_type() == at::kHalf || weight.scalar_type() == at::kBFloat16)
             y = y.to(weight.scalar_type());
@@ -63,6 +64,14 @@ at::Tensor split_heads(const at::Tensor& x, int64_t heads) {
 at::Tensor merge_heads(const at::Tensor& x) {
     const int64_t b = x.size(0), h = x.size(1), s = x.size(2), d = x.size(3);
     return x.transpose(1, 2).reshape({b, s, h * d});
+}
+
+at::Tensor adaln::modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
+    return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
+
+at::Tensor adaln::plain_layer_norm(const at::Tensor& x, double eps) {
+    return at::layer_norm(x, {x.size(-1)}, {}, {}, eps);
 }
 
 at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out(at::gelu(in(x), "tanh")); }

@@ -34,6 +34,9 @@ struct LayerNorm {
 struct RMSNorm {
     at::Tensor weight;  // undefined without elementwise affine
     double eps = 1e-6;
+    // false: diffusers' RMSNorm (a 16-bit weight applies after rounding to its dtype); true:
+    // torch.nn.RMSNorm (FLUX's qk-norms), the weight applied in fp32 and rounded once at the end.
+    bool weight_in_fp32 = false;
 
     static RMSNorm load(WeightStore& w, const std::string& prefix, int64_t dim, double eps,
                         bool affine = true);
@@ -46,6 +49,14 @@ struct FeedForward {
     ParallelLinear in, out;
     at::Tensor operator()(const at::Tensor& x) const;
 };
+
+// The MMDiTs' adaptive layer norms, in their own namespace (SD3's file still has local copies).
+namespace adaln {
+// x * (1 + scale) + shift, with shift and scale [B, dim] over x [B, S, dim].
+at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale);
+// LayerNorm without elementwise affine over the last dimension.
+at::Tensor plain_layer_norm(const at::Tensor& x, double eps = 1e-6);
+}  // namespace adaln
 
 struct DeviceMapping;
 

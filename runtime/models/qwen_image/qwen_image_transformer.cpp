@@ -13,15 +13,11 @@
 namespace dp::runtime {
 namespace {
 
+using adaln::modulate;
+using adaln::plain_layer_norm;
+
 constexpr double kEps = 1e-6;       // every LayerNorm and RMSNorm of the model
 constexpr double kTheta = 10000.0;  // RoPE's base
-
-// x -> x * (1 + scale) + shift, with shift and scale [B, dim].
-at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-    return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
-}
-
-at::Tensor plain_layer_norm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, {}, {}, kEps); }
 
 // diffusers' Timesteps(256, flip_sin_to_cos, shift 0, scale 1000) on timesteps already in the
 // model's dtype: the frequencies rounded to that dtype, the product in fp32, then scaled.
