@@ -1,1 +1,347 @@
 #include "runtime/models/flux/flux_transformer.h"
+
+#include <ATen/ATen.h>
+
+#include <set>
+
+#include "runtime/errors.h"
+#include "runtime/models/common/config_json.h"
+#include "runtime/models/sd3/sd3_transformer.h"  // timestep_embedding: diffusers' Timesteps
+#include "runtime/parallel/attention.h"
+#include "runtime/parallel/device_mapping.h"
+#include "runtime/parallel/sequence_shard.h"
+
+namespace dp::runtime {
+namespace {
+
+using adaln::modulate;
+using adaln::plain_layer_norm;
+
+constexpr double kEps = 1e-6;       // every LayerNorm and qk-norm of the model
+constexpr double kTheta = 10000.0;  // RoPE's base
+
+// The config keys FluxTransformer2DModel takes; any other one set is a variant this code does not run.
+const std::set<std::string>& known_keys() {
+    static const std::set<std::string> keys = {
+        "patch_size",          "in_channels",           "out_channels",    "num_layers",
+        "num_single_layers",   "attention_head_dim",    "num_attention_heads", "joint_attention_dim",
+        "pooled_projection_dim", "guidance_embeds",     "axes_dims_rope"};
+    return keys;
+}
+
+std::array<int64_t, 3> axes_dims(const ConfigJson& c, int64_t head_dim) {
+    std::array<int64_t, 3> axes{16, 56, 56};
+    const std::string accepted = "expected 3 even integers (index, row, column) summing to attention_head_dim (" +
+                                 std::to_string(head_dim) + ")";
+    if (c.has("axes_dims_rope")) {
+        const nlohmann::json& list = c.raw().at("axes_dims_rope");
+        bool ok = list.is_array() && list.size() == 3;
+        for (std::size_t i = 0; ok && i < 3; ++i) {
+            ok = list[i].is_number_integer() && list[i].get<int64_t>() >= 2 && list[i].get<int64_t>() % 2 == 0;
+            if (ok) axes[i] = list[i].get<int64_t>();
+        }
+        if (!ok) c.fail("axes_dims_rope", "is " + list.dump().substr(0, 40) + "; " + accepted);
+    }
+    const int64_t sum = axes[0] + axes[1] + axes[2];
+    if (sum != head_dim) c.fail("axes_dims_rope", "sums to " + std::to_string(sum) + "; " + accepted);
+    return axes;
+}
+
+// One axis' angles, positions [N] times dim / 2 frequencies, in float64 as diffusers computes them,
+// each repeated for its pair: [N, dim].
+at::Tensor axis_angles(const at::Tensor& positions, int64_t dim) {
+    const at::Tensor freqs = 1.0 / at::pow(kTheta, at::arange(0, dim, 2, at::kDouble) / static_cast<double>(dim));
+    return at::outer(positions.to(at::kDouble), freqs).repeat_interleave(2, 1);
+}
+
+}  // namespace
+
+FluxRope flux_image_rope(const std::array<int64_t, 3>& axes, int64_t grid_h, int64_t grid_w) {
+    const int64_t n = grid_h * grid_w;
+    const at::Tensor index = at::arange(n, at::kLong);
+    const at::Tensor angles = at::cat({axis_angles(at::zeros({n}, at::kFloat), axes[0]),
+                                       axis_angles(at::floor_divide(index, grid_w).to(at::kFloat), axes[1]),
+                                       axis_angles(at::remainder(index, grid_w).to(at::kFloat), axes[2])},
+                                      1);
+    return {at::cos(angles).to(at::kFloat), at::sin(angles).to(at::kFloat)};
+}
+
+at::Tensor apply_flux_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    // (re, im) -> (-im, re) pairwise, then x cos + rotated sin, in fp32.
+    std::vector<int64_t> pairs = x.sizes().vec();
+    pairs.back() /= 2;
+    pairs.push_back(2);
+    const at::Tensor xp = x.reshape(pairs);
+    const at::Tensor rotated = at::stack({-xp.select(-1, 1), xp.select(-1, 0)}, -1).flatten(-2);
+    return (x.to(at::kFloat) * cos + rotated.to(at::kFloat) * sin).to(x.scalar_type());
+}
+
+FluxTransformerConfig FluxTransformerConfig::from_json_text(const std::string& text, const std::string& path) {
+    const ConfigJson c(text, path);
+    const std::string cls = c.string("_class_name", "FluxTransformer2DModel");
+    if (cls != "FluxTransformer2DModel")
+        throw ModelError(path + ": transformer class '" + cls + "' is not supported (supported: FluxTransformer2DModel)");
+    for (const auto& [key, value] : c.raw().items()) {
+        if (key.empty() || key[0] == '_' || known_keys().count(key)) continue;
+        if (value.is_null() || (value.is_boolean() && !value.get<bool>())) continue;
+        c.fail(key.c_str(), "is set, and FLUX.1's text-to-image FluxTransformer2DModel has no such key; only " +
+                                std::string("patch_size, in_channels, out_channels, num_layers, num_single_layers, ") +
+                                "attention_head_dim, num_attention_heads, joint_attention_dim, "
+                                "pooled_projection_dim, guidance_embeds and axes_dims_rope are supported");
+    }
+    FluxTransformerConfig cfg;
+    const strategies::ParallelSpec& spec = strategies::flux_parallel_spec();
+    const strategies::TransformerShape& shape = spec.transformer_defaults;
+    cfg.patch_size = c.integer("patch_size", shape.patch_size, 1, 64);
+    if (cfg.patch_size != 1)
+        c.fail("patch_size", "is " + std::to_string(cfg.patch_size) +
+                                 "; only 1 is supported (FluxPipeline packs the latents 2 x 2 itself)");
+    cfg.in_channels = c.integer("in_channels", shape.in_channels, 1, 1 << 16);
+    cfg.out_channels = c.integer("out_channels", cfg.in_channels, 1, 1 << 16);  // null or absent: in_channels
+    cfg.num_layers = c.integer("num_layers", shape.layers, 1, 1024);
+    int64_t single_default = cfg.num_single_layers;
+    for (const auto& [key, layers] : spec.more_layers_keys)
+        if (key == "num_single_layers") single_default = layers;
+    cfg.num_single_layers = c.integer("num_single_layers", single_default, 0, 1024);
+    cfg.attention_head_dim = c.integer("attention_head_dim", shape.head_dim, 2, 4096);
+    cfg.num_attention_heads = c.integer("num_attention_heads", shape.heads, 1, 1024);
+    cfg.joint_attention_dim = c.integer("joint_attention_dim", cfg.joint_attention_dim, 1, 1 << 16);
+    cfg.pooled_projection_dim = c.integer("pooled_projection_dim", cfg.pooled_projection_dim, 1, 1 << 16);
+    cfg.guidance_embeds = c.boolean("guidance_embeds", false);
+    cfg.axes_dims_rope = axes_dims(c, cfg.attention_head_dim);
+    return cfg;
+}
+
+FluxTransformerConfig FluxTransformerConfig::from_json_file(const std::string& path) {
+    const ConfigJson j = ConfigJson::from_file(path);
+    return from_json_text(j.raw().dump(), path);
+}
+
+FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStore& w, const ParallelContext& parallel,
+                                 std::shared_ptr<const DeviceMapping> mapping)
+    : parallel_(&parallel), mapping_(std::move(mapping)), config_(config) {
+    const int64_t d = config.inner_dim(), hd = config.attention_head_dim;
+    const TensorGroup tp = parallel.tensor();
+    prepare_transformer_load(mapping_.get(), w, config.num_layers + config.num_single_layers,
+                             config.num_attention_heads, tp);
+    const strategies::ParallelSpec& spec = strategies::flux_parallel_spec();
+    // The MLPs' and modulations' features as evenly as tp allows; attention by whole heads.
+    auto linear = [&](const std::string& name, int64_t in, int64_t out, int64_t unit = 1) {
+        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp, true, unit);
+    };
+    auto place = [&](int64_t block) {
+        if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[block])]);
+    };
+    x_embedder_ = linear("x_embedder", config.in_channels, d);
+    context_embedder_ = linear("context_embedder", config.joint_attention_dim, d);
+    time_1_ = linear("time_text_embed.timestep_embedder.linear_1", 256, d);
+    time_2_ = linear("time_text_embed.timestep_embedder.linear_2", d, d);
+    if (config.guidance_embeds) {
+        guidance_1_ = linear("time_text_embed.guidance_embedder.linear_1", 256, d);
+        guidance_2_ = linear("time_text_embed.guidance_embedder.linear_2", d, d);
+    }
+    text_1_ = linear("time_text_embed.text_embedder.linear_1", config.pooled_projection_dim, d);
+    text_2_ = linear("time_text_embed.text_embedder.linear_2", d, d);
+    auto qk_norm = [&](const std::string& name) {
+        RMSNorm n = RMSNorm::load(w, name, hd, kEps);
+        n.weight_in_fp32 = true;  // torch.nn.RMSNorm
+        return n;
+    };
+    for (int64_t i = 0; i < config.num_layers; ++i) {
+        place(i);
+        const std::string b = spec.block_prefixes[0] + std::to_string(i);
+        FluxDoubleBlock blk;
+        blk.norm1 = linear(b + ".norm1.linear", d, 6 * d);
+        blk.norm1_context = linear(b + ".norm1_context.linear", d, 6 * d);
+        blk.to_q = linear(b + ".attn.to_q", d, d, hd);
+        blk.to_k = linear(b + ".attn.to_k", d, d, hd);
+        blk.to_v = linear(b + ".attn.to_v", d, d, hd);
+        blk.to_out = linear(b + ".attn.to_out.0", d, d, hd);
+        blk.add_q = linear(b + ".attn.add_q_proj", d, d, hd);
+        blk.add_k = linear(b + ".attn.add_k_proj", d, d, hd);
+        blk.add_v = linear(b + ".attn.add_v_proj", d, d, hd);
+        blk.to_add_out = linear(b + ".attn.to_add_out", d, d, hd);
+        blk.norm_q = qk_norm(b + ".attn.norm_q");
+        blk.norm_k = qk_norm(b + ".attn.norm_k");
+        blk.norm_added_q = qk_norm(b + ".attn.norm_added_q");
+        blk.norm_added_k = qk_norm(b + ".attn.norm_added_k");
+        blk.ff.in = linear(b + ".ff.net.0.proj", d, 4 * d);
+        blk.ff.out = linear(b + ".ff.net.2", 4 * d, d);
+        blk.ff_context.in = linear(b + ".ff_context.net.0.proj", d, 4 * d);
+        blk.ff_context.out = linear(b + ".ff_context.net.2", 4 * d, d);
+        double_blocks_.push_back(std::move(blk));
+    }
+    for (int64_t i = 0; i < config.num_single_layers; ++i) {
+        place(config.num_layers + i);
+        const std::string b = spec.block_prefixes[1] + std::to_string(i);
+        FluxSingleBlock blk;
+        blk.norm = linear(b + ".norm.linear", d, 3 * d);
+        blk.to_q = linear(b + ".attn.to_q", d, d, hd);
+        blk.to_k = linear(b + ".attn.to_k", d, d, hd);
+        blk.to_v = linear(b + ".attn.to_v", d, d, hd);
+        // proj_out's input is [attention, MLP]: its two segments split in head_dim blocks, as to_q's
+        // heads and proj_mlp's features are, so that each rank's slices meet.
+        blk.proj_mlp = linear(b + ".proj_mlp", d, 4 * d, hd);
+        blk.proj_out = linear(b + ".proj_out", 5 * d, d, hd);
+        blk.norm_q = qk_norm(b + ".attn.norm_q");
+        blk.norm_k = qk_norm(b + ".attn.norm_k");
+        single_blocks_.push_back(std::move(blk));
+    }
+    place(0);
+    norm_out_ = linear("norm_out.linear", d, 2 * d);
+    proj_out_ = linear("proj_out", d, config.patch_size * config.patch_size * config.out_channels);
+}
+
+int64_t FluxTransformer::parameter_bytes() const {
+    int64_t total = 0;
+    auto add = [&](const at::Tensor& t) {
+        if (t.defined()) total += t.numel() * t.element_size();
+    };
+    for (const ParallelLinear* l : {&x_embedder_, &context_embedder_, &time_1_, &time_2_, &guidance_1_, &guidance_2_,
+                                    &text_1_, &text_2_, &norm_out_, &proj_out_})
+        total += l->parameter_bytes();
+    for (const FluxDoubleBlock& b : double_blocks_) {
+        for (const ParallelLinear* l : {&b.norm1, &b.norm1_context, &b.to_q, &b.to_k, &b.to_v, &b.to_out, &b.add_q,
+                                        &b.add_k, &b.add_v, &b.to_add_out, &b.ff.in, &b.ff.out, &b.ff_context.in,
+                                        &b.ff_context.out})
+            total += l->parameter_bytes();
+        for (const RMSNorm* n : {&b.norm_q, &b.norm_k, &b.norm_added_q, &b.norm_added_k}) add(n->weight);
+    }
+    for (const FluxSingleBlock& b : single_blocks_) {
+        for (const ParallelLinear* l : {&b.norm, &b.to_q, &b.to_k, &b.to_v, &b.proj_mlp, &b.proj_out})
+            total += l->parameter_bytes();
+        for (const RMSNorm* n : {&b.norm_q, &b.norm_k}) add(n->weight);
+    }
+    return total;
+}
+
+at::Tensor FluxTransformer::conditioning(const at::Tensor& timestep, const at::Tensor& guidance,
+                                         const at::Tensor& pooled, int64_t batch) const {
+    const at::ScalarType dtype = x_embedder_.weight().scalar_type();
+    const at::Device device = x_embedder_.weight().device();
+    // As diffusers: the value times 1000 in the model's dtype, the sinusoid in fp32, then the
+    // embedder in the model's dtype.
+    auto embed = [&](const at::Tensor& value, const ParallelLinear& l1, const ParallelLinear& l2) {
+        const at::Tensor v = value.reshape({-1}).to(device, dtype).expand({batch}) * 1000;
+        return l2(at::silu(l1(timestep_embedding(v, 256).to(dtype))));
+    };
+    at::Tensor temb = embed(timestep, time_1_, time_2_);
+    if (config_.guidance_embeds) temb = temb + embed(guidance, guidance_1_, guidance_2_);
+    return temb + text_2_(at::silu(text_1_(pooled.to(device, dtype))));
+}
+
+at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
+                                    const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h,
+                                    int64_t grid_w) const {
+    const FluxTransformerConfig& c = config_;
+    if (grid_h < 1 || grid_w < 1 || !latents.defined() || latents.dim() != 3 ||
+        latents.size(1) != grid_h * grid_w || latents.size(2) != c.in_channels)
+        throw ModelError("the transformer takes packed latents [batch, grid_h * grid_w, " +
+                         std::to_string(c.in_channels) + "] for a " + std::to_string(grid_h) + " x " +
+                         std::to_string(grid_w) + " grid; got " +
+                         (latents.defined() ? c10::str(latents.sizes()) : std::string("none")));
+    const int64_t batch = latents.size(0);
+    if (!text.defined() || text.dim() != 3 || text.size(0) != batch || text.size(1) < 1 ||
+        text.size(2) != c.joint_attention_dim)
+        throw ModelError("the transformer takes text [" + std::to_string(batch) + ", tokens >= 1, " +
+                         std::to_string(c.joint_attention_dim) + "]; got " +
+                         (text.defined() ? c10::str(text.sizes()) : std::string("none")));
+    if (!pooled.defined() || pooled.dim() != 2 || pooled.size(0) != batch || pooled.size(1) != c.pooled_projection_dim)
+        throw ModelError("the transformer takes the pooled text [" + std::to_string(batch) + ", " +
+                         std::to_string(c.pooled_projection_dim) + "]; got " +
+                         (pooled.defined() ? c10::str(pooled.sizes()) : std::string("none")));
+    if (!timestep.defined() || (timestep.numel() != batch && timestep.numel() != 1))
+        throw ModelError("the transformer takes one timestep per prompt (" + std::to_string(batch) + ")");
+    if (c.guidance_embeds && (!guidance.defined() || (guidance.numel() != batch && guidance.numel() != 1)))
+        throw ModelError("this transformer has a guidance embedder (guidance_embeds, FLUX.1-dev): it takes one "
+                         "guidance scale per prompt (" + std::to_string(batch) + ")");
+    if (!c.guidance_embeds && guidance.defined())
+        throw ModelError("this transformer has no guidance embedder (guidance_embeds false, FLUX.1-schnell): "
+                         "it takes no guidance scale");
+    const at::ScalarType dtype = x_embedder_.weight().scalar_type();
+    const at::Device device = x_embedder_.weight().device();
+    const int64_t heads = parallel_->tensor().share(c.num_attention_heads);
+
+    // Both streams split over the sequence groups (Note [FLUX text stream]).
+    const SequenceShard image(grid_h * grid_w, parallel_->sequence()), words(text.size(1), parallel_->sequence());
+    at::Tensor x = x_embedder_(image.shard(latents.to(device, dtype)));
+    at::Tensor ctx = context_embedder_(words.shard(text.to(device, dtype)));
+    at::Tensor temb_act = at::silu(conditioning(timestep, guidance, pooled, batch));
+    // The text's ids are all zero: its rotation is x * 1 + rotated * 0, exactly x, so it is skipped.
+    const FluxRope rope = flux_image_rope(c.axes_dims_rope, grid_h, grid_w);
+    at::Tensor cos = image.shard(rope.cos, 0).to(device), sin = image.shard(rope.sin, 0).to(device);
+
+    BlockPlacement placement(mapping_.get());
+    const std::size_t blocks = double_blocks_.size() + single_blocks_.size();
+    for (std::size_t i = 0; i < double_blocks_.size(); ++i) {
+        const FluxDoubleBlock& blk = double_blocks_[i];
+        const bool last = i + 1 == blocks;  // the text's output then feeds nothing
+        placement.enter(i, {&x, &ctx, &temb_act, &cos, &sin});
+        // shift, scale, gate (attention), shift, scale, gate (MLP), per stream
+        const std::vector<at::Tensor> m = blk.norm1(temb_act).chunk(6, 1);
+        const std::vector<at::Tensor> mc = blk.norm1_context(temb_act).chunk(6, 1);
+        const at::Tensor nx = modulate(plain_layer_norm(x, kEps), m[0], m[1]);
+        const at::Tensor nctx = modulate(plain_layer_norm(ctx, kEps), mc[0], mc[1]);
+        AttentionInputs in;
+        in.q = apply_flux_rope(blk.norm_q(split_heads(blk.to_q(nx), heads)), cos, sin);
+        in.k = apply_flux_rope(blk.norm_k(split_heads(blk.to_k(nx), heads)), cos, sin);
+        in.v = split_heads(blk.to_v(nx), heads);
+        in.q2 = blk.norm_added_q(split_heads(blk.add_q(nctx), heads));
+        in.k2 = blk.norm_added_k(split_heads(blk.add_k(nctx), heads));
+        in.v2 = split_heads(blk.add_v(nctx), heads);
+        in.shard = &image;
+        in.shard2 = &words;
+        in.want_out2 = !last;
+        const AttentionOutputs o = attend(in);
+        x = x + m[2].unsqueeze(1) * blk.to_out(merge_heads(o.out));
+        x = x + m[5].unsqueeze(1) * blk.ff(modulate(plain_layer_norm(x, kEps), m[3], m[4]));
+        if (!last) {
+            ctx = ctx + mc[2].unsqueeze(1) * blk.to_add_out(merge_heads(o.out2));
+            ctx = ctx + mc[5].unsqueeze(1) * blk.ff_context(modulate(plain_layer_norm(ctx, kEps), mc[3], mc[4]));
+            if (dtype == at::kHalf) ctx = ctx.clamp(-65504, 65504);  // as diffusers: the text stream only
+        }
+    }
+    for (std::size_t i = 0; i < single_blocks_.size(); ++i) {
+        const FluxSingleBlock& blk = single_blocks_[i];
+        const std::size_t block = double_blocks_.size() + i;
+        const bool last = block + 1 == blocks;
+        placement.enter(block, {&x, &ctx, &temb_act, &cos, &sin});
+        const std::vector<at::Tensor> m = blk.norm(temb_act).chunk(3, 1);  // shift, scale, gate
+        // This rank's text and image blocks side by side for the per-token layers, apart for attention.
+        const int64_t nt = ctx.size(1), ni = x.size(1);
+        const at::Tensor h = modulate(plain_layer_norm(at::cat({ctx, x}, 1), kEps), m[0], m[1]);
+        const at::Tensor q = blk.norm_q(split_heads(blk.to_q(h), heads));
+        const at::Tensor k = blk.norm_k(split_heads(blk.to_k(h), heads));
+        const at::Tensor v = split_heads(blk.to_v(h), heads);
+        AttentionInputs in;
+        in.q = apply_flux_rope(q.narrow(2, nt, ni), cos, sin);
+        in.k = apply_flux_rope(k.narrow(2, nt, ni), cos, sin);
+        in.v = v.narrow(2, nt, ni);
+        in.q2 = q.narrow(2, 0, nt);
+        in.k2 = k.narrow(2, 0, nt);
+        in.v2 = v.narrow(2, 0, nt);
+        in.shard = &image;
+        in.shard2 = &words;
+        in.want_out2 = !last;
+        const AttentionOutputs o = attend(in);
+        const at::Tensor gate = m[2].unsqueeze(1);
+        if (last) {  // the image alone
+            const at::Tensor mlp = at::gelu(blk.proj_mlp(h.narrow(1, nt, ni)), "tanh");
+            x = x + gate * blk.proj_out(at::cat({merge_heads(o.out), mlp}, 2));
+        } else {
+            const at::Tensor mlp = at::gelu(blk.proj_mlp(h), "tanh");
+            const at::Tensor attn = at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1);
+            at::Tensor both = at::cat({ctx, x}, 1) + gate * blk.proj_out(at::cat({attn, mlp}, 2));
+            if (dtype == at::kHalf) both = both.clamp(-65504, 65504);
+            ctx = both.narrow(1, 0, nt);
+            x = both.narrow(1, nt, ni);
+        }
+        if (last && dtype == at::kHalf) x = x.clamp(-65504, 65504);
+    }
+
+    placement.leave({&x, &temb_act});
+    const std::vector<at::Tensor> sc = norm_out_(temb_act).chunk(2, 1);  // scale, shift
+    return image.gather(proj_out_(modulate(plain_layer_norm(x, kEps), sc[1], sc[0])));
+}
+
+}  // namespace dp::runtime
