@@ -89,8 +89,8 @@ TEST_CASE("the FLUX.1 transformer matches diffusers within 1e-4 in fp32, dev and
         const at::Tensor out = run(model, c);
         REQUIRE(out.sizes() == c.out.sizes());
         const double diff = max_diff(out, c.out);
-        MESSAGE(variant << ": max |diff| " << diff << " (output max |value| " << c.out.abs().max().item<double>()
-                        << ")");
+        MESSAGE(variant << ": max |diff| " << diff << " (output max |value| "
+                        << c.out.abs().max().item<double>() << ")");
         CHECK(diff <= 1e-4);
     }
     // dev's guidance moves the output: another scale is another result.
@@ -101,7 +101,8 @@ TEST_CASE("the FLUX.1 transformer matches diffusers within 1e-4 in fp32, dev and
     CHECK(max_diff(run(dev, c), c.out) > 1e-2);
 }
 
-TEST_CASE("the FLUX.1 transformer in bf16 stays within a tenth of bf16's own error of diffusers' bf16 result") {
+TEST_CASE(
+    "the FLUX.1 transformer in bf16 stays within a tenth of bf16's own error of diffusers' bf16 result") {
     WeightStore weights = golden_weights("dev", at::kBFloat16);
     const FluxTransformer model(golden_config("dev"), weights);
     const Case c = golden_case("dev");
@@ -122,12 +123,15 @@ TEST_CASE("the FLUX.1 transformer in bf16 stays within a tenth of bf16's own err
 TEST_CASE("configs the FLUX.1 transformer does not support, and inputs it cannot take, are refused") {
     CHECK_THROWS_WITH_AS(FluxTransformerConfig::from_json_text(R"({"patch_size": 2})", "t.json"),
                          doctest::Contains("'patch_size'"), ModelError);
-    CHECK_THROWS_WITH_AS(FluxTransformerConfig::from_json_text(R"({"axes_dims_rope": [16, 56, 54]})", "t.json"),
-                         doctest::Contains("'axes_dims_rope'"), ModelError);
-    CHECK_THROWS_WITH_AS(FluxTransformerConfig::from_json_text(R"({"axes_dims_rope": [16, 56, 54]})", "t.json"),
-                         doctest::Contains("sums to 126"), ModelError);
-    CHECK_THROWS_WITH_AS(FluxTransformerConfig::from_json_text(R"({"axes_dims_rope": [15, 57, 56]})", "t.json"),
-                         doctest::Contains("3 even integers"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        FluxTransformerConfig::from_json_text(R"({"axes_dims_rope": [16, 56, 54]})", "t.json"),
+        doctest::Contains("'axes_dims_rope'"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        FluxTransformerConfig::from_json_text(R"({"axes_dims_rope": [16, 56, 54]})", "t.json"),
+        doctest::Contains("sums to 126"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        FluxTransformerConfig::from_json_text(R"({"axes_dims_rope": [15, 57, 56]})", "t.json"),
+        doctest::Contains("3 even integers"), ModelError);
     CHECK_THROWS_WITH_AS(FluxTransformerConfig::from_json_text(R"({"use_mlp_ratio_2": true})", "t.json"),
                          doctest::Contains("'use_mlp_ratio_2'"), ModelError);
     CHECK_THROWS_WITH_AS(
@@ -145,7 +149,8 @@ TEST_CASE("configs the FLUX.1 transformer does not support, and inputs it cannot
     CHECK_FALSE(d.guidance_embeds);
 
     WeightStore dev_weights = golden_weights("dev"), schnell_weights = golden_weights("schnell");
-    const FluxTransformer dev(golden_config("dev"), dev_weights), schnell(golden_config("schnell"), schnell_weights);
+    const FluxTransformer dev(golden_config("dev"), dev_weights),
+        schnell(golden_config("schnell"), schnell_weights);
     const Case c = golden_case("dev");
     CHECK_THROWS_WITH_AS(dev.forward(c.latents, c.text, c.pooled, c.timestep, {}, 3, 5),
                          doctest::Contains("guidance_embeds"), ModelError);
@@ -153,10 +158,12 @@ TEST_CASE("configs the FLUX.1 transformer does not support, and inputs it cannot
                          doctest::Contains("no guidance embedder"), ModelError);
     CHECK_THROWS_WITH_AS(dev.forward(c.latents, c.text, c.pooled, c.timestep, c.guidance, 5, 4),
                          doctest::Contains("5 x 4 grid"), ModelError);
-    CHECK_THROWS_WITH_AS(dev.forward(c.latents, c.text.narrow(2, 0, 16), c.pooled, c.timestep, c.guidance, 3, 5),
-                         doctest::Contains("text [2, tokens >= 1, 32]"), ModelError);
-    CHECK_THROWS_WITH_AS(dev.forward(c.latents, c.text, c.pooled.narrow(1, 0, 8), c.timestep, c.guidance, 3, 5),
-                         doctest::Contains("pooled text [2, 24]"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        dev.forward(c.latents, c.text.narrow(2, 0, 16), c.pooled, c.timestep, c.guidance, 3, 5),
+        doctest::Contains("text [2, tokens >= 1, 32]"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        dev.forward(c.latents, c.text, c.pooled.narrow(1, 0, 8), c.timestep, c.guidance, 3, 5),
+        doctest::Contains("pooled text [2, 24]"), ModelError);
 }
 
 TEST_CASE("FLUX's image rotary tables follow the ids (0, row, column), each angle repeated for its pair") {
@@ -208,8 +215,9 @@ double layout_difference(const Model& m, const MeshDegrees& degrees, const std::
 
 }  // namespace
 
-TEST_CASE("the FLUX.1 transformer under ulysses2, ring2, ring3, USP, tp2, tp3, tp2 x ulysses2 and tp2 x ring2 "
-          "equals one process") {
+TEST_CASE(
+    "the FLUX.1 transformer under ulysses2, ring2, ring3, USP, tp2, tp3, tp2 x ulysses2 and tp2 x ring2 "
+    "equals one process") {
     // 15 and 16 image tokens, 7 and 5 text tokens: none divides by 3 or 4, most not by 2.
     const Case a = golden_case("dev");
     Case b = a;
@@ -234,15 +242,16 @@ TEST_CASE("the FLUX.1 transformer under ulysses2, ring2, ring3, USP, tp2, tp3, t
             CAPTURE(ulysses);
             CAPTURE(ring);
             const double diff = layout_difference(m, mesh_of(tp, ulysses, ring), cases, expected);
-            MESSAGE(m.config.num_attention_heads << " heads, tp " << tp << " x ulysses " << ulysses << " x ring "
-                                                 << ring << ": max |diff| " << diff);
+            MESSAGE(m.config.num_attention_heads << " heads, tp " << tp << " x ulysses " << ulysses
+                                                 << " x ring " << ring << ": max |diff| " << diff);
             CHECK(diff <= 1e-5);
         }
     }
 }
 
-TEST_CASE("FLUX.1's tp shards split attention, MLPs and modulations, and device_map places double and single "
-          "blocks") {
+TEST_CASE(
+    "FLUX.1's tp shards split attention, MLPs and modulations, and device_map places double and single "
+    "blocks") {
     const FluxTransformerConfig c = golden_config("dev");
     const int64_t d = c.inner_dim(), hd = c.attention_head_dim;
     // Counted from the config alone: what is split by heads, what evenly, and what stays whole.
@@ -255,7 +264,7 @@ TEST_CASE("FLUX.1's tp shards split attention, MLPs and modulations, and device_
         even += 2 * (6 * d * d + 6 * d);                  // norm1, norm1_context
     }
     for (int64_t i = 0; i < c.num_single_layers; ++i) {
-        by_heads += 3 * (d * d + d) + d * d;    // q, k, v; proj_out's attention segment
+        by_heads += 3 * (d * d + d) + d * d;      // q, k, v; proj_out's attention segment
         even += (4 * d * d + 4 * d) + 4 * d * d;  // proj_mlp; proj_out's MLP segment
         even += 3 * d * d + 3 * d;                // norm
         whole += d + 2 * hd;                      // proj_out's bias; the qk-norms

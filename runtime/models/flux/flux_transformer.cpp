@@ -23,21 +23,24 @@ constexpr double kTheta = 10000.0;  // RoPE's base
 // The config keys FluxTransformer2DModel takes; any other one set is a variant this code does not run.
 const std::set<std::string>& known_keys() {
     static const std::set<std::string> keys = {
-        "patch_size",          "in_channels",           "out_channels",    "num_layers",
-        "num_single_layers",   "attention_head_dim",    "num_attention_heads", "joint_attention_dim",
-        "pooled_projection_dim", "guidance_embeds",     "axes_dims_rope"};
+        "patch_size",          "in_channels",         "out_channels",
+        "num_layers",          "num_single_layers",   "attention_head_dim",
+        "num_attention_heads", "joint_attention_dim", "pooled_projection_dim",
+        "guidance_embeds",     "axes_dims_rope"};
     return keys;
 }
 
 std::array<int64_t, 3> axes_dims(const ConfigJson& c, int64_t head_dim) {
     std::array<int64_t, 3> axes{16, 56, 56};
-    const std::string accepted = "expected 3 even integers (index, row, column) summing to attention_head_dim (" +
-                                 std::to_string(head_dim) + ")";
+    const std::string accepted =
+        "expected 3 even integers (index, row, column) summing to attention_head_dim (" +
+        std::to_string(head_dim) + ")";
     if (c.has("axes_dims_rope")) {
         const nlohmann::json& list = c.raw().at("axes_dims_rope");
         bool ok = list.is_array() && list.size() == 3;
         for (std::size_t i = 0; ok && i < 3; ++i) {
-            ok = list[i].is_number_integer() && list[i].get<int64_t>() >= 2 && list[i].get<int64_t>() % 2 == 0;
+            ok =
+                list[i].is_number_integer() && list[i].get<int64_t>() >= 2 && list[i].get<int64_t>() % 2 == 0;
             if (ok) axes[i] = list[i].get<int64_t>();
         }
         if (!ok) c.fail("axes_dims_rope", "is " + list.dump().substr(0, 40) + "; " + accepted);
@@ -50,7 +53,8 @@ std::array<int64_t, 3> axes_dims(const ConfigJson& c, int64_t head_dim) {
 // One axis' angles, positions [N] times dim / 2 frequencies, in float64 as diffusers computes them,
 // each repeated for its pair: [N, dim].
 at::Tensor axis_angles(const at::Tensor& positions, int64_t dim) {
-    const at::Tensor freqs = 1.0 / at::pow(kTheta, at::arange(0, dim, 2, at::kDouble) / static_cast<double>(dim));
+    const at::Tensor freqs =
+        1.0 / at::pow(kTheta, at::arange(0, dim, 2, at::kDouble) / static_cast<double>(dim));
     return at::outer(positions.to(at::kDouble), freqs).repeat_interleave(2, 1);
 }
 
@@ -76,18 +80,21 @@ at::Tensor apply_flux_rope(const at::Tensor& x, const at::Tensor& cos, const at:
     return (x.to(at::kFloat) * cos + rotated.to(at::kFloat) * sin).to(x.scalar_type());
 }
 
-FluxTransformerConfig FluxTransformerConfig::from_json_text(const std::string& text, const std::string& path) {
+FluxTransformerConfig FluxTransformerConfig::from_json_text(const std::string& text,
+                                                            const std::string& path) {
     const ConfigJson c(text, path);
     const std::string cls = c.string("_class_name", "FluxTransformer2DModel");
     if (cls != "FluxTransformer2DModel")
-        throw ModelError(path + ": transformer class '" + cls + "' is not supported (supported: FluxTransformer2DModel)");
+        throw ModelError(path + ": transformer class '" + cls +
+                         "' is not supported (supported: FluxTransformer2DModel)");
     for (const auto& [key, value] : c.raw().items()) {
         if (key.empty() || key[0] == '_' || known_keys().count(key)) continue;
         if (value.is_null() || (value.is_boolean() && !value.get<bool>())) continue;
-        c.fail(key.c_str(), "is set, and FLUX.1's text-to-image FluxTransformer2DModel has no such key; only " +
-                                std::string("patch_size, in_channels, out_channels, num_layers, num_single_layers, ") +
-                                "attention_head_dim, num_attention_heads, joint_attention_dim, "
-                                "pooled_projection_dim, guidance_embeds and axes_dims_rope are supported");
+        c.fail(key.c_str(),
+               "is set, and FLUX.1's text-to-image FluxTransformer2DModel has no such key; only " +
+                   std::string("patch_size, in_channels, out_channels, num_layers, num_single_layers, ") +
+                   "attention_head_dim, num_attention_heads, joint_attention_dim, "
+                   "pooled_projection_dim, guidance_embeds and axes_dims_rope are supported");
     }
     FluxTransformerConfig cfg;
     const strategies::ParallelSpec& spec = strategies::flux_parallel_spec();
@@ -117,7 +124,8 @@ FluxTransformerConfig FluxTransformerConfig::from_json_file(const std::string& p
     return from_json_text(j.raw().dump(), path);
 }
 
-FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStore& w, const ParallelContext& parallel,
+FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStore& w,
+                                 const ParallelContext& parallel,
                                  std::shared_ptr<const DeviceMapping> mapping)
     : parallel_(&parallel), mapping_(std::move(mapping)), config_(config) {
     const int64_t d = config.inner_dim(), hd = config.attention_head_dim;
@@ -127,10 +135,12 @@ FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStor
     const strategies::ParallelSpec& spec = strategies::flux_parallel_spec();
     // The MLPs' and modulations' features as evenly as tp allows; attention by whole heads.
     auto linear = [&](const std::string& name, int64_t in, int64_t out, int64_t unit = 1) {
-        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp, true, unit);
+        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp, true,
+                                    unit);
     };
     auto place = [&](int64_t block) {
-        if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[block])]);
+        if (mapping_)
+            w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[block])]);
     };
     x_embedder_ = linear("x_embedder", config.in_channels, d);
     context_embedder_ = linear("context_embedder", config.joint_attention_dim, d);
@@ -197,13 +207,13 @@ int64_t FluxTransformer::parameter_bytes() const {
     auto add = [&](const at::Tensor& t) {
         if (t.defined()) total += t.numel() * t.element_size();
     };
-    for (const ParallelLinear* l : {&x_embedder_, &context_embedder_, &time_1_, &time_2_, &guidance_1_, &guidance_2_,
-                                    &text_1_, &text_2_, &norm_out_, &proj_out_})
+    for (const ParallelLinear* l : {&x_embedder_, &context_embedder_, &time_1_, &time_2_, &guidance_1_,
+                                    &guidance_2_, &text_1_, &text_2_, &norm_out_, &proj_out_})
         total += l->parameter_bytes();
     for (const FluxDoubleBlock& b : double_blocks_) {
-        for (const ParallelLinear* l : {&b.norm1, &b.norm1_context, &b.to_q, &b.to_k, &b.to_v, &b.to_out, &b.add_q,
-                                        &b.add_k, &b.add_v, &b.to_add_out, &b.ff.in, &b.ff.out, &b.ff_context.in,
-                                        &b.ff_context.out})
+        for (const ParallelLinear* l :
+             {&b.norm1, &b.norm1_context, &b.to_q, &b.to_k, &b.to_v, &b.to_out, &b.add_q, &b.add_k, &b.add_v,
+              &b.to_add_out, &b.ff.in, &b.ff.out, &b.ff_context.in, &b.ff_context.out})
             total += l->parameter_bytes();
         for (const RMSNorm* n : {&b.norm_q, &b.norm_k, &b.norm_added_q, &b.norm_added_k}) add(n->weight);
     }
@@ -230,9 +240,9 @@ at::Tensor FluxTransformer::conditioning(const at::Tensor& timestep, const at::T
     return temb + text_2_(at::silu(text_1_(pooled.to(device, dtype))));
 }
 
-at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
-                                    const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h,
-                                    int64_t grid_w) const {
+at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
+                                    const at::Tensor& pooled, const at::Tensor& timestep,
+                                    const at::Tensor& guidance, int64_t grid_h, int64_t grid_w) const {
     const FluxTransformerConfig& c = config_;
     if (grid_h < 1 || grid_w < 1 || !latents.defined() || latents.dim() != 3 ||
         latents.size(1) != grid_h * grid_w || latents.size(2) != c.in_channels)
@@ -246,24 +256,29 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
         throw ModelError("the transformer takes text [" + std::to_string(batch) + ", tokens >= 1, " +
                          std::to_string(c.joint_attention_dim) + "]; got " +
                          (text.defined() ? c10::str(text.sizes()) : std::string("none")));
-    if (!pooled.defined() || pooled.dim() != 2 || pooled.size(0) != batch || pooled.size(1) != c.pooled_projection_dim)
+    if (!pooled.defined() || pooled.dim() != 2 || pooled.size(0) != batch ||
+        pooled.size(1) != c.pooled_projection_dim)
         throw ModelError("the transformer takes the pooled text [" + std::to_string(batch) + ", " +
                          std::to_string(c.pooled_projection_dim) + "]; got " +
                          (pooled.defined() ? c10::str(pooled.sizes()) : std::string("none")));
     if (!timestep.defined() || (timestep.numel() != batch && timestep.numel() != 1))
         throw ModelError("the transformer takes one timestep per prompt (" + std::to_string(batch) + ")");
     if (c.guidance_embeds && (!guidance.defined() || (guidance.numel() != batch && guidance.numel() != 1)))
-        throw ModelError("this transformer has a guidance embedder (guidance_embeds, FLUX.1-dev): it takes one "
-                         "guidance scale per prompt (" + std::to_string(batch) + ")");
+        throw ModelError(
+            "this transformer has a guidance embedder (guidance_embeds, FLUX.1-dev): it takes one "
+            "guidance scale per prompt (" +
+            std::to_string(batch) + ")");
     if (!c.guidance_embeds && guidance.defined())
-        throw ModelError("this transformer has no guidance embedder (guidance_embeds false, FLUX.1-schnell): "
-                         "it takes no guidance scale");
+        throw ModelError(
+            "this transformer has no guidance embedder (guidance_embeds false, FLUX.1-schnell): "
+            "it takes no guidance scale");
     const at::ScalarType dtype = x_embedder_.weight().scalar_type();
     const at::Device device = x_embedder_.weight().device();
     const int64_t heads = parallel_->tensor().share(c.num_attention_heads);
 
     // Both streams split over the sequence groups (Note [FLUX text stream]).
-    const SequenceShard image(grid_h * grid_w, parallel_->sequence()), words(text.size(1), parallel_->sequence());
+    const SequenceShard image(grid_h * grid_w, parallel_->sequence()),
+        words(text.size(1), parallel_->sequence());
     at::Tensor x = x_embedder_(image.shard(latents.to(device, dtype)));
     at::Tensor ctx = context_embedder_(words.shard(text.to(device, dtype)));
     at::Tensor temb_act = at::silu(conditioning(timestep, guidance, pooled, batch));
@@ -297,7 +312,8 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
         x = x + m[5].unsqueeze(1) * blk.ff(modulate(plain_layer_norm(x, kEps), m[3], m[4]));
         if (!last) {
             ctx = ctx + mc[2].unsqueeze(1) * blk.to_add_out(merge_heads(o.out2));
-            ctx = ctx + mc[5].unsqueeze(1) * blk.ff_context(modulate(plain_layer_norm(ctx, kEps), mc[3], mc[4]));
+            ctx = ctx +
+                  mc[5].unsqueeze(1) * blk.ff_context(modulate(plain_layer_norm(ctx, kEps), mc[3], mc[4]));
             if (dtype == at::kHalf) ctx = ctx.clamp(-65504, 65504);  // as diffusers: the text stream only
         }
     }

@@ -46,10 +46,11 @@ struct FluxTransformerConfig {
     int64_t num_single_layers = 38;
     int64_t attention_head_dim = 128;
     int64_t num_attention_heads = 24;
-    int64_t joint_attention_dim = 4096;  // T5's width
+    int64_t joint_attention_dim = 4096;   // T5's width
     int64_t pooled_projection_dim = 768;  // CLIP-L's pooled output
     bool guidance_embeds = false;         // true: dev's guidance embedder
-    std::array<int64_t, 3> axes_dims_rope{16, 56, 56};  // ids' axes (0, row, column); even, summing to head_dim
+    std::array<int64_t, 3> axes_dims_rope{16, 56,
+                                          56};  // ids' axes (0, row, column); even, summing to head_dim
 
     int64_t inner_dim() const { return num_attention_heads * attention_head_dim; }
 
@@ -59,7 +60,8 @@ struct FluxTransformerConfig {
 
 // Every linear layer is a ParallelLinear, split as FLUX.1's parallel spec says; the norms are whole.
 struct FluxDoubleBlock {
-    ParallelLinear norm1, norm1_context;  // SiLU + Linear(dim, 6 dim): shift, scale, gate (attention), then MLP's
+    ParallelLinear norm1,
+        norm1_context;  // SiLU + Linear(dim, 6 dim): shift, scale, gate (attention), then MLP's
     ParallelLinear to_q, to_k, to_v, to_out;         // image stream
     ParallelLinear add_q, add_k, add_v, to_add_out;  // text stream
     RMSNorm norm_q, norm_k, norm_added_q, norm_added_k;
