@@ -1,5 +1,6 @@
 // CLIPTextModelWithProjection against transformers (tiny CLIP-L and CLIP-G shapes, fp32, CPU):
-// the hidden states SD3 uses (with and without clip_skip) and the projected pooled output.
+// the hidden states SD3 uses (with and without clip_skip) and the projected pooled output; and
+// CLIPTextModel (FLUX's, no projection): its pooler_output.
 #include "unit/doctest_torch.h"
 
 #include <unistd.h>
@@ -36,6 +37,54 @@ TEST_CASE("CLIP text encoders match transformers within 1e-4") {
         CHECK(d_skip <= 1e-4);
         CHECK(d_pooled <= 1e-4);
     }
+}
+
+TEST_CASE("CLIPTextModel (no projection) gives transformers' pooler_output within 1e-4") {
+    const std::string dir = std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev/text_encoder";
+    const ClipTextConfig config = ClipTextConfig::from_json_file(dir + "/config.json");
+    CHECK_FALSE(config.projection);
+    WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+    ClipTextEncoder encoder(config, weights);
+    weights.check_all_taken();
+    auto golden = SafetensorsFile::open(golden_path("flux_clip.safetensors"));
+    const ClipTextOutput out = encoder.forward(load_tensor(golden, "input_ids", at::kLong));
+    const at::Tensor pooled = load_tensor(golden, "pooled", at::kFloat);
+    CHECK(out.pooled.sizes() == at::IntArrayRef({3, config.hidden_size}));
+    const double d_pooled = max_diff(out.pooled, pooled);
+    const double d_hidden = max_diff(out.hidden, load_tensor(golden, "hidden_skip0", at::kFloat));
+    MESSAGE("CLIPTextModel: max |diff| pooled " << d_pooled << ", hidden " << d_hidden);
+    CHECK(d_pooled <= 1e-4);
+    CHECK(d_hidden <= 1e-4);
+
+    // The hub's checkpoints name the same tensors text_model.*: the same output.
+    const std::string renamed = "/tmp/dp_clip_text_model_" + std::to_string(getpid());
+    REQUIRE(std::system(("rm -rf " + renamed + " && mkdir -p " + renamed).c_str()) == 0);
+    auto file = SafetensorsFile::open(dir + "/model.safetensors");
+    std::vector<std::pair<std::string, at::Tensor>> prefixed;
+    for (const auto& [name, info] : file->tensors())
+        prefixed.emplace_back("text_model." + name, load_tensor(file, name, at::kFloat));
+    save_safetensors(renamed + "/model.safetensors", prefixed);
+    WeightStore hub = WeightStore::open_folder(renamed, at::kFloat, at::kCPU);
+    ClipTextEncoder hub_encoder(config, hub);
+    hub.check_all_taken();
+    CHECK(max_diff(hub_encoder.forward(load_tensor(golden, "input_ids", at::kLong)).pooled, pooled) <= 1e-4);
+    std::system(("rm -rf " + renamed).c_str());
+
+    // SD3's encoders keep their projection: the default without "architectures" too.
+    CHECK(ClipTextConfig::from_json_file(golden_path("clip_l/config.json")).projection);
+    CHECK(ClipTextConfig::from_json_text("{}", "c.json").projection);
+    // A CLIPTextModel config over weights that hold a projection is refused, naming both.
+    ClipTextConfig without = ClipTextConfig::from_json_file(golden_path("clip_l/config.json"));
+    without.projection = false;
+    WeightStore projected = WeightStore::open_folder(golden_path("clip_l"), at::kFloat, at::kCPU);
+    CHECK_THROWS_WITH_AS(ClipTextEncoder(without, projected),
+                         doctest::Contains("text_projection.weight but config.json's architectures names CLIPTextModel"),
+                         ModelError);
+    // And a CLIPTextModelWithProjection config over weights without one: the missing tensor by name.
+    ClipTextConfig with = config;
+    with.projection = true;
+    WeightStore plain = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
+    CHECK_THROWS_WITH_AS(ClipTextEncoder(with, plain), doctest::Contains("text_projection.weight"), ModelError);
 }
 
 TEST_CASE("a config that disagrees with the weights, or is unsupported, is refused by name") {

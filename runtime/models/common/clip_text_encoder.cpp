@@ -20,8 +20,9 @@ ClipTextConfig ClipTextConfig::from_json_text(const std::string& text, const std
                                  : "CLIPTextModelWithProjection";
     if (arch != "CLIPTextModelWithProjection" && arch != "CLIPTextModel")
         throw ModelError(path + ": architecture '" + arch +
-                         "' is not supported here (supported: CLIPTextModelWithProjection)");
+                         "' is not supported here (supported: CLIPTextModelWithProjection, CLIPTextModel)");
     ClipTextConfig cfg;
+    cfg.projection = arch == "CLIPTextModelWithProjection";
     cfg.vocab_size = c.integer("vocab_size", cfg.vocab_size, 1, 1 << 24);
     cfg.hidden_size = c.integer("hidden_size", cfg.hidden_size, 1, 1 << 16);
     cfg.intermediate_size = c.integer("intermediate_size", cfg.intermediate_size, 1, 1 << 18);
@@ -46,13 +47,28 @@ ClipTextConfig ClipTextConfig::from_json_file(const std::string& path) {
     return from_json_text(j.raw().dump(), path);
 }
 
+namespace {
+
+// A random store has every name; a file never holds one named "".
+bool holds_every_name(const WeightStore& w) { return w.has(""); }
+
+// Where the text model's tensors are named from: "text_model." (CLIPTextModelWithProjection, and
+// CLIPTextModel as the hub's checkpoints store it), or "" (CLIPTextModel as transformers 5 saves it).
+std::string text_model_prefix(const WeightStore& w) {
+    if (holds_every_name(w) || w.has("text_model.embeddings.token_embedding.weight")) return "text_model.";
+    return w.has("embeddings.token_embedding.weight") ? "" : "text_model.";
+}
+
+}  // namespace
+
 ClipTextEncoder::ClipTextEncoder(const ClipTextConfig& config, WeightStore& w) : config_(config) {
     const int64_t h = config.hidden_size, ff = config.intermediate_size;
-    token_embedding_ = w.take("text_model.embeddings.token_embedding.weight", {config.vocab_size, h});
+    const std::string m = text_model_prefix(w);
+    token_embedding_ = w.take(m + "embeddings.token_embedding.weight", {config.vocab_size, h});
     position_embedding_ =
-        w.take("text_model.embeddings.position_embedding.weight", {config.max_position_embeddings, h});
+        w.take(m + "embeddings.position_embedding.weight", {config.max_position_embeddings, h});
     for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-        const std::string p = "text_model.encoder.layers." + std::to_string(i);
+        const std::string p = m + "encoder.layers." + std::to_string(i);
         Layer l;
         l.norm1 = LayerNorm::load(w, p + ".layer_norm1", h, config.layer_norm_eps);
         l.q = Linear::load(w, p + ".self_attn.q_proj", h, h);
@@ -64,8 +80,16 @@ ClipTextEncoder::ClipTextEncoder(const ClipTextConfig& config, WeightStore& w) :
         l.fc2 = Linear::load(w, p + ".mlp.fc2", ff, h);
         layers_.push_back(std::move(l));
     }
-    final_norm_ = LayerNorm::load(w, "text_model.final_layer_norm", h, config.layer_norm_eps);
-    projection_ = Linear::load(w, "text_projection", h, config.projection_dim, /*bias=*/false);
+    final_norm_ = LayerNorm::load(w, m + "final_layer_norm", h, config.layer_norm_eps);
+    if (config.projection) {
+        projection_ = Linear::load(w, "text_projection", h, config.projection_dim, /*bias=*/false);
+    } else if (!holds_every_name(w) && w.has("text_projection.weight")) {
+        throw ModelError(
+            w.where() +
+            ": the weights hold text_projection.weight but config.json's architectures names "
+            "CLIPTextModel (no projection); name CLIPTextModelWithProjection there, or use the text "
+            "encoder saved without one");
+    }
 }
 
 ClipTextOutput ClipTextEncoder::forward(const at::Tensor& input_ids, int clip_skip) const {
@@ -102,7 +126,7 @@ ClipTextOutput ClipTextEncoder::forward(const at::Tensor& input_ids, int clip_sk
     const int64_t batch = x.size(0);
     at::Tensor rows = at::arange(batch, where.options().dtype(at::kLong)) * seq + where.to(at::kLong);
     at::Tensor pooled = x.reshape({batch * seq, x.size(2)}).index_select(0, rows);
-    return {kept, projection_(pooled)};
+    return {kept, config_.projection ? projection_(pooled) : pooled};
 }
 
 }  // namespace dp::runtime

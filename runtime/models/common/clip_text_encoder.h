@@ -1,7 +1,9 @@
 #pragma once
-// transformers' CLIPTextModelWithProjection (CLIP-L and CLIP-G shapes alike, from config.json):
-// token and position embeddings, pre-norm causal self-attention layers, the final layer norm, and
-// the projection of the pooled (end-of-text) token.
+// transformers' CLIPTextModelWithProjection (SD3's CLIP-L and CLIP-G) and CLIPTextModel (FLUX's
+// CLIP-L), shapes from config.json: token and position embeddings, pre-norm causal self-attention
+// layers, the final layer norm, and the pooled (end-of-text) token, projected by text_projection
+// when the model has one (CLIPTextModelWithProjection's text_embeds), else as it is (CLIPTextModel's
+// pooler_output).
 
 #include <ATen/core/Tensor.h>
 
@@ -23,6 +25,9 @@ struct ClipTextConfig {
     int64_t eos_token_id = 49407;
     double layer_norm_eps = 1e-5;
     bool quick_gelu = true;  // hidden_act "quick_gelu"; else "gelu"
+    // config.json's architectures[0]: "CLIPTextModelWithProjection" (the default when absent)
+    // projects the pooled token, "CLIPTextModel" has no text_projection.
+    bool projection = true;
 
     // Throws ModelError naming the file and key for a missing, mistyped or unsupported value.
     static ClipTextConfig from_json_text(const std::string& text, const std::string& path);
@@ -31,11 +36,16 @@ struct ClipTextConfig {
 
 struct ClipTextOutput {
     at::Tensor hidden;  // [batch, seq, hidden]: the layer output SD3 uses (penultimate by default)
-    at::Tensor pooled;  // [batch, projection_dim]: text_projection of the end-of-text token
+    // The end-of-text token after the final layer norm: [batch, projection_dim] through
+    // text_projection, or [batch, hidden_size] without one (ClipTextConfig::projection).
+    at::Tensor pooled;
 };
 
 class ClipTextEncoder {
   public:
+    // The text model's tensors named text_model.* (as the hub's checkpoints of both classes are) or,
+    // for CLIPTextModel as transformers 5 saves it, without the prefix. Throws ModelError when the
+    // weights disagree with the config, a text_projection.weight beside a CLIPTextModel config included.
     ClipTextEncoder(const ClipTextConfig& config, WeightStore& weights);
 
     // input_ids [batch, seq] (int64). `clip_skip` as diffusers: hidden states[-(clip_skip + 2)].
@@ -51,7 +61,7 @@ class ClipTextEncoder {
     at::Tensor token_embedding_, position_embedding_;
     std::vector<Layer> layers_;
     LayerNorm final_norm_;
-    Linear projection_;
+    Linear projection_;  // empty without ClipTextConfig::projection
 };
 
 }  // namespace dp::runtime
