@@ -6,6 +6,7 @@
 
 #include "runtime/errors.h"
 #include "runtime/models/common/config_json.h"
+#include "runtime/models/flux/flux_pipeline.h"
 #include "runtime/models/qwen_image/qwen_image_pipeline.h"
 #include "runtime/models/sd3/sd3_pipeline.h"
 #include "runtime/pipeline.h"
@@ -23,6 +24,7 @@ std::unique_ptr<DiffusionPipeline> load_as(const PipelineOptions& o, const Paral
 const std::pair<const char*, Loader> kPipelines[] = {
     {"StableDiffusion3Pipeline", &load_as<Sd3Pipeline>},
     {"QwenImagePipeline", &load_as<QwenImagePipeline>},
+    {"FluxPipeline", &load_as<FluxPipeline>},
 };
 
 }  // namespace

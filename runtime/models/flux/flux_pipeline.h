@@ -1,1 +1,56 @@
 #pragma once
+// FLUX.1's text-to-image pipeline (dev and schnell), as diffusers' FluxPipeline runs it: each prompt
+// through CLIP-L (CLIPTextModel's pooled output, 77 tokens) and T5 (max_sequence_length tokens,
+// padded, no mask) -> flow-matching denoising of packed 2x2 latents over explicit sigmas with the
+// image's dynamic shift (dev) or none (schnell), dev's distilled guidance scale embedded, true CFG
+// only with a negative prompt and a scale above 1 -> the VAE decode (scale and shift) -> uint8 RGB.
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/pipeline.h"
+
+namespace dp::runtime {
+
+// A batch of prompts through the text encoders, as the pipeline conditions the transformer.
+struct FluxPromptEmbeddings {
+    at::Tensor sequence;  // [n, max_sequence_length, joint_attention_dim]: T5's last hidden state
+    at::Tensor pooled;    // [n, pooled_projection_dim]: CLIP's pooled output
+    std::vector<std::string> truncation;  // per prompt: diffusers' truncation warnings, or empty
+};
+
+class FluxPipeline : public DiffusionPipeline {
+  public:
+    // Loads every component of `options.model_dir`, the transformer and T5 as this rank's share of
+    // the mesh (`parallel` must outlive the pipeline). Throws ModelError naming what is missing,
+    // corrupt, inconsistent or unsupported.
+    static std::unique_ptr<FluxPipeline> load(const PipelineOptions& options,
+                                              const ParallelContext& parallel);
+    static std::unique_ptr<FluxPipeline> load(const PipelineOptions& options);  // one process
+    ~FluxPipeline() override;
+
+    std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests) const override;
+
+    // The embeddings of `prompts` (FluxPipeline's prompt_2 is the prompt itself), T5's cut or padded
+    // to `max_sequence_length` (1 to 512) tokens.
+    FluxPromptEmbeddings encode_prompts(const std::vector<std::string>& prompts,
+                                        int max_sequence_length = 512) const;
+    // Whether the components are kept on their devices (not with PipelineOptions::offload).
+    bool components_kept() const;
+    // Whether the transformer embeds the guidance scale (FLUX.1-dev; schnell ignores it).
+    bool guidance_embeds() const;
+
+    int default_width() const override;
+    int default_height() const override;
+    int size_multiple() const override;
+
+  private:
+    struct Components;
+    explicit FluxPipeline(std::unique_ptr<Components> c);
+    std::unique_ptr<Components> c_;
+};
+
+}  // namespace dp::runtime
