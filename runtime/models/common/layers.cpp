@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 #include "runtime/errors.h"
 #include "runtime/parallel/device_mapping.h"
 
@@ -85,6 +87,14 @@ void prepare_transformer_load(const DeviceMapping* mapping, WeightStore& w, int6
     if (heads < tp.size)
         throw ModelError("--tp " + std::to_string(tp.size) + ": the model has " + std::to_string(heads) +
                          " attention heads, so a rank would hold none; tp may be at most " + std::to_string(heads));
+}
+
+at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {
+    const int64_t half = dim / 2;
+    at::Tensor exponent = -std::log(10000.0) * at::arange(0, half, timesteps.options().dtype(at::kFloat));
+    exponent = exponent / static_cast<double>(half);
+    const at::Tensor emb = timesteps.unsqueeze(1).to(at::kFloat) * at::exp(exponent).unsqueeze(0);
+    return at::cat({at::cos(emb), at::sin(emb)}, -1);  // flip_sin_to_cos
 }
 
 }  // namespace dp::runtime

@@ -58,6 +58,10 @@ at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tens
 at::Tensor plain_layer_norm(const at::Tensor& x, double eps = 1e-6);
 }  // namespace adaln
 
+// diffusers' get_timestep_embedding(t, dim, flip_sin_to_cos=True, downscale_freq_shift=0, scale 1):
+// the frequencies and the product in fp32, [B, dim] fp32.
+at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim);
+
 struct DeviceMapping;
 
 // A transformer's place in the run, checked before it loads: device_map (when set) places exactly

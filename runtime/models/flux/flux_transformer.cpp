@@ -6,7 +6,6 @@
 
 #include "runtime/errors.h"
 #include "runtime/models/common/config_json.h"
-#include "runtime/models/sd3/sd3_transformer.h"  // timestep_embedding: diffusers' Timesteps
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/sequence_shard.h"

@@ -21,12 +21,8 @@ at::Tensor sincos_1d(int64_t dim, const at::Tensor& pos) {
     return at::cat({at::sin(out), at::cos(out)}, 1);
 }
 
-// x -> norm(x) * (1 + scale) + shift, with shift and scale [B, dim].
-at::Tensor modulate(const at::Tensor& normed, const at::Tensor& shift, const at::Tensor& scale) {
-    return normed * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
-}
-
-at::Tensor plain_layer_norm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6); }
+using adaln::modulate;
+using adaln::plain_layer_norm;
 
 // One axis of diffusers' square sin-cos table: each of the `grid` coordinates (i / (grid / base))
 // embedded over dim / 2 features, [grid, dim / 2], computed in double and rounded to float.
@@ -80,16 +76,6 @@ at::Tensor sincos_pos_embed_crop(int64_t dim, int64_t grid, int64_t base_size, i
     return crop_from_axis(sincos_axis(dim, grid, base_size), (grid - height) / 2, (grid - width) / 2, height,
                           width);
 }
-
-at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {
-    const int64_t half = dim / 2;
-    at::Tensor exponent = -std::log(10000.0) * at::arange(0, half, timesteps.options().dtype(at::kFloat));
-    exponent = exponent / static_cast<double>(half);
-    at::Tensor emb = timesteps.unsqueeze(1).to(at::kFloat) * at::exp(exponent).unsqueeze(0);
-    emb = at::cat({at::cos(emb), at::sin(emb)}, -1);  // flip_sin_to_cos
-    return emb;
-}
-
 
 bool Sd3TransformerConfig::dual_attention(int64_t block) const {
     return std::binary_search(dual_attention_layers.begin(), dual_attention_layers.end(), block);

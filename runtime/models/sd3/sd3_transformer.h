@@ -129,7 +129,5 @@ at::Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid, int64_t base_size);
 // it: [height * width, dim], built without the whole table.
 at::Tensor sincos_pos_embed_crop(int64_t dim, int64_t grid, int64_t base_size, int64_t height,
                                  int64_t width);
-// diffusers' get_timestep_embedding(t, 256, flip_sin_to_cos=True, downscale_freq_shift=0).
-at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim);
 
 }  // namespace dp::runtime
