@@ -166,7 +166,7 @@ const std::vector<ComponentRule>& qwen_image_components() {
 const std::vector<ComponentRule>& flux_components() {
     static const std::vector<ComponentRule> rules = {
         {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
-        {"text_encoder", {"CLIPTextModel", "CLIPTextModelWithProjection"}, true, ComponentRule::kModel, false},
+        {"text_encoder", {"CLIPTextModel"}, true, ComponentRule::kModel, false},
         {"text_encoder_2", {"T5EncoderModel"}, true, ComponentRule::kModel, false},
         {"tokenizer", {"CLIPTokenizer"}, true, ComponentRule::kBpeTokenizer, false},
         {"tokenizer_2", {"T5TokenizerFast", "T5Tokenizer"}, true, ComponentRule::kT5Tokenizer, false},

@@ -58,7 +58,7 @@ def _components(variant, t5_tokenizer):
                                  feed_forward_proj="gated-gelu", dropout_rate=0.0, is_encoder_decoder=False,
                                  use_cache=False)).eval()
     transformer = FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=2, num_single_layers=2,
-                                         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
+                                         attention_head_dim=16, num_attention_heads=4, joint_attention_dim=32,
                                          pooled_projection_dim=32, guidance_embeds=variant == "dev",
                                          axes_dims_rope=(4, 6, 6)).eval()
     vae = AutoencoderKL(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(8, 8, 8, 8),

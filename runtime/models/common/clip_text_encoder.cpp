@@ -49,13 +49,10 @@ ClipTextConfig ClipTextConfig::from_json_file(const std::string& path) {
 
 namespace {
 
-// A random store has every name; a file never holds one named "".
-bool holds_every_name(const WeightStore& w) { return w.has(""); }
-
 // Where the text model's tensors are named from: "text_model." (CLIPTextModelWithProjection, and
 // CLIPTextModel as the hub's checkpoints store it), or "" (CLIPTextModel as transformers 5 saves it).
 std::string text_model_prefix(const WeightStore& w) {
-    if (holds_every_name(w) || w.has("text_model.embeddings.token_embedding.weight")) return "text_model.";
+    if (w.is_random() || w.has("text_model.embeddings.token_embedding.weight")) return "text_model.";
     return w.has("embeddings.token_embedding.weight") ? "" : "text_model.";
 }
 
@@ -83,7 +80,7 @@ ClipTextEncoder::ClipTextEncoder(const ClipTextConfig& config, WeightStore& w) :
     final_norm_ = LayerNorm::load(w, m + "final_layer_norm", h, config.layer_norm_eps);
     if (config.projection) {
         projection_ = Linear::load(w, "text_projection", h, config.projection_dim, /*bias=*/false);
-    } else if (!holds_every_name(w) && w.has("text_projection.weight")) {
+    } else if (!w.is_random() && w.has("text_projection.weight")) {
         throw ModelError(
             w.where() +
             ": the weights hold text_projection.weight but config.json's architectures names "

@@ -46,6 +46,8 @@ class WeightStore : public ShardSource {
     const std::set<std::string>& sharded() const { return sharded_; }
     // Whether `name` exists (a random store has every name).
     bool has(const std::string& name) const;
+    // Whether this store makes seeded random values rather than reading files.
+    bool is_random() const { return random_; }
     // Marks every tensor whose name starts with `prefix` as not needed (a VAE's encoder, say).
     void skip_prefix(const std::string& prefix);
     // Throws ModelError listing tensors present in the files but never taken.

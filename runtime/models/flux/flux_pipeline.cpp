@@ -216,9 +216,7 @@ std::vector<GenerateResult> FluxPipeline::generate_batch(const std::vector<Gener
             other.negative_prompt.has_value() != r.negative_prompt.has_value())
             throw ModelError(
                 "a batch must share steps, guidance_scale, true_cfg_scale, size, max_sequence_length and "
-                "whether a "
-                "negative prompt is given");
-    const int64_t n = static_cast<int64_t>(batch.size());
+                "whether a negative prompt is given");
     std::vector<GenerateResult> results(batch.size());
     const auto [width, height] = checked_size(*this, r);
     if (r.max_sequence_length < 1 || r.max_sequence_length > kMaxSequenceLength)
