@@ -239,7 +239,10 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     if (deg.ulysses > 1) {
         // q, k, v leave with the tp shard's heads; the output comes back with this rank's, from
         // every Ulysses rank; the text output is gathered padded to the largest share.
-        step["all_to_all"] += layers * b * (3 * h_tp + deg.ulysses * h_attend) * ((n + m) / split_tokens) * hd * f;
+        // The last block's text output is not needed, so a split text's does not come back there.
+        step["all_to_all"] += (layers * b * (3 * h_tp + deg.ulysses * h_attend) * ((n + m) / split_tokens) -
+                               b * deg.ulysses * h_attend * (m / split_tokens)) *
+                              hd * f;
         step["all_gather"] += ((text_split ? 0 : (layers - 1) * b * h_attend * text * hd) +
                                b * (n / split_tokens) * channels * patch * patch) *
                               f;
@@ -251,8 +254,9 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     if (deg.tp > 1 && shape.more_layers > 0) {
         // FLUX: a double block reduces after each stream's attention and MLP outputs (the last one's
         // text too: the single blocks go on with it), a single block once, over both streams.
+        // The last single block's text is not needed: only its image tokens are reduced.
         const long long both = n / split_tokens + text_rank, doubles = layers - shape.more_layers;
-        step["all_reduce"] += b * width_d * both * (2 * doubles + shape.more_layers) * f;
+        step["all_reduce"] += b * width_d * (both * (2 * doubles + shape.more_layers) - text_rank) * f;
         step["all_gather"] += b * gathered_features * f;
     } else if (deg.tp > 1) {
         step["all_reduce"] += b * width_d * (2 * (n / split_tokens) * layers + 2 * text_rank * (layers - 1)) * f;
