@@ -239,6 +239,52 @@ at::Tensor FluxTransformer::conditioning(const at::Tensor& timestep, const at::T
     return temb + text_2_(at::silu(text_1_(pooled.to(device, dtype))));
 }
 
+void FluxTransformer::single_blocks_split(at::Tensor& x, at::Tensor& ctx, at::Tensor& temb_act, at::Tensor& cos,
+                                          at::Tensor& sin, const SequenceShard& image, const SequenceShard& words,
+                                          BlockPlacement& placement) const {
+    const at::ScalarType dtype = x.scalar_type();
+    const int64_t heads = parallel_->tensor().share(config_.num_attention_heads);
+    const std::size_t blocks = double_blocks_.size() + single_blocks_.size();
+    for (std::size_t i = 0; i < single_blocks_.size(); ++i) {
+        const FluxSingleBlock& blk = single_blocks_[i];
+        const std::size_t block = double_blocks_.size() + i;
+        const bool last = block + 1 == blocks;
+        placement.enter(block, {&x, &ctx, &temb_act, &cos, &sin});
+        const std::vector<at::Tensor> m = blk.norm(temb_act).chunk(3, 1);  // shift, scale, gate
+        // This rank's text and image blocks side by side for the per-token layers, apart for attention.
+        const int64_t nt = ctx.size(1), ni = x.size(1);
+        const at::Tensor h = modulate(plain_layer_norm(at::cat({ctx, x}, 1), kEps), m[0], m[1]);
+        const at::Tensor q = blk.norm_q(split_heads(blk.to_q(h), heads));
+        const at::Tensor k = blk.norm_k(split_heads(blk.to_k(h), heads));
+        const at::Tensor v = split_heads(blk.to_v(h), heads);
+        AttentionInputs in;
+        in.q = apply_flux_rope(q.narrow(2, nt, ni), cos, sin);
+        in.k = apply_flux_rope(k.narrow(2, nt, ni), cos, sin);
+        in.v = v.narrow(2, nt, ni);
+        in.q2 = q.narrow(2, 0, nt);
+        in.k2 = k.narrow(2, 0, nt);
+        in.v2 = v.narrow(2, 0, nt);
+        in.shard = &image;
+        in.shard2 = &words;
+        in.want_out2 = !last;
+        const AttentionOutputs o = attend(in);
+        const at::Tensor gate = m[2].unsqueeze(1);
+        if (last) {  // the image alone
+            const at::Tensor mlp = at::gelu(blk.proj_mlp(h.narrow(1, nt, ni)), "tanh");
+            x = x + gate * blk.proj_out(at::cat({merge_heads(o.out), mlp}, 2));
+        } else {
+            const at::Tensor mlp = at::gelu(blk.proj_mlp(h), "tanh");
+            const at::Tensor attn = at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1);
+            at::Tensor both = at::cat({ctx, x}, 1) + gate * blk.proj_out(at::cat({attn, mlp}, 2));
+            if (dtype == at::kHalf) both = both.clamp(-65504, 65504);
+            ctx = both.narrow(1, 0, nt);
+            x = both.narrow(1, nt, ni);
+        }
+        if (last && dtype == at::kHalf) x = x.clamp(-65504, 65504);
+    }
+
+}
+
 at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                     const at::Tensor& pooled, const at::Tensor& timestep,
                                     const at::Tensor& guidance, int64_t grid_h, int64_t grid_w) const {
@@ -316,42 +362,39 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
             if (dtype == at::kHalf) ctx = ctx.clamp(-65504, 65504);  // as diffusers: the text stream only
         }
     }
-    for (std::size_t i = 0; i < single_blocks_.size(); ++i) {
-        const FluxSingleBlock& blk = single_blocks_[i];
-        const std::size_t block = double_blocks_.size() + i;
-        const bool last = block + 1 == blocks;
-        placement.enter(block, {&x, &ctx, &temb_act, &cos, &sin});
-        const std::vector<at::Tensor> m = blk.norm(temb_act).chunk(3, 1);  // shift, scale, gate
-        // This rank's text and image blocks side by side for the per-token layers, apart for attention.
-        const int64_t nt = ctx.size(1), ni = x.size(1);
-        const at::Tensor h = modulate(plain_layer_norm(at::cat({ctx, x}, 1), kEps), m[0], m[1]);
-        const at::Tensor q = blk.norm_q(split_heads(blk.to_q(h), heads));
-        const at::Tensor k = blk.norm_k(split_heads(blk.to_k(h), heads));
-        const at::Tensor v = split_heads(blk.to_v(h), heads);
-        AttentionInputs in;
-        in.q = apply_flux_rope(q.narrow(2, nt, ni), cos, sin);
-        in.k = apply_flux_rope(k.narrow(2, nt, ni), cos, sin);
-        in.v = v.narrow(2, nt, ni);
-        in.q2 = q.narrow(2, 0, nt);
-        in.k2 = k.narrow(2, 0, nt);
-        in.v2 = v.narrow(2, 0, nt);
-        in.shard = &image;
-        in.shard2 = &words;
-        in.want_out2 = !last;
-        const AttentionOutputs o = attend(in);
-        const at::Tensor gate = m[2].unsqueeze(1);
-        if (last) {  // the image alone
-            const at::Tensor mlp = at::gelu(blk.proj_mlp(h.narrow(1, nt, ni)), "tanh");
-            x = x + gate * blk.proj_out(at::cat({merge_heads(o.out), mlp}, 2));
-        } else {
-            const at::Tensor mlp = at::gelu(blk.proj_mlp(h), "tanh");
-            const at::Tensor attn = at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1);
-            at::Tensor both = at::cat({ctx, x}, 1) + gate * blk.proj_out(at::cat({attn, mlp}, 2));
-            if (dtype == at::kHalf) both = both.clamp(-65504, 65504);
-            ctx = both.narrow(1, 0, nt);
-            x = both.narrow(1, nt, ni);
+    if (image.split()) {
+        single_blocks_split(x, ctx, temb_act, cos, sin, image, words, placement);
+    } else {
+        // Note [FLUX single blocks, one stream]: unsplit, text and image go through the single blocks
+        // as diffusers' one [text, image] stream, so no block concatenates or splits them. The text's
+        // rotation is the identity (cos 1, sin 0): x * 1 + rotated * 0 is x exactly.
+        const int64_t nt = ctx.size(1), ni = x.size(1), hd = c.attention_head_dim;
+        at::Tensor joint = at::cat({ctx, x}, 1);
+        at::Tensor joint_cos = at::cat({at::ones({nt, hd}, cos.options()), cos}, 0);
+        at::Tensor joint_sin = at::cat({at::zeros({nt, hd}, sin.options()), sin}, 0);
+        const SequenceShard stream(nt + ni, parallel_->sequence());
+        for (std::size_t i = 0; i < single_blocks_.size(); ++i) {
+            const FluxSingleBlock& blk = single_blocks_[i];
+            const std::size_t block = double_blocks_.size() + i;
+            placement.enter(block, {&joint, &temb_act, &joint_cos, &joint_sin});
+            const std::vector<at::Tensor> m = blk.norm(temb_act).chunk(3, 1);  // shift, scale, gate
+            const at::Tensor h = modulate(plain_layer_norm(joint, kEps), m[0], m[1]);
+            AttentionInputs in;
+            in.q = apply_flux_rope(blk.norm_q(split_heads(blk.to_q(h), heads)), joint_cos, joint_sin);
+            in.k = apply_flux_rope(blk.norm_k(split_heads(blk.to_k(h), heads)), joint_cos, joint_sin);
+            in.v = split_heads(blk.to_v(h), heads);
+            in.shard = &stream;
+            const at::Tensor attn = merge_heads(attend(in).out);
+            const at::Tensor gate = m[2].unsqueeze(1);
+            if (block + 1 == blocks) {  // the last block: the image alone, its text feeds nothing
+                const at::Tensor mlp = at::gelu(blk.proj_mlp(h.narrow(1, nt, ni)), "tanh");
+                x = joint.narrow(1, nt, ni) + gate * blk.proj_out(at::cat({attn.narrow(1, nt, ni), mlp}, 2));
+            } else {
+                joint = joint + gate * blk.proj_out(at::cat({attn, at::gelu(blk.proj_mlp(h), "tanh")}, 2));
+                if (dtype == at::kHalf) joint = joint.clamp(-65504, 65504);
+            }
         }
-        if (last && dtype == at::kHalf) x = x.clamp(-65504, 65504);
+        if (dtype == at::kHalf) x = x.clamp(-65504, 65504);
     }
 
     placement.leave({&x, &temb_act});

@@ -31,6 +31,8 @@
 namespace dp::runtime {
 
 struct DeviceMapping;
+class BlockPlacement;
+class SequenceShard;
 
 // diffusers' config.json of FluxTransformer2DModel. The shape the strategies also read (heads, head
 // size, layers, patch, channels) defaults to FLUX.1's parallel spec
@@ -107,6 +109,10 @@ class FluxTransformer {
   private:
     at::Tensor conditioning(const at::Tensor& timestep, const at::Tensor& guidance, const at::Tensor& pooled,
                             int64_t batch) const;
+    // The single blocks under context parallelism: this rank's text and image shards side by side
+    // for the per-token layers, apart for attend(). x and ctx are updated in place.
+    void single_blocks_split(at::Tensor& x, at::Tensor& ctx, at::Tensor& temb_act, at::Tensor& cos, at::Tensor& sin,
+                             const SequenceShard& image, const SequenceShard& words, BlockPlacement& placement) const;
 
     const ParallelContext* parallel_;
     std::shared_ptr<const DeviceMapping> mapping_;
