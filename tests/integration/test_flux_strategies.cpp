@@ -116,8 +116,29 @@ TEST_CASE("flux: dp-launch -n 1 on the folders saved by diffusers gives FluxPipe
     }
 }
 
-TEST_CASE("flux: ulysses2, ring2, ring3, usp, tp2, tp2 x ulysses2, tp2 x ring2, cfg2, device_map and offload give the "
-          "single-process images") {
+TEST_CASE("flux: --dtype bf16 through dp-launch is within the unit test's tolerance of diffusers' bf16") {
+    // The bounds of tests/unit/test_flux_pipeline.cpp.
+    constexpr double kBf16MeanUint8 = 1.0;
+    constexpr int kBf16MaxUint8 = 12;
+    const nlohmann::json c = golden_cases().at("bf16");
+    const std::string dir = make_temp_dir();
+    LaunchResult r = run_launch({"--model", tiny("dev"), "-n", "1", "--dtype", "bf16", "-o", dir + "/out", "-q",
+                                 write_lines(dir + "/p.jsonl", lines_of(c))},
+                                {}, 120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const auto records = read_manifest(dir + "/out");
+    REQUIRE(records.size() == 1);
+    CHECK(records[0].at("dtype") == "bf16");
+    const PixelDifference d =
+        png_against_golden(dir + "/out/" + records[0].at("file").get<std::string>(), golden_file(), "bf16.0.image");
+    MESSAGE("FLUX.1-dev bf16 through dp-launch: mean |uint8 diff| " << d.mean << ", max " << d.max);
+    CHECK(d.mean <= kBf16MeanUint8);
+    CHECK(d.max <= kBf16MaxUint8);
+    remove_dir(dir);
+}
+
+TEST_CASE("flux: ulysses2, ring2, ring3, usp, tp2, tp2 x ulysses2, tp2 x ring2, cfg2, device_map, offload and context "
+          "give the single-process images") {
     // device_map auto at these budgets puts the embeddings and the two double blocks on cpu:0 and
     // the two single blocks on cpu:1.
     const std::string budgets = "cpu:0=1500KiB,cpu:1=2MiB";
@@ -148,6 +169,7 @@ TEST_CASE("flux: ulysses2, ring2, ring3, usp, tp2, tp2 x ulysses2, tp2 x ring2, 
         {"-n", "2", "--cfg-parallel", "--true-cfg-scale", "2.5"},
         {"-n", "1", "--device-map", "auto", "--max-memory", budgets},
         {"-n", "1", "--offload"},
+        {"-n", "3", "--strategy", "context"},  // 4 heads: Ring over 3
     };
     for (const auto& extra : runs) {
         CAPTURE(extra);
