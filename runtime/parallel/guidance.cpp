@@ -16,6 +16,12 @@ at::Tensor Guidance::model_input(const at::Tensor& latents) const {
     return enabled_ && !group_ ? at::cat({latents, latents}, 0) : latents;
 }
 
+at::Tensor Guidance::predict(int64_t rows, bool on_cpu, const Model& model) const {
+    if (!enabled_ || group_ || !on_cpu) return model(0, rows);
+    const int64_t half = rows / 2;  // [negative; positive]
+    return at::cat({model(0, half), model(half, rows - half)}, 0);
+}
+
 at::Tensor Guidance::combine(const at::Tensor& noise, const Combine& rule) const {
     if (!enabled_) return noise;
     if (group_) {

@@ -293,6 +293,24 @@ TEST_CASE("SD3's parallel spec names exactly the tensors its loader shards") {
     }
 }
 
+TEST_CASE("guidance's prediction: one call per branch on the CPU, one batched call elsewhere, the same rows") {
+    const at::Tensor rows = seeded({4, 3}, 13);  // [negative; positive], two prompts each
+    std::vector<std::pair<int64_t, int64_t>> calls;
+    const Guidance::Model model = [&](int64_t first, int64_t count) {
+        calls.emplace_back(first, count);
+        return rows.narrow(0, first, count) * 2;
+    };
+    const at::Tensor on_cpu = Guidance(true, nullptr).predict(4, true, model);
+    CHECK(calls == std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {2, 2}});
+    CHECK(at::equal(on_cpu, rows * 2));
+    calls.clear();
+    CHECK(at::equal(Guidance(true, nullptr).predict(4, false, model), rows * 2));  // a GPU: batched
+    CHECK(calls == std::vector<std::pair<int64_t, int64_t>>{{0, 4}});
+    calls.clear();
+    Guidance(false, nullptr).predict(2, true, model);  // no negative branch: one call
+    CHECK(calls == std::vector<std::pair<int64_t, int64_t>>{{0, 2}});
+}
+
 TEST_CASE("guidance split over a cfg group equals both branches as one batch") {
     const at::Tensor negative = seeded({2, 4, 3, 3}, 11), positive = seeded({2, 4, 3, 3}, 12);
     const Guidance::Combine rule = [](const at::Tensor& n, const at::Tensor& p) { return linear_guidance(n, p, 4.5); };

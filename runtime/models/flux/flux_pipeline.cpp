@@ -284,7 +284,11 @@ std::vector<GenerateResult> FluxPipeline::generate_batch(const std::vector<Gener
                                         ? at::full({rows}, r.guidance_scale, on_device.dtype(at::kFloat))
                                         : at::Tensor();
         const at::Tensor prediction =
-            transformer->forward(model_in, text.sequence, text.pooled, t, embedded, lh / 2, lw / 2);
+            guidance.predict(rows, c.options.device.is_cpu(), [&](int64_t first, int64_t count) {
+                auto part = [&](const at::Tensor& x) { return x.defined() ? x.narrow(0, first, count) : x; };
+                return transformer->forward(part(model_in), part(text.sequence), part(text.pooled), part(t),
+                                            part(embedded), lh / 2, lw / 2);
+            });
         const at::Tensor noise =
             guidance.combine(prediction, [&](const at::Tensor& negative, const at::Tensor& positive) {
                 return linear_guidance(negative, positive, r.true_cfg_scale);
