@@ -23,7 +23,7 @@ namespace {
 const char* kAcceptedKeys =
     "prompt, negative_prompt, seed, steps (or num_inference_steps), width, height, name, max_sequence_length; "
     "SD3: guidance_scale, skip_guidance_layers, skip_layer_guidance_scale, skip_layer_guidance_start, "
-    "skip_layer_guidance_stop; Qwen-Image: true_cfg_scale";
+    "skip_layer_guidance_stop; Qwen-Image: true_cfg_scale; FLUX.1: guidance_scale, true_cfg_scale";
 
 // A transformer block index in a prompt file; the model's own count is checked by the caller.
 constexpr int64_t kMaxBlockIndex = 100000;
@@ -96,7 +96,7 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
              : key == "skip_layer_guidance_start" ? out.skip_layer_guidance_start
                                                   : out.skip_layer_guidance_stop) = v;
         } else if (key == "max_sequence_length") {
-            // The family's own limit (SD3's 512, Qwen-Image's 1024) is checked with the model.
+            // The family's own limit (SD3's and FLUX's 512, Qwen-Image's 1024) is checked with the model.
             if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 1024)
                 return type_error("a whole number from 1 to 1024 (the text encoder's tokens)");
             out.max_sequence_length = static_cast<int>(value.get<int64_t>());

@@ -301,3 +301,39 @@ TEST_CASE("flux: FluxPipeline's defaults, dev's (28 steps, guidance 3.5, 512 tok
     }
     remove_dir(dir);
 }
+
+TEST_CASE("flux: schnell under ulysses2, tp2 x ring2 and device_map gives the single-process images") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = dir + "/p.txt";
+    std::ofstream(prompts, std::ios::binary) << "a red fox in the snow\nthree green dots\n";
+    auto args = [&](const std::string& out, const std::vector<std::string>& extra) {
+        std::vector<std::string> a = {"--model", tiny("schnell"), "--width", "80", "--height", "48", "-o", out, "-q"};
+        a.insert(a.end(), extra.begin(), extra.end());
+        a.push_back(prompts);
+        return a;
+    };
+    const std::map<std::string, std::string> env = {{"DP_SAVE_LATENTS", "1"}};
+    LaunchResult one = run_launch(args(dir + "/single", {"-n", "1"}), env, 120);
+    REQUIRE_MESSAGE(one.exit_code == 0, one.err);
+    const auto single = read_manifest(dir + "/single");
+    REQUIRE(single.size() == 2);
+    CHECK(single[0].at("steps") == 4);  // schnell's default
+    for (const auto& extra : std::vector<std::vector<std::string>>{
+             {"-n", "2", "--ulysses", "2"},
+             {"-n", "4", "--tp", "2", "--ring", "2"},
+             {"-n", "1", "--device-map", "auto", "--max-memory", "cpu:0=1500KiB,cpu:1=2MiB"}}) {
+        CAPTURE(extra);
+        LaunchResult r = run_leaving_nothing(args(dir + "/run", extra), env);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        const auto records = read_manifest(dir + "/run");
+        REQUIRE(records.size() == single.size());
+        for (std::size_t i = 0; i < single.size(); ++i) {
+            const std::string file = single[i].at("file").get<std::string>();
+            CHECK(max_pixel_difference(dir + "/single/" + file, dir + "/run/" + file) <= 1);
+            CHECK(max_latent_difference(dir + "/single/" + file + ".latents.safetensors",
+                                        dir + "/run/" + file + ".latents.safetensors") <= 1e-4f);
+        }
+        remove_dir(dir + "/run");
+    }
+    remove_dir(dir);
+}
