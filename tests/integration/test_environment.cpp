@@ -1,6 +1,8 @@
 // Each rank's environment, as a torchrun script would read it.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <map>
 #include <set>
 #include <sstream>
@@ -121,6 +123,22 @@ TEST_CASE("dp-launch env reports the build and the machine, as text and JSON") {
     CHECK(json.out.find("\"dp_launch_version\"") != std::string::npos);
     CHECK(json.out.find("\"usable_cpus\"") != std::string::npos);
     CHECK(json.out.find("\"gpus\"") != std::string::npos);
+}
+
+TEST_CASE("dp-launch env shows the python3 ranks would run and the DP_* and cluster variables in effect") {
+    LaunchResult r = run_launch({"env"}, {{"DP_SEED", "7"}, {"SLURM_JOB_ID", "4242"}, {"PET_NNODES", "2"}});
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("python3:") != std::string::npos);
+    CHECK(r.out.find("  torch:") != std::string::npos);  // a version, or "not installed"
+    CHECK(r.out.find("DP_* variables:\n  DP_SEED=7\n") != std::string::npos);
+    CHECK(r.out.find("  SLURM_JOB_ID=4242\n") != std::string::npos);
+    CHECK(r.out.find("  PET_NNODES=2\n") != std::string::npos);
+    LaunchResult json = run_launch({"env", "--json"}, {{"DP_SEED", "7"}});
+    REQUIRE(json.exit_code == 0);
+    const nlohmann::json facts = nlohmann::json::parse(json.out);
+    CHECK(facts.at("variables").at("dp").at("DP_SEED") == "7");
+    CHECK(facts.contains("python3"));
+    if (!facts.at("python3").is_null()) CHECK(facts.at("python3").at("version").is_string());
 }
 
 TEST_CASE("usage errors exit 2 with one line on stderr and start nothing") {
