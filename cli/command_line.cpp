@@ -1,6 +1,7 @@
 #include "cli/command_line.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 
 #include "cli/env_command.h"
@@ -50,6 +51,82 @@ std::string shell_words(const std::vector<std::string>& words) {
     return launcher::utf8_for_display(out);
 }
 
+// CLI11's help with the top-level usage lines written once, by the app's description.
+class HelpFormatter : public CLI::Formatter {
+  public:
+    std::string make_usage(const CLI::App* app, std::string name) const override {
+        return app->get_parent() ? CLI::Formatter::make_usage(app, std::move(name)) : "";
+    }
+};
+
+// torchrun's and accelerate's flags that dp-launch has no row for, each with the dp-launch way.
+struct Unsupported {
+    std::vector<const char*> flags;
+    const char* instead;
+};
+
+const std::vector<Unsupported>& unsupported_flags() {
+    static const std::vector<Unsupported> list = {
+        {{"--rdzv-conf", "--rdzv_conf"},
+         "dp-launch has no rendezvous settings: rank 0 runs the store at --master-addr:--master-port, and "
+         "--rank-timeout, --load-timeout and --timeout bound the waits"},
+        {{"--role"}, "every rank runs the same command; tell ranks apart by RANK or LOCAL_RANK in the program"},
+        {{"--start-method", "--start_method"},
+         "each rank is its own process, started with exec; there is no start method to choose"},
+        {{"--local-addr", "--local_addr"},
+         "only rank 0's host matters: give it as --master-addr on every node"},
+        {{"--logs-specs", "--logs_specs"}, "--log-dir DIR keeps each rank's output in DIR/rank_N.stdout and .stderr"},
+        {{"--max-restarts-per-node"}, "--max-restarts N restarts the whole group up to N times"},
+        {{"--num_cpu_threads_per_process", "--num-cpu-threads-per-process"},
+         "set OMP_NUM_THREADS in dp-launch's environment: every rank inherits it"},
+        {{"--use_deepspeed", "--use_fsdp", "--use_megatron_lm", "--deepspeed_config_file", "--fsdp_sharding_strategy"},
+         "dp-launch only starts and supervises the ranks: the program sets DeepSpeed or FSDP up itself from "
+         "RANK, LOCAL_RANK and WORLD_SIZE"},
+        {{"--dynamo_backend", "--dynamo-backend"}, "compile inside the program (torch.compile)"},
+        {{"--main_training_function"},
+         "the script runs as a whole: call the function under if __name__ == '__main__'"},
+        {{"--same_network", "--same-network"},
+         "every node reaches --master-addr:--master-port; nothing else is asked of the network"},
+        {{"--tpu", "--use_mps_device", "--use_xpu"}, "dp-launch runs ranks on CUDA GPUs or CPUs only"},
+    };
+    return list;
+}
+
+// A torchrun or accelerate flag without a row, or an accelerate subcommand, answered with the dp-launch
+// way; empty when there is none.
+std::string unsupported_usage(const std::vector<std::string>& options) {
+    std::error_code no_file;
+    if (!options.empty() && options.front().size() < 64 && !std::filesystem::exists(options.front(), no_file)) {
+        const std::string& first = options.front();
+        if (first == "config")
+            return "'config' is accelerate's: dp-launch takes its options from flags, DP_* variables or "
+                   "--config FILE, a JSON object such as {\"num_processes\": 4, \"nnodes\": 2}";
+        if (first == "launch")
+            return "'launch' is accelerate's: dp-launch is the launcher itself, e.g. dp-launch -n 2 -- "
+                   "python3 train.py";
+        if (first == "test" || first == "estimate-memory" || first == "tpu-config" || first == "merge-weights")
+            return "'" + first + "' is accelerate's; dp-launch's own are env (what the ranks would use) and plan "
+                   "(what a job would do), e.g. dp-launch env";
+    }
+    for (const std::string& arg : options) {
+        const std::string name = arg.substr(0, arg.find('='));
+        for (const Unsupported& u : unsupported_flags())
+            for (const char* flag : u.flags)
+                if (name == flag) return name + " is not a dp-launch option: " + u.instead;
+    }
+    return "";
+}
+
+// accelerate's --num_processes and --num_machines, both in that spelling: a total over the machines.
+bool accelerate_total(const std::vector<std::string>& options) {
+    auto spelled = [&](const std::string& flag) {
+        return std::any_of(options.begin(), options.end(), [&](const std::string& arg) {
+            return arg == flag || arg.rfind(flag + "=", 0) == 0;
+        });
+    };
+    return spelled("--num_processes") && spelled("--num_machines");
+}
+
 }  // namespace
 
 CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLookup& env) {
@@ -61,6 +138,11 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
     std::vector<std::string> options(args.begin(), dashes);
     RawLaunchOptions raw;
     if (dashes != args.end()) raw.command.assign(dashes + 1, args.end());
+    raw.accelerate_total = accelerate_total(options);
+    if (const std::string why = unsupported_usage(options); !why.empty()) {
+        result.message = why;
+        return result;
+    }
 
     CLI::App app(
         "dp-launch: start a command once per rank, torchrun-compatible, and supervise it.\n"
@@ -69,6 +151,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
         "       dp-launch plan [OPTIONS] [PIPELINE OPTIONS]\n"
         "       dp-launch env [--json]",
         "dp-launch");
+    app.formatter(std::make_shared<HelpFormatter>());
     app.footer(kExamples);
     app.set_version_flag("--version", std::string("dp-launch ") + launcher::kVersion);
     add_launch_options(app, raw);

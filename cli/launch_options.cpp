@@ -1,5 +1,6 @@
 #include "cli/launch_options.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "launcher/errors.h"
 #include "launcher/model_location.h"
 #include "launcher/prompt_file.h"
+#include "launcher/system_info.h"
 #include "launcher/values.h"
 #include "protocol/job_file.h"
 
@@ -187,6 +189,14 @@ OptionRow<T> read_by(OptionRow<T> r, Setter<T> set) {
     return r;
 }
 
+// The same row, read by `set` and shown by `get`: a spelling that sets another row's field its own way.
+template <class T>
+OptionRow<T> bound(OptionRow<T> r, Setter<T> set, Getter<T> get) {
+    r.set = std::move(set);
+    r.get = std::move(get);
+    return r;
+}
+
 // The row's default, when nothing sets the option: `value`, parsed as if given.
 template <class T>
 OptionRow<T> applied(OptionRow<T> r, const char* value) {
@@ -213,6 +223,92 @@ std::vector<OptionRow<T>> finish(std::vector<OptionRow<T>> table, const char* gr
     return table;
 }
 
+
+// torchrun's --nproc-per-node: gpu is the visible GPUs (refused without one), cpu the usable CPUs.
+int read_process_count(const std::string& t, const std::vector<int>& gpu_ids, const std::string& src) {
+    if (t == "gpu") {
+        const int gpus = gpu_ids.empty() ? launcher::visible_gpu_count() : static_cast<int>(gpu_ids.size());
+        if (gpus < 1)
+            throw UsageError(src + " 'gpu': no GPU is visible (CUDA_VISIBLE_DEVICES, the driver); give a number "
+                                   "of processes, or 'cpu'");
+        return std::min(gpus, launcher::kMaxLocalProcesses);
+    }
+    if (t == "cpu") return std::clamp(launcher::usable_cpu_count(), 1, launcher::kMaxLocalProcesses);
+    if (t == "auto") return launcher::parse_process_count(t, gpu_ids, src);
+    return launcher::parse_int(t, 1, launcher::kMaxLocalProcesses, src, "'auto', 'gpu', 'cpu' or ");
+}
+
+// --nnodes N, or torchrun's MIN:MAX when MIN equals MAX.
+int read_node_count(const std::string& t, const std::string& src) {
+    const std::size_t colon = t.find(':');
+    if (colon == std::string::npos) return launcher::parse_int(t, 1, launcher::kMaxNodes, src);
+    const int lo = launcher::parse_int(t.substr(0, colon), 1, launcher::kMaxNodes, src + " (MIN of " + t + ")");
+    const int hi = launcher::parse_int(t.substr(colon + 1), 1, launcher::kMaxNodes, src + " (MAX of " + t + ")");
+    if (lo != hi)
+        throw UsageError(src + " '" + t.substr(0, 40) +
+                         "': a range of nodes needs elastic membership (nodes joining and leaving), which "
+                         "dp-launch does not have: every node starts together; give one number, e.g. " +
+                         src + " " + std::to_string(hi));
+    return lo;
+}
+
+// torchrun's --tee/--redirects: 0 to 3 for every rank, or LOCAL_RANK:0-3 pairs such as 0:1,1:2.
+std::string read_stream_choice(const std::string& t, const std::string& src) {
+    const std::string accepted = "expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank "
+                                 "as 0:3,1:2";
+    auto digit = [](const std::string& d) { return d.size() == 1 && d[0] >= '0' && d[0] <= '3'; };
+    if (digit(t)) return t;
+    std::stringstream items(t);
+    std::size_t count = 0;
+    for (std::string item; std::getline(items, item, ',');) {
+        const std::size_t colon = item.find(':');
+        bool ok = colon != std::string::npos && digit(item.substr(colon + 1)) && colon > 0 &&
+                  item.find_first_not_of("0123456789") == colon;
+        if (!ok) throw UsageError(src + " '" + t.substr(0, 80) + "': " + accepted);
+        ++count;
+    }
+    if (count == 0 || t.back() == ',') throw UsageError(src + " '" + t.substr(0, 80) + "': " + accepted);
+    return t;
+}
+
+// --local-ranks-filter 0,2: distinct local ranks.
+std::vector<int> read_rank_list(const std::string& t, const std::string& src) {
+    std::vector<int> ranks;
+    std::stringstream items(t);
+    for (std::string item; std::getline(items, item, ',');) {
+        const int r = launcher::parse_int(item, 0, launcher::kMaxLocalProcesses - 1, src + " (in " + t.substr(0, 80) + ")");
+        if (std::find(ranks.begin(), ranks.end(), r) != ranks.end())
+            throw UsageError(src + " '" + t.substr(0, 80) + "': local rank " + std::to_string(r) +
+                             " is listed twice; expected distinct local ranks such as 0,2");
+        ranks.push_back(r);
+    }
+    if (ranks.empty() || t.back() == ',')
+        throw UsageError(src + " '" + t.substr(0, 80) + "': expected distinct local ranks such as 0,2");
+    return ranks;
+}
+
+// --rdzv-endpoint HOST[:PORT], [IPV6]:PORT or a bare IPv6 address: rank 0's store.
+void read_endpoint(LaunchSpec& s, const std::string& t, const std::string& src) {
+    std::string host = t, port;
+    if (!t.empty() && t.front() == '[') {
+        const std::size_t close = t.find(']');
+        if (close != std::string::npos) {
+            host = t.substr(0, close + 1);
+            if (close + 1 < t.size()) {
+                if (t[close + 1] != ':')
+                    throw UsageError(src + " '" + t.substr(0, 80) + "': expected HOST[:PORT], e.g. node0:29500");
+                port = t.substr(close + 2);
+            }
+        }
+    } else if (std::count(t.begin(), t.end(), ':') == 1) {
+        host = t.substr(0, t.find(':'));
+        port = t.substr(t.find(':') + 1);
+    }
+    s.master_addr = launcher::parse_host(host, src);
+    if (!port.empty() || t.back() == ':') s.master_port = launcher::parse_int(port, 0, 65535, src + " (port)");
+    s.rdzv_endpoint = t;
+}
+
 }  // namespace
 
 const std::vector<LaunchOptionRow>& launch_option_table() {
@@ -221,20 +317,27 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
         {
             row<S>(
                 "--gpu-ids,--gpu_ids", "IDS", OptionKind::kText,
-                "GPUs to use, e.g. 0,2; sets CUDA_VISIBLE_DEVICES for every rank",
+                "GPUs to use, e.g. 0,2; sets CUDA_VISIBLE_DEVICES for every rank; all (accelerate's): every "
+                "visible GPU, CUDA_VISIBLE_DEVICES left as it is",
                 [](S& s, const std::string& t, const std::string& src) {
-                    s.gpu_ids = launcher::parse_gpu_ids(t, src);
+                    s.gpu_ids = t == "all" ? std::vector<int>{} : launcher::parse_gpu_ids(t, src);
                 },
                 [](const S& s) { return launcher::gpu_ids_text(s.gpu_ids); }),
             applied(read_by(whole<S>("-n,--num-processes,--num_processes,--nproc-per-node,--nproc_per_node",
-                                     "N|auto", &S::num_processes, 1, launcher::kMaxLocalProcesses,
+                                     "N|auto|gpu|cpu", &S::num_processes, 1, launcher::kMaxLocalProcesses,
                                      "Processes (ranks) to start on this node; 'auto' starts one per "
-                                     "visible GPU, or 1 without GPUs"),
+                                     "visible GPU, or 1 without GPUs (torchrun's auto would start one per CPU: "
+                                     "say cpu for that); 'gpu' one per visible GPU, refused without one; 'cpu' "
+                                     "one per usable CPU. accelerate's --num_processes with --num_machines is "
+                                     "the total over the machines, as in accelerate"),
                             [](S& s, const std::string& t, const std::string& src) {
-                                s.num_processes = launcher::parse_process_count(t, s.gpu_ids, src);
+                                s.num_processes = read_process_count(t, s.gpu_ids, src);
                             }),
                     "auto"),
-            whole<S>("--nnodes", "N", &S::nnodes, 1, launcher::kMaxNodes, "Number of nodes in the job"),
+            read_by(whole<S>("--nnodes,--num-machines,--num_machines", "N", &S::nnodes, 1, launcher::kMaxNodes,
+                             "Number of nodes in the job; torchrun's MIN:MAX only as N:N (no elastic "
+                             "membership)"),
+                    [](S& s, const std::string& t, const std::string& src) { s.nnodes = read_node_count(t, src); }),
             whole<S>("--node-rank,--node_rank,--machine-rank,--machine_rank", "R", &S::node_rank, 0,
                      launcher::kMaxNodes - 1, "This node's rank, below --nnodes"),
             described(row<S>(
@@ -250,6 +353,48 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                 whole<S>("--master-port,--master_port,--main-process-port,--main_process_port", "PORT",
                          &S::master_port, 1, 65535, "Port of rank 0's store (required with several nodes)"),
                 "a free port, reserved for the job on a single node"),
+            on_off<S>("--standalone", &S::standalone,
+                      "torchrun's single-node mode: one node, rank 0's store on 127.0.0.1 at a free port (what "
+                      "dp-launch does on one node anyway); refused with --nnodes above 1"),
+            choice<S>("--rdzv-backend,--rdzv_backend", &S::rdzv_backend, {"c10d", "static"},
+                      "torchrun's rendezvous backend: both mean rank 0's TCPStore at --master-addr:--master-port "
+                      "(etcd is not supported)"),
+            read_by(text<S>("--rdzv-endpoint,--rdzv_endpoint", "HOST[:PORT]", &S::rdzv_endpoint,
+                            "Rank 0's store, as torchrun's: sets --master-addr and, with :PORT, --master-port "
+                            "(it wins over them, as in torchrun)"),
+                    read_endpoint),
+            on_off<S>("-m,--module", &S::module,
+                      "The command's first word is a Python module: each rank runs python3 -m MODULE ARGS"),
+            on_off<S>("--no-python,--no_python", &S::no_python,
+                      "Run the command as it is, even a .py script (without it, a first word ending in .py "
+                      "runs as python3 SCRIPT.py, as torchrun does)"),
+            on_off<S>("--run-path,--run_path", &S::run_path,
+                      "torchrun's run-the-script-by-path: a .py command runs under python3 already, so this "
+                      "changes nothing"),
+            read_by(text<S>("--tee", "0-3|R:0-3,...", &S::tee,
+                            "torchrun's tee: dp-launch always shows every rank's stdout and stderr on the terminal "
+                            "and --log-dir keeps them in files, so any value is accepted and changes nothing"),
+                    [](S& s, const std::string& t, const std::string& src) { s.tee = read_stream_choice(t, src); }),
+            read_by(text<S>("--redirects", "0-3|R:0-3,...", &S::redirects,
+                            "torchrun's redirects: dp-launch never hides a rank's output from the terminal; "
+                            "--log-dir also keeps it in files, so any value is accepted and changes nothing"),
+                    [](S& s, const std::string& t, const std::string& src) {
+                        s.redirects = read_stream_choice(t, src);
+                    }),
+            row<S>(
+                "--local-ranks-filter,--local_ranks_filter", "R,...", OptionKind::kText,
+                "Show only these local ranks' output on the terminal, e.g. 0 (--log-dir still keeps every rank's)",
+                [](S& s, const std::string& t, const std::string& src) {
+                    s.shown_local_ranks = read_rank_list(t, src);
+                },
+                [](const S& s) { return launcher::gpu_ids_text(s.shown_local_ranks); }),
+            number<S>("--monitor-interval,--monitor_interval", "SECONDS", &S::monitor_interval_s, 0, 3600,
+                      "seconds",
+                      "torchrun's polling interval: accepted, and changes nothing, since dp-launch's supervision "
+                      "is event-driven (a rank's exit is seen when it happens)"),
+            on_off<S>("--multi-gpu,--multi_gpu", &S::multi_gpu,
+                      "accelerate's multi-GPU mode: one rank per visible GPU unless -n is given, as dp-launch "
+                      "does anyway"),
             whole<S>("--max-restarts,--max_restarts", "N", &S::max_restarts, 0, 1000,
                      "Restart the whole group up to N times after a failure"),
             number<S>("--shutdown-grace,--shutdown_grace", "SECONDS", &S::shutdown_grace_s, 0, 3600,
@@ -278,7 +423,7 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                       "Do not prefix output lines with [rank N]",
                       /*inverted=*/true),
             on_off<S>("-q,--quiet", &S::quiet,
-                      "Print none of dp-launch's own status lines (errors still show)"),
+                      "Print no line of dp-launch's own except failure reports (no progress, no summary)"),
             on_off<S>("--dry-run,--dry_run", &S::dry_run,
                       "Print each rank's command and environment, start nothing"),
         },
@@ -426,6 +571,21 @@ const std::vector<JobOptionRow>& job_option_table() {
                       "rank for its device"),
             choice<J>("--device", &J::device, {"auto", "cpu", "cuda"},
                       "auto: cuda:LOCAL_RANK when CUDA is available, else cpu"),
+            bound(choice<J>("--mixed-precision,--mixed_precision", &J::dtype, {"no", "fp16", "bf16"},
+                            "accelerate's spelling of --dtype: no is fp32"),
+                  [](J& j, const std::string& t, const std::string& src) {
+                      const std::string v = launcher::parse_choice(t, {"no", "fp16", "bf16"}, src);
+                      j.dtype = v == "no" ? "fp32" : v;
+                  },
+                  [](const J& j) -> std::string {
+                      if (j.dtype == "fp32") return "no";
+                      return j.dtype == "fp16" || j.dtype == "bf16" ? j.dtype : "";
+                  }),
+            bound(on_off<J>("--cpu", &J::offload, "accelerate's spelling of --device cpu"),
+                  [](J& j, const std::string& t, const std::string& src) {
+                      if (launcher::parse_bool(t, src)) j.device = "cpu";
+                  },
+                  [](const J& j) -> std::string { return j.device == "cpu" ? "on" : "off"; }),
             described(read_by(row<J>(
                                   "--negative-prompt,--negative_prompt", "TEXT", OptionKind::kText,
                                   "Negative prompt for prompts without their own (Qwen-Image and FLUX.1 run true CFG "
@@ -592,7 +752,17 @@ launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvL
                                          bool require_command) {
     LaunchSpec spec;
     apply_table(launch_option_table(), raw, env, load_any_config(raw, env), spec);
+    if (raw.accelerate_total && spec.nnodes > 1) {
+        // accelerate's --num_processes counts every machine's processes.
+        if (spec.num_processes % spec.nnodes != 0)
+            throw UsageError("--num_processes " + std::to_string(spec.num_processes) + " with --num_machines " +
+                             std::to_string(spec.nnodes) +
+                             ": accelerate's --num_processes is the total over the machines, so it must be a "
+                             "multiple of --num_machines (or give -n, the processes per node)");
+        spec.num_processes /= spec.nnodes;
+    }
     spec.command = raw.command;
+    spec.command = launcher::rank_command(spec);
     launcher::validate_launch_spec(spec, require_command);
     return spec;
 }

@@ -84,6 +84,8 @@ struct RawLaunchOptions {
     std::map<std::string, std::string> values;    // key -> text given on the command line
     std::map<std::string, CLI::Option*> options;  // key -> its CLI11 option, to ask count()
     std::vector<std::string> command;             // everything after the first "--"
+    // accelerate's --num_processes and --num_machines were both spelled so: the processes are the total.
+    bool accelerate_total = false;
 };
 
 // Registers every option of all_option_defs() on `app`, writing into `raw`.

@@ -27,6 +27,18 @@ struct LaunchSpec {
     bool prefix_output = true;
     bool quiet = false;
     bool dry_run = false;
+    // torchrun's spellings that change nothing else: kept to be reported and checked.
+    bool standalone = false;            // single node, local store on a free port
+    std::string rdzv_backend = "static";  // c10d or static: both are rank 0's TCPStore here
+    std::string rdzv_endpoint;          // HOST[:PORT]; sets master_addr (and master_port)
+    bool module = false;                // -m: the command is a Python module run as python3 -m
+    bool no_python = false;             // run the command as is, even a .py script
+    bool run_path = false;              // torchrun's --run-path: the script runs under python3 (the default)
+    std::string tee;                    // torchrun's 0-3 or per-rank map: output is always shown, see --log-dir
+    std::string redirects;              // the same; dp-launch never hides a rank's output by it
+    std::vector<int> shown_local_ranks;  // --local-ranks-filter; empty: every rank's output is shown
+    double monitor_interval_s = 0.1;    // accepted; supervision is event-driven
+    bool multi_gpu = false;             // accelerate's --multi_gpu: -n auto counts the visible GPUs
     std::vector<std::string> command;  // argv of the program run once per rank
 
     int world_size() const { return nnodes * num_processes; }
@@ -36,5 +48,9 @@ struct LaunchSpec {
 // Throws UsageError naming the flags involved.
 // `require_command` is false for the main job, whose command dp-launch builds itself.
 void validate_launch_spec(const LaunchSpec& spec, bool require_command = true);
+
+// The argv each rank runs, as torchrun builds it: `python3 -m MODULE ARGS` with --module, the
+// command as is with --no-python, `python3 SCRIPT.py ARGS` for a first word ending in .py, else as is.
+std::vector<std::string> rank_command(const LaunchSpec& spec);
 
 }  // namespace dp::launcher

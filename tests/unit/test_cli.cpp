@@ -80,7 +80,7 @@ std::vector<TableRow> every_table_row() {
 // and so an address and a port. The row under test is left out of them, and when it is the address or
 // the port, so are the nodes.
 std::vector<std::string> context_for(const OptionDef& def, const std::string& nnodes = "4") {
-    const bool one_node = def.key == "master_addr" || def.key == "master_port";
+    const bool one_node = def.key == "master_addr" || def.key == "master_port" || def.key == "standalone";
     std::vector<std::string> args;
     if (def.key == "revision") args.push_back("--model=org/tiny");  // in fake_hub_cache()
     for (auto [key, value] : {std::pair<std::string, std::string>{"nnodes", one_node ? "" : nnodes},
@@ -159,6 +159,8 @@ std::vector<std::string> candidates(const OptionDef& def) {
             break;
     }
     if (def.key == "gpu_ids") return {"0", "1", "0,1"};
+    if (def.key == "local_ranks_filter") return {"0", "1", "0,1"};
+    if (def.key == "tee" || def.key == "redirects") return {"0", "3", "0:1,1:2"};
     if (def.key == "skip_guidance_layers") return {"1", "0,2", "3"};
     if (def.key == "revision") return {"v1", "v2", "v3"};  // branches of the fake cache's org/tiny
     if (def.key == "model") {
@@ -177,7 +179,10 @@ std::vector<std::string> candidates(const OptionDef& def) {
 // Fields that another row's value changes on purpose: -n auto counts --gpu-ids, and --revision
 // picks --model's snapshot.
 bool depends_on(const std::string& key, const std::string& other) {
-    return (key == "num_processes" && other == "gpu_ids") || (key == "model" && other == "revision");
+    return (key == "num_processes" && other == "gpu_ids") || (key == "model" && other == "revision") ||
+           ((key == "master_addr" || key == "master_port") && other == "rdzv_endpoint") ||
+           (key == "dtype" && other == "mixed_precision") || (key == "device" && other == "cpu") ||
+           (key == "mixed_precision" && other == "dtype") || (key == "cpu" && other == "device");
 }
 
 std::string join(const std::vector<std::string>& items, const std::string& separator) {
@@ -264,7 +269,12 @@ TEST_CASE("--help renders every row's range, choices and default from the row, n
         }
         if (def.kind == OptionKind::kChoice) {
             CHECK(def.value_name == join(def.choices, "|"));
-            CHECK(help.message.find(def.long_flag + " " + def.value_name) != std::string::npos);
+            // The choices follow the row's flags on its line of --help.
+            std::size_t at = help.message.find("\n  " + def.long_flag + " ");
+            if (at == std::string::npos) at = help.message.find("\n  " + def.long_flag + ",");
+            REQUIRE(at != std::string::npos);
+            const std::string line = help.message.substr(at + 1, help.message.find('\n', at + 1) - at - 1);
+            CHECK_MESSAGE(line.find(" " + def.value_name) != std::string::npos, line);
             CHECK_MESSAGE(def.help.find(join(def.choices, "|")) == std::string::npos, def.help);
             CHECK_MESSAGE(def.help.find(join(def.choices, ", ")) == std::string::npos, def.help);
         }
@@ -1035,4 +1045,17 @@ TEST_CASE("a PROMPTS file that is a program is refused with the command that was
         CHECK_MESSAGE(r.action == CommandLine::Action::kLaunch, r.message);
     }
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("--help shows the usage lines once, and -q's help says what it silences") {
+    const CommandLine help = parse({"--help"});
+    REQUIRE(help.action == CommandLine::Action::kPrint);
+    const std::string& text = help.message;
+    const std::size_t first = text.find("Usage:");
+    REQUIRE(first != std::string::npos);
+    CHECK_MESSAGE(text.find("Usage:", first + 1) == std::string::npos, text.substr(0, 600));
+    CHECK(text.find("dp-launch [OPTIONS] -- COMMAND [ARGS...]") != std::string::npos);
+    CHECK(text.find("except failure reports") != std::string::npos);
+    const CommandLine env_help = parse({"env", "--help"});
+    CHECK(env_help.message.find("Usage:") != std::string::npos);
 }
