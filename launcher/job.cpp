@@ -25,6 +25,7 @@
 #include "launcher/process.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
+#include "launcher/terminal.h"
 #include "launcher/values.h"
 #include "protocol/job_file.h"
 #include "protocol/status_events.h"
@@ -83,7 +84,7 @@ class JobMonitor : public StatusListener {
         // Whole or not at all: a job killed now leaves the earlier run's manifest, or this one.
         write_file_atomically(manifest_path_, text);
         manifest_ = ManifestAppender(manifest_path_);
-        tty_ = isatty(STDERR_FILENO) == 1;
+        tty_ = Terminal::instance().is_tty(STDERR_FILENO);
     }
 
     void on_status(int rank, std::string_view line) override {
@@ -91,7 +92,7 @@ class JobMonitor : public StatusListener {
         try {
             event = protocol::parse_status_line(line);
         } catch (const protocol::InputDataError& e) {
-            std::cerr << "dp-launch: rank " << rank << ": " << e.what() << " (ignored)" << std::endl;
+            say("rank " + std::to_string(rank) + ": " + e.what() + " (ignored)");
             return;
         }
         if (!event) return;  // not ours: a rank wrote something else on its status channel
@@ -200,8 +201,8 @@ class JobMonitor : public StatusListener {
             static_cast<long long>(invalid()), static_cast<long long>(not_run_), seconds,
             seconds > 0 ? done_ / seconds : 0.0, manifest_path_.c_str(),
             kept_ > 0 ? (" (" + std::to_string(kept_) + " kept from the earlier run)").c_str() : "");
-        std::fputs(line, stdout);
-        std::fflush(stdout);
+        // -q: the summary only when it reports a failure.
+        if (!launch_.quiet || failed() > 0 || write_failed_) Terminal::instance().write(STDOUT_FILENO, line);
     }
 
     int64_t failed() const { return failed_ + not_run_; }
@@ -239,7 +240,12 @@ class JobMonitor : public StatusListener {
 
     void report_write_error(const std::string& what) {
         write_failed_ = true;
-        std::cerr << "dp-launch: " << what << std::endl;
+        say(what);
+    }
+
+    // A line of dp-launch's own, above the progress bar.
+    static void say(const std::string& line) {
+        Terminal::instance().write(STDERR_FILENO, "dp-launch: " + line + "\n");
     }
 
     // A bar redrawn in place on a terminal; in logs, a plain line every few seconds.
@@ -252,23 +258,24 @@ class JobMonitor : public StatusListener {
         const double eta = rate > 0 ? (to_run_ - finished) / rate : 0;
         char text[256];
         if (tty_) {
+            // Redrawn in place, erasing to the end of the line; other lines go above it.
             const int width = 30;
             const int filled = to_run_ > 0 ? static_cast<int>(width * finished / to_run_) : width;
-            std::snprintf(text, sizeof(text), "\r[%-*s] %lld/%lld  %.2f images/s  ETA %.0f s%s", width,
+            std::snprintf(text, sizeof(text), "[%-*s] %lld/%lld  %.2f images/s  ETA %.0f s", width,
                           std::string(static_cast<std::size_t>(filled), '#').c_str(),
-                          static_cast<long long>(finished), static_cast<long long>(to_run_), rate, eta,
-                          last ? "\n" : "");
-            std::fputs(text, stderr);
+                          static_cast<long long>(finished), static_cast<long long>(to_run_), rate, eta);
+            Terminal::instance().show(STDERR_FILENO, this, text);
+            if (last) Terminal::instance().end(this, /*keep=*/true);
+            return;
         } else if (last || std::chrono::duration<double>(now - last_line_).count() >= 5.0) {
             if (finished == printed_) return;  // nothing new since the last line
             printed_ = finished;
             std::snprintf(text, sizeof(text),
                           "dp-launch: progress %lld/%lld images, %.2f images/s, ETA %.0f s\n",
                           static_cast<long long>(finished), static_cast<long long>(to_run_), rate, eta);
-            std::fputs(text, stderr);
+            Terminal::instance().write(STDERR_FILENO, text);
             last_line_ = now;
         }
-        std::fflush(stderr);
     }
 
     const LaunchSpec& launch_;
@@ -434,6 +441,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         return kExitInputData;
     }
     if (file.prompts.empty()) {
+        if (launch.quiet) return kExitOk;
         std::cout << "dp-launch: nothing to do: " << name << " has no prompts"
                   << (file.invalid.empty() ? "" : " that are valid") << std::endl;
         return kExitOk;

@@ -35,6 +35,30 @@ class LineSplitter {
         }
     }
 
+    // Like feed, for a terminal: a piece also ends at '\r' (a progress bar's redraw), and sink(piece,
+    // end) gets the byte that ended it: '\n', '\r', or 0 for a piece cut at max_line bytes.
+    template <typename Sink>
+    void feed_pieces(std::string_view data, Sink&& sink) {
+        while (!data.empty()) {
+            const std::size_t room = max_line_ - pending_.size();
+            const std::size_t end = data.substr(0, room + 1).find_first_of("\r\n");
+            if (end != std::string_view::npos) {
+                const char c = data[end];
+                emit(data.substr(0, end), [&](std::string_view piece) { sink(piece, c); });
+                data.remove_prefix(end + 1);
+            } else if (data.size() > room) {
+                emit(data.substr(0, room), [&](std::string_view piece) { sink(piece, '\0'); });
+                data.remove_prefix(room);
+            } else {
+                pending_.append(data);
+                return;
+            }
+        }
+    }
+
+    // The unfinished line held so far.
+    std::string_view pending() const { return pending_; }
+
     // Delivers an unfinished last line, if any (end of stream).
     template <typename Sink>
     void finish(Sink&& sink) {
@@ -45,7 +69,7 @@ class LineSplitter {
 
   private:
     template <typename Sink>
-    void emit(std::string_view tail, Sink& sink) {
+    void emit(std::string_view tail, Sink&& sink) {
         if (pending_.empty()) {
             sink(tail);
         } else {

@@ -27,6 +27,7 @@
 #include "launcher/process.h"
 #include "launcher/rank_env.h"
 #include "launcher/system_info.h"
+#include "launcher/terminal.h"
 #include "protocol/status_events.h"
 
 namespace dp::launcher {
@@ -49,6 +50,7 @@ struct Stream {
     UniqueFd pipe;  // read end; reset at EOF
     LineSplitter lines;
     int terminal_fd = 1;  // where prefixed lines go: 1 or 2
+    std::string update;   // on a terminal: the rank's last carriage-return update of this line
     UniqueFd log;         // --log-dir file, appended to
 };
 
@@ -238,10 +240,7 @@ class Job {
     }
 
   private:
-    void say(const std::string& line) {
-        const std::string text = "dp-launch: " + line + "\n";
-        write_all(STDERR_FILENO, text.data(), text.size());
-    }
+    void say(const std::string& line) { Terminal::instance().write(STDERR_FILENO, "dp-launch: " + line + "\n"); }
 
     void open_logs() {
         make_dirs(spec_.log_dir);
@@ -313,6 +312,8 @@ class Job {
             r.err.pipe = std::move(child.stderr_read);
             r.out.lines = LineSplitter();
             r.err.lines = LineSplitter();
+            r.out.update.clear();
+            r.err.update.clear();
             r.stderr_tail.clear();
             // A signal that arrived while we were still spawning reaches this rank too.
             if (launcher_signal_ != 0 || first_failure_ >= 0)
@@ -610,6 +611,10 @@ class Job {
             return;
         }
         write_log(s, buf, static_cast<std::size_t>(n));
+        if (Terminal::instance().is_tty(s.terminal_fd)) {
+            relay_pieces(r, s, std::string_view(buf, static_cast<std::size_t>(n)));
+            return;
+        }
         out_.clear();
         s.lines.feed(std::string_view(buf, static_cast<std::size_t>(n)),
                      [&](std::string_view line) { add_line(r, s, line); });
@@ -622,10 +627,50 @@ class Job {
             s.pipe.reset();
             return;
         }
+        if (Terminal::instance().is_tty(s.terminal_fd)) {
+            s.lines.finish([&](std::string_view line) { relay_line(r, s, line); });
+            Terminal::instance().end(&s, /*keep=*/true);  // its last carriage-return update stays
+            s.pipe.reset();
+            return;
+        }
         out_.clear();
         s.lines.finish([&](std::string_view line) { add_line(r, s, line); });
         flush(s);
         s.pipe.reset();
+    }
+
+    std::string prefix(const Rank& r) const {
+        return spec_.prefix_output ? "[rank " + std::to_string(r.rank) + "] " : std::string();
+    }
+
+    // On a terminal a rank's carriage-return updates (a progress bar) are shown as they come, with
+    // its prefix, as the live line (launcher/terminal.h), and so is an unfinished line; whole lines
+    // are written above the live line, so no two ranks' partial lines are ever mixed.
+    void relay_pieces(Rank& r, Stream& s, std::string_view data) {
+        Terminal& terminal = Terminal::instance();
+        s.lines.feed_pieces(data, [&](std::string_view piece, char end) {
+            if (end != '\r') {
+                relay_line(r, s, piece);
+            } else if (!piece.empty()) {
+                s.update.assign(piece);
+                terminal.show(s.terminal_fd, &s, prefix(r) + s.update);
+            }
+        });
+        if (!s.lines.pending().empty()) terminal.show(s.terminal_fd, &s, prefix(r) + std::string(s.lines.pending()));
+    }
+
+    void relay_line(Rank& r, Stream& s, std::string_view piece) {
+        // "text\r\n" ends the line "text".
+        const std::string line = piece.empty() && !s.update.empty() ? s.update : std::string(piece);
+        s.update.clear();
+        if (&s == &r.err) {
+            r.stderr_tail.emplace_back(line.substr(0, kTailLineBytes));
+            if (r.stderr_tail.size() > kTailLines) r.stderr_tail.pop_front();
+        }
+        Terminal& terminal = Terminal::instance();
+        terminal.end(&s, /*keep=*/false);
+        bool& open = s.terminal_fd == STDOUT_FILENO ? stdout_open_ : stderr_open_;
+        if (open && !terminal.write(s.terminal_fd, prefix(r) + line + "\n")) open = false;
     }
 
     void add_line(Rank& r, Stream& s, std::string_view line) {
@@ -640,7 +685,7 @@ class Job {
 
     void flush(Stream& s) {
         bool& open = s.terminal_fd == STDOUT_FILENO ? stdout_open_ : stderr_open_;
-        if (open && !out_.empty() && !write_all(s.terminal_fd, out_.data(), out_.size()))
+        if (open && !Terminal::instance().write(s.terminal_fd, out_))
             open = false;  // EPIPE
     }
 
@@ -672,7 +717,7 @@ class Job {
         if (!spec_.log_dir.empty()) text += "  full logs: " + spec_.log_dir + "/rank_*.stderr\n";
         text += "dp-launch: exit code " + std::to_string(code) +
                 (code == kExitRetry ? " (running the job again may succeed)" : "") + "\n";
-        write_all(STDERR_FILENO, text.data(), text.size());
+        Terminal::instance().write(STDERR_FILENO, text);
     }
 
     const LaunchSpec& spec_;

@@ -1,0 +1,76 @@
+#pragma once
+// The terminal dp-launch writes to. At most one "live line" (the job's progress bar, or a rank's
+// latest carriage-return update) stays last on the screen and is redrawn in place, erasing to the
+// end of the line; every other line is written above it: the live line is erased first and
+// redrawn after. Off a terminal writes are plain and nothing is live. One thread only.
+
+#include <unistd.h>
+
+#include <string>
+#include <string_view>
+
+#include "launcher/unique_fd.h"
+
+namespace dp::launcher {
+
+class Terminal {
+  public:
+    // The process's stdout and stderr.
+    static Terminal& instance() {
+        static Terminal terminal;
+        return terminal;
+    }
+
+    bool is_tty(int fd) const { return fd == STDOUT_FILENO ? out_tty_ : fd == STDERR_FILENO && err_tty_; }
+
+    // Writes `text` (whole lines) to fd, above the live line. False when the write failed (EPIPE).
+    bool write(int fd, std::string_view text) {
+        if (text.empty()) return true;
+        const bool around = owner_ && is_tty(fd);
+        if (around) erase();
+        const bool ok = write_all(fd, text.data(), text.size());
+        if (around) redraw();
+        return ok;
+    }
+
+    // Makes `text` (one line without '\r' or '\n') the live line of `owner` on fd, a terminal.
+    void show(int fd, const void* owner, std::string_view text) {
+        if (!is_tty(fd)) return;
+        if (owner_ && live_fd_ != fd) erase();
+        owner_ = owner;
+        live_fd_ = fd;
+        live_.assign(text);
+        redraw();
+    }
+
+    // Ends `owner`'s live line, if it has it: `keep` leaves it on the screen as a line of its own,
+    // else it is erased.
+    void end(const void* owner, bool keep) {
+        if (!owner_ || owner_ != owner) return;
+        if (keep) {
+            write_all(live_fd_, "\n", 1);
+        } else {
+            erase();
+        }
+        owner_ = nullptr;
+        live_.clear();
+    }
+
+    const void* owner() const { return owner_; }
+
+  private:
+    Terminal() : out_tty_(isatty(STDOUT_FILENO) == 1), err_tty_(isatty(STDERR_FILENO) == 1) {}
+
+    void erase() const { write_all(live_fd_, "\r\x1b[K", 4); }
+    void redraw() const {
+        const std::string text = "\r" + live_ + "\x1b[K";
+        write_all(live_fd_, text.data(), text.size());
+    }
+
+    bool out_tty_, err_tty_;
+    int live_fd_ = -1;
+    const void* owner_ = nullptr;
+    std::string live_;
+};
+
+}  // namespace dp::launcher
