@@ -18,6 +18,7 @@
 #include "launcher/errors.h"
 #include "launcher/job.h"
 #include "launcher/prompt_file.h"
+#include "launcher/system_info.h"
 #include "protocol/job_file.h"
 
 using dp::cli::CommandLine;
@@ -1058,4 +1059,136 @@ TEST_CASE("--help shows the usage lines once, and -q's help says what it silence
     CHECK(text.find("except failure reports") != std::string::npos);
     const CommandLine env_help = parse({"env", "--help"});
     CHECK(env_help.message.find("Usage:") != std::string::npos);
+}
+
+TEST_CASE("torchrun's flags: each one's effect on the launch") {
+    auto ok = [](std::vector<std::string> args) {
+        CommandLine c = parse(args);
+        REQUIRE_MESSAGE(c.action == CommandLine::Action::kLaunch, c.message);
+        return c.spec;
+    };
+    auto refused = [](std::vector<std::string> args) {
+        CommandLine c = parse(args);
+        CHECK(c.action == CommandLine::Action::kFail);
+        CHECK(c.exit_code == 2);
+        CHECK(c.message.find('\n') == std::string::npos);
+        return c.message;
+    };
+    // --standalone: one node, a local store on a free port.
+    auto s = ok({"--standalone", "-n", "2", "--", "x"});
+    CHECK(s.standalone);
+    CHECK(s.nnodes == 1);
+    CHECK(s.master_addr.empty());
+    CHECK(s.master_port == 0);
+    std::string m = refused({"--standalone", "--nnodes", "2", "--master-addr", "n0", "--master-port", "1", "--", "x"});
+    CHECK(m.find("--standalone") != std::string::npos);
+    CHECK(m.find("--nnodes 2") != std::string::npos);
+
+    // --rdzv-endpoint sets rank 0's store; it wins over --master-addr, as in torchrun.
+    s = ok({"--rdzv-backend", "c10d", "--rdzv-endpoint", "node7:29400", "--nnodes", "2", "--master-addr", "n0",
+            "--", "x"});
+    CHECK(s.rdzv_backend == "c10d");
+    CHECK(s.master_addr == "node7");
+    CHECK(s.master_port == 29400);
+    s = ok({"--rdzv_endpoint", "[fe80::1]:29500", "--", "x"});
+    CHECK(s.master_addr == "fe80::1");
+    CHECK(s.master_port == 29500);
+    s = ok({"--rdzv-endpoint", "10.0.0.1", "--master-port", "29501", "--", "x"});
+    CHECK(s.master_addr == "10.0.0.1");
+    CHECK(s.master_port == 29501);
+    m = refused({"--rdzv-backend", "etcd", "--", "x"});
+    CHECK(m.find("expected one of c10d, static") != std::string::npos);
+    CHECK(refused({"--rdzv-endpoint", "node0:http", "--", "x"}).find("--rdzv-endpoint") != std::string::npos);
+    CHECK(ok({"--rdzv-id", "job42", "--", "x"}).run_id == "job42");
+
+    // --nnodes N:N is N; a real range is refused with the reason.
+    CHECK(ok({"--nnodes", "2:2", "--master-addr", "n0", "--master-port", "29500", "--", "x"}).nnodes == 2);
+    CHECK(ok({"--nnodes", "1:1", "--", "x"}).nnodes == 1);
+    m = refused({"--nnodes", "1:2", "--master-addr", "n0", "--master-port", "29500", "--", "x"});
+    CHECK(m.find("--nnodes '1:2'") != std::string::npos);
+    CHECK(m.find("elastic membership") != std::string::npos);
+
+    // --nproc-per-node cpu: the usable CPUs; gpu: the GPUs given.
+    CHECK(ok({"--nproc-per-node", "cpu", "--", "x"}).num_processes ==
+          std::clamp(dp::launcher::usable_cpu_count(), 1, 1024));
+    CHECK(ok({"--gpu-ids", "0,3", "--nproc-per-node", "gpu", "--", "x"}).num_processes == 2);
+    CHECK(refused({"--nproc-per-node", "tpu", "--", "x"}).find("'auto', 'gpu', 'cpu' or a whole number") !=
+          std::string::npos);
+
+    // The command, as torchrun runs it.
+    CHECK(ok({"--", "train.py", "--lr", "1"}).command ==
+          std::vector<std::string>{"python3", "train.py", "--lr", "1"});
+    CHECK(ok({"--no-python", "--", "train.py", "--lr", "1"}).command ==
+          std::vector<std::string>{"train.py", "--lr", "1"});
+    CHECK(ok({"-m", "--", "pkg.train", "--lr", "1"}).command ==
+          std::vector<std::string>{"python3", "-m", "pkg.train", "--lr", "1"});
+    CHECK(ok({"--run-path", "--", "./job.sh"}).command == std::vector<std::string>{"./job.sh"});
+    CHECK(refused({"-m", "--no-python", "--", "pkg"}).find("--module and --no-python") != std::string::npos);
+
+    // Output: --tee and --redirects accepted in torchrun's forms; --local-ranks-filter keeps the ranks named.
+    s = ok({"--tee", "3", "--redirects", "0:1,1:2", "--local-ranks-filter", "0,2", "-n", "3", "--", "x"});
+    CHECK(s.tee == "3");
+    CHECK(s.redirects == "0:1,1:2");
+    CHECK(s.shown_local_ranks == std::vector<int>{0, 2});
+    CHECK(refused({"--tee", "4", "--", "x"}).find("expected 0 (none)") != std::string::npos);
+    CHECK(refused({"--local-ranks-filter", "0,0", "--", "x"}).find("listed twice") != std::string::npos);
+    CHECK(ok({"--monitor-interval", "5", "--", "x"}).monitor_interval_s == 5);
+}
+
+TEST_CASE("accelerate's flags mean what accelerate means") {
+    auto ok = [](std::vector<std::string> args) {
+        CommandLine c = parse(args);
+        REQUIRE_MESSAGE(c.action == CommandLine::Action::kLaunch, c.message);
+        return c;
+    };
+    // --num_processes with --num_machines is the total over the machines.
+    const std::vector<std::string> two = {"--main_process_ip", "n0", "--main_process_port", "29500"};
+    auto with = [&](std::vector<std::string> args) {
+        args.insert(args.end(), two.begin(), two.end());
+        args.insert(args.end(), {"--", "x"});
+        return args;
+    };
+    CommandLine c = ok(with({"--num_processes", "8", "--num_machines", "2", "--machine_rank", "1"}));
+    CHECK(c.spec.nnodes == 2);
+    CHECK(c.spec.num_processes == 4);
+    CHECK(c.spec.world_size() == 8);
+    CHECK(ok(with({"--num_processes=6", "--num_machines=3"})).spec.num_processes == 2);
+    // Alone, or in dp-launch's spellings, it is per node as before.
+    CHECK(ok({"--num_processes", "8", "--", "x"}).spec.num_processes == 8);
+    CHECK(ok(with({"--num-processes", "8", "--nnodes", "2"})).spec.num_processes == 8);
+    CHECK(ok(with({"-n", "8", "--num_machines", "2"})).spec.num_processes == 8);
+    c = parse(with({"--num_processes", "7", "--num_machines", "2"}));
+    CHECK(c.action == CommandLine::Action::kFail);
+    CHECK(c.exit_code == 2);
+    CHECK(c.message.find("--num_processes 7 with --num_machines 2") != std::string::npos);
+    CHECK(c.message.find("total") != std::string::npos);
+
+    CHECK(ok({"--multi_gpu", "--", "x"}).spec.multi_gpu);
+    CHECK(ok({"--gpu_ids", "all", "--", "x"}).spec.gpu_ids.empty());
+    c = ok({"--cpu", "--mixed_precision", "no", "p.txt"});
+    CHECK(c.job->device == "cpu");
+    CHECK(c.job->dtype == "fp32");
+    CHECK(ok({"--mixed_precision", "bf16", "p.txt"}).job->dtype == "bf16");
+    CHECK(ok({"--mixed_precision", "fp16", "p.txt"}).job->dtype == "fp16");
+    CHECK(ok({"p.txt"}).job->device == "auto");
+}
+
+TEST_CASE("torchrun and accelerate flags and subcommands dp-launch lacks name the dp-launch way") {
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+        {{"--rdzv-conf", "timeout=900", "--", "x"}, "--rank-timeout"},
+        {{"--role=trainer", "--", "x"}, "RANK"},
+        {{"--start-method", "spawn", "--", "x"}, "exec"},
+        {{"--num_cpu_threads_per_process", "4", "--", "x"}, "OMP_NUM_THREADS"},
+        {{"--use_deepspeed", "--", "x"}, "WORLD_SIZE"},
+        {{"config"}, "--config FILE"},
+        {{"launch", "--num_processes", "2", "train.py"}, "dp-launch is the launcher itself"},
+        {{"test"}, "dp-launch env"},
+    };
+    for (const auto& [args, hint] : cases) {
+        CAPTURE(args);
+        const CommandLine c = parse(args);
+        CHECK(c.action == CommandLine::Action::kFail);
+        CHECK(c.exit_code == 2);
+        CHECK_MESSAGE(c.message.find(hint) != std::string::npos, c.message);
+    }
 }
