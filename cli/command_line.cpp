@@ -250,6 +250,9 @@ int run_command_line(const CommandLine& command_line) {
                 std::cout << describe_environment(command_line.json) << std::flush;
                 return 0;
             case CommandLine::Action::kLaunch:
+                // What the scheduler's allocation made of the job (Note [cluster shapes]).
+                if (!command_line.spec.cluster_report.empty() && !command_line.spec.quiet)
+                    std::cerr << command_line.spec.cluster_report << std::endl;
                 if (command_line.job) return launcher::run_job(command_line.spec, *command_line.job);
                 if (command_line.spec.dry_run) {
                     std::cout << launcher::describe_dry_run(command_line.spec) << std::flush;

@@ -8,9 +8,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <type_traits>
 
+#include "launcher/cluster_env.h"
 #include "launcher/errors.h"
 #include "launcher/model_location.h"
 #include "launcher/prompt_file.h"
@@ -353,6 +355,10 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                 whole<S>("--master-port,--master_port,--main-process-port,--main_process_port", "PORT",
                          &S::master_port, 1, 65535, "Port of rank 0's store (required with several nodes)"),
                 "a free port, reserved for the job on a single node"),
+            choice<S>("--cluster", &S::cluster, {"auto", "none", "slurm", "mpi", "env"},
+                      "The allocation to run in: auto finds Slurm (SLURM_*), MPI (OMPI_COMM_WORLD_*, PMI_*), a "
+                      "PyTorchJob (PET_*) or an operator's RANK/WORLD_SIZE and says what it found; none ignores "
+                      "them; the others name one. Flags given win over it"),
             on_off<S>("--standalone", &S::standalone,
                       "torchrun's single-node mode: one node, rank 0's store on 127.0.0.1 at a free port (what "
                       "dp-launch does on one node anyway); refused with --nnodes above 1"),
@@ -746,12 +752,43 @@ void apply_table(const std::vector<OptionRow<T>>& table, const RawLaunchOptions&
     }
 }
 
+// The scheduler's allocation, if any, into `spec` (Note [cluster shapes], launcher/cluster_env.h):
+// what the flags, DP_* variables or config leave unset comes from it, and spec.cluster_report says
+// what was found and which flags won. --standalone is a one-node job whatever the environment.
+void apply_cluster(LaunchSpec& spec, const RawLaunchOptions& raw, const EnvLookup& env,
+                   const ConfigSettings& config) {
+    if (spec.standalone) return;
+    const launcher::ClusterChoice choice = launcher::parse_cluster_choice(spec.cluster, "--cluster");
+    launcher::Environment vars;
+    for (const std::string& name : launcher::cluster_variable_names())
+        if (const char* value = env(name.c_str())) vars[name] = value;
+    const std::optional<launcher::ClusterAllocation> a = launcher::detect_cluster(vars, choice);
+    if (!a) return;
+    // The fields the user set, by the flags that set them.
+    std::set<std::string> given;
+    const std::pair<const char*, std::vector<const char*>> kFields[] = {
+        {"--nnodes", {"nnodes"}},
+        {"--node-rank", {"node_rank"}},
+        {"--master-addr", {"master_addr"}},
+        {"--master-port", {"master_port"}},
+        {"--rdzv-endpoint", {"master_addr", "master_port"}},
+        {"--num-processes", {"num_processes"}}};
+    for (const auto& row : launch_option_table())
+        for (const auto& [flag, fields] : kFields)
+            if (row.long_flag == flag && setting_of(row, raw, env, config))
+                given.insert(fields.begin(), fields.end());
+    const std::vector<std::string> notes = launcher::apply_allocation(spec, *a, given);
+    if (a->per_rank) spec.spawned_local_ranks = {a->local_rank};
+    spec.cluster_report = launcher::describe_allocation(*a, notes);
+}
+
 }  // namespace
 
 launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvLookup& env,
                                          bool require_command) {
     LaunchSpec spec;
-    apply_table(launch_option_table(), raw, env, load_any_config(raw, env), spec);
+    const ConfigSettings config = load_any_config(raw, env);
+    apply_table(launch_option_table(), raw, env, config, spec);
     if (raw.accelerate_total && spec.nnodes > 1) {
         // accelerate's --num_processes counts every machine's processes.
         if (spec.num_processes % spec.nnodes != 0)
@@ -761,6 +798,7 @@ launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvL
                              "multiple of --num_machines (or give -n, the processes per node)");
         spec.num_processes /= spec.nnodes;
     }
+    apply_cluster(spec, raw, env, config);
     spec.command = raw.command;
     spec.command = launcher::rank_command(spec);
     launcher::validate_launch_spec(spec, require_command);

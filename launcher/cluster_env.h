@@ -108,5 +108,8 @@ std::vector<std::string> apply_allocation(LaunchSpec& spec, const ClusterAllocat
 
 // The calling process's environment as a map (the input of detect_cluster).
 Environment environment_map();
+// Every variable detect_cluster reads, so that a caller with only a lookup function can build its
+// map.
+const std::vector<std::string>& cluster_variable_names();
 
 }  // namespace dp::launcher

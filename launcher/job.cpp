@@ -413,6 +413,13 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::Resolved
 }  // namespace
 
 int run_job(const LaunchSpec& launch, const JobOptions& requested) {
+    if (!launch.spawned_local_ranks.empty())
+        throw UsageError(
+            "the main job runs one dp-launch per node, which starts that node's ranks and gathers their images; "
+            "this task is one rank of " +
+            std::to_string(launch.world_size()) +
+            " (one scheduler task per rank). Start one task per node instead (srun --ntasks-per-node=1 dp-launch -n " +
+            std::to_string(launch.num_processes) + " ..., mpirun --map-by ppr:1:node ...), or pass --cluster none");
     const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested);
     const JobOptions job = with_strategy(requested, strategy);
     if (!job.random_weights) check_has_weights(job.model);

@@ -40,6 +40,13 @@ struct LaunchSpec {
     double monitor_interval_s = 0.1;    // accepted; supervision is event-driven
     bool multi_gpu = false;             // accelerate's --multi_gpu: -n auto counts the visible GPUs
     std::vector<std::string> command;  // argv of the program run once per rank
+    // --cluster: auto, none, slurm, mpi or env (launcher/cluster_env.h, Note [cluster shapes]).
+    std::string cluster = "auto";
+    // The local ranks this dp-launch starts; empty: all num_processes of them. One scheduler task
+    // per rank (srun --ntasks-per-node=G, mpirun -np N) starts exactly its own.
+    std::vector<int> spawned_local_ranks;
+    // The line saying which allocation was found and what dp-launch does with it; empty: none.
+    std::string cluster_report;
 
     int world_size() const { return nnodes * num_processes; }
 };

@@ -187,9 +187,14 @@ class Job {
         timer_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
         if (!timer_) throw SystemError(errno_message("timerfd_create"));
         base_env_ = current_environment();
-        ranks_.resize(static_cast<std::size_t>(spec.num_processes));
-        for (int i = 0; i < spec.num_processes; ++i) {
-            Rank& r = ranks_[static_cast<std::size_t>(i)];
+        // Every local rank, or the ones a per-rank scheduler task starts (Note [cluster shapes]).
+        std::vector<int> locals = spec.spawned_local_ranks;
+        if (locals.empty())
+            for (int i = 0; i < spec.num_processes; ++i) locals.push_back(i);
+        ranks_.resize(locals.size());
+        for (std::size_t k = 0; k < locals.size(); ++k) {
+            const int i = locals[k];
+            Rank& r = ranks_[k];
             r.local_rank = i;
             r.rank = spec.node_rank * spec.num_processes + i;
             r.out.terminal_fd = STDOUT_FILENO;
@@ -766,7 +771,10 @@ std::string describe_dry_run(const LaunchSpec& spec) {
     inputs.launcher_pid = getpid();
     const std::vector<std::string> base = current_environment();
     std::string out;
-    for (int local = 0; local < spec.num_processes; ++local) {
+    std::vector<int> locals = spec.spawned_local_ranks;
+    if (locals.empty())
+        for (int i = 0; i < spec.num_processes; ++i) locals.push_back(i);
+    for (const int local : locals) {
         const EnvVars vars = rank_variables(spec, inputs, local, base);
         out += "# rank " + std::to_string(spec.node_rank * spec.num_processes + local) + " (local rank " +
                std::to_string(local) + ")\nenv";

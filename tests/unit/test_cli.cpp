@@ -155,6 +155,8 @@ std::vector<std::string> candidates(const OptionDef& def) {
         case OptionKind::kU64:
             return {"0", "1", "18446744073709551615"};
         case OptionKind::kChoice:
+            // An explicit scheduler needs its variables (test_cluster_env.cpp); these need none.
+            if (def.key == "cluster") return {"auto", "none"};
             return def.choices;
         case OptionKind::kText:
             break;
