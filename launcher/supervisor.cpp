@@ -616,6 +616,12 @@ class Job {
             return;
         }
         write_log(s, buf, static_cast<std::size_t>(n));
+        if (!shown(r)) {  // --local-ranks-filter: logged, and kept for a failure report, not shown
+            s.lines.feed(std::string_view(buf, static_cast<std::size_t>(n)),
+                         [&](std::string_view line) { add_line(r, s, line); });
+            out_.clear();
+            return;
+        }
         if (Terminal::instance().is_tty(s.terminal_fd)) {
             relay_pieces(r, s, std::string_view(buf, static_cast<std::size_t>(n)));
             return;
@@ -632,6 +638,13 @@ class Job {
             s.pipe.reset();
             return;
         }
+        if (!shown(r)) {
+            out_.clear();
+            s.lines.finish([&](std::string_view line) { add_line(r, s, line); });
+            out_.clear();
+            s.pipe.reset();
+            return;
+        }
         if (Terminal::instance().is_tty(s.terminal_fd)) {
             s.lines.finish([&](std::string_view line) { relay_line(r, s, line); });
             Terminal::instance().end(&s, /*keep=*/true);  // its last carriage-return update stays
@@ -642,6 +655,12 @@ class Job {
         s.lines.finish([&](std::string_view line) { add_line(r, s, line); });
         flush(s);
         s.pipe.reset();
+    }
+
+    // Whether this rank's output is shown (--local-ranks-filter; empty: every rank's).
+    bool shown(const Rank& r) const {
+        const std::vector<int>& only = spec_.shown_local_ranks;
+        return only.empty() || std::find(only.begin(), only.end(), r.local_rank) != only.end();
     }
 
     std::string prefix(const Rank& r) const {

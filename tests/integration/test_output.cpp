@@ -92,3 +92,16 @@ TEST_CASE("64 MB with no newline: the launcher's memory stays bounded and nothin
     CHECK(peak > 0);
     CHECK(peak < 16 * 1024);
 }
+
+TEST_CASE("--local-ranks-filter shows only those local ranks' output, as torchrun's") {
+    LaunchResult r = run_launch({"-n", "3", "--local-ranks-filter", "1", "--", "sh", "-c", "echo hello $LOCAL_RANK"});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(r.out.find("[rank 1] hello 1\n") != std::string::npos);
+    CHECK(r.out.find("[rank 0]") == std::string::npos);
+    CHECK(r.out.find("[rank 2]") == std::string::npos);
+    // A hidden rank's failure is still reported, with its last lines.
+    LaunchResult f = run_launch({"-n", "2", "--local-ranks-filter", "1", "--", "sh", "-c",
+                                 "if [ $LOCAL_RANK = 0 ]; then echo broken >&2; exit 3; fi; sleep 5"});
+    CHECK(f.exit_code != 0);
+    CHECK_MESSAGE(f.err.find("broken") != std::string::npos, f.err);
+}
