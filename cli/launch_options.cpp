@@ -429,7 +429,7 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                       "Do not prefix output lines with [rank N]",
                       /*inverted=*/true),
             on_off<S>("-q,--quiet", &S::quiet,
-                      "Print no line of dp-launch's own except failure reports (no progress, no summary)"),
+                      "Print no line of dp-launch's own except failure reports and the job's one summary line (no progress, no mesh or allocation lines)"),
             on_off<S>("--dry-run,--dry_run", &S::dry_run,
                       "Print each rank's command and environment, start nothing"),
         },

@@ -201,8 +201,8 @@ class JobMonitor : public StatusListener {
             static_cast<long long>(invalid()), static_cast<long long>(not_run_), seconds,
             seconds > 0 ? done_ / seconds : 0.0, manifest_path_.c_str(),
             kept_ > 0 ? (" (" + std::to_string(kept_) + " kept from the earlier run)").c_str() : "");
-        // -q: the summary only when it reports a failure.
-        if (!launch_.quiet || failed() > 0 || write_failed_) Terminal::instance().write(STDOUT_FILENO, line);
+        // The one line a batch script reads: printed under -q too.
+        Terminal::instance().write(STDOUT_FILENO, line);
     }
 
     int64_t failed() const { return failed_ + not_run_; }
@@ -448,7 +448,6 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         return kExitInputData;
     }
     if (file.prompts.empty()) {
-        if (launch.quiet) return kExitOk;
         std::cout << "dp-launch: nothing to do: " << name << " has no prompts"
                   << (file.invalid.empty() ? "" : " that are valid") << std::endl;
         return kExitOk;

@@ -58,7 +58,7 @@ TEST_CASE("srun --ntasks-per-node=2 over 2 nodes: each task is exactly its rank,
     CHECK_FALSE(file_exists(dir + "/rank_4.env"));
 }
 
-TEST_CASE("srun --ntasks-per-node=1: one dp-launch per node spawns that node's ranks; a flag given wins, said so") {
+TEST_CASE("srun --ntasks-per-node=1: one dp-launch per node spawns that node's ranks, and a flag given wins, said so") {
     const std::string dir = make_temp_dir();
     LaunchResult r = run_launch({"-n", "2", "--", worker_bin(), "env", dir}, slurm_task(1, 2, 1));
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
@@ -78,7 +78,7 @@ TEST_CASE("srun --ntasks-per-node=1: one dp-launch per node spawns that node's r
     CHECK_MESSAGE(p.err.find("--master-port 29999") != std::string::npos, p.err);
 }
 
-TEST_CASE("Open MPI's ranks and a PyTorchJob's PET_* variables are used; --cluster none ignores them") {
+TEST_CASE("Open MPI's ranks and a PyTorchJob's PET_* variables are used, and --cluster none ignores them") {
     const std::string dir = make_temp_dir();
     LaunchResult mpi = run_launch({"--", worker_bin(), "env", dir},
                                   {{"OMPI_COMM_WORLD_RANK", "3"},

@@ -226,14 +226,16 @@ TEST_CASE("on a terminal the progress bar is erased before a rank's line and era
 
 }
 
-TEST_CASE("-q on a terminal: nothing from dp-launch, only the rank's lines") {
+TEST_CASE("-q on a terminal: from dp-launch only the summary, after the rank's lines") {
     const std::string dir = make_temp_dir();
     std::ofstream(dir + "/prompts.txt") << "one\ntwo\nthree\n";
     const PtyRun q = run_on_pty({"-n", "1", "-q", "--worker", fake_worker(dir), "-o", dir + "/out",
                                  dir + "/prompts.txt"});
     INFO(q.bytes);
     CHECK(q.exit_code == 0);
-    CHECK(shown(screen_lines(q.bytes)) == "[rank 0] a warning from the worker\n[rank 0] a line on stdout\n");
+    const std::string lines = shown(screen_lines(q.bytes));
+    CHECK(lines.rfind("[rank 0] a warning from the worker\n[rank 0] a line on stdout\ndp-launch: 3 images, 0 failed", 0) == 0);
+    CHECK(lines.find("ETA") == std::string::npos);  // no progress bar
 }
 
 TEST_CASE("-q prints no line of dp-launch's own when the job succeeds, and the failure report when not") {
