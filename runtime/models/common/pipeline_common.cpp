@@ -12,6 +12,15 @@
 namespace dp::runtime {
 
 void require_loadable(const PipelineOptions& o, const strategies::ParallelSpec& spec) {
+    const std::string index = o.model_dir + "/model_index.json";
+    const std::string cls = ConfigJson::from_file(index).string("_class_name", "");
+    if (cls != spec.pipeline_class)
+        throw ModelError(index + ": pipeline class '" + cls + "' is not " + spec.pipeline_class);
+    if (o.offload && (o.trainable || o.device_map))
+        throw ModelError("offload: not with training or device_map (each component would be built again per use)");
+    const DeviceMapping* dm = o.device_map.get();
+    if (dm && (dm->transformer_blocks.empty() || device_of(o, "transformer") != o.device))
+        throw ModelError("device_map: the run's device must be that of transformer block 0");
     strategies::ModelNeeds needs;
     needs.variant = o.variant;
     needs.no_t5 = o.no_t5;

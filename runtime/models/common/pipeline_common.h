@@ -20,8 +20,10 @@ namespace dp::runtime {
 
 class ConfigJson;
 
-// Everything the folder's files say would stop the load (strategies::model_folder_problems for
-// `spec`'s family), as one ModelError listing them all.
+// What would stop `spec`'s family's pipeline loading, checked before a weight is read: a
+// model_index.json of another pipeline class, everything the folder's files say
+// (strategies::model_folder_problems, all listed in one ModelError), offload with device_map or
+// training, and a device map whose run device is not transformer block 0's.
 void require_loadable(const PipelineOptions& options, const strategies::ParallelSpec& spec);
 
 // A component's device: its device_map slot's, else the run's.

@@ -79,19 +79,8 @@ std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o) {
 std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const ParallelContext& parallel) {
     const std::string& dir = o.model_dir;
     const strategies::ParallelSpec& spec = strategies::flux_parallel_spec();
-    const ConfigJson index = ConfigJson::from_file(dir + "/model_index.json");
-    const std::string cls = index.string("_class_name", "");
-    if (cls != spec.pipeline_class)
-        throw ModelError(dir + "/model_index.json: pipeline class '" + cls + "' is not " +
-                         spec.pipeline_class);
     if (o.no_t5) throw ModelError("--no-t5: FLUX.1's text is T5's alone; it cannot run without it");
     require_loadable(o, spec);
-    if (o.offload && (o.device_map || o.trainable))
-        throw ModelError(
-            "offload: not with training or device_map (each component would be built again per use)");
-    const DeviceMapping* dm = o.device_map.get();
-    if (dm && (dm->transformer_blocks.empty() || device_of(o, "transformer") != o.device))
-        throw ModelError("device_map: the run's device must be that of transformer block 0");
 
     auto c = std::make_unique<Components>();
     c->options = o;

@@ -59,14 +59,7 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
 std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions& o, const ParallelContext& parallel) {
     const std::string& dir = o.model_dir;
     const strategies::ParallelSpec& spec = strategies::qwen_image_parallel_spec();
-    const ConfigJson index = ConfigJson::from_file(dir + "/model_index.json");
-    const std::string cls = index.string("_class_name", "");
-    if (cls != spec.pipeline_class)
-        throw ModelError(dir + "/model_index.json: pipeline class '" + cls + "' is not " + spec.pipeline_class);
     require_loadable(o, spec);
-    const DeviceMapping* dm = o.device_map.get();
-    if (dm && (dm->transformer_blocks.empty() || device_of(o, "transformer") != o.device))
-        throw ModelError("device_map: the run's device must be that of transformer block 0");
 
     auto c = std::make_unique<Components>();
     c->options = o;
@@ -76,7 +69,6 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
     c->text_config = Qwen2TextConfig::from_json_file(dir + "/text_encoder/config.json");
     c->transformer_config = QwenImageTransformerConfig::from_json_file(dir + "/transformer/config.json");
     c->vae_config = QwenImageVaeConfig::from_json_file(dir + "/vae/config.json");
-    if (o.offload && o.device_map) throw ModelError("offload and device_map: choose one");
     const Components* self = c.get();
     c->text_encoder = Component<Qwen2TextEncoder>(
         [self, &spec] {

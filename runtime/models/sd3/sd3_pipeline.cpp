@@ -60,18 +60,8 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
 std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const ParallelContext& parallel) {
     const std::string& dir = o.model_dir;
     const ConfigJson index = ConfigJson::from_file(dir + "/model_index.json");
-    const std::string cls = index.string("_class_name", "");
-    if (cls != "StableDiffusion3Pipeline")
-        throw ModelError(dir + "/model_index.json: pipeline class '" + cls +
-                         "' is not supported (supported: StableDiffusion3Pipeline)");
     require_loadable(o, strategies::sd3_parallel_spec());
-    if (o.offload && (o.trainable || o.device_map))
-        throw ModelError("offload: not with training or device_map (each component would be built again per use)");
     const bool t5 = !component_class(index, "text_encoder_3").empty() && !o.no_t5;
-
-    const DeviceMapping* dm = o.device_map.get();
-    if (dm && (dm->transformer_blocks.empty() || device_of(o, "transformer") != o.device))
-        throw ModelError("device_map: the run's device must be that of transformer block 0");
     auto c = std::make_unique<Components>();
     c->options = o;
     c->parallel = &parallel;
