@@ -73,8 +73,6 @@ const std::vector<Unsupported>& unsupported_flags() {
         {{"--role"}, "every rank runs the same command; tell ranks apart by RANK or LOCAL_RANK in the program"},
         {{"--start-method", "--start_method"},
          "each rank is its own process, started with exec; there is no start method to choose"},
-        {{"--local-addr", "--local_addr"},
-         "only rank 0's host matters: give it as --master-addr on every node"},
         {{"--logs-specs", "--logs_specs"}, "--log-dir DIR keeps each rank's output in DIR/rank_N.stdout and .stderr"},
         {{"--max-restarts-per-node"}, "--max-restarts N restarts the whole group up to N times"},
         {{"--num_cpu_threads_per_process", "--num-cpu-threads-per-process"},

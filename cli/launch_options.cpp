@@ -355,6 +355,17 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                 whole<S>("--master-port,--master_port,--main-process-port,--main_process_port", "PORT",
                          &S::master_port, 1, 65535, "Port of rank 0's store (required with several nodes)"),
                 "a free port, reserved for the job on a single node"),
+            described(row<S>("--local-addr,--local_addr", "HOST", OptionKind::kText,
+                             "This node's own address, as torchrun's: the ranks' Gloo connections use it "
+                             "(on a cluster: this node's host in the allocation's node list)",
+                             [](S& s, const std::string& t, const std::string& src) {
+                                 s.local_addr = launcher::parse_host(t, src);
+                             },
+                             [](const S& s) { return s.local_addr; }),
+                      "the address the host name resolves to (127.0.0.1 on a single node)"),
+            number<S>("--node-timeout,--node_timeout", "SECONDS", &S::node_timeout_s, 1, 86400, "seconds",
+                      "Main job on several nodes: a node whose dp-launch writes nothing to the shared output "
+                      "folder for this long is lost (its prompts are reported not run)"),
             choice<S>("--cluster", &S::cluster, {"auto", "none", "slurm", "mpi", "env"},
                       "The allocation to run in: auto finds Slurm (SLURM_*), MPI (OMPI_COMM_WORLD_*, PMI_*), a "
                       "PyTorchJob (PET_*) or an operator's RANK/WORLD_SIZE and says what it found; none ignores "
@@ -771,6 +782,7 @@ void apply_cluster(LaunchSpec& spec, const RawLaunchOptions& raw, const EnvLooku
         {"--node-rank", {"node_rank"}},
         {"--master-addr", {"master_addr"}},
         {"--master-port", {"master_port"}},
+        {"--local-addr", {"local_addr"}},
         {"--rdzv-endpoint", {"master_addr", "master_port"}},
         {"--num-processes", {"num_processes"}}};
     for (const auto& row : launch_option_table())

@@ -517,6 +517,10 @@ std::vector<std::string> apply_allocation(LaunchSpec& spec, const ClusterAllocat
             notes.push_back("--master-addr " + spec.master_addr + " overrides " + a.name + "'s " +
                             a.master_addr);
     }
+    // This node's own host in the node list: the address its ranks connect from (--local-addr).
+    const auto node = static_cast<std::size_t>(spec.node_rank);
+    if (!given.count("local_addr") && spec.node_rank == a.node_rank && node < a.hosts.size())
+        spec.local_addr = a.hosts[node];
     if (a.master_port != 0) {
         if (!given.count("master_port"))
             spec.master_port = a.master_port;

@@ -14,6 +14,9 @@ struct LaunchSpec {
     int node_rank = 0;
     std::string master_addr;  // empty: 127.0.0.1 on a single node
     int master_port = 0;      // 0: reserve a free port (single node only)
+    std::string local_addr;   // this node's address for the ranks' connections; empty: the host's own
+    // Main job on several nodes: a node silent this long in the shared output folder is lost.
+    double node_timeout_s = 60.0;
     int max_restarts = 0;
     double shutdown_grace_s = 5.0;  // SIGTERM, then SIGKILL after this long
     std::string log_dir;            // empty: no per-rank log files

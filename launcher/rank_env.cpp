@@ -47,6 +47,8 @@ EnvVars rank_variables(const LaunchSpec& spec, const RankEnvInputs& in, int loca
         {"DP_LAUNCHER_PID", std::to_string(in.launcher_pid)},
     };
     if (!in.job_id.empty()) vars.emplace_back("DP_JOB_ID", in.job_id);
+    // The ranks' own address for Gloo (--local-addr); c10d's TCPStore needs none.
+    if (!spec.local_addr.empty()) vars.emplace_back("DP_LOCAL_ADDR", spec.local_addr);
     if (!spec.gpu_ids.empty()) vars.emplace_back("CUDA_VISIBLE_DEVICES", join_ids(spec.gpu_ids));
     if (!has_variable(base, "OMP_NUM_THREADS"))
         vars.emplace_back("OMP_NUM_THREADS",
