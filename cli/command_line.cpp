@@ -97,8 +97,10 @@ std::string unsupported_usage(const std::vector<std::string>& options) {
     if (!options.empty() && options.front().size() < 64 && !std::filesystem::exists(options.front(), no_file)) {
         const std::string& first = options.front();
         if (first == "config")
-            return "'config' is accelerate's: dp-launch takes its options from flags, DP_* variables or "
-                   "--config FILE, a JSON object such as {\"num_processes\": 4, \"nnodes\": 2}";
+            return "'config' is accelerate's: run `accelerate config` with accelerate and pass the file it "
+                   "writes with --config_file FILE (dp-launch reads the keys that have a meaning here, e.g. "
+                   "--config_file ~/.cache/huggingface/accelerate/default_config.yaml); or give flags, DP_* "
+                   "variables or --config FILE, a JSON object such as {\"num_processes\": 4, \"nnodes\": 2}";
         if (first == "launch")
             return "'launch' is accelerate's: dp-launch is the launcher itself, e.g. dp-launch -n 2 -- "
                    "python3 train.py";

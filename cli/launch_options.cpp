@@ -1,5 +1,7 @@
 #include "cli/launch_options.h"
 
+#include "cli/accelerate_config.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -452,8 +454,9 @@ const OptionDef& config_option() {
     static const OptionDef def = [] {
         OptionDef d;
         name_option(d, "--config,--config-file,--config_file", "FILE", OptionKind::kText,
-                    "JSON file of option defaults, e.g. {\"num_processes\": 4}; flags and DP_* variables win "
-                    "over it");
+                    "Option defaults: accelerate's YAML config (what `accelerate config` writes; keys with no "
+                    "meaning here are listed as ignored) or a JSON object of dp-launch options, e.g. "
+                    "{\"num_processes\": 4}; flags and DP_* variables win over it");
         d.group = "Configuration";
         return d;
     }();
@@ -686,7 +689,10 @@ struct Setting {
     std::string source;  // "--nnodes", "DP_NNODES" or "cfg.json: nnodes"
 };
 
-using ConfigSettings = std::map<std::string, Setting>;  // by key
+// The config file's settings by key, and the line dp-launch prints about the file (empty: none).
+struct ConfigSettings : std::map<std::string, Setting> {
+    std::string note;
+};
 
 constexpr std::size_t kMaxConfigBytes = 1 << 20;
 
@@ -698,6 +704,21 @@ ConfigSettings load_config(const std::string& path, const std::string& source) {
     text.resize(static_cast<std::size_t>(in.gcount()));
     if (text.size() > kMaxConfigBytes)
         throw UsageError(source + " " + path + ": larger than 1 MiB; is it the right file?");
+
+    if (is_yaml_config(path, text)) {
+        const AccelerateConfig yaml = parse_accelerate_config(text, path, [](const std::string& key) {
+            const OptionDef* def = find_config_key(key);
+            return def ? def->key : std::string();
+        });
+        ConfigSettings settings;
+        for (const ConfigEntry& e : yaml.entries) settings[e.key] = {e.text, e.source};
+        if (!yaml.ignored.empty()) {
+            std::string keys;
+            for (const std::string& k : yaml.ignored) keys += (keys.empty() ? "" : ", ") + k;
+            settings.note = "dp-launch: " + path + ": ignored accelerate keys: " + keys + " (no meaning for dp-launch)";
+        }
+        return settings;
+    }
 
     nlohmann::json doc;
     if (const std::string why = launcher::parse_strict_json(text, doc); !why.empty())
@@ -789,8 +810,22 @@ void apply_cluster(LaunchSpec& spec, const RawLaunchOptions& raw, const EnvLooku
         for (const auto& [flag, fields] : kFields)
             if (row.long_flag == flag && setting_of(row, raw, env, config))
                 given.insert(fields.begin(), fields.end());
-    const std::vector<std::string> notes = launcher::apply_allocation(spec, *a, given);
-    if (a->per_rank) spec.spawned_local_ranks = {a->local_rank};
+    std::vector<std::string> notes = launcher::apply_allocation(spec, *a, given);
+    if (a->per_rank) {
+        spec.spawned_local_ranks = {a->local_rank};
+        // This task's GPU, so that its rank sees it as its only device; unless --gpu-ids says
+        // otherwise or CUDA_VISIBLE_DEVICES already names only it.
+        const int gpu = launcher::rank_gpu(*a);
+        const auto visible = vars.find("CUDA_VISIBLE_DEVICES");
+        const bool only_it = visible != vars.end() && a->gpus.size() == 1;
+        bool gpu_ids_given = false;
+        for (const auto& row : launch_option_table())
+            if (row.key == "gpu_ids" && setting_of(row, raw, env, config)) gpu_ids_given = true;
+        if (gpu >= 0 && !only_it && !gpu_ids_given) {
+            spec.gpu_ids = {gpu};
+            notes.push_back("this task's GPU " + std::to_string(gpu) + " (CUDA_VISIBLE_DEVICES=" + std::to_string(gpu) + ")");
+        }
+    }
     spec.cluster_report = launcher::describe_allocation(*a, notes);
 }
 
@@ -811,6 +846,9 @@ launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvL
         spec.num_processes /= spec.nnodes;
     }
     apply_cluster(spec, raw, env, config);
+    // Printed with the allocation line, before anything starts.
+    if (!config.note.empty())
+        spec.cluster_report = config.note + (spec.cluster_report.empty() ? "" : "\n" + spec.cluster_report);
     spec.command = raw.command;
     spec.command = launcher::rank_command(spec);
     launcher::validate_launch_spec(spec, require_command);

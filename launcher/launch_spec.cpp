@@ -28,7 +28,10 @@ void validate_launch_spec(const LaunchSpec& spec, bool require_command) {
     if (spec.nnodes > 1 && spec.master_port == 0)
         throw UsageError("--nnodes " + std::to_string(spec.nnodes) +
                          ": several nodes need the same --master-port on every node");
-    if (!spec.gpu_ids.empty() && spec.num_processes > static_cast<int>(spec.gpu_ids.size()))
+    // One task per rank (spawned_local_ranks) starts only its own ranks on the listed GPUs.
+    const int spawned = spec.spawned_local_ranks.empty() ? spec.num_processes
+                                                         : static_cast<int>(spec.spawned_local_ranks.size());
+    if (!spec.gpu_ids.empty() && spawned > static_cast<int>(spec.gpu_ids.size()))
         throw UsageError("--num-processes " + std::to_string(spec.num_processes) + ": --gpu-ids lists only " +
                          std::to_string(spec.gpu_ids.size()) + " GPU(s); give at most that many processes");
     if (static_cast<long long>(spec.nnodes) * spec.num_processes > (1LL << 24))

@@ -19,7 +19,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 # 1. Debian packages.
-packages=(g++ make cmake ccache hyperfine time unzip bc libcli11-dev nlohmann-json3-dev doctest-dev libicu-dev libpng-dev libssl-dev libgloo-dev libsentencepiece-dev python3)
+packages=(g++ make cmake ccache hyperfine time unzip bc libcli11-dev nlohmann-json3-dev doctest-dev libicu-dev libpng-dev libssl-dev libgloo-dev libsentencepiece-dev libyaml-cpp-dev python3)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
