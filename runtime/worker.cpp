@@ -257,9 +257,19 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
         throw protocol::UsageError(
             "--device cuda: no CUDA device is available to this rank; use --device cpu or auto");
     if (!po.device_map) {
-        po.device = (job.device == "cpu" || !cuda)
-                        ? at::Device(at::kCPU)
-                        : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+        // The rank's GPU: cuda:LOCAL_RANK, or cuda:0 when the launcher gave this rank one device of its
+        // own (CUDA_VISIBLE_DEVICES naming only its GPU, as with one scheduler task per rank).
+        auto rank_cuda_device = [&]() {
+            const int count = static_cast<int>(at::getNumGPUs());
+            if (local_rank < count) return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+            if (count == 1) return at::Device(at::kCUDA, 0);
+            const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+            throw protocol::UsageError("LOCAL_RANK " + std::to_string(local_rank) + " has no GPU: " +
+                                       std::to_string(count) + " CUDA device(s) are visible (CUDA_VISIBLE_DEVICES=" +
+                                       (visible ? std::string(visible) : "unset") +
+                                       "); start at most that many ranks per node, or give each rank its own GPU");
+        };
+        po.device = (job.device == "cpu" || !cuda) ? at::Device(at::kCPU) : rank_cuda_device();
         po.dtype = run_dtype(job.dtype, po.device.is_cuda());
     }
 
