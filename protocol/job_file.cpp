@@ -195,6 +195,7 @@ void to_json(nlohmann::json& j, const JobFile& job) {
     put_path(j, "model_dir", job.model_dir);
     put_path(j, "output_dir", job.output_dir);
     if (job.random_weights) j["random_weights"] = *job.random_weights;
+    if (!job.job_id.empty()) j["job_id"] = job.job_id;
     if (job.device_map) {
         nlohmann::json dm = {{"spec", job.device_map->spec}, {"max_memory", job.device_map->max_memory}};
         if (const auto& plan = job.device_map->plan) {
@@ -243,6 +244,11 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     out.collective_timeout_s = f.number("collective_timeout_s", 0.001, 7 * 24 * 3600.0);
     if (f.has("device_map"))
         out.device_map = read_device_map(detail::Fields(f.object("device_map"), "device_map"));
+    if (f.has("job_id")) {
+        out.job_id = f.string("job_id");
+        if (out.job_id.size() > 128 || out.job_id.find_first_of("/\\") != std::string::npos)
+            throw InputDataError("job_id: expected at most 128 characters and no slash");
+    }
     const nlohmann::json& requests = f.array("requests");
     for (std::size_t i = 0; i < requests.size(); ++i)
         out.requests.push_back(read_request(detail::Fields(requests[i], f.path("requests", i))));

@@ -112,6 +112,9 @@ struct JobFile {
     double collective_timeout_s = kDefaultCollectiveTimeoutS;
     std::optional<DeviceMapRequest> device_map;  // nullopt: everything on one device
     std::vector<JobRequest> requests;            // in the order the ranks split them
+    // The writing dp-launch's id for this run. Every launcher of a multi-node job writes its own;
+    // rank 0's is the job's (JoinedEvent), and it is not one of the settings the nodes compare.
+    std::string job_id;
 };
 
 void to_json(nlohmann::json& j, const JobRequest& request);

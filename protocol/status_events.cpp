@@ -13,7 +13,7 @@ namespace {
 constexpr std::size_t kMaxMessageBytes = 4096;
 
 // Each kind's name on the wire, in the variant's order.
-constexpr const char* kEventNames[] = {"start", "image", "failed", "error", "heartbeat"};
+constexpr const char* kEventNames[] = {"start", "image", "failed", "error", "heartbeat", "joined"};
 static_assert(std::size(kEventNames) == std::variant_size_v<StatusEvent>);
 
 std::string cut(const std::string& text) {
@@ -42,6 +42,8 @@ nlohmann::json fields(const HeartbeatEvent& e) {
 nlohmann::json fields(const RankErrorEvent& e) {
     return {{"rank", e.rank}, {"exit_code", e.exit_code}, {"message", cut(e.message)}};
 }
+
+nlohmann::json fields(const JoinedEvent& e) { return {{"rank", e.rank}, {"job_id", e.job_id}}; }
 
 int read_rank(detail::Fields& f) { return static_cast<int>(f.integer("rank", 0, INT_MAX)); }
 
@@ -74,6 +76,11 @@ void read(detail::Fields& f, RankErrorEvent& e) {
     e.rank = read_rank(f);
     e.exit_code = static_cast<int>(f.integer("exit_code", 1, 255));
     e.message = f.string("message");
+}
+
+void read(detail::Fields& f, JoinedEvent& e) {
+    e.rank = read_rank(f);
+    e.job_id = f.string("job_id");
 }
 
 void read(detail::Fields& f, HeartbeatEvent& e) {

@@ -9,6 +9,7 @@
 //   {"event": "failed", "rank": 0, "index": 5, "error": "..."}
 //   {"event": "error", "rank": 1, "exit_code": 75, "message": "all_reduce on group ... timed out"}
 //   {"event": "heartbeat", "rank": 0, "phase": "generating", "index": 4, "step": 3, "steps": 28}
+//   {"event": "joined", "rank": 2, "job_id": "host-1234-5678"}
 
 #include <cstdint>
 #include <optional>
@@ -78,7 +79,16 @@ struct HeartbeatEvent {
 // "loading", "step 3 of 28 of prompt 4", "waiting for the other ranks".
 std::string describe(const HeartbeatEvent& beat);
 
-using StatusEvent = std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent, HeartbeatEvent>;
+// The rank has joined the job's group and agreed with every other rank on the job (the same
+// settings and prompts, Note [one job on every node] in runtime/job_agreement.h). `job_id` is rank
+// 0's launcher's: how the launchers of a multi-node job name the files they share.
+struct JoinedEvent {
+    int rank = 0;
+    std::string job_id;
+};
+
+using StatusEvent =
+    std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent, HeartbeatEvent, JoinedEvent>;
 
 // The event as one line, ending in '\n'. Text that is not UTF-8 is replaced, never refused; a
 // message is cut to a few KiB, so that a line always stays far below the launcher's line bound.

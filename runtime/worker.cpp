@@ -18,6 +18,7 @@
 #include "protocol/status_events.h"
 #include "runtime/errors.h"
 #include "runtime/image_sink.h"
+#include "runtime/job_agreement.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/parallel_context.h"
@@ -280,7 +281,10 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     co.master_port = env_int("MASTER_PORT", 29500, 1, 65535);
     co.backend = po.device.is_cuda() ? "nccl" : "gloo";
     co.timeout = std::chrono::milliseconds(static_cast<int64_t>(job.collective_timeout_s * 1000));
+    if (const char* addr = std::getenv("DP_LOCAL_ADDR")) co.local_addr = addr;
     Communicator comm(co);
+    // Before anything is loaded: the same job on every node (Note [one job on every node]).
+    status.send(protocol::JoinedEvent{rank, agree_on_job(job, comm)});
     strategies::MeshDegrees degrees;
     degrees.dp = job.mesh.dp;
     degrees.cfg = job.mesh.cfg;

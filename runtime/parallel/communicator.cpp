@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -45,11 +46,13 @@ c10::intrusive_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::St
                                                const CommunicatorOptions& o) {
     if (o.backend == "gloo") {
         auto go = c10d::ProcessGroupGloo::Options::create(o.timeout);
-        // On one node everything stays on loopback; across nodes gloo picks the host's own address.
-        const bool local =
-            o.master_addr == "127.0.0.1" || o.master_addr == "localhost" || o.master_addr == "::1";
-        go->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                    : c10d::ProcessGroupGloo::createDefaultDevice());
+        // The address given; else on one node everything stays on loopback, and across nodes gloo
+        // picks the host's own address.
+        const bool local = o.master_addr.rfind("127.", 0) == 0 || o.master_addr == "localhost" ||
+                           o.master_addr == "::1";
+        go->devices.push_back(!o.local_addr.empty() ? c10d::ProcessGroupGloo::createDeviceForHostname(o.local_addr)
+                              : local               ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                                    : c10d::ProcessGroupGloo::createDefaultDevice());
         return c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world_size, go);
     }
     if (o.backend == "nccl") {
@@ -81,7 +84,10 @@ int listen_on_master_address(const std::string& host, int port) {
     // A host name that resolves to loopback here but not on the other nodes (Debian's
     // "127.0.1.1 host" line) would shut them out: the store then listens on every interface, as
     // c10d's does, and says so.
-    const bool loopback_literal = host == "127.0.0.1" || host == "localhost" || host == "::1";
+    // A numeric address is meant as given (127.0.0.2 names one loopback "node" of a test).
+    in6_addr numeric{};
+    const bool loopback_literal = host == "localhost" || inet_pton(AF_INET, host.c_str(), &numeric) == 1 ||
+                                  inet_pton(AF_INET6, host.c_str(), &numeric) == 1;
     const addrinfo* first = found;
     const bool resolves_to_loopback =
         first && ((first->ai_family == AF_INET &&
@@ -206,6 +212,28 @@ void Communicator::finish(const c10::intrusive_ptr<c10d::Work>& work, const char
 }
 
 void Communicator::barrier() { finish(impl_->backend->barrier(), "barrier"); }
+
+void Communicator::store_set(const std::string& key, const std::string& value) {
+    try {
+        impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+    } catch (const std::exception& e) {
+        throw CommunicationError("rank " + std::to_string(rank()) + ": cannot write '" + key +
+                                 "' to the job's store: " + first_line(e) + " (rank 0 may have died; see its log)");
+    }
+}
+
+std::string Communicator::store_get(const std::string& key) {
+    try {
+        impl_->store->wait({key}, options_.timeout);
+        const std::vector<uint8_t> value = impl_->store->get(key);
+        return std::string(value.begin(), value.end());
+    } catch (const std::exception& e) {
+        throw CommunicationError("rank " + std::to_string(rank()) + ": '" + key +
+                                 "' did not appear in the job's store within " +
+                                 std::to_string(options_.timeout.count() / 1000) + " s: " + first_line(e) +
+                                 " (another rank may have died; see its log)");
+    }
+}
 
 void Communicator::all_reduce(at::Tensor& tensor) {
     std::vector<at::Tensor> t = {tensor};

@@ -35,6 +35,9 @@ struct CommunicatorOptions {
     // How long one collective (and the rendezvous) may take before it fails.
     std::chrono::milliseconds timeout{300000};
     std::string name = "world";  // the group's name in messages: "world", "tp/0.0.0.0./", ...
+    // This rank's own address for Gloo's connections (dp-launch --local-addr); empty: 127.0.0.1
+    // when the master is a loopback address, else the address the host name resolves to.
+    std::string local_addr;
 };
 
 // A store shared by ranks that run as threads of this process (c10d's HashStore), for tests
@@ -73,6 +76,10 @@ class Communicator {
     const std::string& backend() const { return options_.backend; }
 
     void barrier();
+    // The group's store (c10d's), for small values every rank can read: `get` waits for the key
+    // up to the group's timeout. Keys are this group's (a sub-group's are prefixed by its tag).
+    void store_set(const std::string& key, const std::string& value);
+    std::string store_get(const std::string& key);
     void all_reduce(at::Tensor& tensor);  // sum, in place
     std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
     // All_gather of blocks whose dim 0 differs by rank: rank i holds rows[i] rows (the other dims

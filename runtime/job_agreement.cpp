@@ -1,0 +1,105 @@
+#include "runtime/job_agreement.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "protocol/errors.h"
+#include "runtime/image_sink.h"
+#include "runtime/parallel/communicator.h"
+
+namespace dp::runtime {
+namespace {
+
+constexpr const char* kPostKey = "dp/job/";
+constexpr const char* kVerdictKey = "dp/job/verdict";
+
+std::string host_name() {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) != 0) return "?";
+    return name;
+}
+
+// What rank `rank` posts: its settings, its requests' digest and where it runs.
+nlohmann::json posting(const protocol::JobFile& job, int rank) {
+    nlohmann::json settings = job;
+    settings.erase("requests");
+    settings.erase("job_id");
+    const std::string requests = nlohmann::json(job.requests).dump();
+    const char* node = std::getenv("GROUP_RANK");
+    return {{"rank", rank},
+            {"node", node ? node : "0"},
+            {"host", host_name()},
+            {"job_id", job.job_id},
+            {"settings", settings},
+            {"requests", job.requests.size()},
+            {"requests_sha256", sha256_hex(requests.data(), requests.size())}};
+}
+
+std::string shown(const nlohmann::json& value) {
+    std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
+std::string where(const nlohmann::json& p) {
+    return "rank " + std::to_string(p.value("rank", -1)) + " (node " + p.value("node", "?") + ", host " +
+           p.value("host", "?") + ")";
+}
+
+// Empty when `other` runs rank 0's job; else what differs, for the error message.
+std::string difference(const nlohmann::json& zero, const nlohmann::json& other) {
+    std::string out;
+    const nlohmann::json& a = zero.at("settings");
+    const nlohmann::json& b = other.at("settings");
+    nlohmann::json keys = nlohmann::json::object();
+    for (const auto& [k, v] : a.items()) keys[k] = true;
+    for (const auto& [k, v] : b.items()) keys[k] = true;
+    for (const auto& [k, unused] : keys.items()) {
+        const nlohmann::json none = "(none)";
+        const nlohmann::json& va = a.contains(k) ? a.at(k) : none;
+        const nlohmann::json& vb = b.contains(k) ? b.at(k) : none;
+        if (va != vb) out += (out.empty() ? "" : ", ") + k + " " + shown(vb) + " there, " + shown(va) + " on rank 0";
+    }
+    if (zero.at("requests_sha256") != other.at("requests_sha256"))
+        out += std::string(out.empty() ? "" : "; ") + "its prompts differ (" +
+               std::to_string(other.value("requests", 0)) + " to make, SHA-256 " +
+               other.value("requests_sha256", "").substr(0, 12) + "..., against " +
+               std::to_string(zero.value("requests", 0)) + " on rank 0, " +
+               zero.value("requests_sha256", "").substr(0, 12) + "...)";
+    return out;
+}
+
+}  // namespace
+
+std::string agree_on_job(const protocol::JobFile& job, Communicator& comm) {
+    const int rank = comm.rank();
+    const nlohmann::json mine = posting(job, rank);
+    comm.store_set(kPostKey + std::to_string(rank), mine.dump());
+    if (rank == 0) {
+        std::string verdict;
+        for (int r = 1; r < comm.size() && verdict.empty(); ++r) {
+            const nlohmann::json other =
+                nlohmann::json::parse(comm.store_get(kPostKey + std::to_string(r)), nullptr, false);
+            if (other.is_discarded() || !other.contains("settings")) {
+                verdict = "rank " + std::to_string(r) + " posted an unreadable job (another dp-worker build?)";
+                continue;
+            }
+            if (const std::string d = difference(mine, other); !d.empty())
+                verdict = where(other) + " was started with another job than " + where(mine) + ": " + d;
+        }
+        comm.store_set(kVerdictKey, verdict.empty() ? "ok" : verdict);
+        if (!verdict.empty())
+            throw protocol::UsageError(verdict + ". Start every node with the same prompt file, flags and "
+                                                 "--output-dir (on storage every node sees)");
+        return job.job_id;
+    }
+    const std::string verdict = comm.store_get(kVerdictKey);
+    if (verdict != "ok")
+        throw protocol::UsageError(verdict + ". Start every node with the same prompt file, flags and "
+                                             "--output-dir (on storage every node sees)");
+    const nlohmann::json zero = nlohmann::json::parse(comm.store_get(std::string(kPostKey) + "0"), nullptr, false);
+    return zero.is_discarded() ? std::string() : zero.value("job_id", "");
+}
+
+}  // namespace dp::runtime
