@@ -8,6 +8,7 @@
 
 namespace dp::launcher {
 
+using protocol::kExitFailure;
 using protocol::kExitInputData;
 using protocol::kExitInternal;
 using protocol::kExitIo;

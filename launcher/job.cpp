@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -21,10 +22,12 @@
 #include "launcher/job_settings.h"
 #include "launcher/manifest.h"
 #include "launcher/model_location.h"
+#include "launcher/node_exchange.h"
 #include "launcher/output_folder.h"
 #include "launcher/process.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
+#include "launcher/system_info.h"
 #include "launcher/terminal.h"
 #include "launcher/values.h"
 #include "protocol/job_file.h"
@@ -47,6 +50,18 @@ void make_dirs(const std::string& path) {
     }
 }
 
+// The host name as a part of a file name.
+std::string host_for_file_name() {
+    std::string out;
+    for (const char c : host_name()) out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ? c : '_';
+    return out;
+}
+
+std::string local_temp_dir() {
+    const char* tmp = std::getenv("TMPDIR");
+    return tmp && *tmp ? tmp : "/tmp";
+}
+
 bool exists(const std::string& path) {
     struct stat st {};
     return stat(path.c_str(), &st) == 0;
@@ -59,7 +74,8 @@ class JobMonitor : public StatusListener {
   public:
     // `records`: every prompt's record; those not "pending" (invalid lines, images kept from an
     // earlier run) are written to the manifest now. `job_file` is at `job_path`, its requests the
-    // pending prompts in the order the ranks' start events refer to.
+    // pending prompts in the order the ranks' start events refer to. With several launchers
+    // (Note [one job, several launchers]) only launcher 0 writes the manifest.
     JobMonitor(const LaunchSpec& launch, const JobOptions& job, std::map<int64_t, nlohmann::json> records,
                protocol::JobFile job_file, std::string job_path)
         : launch_(launch),
@@ -74,6 +90,11 @@ class JobMonitor : public StatusListener {
             request_of_[q.index] = q;
         }
         manifest_path_ = job.output_dir + "/manifest.jsonl";
+        tty_ = Terminal::instance().is_tty(STDERR_FILENO);
+        if (launch.launcher_count() > 1)
+            exchange_.emplace(job.output_dir, launch.launcher_index(), launch.launcher_count(),
+                              launch.node_timeout_s);
+        if (!writer()) return;
         std::string text;
         for (const auto& [index, record] : records_) {
             const std::string status = record.value("status", "");
@@ -84,7 +105,11 @@ class JobMonitor : public StatusListener {
         // Whole or not at all: a job killed now leaves the earlier run's manifest, or this one.
         write_file_atomically(manifest_path_, text);
         manifest_ = ManifestAppender(manifest_path_);
-        tty_ = Terminal::instance().is_tty(STDERR_FILENO);
+    }
+
+    int tick_ms() const override { return exchange_ ? 500 : -1; }
+    void on_tick() override {
+        if (exchange_) exchange_->beat();
     }
 
     void on_status(int rank, std::string_view line) override {
@@ -96,9 +121,24 @@ class JobMonitor : public StatusListener {
             return;
         }
         if (!event) return;  // not ours: a rank wrote something else on its status channel
-        if (const auto* start = std::get_if<protocol::StartEvent>(&*event)) {
+        if (const auto* joined = std::get_if<protocol::JoinedEvent>(&*event)) {
+            if (exchange_) {
+                try {
+                    exchange_->set_job_id(joined->job_id);
+                } catch (const IoError& e) {
+                    report_write_error(e.what());
+                }
+            }
+        } else if (const auto* start = std::get_if<protocol::StartEvent>(&*event)) {
             shares_[rank] = {start->first, start->count};
             if (!start->dtype.empty()) dtype_of_[rank] = start->dtype;
+            if (exchange_) {
+                // This node makes its ranks' shares only; replicas' shares are disjoint.
+                std::set<std::pair<int64_t, int64_t>> distinct;
+                for (const auto& [r, share] : shares_) distinct.insert(share);
+                to_run_ = 0;
+                for (const auto& share : distinct) to_run_ += share.second;
+            }
         } else if (const auto* image = std::get_if<protocol::ImageEvent>(&*event)) {
             nlohmann::json* r = pending(image->index);
             if (!r) return;
@@ -159,12 +199,43 @@ class JobMonitor : public StatusListener {
         protocol::write_job_file(job_path_, job_file_);
     }
 
-    // Marks prompts no rank reported, rewrites the manifest sorted by index, writes the gallery and
-    // prints the summary. A file that cannot be written is reported and makes write_failed() true.
-    void finish() {
+    // Ends the job after run_launch returned `code`, and returns dp-launch's exit code. Launcher 0
+    // merges the other launchers' records, marks prompts no rank reported, rewrites the manifest
+    // sorted by index, writes the gallery and prints the summary; the others wait for its result
+    // (Note [one job, several launchers]). A file that cannot be written is reported (exit 74).
+    int finish(int code) {
+        if (!writer()) return finish_as_follower(code);
+        std::string lost;  // the launchers given up, for the records they left unmade
+        int peer_code = 0;
+        if (exchange_) {
+            progress(true);
+            for (NodeExchange::Peer& peer : exchange_->gather()) {
+                for (auto& [index, record] : peer.records) {
+                    nlohmann::json* r = pending(index);
+                    if (!r) continue;
+                    const std::string status = record.value("status", "");
+                    if (status == "ok") ++done_;
+                    else if (status == "failed") ++failed_;
+                    else if (status == "not_run") ++not_run_;
+                    else continue;
+                    *r = std::move(record);
+                }
+                const std::string name = launcher_name(peer.index, !launch_.spawned_local_ranks.empty());
+                if (!peer.finished) {
+                    lost += (lost.empty() ? "" : ", ") + name;
+                    char silent[32];
+                    std::snprintf(silent, sizeof(silent), "%.0f", peer.silent_s);
+                    say(name + " wrote nothing to " + job_.output_dir + "/.dp-nodes for " + silent +
+                        " s (--node-timeout): it is lost; the prompts it had not finished are not run, and "
+                        "--resume makes them");
+                } else if (peer.exit_code != kExitOk && peer_code == kExitOk) {
+                    peer_code = peer.exit_code;
+                }
+            }
+        }
         for (auto& [index, r] : records_)
-            if (r.value("status", "") == "pending") mark_not_run(r, "");
-        progress(true);
+            if (r.value("status", "") == "pending") mark_not_run(r, lost.empty() ? "" : lost + " lost before making it");
+        if (!exchange_) progress(true);
         std::string text;
         for (const auto& [index, r] : records_)
             text += r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -203,13 +274,49 @@ class JobMonitor : public StatusListener {
             kept_ > 0 ? (" (" + std::to_string(kept_) + " kept from the earlier run)").c_str() : "");
         // The one line a batch script reads: printed under -q too.
         Terminal::instance().write(STDOUT_FILENO, line);
+        int result = code;
+        if (result == kExitOk) result = !lost.empty() ? protocol::kExitCommunication : peer_code;
+        if (result == kExitOk && write_failed_) result = kExitIo;                 // a full disk: see the message
+        if (result == kExitOk && failed_ + not_run_ > 0) result = kExitFailure;  // see the manifest
+        if (exchange_) {
+            try {
+                exchange_->publish_result({{"exit_code", result}, {"summary", line}});
+            } catch (const IoError& e) {
+                report_write_error(e.what());
+            }
+        }
+        // The shared files of earlier runs: their records are in this manifest now.
+        NodeExchange::remove_runs(job_.output_dir, exchange_ ? exchange_->job_id() : "");
+        return result;
     }
 
-    int64_t failed() const { return failed_ + not_run_; }
-    // The manifest or the gallery could not be written (a full disk): exit code 74.
-    bool write_failed() const { return write_failed_; }
-
   private:
+    bool writer() const { return !exchange_ || exchange_->index() == 0; }
+
+    // Launcher K > 0: its records are in its file; launcher 0 makes the job's result.
+    int finish_as_follower(int code) {
+        progress(true);
+        if (job_file_.requests.empty()) return code;  // no rank started: nothing to wait for
+        exchange_->beat(code);
+        double silent = 0;
+        const std::optional<nlohmann::json> result = exchange_->await_result(silent);
+        const std::string name = launcher_name(exchange_->index(), !launch_.spawned_local_ranks.empty());
+        if (result) {
+            const std::string line = result->value("summary", "");
+            if (!line.empty()) Terminal::instance().write(STDOUT_FILENO, line);
+            return code != kExitOk ? code : result->value("exit_code", kExitFailure);
+        }
+        char why[64];
+        std::snprintf(why, sizeof(why), "for %.0f s", silent);
+        say(exchange_->job_id().empty()
+                ? "the ranks stopped before they agreed on the job, so there is no job-wide result; see their errors above"
+                : "node 0 wrote nothing to " + job_.output_dir + "/.dp-nodes " + why +
+                      " (--node-timeout): it is lost, and the job's manifest.jsonl and index.html may not list "
+                      "every prompt; " + name + "'s records are kept in " + job_.output_dir + "/.dp-nodes/" +
+                      exchange_->job_id() + "/, which a --resume run reads");
+        return code != kExitOk ? code : protocol::kExitCommunication;
+    }
+
     // The record of prompt `index` while no rank has reported it; else nullptr.
     nlohmann::json* pending(int64_t index) {
         const auto it = records_.find(index);
@@ -230,6 +337,12 @@ class JobMonitor : public StatusListener {
     }
 
     void append(const nlohmann::json& record) {
+        if (!writer()) {
+            if (!exchange_->append(record))
+                report_write_error(errno_message("cannot append to this node's records in " + job_.output_dir +
+                                                 "/.dp-nodes"));
+            return;
+        }
         if (!manifest_.is_open()) return;
         if (!manifest_.append(record)) {
             report_write_error(errno_message("cannot append to " + manifest_path_) +
@@ -291,6 +404,7 @@ class JobMonitor : public StatusListener {
     int64_t done_ = 0, failed_ = 0, not_run_ = 0, kept_ = 0;
     std::string manifest_path_;
     ManifestAppender manifest_;
+    std::optional<NodeExchange> exchange_;  // with several launchers
     bool write_failed_ = false;
     bool tty_ = false;
     int64_t printed_ = 0;
@@ -413,13 +527,6 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::Resolved
 }  // namespace
 
 int run_job(const LaunchSpec& launch, const JobOptions& requested) {
-    if (!launch.spawned_local_ranks.empty())
-        throw UsageError(
-            "the main job runs one dp-launch per node, which starts that node's ranks and gathers their images; "
-            "this task is one rank of " +
-            std::to_string(launch.world_size()) +
-            " (one scheduler task per rank). Start one task per node instead (srun --ntasks-per-node=1 dp-launch -n " +
-            std::to_string(launch.num_processes) + " ..., mpirun --map-by ppr:1:node ...), or pass --cluster none");
     const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested);
     const JobOptions job = with_strategy(requested, strategy);
     if (!job.random_weights) check_has_weights(job.model);
@@ -461,13 +568,24 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         throw UsageError("--overwrite and --resume: choose one (--overwrite makes every image again, "
                          "--resume only those that have none)");
     make_dirs(job.output_dir);
+    // With several launchers, launcher 0 is the job's writer: it alone locks the folder, checks for
+    // earlier outputs, clears leftovers and writes the manifest (Note [one job, several launchers]).
+    const bool writer = launch.launcher_index() == 0;
     // Held until the job ends, from before the check for earlier outputs: no other job writes
     // here meanwhile (Note [output folder lock]).
-    const OutputLock lock = OutputLock::acquire(job.output_dir);
+    const OutputLock lock = writer ? OutputLock::acquire(job.output_dir) : OutputLock();
     const std::string manifest_path = job.output_dir + "/manifest.jsonl";
-    const std::map<int64_t, nlohmann::json> earlier =
-        job.overwrite || job.resume ? read_manifest(manifest_path) : std::map<int64_t, nlohmann::json>{};
-    const bool replace = job.overwrite || job.resume;
+    std::map<int64_t, nlohmann::json> earlier;
+    if (job.overwrite || job.resume) {
+        earlier = read_manifest(manifest_path);
+        // What the launchers of a killed multi-node run recorded and no manifest holds.
+        for (auto& [index, r] : NodeExchange::read_node_records(job.output_dir)) {
+            const auto it = earlier.find(index);
+            if (it == earlier.end() || it->second.value("status", "") != "ok") earlier[index] = std::move(r);
+        }
+    }
+    // The others make what launcher 0 decided; a different decision is refused by the ranks.
+    const bool replace = job.overwrite || job.resume || !writer;
     std::map<int64_t, protocol::JobRequest> requests;
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);
     for (const PromptRecord& p : file.prompts) {
@@ -491,7 +609,15 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         records[bad.index] = {
             {"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}};
 
-    const std::string job_path = job.output_dir + "/.dp-job-" + std::to_string(getpid()) + ".json";
+    // The job's id: rank 0's launcher's is the one every launcher uses (Note [one job, several launchers]).
+    job_file.job_id = host_for_file_name() + "-" + std::to_string(getpid()) + "-" +
+                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count());
+    // Launcher 0's job file is in the output folder; another node's on its own disk, where launcher
+    // 0's clearing of leftovers cannot reach it.
+    const std::string job_path =
+        (writer ? job.output_dir + "/.dp-job-" : local_temp_dir() + "/dp-job-") + std::to_string(getpid()) + ".json";
     LaunchSpec spec = launch;
     const std::string worker = job.worker.empty() ? self_dir() + "/dp-worker" : job.worker;
     spec.command = {worker, "--job", job_path};
@@ -502,8 +628,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         return kExitOk;
     }
 
-    remove_leftovers(job.output_dir);  // of killed runs: ours is the only job here now
-    if (job.overwrite) {
+    if (writer) remove_leftovers(job.output_dir);  // of killed runs: ours is the only job here now
+    if (job.overwrite && writer) {
         // The earlier run's images that this job does not make again would be listed nowhere.
         std::set<std::string> made;
         for (const protocol::JobRequest& q : job_file.requests) made.insert(q.file);
@@ -525,10 +651,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const bool nothing_to_make = job_file.requests.empty();
     JobMonitor monitor(launch, job, std::move(records), std::move(job_file), job_path);
     const int code = nothing_to_make ? kExitOk : run_launch(spec, &monitor);
-    monitor.finish();
-    if (code == kExitOk && monitor.write_failed()) return kExitIo;  // a full disk: see the message
-    if (code == kExitOk && monitor.failed() > 0) return kExitInternal;  // some prompts failed: see the manifest
-    return code;
+    return monitor.finish(code);
 }
 
 }  // namespace dp::launcher

@@ -52,6 +52,12 @@ struct LaunchSpec {
     std::string cluster_report;
 
     int world_size() const { return nnodes * num_processes; }
+    // The main job's dp-launch processes: one per node, or one per rank when a scheduler starts
+    // one task per rank (spawned_local_ranks); this one's index among them, rank 0's being 0.
+    int launcher_count() const { return spawned_local_ranks.empty() ? nnodes : world_size(); }
+    int launcher_index() const {
+        return spawned_local_ranks.empty() ? node_rank : node_rank * num_processes + spawned_local_ranks.front();
+    }
 };
 
 // Cross-field checks (node rank below nnodes, multi-node needs address and port, a command).

@@ -12,15 +12,10 @@
 #include <string>
 
 #include "launcher/errors.h"
+#include "launcher/system_info.h"
 
 namespace dp::launcher {
 namespace {
-
-std::string host_name() {
-    char buf[256] = {};
-    if (gethostname(buf, sizeof(buf) - 1) != 0) return "?";
-    return buf;
-}
 
 std::string utc_now() {
     const std::time_t t = std::time(nullptr);

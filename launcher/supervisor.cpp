@@ -355,8 +355,12 @@ class Job {
             }
             if (!any_running && streams.empty()) return;
 
-            const int timeout = any_running ? ms_until_next_deadline() : kStragglerDrainMs;
+            int timeout = any_running ? ms_until_next_deadline() : kStragglerDrainMs;
+            if (const int tick = listener_ && any_running ? listener_->tick_ms() : -1;
+                tick >= 0 && (timeout < 0 || tick < timeout))
+                timeout = tick;
             const int ready = poll(fds.data(), fds.size(), timeout);
+            if (listener_) listener_->on_tick();
             if (ready < 0) {
                 if (errno == EINTR) continue;
                 throw SystemError(errno_message("poll"));

@@ -17,6 +17,10 @@ class StatusListener {
     virtual void on_status(int rank, std::string_view line) = 0;
     // Called before the ranks restart after a failure (--max-restarts), when none is running.
     virtual void on_restart() {}
+    // While ranks run, on_tick is called at least every tick_ms() milliseconds (-1: never), from
+    // the same thread, and may be called more often.
+    virtual int tick_ms() const { return -1; }
+    virtual void on_tick() {}
 };
 
 // Runs spec.command once per local rank and returns dp-launch's exit code: 0 when every rank

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sched.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -89,6 +90,12 @@ std::string os_description() {
         }
     }
     return out;
+}
+
+std::string host_name() {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) != 0 || !*name) return "?";
+    return name;
 }
 
 }  // namespace dp::launcher

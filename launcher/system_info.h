@@ -25,6 +25,9 @@ std::vector<GpuInfo> driver_gpus();
 // "NVRM version: ..." from /proc/driver/nvidia/version, or empty.
 std::string nvidia_driver_version();
 
+// This machine's host name (gethostname), "?" when it has none.
+std::string host_name();
+
 // "Linux 6.1.0 x86_64" and the distribution's PRETTY_NAME when /etc/os-release has one.
 std::string os_description();
 

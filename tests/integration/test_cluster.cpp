@@ -112,12 +112,3 @@ TEST_CASE("Open MPI's ranks and a PyTorchJob's PET_* variables are used, and --c
     CHECK(rank_env(dir3, 0)["WORLD_SIZE"] == "1");
     CHECK(none.err.find("PyTorchJob") == std::string::npos);
 }
-
-TEST_CASE("the main job as one task per rank is refused with the srun line that runs it per node") {
-    const std::string dir = make_temp_dir();
-    std::ofstream(dir + "/p.txt", std::ios::binary) << "a red circle\n";
-    LaunchResult r = run_launch({"-o", dir + "/out", dir + "/p.txt"}, slurm_task(1, 1, 2));
-    CHECK(r.exit_code == 2);
-    CHECK_MESSAGE(r.err.find("srun --ntasks-per-node=1 dp-launch -n 2") != std::string::npos, r.err);
-    CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
-}
