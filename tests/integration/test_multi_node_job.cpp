@@ -191,7 +191,7 @@ TEST_CASE("a node killed mid-job: the survivor names the prompts not run, and --
     const std::string dir = make_temp_dir();
     const std::string prompts = prompt_file(dir);
     const std::string out = dir + "/out";
-    const std::string steps = "12";  // long enough to kill node 1 between its images
+    const std::string steps = "30";  // ~150 ms an image: node 1 is killed between its images
     const auto expected = one_node_images(dir, prompts, steps);
     {
         const auto reserved = reserve();
