@@ -70,7 +70,14 @@ std::string position_phrase(Position p, std::mt19937_64& rng) {
         case Position::kBottom:
             return "at the bottom";
         case Position::kCentre:
-            return rng() % 2 ? "in the centre" : "in the middle";
+            switch (rng() % 3) {
+                case 0:
+                    return "in the centre";
+                case 1:
+                    return "in the center";
+                default:
+                    return "in the middle";
+            }
     }
     return "";
 }
@@ -183,43 +190,87 @@ std::vector<uint8_t> render(const Scene& scene, int size, std::mt19937_64* jitte
     return rgb;
 }
 
-std::string describe(const Scene& scene, std::mt19937_64& rng) {
-    const std::string bg = palette()[static_cast<std::size_t>(scene.background)].name;
-    auto colour = [&](const Shape& s) {
-        return std::string(palette()[static_cast<std::size_t>(s.colour)].name);
-    };
-    if (scene.shapes.size() == 2) {
-        const Shape &a = scene.shapes[0], &b = scene.shapes[1];
-        const std::string first = size_word(a.size, rng) + " " + colour(a) + " " + kind_name(a.kind) + " " +
-                                  position_phrase(a.position, rng);
-        const std::string second = size_word(b.size, rng) + " " + colour(b) + " " + kind_name(b.kind) + " " +
-                                   position_phrase(b.position, rng);
-        switch (rng() % 3) {
-            case 0:
-                return "a " + first + " and a " + second + " on a " + bg + " background";
-            case 1:
-                return bg + " background, a " + first + " and a " + second;
-            default:
-                return "a " + first + " and a " + second + ", " + bg + " background";
-        }
-    }
-    const Shape& s = scene.shapes.front();
-    const std::string size = size_word(s.size, rng), col = colour(s), kind = kind_name(s.kind),
-                      pos = position_phrase(s.position, rng);
-    switch (rng() % 6) {
+namespace {
+
+std::string colour_word(int index) { return palette()[static_cast<std::size_t>(index)].name; }
+
+// "a" or "an" before `next`.
+std::string article(const std::string& next) {
+    return std::string("aeiou").find(next.front()) != std::string::npos ? "an" : "a";
+}
+
+// One phrase of a description and how it may be joined to its neighbours: a bare phrase (a
+// detached size, a background without a preposition) takes commas on both sides.
+struct Phrase {
+    std::string text;
+    bool bare = false;
+};
+
+std::string background_phrase(int background, std::mt19937_64& rng, bool& bare) {
+    const std::string bg = colour_word(background);
+    const std::string with_article = article(bg) + " " + bg + " background";
+    bare = false;
+    switch (rng() % 4) {
         case 0:
-            return "a " + size + " " + col + " " + kind + " " + pos + " on a " + bg + " background";
+            bare = true;
+            return with_article;
         case 1:
-            return bg + " background, " + col + " " + kind + ", " + size + ", " + pos;
+            bare = true;
+            return bg + " background";
         case 2:
-            return "a " + col + " " + kind + " " + pos + ", " + size + ", on a " + bg + " background";
-        case 3:
-            return size + " " + col + " " + kind + " " + pos + ", " + bg + " background";
-        case 4:
-            return "a " + bg + " background with a " + size + " " + col + " " + kind + " " + pos;
+            return "on " + with_article;
         default:
-            return "a " + size + " " + col + " " + kind + " on a " + bg + " background, " + pos;
+            return "with " + with_article;
     }
+}
+
+// The phrases of one shape in a random order: its colour and kind (with or without an article,
+// the size before them or as a phrase of its own) and its position, before or after.
+std::vector<Phrase> shape_phrases(const Shape& s, std::mt19937_64& rng) {
+    const std::string size = size_word(s.size, rng);
+    const bool detached = rng() % 3 == 0;
+    std::string noun = colour_word(s.colour) + " " + kind_name(s.kind);
+    if (!detached) noun = size + " " + noun;
+    if (rng() % 4 != 0) noun = article(noun) + " " + noun;
+    std::vector<Phrase> phrases = {{noun, false}, {position_phrase(s.position, rng), false}};
+    if (rng() % 3 == 0) std::swap(phrases[0], phrases[1]);
+    if (detached) {
+        // "a red circle, small, on the left", "small, a red circle ...", "... on the left, small".
+        const std::size_t at = rng() % 3;
+        phrases.insert(phrases.begin() + static_cast<std::ptrdiff_t>(at), Phrase{size, true});
+    }
+    return phrases;
+}
+
+std::string join(const std::vector<Phrase>& phrases, std::mt19937_64& rng) {
+    std::string out;
+    for (std::size_t i = 0; i < phrases.size(); ++i) {
+        if (i > 0) out += phrases[i].bare || phrases[i - 1].bare || rng() % 2 ? ", " : " ";
+        out += phrases[i].text;
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string describe(const Scene& scene, std::mt19937_64& rng) {
+    bool bare = false;
+    const Phrase background{background_phrase(scene.background, rng, bare), bare};
+    if (scene.shapes.size() == 2) {
+        // Each shape in its own "and"-separated segment; the background first, last, or closing
+        // the first segment.
+        std::vector<Phrase> first = shape_phrases(scene.shapes[0], rng),
+                            second = shape_phrases(scene.shapes[1], rng);
+        const int where = static_cast<int>(rng() % 3);
+        if (where == 0) first.insert(first.begin(), background);
+        if (where == 1) first.push_back(background);
+        if (where == 2) second.push_back(background);
+        return join(first, rng) + (rng() % 2 ? ", and " : " and ") + join(second, rng);
+    }
+    std::vector<Phrase> phrases = shape_phrases(scene.shapes.front(), rng);
+    const std::size_t at = rng() % (phrases.size() + 1);
+    phrases.insert(phrases.begin() + static_cast<std::ptrdiff_t>(at), background);
+    return join(phrases, rng);
 }
 
 std::optional<Scene> parse_prompt(const std::string& prompt) {
@@ -237,14 +288,19 @@ std::optional<Scene> parse_prompt(const std::string& prompt) {
     }
     Scene scene;
     scene.background = -1;
-    // The background: "<colour> background".
+    // The background: "<colour> background", or "background is <colour>".
     std::vector<bool> used(words.size(), false);
-    for (std::size_t i = 0; i + 1 < words.size(); ++i)
-        if (words[i + 1] == "background" && colour_index(words[i]) >= 0) {
-            if (scene.background >= 0) return std::nullopt;  // two backgrounds
-            scene.background = colour_index(words[i]);
-            used[i] = true;
-        }
+    for (std::size_t i = 0; i + 1 < words.size(); ++i) {
+        std::size_t at = words.size();
+        if (words[i + 1] == "background" && colour_index(words[i]) >= 0) at = i;
+        if (words[i] == "background" && words[i + 1] == "is" && i + 2 < words.size() &&
+            colour_index(words[i + 2]) >= 0)
+            at = i + 2;
+        if (at == words.size()) continue;
+        if (scene.background >= 0) return std::nullopt;  // two backgrounds
+        scene.background = colour_index(words[at]);
+        used[at] = true;
+    }
     if (scene.background < 0) return std::nullopt;
     // Shapes: segments separated by "and", each with one colour, kind, size and position.
     std::vector<std::vector<std::size_t>> segments(1);
@@ -300,8 +356,16 @@ std::optional<Scene> parse_prompt(const std::string& prompt) {
 std::vector<std::string> grammar_words() {
     std::vector<std::string> words = {"a",          "on",     "the",    "at",     "in",     "with",     "and",
                                       "background", "small",  "large",  "big",    "left",   "right",    "top",
-                                      "bottom",     "centre", "middle", "circle", "square", "triangle", ","};
+                                      "bottom",     "centre", "middle", "center", "an", "circle", "square", "triangle", ","};
     for (const Colour& c : palette()) words.push_back(c.name);
+    for (const std::string& w : free_connective_words()) words.push_back(w);
+    return words;
+}
+
+const std::vector<std::string>& free_connective_words() {
+    static const std::vector<std::string> words = {"there", "is",     "that",   "placed", "against", "over",
+                                                   "of",    "colour", "color",  "sits",   "shape",   "to",
+                                                   "near",  "size",   "picture", ";",     ":"};
     return words;
 }
 

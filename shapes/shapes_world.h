@@ -62,15 +62,21 @@ Box shape_box(const Shape& shape, int size);
 // RGB, row-major, `size` x `size` x 3. `jitter` (may be null) moves each shape up to a pixel.
 std::vector<uint8_t> render(const Scene& scene, int size, std::mt19937_64* jitter = nullptr);
 
-// A prompt for the scene, one of several phrasings chosen by `rng`.
+// A prompt for the scene (the trainer's grammar): its phrases (background, each shape's colour
+// and kind, size, position) in an order and with joints chosen by `rng`; "and" only between
+// two shapes. Never writes a word of free_connective_words().
 std::string describe(const Scene& scene, std::mt19937_64& rng);
 
 // What a prompt asks for: the background and each shape. The prompt must name a background
-// colour ("<colour> background") and, for each shape, a colour, a kind, a size and a position;
+// colour ("<colour> background" or "background is <colour>") and, for each shape, a colour, a kind, a size and a position;
 // two shapes are joined by "and". nullopt for anything else (the checker cannot judge it).
 std::optional<Scene> parse_prompt(const std::string& prompt);
 
-// Every word the grammar writes, for the tokenizer's vocabulary.
+// Every word the grammar writes, for the tokenizer's vocabulary: describe's words, then
+// free_connective_words().
 std::vector<std::string> grammar_words();
+
+// The connectives only the free phrasings (shapes/free_phrasing.h) write, never describe.
+const std::vector<std::string>& free_connective_words();
 
 }  // namespace dp::shapes
