@@ -195,12 +195,16 @@ Verdict check_image(const uint8_t* rgb, int width, int height, const Scene& expe
 void AdherenceTotals::add(const Verdict& v) {
     ++images;
     background += v.background;
+    bool every = true;
     for (const ShapeVerdict& s : v.shapes) {
         ++shapes;
         colour += s.colour;
         kind += s.kind;
         position += s.position;
+        every = every && s.colour && s.kind && s.position;
     }
+    shapes_right += every;
+    all_right += every && v.background;
 }
 
 }  // namespace dp::shapes

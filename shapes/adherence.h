@@ -34,10 +34,13 @@ struct Verdict {
 // `rgb`: width x height x 3, row-major. Never reads outside it; any size from 1 x 1.
 Verdict check_image(const uint8_t* rgb, int width, int height, const Scene& expected);
 
-// Totals over many images: the fraction correct of each attribute (shapes counted one by one).
+// Totals over many images: the fraction correct of each attribute (shapes counted one by one),
+// the images whose every shape is right in colour, kind and position (`shapes_right`), and those
+// right in everything, background included (`all_right`).
 struct AdherenceTotals {
     int images = 0, shapes = 0;
     int background = 0, colour = 0, kind = 0, position = 0;
+    int shapes_right = 0, all_right = 0;
     void add(const Verdict& v);
     double rate(int n, int of) const { return of ? static_cast<double>(n) / of : 0.0; }
 };

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
 #include <iterator>
 #include <map>
 #include <random>
 #include <set>
 
+#include "shapes/adherence.h"
 #include "shapes/free_phrasing.h"
 #include "shapes/shapes_world.h"
 
@@ -37,7 +39,8 @@ bool in(const std::vector<std::string>& list, const std::string& w) {
     return std::find(list.begin(), list.end(), w) != list.end();
 }
 
-// "an" before a vowel, "a" before anything else, and no doubled spaces or stray commas.
+// Grammar words only, "an" before a vowel and "a" before anything else, at most 30 tokens, and
+// no doubled spaces or stray commas.
 void check_english(const std::string& prompt) {
     CAPTURE(prompt);
     const std::vector<std::string> w = words_of(prompt);
@@ -50,6 +53,8 @@ void check_english(const std::string& prompt) {
             CHECK((w[i] == "an") == vowel);
         }
     }
+    // A tokenizer with one token per grammar word fits it in CLIP's 32 (with its two specials).
+    CHECK(w.size() <= 30);
     CHECK(prompt.find("  ") == std::string::npos);
     CHECK(prompt.find(",,") == std::string::npos);
     CHECK(prompt.front() != ' ');
@@ -153,4 +158,44 @@ TEST_CASE("parse_prompt reads \"background is <colour>\", and still refuses two 
     CHECK_FALSE(parse_prompt("the background is a small red circle on the left"));
     CHECK(free_family("a small red circle on the left on a blue background").empty());
     CHECK(free_family("there is a small red circle on the left against a blue background") == "there_is");
+}
+
+TEST_CASE("the committed free evaluation set is what the fixed generator writes, all of it judged") {
+    // tests/data/held_out_free_prompts.txt = dp-adherence --print-free 200 --seed 11: a change to
+    // describe_freely would silently change the evaluation set.
+    const std::string file = std::string(__FILE__).substr(0, std::string(__FILE__).rfind("/unit/")) +
+                             "/data/held_out_free_prompts.txt";
+    std::ifstream in(file);
+    REQUIRE_MESSAGE(in.good(), file);
+    std::mt19937_64 rng(11);
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+        const Scene scene = random_scene(rng, true);
+        CHECK(line == describe_freely(scene, rng).prompt);
+        const auto parsed = parse_prompt(line);
+        REQUIRE(parsed.has_value());
+        CHECK(held_out(parsed->shapes.front()));
+        CHECK_FALSE(free_family(line).empty());
+    }
+    CHECK(lines == 200);
+}
+
+TEST_CASE("the totals count images whose every shape is right, and those right in everything") {
+    const Scene scene{0, {{1, Kind::kCircle, Size::kSmall, Position::kLeft}, {2, Kind::kSquare, Size::kSmall, Position::kRight}}};
+    AdherenceTotals t;
+    std::vector<uint8_t> rgb = render(scene, 32);
+    t.add(check_image(rgb.data(), 32, 32, scene));
+    Scene wrong = scene;
+    wrong.shapes[1].kind = Kind::kTriangle;
+    rgb = render(wrong, 32);
+    t.add(check_image(rgb.data(), 32, 32, scene));
+    wrong = scene;
+    wrong.background = 3;
+    rgb = render(wrong, 32);
+    t.add(check_image(rgb.data(), 32, 32, scene));
+    CHECK(t.images == 3);
+    CHECK(t.shapes == 6);
+    CHECK(t.shapes_right == 2);
+    CHECK(t.all_right == 1);
+    CHECK(t.kind == 5);
 }
