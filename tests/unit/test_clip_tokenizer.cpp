@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "runtime/errors.h"
@@ -80,12 +81,23 @@ TEST_CASE(
     const std::string dir = std::string(DP_MODELS_DIR) + "/shapes-sd3";
     const ClipTokenizer tok = ClipTokenizer::from_folder(dir + "/tokenizer");
     const ClipTokenizer tok2 = ClipTokenizer::from_folder(dir + "/tokenizer_2");
+    // The words the grammar gained after the shipped model was trained (the any-order grammar and
+    // the free phrasings' connectives): its tokenizer spells them in byte pieces until the model is
+    // retrained with a vocabulary from grammar_words(), which must then empty this list.
+    std::set<std::string> newer = {"an", "center"};
+    for (const std::string& w : dp::shapes::free_connective_words()) newer.insert(w);
     for (const std::string& word : dp::shapes::grammar_words()) {
         CAPTURE(word);
         const std::vector<int64_t> ids = tok.tokenize(word);
-        CHECK(ids.size() == 1);
         CHECK(tok2.tokenize(word) == ids);
         CHECK(tok.decode(ids) == word);
+        if (newer.count(word)) {
+            // One token: the model was retrained; empty `newer`. (A one-character word such as
+            // ";" is one byte symbol in any vocabulary.)
+            if (word.size() > 1) CHECK(ids.size() > 1);
+            continue;
+        }
+        CHECK(ids.size() == 1);
     }
     // Text outside the grammar still tokenizes, through the byte symbols.
     CHECK(tok.tokenize("zebra 42!").size() > 3);
