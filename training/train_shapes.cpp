@@ -219,6 +219,7 @@ int main(int argc, char** argv) {
         "dp-train-shapes: trains the built-in shapes model (SD3 architecture, pixel space) on the CPU");
     std::string out = "models/shapes-sd3";
     double minutes = 50, lr = 1e-3, ema_decay = 0.998, guidance = 7.0, sigma_mean = 0.0;
+    double late_sigma_mean = 0.0, late_fraction = 0.0;
     int batch = 32, eval_every = 1000, eval_prompts = 48, final_prompts = 96, steps = 28, max_steps = 0;
     uint64_t seed = 0;
     Dims d;
@@ -234,6 +235,11 @@ int main(int argc, char** argv) {
     app.add_option("--sigma-mean", sigma_mean,
                    "mean of the logit-normal noise level (0: SD3's; above 0 trains more at high noise, "
                    "where a flat 32x32 scene's layout is decided)");
+    app.add_option("--late-fraction", late_fraction,
+                   "over this last fraction of the budget, half of each batch's noise levels come from "
+                   "--late-sigma-mean instead (more low-noise samples, where fine detail is cleaned up)")
+        ->check(CLI::Range(0.0, 1.0));
+    app.add_option("--late-sigma-mean", late_sigma_mean, "the logit-normal mean of the late half-batches");
     app.add_option("--seed", seed, "seed of weights, scenes and noise");
     app.add_option("--eval-every", eval_every, "evaluate the EMA weights every N steps");
     app.add_option("--eval-prompts", eval_prompts, "held-out prompts per periodic evaluation");
@@ -311,7 +317,12 @@ int main(int argc, char** argv) {
             sample_batch(rng, batch, d.image, x0, prompts);
             const dp::runtime::PromptEmbeddings e = pipe->encode_prompts(prompts);
             const at::Tensor noise = at::randn_like(x0);
-            const at::Tensor sigma = at::sigmoid(at::randn({batch}) + sigma_mean);
+            const double done_before =
+                max_steps > 0 ? static_cast<double>(step - 1) / max_steps : train_seconds / (minutes * 60);
+            at::Tensor mean = at::full({batch}, sigma_mean);
+            if (late_fraction > 0 && done_before >= 1 - late_fraction)
+                mean.narrow(0, 0, batch / 2).fill_(late_sigma_mean);
+            const at::Tensor sigma = at::sigmoid(at::randn({batch}) + mean);
             const at::Tensor s4 = sigma.view({batch, 1, 1, 1});
             const at::Tensor xt = (1 - s4) * x0 + s4 * noise;
             const at::Tensor v =
