@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
     bool json = false, quiet = false;
     double min_background = 0, min_colour = 0, min_kind = 0, min_position = 0;
     int print_held_out = 0, print_free = 0;
-    bool with_family = false;
+    bool with_family = false, print_two_shapes = false;
     uint64_t seed = 0;
     app.add_option("OUTPUT_DIR", dir, "a folder written by dp-launch (manifest.jsonl and its PNGs)");
     app.add_option("--print-held-out", print_held_out,
@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
                    "generator than the trainer's grammar), one per line, and exit")
         ->check(CLI::Range(1, 1000000));
     app.add_flag("--with-family", with_family, "with --print-free: write FAMILY<TAB>PROMPT");
+    app.add_flag("--two-shapes", print_two_shapes,
+                 "with --print-held-out or --print-free: two-shape scenes instead (of (colour, kind) pairs seen "
+                 "in training: a held-out pair is only ever shown alone)");
     app.add_option("--seed", seed, "seed of --print-held-out and --print-free");
     app.add_flag("--json", json, "print the totals as one JSON object");
     app.add_flag("-q,--quiet", quiet, "no line per image");
@@ -91,10 +94,21 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e) == 0 ? 0 : 2;
     }
+    // The scene of each printed prompt: a held-out combination alone, or two shapes.
+    const auto next_scene = [&](std::mt19937_64& rng) {
+        if (!print_two_shapes) return dp::shapes::random_scene(rng, true);
+        for (;;)
+            if (dp::shapes::Scene s = dp::shapes::random_scene(rng, false); s.shapes.size() == 2) return s;
+    };
+    if (print_two_shapes && print_held_out == 0 && print_free == 0) {
+        std::cerr << "dp-adherence: --two-shapes goes with --print-held-out N or --print-free N; see --help"
+                  << std::endl;
+        return 2;
+    }
     if (print_held_out > 0) {
         std::mt19937_64 rng(seed);
         for (int i = 0; i < print_held_out; ++i) {
-            const dp::shapes::Scene scene = dp::shapes::random_scene(rng, true);
+            const dp::shapes::Scene scene = next_scene(rng);
             std::cout << dp::shapes::describe(scene, rng) << "\n";
         }
         return 0;
@@ -102,7 +116,7 @@ int main(int argc, char** argv) {
     if (print_free > 0) {
         std::mt19937_64 rng(seed);
         for (int i = 0; i < print_free; ++i) {
-            const dp::shapes::Scene scene = dp::shapes::random_scene(rng, true);
+            const dp::shapes::Scene scene = next_scene(rng);
             const dp::shapes::Phrasing p = dp::shapes::describe_freely(scene, rng);
             std::cout << (with_family ? p.family + "\t" : "") << p.prompt << "\n";
         }
