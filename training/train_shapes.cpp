@@ -149,8 +149,83 @@ void write_configs(const fs::path& dir, const Dims& d) {
                                                  {"dual_attention_layers", nlohmann::json::array()}});
 }
 
+// Note [prompt noise]: the grammar writes each scene's words in few ways, so a model trained on
+// it alone learns where its words sit rather than what they say, and a word it never saw (a
+// connective of another phrasing) lands on a random embedding it has not learnt to pass over.
+// Two augmentations of the training prompts, neither using any word outside the grammar's:
+//  - word dropout: each function word ("a", "on", "with", "and", ",", even "background") is left
+//    out with probability `dropout`, so a colour is bound by what it is next to (a kind, or
+//    nothing) and not by its place in a template;
+//  - fillers: with probability `filler`, one to three made-up words (letters the grammar's words
+//    never tokenize to) are put between the words. Every token the grammar never writes keeps its
+//    initial, random embedding (its rows of the embedding get no gradient), so a filler looks
+//    like any unseen word does, and the model learns to pass over such words.
+struct PromptNoise {
+    double dropout = 0, filler = 0;
+};
+
+const std::vector<std::string>& function_words() {
+    static const std::vector<std::string> words = {"a",  "an",   "on",  "the", "at",
+                                                   "in", "with", "and", ",",   "background"};
+    return words;
+}
+
+std::string filler_word(std::mt19937_64& rng) {
+    static const std::string letters = "bcdfghjkmpqvwxz";  // no vowel, so no grammar word inside
+    std::string w;
+    const int n = 2 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < n; ++i) w += letters[rng() % letters.size()];
+    return w;
+}
+
+std::string add_noise(const std::string& prompt, const PromptNoise& noise, std::mt19937_64& rng) {
+    if (prompt.empty() || (noise.dropout <= 0 && noise.filler <= 0)) return prompt;
+    std::uniform_real_distribution<double> u(0, 1);
+    std::vector<std::string> words;
+    std::string word;
+    for (char ch : prompt + " ") {
+        if (ch == ' ' || ch == ',') {
+            if (!word.empty()) words.push_back(word);
+            word.clear();
+            if (ch == ',') words.emplace_back(",");
+        } else {
+            word += ch;
+        }
+    }
+    std::vector<std::string> kept;
+    for (const std::string& w : words) {
+        const auto& fw = function_words();
+        if (std::find(fw.begin(), fw.end(), w) != fw.end() && u(rng) < noise.dropout) continue;
+        kept.push_back(w);
+    }
+    if (u(rng) < noise.filler) {
+        const int n = 1 + static_cast<int>(rng() % 3);
+        for (int i = 0; i < n; ++i)
+            kept.insert(kept.begin() + static_cast<std::ptrdiff_t>(rng() % (kept.size() + 1)), filler_word(rng));
+    }
+    std::string out;
+    for (const std::string& w : kept) out += (out.empty() || w == "," ? "" : " ") + w;
+    return out.empty() ? prompt : out;
+}
+
+// The token ids the training prompts can hold: the grammar's words, the special tokens. Every
+// other row of the token embeddings stays as initialised (Note [prompt noise]).
+std::vector<int64_t> unseen_token_ids(const fs::path& tokenizer_dir) {
+    const auto tok = dp::runtime::ClipTokenizer::from_folder(tokenizer_dir.string());
+    const auto& free = dp::shapes::free_connective_words();
+    std::vector<bool> seen(static_cast<std::size_t>(tok.vocab_size()), false);
+    for (const std::string& w : dp::shapes::grammar_words())
+        if (std::find(free.begin(), free.end(), w) == free.end())
+            for (int64_t id : tok.tokenize(w)) seen[static_cast<std::size_t>(id)] = true;
+    for (const char* special : {"<|startoftext|>", "<|endoftext|>"}) seen[static_cast<std::size_t>(tok.id_of(special))] = true;
+    std::vector<int64_t> unseen;
+    for (std::size_t id = 0; id < seen.size(); ++id)
+        if (!seen[id]) unseen.push_back(static_cast<int64_t>(id));
+    return unseen;
+}
+
 // A batch of training scenes as pixels in [-1, 1] and prompts (some dropped to "").
-void sample_batch(std::mt19937_64& rng, int n, int size, at::Tensor& images,
+void sample_batch(std::mt19937_64& rng, int n, int size, const PromptNoise& noise, at::Tensor& images,
                   std::vector<std::string>& prompts) {
     images = at::empty({n, 3, size, size}, at::kFloat);
     prompts.clear();
@@ -163,7 +238,7 @@ void sample_batch(std::mt19937_64& rng, int n, int size, at::Tensor& images,
                             .to(at::kFloat)
                             .div(127.5)
                             .sub(1.0));
-        prompts.push_back(u(rng) < 0.1 ? std::string() : dp::shapes::describe(scene, rng));
+        prompts.push_back(u(rng) < 0.1 ? std::string() : add_noise(dp::shapes::describe(scene, rng), noise, rng));
     }
 }
 
@@ -223,6 +298,7 @@ int main(int argc, char** argv) {
     int batch = 32, eval_every = 1000, eval_prompts = 48, final_prompts = 96, steps = 28, max_steps = 0;
     uint64_t seed = 0;
     Dims d;
+    PromptNoise noise;
     app.add_option("-o,--out", out, "the model folder to write (replaced when training ends)");
     app.add_option("--minutes", minutes, "training time budget in minutes (evaluation excluded)");
     app.add_option("--max-steps", max_steps,
@@ -240,6 +316,14 @@ int main(int argc, char** argv) {
                    "--late-sigma-mean instead (more low-noise samples, where fine detail is cleaned up)")
         ->check(CLI::Range(0.0, 1.0));
     app.add_option("--late-sigma-mean", late_sigma_mean, "the logit-normal mean of the late half-batches");
+    app.add_option("--word-dropout", noise.dropout,
+                   "leave each function word of a training prompt out with this probability "
+                   "(Note [prompt noise])")
+        ->check(CLI::Range(0.0, 1.0));
+    app.add_option("--fillers", noise.filler,
+                   "put made-up words into this fraction of the training prompts; the tokens the grammar "
+                   "never writes keep their initial embeddings (Note [prompt noise])")
+        ->check(CLI::Range(0.0, 1.0));
     app.add_option("--seed", seed, "seed of weights, scenes and noise");
     app.add_option("--eval-every", eval_every, "evaluate the EMA weights every N steps");
     app.add_option("--eval-prompts", eval_prompts, "held-out prompts per periodic evaluation");
@@ -281,13 +365,31 @@ int main(int argc, char** argv) {
                     count += t.numel();
                 }
         }
+        // Rows of the token embeddings that training prompts never hold get no gradient.
+        std::vector<at::Tensor> token_embeddings;
+        for (const auto& [component, named] : pipe->parameters())
+            for (const auto& [name, t] : named)
+                if (name.find("token_embedding") != std::string::npos) token_embeddings.push_back(t);
+        const at::Tensor unseen_ids = [&] {
+            const std::vector<int64_t> ids = unseen_token_ids(staging / "tokenizer");
+            return at::tensor(ids, at::kLong);
+        }();
         std::vector<at::Tensor> ema;
         for (const at::Tensor& p : params) ema.push_back(p.detach().clone());
         torch::optim::AdamW opt(params, torch::optim::AdamWOptions(lr).betas({0.9, 0.99}).weight_decay(0.01));
         std::printf(
-            "dp-train-shapes: %lld parameters; %dx%d px, patch %d, %d blocks of %d, batch %d, %.0f min\n",
+            "dp-train-shapes: %lld parameters; %dx%d px, patch %d, %d blocks of %d, batch %d, %.0f min; "
+            "%lld of the tokens are never in a training prompt\n",
             static_cast<long long>(count), d.image, d.image, d.patch, d.layers, d.heads * d.head_dim, batch,
-            minutes);
+            minutes, static_cast<long long>(unseen_ids.numel()));
+        {
+            std::mt19937_64 show(seed + 7);
+            for (int i = 0; i < 4; ++i)
+                std::printf("  a training prompt: \"%s\"\n",
+                            add_noise(dp::shapes::describe(dp::shapes::random_scene(show, false), show), noise,
+                                      show)
+                                .c_str());
+        }
         std::fflush(stdout);
 
         const EvalSet eval_set = held_out_set(eval_prompts, 1000 + seed);
@@ -314,7 +416,7 @@ int main(int argc, char** argv) {
             const auto t0 = std::chrono::steady_clock::now();
             at::Tensor x0;
             std::vector<std::string> prompts;
-            sample_batch(rng, batch, d.image, x0, prompts);
+            sample_batch(rng, batch, d.image, noise, x0, prompts);
             const dp::runtime::PromptEmbeddings e = pipe->encode_prompts(prompts);
             const at::Tensor noise = at::randn_like(x0);
             const double done_before =
@@ -330,6 +432,8 @@ int main(int argc, char** argv) {
             const at::Tensor loss = at::mse_loss(v, noise - x0);
             opt.zero_grad();
             loss.backward();
+            for (const at::Tensor& t : token_embeddings)
+                if (t.grad().defined()) t.grad().index_fill_(0, unseen_ids, 0.0);
             torch::nn::utils::clip_grad_norm_(params, 1.0);
             // Warm up over 200 steps, hold, then decay linearly to a tenth over the last 40 % of
             // the budget (steps, or minutes when the time decides).
