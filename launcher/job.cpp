@@ -130,9 +130,16 @@ class JobMonitor : public StatusListener {
                 }
             }
         } else if (const auto* start = std::get_if<protocol::StartEvent>(&*event)) {
-            shares_[rank] = {start->first, start->count};
             if (!start->dtype.empty()) dtype_of_[rank] = start->dtype;
-            if (exchange_) {
+            taken_.erase(rank);  // a restarted rank takes afresh
+            // Dynamic: no fixed share; every pending prompt of the job is to run, on some node.
+            if (start->schedule == "dynamic") {
+                dynamic_ = true;
+                shares_.erase(rank);
+            } else {
+                shares_[rank] = {start->first, start->count};
+            }
+            if (exchange_ && !dynamic_) {
                 // This node makes its ranks' shares only; replicas' shares are disjoint.
                 std::set<std::pair<int64_t, int64_t>> distinct;
                 for (const auto& [r, share] : shares_) distinct.insert(share);
@@ -161,14 +168,22 @@ class JobMonitor : public StatusListener {
             r->erase("file");
             ++failed_;
             append(*r);
+        } else if (const auto* take = std::get_if<protocol::TakeEvent>(&*event)) {
+            std::vector<int64_t>& taken = taken_[rank];
+            taken.insert(taken.end(), take->indices.begin(), take->indices.end());
         } else if (const auto* error = std::get_if<protocol::RankErrorEvent>(&*event)) {
             // The rank stopped (a collective failed, a file could not be written, a bug): its
-            // share's unfinished prompts were not run; none of them failed.
-            const auto share = shares_.find(rank);
-            if (share == shares_.end()) return;
-            const auto [first, count] = share->second;
-            for (int64_t k = first; k < first + count && k < static_cast<int64_t>(order_.size()); ++k) {
-                nlohmann::json* r = pending(order_[static_cast<std::size_t>(k)]);
+            // share's (dynamic: what it took) unfinished prompts were not run; none of them failed.
+            std::vector<int64_t> unfinished;
+            if (const auto share = shares_.find(rank); share != shares_.end()) {
+                const auto [first, count] = share->second;
+                for (int64_t k = first; k < first + count && k < static_cast<int64_t>(order_.size()); ++k)
+                    unfinished.push_back(order_[static_cast<std::size_t>(k)]);
+            } else if (const auto taken = taken_.find(rank); taken != taken_.end()) {
+                unfinished = taken->second;
+            }
+            for (const int64_t index : unfinished) {
+                nlohmann::json* r = pending(index);
                 if (!r) continue;
                 mark_not_run(*r, "rank " + std::to_string(rank) + " stopped with exit code " +
                                      std::to_string(error->exit_code) + ": " + error->message);
@@ -399,6 +414,8 @@ class JobMonitor : public StatusListener {
     std::map<int64_t, protocol::JobRequest> request_of_;
     std::vector<int64_t> order_;
     std::map<int, std::pair<int64_t, int64_t>> shares_;  // rank -> its share [first, first + count)
+    std::map<int, std::vector<int64_t>> taken_;           // dynamic: rank -> the prompts it took
+    bool dynamic_ = false;                                 // a rank said the schedule is dynamic
     std::map<int, std::string> dtype_of_;                  // rank -> the precision it said it runs in
     int64_t to_run_;
     int64_t done_ = 0, failed_ = 0, not_run_ = 0, kept_ = 0;

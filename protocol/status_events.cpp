@@ -13,7 +13,7 @@ namespace {
 constexpr std::size_t kMaxMessageBytes = 4096;
 
 // Each kind's name on the wire, in the variant's order.
-constexpr const char* kEventNames[] = {"start", "image", "failed", "error", "heartbeat", "joined"};
+constexpr const char* kEventNames[] = {"start", "image", "failed", "error", "heartbeat", "joined", "take"};
 static_assert(std::size(kEventNames) == std::variant_size_v<StatusEvent>);
 
 std::string cut(const std::string& text) {
@@ -23,6 +23,7 @@ std::string cut(const std::string& text) {
 nlohmann::json fields(const StartEvent& e) {
     nlohmann::json j = {{"rank", e.rank}, {"device", e.device}, {"first", e.first}, {"count", e.count}};
     if (!e.dtype.empty()) j["dtype"] = e.dtype;
+    if (!e.schedule.empty()) j["schedule"] = e.schedule;
     return j;
 }
 nlohmann::json fields(const ImageEvent& e) {
@@ -44,6 +45,7 @@ nlohmann::json fields(const RankErrorEvent& e) {
 }
 
 nlohmann::json fields(const JoinedEvent& e) { return {{"rank", e.rank}, {"job_id", e.job_id}}; }
+nlohmann::json fields(const TakeEvent& e) { return {{"rank", e.rank}, {"indices", e.indices}}; }
 
 int read_rank(detail::Fields& f) { return static_cast<int>(f.integer("rank", 0, INT_MAX)); }
 
@@ -56,6 +58,12 @@ void read(detail::Fields& f, StartEvent& e) {
         e.dtype = f.string("dtype");
         if (e.dtype != "fp32" && e.dtype != "bf16" && e.dtype != "fp16")
             throw InputDataError(f.path("dtype") + " '" + e.dtype.substr(0, 40) + "': expected fp32, bf16 or fp16");
+    }
+    if (f.has("schedule")) {
+        e.schedule = f.string("schedule");
+        if (e.schedule != "static" && e.schedule != "dynamic")
+            throw InputDataError(f.path("schedule") + " '" + e.schedule.substr(0, 40) +
+                                 "': expected static or dynamic");
     }
 }
 void read(detail::Fields& f, ImageEvent& e) {
@@ -81,6 +89,16 @@ void read(detail::Fields& f, RankErrorEvent& e) {
 void read(detail::Fields& f, JoinedEvent& e) {
     e.rank = read_rank(f);
     e.job_id = f.string("job_id");
+}
+
+void read(detail::Fields& f, TakeEvent& e) {
+    e.rank = read_rank(f);
+    const nlohmann::json& list = f.array("indices");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        if (!list[i].is_number_integer() || list[i].get<int64_t>() < 0)
+            throw InputDataError(f.path("indices", i) + ": expected a prompt index (an integer >= 0)");
+        e.indices.push_back(list[i].get<int64_t>());
+    }
 }
 
 void read(detail::Fields& f, HeartbeatEvent& e) {

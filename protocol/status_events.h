@@ -4,6 +4,8 @@
 // used by dp-worker's StatusChannel and dp-launch's JobMonitor. std and nlohmann/json only.
 //
 //   {"event": "start", "rank": 0, "device": "cpu", "dtype": "fp32", "first": 0, "count": 3}
+//   {"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 0, "schedule": "dynamic"}
+//   {"event": "take", "rank": 0, "indices": [7, 3]}
 //   {"event": "image", "rank": 0, "index": 4, "file": "00004-x.png", "sha256": "...", "ms": 812.5,
 //    "width": 16, "height": 16}
 //   {"event": "failed", "rank": 0, "index": 5, "error": "..."}
@@ -16,11 +18,13 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace dp::protocol {
 
 // The rank has joined the group and takes requests [first, first + count) of the job file (its
-// replica's share; every rank of a replica takes the same ones).
+// replica's share; every rank of a replica takes the same ones). Under the dynamic schedule it has
+// no fixed share (first and count are 0): it says what it takes in TakeEvents.
 struct StartEvent {
     int rank = 0;
     std::string device;  // where its model runs: "cpu", "cuda:1", ...
@@ -29,6 +33,15 @@ struct StartEvent {
     // The precision its model runs in (fp32, bf16, fp16: --dtype auto resolved on the rank's
     // device); empty: not said (the key is optional).
     std::string dtype;
+    // "static" or "dynamic" (the job file's schedule); empty: not said, which is static.
+    std::string schedule;
+};
+
+// Under the dynamic schedule: the rank's replica took these prompts (their indices, in the order it
+// makes them) from the job's queue; each ends in an image, failed or not_run event.
+struct TakeEvent {
+    int rank = 0;
+    std::vector<int64_t> indices;
 };
 
 // The image of request `index` (the prompt's index) is written, under its final name.
@@ -87,8 +100,8 @@ struct JoinedEvent {
     std::string job_id;
 };
 
-using StatusEvent =
-    std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent, HeartbeatEvent, JoinedEvent>;
+using StatusEvent = std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent, HeartbeatEvent, JoinedEvent,
+                                 TakeEvent>;
 
 // The event as one line, ending in '\n'. Text that is not UTF-8 is replaced, never refused; a
 // message is cut to a few KiB, so that a line always stays far below the launcher's line bound.

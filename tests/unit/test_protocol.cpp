@@ -234,7 +234,7 @@ TEST_CASE("a job file that is not one this build reads is refused, naming the fi
 }
 
 TEST_CASE("every status event round-trips field by field, as one line") {
-    const StartEvent start{3, "cuda:1", 40, 12, "bf16"};
+    const StartEvent start{3, "cuda:1", 40, 12, "bf16", "static"};
     const ImageEvent image{2, 17, "00017-x.png", std::string(64, 'a'), 812.5, 16, 24};
     const FailedEvent failed{1, 5, "image size 512x16: outside the \"position table\""};
     const RankErrorEvent error{4, kExitCommunication, "all_reduce on group 'tp' failed"};
@@ -278,6 +278,30 @@ TEST_CASE("every status event round-trips field by field, as one line") {
     CHECK(e.rank == 4);
     CHECK(e.exit_code == 75);
     CHECK(e.message == error.message);
+}
+
+TEST_CASE("the dynamic schedule's start and take events round-trip, and bad fields are refused") {
+    const StartEvent start{1, "cpu", 0, 0, "fp32", "dynamic"};
+    CHECK(std::get<StartEvent>(*parse_status_line(status_line(start))).schedule == "dynamic");
+    const TakeEvent take{2, {7, 3, 11}};
+    const std::string line = status_line(take);
+    CHECK(line == "{\"event\":\"take\",\"indices\":[7,3,11],\"rank\":2}\n");
+    const auto t = std::get<TakeEvent>(*parse_status_line(line));
+    CHECK(t.rank == 2);
+    CHECK(t.indices == std::vector<int64_t>{7, 3, 11});
+    const auto refusal = [](const char* text) {
+        try {
+            parse_status_line(text);
+        } catch (const InputDataError& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    CHECK(refusal(R"({"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 0, "schedule": "greedy"})") ==
+          "status event 'start': schedule 'greedy': expected static or dynamic");
+    CHECK(refusal(R"({"event": "take", "rank": 0, "indices": [1, -2]})") ==
+          "status event 'take': indices[1]: expected a prompt index (an integer >= 0)");
+    CHECK(refusal(R"({"event": "take", "rank": 0})").find("indices") != std::string::npos);
 }
 
 TEST_CASE("a heartbeat round-trips in each phase, says what the rank does, and refuses other phases") {
