@@ -1,7 +1,6 @@
 #include "shapes/free_phrasing.h"
 
 #include <algorithm>
-#include <cctype>
 
 namespace dp::shapes {
 namespace {
@@ -159,22 +158,6 @@ const std::vector<std::pair<std::string, Writer>>& writers() {
     return all;
 }
 
-std::vector<std::string> words_of(const std::string& prompt) {
-    std::vector<std::string> words;
-    std::string word;
-    for (char ch : prompt + " ") {
-        const unsigned char u = static_cast<unsigned char>(ch);
-        if (std::isalpha(u)) {
-            word += static_cast<char>(std::tolower(u));
-            continue;
-        }
-        if (!word.empty()) words.push_back(word);
-        word.clear();
-        if (ch == ';' || ch == ':') words.emplace_back(1, ch);
-    }
-    return words;
-}
-
 }  // namespace
 
 const std::vector<std::string>& free_families() {
@@ -192,7 +175,7 @@ Phrasing describe_freely(const Scene& scene, std::mt19937_64& rng) {
 }
 
 std::string free_family(const std::string& prompt) {
-    const std::vector<std::string> w = words_of(prompt);
+    const std::vector<std::string> w = prompt_words(prompt, ";:");
     auto has = [&](const char* word) { return std::find(w.begin(), w.end(), word) != w.end(); };
     for (std::size_t i = 0; i + 1 < w.size(); ++i)
         if (w[i] == "background" && w[i + 1] == "is") return "background_is";

@@ -273,19 +273,24 @@ std::string describe(const Scene& scene, std::mt19937_64& rng) {
     return join(phrases, rng);
 }
 
-std::optional<Scene> parse_prompt(const std::string& prompt) {
+std::vector<std::string> prompt_words(const std::string& prompt, const std::string& punctuation) {
     std::vector<std::string> words;
     std::string word;
     for (char ch : prompt + " ") {
         const unsigned char u = static_cast<unsigned char>(ch);
         if (std::isalpha(u)) {
             word += static_cast<char>(std::tolower(u));
-        } else {
-            if (!word.empty()) words.push_back(word);
-            word.clear();
-            if (ch == ',') words.push_back(",");
+            continue;
         }
+        if (!word.empty()) words.push_back(word);
+        word.clear();
+        if (punctuation.find(ch) != std::string::npos) words.emplace_back(1, ch);
     }
+    return words;
+}
+
+std::optional<Scene> parse_prompt(const std::string& prompt) {
+    const std::vector<std::string> words = prompt_words(prompt, ",");
     Scene scene;
     scene.background = -1;
     // The background: "<colour> background", or "background is <colour>".

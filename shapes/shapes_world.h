@@ -72,6 +72,10 @@ std::string describe(const Scene& scene, std::mt19937_64& rng);
 // two shapes are joined by "and". nullopt for anything else (the checker cannot judge it).
 std::optional<Scene> parse_prompt(const std::string& prompt);
 
+// The words of a prompt, lower-cased: runs of letters, and each character of `punctuation` as a
+// word of its own; everything else separates.
+std::vector<std::string> prompt_words(const std::string& prompt, const std::string& punctuation);
+
 // Every word the grammar writes, for the tokenizer's vocabulary: describe's words, then
 // free_connective_words().
 std::vector<std::string> grammar_words();
