@@ -191,6 +191,7 @@ void to_json(nlohmann::json& j, const JobFile& job) {
            {"ulysses", job.mesh.ulysses},
            {"tp", job.mesh.tp}}},
          {"collective_timeout_s", job.collective_timeout_s},
+         {"schedule", job.schedule},
          {"requests", job.requests}};
     put_path(j, "model_dir", job.model_dir);
     put_path(j, "output_dir", job.output_dir);
@@ -242,6 +243,11 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     out.offload = f.boolean("offload");
     read_mesh(detail::Fields(f.object("mesh"), "mesh"), out.mesh);
     out.collective_timeout_s = f.number("collective_timeout_s", 0.001, 7 * 24 * 3600.0);
+    if (f.has("schedule")) {
+        out.schedule = f.string("schedule");
+        if (!is_one_of(out.schedule, {"static", "dynamic"}))
+            throw InputDataError("schedule: '" + out.schedule.substr(0, 40) + "': expected static or dynamic");
+    }
     if (f.has("device_map"))
         out.device_map = read_device_map(detail::Fields(f.object("device_map"), "device_map"));
     if (f.has("job_id")) {

@@ -8,6 +8,7 @@
 //    "output_dir": "...", "dtype": "auto", "device": "auto", "batch_size": 1, "variant": "",
 //    "no_t5": false, "offload": false,
 //    "mesh": {"dp": 2, "cfg": 1, "ring": 1, "ulysses": 1, "tp": 2}, "collective_timeout_s": 300,
+//    "schedule": "dynamic",
 //    "device_map": {"spec": "auto", "max_memory": "cpu:0=1GB,cpu:1=1GB",
 //                   "plan": {"devices": ["cpu:0", "cpu:1"],
 //                            "placements": [{"component": "vae", "block": -1, "device": "cpu:1",
@@ -19,7 +20,7 @@
 //                  "skip_layer_guidance_scale": 2.8, "skip_layer_guidance_start": 0.01,
 //                  "skip_layer_guidance_stop": 0.2}, ...]}
 //
-// random_weights and device_map are optional; so is device_map.plan (absent: the budgets are the
+// random_weights, schedule and device_map are optional; so is device_map.plan (absent: the budgets are the
 // worker's visible GPUs' free memory, which only the worker can measure). std and nlohmann/json
 // only.
 
@@ -111,6 +112,10 @@ struct JobFile {
     JobMesh mesh;
     double collective_timeout_s = kDefaultCollectiveTimeoutS;
     std::optional<DeviceMapRequest> device_map;  // nullopt: everything on one device
+    // How the replicas share the requests: "static" (each a contiguous share, accelerate's rule) or
+    // "dynamic" (each takes the next batch from the job's queue when free, costliest first; Note
+    // [dynamic schedule] in runtime/worker.cpp). Optional in the file: absent is static.
+    std::string schedule = "static";
     std::vector<JobRequest> requests;            // in the order the ranks split them
     // The writing dp-launch's id for this run. Every launcher of a multi-node job writes its own;
     // rank 0's is the job's (JoinedEvent), and it is not one of the settings the nodes compare.

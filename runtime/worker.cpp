@@ -23,7 +23,7 @@
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline.h"
-#include "runtime/split.h"
+#include "strategies/work_split.h"
 #include "runtime/tensor_io.h"
 #include "strategies/device_map.h"
 #include "strategies/model_config.h"

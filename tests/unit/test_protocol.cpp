@@ -32,6 +32,7 @@ JobFile full_job() {
     job.no_t5 = true;
     job.mesh = {2, 2, 3, 5, 7};
     job.collective_timeout_s = 12.5;
+    job.schedule = "dynamic";
     DeviceMapPlan plan;
     plan.devices = {"cpu:0", "cpu:1"};
     plan.placements = {{"text_encoder", -1, "cpu:1", 1000},
@@ -77,6 +78,7 @@ void check_same(const JobFile& x, const JobFile& y) {
     CHECK(x.mesh.ulysses == y.mesh.ulysses);
     CHECK(x.mesh.tp == y.mesh.tp);
     CHECK(x.collective_timeout_s == y.collective_timeout_s);
+    CHECK(x.schedule == y.schedule);
     REQUIRE(x.device_map.has_value() == y.device_map.has_value());
     if (x.device_map) {
         CHECK(x.device_map->spec == y.device_map->spec);
@@ -164,6 +166,10 @@ TEST_CASE("the job file round-trips every field, through JSON and through a file
     CHECK_FALSE(plain_back.random_weights);
     CHECK_FALSE(plain_back.device_map);
     CHECK(plain_back.collective_timeout_s == kDefaultCollectiveTimeoutS);
+    // An earlier launcher's file has no schedule: static.
+    nlohmann::json unscheduled = plain;
+    unscheduled.erase("schedule");
+    CHECK(unscheduled.get<JobFile>().schedule == "static");
     JobFile unplanned = job;
     unplanned.device_map->plan.reset();
     check_same(unplanned, nlohmann::json(unplanned).get<JobFile>());
@@ -207,6 +213,8 @@ TEST_CASE("a job file that is not one this build reads is refused, naming the fi
               path + ": requests[0].skip_layer_guidance_start: must be below skip_layer_guidance_stop"},
              {edited([](auto& j) { j["requests"][0]["skip_layer_guidance_stop"] = 1.5; }),
               path + ": requests[0].skip_layer_guidance_stop: expected a number from 0.0 to 1.0, got 1.5"},
+             {edited([](auto& j) { j["schedule"] = "greedy"; }),
+              path + ": schedule: 'greedy': expected static or dynamic"},
              {edited([](auto& j) { j["collective_timeout_s"] = 0; }),
               path + ": collective_timeout_s: expected a number"},
              {edited([](auto& j) { j["requests"][1]["seed"] = -1; }),
@@ -254,7 +262,7 @@ TEST_CASE("every status event round-trips field by field, as one line") {
     CHECK(s.count == 12);
     CHECK(s.dtype == "bf16");
     // An older rank's start event has no dtype; another value is refused.
-    CHECK(std::get<StartEvent>(*parse_status_line(status_line(StartEvent{0, "cpu", 0, 1}))).dtype.empty());
+    CHECK(std::get<StartEvent>(*parse_status_line(status_line(StartEvent{0, "cpu", 0, 1, "", ""}))).dtype.empty());
     bool refused = false;
     try {
         parse_status_line(R"({"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 1, "dtype": "auto"})");

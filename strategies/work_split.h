@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace dp::runtime {
+namespace dp::strategies {
 
 struct Range {
     int64_t begin = 0;
@@ -32,4 +32,4 @@ std::vector<T> split_between_processes(const std::vector<T>& items, int64_t worl
     return std::vector<T>(items.begin() + range.begin, items.begin() + range.end);
 }
 
-}  // namespace dp::runtime
+}  // namespace dp::strategies

@@ -1,0 +1,101 @@
+#include "strategies/cost_model.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <queue>
+#include <stdexcept>
+#include <utility>
+
+#include "strategies/work_split.h"
+
+namespace dp::strategies {
+
+CostRules cost_rules(const ImageSizeRule& sizes, const CallArguments& arguments) {
+    CostRules rules;
+    rules.pixels_per_token = std::max<int64_t>(1, sizes.multiple());
+    rules.default_side = sizes.default_side;
+    rules.cfg_is_true_cfg = arguments.cfg_key == "true_cfg_scale";
+    rules.cfg_needs_negative_prompt = arguments.guidance_needs_negative_prompt;
+    return rules;
+}
+
+bool runs_two_branches(const protocol::JobRequest& request, const CostRules& rules) {
+    const double scale = rules.cfg_is_true_cfg ? request.true_cfg_scale : request.guidance_scale;
+    if (scale <= 1) return false;
+    return !rules.cfg_needs_negative_prompt || request.negative_prompt.has_value();
+}
+
+int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules) {
+    const int64_t width = request.width > 0 ? request.width : rules.default_side;
+    const int64_t height = request.height > 0 ? request.height : rules.default_side;
+    if (width <= 0 || height <= 0 || request.steps < 0)
+        throw std::invalid_argument("prompt " + std::to_string(request.index) + ": size " + std::to_string(width) +
+                                    "x" + std::to_string(height) + " and " + std::to_string(request.steps) +
+                                    " steps have no cost");
+    const int64_t tokens = std::max<int64_t>(1, width / rules.pixels_per_token) *
+                           std::max<int64_t>(1, height / rules.pixels_per_token);
+    return int64_t{request.steps} * tokens * (runs_two_branches(request, rules) ? 2 : 1);
+}
+
+std::vector<int64_t> prompt_costs(const std::vector<protocol::JobRequest>& requests, const CostRules& rules) {
+    std::vector<int64_t> costs;
+    costs.reserve(requests.size());
+    for (const protocol::JobRequest& r : requests) costs.push_back(prompt_cost(r, rules));
+    return costs;
+}
+
+std::vector<std::size_t> dynamic_order(const std::vector<int64_t>& costs) {
+    std::vector<std::size_t> order(costs.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return costs[a] > costs[b]; });
+    return order;
+}
+
+std::vector<std::vector<std::size_t>> dynamic_units(const std::vector<protocol::JobRequest>& requests,
+                                                    const std::vector<std::size_t>& order, int batch_size) {
+    std::vector<std::vector<std::size_t>> units;
+    for (const std::size_t k : order) {
+        if (!units.empty()) {
+            std::vector<std::size_t>& last = units.back();
+            if (static_cast<int>(last.size()) < batch_size &&
+                protocol::same_batch_settings(requests[k], requests[last.front()])) {
+                last.push_back(k);
+                continue;
+            }
+        }
+        units.push_back({k});
+    }
+    return units;
+}
+
+Makespans makespans(const std::vector<int64_t>& costs, const std::vector<std::vector<std::size_t>>& units,
+                    int replicas) {
+    if (replicas < 1) throw std::invalid_argument("makespans: need at least one replica");
+    Makespans m;
+    m.total = std::accumulate(costs.begin(), costs.end(), int64_t{0});
+    m.ideal = static_cast<double>(m.total) / replicas;
+    m.costs_differ = std::any_of(costs.begin(), costs.end(), [&](int64_t c) { return c != costs.front(); });
+    const int64_t n = static_cast<int64_t>(costs.size());
+    for (int r = 0; r < replicas; ++r) {
+        const Range share = split_between_processes(n, replicas, r);
+        m.static_split = std::max(m.static_split, std::accumulate(costs.begin() + share.begin,
+                                                                  costs.begin() + share.end, int64_t{0}));
+    }
+    // Each replica's finish time, the earliest (then the lowest replica) on top.
+    using Free = std::pair<int64_t, int>;
+    std::priority_queue<Free, std::vector<Free>, std::greater<Free>> free;
+    for (int r = 0; r < replicas; ++r) free.push({0, r});
+    for (const std::vector<std::size_t>& unit : units) {
+        Free next = free.top();
+        free.pop();
+        for (const std::size_t k : unit) next.first += costs[k];
+        m.dynamic = std::max(m.dynamic, next.first);
+        free.push(next);
+    }
+    return m;
+}
+
+std::string auto_schedule(const Makespans& m) { return m.costs_differ ? "dynamic" : "static"; }
+
+}  // namespace dp::strategies

@@ -1,0 +1,74 @@
+#pragma once
+// The cost model of the main job: what one prompt costs relative to another, and how long the job
+// takes under each schedule of its prompts over the model replicas. Pure (no LibTorch): the launcher
+// picks the schedule with it (--schedule auto), `dp-launch plan` prints it, and every rank orders the
+// dynamic queue with it, so that all of them agree.
+//
+// A prompt's cost is steps x image tokens x branches: the transformer's work per step grows with
+// the tokens it attends over, and a call with classifier-free guidance runs the transformer on two
+// branches. Text tokens, the text encoders and the VAE are left out: they are the same for every
+// prompt of a job or small beside the denoising loop. The unit is one image token for one step.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "protocol/job_file.h"
+#include "strategies/model_config.h"
+#include "strategies/parallel_spec.h"
+
+namespace dp::strategies {
+
+// What the cost of a prompt depends on, for one model.
+struct CostRules {
+    int64_t pixels_per_token = 1;  // along a side: the VAE's scale x the (packed) patch size
+    int64_t default_side = 0;      // the width and height of a request that says 0
+    // The classifier-free guidance scale is guidance_scale (SD3) or true_cfg_scale (FLUX,
+    // Qwen-Image), which needs a negative prompt given before it runs a second branch.
+    bool cfg_is_true_cfg = false;
+    bool cfg_needs_negative_prompt = false;
+};
+
+// The rules of a model from its size rule and its call arguments (model_config.h).
+CostRules cost_rules(const ImageSizeRule& sizes, const CallArguments& arguments);
+
+// Whether `request` runs two guidance branches: its CFG scale is above 1 (and, where the family
+// asks for one, it has a negative prompt).
+bool runs_two_branches(const protocol::JobRequest& request, const CostRules& rules);
+
+// steps x image tokens x branches (1 or 2). Throws std::invalid_argument for a size that is not
+// positive after the default.
+int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules);
+
+// Every request's cost, in the requests' order.
+std::vector<int64_t> prompt_costs(const std::vector<protocol::JobRequest>& requests, const CostRules& rules);
+
+// The dynamic schedule's order: positions into `costs`, the costliest first, equal costs by
+// position (so the cheapest prompts come last and fill the replicas' ends).
+std::vector<std::size_t> dynamic_order(const std::vector<int64_t>& costs);
+
+// Work units of the dynamic schedule: runs of consecutive positions of `order` whose requests may
+// share a batch (protocol::same_batch_settings), at most `batch_size` long. Each unit lists
+// positions into `requests`.
+std::vector<std::vector<std::size_t>> dynamic_units(const std::vector<protocol::JobRequest>& requests,
+                                                    const std::vector<std::size_t>& order, int batch_size);
+
+// How long the job takes, in cost units, with `replicas` replicas each making one unit at a time.
+struct Makespans {
+    int64_t total = 0;         // every prompt's cost
+    int64_t static_split = 0;  // accelerate's contiguous shares (work_split.h): the costliest share
+    int64_t dynamic = 0;       // list scheduling of `units` in order: the next unit to the replica free first
+    double ideal = 0;          // total / replicas: no replica ever idle
+    bool costs_differ = false; // some prompt costs more than another
+};
+
+// `costs`: every request's cost in the job file's order; `units`: the dynamic schedule's units
+// (positions into `costs`), each costing the sum of its prompts. Throws std::invalid_argument when
+// replicas < 1.
+Makespans makespans(const std::vector<int64_t>& costs, const std::vector<std::vector<std::size_t>>& units,
+                    int replicas);
+
+// What --schedule auto gives: "dynamic" when the prompts' costs differ, else "static".
+std::string auto_schedule(const Makespans& m);
+
+}  // namespace dp::strategies
