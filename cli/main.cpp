@@ -2,9 +2,12 @@
 #include <cstdlib>
 
 #include "cli/command_line.h"
+#include "launcher/own_usage.h"
 
 int main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
-    return dp::cli::run_command_line(
+    const int code = dp::cli::run_command_line(
         dp::cli::parse_command_line(args, [](const char* name) { return std::getenv(name); }));
+    if (const char* usage = std::getenv(dp::launcher::kOwnUsageFileVariable)) dp::launcher::write_own_usage(usage);
+    return code;
 }

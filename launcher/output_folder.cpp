@@ -11,6 +11,7 @@
 #include <ctime>
 #include <string>
 
+#include "launcher/atomic_file.h"
 #include "launcher/errors.h"
 #include "launcher/system_info.h"
 
@@ -73,25 +74,9 @@ OutputLock OutputLock::acquire(const std::string& dir) {
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {
-    const std::string tmp = path + ".tmp." + std::to_string(getpid());
-    UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd) throw IoError(errno_message("cannot create " + tmp));
-    if (!write_all(fd.get(), text.data(), text.size())) {
-        const std::string message = errno_message("cannot write " + tmp);
-        fd.reset();
-        std::remove(tmp.c_str());
-        throw IoError(message);
-    }
-    if (::close(fd.release()) != 0) {
-        const std::string message = errno_message("cannot write " + tmp);
-        std::remove(tmp.c_str());
-        throw IoError(message);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const std::string message = errno_message("cannot rename " + tmp + " to " + path);
-        std::remove(tmp.c_str());
-        throw IoError(message);
-    }
+    AtomicFile file(path);
+    file.write(text);
+    file.commit();
 }
 
 std::vector<std::string> remove_leftovers(const std::string& dir) {
