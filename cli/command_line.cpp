@@ -189,14 +189,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
         result.exit_code = 0;
         return result;
     }
-    // `plan` resolves the same options as the main job, without a PROMPTS file.
+    // `plan` resolves the same options as the main job; a PROMPTS file is optional (given: the
+    // schedules' expected makespans over its prompts).
     const bool plan = plan_cmd->parsed();
     const bool job_mode = plan || (raw.command.empty() && !stray.empty());
-    if (plan && !stray.empty()) {
-        result.message = "plan takes options only, not '" + stray.front().substr(0, 80) +
-                         "': it describes a job without reading prompts";
-        return result;
-    }
     if (stray.size() > 1 || (!stray.empty() && dashes != args.end())) {
         result.message = "unexpected argument '" + stray.back().substr(0, 80) +
                          "': give one PROMPTS file, or put a command after --, e.g. dp-launch -n 2 -- " +
@@ -219,7 +215,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
     try {
         result.spec = resolve_launch_spec(raw, env, /*require_command=*/!job_mode);
         if (job_mode) {
-            result.job = resolve_job_options(raw, env, plan ? "-" : stray.front());
+            result.job = resolve_job_options(raw, env, stray.empty() ? "" : stray.front());
         } else if (const std::string set = first_job_option_flag(raw); !set.empty()) {
             result.message = set + " is a pipeline option: it needs a PROMPTS file, not a command after --";
             return result;

@@ -582,6 +582,11 @@ const std::vector<JobOptionRow>& job_option_table() {
                       "every visible GPU's free memory"),
             whole<J>("--batch-size,--batch_size", "N", &J::batch_size, 1, 64,
                      "Prompts with the same settings that go through the model together on a rank"),
+            choice<J>("--schedule", &J::schedule, {"auto", "static", "dynamic"},
+                      "How the model replicas share the prompts: static gives each a contiguous share "
+                      "(accelerate's split), dynamic lets each take the next prompt, costliest first, when it "
+                      "is free; auto is dynamic when the prompts' estimated costs (steps x image tokens x "
+                      "guidance branches) differ"),
             number<J>("--collective-timeout,--collective_timeout", "SECONDS", &J::collective_timeout_s, 1,
                       7 * 24 * 3600, "seconds",
                       "How long a rank waits in one collective (another rank died or hangs) before it stops "

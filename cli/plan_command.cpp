@@ -10,6 +10,8 @@
 
 #include "launcher/errors.h"
 #include "launcher/job_settings.h"
+#include "launcher/prompt_file.h"
+#include "strategies/cost_model.h"
 #include "strategies/mesh.h"
 #include "strategies/model_files.h"
 #include "strategies/model_config.h"
@@ -61,6 +63,37 @@ auto with_variant_or_plain(const JobOptions& job, const Count& count) {
         if (job.variant.empty()) throw;
         return count("");
     }
+}
+
+// The expected makespan of each schedule over the prompts of job.prompts (README "Schedules").
+std::string schedule_plan(const JobOptions& job, const ModelRules& rules, int replicas) {
+    const PromptFile file = read_prompt_file(
+        job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, rules); });
+    std::vector<protocol::JobRequest> requests;
+    for (const PromptRecord& p : file.prompts) requests.push_back(job_request(p, job, rules));
+    const strategies::ScheduleChoice c = strategies::choose_schedule(
+        job.schedule, requests, strategies::cost_rules(rules.sizes, rules.arguments), replicas, job.batch_size);
+    const strategies::Makespans& m = c.makespans;
+    std::ostringstream out;
+    out << "schedules: " << requests.size() << " prompt(s) of " << utf8_for_display(job.prompts);
+    if (!file.invalid.empty()) out << " (" << file.invalid.size() << " invalid line(s) left out)";
+    out << " over " << replicas << " model replica(s); cost units are image tokens x steps x guidance branches\n";
+    const auto row = [&](const char* name, double cost) {
+        char line[160];
+        std::snprintf(line, sizeof(line), "  %-8s %.0f%s", name, cost, m.ideal > 0 ? "" : "\n");
+        out << line;
+        if (m.ideal > 0) {
+            std::snprintf(line, sizeof(line), " (%.2fx the ideal)\n", cost / m.ideal);
+            out << line;
+        }
+    };
+    row("static:", static_cast<double>(m.static_split));
+    row("dynamic:", static_cast<double>(m.dynamic));
+    char ideal[160];
+    std::snprintf(ideal, sizeof(ideal), "  ideal:   %.1f (the total %lld over %d replica(s))\n", m.ideal,
+                  static_cast<long long>(m.total), replicas);
+    out << ideal << "  runs: " << strategies::describe_schedule(c) << "\n";
+    return out.str();
 }
 
 }  // namespace
@@ -266,6 +299,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     if (step.empty()) out << " none";
     for (const auto& [kind, bytes] : step) out << "\n  " << kind << ": " << bytes_text(bytes);
     out << "\n";
+    if (!job.prompts.empty()) out << schedule_plan(job, rules, deg.dp);
     // What the job itself would refuse, though a plan can still be made.
     std::vector<std::string> refusals = model_problems(job);
     try {

@@ -32,6 +32,7 @@
 #include "launcher/values.h"
 #include "protocol/job_file.h"
 #include "protocol/status_events.h"
+#include "strategies/cost_model.h"
 #include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
 
@@ -72,38 +73,37 @@ bool exists(const std::string& path) {
 // after a rank failure the restarted ranks get only the prompts that have no image yet.
 class JobMonitor : public StatusListener {
   public:
-    // `records`: every prompt's record; those not "pending" (invalid lines, images kept from an
-    // earlier run) are written to the manifest now. `job_file` is at `job_path`, its requests the
-    // pending prompts in the order the ranks' start events refer to. With several launchers
-    // (Note [one job, several launchers]) only launcher 0 writes the manifest.
-    JobMonitor(const LaunchSpec& launch, const JobOptions& job, std::map<int64_t, nlohmann::json> records,
-               protocol::JobFile job_file, std::string job_path)
+    // `records`: every prompt's record, with the requests of the pending ones; those not "pending"
+    // (invalid lines, images kept from an earlier run) are written to the manifest now. The job
+    // file at `job_path` has `job_file`'s settings and the requests of the pending prompts
+    // `order`, in the order the ranks' start events refer to. With several launchers (Note [one
+    // job, several launchers]) only launcher 0 writes the manifest.
+    JobMonitor(const LaunchSpec& launch, const JobOptions& job, JobRecords records, protocol::JobFile job_file,
+               std::vector<int64_t> order, std::string job_path)
         : launch_(launch),
           job_(job),
           records_(std::move(records)),
           job_file_(std::move(job_file)),
           job_path_(std::move(job_path)),
-          to_run_(static_cast<int64_t>(job_file_.requests.size())),
+          order_(std::move(order)),
+          to_run_(static_cast<int64_t>(order_.size())),
           start_(std::chrono::steady_clock::now()) {
-        for (const protocol::JobRequest& q : job_file_.requests) {
-            order_.push_back(q.index);
-            request_of_[q.index] = q;
-        }
+        job_file_.requests.clear();  // they are in records_
         manifest_path_ = job.output_dir + "/manifest.jsonl";
         tty_ = Terminal::instance().is_tty(STDERR_FILENO);
         if (launch.launcher_count() > 1)
             exchange_.emplace(job.output_dir, launch.launcher_index(), launch.launcher_count(),
                               launch.node_timeout_s);
         if (!writer()) return;
-        std::string text;
-        for (const auto& [index, record] : records_) {
-            const std::string status = record.value("status", "");
-            if (status == "pending") continue;
-            text += record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-            kept_ += status == "ok";
-        }
+        kept_ = records_.count(JobRecords::Status::kOk);
         // Whole or not at all: a job killed now leaves the earlier run's manifest, or this one.
-        write_file_atomically(manifest_path_, text);
+        AtomicFile manifest(manifest_path_);
+        records_.for_each_index([&](int64_t index, JobRecords::Status status) {
+            if (status == JobRecords::Status::kPending) return;
+            manifest.write(records_.record_line(index));
+            manifest.write("\n");
+        });
+        manifest.commit();
         manifest_ = ManifestAppender(manifest_path_);
     }
 
@@ -147,7 +147,7 @@ class JobMonitor : public StatusListener {
                 for (const auto& share : distinct) to_run_ += share.second;
             }
         } else if (const auto* image = std::get_if<protocol::ImageEvent>(&*event)) {
-            nlohmann::json* r = pending(image->index);
+            std::optional<nlohmann::json> r = pending(image->index);
             if (!r) return;
             (*r)["rank"] = rank;
             (*r)["status"] = "ok";
@@ -160,7 +160,7 @@ class JobMonitor : public StatusListener {
             ++done_;
             append(*r);
         } else if (const auto* failed = std::get_if<protocol::FailedEvent>(&*event)) {
-            nlohmann::json* r = pending(failed->index);
+            std::optional<nlohmann::json> r = pending(failed->index);
             if (!r) return;
             (*r)["rank"] = rank;
             (*r)["status"] = "failed";
@@ -183,7 +183,7 @@ class JobMonitor : public StatusListener {
                 unfinished = taken->second;
             }
             for (const int64_t index : unfinished) {
-                nlohmann::json* r = pending(index);
+                std::optional<nlohmann::json> r = pending(index);
                 if (!r) continue;
                 mark_not_run(*r, "rank " + std::to_string(rank) + " stopped with exit code " +
                                      std::to_string(error->exit_code) + ": " + error->message);
@@ -196,22 +196,27 @@ class JobMonitor : public StatusListener {
     // Before the ranks restart: the job file is rewritten with the prompts that have no image yet
     // (failed and not run ones included), so the restart resumes instead of starting over.
     void on_restart() override {
-        job_file_.requests.clear();
         order_.clear();
         shares_.clear();
-        for (auto& [index, r] : records_) {
-            const std::string status = r.value("status", "");
-            if (status != "pending" && status != "failed" && status != "not_run") continue;
-            if (status == "failed") --failed_;
-            if (status == "not_run") --not_run_;
-            r["status"] = "pending";
-            r.erase("error");
-            r.erase("rank");
-            r["file"] = request_of_[index].file;
-            job_file_.requests.push_back(request_of_[index]);
+        protocol::JobFileWriter job_file(job_path_, job_file_);
+        records_.for_each_index([&](int64_t index, JobRecords::Status status) {
+            using S = JobRecords::Status;
+            if (status != S::kPending && status != S::kFailed && status != S::kNotRun) return;
+            const std::string request = records_.request_line(index);
+            if (status != S::kPending) {
+                if (status == S::kFailed) --failed_;
+                if (status == S::kNotRun) --not_run_;
+                nlohmann::json r = records_.record(index);
+                r["status"] = "pending";
+                r.erase("error");
+                r.erase("rank");
+                r["file"] = nlohmann::json::parse(request).at("file");
+                records_.set(r);
+            }
+            job_file.add_line(request);
             order_.push_back(index);
-        }
-        protocol::write_job_file(job_path_, job_file_);
+        });
+        job_file.commit();
     }
 
     // Ends the job after run_launch returned `code`, and returns dp-launch's exit code. Launcher 0
@@ -226,14 +231,14 @@ class JobMonitor : public StatusListener {
             progress(true);
             for (NodeExchange::Peer& peer : exchange_->gather()) {
                 for (auto& [index, record] : peer.records) {
-                    nlohmann::json* r = pending(index);
+                    std::optional<nlohmann::json> r = pending(index);
                     if (!r) continue;
                     const std::string status = record.value("status", "");
                     if (status == "ok") ++done_;
                     else if (status == "failed") ++failed_;
                     else if (status == "not_run") ++not_run_;
                     else continue;
-                    *r = std::move(record);
+                    records_.set(record);
                 }
                 const std::string name = launcher_name(peer.index, !launch_.spawned_local_ranks.empty());
                 if (!peer.finished) {
@@ -248,24 +253,29 @@ class JobMonitor : public StatusListener {
                 }
             }
         }
-        for (auto& [index, r] : records_)
-            if (r.value("status", "") == "pending") mark_not_run(r, lost.empty() ? "" : lost + " lost before making it");
+        records_.for_each_index([&](int64_t index, JobRecords::Status status) {
+            if (status != JobRecords::Status::kPending) return;
+            nlohmann::json r = records_.record(index);
+            mark_not_run(r, lost.empty() ? "" : lost + " lost before making it");
+            records_.set(r);
+        });
         if (!exchange_) progress(true);
-        std::string text;
-        for (const auto& [index, r] : records_)
-            text += r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
         manifest_.close();
         try {
-            write_file_atomically(manifest_path_, text);
+            // Sorted by index, a record at a time (Note [records on disk]).
+            AtomicFile manifest(manifest_path_);
+            records_.for_each_index([&](int64_t index, JobRecords::Status) {
+                manifest.write(records_.record_line(index));
+                manifest.write("\n");
+            });
+            manifest.commit();
         } catch (const IoError& e) {
             // The appended records stay: each is whole, and every finished prompt has one.
             report_write_error(e.what());
         }
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-        // The gallery, rewritten whole at the end of every run.
-        std::vector<nlohmann::json> ordered;
-        for (const auto& [index, r] : records_) ordered.push_back(r);
+        // The gallery, rewritten at the end of every run.
         GallerySummary summary;
         summary.model = job_.model;
         summary.world_size = launch_.world_size();
@@ -275,7 +285,9 @@ class JobMonitor : public StatusListener {
         summary.not_run = not_run_;
         summary.seconds = seconds;
         try {
-            write_file_atomically(job_.output_dir + "/index.html", gallery_html(ordered, summary));
+            write_gallery(job_.output_dir, [&](const RecordVisitor& visit) {
+                records_.for_each([&](int64_t, const nlohmann::json& r) { visit(r); });
+            }, summary);
         } catch (const IoError& e) {
             report_write_error(e.what());
         }
@@ -311,7 +323,7 @@ class JobMonitor : public StatusListener {
     // Launcher K > 0: its records are in its file; launcher 0 makes the job's result.
     int finish_as_follower(int code) {
         progress(true);
-        if (job_file_.requests.empty()) return code;  // no rank started: nothing to wait for
+        if (order_.empty()) return code;  // no rank started: nothing to wait for
         exchange_->beat(code);
         double silent = 0;
         const std::optional<nlohmann::json> result = exchange_->await_result(silent);
@@ -625,6 +637,14 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     for (const InvalidPrompt& bad : file.invalid)
         records[bad.index] = {
             {"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}};
+
+    // How the replicas share the pending prompts (Note [dynamic schedule], runtime/worker.cpp).
+    const strategies::ScheduleChoice schedule =
+        strategies::choose_schedule(job.schedule, job_file.requests, strategies::cost_rules(rules.sizes, rules.arguments),
+                                    strategy.degrees.dp, job.batch_size);
+    job_file.schedule = schedule.schedule;
+    if (!launch.quiet && strategy.degrees.dp > 1 && !job_file.requests.empty())
+        std::cerr << "dp-launch: " << strategies::describe_schedule(schedule) << std::endl;
 
     // The job's id: rank 0's launcher's is the one every launcher uses (Note [one job, several launchers]).
     job_file.job_id = host_for_file_name() + "-" + std::to_string(getpid()) + "-" +

@@ -37,6 +37,9 @@ struct JobOptions {
     int width = 0;  // 0: the model's default
     int height = 0;
     int batch_size = 1;
+    // How the replicas share the prompts: static (contiguous shares), dynamic (a shared queue,
+    // costliest first) or auto (dynamic when the prompts' estimated costs differ).
+    std::string schedule = "auto";
     // How long a rank waits in one collective before it gives up (exit code 75).
     double collective_timeout_s = protocol::kDefaultCollectiveTimeoutS;
     bool cfg_parallel = false;  // pairs of ranks split classifier-free guidance's two branches

@@ -1,6 +1,7 @@
 #include "strategies/cost_model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <numeric>
 #include <queue>
@@ -97,5 +98,44 @@ Makespans makespans(const std::vector<int64_t>& costs, const std::vector<std::ve
 }
 
 std::string auto_schedule(const Makespans& m) { return m.costs_differ ? "dynamic" : "static"; }
+
+ScheduleChoice choose_schedule(const std::string& requested, const std::vector<protocol::JobRequest>& requests,
+                               const CostRules& rules, int replicas, int batch_size) {
+    if (requested != "auto" && requested != "static" && requested != "dynamic")
+        throw std::invalid_argument("--schedule '" + requested + "': expected auto, static or dynamic");
+    ScheduleChoice c;
+    const std::vector<int64_t> costs = prompt_costs(requests, rules);
+    const std::vector<std::vector<std::size_t>> units = dynamic_units(requests, dynamic_order(costs), batch_size);
+    c.units = units.size();
+    c.makespans = makespans(costs, units, replicas);
+    if (requested != "auto") {
+        c.schedule = requested;
+        c.why = "--schedule " + requested;
+    } else if (replicas == 1) {
+        c.schedule = "static";
+        c.why = "auto: one model replica makes every prompt";
+    } else {
+        c.schedule = auto_schedule(c.makespans);
+        const auto [lo, hi] = std::minmax_element(costs.begin(), costs.end());
+        c.why = c.makespans.costs_differ ? "auto: the prompts' estimated costs differ (" + std::to_string(*lo) +
+                                               " to " + std::to_string(*hi) + ")"
+                                         : "auto: every prompt has the same estimated cost";
+    }
+    return c;
+}
+
+std::string describe_schedule(const ScheduleChoice& choice) {
+    const Makespans& m = choice.makespans;
+    std::string text = "schedule " + choice.schedule + " (" + choice.why + ")";
+    if (m.static_split > 0 && m.ideal > 0) {
+        const int64_t chosen = choice.schedule == "dynamic" ? m.dynamic : m.static_split;
+        char figures[128];
+        std::snprintf(figures, sizeof(figures), "; expected makespan %.2fx the static split's, %.2fx the ideal",
+                      static_cast<double>(chosen) / static_cast<double>(m.static_split),
+                      static_cast<double>(chosen) / m.ideal);
+        text += figures;
+    }
+    return text;
+}
 
 }  // namespace dp::strategies

@@ -71,4 +71,22 @@ Makespans makespans(const std::vector<int64_t>& costs, const std::vector<std::ve
 // What --schedule auto gives: "dynamic" when the prompts' costs differ, else "static".
 std::string auto_schedule(const Makespans& m);
 
+// The schedule a job runs with, and why, in words for its start line.
+struct ScheduleChoice {
+    std::string schedule;  // "static" or "dynamic"
+    // "--schedule dynamic", "auto: the prompts' estimated costs differ (1280 to 5120)", ...
+    std::string why;
+    Makespans makespans;
+    std::size_t units = 0;  // the dynamic schedule's work units
+};
+
+// `requested` is --schedule's value (auto, static or dynamic); `requests` the job's pending ones in
+// the job file's order; `replicas` the model replicas (dp). Auto is static with one replica (there
+// is nothing to balance). Throws std::invalid_argument for another value of `requested`.
+ScheduleChoice choose_schedule(const std::string& requested, const std::vector<protocol::JobRequest>& requests,
+                               const CostRules& rules, int replicas, int batch_size);
+
+// "schedule dynamic (auto: ...); expected makespan 0.71x the static split's, 1.02x the ideal".
+std::string describe_schedule(const ScheduleChoice& choice);
+
 }  // namespace dp::strategies

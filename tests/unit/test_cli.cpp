@@ -590,7 +590,7 @@ TEST_CASE("every invalid value is a one-line usage error naming its source") {
         {{"--guidance-scale", "500", "p.txt"}, "--guidance-scale"},
         {{"--model", "m", "--", "python"}, "--model is a pipeline option: it needs a PROMPTS file"},
         {{"a.txt", "b.txt"}, "give one PROMPTS file"},
-        {{"plan", "-n", "2", "p.txt"}, "plan takes options only, not 'p.txt'"},
+        {{"plan", "-n", "2", "p.txt", "q.txt"}, "unexpected argument 'q.txt': give one PROMPTS file"},
         {{"--config", "/nonexistent/dp.json", "--", "x"}, "/nonexistent/dp.json"},
     };
     for (const Case& c : cases) {
