@@ -23,7 +23,7 @@
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline.h"
-#include "strategies/work_split.h"
+#include "runtime/prompt_queue.h"
 #include "runtime/tensor_io.h"
 #include "strategies/device_map.h"
 #include "strategies/model_config.h"
@@ -284,7 +284,8 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     if (const char* addr = std::getenv("DP_LOCAL_ADDR")) co.local_addr = addr;
     Communicator comm(co);
     // Before anything is loaded: the same job on every node (Note [one job on every node]).
-    status.send(protocol::JoinedEvent{rank, agree_on_job(job, comm)});
+    const std::string job_id = agree_on_job(job, comm);
+    status.send(protocol::JoinedEvent{rank, job_id});
     strategies::MeshDegrees degrees;
     degrees.dp = job.mesh.dp;
     degrees.cfg = job.mesh.cfg;
@@ -294,28 +295,27 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     // Every rank forms its sub-groups here, in the same order, so none waits on another.
     const ParallelContext parallel(comm, strategies::Mesh(world, degrees));
     const bool writer = parallel.writes_outputs();
-    const Range share = split_between_processes(static_cast<int64_t>(job.requests.size()),
-                                                parallel.replicas(), parallel.replica());
+    PromptQueue queue(job, parallel, comm, job_id);
     // DP_SAVE_LATENTS=1: each image's final latents (fp32, before decoding) beside it, as
     // NAME.png.latents.safetensors, to compare runs more finely than by pixels.
     const bool save_latents = env_flag("DP_SAVE_LATENTS");
     TestKillSwitch kill_switch(rank);
-    status.send(protocol::StartEvent{rank, po.device.str(), share.begin, share.size(), dtype_name(po.dtype)});
+    status.send(protocol::StartEvent{rank, po.device.str(), queue.share().begin, queue.share().size(),
+                                     dtype_name(po.dtype), job.schedule});
 
     int failed = 0;
-    if (share.size() > 0) {
+    if (queue.has_work()) {
         status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kLoading, -1, 0, 0});
         const auto pipeline = load_pipeline(po, parallel);
-        int64_t next = share.begin;
-        while (next < share.end) {
+        while (const std::vector<std::size_t>* unit = queue.next()) {
             // A batch: consecutive requests that can share the model's shapes.
-            std::vector<const JobRequest*> group = {&job.requests[static_cast<std::size_t>(next++)]};
+            std::vector<const JobRequest*> group;
+            for (const std::size_t k : *unit) group.push_back(&job.requests[k]);
             const JobRequest& first = *group.front();
-            while (next < share.end && static_cast<int>(group.size()) < job.batch_size) {
-                const JobRequest& g = job.requests[static_cast<std::size_t>(next)];
-                if (!protocol::same_batch_settings(g, first)) break;
-                group.push_back(&g);
-                ++next;
+            if (queue.dynamic()) {
+                protocol::TakeEvent take{rank, {}};
+                for (const JobRequest* r : group) take.indices.push_back(r->index);
+                status.send(take);
             }
             stop_if_asked(rank, "before prompt " + std::to_string(first.index));
             status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kGenerating, first.index, 0,

@@ -2,7 +2,8 @@
 // dp-worker: one rank of the main job. What it does comes from the job file dp-launch wrote
 // (protocol/job_file.h); its place in the job from the launcher's environment (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT, DP_STATUS_FD). It joins the job's c10d group, takes its
-// replica's contiguous share of the requests (split_between_processes), writes each image
+// replica's contiguous share of the requests (split_between_processes) or, under the dynamic
+// schedule, the next batch from the job's queue when free (prompt_queue.h), writes each image
 // atomically and reports it on the status channel (protocol/status_events.h).
 //
 // Errors: a request the model cannot make (ModelError, InputDataError) is a failed prompt, and the

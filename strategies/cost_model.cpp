@@ -53,7 +53,7 @@ std::vector<std::size_t> dynamic_order(const std::vector<int64_t>& costs) {
     return order;
 }
 
-std::vector<std::vector<std::size_t>> dynamic_units(const std::vector<protocol::JobRequest>& requests,
+std::vector<std::vector<std::size_t>> work_units(const std::vector<protocol::JobRequest>& requests,
                                                     const std::vector<std::size_t>& order, int batch_size) {
     std::vector<std::vector<std::size_t>> units;
     for (const std::size_t k : order) {
@@ -105,7 +105,7 @@ ScheduleChoice choose_schedule(const std::string& requested, const std::vector<p
         throw std::invalid_argument("--schedule '" + requested + "': expected auto, static or dynamic");
     ScheduleChoice c;
     const std::vector<int64_t> costs = prompt_costs(requests, rules);
-    const std::vector<std::vector<std::size_t>> units = dynamic_units(requests, dynamic_order(costs), batch_size);
+    const std::vector<std::vector<std::size_t>> units = work_units(requests, dynamic_order(costs), batch_size);
     c.units = units.size();
     c.makespans = makespans(costs, units, replicas);
     if (requested != "auto") {

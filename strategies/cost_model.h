@@ -47,10 +47,11 @@ std::vector<int64_t> prompt_costs(const std::vector<protocol::JobRequest>& reque
 // position (so the cheapest prompts come last and fill the replicas' ends).
 std::vector<std::size_t> dynamic_order(const std::vector<int64_t>& costs);
 
-// Work units of the dynamic schedule: runs of consecutive positions of `order` whose requests may
-// share a batch (protocol::same_batch_settings), at most `batch_size` long. Each unit lists
-// positions into `requests`.
-std::vector<std::vector<std::size_t>> dynamic_units(const std::vector<protocol::JobRequest>& requests,
+// Work units, what a replica makes in one go: runs of consecutive positions of `order` (a static
+// share in the job's order, or dynamic_order's) whose requests may share a batch
+// (protocol::same_batch_settings), at most `batch_size` long. Each unit lists positions into
+// `requests`.
+std::vector<std::vector<std::size_t>> work_units(const std::vector<protocol::JobRequest>& requests,
                                                     const std::vector<std::size_t>& order, int batch_size);
 
 // How long the job takes, in cost units, with `replicas` replicas each making one unit at a time.

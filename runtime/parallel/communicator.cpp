@@ -235,6 +235,15 @@ std::string Communicator::store_get(const std::string& key) {
     }
 }
 
+int64_t Communicator::store_add(const std::string& key, int64_t delta) {
+    try {
+        return impl_->store->add(key, delta);
+    } catch (const std::exception& e) {
+        throw CommunicationError("rank " + std::to_string(rank()) + ": cannot add to '" + key +
+                                 "' in the job's store: " + first_line(e) + " (rank 0 may have died; see its log)");
+    }
+}
+
 void Communicator::all_reduce(at::Tensor& tensor) {
     std::vector<at::Tensor> t = {tensor};
     finish(impl_->backend->allreduce(t), "all_reduce");

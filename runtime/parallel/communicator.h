@@ -80,6 +80,9 @@ class Communicator {
     // up to the group's timeout. Keys are this group's (a sub-group's are prefixed by its tag).
     void store_set(const std::string& key, const std::string& value);
     std::string store_get(const std::string& key);
+    // Adds `delta` to the integer at `key` (0 while absent) and returns the sum, in one step of the
+    // store: ranks that add at the same time each get a different sum.
+    int64_t store_add(const std::string& key, int64_t delta);
     void all_reduce(at::Tensor& tensor);  // sum, in place
     std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
     // All_gather of blocks whose dim 0 differs by rank: rank i holds rows[i] rows (the other dims

@@ -77,10 +77,10 @@ TEST_CASE("dynamic units batch consecutive prompts of the order that share their
     const std::vector<int64_t> costs = prompt_costs(requests, shapes_rules());
     const std::vector<std::size_t> order = dynamic_order(costs);
     CHECK(order == std::vector<std::size_t>{1, 4, 0, 2, 3});
-    CHECK(dynamic_units(requests, order, 1) ==
+    CHECK(work_units(requests, order, 1) ==
           std::vector<std::vector<std::size_t>>{{1}, {4}, {0}, {2}, {3}});
-    CHECK(dynamic_units(requests, order, 2) == std::vector<std::vector<std::size_t>>{{1}, {4}, {0, 2}, {3}});
-    CHECK(dynamic_units(requests, order, 8) == std::vector<std::vector<std::size_t>>{{1}, {4}, {0, 2, 3}});
+    CHECK(work_units(requests, order, 2) == std::vector<std::vector<std::size_t>>{{1}, {4}, {0, 2}, {3}});
+    CHECK(work_units(requests, order, 8) == std::vector<std::vector<std::size_t>>{{1}, {4}, {0, 2, 3}});
 }
 
 TEST_CASE("makespans: the static split's costliest share, list scheduling, the ideal") {
