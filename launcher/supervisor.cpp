@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <deque>
 #include <memory>
 #include <optional>
 
@@ -26,6 +25,7 @@
 #include "launcher/port.h"
 #include "launcher/process.h"
 #include "launcher/rank_env.h"
+#include "launcher/rank_output.h"
 #include "launcher/system_info.h"
 #include "launcher/terminal.h"
 #include "protocol/status_events.h"
@@ -36,8 +36,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
-constexpr std::size_t kTailLines = 10;
-constexpr std::size_t kTailLineBytes = 512;
 constexpr int kStragglerDrainMs = 2000;  // how long to wait for output pipes once every rank exited
 // A hang, or the job past --timeout: running it again may succeed (README "Exit codes").
 constexpr int kExitRetry = protocol::kExitCommunication;
@@ -45,14 +43,7 @@ constexpr int kExitRetry = protocol::kExitCommunication;
 // a consequence]).
 constexpr std::chrono::milliseconds kSettle{2000};
 
-// What a rank's stream is connected to.
-struct Stream {
-    UniqueFd pipe;  // read end; reset at EOF
-    LineSplitter lines;
-    int terminal_fd = 1;  // where prefixed lines go: 1 or 2
-    std::string update;   // on a terminal: the rank's last carriage-return update of this line
-    UniqueFd log;         // --log-dir file, appended to
-};
+using Stream = RankStream;
 
 struct Rank {
     int rank = 0;
@@ -62,8 +53,8 @@ struct Rank {
     bool signalled_by_launcher = false;
     int wait_status = 0;
     Clock::time_point started, ended;
-    Stream out, err, status;  // status: only with a listener
-    std::deque<std::string> stderr_tail;
+    RankOutput output;  // its stdout and stderr
+    Stream status;      // only with a listener
     Clock::time_point heard;                       // the last line on its status channel
     std::optional<protocol::HeartbeatEvent> beat;  // the last heartbeat
 };
@@ -197,8 +188,13 @@ class Job {
             Rank& r = ranks_[k];
             r.local_rank = i;
             r.rank = spec.node_rank * spec.num_processes + i;
-            r.out.terminal_fd = STDOUT_FILENO;
-            r.err.terminal_fd = STDERR_FILENO;
+            r.output.out.terminal_fd = STDOUT_FILENO;
+            r.output.err.terminal_fd = STDERR_FILENO;
+            const bool shown = spec.shown_local_ranks.empty() ||
+                               std::find(spec.shown_local_ranks.begin(), spec.shown_local_ranks.end(), i) !=
+                                   spec.shown_local_ranks.end();
+            r.output.setup(spec.prefix_output ? "[rank " + std::to_string(r.rank) + "] " : std::string(), shown,
+                           &sinks_, [this](const std::string& line) { say(line); });
         }
         if (!spec.log_dir.empty()) open_logs();
     }
@@ -250,7 +246,7 @@ class Job {
     void open_logs() {
         make_dirs(spec_.log_dir);
         for (Rank& r : ranks_) {
-            for (auto [stream, suffix] : {std::pair{&r.out, ".stdout"}, std::pair{&r.err, ".stderr"}}) {
+            for (auto [stream, suffix] : {std::pair{&r.output.out, ".stdout"}, std::pair{&r.output.err, ".stderr"}}) {
                 const std::string path = spec_.log_dir + "/rank_" + std::to_string(r.rank) + suffix;
                 stream->log.reset(open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
                 if (!stream->log) throw IoError(errno_message("--log-dir: cannot open " + path));
@@ -276,12 +272,11 @@ class Job {
         inputs.launcher_pid = getpid();
         inputs.job_id = guard_.job_id();
         for (Rank& r : ranks_) {
-            if (r.out.log || r.err.log) {
+            if (r.output.out.log || r.output.err.log) {
                 const std::string header = "==== dp-launch run " + spec_.run_id + ", rank " +
                                            std::to_string(r.rank) + ", attempt " + std::to_string(restart) +
                                            ", " + now_iso8601() + " ====\n";
-                for (Stream* s : {&r.out, &r.err})
-                    if (s->log) write_log(*s, header.data(), header.size());
+                for (Stream* s : {&r.output.out, &r.output.err}) r.output.write_log(*s, header);
             }
             EnvVars vars = rank_variables(spec_, inputs, r.local_rank, base_env_);
             UniqueFd status_write;
@@ -313,13 +308,7 @@ class Job {
             r.started = Clock::now();
             r.heard = r.started;
             r.beat.reset();
-            r.out.pipe = std::move(child.stdout_read);
-            r.err.pipe = std::move(child.stderr_read);
-            r.out.lines = LineSplitter();
-            r.err.lines = LineSplitter();
-            r.out.update.clear();
-            r.err.update.clear();
-            r.stderr_tail.clear();
+            r.output.restart(std::move(child.stdout_read), std::move(child.stderr_read));
             // A signal that arrived while we were still spawning reaches this rank too.
             if (launcher_signal_ != 0 || first_failure_ >= 0)
                 signal_rank(r, launcher_signal_ ? launcher_signal_ : SIGTERM);
@@ -347,7 +336,7 @@ class Job {
             fds.push_back({signals_.fd(), POLLIN, 0});
             fds.push_back({timer_.get(), POLLIN, 0});
             for (Rank& r : ranks_) {
-                for (Stream* s : {&r.out, &r.err, &r.status}) {
+                for (Stream* s : {&r.output.out, &r.output.err, &r.status}) {
                     if (!s->pipe) continue;
                     fds.push_back({s->pipe.get(), POLLIN, 0});
                     streams.push_back(s);
@@ -475,7 +464,7 @@ class Job {
 
     Rank* owner_of(Stream* s) {
         for (Rank& r : ranks_)
-            if (s == &r.out || s == &r.err || s == &r.status) return &r;
+            if (s == &r.output.out || s == &r.output.err || s == &r.status) return &r;
         return nullptr;
     }
 
@@ -599,13 +588,6 @@ class Job {
         for (Rank& r : ranks_) signal_rank(r, sig);
     }
 
-    void write_log(Stream& s, const char* data, std::size_t size) {
-        if (s.log && !write_all(s.log.get(), data, size)) {
-            say(errno_message("cannot write a --log-dir file; that rank's log stops here"));
-            s.log.reset();
-        }
-    }
-
     void pump(Rank& r, Stream& s) {
         char buf[64 * 1024];
         const ssize_t n = read(s.pipe.get(), buf, sizeof(buf));
@@ -614,107 +596,20 @@ class Job {
             finish_stream(r, s);
             return;
         }
-        if (&s == &r.status) {
-            s.lines.feed(std::string_view(buf, static_cast<std::size_t>(n)),
-                         [&](std::string_view line) { on_status_line(r, line); });
-            return;
-        }
-        write_log(s, buf, static_cast<std::size_t>(n));
-        if (!shown(r)) {  // --local-ranks-filter: logged, and kept for a failure report, not shown
-            s.lines.feed(std::string_view(buf, static_cast<std::size_t>(n)),
-                         [&](std::string_view line) { add_line(r, s, line); });
-            out_.clear();
-            return;
-        }
-        if (Terminal::instance().is_tty(s.terminal_fd)) {
-            relay_pieces(r, s, std::string_view(buf, static_cast<std::size_t>(n)));
-            return;
-        }
-        out_.clear();
-        s.lines.feed(std::string_view(buf, static_cast<std::size_t>(n)),
-                     [&](std::string_view line) { add_line(r, s, line); });
-        flush(s);
+        const std::string_view data(buf, static_cast<std::size_t>(n));
+        if (&s == &r.status)
+            s.lines.feed(data, [&](std::string_view line) { on_status_line(r, line); });
+        else
+            r.output.feed(s, data);
     }
 
     void finish_stream(Rank& r, Stream& s) {
-        if (&s == &r.status) {
-            s.lines.finish([&](std::string_view line) { on_status_line(r, line); });
-            s.pipe.reset();
+        if (&s != &r.status) {
+            r.output.finish(s);
             return;
         }
-        if (!shown(r)) {
-            out_.clear();
-            s.lines.finish([&](std::string_view line) { add_line(r, s, line); });
-            out_.clear();
-            s.pipe.reset();
-            return;
-        }
-        if (Terminal::instance().is_tty(s.terminal_fd)) {
-            s.lines.finish([&](std::string_view line) { relay_line(r, s, line); });
-            Terminal::instance().end(&s, /*keep=*/true);  // its last carriage-return update stays
-            s.pipe.reset();
-            return;
-        }
-        out_.clear();
-        s.lines.finish([&](std::string_view line) { add_line(r, s, line); });
-        flush(s);
+        s.lines.finish([&](std::string_view line) { on_status_line(r, line); });
         s.pipe.reset();
-    }
-
-    // Whether this rank's output is shown (--local-ranks-filter; empty: every rank's).
-    bool shown(const Rank& r) const {
-        const std::vector<int>& only = spec_.shown_local_ranks;
-        return only.empty() || std::find(only.begin(), only.end(), r.local_rank) != only.end();
-    }
-
-    std::string prefix(const Rank& r) const {
-        return spec_.prefix_output ? "[rank " + std::to_string(r.rank) + "] " : std::string();
-    }
-
-    // On a terminal a rank's carriage-return updates (a progress bar) are shown as they come, with
-    // its prefix, as the live line (launcher/terminal.h), and so is an unfinished line; whole lines
-    // are written above the live line, so no two ranks' partial lines are ever mixed.
-    void relay_pieces(Rank& r, Stream& s, std::string_view data) {
-        Terminal& terminal = Terminal::instance();
-        s.lines.feed_pieces(data, [&](std::string_view piece, char end) {
-            if (end != '\r') {
-                relay_line(r, s, piece);
-            } else if (!piece.empty()) {
-                s.update.assign(piece);
-                terminal.show(s.terminal_fd, &s, prefix(r) + s.update);
-            }
-        });
-        if (!s.lines.pending().empty()) terminal.show(s.terminal_fd, &s, prefix(r) + std::string(s.lines.pending()));
-    }
-
-    void relay_line(Rank& r, Stream& s, std::string_view piece) {
-        // "text\r\n" ends the line "text".
-        const std::string line = piece.empty() && !s.update.empty() ? s.update : std::string(piece);
-        s.update.clear();
-        if (&s == &r.err) {
-            r.stderr_tail.emplace_back(line.substr(0, kTailLineBytes));
-            if (r.stderr_tail.size() > kTailLines) r.stderr_tail.pop_front();
-        }
-        Terminal& terminal = Terminal::instance();
-        terminal.end(&s, /*keep=*/false);
-        bool& open = s.terminal_fd == STDOUT_FILENO ? stdout_open_ : stderr_open_;
-        if (open && !terminal.write(s.terminal_fd, prefix(r) + line + "\n")) open = false;
-    }
-
-    void add_line(Rank& r, Stream& s, std::string_view line) {
-        if (spec_.prefix_output) out_ += "[rank " + std::to_string(r.rank) + "] ";
-        out_.append(line);
-        out_ += '\n';
-        if (&s == &r.err) {
-            r.stderr_tail.emplace_back(line.substr(0, kTailLineBytes));
-            if (r.stderr_tail.size() > kTailLines) r.stderr_tail.pop_front();
-        }
-    }
-
-    void flush(Stream& s) {
-        bool& open = s.terminal_fd == STDOUT_FILENO ? stdout_open_ : stderr_open_;
-        if (open && !Terminal::instance().write(s.terminal_fd, out_))
-            open = false;  // EPIPE
     }
 
     // The job's end: `headline`, each rank's result with `marked` marked, `marked`'s last stderr
@@ -735,12 +630,12 @@ class Job {
             text += line + result + "\n";
         }
         if (!marked) {
-        } else if (marked->stderr_tail.empty()) {
+        } else if (marked->output.stderr_tail().empty()) {
             text += "  rank " + std::to_string(marked->rank) + " wrote nothing to stderr\n";
         } else {
-            text += "  last " + std::to_string(marked->stderr_tail.size()) + " line(s) of rank " +
+            text += "  last " + std::to_string(marked->output.stderr_tail().size()) + " line(s) of rank " +
                     std::to_string(marked->rank) + " stderr:\n";
-            for (const std::string& l : marked->stderr_tail) text += "    | " + l + "\n";
+            for (const std::string& l : marked->output.stderr_tail()) text += "    | " + l + "\n";
         }
         if (!spec_.log_dir.empty()) text += "  full logs: " + spec_.log_dir + "/rank_*.stderr\n";
         text += "dp-launch: exit code " + std::to_string(code) +
@@ -756,7 +651,6 @@ class Job {
     UniqueFd timer_;
     std::vector<std::string> base_env_;
     std::vector<Rank> ranks_;
-    std::string out_;
     int first_failure_ = -1;  // index into ranks_
     // Note [a lost peer is a consequence]: the first rank seen exiting 75, and until when the
     // others may still exit on their own.
@@ -769,8 +663,7 @@ class Job {
     int launcher_signal_ = 0;  // the first stop signal dp-launch received
     int sigint_count_ = 0;
     bool grace_armed_ = false;
-    bool stdout_open_ = true;
-    bool stderr_open_ = true;
+    OutputSinks sinks_;  // dp-launch's own stdout and stderr, shared by the ranks' output
 };
 
 }  // namespace
