@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "launcher/atomic_file.h"
 #include "launcher/errors.h"
 #include "launcher/gallery.h"
 #include "launcher/job_settings.h"
@@ -88,7 +89,6 @@ class JobMonitor : public StatusListener {
           order_(std::move(order)),
           to_run_(static_cast<int64_t>(order_.size())),
           start_(std::chrono::steady_clock::now()) {
-        job_file_.requests.clear();  // they are in records_
         manifest_path_ = job.output_dir + "/manifest.jsonl";
         tty_ = Terminal::instance().is_tty(STDERR_FILENO);
         if (launch.launcher_count() > 1)
@@ -344,11 +344,10 @@ class JobMonitor : public StatusListener {
         return code != kExitOk ? code : protocol::kExitCommunication;
     }
 
-    // The record of prompt `index` while no rank has reported it; else nullptr.
-    nlohmann::json* pending(int64_t index) {
-        const auto it = records_.find(index);
-        if (it == records_.end() || it->second.value("status", "") != "pending") return nullptr;
-        return &it->second;
+    // The record of prompt `index` while no rank has reported it; else none.
+    std::optional<nlohmann::json> pending(int64_t index) const {
+        if (records_.status(index) != JobRecords::Status::kPending) return std::nullopt;
+        return records_.record(index);
     }
 
     void mark_not_run(nlohmann::json& r, const std::string& why) {
@@ -358,12 +357,11 @@ class JobMonitor : public StatusListener {
         ++not_run_;
     }
 
-    int64_t invalid() const {
-        return std::count_if(records_.begin(), records_.end(),
-                             [](const auto& kv) { return kv.second.value("status", "") == "invalid"; });
-    }
+    int64_t invalid() const { return records_.count(JobRecords::Status::kInvalid); }
 
+    // Keeps `record` as its prompt's and appends it to the manifest (or this node's records).
     void append(const nlohmann::json& record) {
+        records_.set(record);
         if (!writer()) {
             if (!exchange_->append(record))
                 report_write_error(errno_message("cannot append to this node's records in " + job_.output_dir +
@@ -420,10 +418,9 @@ class JobMonitor : public StatusListener {
 
     const LaunchSpec& launch_;
     const JobOptions& job_;
-    std::map<int64_t, nlohmann::json> records_;
+    JobRecords records_;
     protocol::JobFile job_file_;
     std::string job_path_;
-    std::map<int64_t, protocol::JobRequest> request_of_;
     std::vector<int64_t> order_;
     std::map<int, std::pair<int64_t, int64_t>> shares_;  // rank -> its share [first, first + count)
     std::map<int, std::vector<int64_t>> taken_;           // dynamic: rank -> the prompts it took
@@ -569,8 +566,19 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     // usage error, a JSONL line's makes that line invalid, the folder's own problems are the model's.
     const ModelRules rules = read_model_rules(job);
     check_job(job, rules);
+    // Every prompt's settings, resolved once here so that every rank and the manifest agree; each
+    // prompt's record and request go to `records` as it is read (Note [records on disk]).
+    const std::string dtype = expected_dtype(job, strategy.device_map_plan);
+    JobRecords records(local_temp_dir());
+    protocol::JobFile job_file = job_file_for(job, strategy);
     const PromptFile file = read_prompt_file(
-        job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, rules); });
+        job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, rules); },
+        [&](PromptRecord&& p) {
+            protocol::JobRequest q = job_request(p, job, rules);
+            records.set(pending_record(q, p.line, job, dtype, rules));
+            records.set_request(p.index, protocol::request_line(q));
+            job_file.requests.push_back(std::move(q));
+        });
 
     if (!file.invalid.empty() && !job.skip_invalid) {
         std::string text =
@@ -583,15 +591,12 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         std::cerr << text << std::flush;
         return kExitInputData;
     }
-    if (file.prompts.empty()) {
+    if (file.valid == 0) {
         std::cout << "dp-launch: nothing to do: " << name << " has no prompts"
                   << (file.invalid.empty() ? "" : " that are valid") << std::endl;
         return kExitOk;
     }
 
-    // Every prompt's settings, resolved once here so that every rank and the manifest agree.
-    protocol::JobFile job_file = job_file_for(job, strategy);
-    std::map<int64_t, nlohmann::json> records;
     std::vector<std::string> clashes;
     if (job.overwrite && job.resume)
         throw UsageError("--overwrite and --resume: choose one (--overwrite makes every image again, "
@@ -615,14 +620,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     }
     // The others make what launcher 0 decided; a different decision is refused by the ranks.
     const bool replace = job.overwrite || job.resume || !writer;
-    std::map<int64_t, protocol::JobRequest> requests;
-    const std::string dtype = expected_dtype(job, strategy.device_map_plan);
-    for (const PromptRecord& p : file.prompts) {
-        protocol::JobRequest q = job_request(p, job, rules);
-        records[p.index] = pending_record(q, p.line, job, dtype, rules);
+    for (const protocol::JobRequest& q : job_file.requests)
         if (!replace && exists(job.output_dir + "/" + q.file)) clashes.push_back(job.output_dir + "/" + q.file);
-        requests[p.index] = std::move(q);
-    }
     for (const char* own : {"/manifest.jsonl", "/index.html"})
         if (!replace && exists(job.output_dir + own)) clashes.push_back(job.output_dir + own);
     if (!clashes.empty())
@@ -630,13 +629,17 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
                          (clashes.size() > 1 ? " and " + std::to_string(clashes.size() - 1) + " more" : "") +
                          " already exist; pass --overwrite to replace them, --resume to make only the images "
                          "that are missing, or choose another --output-dir");
-    if (job.resume)
-        for (auto& [index, kept] : images_to_keep(earlier, records, job.output_dir)) records[index] = kept;
-    for (const PromptRecord& p : file.prompts)  // in the prompt file's order
-        if (records[p.index].value("status", "") == "pending") job_file.requests.push_back(requests[p.index]);
+    if (job.resume) {
+        for (auto& [index, kept] : images_to_keep(earlier, records, job.output_dir)) records.set(kept);
+        // The requests stay in the prompt file's order.
+        job_file.requests.erase(std::remove_if(job_file.requests.begin(), job_file.requests.end(),
+                                               [&](const protocol::JobRequest& q) {
+                                                   return records.status(q.index) != JobRecords::Status::kPending;
+                                               }),
+                                job_file.requests.end());
+    }
     for (const InvalidPrompt& bad : file.invalid)
-        records[bad.index] = {
-            {"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}};
+        records.set({{"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}});
 
     // How the replicas share the pending prompts (Note [dynamic schedule], runtime/worker.cpp).
     const strategies::ScheduleChoice schedule =
@@ -667,12 +670,13 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
 
     if (writer) remove_leftovers(job.output_dir);  // of killed runs: ours is the only job here now
     if (job.overwrite && writer) {
-        // The earlier run's images that this job does not make again would be listed nowhere.
-        std::set<std::string> made;
-        for (const protocol::JobRequest& q : job_file.requests) made.insert(q.file);
+        // The earlier run's images that this job does not make again would be listed nowhere. A
+        // file's name starts with its prompt's index (image_file_name), so only that prompt makes it.
         for (const auto& [index, r] : earlier) {
             const std::string f = r.value("file", "");
-            if (!f.empty() && f[0] != '.' && f.find('/') == std::string::npos && !made.count(f))
+            const bool made = records.status(index) == JobRecords::Status::kPending &&
+                              records.record(index).value("file", "") == f;
+            if (!f.empty() && f[0] != '.' && f.find('/') == std::string::npos && !made)
                 std::remove((job.output_dir + "/" + f).c_str());
         }
     }
@@ -685,8 +689,12 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         }
     } job_file_owner{job_path};
     protocol::write_job_file(job_path, job_file);
-    const bool nothing_to_make = job_file.requests.empty();
-    JobMonitor monitor(launch, job, std::move(records), std::move(job_file), job_path);
+    std::vector<int64_t> order;  // the pending prompts in the job file's order
+    order.reserve(job_file.requests.size());
+    for (const protocol::JobRequest& q : job_file.requests) order.push_back(q.index);
+    std::vector<protocol::JobRequest>().swap(job_file.requests);  // in `records` from here on
+    const bool nothing_to_make = order.empty();
+    JobMonitor monitor(launch, job, std::move(records), std::move(job_file), std::move(order), job_path);
     const int code = nothing_to_make ? kExitOk : run_launch(spec, &monitor);
     return monitor.finish(code);
 }

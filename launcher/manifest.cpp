@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
+#include <stdexcept>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -100,6 +102,110 @@ std::string describe(const nlohmann::json& value) {
 
 }  // namespace
 
+JobRecords::Status JobRecords::status_of(const nlohmann::json& record) {
+    const auto it = record.find("status");
+    if (it == record.end() || !it->is_string()) return Status::kOther;
+    const std::string& s = it->get_ref<const std::string&>();
+    if (s == "pending") return Status::kPending;
+    if (s == "ok") return Status::kOk;
+    if (s == "failed") return Status::kFailed;
+    if (s == "not_run") return Status::kNotRun;
+    if (s == "invalid") return Status::kInvalid;
+    return Status::kOther;
+}
+
+JobRecords::JobRecords(const std::string& scratch_dir) {
+    std::string path = scratch_dir + "/dp-records-XXXXXX";
+    scratch_.reset(mkostemp(path.data(), O_CLOEXEC));
+    if (!scratch_) throw IoError(errno_message("cannot create a scratch file in " + scratch_dir));
+    unlink(path.c_str());  // Note [records on disk]: only this descriptor keeps it
+}
+
+JobRecords::Place JobRecords::put(std::string_view line) {
+    Place place;
+    place.size = static_cast<uint32_t>(line.size());
+    std::size_t done = 0;
+    while (done < line.size()) {
+        const ssize_t n = pwrite(scratch_.get(), line.data() + done, line.size() - done, end_ + static_cast<int64_t>(done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {  // a full disk: the line stays in memory
+            held_.emplace_back(line);
+            place.at = -2 - static_cast<int64_t>(held_.size() - 1);
+            return place;
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    place.at = end_;
+    end_ += static_cast<int64_t>(line.size());
+    return place;
+}
+
+std::string JobRecords::get(const Place& place) const {
+    if (place.at < -1) return held_[static_cast<std::size_t>(-2 - place.at)];
+    std::string line(place.size, '\0');
+    std::size_t done = 0;
+    while (place.at >= 0 && done < line.size()) {
+        const ssize_t n = pread(scratch_.get(), line.data() + done, line.size() - done, place.at + static_cast<int64_t>(done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw IoError(errno_message("cannot read back the job's records from their scratch file"));
+        done += static_cast<std::size_t>(n);
+    }
+    return line;
+}
+
+void JobRecords::set(const nlohmann::json& record) {
+    const auto index = record.find("index");
+    if (index == record.end() || !index->is_number_integer() || index->get<int64_t>() < 0)
+        throw std::invalid_argument("a job record without an index");
+    const auto i = static_cast<std::size_t>(index->get<int64_t>());
+    if (i >= entries_.size()) entries_.resize(i + 1);
+    Entry& e = entries_[i];
+    if (e.status != Status::kAbsent) --counts_[static_cast<std::size_t>(e.status)];
+    e.status = status_of(record);
+    ++counts_[static_cast<std::size_t>(e.status)];
+    e.record = put(record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void JobRecords::set_request(int64_t index, std::string_view line) {
+    if (index < 0) throw std::invalid_argument("a request without an index");
+    const auto i = static_cast<std::size_t>(index);
+    if (i >= entries_.size()) entries_.resize(i + 1);
+    entries_[i].request = put(line);
+}
+
+JobRecords::Status JobRecords::status(int64_t index) const {
+    if (index < 0 || static_cast<std::size_t>(index) >= entries_.size()) return Status::kAbsent;
+    return entries_[static_cast<std::size_t>(index)].status;
+}
+
+std::string JobRecords::record_line(int64_t index) const {
+    if (status(index) == Status::kAbsent) return "";
+    return get(entries_[static_cast<std::size_t>(index)].record);
+}
+
+nlohmann::json JobRecords::record(int64_t index) const { return nlohmann::json::parse(record_line(index)); }
+
+std::string JobRecords::request_line(int64_t index) const {
+    if (index < 0 || static_cast<std::size_t>(index) >= entries_.size()) return "";
+    return get(entries_[static_cast<std::size_t>(index)].request);
+}
+
+int64_t JobRecords::size() const {
+    int64_t n = 0;
+    for (std::size_t s = 1; s < std::size(counts_); ++s) n += counts_[s];
+    return n;
+}
+
+void JobRecords::for_each(const std::function<void(int64_t, const nlohmann::json&)>& visit) const {
+    for (std::size_t i = 0; i < entries_.size(); ++i)
+        if (entries_[i].status != Status::kAbsent) visit(static_cast<int64_t>(i), record(static_cast<int64_t>(i)));
+}
+
+void JobRecords::for_each_index(const std::function<void(int64_t, Status)>& visit) const {
+    for (std::size_t i = 0; i < entries_.size(); ++i)
+        if (entries_[i].status != Status::kAbsent) visit(static_cast<int64_t>(i), entries_[i].status);
+}
+
 std::map<int64_t, nlohmann::json> read_manifest(const std::string& path) {
     std::map<int64_t, nlohmann::json> records;
     std::ifstream in(path, std::ios::binary);
@@ -188,15 +294,13 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
 }
 
 std::map<int64_t, nlohmann::json> images_to_keep(const std::map<int64_t, nlohmann::json>& earlier,
-                                                 const std::map<int64_t, nlohmann::json>& records,
-                                                 const std::string& dir) {
+                                                 const JobRecords& records, const std::string& dir) {
     std::map<int64_t, nlohmann::json> kept;
     std::vector<std::string> differences;
     int64_t refused = 0;
-    for (const auto& [index, now] : records) {
-        const auto it = earlier.find(index);
-        if (it == earlier.end() || now.value("status", "") != "pending") continue;
-        const nlohmann::json& had = it->second;
+    for (const auto& [index, had] : earlier) {
+        if (records.status(index) != JobRecords::Status::kPending) continue;
+        const nlohmann::json now = records.record(index);
         if (had.value("status", "") != "ok" || had.value("prompt", "") != now.value("prompt", "") ||
             had.value("file", "") != now.value("file", ""))
             continue;  // no image of this prompt: it is made again

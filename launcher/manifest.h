@@ -4,14 +4,75 @@
 // resumed job may keep.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "launcher/unique_fd.h"
 
 namespace dp::launcher {
+
+// Note [records on disk]
+// A job of 100 000 prompts held each record as a JSON tree in a map, with two copies of each
+// request beside it: hundreds of bytes per prompt, tens of megabytes per job, and the final
+// manifest was built as one string. JobRecords keeps each record's line (and its prompt's request,
+// as the job file has it) in a scratch file that is unlinked as soon as it is made, so that
+// nothing is left behind however the launcher ends, and holds in memory only where each line is
+// and the record's status (40 bytes a prompt), with a count per status. The manifest, the job
+// file of a restart and the gallery are then written from it a record at a time.
+
+// The main job's records, one per prompt index: set, replaced, read back and counted by status.
+class JobRecords {
+  public:
+    enum class Status : uint8_t { kAbsent, kPending, kOk, kFailed, kNotRun, kInvalid, kOther };
+    static Status status_of(const nlohmann::json& record);
+
+    // The scratch file goes in `scratch_dir`. Throws IoError naming it.
+    explicit JobRecords(const std::string& scratch_dir);
+    JobRecords(JobRecords&&) = default;
+    JobRecords& operator=(JobRecords&&) = default;
+
+    // Sets (or replaces) prompt `record["index"]`'s record. Throws std::invalid_argument for a
+    // record without an index of 0 or more.
+    void set(const nlohmann::json& record);
+    // Sets the request line (protocol::request_line) of prompt `index`.
+    void set_request(int64_t index, std::string_view line);
+
+    Status status(int64_t index) const;
+    // The record of `index`, which is not kAbsent.
+    nlohmann::json record(int64_t index) const;
+    // Its record's line as the manifest has it, and its request line ("" when none was set).
+    std::string record_line(int64_t index) const;
+    std::string request_line(int64_t index) const;
+
+    int64_t count(Status status) const { return counts_[static_cast<std::size_t>(status)]; }
+    int64_t size() const;  // the records set
+    // Each record in index order, with its index.
+    void for_each(const std::function<void(int64_t index, const nlohmann::json& record)>& visit) const;
+    // The indices of the records in index order, with their status.
+    void for_each_index(const std::function<void(int64_t index, Status status)>& visit) const;
+
+  private:
+    struct Place {
+        int64_t at = -1;  // the offset in the scratch file; < -1: held_[-at - 2]
+        uint32_t size = 0;
+    };
+    struct Entry {
+        Place record, request;
+        Status status = Status::kAbsent;
+    };
+    Place put(std::string_view line);
+    std::string get(const Place& place) const;
+
+    UniqueFd scratch_;
+    int64_t end_ = 0;
+    std::vector<Entry> entries_;  // by index
+    std::vector<std::string> held_;  // lines the scratch file could not take (a full disk)
+    int64_t counts_[7] = {};
+};
 
 // The records of a manifest by index. A prompt's later record wins: the appended form a killed
 // run leaves may hold a prompt twice. Lines that do not parse as a record with an index (the torn
@@ -49,8 +110,7 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
 // the file in `dir` still has the recorded SHA-256. Throws UsageError naming the differences when
 // an earlier image was made with other pixel settings.
 std::map<int64_t, nlohmann::json> images_to_keep(const std::map<int64_t, nlohmann::json>& earlier,
-                                                 const std::map<int64_t, nlohmann::json>& records,
-                                                 const std::string& dir);
+                                                 const JobRecords& records, const std::string& dir);
 
 // The hex SHA-256 of a file's bytes; empty when it cannot be read.
 std::string file_sha256(const std::string& path);

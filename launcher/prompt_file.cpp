@@ -191,8 +191,8 @@ bool is_trailing_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
 }  // namespace
 
-PromptFileReader::PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check)
-    : name_(utf8_for_display(name)), format_(format), check_(std::move(check)) {}
+PromptFileReader::PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check, PromptSink sink)
+    : name_(utf8_for_display(name)), format_(format), check_(std::move(check)), sink_(std::move(sink)) {}
 
 void PromptFileReader::limit_passed(const std::string& what) const {
     throw InputDataError(name_ + ": " + what + "; one job takes at most " +
@@ -266,7 +266,9 @@ void PromptFileReader::end_line() {
         }
         if (error.empty() && check_) error = check_(record);
         if (error.empty()) {
-            file_.prompts.push_back(std::move(record));
+            ++file_.valid;
+            if (sink_) sink_(std::move(record));
+            else file_.prompts.push_back(std::move(record));
         } else {
             invalid(error);
         }
@@ -286,7 +288,7 @@ PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bo
     return reader.finish();
 }
 
-PromptFile read_prompt_file(const std::string& path, const PromptCheck& check) {
+PromptFile read_prompt_file(const std::string& path, const PromptCheck& check, const PromptSink& sink) {
     const bool from_stdin = path == "-";
     const std::string shown = from_stdin ? "<stdin>" : utf8_for_display(path);
     UniqueFd owned;
@@ -302,7 +304,7 @@ PromptFile read_prompt_file(const std::string& path, const PromptCheck& check) {
                             from_stdin            ? PromptFormat::kDetect
                             : is_jsonl_name(path) ? PromptFormat::kJsonl
                                                   : PromptFormat::kText,
-                            check);
+                            check, sink);
     std::string buffer(std::size_t{1} << 16, '\0');
     while (true) {
         const ssize_t n = read(fd, buffer.data(), buffer.size());

@@ -63,6 +63,7 @@ struct PromptFile {
     std::vector<PromptRecord> prompts;  // valid ones, in file order
     std::vector<InvalidPrompt> invalid;
     int64_t total = 0;  // non-blank lines
+    int64_t valid = 0;  // valid records, whether in `prompts` or given to a PromptSink
 };
 
 enum class PromptFormat {
@@ -73,12 +74,16 @@ enum class PromptFormat {
 
 // A further check of a valid record (the sizes its model can make): an error text, or empty.
 using PromptCheck = std::function<std::string(const PromptRecord&)>;
+// Where each valid record goes as it is read, instead of PromptFile::prompts, so that a job of
+// kMaxJobPrompts lines never holds them all.
+using PromptSink = std::function<void(PromptRecord&&)>;
 
 // Parses a prompt file fed in pieces of any size. `name` is how messages name the file (it is
 // shown with bytes that are not UTF-8 replaced, so that every message and record is UTF-8).
 class PromptFileReader {
   public:
-    PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check = {});
+    // With `sink`, the valid records go there and PromptFile::prompts stays empty.
+    PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check = {}, PromptSink sink = {});
 
     // Throws InputDataError when the input passes kMaxJobPromptBytes or kMaxJobPrompts lines.
     void feed(std::string_view bytes);
@@ -92,6 +97,7 @@ class PromptFileReader {
     std::string name_;
     PromptFormat format_;
     PromptCheck check_;
+    PromptSink sink_;
     PromptFile file_;
     std::string line_;                // the line so far, its first kHeldLineBytes bytes
     std::size_t line_bytes_ = 0;      // the whole line's length so far
@@ -107,7 +113,7 @@ PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bo
 // Reads the prompt file `path` ("-": standard input) as a stream. Throws Error with
 // protocol::kExitNoInput when it cannot be opened or read (a directory included), and
 // InputDataError past the job's limits.
-PromptFile read_prompt_file(const std::string& path, const PromptCheck& check = {});
+PromptFile read_prompt_file(const std::string& path, const PromptCheck& check = {}, const PromptSink& sink = {});
 
 // When `path` looks like a program rather than a prompt file, what it is ("a .py script", "a
 // script (#!)", "an executable file") and the command that would run it ("python3 train.py",

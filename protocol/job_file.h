@@ -25,9 +25,11 @@
 // only.
 
 #include <cstdint>
+#include <cstdio>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dp::protocol {
@@ -130,6 +132,31 @@ void from_json(const nlohmann::json& j, JobFile& job);
 
 // Writes `job` to `path` through a temporary file and a rename. Throws IoError.
 void write_job_file(const std::string& path, const JobFile& job);
+
+// A request as the job file holds it: one line of JSON (to_json's), no newline.
+std::string request_line(const JobRequest& request);
+
+// Writes a job file a request at a time, so that the writer never holds the whole file: the
+// settings of `header` (its requests are not written), then each add()ed request on a line of its
+// own, all to PATH.tmp.PID, which commit() renames over `path`. Without commit() the temporary
+// file is removed and `path` stays as it was. Throws IoError.
+class JobFileWriter {
+  public:
+    JobFileWriter(std::string path, const JobFile& header);
+    JobFileWriter(const JobFileWriter&) = delete;
+    JobFileWriter& operator=(const JobFileWriter&) = delete;
+    ~JobFileWriter();
+
+    void add(const JobRequest& request) { add_line(request_line(request)); }
+    // `line`: request_line's text of a request.
+    void add_line(std::string_view line);
+    void commit();
+
+  private:
+    std::string path_, tmp_;
+    std::FILE* out_ = nullptr;
+    bool first_ = true;
+};
 // Throws Error (kExitNoInput) when `path` cannot be read, InputDataError "PATH: KEY: why" when it
 // is not a job file this build reads.
 JobFile read_job_file(const std::string& path);

@@ -305,3 +305,22 @@ TEST_CASE("fuzz: 3000 random prompt files, fed in random pieces, parse into vali
         }
     }
 }
+
+TEST_CASE("with a sink, each valid record goes there as it is read and none is held") {
+    const std::string text = "first\n\n{bad\nsecond\n\xFF\nthird";
+    std::vector<std::pair<int64_t, std::string>> seen;
+    PromptFileReader reader("p.txt", PromptFormat::kText, {},
+                            [&](PromptRecord&& p) { seen.emplace_back(p.index, std::move(p.prompt)); });
+    reader.feed(text);
+    const PromptFile f = reader.finish();
+    CHECK(f.prompts.empty());
+    CHECK(f.valid == 4);
+    CHECK(f.total == 5);
+    REQUIRE(f.invalid.size() == 1);
+    CHECK(f.invalid[0].index == 3);
+    CHECK(seen == std::vector<std::pair<int64_t, std::string>>{{0, "first"}, {1, "{bad"}, {2, "second"}, {4, "third"}});
+    // Without one, the same records are in `prompts`.
+    const PromptFile held = parse_prompt_file(text, "p.txt", false);
+    CHECK(held.valid == 4);
+    CHECK(held.prompts.size() == 4);
+}

@@ -362,3 +362,36 @@ TEST_CASE("status lines that are not events are passed over, and a broken event 
     const auto back = std::get<RankErrorEvent>(*parse_status_line(line));
     CHECK(back.message.substr(0, 4) == "bad ");
 }
+
+TEST_CASE("the job file written a request at a time: one line per request, replaced whole on commit") {
+    const JobFile job = full_job();
+    REQUIRE(job.requests.size() >= 2);
+    const std::string path = temp_path("streamed.json");
+    std::ofstream(path) << "the earlier file\n";
+    {
+        dp::protocol::JobFileWriter writer(path, job);
+        writer.add(job.requests[0]);
+        // Not committed: the earlier file stays and no temporary file is left.
+    }
+    std::ifstream earlier(path);
+    std::string line;
+    std::getline(earlier, line);
+    CHECK(line == "the earlier file");
+    CHECK(access((path + ".tmp." + std::to_string(getpid())).c_str(), F_OK) != 0);
+    {
+        dp::protocol::JobFileWriter writer(path, job);
+        writer.add(job.requests[0]);
+        for (std::size_t i = 1; i < job.requests.size(); ++i) writer.add_line(dp::protocol::request_line(job.requests[i]));
+        writer.commit();
+    }
+    check_same(job, read_job_file(path));
+    std::ifstream in(path);
+    std::size_t lines = 0;
+    for (std::string l; std::getline(in, l);) ++lines;
+    CHECK(lines == job.requests.size() + 2);  // the settings, a line per request, the end
+    JobFile empty = job;
+    empty.requests.clear();
+    { dp::protocol::JobFileWriter writer(path, empty); writer.commit(); }
+    check_same(empty, read_job_file(path));
+    std::remove(path.c_str());
+}
