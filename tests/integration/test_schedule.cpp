@@ -127,4 +127,24 @@ TEST_CASE("under the dynamic schedule a rank killed mid-job leaves every prompt 
     CHECK(ok >= 1);
     CHECK(not_run >= 1);
     CHECK(processes_with_marker(launch.marker()).empty());
+
+    // --resume queues only what is missing; the images are a static run's.
+    const LaunchResult again = run_leaving_nothing({"-n", "2", "--steps", "2", "--width", "16", "--height", "16",
+                                                    "--schedule", "dynamic", "--device", "cpu", "--resume", "-o",
+                                                    dir + "/out", prompts},
+                                                   {}, 120);
+    REQUIRE_MESSAGE(again.exit_code == 0, again.err);
+    CHECK(again.out.find("dp-launch: 10 images, 0 failed, 0 invalid, 0 not run") == 0);
+    CHECK(again.out.find("(" + std::to_string(ok) + " kept from the earlier run)") != std::string::npos);
+    const LaunchResult whole = run_leaving_nothing({"-n", "1", "--steps", "2", "--width", "16", "--height", "16",
+                                                    "--device", "cpu", "-o", dir + "/static", prompts},
+                                                   {}, 120);
+    REQUIRE_MESSAGE(whole.exit_code == 0, whole.err);
+    const auto resumed = comparable(read_manifest(dir + "/out"));
+    const auto reference = comparable(read_manifest(dir + "/static"));
+    REQUIRE(resumed.size() == reference.size());
+    for (const auto& [index, rec] : reference) {
+        CAPTURE(index);
+        CHECK(resumed.at(index).at("sha256") == rec.at("sha256"));
+    }
 }
