@@ -14,6 +14,7 @@
 
 #include "integration/job_outputs.h"
 #include "integration/launch_harness.h"
+#include "launcher/port.h"
 
 using namespace dp::test;
 
@@ -147,4 +148,41 @@ TEST_CASE("under the dynamic schedule a rank killed mid-job leaves every prompt 
         CAPTURE(index);
         CHECK(resumed.at(index).at("sha256") == rec.at("sha256"));
     }
+}
+
+TEST_CASE("two nodes under the dynamic schedule take from one queue: each prompt once, with a one-node run's image") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = uneven_prompts(dir);
+    const std::vector<std::string> job = {"--steps", "2", "--width", "16", "--height", "16", "--device", "cpu",
+                                          "--node-timeout", "4", prompts};
+    std::vector<std::string> one = {"-n", "1", "-o", dir + "/one"};
+    one.insert(one.end(), job.begin(), job.end());
+    const LaunchResult reference = run_leaving_nothing(one, {}, 120);
+    REQUIRE_MESSAGE(reference.exit_code == 0, reference.err);
+    const dp::launcher::PortReservation reserved("127.0.0.2");
+    const auto node = [&](int k) {
+        std::vector<std::string> args = {"-n", "2", "--nnodes", "2", "--node-rank", std::to_string(k),
+                                         "--master-addr", "127.0.0.2", "--master-port", std::to_string(reserved.port()),
+                                         "--local-addr", k == 0 ? "127.0.0.2" : "127.0.0.3", "--schedule", "dynamic",
+                                         "-o", dir + "/out"};
+        args.insert(args.end(), job.begin(), job.end());
+        return args;
+    };
+    Launch node1(node(1));
+    Launch node0(node(0));
+    const LaunchResult r0 = node0.wait(240), r1 = node1.wait(240);
+    REQUIRE_MESSAGE(r0.exit_code == 0, r0.err);
+    REQUIRE_MESSAGE(r1.exit_code == 0, r1.err);
+    CHECK(r0.out.find("dp-launch: 10 images, 0 failed, 0 invalid, 0 not run") == 0);
+    for (const LaunchResult* r : {&r0, &r1}) CHECK(r->err.find("schedule dynamic (--schedule dynamic)") != std::string::npos);
+    const auto made = comparable(read_manifest(dir + "/out"));
+    const auto expected = comparable(read_manifest(dir + "/one"));
+    REQUIRE(made.size() == 10);
+    for (const auto& [index, rec] : expected) {
+        CAPTURE(index);
+        CHECK(made.at(index).at("status") == "ok");
+        CHECK(made.at(index).at("sha256") == rec.at("sha256"));
+    }
+    CHECK(processes_with_marker(node0.marker()).empty());
+    CHECK(processes_with_marker(node1.marker()).empty());
 }
