@@ -361,7 +361,7 @@ class JobMonitor : public StatusListener {
 
     // Keeps `record` as its prompt's and appends it to the manifest (or this node's records).
     void append(const nlohmann::json& record) {
-        records_.set(record);
+        const std::string line = records_.set(record);
         if (!writer()) {
             if (!exchange_->append(record))
                 report_write_error(errno_message("cannot append to this node's records in " + job_.output_dir +
@@ -369,7 +369,7 @@ class JobMonitor : public StatusListener {
             return;
         }
         if (!manifest_.is_open()) return;
-        if (!manifest_.append(record)) {
+        if (!manifest_.append_line(line)) {
             report_write_error(errno_message("cannot append to " + manifest_path_) +
                                " (its records so far are whole)");
             manifest_.close();

@@ -153,7 +153,7 @@ std::string JobRecords::get(const Place& place) const {
     return line;
 }
 
-void JobRecords::set(const nlohmann::json& record) {
+std::string JobRecords::set(const nlohmann::json& record) {
     const auto index = record.find("index");
     if (index == record.end() || !index->is_number_integer() || index->get<int64_t>() < 0)
         throw std::invalid_argument("a job record without an index");
@@ -163,7 +163,9 @@ void JobRecords::set(const nlohmann::json& record) {
     if (e.status != Status::kAbsent) --counts_[static_cast<std::size_t>(e.status)];
     e.status = status_of(record);
     ++counts_[static_cast<std::size_t>(e.status)];
-    e.record = put(record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    e.record = put(line);
+    return line;
 }
 
 void JobRecords::set_request(int64_t index, std::string_view line) {
@@ -230,11 +232,17 @@ ManifestAppender::ManifestAppender(const std::string& path) {
 }
 
 bool ManifestAppender::append(const nlohmann::json& record) {
+    return append_line(record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+bool ManifestAppender::append_line(std::string_view record_line) {
     if (!fd_) {
         errno = EBADF;
         return false;
     }
-    const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    std::string line;
+    line.reserve(record_line.size() + 1);
+    line.append(record_line).push_back('\n');
     ssize_t n;
     do {
         n = ::write(fd_.get(), line.data(), line.size());

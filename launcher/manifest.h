@@ -35,9 +35,9 @@ class JobRecords {
     JobRecords(JobRecords&&) = default;
     JobRecords& operator=(JobRecords&&) = default;
 
-    // Sets (or replaces) prompt `record["index"]`'s record. Throws std::invalid_argument for a
-    // record without an index of 0 or more.
-    void set(const nlohmann::json& record);
+    // Sets (or replaces) prompt `record["index"]`'s record and returns its line, as the manifest
+    // has it. Throws std::invalid_argument for a record without an index of 0 or more.
+    std::string set(const nlohmann::json& record);
     // Sets the request line (protocol::request_line) of prompt `index`.
     void set_request(int64_t index, std::string_view line);
 
@@ -90,6 +90,8 @@ class ManifestAppender {
 
     // False, with errno set and the file as it was, when the record could not be written whole.
     bool append(const nlohmann::json& record);
+    // The same for a record's line (JobRecords::set's), without its newline.
+    bool append_line(std::string_view line);
     bool is_open() const { return static_cast<bool>(fd_); }
     void close() { fd_.reset(); }
 
