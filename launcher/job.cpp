@@ -41,6 +41,7 @@ namespace dp::launcher {
 namespace {
 
 constexpr std::size_t kMaxListedInvalid = 20;
+constexpr std::size_t kRequestsPerPiece = 4096;
 
 void make_dirs(const std::string& path) {
     for (std::size_t i = 1; i <= path.size(); ++i) {
@@ -113,6 +114,9 @@ class JobMonitor : public StatusListener {
     }
 
     void on_status(int rank, std::string_view line) override {
+        // Most lines are heartbeats, which the supervisor reads and nothing here needs: not parsed
+        // a second time (a 100 000-prompt job's launcher spent most of its time parsing them).
+        if (line.find("\"event\":\"heartbeat\"") != std::string_view::npos) return;
         std::optional<protocol::StatusEvent> event;
         try {
             event = protocol::parse_status_line(line);
@@ -571,14 +575,27 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);
     JobRecords records(local_temp_dir());
     protocol::JobFile job_file = job_file_for(job, strategy);
+    // job_file.requests keeps each request's index and the settings the schedule is chosen by,
+    // not its texts (prompt, file), which are in `records`. Gathered in pieces, then moved into
+    // one vector of the exact size, so that no growth holds two copies.
+    std::vector<std::vector<protocol::JobRequest>> pieces;
     const PromptFile file = read_prompt_file(
         job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, rules); },
         [&](PromptRecord&& p) {
             protocol::JobRequest q = job_request(p, job, rules);
             records.set(pending_record(q, p.line, job, dtype, rules));
             records.set_request(p.index, protocol::request_line(q));
-            job_file.requests.push_back(std::move(q));
+            std::string().swap(q.prompt);
+            std::string().swap(q.file);
+            if (q.negative_prompt) q.negative_prompt = std::string();  // given or not is what counts
+            if (pieces.empty() || pieces.back().size() == kRequestsPerPiece) pieces.emplace_back().reserve(kRequestsPerPiece);
+            pieces.back().push_back(std::move(q));
         });
+    job_file.requests.reserve(static_cast<std::size_t>(file.valid));
+    for (std::vector<protocol::JobRequest>& piece : pieces) {
+        for (protocol::JobRequest& q : piece) job_file.requests.push_back(std::move(q));
+        std::vector<protocol::JobRequest>().swap(piece);
+    }
 
     if (!file.invalid.empty() && !job.skip_invalid) {
         std::string text =
@@ -620,8 +637,12 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     }
     // The others make what launcher 0 decided; a different decision is refused by the ranks.
     const bool replace = job.overwrite || job.resume || !writer;
-    for (const protocol::JobRequest& q : job_file.requests)
-        if (!replace && exists(job.output_dir + "/" + q.file)) clashes.push_back(job.output_dir + "/" + q.file);
+    if (!replace)
+        records.for_each_index([&](int64_t index, JobRecords::Status status) {
+            if (status != JobRecords::Status::kPending) return;
+            const std::string path = job.output_dir + "/" + records.record(index).value("file", "");
+            if (exists(path)) clashes.push_back(path);
+        });
     for (const char* own : {"/manifest.jsonl", "/index.html"})
         if (!replace && exists(job.output_dir + own)) clashes.push_back(job.output_dir + own);
     if (!clashes.empty())
@@ -688,11 +709,17 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
             std::remove((path + ".tmp." + std::to_string(getpid())).c_str());
         }
     } job_file_owner{job_path};
-    protocol::write_job_file(job_path, job_file);
     std::vector<int64_t> order;  // the pending prompts in the job file's order
     order.reserve(job_file.requests.size());
-    for (const protocol::JobRequest& q : job_file.requests) order.push_back(q.index);
-    std::vector<protocol::JobRequest>().swap(job_file.requests);  // in `records` from here on
+    {
+        protocol::JobFileWriter writer(job_path, job_file);
+        for (const protocol::JobRequest& q : job_file.requests) {
+            writer.add_line(records.request_line(q.index));
+            order.push_back(q.index);
+        }
+        writer.commit();
+    }
+    std::vector<protocol::JobRequest>().swap(job_file.requests);
     const bool nothing_to_make = order.empty();
     JobMonitor monitor(launch, job, std::move(records), std::move(job_file), std::move(order), job_path);
     const int code = nothing_to_make ? kExitOk : run_launch(spec, &monitor);

@@ -175,8 +175,11 @@ bool same_batch_settings(const JobRequest& a, const JobRequest& b) {
            a.skip_layer_guidance_stop == b.skip_layer_guidance_stop;
 }
 
-void to_json(nlohmann::json& j, const JobFile& job) {
-    j = {{"format", kJobFileFormat},
+namespace {
+
+// Every field of `job` but its requests.
+nlohmann::json settings_json(const JobFile& job) {
+    nlohmann::json j = {{"format", kJobFileFormat},
          {"version", kJobFileVersion},
          {"dtype", job.dtype},
          {"device", job.device},
@@ -191,8 +194,7 @@ void to_json(nlohmann::json& j, const JobFile& job) {
            {"ulysses", job.mesh.ulysses},
            {"tp", job.mesh.tp}}},
          {"collective_timeout_s", job.collective_timeout_s},
-         {"schedule", job.schedule},
-         {"requests", job.requests}};
+         {"schedule", job.schedule}};
     put_path(j, "model_dir", job.model_dir);
     put_path(j, "output_dir", job.output_dir);
     if (job.random_weights) j["random_weights"] = *job.random_weights;
@@ -210,6 +212,14 @@ void to_json(nlohmann::json& j, const JobFile& job) {
         }
         j["device_map"] = dm;
     }
+    return j;
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& j, const JobFile& job) {
+    j = settings_json(job);
+    j["requests"] = job.requests;
 }
 
 void from_json(const nlohmann::json& j, JobFile& job) {
@@ -266,9 +276,7 @@ std::string request_line(const JobRequest& request) { return nlohmann::json(requ
 
 JobFileWriter::JobFileWriter(std::string path, const JobFile& header)
     : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())) {
-    nlohmann::json settings = header;
-    settings.erase("requests");
-    std::string head = settings.dump();  // an object with the format and version: never "{}"
+    std::string head = settings_json(header).dump();  // an object with the format and version: never "{}"
     head.back() = ',';
     head += "\"requests\":[";
     out_ = std::fopen(tmp_.c_str(), "wbe");
