@@ -52,8 +52,20 @@ int env_int(const char* name, int fallback, int lo, int hi) {
 class StatusChannel {
   public:
     explicit StatusChannel(int fd) : fd_(fd) {}
+    // Note [heartbeats are proof of life]: the launcher reads a heartbeat for the rank's phase
+    // (which timeout applies) and, in a hang report, what it was doing; any status line shows the
+    // rank alive. So a heartbeat of the phase last reported is left out when a line went less
+    // than kHeartbeatInterval ago: at one step an image, two heartbeats an image would be most
+    // of the launcher's work (README "At 100 000 prompts"), and a hang report is at most that
+    // much out of date.
     void send(const protocol::StatusEvent& event) {
         if (fd_ < 0) return;
+        const auto now = std::chrono::steady_clock::now();
+        if (const auto* beat = std::get_if<protocol::HeartbeatEvent>(&event)) {
+            if (beat->phase == last_phase_ && now - last_sent_ < kHeartbeatInterval) return;
+            last_phase_ = beat->phase;
+        }
+        last_sent_ = now;
         const std::string line = protocol::status_line(event);
         const char* p = line.data();
         std::size_t n = line.size();
@@ -70,7 +82,10 @@ class StatusChannel {
     }
 
   private:
+    static constexpr std::chrono::milliseconds kHeartbeatInterval{100};
     int fd_;
+    std::optional<protocol::RankPhase> last_phase_;
+    std::chrono::steady_clock::time_point last_sent_{};
 };
 
 // Test only: DP_TEST_KILL_AT_STEP=RANK:STEP makes rank RANK kill itself with SIGKILL after its
