@@ -8,9 +8,11 @@
 
 #include "runtime/errors.h"
 #include "runtime/image_sink.h"
-#include "runtime/split.h"
+#include "strategies/work_split.h"
 
 using namespace dp::runtime;
+using dp::strategies::Range;
+using dp::strategies::split_between_processes;
 
 namespace {
 std::vector<uint8_t> read_png_rgb(const std::string& path, int& w, int& h) {
