@@ -1,0 +1,85 @@
+#pragma once
+// What the launcher does with the ranks' status lines during the main job: the manifest, the
+// progress, the restart's job file, and the job's end (the sorted manifest, the gallery, the
+// summary line and the exit code). launcher/job.cpp prepares the job and runs it with one.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "launcher/job.h"
+#include "launcher/manifest.h"
+#include "launcher/node_exchange.h"
+#include "launcher/supervisor.h"
+#include "protocol/job_file.h"
+
+namespace dp::launcher {
+
+// Follows the ranks' status channels: appends each finished record to the manifest as it comes
+// (so a crash leaves every finished record readable) and shows progress. A prompt counts once:
+// after a rank failure the restarted ranks get only the prompts that have no image yet.
+class JobMonitor : public StatusListener {
+  public:
+    // `records`: every prompt's record, with the requests of the pending ones; those not "pending"
+    // (invalid lines, images kept from an earlier run) are written to the manifest now. The job
+    // file at `job_path` has `job_file`'s settings and the requests of the pending prompts
+    // `order`, in the order the ranks' start events refer to. With several launchers (Note [one
+    // job, several launchers]) only launcher 0 writes the manifest.
+    JobMonitor(const LaunchSpec& launch, const JobOptions& job, JobRecords records, protocol::JobFile job_file,
+               std::vector<int64_t> order, std::string job_path);
+
+    int tick_ms() const override { return exchange_ ? 500 : -1; }
+    void on_tick() override;
+    void on_status(int rank, std::string_view line) override;
+    // Before the ranks restart: the job file is rewritten with the prompts that have no image yet
+    // (failed and not run ones included), so the restart resumes instead of starting over.
+    void on_restart() override;
+
+    // Ends the job after run_launch returned `code`, and returns dp-launch's exit code. Launcher 0
+    // merges the other launchers' records, marks prompts no rank reported, rewrites the manifest
+    // sorted by index, writes the gallery and prints the summary; the others wait for its result
+    // (Note [one job, several launchers]). A file that cannot be written is reported (exit 74).
+    int finish(int code);
+
+  private:
+    bool writer() const { return !exchange_ || exchange_->index() == 0; }
+    // Launcher K > 0: its records are in its file; launcher 0 makes the job's result.
+    int finish_as_follower(int code);
+    // The record of prompt `index` while no rank has reported it; else none.
+    std::optional<nlohmann::json> pending(int64_t index) const;
+    void mark_not_run(nlohmann::json& r, const std::string& why);
+    int64_t invalid() const { return records_.count(JobRecords::Status::kInvalid); }
+    // Keeps `record` as its prompt's and appends it to the manifest (or this node's records).
+    void append(const nlohmann::json& record);
+    void report_write_error(const std::string& what);
+    // A bar redrawn in place on a terminal; in logs, a plain line every few seconds.
+    void progress(bool last);
+
+    const LaunchSpec& launch_;
+    const JobOptions& job_;
+    JobRecords records_;
+    protocol::JobFile job_file_;
+    std::string job_path_;
+    std::vector<int64_t> order_;
+    std::map<int, std::pair<int64_t, int64_t>> shares_;  // rank -> its share [first, first + count)
+    std::map<int, std::vector<int64_t>> taken_;           // dynamic: rank -> the prompts it took
+    bool dynamic_ = false;                                 // a rank said the schedule is dynamic
+    std::map<int, std::string> dtype_of_;                  // rank -> the precision it said it runs in
+    int64_t to_run_;
+    int64_t done_ = 0, failed_ = 0, not_run_ = 0, kept_ = 0;
+    std::string manifest_path_;
+    ManifestAppender manifest_;
+    std::optional<NodeExchange> exchange_;  // with several launchers
+    bool write_failed_ = false;
+    bool tty_ = false;
+    int64_t printed_ = 0;
+    std::chrono::steady_clock::time_point start_, last_line_{};
+};
+
+}  // namespace dp::launcher
