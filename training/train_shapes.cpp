@@ -18,8 +18,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "runtime/errors.h"
 #include "runtime/models/common/clip_tokenizer.h"
@@ -280,6 +283,32 @@ dp::shapes::AdherenceTotals evaluate(const Sd3Pipeline& pipe, const EvalSet& set
     return totals;
 }
 
+// --init-from: the weights of a folder this trainer wrote, beside the configs just written for the
+// same options. Its tokenizer must be the one written now (else a token id would mean another word);
+// a weight of another shape is refused by the loader, naming it.
+void copy_weights(const fs::path& from, const fs::path& staging) {
+    for (const char* tokenizer : {"tokenizer", "tokenizer_2"})
+        for (const char* file : {"vocab.json", "merges.txt"}) {
+            auto read = [](const fs::path& path) {
+                std::ifstream in(path, std::ios::binary);
+                if (!in) throw std::runtime_error("--init-from: cannot read " + path.string() +
+                                             " (a model folder this trainer wrote is expected)");
+                return std::string(std::istreambuf_iterator<char>(in), {});
+            };
+            if (read(from / tokenizer / file) != read(staging / tokenizer / file))
+                throw std::runtime_error("--init-from: " + (from / tokenizer / file).string() +
+                                         " is not the tokenizer this trainer writes now; train from scratch");
+        }
+    for (const auto& [component, file] : {std::pair{"transformer", "diffusion_pytorch_model.safetensors"},
+                                          std::pair{"text_encoder", "model.safetensors"},
+                                          std::pair{"text_encoder_2", "model.safetensors"}}) {
+        const fs::path source = from / component / file;
+        if (!fs::is_regular_file(source))
+            throw std::runtime_error("--init-from: no " + source.string());
+        fs::copy_file(source, staging / component / file, fs::copy_options::overwrite_existing);
+    }
+}
+
 void print_totals(const char* what, const dp::shapes::AdherenceTotals& t) {
     std::printf("%s: %d images: background %.1f%%, colour %.1f%%, kind %.1f%%, position %.1f%%\n", what,
                 t.images, 100 * t.rate(t.background, t.images), 100 * t.rate(t.colour, t.shapes),
@@ -299,6 +328,7 @@ int main(int argc, char** argv) {
     uint64_t seed = 0;
     Dims d;
     PromptNoise noise;
+    std::string init_from;
     app.add_option("-o,--out", out, "the model folder to write (replaced when training ends)");
     app.add_option("--minutes", minutes, "training time budget in minutes (evaluation excluded)");
     app.add_option("--max-steps", max_steps,
@@ -324,6 +354,10 @@ int main(int argc, char** argv) {
                    "put made-up words into this fraction of the training prompts; the tokens the grammar "
                    "never writes keep their initial embeddings (Note [prompt noise])")
         ->check(CLI::Range(0.0, 1.0));
+    app.add_option("--init-from", init_from,
+                   "start from this model folder's weights (one this trainer wrote, with the same architecture "
+                   "options and tokenizer) instead of random ones: a fine-tune")
+        ->check(CLI::ExistingDirectory);
     app.add_option("--seed", seed, "seed of weights, scenes and noise");
     app.add_option("--eval-every", eval_every, "evaluate the EMA weights every N steps");
     app.add_option("--eval-prompts", eval_prompts, "held-out prompts per periodic evaluation");
@@ -343,9 +377,10 @@ int main(int argc, char** argv) {
         const fs::path staging = out + ".training";
         fs::remove_all(staging);
         write_configs(staging, d);
+        if (!init_from.empty()) copy_weights(init_from, staging);
         dp::runtime::PipelineOptions po;
         po.model_dir = staging.string();
-        po.random_weights = seed;
+        if (init_from.empty()) po.random_weights = seed;
         po.trainable = true;
         const auto pipe = Sd3Pipeline::load(po);
 
@@ -355,8 +390,10 @@ int main(int argc, char** argv) {
             at::NoGradGuard no_grad;
             for (const auto& [component, named] : pipe->parameters())
                 for (const auto& [name, t] : named) {
+                    // A fixed sin-cos table, loaded with --init-from's weights: not trained, and saved below.
+                    if (name == "pos_embed.pos_embed") continue;
                     // adaLN-Zero: every block starts as the identity and the output head at zero.
-                    if (component == "transformer" &&
+                    if (init_from.empty() && component == "transformer" &&
                         (name.find("norm1.linear") != std::string::npos ||
                          name.find("norm1_context.linear") != std::string::npos ||
                          name.rfind("norm_out.linear", 0) == 0 || name.rfind("proj_out", 0) == 0))
@@ -473,7 +510,8 @@ int main(int argc, char** argv) {
         with_ema([&] {
             for (const auto& [component, named] : pipe->parameters()) {
                 std::vector<std::pair<std::string, at::Tensor>> tensors;
-                for (const auto& [name, t] : named) tensors.emplace_back(name, t.detach().to(at::kHalf));
+                for (const auto& [name, t] : named)
+                    if (name != "pos_embed.pos_embed") tensors.emplace_back(name, t.detach().to(at::kHalf));
                 const bool diffusers = component == "transformer";
                 if (diffusers) {
                     const auto& tc = pipe->transformer().config();
