@@ -156,9 +156,11 @@ void write_configs(const fs::path& dir, const Dims& d) {
 // it alone learns where its words sit rather than what they say, and a word it never saw (a
 // connective of another phrasing) lands on a random embedding it has not learnt to pass over.
 // Two augmentations of the training prompts, neither using any word outside the grammar's:
-//  - word dropout: each function word ("a", "on", "with", "and", ",", even "background") is left
-//    out with probability `dropout`, so a colour is bound by what it is next to (a kind, or
-//    nothing) and not by its place in a template;
+//  - word dropout: each function word ("a", "on", "with", "the", ...) is left out with
+//    probability `dropout`, so a colour is bound by what it is next to (a kind, or nothing) and
+//    not by its place in a template. Never "background" (without it nothing tells which colour
+//    is the background's), nor in a two-shape prompt the "and" and commas that part its shapes:
+//    a full-length run that dropped those lost two-shape scenes (30 % of them right -> 7 %);
 //  - fillers: with probability `filler`, one to three made-up words (letters the grammar's words
 //    never tokenize to) are put between the words. Every token the grammar never writes keeps its
 //    initial, random embedding (its rows of the embedding get no gradient), so a filler looks
@@ -168,8 +170,7 @@ struct PromptNoise {
 };
 
 const std::vector<std::string>& function_words() {
-    static const std::vector<std::string> words = {"a",  "an",   "on",  "the", "at",
-                                                   "in", "with", "and", ",",   "background"};
+    static const std::vector<std::string> words = {"a", "an", "on", "the", "at", "in", "with", "and", ","};
     return words;
 }
 
@@ -181,7 +182,8 @@ std::string filler_word(std::mt19937_64& rng) {
     return w;
 }
 
-std::string add_noise(const std::string& prompt, const PromptNoise& noise, std::mt19937_64& rng) {
+std::string add_noise(const std::string& prompt, std::size_t shapes, const PromptNoise& noise,
+                      std::mt19937_64& rng) {
     if (prompt.empty() || (noise.dropout <= 0 && noise.filler <= 0)) return prompt;
     std::uniform_real_distribution<double> u(0, 1);
     std::vector<std::string> words;
@@ -198,7 +200,8 @@ std::string add_noise(const std::string& prompt, const PromptNoise& noise, std::
     std::vector<std::string> kept;
     for (const std::string& w : words) {
         const auto& fw = function_words();
-        if (std::find(fw.begin(), fw.end(), w) != fw.end() && u(rng) < noise.dropout) continue;
+        const bool separator = shapes > 1 && (w == "and" || w == ",");
+        if (!separator && std::find(fw.begin(), fw.end(), w) != fw.end() && u(rng) < noise.dropout) continue;
         kept.push_back(w);
     }
     if (u(rng) < noise.filler) {
@@ -241,7 +244,7 @@ void sample_batch(std::mt19937_64& rng, int n, int size, const PromptNoise& nois
                             .to(at::kFloat)
                             .div(127.5)
                             .sub(1.0));
-        prompts.push_back(u(rng) < 0.1 ? std::string() : add_noise(dp::shapes::describe(scene, rng), noise, rng));
+        prompts.push_back(u(rng) < 0.1 ? std::string() : add_noise(dp::shapes::describe(scene, rng), scene.shapes.size(), noise, rng));
     }
 }
 
@@ -421,11 +424,11 @@ int main(int argc, char** argv) {
             minutes, static_cast<long long>(unseen_ids.numel()));
         {
             std::mt19937_64 show(seed + 7);
-            for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < 4; ++i) {
+                const dp::shapes::Scene scene = dp::shapes::random_scene(show, false);
                 std::printf("  a training prompt: \"%s\"\n",
-                            add_noise(dp::shapes::describe(dp::shapes::random_scene(show, false), show), noise,
-                                      show)
-                                .c_str());
+                            add_noise(dp::shapes::describe(scene, show), scene.shapes.size(), noise, show).c_str());
+            }
         }
         std::fflush(stdout);
 
