@@ -289,19 +289,20 @@ dp::shapes::AdherenceTotals evaluate(const Sd3Pipeline& pipe, const EvalSet& set
 // --init-from: the weights of a folder this trainer wrote, beside the configs just written for the
 // same options. Its tokenizer must be the one written now (else a token id would mean another word);
 // a weight of another shape is refused by the loader, naming it.
+std::string read_tokenizer_file(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw std::runtime_error("--init-from: cannot read " + path.string() +
+                                 " (a model folder this trainer wrote is expected)");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 void copy_weights(const fs::path& from, const fs::path& staging) {
     for (const char* tokenizer : {"tokenizer", "tokenizer_2"})
-        for (const char* file : {"vocab.json", "merges.txt"}) {
-            auto read = [](const fs::path& path) {
-                std::ifstream in(path, std::ios::binary);
-                if (!in) throw std::runtime_error("--init-from: cannot read " + path.string() +
-                                             " (a model folder this trainer wrote is expected)");
-                return std::string(std::istreambuf_iterator<char>(in), {});
-            };
-            if (read(from / tokenizer / file) != read(staging / tokenizer / file))
+        for (const char* file : {"vocab.json", "merges.txt"})
+            if (read_tokenizer_file(from / tokenizer / file) != read_tokenizer_file(staging / tokenizer / file))
                 throw std::runtime_error("--init-from: " + (from / tokenizer / file).string() +
                                          " is not the tokenizer this trainer writes now; train from scratch");
-        }
     for (const auto& [component, file] : {std::pair{"transformer", "diffusion_pytorch_model.safetensors"},
                                           std::pair{"text_encoder", "model.safetensors"},
                                           std::pair{"text_encoder_2", "model.safetensors"}}) {
