@@ -59,22 +59,24 @@ const std::vector<JobOptionRow>& job_option_table() {
                     }),
             described(whole<J>("--steps,--num-inference-steps,--num_inference_steps", "N", &J::steps, 1, 1000,
                                "Denoising steps"),
-                      "the model family's: SD3 28, Qwen-Image 50, FLUX.1-dev 28, FLUX.1-schnell 4"),
+                      "the model folder's generation_defaults.json, else its family's: SD3 28, Qwen-Image 50, FLUX.1-dev 28, "
+                      "FLUX.1-schnell 4"),
             described(number<J>("--guidance-scale,--guidance_scale", "X", &J::guidance_scale, 0, 100, "",
                                 "SD3's classifier-free guidance scale (1 or less: no guidance); FLUX.1-dev's "
                                 "embedded guidance"),
-                      "SD3 7.0, FLUX.1-dev 3.5"),
+                      "the model folder's generation_defaults.json, else SD3 7.0, FLUX.1-dev 3.5"),
             described(number<J>("--true-cfg-scale,--true_cfg_scale", "X", &J::true_cfg_scale, 0, 100, "",
                                 "Qwen-Image's and FLUX.1's classifier-free guidance scale: it runs above 1 for "
                                 "prompts with a negative prompt"),
-                      "Qwen-Image 4.0, FLUX.1 1.0"),
+                      "the model folder's generation_defaults.json, else Qwen-Image 4.0, FLUX.1 1.0"),
             u64<J>("--seed", "N", &J::seed, "Base seed: a prompt without its own seed gets seed + its index"),
             described(whole<J>("--width", "PX", &J::width, 8, 8192, "Image width"), "the model's"),
             described(whole<J>("--height", "PX", &J::height, 8, 8192, "Image height"), "the model's"),
             described(whole<J>("--max-sequence-length,--max_sequence_length", "N", &J::max_sequence_length, 1, 1024,
                                "The text encoder's tokens per prompt (diffusers' max_sequence_length); SD3's and "
                                "FLUX's T5 take at most 512 (SD3 without T5: as many zero positions)"),
-                      "SD3 256, Qwen-Image 512, FLUX.1-dev 512, FLUX.1-schnell 256"),
+                      "the model folder's generation_defaults.json, else SD3 256, Qwen-Image 512, FLUX.1-dev 512, "
+                      "FLUX.1-schnell 256"),
             described(row<J>(
                           "--skip-guidance-layers,--skip_guidance_layers", "BLOCKS", OptionKind::kText,
                           "Skip-layer guidance: transformer blocks a third branch skips, a comma list such as "

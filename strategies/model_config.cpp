@@ -360,8 +360,46 @@ bool is_variant(const std::string& model_dir, const ParallelSpec& spec) {
 
 }  // namespace
 
+// Note [a model's own defaults]: a model folder may hold generation_defaults.json, a JSON object of
+// call arguments by diffusers' names ("num_inference_steps", the family's guidance keys,
+// "max_sequence_length") that its maker found best: a small model trained for few steps may want
+// another guidance scale than its family's. They replace the family's defaults only; a flag, a
+// DP_* variable or a prompt record's key still wins, and the manifest records what ran. diffusers
+// does not read the file, so the same image there needs the same values passed. Keys beginning
+// with "_" are comments; any other key, or a value out of range, is refused naming the file.
 CallArguments call_arguments_for_model(const std::string& model_dir, const ParallelSpec& spec) {
-    return is_variant(model_dir, spec) ? spec.variant_arguments : spec.arguments;
+    CallArguments a = is_variant(model_dir, spec) ? spec.variant_arguments : spec.arguments;
+    const std::string path = model_dir + "/" + kGenerationDefaultsFile;
+    if (!model_file_exists(path)) return a;
+    const nlohmann::json defaults = read_object(path);
+    std::string accepted = "num_inference_steps";
+    for (const std::string& key : a.keys)
+        if (key == a.cfg_key || key == "guidance_scale" || key == "max_sequence_length") accepted += ", " + key;
+    for (const auto& [key, value] : defaults.items()) {
+        if (!key.empty() && key.front() == '_') continue;
+        const bool number = value.is_number() && !value.is_boolean();
+        const double x = number ? value.get<double>() : 0;
+        auto refuse = [&](const std::string& range) {
+            throw protocol::ModelError(path + ": \"" + key + "\" is " + value.dump().substr(0, 40) + "; expected " +
+                                       range);
+        };
+        auto whole = [&](int lo, int hi) {
+            if (!value.is_number_integer() || x < lo || x > hi)
+                refuse("a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
+            return static_cast<int>(x);
+        };
+        if (key == "num_inference_steps") {
+            a.steps = whole(1, 1000);
+        } else if (key == "max_sequence_length" && a.takes(key)) {
+            a.max_sequence_length = whole(1, a.max_sequence_length_limit);
+        } else if ((key == a.cfg_key || key == "guidance_scale") && a.takes(key)) {
+            if (!number || !(x >= 0 && x <= 100)) refuse("a number from 0 to 100");
+            (key == a.cfg_key ? a.cfg_scale : a.guidance_scale) = x;
+        } else {
+            throw protocol::ModelError(path + ": \"" + key.substr(0, 60) + "\" is not a default this model's pipeline takes (it takes " + accepted + ")");
+        }
+    }
+    return a;
 }
 
 std::string family_name_for_model(const std::string& model_dir, const ParallelSpec& spec) {

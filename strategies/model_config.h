@@ -21,9 +21,14 @@ const ParallelSpec& parallel_spec_for_model(const std::string& model_dir);
 // object, or a value is not a positive integer, or a required key is missing.
 TransformerShape read_transformer_shape(const std::string& model_dir, const ParallelSpec& spec);
 
+// The file in a model folder that holds its own call-argument defaults (Note [a model's own
+// defaults], model_config.cpp).
+inline constexpr const char* kGenerationDefaultsFile = "generation_defaults.json";
+
 // The call arguments `model_dir`'s pipeline takes, with their defaults: its family's, or its
-// variant's (ParallelSpec::variant_key: FLUX.1-schnell's transformer has no guidance_embeds).
-// Throws protocol::ModelError naming the file.
+// variant's (ParallelSpec::variant_key: FLUX.1-schnell's transformer has no guidance_embeds),
+// with those the folder's generation_defaults.json sets in their place. Throws
+// protocol::ModelError naming the file.
 CallArguments call_arguments_for_model(const std::string& model_dir, const ParallelSpec& spec);
 // How messages name `model_dir`'s family: its variant's name ("FLUX.1-schnell") or the family's.
 std::string family_name_for_model(const std::string& model_dir, const ParallelSpec& spec);

@@ -4,13 +4,19 @@
 // and the config-only Qwen-Image one.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "launcher/job.h"
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
+#include "protocol/errors.h"
 #include "protocol/job_file.h"
+#include "strategies/model_config.h"
 
 using namespace dp::launcher;
 
@@ -23,6 +29,29 @@ JobOptions job_on(const std::string& model) {
 }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A copy of a shipped model folder, with `defaults` as its generation_defaults.json (none when
+// empty).
+std::string model_with_defaults(const std::string& model, const std::string& name, const std::string& defaults) {
+    namespace fs = std::filesystem;
+    const std::string dir = "/tmp/dp_call_arguments_" + std::to_string(getpid()) + "_" + name;
+    fs::remove_all(dir);
+    fs::copy(resolve_model(model, "--model"), dir, fs::copy_options::recursive);
+    if (!defaults.empty()) std::ofstream(dir + "/generation_defaults.json") << defaults;
+    return dir;
+}
+
+// What reading the folder's rules throws, or "".
+std::string rules_error(const std::string& dir) {
+    JobOptions job;
+    job.model = dir;
+    try {
+        read_model_rules(job);
+    } catch (const dp::protocol::ModelError& e) {
+        return e.what();
+    }
+    return "";
+}
 
 }  // namespace
 
@@ -221,4 +250,68 @@ TEST_CASE("FLUX.1-schnell: 4 steps and 256 tokens by default, guidance_scale acc
     skip.skip_layer_guidance_scale = 2;
     CHECK(has(prompt_setting_problem(skip, set, rules),
               "key 'skip_layer_guidance_scale': FLUX.1-schnell does not take skip_layer_guidance_scale"));
+}
+
+TEST_CASE("a model folder's generation_defaults.json replaces its family's defaults; a flag or a prompt's key still wins") {
+    JobOptions job;
+    job.model = model_with_defaults("tiny-random-sd3", "sd3",
+                                    R"({"_comment": "chosen on a validation set", "guidance_scale": 2.5,
+                                        "num_inference_steps": 12, "max_sequence_length": 77})");
+    const ModelRules rules = read_model_rules(job);
+    PromptRecord p;
+    p.prompt = "a cat";
+    dp::protocol::JobRequest q = job_request(p, job, rules);
+    CHECK(q.guidance_scale == 2.5);
+    CHECK(q.steps == 12);
+    CHECK(q.max_sequence_length == 77);
+    CHECK(pending_record(q, 1, job, "fp32", rules)["guidance_scale"] == 2.5);  // the manifest says what ran
+    JobOptions flags = job;
+    flags.guidance_scale = 7.0;
+    flags.steps = 28;
+    q = job_request(p, flags, rules);
+    CHECK(q.guidance_scale == 7.0);
+    CHECK(q.steps == 28);
+    CHECK(q.max_sequence_length == 77);
+    p.guidance_scale = 4.0;
+    CHECK(job_request(p, flags, rules).guidance_scale == 4.0);
+
+    // Qwen-Image's guidance key is true_cfg_scale.
+    JobOptions qwen;
+    qwen.model = model_with_defaults("qwen-image", "qwen", R"({"true_cfg_scale": 1.5, "num_inference_steps": 30})");
+    PromptRecord r;
+    r.prompt = "a cat";
+    const dp::protocol::JobRequest w = job_request(r, qwen, read_model_rules(qwen));
+    CHECK(w.true_cfg_scale == 1.5);
+    CHECK(w.steps == 30);
+
+    // Without the file, the family's.
+    JobOptions plain;
+    plain.model = model_with_defaults("tiny-random-sd3", "plain", "");
+    p.guidance_scale.reset();
+    CHECK(job_request(p, plain, read_model_rules(plain)).guidance_scale == 7.0);
+}
+
+TEST_CASE("a bad generation_defaults.json is refused naming the file, the key and what is accepted") {
+    const std::string sd3 = model_with_defaults("tiny-random-sd3", "bad", "");
+    const std::string file = sd3 + "/generation_defaults.json";
+    auto with = [&](const std::string& text) {
+        std::ofstream(file, std::ios::trunc) << text;
+        return rules_error(sd3);
+    };
+    CHECK(with(R"({"guidance_scale": 2.5})").empty());
+    CHECK(with(R"({"true_cfg_scale": 2.5})") ==
+          file + ": \"true_cfg_scale\" is not a default this model's pipeline takes (it takes num_inference_steps, "
+                 "guidance_scale, max_sequence_length)");
+    CHECK(with(R"({"guidance_scale": 101})") == file + ": \"guidance_scale\" is 101; expected a number from 0 to 100");
+    CHECK(with(R"({"guidance_scale": "2.5"})") == file + ": \"guidance_scale\" is \"2.5\"; expected a number from 0 to 100");
+    CHECK(with(R"({"guidance_scale": true})") == file + ": \"guidance_scale\" is true; expected a number from 0 to 100");
+    CHECK(with(R"({"num_inference_steps": 2.5})") ==
+          file + ": \"num_inference_steps\" is 2.5; expected a whole number from 1 to 1000");
+    CHECK(with(R"({"num_inference_steps": 0})") ==
+          file + ": \"num_inference_steps\" is 0; expected a whole number from 1 to 1000");
+    CHECK(with(R"({"max_sequence_length": 513})") ==
+          file + ": \"max_sequence_length\" is 513; expected a whole number from 1 to 512");
+    CHECK(has(with("[1, 2]"), file + ": expected a JSON object"));
+    CHECK(has(with("{\"guidance_scale\": "), file + ": not valid JSON"));
+    CHECK(has(with(R"({"steps": 20})"), "\"steps\" is not a default"));
 }
