@@ -206,30 +206,38 @@ struct Phrase {
     bool bare = false;
 };
 
+// The background's colour before it ("a green background") or after it ("a background in
+// green"): with only the first, a model learns that a colour names the noun after it, and reads
+// "the background, then green" as a green shape.
 std::string background_phrase(int background, std::mt19937_64& rng, bool& bare) {
     const std::string bg = colour_word(background);
-    const std::string with_article = article(bg) + " " + bg + " background";
+    const bool colour_first = rng() % 3 != 0;
+    const std::string bare_noun = colour_first ? bg + " background" : "background in " + bg;
+    const std::string noun =
+        colour_first ? article(bg) + " " + bare_noun : std::string(rng() % 2 ? "a " : "the ") + bare_noun;
     bare = false;
     switch (rng() % 4) {
         case 0:
             bare = true;
-            return with_article;
+            return noun;
         case 1:
             bare = true;
-            return bg + " background";
+            return bare_noun;
         case 2:
-            return "on " + with_article;
+            return "on " + noun;
         default:
-            return "with " + with_article;
+            return "with " + noun;
     }
 }
 
 // The phrases of one shape in a random order: its colour and kind (with or without an article,
-// the size before them or as a phrase of its own) and its position, before or after.
+// the size before them or as a phrase of its own, the colour before the kind or after it, "a
+// circle in red") and its position, before or after.
 std::vector<Phrase> shape_phrases(const Shape& s, std::mt19937_64& rng) {
     const std::string size = size_word(s.size, rng);
     const bool detached = rng() % 3 == 0;
-    std::string noun = colour_word(s.colour) + " " + kind_name(s.kind);
+    std::string noun = rng() % 4 == 0 ? std::string(kind_name(s.kind)) + " in " + colour_word(s.colour)
+                                      : colour_word(s.colour) + " " + kind_name(s.kind);
     if (!detached) noun = size + " " + noun;
     if (rng() % 4 != 0) noun = article(noun) + " " + noun;
     std::vector<Phrase> phrases = {{noun, false}, {position_phrase(s.position, rng), false}};
@@ -293,13 +301,13 @@ std::optional<Scene> parse_prompt(const std::string& prompt) {
     const std::vector<std::string> words = prompt_words(prompt, ",");
     Scene scene;
     scene.background = -1;
-    // The background: "<colour> background", or "background is <colour>".
+    // The background: "<colour> background", or "background is <colour>" / "background in <colour>".
     std::vector<bool> used(words.size(), false);
     for (std::size_t i = 0; i + 1 < words.size(); ++i) {
         std::size_t at = words.size();
         if (words[i + 1] == "background" && colour_index(words[i]) >= 0) at = i;
-        if (words[i] == "background" && words[i + 1] == "is" && i + 2 < words.size() &&
-            colour_index(words[i + 2]) >= 0)
+        if (words[i] == "background" && (words[i + 1] == "is" || words[i + 1] == "in") &&
+            i + 2 < words.size() && colour_index(words[i + 2]) >= 0)
             at = i + 2;
         if (at == words.size()) continue;
         if (scene.background >= 0) return std::nullopt;  // two backgrounds

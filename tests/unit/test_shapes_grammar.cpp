@@ -67,7 +67,7 @@ void check_english(const std::string& prompt) {
 TEST_CASE("the trainer's grammar writes its phrases in any order, with the tokenizer's words only") {
     std::mt19937_64 rng(11);
     int background_first = 0, background_middle = 0, background_last = 0, an_orange = 0, center = 0,
-        position_first = 0;
+        position_first = 0, colour_after_background = 0, colour_after_kind = 0;
     for (int i = 0; i < 100000; ++i) {
         const Scene scene = random_scene(rng, i % 5 == 0);
         const std::string prompt = describe(scene, rng);
@@ -81,6 +81,9 @@ TEST_CASE("the trainer's grammar writes its phrases in any order, with the token
         else if (w.end() - bg == 1) ++background_last;
         else ++background_middle;
         an_orange += prompt.find("an orange") != std::string::npos;
+        colour_after_background += prompt.find("background in ") != std::string::npos;
+        for (const char* kind : {"circle in ", "square in ", "triangle in "})
+            colour_after_kind += prompt.find(kind) != std::string::npos;
         center += prompt.find("center") != std::string::npos;
         for (const char* start : {"on the left", "on the right", "at the", "in the"})
             position_first += prompt.rfind(start, 0) == 0;
@@ -93,6 +96,11 @@ TEST_CASE("the trainer's grammar writes its phrases in any order, with the token
     CHECK(an_orange > 1000);
     CHECK(center > 1000);
     CHECK(position_first > 1000);
+    // The colour after its noun as well as before it, for the background and for a shape.
+    CHECK(colour_after_background > 20000);
+    CHECK(colour_after_background < 50000);
+    CHECK(colour_after_kind > 15000);
+    CHECK(colour_after_kind < 50000);
 }
 
 TEST_CASE("every free phrasing parses back to its scene, in every family, with the tokenizer's words") {
@@ -146,6 +154,19 @@ TEST_CASE("the free phrasings and the trainer's grammar never write the same pro
     CHECK(both.empty());
     CHECK(trainer.size() > 50000);
     CHECK(free.size() > 50000);
+}
+
+TEST_CASE("parse_prompt reads \"background in <colour>\" and \"<kind> in <colour>\"") {
+    const auto p = parse_prompt("on the left, a small circle in red, with the background in green");
+    REQUIRE(p.has_value());
+    CHECK(std::string(palette()[static_cast<std::size_t>(p->background)].name) == "green");
+    REQUIRE(p->shapes.size() == 1);
+    CHECK(std::string(palette()[static_cast<std::size_t>(p->shapes[0].colour)].name) == "red");
+    CHECK(p->shapes[0].kind == Kind::kCircle);
+    CHECK(p->shapes[0].position == Position::kLeft);
+    // "in the centre" is a position, not a background colour.
+    CHECK_FALSE(parse_prompt("a small red circle, a background in the centre"));
+    CHECK_FALSE(parse_prompt("a background in green, a small red circle on the left, a background in blue"));
 }
 
 TEST_CASE("parse_prompt reads \"background is <colour>\", and still refuses two backgrounds") {
