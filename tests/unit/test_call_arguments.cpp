@@ -252,7 +252,7 @@ TEST_CASE("FLUX.1-schnell: 4 steps and 256 tokens by default, guidance_scale acc
               "key 'skip_layer_guidance_scale': FLUX.1-schnell does not take skip_layer_guidance_scale"));
 }
 
-TEST_CASE("a model folder's generation_defaults.json replaces its family's defaults; a flag or a prompt's key still wins") {
+TEST_CASE("a model folder's generation_defaults.json replaces its family's defaults, and a flag or a prompt's key still wins") {
     JobOptions job;
     job.model = model_with_defaults("tiny-random-sd3", "sd3",
                                     R"({"_comment": "chosen on a validation set", "guidance_scale": 2.5,
