@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "launcher/errors.h"
+#include "launcher/hang_watch.h"
 #include "launcher/line_splitter.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/port.h"
@@ -45,50 +46,19 @@ constexpr std::chrono::milliseconds kSettle{2000};
 
 using Stream = RankStream;
 
-struct Rank {
-    int rank = 0;
+// One rank: what hang detection reads of it (rank, pid, running, the last line heard, the last
+// heartbeat), and the rest.
+struct Rank : RankLiveness {
     int local_rank = 0;
-    pid_t pid = -1;
-    bool running = false;
     bool signalled_by_launcher = false;
     int wait_status = 0;
     Clock::time_point started, ended;
     RankOutput output;  // its stdout and stderr
     Stream status;      // only with a listener
-    Clock::time_point heard;                       // the last line on its status channel
-    std::optional<protocol::HeartbeatEvent> beat;  // the last heartbeat
 };
 
 // Why dp-launch itself stopped the job.
 enum class StopReason { kNone, kHang, kJobTimeout };
-
-Clock::duration from_seconds(double s) {
-    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-// What /proc says about a process that has gone quiet.
-std::string process_state(pid_t pid) {
-    char path[64];
-    std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-    std::FILE* f = std::fopen(path, "re");
-    if (!f) return "";
-    char buf[512] = {};
-    const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-    std::fclose(f);
-    const char* paren = std::strrchr(buf, ')');
-    if (n == 0 || !paren || paren[1] == '\0' || paren[2] == '\0') return "";
-    switch (paren[2]) {
-        case 'T':
-        case 't':
-            return "its process is stopped (SIGSTOP, or a debugger)";
-        case 'D':
-            return "its process is in uninterruptible sleep (disk, network file system or driver)";
-        case 'R':
-            return "its process is running";
-        default:
-            return "its process is sleeping";
-    }
-}
 
 int exit_code_of(int wait_status) {
     if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
@@ -100,12 +70,6 @@ std::string describe_status(int wait_status) {
     if (WIFEXITED(wait_status)) return "exited with code " + std::to_string(WEXITSTATUS(wait_status));
     if (WIFSIGNALED(wait_status)) return "killed by " + signal_name(WTERMSIG(wait_status));
     return "ended with wait status " + std::to_string(wait_status);
-}
-
-std::string seconds(Clock::duration d) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.2f s", std::chrono::duration<double>(d).count());
-    return buf;
 }
 
 std::string now_iso8601() {
@@ -174,7 +138,8 @@ class Job {
         : spec_(spec), rendezvous_(rendezvous), listener_(listener) {
         // Descendants orphaned while the job runs become our children: Note [orphan guard].
         prctl(PR_SET_CHILD_SUBREAPER, 1);
-        job_started_ = Clock::now();
+        watch_ = HangWatch({spec.load_timeout_s, spec.rank_timeout_s, spec.timeout_s, listener != nullptr},
+                           Clock::now());
         timer_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
         if (!timer_) throw SystemError(errno_message("timerfd_create"));
         base_env_ = current_environment();
@@ -196,6 +161,7 @@ class Job {
             r.output.setup(spec.prefix_output ? "[rank " + std::to_string(r.rank) + "] " : std::string(), shown,
                            &sinks_, [this](const std::string& line) { say(line); });
         }
+        for (const Rank& r : ranks_) live_.push_back(&r);
         if (!spec.log_dir.empty()) open_logs();
     }
 
@@ -378,25 +344,12 @@ class Job {
         return first_failure_ >= 0 || launcher_signal_ != 0 || stop_reason_ != StopReason::kNone;
     }
 
-    // When rank `r` has been silent too long: --load-timeout before its first heartbeat and while
-    // it loads, --rank-timeout while it generates, never while it waits for the others.
-    std::optional<Clock::time_point> silence_deadline(const Rank& r) const {
-        if (!listener_ || !r.running) return std::nullopt;
-        if (r.beat && r.beat->phase == protocol::RankPhase::kWaiting) return std::nullopt;
-        const double allowance = loading(r) ? spec_.load_timeout_s : spec_.rank_timeout_s;
-        if (allowance <= 0) return std::nullopt;
-        return r.heard + from_seconds(allowance);
-    }
-
-    static bool loading(const Rank& r) { return !r.beat || r.beat->phase == protocol::RankPhase::kLoading; }
-
-    // poll's timeout: until the job's --timeout or the first rank's silence deadline; -1: none.
+    // poll's timeout: until the first of the settle time, the job's --timeout and the ranks'
+    // silence deadlines (Note [hang detection], hang_watch.h); -1: none.
     int ms_until_next_deadline() const {
         if (stopping()) return -1;
-        std::optional<Clock::time_point> next = settle_until_;
-        if (spec_.timeout_s > 0) next = job_started_ + from_seconds(spec_.timeout_s);
-        for (const Rank& r : ranks_)
-            if (const auto d = silence_deadline(r); d && (!next || *d < *next)) next = d;
+        std::optional<Clock::time_point> next = watch_.next_deadline(live_);
+        if (settle_until_ && (!next || *settle_until_ < *next)) next = settle_until_;
         if (!next) return -1;
         const auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
         return static_cast<int>(std::clamp<long long>(ms, 0, 24LL * 3600 * 1000));
@@ -409,56 +362,19 @@ class Job {
             commit_failure(*lost_peer_);
             return;
         }
-        if (spec_.timeout_s > 0 && now >= job_started_ + from_seconds(spec_.timeout_s)) {
-            stop_reason_ = StopReason::kJobTimeout;
-            stop_message_ = "the job ran past --timeout " + seconds(from_seconds(spec_.timeout_s)) +
-                            " (a rank may be hung)";
-            say(stop_message_ + "; stopping every rank");
-            stop_all(SIGTERM);
-            return;
-        }
-        // The rank silent longest is named first; a stopped process is named before all.
-        const Rank* silent = nullptr;
-        std::string others;
-        for (const Rank& r : ranks_) {
-            const auto d = silence_deadline(r);
-            if (!d || now < *d) continue;
-            const bool stopped = process_state(r.pid).find("stopped") != std::string::npos;
-            if (!silent || (stopped && process_state(silent->pid).find("stopped") == std::string::npos) ||
-                (!stopped && r.heard < silent->heard)) {
-                if (silent) others += (others.empty() ? "" : ", ") + std::to_string(silent->rank);
-                silent = &r;
-            } else {
-                others += (others.empty() ? "" : ", ") + std::to_string(r.rank);
-            }
-        }
-        if (!silent) return;
-        stop_reason_ = StopReason::kHang;
-        stopped_rank_ = static_cast<int>(silent - ranks_.data());
-        const std::string doing =
-            silent->beat ? protocol::describe(*silent->beat) : "starting (no heartbeat yet)";
-        const std::string state = process_state(silent->pid);
-        stop_message_ = "rank " + std::to_string(silent->rank) + " hung while " + doing +
-                        ": no heartbeat for " + seconds(now - silent->heard) + " (" +
-                        (loading(*silent) ? "--load-timeout " + seconds(from_seconds(spec_.load_timeout_s))
-                                          : "--rank-timeout " + seconds(from_seconds(spec_.rank_timeout_s))) +
-                        ")" + (state.empty() ? "" : "; " + state) +
-                        (others.empty() ? "" : "; also silent: rank(s) " + others);
-        say(stop_message_ + "; stopping the job");
+        const std::optional<HangVerdict> verdict = watch_.check(live_, now);
+        if (!verdict) return;
+        const bool hang = verdict->kind == HangKind::kHang;
+        stop_reason_ = hang ? StopReason::kHang : StopReason::kJobTimeout;
+        stopped_rank_ = hang ? static_cast<int>(verdict->index) : -1;
+        stop_message_ = verdict->message;
+        say(stop_message_ + (hang ? "; stopping the job" : "; stopping every rank"));
         stop_all(SIGTERM);
     }
 
     // Every line of rank `r`'s status channel: it is alive; a heartbeat says what it is doing.
     void on_status_line(Rank& r, std::string_view line) {
-        r.heard = Clock::now();
-        if (line.find("\"heartbeat\"") != std::string_view::npos) {
-            try {
-                if (auto event = protocol::parse_status_line(line))
-                    if (auto* beat = std::get_if<protocol::HeartbeatEvent>(&*event)) r.beat = *beat;
-            } catch (const protocol::Error&) {
-                // The listener reports malformed events.
-            }
-        }
+        launcher::on_status_line(r, line, Clock::now());
         listener_->on_status(r.rank, line);
     }
 
@@ -527,7 +443,7 @@ class Job {
         const Rank& r = ranks_[index];
         stop_all(SIGTERM);
         say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") " +
-            describe_status(r.wait_status) + " after " + seconds(r.ended - r.started) +
+            describe_status(r.wait_status) + " after " + seconds_text(r.ended - r.started) +
             "; stopping the other ranks");
     }
 
@@ -578,7 +494,7 @@ class Job {
             if (r.running) late += (late.empty() ? "" : ", ") + std::to_string(r.rank);
         if (!late.empty())
             say("rank(s) " + late + " still running after the " +
-                seconds(std::chrono::duration_cast<Clock::duration>(
+                seconds_text(std::chrono::duration_cast<Clock::duration>(
                     std::chrono::duration<double>(spec_.shutdown_grace_s))) +
                 " grace period: sending SIGKILL");
         kill_all(SIGKILL);
@@ -626,7 +542,7 @@ class Job {
             else if (r.signalled_by_launcher)
                 result += " (stopped by dp-launch)";
             std::snprintf(line, sizeof(line), "  %6d  %8d  %10s  ", r.rank, static_cast<int>(r.pid),
-                          seconds(r.ended - r.started).c_str());
+                          seconds_text(r.ended - r.started).c_str());
             text += line + result + "\n";
         }
         if (!marked) {
@@ -659,7 +575,8 @@ class Job {
     StopReason stop_reason_ = StopReason::kNone;
     std::string stop_message_;
     int stopped_rank_ = -1;  // index into ranks_: the rank a hang names
-    Clock::time_point job_started_;
+    HangWatch watch_;
+    std::vector<const RankLiveness*> live_;  // ranks_, as hang detection reads them
     int launcher_signal_ = 0;  // the first stop signal dp-launch received
     int sigint_count_ = 0;
     bool grace_armed_ = false;

@@ -266,6 +266,19 @@ TEST_CASE("--timeout stops a command-mode job that runs too long, with exit code
     check_nothing_left(launch.marker());
 }
 
+TEST_CASE("a rank that exits 75 under --timeout: the others get the short settle window, not the job's timeout") {
+    // Note [a lost peer is a consequence]: the settle window is due before the job's --timeout.
+    Launch launch({"-n", "2", "--timeout", "60", "--shutdown-grace", "1", "--", "sh", "-c",
+                   "if [ \"$RANK\" = 0 ]; then exit 75; fi; exec sleep 60"});
+    LaunchResult r = launch.wait(30);
+    INFO(r.err);
+    CHECK(r.exit_code == 75);
+    CHECK(r.seconds < 8);
+    CHECK(r.err.find("rank 0 exited with code 75") != std::string::npos);
+    CHECK(r.err.find("--timeout") == std::string::npos);
+    check_nothing_left(launch.marker());
+}
+
 TEST_CASE("a rank stopped with SIGSTOP ends the main job within --rank-timeout, named with its step") {
     const std::string dir = make_temp_dir();
     Launch launch(
