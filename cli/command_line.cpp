@@ -7,6 +7,7 @@
 #include "cli/env_command.h"
 #include "cli/plan_command.h"
 #include "launcher/build_info.h"
+#include "launcher/dry_run.h"
 #include "launcher/errors.h"
 #include "launcher/job.h"
 #include "launcher/prompt_file.h"

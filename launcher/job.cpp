@@ -12,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "launcher/dry_run.h"
 #include "launcher/errors.h"
 #include "launcher/job_monitor.h"
 #include "launcher/job_settings.h"

@@ -92,10 +92,8 @@ void JobMonitor::on_status(int rank, std::string_view line) {
             for (const auto& share : distinct) to_run_ += share.second;
         }
     } else if (const auto* image = std::get_if<protocol::ImageEvent>(&*event)) {
-        std::optional<nlohmann::json> r = pending(image->index);
+        std::optional<nlohmann::json> r = reported(image->index, rank, "ok");
         if (!r) return;
-        (*r)["rank"] = rank;
-        (*r)["status"] = "ok";
         (*r)["sha256"] = image->sha256;
         (*r)["ms"] = static_cast<int64_t>(image->ms);
         (*r)["width"] = image->width;
@@ -105,10 +103,8 @@ void JobMonitor::on_status(int rank, std::string_view line) {
         ++done_;
         append(*r);
     } else if (const auto* failed = std::get_if<protocol::FailedEvent>(&*event)) {
-        std::optional<nlohmann::json> r = pending(failed->index);
+        std::optional<nlohmann::json> r = reported(failed->index, rank, "failed");
         if (!r) return;
-        (*r)["rank"] = rank;
-        (*r)["status"] = "failed";
         (*r)["error"] = failed->error;
         r->erase("file");
         ++failed_;
@@ -282,6 +278,14 @@ int JobMonitor::finish_as_follower(int code) {
 std::optional<nlohmann::json> JobMonitor::pending(int64_t index) const {
     if (records_.status(index) != JobRecords::Status::kPending) return std::nullopt;
     return records_.record(index);
+}
+
+std::optional<nlohmann::json> JobMonitor::reported(int64_t index, int rank, const char* status) const {
+    std::optional<nlohmann::json> r = pending(index);
+    if (!r) return r;
+    (*r)["rank"] = rank;
+    (*r)["status"] = status;
+    return r;
 }
 
 void JobMonitor::mark_not_run(nlohmann::json& r, const std::string& why) {

@@ -53,6 +53,8 @@ class JobMonitor : public StatusListener {
     int finish_as_follower(int code);
     // The record of prompt `index` while no rank has reported it; else none.
     std::optional<nlohmann::json> pending(int64_t index) const;
+    // pending(index) as rank `rank` reports it: `status` ("ok", "failed"), from that rank.
+    std::optional<nlohmann::json> reported(int64_t index, int rank, const char* status) const;
     void mark_not_run(nlohmann::json& r, const std::string& why);
     int64_t invalid() const { return records_.count(JobRecords::Status::kInvalid); }
     // Keeps `record` as its prompt's and appends it to the manifest (or this node's records).

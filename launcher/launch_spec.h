@@ -52,6 +52,13 @@ struct LaunchSpec {
     std::string cluster_report;
 
     int world_size() const { return nnodes * num_processes; }
+    // The local ranks this launcher starts: spawned_local_ranks, or every one of the node's.
+    std::vector<int> local_ranks() const {
+        if (!spawned_local_ranks.empty()) return spawned_local_ranks;
+        std::vector<int> all;
+        for (int i = 0; i < num_processes; ++i) all.push_back(i);
+        return all;
+    }
     // The main job's dp-launch processes: one per node, or one per rank when a scheduler starts
     // one task per rank (spawned_local_ranks); this one's index among them, rank 0's being 0.
     int launcher_count() const { return spawned_local_ranks.empty() ? nnodes : world_size(); }

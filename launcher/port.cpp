@@ -58,4 +58,16 @@ PortReservation::~PortReservation() {
     if (fd_ >= 0) close(fd_);
 }
 
+Rendezvous resolve_rendezvous(const std::string& master_addr, int master_port) {
+    Rendezvous r;
+    r.addr = master_addr.empty() ? "127.0.0.1" : master_addr;
+    if (master_port != 0) {
+        r.port = master_port;
+    } else {
+        r.reservation = PortReservation(r.addr);
+        r.port = r.reservation.port();
+    }
+    return r;
+}
+
 }  // namespace dp::launcher

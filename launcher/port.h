@@ -33,4 +33,15 @@ class PortReservation {
     int port_ = 0;
 };
 
+// Where rank 0's store listens: MASTER_ADDR and MASTER_PORT as the ranks get them.
+struct Rendezvous {
+    std::string addr;
+    int port = 0;
+    PortReservation reservation;  // held for the whole job: Note [port reservation]
+};
+
+// `master_addr` (127.0.0.1 when empty) and `master_port`, or a port reserved on that address when
+// it is 0. Throws SystemError.
+Rendezvous resolve_rendezvous(const std::string& master_addr, int master_port);
+
 }  // namespace dp::launcher

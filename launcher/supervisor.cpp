@@ -95,24 +95,6 @@ void make_dirs(const std::string& path) {
         throw IoError("--log-dir " + path + ": not a directory");
 }
 
-struct Rendezvous {
-    std::string addr;
-    int port = 0;
-    PortReservation reservation;  // held for the whole job: Note [port reservation]
-};
-
-Rendezvous resolve_rendezvous(const LaunchSpec& spec) {
-    Rendezvous r;
-    r.addr = spec.master_addr.empty() ? "127.0.0.1" : spec.master_addr;
-    if (spec.master_port != 0) {
-        r.port = spec.master_port;
-    } else {
-        r.reservation = PortReservation(r.addr);
-        r.port = r.reservation.port();
-    }
-    return r;
-}
-
 // Blocks the job signals for the launcher's lifetime, so they arrive through a signalfd.
 class SignalChannel {
   public:
@@ -144,9 +126,7 @@ class Job {
         if (!timer_) throw SystemError(errno_message("timerfd_create"));
         base_env_ = current_environment();
         // Every local rank, or the ones a per-rank scheduler task starts (Note [cluster shapes]).
-        std::vector<int> locals = spec.spawned_local_ranks;
-        if (locals.empty())
-            for (int i = 0; i < spec.num_processes; ++i) locals.push_back(i);
+        const std::vector<int> locals = spec.local_ranks();
         ranks_.resize(locals.size());
         for (std::size_t k = 0; k < locals.size(); ++k) {
             const int i = locals[k];
@@ -585,43 +565,10 @@ class Job {
 
 }  // namespace
 
-std::string shell_quote(const std::string& word) {
-    if (!word.empty() &&
-        word.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,+@%") ==
-            std::string::npos)
-        return word;
-    std::string out = "'";
-    for (char c : word) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-    return out + "'";
-}
-
-std::string describe_dry_run(const LaunchSpec& spec) {
-    Rendezvous rendezvous = resolve_rendezvous(spec);
-    RankEnvInputs inputs;
-    inputs.master_addr = rendezvous.addr;
-    inputs.master_port = rendezvous.port;
-    inputs.usable_cpus = usable_cpu_count();
-    inputs.launcher_pid = getpid();
-    const std::vector<std::string> base = current_environment();
-    std::string out;
-    std::vector<int> locals = spec.spawned_local_ranks;
-    if (locals.empty())
-        for (int i = 0; i < spec.num_processes; ++i) locals.push_back(i);
-    for (const int local : locals) {
-        const EnvVars vars = rank_variables(spec, inputs, local, base);
-        out += "# rank " + std::to_string(spec.node_rank * spec.num_processes + local) + " (local rank " +
-               std::to_string(local) + ")\nenv";
-        for (const auto& [name, value] : vars) out += " " + name + "=" + shell_quote(value);
-        for (const std::string& arg : spec.command) out += " " + shell_quote(arg);
-        out += "\n";
-    }
-    return out;
-}
-
 int run_launch(const LaunchSpec& spec, StatusListener* listener) {
     validate_launch_spec(spec);
     signal(SIGPIPE, SIG_IGN);
-    Rendezvous rendezvous = resolve_rendezvous(spec);
+    Rendezvous rendezvous = resolve_rendezvous(spec.master_addr, spec.master_port);
     Job job(spec, rendezvous, listener);
     return job.run();
 }

@@ -31,10 +31,4 @@ class StatusListener {
 // With a listener, each rank also gets a status channel.
 int run_launch(const LaunchSpec& spec, StatusListener* listener = nullptr);
 
-// What --dry-run prints: one shell line per rank with the variables dp-launch sets.
-std::string describe_dry_run(const LaunchSpec& spec);
-
-// POSIX shell quoting, for printing commands that can be pasted.
-std::string shell_quote(const std::string& word);
-
 }  // namespace dp::launcher
