@@ -182,7 +182,15 @@ int main(int argc, char** argv) {
     }
     if (mode == "signals") {
         g_dir = arg(2);
-        for (int sig : {SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGTERM, SIGINT}) signal(sig, on_logged_signal);
+        // Each signal is logged whole before the next is handled: with signal(), a SIGUSR2 that
+        // arrives while SIGUSR1's handler runs (slow under a sanitizer) interrupts it and is
+        // logged first.
+        constexpr int kLogged[] = {SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGTERM, SIGINT};
+        struct sigaction action {};
+        action.sa_handler = on_logged_signal;
+        sigemptyset(&action.sa_mask);
+        for (int sig : kLogged) sigaddset(&action.sa_mask, sig);
+        for (int sig : kLogged) sigaction(sig, &action, nullptr);
         stamp("ready");
         wait_forever();
     }
