@@ -8,12 +8,20 @@
 set -euo pipefail
 dp_launch=$1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-page_images() {  # PAGE [DOM_FILE]: "CARDS IMAGES LOADED"
+page_images() {  # PAGE [DOM_FILE]: "CARDS IMAGES LOADED", or the skip (77) with its reason
     local counted rc=0
     counted=$("$here/page_images.sh" "$@") || rc=$?
     [[ $rc -eq 77 ]] && { echo "$counted"; exit 77; }
     [[ $rc -eq 0 ]] || { echo "FAIL: page_images.sh $1 exited $rc"; exit 1; }
     echo "$counted"
+}
+# Reads page_images' counts into items, images and loaded; a skip or a failure ends the script with
+# its code and says why (a process substitution would lose the code: Chromium missing is a skip).
+count_page() {
+    local counted rc=0
+    counted=$(page_images "$@") || rc=$?
+    [[ $rc -eq 0 ]] || { echo "$counted"; exit $rc; }
+    read -r items images loaded <<<"$counted"
 }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -30,7 +38,7 @@ model=${DP_GALLERY_MODEL:-tiny-random-sd3}
 [[ ${DP_GALLERY_BREAK:-0} == 1 ]] && rm "$(ls "$out"/run/*.png | head -1)"
 records=$(wc -l <"$out/run/manifest.jsonl")
 ok=$(grep -c '"status":"ok"' "$out/run/manifest.jsonl" || true)
-read -r items images loaded < <(page_images "$out/run/index.html" "$out/dom.html")
+count_page "$out/run/index.html" "$out/dom.html"
 echo "manifest: $records records, $ok images; page: $items items, $images images, $loaded loaded"
 [[ $loaded != - && $images != - && $items != - ]] || { echo "FAIL: the page's load check did not run"; exit 1; }
 [[ $items -eq $records ]] || { echo "FAIL: $items items on the page, $records records in the manifest"; exit 1; }
@@ -44,7 +52,7 @@ awk 'BEGIN { for (i = 0; i < 700; i++) print (i == 649 ? "{\"prompt\": \"\"}" : 
 "$dp_launch" -n 2 -q --steps 1 --skip-invalid --model "$model" -o "$out/long" "$out/long.jsonl" >/dev/null
 [[ ${DP_GALLERY_BREAK:-0} == 2 ]] && rm "$out/long/00400-"*.png
 for page in index.html page-2.html page-3.html; do
-    read -r items images loaded < <(page_images "$out/long/$page" "$out/$page.dom")
+    count_page "$out/long/$page" "$out/$page.dom"
     echo "$page: $items items, $images images, $loaded loaded"
     [[ $loaded != - ]] || { echo "FAIL: $page: the page's load check did not run"; exit 1; }
     case $page in
