@@ -1,8 +1,14 @@
-// The pipeline's options (with PROMPTS): one row per option of launcher::JobOptions.
+// The pipeline's options (with PROMPTS): one row per option of launcher::JobOptions. The call
+// arguments' rows come from the call-argument table (protocol/call_arguments.h).
+#include <algorithm>
+#include <cstdio>
+
 #include "cli/launch_options.h"
 #include "cli/option_rows.h"
 #include "launcher/prompt_file.h"
+#include "protocol/call_arguments.h"
 #include "protocol/job_file.h"
+#include "strategies/parallel_spec.h"
 
 namespace dp::cli {
 
@@ -10,10 +16,104 @@ using namespace rows;
 using launcher::JobOptions;
 using launcher::UsageError;
 
+namespace {
+
+using protocol::CallArgument;
+using protocol::CallType;
+
+// A default as --help shows it: numbers with a decimal point (7.0), whole numbers as they are.
+std::string default_text(const CallArgument& a, double value) {
+    char buf[32];
+    if (a.type == CallType::kWhole || value != static_cast<double>(static_cast<long long>(value)))
+        std::snprintf(buf, sizeof(buf), "%g", value);
+    else
+        std::snprintf(buf, sizeof(buf), "%.1f", value);
+    return buf;
+}
+
+// What an unset call argument means, from its row: each family's default ("SD3 28, Qwen-Image 50,
+// FLUX.1-dev 28, FLUX.1-schnell 4"; a family and its variant at the same value under the family's
+// name), after the model folder's generation_defaults.json where it may set it.
+std::string described_default(const CallArgument& a) {
+    if (a.type == CallType::kBlocks) return "none";
+    std::string out;
+    for (const strategies::ParallelSpec* spec : strategies::parallel_specs()) {
+        const protocol::FamilyUse* base = nullptr;
+        const protocol::FamilyUse* variant = nullptr;
+        for (const protocol::FamilyUse& use : a.families) {
+            if (use.ignored) continue;
+            if (spec->family == use.family) base = &use;
+            if (!spec->variant_family.empty() && spec->variant_family == use.family) variant = &use;
+        }
+        const auto add = [&](const std::string& name, double value) {
+            out += (out.empty() ? "" : ", ") + name + " " + default_text(a, value);
+        };
+        if (base && variant && base->value == variant->value) {
+            add(spec->display_name, base->value);
+            continue;
+        }
+        if (base) add(variant || !spec->variant_family.empty() ? spec->display_name + "-dev" : spec->display_name,
+                      base->value);
+        if (variant) add(spec->variant_name, variant->value);
+    }
+    return a.model_default ? "the model folder's generation_defaults.json, else " + out : out;
+}
+
+// The row of a family call argument: it sets JobOptions::arguments.
+JobOptionRow call_argument_row(const CallArgument& a) {
+    using J = JobOptions;
+    const OptionKind kind = a.type == CallType::kNumber ? OptionKind::kNumber
+                            : a.type == CallType::kWhole ? OptionKind::kInt
+                                                         : OptionKind::kText;
+    JobOptionRow r = row<J>(
+        a.flags, a.value_name, kind, a.help,
+        [&a](J& j, const std::string& text, const std::string& source) {
+            switch (a.type) {
+                case CallType::kNumber:
+                    j.arguments.set(a, launcher::parse_number(text, a.min, a.max, source, ""));
+                    break;
+                case CallType::kWhole:
+                    j.arguments.set(a, int64_t{launcher::parse_int(text, static_cast<int>(a.min),
+                                                                   static_cast<int>(a.max), source)});
+                    break;
+                case CallType::kBlocks:
+                    j.arguments.set(a, launcher::parse_block_list(text, source));
+                    break;
+            }
+        },
+        [&a](const J& j) -> std::string {
+            const protocol::CallValue* v = j.arguments.find(a.name);
+            if (!v) return "";
+            if (const auto* blocks = std::get_if<std::vector<int>>(v)) return launcher::block_list_text(*blocks);
+            if (const auto* d = std::get_if<double>(v)) return launcher::number_text(*d);
+            return std::to_string(std::get<int64_t>(*v));
+        });
+    if (kind != OptionKind::kText) {
+        r.lo = a.min;
+        r.hi = a.max;
+    }
+    return described(r, described_default(a).c_str());
+}
+
+const CallArgument& universal(const char* name) { return *protocol::find_call_argument(name); }
+
+// `rows` with a row for each family call argument of the table after --seed, in the table's order.
+std::vector<JobOptionRow> with_call_arguments(std::vector<JobOptionRow> rows) {
+    auto at = std::find_if(rows.begin(), rows.end(), [](const JobOptionRow& r) { return r.long_flag == "--seed"; });
+    if (at != rows.end()) ++at;
+    std::vector<JobOptionRow> generated;
+    for (const CallArgument& a : protocol::call_arguments())
+        if (!a.universal) generated.push_back(call_argument_row(a));
+    rows.insert(at, generated.begin(), generated.end());
+    return rows;
+}
+
+}  // namespace
+
 const std::vector<JobOptionRow>& job_option_table() {
     using J = JobOptions;
     static const std::vector<JobOptionRow> table = finish<J>(
-        {
+        with_call_arguments({
             // Found once the whole table is read, with --revision (resolve_job_options).
             applied(text<J>("--model", "DIR|NAME|ORG/NAME", &J::model,
                             "Diffusers model folder (model_index.json, transformer/, ...), the name of a model "
@@ -57,47 +157,20 @@ const std::vector<JobOptionRow>& job_option_table() {
                         j.output_dir = t;
                         while (j.output_dir.size() > 1 && j.output_dir.back() == '/') j.output_dir.pop_back();
                     }),
-            described(whole<J>("--steps,--num-inference-steps,--num_inference_steps", "N", &J::steps, 1, 1000,
-                               "Denoising steps"),
-                      "the model folder's generation_defaults.json, else its family's: SD3 28, Qwen-Image 50, FLUX.1-dev 28, "
-                      "FLUX.1-schnell 4"),
-            described(number<J>("--guidance-scale,--guidance_scale", "X", &J::guidance_scale, 0, 100, "",
-                                "SD3's classifier-free guidance scale (1 or less: no guidance); FLUX.1-dev's "
-                                "embedded guidance"),
-                      "the model folder's generation_defaults.json, else SD3 7.0, FLUX.1-dev 3.5"),
-            described(number<J>("--true-cfg-scale,--true_cfg_scale", "X", &J::true_cfg_scale, 0, 100, "",
-                                "Qwen-Image's and FLUX.1's classifier-free guidance scale: it runs above 1 for "
-                                "prompts with a negative prompt"),
-                      "the model folder's generation_defaults.json, else Qwen-Image 4.0, FLUX.1 1.0"),
+            described(whole<J>(universal("num_inference_steps").flags, universal("num_inference_steps").value_name,
+                               &J::steps, static_cast<int>(universal("num_inference_steps").min),
+                               static_cast<int>(universal("num_inference_steps").max),
+                               universal("num_inference_steps").help),
+                      described_default(universal("num_inference_steps")).c_str()),
             u64<J>("--seed", "N", &J::seed, "Base seed: a prompt without its own seed gets seed + its index"),
-            described(whole<J>("--width", "PX", &J::width, 8, 8192, "Image width"), "the model's"),
-            described(whole<J>("--height", "PX", &J::height, 8, 8192, "Image height"), "the model's"),
-            described(whole<J>("--max-sequence-length,--max_sequence_length", "N", &J::max_sequence_length, 1, 1024,
-                               "The text encoder's tokens per prompt (diffusers' max_sequence_length); SD3's and "
-                               "FLUX's T5 take at most 512 (SD3 without T5: as many zero positions)"),
-                      "the model folder's generation_defaults.json, else SD3 256, Qwen-Image 512, FLUX.1-dev 512, "
-                      "FLUX.1-schnell 256"),
-            described(row<J>(
-                          "--skip-guidance-layers,--skip_guidance_layers", "BLOCKS", OptionKind::kText,
-                          "Skip-layer guidance: transformer blocks a third branch skips, a comma list such as "
-                          "7,8,9 (SD3.5 medium's); empty: none",
-                          [](J& j, const std::string& t, const std::string& src) {
-                              j.skip_guidance_layers = launcher::parse_block_list(t, src);
-                          },
-                          [](const J& j) { return launcher::block_list_text(j.skip_guidance_layers); }),
-                      "off"),
-            described(number<J>("--skip-layer-guidance-scale,--skip_layer_guidance_scale", "X",
-                                &J::skip_layer_guidance_scale, 0, 100, "",
-                                "How far skip-layer guidance moves the noise away from the skipping branch"),
-                      "2.8"),
-            described(number<J>("--skip-layer-guidance-start,--skip_layer_guidance_start", "F",
-                                &J::skip_layer_guidance_start, 0, 1, "",
-                                "Fraction of the steps after which skip-layer guidance runs (below the stop)"),
-                      "0.01"),
-            described(number<J>("--skip-layer-guidance-stop,--skip_layer_guidance_stop", "F",
-                                &J::skip_layer_guidance_stop, 0, 1, "",
-                                "Fraction of the steps after which skip-layer guidance stops"),
-                      "0.2"),
+            described(whole<J>(universal("width").flags, universal("width").value_name, &J::width,
+                               static_cast<int>(universal("width").min), static_cast<int>(universal("width").max),
+                               universal("width").help),
+                      "the model's"),
+            described(whole<J>(universal("height").flags, universal("height").value_name, &J::height,
+                               static_cast<int>(universal("height").min), static_cast<int>(universal("height").max),
+                               universal("height").help),
+                      "the model's"),
             choice<J>(
                 "--strategy", &J::strategy, {"data", "context", "tensor", "device-map"},
                 "Fill the degrees from the world: context means Ulysses where the head count allows it, "
@@ -185,7 +258,7 @@ const std::vector<JobOptionRow>& job_option_table() {
                 "start"),
             described(text<J>("--worker", "PATH", &J::worker, "The dp-worker executable"),
                       "the one next to dp-launch"),
-        },
+        }),
         "Pipeline options (with PROMPTS)");
     return table;
 }

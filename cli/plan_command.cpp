@@ -66,13 +66,13 @@ auto with_variant_or_plain(const JobOptions& job, const Count& count) {
 }
 
 // The expected makespan of each schedule over the prompts of job.prompts (README "Schedules").
-std::string schedule_plan(const JobOptions& job, const ModelRules& rules, int replicas) {
+std::string schedule_plan(const JobOptions& job, const strategies::ModelInfo& model, int replicas) {
     const PromptFile file = read_prompt_file(
-        job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, rules); });
+        job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, model); });
     std::vector<protocol::JobRequest> requests;
-    for (const PromptRecord& p : file.prompts) requests.push_back(job_request(p, job, rules));
+    for (const PromptRecord& p : file.prompts) requests.push_back(job_request(p, job, model));
     const strategies::ScheduleChoice c = strategies::choose_schedule(
-        job.schedule, requests, strategies::cost_rules(rules.sizes, rules.arguments), replicas, job.batch_size);
+        job.schedule, requests, strategies::cost_rules(model.sizes, model.arguments), replicas, job.batch_size);
     const strategies::Makespans& m = c.makespans;
     std::ostringstream out;
     out << "schedules: " << requests.size() << " prompt(s) of " << utf8_for_display(job.prompts);
@@ -99,26 +99,28 @@ std::string schedule_plan(const JobOptions& job, const ModelRules& rules, int re
 }  // namespace
 
 std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested) {
-    const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested);
+    const strategies::ModelInfo model = strategies::read_model_info(requested.model);  // read once
+    const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested, model);
     const JobOptions job = with_strategy(requested, strategy);
     const int world = launch.world_size();
     const strategies::MeshDegrees& deg = strategy.degrees;
     const strategies::Mesh mesh(world, deg);
 
-    const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model);
-    const strategies::TransformerShape shape = strategies::read_transformer_shape(job.model, spec);
-    const ModelRules rules = read_model_rules(job);
+    const strategies::ParallelSpec& spec = *model.spec;
+    const strategies::TransformerShape& shape = model.shape;
     const long long heads = shape.heads, hd = shape.head_dim, layers = shape.layers;
     const long long patch = shape.patch_size, channels = shape.in_channels;
     const long long width_d = shape.width();
-    const long long vae_scale = rules.sizes.vae_scale;
-    const long long px_w = job.width ? job.width : rules.sizes.default_side,
-                    px_h = job.height ? job.height : rules.sizes.default_side;
+    const long long vae_scale = model.sizes.vae_scale;
+    const long long px_w = job.width ? job.width : model.sizes.default_side,
+                    px_h = job.height ? job.height : model.sizes.default_side;
     // Patches a side as the pipeline makes them (FLUX packs 2x2 before a transformer of patch 1).
-    const long long grid = rules.sizes.patch_size;
+    const long long grid = model.sizes.patch_size;
     const long long tokens = (px_w / vae_scale / grid) * (px_h / vae_scale / grid);
-    const strategies::CallArguments& arguments = rules.arguments;
-    const long long max_sequence = job.max_sequence_length.value_or(arguments.max_sequence_length);
+    const protocol::FamilyArguments& arguments = model.arguments;
+    const long long max_sequence = static_cast<long long>(job.arguments.has("max_sequence_length")
+                                                              ? job.arguments.number("max_sequence_length")
+                                                              : arguments.default_number("max_sequence_length"));
     long long text = max_sequence;  // Qwen-Image: at most this, as long as the prompt
     if (spec.family == "sd3") {
         // CLIP's tokens, then T5's max_sequence_length; without T5 (none in the folder, or --no-t5)
@@ -260,8 +262,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     const long long split_tokens = deg.ring * deg.ulysses;
     const long long n = (tokens + split_tokens - 1) / split_tokens * split_tokens;
     // Both guidance branches in one batch (Qwen-Image's only with a negative prompt).
-    const bool guided = cfg_scale_setting(job, arguments).value_or(arguments.cfg_scale) > 1.0 &&
-                        (!arguments.guidance_needs_negative_prompt || job.negative_prompt.has_value());
+    const bool guided = arguments.runs_two_branches(job.arguments, job.negative_prompt.has_value());
     const long long b = guided && !job.cfg_parallel ? 2 : 1;
     std::map<std::string, long long> step;
     if (deg.cfg > 1) step["all_gather"] += channels * tokens * patch * patch * f;
@@ -299,11 +300,11 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     if (step.empty()) out << " none";
     for (const auto& [kind, bytes] : step) out << "\n  " << kind << ": " << bytes_text(bytes);
     out << "\n";
-    if (!job.prompts.empty()) out << schedule_plan(job, rules, deg.dp);
+    if (!job.prompts.empty()) out << schedule_plan(job, model, deg.dp);
     // What the job itself would refuse, though a plan can still be made.
-    std::vector<std::string> refusals = model_problems(job);
+    std::vector<std::string> refusals = model_problems(job, model);
     try {
-        const std::vector<std::string> more = job_setting_problems(job, read_model_rules(job));
+        const std::vector<std::string> more = job_setting_problems(job, model);
         refusals.insert(refusals.end(), more.begin(), more.end());
     } catch (const Error& e) {
         refusals.push_back(e.what());

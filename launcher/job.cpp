@@ -66,13 +66,16 @@ bool exists(const std::string& path) {
 }  // namespace
 
 strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const JobOptions& job,
-                                             const strategies::ParallelSpec& spec) {
+                                             const strategies::ModelInfo& model) {
     strategies::StrategyRequest r;
     r.world = launch.world_size();
     r.num_processes = launch.num_processes;
     r.strategy = job.strategy;
     r.cfg_parallel = job.cfg_parallel;
-    r.cfg_scale = cfg_scale_setting(job, spec.arguments);
+    // The job's guidance scale, else the model's own default (its folder's, else its family's).
+    r.cfg_scale = cfg_scale_setting(job, model.arguments);
+    if (const protocol::FamilyArgument* cfg = model.arguments.guidance_scale(); cfg && !r.cfg_scale)
+        r.cfg_scale = model.arguments.default_number(cfg->row->name);
     r.ulysses = job.ulysses;
     r.ring = job.ring;
     r.tp = job.tp;
@@ -83,12 +86,12 @@ strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const Job
     return r;
 }
 
-strategies::ResolvedStrategy resolve_job_strategy(const LaunchSpec& launch, const JobOptions& job) {
-    const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model);
-    const int heads = static_cast<int>(strategies::read_transformer_shape(job.model, spec).heads);
-    strategies::ResolvedStrategy resolved = strategies::resolve_strategy(strategy_request(launch, job, spec), spec, heads);
+strategies::ResolvedStrategy resolve_job_strategy(const LaunchSpec& launch, const JobOptions& job,
+                                                  const strategies::ModelInfo& model) {
+    strategies::ResolvedStrategy resolved = strategies::resolve_strategy(
+        strategy_request(launch, job, model), *model.spec, static_cast<int>(model.shape.heads));
     // Planned once, here (every error now, before anything starts), when the budgets are known.
-    resolved.device_map_plan = plan_device_map_for(with_strategy(job, resolved));
+    resolved.device_map_plan = plan_device_map_for(with_strategy(job, resolved), model);
     return resolved;
 }
 
@@ -102,10 +105,10 @@ JobOptions with_strategy(JobOptions job, const strategies::ResolvedStrategy& res
 }
 
 JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job) {
-    return with_strategy(job, resolve_job_strategy(launch, job));
+    return with_strategy(job, resolve_job_strategy(launch, job, strategies::read_model_info(job.model)));
 }
 
-std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job) {
+std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job, const strategies::ModelInfo& model) {
     if (job.device_map.empty()) return std::nullopt;
     const bool file = job.device_map != "balanced" && job.device_map != "auto";
     if (!file && job.max_memory.empty()) return std::nullopt;  // the GPUs' memory: the worker's
@@ -113,7 +116,7 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& j
         const auto plan_at = [&](int64_t element_bytes) {
             return strategies::plan_device_map_spec(
                 job.model, element_bytes, job.device_map, job.max_memory, {}, job.variant,
-                strategies::components_left_out(job.model, strategies::parallel_spec_for_model(job.model), job.no_t5));
+                strategies::components_left_out(job.model, *model.spec, job.no_t5));
         };
         if (job.dtype != "auto") return plan_at(job.dtype == "fp32" ? 4 : 2);
         // --dtype auto is fp32 on CPU devices and bf16 on GPUs: the devices say which.
@@ -133,9 +136,8 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& j
 namespace {
 
 // A config-only folder of a real model (models/README.md) makes images only from random weights.
-void check_has_weights(const std::string& model) {
-    const std::vector<std::string> missing =
-        strategies::components_without_weights(model, strategies::parallel_spec_for_model(model));
+void check_has_weights(const std::string& model, const strategies::ParallelSpec& spec) {
+    const std::vector<std::string> missing = strategies::components_without_weights(model, spec);
     if (missing.empty()) return;
     std::string list;
     for (const std::string& c : missing) list += (list.empty() ? "" : ", ") + c;
@@ -154,9 +156,11 @@ protocol::DeviceMapPlan to_protocol(const strategies::DeviceMapPlan& plan) {
 }
 
 // What every rank is told: `job` (through `strategy`) without its requests.
-protocol::JobFile job_file_for(const JobOptions& job, const strategies::ResolvedStrategy& strategy) {
+protocol::JobFile job_file_for(const JobOptions& job, const strategies::ModelInfo& model,
+                               const strategies::ResolvedStrategy& strategy) {
     protocol::JobFile f;
     f.model_dir = job.model;
+    f.family = model.family;
     f.random_weights = job.random_weights;
     f.output_dir = job.output_dir;
     f.dtype = job.dtype;
@@ -179,9 +183,11 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::Resolved
 }  // namespace
 
 int run_job(const LaunchSpec& launch, const JobOptions& requested) {
-    const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested);
+    // The model is read here, once (Note [a model is read once], strategies/model_config.h).
+    const strategies::ModelInfo model = strategies::read_model_info(requested.model);
+    const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested, model);
     const JobOptions job = with_strategy(requested, strategy);
-    if (!job.random_weights) check_has_weights(job.model);
+    if (!job.random_weights) check_has_weights(job.model, *model.spec);
     if (!launch.quiet && strategy.degrees.replica_size() > 1) {
         std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
                   << std::endl;
@@ -190,22 +196,21 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const std::string name = job.prompts == "-" ? "<stdin>" : utf8_for_display(job.prompts);
     // What the model cannot run is refused here, before anything starts: a flag's setting is a
     // usage error, a JSONL line's makes that line invalid, the folder's own problems are the model's.
-    const ModelRules rules = read_model_rules(job);
-    check_job(job, rules);
+    check_job(job, model);
     // Every prompt's settings, resolved once here so that every rank and the manifest agree; each
     // prompt's record and request go to `records` as it is read (Note [records on disk]).
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);
     JobRecords records(local_temp_dir());
-    protocol::JobFile job_file = job_file_for(job, strategy);
+    protocol::JobFile job_file = job_file_for(job, model, strategy);
     // job_file.requests keeps each request's index and the settings the schedule is chosen by,
     // not its texts (prompt, file), which are in `records`. Gathered in pieces, then moved into
     // one vector of the exact size, so that no growth holds two copies.
     std::vector<std::vector<protocol::JobRequest>> pieces;
     const PromptFile file = read_prompt_file(
-        job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, rules); },
+        job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, model); },
         [&](PromptRecord&& p) {
-            protocol::JobRequest q = job_request(p, job, rules);
-            records.set(pending_record(q, p.line, job, dtype, rules));
+            protocol::JobRequest q = job_request(p, job, model);
+            records.set(pending_record(q, p.line, job, dtype));
             records.set_request(p.index, protocol::request_line(q));
             std::string().swap(q.prompt);
             std::string().swap(q.file);
@@ -273,7 +278,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
                          " already exist; pass --overwrite to replace them, --resume to make only the images "
                          "that are missing, or choose another --output-dir");
     if (job.resume) {
-        for (auto& [index, kept] : images_to_keep(earlier, records, job.output_dir)) records.set(kept);
+        for (auto& [index, kept] : images_to_keep(earlier, records, job.output_dir, model.arguments)) records.set(kept);
         // The requests stay in the prompt file's order.
         job_file.requests.erase(std::remove_if(job_file.requests.begin(), job_file.requests.end(),
                                                [&](const protocol::JobRequest& q) {
@@ -286,7 +291,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
 
     // How the replicas share the pending prompts (Note [dynamic schedule], runtime/worker.cpp).
     const strategies::ScheduleChoice schedule =
-        strategies::choose_schedule(job.schedule, job_file.requests, strategies::cost_rules(rules.sizes, rules.arguments),
+        strategies::choose_schedule(job.schedule, job_file.requests, strategies::cost_rules(model.sizes, model.arguments),
                                     strategy.degrees.dp, job.batch_size);
     job_file.schedule = schedule.schedule;
     if (!launch.quiet && strategy.degrees.dp > 1 && !job_file.requests.empty())

@@ -10,9 +10,11 @@
 
 #include "launcher/launch_spec.h"
 #include "launcher/model_location.h"
+#include "protocol/call_arguments.h"
 #include "protocol/errors.h"
 #include "protocol/job_file.h"
 #include "strategies/device_map.h"
+#include "strategies/model_config.h"
 #include "strategies/strategy.h"
 
 namespace dp::launcher {
@@ -28,11 +30,12 @@ struct JobOptions {
     std::string model;
     std::optional<uint64_t> random_weights;
     std::string output_dir = "outputs";
-    // Unset: the default of the model's family (strategies::CallArguments: diffusers' for its
-    // pipeline; SD3 28 steps, Qwen-Image 50).
+    // Unset: the model's default (its family's in the call-argument table, protocol/call_arguments.h:
+    // diffusers' for its pipeline; SD3 28 steps, Qwen-Image 50).
     std::optional<int> steps;
-    std::optional<double> guidance_scale;  // SD3's CFG scale (7.0)
-    std::optional<double> true_cfg_scale;  // Qwen-Image's (4.0, with a negative prompt)
+    // The family call arguments the job sets (guidance_scale, max_sequence_length,
+    // skip-layer guidance, ...): the defaults of each prompt's; unset ones take the model's default.
+    protocol::CallValues arguments;
     uint64_t seed = 0;
     int width = 0;  // 0: the model's default
     int height = 0;
@@ -57,12 +60,6 @@ struct JobOptions {
     bool no_t5 = false;    // without the T5 text encoder, even when the folder has one
     bool offload = false;  // each component on the GPU only while it runs (diffusers' model CPU offload)
     std::optional<std::string> negative_prompt;  // unset: none given (diffusers' None)
-    // Defaults of each prompt's settings, by diffusers' names; unset: the family's default.
-    std::optional<int> max_sequence_length;
-    std::vector<int> skip_guidance_layers;  // empty: no skip-layer guidance
-    std::optional<double> skip_layer_guidance_scale;  // SD3's 2.8, 0.01 and 0.2
-    std::optional<double> skip_layer_guidance_start;
-    std::optional<double> skip_layer_guidance_stop;
     bool overwrite = false;
     bool resume = false;  // keep the earlier run's valid images, make only the missing ones
     bool skip_invalid = false;
@@ -71,25 +68,26 @@ struct JobOptions {
 
 // The job's strategy options on `launch`'s world, as strategies::resolve_strategy takes them.
 strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const JobOptions& job,
-                                             const strategies::ParallelSpec& spec);
+                                             const strategies::ModelInfo& model);
 
 // strategies::resolve_strategy for `job`, with its model's family spec (model_index.json) and
 // heads (the transformer's config.json), then device_map's plan where it can be made here
 // (plan_device_map_for): every refusal before anything starts. Throws UsageError, or ModelError
 // when the model folder's configs cannot be read or its pipeline is not supported.
-strategies::ResolvedStrategy resolve_job_strategy(const LaunchSpec& launch, const JobOptions& job);
+strategies::ResolvedStrategy resolve_job_strategy(const LaunchSpec& launch, const JobOptions& job,
+                                                  const strategies::ModelInfo& model);
 
 // `job` with the resolved degrees (dp included) and device_map written back.
 JobOptions with_strategy(JobOptions job, const strategies::ResolvedStrategy& resolved);
 
-// with_strategy(job, resolve_job_strategy(launch, job)).
+// with_strategy(job, resolve_job_strategy(launch, job, the model read from job.model)).
 JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job);
 
 // device_map's plan for `job` (already through resolve_strategy), made here when its budgets are
 // known without a GPU: a FILE.json, or --max-memory. nullopt without --device-map, or when the
 // budgets are the visible GPUs' free memory, which the worker measures. Throws UsageError for a
 // map that cannot work (one device, a component that fits nowhere, a bad file).
-std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job);
+std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job, const strategies::ModelInfo& model);
 
 // Runs the job and returns dp-launch's exit code (README "Exit codes"). Throws Error for what
 // prevents starting it: an unreadable prompt file (66), invalid prompts (65), existing outputs

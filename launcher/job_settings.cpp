@@ -10,21 +10,11 @@
 namespace dp::launcher {
 namespace {
 
-// diffusers' StableDiffusion3Pipeline defaults for skip-layer guidance.
-constexpr double kSkipScale = 2.8, kSkipStart = 0.01, kSkipStop = 0.2;
-
-std::string layers_text(const std::vector<int>& layers) {
-    std::string out;
-    for (int l : layers) out += (out.empty() ? "" : ",") + std::to_string(l);
-    return out;
-}
-
-// Why `layer` is no block of a transformer with `blocks` blocks, or empty.
-std::string block_problem(int layer, int64_t blocks) {
-    if (layer < blocks) return {};
-    return "block " + std::to_string(layer) + " is not one of the transformer's " + std::to_string(blocks) +
-           " blocks (0 to " + std::to_string(blocks - 1) + ")";
-}
+using protocol::CallArgument;
+using protocol::CallValue;
+using protocol::CallValues;
+using protocol::FamilyArgument;
+using protocol::FamilyArguments;
 
 std::string joined(const std::vector<std::string>& items, const std::string& separator) {
     std::string out;
@@ -32,58 +22,65 @@ std::string joined(const std::vector<std::string>& items, const std::string& sep
     return out;
 }
 
-// Why the model's pipeline does not take `key`, or empty when it does (or accepts and ignores it).
-std::string foreign_key(const ModelRules& rules, const std::string& key) {
-    const strategies::CallArguments& a = rules.arguments;
-    if (a.takes(key) || a.ignores(key)) return {};
-    std::string why = rules.family_name + " does not take " + key + " (its pipeline takes " + joined(a.keys, ", ");
-    if (key == "guidance_scale" || key == "true_cfg_scale") why += "; its guidance scale is " + a.cfg_key;
+// Whether some family reads `row` as its classifier-free guidance scale.
+bool is_a_guidance_scale(const CallArgument& row) {
+    return std::any_of(row.families.begin(), row.families.end(),
+                       [](const protocol::FamilyUse& use) { return use.guidance != protocol::Guidance::kNone; });
+}
+
+// Why the model's pipeline does not take `row`, or empty when it does (or accepts and ignores it).
+std::string foreign_key(const strategies::ModelInfo& model, const CallArgument& row) {
+    const FamilyArguments& a = model.arguments;
+    if (a.find(row.name)) return {};
+    std::string why = model.family_name + " does not take " + row.name + " (its pipeline takes " + joined(a.names(), ", ");
+    if (is_a_guidance_scale(row) && a.guidance_scale())
+        why += "; its guidance scale is " + std::string(a.guidance_scale()->row->name);
     return why + ")";
 }
 
-std::string max_sequence_problem(const ModelRules& rules, int tokens) {
-    const int limit = rules.arguments.max_sequence_length_limit;
-    if (tokens <= limit) return {};
-    return std::to_string(tokens) + " is more than " + rules.family_name + "'s pipeline accepts (1 to " +
-           std::to_string(limit) + ")";
+// Why `value` of a row the family takes is past the family's own limit or the model's blocks, or empty.
+std::string limit_problem(const strategies::ModelInfo& model, const FamilyArgument& a, const CallValue& value) {
+    if (const auto* blocks = std::get_if<std::vector<int>>(&value)) {
+        const int64_t n = model.shape.layers;
+        for (int b : *blocks)
+            if (b >= n)
+                return "block " + std::to_string(b) + " is not one of the transformer's " + std::to_string(n) +
+                       " blocks (0 to " + std::to_string(n - 1) + ")";
+        return {};
+    }
+    const double v = std::holds_alternative<double>(value) ? std::get<double>(value)
+                                                           : static_cast<double>(std::get<int64_t>(value));
+    if (v <= a.max) return {};
+    return protocol::call_value_text(value) + " is more than " + model.family_name + "'s pipeline accepts (" +
+           number_text(a.row->min) + " to " + number_text(a.max) + ")";
+}
+
+// The value a setting takes: the first of `layers` that sets it, else the model's default.
+double number_of(const FamilyArgument& a, std::initializer_list<const CallValues*> layers) {
+    for (const CallValues* values : layers)
+        if (values->has(a.row->name)) return values->number(a.row->name);
+    return std::holds_alternative<double>(a.value) ? std::get<double>(a.value)
+                                                   : static_cast<double>(std::get<int64_t>(a.value));
 }
 
 }  // namespace
 
-std::optional<double> cfg_scale_setting(const JobOptions& job, const strategies::CallArguments& arguments) {
-    return arguments.cfg_key == "true_cfg_scale" ? job.true_cfg_scale : job.guidance_scale;
+std::optional<double> cfg_scale_setting(const JobOptions& job, const FamilyArguments& arguments) {
+    const FamilyArgument* cfg = arguments.guidance_scale();
+    if (!cfg || !job.arguments.has(cfg->row->name)) return std::nullopt;
+    return job.arguments.number(cfg->row->name);
 }
 
-ModelRules read_model_rules(const JobOptions& job) {
-    const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model);
-    ModelRules rules;
-    rules.spec = &spec;
-    rules.arguments = strategies::call_arguments_for_model(job.model, spec);
-    rules.family_name = strategies::family_name_for_model(job.model, spec);
-    rules.sizes = strategies::read_image_size_rule(job.model, spec);
-    rules.layers = strategies::read_transformer_shape(job.model, spec).layers;
-    return rules;
-}
-
-std::vector<std::string> job_setting_problems(const JobOptions& job, const ModelRules& rules) {
+std::vector<std::string> job_setting_problems(const JobOptions& job, const strategies::ModelInfo& model) {
     std::vector<std::string> out;
     using Side = std::pair<const char*, int>;
     for (const auto& [flag, pixels] : {Side{"--width", job.width}, Side{"--height", job.height}})
-        if (const std::string why = pixels ? rules.sizes.check(pixels) : ""; !why.empty())
+        if (const std::string why = pixels ? model.sizes.check(pixels) : ""; !why.empty())
             out.push_back(std::string(flag) + " " + std::to_string(pixels) + ": " + why);
-    const strategies::ParallelSpec& spec = *rules.spec;
-    using Flag = std::pair<const char*, bool>;  // a key, and whether the job sets its flag
-    for (const auto& [key, set] :
-         {Flag{"guidance_scale", job.guidance_scale.has_value()}, Flag{"true_cfg_scale", job.true_cfg_scale.has_value()},
-          Flag{"max_sequence_length", job.max_sequence_length.has_value()},
-          Flag{"skip_guidance_layers", !job.skip_guidance_layers.empty()},
-          Flag{"skip_layer_guidance_scale", job.skip_layer_guidance_scale.has_value()},
-          Flag{"skip_layer_guidance_start", job.skip_layer_guidance_start.has_value()},
-          Flag{"skip_layer_guidance_stop", job.skip_layer_guidance_stop.has_value()}}) {
-        std::string flag = "--" + std::string(key);
-        std::replace(flag.begin(), flag.end(), '_', '-');
-        if (const std::string why = set ? foreign_key(rules, key) : ""; !why.empty()) out.push_back(flag + ": " + why);
-    }
+    const strategies::ParallelSpec& spec = *model.spec;
+    for (const CallValues::Item& item : job.arguments.items())
+        if (const std::string why = foreign_key(model, *item.first); !why.empty())
+            out.push_back(item.first->long_flag() + ": " + why);
     if (job.offload && !job.device_map.empty())
         out.push_back("--offload and --device-map " + job.device_map +
                       ": choose one (offload keeps one component at a time on the GPU; device_map spreads them "
@@ -97,98 +94,94 @@ std::vector<std::string> job_setting_problems(const JobOptions& job, const Model
                       "'s transformer takes T5's embeddings as its whole text; it cannot run without them");
     else if (job.no_t5 && spec.t5_encoder.empty())
         out.push_back("--no-t5: " + spec.display_name + " has no T5 text encoder to leave out");
-    if (job.max_sequence_length)
-        if (const std::string why = max_sequence_problem(rules, *job.max_sequence_length); !why.empty())
-            out.push_back("--max-sequence-length " + why);
-    if (!rules.arguments.takes("skip_guidance_layers")) return out;
-    for (int layer : job.skip_guidance_layers)
-        if (const std::string why = block_problem(layer, rules.layers); !why.empty())
-            out.push_back("--skip-guidance-layers " + layers_text(job.skip_guidance_layers) + ": " + why);
-    const double start = job.skip_layer_guidance_start.value_or(kSkipStart);
-    const double stop = job.skip_layer_guidance_stop.value_or(kSkipStop);
-    if (start >= stop)
-        out.push_back("--skip-layer-guidance-start " + number_text(start) + " and --skip-layer-guidance-stop " +
-                      number_text(stop) +
-                      ": the start must be below the stop (fractions of the steps; diffusers' defaults are "
-                      "0.01 and 0.2)");
+    for (const CallValues::Item& item : job.arguments.items()) {
+        const FamilyArgument* a = model.arguments.find(item.first->name);
+        if (!a || a->ignored) continue;
+        // "--max-sequence-length 600 is more than ...", "--skip-guidance-layers 0,2: block 2 is ..."
+        const bool blocks = item.first->type == protocol::CallType::kBlocks;
+        if (const std::string why = limit_problem(model, *a, item.second); !why.empty())
+            out.push_back(item.first->long_flag() + " " +
+                          (blocks ? protocol::call_value_text(item.second) + ": " + why : why));
+    }
+    for (const FamilyArgument& a : model.arguments.all()) {
+        if (!a.row->below || a.ignored) continue;
+        const FamilyArgument* b = model.arguments.find(a.row->below);
+        const double low = number_of(a, {&job.arguments}), high = number_of(*b, {&job.arguments});
+        if (low < high) continue;
+        out.push_back(a.row->long_flag() + " " + number_text(low) + " and " + b->row->long_flag() + " " +
+                      number_text(high) + ": " + a.row->below_why + " (" + (a.row->unit ? a.row->unit : "") +
+                      "; diffusers' defaults are " + protocol::call_value_text(a.value) + " and " +
+                      protocol::call_value_text(b->value) + ")");
+    }
     return out;
 }
 
-std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job, const ModelRules& rules) {
+std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model) {
     using Side = std::pair<const char*, std::optional<int>>;
     for (const auto& [key, pixels] : {Side{"width", p.width}, Side{"height", p.height}})
-        if (const std::string why = pixels ? rules.sizes.check(*pixels) : ""; !why.empty())
+        if (const std::string why = pixels ? model.sizes.check(*pixels) : ""; !why.empty())
             return "key '" + std::string(key) + "': " + std::to_string(*pixels) + ": " + why;
-    using Key = std::pair<const char*, bool>;  // a key, and whether the record has it
-    for (const auto& [key, set] :
-         {Key{"guidance_scale", p.guidance_scale.has_value()}, Key{"true_cfg_scale", p.true_cfg_scale.has_value()},
-          Key{"max_sequence_length", p.max_sequence_length.has_value()},
-          Key{"skip_guidance_layers", p.skip_guidance_layers.has_value()},
-          Key{"skip_layer_guidance_scale", p.skip_layer_guidance_scale.has_value()},
-          Key{"skip_layer_guidance_start", p.skip_layer_guidance_start.has_value()},
-          Key{"skip_layer_guidance_stop", p.skip_layer_guidance_stop.has_value()}})
-        if (const std::string why = set ? foreign_key(rules, key) : ""; !why.empty())
-            return "key '" + std::string(key) + "': " + why;
-    if (p.max_sequence_length)
-        if (const std::string why = max_sequence_problem(rules, *p.max_sequence_length); !why.empty())
-            return "key 'max_sequence_length': " + why;
-    if (p.skip_guidance_layers)
-        for (int layer : *p.skip_guidance_layers)
-            if (const std::string why = block_problem(layer, rules.layers); !why.empty())
-                return "key 'skip_guidance_layers': " + why;
-    if (p.skip_layer_guidance_start || p.skip_layer_guidance_stop) {
-        const double start = p.skip_layer_guidance_start.value_or(job.skip_layer_guidance_start.value_or(kSkipStart));
-        const double stop = p.skip_layer_guidance_stop.value_or(job.skip_layer_guidance_stop.value_or(kSkipStop));
-        if (start >= stop)
-            return "skip_layer_guidance_start " + number_text(start) +
-                   (p.skip_layer_guidance_start ? "" : " (the job's)") + " and skip_layer_guidance_stop " +
-                   number_text(stop) + (p.skip_layer_guidance_stop ? "" : " (the job's)") +
-                   ": the start must be below the stop";
+    for (const CallValues::Item& item : p.arguments.items())
+        if (const std::string why = foreign_key(model, *item.first); !why.empty())
+            return "key '" + std::string(item.first->name) + "': " + why;
+    for (const CallValues::Item& item : p.arguments.items()) {
+        const FamilyArgument* a = model.arguments.find(item.first->name);
+        if (!a || a->ignored) continue;
+        if (const std::string why = limit_problem(model, *a, item.second); !why.empty())
+            return "key '" + std::string(item.first->name) + "': " + why;
+    }
+    for (const FamilyArgument& a : model.arguments.all()) {
+        if (!a.row->below || a.ignored) continue;
+        const FamilyArgument* b = model.arguments.find(a.row->below);
+        const bool own_low = p.arguments.has(a.row->name), own_high = p.arguments.has(b->row->name);
+        if (!own_low && !own_high) continue;
+        const double low = number_of(a, {&p.arguments, &job.arguments});
+        const double high = number_of(*b, {&p.arguments, &job.arguments});
+        if (low < high) continue;
+        return std::string(a.row->name) + " " + number_text(low) + (own_low ? "" : " (the job's)") + " and " +
+               b->row->name + " " + number_text(high) + (own_high ? "" : " (the job's)") + ": " + a.row->below_why;
     }
     return {};
 }
 
-std::vector<std::string> model_problems(const JobOptions& job) {
+std::vector<std::string> model_problems(const JobOptions& job, const strategies::ModelInfo& model) {
     strategies::ModelNeeds needs;
     needs.variant = job.variant;
     needs.no_t5 = job.no_t5;
     needs.random_weights = job.random_weights.has_value();
-    return strategies::model_folder_problems(job.model, strategies::parallel_spec_for_model(job.model), needs);
+    return strategies::model_folder_problems(job.model, *model.spec, needs);
 }
 
-void check_job(const JobOptions& job, const ModelRules& rules) {
-    if (const std::vector<std::string> bad = model_problems(job); !bad.empty())
+void check_job(const JobOptions& job, const strategies::ModelInfo& model) {
+    if (const std::vector<std::string> bad = model_problems(job, model); !bad.empty())
         throw protocol::ModelError(
             bad.size() == 1 ? bad.front()
                             : "--model " + utf8_for_display(job.model) + ": " + std::to_string(bad.size()) +
                                   " problems, found before anything started:\n  " + joined(bad, "\n  "));
-    if (const std::vector<std::string> bad = job_setting_problems(job, rules); !bad.empty())
+    if (const std::vector<std::string> bad = job_setting_problems(job, model); !bad.empty())
         throw UsageError(joined(bad, "; "));
 }
 
-protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job, const ModelRules& rules) {
+protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model) {
     protocol::JobRequest q;
     q.index = p.index;
     q.file = image_file_name(p.index, p.name ? *p.name : p.prompt);
     q.prompt = p.prompt;
-    const strategies::CallArguments& a = rules.arguments;
+    const FamilyArguments& a = model.arguments;
     q.negative_prompt = p.negative_prompt       ? p.negative_prompt
                         : p.no_negative_prompt ? std::nullopt
                                                : job.negative_prompt;
-    // SD3's pipeline has no "none": its default negative prompt is "".
-    if (!a.guidance_needs_negative_prompt && !q.negative_prompt) q.negative_prompt = "";
+    // A pipeline whose guidance needs no negative prompt (SD3) has no "none": its default is "".
+    const FamilyArgument* cfg = a.guidance_scale();
+    if (cfg && cfg->guidance != protocol::Guidance::kAbove1WithNegative && !q.negative_prompt) q.negative_prompt = "";
     q.seed = p.seed.value_or(prompt_seed(job.seed, p.index));
-    q.steps = p.steps.value_or(job.steps.value_or(a.steps));
-    // Each scale's default is its family's where that family takes it (the other is unused).
-    q.guidance_scale = p.guidance_scale.value_or(job.guidance_scale.value_or(a.cfg_key == "guidance_scale" ? a.cfg_scale : a.guidance_scale));
-    q.true_cfg_scale = p.true_cfg_scale.value_or(job.true_cfg_scale.value_or(a.cfg_key == "true_cfg_scale" ? a.cfg_scale : 4.0));
-    q.width = p.width.value_or(job.width ? job.width : static_cast<int>(rules.sizes.default_side));
-    q.height = p.height.value_or(job.height ? job.height : static_cast<int>(rules.sizes.default_side));
-    q.max_sequence_length = p.max_sequence_length.value_or(job.max_sequence_length.value_or(a.max_sequence_length));
-    q.skip_guidance_layers = p.skip_guidance_layers.value_or(job.skip_guidance_layers);
-    q.skip_layer_guidance_scale = p.skip_layer_guidance_scale.value_or(job.skip_layer_guidance_scale.value_or(kSkipScale));
-    q.skip_layer_guidance_start = p.skip_layer_guidance_start.value_or(job.skip_layer_guidance_start.value_or(kSkipStart));
-    q.skip_layer_guidance_stop = p.skip_layer_guidance_stop.value_or(job.skip_layer_guidance_stop.value_or(kSkipStop));
+    q.steps = p.steps.value_or(job.steps.value_or(static_cast<int>(a.default_number("num_inference_steps"))));
+    q.width = p.width.value_or(job.width ? job.width : static_cast<int>(model.sizes.default_side));
+    q.height = p.height.value_or(job.height ? job.height : static_cast<int>(model.sizes.default_side));
+    // Each call argument: the record's, else the job's, else the model's default.
+    CallValues given = job.arguments;
+    for (const CallValues::Item& item : p.arguments.items()) given.set(*item.first, item.second);
+    q.arguments = a.completed(given);
     return q;
 }
 
@@ -224,15 +217,16 @@ std::string describe_dtype(const JobOptions& job, const std::optional<strategies
 }
 
 nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const JobOptions& job,
-                              const std::string& dtype, const ModelRules& rules) {
+                              const std::string& dtype) {
     nlohmann::json r = q;
-    for (const char* key : {"guidance_scale", "true_cfg_scale", "max_sequence_length", "skip_guidance_layers",
-                            "skip_layer_guidance_scale", "skip_layer_guidance_start", "skip_layer_guidance_stop"})
-        if (!rules.arguments.takes(key)) r.erase(key);
-    if (q.skip_guidance_layers.empty() && r.contains("skip_guidance_layers"))  // none: its settings change nothing
-        for (const char* key : {"skip_guidance_layers", "skip_layer_guidance_scale", "skip_layer_guidance_start",
-                                "skip_layer_guidance_stop"})
-            r.erase(key);
+    // Without skipped blocks, skip-layer guidance is off: neither the empty list nor its settings
+    // are recorded (what they would say changes nothing).
+    for (const CallValues::Item& item : q.arguments.items()) {
+        const char* with = item.first->active_with;
+        if (!with || !q.arguments.has(with) || !q.arguments.blocks(with).empty()) continue;
+        r.erase(item.first->name);
+        r.erase(with);
+    }
     r["line"] = line;
     r["model"] = job.model;
     r["dtype"] = dtype;

@@ -19,44 +19,31 @@
 namespace dp::launcher {
 
 // Note [call arguments]: each family's pipeline takes its own call arguments, by diffusers' names,
-// listed with diffusers' defaults in its spec (strategies::CallArguments). A flag or JSONL key that
-// the model's family does not take is refused, naming the family and what it takes, rather than
-// ignored: a Qwen-Image job given guidance_scale would otherwise run at true_cfg_scale's default
-// without a word. A setting left unset takes the family's default when the request is made.
-
-// What the model allows of a request, from its configs.
-struct ModelRules {
-    strategies::ImageSizeRule sizes;
-    int64_t layers = 0;  // transformer blocks: skip_guidance_layers must be below
-    const strategies::ParallelSpec* spec = &strategies::sd3_parallel_spec();  // the model's family
-    // What its pipeline takes, and how messages name it: the family's, or its variant's
-    // (FLUX.1-schnell: no guidance_scale, 4 steps, 256 tokens).
-    strategies::CallArguments arguments = spec->arguments;
-    std::string family_name = spec->display_name;
-};
+// listed with diffusers' defaults in the one call-argument table (protocol/call_arguments.h). A
+// flag or JSONL key that the model's family does not take is refused, naming the family and what
+// it takes, rather than ignored: a Qwen-Image job given guidance_scale would otherwise run at
+// its true CFG scale's default without a word. A setting left unset takes the model's default (its
+// family's, or its folder's generation_defaults.json) when the request is made.
 
 // The job's own setting of the family's CFG scale (--guidance-scale or --true-cfg-scale), if any.
-std::optional<double> cfg_scale_setting(const JobOptions& job, const strategies::CallArguments& arguments);
-
-// The rules of `job.model`. Throws ModelError naming the file.
-ModelRules read_model_rules(const JobOptions& job);
+std::optional<double> cfg_scale_setting(const JobOptions& job, const protocol::FamilyArguments& arguments);
 
 // Each of the job's own settings (flags, DP_* variables, config) the model or the others refuse, as
 // "--width 33: ..." naming the flag and what is accepted. Empty: none.
-std::vector<std::string> job_setting_problems(const JobOptions& job, const ModelRules& rules);
+std::vector<std::string> job_setting_problems(const JobOptions& job, const strategies::ModelInfo& model);
 
 // A valid prompt record's settings, its own over the job's, against the model: an error text naming
 // the key (the record becomes an invalid line), or empty.
-std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job, const ModelRules& rules);
+std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model);
 
 // The model folder's problems for this job, with the flags that would help (--variant, --no-t5).
-std::vector<std::string> model_problems(const JobOptions& job);
+std::vector<std::string> model_problems(const JobOptions& job, const strategies::ModelInfo& model);
 
 // Throws UsageError (job_setting_problems) or ModelError (model_problems) listing every problem.
-void check_job(const JobOptions& job, const ModelRules& rules);
+void check_job(const JobOptions& job, const strategies::ModelInfo& model);
 
-// The request for prompt `p`: its own settings, else the job's, else the model's default size.
-protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job, const ModelRules& rules);
+// The request for prompt `p`: its own settings, else the job's, else the model's defaults.
+protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model);
 
 // The precision the ranks will run in: `job.dtype`, or what auto gives on the device they get
 // (bf16 on a GPU, fp32 on the CPU): --device, device_map's devices (`plan`, when the launcher made
@@ -70,9 +57,9 @@ std::string describe_dtype(const JobOptions& job, const std::optional<strategies
 
 // A prompt's manifest record before any rank reports it (status "pending"): its request and every
 // setting that changes its pixels (manifest.h: pixel_setting_differences). `dtype` is
-// expected_dtype's.
-// Only the call arguments the family takes are recorded.
+// expected_dtype's. The request holds only the call arguments the family takes; one that has no
+// effect (a skip-layer setting without skipped blocks: CallArgument::active_with) is left out.
 nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const JobOptions& job,
-                              const std::string& dtype, const ModelRules& rules);
+                              const std::string& dtype);
 
 }  // namespace dp::launcher

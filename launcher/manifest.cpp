@@ -260,40 +260,37 @@ bool ManifestAppender::append_line(std::string_view record_line) {
     return false;
 }
 
-std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier, const nlohmann::json& now) {
+std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier, const nlohmann::json& now,
+                                                   const protocol::FamilyArguments* family) {
     std::vector<std::string> differences;
     const auto value = [](const nlohmann::json& r, const char* key, const nlohmann::json& fallback) {
         return r.contains(key) ? r[key] : fallback;
     };
-    // Each setting with the value a record that leaves it out had (older records, and the
-    // skip-layer settings when no block is skipped).
-    const std::pair<const char*, nlohmann::json> keys[] = {
-        {"model", nullptr},
-        {"random_weights", nullptr},
-        {"variant", ""},
-        {"dtype", "fp32"},
-        {"no_t5", false},
-        {"seed", nullptr},
-        {"steps", nullptr},
-        {"guidance_scale", nullptr},
-        {"true_cfg_scale", nullptr},
-        {"width", 0},
-        {"height", 0},
-        {"negative_prompt", ""},
-        {"max_sequence_length", 256},
-        {"skip_guidance_layers", nlohmann::json::array()},
-        {"skip_layer_guidance_scale", 2.8},
-        {"skip_layer_guidance_start", 0.01},
-        {"skip_layer_guidance_stop", 0.2}};
-    const auto skips = [&](const nlohmann::json& r) {
-        return !value(r, "skip_guidance_layers", nlohmann::json::array()).empty();
+    // Each setting with the value a record that leaves it out had (older records).
+    std::vector<std::pair<const char*, nlohmann::json>> keys = {
+        {"model", nullptr}, {"random_weights", nullptr}, {"variant", ""}, {"dtype", "fp32"}, {"no_t5", false},
+        {"seed", nullptr},  {"steps", nullptr},          {"width", 0},    {"height", 0},     {"negative_prompt", ""}};
+    // Then every call argument that shapes the pixels: left out, it was the family's default (an
+    // older record), or off (a skip-layer setting without skipped blocks: CallArgument::active_with).
+    const auto off = [&](const protocol::CallArgument& row, const nlohmann::json& r) {
+        if (!row.active_with) return false;
+        return value(r, row.active_with, nlohmann::json::array()).empty();
     };
-    const bool skip_layer_guidance = skips(earlier) || skips(now);
+    for (const protocol::CallArgument& row : protocol::call_arguments()) {
+        if (row.universal || !row.pixels) continue;
+        const protocol::FamilyArgument* a = family ? family->find(row.name) : nullptr;
+        if (row.type == protocol::CallType::kBlocks) {
+            keys.emplace_back(row.name, nlohmann::json::array());
+        } else if (off(row, earlier) && off(row, now)) {
+            continue;  // without skipped blocks the skip-layer settings change nothing
+        } else {
+            keys.emplace_back(row.name, a ? protocol::call_value_json(a->value) : nlohmann::json());
+        }
+    }
     for (const auto& [key, fallback] : keys) {
+        if (!earlier.contains(key) && !now.contains(key) && fallback.is_null()) continue;
         const nlohmann::json want = value(now, key, fallback);
         if ((std::string(key) == "width" || std::string(key) == "height") && want == 0) continue;
-        // Without skipped blocks the skip-layer settings change nothing.
-        if (std::string(key).rfind("skip_layer_guidance_", 0) == 0 && !skip_layer_guidance) continue;
         const nlohmann::json had = value(earlier, key, fallback);
         if (had != want)
             differences.push_back(std::string(key) + " " + describe(had) + " (now " + describe(want) + ")");
@@ -302,7 +299,8 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
 }
 
 std::map<int64_t, nlohmann::json> images_to_keep(const std::map<int64_t, nlohmann::json>& earlier,
-                                                 const JobRecords& records, const std::string& dir) {
+                                                 const JobRecords& records, const std::string& dir,
+                                                 const protocol::FamilyArguments& family) {
     std::map<int64_t, nlohmann::json> kept;
     std::vector<std::string> differences;
     int64_t refused = 0;
@@ -312,7 +310,7 @@ std::map<int64_t, nlohmann::json> images_to_keep(const std::map<int64_t, nlohman
         if (had.value("status", "") != "ok" || had.value("prompt", "") != now.value("prompt", "") ||
             had.value("file", "") != now.value("file", ""))
             continue;  // no image of this prompt: it is made again
-        const std::vector<std::string> d = pixel_setting_differences(had, now);
+        const std::vector<std::string> d = pixel_setting_differences(had, now, &family);
         if (!d.empty()) {
             ++refused;
             for (const std::string& one : d)

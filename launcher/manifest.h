@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "launcher/unique_fd.h"
+#include "protocol/call_arguments.h"
 
 namespace dp::launcher {
 
@@ -101,18 +102,22 @@ class ManifestAppender {
 };
 
 // The settings that change an image's pixels (model, random weights, variant, dtype, no_t5, seed,
-// steps, guidance, size, negative prompt, max_sequence_length and skip-layer guidance) on which an
-// earlier record differs from the one a new job would write, as "steps 4 (now 2)". A size of 0 in
-// `now` (the model's default) is not compared, nor are the skip-layer scale, start and stop when
-// neither record skips a block.
-std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier, const nlohmann::json& now);
+// steps, size, negative prompt, and every call argument whose row says it shapes the pixels:
+// guidance, max_sequence_length, skip-layer guidance, ...) on which an earlier record differs from
+// the one a new job would write, as "steps 4 (now 2)". A size of 0 in `now` (the model's default)
+// is not compared, nor is a setting that has no effect in either record (the skip-layer scale,
+// start and stop when neither skips a block). A call argument a record leaves out (an older one)
+// had `family`'s default; without `family`, it counts only when the other record has it.
+std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier, const nlohmann::json& now,
+                                                   const protocol::FamilyArguments* family = nullptr);
 
 // For --resume: the earlier records (read_manifest) whose images a job whose prompts have
 // `records` (status "pending", settings resolved) keeps: status ok, the same prompt and file, and
 // the file in `dir` still has the recorded SHA-256. Throws UsageError naming the differences when
 // an earlier image was made with other pixel settings.
 std::map<int64_t, nlohmann::json> images_to_keep(const std::map<int64_t, nlohmann::json>& earlier,
-                                                 const JobRecords& records, const std::string& dir);
+                                                 const JobRecords& records, const std::string& dir,
+                                                 const protocol::FamilyArguments& family);
 
 // The hex SHA-256 of a file's bytes; empty when it cannot be read.
 std::string file_sha256(const std::string& path);

@@ -16,31 +16,37 @@
 #include "launcher/errors.h"
 #include "launcher/unique_fd.h"
 #include "launcher/values.h"
+#include "protocol/call_arguments.h"
+#include "strategies/parallel_spec.h"
 
 namespace dp::launcher {
 namespace {
 
-const char* kAcceptedKeys =
-    "prompt, negative_prompt, seed, steps (or num_inference_steps), width, height, name, max_sequence_length; "
-    "SD3: guidance_scale, skip_guidance_layers, skip_layer_guidance_scale, skip_layer_guidance_start, "
-    "skip_layer_guidance_stop; Qwen-Image: true_cfg_scale; FLUX.1: guidance_scale, true_cfg_scale";
-
-// A transformer block index in a prompt file; the model's own count is checked by the caller.
-constexpr int64_t kMaxBlockIndex = 100000;
-
-// Reads "skip_guidance_layers": a list of distinct block indices. Returns an error text, or empty.
-std::string parse_layers(const nlohmann::json& value, std::vector<int>& out) {
-    const std::string expected = "key 'skip_guidance_layers': expected a list of distinct transformer block "
-                                 "indices, e.g. [7, 8, 9] ([] for none)";
-    if (!value.is_array()) return expected;
-    for (const auto& v : value) {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxBlockIndex) return expected;
-        const int layer = static_cast<int>(v.get<int64_t>());
-        if (std::find(out.begin(), out.end(), layer) != out.end())
-            return "key 'skip_guidance_layers': block " + std::to_string(layer) + " is listed twice";
-        out.push_back(layer);
-    }
-    return {};
+// The keys a JSONL line may hold, for the unknown-key message: every family's, then each family's
+// own (strategies' specs name the families; the call-argument table says what each takes).
+const std::string& accepted_keys() {
+    static const std::string text = [] {
+        std::string common = "prompt, negative_prompt, seed, steps (or num_inference_steps), width, height, name";
+        std::vector<std::pair<std::string, std::vector<std::string>>> own;
+        for (const strategies::ParallelSpec* spec : strategies::parallel_specs())
+            own.emplace_back(spec->display_name, protocol::FamilyArguments(spec->family).names());
+        for (const protocol::CallArgument& row : protocol::call_arguments()) {
+            if (row.universal) continue;
+            const auto takes = [&](const auto& family) {
+                return std::find(family.second.begin(), family.second.end(), row.name) != family.second.end();
+            };
+            if (!std::all_of(own.begin(), own.end(), takes)) continue;
+            common += std::string(", ") + row.name;
+            for (auto& family : own) family.second.erase(std::find(family.second.begin(), family.second.end(), row.name));
+        }
+        for (const auto& [family, keys] : own) {
+            if (keys.empty()) continue;
+            common += "; " + family + ":";
+            for (std::size_t i = 0; i < keys.size(); ++i) common += (i ? ", " : " ") + keys[i];
+        }
+        return common;
+    }();
+    return text;
 }
 
 std::string where(const std::string& name, int64_t line) { return name + ":" + std::to_string(line); }
@@ -56,6 +62,7 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
             out.no_negative_prompt = true;
             continue;
         }
+        if ((key == "seed" || key == "name") && value.is_null()) continue;  // the default: --seed's, the prompt's
         if (key == "prompt" || key == "negative_prompt" || key == "name") {
             if (!value.is_string()) return type_error("a string");
             const std::string s = value.get<std::string>();
@@ -76,36 +83,22 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
             const bool is_steps = key == "steps" || key == "num_inference_steps";
             if (is_steps && j.contains("steps") && j.contains("num_inference_steps"))
                 return "keys 'steps' and 'num_inference_steps' are the same setting: give one";
-            const int64_t lo = is_steps ? 1 : 8, hi = is_steps ? 1000 : 8192;
+            const protocol::CallArgument& row = *protocol::find_call_argument(key);  // the universal rows
+            const auto lo = static_cast<int64_t>(row.min), hi = static_cast<int64_t>(row.max);
             if (!value.is_number_integer() || value.get<int64_t>() < lo || value.get<int64_t>() > hi)
                 return "key '" + key + "': expected a whole number from " + std::to_string(lo) + " to " +
                        std::to_string(hi);
             const int v = static_cast<int>(value.get<int64_t>());
             (is_steps ? out.steps : key == "width" ? out.width : out.height) = v;
-        } else if (key == "guidance_scale" || key == "true_cfg_scale" || key == "skip_layer_guidance_scale" ||
-                   key == "skip_layer_guidance_start" || key == "skip_layer_guidance_stop") {
-            const bool fraction = key == "skip_layer_guidance_start" || key == "skip_layer_guidance_stop";
-            const double hi = fraction ? 1 : 100;
-            if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0 ||
-                value.get<double>() > hi)
-                return type_error(fraction ? "a number from 0 to 1 (a fraction of the steps)" : "a number from 0 to 100");
-            const double v = value.get<double>();
-            (key == "guidance_scale"              ? out.guidance_scale
-             : key == "true_cfg_scale"            ? out.true_cfg_scale
-             : key == "skip_layer_guidance_scale" ? out.skip_layer_guidance_scale
-             : key == "skip_layer_guidance_start" ? out.skip_layer_guidance_start
-                                                  : out.skip_layer_guidance_stop) = v;
-        } else if (key == "max_sequence_length") {
-            // The family's own limit (SD3's and FLUX's 512, Qwen-Image's 1024) is checked with the model.
-            if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 1024)
-                return type_error("a whole number from 1 to 1024 (the text encoder's tokens)");
-            out.max_sequence_length = static_cast<int>(value.get<int64_t>());
-        } else if (key == "skip_guidance_layers") {
-            std::vector<int> layers;
-            if (std::string why = parse_layers(value, layers); !why.empty()) return why;
-            out.skip_guidance_layers = std::move(layers);
+        } else if (const protocol::CallArgument* row = protocol::find_call_argument(key);
+                   row && !row->universal && key == row->name) {
+            // A family's call argument, in its row's range; the model's own limits are the caller's check.
+            protocol::CallValue v;
+            if (std::string why = protocol::read_call_value(*row, value, v); !why.empty())
+                return "key '" + key + "': " + why;
+            out.arguments.set(*row, std::move(v));
         } else {
-            return "unknown key '" + key.substr(0, 40) + "' (accepted: " + kAcceptedKeys + ")";
+            return "unknown key '" + key.substr(0, 40) + "' (accepted: " + accepted_keys() + ")";
         }
     }
     if (!j.contains("prompt")) return "missing key 'prompt'";

@@ -8,12 +8,11 @@
 // an invalid line never renumbers the others.
 //
 // JSON Lines (.jsonl): one object per non-blank line with "prompt" (required, non-empty) and
-// optional "negative_prompt" (null: none), "seed", "steps" (or diffusers' "num_inference_steps"),
-// "width", "height", "name", and the pipelines' own call arguments by diffusers' names:
-// "guidance_scale" and "true_cfg_scale" (0 to 100), "max_sequence_length" (1 to 1024),
-// "skip_guidance_layers" (a list of distinct block indices), "skip_layer_guidance_scale" (0 to
-// 100), "skip_layer_guidance_start" and "skip_layer_guidance_stop" (0 to 1). Which of these a
-// model's family takes, and their limits there, is the caller's check (job_settings.h).
+// optional "negative_prompt" (null: none), "seed" (null: the job's), "steps" (or diffusers'
+// "num_inference_steps"), "width", "height", "name" (null: from the prompt), and the pipelines'
+// own call arguments by diffusers' names, each in its row's range (protocol/call_arguments.h:
+// guidance_scale, max_sequence_length, skip_guidance_layers, ...). Which of these
+// a model's family takes, and their limits there, is the caller's check (job_settings.h).
 //
 // Invalid lines: bytes that are not UTF-8, a NUL byte, a line longer than kMaxPromptLineBytes, and
 // in JSONL a line that is not such an object (unknown key, a key twice, wrong type, value out of
@@ -30,6 +29,8 @@
 #include <string_view>
 #include <vector>
 
+#include "protocol/call_arguments.h"
+
 namespace dp::launcher {
 
 inline constexpr std::size_t kMaxPromptLineBytes = 16 * 1024;
@@ -45,12 +46,9 @@ struct PromptRecord {
     bool no_negative_prompt = false;  // "negative_prompt": null: none, whatever the job's flag says
     std::optional<uint64_t> seed;
     std::optional<int> steps;
-    std::optional<double> guidance_scale, true_cfg_scale;
     std::optional<int> width, height;
     std::optional<std::string> name;
-    std::optional<int> max_sequence_length;
-    std::optional<std::vector<int>> skip_guidance_layers;
-    std::optional<double> skip_layer_guidance_scale, skip_layer_guidance_start, skip_layer_guidance_stop;
+    protocol::CallValues arguments;  // the family call arguments the line sets
 };
 
 struct InvalidPrompt {

@@ -20,8 +20,6 @@ namespace {
 
 constexpr int kMaxDegree = 1 << 16;
 constexpr int kMaxSize = 1 << 16;  // pixels; the launcher checks the model's own limits
-constexpr int kMaxSequenceLength = 1024;  // no family takes more (each checks its own limit)
-constexpr int kMaxBlock = 1 << 20;       // a transformer block index; the launcher checks the model's
 
 bool is_one_of(const std::string& value, std::initializer_list<const char*> accepted) {
     for (const char* a : accepted)
@@ -103,7 +101,11 @@ std::string read_path(detail::Fields& f, const std::string& key) {
     return path;
 }
 
-JobRequest read_request(detail::Fields f) {
+// The keys of a request that are not call arguments.
+constexpr const char* kRequestFields[] = {"index", "file", "prompt", "negative_prompt", "seed", "steps", "width",
+                                         "height"};
+
+JobRequest read_request(detail::Fields f, const nlohmann::json& j) {
     JobRequest r;
     r.index = f.integer("index", 0, INT64_MAX);
     r.file = f.string("file");
@@ -114,28 +116,26 @@ JobRequest read_request(detail::Fields f) {
     r.negative_prompt = f.string_or_null("negative_prompt");
     r.seed = f.unsigned_integer("seed");
     r.steps = static_cast<int>(f.integer("steps", 1, 1000000));
-    r.guidance_scale = f.number("guidance_scale", 0, 1e6);
-    r.true_cfg_scale = f.number("true_cfg_scale", 0, 1e6);
     r.width = static_cast<int>(f.integer("width", 0, kMaxSize));
     r.height = static_cast<int>(f.integer("height", 0, kMaxSize));
-    r.max_sequence_length = static_cast<int>(f.integer("max_sequence_length", 1, kMaxSequenceLength));
-    const nlohmann::json& layers = f.array("skip_guidance_layers");
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-        if (!layers[i].is_number_integer() || layers[i].get<int64_t>() < 0 || layers[i].get<int64_t>() > kMaxBlock)
-            throw InputDataError(f.path("skip_guidance_layers", i) + ": expected a block index from 0 to " +
-                                 std::to_string(kMaxBlock));
-        const int layer = static_cast<int>(layers[i].get<int64_t>());
-        if (std::find(r.skip_guidance_layers.begin(), r.skip_guidance_layers.end(), layer) !=
-            r.skip_guidance_layers.end())
-            throw InputDataError(f.path("skip_guidance_layers", i) + ": block " + std::to_string(layer) +
-                                 " is listed twice");
-        r.skip_guidance_layers.push_back(layer);
+    // Every other key is a call argument, read by its row (the launcher checked the family's limits).
+    for (const auto& [key, value] : j.items()) {
+        if (std::find_if(std::begin(kRequestFields), std::end(kRequestFields),
+                         [&](const char* field) { return key == field; }) != std::end(kRequestFields))
+            continue;
+        const CallArgument* row = find_call_argument(key);
+        if (!row || row->universal || key != row->name) continue;  // no_other_keys() names it
+        CallValue v;
+        if (const std::string why = read_call_value(*row, value, v); !why.empty())
+            throw InputDataError(f.path(row->name) + ": " + why + ", got " + value.dump().substr(0, 40));
+        r.arguments.set(*row, std::move(v));
+        f.mark_read(row->name);
     }
-    r.skip_layer_guidance_scale = f.number("skip_layer_guidance_scale", 0, 1e6);
-    r.skip_layer_guidance_start = f.number("skip_layer_guidance_start", 0, 1);
-    r.skip_layer_guidance_stop = f.number("skip_layer_guidance_stop", 0, 1);
-    if (r.skip_layer_guidance_start >= r.skip_layer_guidance_stop)
-        throw InputDataError(f.path("skip_layer_guidance_start") + ": must be below skip_layer_guidance_stop");
+    for (const CallValues::Item& item : r.arguments.items()) {
+        const CallArgument& row = *item.first;
+        if (row.below && r.arguments.has(row.below) && r.arguments.number(row.name) >= r.arguments.number(row.below))
+            throw InputDataError(f.path(row.name) + ": must be below " + row.below);
+    }
     f.no_other_keys();
     return r;
 }
@@ -149,15 +149,9 @@ void to_json(nlohmann::json& j, const JobRequest& r) {
          {"negative_prompt", r.negative_prompt ? nlohmann::json(*r.negative_prompt) : nlohmann::json()},
          {"seed", r.seed},
          {"steps", r.steps},
-         {"guidance_scale", r.guidance_scale},
-         {"true_cfg_scale", r.true_cfg_scale},
          {"width", r.width},
-         {"height", r.height},
-         {"max_sequence_length", r.max_sequence_length},
-         {"skip_guidance_layers", r.skip_guidance_layers},
-         {"skip_layer_guidance_scale", r.skip_layer_guidance_scale},
-         {"skip_layer_guidance_start", r.skip_layer_guidance_start},
-         {"skip_layer_guidance_stop", r.skip_layer_guidance_stop}};
+         {"height", r.height}};
+    for (const CallValues::Item& item : r.arguments.items()) j[item.first->name] = call_value_json(item.second);
 }
 
 bool is_variant_name(const std::string& name) {
@@ -166,13 +160,15 @@ bool is_variant_name(const std::string& name) {
 }
 
 bool same_batch_settings(const JobRequest& a, const JobRequest& b) {
-    return a.steps == b.steps && a.guidance_scale == b.guidance_scale && a.true_cfg_scale == b.true_cfg_scale &&
-           a.negative_prompt.has_value() == b.negative_prompt.has_value() && a.width == b.width &&
-           a.height == b.height && a.max_sequence_length == b.max_sequence_length &&
-           a.skip_guidance_layers == b.skip_guidance_layers &&
-           a.skip_layer_guidance_scale == b.skip_layer_guidance_scale &&
-           a.skip_layer_guidance_start == b.skip_layer_guidance_start &&
-           a.skip_layer_guidance_stop == b.skip_layer_guidance_stop;
+    if (a.steps != b.steps || a.width != b.width || a.height != b.height ||
+        a.negative_prompt.has_value() != b.negative_prompt.has_value())
+        return false;
+    const std::vector<CallValues::Item>& x = a.arguments.items();
+    const std::vector<CallValues::Item>& y = b.arguments.items();
+    if (x.size() != y.size()) return false;
+    for (std::size_t i = 0; i < x.size(); ++i)
+        if (x[i].first != y[i].first || (!x[i].first->shared_batch && x[i].second != y[i].second)) return false;
+    return true;
 }
 
 namespace {
@@ -196,6 +192,7 @@ nlohmann::json settings_json(const JobFile& job) {
          {"collective_timeout_s", job.collective_timeout_s},
          {"schedule", job.schedule}};
     put_path(j, "model_dir", job.model_dir);
+    j["family"] = job.family;
     put_path(j, "output_dir", job.output_dir);
     if (job.random_weights) j["random_weights"] = *job.random_weights;
     if (!job.job_id.empty()) j["job_id"] = job.job_id;
@@ -236,6 +233,13 @@ void from_json(const nlohmann::json& j, JobFile& job) {
                              "); dp-launch and dp-worker come from different builds");
     JobFile out;
     out.model_dir = read_path(f, "model_dir");
+    out.family = f.string("family");
+    FamilyArguments family;
+    try {
+        family = FamilyArguments(out.family);
+    } catch (const InternalError&) {
+        throw InputDataError("family: '" + out.family.substr(0, 40) + "' is not a model family this dp-worker runs");
+    }
     if (f.has("random_weights")) out.random_weights = f.unsigned_integer("random_weights");
     out.output_dir = read_path(f, "output_dir");
     out.dtype = f.string("dtype");
@@ -267,7 +271,14 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     }
     const nlohmann::json& requests = f.array("requests");
     for (std::size_t i = 0; i < requests.size(); ++i)
-        out.requests.push_back(read_request(detail::Fields(requests[i], f.path("requests", i))));
+        out.requests.push_back(read_request(detail::Fields(requests[i], f.path("requests", i)), requests[i]));
+    // Each request holds only call arguments its family reads (one it leaves out is the model's default).
+    for (std::size_t i = 0; i < out.requests.size(); ++i) {
+        const std::string where = f.path("requests", i);
+        for (const CallValues::Item& item : out.requests[i].arguments.items())
+            if (!family.takes(item.first->name))
+                throw InputDataError(where + "." + item.first->name + ": " + out.family + " does not read it");
+    }
     f.no_other_keys();
     job = std::move(out);
 }

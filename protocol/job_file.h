@@ -13,12 +13,10 @@
 //                   "plan": {"devices": ["cpu:0", "cpu:1"],
 //                            "placements": [{"component": "vae", "block": -1, "device": "cpu:1",
 //                                            "bytes": 1024}, ...]}},
+//    "family": "sd3",
 //    "requests": [{"index": 0, "file": "00000-a-cat.png", "prompt": "a cat", "negative_prompt": "",
-//                  "seed": 0, "steps": 28, "guidance_scale": 7.0, "true_cfg_scale": 4.0,
-//                  "width": 0, "height": 0,
-//                  "max_sequence_length": 256, "skip_guidance_layers": [7, 8, 9],
-//                  "skip_layer_guidance_scale": 2.8, "skip_layer_guidance_start": 0.01,
-//                  "skip_layer_guidance_stop": 0.2}, ...]}
+//                  "seed": 0, "steps": 28, "width": 0, "height": 0, ...the family's call
+//                  arguments by name (call_arguments.h)...}, ...]}
 //
 // random_weights, schedule and device_map are optional; so is device_map.plan (absent: the budgets are the
 // worker's visible GPUs' free memory, which only the worker can measure). std and nlohmann/json
@@ -32,6 +30,8 @@
 #include <string_view>
 #include <vector>
 
+#include "protocol/call_arguments.h"
+
 namespace dp::protocol {
 
 inline constexpr const char* kJobFileFormat = "dp-launch job";
@@ -39,9 +39,10 @@ inline constexpr const char* kJobFileFormat = "dp-launch job";
 // of another version rather than guess.
 // 2: variant, no_t5 and each request's max_sequence_length and skip-layer guidance are required;
 // dtype may be "auto".
-// 3: each request's true_cfg_scale is required, and its negative_prompt may be null (none given:
+// 3: each request's true CFG scale is required, and its negative_prompt may be null (none given:
 // Qwen-Image then runs no negative branch); max_sequence_length goes to 1024; offload is required.
-inline constexpr int kJobFileVersion = 3;
+// 4: the model's family is required, and each request holds that family's call arguments only.
+inline constexpr int kJobFileVersion = 4;
 // How long a rank waits in one collective (and for the rendezvous) before it gives up with
 // CommunicationError, exit code 75.
 inline constexpr double kDefaultCollectiveTimeoutS = 300;
@@ -79,22 +80,16 @@ struct JobRequest {
     std::optional<std::string> negative_prompt;
     uint64_t seed = 0;
     int steps = 28;
-    double guidance_scale = 7.0;  // SD3's CFG scale
-    double true_cfg_scale = 4.0;  // Qwen-Image's CFG scale (with a negative prompt given)
     int width = 0;  // 0: the model's default
     int height = 0;
-    // The text encoder's tokens (diffusers' max_sequence_length): SD3's T5, 1 to 512; Qwen-Image's, to 1024.
-    int max_sequence_length = 256;
-    // Skip-layer guidance (diffusers' StableDiffusion3Pipeline): transformer blocks skipped by a
-    // third branch between start and stop (fractions of the steps, start < stop); empty: none.
-    std::vector<int> skip_guidance_layers;
-    double skip_layer_guidance_scale = 2.8;
-    double skip_layer_guidance_start = 0.01;
-    double skip_layer_guidance_stop = 0.2;
+    // Each call argument of the job's family (Note [one call-argument table], call_arguments.h)
+    // at its resolved value: guidance_scale, max_sequence_length, skip_guidance_layers, ...
+    CallValues arguments;
 };
 
-// Whether two requests may go through the model together: the same steps, guidance, size and
-// every other setting that shapes the batch (each keeps its own prompt, seed and noise).
+// Whether two requests may go through the model together: the same steps, size, presence of a
+// negative prompt and every call argument that does not allow a shared batch (each keeps its own
+// prompt, seed and noise).
 bool same_batch_settings(const JobRequest& a, const JobRequest& b);
 
 // Whether `name` may be a weight variant: empty (none), or up to 64 letters, digits, '_' and '-'
@@ -103,6 +98,9 @@ bool is_variant_name(const std::string& name);
 
 struct JobFile {
     std::string model_dir;
+    // The model's family as the launcher read it (strategies' family id: "sd3", "flux",
+    // "flux-schnell", "qwen-image"); the worker refuses a folder that now says another.
+    std::string family;
     std::optional<uint64_t> random_weights;  // set: the model's configs with seeded random weights
     std::string output_dir;
     std::string dtype = "auto";   // auto (bf16 on a GPU, fp32 on the CPU: the worker resolves it), fp32, bf16, fp16

@@ -32,6 +32,8 @@ class Fields {
     std::string path(const char* key) const;
     std::string path(const char* key, std::size_t i) const;
 
+    // Counts `key` as read (a key its caller read itself).
+    void mark_read(const std::string& key) { read_.insert(key); }
     // Throws InputDataError naming a key that no read asked for.
     void no_other_keys() const;
 

@@ -5,13 +5,15 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "runtime/errors.h"
+#include "protocol/call_arguments.h"
+#include "runtime/io/errors.h"
 #include "runtime/parallel/parallel_context.h"
-#include "runtime/pipeline.h"
+#include "runtime/pipeline/pipeline.h"
 
 namespace {
 double ms_since(std::chrono::steady_clock::time_point t) {
@@ -40,10 +42,35 @@ int main(int argc, char** argv) {
         "--negative-prompt", [&](const std::string& text) { request.negative_prompt = text; }, "negative prompt");
     app.add_option("--seed", request.seed, "seed of the initial noise");
     app.add_option("--steps", request.steps, "denoising steps")->check(CLI::Range(1, 10000));
-    app.add_option("--guidance-scale", request.guidance_scale, "classifier-free guidance scale (SD3), distilled guidance (FLUX.1-dev)");
-    app.add_option("--true-cfg-scale", request.true_cfg_scale, "true CFG scale (Qwen-Image, FLUX.1; with a negative prompt)");
-    app.add_option("--max-sequence-length", request.max_sequence_length, "text tokens of T5 / the text encoder")
-        ->check(CLI::Range(1, 1024));
+    // Each family call argument of the table by its flag (--guidance-scale, --true-cfg-scale, ...);
+    // left out, the model's default.
+    for (const dp::protocol::CallArgument& row : dp::protocol::call_arguments()) {
+        if (row.universal) continue;
+        app.add_option_function<std::string>(
+            row.long_flag(),
+            [&request, &row](const std::string& text) {
+                nlohmann::json value;
+                try {
+                    if (row.type == dp::protocol::CallType::kBlocks) {
+                        value = nlohmann::json::array();
+                        for (std::size_t at = 0; at < text.size();) {
+                            const std::size_t comma = std::min(text.find(',', at), text.size());
+                            value.push_back(std::stoll(text.substr(at, comma - at)));
+                            at = comma + 1;
+                        }
+                    } else {
+                        value = nlohmann::json::parse(text);
+                    }
+                } catch (const std::exception&) {
+                    throw CLI::ValidationError(row.long_flag(), "expected " + row.expected());
+                }
+                dp::protocol::CallValue v;
+                if (const std::string why = dp::protocol::read_call_value(row, value, v); !why.empty())
+                    throw CLI::ValidationError(row.long_flag(), why);
+                request.arguments.set(row, std::move(v));
+            },
+            row.help);
+    }
     app.add_option("--width", request.width, "width in pixels (default: the model's)");
     app.add_option("--height", request.height, "height in pixels (default: the model's)");
     app.add_option("--dtype", dtype, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 
 namespace dp::runtime {
 namespace {

@@ -4,12 +4,12 @@
 
 #include <utility>
 
-#include "runtime/errors.h"
-#include "runtime/models/common/config_json.h"
+#include "runtime/io/errors.h"
+#include "runtime/io/config_json.h"
 #include "runtime/models/flux/flux_pipeline.h"
 #include "runtime/models/qwen_image/qwen_image_pipeline.h"
 #include "runtime/models/sd3/sd3_pipeline.h"
-#include "runtime/pipeline.h"
+#include "runtime/pipeline/pipeline.h"
 
 namespace dp::runtime {
 namespace {

@@ -7,14 +7,12 @@
 
 namespace dp::runtime {
 
-PromptQueue::PromptQueue(const protocol::JobFile& job, const ParallelContext& parallel, Communicator& world,
-                         const std::string& job_id)
+PromptQueue::PromptQueue(const protocol::JobFile& job, const strategies::ModelInfo& model, const ParallelContext& parallel,
+                         Communicator& world, const std::string& job_id)
     : dynamic_(job.schedule == "dynamic"), world_(world) {
     std::vector<std::size_t> order;
     if (dynamic_) {
-        const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model_dir);
-        const strategies::CostRules rules = strategies::cost_rules(
-            strategies::read_image_size_rule(job.model_dir, spec), strategies::call_arguments_for_model(job.model_dir, spec));
+        const strategies::CostRules rules = strategies::cost_rules(model.sizes, model.arguments);
         order = strategies::dynamic_order(strategies::prompt_costs(job.requests, rules));
     } else {
         share_ = strategies::split_between_processes(static_cast<int64_t>(job.requests.size()), parallel.replicas(),

@@ -22,16 +22,18 @@
 #include "protocol/job_file.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/parallel_context.h"
+#include "strategies/model_config.h"
 #include "strategies/work_split.h"
 
 namespace dp::runtime {
 
 class PromptQueue {
   public:
-    // `world`: the job's whole group, whose store every node shares; `job_id`: the job's (rank 0's
-    // launcher's, from the job agreement). Orders and cuts the requests; claims nothing yet.
-    PromptQueue(const protocol::JobFile& job, const ParallelContext& parallel, Communicator& world,
-                const std::string& job_id);
+    // `model`: the job's model as this rank read it (the cost model's rules); `world`: the job's
+    // whole group, whose store every node shares; `job_id`: the job's (rank 0's launcher's, from
+    // the job agreement). Orders and cuts the requests; claims nothing yet.
+    PromptQueue(const protocol::JobFile& job, const strategies::ModelInfo& model, const ParallelContext& parallel,
+                Communicator& world, const std::string& job_id);
 
     bool dynamic() const { return dynamic_; }
     // The static share, [0, 0) under the dynamic schedule.

@@ -16,15 +16,15 @@
 
 #include "protocol/job_file.h"
 #include "protocol/status_events.h"
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/image_sink.h"
 #include "runtime/job_agreement.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/parallel_context.h"
-#include "runtime/pipeline.h"
+#include "runtime/pipeline/pipeline.h"
 #include "runtime/prompt_queue.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 #include "strategies/device_map.h"
 #include "strategies/model_config.h"
 #include "strategies/mesh.h"
@@ -158,7 +158,8 @@ strategies::DeviceMapPlan to_strategies(const protocol::DeviceMapPlan& plan) {
 // device_map's plan as the executor's slots: the launcher's plan from the job file, or, when the
 // budgets are the visible GPUs' free memory, planned here. Throws UsageError for a plan that
 // cannot work.
-std::shared_ptr<DeviceMapping> make_device_mapping(const JobFile& job, int element_bytes) {
+std::shared_ptr<DeviceMapping> make_device_mapping(const JobFile& job, const strategies::ModelInfo& model,
+                                                   int element_bytes) {
     const protocol::DeviceMapRequest& request = *job.device_map;
     strategies::DeviceMapPlan plan;
     if (request.plan) {
@@ -178,14 +179,12 @@ std::shared_ptr<DeviceMapping> make_device_mapping(const JobFile& job, int eleme
                                             "CPU, name CPU devices: --max-memory cpu:0=1GB,cpu:1=1GB)");
             plan = strategies::plan_device_map_spec(
                 job.model_dir, element_bytes, request.spec, "", gpus, job.variant,
-                strategies::components_left_out(job.model_dir, strategies::parallel_spec_for_model(job.model_dir), job.no_t5));
+                strategies::components_left_out(job.model_dir, *model.spec, job.no_t5));
         } catch (const std::exception& e) {
             throw protocol::UsageError("--device-map " + request.spec + ": " + e.what());
         }
     }
-    const strategies::ParallelSpec& spec = strategies::parallel_spec_for_model(job.model_dir);
-    auto mapping = DeviceMapping::from_plan(
-        plan, spec, static_cast<std::size_t>(strategies::read_transformer_shape(job.model_dir, spec).layers));
+    auto mapping = DeviceMapping::from_plan(plan, *model.spec, static_cast<std::size_t>(model.shape.layers));
     std::cerr << "dp-worker: device_map " << request.spec << ":\n"
               << strategies::describe_device_map(plan) << std::flush;
     return mapping;
@@ -197,15 +196,9 @@ GenerateRequest generate_request(const JobRequest& r) {
     g.negative_prompt = r.negative_prompt;
     g.seed = r.seed;
     g.steps = r.steps;
-    g.guidance_scale = r.guidance_scale;
-    g.true_cfg_scale = r.true_cfg_scale;
     g.width = r.width;
     g.height = r.height;
-    g.max_sequence_length = r.max_sequence_length;
-    g.skip_guidance_layers = r.skip_guidance_layers;
-    g.skip_layer_guidance_scale = r.skip_layer_guidance_scale;
-    g.skip_layer_guidance_start = r.skip_layer_guidance_start;
-    g.skip_layer_guidance_stop = r.skip_layer_guidance_stop;
+    g.arguments = r.arguments;
     return g;
 }
 
@@ -253,8 +246,15 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
             "the job file's mesh (dp x cfg x ring x ulysses x tp = " + std::to_string(job.mesh.world_size()) +
             ") does not match WORLD_SIZE " + std::to_string(world));
 
+    // The model, read once here (Note [a model is read once]); it must still be the family the
+    // launcher read.
+    const auto model = std::make_shared<const strategies::ModelInfo>(strategies::read_model_info(job.model_dir));
+    if (model->family != job.family)
+        throw ModelError(job.model_dir + ": the folder's model is now " + model->family_name + " (" + model->family +
+                         "), but dp-launch started the job for " + job.family + "; run dp-launch again");
     PipelineOptions po;
     po.model_dir = job.model_dir;
+    po.model = model;
     po.random_weights = job.random_weights;
     po.variant = job.variant;
     po.no_t5 = job.no_t5;
@@ -265,7 +265,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
                                    std::to_string(world) + " ranks");
     if (job.device_map) {
         po.dtype = run_dtype(job.dtype, device_map_on_gpus(job));
-        po.device_map = make_device_mapping(job, po.dtype == at::kFloat ? 4 : 2);
+        po.device_map = make_device_mapping(job, *model, po.dtype == at::kFloat ? 4 : 2);
         po.device =
             po.device_map->devices[static_cast<std::size_t>(po.device_map->transformer_blocks.front())];
     }
@@ -310,7 +310,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     // Every rank forms its sub-groups here, in the same order, so none waits on another.
     const ParallelContext parallel(comm, strategies::Mesh(world, degrees));
     const bool writer = parallel.writes_outputs();
-    PromptQueue queue(job, parallel, comm, job_id);
+    PromptQueue queue(job, *model, parallel, comm, job_id);
     // DP_SAVE_LATENTS=1: each image's final latents (fp32, before decoding) beside it, as
     // NAME.png.latents.safetensors, to compare runs more finely than by pixels.
     const bool save_latents = env_flag("DP_SAVE_LATENTS");

@@ -12,19 +12,16 @@
 
 namespace dp::strategies {
 
-CostRules cost_rules(const ImageSizeRule& sizes, const CallArguments& arguments) {
+CostRules cost_rules(const ImageSizeRule& sizes, const protocol::FamilyArguments& arguments) {
     CostRules rules;
     rules.pixels_per_token = std::max<int64_t>(1, sizes.multiple());
     rules.default_side = sizes.default_side;
-    rules.cfg_is_true_cfg = arguments.cfg_key == "true_cfg_scale";
-    rules.cfg_needs_negative_prompt = arguments.guidance_needs_negative_prompt;
+    rules.arguments = arguments;
     return rules;
 }
 
 bool runs_two_branches(const protocol::JobRequest& request, const CostRules& rules) {
-    const double scale = rules.cfg_is_true_cfg ? request.true_cfg_scale : request.guidance_scale;
-    if (scale <= 1) return false;
-    return !rules.cfg_needs_negative_prompt || request.negative_prompt.has_value();
+    return rules.arguments.runs_two_branches(request.arguments, request.negative_prompt.has_value());
 }
 
 int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules) {

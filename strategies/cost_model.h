@@ -23,14 +23,13 @@ namespace dp::strategies {
 struct CostRules {
     int64_t pixels_per_token = 1;  // along a side: the VAE's scale x the (packed) patch size
     int64_t default_side = 0;      // the width and height of a request that says 0
-    // The classifier-free guidance scale is guidance_scale (SD3) or true_cfg_scale (FLUX,
-    // Qwen-Image), which needs a negative prompt given before it runs a second branch.
-    bool cfg_is_true_cfg = false;
-    bool cfg_needs_negative_prompt = false;
+    // The family's call arguments: which is its guidance scale, and whether a second branch
+    // also needs a negative prompt (protocol::FamilyArguments::runs_two_branches).
+    protocol::FamilyArguments arguments;
 };
 
 // The rules of a model from its size rule and its call arguments (model_config.h).
-CostRules cost_rules(const ImageSizeRule& sizes, const CallArguments& arguments);
+CostRules cost_rules(const ImageSizeRule& sizes, const protocol::FamilyArguments& arguments);
 
 // Whether `request` runs two guidance branches: its CFG scale is above 1 (and, where the family
 // asks for one, it has a negative prompt).

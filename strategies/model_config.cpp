@@ -361,45 +361,36 @@ bool is_variant(const std::string& model_dir, const ParallelSpec& spec) {
 }  // namespace
 
 // Note [a model's own defaults]: a model folder may hold generation_defaults.json, a JSON object of
-// call arguments by diffusers' names ("num_inference_steps", the family's guidance keys,
-// "max_sequence_length") that its maker found best: a small model trained for few steps may want
+// call arguments by diffusers' names (the rows marked model_default: "num_inference_steps", the
+// family's guidance keys, "max_sequence_length") that its maker found best: a small model trained for few steps may want
 // another guidance scale than its family's. They replace the family's defaults only; a flag, a
 // DP_* variable or a prompt record's key still wins, and the manifest records what ran. diffusers
 // does not read the file, so the same image there needs the same values passed. Keys beginning
 // with "_" are comments; any other key, or a value out of range, is refused naming the file.
-CallArguments call_arguments_for_model(const std::string& model_dir, const ParallelSpec& spec) {
-    CallArguments a = is_variant(model_dir, spec) ? spec.variant_arguments : spec.arguments;
+protocol::FamilyArguments call_arguments_for_model(const std::string& model_dir, const ParallelSpec& spec) {
+    protocol::FamilyArguments a(family_for_model(model_dir, spec));
     const std::string path = model_dir + "/" + kGenerationDefaultsFile;
     if (!model_file_exists(path)) return a;
     const nlohmann::json defaults = read_object(path);
-    std::string accepted = "num_inference_steps";
-    for (const std::string& key : a.keys)
-        if (key == a.cfg_key || key == "guidance_scale" || key == "max_sequence_length") accepted += ", " + key;
+    std::string accepted;
+    for (const protocol::FamilyArgument& arg : a.all())
+        if (arg.row->model_default && !arg.ignored) accepted += (accepted.empty() ? "" : ", ") + std::string(arg.row->name);
     for (const auto& [key, value] : defaults.items()) {
         if (!key.empty() && key.front() == '_') continue;
-        const bool number = value.is_number() && !value.is_boolean();
-        const double x = number ? value.get<double>() : 0;
-        auto refuse = [&](const std::string& range) {
-            throw protocol::ModelError(path + ": \"" + key + "\" is " + value.dump().substr(0, 40) + "; expected " +
-                                       range);
-        };
-        auto whole = [&](int lo, int hi) {
-            if (!value.is_number_integer() || x < lo || x > hi)
-                refuse("a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
-            return static_cast<int>(x);
-        };
-        if (key == "num_inference_steps") {
-            a.steps = whole(1, 1000);
-        } else if (key == "max_sequence_length" && a.takes(key)) {
-            a.max_sequence_length = whole(1, a.max_sequence_length_limit);
-        } else if ((key == a.cfg_key || key == "guidance_scale") && a.takes(key)) {
-            if (!number || !(x >= 0 && x <= 100)) refuse("a number from 0 to 100");
-            (key == a.cfg_key ? a.cfg_scale : a.guidance_scale) = x;
-        } else {
-            throw protocol::ModelError(path + ": \"" + key.substr(0, 60) + "\" is not a default this model's pipeline takes (it takes " + accepted + ")");
-        }
+        const protocol::FamilyArgument* arg = a.find(key);
+        if (!arg || key != arg->row->name || !arg->row->model_default || arg->ignored)
+            throw protocol::ModelError(path + ": \"" + key.substr(0, 60) +
+                                       "\" is not a default this model's pipeline takes (it takes " + accepted + ")");
+        protocol::CallValue v;
+        if (const std::string why = protocol::read_call_value(*arg->row, value, v, arg->max); !why.empty())
+            throw protocol::ModelError(path + ": \"" + key + "\" is " + value.dump().substr(0, 40) + "; " + why);
+        a.set_default(key, std::move(v));
     }
     return a;
+}
+
+std::string family_for_model(const std::string& model_dir, const ParallelSpec& spec) {
+    return is_variant(model_dir, spec) ? spec.variant_family : spec.family;
 }
 
 std::string family_name_for_model(const std::string& model_dir, const ParallelSpec& spec) {
@@ -457,6 +448,22 @@ std::vector<std::string> model_folder_problems(const std::string& model_dir, con
     }
     check_transformer_config(model_dir, spec, t5, problems);
     return problems;
+}
+
+}  // namespace dp::strategies
+
+namespace dp::strategies {
+
+ModelInfo read_model_info(const std::string& model_dir) {
+    ModelInfo m;
+    m.dir = model_dir;
+    m.spec = &parallel_spec_for_model(model_dir);
+    m.family = family_for_model(model_dir, *m.spec);
+    m.family_name = family_name_for_model(model_dir, *m.spec);
+    m.shape = read_transformer_shape(model_dir, *m.spec);
+    m.sizes = read_image_size_rule(model_dir, *m.spec);
+    m.arguments = call_arguments_for_model(model_dir, *m.spec);
+    return m;
 }
 
 }  // namespace dp::strategies

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "protocol/call_arguments.h"
 #include "strategies/parallel_spec.h"
 
 namespace dp::strategies {
@@ -29,7 +30,10 @@ inline constexpr const char* kGenerationDefaultsFile = "generation_defaults.json
 // variant's (ParallelSpec::variant_key: FLUX.1-schnell's transformer has no guidance_embeds),
 // with those the folder's generation_defaults.json sets in their place. Throws
 // protocol::ModelError naming the file.
-CallArguments call_arguments_for_model(const std::string& model_dir, const ParallelSpec& spec);
+protocol::FamilyArguments call_arguments_for_model(const std::string& model_dir, const ParallelSpec& spec);
+// The id of `model_dir`'s family in the call-argument table: its variant's ("flux-schnell") or
+// the family's ("flux").
+std::string family_for_model(const std::string& model_dir, const ParallelSpec& spec);
 // How messages name `model_dir`'s family: its variant's name ("FLUX.1-schnell") or the family's.
 std::string family_name_for_model(const std::string& model_dir, const ParallelSpec& spec);
 
@@ -71,5 +75,21 @@ struct ModelNeeds {
 // are not listed: components_without_weights (model_sizes.h) says that.
 std::vector<std::string> model_folder_problems(const std::string& model_dir, const ParallelSpec& spec,
                                                const ModelNeeds& needs);
+
+// Note [a model is read once]: what the launcher and the worker need to know of a model folder,
+// read once by each (the launcher's job, `plan` and `arguments`; the worker at its start) and
+// passed down, rather than read again wherever a fact is needed.
+struct ModelInfo {
+    std::string dir;
+    const ParallelSpec* spec = nullptr;
+    std::string family;       // the call-argument table's id: "sd3", "flux", "flux-schnell", "qwen-image"
+    std::string family_name;  // how messages name it: "SD3", "FLUX.1-schnell"
+    TransformerShape shape;
+    ImageSizeRule sizes;
+    protocol::FamilyArguments arguments;  // with the folder's generation_defaults.json
+};
+
+// Throws protocol::ModelError naming the file that cannot be read or is not supported.
+ModelInfo read_model_info(const std::string& model_dir);
 
 }  // namespace dp::strategies

@@ -66,14 +66,6 @@ const ParallelSpec& qwen_image_parallel_spec() {
         s.transformer_defaults.patch_size = 2;
         s.transformer_defaults.in_channels = 64;
         s.transformer_defaults.sample_size = 128;
-        // QwenImagePipeline's call arguments and defaults.
-        s.arguments.keys = {"true_cfg_scale", "max_sequence_length"};
-        s.arguments.steps = 50;
-        s.arguments.cfg_key = "true_cfg_scale";
-        s.arguments.cfg_scale = 4.0;
-        s.arguments.max_sequence_length = 512;
-        s.arguments.max_sequence_length_limit = 1024;
-        s.arguments.guidance_needs_negative_prompt = true;
         s.vae_scale_key = "temperal_downsample";
         // Its RoPE tables hold 4096 positions: half a side's patches from the centre, then up to
         // 1024 text positions after them.
@@ -121,9 +113,6 @@ const ParallelSpec& sd3_parallel_spec() {
         s.transformer_defaults.patch_size = 2;
         s.transformer_defaults.in_channels = 16;
         s.transformer_defaults.sample_size = 128;
-        // StableDiffusion3Pipeline's call arguments and defaults.
-        s.arguments.keys = {"guidance_scale", "max_sequence_length", "skip_guidance_layers", "skip_layer_guidance_scale",
-                            "skip_layer_guidance_start", "skip_layer_guidance_stop"};
         return s;
     }();
     return spec;
@@ -171,25 +160,10 @@ const ParallelSpec& flux_parallel_spec() {
         // Rotary positions from ids: no table bounds the size; 512 patches (8192 pixels) a side.
         s.max_patches_key.clear();
         s.max_patches = 512;
-        // FluxPipeline's call arguments: dev's distilled guidance, true CFG only with a negative
-        // prompt above 1 (off by default).
-        s.arguments.keys = {"guidance_scale", "true_cfg_scale", "max_sequence_length"};
-        s.arguments.steps = 28;
-        s.arguments.cfg_key = "true_cfg_scale";
-        s.arguments.cfg_scale = 1.0;
-        s.arguments.guidance_needs_negative_prompt = true;
-        s.arguments.guidance_scale = 3.5;
-        s.arguments.max_sequence_length = 512;
-        s.arguments.max_sequence_length_limit = 512;
-        // FLUX.1-schnell: no guidance embedding, 4 steps, 256 T5 tokens by default (as it was
-        // distilled; diffusers' own defaults, 28 and 512, are dev's).
+        // FLUX.1-schnell: no guidance embedding, and call arguments of its own.
         s.variant_key = "guidance_embeds";
         s.variant_name = "FLUX.1-schnell";
-        s.variant_arguments = s.arguments;
-        s.variant_arguments.keys = {"true_cfg_scale", "max_sequence_length"};
-        s.variant_arguments.ignored_keys = {"guidance_scale"};
-        s.variant_arguments.steps = 4;
-        s.variant_arguments.max_sequence_length = 256;
+        s.variant_family = "flux-schnell";
         return s;
     }();
     return spec;
@@ -205,14 +179,6 @@ const ParallelSpec* find_parallel_spec(const std::string& pipeline_class) {
     for (const ParallelSpec* s : parallel_specs())
         if (s->pipeline_class == pipeline_class) return s;
     return nullptr;
-}
-
-bool CallArguments::takes(const std::string& key) const {
-    return std::find(keys.begin(), keys.end(), key) != keys.end();
-}
-
-bool CallArguments::ignores(const std::string& key) const {
-    return std::find(ignored_keys.begin(), ignored_keys.end(), key) != ignored_keys.end();
 }
 
 namespace {

@@ -47,34 +47,8 @@ struct TransformerShape {
     int64_t width() const { return heads * head_dim; }
 };
 
-// The call arguments of a family's pipeline that a request sets (JSONL keys, and flags of the same
-// names), with diffusers' defaults for that pipeline. Every family takes prompt, name, seed, width,
-// height, negative_prompt and steps (or num_inference_steps); `keys` lists the others it takes.
-// A key of another family is an error naming this one (Note [call arguments], job_settings.h).
-struct CallArguments {
-    std::vector<std::string> keys;  // e.g. "guidance_scale", "max_sequence_length"
-    int steps = 28;
-    // The classifier-free guidance scale's key (SD3's guidance_scale, Qwen-Image's
-    // true_cfg_scale) and default; guidance runs above 1.
-    std::string cfg_key = "guidance_scale";
-    double cfg_scale = 7.0;
-    int max_sequence_length = 256;
-    int max_sequence_length_limit = 512;  // what the pipeline accepts, from 1
-    // Whether the negative branch runs only when a negative prompt is given (Qwen-Image), rather
-    // than whenever the scale asks for it (SD3: an empty negative prompt by default).
-    bool guidance_needs_negative_prompt = false;
-    // guidance_scale's default where it is not the CFG scale: FLUX.1-dev's distilled guidance,
-    // which the transformer embeds (3.5).
-    double guidance_scale = 7.0;
-    // Keys the pipeline accepts and ignores, as diffusers does (FLUX.1-schnell's guidance_scale:
-    // its transformer has no guidance embedding). Accepted, not recorded.
-    std::vector<std::string> ignored_keys;
-    bool takes(const std::string& key) const;
-    bool ignores(const std::string& key) const;
-};
-
 struct ParallelSpec {
-    std::string family;          // "sd3"
+    std::string family;          // "sd3": the id the call-argument table's rows name (protocol/call_arguments.h)
     std::string display_name;    // how messages name the family: "SD3", "Qwen-Image"
     std::string pipeline_class;  // model_index.json's _class_name, e.g. "StableDiffusion3Pipeline"
     // The components device_map places, in pipeline order (model_index.json keys).
@@ -114,13 +88,13 @@ struct ParallelSpec {
     // The values the family's transformer class assumes for keys its config.json leaves out
     // (diffusers' defaults); 0: the key is required.
     TransformerShape transformer_defaults;
-    CallArguments arguments;
     // A variant of the family, told by a boolean key of the transformer's config.json that is
-    // false (or absent) in it, with call arguments of its own: FLUX.1-schnell, whose transformer has
-    // no guidance_embeds. Empty key: none (call_arguments_for_model, model_config.h).
+    // false (or absent) in it, with call arguments of its own (protocol/call_arguments.h: the rows
+    // name it by variant_family): FLUX.1-schnell, whose transformer has no guidance_embeds. Empty
+    // key: none (read_model_info, model_config.h).
     std::string variant_key;
-    std::string variant_name;  // how messages name it: "FLUX.1-schnell"
-    CallArguments variant_arguments;
+    std::string variant_name;    // how messages name it: "FLUX.1-schnell"
+    std::string variant_family;  // its id in the call-argument table: "flux-schnell"
     // The latents per patch side the pipeline packs whatever the transformer's patch_size says
     // (FLUX packs 2x2 before a transformer of patch_size 1); 0: the transformer's patch_size.
     int64_t packed_patch = 0;

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "protocol/call_arguments.h"
 #include "protocol/errors.h"
 
 namespace dp::strategies {
@@ -114,16 +115,18 @@ void check_cfg_parallel(const StrategyRequest& r, const ParallelSpec& spec) {
         throw UsageError("--cfg-parallel: the world has " + std::to_string(r.world) +
                          " ranks; CFG parallelism pairs them, so it needs an even number (try -n " +
                          std::to_string(r.num_processes + 1) + ")");
-    const double scale = r.cfg_scale.value_or(spec.arguments.cfg_scale);
+    const protocol::FamilyArguments arguments(spec.family);
+    const protocol::FamilyArgument* cfg = arguments.guidance_scale();
+    if (!cfg) return;
+    const double scale = r.cfg_scale.value_or(arguments.default_number(cfg->row->name));
     if (scale <= 1.0) {
-        std::string flag = "--" + spec.arguments.cfg_key;
-        std::replace(flag.begin(), flag.end(), '_', '-');
+        const std::string flag = cfg->row->long_flag();
         std::string why = "--cfg-parallel with " + flag + " " + std::to_string(scale).substr(0, 4) +
                           ": there is no guidance to split at a scale of 1 or less";
-        if (spec.arguments.guidance_needs_negative_prompt)
+        if (cfg->guidance == protocol::Guidance::kAbove1WithNegative)
             why += " (" + spec.display_name + "'s negative branch runs only with " + flag +
                    " above 1 and a negative prompt" +
-                   (spec.arguments.takes("guidance_scale") && spec.arguments.cfg_key != "guidance_scale"
+                   (arguments.takes("guidance_scale") && cfg->row->name != std::string("guidance_scale")
                         ? "; its guidance_scale is embedded in the transformer, one forward per step, nothing to split"
                         : "") +
                    ")";

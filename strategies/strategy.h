@@ -22,7 +22,7 @@ struct StrategyRequest {
     std::string strategy;   // "" or data, context, tensor, device-map: fills the degrees from the world
     bool cfg_parallel = false;
     // The family's CFG scale as the job sets it (--guidance-scale for SD3, --true-cfg-scale for
-    // Qwen-Image); unset: its default (spec.arguments).
+    // Qwen-Image), or the model's own default; unset: the family's (protocol/call_arguments.h).
     std::optional<double> cfg_scale;
     int ulysses = 1, ring = 1, tp = 1;
     int dp = 0;              // 0: whatever the world leaves; else it must be exactly that

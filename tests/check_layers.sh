@@ -5,7 +5,11 @@
 #   - protocol/ includes nothing of ours but protocol/ (it is the contract both sides link);
 #   - runtime/parallel/ includes nothing from runtime/models/ (the parallel layer knows no model);
 #   - nothing under runtime/models/ includes the communicator (models call the parallel layer,
-#     never a collective).
+#     never a collective);
+#   - runtime/ is layered io/ <- parallel/ <- pipeline/ <- models/ <- the files at its top (worker,
+#     registry, image sink): runtime/io/ includes nothing else of runtime/, runtime/parallel/ only
+#     io/, runtime/pipeline/ nothing of models/, and nothing under runtime/models/ includes a file
+#     at the top of runtime/.
 # Exits 1 listing every violation.
 set -uo pipefail
 root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
@@ -28,5 +32,9 @@ violations "protocol/ must include nothing of ours outside protocol/" \
     '(launcher|cli|strategies|runtime|shapes|training)/' protocol
 violations "runtime/parallel/ must include nothing from runtime/models/" 'runtime/models/' runtime/parallel
 violations "runtime/models/ must not include the communicator" 'runtime/parallel/communicator\.h' runtime/models
+violations "runtime/io/ must include nothing of runtime/ outside runtime/io/" 'runtime/(parallel|pipeline|models)/|runtime/[a-z_]+\.h' runtime/io
+violations "runtime/parallel/ must include nothing of runtime/pipeline/ or a file at the top of runtime/" 'runtime/pipeline/|runtime/[a-z_]+\.h' runtime/parallel
+violations "runtime/pipeline/ must include nothing from runtime/models/ or a file at the top of runtime/" 'runtime/models/|runtime/[a-z_]+\.h' runtime/pipeline
+violations "runtime/models/ must not include a file at the top of runtime/" 'runtime/[a-z_]+\.h' runtime/models
 if [[ $status == 0 ]]; then echo "layer rules hold under $root"; fi
 exit $status

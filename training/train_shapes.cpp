@@ -24,11 +24,11 @@
 #include <string>
 #include <utility>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/clip_tokenizer.h"
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/models/sd3/sd3_pipeline.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 #include "shapes/adherence.h"
 #include "shapes/shapes_world.h"
 
@@ -273,7 +273,7 @@ dp::shapes::AdherenceTotals evaluate(const Sd3Pipeline& pipe, const EvalSet& set
             r.prompt = set.prompts[i];
             r.seed = i;
             r.steps = steps;
-            r.guidance_scale = guidance;
+            r.arguments.set("guidance_scale", guidance);
             batch.push_back(r);
         }
         const auto results = pipe.generate_batch(batch);

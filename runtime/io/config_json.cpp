@@ -1,9 +1,9 @@
-#include "runtime/models/common/config_json.h"
+#include "runtime/io/config_json.h"
 
 #include <fstream>
 #include <sstream>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "strategies/model_files.h"
 
 namespace dp::runtime {

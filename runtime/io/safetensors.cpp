@@ -1,4 +1,4 @@
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "strategies/model_files.h"
 
 namespace dp::runtime {

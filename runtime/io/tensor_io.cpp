@@ -1,4 +1,4 @@
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 
 #include <ATen/ATen.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 
 namespace dp::runtime {
 namespace {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 
 namespace dp::runtime {
 

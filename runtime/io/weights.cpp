@@ -1,4 +1,4 @@
-#include "runtime/models/common/weights.h"
+#include "runtime/io/weights.h"
 
 #include <ATen/ATen.h>
 #include <malloc.h>
@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "strategies/model_files.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 
 namespace dp::runtime {
 namespace {

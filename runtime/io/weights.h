@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/parallel/parallel_linear.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
+#include "runtime/io/shard_source.h"
 
 namespace dp::runtime {
 

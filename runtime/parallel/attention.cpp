@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/parallel/communicator.h"
 #include "strategies/mesh.h"
 

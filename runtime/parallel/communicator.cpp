@@ -24,7 +24,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 
 namespace dp::runtime {
 

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 
 namespace dp::runtime {
 

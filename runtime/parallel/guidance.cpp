@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/parallel/communicator.h"
 
 namespace dp::runtime {

@@ -4,7 +4,7 @@
 
 #include <numeric>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/parallel/communicator.h"
 
 namespace dp::runtime {

@@ -10,21 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "runtime/io/shard_source.h"
 #include "runtime/parallel/parallel_context.h"
 #include "strategies/parallel_spec.h"
 
 namespace dp::runtime {
-
-// Where a layer's weights come from (a component's safetensors files, or seeded random values):
-// the tensor `name`, whose whole shape must be `shape`, narrowed to [start, start + length) along
-// `dim` before it is converted to the run's dtype and moved to its device.
-class ShardSource {
-  public:
-    virtual ~ShardSource() = default;
-    virtual at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
-                                  int64_t start, int64_t length) = 0;
-    virtual at::Tensor take(const std::string& name, const std::vector<int64_t>& shape) = 0;
-};
 
 class ParallelLinear {
   public:

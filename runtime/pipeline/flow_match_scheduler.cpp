@@ -1,14 +1,15 @@
-#include "runtime/models/common/flow_match_scheduler.h"
+#include "runtime/pipeline/flow_match_scheduler.h"
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "runtime/errors.h"
-#include "runtime/models/common/config_json.h"
+#include "runtime/io/errors.h"
+#include "runtime/io/config_json.h"
 
 namespace dp::runtime {
 namespace {
@@ -69,6 +70,15 @@ FlowMatchSchedulerConfig FlowMatchSchedulerConfig::from_json_text(const std::str
 FlowMatchSchedulerConfig FlowMatchSchedulerConfig::from_json_file(const std::string& path) {
     const ConfigJson j = ConfigJson::from_file(path);
     return from_json_text(j.raw().dump(), path);
+}
+
+std::vector<double> linspace_sigmas(int steps) {
+    std::vector<double> s(static_cast<std::size_t>(std::max(steps, 0)), 1.0);
+    if (steps < 2) return s;
+    const double step = (1.0 / steps - 1.0) / (steps - 1);
+    for (int i = 0; i < steps; ++i) s[static_cast<std::size_t>(i)] = i * step + 1.0;
+    s.back() = 1.0 / steps;
+    return s;
 }
 
 double flow_match_mu(const FlowMatchSchedulerConfig& c, int image_seq_len) {

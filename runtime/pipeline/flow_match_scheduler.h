@@ -28,6 +28,10 @@ struct FlowMatchSchedulerConfig {
     static FlowMatchSchedulerConfig from_json_text(const std::string& text, const std::string& path);
 };
 
+// numpy.linspace(1, 1 / steps, steps) as numpy computes it (start + i * step, the last element
+// exactly 1 / steps): the sigmas FluxPipeline and QwenImagePipeline pass to the scheduler.
+std::vector<double> linspace_sigmas(int steps);
+
 // diffusers' calculate_shift: mu for a resolution-dependent shift, linear in the image tokens.
 double flow_match_mu(const FlowMatchSchedulerConfig& config, int image_seq_len);
 

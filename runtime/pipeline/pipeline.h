@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "protocol/call_arguments.h"
+#include "strategies/model_config.h"
+
 namespace dp::runtime {
 
 struct DeviceMapping;
@@ -19,6 +22,9 @@ class ParallelContext;
 
 struct PipelineOptions {
     std::string model_dir;                   // a diffusers folder with model_index.json
+    // What the caller has read of the folder already (the worker: Note [a model is read once]);
+    // nullptr: the pipeline reads it as it loads.
+    std::shared_ptr<const strategies::ModelInfo> model;
     std::optional<uint64_t> random_weights;  // set: the folder's configs with seeded random weights
     at::ScalarType dtype = at::kFloat;
     at::Device device = at::kCPU;
@@ -40,25 +46,18 @@ struct PipelineOptions {
 
 struct GenerateRequest {
     std::string prompt;
-    // nullopt: none given (diffusers' None). SD3 then uses "" (its default); Qwen-Image runs no
-    // negative branch.
+    // nullopt: none given (diffusers' None). SD3 then uses "" (its default); Qwen-Image and FLUX
+    // run no negative branch.
     std::optional<std::string> negative_prompt;
     uint64_t seed = 0;
     int steps = 28;
-    double guidance_scale = 7.0;  // SD3's CFG scale
-    double true_cfg_scale = 4.0;  // Qwen-Image's CFG scale: with a negative prompt, above 1
-    // Where the family's text encoder stops: SD3's T5 tokens, 1 to 512; Qwen-Image's, 1 to 1024.
     int width = 0;  // 0: the model's default
     int height = 0;
-    // SD3: the text is CLIP's 77 plus these.
-    int max_sequence_length = 256;
-    // Skip-layer guidance (diffusers' StableDiffusion3Pipeline): empty skips none. Between
-    // start and stop (fractions of the steps) a third branch runs with these transformer blocks
-    // skipped, and the noise moves away from it by `skip_layer_guidance_scale`.
-    std::vector<int> skip_guidance_layers;
-    double skip_layer_guidance_scale = 2.8;
-    double skip_layer_guidance_start = 0.01;
-    double skip_layer_guidance_stop = 0.2;
+    // The family's call arguments by diffusers' names (protocol/call_arguments.h: guidance_scale,
+    // max_sequence_length, skip-layer guidance, ...); one left out takes the
+    // model's default, as a diffusers pipeline's keyword does. One the family does not take is a
+    // ModelError.
+    protocol::CallValues arguments;
     std::function<void(int step, int steps)> on_step;  // called after each denoising step
 };
 

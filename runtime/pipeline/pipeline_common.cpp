@@ -1,11 +1,11 @@
-#include "runtime/models/common/pipeline_common.h"
+#include "runtime/pipeline/pipeline_common.h"
 
 #include <ATen/ATen.h>
 
 #include <vector>
 
-#include "runtime/errors.h"
-#include "runtime/models/common/config_json.h"
+#include "runtime/io/errors.h"
+#include "runtime/io/config_json.h"
 #include "runtime/parallel/device_mapping.h"
 #include "strategies/model_config.h"
 
@@ -30,6 +30,14 @@ void require_loadable(const PipelineOptions& o, const strategies::ParallelSpec& 
     std::string text = problems.front();
     for (std::size_t i = 1; i < problems.size(); ++i) text += "\n" + problems[i];
     throw ModelError(text);
+}
+
+FlowMatchSchedulerConfig read_scheduler_config(const PipelineOptions& o) {
+    return FlowMatchSchedulerConfig::from_json_file(o.model_dir + "/scheduler/scheduler_config.json");
+}
+
+strategies::ModelInfo model_info_of(const PipelineOptions& o) {
+    return o.model ? *o.model : strategies::read_model_info(o.model_dir);
 }
 
 at::Device device_of(const PipelineOptions& o, const std::string& component) {

@@ -12,8 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/models/common/weights.h"
-#include "runtime/pipeline.h"
+#include "runtime/io/weights.h"
+#include "runtime/pipeline/flow_match_scheduler.h"
+#include "runtime/pipeline/pipeline.h"
 #include "strategies/parallel_spec.h"
 
 namespace dp::runtime {
@@ -25,6 +26,13 @@ class ConfigJson;
 // (strategies::model_folder_problems, all listed in one ModelError), offload with device_map or
 // training, and a device map whose run device is not transformer block 0's.
 void require_loadable(const PipelineOptions& options, const strategies::ParallelSpec& spec);
+
+// The folder's scheduler/scheduler_config.json, read as the loop's scheduler takes it (read at the
+// start of a load, so that an option we do not run is refused before any weight is read).
+FlowMatchSchedulerConfig read_scheduler_config(const PipelineOptions& options);
+
+// The model folder as the options' caller read it, or read now.
+strategies::ModelInfo model_info_of(const PipelineOptions& options);
 
 // A component's device: its device_map slot's, else the run's.
 at::Device device_of(const PipelineOptions& options, const std::string& component);
@@ -47,19 +55,49 @@ class Component {
   public:
     using Make = std::function<std::unique_ptr<T>()>;
     Component() = default;
-    // Without offload `make` runs now, once; with it, on every use().
+    // Without offload `make` runs now, once; with it, on a use() while no earlier use is alive.
     Component(Make make, bool offload) : make_(std::move(make)) {
         if (!offload) kept_ = std::shared_ptr<const T>(make_());
     }
-    // The component, alive while the returned pointer is.
-    std::shared_ptr<const T> use() const { return kept_ ? kept_ : std::shared_ptr<const T>(make_()); }
+    // The component, alive while the returned pointer is. With offload, every use() while one
+    // returned pointer lives gets that same one: the denoising loop holds the transformer for a
+    // batch's steps (FamilyPipeline::hold_transformer), and each step's use() finds it.
+    std::shared_ptr<const T> use() const {
+        if (kept_) return kept_;
+        if (std::shared_ptr<const T> live = live_.lock()) return live;
+        std::shared_ptr<const T> made(make_());
+        live_ = made;
+        return made;
+    }
     // The component when it is kept; nullptr with offload.
     const T* kept() const { return kept_.get(); }
 
   private:
     Make make_;
     std::shared_ptr<const T> kept_;
+    mutable std::weak_ptr<const T> live_;
 };
+
+// A component of `options.model_dir`: `build` makes it from its weights on `device` (every weight
+// taken, checked), kept or built at each use with offload (Note [offload]). With `parameters` and
+// PipelineOptions::trainable, its weights are listed there under `name` (a trainer's). `options`
+// must outlive it.
+template <class T, class Build>
+Component<T> component_of(const PipelineOptions* options, const char* name, uint64_t salt, at::Device device,
+                          Build build, std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>*
+                                           parameters = nullptr) {
+    return Component<T>(
+        [options, name, salt, device, build, parameters] {
+            WeightStore w = open_weights(*options, name, salt, device);
+            const bool keep = parameters && options->trainable;
+            if (keep) w.keep_as_parameters();
+            std::unique_ptr<T> m = build(w);
+            w.check_all_taken();
+            if (keep) parameters->emplace_back(name, w.parameters());
+            return m;
+        },
+        options->offload);
+}
 
 // The request's width and height (0: the pipeline's defaults), after checking them and its steps.
 // Throws ModelError naming the size and the multiple the pipeline needs.

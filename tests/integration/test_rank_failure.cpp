@@ -29,6 +29,7 @@ namespace {
 std::string write_tp2_job(const std::string& dir, int steps, double timeout_s) {
     dp::protocol::JobFile job;
     job.model_dir = DP_TINY_MODEL;
+    job.family = "sd3";
     job.output_dir = dir + "/out";
     mkdir(job.output_dir.c_str(), 0777);
     job.device = "cpu";

@@ -19,6 +19,8 @@
 #include "strategies/model_config.h"
 
 using namespace dp::launcher;
+using dp::strategies::ModelInfo;
+using dp::strategies::read_model_info;
 
 namespace {
 
@@ -46,7 +48,7 @@ std::string rules_error(const std::string& dir) {
     JobOptions job;
     job.model = dir;
     try {
-        read_model_rules(job);
+        read_model_info(job.model);
     } catch (const dp::protocol::ModelError& e) {
         return e.what();
     }
@@ -57,7 +59,7 @@ std::string rules_error(const std::string& dir) {
 
 TEST_CASE("Qwen-Image's defaults are QwenImagePipeline's: 50 steps, true_cfg_scale 4, 512 tokens, 1024 px, no negative") {
     const JobOptions job = job_on("qwen-image");
-    const ModelRules rules = read_model_rules(job);
+    const ModelInfo rules = read_model_info(job.model);
     CHECK(rules.spec->family == "qwen-image");
     CHECK(rules.sizes.multiple() == 16);  // 8 pixels a latent, 2x2 patches
     CHECK(rules.sizes.default_side == 1024);
@@ -67,12 +69,12 @@ TEST_CASE("Qwen-Image's defaults are QwenImagePipeline's: 50 steps, true_cfg_sca
     p.prompt = "a cat";
     const dp::protocol::JobRequest q = job_request(p, job, rules);
     CHECK(q.steps == 50);
-    CHECK(q.true_cfg_scale == 4.0);
-    CHECK(q.max_sequence_length == 512);
+    CHECK(q.arguments.number("true_cfg_scale") == 4.0);
+    CHECK(q.arguments.whole("max_sequence_length") == 512);
     CHECK(q.width == 1024);
     CHECK(q.height == 1024);
     CHECK_FALSE(q.negative_prompt.has_value());  // diffusers' None: no negative branch
-    const nlohmann::json record = pending_record(q, 1, job, "bf16", rules);
+    const nlohmann::json record = pending_record(q, 1, job, "bf16");
     CHECK(record["true_cfg_scale"] == 4.0);
     CHECK(record["negative_prompt"].is_null());
     for (const char* key : {"guidance_scale", "skip_guidance_layers", "skip_layer_guidance_scale"})
@@ -81,41 +83,41 @@ TEST_CASE("Qwen-Image's defaults are QwenImagePipeline's: 50 steps, true_cfg_sca
     // Its own settings, then the job's, then the family's.
     JobOptions set = job;
     set.steps = 8;
-    set.true_cfg_scale = 2.5;
+    set.arguments.set("true_cfg_scale", 2.5);
     set.negative_prompt = "";
-    p.max_sequence_length = 1024;  // Qwen-Image takes up to 1024
+    p.arguments.set("max_sequence_length", int64_t{1024});  // Qwen-Image takes up to 1024
     CHECK(prompt_setting_problem(p, set, rules).empty());
     const dp::protocol::JobRequest r = job_request(p, set, rules);
     CHECK(r.steps == 8);
-    CHECK(r.true_cfg_scale == 2.5);
+    CHECK(r.arguments.number("true_cfg_scale") == 2.5);
     CHECK(r.negative_prompt == std::optional<std::string>(""));
-    CHECK(r.max_sequence_length == 1024);
+    CHECK(r.arguments.whole("max_sequence_length") == 1024);
     p.no_negative_prompt = true;  // "negative_prompt": null: none, over the job's --negative-prompt
     CHECK_FALSE(job_request(p, set, rules).negative_prompt.has_value());
 }
 
 TEST_CASE("SD3's defaults stay StableDiffusion3Pipeline's, and its negative prompt is \"\" when none is given") {
     const JobOptions job = job_on("tiny-random-sd3");
-    const ModelRules rules = read_model_rules(job);
+    const ModelInfo rules = read_model_info(job.model);
     PromptRecord p;
     p.prompt = "a cat";
     const dp::protocol::JobRequest q = job_request(p, job, rules);
     CHECK(q.steps == 28);
-    CHECK(q.guidance_scale == 7.0);
-    CHECK(q.max_sequence_length == 256);
+    CHECK(q.arguments.number("guidance_scale") == 7.0);
+    CHECK(q.arguments.whole("max_sequence_length") == 256);
     CHECK(q.negative_prompt == std::optional<std::string>(""));
-    const nlohmann::json record = pending_record(q, 1, job, "fp32", rules);
+    const nlohmann::json record = pending_record(q, 1, job, "fp32");
     CHECK(record["guidance_scale"] == 7.0);
     CHECK_FALSE(record.contains("true_cfg_scale"));
 }
 
 TEST_CASE("a flag or key of another family is refused, naming the family and what it takes") {
     JobOptions qwen = job_on("qwen-image");
-    const ModelRules qwen_rules = read_model_rules(qwen);
-    qwen.guidance_scale = 5;
-    qwen.skip_guidance_layers = {1};
+    const ModelInfo qwen_rules = read_model_info(qwen.model);
+    qwen.arguments.set("guidance_scale", 5.0);
+    qwen.arguments.set("skip_guidance_layers", std::vector<int>{1});
     qwen.no_t5 = true;
-    qwen.max_sequence_length = 1024;
+    qwen.arguments.set("max_sequence_length", int64_t{1024});
     const std::vector<std::string> bad = job_setting_problems(qwen, qwen_rules);
     REQUIRE(bad.size() == 3);
     CHECK(bad[0] == "--guidance-scale: Qwen-Image does not take guidance_scale (its pipeline takes true_cfg_scale, "
@@ -125,18 +127,18 @@ TEST_CASE("a flag or key of another family is refused, naming the family and wha
 
     PromptRecord p;
     p.prompt = "x";
-    p.guidance_scale = 3;
+    p.arguments.set("guidance_scale", 3.0);
     CHECK(has(prompt_setting_problem(p, job_on("qwen-image"), qwen_rules),
               "key 'guidance_scale': Qwen-Image does not take guidance_scale"));
-    p.guidance_scale.reset();
-    p.skip_layer_guidance_start = 0.1;
+    p.arguments.erase("guidance_scale");
+    p.arguments.set("skip_layer_guidance_start", 0.1);
     CHECK(has(prompt_setting_problem(p, job_on("qwen-image"), qwen_rules),
               "key 'skip_layer_guidance_start': Qwen-Image does not take"));
 
     JobOptions sd3 = job_on("tiny-random-sd3");
-    const ModelRules sd3_rules = read_model_rules(sd3);
-    sd3.true_cfg_scale = 4;
-    sd3.max_sequence_length = 600;
+    const ModelInfo sd3_rules = read_model_info(sd3.model);
+    sd3.arguments.set("true_cfg_scale", 4.0);
+    sd3.arguments.set("max_sequence_length", int64_t{600});
     sd3.offload = true;  // both families offload
     const std::vector<std::string> sd3_bad = job_setting_problems(sd3, sd3_rules);
     REQUIRE(sd3_bad.size() == 2);
@@ -145,7 +147,7 @@ TEST_CASE("a flag or key of another family is refused, naming the family and wha
     CHECK(sd3_bad[1] == "--max-sequence-length 600 is more than SD3's pipeline accepts (1 to 512)");
     PromptRecord t;
     t.prompt = "x";
-    t.true_cfg_scale = 4;
+    t.arguments.set("true_cfg_scale", 4.0);
     CHECK(has(prompt_setting_problem(t, job_on("tiny-random-sd3"), sd3_rules), "key 'true_cfg_scale': SD3 does not"));
 
     JobOptions both = job_on("qwen-image");
@@ -165,7 +167,7 @@ TEST_CASE("JSONL takes diffusers' names: num_inference_steps for steps, true_cfg
         "p.jsonl", true);
     REQUIRE(f.prompts.size() == 2);
     CHECK(f.prompts[0].steps == 12);
-    CHECK(f.prompts[0].true_cfg_scale == 2.5);
+    CHECK(f.prompts[0].arguments.number("true_cfg_scale") == 2.5);
     CHECK_FALSE(f.prompts[0].negative_prompt.has_value());
     CHECK(f.prompts[0].no_negative_prompt);
     CHECK_FALSE(f.prompts[1].no_negative_prompt);
@@ -177,39 +179,39 @@ TEST_CASE("JSONL takes diffusers' names: num_inference_steps for steps, true_cfg
 
 TEST_CASE("FLUX.1-dev's defaults are FluxPipeline's: 28 steps, guidance 3.5 embedded, no true CFG, 512 tokens") {
     const JobOptions job = job_on("flux.1-dev");
-    const ModelRules rules = read_model_rules(job);
+    const ModelInfo rules = read_model_info(job.model);
     CHECK(rules.spec->family == "flux");
     CHECK(rules.family_name == "FLUX.1");
     CHECK(rules.sizes.multiple() == 16);  // 8 pixels a latent, packed 2x2 before a transformer of patch 1
     CHECK(rules.sizes.default_side == 1024);
-    CHECK(rules.layers == 19 + 38);  // double- then single-stream blocks
+    CHECK(rules.shape.layers == 19 + 38);  // double- then single-stream blocks
     PromptRecord p;
     p.prompt = "a cat";
     const dp::protocol::JobRequest q = job_request(p, job, rules);
     CHECK(q.steps == 28);
-    CHECK(q.guidance_scale == 3.5);
-    CHECK(q.true_cfg_scale == 1.0);
-    CHECK(q.max_sequence_length == 512);
+    CHECK(q.arguments.number("guidance_scale") == 3.5);
+    CHECK(q.arguments.number("true_cfg_scale") == 1.0);
+    CHECK(q.arguments.whole("max_sequence_length") == 512);
     CHECK_FALSE(q.negative_prompt.has_value());
-    const nlohmann::json record = pending_record(q, 1, job, "bf16", rules);
+    const nlohmann::json record = pending_record(q, 1, job, "bf16");
     CHECK(record["guidance_scale"] == 3.5);
     CHECK(record["true_cfg_scale"] == 1.0);
     CHECK(record["max_sequence_length"] == 512);
     CHECK_FALSE(record.contains("skip_guidance_layers"));
 
     JobOptions set = job;
-    set.guidance_scale = 5;
-    set.true_cfg_scale = 3;
+    set.arguments.set("guidance_scale", 5.0);
+    set.arguments.set("true_cfg_scale", 3.0);
     set.negative_prompt = "blurry";
     CHECK(job_setting_problems(set, rules).empty());
     const dp::protocol::JobRequest r = job_request(p, set, rules);
-    CHECK(r.guidance_scale == 5);
-    CHECK(r.true_cfg_scale == 3);
+    CHECK(r.arguments.number("guidance_scale") == 5);
+    CHECK(r.arguments.number("true_cfg_scale") == 3);
     CHECK(r.negative_prompt == std::optional<std::string>("blurry"));
 
     JobOptions bad = job;
-    bad.max_sequence_length = 513;
-    bad.skip_guidance_layers = {1};
+    bad.arguments.set("max_sequence_length", int64_t{513});
+    bad.arguments.set("skip_guidance_layers", std::vector<int>{1});
     bad.no_t5 = true;
     const std::vector<std::string> problems = job_setting_problems(bad, rules);
     REQUIRE(problems.size() == 3);
@@ -222,32 +224,32 @@ TEST_CASE("FLUX.1-dev's defaults are FluxPipeline's: 28 steps, guidance 3.5 embe
 
 TEST_CASE("FLUX.1-schnell: 4 steps and 256 tokens by default, guidance_scale accepted and ignored as diffusers does") {
     const JobOptions job = job_on("flux.1-schnell");
-    const ModelRules rules = read_model_rules(job);
+    const ModelInfo rules = read_model_info(job.model);
     CHECK(rules.family_name == "FLUX.1-schnell");
     PromptRecord p;
     p.prompt = "a cat";
     const dp::protocol::JobRequest q = job_request(p, job, rules);
     CHECK(q.steps == 4);
-    CHECK(q.max_sequence_length == 256);
+    CHECK(q.arguments.whole("max_sequence_length") == 256);
     // The model card's guidance_scale=0.0 is accepted, as FluxPipeline accepts it, and changes nothing,
     // so the manifest does not record it.
     JobOptions set = job;
-    set.guidance_scale = 0.0;
+    set.arguments.set("guidance_scale", 0.0);
     CHECK(job_setting_problems(set, rules).empty());
-    p.guidance_scale = 0.0;
+    p.arguments.set("guidance_scale", 0.0);
     CHECK(prompt_setting_problem(p, set, rules).empty());
-    const nlohmann::json record = pending_record(job_request(p, set, rules), 1, set, "bf16", rules);
+    const nlohmann::json record = pending_record(job_request(p, set, rules), 1, set, "bf16");
     CHECK_FALSE(record.contains("guidance_scale"));
     CHECK(record["max_sequence_length"] == 256);
     CHECK(record["steps"] == 4);
-    p.max_sequence_length = 512;  // diffusers takes up to 512 for schnell too
+    p.arguments.set("max_sequence_length", int64_t{512});  // diffusers takes up to 512 for schnell too
     CHECK(prompt_setting_problem(p, set, rules).empty());
-    p.max_sequence_length = 600;
+    p.arguments.set("max_sequence_length", int64_t{600});
     CHECK(prompt_setting_problem(p, set, rules) ==
           "key 'max_sequence_length': 600 is more than FLUX.1-schnell's pipeline accepts (1 to 512)");
     PromptRecord skip;
     skip.prompt = "x";
-    skip.skip_layer_guidance_scale = 2;
+    skip.arguments.set("skip_layer_guidance_scale", 2.0);
     CHECK(has(prompt_setting_problem(skip, set, rules),
               "key 'skip_layer_guidance_scale': FLUX.1-schnell does not take skip_layer_guidance_scale"));
 }
@@ -257,38 +259,38 @@ TEST_CASE("a model folder's generation_defaults.json replaces its family's defau
     job.model = model_with_defaults("tiny-random-sd3", "sd3",
                                     R"({"_comment": "chosen on a validation set", "guidance_scale": 2.5,
                                         "num_inference_steps": 12, "max_sequence_length": 77})");
-    const ModelRules rules = read_model_rules(job);
+    const ModelInfo rules = read_model_info(job.model);
     PromptRecord p;
     p.prompt = "a cat";
     dp::protocol::JobRequest q = job_request(p, job, rules);
-    CHECK(q.guidance_scale == 2.5);
+    CHECK(q.arguments.number("guidance_scale") == 2.5);
     CHECK(q.steps == 12);
-    CHECK(q.max_sequence_length == 77);
-    CHECK(pending_record(q, 1, job, "fp32", rules)["guidance_scale"] == 2.5);  // the manifest says what ran
+    CHECK(q.arguments.whole("max_sequence_length") == 77);
+    CHECK(pending_record(q, 1, job, "fp32")["guidance_scale"] == 2.5);  // the manifest says what ran
     JobOptions flags = job;
-    flags.guidance_scale = 7.0;
+    flags.arguments.set("guidance_scale", 7.0);
     flags.steps = 28;
     q = job_request(p, flags, rules);
-    CHECK(q.guidance_scale == 7.0);
+    CHECK(q.arguments.number("guidance_scale") == 7.0);
     CHECK(q.steps == 28);
-    CHECK(q.max_sequence_length == 77);
-    p.guidance_scale = 4.0;
-    CHECK(job_request(p, flags, rules).guidance_scale == 4.0);
+    CHECK(q.arguments.whole("max_sequence_length") == 77);
+    p.arguments.set("guidance_scale", 4.0);
+    CHECK(job_request(p, flags, rules).arguments.number("guidance_scale") == 4.0);
 
     // Qwen-Image's guidance key is true_cfg_scale.
     JobOptions qwen;
     qwen.model = model_with_defaults("qwen-image", "qwen", R"({"true_cfg_scale": 1.5, "num_inference_steps": 30})");
     PromptRecord r;
     r.prompt = "a cat";
-    const dp::protocol::JobRequest w = job_request(r, qwen, read_model_rules(qwen));
-    CHECK(w.true_cfg_scale == 1.5);
+    const dp::protocol::JobRequest w = job_request(r, qwen, read_model_info(qwen.model));
+    CHECK(w.arguments.number("true_cfg_scale") == 1.5);
     CHECK(w.steps == 30);
 
     // Without the file, the family's.
     JobOptions plain;
     plain.model = model_with_defaults("tiny-random-sd3", "plain", "");
-    p.guidance_scale.reset();
-    CHECK(job_request(p, plain, read_model_rules(plain)).guidance_scale == 7.0);
+    p.arguments.erase("guidance_scale");
+    CHECK(job_request(p, plain, read_model_info(plain.model)).arguments.number("guidance_scale") == 7.0);
 }
 
 TEST_CASE("a bad generation_defaults.json is refused naming the file, the key and what is accepted") {

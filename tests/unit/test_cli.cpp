@@ -648,7 +648,7 @@ TEST_CASE("the main job's pipeline options: flags, DP_* twins and config keys, w
     CHECK(c.job->model.substr(c.job->model.size() - 23) ==
           "/models/tiny-random-sd3");  // found next to the executable
     CHECK(c.job->steps == 5);          // env beats config
-    CHECK(c.job->guidance_scale == doctest::Approx(2.5));
+    CHECK(c.job->arguments.number("guidance_scale") == doctest::Approx(2.5));
     CHECK(c.job->seed == 18446744073709551615ULL);
     CHECK(c.job->output_dir == "cfg_out");
     CHECK(c.job->skip_invalid);
@@ -961,6 +961,7 @@ TEST_CASE("bytes that are not UTF-8: a usage error in prompt text, and paths tha
 
     // Paths are bytes: the job file carries any of them to the worker unchanged.
     dp::protocol::JobFile job;
+    job.family = "sd3";
     job.model_dir =
         "/tmp/mod\xff\xfe"
         "el";

@@ -8,9 +8,9 @@
 #include <set>
 #include <sstream>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/clip_tokenizer.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 #include "shapes/shapes_world.h"
 
 using namespace dp::runtime;

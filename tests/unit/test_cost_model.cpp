@@ -19,7 +19,7 @@ JobRequest request(int64_t index, int steps, int width, int height, double guida
     r.steps = steps;
     r.width = width;
     r.height = height;
-    r.guidance_scale = guidance;
+    r.arguments.set("guidance_scale", guidance);
     return r;
 }
 
@@ -29,7 +29,7 @@ CostRules shapes_rules() {
     sizes.vae_scale = 1;
     sizes.patch_size = 4;
     sizes.default_side = 32;
-    return cost_rules(sizes, sd3_parallel_spec().arguments);
+    return cost_rules(sizes, dp::protocol::FamilyArguments("sd3"));
 }
 
 }  // namespace
@@ -47,20 +47,21 @@ TEST_CASE("a prompt costs steps x image tokens, twice with classifier-free guida
     latent.vae_scale = 8;
     latent.patch_size = 2;
     latent.default_side = 1024;
-    const CostRules sd3 = cost_rules(latent, sd3_parallel_spec().arguments);
+    const CostRules sd3 = cost_rules(latent, dp::protocol::FamilyArguments("sd3"));
     CHECK(prompt_cost(request(0, 28, 0, 0), sd3) == 28 * 4096 * 2);
 
     // Qwen-Image's true CFG runs its second branch only with a negative prompt given.
-    const CostRules qwen = cost_rules(latent, qwen_image_parallel_spec().arguments);
-    CHECK(qwen.cfg_is_true_cfg);
+    const CostRules qwen = cost_rules(latent, dp::protocol::FamilyArguments("qwen-image"));
+    CHECK(qwen.arguments.guidance_scale()->row->name == std::string("true_cfg_scale"));
     JobRequest q = request(0, 50, 1024, 1024, 1.0);
-    q.true_cfg_scale = 4.0;
+    q.arguments = {};
+    q.arguments.set("true_cfg_scale", 4.0);
     CHECK(prompt_cost(q, qwen) == 50 * 4096);
     q.negative_prompt = "";
     CHECK(prompt_cost(q, qwen) == 50 * 4096 * 2);
-    q.true_cfg_scale = 1.0;
+    q.arguments.set("true_cfg_scale", 1.0);
     CHECK(prompt_cost(q, qwen) == 50 * 4096);
-    CHECK_THROWS_AS(prompt_cost(request(0, 1, 0, 0), cost_rules(ImageSizeRule{}, sd3_parallel_spec().arguments)),
+    CHECK_THROWS_AS(prompt_cost(request(0, 1, 0, 0), cost_rules(ImageSizeRule{}, dp::protocol::FamilyArguments("sd3"))),
                     std::invalid_argument);
 }
 

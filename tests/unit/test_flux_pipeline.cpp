@@ -8,11 +8,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/errors.h"
-#include "runtime/models/common/pipeline_common.h"
+#include "runtime/io/errors.h"
+#include "runtime/pipeline/pipeline_common.h"
 #include "runtime/models/flux/flux_pipeline.h"
 #include "runtime/parallel/parallel_context.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 
 using namespace dp::runtime;
 
@@ -38,11 +38,11 @@ std::vector<GenerateRequest> requests_of(const nlohmann::json& c) {
             r.negative_prompt = c.at("negative_prompt").get<std::string>();
         r.seed = c.at("seeds")[k].get<uint64_t>();
         r.steps = c.at("steps").get<int>();
-        r.guidance_scale = c.at("guidance_scale").get<double>();
-        r.true_cfg_scale = c.at("true_cfg_scale").get<double>();
+        r.arguments.set("guidance_scale", c.at("guidance_scale").get<double>());
+        r.arguments.set("true_cfg_scale", c.at("true_cfg_scale").get<double>());
         r.width = c.at("width").get<int>();
         r.height = c.at("height").get<int>();
-        r.max_sequence_length = c.at("max_sequence_length").get<int>();
+        r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
         out.push_back(r);
     }
     return out;
@@ -148,22 +148,22 @@ TEST_CASE("FLUX.1: packed latents round-trip, and bad requests are refused by na
     r.height = 32;
     CHECK_THROWS_WITH_AS(pipeline->generate(r), doctest::Contains("multiples of 16"), ModelError);
     r.width = 32;
-    r.max_sequence_length = 0;
+    r.arguments.set("max_sequence_length", int64_t{0});
     CHECK_THROWS_WITH_AS(pipeline->generate(r), doctest::Contains("max_sequence_length 0: must be 1 to 512"),
                          ModelError);
-    r.max_sequence_length = 513;
+    r.arguments.set("max_sequence_length", int64_t{513});
     CHECK_THROWS_WITH_AS(pipeline->generate(r),
                          doctest::Contains("max_sequence_length 513: must be 1 to 512"), ModelError);
-    r.max_sequence_length = 8;
+    r.arguments.set("max_sequence_length", int64_t{8});
     GenerateRequest other = r;
-    other.guidance_scale = 2.0;
+    other.arguments.set("guidance_scale", 2.0);
     CHECK_THROWS_WITH_AS(pipeline->generate_batch({r, other}),
                          doctest::Contains("must share steps, guidance_scale"), ModelError);
 
     // A negative prompt at true_cfg_scale 1 runs no negative branch, and says so.
     GenerateRequest unguided = r;
     unguided.negative_prompt = "blurry";
-    unguided.true_cfg_scale = 1.0;
+    unguided.arguments.set("true_cfg_scale", 1.0);
     const GenerateResult plain = pipeline->generate(r), u = pipeline->generate(unguided);
     CHECK(at::equal(plain.latents, u.latents));
     REQUIRE(u.warnings.size() == 1);

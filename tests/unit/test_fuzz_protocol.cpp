@@ -61,6 +61,7 @@ std::string mutate(std::string text, std::mt19937_64& rng) {
 JobFile sample_job() {
     JobFile job;
     job.model_dir = "/models/sd3";
+    job.family = "sd3";
     job.output_dir = "out";
     job.mesh.dp = 2;
     job.mesh.tp = 2;

@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/image_sink.h"
 #include "strategies/work_split.h"
 

@@ -20,6 +20,7 @@ namespace {
 JobFile job_for(const std::string& job_id) {
     JobFile job;
     job.model_dir = "/models/tiny";
+    job.family = "sd3";
     job.output_dir = "/shared/out";
     job.mesh = {3, 1, 1, 1, 1};
     job.job_id = job_id;

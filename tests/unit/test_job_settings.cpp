@@ -85,13 +85,13 @@ TEST_CASE("JSONL keys for the new settings: accepted in range, each bad value an
 )",
         "p.jsonl", true);
     REQUIRE(f.prompts.size() == 2);
-    const PromptRecord& a = f.prompts[0];
-    CHECK(a.max_sequence_length == 77);
-    CHECK(*a.skip_guidance_layers == std::vector<int>{7, 8, 9});
-    CHECK(*a.skip_layer_guidance_scale == 3.5);
-    CHECK(*a.skip_layer_guidance_start == 0.1);
-    CHECK(*a.skip_layer_guidance_stop == 0.5);
-    CHECK(f.prompts[1].skip_guidance_layers->empty());
+    const dp::protocol::CallValues& a = f.prompts[0].arguments;
+    CHECK(a.whole("max_sequence_length") == 77);
+    CHECK(a.blocks("skip_guidance_layers") == std::vector<int>{7, 8, 9});
+    CHECK(a.number("skip_layer_guidance_scale") == 3.5);
+    CHECK(a.number("skip_layer_guidance_start") == 0.1);
+    CHECK(a.number("skip_layer_guidance_stop") == 0.5);
+    CHECK(f.prompts[1].arguments.blocks("skip_guidance_layers").empty());
     REQUIRE(f.invalid.size() == 8);
     const std::vector<std::string> expected = {
         "p.jsonl:3: key 'max_sequence_length': expected a whole number from 1 to 1024",
@@ -108,46 +108,46 @@ TEST_CASE("JSONL keys for the new settings: accepted in range, each bad value an
 TEST_CASE("a request takes the prompt's own settings, else the job's, checked against the model's blocks") {
     JobOptions job;
     job.model = resolve_model("tiny-random-sd3", "--model");  // 2 transformer blocks
-    job.max_sequence_length = 100;
-    job.skip_guidance_layers = {1};
-    job.skip_layer_guidance_scale = 3;
-    const ModelRules rules = read_model_rules(job);
-    CHECK(rules.layers == 2);
+    job.arguments.set("max_sequence_length", int64_t{100});
+    job.arguments.set("skip_guidance_layers", std::vector<int>{1});
+    job.arguments.set("skip_layer_guidance_scale", 3.0);
+    const dp::strategies::ModelInfo rules = dp::strategies::read_model_info(job.model);
+    CHECK(rules.shape.layers == 2);
     PromptRecord p;
     p.prompt = "x";
-    p.skip_layer_guidance_stop = 0.7;
+    p.arguments.set("skip_layer_guidance_stop", 0.7);
     const dp::protocol::JobRequest q = job_request(p, job, rules);
-    CHECK(q.max_sequence_length == 100);
-    CHECK(q.skip_guidance_layers == std::vector<int>{1});
-    CHECK(q.skip_layer_guidance_scale == 3);
-    CHECK(q.skip_layer_guidance_start == 0.01);
-    CHECK(q.skip_layer_guidance_stop == 0.7);
+    CHECK(q.arguments.whole("max_sequence_length") == 100);
+    CHECK(q.arguments.blocks("skip_guidance_layers") == std::vector<int>{1});
+    CHECK(q.arguments.number("skip_layer_guidance_scale") == 3);
+    CHECK(q.arguments.number("skip_layer_guidance_start") == 0.01);
+    CHECK(q.arguments.number("skip_layer_guidance_stop") == 0.7);
     CHECK(q.width == 32);  // the model's default size
-    p.max_sequence_length = 7;
-    p.skip_guidance_layers = std::vector<int>{};
-    CHECK(job_request(p, job, rules).max_sequence_length == 7);
-    CHECK(job_request(p, job, rules).skip_guidance_layers.empty());
-    p.max_sequence_length = 513;  // the parser takes up to 1024 (Qwen-Image's); SD3's T5 takes 512
+    p.arguments.set("max_sequence_length", int64_t{7});
+    p.arguments.set("skip_guidance_layers", std::vector<int>{});
+    CHECK(job_request(p, job, rules).arguments.whole("max_sequence_length") == 7);
+    CHECK(job_request(p, job, rules).arguments.blocks("skip_guidance_layers").empty());
+    p.arguments.set("max_sequence_length", int64_t{513});  // the parser takes up to 1024 (Qwen-Image's); SD3's T5 takes 512
     CHECK(prompt_setting_problem(p, job, rules) ==
           "key 'max_sequence_length': 513 is more than SD3's pipeline accepts (1 to 512)");
-    p.max_sequence_length = 7;
+    p.arguments.set("max_sequence_length", int64_t{7});
 
     CHECK(job_setting_problems(job, rules).empty());
     CHECK(prompt_setting_problem(p, job, rules).empty());
-    job.skip_guidance_layers = {0, 2};
-    job.skip_layer_guidance_start = 0.5;
-    job.skip_layer_guidance_stop = 0.5;
+    job.arguments.set("skip_guidance_layers", std::vector<int>{0, 2});
+    job.arguments.set("skip_layer_guidance_start", 0.5);
+    job.arguments.set("skip_layer_guidance_stop", 0.5);
     const std::vector<std::string> bad = job_setting_problems(job, rules);
     REQUIRE(bad.size() == 2);
     CHECK(bad[0] == "--skip-guidance-layers 0,2: block 2 is not one of the transformer's 2 blocks (0 to 1)");
     CHECK(has(bad[1], "--skip-layer-guidance-start 0.5 and --skip-layer-guidance-stop 0.5: the start must be below"));
     CHECK_THROWS_WITH_AS(check_job(job, rules), doctest::Contains("block 2 is not one of"), dp::protocol::UsageError);
-    p.skip_guidance_layers = std::vector<int>{5};
+    p.arguments.set("skip_guidance_layers", std::vector<int>{5});
     CHECK(prompt_setting_problem(p, job, rules) ==
           "key 'skip_guidance_layers': block 5 is not one of the transformer's 2 blocks (0 to 1)");
-    p.skip_guidance_layers.reset();
-    p.skip_layer_guidance_stop.reset();
-    p.skip_layer_guidance_start = 0.9;  // over the job's stop of 0.5
+    p.arguments.erase("skip_guidance_layers");
+    p.arguments.erase("skip_layer_guidance_stop");
+    p.arguments.set("skip_layer_guidance_start", 0.9);  // over the job's stop of 0.5
     CHECK(prompt_setting_problem(p, job, rules) ==
           "skip_layer_guidance_start 0.9 and skip_layer_guidance_stop 0.5 (the job's): the start must be below the stop");
 }
@@ -156,6 +156,7 @@ TEST_CASE("requests batch together only when every setting that shapes the batch
     dp::protocol::JobRequest a;
     a.prompt = "a";
     a.seed = 1;
+    a.arguments = dp::protocol::FamilyArguments("sd3").defaults();
     dp::protocol::JobRequest b = a;
     b.prompt = "b";  // prompt, seed and file are each request's own
     b.seed = 2;
@@ -165,14 +166,14 @@ TEST_CASE("requests batch together only when every setting that shapes the batch
         dp::protocol::JobRequest c = a;
         switch (field) {
             case 0: c.steps = 3; break;
-            case 1: c.guidance_scale = 2; break;
+            case 1: c.arguments.set("guidance_scale", 2.0); break;
             case 2: c.width = 16; break;
             case 3: c.height = 16; break;
-            case 4: c.max_sequence_length = 77; break;
-            case 5: c.skip_guidance_layers = {7}; break;
-            case 6: c.skip_layer_guidance_scale = 3; break;
-            case 7: c.skip_layer_guidance_start = 0.05; break;
-            case 8: c.skip_layer_guidance_stop = 0.3; break;
+            case 4: c.arguments.set("max_sequence_length", int64_t{77}); break;
+            case 5: c.arguments.set("skip_guidance_layers", std::vector<int>{7}); break;
+            case 6: c.arguments.set("skip_layer_guidance_scale", 3.0); break;
+            case 7: c.arguments.set("skip_layer_guidance_start", 0.05); break;
+            case 8: c.arguments.set("skip_layer_guidance_stop", 0.3); break;
         }
         CHECK_FALSE(dp::protocol::same_batch_settings(a, c));
     }
@@ -184,7 +185,9 @@ TEST_CASE("the manifest records the new settings, and --resume treats a change a
     dp::protocol::JobRequest q;
     q.prompt = "a";
     q.steps = 2;
-    nlohmann::json had = pending_record(q, 1, job, "fp32", ModelRules{});
+    const dp::protocol::FamilyArguments sd3("sd3");
+    q.arguments = sd3.defaults();
+    nlohmann::json had = pending_record(q, 1, job, "fp32");
     CHECK(had["max_sequence_length"] == 256);
     CHECK_FALSE(had.contains("skip_guidance_layers"));  // none skipped: the skip settings change nothing
     CHECK_FALSE(had.contains("variant"));
@@ -194,22 +197,22 @@ TEST_CASE("the manifest records the new settings, and --resume treats a change a
     // An older record (none of the new keys) equals a new one at the defaults.
     nlohmann::json older = had;
     older.erase("max_sequence_length");
-    CHECK(pixel_setting_differences(older, had).empty());
+    CHECK(pixel_setting_differences(older, had, &sd3).empty());
 
     dp::protocol::JobRequest r = q;
-    r.max_sequence_length = 77;
-    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32", ModelRules{})) ==
+    r.arguments.set("max_sequence_length", int64_t{77});
+    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32"), &sd3) ==
           std::vector<std::string>{"max_sequence_length 256 (now 77)"});
     r = q;
-    r.skip_layer_guidance_scale = 4;  // without skipped blocks: nothing changes
-    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32", ModelRules{})).empty());
-    r.skip_guidance_layers = {7, 8};
-    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32", ModelRules{})) ==
+    r.arguments.set("skip_layer_guidance_scale", 4.0);  // without skipped blocks: nothing changes
+    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32"), &sd3).empty());
+    r.arguments.set("skip_guidance_layers", std::vector<int>{7, 8});
+    CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32"), &sd3) ==
           std::vector<std::string>{"skip_guidance_layers [] (now [7,8])", "skip_layer_guidance_scale 2.8 (now 4.0)"});
     JobOptions other = job;
     other.variant = "fp16";
     other.no_t5 = true;
-    CHECK(pixel_setting_differences(had, pending_record(q, 1, other, "bf16", ModelRules{})) ==
+    CHECK(pixel_setting_differences(had, pending_record(q, 1, other, "bf16"), &sd3) ==
           std::vector<std::string>{"variant '' (now 'fp16')", "dtype 'fp32' (now 'bf16')", "no_t5 false (now true)"});
 }
 
@@ -316,7 +319,7 @@ TEST_CASE("weight variants in every component: only-variant folders name --varia
         CHECK(has(e.what(), "pass --variant fp16"));
     }
     CHECK_FALSE(fs::exists(job.output_dir));
-    job.skip_guidance_layers = {9};
+    job.arguments.set("skip_guidance_layers", std::vector<int>{9});
     job.variant = "fp16";
     CHECK_THROWS_WITH_AS(run_job(launch, job), doctest::Contains("--skip-guidance-layers 9: block 9 is not one"),
                          dp::protocol::UsageError);

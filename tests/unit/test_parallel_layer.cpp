@@ -9,8 +9,8 @@
 #include <mutex>
 #include <set>
 
-#include "runtime/errors.h"
-#include "runtime/models/common/weights.h"
+#include "runtime/io/errors.h"
+#include "runtime/io/weights.h"
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/communicator.h"

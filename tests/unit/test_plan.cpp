@@ -203,7 +203,7 @@ std::string plan_of(const std::string& model, int tp, const std::vector<std::str
     job.tp = tp;
     for (std::size_t i = 0; i < flags.size(); ++i) {
         if (flags[i] == "--no-t5") job.no_t5 = true;
-        if (flags[i] == "--max-sequence-length") job.max_sequence_length = std::stoi(flags[++i]);
+        if (flags[i] == "--max-sequence-length") job.arguments.set("max_sequence_length", int64_t{std::stoi(flags[++i])});
     }
     return dp::cli::describe_plan(launch, job);
 }
@@ -342,7 +342,7 @@ TEST_CASE("plan says what --dtype auto means and warns about what the job would 
 
     // The plan is still made; each refusal is a warning.
     job.variant = "fp16";
-    job.skip_guidance_layers = {2};
+    job.arguments.set("skip_guidance_layers", std::vector<int>{2});
     job.width = 4000;
     p = dp::cli::describe_plan(launch, job);
     CHECK(has(p, "transformer parameters per rank (bf16): 252.1 KiB (258184)"));  // counted from the plain files

@@ -87,7 +87,7 @@ TEST_CASE("JSONL: overrides, and each wrong key named with file:line") {
     CHECK(r.prompt == "a red circle");
     CHECK(*r.seed == 7);
     CHECK(*r.steps == 3);
-    CHECK(*r.guidance_scale == doctest::Approx(4.5));
+    CHECK(r.arguments.number("guidance_scale") == doctest::Approx(4.5));
     CHECK(*r.width == 64);
     CHECK(*r.height == 32);
     CHECK(*r.name == "Red/../x");

@@ -23,6 +23,7 @@ namespace {
 JobFile full_job() {
     JobFile job;
     job.model_dir = "/models/sd3 tiny";
+    job.family = "sd3";
     job.random_weights = 18446744073709551615ull;
     job.output_dir = "out/ünï";
     job.dtype = "bf16";
@@ -46,15 +47,14 @@ JobFile full_job() {
     a.negative_prompt = "ugly";
     a.seed = 9007199254740993ull;  // not exact as a double
     a.steps = 40;
-    a.guidance_scale = 4.25;
-    a.true_cfg_scale = 2.5;
     a.width = 24;
     a.height = 8;
-    a.max_sequence_length = 77;
-    a.skip_guidance_layers = {7, 8, 9};
-    a.skip_layer_guidance_scale = 3.5;
-    a.skip_layer_guidance_start = 0.05;
-    a.skip_layer_guidance_stop = 0.5;
+    a.arguments.set("guidance_scale", 4.25);
+    a.arguments.set("max_sequence_length", int64_t{77});
+    a.arguments.set("skip_guidance_layers", std::vector<int>{7, 8, 9});
+    a.arguments.set("skip_layer_guidance_scale", 3.5);
+    a.arguments.set("skip_layer_guidance_start", 0.05);
+    a.arguments.set("skip_layer_guidance_stop", 0.5);
     JobRequest b = a;
     b.index = 7;
     b.file = "00007-b.png";
@@ -65,6 +65,7 @@ JobFile full_job() {
 
 void check_same(const JobFile& x, const JobFile& y) {
     CHECK(x.model_dir == y.model_dir);
+    CHECK(x.family == y.family);
     CHECK(x.random_weights == y.random_weights);
     CHECK(x.output_dir == y.output_dir);
     CHECK(x.dtype == y.dtype);
@@ -106,15 +107,10 @@ void check_same(const JobFile& x, const JobFile& y) {
         CHECK(r.negative_prompt == s.negative_prompt);
         CHECK(r.seed == s.seed);
         CHECK(r.steps == s.steps);
-        CHECK(r.guidance_scale == s.guidance_scale);
-        CHECK(r.true_cfg_scale == s.true_cfg_scale);
         CHECK(r.width == s.width);
         CHECK(r.height == s.height);
-        CHECK(r.max_sequence_length == s.max_sequence_length);
-        CHECK(r.skip_guidance_layers == s.skip_guidance_layers);
-        CHECK(r.skip_layer_guidance_scale == s.skip_layer_guidance_scale);
-        CHECK(r.skip_layer_guidance_start == s.skip_layer_guidance_start);
-        CHECK(r.skip_layer_guidance_stop == s.skip_layer_guidance_stop);
+        CHECK(r.arguments.items().size() == s.arguments.items().size());
+        CHECK(r.arguments == s.arguments);
     }
 }
 
@@ -160,6 +156,7 @@ TEST_CASE("the job file round-trips every field, through JSON and through a file
     // The optional parts absent: still absent after the trip.
     JobFile plain;
     plain.model_dir = "m";
+    plain.family = "qwen-image";
     plain.output_dir = "o";
     JobFile plain_back = nlohmann::json(plain).get<JobFile>();
     check_same(plain, plain_back);
@@ -182,7 +179,7 @@ TEST_CASE("a job file that is not one this build reads is refused, naming the fi
              {"[1, 2]", path + ": format: not a dp-launch job file"},
              {R"({"format": "something else", "version": 1})", path + ": format: not a dp-launch job file"},
              {edited([](auto& j) { j["version"] = 1; }),
-              path + ": version: 1 is not the version this dp-worker reads (3); dp-launch and dp-worker come "
+              path + ": version: 1 is not the version this dp-worker reads (4); dp-launch and dp-worker come "
                      "from different builds"},
              {edited([](auto& j) { j.erase("output_dir"); }),
               path + ": output_dir: missing (expected a string)"},
@@ -197,22 +194,23 @@ TEST_CASE("a job file that is not one this build reads is refused, naming the fi
              {edited([](auto& j) { j["variant"] = "../fp16"; }),
               path + ": variant: '../fp16': expected empty or a name of letters, digits, '_' and '-'"},
              {edited([](auto& j) { j["no_t5"] = 1; }), path + ": no_t5: expected true or false, got 1"},
-             {edited([](auto& j) { j["requests"][0].erase("max_sequence_length"); }),
-              path + ": requests[0].max_sequence_length: missing"},
              {edited([](auto& j) { j["requests"][0]["max_sequence_length"] = 1025; }),
               path + ": requests[0].max_sequence_length: expected a whole number from 1 to 1024, got 1025"},
-             {edited([](auto& j) { j["requests"][0].erase("true_cfg_scale"); }),
-              path + ": requests[0].true_cfg_scale: missing"},
+             {edited([](auto& j) { j["requests"][0]["true_cfg_scale"] = 2.0; }),
+              path + ": requests[0].true_cfg_scale: sd3 does not read it"},
+             {edited([](auto& j) { j["family"] = "sdxl"; }),
+              path + ": family: 'sdxl' is not a model family this dp-worker runs"},
+             {edited([](auto& j) { j.erase("family"); }), path + ": family: missing (expected a string)"},
              {edited([](auto& j) { j["requests"][0]["negative_prompt"] = 3; }),
               path + ": requests[0].negative_prompt: expected a string or null"},
              {edited([](auto& j) { j["requests"][1]["skip_guidance_layers"] = {7, 7}; }),
-              path + ": requests[1].skip_guidance_layers[1]: block 7 is listed twice"},
+              path + ": requests[1].skip_guidance_layers: block 7 is listed twice"},
              {edited([](auto& j) { j["requests"][1]["skip_guidance_layers"] = {"7"}; }),
-              path + ": requests[1].skip_guidance_layers[0]: expected a block index from 0 to"},
+              path + ": requests[1].skip_guidance_layers: expected a list of distinct transformer block indices"},
              {edited([](auto& j) { j["requests"][0]["skip_layer_guidance_start"] = 0.5; }),
               path + ": requests[0].skip_layer_guidance_start: must be below skip_layer_guidance_stop"},
              {edited([](auto& j) { j["requests"][0]["skip_layer_guidance_stop"] = 1.5; }),
-              path + ": requests[0].skip_layer_guidance_stop: expected a number from 0.0 to 1.0, got 1.5"},
+              path + ": requests[0].skip_layer_guidance_stop: expected a number from 0 to 1, got 1.5"},
              {edited([](auto& j) { j["schedule"] = "greedy"; }),
               path + ": schedule: 'greedy': expected static or dynamic"},
              {edited([](auto& j) { j["collective_timeout_s"] = 0; }),

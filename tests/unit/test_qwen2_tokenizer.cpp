@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/qwen2_tokenizer.h"
-#include "runtime/safetensors.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/safetensors.h"
+#include "runtime/io/tensor_io.h"
 
 using namespace dp::runtime;
 namespace fs = std::filesystem;

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/qwen_image/qwen_image_pipeline.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 
 using namespace dp::runtime;
 
@@ -23,10 +23,10 @@ GenerateRequest request_of(const nlohmann::json& c) {
     if (!c.at("negative_prompt").is_null()) r.negative_prompt = c.at("negative_prompt").get<std::string>();
     r.seed = c.at("seed").get<uint64_t>();
     r.steps = c.at("steps").get<int>();
-    r.true_cfg_scale = c.at("true_cfg_scale").get<double>();
+    r.arguments.set("true_cfg_scale", c.at("true_cfg_scale").get<double>());
     r.width = c.at("width").get<int>();
     r.height = c.at("height").get<int>();
-    r.max_sequence_length = c.at("max_sequence_length").get<int>();
+    r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
     return r;
 }
 
@@ -125,7 +125,7 @@ TEST_CASE("Qwen-Image: prompts of different lengths batched equal each alone, an
     GenerateRequest plain = a;
     plain.negative_prompt.reset();
     GenerateRequest unguided = a;
-    unguided.true_cfg_scale = 1.0;
+    unguided.arguments.set("true_cfg_scale", 1.0);
     const GenerateResult p = pipeline->generate(plain), u = pipeline->generate(unguided);
     CHECK((p.latents - u.latents).abs().max().item<double>() == 0);
     CHECK((p.latents - alone_a.latents).abs().max().item<double>() > 1e-2);
@@ -152,11 +152,11 @@ TEST_CASE("Qwen-Image: packed latents round-trip, and bad requests are refused b
     r.height = 32;
     CHECK_THROWS_WITH_AS(pipeline->generate(r), doctest::Contains("multiples of 4"), ModelError);
     r.width = 32;
-    r.max_sequence_length = 1025;
+    r.arguments.set("max_sequence_length", int64_t{1025});
     CHECK_THROWS_WITH_AS(pipeline->generate(r), doctest::Contains("must be 1 to 1024"), ModelError);
     GenerateRequest other = r;
-    r.max_sequence_length = 512;
-    other.max_sequence_length = 512;
+    r.arguments.set("max_sequence_length", int64_t{512});
+    other.arguments.set("max_sequence_length", int64_t{512});
     other.negative_prompt = "";
     CHECK_THROWS_WITH_AS(pipeline->generate_batch({r, other}), doctest::Contains("whether a negative prompt"),
                          ModelError);

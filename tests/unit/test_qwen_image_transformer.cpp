@@ -10,12 +10,12 @@
 #include <tuple>
 #include <vector>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/qwen_image/qwen_image_transformer.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/parallel_context.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 #include "strategies/mesh.h"
 #include "unit/ranks_as_threads.h"
 

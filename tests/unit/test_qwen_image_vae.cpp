@@ -3,9 +3,9 @@
 // latent statistics, decoding non-square transformer latents as QwenImagePipeline does.
 #include "unit/doctest_torch.h"
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/qwen_image_vae.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 
 using namespace dp::runtime;
 

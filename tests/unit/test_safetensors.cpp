@@ -7,9 +7,9 @@
 #include <fstream>
 #include <random>
 
-#include "runtime/errors.h"
-#include "runtime/safetensors.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/errors.h"
+#include "runtime/io/safetensors.h"
+#include "runtime/io/tensor_io.h"
 
 using namespace dp::runtime;
 

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "runtime/errors.h"
-#include "runtime/models/common/flow_match_scheduler.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/errors.h"
+#include "runtime/pipeline/flow_match_scheduler.h"
+#include "runtime/io/tensor_io.h"
 
 using namespace dp::runtime;
 

@@ -11,11 +11,11 @@
 #include <mutex>
 #include <set>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/parallel_context.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 #include "strategies/model_sizes.h"
 #include "strategies/parallel_spec.h"
 #include "unit/ranks_as_threads.h"

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/sd3/sd3_pipeline.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 
 using namespace dp::runtime;
 
@@ -28,14 +28,14 @@ GenerateRequest request_of(const nlohmann::json& c) {
     r.negative_prompt = c.at("negative_prompt").get<std::string>();
     r.seed = c.at("seed").get<uint64_t>();
     r.steps = c.at("steps").get<int>();
-    r.guidance_scale = c.at("guidance_scale").get<double>();
+    r.arguments.set("guidance_scale", c.at("guidance_scale").get<double>());
     r.width = c.at("width").get<int>();
     r.height = c.at("height").get<int>();
-    r.max_sequence_length = c.value("max_sequence_length", 256);
-    r.skip_guidance_layers = c.value("skip_guidance_layers", std::vector<int>{});
-    r.skip_layer_guidance_scale = c.value("skip_layer_guidance_scale", 2.8);
-    r.skip_layer_guidance_start = c.value("skip_layer_guidance_start", 0.01);
-    r.skip_layer_guidance_stop = c.value("skip_layer_guidance_stop", 0.2);
+    r.arguments.set("max_sequence_length", int64_t{c.value("max_sequence_length", 256)});
+    r.arguments.set("skip_guidance_layers", std::vector<int>(c.value("skip_guidance_layers", std::vector<int>{})));
+    r.arguments.set("skip_layer_guidance_scale", c.value("skip_layer_guidance_scale", 2.8));
+    r.arguments.set("skip_layer_guidance_start", c.value("skip_layer_guidance_start", 0.01));
+    r.arguments.set("skip_layer_guidance_stop", c.value("skip_layer_guidance_stop", 0.2));
     return r;
 }
 
@@ -59,7 +59,7 @@ void expect_golden_pipeline(const std::string& name) {
         const double within_one = diff.le(1).to(at::kDouble).mean().item<double>();
         const double latent_diff = (out.latents - ref_latents).abs().max().item<double>();
         MESSAGE(name << " case " << i << " (" << r.width << "x" << r.height << ", " << r.steps << " steps, "
-                     << r.skip_guidance_layers.size() << " skipped layers): max |uint8 diff| "
+                     << r.arguments.blocks("skip_guidance_layers").size() << " skipped layers): max |uint8 diff| "
                      << diff.max().item<int>() << ", channels within 1: " << within_one * 100
                      << "%, max |latent diff| " << latent_diff);
         CHECK(within_one >= 0.999);
@@ -109,7 +109,7 @@ TEST_CASE("SD3 with its T5 encoder gives diffusers' images, over-long prompts tr
     const GenerateResult out = pipeline->generate(r);
     REQUIRE(out.warnings.size() == 1);
     CHECK(out.warnings[0].find("`max_sequence_length` is set to 16 tokens") != std::string::npos);
-    r.max_sequence_length = 513;
+    r.arguments.set("max_sequence_length", int64_t{513});
     CHECK_THROWS_WITH_AS(pipeline->generate(r), doctest::Contains("must be 1 to 512"), ModelError);
 }
 
@@ -126,18 +126,18 @@ TEST_CASE("skip-layer guidance: blocks that do not exist are refused, and it cha
     GenerateRequest r;
     r.prompt = "a star";
     r.steps = 3;
-    r.guidance_scale = 4.0;
+    r.arguments.set("guidance_scale", 4.0);
     r.width = r.height = 16;
     const at::Tensor plain = pipeline->generate(r).latents;
-    r.skip_guidance_layers = {3};
+    r.arguments.set("skip_guidance_layers", std::vector<int>{3});
     CHECK_THROWS_WITH_AS(pipeline->generate(r), doctest::Contains("block 3 does not exist (the model has 3 blocks"),
                          ModelError);
-    r.skip_guidance_layers = {1};
-    r.skip_layer_guidance_start = 0.5;  // no step strictly inside (1.5, 1.8)
-    r.skip_layer_guidance_stop = 0.6;
+    r.arguments.set("skip_guidance_layers", std::vector<int>{1});
+    r.arguments.set("skip_layer_guidance_start", 0.5);  // no step strictly inside (1.5, 1.8)
+    r.arguments.set("skip_layer_guidance_stop", 0.6);
     CHECK(at::equal(pipeline->generate(r).latents, plain));
-    r.skip_layer_guidance_start = 0.01;
-    r.skip_layer_guidance_stop = 0.9;
+    r.arguments.set("skip_layer_guidance_start", 0.01);
+    r.arguments.set("skip_layer_guidance_stop", 0.9);
     CHECK_FALSE(at::allclose(pipeline->generate(r).latents, plain));
 }
 
@@ -169,8 +169,8 @@ TEST_CASE("SD3 --offload: each component built when it runs and freed after, dif
     const auto kept = Sd3Pipeline::load(options);
     auto golden = SafetensorsFile::open(golden_path("sd3_t5_tiny.safetensors"));
     GenerateRequest r = request_of(nlohmann::json::parse(golden->metadata().at("cases"))["cases"][0]);
-    r.skip_guidance_layers = {1};
-    r.skip_layer_guidance_stop = 0.9;
+    r.arguments.set("skip_guidance_layers", std::vector<int>{1});
+    r.arguments.set("skip_layer_guidance_stop", 0.9);
     const GenerateResult a = kept->generate(r), b = offloaded->generate(r);
     CHECK(at::equal(a.latents, b.latents));
     CHECK(at::equal(a.image, b.image));

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/sd3/sd3_pipeline.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 
 using namespace dp::runtime;
 
@@ -31,7 +31,7 @@ TEST_CASE("the C++ pipeline gives diffusers' image for the same weights, prompt 
         r.negative_prompt = c[1].get<std::string>();
         r.seed = c[2].get<uint64_t>();
         r.steps = c[3].get<int>();
-        r.guidance_scale = c[4].get<double>();
+        r.arguments.set("guidance_scale", c[4].get<double>());
         r.width = c[5].get<int>();
         r.height = c[6].get<int>();
         CAPTURE(i);
@@ -43,7 +43,7 @@ TEST_CASE("the C++ pipeline gives diffusers' image for the same weights, prompt 
         const double within_one = diff.le(1).all(-1).to(at::kDouble).mean().item<double>();
         const double latent_diff = (out.latents - ref_latents).abs().max().item<double>();
         MESSAGE("case " << i << " (" << r.width << "x" << r.height << ", " << r.steps << " steps, guidance "
-                        << r.guidance_scale << "): max |uint8 diff| " << diff.max().item<int>()
+                        << r.arguments.number("guidance_scale") << "): max |uint8 diff| " << diff.max().item<int>()
                         << ", pixels within 1: " << within_one * 100 << "%, max |latent diff| "
                         << latent_diff);
         CHECK(within_one >= 0.999);
@@ -171,7 +171,7 @@ TEST_CASE("a batch gives each prompt its own image: identical to one at a time, 
         r.negative_prompt = k % 2 ? "blurry" : "";
         r.seed = 100 + k;
         r.steps = 3;
-        r.guidance_scale = 4.0;
+        r.arguments.set("guidance_scale", 4.0);
         r.width = 24;
         r.height = 16;
         batch.push_back(r);

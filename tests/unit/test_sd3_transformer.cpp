@@ -2,9 +2,9 @@
 // RMS qk-norm, patch 2 and a cropped, non-square patch grid.
 #include "unit/doctest_torch.h"
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/sd3/sd3_transformer.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 
 using namespace dp::runtime;
 

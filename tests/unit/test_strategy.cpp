@@ -9,6 +9,7 @@
 #include "launcher/job.h"
 #include "protocol/errors.h"
 #include "strategies/mesh.h"
+#include "strategies/model_config.h"
 #include "strategies/parallel_spec.h"
 #include "strategies/strategy.h"
 
@@ -338,7 +339,7 @@ TEST_CASE("the launcher resolves with the model's own spec and heads") {
     CHECK(resolved.ulysses == 1);
     CHECK(resolved.dp == 1);
     launch.num_processes = 4;
-    const ResolvedStrategy r = dp::launcher::resolve_job_strategy(launch, job);
+    const ResolvedStrategy r = dp::launcher::resolve_job_strategy(launch, job, dp::strategies::read_model_info(job.model));
     check_degrees(r.degrees, degrees(1, 1, 1, 4, 1));
     job.strategy.clear();
     job.tp = 5;
@@ -348,7 +349,7 @@ TEST_CASE("the launcher resolves with the model's own spec and heads") {
                          dp::protocol::UsageError);
     job.tp = 3;  // 4 heads over 3 ranks: 2, 1, 1
     launch.num_processes = 3;
-    const ResolvedStrategy uneven = dp::launcher::resolve_job_strategy(launch, job);
+    const ResolvedStrategy uneven = dp::launcher::resolve_job_strategy(launch, job, dp::strategies::read_model_info(job.model));
     check_degrees(uneven.degrees, degrees(1, 1, 1, 1, 3));
     REQUIRE(uneven.notes.size() == 1);
     CHECK(uneven.notes[0].find("the ranks hold 2, 1, 1 heads") != std::string::npos);

@@ -11,11 +11,11 @@
 #include <random>
 #include <nlohmann/json.hpp>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
 #include "runtime/parallel/communicator.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 #include "strategies/model_sizes.h"
 #include "unit/ranks_as_threads.h"
 

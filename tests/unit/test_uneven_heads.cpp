@@ -18,15 +18,15 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/errors.h"
-#include "runtime/models/common/weights.h"
+#include "runtime/io/errors.h"
+#include "runtime/io/weights.h"
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "runtime/parallel/sequence_shard.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 #include "strategies/mesh.h"
 #include "unit/map_source.h"
 #include "unit/ranks_as_threads.h"

@@ -2,9 +2,9 @@
 // two-block one with upsampling, a shortcut conv and the post-quant conv.
 #include "unit/doctest_torch.h"
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/vae_decoder.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/tensor_io.h"
 
 using namespace dp::runtime;
 

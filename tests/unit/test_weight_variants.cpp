@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/clip_text_encoder.h"
-#include "runtime/models/common/weights.h"
-#include "runtime/tensor_io.h"
+#include "runtime/io/weights.h"
+#include "runtime/io/tensor_io.h"
 
 using namespace dp::runtime;
 

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/clip_tokenizer.h"
 #include "runtime/models/common/qwen2_tokenizer.h"
 #include "strategies/model_files.h"

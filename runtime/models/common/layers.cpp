@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "runtime/parallel/device_mapping.h"
 
 namespace dp::runtime {

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "runtime/models/common/weights.h"
+#include "runtime/io/weights.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/models/common/weights.h"
+#include "runtime/io/weights.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "strategies/parallel_spec.h"

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "runtime/errors.h"
-#include "runtime/models/common/config_json.h"
+#include "runtime/io/errors.h"
+#include "runtime/io/config_json.h"
 #include "runtime/models/common/layers.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/sequence_shard.h"

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "runtime/errors.h"
+#include "runtime/io/errors.h"
 #include "strategies/model_files.h"
 
 namespace dp::runtime {

@@ -1,21 +1,17 @@
 #include "runtime/models/flux/flux_pipeline.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 
-#include "runtime/errors.h"
+#include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/clip_text_encoder.h"
 #include "runtime/models/common/clip_tokenizer.h"
-#include "runtime/models/common/config_json.h"
-#include "runtime/models/common/flow_match_scheduler.h"
-#include "runtime/models/common/pipeline_common.h"
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
 #include "runtime/models/common/vae_decoder.h"
 #include "runtime/models/flux/flux_transformer.h"
-#include "runtime/parallel/device_mapping.h"
-#include "runtime/parallel/guidance.h"
 #include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/pipeline_common.h"
 #include "strategies/parallel_spec.h"
 
 namespace dp::runtime {
@@ -24,35 +20,10 @@ namespace {
 constexpr int kMaxSequenceLength = 512;  // diffusers refuses more
 constexpr int kDefaultSampleSize = 128;  // FluxPipeline's default_sample_size: latents a side
 
-// numpy.linspace(1, 1 / steps, steps), FluxPipeline's sigmas, with its exact last element.
-std::vector<double> flux_sigmas(int steps) {
-    std::vector<double> s(static_cast<std::size_t>(steps), 1.0);
-    if (steps < 2) return s;
-    const double step = (1.0 / steps - 1.0) / (steps - 1);
-    for (int i = 0; i < steps; ++i) s[static_cast<std::size_t>(i)] = i * step + 1.0;
-    s.back() = 1.0 / steps;
-    return s;
-}
-
-// The component `name` built by `build` from its weights on its device (the transformer's: block 0's,
-// which load() checks is the run's), every weight taken; kept, or built at each use with offload
-// (Note [offload]). `options` must outlive it.
-template <class T, class Build>
-Component<T> component_of(const PipelineOptions* options, const char* name, uint64_t salt, Build build) {
-    return Component<T>(
-        [options, name, salt, build] {
-            WeightStore w = open_weights(*options, name, salt, device_of(*options, name));
-            std::unique_ptr<T> m = build(w);
-            w.check_all_taken();
-            return m;
-        },
-        options->offload);
-}
-
 }  // namespace
 
 struct FluxPipeline::Components {
-    PipelineOptions options;
+    PipelineOptions options;  // what the components are built with (Note [offload]: again at each use)
     const ParallelContext* parallel = nullptr;
     std::unique_ptr<ClipTokenizer> tokenizer;
     std::unique_ptr<T5Tokenizer> tokenizer_2;
@@ -65,11 +36,12 @@ struct FluxPipeline::Components {
     Component<T5Encoder> text_encoder_2;
     Component<FluxTransformer> transformer;
     Component<VaeDecoder> vae;
-    FlowMatchSchedulerConfig scheduler;
+    FlowMatchSchedulerConfig scheduler;  // handed to the loop
     int64_t vae_scale = 8;
 };
 
-FluxPipeline::FluxPipeline(std::unique_ptr<Components> c) : c_(std::move(c)) {}
+FluxPipeline::FluxPipeline(std::unique_ptr<Components> c, strategies::ModelInfo model)
+    : FamilyPipeline(c->options, *c->parallel, std::move(model), c->scheduler), c_(std::move(c)) {}
 FluxPipeline::~FluxPipeline() = default;
 
 std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o) {
@@ -81,11 +53,12 @@ std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const
     const strategies::ParallelSpec& spec = strategies::flux_parallel_spec();
     if (o.no_t5) throw ModelError("--no-t5: FLUX.1's text is T5's alone; it cannot run without it");
     require_loadable(o, spec);
+    strategies::ModelInfo model = model_info_of(o);
 
     auto c = std::make_unique<Components>();
     c->options = o;
     c->parallel = &parallel;
-    c->scheduler = FlowMatchSchedulerConfig::from_json_file(dir + "/scheduler/scheduler_config.json");
+    c->scheduler = read_scheduler_config(o);
     c->tokenizer = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer"));
     c->tokenizer_2 = std::make_unique<T5Tokenizer>(T5Tokenizer::from_folder(dir + "/tokenizer_2"));
     c->text_config = ClipTextConfig::from_json_file(dir + "/text_encoder/config.json");
@@ -99,17 +72,22 @@ std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const
     c->vae_config = VaeConfig::from_json_file(dir + "/vae/config.json");
     const Components* self = c.get();
     const PipelineOptions* opts = &self->options;
-    c->text_encoder = component_of<ClipTextEncoder>(opts, "text_encoder", 21, [self](WeightStore& w) {
-        return std::make_unique<ClipTextEncoder>(self->text_config, w);
-    });
-    c->text_encoder_2 = component_of<T5Encoder>(opts, "text_encoder_2", 22, [self, &spec](WeightStore& w) {
-        return std::make_unique<T5Encoder>(self->t5_config, w, self->parallel->tensor(), spec);
-    });
-    c->transformer = component_of<FluxTransformer>(opts, "transformer", 23, [self](WeightStore& w) {
-        return std::make_unique<FluxTransformer>(self->transformer_config, w, *self->parallel,
-                                                 self->options.device_map);
-    });
-    c->vae = component_of<VaeDecoder>(opts, "vae", 24, [self](WeightStore& w) {
+    // The transformer's device is block 0's, which require_loadable checks is the run's.
+    c->text_encoder = component_of<ClipTextEncoder>(opts, "text_encoder", 21, device_of(o, "text_encoder"),
+                                                    [self](WeightStore& w) {
+                                                        return std::make_unique<ClipTextEncoder>(self->text_config, w);
+                                                    });
+    c->text_encoder_2 =
+        component_of<T5Encoder>(opts, "text_encoder_2", 22, device_of(o, "text_encoder_2"), [self, &spec](WeightStore& w) {
+            return std::make_unique<T5Encoder>(self->t5_config, w, self->parallel->tensor(), spec);
+        });
+    c->transformer = component_of<FluxTransformer>(opts, "transformer", 23, device_of(o, "transformer"),
+                                                   [self](WeightStore& w) {
+                                                       return std::make_unique<FluxTransformer>(
+                                                           self->transformer_config, w, *self->parallel,
+                                                           self->options.device_map);
+                                                   });
+    c->vae = component_of<VaeDecoder>(opts, "vae", 24, device_of(o, "vae"), [self](WeightStore& w) {
         return std::make_unique<VaeDecoder>(self->vae_config, w);
     });
     c->vae_scale = c->vae_config.scale_factor();
@@ -131,7 +109,7 @@ std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const
             dir + ": the transformer takes " + std::to_string(t.in_channels) + " channels and makes " +
             std::to_string(t.out_channels) + ", but the pipeline packs the VAE's " + std::to_string(z) +
             " latent channels in 2x2 patches (in_channels and out_channels " + std::to_string(z * 4) + ")");
-    return std::unique_ptr<FluxPipeline>(new FluxPipeline(std::move(c)));
+    return std::unique_ptr<FluxPipeline>(new FluxPipeline(std::move(c), std::move(model)));
 }
 
 bool FluxPipeline::components_kept() const {
@@ -153,11 +131,6 @@ FluxPromptEmbeddings FluxPipeline::encode_prompts(const std::vector<std::string>
     const int64_t n = static_cast<int64_t>(prompts.size());
     FluxPromptEmbeddings e;
     e.truncation.assign(prompts.size(), "");
-    const DeviceMapping* dm = c.options.device_map.get();
-    auto to_transformer = [&](at::Tensor x, const char* component) {
-        x = x.to(c.options.dtype);
-        return dm ? dm->move(x, dm->slot_of(component), dm->slot_of("transformer")) : x;
-    };
     // CLIP: its tokenizer's 77, truncated; the pooled output only.
     std::vector<int64_t> ids;
     for (std::size_t k = 0; k < prompts.size(); ++k) {
@@ -192,107 +165,44 @@ FluxPromptEmbeddings FluxPipeline::encode_prompts(const std::vector<std::string>
     return e;
 }
 
-std::vector<GenerateResult> FluxPipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
-    c10::InferenceMode inference;
-    if (batch.empty()) return {};
-    const Components& c = *c_;
-    const FluxTransformerConfig& tc = c.transformer_config;
-    const GenerateRequest& r = batch.front();
-    for (const GenerateRequest& other : batch)
-        if (other.steps != r.steps || other.guidance_scale != r.guidance_scale ||
-            other.true_cfg_scale != r.true_cfg_scale || other.width != r.width || other.height != r.height ||
-            other.max_sequence_length != r.max_sequence_length ||
-            other.negative_prompt.has_value() != r.negative_prompt.has_value())
-            throw ModelError(
-                "a batch must share steps, guidance_scale, true_cfg_scale, size, max_sequence_length and "
-                "whether a negative prompt is given");
-    std::vector<GenerateResult> results(batch.size());
-    const auto [width, height] = checked_size(*this, r);
-    if (r.max_sequence_length < 1 || r.max_sequence_length > kMaxSequenceLength)
-        throw ModelError("max_sequence_length " + std::to_string(r.max_sequence_length) + ": must be 1 to " +
-                         std::to_string(kMaxSequenceLength));
+Conditioning FluxPipeline::encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const {
+    FluxPromptEmbeddings e = encode_prompts(prompts, static_cast<int>(arguments.whole("max_sequence_length")));
+    Conditioning c;
+    c.text = std::move(e.sequence);
+    c.pooled = std::move(e.pooled);
+    c.warnings = std::move(e.truncation);
+    return c;
+}
 
-    // diffusers runs the negative branch only with a negative prompt and a scale above 1.
-    const bool true_cfg = r.true_cfg_scale > 1.0 && r.negative_prompt.has_value();
-    if (!true_cfg && r.negative_prompt)
-        for (GenerateResult& out : results)
-            out.warnings.push_back("a negative prompt is given but true_cfg_scale is " +
-                                   std::to_string(r.true_cfg_scale).substr(0, 4) +
-                                   ": classifier-free guidance runs only above 1");
-    auto encode = [&](bool negative) {
-        std::vector<std::string> prompts;
-        for (const GenerateRequest& one : batch)
-            prompts.push_back(negative ? *one.negative_prompt : one.prompt);
-        FluxPromptEmbeddings e = encode_prompts(prompts, r.max_sequence_length);
-        for (std::size_t k = 0; k < batch.size(); ++k)
-            if (!e.truncation[k].empty())
-                results[k].warnings.push_back((negative ? "negative prompt: " : "") + e.truncation[k]);
-        return e;
-    };
-    // The branches: batched here (negatives first), or one per rank of the cfg group (rank 0 the
-    // negative one). Both have max_sequence_length tokens, so they stack as they are.
-    const Guidance guidance(true_cfg, c.parallel->cfg());
-    FluxPromptEmbeddings text;
-    if (guidance.split()) {
-        text = encode(guidance.runs_negative_only());
-    } else if (guidance.enabled()) {
-        const FluxPromptEmbeddings negative = encode(true), positive = encode(false);
-        text.sequence = at::cat({negative.sequence, positive.sequence}, 0);
-        text.pooled = at::cat({negative.pooled, positive.pooled}, 0);
-    } else {
-        text = encode(false);
-    }
+LatentShape FluxPipeline::latents(int width, int height) const {
+    // [C, H, W] with H and W even, in the text's dtype, packed 2x2 for the transformer.
+    LatentShape s;
+    s.channels = c_->transformer_config.in_channels / 4;
+    s.height = 2 * (height / (c_->vae_scale * 2));
+    s.width = 2 * (width / (c_->vae_scale * 2));
+    s.packed = true;
+    s.tokens = (s.height / 2) * (s.width / 2);
+    return s;
+}
 
-    // The initial noise, drawn on CPU per request as diffusers' randn_tensor does with
-    // generator=torch.Generator("cpu").manual_seed(seed): [1, C, H, W] in the text's dtype, packed.
-    const int64_t lh = 2 * (height / (c.vae_scale * 2)), lw = 2 * (width / (c.vae_scale * 2));
-    const int64_t channels = tc.in_channels / 4;
-    std::vector<at::Tensor> noise_parts;
-    for (const GenerateRequest& req : batch) {
-        at::Generator gen = at::detail::createCPUGenerator(req.seed);
-        noise_parts.push_back(
-            at::randn({1, channels, lh, lw}, gen, at::TensorOptions().dtype(c.options.dtype)));
-    }
-    at::Tensor latents = pack_latents(at::cat(noise_parts, 0)).to(c.options.device);
+std::shared_ptr<const void> FluxPipeline::hold_transformer() const { return c_->transformer.use(); }
 
-    // Explicit sigmas linspace(1, 1/steps, steps); mu from the image's tokens, which the scheduler
-    // uses only with dynamic shifting (dev; schnell's config has it off and a shift of 1).
-    FlowMatchEulerScheduler scheduler(c.scheduler);
-    scheduler.set_sigmas(flux_sigmas(r.steps), flow_match_mu(c.scheduler, static_cast<int>(latents.size(1))));
+at::Tensor FluxPipeline::predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
+                                 double timestep, const protocol::CallValues& arguments) const {
+    const FluxTransformerConfig& tc = c_->transformer_config;
+    const int64_t rows = latents.size(0);
+    const at::TensorOptions on_device = at::TensorOptions().device(latents.device());
+    // diffusers: the timestep in the latents' dtype, then / 1000; dev's guidance scale in fp32.
+    const at::Tensor t = at::full({rows}, timestep, on_device.dtype(options().dtype)) / 1000;
+    const at::Tensor embedded = tc.guidance_embeds
+                                    ? at::full({rows}, arguments.number("guidance_scale"), on_device.dtype(at::kFloat))
+                                    : at::Tensor();
+    return c_->transformer.use()->forward(latents, text.text, text.pooled, t, embedded, shape.height / 2,
+                                          shape.width / 2);
+}
 
-    std::shared_ptr<const FluxTransformer> transformer = c.transformer.use();
-    const at::TensorOptions on_device = at::TensorOptions().device(c.options.device);
-    for (int i = 0; i < r.steps; ++i) {
-        const at::Tensor model_in = guidance.model_input(latents);
-        const int64_t rows = model_in.size(0);
-        // diffusers: the timestep in the latents' dtype, then / 1000; the guidance scale in fp32.
-        const at::Tensor t = at::full({rows}, scheduler.timesteps()[static_cast<std::size_t>(i)],
-                                      on_device.dtype(c.options.dtype)) /
-                             1000;
-        const at::Tensor embedded = tc.guidance_embeds
-                                        ? at::full({rows}, r.guidance_scale, on_device.dtype(at::kFloat))
-                                        : at::Tensor();
-        const at::Tensor prediction =
-            guidance.predict(rows, c.options.device.is_cpu(), [&](int64_t first, int64_t count) {
-                auto part = [&](const at::Tensor& x) { return x.defined() ? x.narrow(0, first, count) : x; };
-                return transformer->forward(part(model_in), part(text.sequence), part(text.pooled), part(t),
-                                            part(embedded), lh / 2, lw / 2);
-            });
-        const at::Tensor noise =
-            guidance.combine(prediction, [&](const at::Tensor& negative, const at::Tensor& positive) {
-                return linear_guidance(negative, positive, r.true_cfg_scale);
-            });
-        latents = scheduler.step(noise, i, latents);
-        if (r.on_step) r.on_step(i + 1, r.steps);
-    }
-
-    transformer.reset();  // with offload, freed before the VAE is built
-    at::Tensor image = unpack_latents(latents, lh, lw);
-    if (const DeviceMapping* dm = c.options.device_map.get())
-        image = dm->move(image, dm->slot_of("transformer"), dm->slot_of("vae"));
-    image = c.vae.use()->decode(image);  // latents / scaling_factor + shift_factor, then the decoder
-    finish_results(results, image, latents, r.steps);
-    return results;
+at::Tensor FluxPipeline::decode(const at::Tensor& latents) const {
+    return c_->vae.use()->decode(latents);  // latents / scaling_factor + shift_factor, then the decoder
 }
 
 }  // namespace dp::runtime

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/pipeline.h"
+#include "runtime/pipeline/family_pipeline.h"
 
 namespace dp::runtime {
 
@@ -22,7 +22,7 @@ struct FluxPromptEmbeddings {
     std::vector<std::string> truncation;  // per prompt: diffusers' truncation warnings, or empty
 };
 
-class FluxPipeline : public DiffusionPipeline {
+class FluxPipeline : public FamilyPipeline {
   public:
     // Loads every component of `options.model_dir`, the transformer and T5 as this rank's share of
     // the mesh (`parallel` must outlive the pipeline). Throws ModelError naming what is missing,
@@ -31,8 +31,6 @@ class FluxPipeline : public DiffusionPipeline {
                                               const ParallelContext& parallel);
     static std::unique_ptr<FluxPipeline> load(const PipelineOptions& options);  // one process
     ~FluxPipeline() override;
-
-    std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests) const override;
 
     // The embeddings of `prompts` (FluxPipeline's prompt_2 is the prompt itself), T5's cut or padded
     // to `max_sequence_length` (1 to 512) tokens.
@@ -49,7 +47,16 @@ class FluxPipeline : public DiffusionPipeline {
 
   private:
     struct Components;
-    explicit FluxPipeline(std::unique_ptr<Components> c);
+    FluxPipeline(std::unique_ptr<Components> c, strategies::ModelInfo model);
+
+    Conditioning encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const override;
+    LatentShape latents(int width, int height) const override;
+    SigmaSchedule sigma_schedule() const override { return SigmaSchedule::kEvenlySpaced; }
+    std::shared_ptr<const void> hold_transformer() const override;
+    at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text, double timestep,
+                       const protocol::CallValues& arguments) const override;
+    at::Tensor decode(const at::Tensor& latents) const override;
+
     std::unique_ptr<Components> c_;
 };
 

@@ -1,21 +1,17 @@
 #include "runtime/models/qwen_image/qwen_image_pipeline.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 
-#include "runtime/errors.h"
-#include "runtime/models/common/config_json.h"
-#include "runtime/models/common/flow_match_scheduler.h"
-#include "runtime/models/common/pipeline_common.h"
+#include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/qwen2_text_encoder.h"
 #include "runtime/models/common/qwen2_tokenizer.h"
 #include "runtime/models/common/qwen_image_vae.h"
 #include "runtime/models/qwen_image/qwen_image_transformer.h"
-#include "runtime/parallel/device_mapping.h"
-#include "runtime/parallel/guidance.h"
 #include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/pipeline_common.h"
 #include "strategies/parallel_spec.h"
 
 namespace dp::runtime {
@@ -35,7 +31,7 @@ constexpr int kDefaultSampleSize = 128;        // latents a side by default (102
 }  // namespace
 
 struct QwenImagePipeline::Components {
-    PipelineOptions options;
+    PipelineOptions options;  // what the components are built with (Note [offload]: again at each use)
     const ParallelContext* parallel = nullptr;
     std::unique_ptr<Qwen2Tokenizer> tokenizer;
     Qwen2TextConfig text_config;
@@ -45,11 +41,12 @@ struct QwenImagePipeline::Components {
     Component<Qwen2TextEncoder> text_encoder;
     Component<QwenImageTransformer> transformer;
     Component<QwenImageVaeDecoder> vae;
-    FlowMatchSchedulerConfig scheduler;
+    FlowMatchSchedulerConfig scheduler;  // handed to the loop
     int64_t vae_scale = 8;
 };
 
-QwenImagePipeline::QwenImagePipeline(std::unique_ptr<Components> c) : c_(std::move(c)) {}
+QwenImagePipeline::QwenImagePipeline(std::unique_ptr<Components> c, strategies::ModelInfo model)
+    : FamilyPipeline(c->options, *c->parallel, std::move(model), c->scheduler), c_(std::move(c)) {}
 QwenImagePipeline::~QwenImagePipeline() = default;
 
 std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions& o) {
@@ -60,41 +57,29 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
     const std::string& dir = o.model_dir;
     const strategies::ParallelSpec& spec = strategies::qwen_image_parallel_spec();
     require_loadable(o, spec);
+    strategies::ModelInfo model = model_info_of(o);
 
     auto c = std::make_unique<Components>();
     c->options = o;
     c->parallel = &parallel;
-    c->scheduler = FlowMatchSchedulerConfig::from_json_file(dir + "/scheduler/scheduler_config.json");
+    c->scheduler = read_scheduler_config(o);
     c->tokenizer = std::make_unique<Qwen2Tokenizer>(Qwen2Tokenizer::from_folder(dir + "/tokenizer"));
     c->text_config = Qwen2TextConfig::from_json_file(dir + "/text_encoder/config.json");
     c->transformer_config = QwenImageTransformerConfig::from_json_file(dir + "/transformer/config.json");
     c->vae_config = QwenImageVaeConfig::from_json_file(dir + "/vae/config.json");
     const Components* self = c.get();
-    c->text_encoder = Component<Qwen2TextEncoder>(
-        [self, &spec] {
-            WeightStore w = open_weights(self->options, "text_encoder", 11, device_of(self->options, "text_encoder"));
-            auto m = std::make_unique<Qwen2TextEncoder>(self->text_config, w, self->parallel->tensor(), spec);
-            w.check_all_taken();
-            return m;
-        },
-        o.offload);
-    c->transformer = Component<QwenImageTransformer>(
-        [self] {
-            WeightStore w = open_weights(self->options, "transformer", 12, self->options.device);
-            auto m = std::make_unique<QwenImageTransformer>(self->transformer_config, w, *self->parallel,
-                                                            self->options.device_map);
-            w.check_all_taken();
-            return m;
-        },
-        o.offload);
-    c->vae = Component<QwenImageVaeDecoder>(
-        [self] {
-            WeightStore w = open_weights(self->options, "vae", 13, device_of(self->options, "vae"));
-            auto m = std::make_unique<QwenImageVaeDecoder>(self->vae_config, w);
-            w.check_all_taken();
-            return m;
-        },
-        o.offload);
+    const PipelineOptions* opts = &self->options;
+    c->text_encoder = component_of<Qwen2TextEncoder>(
+        opts, "text_encoder", 11, device_of(o, "text_encoder"), [self, &spec](WeightStore& w) {
+            return std::make_unique<Qwen2TextEncoder>(self->text_config, w, self->parallel->tensor(), spec);
+        });
+    c->transformer = component_of<QwenImageTransformer>(opts, "transformer", 12, o.device, [self](WeightStore& w) {
+        return std::make_unique<QwenImageTransformer>(self->transformer_config, w, *self->parallel,
+                                                      self->options.device_map);
+    });
+    c->vae = component_of<QwenImageVaeDecoder>(opts, "vae", 13, device_of(o, "vae"), [self](WeightStore& w) {
+        return std::make_unique<QwenImageVaeDecoder>(self->vae_config, w);
+    });
     c->vae_scale = c->vae_config.scale_factor();
 
     // The pieces must fit together.
@@ -110,7 +95,7 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
                          std::to_string(t.out_channels) + ", but the pipeline packs the VAE's " + std::to_string(z) +
                          " latent channels in 2x2 patches (in_channels " + std::to_string(z * 4) +
                          ", out_channels " + std::to_string(z) + ")");
-    return std::unique_ptr<QwenImagePipeline>(new QwenImagePipeline(std::move(c)));
+    return std::unique_ptr<QwenImagePipeline>(new QwenImagePipeline(std::move(c), std::move(model)));
 }
 
 bool QwenImagePipeline::components_kept() const {
@@ -121,15 +106,16 @@ int QwenImagePipeline::size_multiple() const { return static_cast<int>(c_->vae_s
 int QwenImagePipeline::default_width() const { return static_cast<int>(kDefaultSampleSize * c_->vae_scale); }
 int QwenImagePipeline::default_height() const { return default_width(); }
 
-QwenPromptEmbeddings QwenImagePipeline::encode_prompts(const std::vector<std::string>& prompts,
-                                                       int max_sequence_length) const {
+Conditioning QwenImagePipeline::encode_prompts(const std::vector<std::string>& prompts,
+                                               int max_sequence_length) const {
     const Components& c = *c_;
     if (max_sequence_length < 1 || max_sequence_length > kMaxSequenceLength)
         throw ModelError("max_sequence_length " + std::to_string(max_sequence_length) + ": must be 1 to " +
                          std::to_string(kMaxSequenceLength));
     const int64_t n = static_cast<int64_t>(prompts.size());
-    QwenPromptEmbeddings e;
-    e.truncation.assign(prompts.size(), "");
+    Conditioning e;
+    e.warnings.assign(prompts.size(), "");
+    std::vector<int64_t> lengths;  // each prompt's kept tokens
     // Each prompt in its template, truncated where the tokenizer truncates, padded on the right.
     std::vector<std::vector<int64_t>> rows;
     int64_t longest = 0;
@@ -143,9 +129,9 @@ QwenPromptEmbeddings QwenImagePipeline::encode_prompts(const std::vector<std::st
                              std::to_string(kTemplateDrop) + ": this tokenizer is not Qwen2's");
         const int64_t kept = static_cast<int64_t>(ids.size()) - kTemplateDrop;
         if (kept > max_sequence_length)
-            e.truncation[k] = "the prompt's text was cut to max_sequence_length " + std::to_string(max_sequence_length) +
+            e.warnings[k] = "the prompt's text was cut to max_sequence_length " + std::to_string(max_sequence_length) +
                               " tokens (" + std::to_string(kept - max_sequence_length) + " tokens dropped)";
-        e.lengths.push_back(std::min<int64_t>(kept, max_sequence_length));
+        lengths.push_back(std::min<int64_t>(kept, max_sequence_length));
         longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
         rows.push_back(std::move(ids));
     }
@@ -160,16 +146,14 @@ QwenPromptEmbeddings QwenImagePipeline::encode_prompts(const std::vector<std::st
     const at::Device device = device_of(c.options, "text_encoder");
     const at::Tensor input = at::tensor(ids, at::kLong).view({n, longest}).to(device);
     const at::Tensor input_mask = at::tensor(mask, at::kLong).view({n, longest}).to(device);
-    at::Tensor hidden = c.text_encoder.use()->forward(input, input_mask).to(c.options.dtype);
-    if (const DeviceMapping* dm = c.options.device_map.get())
-        hidden = dm->move(hidden, dm->slot_of("text_encoder"), dm->slot_of("transformer"));
+    const at::Tensor hidden = to_transformer(c.text_encoder.use()->forward(input, input_mask), "text_encoder");
     // Each prompt's own tokens after the template's first ones, zero-padded to the longest.
-    const int64_t width = *std::max_element(e.lengths.begin(), e.lengths.end());
-    e.sequence = at::zeros({n, width, hidden.size(-1)}, hidden.options());
+    const int64_t width = *std::max_element(lengths.begin(), lengths.end());
+    e.text = at::zeros({n, width, hidden.size(-1)}, hidden.options());
     e.mask = at::zeros({n, width}, at::TensorOptions().dtype(at::kLong).device(hidden.device()));
     for (int64_t k = 0; k < n; ++k) {
-        const int64_t len = e.lengths[static_cast<std::size_t>(k)];
-        e.sequence[k].narrow(0, 0, len).copy_(hidden[k].narrow(0, kTemplateDrop, len));
+        const int64_t len = lengths[static_cast<std::size_t>(k)];
+        e.text[k].narrow(0, 0, len).copy_(hidden[k].narrow(0, kTemplateDrop, len));
         e.mask[k].narrow(0, 0, len).fill_(1);
     }
     return e;
@@ -182,111 +166,38 @@ at::Tensor true_cfg_guidance(const at::Tensor& negative, const at::Tensor& posit
     return combined * (cond_norm / noise_norm);
 }
 
-namespace {
-
-// Two branches' embeddings as one batch (negatives first), padded to the longer text with
-// masked positions.
-QwenPromptEmbeddings joined(const QwenPromptEmbeddings& a, const QwenPromptEmbeddings& b) {
-    const int64_t t = std::max(a.sequence.size(1), b.sequence.size(1));
-    auto padded = [t](const at::Tensor& x) {
-        if (x.size(1) == t) return x;
-        // constant_pad_nd's pairs run from the last dimension back: the tokens' (dim 1) far side.
-        std::vector<int64_t> pad(2 * static_cast<std::size_t>(x.dim() - 1), 0);
-        pad[2 * static_cast<std::size_t>(x.dim() - 2) + 1] = t - x.size(1);
-        return at::constant_pad_nd(x, pad, 0);
-    };
-    QwenPromptEmbeddings out;
-    out.sequence = at::cat({padded(a.sequence), padded(b.sequence)}, 0);
-    out.mask = at::cat({padded(a.mask), padded(b.mask)}, 0);
-    return out;
+Conditioning QwenImagePipeline::encode(const std::vector<std::string>& prompts,
+                                       const protocol::CallValues& arguments) const {
+    return encode_prompts(prompts, static_cast<int>(arguments.whole("max_sequence_length")));
 }
 
-}  // namespace
-
-std::vector<GenerateResult> QwenImagePipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
-    c10::InferenceMode inference;
-    if (batch.empty()) return {};
-    const Components& c = *c_;
-    const QwenImageTransformerConfig& tc = c.transformer_config;
-    const GenerateRequest& r = batch.front();
-    for (const GenerateRequest& other : batch)
-        if (other.steps != r.steps || other.true_cfg_scale != r.true_cfg_scale || other.width != r.width ||
-            other.height != r.height || other.max_sequence_length != r.max_sequence_length ||
-            other.negative_prompt.has_value() != r.negative_prompt.has_value())
-            throw ModelError(
-                "a batch must share steps, true_cfg_scale, size, max_sequence_length and whether a negative prompt "
-                "is given");
-    const int64_t n = static_cast<int64_t>(batch.size());
-    std::vector<GenerateResult> results(batch.size());
-    const auto [width, height] = checked_size(*this, r);
-
-    // diffusers runs the negative branch only with a negative prompt and a scale above 1.
-    const bool true_cfg = r.true_cfg_scale > 1.0 && r.negative_prompt.has_value();
-    if (!true_cfg && r.negative_prompt)
-        for (GenerateResult& out : results)
-            out.warnings.push_back("a negative prompt is given but true_cfg_scale is " +
-                                   std::to_string(r.true_cfg_scale).substr(0, 4) +
-                                   ": classifier-free guidance runs only above 1");
-    auto encode = [&](bool negative) {
-        std::vector<std::string> prompts;
-        for (const GenerateRequest& one : batch) prompts.push_back(negative ? *one.negative_prompt : one.prompt);
-        QwenPromptEmbeddings e = encode_prompts(prompts, r.max_sequence_length);
-        for (std::size_t k = 0; k < batch.size(); ++k)
-            if (!e.truncation[k].empty())
-                results[k].warnings.push_back((negative ? "negative prompt: " : "") + e.truncation[k]);
-        return e;
-    };
-    // The branches: batched here, or one per rank of the cfg group (rank 0 the negative one).
-    const Guidance guidance(true_cfg, c.parallel->cfg());
-    QwenPromptEmbeddings text;
-    if (guidance.split())
-        text = encode(guidance.runs_negative_only());
-    else if (guidance.enabled())
-        text = joined(encode(true), encode(false));
-    else
-        text = encode(false);
-
-    // The initial noise, drawn on CPU per request as diffusers' randn_tensor does with
-    // generator=torch.Generator("cpu").manual_seed(seed): [1, 1, C, H, W] (one frame), packed.
-    const int64_t lh = 2 * (height / (c.vae_scale * 2)), lw = 2 * (width / (c.vae_scale * 2));
-    const int64_t channels = tc.in_channels / 4;
-    std::vector<at::Tensor> noise_parts;
-    for (const GenerateRequest& req : batch) {
-        at::Generator gen = at::detail::createCPUGenerator(req.seed);
-        noise_parts.push_back(at::randn({1, 1, channels, lh, lw}, gen, at::TensorOptions().dtype(c.options.dtype)));
-    }
-    at::Tensor latents = pack_latents(at::cat(noise_parts, 0).view({n, channels, lh, lw})).to(c.options.device);
-
-    // Explicit sigmas linspace(1, 1/steps, steps), shifted by the image's token count.
-    FlowMatchEulerScheduler scheduler(c.scheduler);
-    std::vector<double> sigmas;
-    for (int i = 0; i < r.steps; ++i)
-        sigmas.push_back(r.steps == 1 ? 1.0 : 1.0 + (1.0 / r.steps - 1.0) * i / (r.steps - 1));
-    scheduler.set_sigmas(sigmas, flow_match_mu(c.scheduler, static_cast<int>(latents.size(1))));
-
-    const at::Tensor mask = text.mask.all().item<bool>() ? at::Tensor() : text.mask;  // diffusers drops an all-ones mask
-    std::shared_ptr<const QwenImageTransformer> transformer = c.transformer.use();
-    for (int i = 0; i < r.steps; ++i) {
-        const at::Tensor model_in = guidance.model_input(latents);
-        // diffusers: the timestep in the latents' dtype, then / 1000.
-        const at::Tensor t = at::full({model_in.size(0)}, scheduler.timesteps()[static_cast<std::size_t>(i)],
-                                      at::TensorOptions().dtype(c.options.dtype).device(c.options.device)) /
-                             1000;
-        const at::Tensor prediction = transformer->forward(model_in, text.sequence, mask, t, lh / 2, lw / 2);
-        const at::Tensor noise = guidance.combine(prediction, [&](const at::Tensor& negative, const at::Tensor& positive) {
-            return true_cfg_guidance(negative, positive, r.true_cfg_scale);
-        });
-        latents = scheduler.step(noise, i, latents);
-        if (r.on_step) r.on_step(i + 1, r.steps);
-    }
-
-    transformer.reset();  // with offload, freed before the VAE is built
-    at::Tensor image = unpack_latents(latents, lh, lw);
-    if (const DeviceMapping* dm = c.options.device_map.get())
-        image = dm->move(image, dm->slot_of("transformer"), dm->slot_of("vae"));
-    image = c.vae.use()->decode(image);
-    finish_results(results, image, latents, r.steps);
-    return results;
+LatentShape QwenImagePipeline::latents(int width, int height) const {
+    // One frame of [C, H, W] (diffusers draws [1, 1, C, H, W]: the same numbers), packed 2x2.
+    LatentShape s;
+    s.channels = c_->transformer_config.in_channels / 4;
+    s.height = 2 * (height / (c_->vae_scale * 2));
+    s.width = 2 * (width / (c_->vae_scale * 2));
+    s.packed = true;
+    s.tokens = (s.height / 2) * (s.width / 2);
+    return s;
 }
+
+std::shared_ptr<const void> QwenImagePipeline::hold_transformer() const { return c_->transformer.use(); }
+
+at::Tensor QwenImagePipeline::predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
+                                      double timestep, const protocol::CallValues&) const {
+    // diffusers: the timestep in the latents' dtype, then / 1000.
+    const at::Tensor t =
+        at::full({latents.size(0)}, timestep, at::TensorOptions().dtype(options().dtype).device(latents.device())) /
+        1000;
+    return c_->transformer.use()->forward(latents, text.text, text.mask, t, shape.height / 2, shape.width / 2);
+}
+
+at::Tensor QwenImagePipeline::combine(const at::Tensor& negative, const at::Tensor& positive,
+                                      const protocol::CallValues& arguments) const {
+    return true_cfg_guidance(negative, positive, guidance_scale(arguments));
+}
+
+at::Tensor QwenImagePipeline::decode(const at::Tensor& latents) const { return c_->vae.use()->decode(latents); }
 
 }  // namespace dp::runtime

@@ -12,20 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "runtime/models/common/pipeline_common.h"  // pack_latents, unpack_latents: its latents packed 2x2
-#include "runtime/pipeline.h"
+#include "runtime/pipeline/family_pipeline.h"
+#include "runtime/pipeline/pipeline_common.h"  // pack_latents, unpack_latents: its latents packed 2x2
 
 namespace dp::runtime {
 
-// A batch of prompts through the text encoder, as the pipeline conditions the transformer.
-struct QwenPromptEmbeddings {
-    at::Tensor sequence;  // [n, T, hidden]: each prompt's kept tokens, zero-padded to the longest
-    at::Tensor mask;      // [n, T] int64: 1 for a prompt's own tokens, 0 for padding
-    std::vector<int64_t> lengths;         // each prompt's kept tokens
-    std::vector<std::string> truncation;  // per prompt: a warning that text was cut, or empty
-};
-
-class QwenImagePipeline : public DiffusionPipeline {
+class QwenImagePipeline : public FamilyPipeline {
   public:
     // Loads every component of `options.model_dir`, the transformer and the text encoder as this
     // rank's share of the mesh (`parallel` must outlive the pipeline). Throws ModelError naming what
@@ -34,10 +26,10 @@ class QwenImagePipeline : public DiffusionPipeline {
     static std::unique_ptr<QwenImagePipeline> load(const PipelineOptions& options);  // one process
     ~QwenImagePipeline() override;
 
-    std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests) const override;
-
-    // The embeddings of `prompts`, cut to `max_sequence_length` (1 to 1024) tokens.
-    QwenPromptEmbeddings encode_prompts(const std::vector<std::string>& prompts, int max_sequence_length = 512) const;
+    // The embeddings of `prompts`, cut to `max_sequence_length` (1 to 1024) tokens: each prompt's
+    // kept tokens zero-padded to the longest, the mask 1 on its own tokens, and a warning where the
+    // text was cut.
+    Conditioning encode_prompts(const std::vector<std::string>& prompts, int max_sequence_length = 512) const;
     // Whether the components are kept on their devices (not with PipelineOptions::offload).
     bool components_kept() const;
 
@@ -47,7 +39,19 @@ class QwenImagePipeline : public DiffusionPipeline {
 
   private:
     struct Components;
-    explicit QwenImagePipeline(std::unique_ptr<Components> c);
+    QwenImagePipeline(std::unique_ptr<Components> c, strategies::ModelInfo model);
+
+    Conditioning encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const override;
+    LatentShape latents(int width, int height) const override;
+    SigmaSchedule sigma_schedule() const override { return SigmaSchedule::kEvenlySpaced; }
+    std::shared_ptr<const void> hold_transformer() const override;
+    at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text, double timestep,
+                       const protocol::CallValues& arguments) const override;
+    // true_cfg_guidance at the family's guidance scale.
+    at::Tensor combine(const at::Tensor& negative, const at::Tensor& positive,
+                       const protocol::CallValues& arguments) const override;
+    at::Tensor decode(const at::Tensor& latents) const override;
+
     std::unique_ptr<Components> c_;
 };
 

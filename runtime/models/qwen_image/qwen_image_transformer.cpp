@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "runtime/errors.h"
-#include "runtime/models/common/config_json.h"
+#include "runtime/io/errors.h"
+#include "runtime/io/config_json.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/sequence_shard.h"

@@ -1,24 +1,18 @@
 #include "runtime/models/sd3/sd3_pipeline.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 
-#include <fstream>
-#include <sstream>
-
-#include "runtime/parallel/device_mapping.h"
-#include "runtime/parallel/guidance.h"
-#include "runtime/parallel/parallel_context.h"
-#include "runtime/errors.h"
+#include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/clip_text_encoder.h"
 #include "runtime/models/common/clip_tokenizer.h"
-#include "runtime/models/common/config_json.h"
-#include "runtime/models/common/flow_match_scheduler.h"
-#include "runtime/models/common/pipeline_common.h"
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
-#include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/models/common/vae_decoder.h"
+#include "runtime/models/sd3/sd3_transformer.h"
+#include "runtime/parallel/guidance.h"
+#include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/pipeline_common.h"
 #include "strategies/model_config.h"
 #include "strategies/parallel_spec.h"
 
@@ -31,7 +25,7 @@ constexpr int kMaxT5SequenceLength = 512;  // diffusers refuses more
 }  // namespace
 
 struct Sd3Pipeline::Components {
-    PipelineOptions options;
+    PipelineOptions options;  // what the components are built with (Note [offload]: again at each use)
     const ParallelContext* parallel = nullptr;
     std::unique_ptr<ClipTokenizer> tokenizer, tokenizer_2;
     ClipTextConfig text_config, text_config_2;
@@ -45,12 +39,13 @@ struct Sd3Pipeline::Components {
     Component<Sd3Transformer> transformer;
     bool has_vae = false;  // false: pixel space
     Component<VaeDecoder> vae;
-    FlowMatchSchedulerConfig scheduler;
+    FlowMatchSchedulerConfig scheduler;  // handed to the loop
     int64_t vae_scale = 1;
     std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>> parameters;
 };
 
-Sd3Pipeline::Sd3Pipeline(std::unique_ptr<Components> c) : c_(std::move(c)) {}
+Sd3Pipeline::Sd3Pipeline(std::unique_ptr<Components> c, strategies::ModelInfo model)
+    : FamilyPipeline(c->options, *c->parallel, std::move(model), c->scheduler), c_(std::move(c)) {}
 Sd3Pipeline::~Sd3Pipeline() = default;
 
 std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
@@ -61,11 +56,12 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
     const std::string& dir = o.model_dir;
     const ConfigJson index = ConfigJson::from_file(dir + "/model_index.json");
     require_loadable(o, strategies::sd3_parallel_spec());
+    strategies::ModelInfo model = model_info_of(o);
     const bool t5 = !component_class(index, "text_encoder_3").empty() && !o.no_t5;
     auto c = std::make_unique<Components>();
     c->options = o;
     c->parallel = &parallel;
-    c->scheduler = FlowMatchSchedulerConfig::from_json_file(dir + "/scheduler/scheduler_config.json");
+    c->scheduler = read_scheduler_config(o);
     c->tokenizer = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer"));
     c->tokenizer_2 = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer_2"));
     c->text_config = ClipTextConfig::from_json_file(dir + "/text_encoder/config.json");
@@ -80,35 +76,22 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
     // Each component from its weights on its device; kept (its parameters listed when training),
     // or built at each use with offload.
     Components* self = c.get();
-    const auto component = [&o, self](const char* name, uint64_t salt, at::Device device, auto build) {
-        using T = typename decltype(build(std::declval<WeightStore&>()))::element_type;
-        return Component<T>(
-            [self, name, salt, device, build] {
-                WeightStore w = open_weights(self->options, name, salt, device);
-                if (self->options.trainable) w.keep_as_parameters();
-                auto m = build(w);
-                w.check_all_taken();
-                if (self->options.trainable) self->parameters.emplace_back(name, w.parameters());
-                return m;
-            },
-            o.offload);
-    };
-    c->text_encoder = component("text_encoder", 1, device_of(o, "text_encoder"), [self](WeightStore& w) {
-        return std::make_unique<ClipTextEncoder>(self->text_config, w);
-    });
-    c->text_encoder_2 = component("text_encoder_2", 2, device_of(o, "text_encoder_2"), [self](WeightStore& w) {
-        return std::make_unique<ClipTextEncoder>(self->text_config_2, w);
-    });
+    const PipelineOptions* opts = &self->options;
+    auto* params = &self->parameters;
+    c->text_encoder = component_of<ClipTextEncoder>(opts, "text_encoder", 1, device_of(o, "text_encoder"),
+        [self](WeightStore& w) { return std::make_unique<ClipTextEncoder>(self->text_config, w); }, params);
+    c->text_encoder_2 = component_of<ClipTextEncoder>(opts, "text_encoder_2", 2, device_of(o, "text_encoder_2"),
+        [self](WeightStore& w) { return std::make_unique<ClipTextEncoder>(self->text_config_2, w); }, params);
     if (t5)
-        c->text_encoder_3 = component("text_encoder_3", 5, device_of(o, "text_encoder_3"), [self](WeightStore& w) {
-            return std::make_unique<T5Encoder>(self->t5_config, w, self->parallel->tensor());
-        });
-    c->transformer = component("transformer", 3, o.device, [self](WeightStore& w) {
+        c->text_encoder_3 = component_of<T5Encoder>(opts, "text_encoder_3", 5, device_of(o, "text_encoder_3"),
+            [self](WeightStore& w) { return std::make_unique<T5Encoder>(self->t5_config, w, self->parallel->tensor()); },
+            params);
+    c->transformer = component_of<Sd3Transformer>(opts, "transformer", 3, o.device, [self](WeightStore& w) {
         return std::make_unique<Sd3Transformer>(self->transformer_config, w, *self->parallel, self->options.device_map);
-    });
+    }, params);
     if (c->has_vae) {
-        c->vae = component("vae", 4, device_of(o, "vae"),
-                           [self](WeightStore& w) { return std::make_unique<VaeDecoder>(self->vae_config, w); });
+        c->vae = component_of<VaeDecoder>(opts, "vae", 4, device_of(o, "vae"),
+            [self](WeightStore& w) { return std::make_unique<VaeDecoder>(self->vae_config, w); }, params);
         c->vae_scale = c->vae_config.scale_factor();
     }
 
@@ -126,9 +109,8 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
             (c->has_vae ? "the VAE's latents have " : "pixel space (no VAE) has ") + std::to_string(channels));
     if (!c->has_vae && t.out_channels != 3)
         throw ModelError(dir + ": a pipeline without a VAE must produce 3 channels");
-    return std::unique_ptr<Sd3Pipeline>(new Sd3Pipeline(std::move(c)));
+    return std::unique_ptr<Sd3Pipeline>(new Sd3Pipeline(std::move(c), std::move(model)));
 }
-
 
 int Sd3Pipeline::size_multiple() const {
     return static_cast<int>(c_->vae_scale * c_->transformer_config.patch_size);
@@ -176,16 +158,11 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
                     std::to_string(one.dropped_tokens) + " tokens dropped): " + tok.decode(one.truncated);
             ids.insert(ids.end(), one.ids.begin(), one.ids.end());
         }
-        const DeviceMapping* dm = c.options.device_map.get();
         const char* component = which == 0 ? "text_encoder" : "text_encoder_2";
-        const int from = dm ? dm->slot_of(component) : 0;
-        const int to = dm ? dm->slot_of("transformer") : 0;
         const at::Tensor input = at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, component));
         ClipTextOutput out = enc->forward(input);
-        hidden.push_back(dm ? dm->move(out.hidden.to(c.options.dtype), from, to)
-                            : out.hidden.to(c.options.dtype));
-        pooled.push_back(dm ? dm->move(out.pooled.to(c.options.dtype), from, to)
-                            : out.pooled.to(c.options.dtype));
+        hidden.push_back(to_transformer(out.hidden, component));
+        pooled.push_back(to_transformer(out.pooled, component));
     }
     const at::Tensor clip = pad_last(at::cat(hidden, -1), tc.joint_attention_dim);
     e.pooled = at::cat(pooled, -1);
@@ -206,11 +183,9 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
         }
         ids.insert(ids.end(), one.ids.begin(), one.ids.end());
     }
-    const DeviceMapping* dm = c.options.device_map.get();
     const at::Tensor input =
         at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, "text_encoder_3"));
-    at::Tensor t5 = c.text_encoder_3.use()->forward(input).to(c.options.dtype);
-    if (dm) t5 = dm->move(t5, dm->slot_of("text_encoder_3"), dm->slot_of("transformer"));
+    const at::Tensor t5 = to_transformer(c.text_encoder_3.use()->forward(input), "text_encoder_3");
     e.sequence = at::cat({clip, t5}, -2);
     e.tail_repeats = 1;
     return e;
@@ -227,118 +202,65 @@ Sd3Pipeline::parameters() const {
 }
 
 
-std::vector<GenerateResult> Sd3Pipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
-    c10::InferenceMode inference;  // no autograd bookkeeping on any tensor made here
-    if (batch.empty()) return {};
-    const Components& c = *c_;
-    const Sd3TransformerConfig& tc = c.transformer_config;
-    const GenerateRequest& r = batch.front();
-    for (const GenerateRequest& other : batch)
-        if (other.steps != r.steps || other.guidance_scale != r.guidance_scale || other.width != r.width ||
-            other.height != r.height || other.max_sequence_length != r.max_sequence_length ||
-            other.skip_guidance_layers != r.skip_guidance_layers ||
-            other.skip_layer_guidance_scale != r.skip_layer_guidance_scale ||
-            other.skip_layer_guidance_start != r.skip_layer_guidance_start ||
-            other.skip_layer_guidance_stop != r.skip_layer_guidance_stop)
-            throw ModelError(
-                "a batch must share steps, guidance scale, size, max_sequence_length and skip-layer guidance");
-    const int64_t n = static_cast<int64_t>(batch.size());
-    std::vector<GenerateResult> results(batch.size());
-    const auto [width, height] = checked_size(*this, r);
-    for (int layer : r.skip_guidance_layers)
-        if (layer < 0 || layer >= tc.num_layers)
-            throw ModelError("skip_guidance_layers: block " + std::to_string(layer) + " does not exist (the model has " +
-                             std::to_string(tc.num_layers) + " blocks, 0 to " + std::to_string(tc.num_layers - 1) + ")");
-
-    auto encode = [&](bool negative) {
-        std::vector<std::string> prompts;
-        for (const GenerateRequest& one : batch)
-            prompts.push_back(negative ? one.negative_prompt.value_or("") : one.prompt);
-        PromptEmbeddings e = encode_prompts(prompts, r.max_sequence_length);
-        for (std::size_t k = 0; k < batch.size(); ++k)
-            if (!e.truncation[k].empty())
-                results[k].warnings.push_back((negative ? "negative prompt: " : "") + e.truncation[k]);
-        return e;
-    };
-
-    // Guidance's two branches: batched here, or one per rank of the cfg group (rank 0 the
-    // negative one), each rank encoding only its branch.
-    const Guidance guidance(r.guidance_scale > 1.0, c.parallel->cfg());
-    at::Tensor text, pooled, positive_text, positive_pooled;  // positive_*: skip-layer guidance's input
-    int64_t tail_repeats = 1;
-    if (guidance.split()) {
-        const PromptEmbeddings mine = encode(guidance.runs_negative_only());
-        text = positive_text = mine.sequence;
-        pooled = positive_pooled = mine.pooled;
-        tail_repeats = mine.tail_repeats;
-    } else {
-        const PromptEmbeddings positive = encode(false);
-        text = positive_text = positive.sequence;
-        pooled = positive_pooled = positive.pooled;
-        tail_repeats = positive.tail_repeats;
-        if (guidance.enabled()) {  // diffusers' order: all negatives, then all positives
-            const PromptEmbeddings negative = encode(true);
-            text = at::cat({negative.sequence, positive.sequence}, 0);
-            pooled = at::cat({negative.pooled, positive.pooled}, 0);
-        }
-    }
-
-    // The initial noise: drawn on CPU from a generator seeded per request, exactly as diffusers'
-    // randn_tensor with generator=torch.Generator("cpu").manual_seed(seed), so an image does not
-    // depend on what else is in its batch.
-    const int64_t lh = height / c.vae_scale, lw = width / c.vae_scale;
-    std::vector<at::Tensor> noise_parts;
-    for (const GenerateRequest& req : batch) {
-        at::Generator gen = at::detail::createCPUGenerator(req.seed);
-        noise_parts.push_back(
-            at::randn({1, tc.in_channels, lh, lw}, gen, at::TensorOptions().dtype(c.options.dtype)));
-    }
-    at::Tensor latents = at::cat(noise_parts, 0).to(c.options.device);
-
-    FlowMatchEulerScheduler scheduler(c.scheduler);
-    std::optional<double> mu;
-    if (c.scheduler.use_dynamic_shifting)
-        mu = flow_match_mu(c.scheduler, static_cast<int>((lh / tc.patch_size) * (lw / tc.patch_size)));
-    scheduler.set_timesteps(r.steps, mu);
-
-    std::shared_ptr<const Sd3Transformer> transformer = c.transformer.use();
-    for (int i = 0; i < r.steps; ++i) {
-        const at::Tensor model_in = guidance.model_input(latents);
-        const double timestep = scheduler.timesteps()[static_cast<std::size_t>(i)];
-        const at::Tensor t = at::full({model_in.size(0)}, timestep,
-                                      at::TensorOptions().dtype(at::kFloat).device(c.options.device));
-        const at::Tensor prediction = transformer->forward(model_in, text, pooled, t, tail_repeats);
-        // Skip-layer guidance, as diffusers: with guidance, on the steps strictly inside
-        // (start, stop) x steps, the positive branch once more with the blocks skipped.
-        const bool skip_layers = guidance.enabled() && !r.skip_guidance_layers.empty() &&
-                                 i > r.steps * r.skip_layer_guidance_start && i < r.steps * r.skip_layer_guidance_stop;
-        at::Tensor noise;
-        if (!skip_layers) {
-            noise = guidance.combine(prediction, [&](const at::Tensor& negative, const at::Tensor& positive) {
-                return linear_guidance(negative, positive, r.guidance_scale);
-            });
-        } else {
-            at::Tensor skipped;
-            if (guidance.runs_positive())
-                skipped = transformer->forward(latents, positive_text, positive_pooled, t.narrow(0, 0, n),
-                                                 tail_repeats, r.skip_guidance_layers);
-            noise = guidance.combine(
-                prediction, skipped, [&](const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra) {
-                    return linear_guidance(negative, positive, r.guidance_scale) +
-                           (positive - extra) * r.skip_layer_guidance_scale;
-                });
-        }
-        latents = scheduler.step(noise, i, latents);
-        if (r.on_step) r.on_step(i + 1, r.steps);
-    }
-
-    const DeviceMapping* dm = c.options.device_map.get();
-    transformer.reset();  // with offload, freed before the VAE is built
-    at::Tensor image = !c.has_vae ? latents
-                       : dm       ? c.vae.use()->decode(dm->move(latents, dm->slot_of("transformer"), dm->slot_of("vae")))
-                                  : c.vae.use()->decode(latents);
-    finish_results(results, image, latents, r.steps);
-    return results;
+Conditioning Sd3Pipeline::encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const {
+    PromptEmbeddings e = encode_prompts(prompts, static_cast<int>(arguments.whole("max_sequence_length")));
+    Conditioning c;
+    c.text = std::move(e.sequence);
+    c.pooled = std::move(e.pooled);
+    c.tail_repeats = e.tail_repeats;
+    c.warnings = std::move(e.truncation);
+    return c;
 }
+
+LatentShape Sd3Pipeline::latents(int width, int height) const {
+    const int64_t p = c_->transformer_config.patch_size;
+    LatentShape s;
+    s.channels = c_->transformer_config.in_channels;
+    s.height = height / c_->vae_scale;
+    s.width = width / c_->vae_scale;
+    s.tokens = (s.height / p) * (s.width / p);
+    return s;
+}
+
+std::shared_ptr<const void> Sd3Pipeline::hold_transformer() const { return c_->transformer.use(); }
+
+namespace {
+
+// The scheduler's timestep for each row, fp32 as StableDiffusion3Pipeline passes it.
+at::Tensor timesteps(double timestep, const at::Tensor& latents) {
+    return at::full({latents.size(0)}, timestep, latents.options().dtype(at::kFloat));
+}
+
+}  // namespace
+
+at::Tensor Sd3Pipeline::predict(const at::Tensor& latents, const LatentShape&, const Conditioning& text,
+                                double timestep, const protocol::CallValues&) const {
+    return c_->transformer.use()->forward(latents, text.text, text.pooled, timesteps(timestep, latents),
+                                          text.tail_repeats);
+}
+
+bool Sd3Pipeline::extra_at(int step, int steps, const protocol::CallValues& arguments) const {
+    return !arguments.blocks("skip_guidance_layers").empty() &&
+           step > steps * arguments.number("skip_layer_guidance_start") &&
+           step < steps * arguments.number("skip_layer_guidance_stop");
+}
+
+at::Tensor Sd3Pipeline::predict_extra(const at::Tensor& latents, const LatentShape&, const Conditioning& positive,
+                                      double timestep, const protocol::CallValues& arguments) const {
+    return c_->transformer.use()->forward(latents, positive.text, positive.pooled, timesteps(timestep, latents),
+                                          positive.tail_repeats, arguments.blocks("skip_guidance_layers"));
+}
+
+at::Tensor Sd3Pipeline::combine_extra(const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra,
+                                      const protocol::CallValues& arguments) const {
+    return linear_guidance(negative, positive, guidance_scale(arguments)) +
+           (positive - extra) * arguments.number("skip_layer_guidance_scale");
+}
+
+at::Tensor Sd3Pipeline::decode(const at::Tensor& latents) const {
+    return c_->has_vae ? c_->vae.use()->decode(latents) : latents;  // pixel space: the latents are the image
+}
+
+const char* Sd3Pipeline::decoder() const { return c_->has_vae ? "vae" : nullptr; }
 
 }  // namespace dp::runtime

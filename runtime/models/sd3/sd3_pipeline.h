@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/pipeline.h"
+#include "runtime/pipeline/family_pipeline.h"
 
 namespace dp::runtime {
 
@@ -27,7 +27,7 @@ struct PromptEmbeddings {
     std::vector<std::string> truncation;  // per prompt: diffusers' truncation warning, or empty
 };
 
-class Sd3Pipeline : public DiffusionPipeline {
+class Sd3Pipeline : public FamilyPipeline {
   public:
     // Loads every component of `options.model_dir`, the transformer as this rank's shard of the
     // mesh (`parallel` must outlive the pipeline). Throws ModelError naming what is missing,
@@ -36,10 +36,6 @@ class Sd3Pipeline : public DiffusionPipeline {
                                              const ParallelContext& parallel);
     static std::unique_ptr<Sd3Pipeline> load(const PipelineOptions& options);  // one process
     ~Sd3Pipeline() override;
-
-    // Only the batched matmuls' shapes differ from one request at a time, which can move a pixel
-    // by one step of 255 (README "Seeds and determinism").
-    std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests) const override;
 
     // The embeddings of `prompts` (no inference guard: a trainer gets gradients through them).
     PromptEmbeddings encode_prompts(const std::vector<std::string>& prompts, int max_sequence_length = 256) const;
@@ -55,7 +51,23 @@ class Sd3Pipeline : public DiffusionPipeline {
 
   private:
     struct Components;
-    explicit Sd3Pipeline(std::unique_ptr<Components> c);
+    Sd3Pipeline(std::unique_ptr<Components> c, strategies::ModelInfo model);
+
+    Conditioning encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const override;
+    LatentShape latents(int width, int height) const override;
+    std::shared_ptr<const void> hold_transformer() const override;
+    at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text, double timestep,
+                       const protocol::CallValues& arguments) const override;
+    // Skip-layer guidance, as diffusers: on the steps strictly inside (start, stop) x steps, the
+    // positive branch once more with the blocks skipped, and the noise moved away from it.
+    bool extra_at(int step, int steps, const protocol::CallValues& arguments) const override;
+    at::Tensor predict_extra(const at::Tensor& latents, const LatentShape& shape, const Conditioning& positive,
+                             double timestep, const protocol::CallValues& arguments) const override;
+    at::Tensor combine_extra(const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra,
+                             const protocol::CallValues& arguments) const override;
+    at::Tensor decode(const at::Tensor& latents) const override;
+    const char* decoder() const override;
+
     std::unique_ptr<Components> c_;
 };
 

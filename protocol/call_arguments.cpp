@@ -1,0 +1,364 @@
+#include "protocol/call_arguments.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "protocol/errors.h"
+
+namespace dp::protocol {
+namespace {
+
+constexpr double kMaxBlockIndex = 100000;  // a transformer block; the model's own count is checked with it
+
+std::string number_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.10g", v);
+    return buf;
+}
+
+}  // namespace
+
+const std::vector<CallArgument>& call_arguments() {
+    // The families: "sd3" (StableDiffusion3Pipeline), "flux" (FluxPipeline, FLUX.1-dev),
+    // "flux-schnell" (FLUX.1-schnell: a transformer without guidance_embeds), "qwen-image"
+    // (QwenImagePipeline). Defaults are diffusers' for each pipeline, but for schnell's steps and
+    // tokens, which are those it was distilled for.
+    static const std::vector<CallArgument> rows = [] {
+        std::vector<CallArgument> r;
+        {
+            CallArgument a{"num_inference_steps", CallType::kWhole, 1, 1000,
+                           "--steps,--num-inference-steps,--num_inference_steps", "N", "Denoising steps", {}};
+            a.families = {{"sd3", 28}, {"flux", 28}, {"flux-schnell", 4}, {"qwen-image", 50}};
+            a.universal = true;
+            a.alias = "steps";
+            a.model_default = true;
+            r.push_back(a);
+        }
+        for (const char* side : {"width", "height"}) {
+            CallArgument a{side, CallType::kWhole, 8, 8192, side[0] == 'w' ? "--width" : "--height", "PX",
+                           side[0] == 'w' ? "Image width" : "Image height", {}};
+            a.families = {{"sd3"}, {"flux"}, {"flux-schnell"}, {"qwen-image"}};
+            a.universal = true;
+            r.push_back(a);
+        }
+        {
+            CallArgument a{"guidance_scale", CallType::kNumber, 0, 100, "--guidance-scale,--guidance_scale", "X",
+                           "SD3's classifier-free guidance scale (1 or less: no guidance); FLUX.1-dev's embedded "
+                           "guidance",
+                           {}};
+            FamilyUse sd3{"sd3", 7.0};
+            sd3.guidance = Guidance::kAbove1;
+            FamilyUse schnell{"flux-schnell", 3.5};
+            schnell.ignored = true;  // its transformer has no guidance embedding
+            a.families = {sd3, {"flux", 3.5}, schnell};
+            a.model_default = true;
+            r.push_back(a);
+        }
+        {
+            CallArgument a{"true_cfg_scale", CallType::kNumber, 0, 100, "--true-cfg-scale,--true_cfg_scale", "X",
+                           "Qwen-Image's and FLUX.1's classifier-free guidance scale: it runs above 1 for prompts "
+                           "with a negative prompt",
+                           {}};
+            for (auto [family, value] : {std::pair{"flux", 1.0}, {"flux-schnell", 1.0}, {"qwen-image", 4.0}}) {
+                FamilyUse use{family, value};
+                use.guidance = Guidance::kAbove1WithNegative;
+                a.families.push_back(use);
+            }
+            a.model_default = true;
+            r.push_back(a);
+        }
+        {
+            CallArgument a{"max_sequence_length", CallType::kWhole, 1, 1024,
+                           "--max-sequence-length,--max_sequence_length", "N",
+                           "The text encoder's tokens per prompt (diffusers' max_sequence_length); SD3's and FLUX's "
+                           "T5 take at most 512 (SD3 without T5: as many zero positions)",
+                           {}};
+            a.families = {{"sd3", 256, 512}, {"flux", 512, 512}, {"flux-schnell", 256, 512}, {"qwen-image", 512}};
+            a.model_default = true;
+            r.push_back(a);
+        }
+        {
+            CallArgument a{"skip_guidance_layers", CallType::kBlocks, 0, kMaxBlockIndex,
+                           "--skip-guidance-layers,--skip_guidance_layers", "BLOCKS",
+                           "Skip-layer guidance: transformer blocks a third branch skips, a comma list such as 7,8,9 "
+                           "(SD3.5 medium's); empty: none",
+                           {}};
+            a.families = {{"sd3"}};
+            r.push_back(a);
+        }
+        {
+            CallArgument a{"skip_layer_guidance_scale", CallType::kNumber, 0, 100,
+                           "--skip-layer-guidance-scale,--skip_layer_guidance_scale", "X",
+                           "How far skip-layer guidance moves the noise away from the skipping branch", {}};
+            a.families = {{"sd3", 2.8}};
+            a.active_with = "skip_guidance_layers";
+            r.push_back(a);
+        }
+        {
+            CallArgument a{"skip_layer_guidance_start", CallType::kNumber, 0, 1,
+                           "--skip-layer-guidance-start,--skip_layer_guidance_start", "F",
+                           "Fraction of the steps after which skip-layer guidance runs (below the stop)", {}};
+            a.families = {{"sd3", 0.01}};
+            a.active_with = "skip_guidance_layers";
+            a.below = "skip_layer_guidance_stop";
+            a.below_why = "the start must be below the stop";
+            a.unit = "fractions of the steps";
+            r.push_back(a);
+        }
+        {
+            CallArgument a{"skip_layer_guidance_stop", CallType::kNumber, 0, 1,
+                           "--skip-layer-guidance-stop,--skip_layer_guidance_stop", "F",
+                           "Fraction of the steps after which skip-layer guidance stops", {}};
+            a.families = {{"sd3", 0.2}};
+            a.active_with = "skip_guidance_layers";
+            a.unit = "fractions of the steps";
+            r.push_back(a);
+        }
+        return r;
+    }();
+    return rows;
+}
+
+const CallArgument* find_call_argument(std::string_view name) {
+    for (const CallArgument& a : call_arguments())
+        if (name == a.name || (a.alias && name == a.alias)) return &a;
+    return nullptr;
+}
+
+std::string CallArgument::expected(double family_max) const {
+    const double hi = family_max > 0 ? family_max : max;
+    switch (type) {
+        case CallType::kNumber:
+            return "a number from " + number_text(min) + " to " + number_text(hi);
+        case CallType::kWhole:
+            return "a whole number from " + number_text(min) + " to " + number_text(hi);
+        case CallType::kBlocks:
+            return "a list of distinct transformer block indices, e.g. [7, 8, 9] ([] for none)";
+    }
+    return {};
+}
+
+std::string CallArgument::long_flag() const {
+    const std::string all = flags;
+    return all.substr(0, all.find(','));
+}
+
+// --- CallValues ---
+
+namespace {
+
+const CallArgument& row_named(std::string_view name) {
+    const CallArgument* row = find_call_argument(name);
+    if (!row) throw InternalError("no call argument is named '" + std::string(name) + "'");
+    return *row;
+}
+
+bool fits(const CallArgument& row, const CallValue& value) {
+    switch (row.type) {
+        case CallType::kNumber:
+            return std::holds_alternative<double>(value);
+        case CallType::kWhole:
+            return std::holds_alternative<int64_t>(value);
+        case CallType::kBlocks:
+            return std::holds_alternative<std::vector<int>>(value);
+    }
+    return false;
+}
+
+std::size_t row_position(const CallArgument* row) {
+    return static_cast<std::size_t>(row - call_arguments().data());
+}
+
+}  // namespace
+
+const CallValue* CallValues::find(std::string_view name) const {
+    for (const Item& item : items_)
+        if (name == item.first->name || (item.first->alias && name == item.first->alias)) return &item.second;
+    return nullptr;
+}
+
+double CallValues::number(std::string_view name) const {
+    const CallValue* v = find(name);
+    if (v && std::holds_alternative<double>(*v)) return std::get<double>(*v);
+    if (v && std::holds_alternative<int64_t>(*v)) return static_cast<double>(std::get<int64_t>(*v));
+    throw InternalError("the call argument '" + std::string(name) + "' is " + (v ? "not a number" : "not set"));
+}
+
+int64_t CallValues::whole(std::string_view name) const {
+    const CallValue* v = find(name);
+    if (v && std::holds_alternative<int64_t>(*v)) return std::get<int64_t>(*v);
+    throw InternalError("the call argument '" + std::string(name) + "' is " +
+                        (v ? "not a whole number" : "not set"));
+}
+
+const std::vector<int>& CallValues::blocks(std::string_view name) const {
+    const CallValue* v = find(name);
+    if (v && std::holds_alternative<std::vector<int>>(*v)) return std::get<std::vector<int>>(*v);
+    throw InternalError("the call argument '" + std::string(name) + "' is " + (v ? "not a list" : "not set"));
+}
+
+void CallValues::set(const CallArgument& row, CallValue value) {
+    if (row.universal)
+        throw InternalError(std::string(row.name) + " is held in a request's own field, not its call values");
+    if (!fits(row, value)) throw InternalError(std::string("a value of the wrong type for ") + row.name);
+    const std::size_t at = row_position(&row);
+    auto it = std::find_if(items_.begin(), items_.end(),
+                           [&](const Item& item) { return row_position(item.first) >= at; });
+    if (it != items_.end() && it->first == &row) {
+        it->second = std::move(value);
+        return;
+    }
+    items_.insert(it, Item{&row, std::move(value)});
+}
+
+void CallValues::set(std::string_view name, CallValue value) { set(row_named(name), std::move(value)); }
+
+void CallValues::erase(std::string_view name) {
+    items_.erase(std::remove_if(items_.begin(), items_.end(),
+                                [&](const Item& item) { return name == item.first->name; }),
+                 items_.end());
+}
+
+bool CallValues::operator==(const CallValues& other) const { return items_ == other.items_; }
+
+nlohmann::json call_value_json(const CallValue& value) {
+    if (const double* d = std::get_if<double>(&value)) return *d;
+    if (const int64_t* i = std::get_if<int64_t>(&value)) return *i;
+    return std::get<std::vector<int>>(value);
+}
+
+std::string call_value_text(const CallValue& value) {
+    if (const double* d = std::get_if<double>(&value)) return number_text(*d);
+    if (const int64_t* i = std::get_if<int64_t>(&value)) return std::to_string(*i);
+    std::string out;
+    for (int b : std::get<std::vector<int>>(value)) out += (out.empty() ? "" : ",") + std::to_string(b);
+    return out.empty() ? "none" : out;
+}
+
+std::string read_call_value(const CallArgument& row, const nlohmann::json& j, CallValue& out, double family_max) {
+    const double hi = family_max > 0 ? family_max : row.max;
+    const std::string expected = "expected " + row.expected(family_max);
+    switch (row.type) {
+        case CallType::kNumber: {
+            if (!j.is_number() || !std::isfinite(j.get<double>()) || j.get<double>() < row.min ||
+                j.get<double>() > hi)
+                return expected;
+            out = j.get<double>();
+            return {};
+        }
+        case CallType::kWhole: {
+            if (!j.is_number_integer()) return expected;
+            // A whole number past int64's range is an unsigned one: out of every row's range.
+            if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return expected;
+            const int64_t v = j.get<int64_t>();
+            if (static_cast<double>(v) < row.min || static_cast<double>(v) > hi) return expected;
+            out = v;
+            return {};
+        }
+        case CallType::kBlocks: {
+            if (!j.is_array()) return expected;
+            std::vector<int> blocks;
+            for (const nlohmann::json& v : j) {
+                if (!v.is_number_integer() || v.get<int64_t>() < row.min || v.get<int64_t>() > hi) return expected;
+                const int b = static_cast<int>(v.get<int64_t>());
+                if (std::find(blocks.begin(), blocks.end(), b) != blocks.end())
+                    return "block " + std::to_string(b) + " is listed twice";
+                blocks.push_back(b);
+            }
+            out = std::move(blocks);
+            return {};
+        }
+    }
+    return expected;
+}
+
+// --- FamilyArguments ---
+
+FamilyArguments::FamilyArguments(const std::string& family) : family_(family) {
+    for (const CallArgument& row : call_arguments())
+        for (const FamilyUse& use : row.families) {
+            if (family != use.family) continue;
+            FamilyArgument a;
+            a.row = &row;
+            a.max = use.max > 0 ? use.max : row.max;
+            a.ignored = use.ignored;
+            a.guidance = use.guidance;
+            if (row.type == CallType::kNumber) a.value = use.value;
+            if (row.type == CallType::kWhole) a.value = static_cast<int64_t>(use.value);
+            if (row.type == CallType::kBlocks) a.value = std::vector<int>{};
+            all_.push_back(a);
+        }
+    if (all_.empty()) throw InternalError("no call argument names the model family '" + family + "'");
+    std::stable_partition(all_.begin(), all_.end(), [](const FamilyArgument& a) { return a.row->universal; });
+}
+
+const FamilyArgument* FamilyArguments::find(std::string_view name) const {
+    for (const FamilyArgument& a : all_)
+        if (name == a.row->name || (a.row->alias && name == a.row->alias)) return &a;
+    return nullptr;
+}
+
+bool FamilyArguments::takes(std::string_view name) const {
+    const FamilyArgument* a = find(name);
+    return a && !a->ignored;
+}
+
+bool FamilyArguments::ignores(std::string_view name) const {
+    const FamilyArgument* a = find(name);
+    return a && a->ignored;
+}
+
+std::vector<std::string> FamilyArguments::names() const {
+    std::vector<std::string> out;
+    for (const FamilyArgument& a : all_)
+        if (!a.row->universal && !a.ignored) out.push_back(a.row->name);
+    return out;
+}
+
+const FamilyArgument* FamilyArguments::guidance_scale() const {
+    for (const FamilyArgument& a : all_)
+        if (a.guidance != Guidance::kNone) return &a;
+    return nullptr;
+}
+
+double FamilyArguments::default_number(std::string_view name) const {
+    const FamilyArgument* a = find(name);
+    if (!a || a->row->type == CallType::kBlocks)
+        throw InternalError("the family '" + family_ + "' has no numeric call argument '" + std::string(name) + "'");
+    if (const double* d = std::get_if<double>(&a->value)) return *d;
+    return static_cast<double>(std::get<int64_t>(a->value));
+}
+
+void FamilyArguments::set_default(std::string_view name, CallValue value) {
+    for (FamilyArgument& a : all_)
+        if (name == a.row->name) {
+            if (!fits(*a.row, value)) throw InternalError(std::string("a default of the wrong type for ") + a.row->name);
+            a.value = std::move(value);
+            return;
+        }
+    throw InternalError("the family '" + family_ + "' has no call argument '" + std::string(name) + "'");
+}
+
+CallValues FamilyArguments::defaults() const { return completed(CallValues{}); }
+
+CallValues FamilyArguments::completed(const CallValues& values) const {
+    CallValues out;
+    for (const FamilyArgument& a : all_) {
+        if (a.row->universal || a.ignored) continue;
+        const CallValue* given = values.find(a.row->name);
+        out.set(*a.row, given ? *given : a.value);
+    }
+    return out;
+}
+
+bool FamilyArguments::runs_two_branches(const CallValues& values, bool has_negative_prompt) const {
+    const FamilyArgument* g = guidance_scale();
+    if (!g) return false;
+    const double scale = values.has(g->row->name) ? values.number(g->row->name) : default_number(g->row->name);
+    if (scale <= 1) return false;
+    return g->guidance != Guidance::kAbove1WithNegative || has_negative_prompt;
+}
+
+}  // namespace dp::protocol

@@ -1,0 +1,160 @@
+#pragma once
+// Note [one call-argument table]: every per-prompt call argument of the pipelines is one row here:
+// diffusers' name, type, range, each family's default, the flag (whose env twin and config key
+// follow from it), whether it shapes the pixels (--resume compares it, the manifest records it),
+// whether prompts that differ in it may share a batch, and which family reads it as its
+// classifier-free guidance scale (the cost model counts the branches from that). The option table
+// (cli/), the prompt-file reader and the job's settings (launcher/), the job file and the requests
+// (here), the queue's batching and the cost model (strategies/), the worker's requests and the
+// families' code (runtime/) all read these rows. Adding a call argument is its row plus the family
+// code that uses it.
+//
+// Universal rows (num_inference_steps, width, height) are taken by every family and live in the
+// requests' own fields; the others live in a request's CallValues. std and nlohmann/json only.
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace dp::protocol {
+
+enum class CallType {
+    kNumber,  // a finite number
+    kWhole,   // a whole number
+    kBlocks,  // a list of distinct transformer block indices
+};
+
+// How a family's classifier-free guidance depends on an argument that is its scale.
+enum class Guidance {
+    kNone,                // not a guidance scale of the family
+    kAbove1,              // a negative branch runs when the scale is above 1 (SD3's guidance_scale)
+    kAbove1WithNegative,  // ... and a negative prompt is given (FLUX's and Qwen-Image's true CFG)
+};
+
+// One family's use of a row.
+struct FamilyUse {
+    const char* family;  // a model family's id (strategies' ParallelSpec::family or variant_family)
+    double value = 0;    // its default (kBlocks: none, always empty); universal width/height: unused
+    double max = 0;      // 0: the row's max; else this family's own limit
+    bool ignored = false;  // accepted and ignored, as diffusers does (FLUX.1-schnell's guidance_scale)
+    Guidance guidance = Guidance::kNone;
+};
+
+struct CallArgument {
+    const char* name;  // diffusers' name: the JSONL key, the job file's and the manifest's
+    CallType type;
+    double min, max;   // what any family accepts (kBlocks: the indices)
+    const char* flags;       // "--guidance-scale,--guidance_scale": env DP_GUIDANCE_SCALE, config key guidance_scale
+    const char* value_name;  // the flag's value in --help: "X"
+    const char* help;
+    std::vector<FamilyUse> families;
+    bool universal = false;      // every family takes it; requests hold it in a field of their own
+    const char* alias = nullptr;  // another JSONL key for it ("steps"); a line gives at most one of them
+    bool model_default = false;  // a model folder's generation_defaults.json may set its default
+    bool pixels = true;          // it changes an image's pixels: --resume compares it
+    bool shared_batch = false;   // prompts that differ in it may still share a batch
+    // Its value has an effect only while this kBlocks row is not empty (the skip-layer settings
+    // without skipped blocks): the manifest leaves it out and --resume does not compare it then.
+    const char* active_with = nullptr;
+    const char* below = nullptr;  // its value must be below this row's (skip_layer_guidance_start)
+    const char* below_why = nullptr;  // what a value not below it breaks: "the start must be below the stop"
+    const char* unit = nullptr;       // what its values measure, for messages: "fractions of the steps"
+
+    // "a number from 0 to 100", "a whole number from 1 to 512", "a list of distinct block indices".
+    std::string expected(double family_max = 0) const;
+    // The first of `flags`: "--guidance-scale".
+    std::string long_flag() const;
+};
+
+// Every row, in the order messages and records list them.
+const std::vector<CallArgument>& call_arguments();
+// The row named `name` (or whose alias it is); nullptr when none.
+const CallArgument* find_call_argument(std::string_view name);
+
+// A value of a row: kNumber a double, kWhole an int64_t, kBlocks a list.
+using CallValue = std::variant<double, int64_t, std::vector<int>>;
+
+// The family call arguments of a request or a setting: the non-universal rows it sets, each once,
+// in the table's order.
+class CallValues {
+  public:
+    using Item = std::pair<const CallArgument*, CallValue>;
+
+    bool empty() const { return items_.empty(); }
+    bool has(std::string_view name) const { return find(name) != nullptr; }
+    const CallValue* find(std::string_view name) const;
+    // The value of `name`; throws InternalError when it is not set or not of that type (a kWhole
+    // reads as a number too).
+    double number(std::string_view name) const;
+    int64_t whole(std::string_view name) const;
+    const std::vector<int>& blocks(std::string_view name) const;
+    // Sets `row` (or the row named `name`) to `value`, of the row's type; throws InternalError otherwise.
+    void set(const CallArgument& row, CallValue value);
+    void set(std::string_view name, CallValue value);
+    void erase(std::string_view name);
+
+    const std::vector<Item>& items() const { return items_; }
+    bool operator==(const CallValues& other) const;
+    bool operator!=(const CallValues& other) const { return !(*this == other); }
+
+  private:
+    std::vector<Item> items_;
+};
+
+// A value as JSON: a number, a whole number or a list of whole numbers.
+nlohmann::json call_value_json(const CallValue& value);
+// "7.5", "256", "7,8,9" ("none" for an empty list): how messages show a value.
+std::string call_value_text(const CallValue& value);
+// Reads `row`'s value from JSON, against the row's range (or `family_max`): an error text saying
+// what is expected ("expected a number from 0 to 100"), or empty.
+std::string read_call_value(const CallArgument& row, const nlohmann::json& j, CallValue& out,
+                            double family_max = 0);
+
+// One family's call arguments, with their defaults (ParallelSpec::family, or a variant's id).
+struct FamilyArgument {
+    const CallArgument* row = nullptr;
+    CallValue value;  // the default (universal width and height: 0, the model's size)
+    double max = 0;   // the family's limit
+    bool ignored = false;
+    Guidance guidance = Guidance::kNone;
+};
+
+class FamilyArguments {
+  public:
+    FamilyArguments() = default;
+    // The rows `family` uses. Throws InternalError for a family no row names.
+    explicit FamilyArguments(const std::string& family);
+
+    const std::string& family() const { return family_; }
+    // Every row the family accepts, universal ones first, ignored ones included.
+    const std::vector<FamilyArgument>& all() const { return all_; }
+    const FamilyArgument* find(std::string_view name) const;
+    // Whether the family's pipeline reads it (accepted and not ignored).
+    bool takes(std::string_view name) const;
+    bool ignores(std::string_view name) const;
+    // The names of the rows it reads that are not universal: "guidance_scale, max_sequence_length, ...".
+    std::vector<std::string> names() const;
+    // The family's classifier-free guidance scale, or nullptr (every family has one today).
+    const FamilyArgument* guidance_scale() const;
+    // The default of `name` (as a number) and replacing it (generation_defaults.json).
+    double default_number(std::string_view name) const;
+    void set_default(std::string_view name, CallValue value);
+    // The non-universal rows it reads, at their defaults.
+    CallValues defaults() const;
+    // `values` with every row it reads and `values` leaves out at its default, and nothing else.
+    CallValues completed(const CallValues& values) const;
+
+    // Whether a request with these values runs two guidance branches: its guidance scale above 1,
+    // and a negative prompt where the family asks for one (Guidance::kAbove1WithNegative).
+    bool runs_two_branches(const CallValues& values, bool has_negative_prompt) const;
+
+  private:
+    std::string family_;
+    std::vector<FamilyArgument> all_;
+};
+
+}  // namespace dp::protocol

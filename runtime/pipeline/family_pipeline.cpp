@@ -1,0 +1,254 @@
+#include "runtime/pipeline/family_pipeline.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+
+#include "runtime/io/errors.h"
+#include "runtime/parallel/device_mapping.h"
+#include "runtime/parallel/guidance.h"
+#include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/pipeline_common.h"
+
+namespace dp::runtime {
+
+using protocol::CallValues;
+using protocol::FamilyArgument;
+
+// --- Conditioning ---
+
+Conditioning Conditioning::rows(int64_t first, int64_t count) const {
+    if (first == 0 && count == text.size(0)) return *this;
+    Conditioning c;
+    const auto part = [&](const at::Tensor& x) { return x.defined() ? x.narrow(0, first, count) : x; };
+    c.text = part(text);
+    c.pooled = part(pooled);
+    c.mask = part(mask);
+    c.tail_repeats = tail_repeats;
+    return c;
+}
+
+Conditioning Conditioning::join(const Conditioning& a, const Conditioning& b) {
+    if (a.tail_repeats != b.tail_repeats)
+        throw InternalError("Conditioning::join: the branches' texts end differently (tail_repeats)");
+    Conditioning out;
+    out.tail_repeats = a.tail_repeats;
+    if (a.pooled.defined()) out.pooled = at::cat({a.pooled, b.pooled}, 0);
+    const int64_t t = std::max(a.text.size(1), b.text.size(1));
+    if (a.text.size(1) == t && b.text.size(1) == t && !a.mask.defined() && !b.mask.defined()) {
+        out.text = at::cat({a.text, b.text}, 0);
+        return out;
+    }
+    // The shorter text padded at its end, the padding masked.
+    const auto mask_of = [](const Conditioning& c) {
+        return c.mask.defined() ? c.mask
+                                : at::ones({c.text.size(0), c.text.size(1)},
+                                           at::TensorOptions().dtype(at::kLong).device(c.text.device()));
+    };
+    const auto padded = [t](const at::Tensor& x) {
+        if (x.size(1) == t) return x;
+        // constant_pad_nd's pairs run from the last dimension back: the tokens' (dim 1) far side.
+        std::vector<int64_t> pad(2 * static_cast<std::size_t>(x.dim() - 1), 0);
+        pad[2 * static_cast<std::size_t>(x.dim() - 2) + 1] = t - x.size(1);
+        return at::constant_pad_nd(x, pad, 0);
+    };
+    out.text = at::cat({padded(a.text), padded(b.text)}, 0);
+    out.mask = at::cat({padded(mask_of(a)), padded(mask_of(b))}, 0);
+    return out;
+}
+
+// --- FamilyPipeline ---
+
+FamilyPipeline::FamilyPipeline(const PipelineOptions& options, const ParallelContext& parallel,
+                               strategies::ModelInfo model, FlowMatchSchedulerConfig scheduler)
+    : options_(options), parallel_(&parallel), model_(std::move(model)), scheduler_(std::move(scheduler)) {}
+
+at::Tensor FamilyPipeline::combine(const at::Tensor& negative, const at::Tensor& positive,
+                                   const CallValues& arguments) const {
+    return linear_guidance(negative, positive, guidance_scale(arguments));
+}
+
+bool FamilyPipeline::extra_at(int, int, const CallValues&) const { return false; }
+
+at::Tensor FamilyPipeline::predict_extra(const at::Tensor&, const LatentShape&, const Conditioning&, double,
+                                         const CallValues&) const {
+    throw InternalError("this family makes no extra prediction");
+}
+
+at::Tensor FamilyPipeline::combine_extra(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                         const CallValues&) const {
+    throw InternalError("this family makes no extra prediction");
+}
+
+at::Tensor FamilyPipeline::to_transformer(const at::Tensor& x, const char* component) const {
+    const at::Tensor y = x.to(options_.dtype);
+    const DeviceMapping* dm = options_.device_map.get();
+    return dm ? dm->move(y, dm->slot_of(component), dm->slot_of("transformer")) : y;
+}
+
+double FamilyPipeline::guidance_scale(const CallValues& arguments) const {
+    const FamilyArgument* cfg = model_.arguments.guidance_scale();
+    if (!cfg) throw InternalError(model_.family_name + " has no guidance scale");
+    return arguments.number(cfg->row->name);
+}
+
+CallValues FamilyPipeline::arguments_of(const GenerateRequest& request) const {
+    const protocol::FamilyArguments& family = model_.arguments;
+    for (const CallValues::Item& item : request.arguments.items())
+        if (!family.find(item.first->name))
+            throw ModelError(model_.family_name + " does not take " + item.first->name + " (its pipeline takes " +
+                             [&] {
+                                 std::string names;
+                                 for (const std::string& n : family.names()) names += (names.empty() ? "" : ", ") + n;
+                                 return names;
+                             }() +
+                             ")");
+    const CallValues values = family.completed(request.arguments);
+    for (const CallValues::Item& item : values.items()) {
+        const FamilyArgument& a = *family.find(item.first->name);
+        if (const auto* blocks = std::get_if<std::vector<int>>(&item.second)) {
+            const int64_t n = model_.shape.layers;
+            for (int b : *blocks)
+                if (b < 0 || b >= n)
+                    throw ModelError(std::string(a.row->name) + ": block " + std::to_string(b) +
+                                     " does not exist (the model has " + std::to_string(n) + " blocks, 0 to " +
+                                     std::to_string(n - 1) + ")");
+            continue;
+        }
+        const double v = values.number(a.row->name);
+        const auto shown = [&](double x) {  // as the row's type writes it
+            return protocol::call_value_text(a.row->type == protocol::CallType::kWhole
+                                                 ? protocol::CallValue(static_cast<int64_t>(x))
+                                                 : protocol::CallValue(x));
+        };
+        if (v < a.row->min || v > a.max)
+            throw ModelError(std::string(a.row->name) + " " + shown(v) + ": must be " + shown(a.row->min) + " to " +
+                             shown(a.max));
+        if (a.row->below && v >= values.number(a.row->below))
+            throw ModelError(std::string(a.row->name) + " " + shown(v) + ": must be below " + a.row->below + " (" +
+                             shown(values.number(a.row->below)) + ")");
+    }
+    return values;
+}
+
+void FamilyPipeline::check_batch(const std::vector<GenerateRequest>& batch, const CallValues& arguments) const {
+    const GenerateRequest& r = batch.front();
+    const FamilyArgument* cfg = model_.arguments.guidance_scale();
+    const bool negative_counts = cfg && cfg->guidance == protocol::Guidance::kAbove1WithNegative;
+    for (const GenerateRequest& other : batch) {
+        bool same = other.steps == r.steps && other.width == r.width && other.height == r.height &&
+                    (!negative_counts || other.negative_prompt.has_value() == r.negative_prompt.has_value());
+        if (same && &other != &r) {
+            const CallValues mine = arguments_of(other);
+            for (const CallValues::Item& item : arguments.items())
+                if (!item.first->shared_batch && *mine.find(item.first->name) != item.second) same = false;
+        }
+        if (same) continue;
+        std::string shared = "steps";
+        for (const CallValues::Item& item : arguments.items())
+            if (!item.first->shared_batch) shared += std::string(", ") + item.first->name;
+        throw ModelError("a batch must share " + shared + ", size" +
+                         (negative_counts ? " and whether a negative prompt is given" : ""));
+    }
+}
+
+std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
+    c10::InferenceMode inference;  // no autograd bookkeeping on any tensor made here
+    if (batch.empty()) return {};
+    const GenerateRequest& r = batch.front();
+    const CallValues arguments = arguments_of(r);
+    check_batch(batch, arguments);
+    std::vector<GenerateResult> results(batch.size());
+    const auto [width, height] = checked_size(*this, r);
+
+    // The branches: diffusers runs the negative one only where the family's guidance scale asks
+    // for it (and, for some, a negative prompt is given).
+    const bool guided = model_.arguments.runs_two_branches(arguments, r.negative_prompt.has_value());
+    const FamilyArgument* cfg = model_.arguments.guidance_scale();
+    if (!guided && r.negative_prompt && cfg && cfg->guidance == protocol::Guidance::kAbove1WithNegative)
+        for (GenerateResult& out : results)
+            out.warnings.push_back("a negative prompt is given but " + std::string(cfg->row->name) + " is " +
+                                   std::to_string(guidance_scale(arguments)).substr(0, 4) +
+                                   ": classifier-free guidance runs only above 1");
+    auto encode_branch = [&](bool negative) {
+        std::vector<std::string> prompts;
+        for (const GenerateRequest& one : batch)
+            prompts.push_back(negative ? one.negative_prompt.value_or("") : one.prompt);
+        Conditioning c = encode(prompts, arguments);
+        for (std::size_t k = 0; k < batch.size() && k < c.warnings.size(); ++k)
+            if (!c.warnings[k].empty())
+                results[k].warnings.push_back((negative ? "negative prompt: " : "") + c.warnings[k]);
+        return c;
+    };
+    // Batched here (negatives first), or one per rank of the cfg group (rank 0 the negative one),
+    // each rank encoding only its branch. `positive` is the positive branch's own (an extra
+    // prediction's input), where this rank has it.
+    const Guidance guidance(guided, parallel_->cfg());
+    Conditioning text, positive;
+    if (guidance.split()) {
+        text = positive = encode_branch(guidance.runs_negative_only());
+    } else {
+        text = positive = encode_branch(false);
+        if (guidance.enabled()) text = Conditioning::join(encode_branch(true), positive);
+    }
+    for (Conditioning* c : {&text, &positive})  // diffusers drops a mask of all ones
+        if (c->mask.defined() && c->mask.all().item<bool>()) c->mask = at::Tensor();
+
+    // The initial noise: drawn on CPU from a generator seeded per request, exactly as diffusers'
+    // randn_tensor with generator=torch.Generator("cpu").manual_seed(seed), so an image does not
+    // depend on what else is in its batch, nor on the device or the world.
+    const LatentShape shape = latents(width, height);
+    std::vector<at::Tensor> noise;
+    for (const GenerateRequest& one : batch) {
+        at::Generator gen = at::detail::createCPUGenerator(one.seed);
+        noise.push_back(at::randn({1, shape.channels, shape.height, shape.width}, gen,
+                                  at::TensorOptions().dtype(options_.dtype)));
+    }
+    at::Tensor latents = at::cat(noise, 0);
+    if (shape.packed) latents = pack_latents(latents);
+    latents = latents.to(options_.device);
+
+    // The sigmas: the scheduler's own, or numpy.linspace(1, 1 / steps, steps) (FLUX, Qwen-Image);
+    // the dynamic shift, where the config has it, from the image's tokens.
+    FlowMatchEulerScheduler scheduler(scheduler_);
+    const double mu = flow_match_mu(scheduler_, static_cast<int>(shape.tokens));
+    if (sigma_schedule() == SigmaSchedule::kEvenlySpaced)
+        scheduler.set_sigmas(linspace_sigmas(r.steps), mu);
+    else
+        scheduler.set_timesteps(r.steps, mu);
+
+    std::shared_ptr<const void> transformer = hold_transformer();
+    for (int i = 0; i < r.steps; ++i) {
+        const at::Tensor model_in = guidance.model_input(latents);
+        const double timestep = scheduler.timesteps()[static_cast<std::size_t>(i)];
+        // Note [step cache point]: the one place a step's prediction is made.
+        const at::Tensor prediction =
+            guidance.predict(model_in.size(0), options_.device.is_cpu(), [&](int64_t first, int64_t count) {
+                return predict(model_in.narrow(0, first, count), shape, text.rows(first, count), timestep, arguments);
+            });
+        at::Tensor guided_noise;
+        if (guidance.enabled() && extra_at(i, r.steps, arguments)) {
+            at::Tensor extra;
+            if (guidance.runs_positive()) extra = predict_extra(latents, shape, positive, timestep, arguments);
+            guided_noise = guidance.combine(prediction, extra,
+                                            [&](const at::Tensor& n, const at::Tensor& p, const at::Tensor& e) {
+                                                return combine_extra(n, p, e, arguments);
+                                            });
+        } else {
+            guided_noise = guidance.combine(
+                prediction, [&](const at::Tensor& n, const at::Tensor& p) { return combine(n, p, arguments); });
+        }
+        latents = scheduler.step(guided_noise, i, latents);
+        if (r.on_step) r.on_step(i + 1, r.steps);
+    }
+    transformer.reset();  // with offload, freed before the decoder is built
+
+    at::Tensor image = shape.packed ? unpack_latents(latents, shape.height, shape.width) : latents;
+    const DeviceMapping* dm = options_.device_map.get();
+    if (dm && decoder()) image = dm->move(image, dm->slot_of("transformer"), dm->slot_of(decoder()));
+    finish_results(results, decode(image), latents, r.steps);
+    return results;
+}
+
+}  // namespace dp::runtime

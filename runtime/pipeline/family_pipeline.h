@@ -1,0 +1,132 @@
+#pragma once
+// Note [one denoising loop]: every family's text-to-image call runs the same steps, as diffusers'
+// pipelines do and stable-diffusion.cpp's one runner does: check the batch, encode the prompts of
+// each guidance branch, draw each prompt's noise on the CPU from its own seed, build the sigmas
+// with the one scheduler, then per step predict (the branches split over a cfg group, batched, or
+// one call per branch on the CPU: Note [CFG branches on the CPU]), combine the branches, take the
+// Euler step and report it, and at the end release the transformer (offload) and decode.
+// FamilyPipeline::generate_batch is that loop, written once; a family writes its math only, in
+// the hooks below. Nothing in a family folder draws noise, builds sigmas or drives the scheduler.
+//
+// Two points are kept for features that act on every family at once:
+//   - Note [step cache point]: each step's prediction is made in one place, identically on every
+//     rank of a replica (the same requests, the same step): a step cache decides there whether to
+//     compute it or reuse the last one, from values every rank holds alike;
+//   - weights reach a family through one call, open_weights (pipeline_common.h), before any
+//     ParallelLinear shards them: adapters change a weight there, from unmodified base weights,
+//     so that each rank's shard of the change is its shard of the changed weight.
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/pipeline/flow_match_scheduler.h"
+#include "runtime/pipeline/pipeline.h"
+#include "strategies/model_config.h"
+
+namespace dp::runtime {
+
+class ParallelContext;
+
+// One guidance branch's text conditioning of a batch, batch first: what a family's encode makes of
+// its prompts, and what its predict takes.
+struct Conditioning {
+    at::Tensor text;    // [n, T, D]
+    at::Tensor pooled;  // [n, P], or undefined
+    at::Tensor mask;    // [n, T] int64, 1 for a prompt's own tokens; undefined: all of them are
+    // Its last text token stands for this many equal ones (SD3's Note [constant text tail]).
+    int64_t tail_repeats = 1;
+    std::vector<std::string> warnings;  // per prompt: diffusers' truncation warning, or empty
+
+    // Rows [first, first + count) of every tensor.
+    Conditioning rows(int64_t first, int64_t count) const;
+    // `a`'s rows, then `b`'s (diffusers' order: the negatives first); a shorter text is padded with
+    // masked positions. The two must have the same tail_repeats.
+    static Conditioning join(const Conditioning& a, const Conditioning& b);
+};
+
+// The sigmas the loop gives the scheduler.
+enum class SigmaSchedule {
+    kScheduler,     // the scheduler's own schedule from its config (StableDiffusion3Pipeline)
+    kEvenlySpaced,  // 1 down to 1 / steps, evenly, as numpy makes them (FluxPipeline, QwenImagePipeline)
+};
+
+// One image's initial latents as the family's transformer takes them: [channels, height, width],
+// drawn as diffusers draws them, packed 2x2 or not, and the image tokens they make (the sequence
+// length the scheduler's dynamic shift reads).
+struct LatentShape {
+    int64_t channels = 0, height = 0, width = 0;
+    bool packed = false;
+    int64_t tokens = 0;
+};
+
+class FamilyPipeline : public DiffusionPipeline {
+  public:
+    // Only the batched matmuls' shapes differ from one request at a time, which can move a pixel
+    // by one step of 255 (docs/models.md, "Seeds and determinism").
+    std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests) const final;
+
+    // What the model's folder says: its family, shape, sizes and call-argument defaults.
+    const strategies::ModelInfo& model() const { return model_; }
+    // `request`'s call arguments with each one it leaves out at the model's default. Throws
+    // ModelError for one the family does not take, or out of its range.
+    protocol::CallValues arguments_of(const GenerateRequest& request) const;
+
+  protected:
+    // `options` and `parallel` as the family loaded with (`parallel` must outlive the pipeline).
+    FamilyPipeline(const PipelineOptions& options, const ParallelContext& parallel, strategies::ModelInfo model,
+                   FlowMatchSchedulerConfig scheduler);
+
+    // --- The family's math ---
+    // The conditioning of `prompts` (one branch), its tensors on the transformer's device.
+    virtual Conditioning encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const = 0;
+    // The initial latents of one image of width x height pixels.
+    virtual LatentShape latents(int width, int height) const = 0;
+    // Which sigmas the scheduler gets (shifted as its config says). Default: its own schedule.
+    virtual SigmaSchedule sigma_schedule() const { return SigmaSchedule::kScheduler; }
+    // The transformer, held for a batch's steps: with offload it is built now and freed when the
+    // loop lets go of it, before the decoder is built.
+    virtual std::shared_ptr<const void> hold_transformer() const = 0;
+    // The transformer's noise prediction for `latents` (the model's input rows, of `shape`) at the
+    // scheduler's `timestep`, one call.
+    virtual at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
+                               double timestep, const protocol::CallValues& arguments) const = 0;
+    // The guided noise from the two branches' predictions. Default: diffusers' linear guidance at
+    // the family's guidance scale.
+    virtual at::Tensor combine(const at::Tensor& negative, const at::Tensor& positive,
+                               const protocol::CallValues& arguments) const;
+    // An extra prediction from the positive branch's input on some steps (SD3's skip-layer
+    // guidance): whether step `step` of `steps` makes one, the prediction, and the rule of three.
+    virtual bool extra_at(int step, int steps, const protocol::CallValues& arguments) const;
+    virtual at::Tensor predict_extra(const at::Tensor& latents, const LatentShape& shape, const Conditioning& positive,
+                                     double timestep, const protocol::CallValues& arguments) const;
+    virtual at::Tensor combine_extra(const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra,
+                                     const protocol::CallValues& arguments) const;
+    // The images [n, 3, H, W] in [-1, 1] from the final latents, unpacked [n, C, h, w] and on the
+    // decoder's device.
+    virtual at::Tensor decode(const at::Tensor& latents) const = 0;
+    // The component that decodes (its device_map slot); nullptr: none (pixel space).
+    virtual const char* decoder() const { return "vae"; }
+
+    // --- For the families ---
+    // `x` in the run's dtype, moved from `component`'s device to the transformer's (device_map).
+    at::Tensor to_transformer(const at::Tensor& x, const char* component) const;
+    // The value of the family's classifier-free guidance scale in `arguments`.
+    double guidance_scale(const protocol::CallValues& arguments) const;
+    const PipelineOptions& options() const { return options_; }
+    const ParallelContext& parallel() const { return *parallel_; }
+
+  private:
+    // Throws ModelError unless the batch shares what one pass through the model needs.
+    void check_batch(const std::vector<GenerateRequest>& batch, const protocol::CallValues& arguments) const;
+
+    PipelineOptions options_;
+    const ParallelContext* parallel_;
+    strategies::ModelInfo model_;
+    FlowMatchSchedulerConfig scheduler_;
+};
+
+}  // namespace dp::runtime
