@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "cli/arguments_command.h"
 #include "cli/env_command.h"
 #include "cli/plan_command.h"
 #include "launcher/build_info.h"
@@ -150,6 +151,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
         "Usage: dp-launch [OPTIONS] [PIPELINE OPTIONS] PROMPTS\n"
         "       dp-launch [OPTIONS] -- COMMAND [ARGS...]\n"
         "       dp-launch plan [OPTIONS] [PIPELINE OPTIONS]\n"
+        "       dp-launch arguments [--model M] [PIPELINE OPTIONS] [--json]\n"
         "       dp-launch env [--json]",
         "dp-launch");
     app.formatter(std::make_shared<HelpFormatter>());
@@ -166,13 +168,21 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
         "Print the mesh, each rank's role, the sub-groups, per-rank parameter bytes and the "
         "bytes sent per step for these options, without running anything");
     plan_cmd->fallthrough();  // the launch and pipeline options belong to the main app
+    CLI::App* arguments_cmd = app.add_subcommand(
+        "arguments",
+        "Print the call arguments --model's pipeline takes: each JSONL key of a prompt line, its type, range, "
+        "default, flag and what it does");
+    arguments_cmd->add_flag("--json", result.json, "Print JSON: an array of objects, one per key");
+    arguments_cmd->fallthrough();
 
     try {
         std::vector<std::string> reversed(options.rbegin(), options.rend());  // CLI11 takes argv reversed
         app.parse(reversed);
     } catch (const CLI::CallForHelp&) {
         result.action = CommandLine::Action::kPrint;
-        result.message = env_cmd->parsed() ? env_cmd->help() : app.help();
+        result.message = env_cmd->parsed()         ? env_cmd->help()
+                         : arguments_cmd->parsed() ? arguments_cmd->help()
+                                                   : app.help();
         result.exit_code = 0;
         return result;
     } catch (const CLI::CallForVersion& e) {
@@ -193,14 +203,19 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
     // `plan` resolves the same options as the main job; a PROMPTS file is optional (given: the
     // schedules' expected makespans over its prompts).
     const bool plan = plan_cmd->parsed();
-    const bool job_mode = plan || (raw.command.empty() && !stray.empty());
+    const bool arguments = arguments_cmd->parsed();
+    if (arguments && (!stray.empty() || !raw.command.empty())) {
+        result.message = "arguments takes no PROMPTS file and no command: dp-launch arguments --model M [--json]";
+        return result;
+    }
+    const bool job_mode = plan || arguments || (raw.command.empty() && !stray.empty());
     if (stray.size() > 1 || (!stray.empty() && dashes != args.end())) {
         result.message = "unexpected argument '" + stray.back().substr(0, 80) +
                          "': give one PROMPTS file, or put a command after --, e.g. dp-launch -n 2 -- " +
                          stray.front().substr(0, 80);
         return result;
     }
-    if (job_mode && !plan && stray.front() != "-") {
+    if (job_mode && !plan && !arguments && stray.front() != "-") {
         if (const auto program = launcher::guess_program(stray.front())) {
             std::vector<std::string> meant;
             for (const std::string& arg : options)
@@ -226,7 +241,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLo
         result.exit_code = e.exit_code();
         return result;
     }
-    result.action = plan ? CommandLine::Action::kPlan : CommandLine::Action::kLaunch;
+    result.action = plan        ? CommandLine::Action::kPlan
+                    : arguments ? CommandLine::Action::kArguments
+                                : CommandLine::Action::kLaunch;
     result.exit_code = 0;
     return result;
 }
@@ -242,6 +259,9 @@ int run_command_line(const CommandLine& command_line) {
                 return command_line.exit_code;
             case CommandLine::Action::kPlan:
                 std::cout << describe_plan(command_line.spec, *command_line.job) << std::flush;
+                return 0;
+            case CommandLine::Action::kArguments:
+                std::cout << describe_arguments(*command_line.job, command_line.json) << std::flush;
                 return 0;
             case CommandLine::Action::kEnv:
                 std::cout << describe_environment(command_line.json) << std::flush;

@@ -16,13 +16,14 @@ struct CommandLine {
         kLaunch,  // run spec (or print it, with --dry-run)
         kEnv,     // `dp-launch env`
         kPlan,    // `dp-launch plan [options]`: print what a job would do
+        kArguments,  // `dp-launch arguments [--model M] [--json]`: the model's call arguments
         kPrint,   // --help or --version: print `message` to stdout, exit 0
         kFail,    // print `message` to stderr, exit `exit_code`
     };
     Action action = Action::kFail;
     launcher::LaunchSpec spec;
     std::optional<launcher::JobOptions> job;  // set: the main job on a PROMPTS file
-    bool json = false;                        // `env --json`
+    bool json = false;                        // `env --json`, `arguments --json`
     std::string message;
     int exit_code = 0;
 };

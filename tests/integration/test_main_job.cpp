@@ -605,3 +605,28 @@ TEST_CASE("dp-launch plan shows a device map, or says its budgets are measured w
     REQUIRE_MESSAGE(gpus.exit_code == 0, gpus.err);
     CHECK(gpus.out.find("device_map auto: one process; budgets are") != std::string::npos);
 }
+
+TEST_CASE("dp-launch arguments --json lists a model's keys: all of them at their defaults is a valid line, any other key exits 65") {
+    const std::string dir = make_temp_dir();
+    for (const char* model : {"tiny-random-sd3", "tiny-random-qwen-image", "tiny-random-flux-schnell"}) {
+        CAPTURE(model);
+        const LaunchResult listed = run_launch({"arguments", "--model", model, "--json"});
+        REQUIRE_MESSAGE(listed.exit_code == 0, listed.err);
+        CHECK(listed.seconds < 1.0);  // configs only, no LibTorch
+        const nlohmann::json keys = nlohmann::json::parse(listed.out);
+        nlohmann::json line = {{"prompt", "a red circle"}};
+        for (const nlohmann::json& k : keys) line[k.at("name").get<std::string>()] = k.at("default");
+        const std::string good = write_prompts(dir, std::string(model) + ".jsonl", line.dump() + "\n");
+        const LaunchResult ok = run_launch({"--model", model, "--dry-run", "-o", dir + "/out", good});
+        CHECK_MESSAGE(ok.exit_code == 0, ok.err);
+        line["not_a_key"] = 1;
+        const std::string bad = write_prompts(dir, std::string(model) + "-bad.jsonl", line.dump() + "\n");
+        const LaunchResult refused = run_launch({"--model", model, "--dry-run", "-o", dir + "/out", bad});
+        CHECK(refused.exit_code == 65);
+        CHECK(refused.err.find("unknown key 'not_a_key'") != std::string::npos);
+    }
+    const LaunchResult text = run_launch({"arguments", "--model", "tiny-random-sd3"});
+    REQUIRE(text.exit_code == 0);
+    CHECK(text.out.find("skip_guidance_layers") != std::string::npos);
+    CHECK(run_launch({"arguments", "--model", dir + "/no-such-model"}).exit_code == 2);
+}

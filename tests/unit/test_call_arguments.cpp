@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
+#include "cli/arguments_command.h"
 #include "launcher/job.h"
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
@@ -316,4 +318,85 @@ TEST_CASE("a bad generation_defaults.json is refused naming the file, the key an
     CHECK(has(with("[1, 2]"), file + ": expected a JSON object"));
     CHECK(has(with("{\"guidance_scale\": "), file + ": not valid JSON"));
     CHECK(has(with(R"({"steps": 20})"), "\"steps\" is not a default"));
+}
+
+namespace {
+
+// `dp-launch arguments --model MODEL --json` as the CLI prints it.
+nlohmann::json listed_arguments(const std::string& model) {
+    JobOptions job = job_on(model);
+    return nlohmann::json::parse(dp::cli::describe_arguments(job, /*json=*/true));
+}
+
+// The request of a one-line JSONL file, or the reason the line is refused.
+std::string request_of(const nlohmann::json& line, const JobOptions& job, const ModelInfo& model,
+                       dp::protocol::JobRequest& out) {
+    const PromptFile f = parse_prompt_file(line.dump() + "\n", "p.jsonl", true,
+                                           [&](const PromptRecord& p) { return prompt_setting_problem(p, job, model); });
+    if (!f.invalid.empty()) return f.invalid[0].reason;
+    out = job_request(f.prompts.at(0), job, model);
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("dp-launch arguments: a line with every listed key at its listed default is the line that leaves them out") {
+    for (const char* model : {"tiny-random-sd3", "tiny-random-flux-dev", "tiny-random-flux-schnell",
+                              "tiny-random-qwen-image", "shapes-sd3", "qwen-image", "flux.1-dev"}) {
+        CAPTURE(model);
+        const JobOptions job = job_on(model);
+        const ModelInfo info = read_model_info(job.model);
+        const nlohmann::json listed = listed_arguments(model);
+        REQUIRE(listed.is_array());
+        nlohmann::json full = {{"prompt", "a red circle"}};
+        std::set<std::string> names;
+        for (const nlohmann::json& a : listed) {
+            for (const char* field : {"name", "type", "default", "min", "max", "flag"}) REQUIRE(a.contains(field));
+            CHECK(names.insert(a.at("name").get<std::string>()).second);
+            full[a.at("name").get<std::string>()] = a.at("default");
+        }
+        // The family's own arguments are listed, and no other family's.
+        for (const dp::protocol::CallArgument& row : dp::protocol::call_arguments())
+            CHECK_MESSAGE(names.count(row.name) == (info.arguments.find(row.name) ? 1u : 0u), row.name);
+        dp::protocol::JobRequest with_all, with_none;
+        REQUIRE(request_of(full, job, info, with_all).empty());
+        REQUIRE(request_of({{"prompt", "a red circle"}}, job, info, with_none).empty());
+        CHECK(nlohmann::json(with_all) == nlohmann::json(with_none));
+        // Any key not listed is refused: another family's, or no one's.
+        for (const dp::protocol::CallArgument& row : dp::protocol::call_arguments()) {
+            if (names.count(row.name)) continue;
+            nlohmann::json line = {{"prompt", "x"}, {row.name, row.type == dp::protocol::CallType::kBlocks
+                                                                   ? nlohmann::json::array()
+                                                                   : nlohmann::json(row.min)}};
+            CHECK_MESSAGE(!request_of(line, job, info, with_all).empty(), row.name);
+        }
+        CHECK(has(request_of({{"prompt", "x"}, {"not_a_key", 1}}, job, info, with_all), "unknown key 'not_a_key'"));
+        // Past a listed maximum is refused too.
+        for (const nlohmann::json& a : listed) {
+            if (a.at("max").is_null() || a.at("name") == "seed") continue;
+            const nlohmann::json past =
+                a.at("type") == "list of integers"
+                    ? nlohmann::json::array({a.at("max").get<int64_t>() + 1})
+                    : nlohmann::json(a.at("max").get<double>() * 2 + 1);
+            nlohmann::json line = {{"prompt", "x"}, {a.at("name").get<std::string>(), past}};
+            if (a.at("type") == "integer") line[a.at("name").get<std::string>()] = a.at("max").get<int64_t>() * 2 + 1;
+            CHECK_MESSAGE(!request_of(line, job, info, with_all).empty(), a.at("name"));
+        }
+    }
+}
+
+TEST_CASE("dp-launch arguments shows the job's own settings as the defaults a line gets") {
+    JobOptions job = job_on("tiny-random-sd3");
+    job.steps = 9;
+    job.arguments.set("guidance_scale", 3.0);
+    const nlohmann::json listed = nlohmann::json::parse(dp::cli::describe_arguments(job, true));
+    for (const nlohmann::json& a : listed) {
+        if (a.at("name") == "num_inference_steps") CHECK(a.at("default") == 9);
+        if (a.at("name") == "guidance_scale") CHECK(a.at("default") == 3.0);
+        if (a.at("name") == "max_sequence_length") CHECK(a.at("default") == 256);
+    }
+    const std::string text = dp::cli::describe_arguments(job_on("tiny-random-flux-schnell"), false);
+    CHECK(has(text, "FLUX.1-schnell"));
+    CHECK(has(text, "accepted and ignored by FLUX.1-schnell"));  // guidance_scale, as diffusers does
+    CHECK(has(text, "num_inference_steps (or steps)"));
 }

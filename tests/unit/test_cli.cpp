@@ -1195,3 +1195,25 @@ TEST_CASE("torchrun and accelerate flags and subcommands dp-launch lacks name th
         CHECK_MESSAGE(c.message.find(hint) != std::string::npos, c.message);
     }
 }
+
+TEST_CASE("dp-launch arguments takes --model, the pipeline options and --json, and no PROMPTS file or command") {
+    const CommandLine c = parse({"arguments", "--model", "tiny-random-sd3", "--steps", "5", "--json"});
+    REQUIRE_MESSAGE(c.action == CommandLine::Action::kArguments, c.message);
+    CHECK(c.json);
+    REQUIRE(c.job.has_value());
+    CHECK(c.job->steps == 5);
+    CHECK(c.job->model.find("tiny-random-sd3") != std::string::npos);
+    const CommandLine plain = parse({"arguments"});  // the built-in default model
+    REQUIRE(plain.action == CommandLine::Action::kArguments);
+    CHECK_FALSE(plain.json);
+    for (const std::vector<std::string>& bad :
+         {std::vector<std::string>{"arguments", "p.txt"}, std::vector<std::string>{"arguments", "--", "true"}}) {
+        const CommandLine r = parse(bad);
+        CHECK(r.action == CommandLine::Action::kFail);
+        CHECK(r.exit_code == 2);
+        CHECK_MESSAGE(r.message.find("arguments takes no PROMPTS file and no command") != std::string::npos, r.message);
+    }
+    const CommandLine help = parse({"arguments", "--help"});
+    CHECK(help.action == CommandLine::Action::kPrint);
+    CHECK(help.message.find("--json") != std::string::npos);
+}
