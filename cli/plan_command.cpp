@@ -135,7 +135,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
                         index["text_encoder_3"].size() == 2 && index["text_encoder_3"][1].is_string();
         text = clip_length + (t5 ? max_sequence : 1);
     }
-    const bool text_split = spec.streams.size() > 1 && spec.streams[1].split;
+    const bool text_split = strategies::stream_split(spec, "text");
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);
     const long long f = dtype == "fp32" ? 4 : 2;
 

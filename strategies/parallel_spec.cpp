@@ -189,6 +189,11 @@ bool ends_with(const std::string& s, const std::string& end) {
 
 }  // namespace
 
+bool stream_split(const ParallelSpec& spec, const std::string& name) {
+    return std::any_of(spec.streams.begin(), spec.streams.end(),
+                       [&](const StreamSpec& s) { return s.name == name && s.split; });
+}
+
 const TpRule& tp_rule_for_layer(const ParallelSpec& spec, const std::string& layer) {
     static const TpRule whole{};
     for (const TpRule& r : spec.tp_rules)

@@ -119,6 +119,10 @@ const std::vector<const ParallelSpec*>& parallel_specs();
 // The spec whose pipeline_class is `pipeline_class`, or nullptr.
 const ParallelSpec* find_parallel_spec(const std::string& pipeline_class);
 
+// Whether the attention stream `name` ("image", "text") is split over the context-parallel ranks
+// like the image tokens; false when the spec replicates it or has no such stream.
+bool stream_split(const ParallelSpec& spec, const std::string& name);
+
 // The rule for a layer (its name without ".weight"/".bias"); kWhole when no rule matches.
 const TpRule& tp_rule_for_layer(const ParallelSpec& spec, const std::string& layer);
 // Whether tensor parallelism splits this tensor (a ".weight" or ".bias"): column-parallel

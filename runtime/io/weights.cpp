@@ -64,6 +64,7 @@ WeightStore WeightStore::random(uint64_t seed, at::ScalarType dtype, at::Device 
 bool WeightStore::has(const std::string& name) const { return random_ || by_name_.count(name) > 0; }
 
 at::Tensor WeightStore::keep(const std::string& name, at::Tensor t) {
+    taken_bytes_ += t.numel() * static_cast<int64_t>(t.element_size());
     if (keep_) {
         t = t.detach().clone().requires_grad_(true);  // a leaf of its own, not a view of a mapping
         parameters_.emplace_back(name, t);

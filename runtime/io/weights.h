@@ -42,6 +42,9 @@ class WeightStore : public ShardSource {
     // that only the slice becomes resident (tensor-parallel shards).
     at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
                           int64_t length) override;
+    // Bytes of every tensor taken so far, as taken (a shard's, in its dtype): what a module holds
+    // is the difference across its loading, so no layer can be left out of its count.
+    int64_t taken_bytes() const { return taken_bytes_; }
     // The tensors taken as slices so far (what tensor parallelism split).
     const std::set<std::string>& sharded() const { return sharded_; }
     // Whether `name` exists (a random store has every name).
@@ -84,6 +87,7 @@ class WeightStore : public ShardSource {
     std::map<std::string, std::shared_ptr<SafetensorsFile>> by_name_;  // tensor -> file holding it
     std::set<std::string> taken_;
     std::set<std::string> sharded_;
+    int64_t taken_bytes_ = 0;
 };
 
 }  // namespace dp::runtime

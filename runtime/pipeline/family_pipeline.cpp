@@ -58,6 +58,16 @@ Conditioning Conditioning::join(const Conditioning& a, const Conditioning& b) {
     return out;
 }
 
+LatentShape packed_latents(int64_t channels, int64_t vae_scale, int width, int height) {
+    LatentShape s;
+    s.channels = channels;
+    s.height = 2 * (height / (vae_scale * 2));
+    s.width = 2 * (width / (vae_scale * 2));
+    s.packed = true;
+    s.tokens = (s.height / 2) * (s.width / 2);
+    return s;
+}
+
 // --- FamilyPipeline ---
 
 FamilyPipeline::FamilyPipeline(const PipelineOptions& options, const ParallelContext& parallel,

@@ -63,6 +63,10 @@ struct LatentShape {
     int64_t tokens = 0;
 };
 
+// The latents FluxPipeline and QwenImagePipeline make: `channels` of them, each side the pixels
+// over `vae_scale` rounded down to even, packed 2x2 (a token per patch).
+LatentShape packed_latents(int64_t channels, int64_t vae_scale, int width, int height);
+
 class FamilyPipeline : public DiffusionPipeline {
   public:
     // Only the batched matmuls' shapes differ from one request at a time, which can move a pixel

@@ -34,24 +34,57 @@ at::Tensor LayerNorm::operator()(const at::Tensor& x) const {
     return at::layer_norm(x, {dim}, weight, bias, eps);
 }
 
-RMSNorm RMSNorm::load(WeightStore& w, const std::string& prefix, int64_t dim, double eps, bool affine) {
+RMSNorm RMSNorm::load(WeightStore& w, const std::string& prefix, int64_t dim, double eps, bool affine,
+                      RmsRounding rounding) {
     RMSNorm n;
     n.eps = eps;
+    n.rounding = rounding;
     if (affine) n.weight = w.take(prefix + ".weight", {dim});
     return n;
 }
 
+RMSNorm RMSNorm::load_weight(WeightStore& w, const std::string& name, int64_t dim, double eps, RmsRounding rounding) {
+    RMSNorm n;
+    n.eps = eps;
+    n.rounding = rounding;
+    n.weight = w.take(name, {dim});
+    return n;
+}
+
 at::Tensor RMSNorm::operator()(const at::Tensor& x) const {
-    // As diffusers: the mean square in fp32, the result back in the input's dtype.
+    const bool half_weight =
+        weight.defined() && (weight.scalar_type() == at::kHalf || weight.scalar_type() == at::kBFloat16);
+    if (rounding == RmsRounding::kQwen2) {
+        const at::Tensor h = x.to(at::kFloat);
+        const at::Tensor normed = (h * at::rsqrt(h.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
+        return weight.defined() ? weight * normed : normed;
+    }
     const at::Tensor var = x.to(at::kFloat).pow(2).mean(-1, true);
     at::Tensor y = x * at::rsqrt(var + eps);
-    if (weight.defined() && weight_in_fp32) return (y.to(at::kFloat) * weight.to(at::kFloat)).to(x.scalar_type());
-    if (weight.defined()) {
-        if (weight.scalar_type() == at::kHalf || weight.scalar_type() == at::kBFloat16)
-            y = y.to(weight.scalar_type());
-        y = y * weight;
-    }
-    return y.to(x.scalar_type());
+    if (!weight.defined()) return y.to(x.scalar_type());
+    if (rounding == RmsRounding::kTorch) return (y.to(at::kFloat) * weight.to(at::kFloat)).to(x.scalar_type());
+    if (half_weight) y = y.to(weight.scalar_type());
+    if (rounding == RmsRounding::kT5) return weight * y;
+    return (y * weight).to(x.scalar_type());
+}
+
+at::Tensor clamp_half(const at::Tensor& x, HalfClamp how) {
+    if (x.scalar_type() != at::kHalf) return x;
+    const double max = 65504.0;  // torch.finfo(torch.float16).max
+    if (how == HalfClamp::kRange) return x.clamp(-max, max);
+    const at::Tensor bound =
+        at::where(at::isinf(x).any(), at::scalar_tensor(max - 1000, x.options().dtype(at::kFloat)),
+                  at::scalar_tensor(max, x.options().dtype(at::kFloat)));
+    return at::clamp(x, -bound, bound);
+}
+
+at::Tensor rope_frequencies(int64_t dim, double theta, const at::TensorOptions& options) {
+    return at::reciprocal(at::pow(theta, at::arange(0, dim, 2, options) / static_cast<double>(dim)));
+}
+
+ParallelLinear LinearLoader::operator()(const std::string& name, int64_t in, int64_t out, int64_t unit,
+                                        bool bias) const {
+    return ParallelLinear::load(weights_, name, in, out, strategies::tp_rule_for_layer(spec_, name), tp_, bias, unit);
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {

@@ -31,16 +31,54 @@ struct LayerNorm {
     at::Tensor operator()(const at::Tensor& x) const;
 };
 
+// How an RMS norm rounds in a 16-bit run; the mean square is always taken in fp32.
+enum class RmsRounding {
+    kDiffusers,  // diffusers' RMSNorm: a 16-bit weight applies after rounding to its dtype, the
+                 // result in the input's dtype
+    kTorch,      // torch.nn.RMSNorm (FLUX's qk-norms): the weight applied in fp32, rounded once at the end
+    kT5,         // transformers' T5LayerNorm: as diffusers', the result left in the weight's dtype
+    kQwen2,      // transformers' Qwen2RMSNorm: the normalised input back in its dtype, then the weight
+};
+
 struct RMSNorm {
     at::Tensor weight;  // undefined without elementwise affine
     double eps = 1e-6;
-    // false: diffusers' RMSNorm (a 16-bit weight applies after rounding to its dtype); true:
-    // torch.nn.RMSNorm (FLUX's qk-norms), the weight applied in fp32 and rounded once at the end.
-    bool weight_in_fp32 = false;
+    RmsRounding rounding = RmsRounding::kDiffusers;
 
-    static RMSNorm load(WeightStore& w, const std::string& prefix, int64_t dim, double eps,
-                        bool affine = true);
+    static RMSNorm load(WeightStore& w, const std::string& prefix, int64_t dim, double eps, bool affine = true,
+                        RmsRounding rounding = RmsRounding::kDiffusers);
+    // `name` itself is the weight (transformers' layer_norm.weight), not `prefix`.weight.
+    static RMSNorm load_weight(WeightStore& w, const std::string& name, int64_t dim, double eps,
+                               RmsRounding rounding);
     at::Tensor operator()(const at::Tensor& x) const;
+};
+
+// An fp16 residual stream kept finite, as diffusers and transformers do; other dtypes pass
+// unchanged. kRange clamps to fp16's range; kBelowOverflow (transformers' T5) clamps to 1000
+// below it when anything overflowed already, without a host sync.
+enum class HalfClamp { kRange, kBelowOverflow };
+at::Tensor clamp_half(const at::Tensor& x, HalfClamp how = HalfClamp::kRange);
+
+// Rotary embeddings' one frequency table: 1 / theta^(2i / dim) for i < dim / 2, [dim / 2] in
+// `options`' dtype (FLUX's float64, Qwen-Image's and Qwen2's fp32) and on its device.
+at::Tensor rope_frequencies(int64_t dim, double theta, const at::TensorOptions& options);
+
+// A component's linear layers, each a ParallelLinear split as its family's spec says (its TP rule
+// by the layer's name) over `tp`. `unit`: the features that stay together on a rank (an attention
+// head's head_dim; 1 for an MLP or a modulation). Throws ModelError naming a missing or misshapen
+// tensor.
+class LinearLoader {
+  public:
+    LinearLoader(WeightStore& weights, const strategies::ParallelSpec& spec, const TensorGroup& tp)
+        : weights_(weights), spec_(spec), tp_(tp) {}
+    ParallelLinear operator()(const std::string& name, int64_t in, int64_t out, int64_t unit = 1,
+                              bool bias = true) const;
+    WeightStore& weights() const { return weights_; }
+
+  private:
+    WeightStore& weights_;
+    const strategies::ParallelSpec& spec_;
+    TensorGroup tp_;
 };
 
 // diffusers' FeedForward with activation_fn "gelu-approximate": GELU(tanh) between two linear

@@ -14,14 +14,6 @@
 namespace dp::runtime {
 namespace {
 
-// Qwen2's RMS norm (Note [Qwen2 dtypes]): the mean square in fp32, the normalised input back in
-// its dtype, then scaled by the weight.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-    const at::Tensor h = x.to(at::kFloat);
-    const at::Tensor variance = h.pow(2).mean(-1, true);
-    return weight * (h * at::rsqrt(variance + eps)).to(x.scalar_type());
-}
-
 // [.., d] -> [-second half, first half].
 at::Tensor rotate_half(const at::Tensor& x) {
     const int64_t half = x.size(-1) / 2;
@@ -138,6 +130,8 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
                          " key-value heads over a tensor-parallel degree of " + std::to_string(tp.size) +
                          ": a rank would hold none (each rank keeps whole GQA groups)");
     local_kv_heads_ = tp.share(kv);
+    const int64_t loaded_before = w.taken_bytes();
+    const double eps = config.rms_norm_eps;  // Qwen2's RMS norms (Note [Qwen2 dtypes])
     const std::string base =
         w.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
     w.skip_prefix("visual.");
@@ -146,28 +140,28 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
     embedding_ = w.take(base + "embed_tokens.weight", {config.vocab_size, d});
     // Heads split by GQA groups: a unit of q's features is one group's query heads, k's and v's
     // one key-value head; the MLP by single features (Note [uneven heads]).
+    const LinearLoader load(w, spec, tp);
     auto linear = [&](const std::string& name, int64_t in, int64_t out, bool bias, int64_t unit) {
-        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp, bias,
-                                    unit);
+        return load(name, in, out, unit, bias);
     };
     for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
         const std::string p = base + "layers." + std::to_string(i) + ".";
         Layer l;
-        l.input_norm = w.take(p + "input_layernorm.weight", {d});
+        l.input_norm = RMSNorm::load(w, p + "input_layernorm", d, eps, true, RmsRounding::kQwen2);
         l.q = linear(p + "self_attn.q_proj", d, heads * hd, true, group * hd);
         l.k = linear(p + "self_attn.k_proj", d, kv * hd, true, hd);
         l.v = linear(p + "self_attn.v_proj", d, kv * hd, true, hd);
         l.o = linear(p + "self_attn.o_proj", heads * hd, d, false, group * hd);
-        l.post_attention_norm = w.take(p + "post_attention_layernorm.weight", {d});
+        l.post_attention_norm = RMSNorm::load(w, p + "post_attention_layernorm", d, eps, true, RmsRounding::kQwen2);
         l.gate = linear(p + "mlp.gate_proj", d, ff, false, 1);
         l.up = linear(p + "mlp.up_proj", d, ff, false, 1);
         l.down = linear(p + "mlp.down_proj", ff, d, false, 1);
         layers_.push_back(std::move(l));
     }
-    final_norm_ = w.take(base + "norm.weight", {d});
+    final_norm_ = RMSNorm::load(w, base + "norm", d, eps, true, RmsRounding::kQwen2);
+    parameter_bytes_ = w.taken_bytes() - loaded_before;
     const at::TensorOptions floats = at::TensorOptions().dtype(at::kFloat).device(w.device());
-    inv_freq_ =
-        at::reciprocal(at::pow(config.rope_theta, at::arange(0, hd, 2, floats) / static_cast<double>(hd)));
+    inv_freq_ = rope_frequencies(hd, config.rope_theta, floats);
 }
 
 at::Tensor Qwen2TextEncoder::forward(const at::Tensor& input_ids, const at::Tensor& mask) const {
@@ -177,7 +171,6 @@ at::Tensor Qwen2TextEncoder::forward(const at::Tensor& input_ids, const at::Tens
     const at::Tensor ids = input_ids.to(embedding_.device(), at::kLong);
     const int64_t tokens = ids.size(1), group = config_.group_size();
     const int64_t q_heads = local_kv_heads_ * group;
-    const double eps = config_.rms_norm_eps;
     at::Tensor x = at::embedding(embedding_, ids);
     // Note [Qwen2.5-VL text positions]: positions 0 .. L-1 on every row, one rotary stream.
     const at::Tensor positions = at::arange(tokens, inv_freq_.options());
@@ -188,7 +181,7 @@ at::Tensor Qwen2TextEncoder::forward(const at::Tensor& input_ids, const at::Tens
     const at::Tensor bias = attention_bias(mask, tokens, q_heads, x.options());
     const SequenceShard whole(tokens, SequenceGroups{});  // a text encoder: every rank holds all tokens
     for (const Layer& l : layers_) {
-        at::Tensor h = rms_norm(x, l.input_norm, eps);
+        at::Tensor h = l.input_norm(x);
         AttentionInputs in;
         in.q = rotate(split_heads(l.q(h), q_heads));
         // Each key-value head serves its group's query heads (transformers' repeat_kv).
@@ -197,21 +190,10 @@ at::Tensor Qwen2TextEncoder::forward(const at::Tensor& input_ids, const at::Tens
         in.shard = &whole;
         in.logits_bias = bias;
         x = x + l.o(merge_heads(attend(in).out));
-        h = rms_norm(x, l.post_attention_norm, eps);
+        h = l.post_attention_norm(x);
         x = x + l.down(at::silu(l.gate(h)) * l.up(h));
     }
-    return rms_norm(x, final_norm_, eps);
-}
-
-int64_t Qwen2TextEncoder::parameter_bytes() const {
-    auto bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : int64_t{0}; };
-    int64_t total = bytes(embedding_) + bytes(final_norm_);
-    for (const Layer& l : layers_) {
-        total += bytes(l.input_norm) + bytes(l.post_attention_norm);
-        for (const ParallelLinear* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-            total += p->parameter_bytes();
-    }
-    return total;
+    return final_norm_(x);
 }
 
 }  // namespace dp::runtime

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "runtime/io/weights.h"
+#include "runtime/models/common/layers.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "strategies/parallel_spec.h"
@@ -73,18 +74,20 @@ class Qwen2TextEncoder {
     at::Tensor forward(const at::Tensor& ids, const at::Tensor& mask = {}) const;
 
     const Qwen2TextConfig& config() const { return config_; }
-    // Bytes of the tensors this rank holds.
-    int64_t parameter_bytes() const;
+    // Bytes of the tensors this rank holds: every tensor it took from its store.
+    int64_t parameter_bytes() const { return parameter_bytes_; }
 
   private:
     struct Layer {
-        at::Tensor input_norm, post_attention_norm;
+        RMSNorm input_norm, post_attention_norm;
         ParallelLinear q, k, v, o, gate, up, down;
     };
     Qwen2TextConfig config_;
     int64_t local_kv_heads_ = 0;
-    at::Tensor embedding_, final_norm_, inv_freq_;  // inv_freq_: [head_dim / 2] fp32
+    at::Tensor embedding_, inv_freq_;  // inv_freq_: [head_dim / 2] fp32
+    RMSNorm final_norm_;
     std::vector<Layer> layers_;
+    int64_t parameter_bytes_ = 0;
 };
 
 }  // namespace dp::runtime

@@ -16,16 +16,6 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-// T5LayerNorm: x / rms(x) * weight, the mean square in fp32; a half-precision weight brings the
-// result back to its dtype before the scale (Note [T5 dtypes]).
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-    const at::Tensor variance = x.to(at::kFloat).pow(2).mean(-1, true);
-    at::Tensor h = x * at::rsqrt(variance + eps);
-    if (weight.scalar_type() == at::kHalf || weight.scalar_type() == at::kBFloat16)
-        h = h.to(weight.scalar_type());
-    return weight * h;
-}
-
 // transformers' gelu_new (the tanh approximation), op for op, so that half precision rounds alike.
 at::Tensor gelu_new(const at::Tensor& x) {
     return 0.5 * x * (1.0 + at::tanh(std::sqrt(2.0 / kPi) * (x + 0.044715 * at::pow(x, 3.0))));
@@ -37,17 +27,6 @@ at::Tensor activate(const std::string& act, const at::Tensor& x) {
     if (act == "gelu") return at::gelu(x);
     if (act == "silu") return at::silu(x);
     return at::relu(x);
-}
-
-// An fp16 residual stream clamped to fp16's range, less 1000 when it overflowed (without a host
-// sync). Other dtypes pass unchanged.
-at::Tensor clamp_half(const at::Tensor& x) {
-    if (x.scalar_type() != at::kHalf) return x;
-    const double max = 65504.0;  // torch.finfo(torch.float16).max
-    const at::Tensor bound =
-        at::where(at::isinf(x).any(), at::scalar_tensor(max - 1000, x.options().dtype(at::kFloat)),
-                  at::scalar_tensor(max, x.options().dtype(at::kFloat)));
-    return at::clamp(x, -bound, bound);
 }
 
 // The bidirectional relative-position bucket of each (query, key) pair, [T, T] int64: half the
@@ -138,20 +117,24 @@ T5Encoder::T5Encoder(const T5Config& config, WeightStore& w, const TensorGroup& 
     const at::Tensor bias = w.take("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
                                    {config.relative_attention_num_buckets, config.num_heads});
     relative_bias_ = bias.narrow(1, tp.share_start(config.num_heads), local_heads_).contiguous();
+    const LinearLoader load(w, spec, tp);
     auto linear = [&](const std::string& name, int64_t in, int64_t out, int64_t unit) {
-        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp,
-                                    /*bias=*/false, unit);
+        return load(name, in, out, unit, /*bias=*/false);
     };
+    // T5LayerNorm: the mean square in fp32; a half-precision weight brings the result back to its
+    // dtype before the scale (Note [T5 dtypes]).
+    const double eps = config.layer_norm_epsilon;
+    auto norm = [&](const std::string& name) { return RMSNorm::load_weight(w, name, d, eps, RmsRounding::kT5); };
     const at::ScalarType run_dtype = w.dtype();
     for (int64_t i = 0; i < config.num_layers; ++i) {
         const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
         Block b;
-        b.attention_norm = w.take(p + "0.layer_norm.weight", {d});
+        b.attention_norm = norm(p + "0.layer_norm.weight");
         b.q = linear(p + "0.SelfAttention.q", d, inner, config.d_kv);
         b.k = linear(p + "0.SelfAttention.k", d, inner, config.d_kv);
         b.v = linear(p + "0.SelfAttention.v", d, inner, config.d_kv);
         b.o = linear(p + "0.SelfAttention.o", inner, d, config.d_kv);
-        b.ff_norm = w.take(p + "1.layer_norm.weight", {d});
+        b.ff_norm = norm(p + "1.layer_norm.weight");
         if (config.gated()) {
             b.wi_0 = linear(p + "1.DenseReluDense.wi_0", d, ff, 1);
             b.wi_1 = linear(p + "1.DenseReluDense.wi_1", d, ff, 1);
@@ -169,7 +152,7 @@ T5Encoder::T5Encoder(const T5Config& config, WeightStore& w, const TensorGroup& 
         w.set_dtype(run_dtype);
         blocks_.push_back(std::move(b));
     }
-    final_norm_ = w.take("encoder.final_layer_norm.weight", {d});
+    final_norm_ = norm("encoder.final_layer_norm.weight");
 }
 
 at::Tensor T5Encoder::position_bias(int64_t tokens) const {
@@ -185,11 +168,10 @@ at::Tensor T5Encoder::forward(const at::Tensor& input_ids) const {
     const int64_t tokens = ids.size(1);
     const at::Tensor bias = position_bias(tokens);
     const SequenceShard whole(tokens, SequenceGroups{});  // a text encoder: every rank holds all tokens
-    const double eps = config_.layer_norm_epsilon;
     const std::string act = config_.activation();
     at::Tensor x = at::embedding(embedding_, ids);
     for (const Block& b : blocks_) {
-        at::Tensor h = rms_norm(x, b.attention_norm, eps);
+        at::Tensor h = b.attention_norm(x);
         AttentionInputs in;
         in.q = split_heads(b.q(h), local_heads_);
         in.k = split_heads(b.k(h), local_heads_);
@@ -197,19 +179,19 @@ at::Tensor T5Encoder::forward(const at::Tensor& input_ids) const {
         in.shard = &whole;
         in.scale = 1.0;  // T5 attends unscaled
         in.logits_bias = bias;
-        x = clamp_half(x + b.o(merge_heads(attend(in).out)));
-        h = rms_norm(x, b.ff_norm, eps);
+        x = clamp_half(x + b.o(merge_heads(attend(in).out)), HalfClamp::kBelowOverflow);
+        h = b.ff_norm(x);
         h = b.wi_1.defined() ? activate(act, b.wi_0(h)) * b.wi_1(h) : activate(act, b.wi_0(h));
-        x = clamp_half(x + b.wo(h.to(b.wo.weight().scalar_type())));
+        x = clamp_half(x + b.wo(h.to(b.wo.weight().scalar_type())), HalfClamp::kBelowOverflow);
     }
-    return rms_norm(x, final_norm_, eps);
+    return final_norm_(x);
 }
 
 int64_t T5Encoder::parameter_bytes() const {
     auto bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : int64_t{0}; };
-    int64_t total = bytes(embedding_) + bytes(relative_bias_) + bytes(final_norm_);
+    int64_t total = bytes(embedding_) + bytes(relative_bias_) + bytes(final_norm_.weight);
     for (const Block& b : blocks_) {
-        total += bytes(b.attention_norm) + bytes(b.ff_norm);
+        total += bytes(b.attention_norm.weight) + bytes(b.ff_norm.weight);
         for (const ParallelLinear* l : {&b.q, &b.k, &b.v, &b.o, &b.wi_0, &b.wi_1, &b.wo})
             total += l->parameter_bytes();
     }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/io/weights.h"
+#include "runtime/models/common/layers.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "strategies/parallel_spec.h"
@@ -63,12 +64,13 @@ class T5Encoder {
 
   private:
     struct Block {
-        at::Tensor attention_norm, ff_norm;
+        RMSNorm attention_norm, ff_norm;  // T5LayerNorm (RmsRounding::kT5)
         ParallelLinear q, k, v, o, wi_0, wi_1, wo;  // wi_0 is v1.0's wi when not gated; wi_1 then absent
     };
     T5Config config_;
     int64_t local_heads_ = 0;
-    at::Tensor embedding_, relative_bias_, final_norm_;  // relative_bias_: [buckets, local heads]
+    at::Tensor embedding_, relative_bias_;  // relative_bias_: [buckets, local heads]
+    RMSNorm final_norm_;
     std::vector<Block> blocks_;
 };
 

@@ -176,13 +176,7 @@ Conditioning FluxPipeline::encode(const std::vector<std::string>& prompts, const
 
 LatentShape FluxPipeline::latents(int width, int height) const {
     // [C, H, W] with H and W even, in the text's dtype, packed 2x2 for the transformer.
-    LatentShape s;
-    s.channels = c_->transformer_config.in_channels / 4;
-    s.height = 2 * (height / (c_->vae_scale * 2));
-    s.width = 2 * (width / (c_->vae_scale * 2));
-    s.packed = true;
-    s.tokens = (s.height / 2) * (s.width / 2);
-    return s;
+    return packed_latents(c_->transformer_config.in_channels / 4, c_->vae_scale, width, height);
 }
 
 std::shared_ptr<const void> FluxPipeline::hold_transformer() const { return c_->transformer.use(); }

@@ -52,8 +52,7 @@ std::array<int64_t, 3> axes_dims(const ConfigJson& c, int64_t head_dim) {
 // One axis' angles, positions [N] times dim / 2 frequencies, in float64 as diffusers computes them,
 // each repeated for its pair: [N, dim].
 at::Tensor axis_angles(const at::Tensor& positions, int64_t dim) {
-    const at::Tensor freqs =
-        1.0 / at::pow(kTheta, at::arange(0, dim, 2, at::kDouble) / static_cast<double>(dim));
+    const at::Tensor freqs = rope_frequencies(dim, kTheta, at::TensorOptions().dtype(at::kDouble));
     return at::outer(positions.to(at::kDouble), freqs).repeat_interleave(2, 1);
 }
 
@@ -131,12 +130,12 @@ FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStor
     const TensorGroup tp = parallel.tensor();
     prepare_transformer_load(mapping_.get(), w, config.num_layers + config.num_single_layers,
                              config.num_attention_heads, tp);
+    const int64_t loaded_before = w.taken_bytes();
     const strategies::ParallelSpec& spec = strategies::flux_parallel_spec();
+    if (!strategies::stream_split(spec, "text"))
+        throw InternalError("FLUX.1's single blocks run text and image as one stream: its spec must split the text");
     // The MLPs' and modulations' features as evenly as tp allows; attention by whole heads.
-    auto linear = [&](const std::string& name, int64_t in, int64_t out, int64_t unit = 1) {
-        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp, true,
-                                    unit);
-    };
+    const LinearLoader linear(w, spec, tp);
     auto place = [&](int64_t block) {
         if (mapping_)
             w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[block])]);
@@ -151,34 +150,12 @@ FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStor
     }
     text_1_ = linear("time_text_embed.text_embedder.linear_1", config.pooled_projection_dim, d);
     text_2_ = linear("time_text_embed.text_embedder.linear_2", d, d);
-    auto qk_norm = [&](const std::string& name) {
-        RMSNorm n = RMSNorm::load(w, name, hd, kEps);
-        n.weight_in_fp32 = true;  // torch.nn.RMSNorm
-        return n;
-    };
+    DualStreamLayout layout;
+    layout.qk_rounding = RmsRounding::kTorch;       // torch.nn.RMSNorm
+    layout.clamp = DualStreamLayout::Clamp::kText;  // as diffusers: the text stream only
     for (int64_t i = 0; i < config.num_layers; ++i) {
         place(i);
-        const std::string b = spec.block_prefixes[0] + std::to_string(i);
-        FluxDoubleBlock blk;
-        blk.norm1 = linear(b + ".norm1.linear", d, 6 * d);
-        blk.norm1_context = linear(b + ".norm1_context.linear", d, 6 * d);
-        blk.to_q = linear(b + ".attn.to_q", d, d, hd);
-        blk.to_k = linear(b + ".attn.to_k", d, d, hd);
-        blk.to_v = linear(b + ".attn.to_v", d, d, hd);
-        blk.to_out = linear(b + ".attn.to_out.0", d, d, hd);
-        blk.add_q = linear(b + ".attn.add_q_proj", d, d, hd);
-        blk.add_k = linear(b + ".attn.add_k_proj", d, d, hd);
-        blk.add_v = linear(b + ".attn.add_v_proj", d, d, hd);
-        blk.to_add_out = linear(b + ".attn.to_add_out", d, d, hd);
-        blk.norm_q = qk_norm(b + ".attn.norm_q");
-        blk.norm_k = qk_norm(b + ".attn.norm_k");
-        blk.norm_added_q = qk_norm(b + ".attn.norm_added_q");
-        blk.norm_added_k = qk_norm(b + ".attn.norm_added_k");
-        blk.ff.in = linear(b + ".ff.net.0.proj", d, 4 * d);
-        blk.ff.out = linear(b + ".ff.net.2", 4 * d, d);
-        blk.ff_context.in = linear(b + ".ff_context.net.0.proj", d, 4 * d);
-        blk.ff_context.out = linear(b + ".ff_context.net.2", 4 * d, d);
-        double_blocks_.push_back(std::move(blk));
+        double_blocks_.emplace_back(linear, spec.block_prefixes[0] + std::to_string(i), d, hd, layout);
     }
     for (int64_t i = 0; i < config.num_single_layers; ++i) {
         place(config.num_layers + i);
@@ -192,36 +169,14 @@ FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStor
         // heads and proj_mlp's features are, so that each rank's slices meet.
         blk.proj_mlp = linear(b + ".proj_mlp", d, 4 * d, hd);
         blk.proj_out = linear(b + ".proj_out", 5 * d, d, hd);
-        blk.norm_q = qk_norm(b + ".attn.norm_q");
-        blk.norm_k = qk_norm(b + ".attn.norm_k");
+        blk.norm_q = RMSNorm::load(w, b + ".attn.norm_q", hd, kEps, true, RmsRounding::kTorch);
+        blk.norm_k = RMSNorm::load(w, b + ".attn.norm_k", hd, kEps, true, RmsRounding::kTorch);
         single_blocks_.push_back(std::move(blk));
     }
     place(0);
     norm_out_ = linear("norm_out.linear", d, 2 * d);
     proj_out_ = linear("proj_out", d, config.patch_size * config.patch_size * config.out_channels);
-}
-
-int64_t FluxTransformer::parameter_bytes() const {
-    int64_t total = 0;
-    auto add = [&](const at::Tensor& t) {
-        if (t.defined()) total += t.numel() * t.element_size();
-    };
-    for (const ParallelLinear* l : {&x_embedder_, &context_embedder_, &time_1_, &time_2_, &guidance_1_,
-                                    &guidance_2_, &text_1_, &text_2_, &norm_out_, &proj_out_})
-        total += l->parameter_bytes();
-    for (const FluxDoubleBlock& b : double_blocks_) {
-        for (const ParallelLinear* l :
-             {&b.norm1, &b.norm1_context, &b.to_q, &b.to_k, &b.to_v, &b.to_out, &b.add_q, &b.add_k, &b.add_v,
-              &b.to_add_out, &b.ff.in, &b.ff.out, &b.ff_context.in, &b.ff_context.out})
-            total += l->parameter_bytes();
-        for (const RMSNorm* n : {&b.norm_q, &b.norm_k, &b.norm_added_q, &b.norm_added_k}) add(n->weight);
-    }
-    for (const FluxSingleBlock& b : single_blocks_) {
-        for (const ParallelLinear* l : {&b.norm, &b.to_q, &b.to_k, &b.to_v, &b.proj_mlp, &b.proj_out})
-            total += l->parameter_bytes();
-        for (const RMSNorm* n : {&b.norm_q, &b.norm_k}) add(n->weight);
-    }
-    return total;
+    parameter_bytes_ = w.taken_bytes() - loaded_before;
 }
 
 at::Tensor FluxTransformer::conditioning(const at::Tensor& timestep, const at::Tensor& guidance,
@@ -239,50 +194,57 @@ at::Tensor FluxTransformer::conditioning(const at::Tensor& timestep, const at::T
     return temb + text_2_(at::silu(text_1_(pooled.to(device, dtype))));
 }
 
-void FluxTransformer::single_blocks_split(at::Tensor& x, at::Tensor& ctx, at::Tensor& temb_act, at::Tensor& cos,
-                                          at::Tensor& sin, const SequenceShard& image, const SequenceShard& words,
-                                          BlockPlacement& placement) const {
-    const at::ScalarType dtype = x.scalar_type();
+// Note [FLUX single blocks, one stream]: text and image go through the single blocks as
+// diffusers' one [text, image] stream, so no block concatenates or splits them: this rank's text
+// block then its image block, one tensor for the per-token layers. Unsplit, attend() takes it as
+// one stream; split, as the two streams it holds, each by its own shard. The text's rotation is
+// the identity (cos 1, sin 0): x * 1 + rotated * 0 is x exactly.
+at::Tensor FluxTransformer::single_blocks(const at::Tensor& x, const at::Tensor& ctx, at::Tensor& temb_act,
+                                          const at::Tensor& cos, const at::Tensor& sin, const SequenceShard& image,
+                                          const SequenceShard& words, BlockPlacement& placement) const {
+    const int64_t nt = ctx.size(1), ni = x.size(1), hd = config_.attention_head_dim;
     const int64_t heads = parallel_->tensor().share(config_.num_attention_heads);
     const std::size_t blocks = double_blocks_.size() + single_blocks_.size();
+    at::Tensor joint = at::cat({ctx, x}, 1);
+    at::Tensor joint_cos = at::cat({at::ones({nt, hd}, cos.options()), cos}, 0);
+    at::Tensor joint_sin = at::cat({at::zeros({nt, hd}, sin.options()), sin}, 0);
+    const SequenceShard stream(nt + ni, parallel_->sequence());  // unsplit: the one stream
+    at::Tensor out = x;
     for (std::size_t i = 0; i < single_blocks_.size(); ++i) {
         const FluxSingleBlock& blk = single_blocks_[i];
         const std::size_t block = double_blocks_.size() + i;
-        const bool last = block + 1 == blocks;
-        placement.enter(block, {&x, &ctx, &temb_act, &cos, &sin});
+        const bool last = block + 1 == blocks;  // the image alone: its text feeds nothing
+        placement.enter(block, {&joint, &temb_act, &joint_cos, &joint_sin});
         const std::vector<at::Tensor> m = blk.norm(temb_act).chunk(3, 1);  // shift, scale, gate
-        // This rank's text and image blocks side by side for the per-token layers, apart for attention.
-        const int64_t nt = ctx.size(1), ni = x.size(1);
-        const at::Tensor h = modulate(plain_layer_norm(at::cat({ctx, x}, 1), kEps), m[0], m[1]);
-        const at::Tensor q = blk.norm_q(split_heads(blk.to_q(h), heads));
-        const at::Tensor k = blk.norm_k(split_heads(blk.to_k(h), heads));
+        const at::Tensor h = modulate(plain_layer_norm(joint, kEps), m[0], m[1]);
+        const at::Tensor q = apply_flux_rope(blk.norm_q(split_heads(blk.to_q(h), heads)), joint_cos, joint_sin);
+        const at::Tensor k = apply_flux_rope(blk.norm_k(split_heads(blk.to_k(h), heads)), joint_cos, joint_sin);
         const at::Tensor v = split_heads(blk.to_v(h), heads);
         AttentionInputs in;
-        in.q = apply_flux_rope(q.narrow(2, nt, ni), cos, sin);
-        in.k = apply_flux_rope(k.narrow(2, nt, ni), cos, sin);
-        in.v = v.narrow(2, nt, ni);
-        in.q2 = q.narrow(2, 0, nt);
-        in.k2 = k.narrow(2, 0, nt);
-        in.v2 = v.narrow(2, 0, nt);
-        in.shard = &image;
-        in.shard2 = &words;
-        in.want_out2 = !last;
-        const AttentionOutputs o = attend(in);
-        const at::Tensor gate = m[2].unsqueeze(1);
-        if (last) {  // the image alone
-            const at::Tensor mlp = at::gelu(blk.proj_mlp(h.narrow(1, nt, ni)), "tanh");
-            x = x + gate * blk.proj_out(at::cat({merge_heads(o.out), mlp}, 2));
+        at::Tensor attn;  // the stream's output: [text; image], or the image's on the last block
+        if (!image.split()) {
+            in.q = q, in.k = k, in.v = v;
+            in.shard = &stream;
+            attn = merge_heads(attend(in).out);
+            if (last) attn = attn.narrow(1, nt, ni);
         } else {
-            const at::Tensor mlp = at::gelu(blk.proj_mlp(h), "tanh");
-            const at::Tensor attn = at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1);
-            at::Tensor both = at::cat({ctx, x}, 1) + gate * blk.proj_out(at::cat({attn, mlp}, 2));
-            if (dtype == at::kHalf) both = both.clamp(-65504, 65504);
-            ctx = both.narrow(1, 0, nt);
-            x = both.narrow(1, nt, ni);
+            in.q = q.narrow(2, nt, ni), in.k = k.narrow(2, nt, ni), in.v = v.narrow(2, nt, ni);
+            in.q2 = q.narrow(2, 0, nt), in.k2 = k.narrow(2, 0, nt), in.v2 = v.narrow(2, 0, nt);
+            in.shard = &image;
+            in.shard2 = &words;
+            in.want_out2 = !last;
+            const AttentionOutputs o = attend(in);
+            attn = last ? merge_heads(o.out) : at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1);
         }
-        if (last && dtype == at::kHalf) x = x.clamp(-65504, 65504);
+        const at::Tensor gate = m[2].unsqueeze(1);
+        if (last) {
+            const at::Tensor mlp = at::gelu(blk.proj_mlp(h.narrow(1, nt, ni)), "tanh");
+            out = joint.narrow(1, nt, ni) + gate * blk.proj_out(at::cat({attn, mlp}, 2));
+        } else {
+            joint = clamp_half(joint + gate * blk.proj_out(at::cat({attn, at::gelu(blk.proj_mlp(h), "tanh")}, 2)));
+        }
     }
-
+    return clamp_half(out);
 }
 
 at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
@@ -333,69 +295,17 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
 
     BlockPlacement placement(mapping_.get());
     const std::size_t blocks = double_blocks_.size() + single_blocks_.size();
+    DualStreamStep step;
+    step.heads = heads;
+    step.image = &image;
+    step.text = &words;
+    step.rotate_image = [&](const at::Tensor& q) { return apply_flux_rope(q, cos, sin); };
     for (std::size_t i = 0; i < double_blocks_.size(); ++i) {
-        const FluxDoubleBlock& blk = double_blocks_[i];
-        const bool last = i + 1 == blocks;  // the text's output then feeds nothing
         placement.enter(i, {&x, &ctx, &temb_act, &cos, &sin});
-        // shift, scale, gate (attention), shift, scale, gate (MLP), per stream
-        const std::vector<at::Tensor> m = blk.norm1(temb_act).chunk(6, 1);
-        const std::vector<at::Tensor> mc = blk.norm1_context(temb_act).chunk(6, 1);
-        const at::Tensor nx = modulate(plain_layer_norm(x, kEps), m[0], m[1]);
-        const at::Tensor nctx = modulate(plain_layer_norm(ctx, kEps), mc[0], mc[1]);
-        AttentionInputs in;
-        in.q = apply_flux_rope(blk.norm_q(split_heads(blk.to_q(nx), heads)), cos, sin);
-        in.k = apply_flux_rope(blk.norm_k(split_heads(blk.to_k(nx), heads)), cos, sin);
-        in.v = split_heads(blk.to_v(nx), heads);
-        in.q2 = blk.norm_added_q(split_heads(blk.add_q(nctx), heads));
-        in.k2 = blk.norm_added_k(split_heads(blk.add_k(nctx), heads));
-        in.v2 = split_heads(blk.add_v(nctx), heads);
-        in.shard = &image;
-        in.shard2 = &words;
-        in.want_out2 = !last;
-        const AttentionOutputs o = attend(in);
-        x = x + m[2].unsqueeze(1) * blk.to_out(merge_heads(o.out));
-        x = x + m[5].unsqueeze(1) * blk.ff(modulate(plain_layer_norm(x, kEps), m[3], m[4]));
-        if (!last) {
-            ctx = ctx + mc[2].unsqueeze(1) * blk.to_add_out(merge_heads(o.out2));
-            ctx = ctx +
-                  mc[5].unsqueeze(1) * blk.ff_context(modulate(plain_layer_norm(ctx, kEps), mc[3], mc[4]));
-            if (dtype == at::kHalf) ctx = ctx.clamp(-65504, 65504);  // as diffusers: the text stream only
-        }
+        step.last = i + 1 == blocks;  // the text's output then feeds nothing
+        double_blocks_[i].forward(x, ctx, temb_act, step);
     }
-    if (image.split()) {
-        single_blocks_split(x, ctx, temb_act, cos, sin, image, words, placement);
-    } else {
-        // Note [FLUX single blocks, one stream]: unsplit, text and image go through the single blocks
-        // as diffusers' one [text, image] stream, so no block concatenates or splits them. The text's
-        // rotation is the identity (cos 1, sin 0): x * 1 + rotated * 0 is x exactly.
-        const int64_t nt = ctx.size(1), ni = x.size(1), hd = c.attention_head_dim;
-        at::Tensor joint = at::cat({ctx, x}, 1);
-        at::Tensor joint_cos = at::cat({at::ones({nt, hd}, cos.options()), cos}, 0);
-        at::Tensor joint_sin = at::cat({at::zeros({nt, hd}, sin.options()), sin}, 0);
-        const SequenceShard stream(nt + ni, parallel_->sequence());
-        for (std::size_t i = 0; i < single_blocks_.size(); ++i) {
-            const FluxSingleBlock& blk = single_blocks_[i];
-            const std::size_t block = double_blocks_.size() + i;
-            placement.enter(block, {&joint, &temb_act, &joint_cos, &joint_sin});
-            const std::vector<at::Tensor> m = blk.norm(temb_act).chunk(3, 1);  // shift, scale, gate
-            const at::Tensor h = modulate(plain_layer_norm(joint, kEps), m[0], m[1]);
-            AttentionInputs in;
-            in.q = apply_flux_rope(blk.norm_q(split_heads(blk.to_q(h), heads)), joint_cos, joint_sin);
-            in.k = apply_flux_rope(blk.norm_k(split_heads(blk.to_k(h), heads)), joint_cos, joint_sin);
-            in.v = split_heads(blk.to_v(h), heads);
-            in.shard = &stream;
-            const at::Tensor attn = merge_heads(attend(in).out);
-            const at::Tensor gate = m[2].unsqueeze(1);
-            if (block + 1 == blocks) {  // the last block: the image alone, its text feeds nothing
-                const at::Tensor mlp = at::gelu(blk.proj_mlp(h.narrow(1, nt, ni)), "tanh");
-                x = joint.narrow(1, nt, ni) + gate * blk.proj_out(at::cat({attn.narrow(1, nt, ni), mlp}, 2));
-            } else {
-                joint = joint + gate * blk.proj_out(at::cat({attn, at::gelu(blk.proj_mlp(h), "tanh")}, 2));
-                if (dtype == at::kHalf) joint = joint.clamp(-65504, 65504);
-            }
-        }
-        if (dtype == at::kHalf) x = x.clamp(-65504, 65504);
-    }
+    x = single_blocks(x, ctx, temb_act, cos, sin, image, words, placement);
 
     placement.leave({&x, &temb_act});
     const std::vector<at::Tensor> sc = norm_out_(temb_act).chunk(2, 1);  // scale, shift

@@ -1,9 +1,9 @@
 #pragma once
 // diffusers' FluxTransformer2DModel (FLUX.1 dev and schnell) for text-to-image: latents packed 2 x 2
 // by the pipeline (patch_size 1 here), T5's text projected to the model width, a conditioning of
-// the timestep, dev's distilled guidance scale and CLIP's pooled output, double-stream blocks (per
-// stream: adaLN-Zero, RMS qk-norm, one joint attention over [text, image], gated residuals,
-// GELU(tanh) MLPs), single-stream blocks (one stream over [text, image]: adaLN-Zero, attention in
+// the timestep, dev's distilled guidance scale and CLIP's pooled output, double-stream blocks (the
+// shared DualStreamBlock, mmdit.h: per stream adaLN-Zero, RMS qk-norm, one joint attention over
+// [text, image], gated residuals, GELU(tanh) MLPs), single-stream blocks (one stream over [text, image]: adaLN-Zero, attention in
 // parallel with a 4x MLP, one output projection over both), a 3-axis rotary embedding from position
 // ids, and an AdaLayerNormContinuous output head.
 //
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "runtime/models/common/layers.h"
+#include "runtime/models/common/mmdit.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 
@@ -60,16 +61,9 @@ struct FluxTransformerConfig {
     static FluxTransformerConfig from_json_file(const std::string& path);
 };
 
-// Every linear layer is a ParallelLinear, split as FLUX.1's parallel spec says; the norms are whole.
-struct FluxDoubleBlock {
-    ParallelLinear norm1,
-        norm1_context;  // SiLU + Linear(dim, 6 dim): shift, scale, gate (attention), then MLP's
-    ParallelLinear to_q, to_k, to_v, to_out;         // image stream
-    ParallelLinear add_q, add_k, add_v, to_add_out;  // text stream
-    RMSNorm norm_q, norm_k, norm_added_q, norm_added_k;
-    FeedForward ff, ff_context;
-};
-
+// A single-stream block: one stream over [text, image]: adaLN-Zero, attention in parallel with a 4x
+// MLP, one output projection over both. Every linear layer is a ParallelLinear, split as FLUX.1's
+// parallel spec says; the norms are whole.
 struct FluxSingleBlock {
     ParallelLinear norm;  // SiLU + Linear(dim, 3 dim): shift, scale, gate
     ParallelLinear to_q, to_k, to_v, proj_mlp;
@@ -103,25 +97,28 @@ class FluxTransformer {
 
     const FluxTransformerConfig& config() const { return config_; }
 
-    // Bytes of the weights this rank holds (its shards under tensor parallelism).
-    int64_t parameter_bytes() const;
+    // Bytes of the weights this rank holds (its shards under tensor parallelism): every tensor
+    // it took from its store.
+    int64_t parameter_bytes() const { return parameter_bytes_; }
 
   private:
     at::Tensor conditioning(const at::Tensor& timestep, const at::Tensor& guidance, const at::Tensor& pooled,
                             int64_t batch) const;
-    // The single blocks under context parallelism: this rank's text and image shards side by side
-    // for the per-token layers, apart for attend(). x and ctx are updated in place.
-    void single_blocks_split(at::Tensor& x, at::Tensor& ctx, at::Tensor& temb_act, at::Tensor& cos, at::Tensor& sin,
-                             const SequenceShard& image, const SequenceShard& words, BlockPlacement& placement) const;
+    // The single blocks over this rank's [text; image] tokens (Note [FLUX single blocks, one
+    // stream]): returns the image tokens after the last one.
+    at::Tensor single_blocks(const at::Tensor& x, const at::Tensor& ctx, at::Tensor& temb_act, const at::Tensor& cos,
+                             const at::Tensor& sin, const SequenceShard& image, const SequenceShard& words,
+                             BlockPlacement& placement) const;
 
     const ParallelContext* parallel_;
     std::shared_ptr<const DeviceMapping> mapping_;
     FluxTransformerConfig config_;
     ParallelLinear x_embedder_, context_embedder_;
     ParallelLinear time_1_, time_2_, guidance_1_, guidance_2_, text_1_, text_2_;
-    std::vector<FluxDoubleBlock> double_blocks_;
+    std::vector<DualStreamBlock> double_blocks_;
     std::vector<FluxSingleBlock> single_blocks_;
     ParallelLinear norm_out_, proj_out_;
+    int64_t parameter_bytes_ = 0;
 };
 
 // FluxPosEmbed's tables for the image tokens of a grid_h x grid_w grid (ids (0, row, column),

@@ -173,13 +173,7 @@ Conditioning QwenImagePipeline::encode(const std::vector<std::string>& prompts,
 
 LatentShape QwenImagePipeline::latents(int width, int height) const {
     // One frame of [C, H, W] (diffusers draws [1, 1, C, H, W]: the same numbers), packed 2x2.
-    LatentShape s;
-    s.channels = c_->transformer_config.in_channels / 4;
-    s.height = 2 * (height / (c_->vae_scale * 2));
-    s.width = 2 * (width / (c_->vae_scale * 2));
-    s.packed = true;
-    s.tokens = (s.height / 2) * (s.width / 2);
-    return s;
+    return packed_latents(c_->transformer_config.in_channels / 4, c_->vae_scale, width, height);
 }
 
 std::shared_ptr<const void> QwenImagePipeline::hold_transformer() const { return c_->transformer.use(); }

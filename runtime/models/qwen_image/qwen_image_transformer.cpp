@@ -32,9 +32,7 @@ at::Tensor timestep_projection(const at::Tensor& t) {
 
 // One axis' rotary angles: positions [N] (fp32) times the axis' dim / 2 frequencies, [N, dim / 2].
 at::Tensor axis_angles(const at::Tensor& positions, int64_t dim) {
-    const at::Tensor inv =
-        1.0 / at::pow(kTheta, at::arange(0, dim, 2, at::kFloat) / static_cast<double>(dim));
-    return at::outer(positions, inv);
+    return at::outer(positions, rope_frequencies(dim, kTheta, at::TensorOptions().dtype(at::kFloat)));
 }
 
 // Positions -(n - n / 2) ... n / 2 - 1 along one image axis (scale_rope's centring).
@@ -132,67 +130,32 @@ QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& con
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
     const TensorGroup tp = parallel.tensor();
     prepare_transformer_load(mapping_.get(), w, config.num_layers, config.num_attention_heads, tp);
+    const int64_t loaded_before = w.taken_bytes();
     const strategies::ParallelSpec& spec = strategies::qwen_image_parallel_spec();
+    text_split_ = strategies::stream_split(spec, "text");
     // The MLPs' and modulations' features as evenly as tp allows; attention by whole heads,
     // unevenly where tp does not divide them (Note [uneven heads]).
-    auto linear = [&](const std::string& name, int64_t in, int64_t out) {
-        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp, true, 1);
-    };
-    auto heads_linear = [&](const std::string& name, int64_t in, int64_t out) {
-        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp, true,
-                                    hd);
-    };
+    const LinearLoader linear(w, spec, tp);
     img_in_ = linear("img_in", config.in_channels, d);
     txt_norm_ = RMSNorm::load(w, "txt_norm", config.joint_attention_dim, kEps);
     txt_in_ = linear("txt_in", config.joint_attention_dim, d);
     time_1_ = linear("time_text_embed.timestep_embedder.linear_1", 256, d);
     time_2_ = linear("time_text_embed.timestep_embedder.linear_2", d, d);
+    DualStreamLayout layout;
+    layout.image_modulation = ".img_mod.1";
+    layout.text_modulation = ".txt_mod.1";
+    layout.image_mlp = ".img_mlp";
+    layout.text_mlp = ".txt_mlp";
+    layout.clamp = DualStreamLayout::Clamp::kBoth;  // as diffusers: keep fp16 activations finite
     for (int64_t i = 0; i < config.num_layers; ++i) {
         if (mapping_)
             w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[i])]);
-        const std::string b = spec.block_prefixes.front() + std::to_string(i);
-        QwenDualStreamBlock blk;
-        blk.img_mod = linear(b + ".img_mod.1", d, 6 * d);
-        blk.txt_mod = linear(b + ".txt_mod.1", d, 6 * d);
-        blk.to_q = heads_linear(b + ".attn.to_q", d, d);
-        blk.to_k = heads_linear(b + ".attn.to_k", d, d);
-        blk.to_v = heads_linear(b + ".attn.to_v", d, d);
-        blk.to_out = heads_linear(b + ".attn.to_out.0", d, d);
-        blk.add_q = heads_linear(b + ".attn.add_q_proj", d, d);
-        blk.add_k = heads_linear(b + ".attn.add_k_proj", d, d);
-        blk.add_v = heads_linear(b + ".attn.add_v_proj", d, d);
-        blk.to_add_out = heads_linear(b + ".attn.to_add_out", d, d);
-        blk.norm_q = RMSNorm::load(w, b + ".attn.norm_q", hd, kEps);
-        blk.norm_k = RMSNorm::load(w, b + ".attn.norm_k", hd, kEps);
-        blk.norm_added_q = RMSNorm::load(w, b + ".attn.norm_added_q", hd, kEps);
-        blk.norm_added_k = RMSNorm::load(w, b + ".attn.norm_added_k", hd, kEps);
-        blk.img_mlp.in = linear(b + ".img_mlp.net.0.proj", d, 4 * d);
-        blk.img_mlp.out = linear(b + ".img_mlp.net.2", 4 * d, d);
-        blk.txt_mlp.in = linear(b + ".txt_mlp.net.0.proj", d, 4 * d);
-        blk.txt_mlp.out = linear(b + ".txt_mlp.net.2", 4 * d, d);
-        blocks_.push_back(std::move(blk));
+        blocks_.emplace_back(linear, spec.block_prefixes.front() + std::to_string(i), d, hd, layout);
     }
     if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
     norm_out_ = linear("norm_out.linear", d, 2 * d);
     proj_out_ = linear("proj_out", d, p * p * config.out_channels);
-}
-
-int64_t QwenImageTransformer::parameter_bytes() const {
-    int64_t total = 0;
-    auto add = [&](const at::Tensor& t) {
-        if (t.defined()) total += t.numel() * t.element_size();
-    };
-    add(txt_norm_.weight);
-    for (const ParallelLinear* l : {&img_in_, &txt_in_, &time_1_, &time_2_, &norm_out_, &proj_out_})
-        total += l->parameter_bytes();
-    for (const QwenDualStreamBlock& b : blocks_) {
-        for (const ParallelLinear* l :
-             {&b.img_mod, &b.txt_mod, &b.to_q, &b.to_k, &b.to_v, &b.to_out, &b.add_q, &b.add_k, &b.add_v,
-              &b.to_add_out, &b.img_mlp.in, &b.img_mlp.out, &b.txt_mlp.in, &b.txt_mlp.out})
-            total += l->parameter_bytes();
-        for (const RMSNorm* n : {&b.norm_q, &b.norm_k, &b.norm_added_q, &b.norm_added_k}) add(n->weight);
-    }
-    return total;
+    parameter_bytes_ = w.taken_bytes() - loaded_before;
 }
 
 at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
@@ -225,7 +188,8 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
 
     // Both streams split over the sequence groups (Note [Qwen-Image text stream]); per-token layers
     // run on this rank's block only.
-    const SequenceShard image(grid_h * grid_w, parallel_->sequence()), words(tokens, parallel_->sequence());
+    const SequenceShard image(grid_h * grid_w, parallel_->sequence());
+    const SequenceShard words(tokens, text_split_ ? parallel_->sequence() : SequenceGroups{});
     at::Tensor x = img_in_(image.shard(latents.to(device, dtype)));
     at::Tensor ctx = txt_in_(txt_norm_(words.shard(text.to(device, dtype))));
     at::Tensor text_bias;  // over all T tokens: -inf for padding keys
@@ -241,42 +205,18 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
     at::Tensor image_rot = at::complex(image.shard(rope.image_cos, 0), image.shard(rope.image_sin, 0)).to(device);
     at::Tensor text_rot = at::complex(words.shard(rope.text_cos, 0), words.shard(rope.text_sin, 0)).to(device);
 
+    DualStreamStep step;
+    step.heads = heads;
+    step.image = &image;
+    step.text = text_split_ ? &words : nullptr;
+    step.rotate_image = [&](const at::Tensor& q) { return apply_qwen_rope(q, image_rot); };
+    step.rotate_text = [&](const at::Tensor& q) { return apply_qwen_rope(q, text_rot); };
     BlockPlacement placement(mapping_.get());
     for (std::size_t block = 0; block < blocks_.size(); ++block) {
-        const QwenDualStreamBlock& blk = blocks_[block];
-        // The last block's text output feeds nothing: its text side stops at attention's keys.
-        const bool last = block + 1 == blocks_.size();
-        placement.enter(block,
-                        {&x, &ctx, &temb_act, &text_bias, &image_rot, &text_rot});
-        // shift, scale, gate (attention), shift, scale, gate (MLP), per stream
-        const std::vector<at::Tensor> m = blk.img_mod(temb_act).chunk(6, 1);
-        const std::vector<at::Tensor> mc = blk.txt_mod(temb_act).chunk(6, 1);
-        const at::Tensor nx = modulate(plain_layer_norm(x), m[0], m[1]);
-        const at::Tensor nctx = modulate(plain_layer_norm(ctx), mc[0], mc[1]);
-
-        AttentionInputs in;
-        in.q = apply_qwen_rope(blk.norm_q(split_heads(blk.to_q(nx), heads)), image_rot);
-        in.k = apply_qwen_rope(blk.norm_k(split_heads(blk.to_k(nx), heads)), image_rot);
-        in.v = split_heads(blk.to_v(nx), heads);
-        in.q2 = apply_qwen_rope(blk.norm_added_q(split_heads(blk.add_q(nctx), heads)), text_rot);
-        in.k2 = apply_qwen_rope(blk.norm_added_k(split_heads(blk.add_k(nctx), heads)), text_rot);
-        in.v2 = split_heads(blk.add_v(nctx), heads);
-        in.shard = &image;
-        in.shard2 = &words;
-        in.bias2 = text_bias;
-        in.want_out2 = !last;
-        const AttentionOutputs o = attend(in);
-
-        x = x + m[2].unsqueeze(1) * blk.to_out(merge_heads(o.out));
-        x = x + m[5].unsqueeze(1) * blk.img_mlp(modulate(plain_layer_norm(x), m[3], m[4]));
-        if (!last) {
-            ctx = ctx + mc[2].unsqueeze(1) * blk.to_add_out(merge_heads(o.out2));
-            ctx = ctx + mc[5].unsqueeze(1) * blk.txt_mlp(modulate(plain_layer_norm(ctx), mc[3], mc[4]));
-        }
-        if (dtype == at::kHalf) {  // as diffusers: keep fp16 activations finite
-            x = x.clamp(-65504, 65504);
-            ctx = ctx.clamp(-65504, 65504);
-        }
+        placement.enter(block, {&x, &ctx, &temb_act, &text_bias, &image_rot, &text_rot});
+        step.text_bias = text_bias;
+        step.last = block + 1 == blocks_.size();  // its text output feeds nothing
+        blocks_[block].forward(x, ctx, temb_act, step);
     }
 
     placement.leave({&x, &temb_act});

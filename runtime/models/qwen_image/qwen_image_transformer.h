@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "runtime/models/common/layers.h"
+#include "runtime/models/common/mmdit.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 
@@ -55,17 +56,6 @@ struct QwenImageTransformerConfig {
     static QwenImageTransformerConfig from_json_file(const std::string& path);
 };
 
-// Every linear layer is a ParallelLinear, split as Qwen-Image's parallel spec says
-// (strategies::qwen_image_parallel_spec()); the norms and embeddings are whole on every rank.
-struct QwenDualStreamBlock {
-    // SiLU + Linear(dim, 6 dim): shift, scale, gate (attention), shift, scale, gate (MLP).
-    ParallelLinear img_mod, txt_mod;
-    ParallelLinear to_q, to_k, to_v, to_out;         // image stream
-    ParallelLinear add_q, add_k, add_v, to_add_out;  // text stream
-    RMSNorm norm_q, norm_k, norm_added_q, norm_added_k;
-    FeedForward img_mlp, txt_mlp;
-};
-
 class QwenImageTransformer {
   public:
     // Loads this rank's part of the model for its place in `parallel` (which must outlive it):
@@ -91,8 +81,9 @@ class QwenImageTransformer {
 
     const QwenImageTransformerConfig& config() const { return config_; }
 
-    // Bytes of the weights this rank holds (its shards under tensor parallelism).
-    int64_t parameter_bytes() const;
+    // Bytes of the weights this rank holds (its shards under tensor parallelism): every tensor
+    // it took from its store.
+    int64_t parameter_bytes() const { return parameter_bytes_; }
 
   private:
     const ParallelContext* parallel_;
@@ -100,8 +91,10 @@ class QwenImageTransformer {
     QwenImageTransformerConfig config_;
     ParallelLinear img_in_, txt_in_, time_1_, time_2_;
     RMSNorm txt_norm_;
-    std::vector<QwenDualStreamBlock> blocks_;
+    std::vector<DualStreamBlock> blocks_;
     ParallelLinear norm_out_, proj_out_;
+    bool text_split_ = true;  // the spec's text stream (Note [Qwen-Image text stream])
+    int64_t parameter_bytes_ = 0;
 };
 
 // Qwen-Image's rotary angles (QwenEmbedRope with scale_rope): the cos and sin tables, each

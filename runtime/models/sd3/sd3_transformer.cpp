@@ -46,22 +46,6 @@ at::Tensor crop_from_axis(const at::Tensor& axis, int64_t top, int64_t left, int
     return at::cat({cols, rows}, 2).reshape({height * width, 2 * half});
 }
 
-// SD3.5's attn2 over this rank's block of the image tokens `x` (with `heads` of its heads):
-// attend() with the first stream alone, so Ulysses and Ring split it as they split attn.
-at::Tensor image_attention(const ImageAttention& a, const at::Tensor& x, int64_t heads,
-                           const SequenceShard& image) {
-    AttentionInputs in;
-    in.q = split_heads(a.to_q(x), heads);
-    in.k = split_heads(a.to_k(x), heads);
-    in.v = split_heads(a.to_v(x), heads);
-    if (a.norm_q) {
-        in.q = (*a.norm_q)(in.q);
-        in.k = (*a.norm_k)(in.k);
-    }
-    in.shard = &image;
-    return a.to_out(merge_heads(attend(in).out));
-}
-
 }  // namespace
 
 at::Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid, int64_t base_size) {
@@ -143,18 +127,11 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
     const TensorGroup tp = parallel.tensor();
     prepare_transformer_load(mapping_.get(), w, config.num_layers, config.num_attention_heads, tp);
+    const int64_t loaded_before = w.taken_bytes();
     // Every linear layer as SD3's parallel spec splits it; the MLPs' features as evenly as tp allows.
     const strategies::ParallelSpec& spec = strategies::sd3_parallel_spec();
-    auto linear = [&](const std::string& name, int64_t in, int64_t out) {
-        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp,
-                                    /*bias=*/true, /*unit=*/1);
-    };
-    // Attention projections split by whole heads, unevenly where tp does not divide them (Note
-    // [uneven heads]).
-    auto heads_linear = [&](const std::string& name, int64_t in, int64_t out) {
-        return ParallelLinear::load(w, name, in, out, strategies::tp_rule_for_layer(spec, name), tp,
-                                    /*bias=*/true, /*unit=*/hd);
-    };
+    text_split_ = strategies::stream_split(spec, "text");
+    const LinearLoader linear(w, spec, tp);
     patch_weight_ = w.take("pos_embed.proj.weight", {d, config.in_channels, p, p});
     patch_bias_ = w.take("pos_embed.proj.bias", {d});
     // As diffusers: the checkpoint's table when it stores one, else the sin-cos table (base size
@@ -170,76 +147,19 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
     text_1_ = linear("time_text_embed.text_embedder.linear_1", config.pooled_projection_dim, d);
     text_2_ = linear("time_text_embed.text_embedder.linear_2", d, d);
     context_embedder_ = linear("context_embedder", config.joint_attention_dim, d);
+    DualStreamLayout layout;
+    layout.qk_norm = config.qk_rms_norm;
     for (int64_t i = 0; i < config.num_layers; ++i) {
         if (mapping_)
             w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[i])]);
-        const std::string b = spec.block_prefixes.front() + std::to_string(i);
-        JointBlock blk;
-        blk.context_pre_only = i == config.num_layers - 1;
-        blk.dual_attention = config.dual_attention(i);
-        blk.norm1.linear = linear(b + ".norm1.linear", d, (blk.dual_attention ? 9 : 6) * d);
-        blk.norm1_context = linear(b + ".norm1_context.linear", d, (blk.context_pre_only ? 2 : 6) * d);
-        JointAttention& a = blk.attn;
-        a.to_q = heads_linear(b + ".attn.to_q", d, d);
-        a.to_k = heads_linear(b + ".attn.to_k", d, d);
-        a.to_v = heads_linear(b + ".attn.to_v", d, d);
-        a.to_out = heads_linear(b + ".attn.to_out.0", d, d);
-        a.add_q = heads_linear(b + ".attn.add_q_proj", d, d);
-        a.add_k = heads_linear(b + ".attn.add_k_proj", d, d);
-        a.add_v = heads_linear(b + ".attn.add_v_proj", d, d);
-        if (!blk.context_pre_only) a.to_add_out = heads_linear(b + ".attn.to_add_out", d, d);
-        if (config.qk_rms_norm) {
-            a.norm_q = RMSNorm::load(w, b + ".attn.norm_q", hd, 1e-6);
-            a.norm_k = RMSNorm::load(w, b + ".attn.norm_k", hd, 1e-6);
-            a.norm_added_q = RMSNorm::load(w, b + ".attn.norm_added_q", hd, 1e-6);
-            a.norm_added_k = RMSNorm::load(w, b + ".attn.norm_added_k", hd, 1e-6);
-        }
-        if (blk.dual_attention) {  // split like attn, by the same heads
-            ImageAttention& a2 = blk.attn2;
-            a2.to_q = heads_linear(b + ".attn2.to_q", d, d);
-            a2.to_k = heads_linear(b + ".attn2.to_k", d, d);
-            a2.to_v = heads_linear(b + ".attn2.to_v", d, d);
-            a2.to_out = heads_linear(b + ".attn2.to_out.0", d, d);
-            if (config.qk_rms_norm) {
-                a2.norm_q = RMSNorm::load(w, b + ".attn2.norm_q", hd, 1e-6);
-                a2.norm_k = RMSNorm::load(w, b + ".attn2.norm_k", hd, 1e-6);
-            }
-        }
-        blk.ff.in = linear(b + ".ff.net.0.proj", d, 4 * d);
-        blk.ff.out = linear(b + ".ff.net.2", 4 * d, d);
-        if (!blk.context_pre_only) {
-            blk.ff_context.in = linear(b + ".ff_context.net.0.proj", d, 4 * d);
-            blk.ff_context.out = linear(b + ".ff_context.net.2", 4 * d, d);
-        }
-        blocks_.push_back(std::move(blk));
+        // The last block's text only gives keys and values; SD3.5's MMDiT-X blocks add attn2.
+        blocks_.emplace_back(linear, spec.block_prefixes.front() + std::to_string(i), d, hd, layout,
+                             /*context_pre_only=*/i == config.num_layers - 1, config.dual_attention(i));
     }
     if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
     norm_out_ = linear("norm_out.linear", d, 2 * d);
     proj_out_ = linear("proj_out", d, p * p * config.out_channels);
-}
-
-int64_t Sd3Transformer::parameter_bytes() const {
-    int64_t total = 0;
-    auto add = [&](const at::Tensor& t) {
-        if (t.defined()) total += t.numel() * t.element_size();
-    };
-    add(patch_weight_);
-    add(patch_bias_);
-    add(pos_embed_);
-    for (const ParallelLinear* l : {&time_1_, &time_2_, &text_1_, &text_2_, &context_embedder_, &norm_out_, &proj_out_})
-        total += l->parameter_bytes();
-    for (const JointBlock& b : blocks_) {
-        const JointAttention& a = b.attn;
-        const ImageAttention& a2 = b.attn2;
-        for (const ParallelLinear* l :
-             {&b.norm1.linear, &b.norm1_context, &a.to_q, &a.to_k, &a.to_v, &a.to_out, &a.add_q, &a.add_k,
-              &a.add_v, &a.to_add_out, &a2.to_q, &a2.to_k, &a2.to_v, &a2.to_out, &b.ff.in, &b.ff.out,
-              &b.ff_context.in, &b.ff_context.out})
-            total += l->parameter_bytes();
-        for (const auto* n : {&a.norm_q, &a.norm_k, &a.norm_added_q, &a.norm_added_k, &a2.norm_q, &a2.norm_k})
-            if (*n) add((*n)->weight);
-    }
-    return total;
+    parameter_bytes_ = w.taken_bytes() - loaded_before;
 }
 
 at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,
@@ -294,9 +214,12 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
     at::Tensor ctx = context_embedder_(text);
     at::Tensor temb_act = at::silu(temb);
 
-    // The image tokens are split over the sequence groups; the text is replicated.
+    // The image tokens are split over the sequence groups; the text as the spec says (SD3's short
+    // CLIP text is replicated, counted once).
     const SequenceShard image(x.size(1), parallel_->sequence());
+    const SequenceShard words(ctx.size(1), text_split_ ? parallel_->sequence() : SequenceGroups{});
     x = image.shard(x);
+    if (text_split_) ctx = words.shard(ctx);
     // Note [constant text tail]: without a T5 encoder SD3's text is CLIP's tokens followed by 256
     // positions of zeros. Those stay identical through every block (text has no position
     // embedding, every per-token layer maps equal rows to equal rows, and as queries they meet the
@@ -304,61 +227,21 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
     // output; as a key it stands for all copies: softmax weight n e^s, the same as logit s + ln n.
     // Exact up to rounding (the bias is rounded to the compute dtype); the built-in model (64
     // image tokens) trains 3x faster for it.
-    at::Tensor text_bias;
+    DualStreamStep step;
+    step.heads = heads;
+    step.image = &image;
+    step.text = text_split_ ? &words : nullptr;
     if (tail_repeats > 1) {
-        text_bias = at::zeros({1, ctx.size(1)}, x.options());
-        text_bias.narrow(1, ctx.size(1) - 1, 1).fill_(std::log(static_cast<double>(tail_repeats)));
+        step.text_bias = at::zeros({1, text.size(1)}, x.options());
+        step.text_bias.narrow(1, text.size(1) - 1, 1).fill_(std::log(static_cast<double>(tail_repeats)));
     }
 
     BlockPlacement placement(mapping_.get());
     for (std::size_t block = 0; block < blocks_.size(); ++block) {
         if (skipped[block]) continue;  // as diffusers: neither stream changes
-        const JointBlock& blk = blocks_[block];
         placement.enter(block, {&x, &ctx, &temb_act});
-        // shift, scale, gate (attention), shift, scale, gate (MLP)[, shift, scale, gate (attn2)]
-        const std::vector<at::Tensor> m = blk.norm1.linear(temb_act).chunk(blk.dual_attention ? 9 : 6, 1);
-        const at::Tensor normed = plain_layer_norm(x);
-        at::Tensor nx = modulate(normed, m[0], m[1]);
-        std::vector<at::Tensor> mc;
-        at::Tensor nctx;
-        if (blk.context_pre_only) {
-            const std::vector<at::Tensor> sc =
-                blk.norm1_context(temb_act.to(ctx.scalar_type())).chunk(2, 1);  // scale, shift
-            nctx = modulate(plain_layer_norm(ctx), sc[1], sc[0]);
-        } else {
-            mc = blk.norm1_context(temb_act).chunk(6, 1);
-            nctx = modulate(plain_layer_norm(ctx), mc[0], mc[1]);
-        }
-
-        // Joint attention over [image tokens; text tokens].
-        const JointAttention& a = blk.attn;
-        AttentionInputs in;
-        in.q = split_heads(a.to_q(nx), heads);
-        in.k = split_heads(a.to_k(nx), heads);
-        in.v = split_heads(a.to_v(nx), heads);
-        in.q2 = split_heads(a.add_q(nctx), heads);
-        in.k2 = split_heads(a.add_k(nctx), heads);
-        in.v2 = split_heads(a.add_v(nctx), heads);
-        if (a.norm_q) {
-            in.q = (*a.norm_q)(in.q);
-            in.k = (*a.norm_k)(in.k);
-            in.q2 = (*a.norm_added_q)(in.q2);
-            in.k2 = (*a.norm_added_k)(in.k2);
-        }
-        in.shard = &image;
-        in.bias2 = text_bias;
-        in.want_out2 = !blk.context_pre_only;
-        const AttentionOutputs o = attend(in);
-
-        x = x + m[2].unsqueeze(1) * a.to_out(merge_heads(o.out));
-        if (blk.dual_attention)
-            x = x + m[8].unsqueeze(1) *
-                        image_attention(blk.attn2, modulate(normed, m[6], m[7]), heads, image);
-        x = x + m[5].unsqueeze(1) * blk.ff(modulate(plain_layer_norm(x), m[3], m[4]));
-        if (!blk.context_pre_only) {
-            ctx = ctx + mc[2].unsqueeze(1) * a.to_add_out(merge_heads(o.out2));
-            ctx = ctx + mc[5].unsqueeze(1) * blk.ff_context(modulate(plain_layer_norm(ctx), mc[3], mc[4]));
-        }
+        step.last = block + 1 == blocks_.size();
+        blocks_[block].forward(x, ctx, temb_act, step);
     }
 
     placement.leave({&x, &temb_act});

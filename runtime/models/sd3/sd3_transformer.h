@@ -1,8 +1,8 @@
 #pragma once
 // diffusers' SD3Transformer2DModel (the MMDiT of SD3 and SD3.5): patch embedding with a cropped
-// sin-cos position table, timestep + pooled-text conditioning, joint transformer blocks whose
-// attention runs over image and text tokens together (AdaLayerNormZero on both streams, optional
-// RMS qk-norm, a context-pre-only last block), and an AdaLayerNormContinuous output head. SD3.5's
+// sin-cos position table, timestep + pooled-text conditioning, joint transformer blocks (the
+// shared DualStreamBlock, mmdit.h: AdaLayerNormZero on both streams, optional RMS qk-norm, a
+// context-pre-only last block), and an AdaLayerNormContinuous output head. SD3.5's
 // MMDiT-X blocks (config dual_attention_layers) add a second, image-only self-attention (attn2)
 // with its own AdaLN modulation (SD35AdaLayerNormZeroX: 9 x dim). forward can skip blocks, as
 // diffusers' skip_layers does for skip-layer guidance.
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/models/common/layers.h"
+#include "runtime/models/common/mmdit.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 
@@ -47,38 +48,6 @@ struct Sd3TransformerConfig {
     static Sd3TransformerConfig from_json_file(const std::string& path);
 };
 
-// Every linear layer is a ParallelLinear, split as SD3's parallel spec says
-// (strategies::sd3_parallel_spec()); the others are whole on every rank.
-// linear(silu(temb)) -> shift, scale, gate (attention), shift, scale, gate (MLP), and in a
-// dual-attention block shift, scale, gate (attn2): 6 or 9 x dim.
-struct AdaNormZero {
-    ParallelLinear linear;
-};
-
-struct JointAttention {
-    ParallelLinear to_q, to_k, to_v, to_out;         // image stream
-    ParallelLinear add_q, add_k, add_v, to_add_out;  // text stream (to_add_out absent when context_pre_only)
-    std::optional<RMSNorm> norm_q, norm_k, norm_added_q, norm_added_k;
-};
-
-// SD3.5's second attention: self-attention over the image tokens alone.
-struct ImageAttention {
-    ParallelLinear to_q, to_k, to_v, to_out;
-    std::optional<RMSNorm> norm_q, norm_k;
-};
-
-
-struct JointBlock {
-    bool context_pre_only = false;
-    bool dual_attention = false;  // attn2 is loaded, and norm1 is 9 x dim
-    AdaNormZero norm1;
-    // AdaNormZero (6 x dim) or, when context_pre_only, AdaLayerNormContinuous (2 x dim)
-    ParallelLinear norm1_context;
-    JointAttention attn;
-    ImageAttention attn2;
-    FeedForward ff, ff_context;  // ff_context absent when context_pre_only
-};
-
 class Sd3Transformer {
   public:
     // Loads this rank's part of the model for its place in `parallel` (which must outlive it):
@@ -106,8 +75,9 @@ class Sd3Transformer {
 
     const Sd3TransformerConfig& config() const { return config_; }
 
-    // Bytes of the weights this rank holds (its shards under tensor parallelism).
-    int64_t parameter_bytes() const;
+    // Bytes of the weights this rank holds (its shards under tensor parallelism): every tensor
+    // it took from its store.
+    int64_t parameter_bytes() const { return parameter_bytes_; }
 
   private:
     const ParallelContext* parallel_;
@@ -119,8 +89,10 @@ class Sd3Transformer {
     at::Tensor pos_embed_;
     at::Tensor pos_embed_1d_;  // [max, inner / 2]: one axis' sin-cos embedding
     ParallelLinear time_1_, time_2_, text_1_, text_2_, context_embedder_;
-    std::vector<JointBlock> blocks_;
+    std::vector<DualStreamBlock> blocks_;
     ParallelLinear norm_out_, proj_out_;
+    bool text_split_ = false;  // the spec's text stream: split like the image, or replicated
+    int64_t parameter_bytes_ = 0;
 };
 
 // diffusers' get_2d_sincos_pos_embed for SD3's table: [grid * grid, dim].

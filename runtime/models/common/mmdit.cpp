@@ -1,0 +1,109 @@
+#include "runtime/models/common/mmdit.h"
+
+#include <ATen/ATen.h>
+
+#include "runtime/parallel/attention.h"
+#include "runtime/parallel/sequence_shard.h"
+
+namespace dp::runtime {
+namespace {
+
+using adaln::modulate;
+using adaln::plain_layer_norm;
+
+constexpr double kEps = 1e-6;  // every MMDiT's LayerNorms and qk-norms
+
+}  // namespace
+
+DualStreamBlock::DualStreamBlock(const LinearLoader& linear, const std::string& b, int64_t d, int64_t hd,
+                                 const DualStreamLayout& layout, bool context_pre_only, bool image_attention)
+    : clamp_(layout.clamp), context_pre_only_(context_pre_only), image_attention_(image_attention) {
+    WeightStore& w = linear.weights();
+    modulation_ = linear(b + layout.image_modulation, d, (image_attention ? 9 : 6) * d);
+    text_modulation_ = linear(b + layout.text_modulation, d, (context_pre_only ? 2 : 6) * d);
+    // The attention projections by whole heads, unevenly where tp does not divide them (Note
+    // [uneven heads]).
+    const auto attention = [&](const std::string& a, const char* q, const char* k, const char* v, const char* out,
+                               const char* norm_q, const char* norm_k) {
+        Attention at;
+        at.to_q = linear(a + q, d, d, hd);
+        at.to_k = linear(a + k, d, d, hd);
+        at.to_v = linear(a + v, d, d, hd);
+        if (out) at.to_out = linear(a + out, d, d, hd);
+        if (layout.qk_norm) {
+            at.norm_q = RMSNorm::load(w, a + norm_q, hd, kEps, true, layout.qk_rounding);
+            at.norm_k = RMSNorm::load(w, a + norm_k, hd, kEps, true, layout.qk_rounding);
+        }
+        return at;
+    };
+    image_ = attention(b + ".attn", ".to_q", ".to_k", ".to_v", ".to_out.0", ".norm_q", ".norm_k");
+    text_ = attention(b + ".attn", ".add_q_proj", ".add_k_proj", ".add_v_proj", nullptr, ".norm_added_q",
+                      ".norm_added_k");
+    if (!context_pre_only) to_add_out_ = linear(b + ".attn.to_add_out", d, d, hd);
+    if (image_attention) attn2_ = attention(b + ".attn2", ".to_q", ".to_k", ".to_v", ".to_out.0", ".norm_q", ".norm_k");
+    mlp_.in = linear(b + layout.image_mlp + ".net.0.proj", d, 4 * d);
+    mlp_.out = linear(b + layout.image_mlp + ".net.2", 4 * d, d);
+    if (!context_pre_only) {
+        text_mlp_.in = linear(b + layout.text_mlp + ".net.0.proj", d, 4 * d);
+        text_mlp_.out = linear(b + layout.text_mlp + ".net.2", 4 * d, d);
+    }
+}
+
+void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& temb_act,
+                              const DualStreamStep& s) const {
+    // shift, scale, gate (attention), shift, scale, gate (MLP)[, shift, scale, gate (attn2)]
+    const std::vector<at::Tensor> m = modulation_(temb_act).chunk(image_attention_ ? 9 : 6, 1);
+    const at::Tensor normed = plain_layer_norm(x, kEps);
+    const at::Tensor nx = modulate(normed, m[0], m[1]);
+    std::vector<at::Tensor> mc;
+    at::Tensor nctx;
+    if (context_pre_only_) {
+        const std::vector<at::Tensor> sc = text_modulation_(temb_act.to(ctx.scalar_type())).chunk(2, 1);  // scale, shift
+        nctx = modulate(plain_layer_norm(ctx, kEps), sc[1], sc[0]);
+    } else {
+        mc = text_modulation_(temb_act).chunk(6, 1);
+        nctx = modulate(plain_layer_norm(ctx, kEps), mc[0], mc[1]);
+    }
+    // q and k normed, then rotated, as diffusers orders them.
+    const auto project = [&](const Attention& a, const at::Tensor& in, const std::function<at::Tensor(const at::Tensor&)>& rotate,
+                             at::Tensor& q, at::Tensor& k, at::Tensor& v) {
+        q = split_heads(a.to_q(in), s.heads);
+        k = split_heads(a.to_k(in), s.heads);
+        v = split_heads(a.to_v(in), s.heads);
+        if (a.norm_q) {
+            q = (*a.norm_q)(q);
+            k = (*a.norm_k)(k);
+        }
+        if (rotate) {
+            q = rotate(q);
+            k = rotate(k);
+        }
+    };
+    AttentionInputs in;
+    project(image_, nx, s.rotate_image, in.q, in.k, in.v);
+    project(text_, nctx, s.rotate_text, in.q2, in.k2, in.v2);
+    in.shard = s.image;
+    in.shard2 = s.text;
+    in.bias2 = s.text_bias;
+    const bool text_out = !context_pre_only_ && !s.last;
+    in.want_out2 = text_out;
+    const AttentionOutputs o = attend(in);
+
+    x = x + m[2].unsqueeze(1) * image_.to_out(merge_heads(o.out));
+    if (image_attention_) {  // SD3.5's attn2: the image tokens alone, split as attn's are
+        AttentionInputs a2;
+        project(attn2_, modulate(normed, m[6], m[7]), {}, a2.q, a2.k, a2.v);
+        a2.shard = s.image;
+        x = x + m[8].unsqueeze(1) * attn2_.to_out(merge_heads(attend(a2).out));
+    }
+    x = x + m[5].unsqueeze(1) * mlp_(modulate(plain_layer_norm(x, kEps), m[3], m[4]));
+    if (text_out) {
+        ctx = ctx + mc[2].unsqueeze(1) * to_add_out_(merge_heads(o.out2));
+        ctx = ctx + mc[5].unsqueeze(1) * text_mlp_(modulate(plain_layer_norm(ctx, kEps), mc[3], mc[4]));
+    }
+    if (clamp_ == DualStreamLayout::Clamp::kBoth) x = clamp_half(x);
+    if (clamp_ == DualStreamLayout::Clamp::kBoth || (clamp_ == DualStreamLayout::Clamp::kText && text_out))
+        ctx = clamp_half(ctx);
+}
+
+}  // namespace dp::runtime
