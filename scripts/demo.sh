@@ -6,7 +6,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${DP_BUILD_DIR:-$root/build}
-"$root/scripts/setup.sh"
+# Only what the demo runs: the launcher and the worker (./scripts/test.sh builds the rest).
+DP_BUILD_TARGETS="dp-launch dp-worker" "$root/scripts/setup.sh"
 cd "$root"
 echo "+ dp-launch -n 2 --overwrite examples/prompts.txt"
 exec "$build/bin/dp-launch" -n 2 --overwrite examples/prompts.txt

@@ -7,6 +7,7 @@
 #                 (default: ~/.cache/dp-launch/venv)
 #   DP_WITH_TORCH=0  build the launcher only: no torch wheel, no worker side
 #   DP_SETUP_NO_BUILD=1  install what is missing, build nothing
+#   DP_BUILD_TARGETS  build only these targets (scripts/demo.sh: dp-launch dp-worker); default: all
 set -euo pipefail
 
 TORCH_VERSION=2.15.0  # the CUDA 13 build on PyPI; LibTorch comes from inside this wheel
@@ -80,8 +81,10 @@ if [[ ! -f $build/CMakeCache.txt || ! -f $stamp || "$(cat "$stamp")" != "${cmake
     fi
     printf '%s' "${cmake_args[*]}" >"$stamp"
 fi
-log "building (log: $build/build.log)"
-if ! cmake --build "$build" -j "$(nproc)" >"$build/build.log" 2>&1; then
+targets=()
+for t in ${DP_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+log "building${DP_BUILD_TARGETS:+ $DP_BUILD_TARGETS} (log: $build/build.log)"
+if ! cmake --build "$build" -j "$(nproc)" "${targets[@]}" >"$build/build.log" 2>&1; then
     grep -E -A8 'error|Error' "$build/build.log" | head -80 >&2
     log "build failed; the whole log is $build/build.log"
     exit 1
