@@ -70,13 +70,22 @@ StDType to_st_dtype(at::ScalarType type, const std::string& name) {
 
 namespace {
 
-// The tensor as stored, aliasing the mapping where its alignment allows (else one copy).
+// Note [Weights are 64-byte aligned]
+// A tensor aliases the file's mapping only where its data starts on a 64-byte boundary, the
+// alignment LibTorch's CPU allocator gives every tensor it makes; elsewhere it is copied once into
+// such a tensor. Alignment is not only a matter of speed: MKL's kernels (gemv, where a linear
+// layer sees one row: a timestep or pooled-text embedding) take another path for a misaligned
+// operand, and their sums round differently. A safetensors file puts its data wherever the header
+// ends, so the same weights stored in two files (an fp32 file, or an fp16 variant converted on
+// load) would otherwise give different latents, and a reference that loads into fresh tensors
+// (diffusers, transformers) differs from us by a rounding.
+constexpr std::uintptr_t kWeightAlignment = 64;
+
 at::Tensor mapped_tensor(const std::shared_ptr<SafetensorsFile>& file, const std::string& name) {
     const StTensorInfo& info = file->info(name);
     const at::ScalarType stored = to_scalar_type(info.dtype);
     const auto* ptr = file->data(name);
-    const std::size_t elem = st_dtype_size(info.dtype);
-    if (reinterpret_cast<std::uintptr_t>(ptr) % elem == 0) {
+    if (reinterpret_cast<std::uintptr_t>(ptr) % kWeightAlignment == 0) {
         // Keep the mapping alive as long as the tensor aliases it.
         auto keep = file;
         return at::from_blob(
@@ -119,7 +128,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
         cpu.push_back(t);
     }
     std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+    // The data starts on a 64-byte boundary, so the first tensor is mapped, not copied, when read
+    // back (Note [Weights are 64-byte aligned]).
+    text.append((64 - (8 + text.size()) % 64) % 64, ' ');
     const std::string tmp = path + ".tmp." + std::to_string(getpid());
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

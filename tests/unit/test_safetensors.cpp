@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "runtime/io/errors.h"
 #include "runtime/io/safetensors.h"
@@ -70,8 +71,34 @@ TEST_CASE("a tensor aliasing the mapping keeps the file mapped after the file ob
     {
         auto file = SafetensorsFile::open(path);
         x = load_tensor(file, "x", at::kFloat);
+        CHECK(x.data_ptr() == static_cast<const void*>(file->data("x")));  // written aligned, so mapped
     }
     CHECK(x.sum().item<float>() == doctest::Approx(7000.0f));
+}
+
+TEST_CASE("weights load 64-byte aligned wherever the file puts them, and compute the same (Note [Weights are 64-byte aligned])") {
+    // A [64, 64] weight whose data starts at every 4-byte offset modulo 64 of the mapping; one row
+    // through it (MKL's gemv, the path whose sums depend on the operand's alignment) must give the
+    // bits of the same weight in a fresh tensor.
+    const at::Tensor w = at::randn({64, 64}, at::TensorOptions().dtype(at::kFloat));
+    const at::Tensor x = at::randn({1, 64}, at::TensorOptions().dtype(at::kFloat));
+    const at::Tensor want = at::linear(x, w);
+    const std::string data(reinterpret_cast<const char*>(w.data_ptr()), static_cast<std::size_t>(w.nbytes()));
+    const std::string header = R"({"w":{"dtype":"F32","shape":[64,64],"data_offsets":[0,16384]}})";
+    std::set<std::uintptr_t> starts;
+    for (std::size_t start = 0; start < 64; start += 4) {
+        const std::size_t pad = (start + 64 - (8 + header.size()) % 64) % 64;  // the data at `start` mod 64
+        const std::string path = write_bytes("aligned.safetensors", raw_file(header + std::string(pad, ' '), data));
+        auto file = SafetensorsFile::open(path);
+        starts.insert(reinterpret_cast<std::uintptr_t>(file->data("w")) % 64);
+        for (const at::Tensor& t : {load_tensor(file, "w", at::kFloat), load_tensor_slice(file, "w", at::kFloat, at::kCPU, 0, 0, 64)}) {
+            CAPTURE(start);
+            CHECK(reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 64 == 0);
+            CHECK(at::equal(t, w));
+            CHECK(at::equal(at::linear(x, t), want));
+        }
+    }
+    CHECK(starts.size() == 16);  // every offset was tried
 }
 
 TEST_CASE("hostile and truncated files are refused with the reason") {

@@ -169,7 +169,8 @@ TEST_CASE("T5 encoder matches transformers in fp32, bf16 and fp16 (fp16 keeps wo
     const at::Tensor ids = load_tensor(golden, "input_ids", at::kLong);
     const T5Config config = T5Config::from_json_file(kEncoder + "/config.json");
     CHECK(config.relative_attention_max_distance == 20);
-    // Measured on CPU: 0 in every dtype (the same kernels as the reference). The half-precision
+    // Measured on CPU: 0 in every dtype (the same kernels as the reference, the CPU paths pinned as
+    // the golden tensors were written: Note [Tests pin the CPU code paths]). The half-precision
     // bounds are one unit in the last place of the largest outputs (|h| ~3.4): tight enough to
     // catch running in fp32 and casting (bf16 3.7e-2, fp16 3.3e-3 off) or fp16 without its fp32
     // wo (3.9e-3 off), loose enough for another kernel's rounding.
