@@ -65,7 +65,7 @@ auto with_variant_or_plain(const JobOptions& job, const Count& count) {
     }
 }
 
-// The expected makespan of each schedule over the prompts of job.prompts (README "Schedules").
+// The expected makespan of each schedule over the prompts of job.prompts (docs/strategies.md, "Schedules").
 std::string schedule_plan(const JobOptions& job, const strategies::ModelInfo& model, int replicas) {
     const PromptFile file = read_prompt_file(
         job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, model); });
@@ -258,7 +258,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     }
     out << "weights per rank (" << dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
 
-    // Bytes each rank sends per denoising step, for one prompt (README "Parallel strategies").
+    // Bytes each rank sends per denoising step, for one prompt (docs/strategies.md, "Strategy guide").
     const long long split_tokens = deg.ring * deg.ulysses;
     const long long n = (tokens + split_tokens - 1) / split_tokens * split_tokens;
     // Both guidance branches in one batch (Qwen-Image's only with a negative prompt).

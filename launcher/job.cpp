@@ -115,7 +115,7 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& j
     try {
         const auto plan_at = [&](int64_t element_bytes) {
             return strategies::plan_device_map_spec(
-                job.model, element_bytes, job.device_map, job.max_memory, {}, job.variant,
+                job.model, *model.spec, element_bytes, job.device_map, job.max_memory, {}, job.variant,
                 strategies::components_left_out(job.model, *model.spec, job.no_t5));
         };
         if (job.dtype != "auto") return plan_at(job.dtype == "fp32" ? 4 : 2);

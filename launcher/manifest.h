@@ -1,5 +1,5 @@
 #pragma once
-// manifest.jsonl, the main job's record of every prompt (README "Output"): reading the one a
+// manifest.jsonl, the main job's record of every prompt (docs/prompt-files.md, "Outputs"): reading the one a
 // killed or finished run left, appending records whole, and deciding which earlier images a
 // resumed job may keep.
 

@@ -56,7 +56,7 @@ class StatusChannel {
     // (which timeout applies) and, in a hang report, what it was doing; any status line shows the
     // rank alive. So a heartbeat of the phase last reported is left out when a line went less
     // than kHeartbeatInterval ago: at one step an image, two heartbeats an image would be most
-    // of the launcher's work (README "At 100 000 prompts"), and a hang report is at most that
+    // of the launcher's work (docs/benchmarks.md, "At 100 000 prompts"), and a hang report is at most that
     // much out of date.
     void send(const protocol::StatusEvent& event) {
         if (fd_ < 0) return;
@@ -178,7 +178,7 @@ std::shared_ptr<DeviceMapping> make_device_mapping(const JobFile& job, const str
                                             " GPU(s) visible; device_map needs two or more (to try it on the "
                                             "CPU, name CPU devices: --max-memory cpu:0=1GB,cpu:1=1GB)");
             plan = strategies::plan_device_map_spec(
-                job.model_dir, element_bytes, request.spec, "", gpus, job.variant,
+                job.model_dir, *model.spec, element_bytes, request.spec, "", gpus, job.variant,
                 strategies::components_left_out(job.model_dir, *model.spec, job.no_t5));
         } catch (const std::exception& e) {
             throw protocol::UsageError("--device-map " + request.spec + ": " + e.what());
@@ -394,7 +394,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     comm.barrier();
     if (env_flag("DP_COMM_REPORT")) {
         // Bytes this rank sent, per kind of collective, over every group it belongs to (the
-        // figures the README's communication formulas predict).
+        // figures docs/strategies.md's communication formulas predict).
         const std::map<std::string, uint64_t> total = parallel.bytes();
         std::string line = "dp-worker: rank " + std::to_string(rank) + " communication bytes:";
         for (const auto& [kind, n] : total) line += " " + kind + "=" + std::to_string(n);

@@ -188,8 +188,15 @@ DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element
                                    const std::string& device_map, const std::string& max_memory,
                                    const std::vector<DeviceBudget>& default_budgets, const std::string& variant,
                                    const std::vector<std::string>& left_out) {
-    const std::vector<ComponentSize> sizes =
-        pipeline_component_sizes(model_dir, parallel_spec_for_model(model_dir), element_bytes, variant, left_out);
+    return plan_device_map_spec(model_dir, parallel_spec_for_model(model_dir), element_bytes, device_map, max_memory,
+                                default_budgets, variant, left_out);
+}
+
+DeviceMapPlan plan_device_map_spec(const std::string& model_dir, const ParallelSpec& spec, int64_t element_bytes,
+                                   const std::string& device_map, const std::string& max_memory,
+                                   const std::vector<DeviceBudget>& default_budgets, const std::string& variant,
+                                   const std::vector<std::string>& left_out) {
+    const std::vector<ComponentSize> sizes = pipeline_component_sizes(model_dir, spec, element_bytes, variant, left_out);
     if (device_map == "balanced" || device_map == "auto")
         return plan_device_map(sizes, max_memory.empty() ? default_budgets : parse_max_memory(max_memory),
                                device_map == "auto" ? DeviceMapMode::kAuto : DeviceMapMode::kBalanced);

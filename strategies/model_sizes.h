@@ -50,6 +50,11 @@ std::vector<std::string> components_left_out(const std::string& model_dir, const
 // from `max_memory` (DEV=SIZE,...) or, when it is empty, `default_budgets` (the visible GPUs). Throws
 // std::invalid_argument (or std::runtime_error for unreadable weights or model_index.json) saying
 // what is wrong.
+DeviceMapPlan plan_device_map_spec(const std::string& model_dir, const ParallelSpec& spec, int64_t element_bytes,
+                                   const std::string& device_map, const std::string& max_memory,
+                                   const std::vector<DeviceBudget>& default_budgets,
+                                   const std::string& variant = "", const std::vector<std::string>& left_out = {});
+// The same, reading the family from `model_dir`/model_index.json.
 DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element_bytes,
                                    const std::string& device_map, const std::string& max_memory,
                                    const std::vector<DeviceBudget>& default_budgets,

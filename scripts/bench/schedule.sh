@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The dynamic schedule against the static split on an uneven prompt file (README "Schedules"):
+# The dynamic schedule against the static split on an uneven prompt file (docs/strategies.md, "Schedules"):
 # N prompts of the built-in model, the first eighth of them at 4x the steps (a block of costly
 # prompts, as when a file gathers its high-quality prompts in one part), over 2 ranks. Both
 # schedules run side by side (hyperfine when installed, else alternating runs), and the script

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The shipped model on prompts of attribute combinations held out of its training, at the default
 # settings, through dp-launch with two ranks; dp-adherence then requires each attribute to be
-# right at least as often as the README's measured figures, less a margin.
+# right at least as often as docs/built-in-model.md's measured figures, less a margin.
 #   adherence.sh DP_LAUNCH DP_ADHERENCE PROMPTS MIN_BACKGROUND MIN_COLOUR MIN_KIND MIN_POSITION
 set -euo pipefail
 dp_launch=$1 adherence=$2 prompts=$3

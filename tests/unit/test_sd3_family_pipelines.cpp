@@ -68,7 +68,7 @@ void expect_golden_pipeline(const std::string& name) {
 }
 
 // The first case in bf16 against diffusers' bf16 run: the same image within the tolerance measured
-// for bf16 (README "The diffusion pipeline").
+// for bf16 (docs/models.md, "The diffusion pipeline").
 void expect_golden_bf16(const std::string& name) {
     PipelineOptions options;
     options.model_dir = golden_path(name);
