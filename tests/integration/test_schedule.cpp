@@ -62,7 +62,7 @@ TEST_CASE("dynamic and static schedules give byte-identical images and manifests
         for (const std::string schedule : {"static", "dynamic"}) {
             const std::string out = dir + "/" + std::to_string(&mesh - meshes.data()) + schedule;
             std::vector<std::string> args = mesh;
-            for (const std::string& a : {"--steps", "2", "--width", "16", "--height", "16", "--device", "cpu", "--schedule", schedule.c_str(), "-o",
+            for (const char* a : {"--steps", "2", "--width", "16", "--height", "16", "--device", "cpu", "--schedule", schedule.c_str(), "-o",
                                          out.c_str(), prompts.c_str()})
                 args.push_back(a);
             const LaunchResult r = run_leaving_nothing(args, {}, 240);

@@ -24,7 +24,7 @@ TEST_CASE("every torchrun variable, for a rank on the second node") {
     spec.node_rank = 1;
     spec.max_restarts = 2;
     spec.run_id = "job7";
-    RankEnvInputs in{"10.0.0.1", 29500, 1, 16, 1234};
+    RankEnvInputs in{"10.0.0.1", 29500, 1, 16, 1234, ""};
     auto m = as_map(rank_variables(spec, in, 2, {}));
     CHECK(m.at("RANK") == "6");  // 1 * 4 + 2
     CHECK(m.at("LOCAL_RANK") == "2");
@@ -48,7 +48,7 @@ TEST_CASE("every torchrun variable, for a rank on the second node") {
 TEST_CASE("OMP_NUM_THREADS: at least 1, and never overrides the user's") {
     LaunchSpec spec;
     spec.num_processes = 8;
-    RankEnvInputs in{"127.0.0.1", 1, 0, 2, 1};
+    RankEnvInputs in{"127.0.0.1", 1, 0, 2, 1, ""};
     CHECK(as_map(rank_variables(spec, in, 0, {})).at("OMP_NUM_THREADS") == "1");
     CHECK(as_map(rank_variables(spec, in, 0, {"OMP_NUM_THREADS=7"})).count("OMP_NUM_THREADS") == 0);
     // A variable whose name merely starts the same does not count.
@@ -59,7 +59,7 @@ TEST_CASE("gpu ids become CUDA_VISIBLE_DEVICES") {
     LaunchSpec spec;
     spec.num_processes = 2;
     spec.gpu_ids = {2, 0};
-    RankEnvInputs in{"127.0.0.1", 1, 0, 2, 1};
+    RankEnvInputs in{"127.0.0.1", 1, 0, 2, 1, ""};
     CHECK(as_map(rank_variables(spec, in, 1, {})).at("CUDA_VISIBLE_DEVICES") == "2,0");
 }
 
