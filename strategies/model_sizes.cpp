@@ -184,14 +184,6 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
     return out;
 }
 
-DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element_bytes,
-                                   const std::string& device_map, const std::string& max_memory,
-                                   const std::vector<DeviceBudget>& default_budgets, const std::string& variant,
-                                   const std::vector<std::string>& left_out) {
-    return plan_device_map_spec(model_dir, parallel_spec_for_model(model_dir), element_bytes, device_map, max_memory,
-                                default_budgets, variant, left_out);
-}
-
 DeviceMapPlan plan_device_map_spec(const std::string& model_dir, const ParallelSpec& spec, int64_t element_bytes,
                                    const std::string& device_map, const std::string& max_memory,
                                    const std::vector<DeviceBudget>& default_budgets, const std::string& variant,

@@ -45,17 +45,12 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
 // (`no_t5`), or when model_index.json names none (its folder may still be there).
 std::vector<std::string> components_left_out(const std::string& model_dir, const ParallelSpec& spec, bool no_t5);
 
-// device_map's plan for a model (its family's spec from model_index.json) from the user's spec: `device_map`
+// device_map's plan for a model (its family's `spec`, from its ModelInfo) from the user's spec: `device_map`
 // is balanced, auto or a FILE.json (diffusers' hf_device_map style); balanced and auto take their budgets
 // from `max_memory` (DEV=SIZE,...) or, when it is empty, `default_budgets` (the visible GPUs). Throws
 // std::invalid_argument (or std::runtime_error for unreadable weights or model_index.json) saying
 // what is wrong.
 DeviceMapPlan plan_device_map_spec(const std::string& model_dir, const ParallelSpec& spec, int64_t element_bytes,
-                                   const std::string& device_map, const std::string& max_memory,
-                                   const std::vector<DeviceBudget>& default_budgets,
-                                   const std::string& variant = "", const std::vector<std::string>& left_out = {});
-// The same, reading the family from `model_dir`/model_index.json.
-DeviceMapPlan plan_device_map_spec(const std::string& model_dir, int64_t element_bytes,
                                    const std::string& device_map, const std::string& max_memory,
                                    const std::vector<DeviceBudget>& default_budgets,
                                    const std::string& variant = "", const std::vector<std::string>& left_out = {});

@@ -227,7 +227,7 @@ TEST_CASE("T5's encoder is placed where the job loads it: not under --no-t5, nor
     // The planner places it like any component: 128 bytes of T5 in bf16.
     std::ofstream(model + "/model_index.json")
         << R"({"_class_name": "StableDiffusion3Pipeline", "text_encoder_3": ["transformers", "T5EncoderModel"]})";
-    const DeviceMapPlan plan = plan_device_map_spec(model, 2, "balanced", "cpu:0=1MB,cpu:1=1MB", {}, "",
+    const DeviceMapPlan plan = plan_device_map_spec(model, sd3, 2, "balanced", "cpu:0=1MB,cpu:1=1MB", {}, "",
                                                     components_left_out(model, sd3, false));
     bool placed = false;
     for (const Placement& p : plan.placements) placed |= p.component == "text_encoder_3" && p.bytes == 128;
@@ -243,7 +243,7 @@ TEST_CASE("the shipped tiny model's sizes: two transformer blocks, and the bytes
     CHECK(sizes[2].name == "transformer");
     CHECK(sizes[2].bytes == 516368);
     CHECK(sizes[2].block_bytes.size() == 2);
-    CHECK_THROWS_WITH_AS(plan_device_map_spec(model, 4, "balanced", "cpu:0=300KB,cpu:1=300KB", {}),
+    CHECK_THROWS_WITH_AS(plan_device_map_spec(model, parallel_spec_for_model(model), 4, "balanced", "cpu:0=300KB,cpu:1=300KB", {}),
                          doctest::Contains("transformer (516368 bytes) fits on no device"),
                          std::invalid_argument);
 }
