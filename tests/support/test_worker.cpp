@@ -53,17 +53,26 @@ long long now_ns() {
 std::string g_dir;
 int g_rank = -1;
 
-// Async-signal-safe: open, write, close.
+// Writes a file whole under a temporary name and renames it into place, so a test that waits for the
+// file to exist never reads it empty or half written. Async-signal-safe: open, write, close, rename.
+void publish(const char* path, const char* data, size_t size) {
+    char tmp[4200];
+    std::snprintf(tmp, sizeof(tmp), "%s.partial", path);
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return;
+    const bool written = write(fd, data, size) == static_cast<ssize_t>(size);
+    close(fd);
+    if (written) rename(tmp, path);
+}
+
+void publish(const std::string& path, const std::string& text) { publish(path.c_str(), text.data(), text.size()); }
+
 void stamp(const char* what) {
     char path[4096];
     std::snprintf(path, sizeof(path), "%s/%s_%d", g_dir.c_str(), what, g_rank);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return;
     char buf[32];
-    int n = std::snprintf(buf, sizeof(buf), "%lld\n", now_ns());
-    if (write(fd, buf, static_cast<size_t>(n)) < 0) {
-    }
-    close(fd);
+    const int n = std::snprintf(buf, sizeof(buf), "%lld\n", now_ns());
+    publish(path, buf, static_cast<size_t>(n));
 }
 
 void on_term(int) {
@@ -117,8 +126,9 @@ int main(int argc, char** argv) {
 
     if (mode == "env") {
         g_dir = arg(2);
-        std::ofstream out(g_dir + "/rank_" + std::to_string(g_rank) + ".env");
-        for (char** e = environ; *e; ++e) out << *e << "\n";
+        std::string text;
+        for (char** e = environ; *e; ++e) text += std::string(*e) + "\n";
+        publish(g_dir + "/rank_" + std::to_string(g_rank) + ".env", text);
         return 0;
     }
     if (mode == "fail") {
@@ -146,7 +156,7 @@ int main(int argc, char** argv) {
         g_dir = arg(2);
         pid_t child = fork();
         if (child == 0) wait_forever();
-        std::ofstream(g_dir + "/pids_" + std::to_string(g_rank)) << getpid() << " " << child << "\n";
+        publish(g_dir + "/pids_" + std::to_string(g_rank), std::to_string(getpid()) + " " + std::to_string(child) + "\n");
         wait_forever();
     }
     if (mode == "fail-first") {
@@ -219,7 +229,8 @@ int main(int argc, char** argv) {
         waitpid(middle, nullptr, 0);
         const pid_t child = fork();
         if (child == 0) wait_forever();
-        std::ofstream(g_dir + "/daemon_" + std::to_string(g_rank)) << daemon << " " << child << "\n";
+        publish(g_dir + "/daemon_" + std::to_string(g_rank),
+                std::to_string(daemon) + " " + std::to_string(child) + "\n");
         if (then_exit) return 0;
         wait_forever();
     }
