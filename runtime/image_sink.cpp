@@ -1,6 +1,5 @@
 #include "runtime/image_sink.h"
 
-#include <openssl/evp.h>
 #include <png.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "runtime/io/errors.h"
+#include "strategies/sha256.h"
 
 namespace dp::runtime {
 namespace {
@@ -46,19 +46,7 @@ bool encode_png(const uint8_t* rgb, int width, int height, std::vector<uint8_t>&
 
 }  // namespace
 
-std::string sha256_hex(const void* data, std::size_t size) {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    if (EVP_Digest(data, size, digest, &len, EVP_sha256(), nullptr) != 1)
-        throw Error("SHA-256 failed", kExitIo);
-    static const char* hex = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < len; ++i) {
-        out += hex[digest[i] >> 4];
-        out += hex[digest[i] & 15];
-    }
-    return out;
-}
+std::string sha256_hex(const void* data, std::size_t size) { return strategies::sha256_hex(data, size); }
 
 WrittenImage write_png_atomically(const std::string& path, const uint8_t* rgb, int width, int height) {
     if (width <= 0 || height <= 0) throw Error(path + ": cannot write an empty image", kExitIo);

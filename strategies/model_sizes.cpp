@@ -24,21 +24,26 @@ bool is_dir(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// Adds each tensor's element count from a safetensors header's JSON (or a tensor manifest, which
-// has the same layout): false when it is not such JSON or a shape is not a list of sizes.
-bool add_header_counts(const std::string& header, std::map<std::string, int64_t>& counts) {
+// Adds each tensor's element count (and with `shapes`, its shape) from a safetensors header's JSON
+// (or a tensor manifest, which has the same layout): false when it is not such JSON or a shape is
+// not a list of sizes.
+bool add_header_counts(const std::string& header, std::map<std::string, int64_t>& counts,
+                       std::map<std::string, std::vector<int64_t>>* shapes = nullptr) {
     try {
         const nlohmann::json h = nlohmann::json::parse(header);
         if (!h.is_object()) return false;
         for (const auto& [name, info] : h.items()) {
             if (name == "__metadata__") continue;
             int64_t n = 1;
+            std::vector<int64_t> shape;
             for (const auto& dim : info.at("shape")) {
                 const int64_t v = dim.get<int64_t>();
                 if (v < 0 || (v > 0 && n > (int64_t{1} << 50) / v)) return false;
                 n *= v;
+                shape.push_back(v);
             }
             counts[name] = n;
+            if (shapes) (*shapes)[name] = std::move(shape);
         }
         return true;
     } catch (const std::exception&) {
@@ -60,7 +65,10 @@ bool has_safetensors(const std::string& dir) {
 
 }  // namespace
 
-std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir, const std::string& variant) {
+namespace {
+
+std::map<std::string, int64_t> read_safetensors_counts(const std::string& dir, const std::string& variant,
+                                                       std::map<std::string, std::vector<int64_t>>* shapes) {
     // The files the worker loads (Note [weight variants]): one file, or the shards an index names.
     const ComponentWeights weights = find_component_weights(dir, variant);
     std::set<std::string> files;
@@ -87,24 +95,41 @@ std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir
             ::close(fd);
         }
         if (!whole) throw std::runtime_error(path + ": corrupt safetensors header");
-        if (!add_header_counts(header, counts)) throw std::runtime_error(path + ": corrupt safetensors header");
+        if (!add_header_counts(header, counts, shapes)) throw std::runtime_error(path + ": corrupt safetensors header");
     }
     return counts;
 }
 
-std::map<std::string, int64_t> tensor_element_counts(const std::string& dir, const std::string& variant) {
-    if (has_safetensors(dir)) return safetensors_element_counts(dir, variant);
+std::map<std::string, int64_t> read_tensor_counts(const std::string& dir, const std::string& variant,
+                                                  std::map<std::string, std::vector<int64_t>>* shapes) {
+    if (has_safetensors(dir)) return read_safetensors_counts(dir, variant, shapes);
     const std::string manifest = dir + "/" + kTensorManifest;
     if (!model_file_exists(manifest))
         throw std::runtime_error(dir + ": no *.safetensors weights, and no " + std::string(kTensorManifest) +
                                  " (the tensor list of a config-only folder)");
     const std::string text = read_model_file(manifest, std::size_t{16} << 20);  // ModelError names it
     std::map<std::string, int64_t> counts;
-    if (!add_header_counts(text, counts) || counts.empty())
+    if (!add_header_counts(text, counts, shapes) || counts.empty())
         throw std::runtime_error(manifest +
                                  ": not a tensor manifest (expected {\"NAME\": {\"dtype\": ..., \"shape\": [...]}, "
                                  "...}, as scripts/models/make_config_folders.py writes it)");
     return counts;
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir, const std::string& variant) {
+    return read_safetensors_counts(dir, variant, nullptr);
+}
+
+std::map<std::string, int64_t> tensor_element_counts(const std::string& dir, const std::string& variant) {
+    return read_tensor_counts(dir, variant, nullptr);
+}
+
+std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir, const std::string& variant) {
+    std::map<std::string, std::vector<int64_t>> shapes;
+    read_tensor_counts(dir, variant, &shapes);
+    return shapes;
 }
 
 std::vector<std::string> components_without_weights(const std::string& model_dir, const ParallelSpec& spec) {

@@ -28,6 +28,8 @@ inline constexpr const char* kTensorManifest = "tensors.json";
 // when it has no *.safetensors, its tensors.json manifest. Throws std::runtime_error naming the
 // folder when it has neither, or the file that is unreadable or malformed.
 std::map<std::string, int64_t> tensor_element_counts(const std::string& dir, const std::string& variant = "");
+// The same tensors' shapes.
+std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir, const std::string& variant = "");
 
 // The components `spec` places whose folder has a tensors.json manifest and no *.safetensors:
 // configs only, which a job runs only with random weights. Empty for a folder with weights.

@@ -1,4 +1,4 @@
-#include "runtime/io/safetensors.h"
+#include "strategies/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,10 +11,11 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "runtime/io/errors.h"
+#include "protocol/errors.h"
 #include "strategies/model_files.h"
 
-namespace dp::runtime {
+namespace dp::strategies {
+using protocol::ModelError;
 namespace {
 
 constexpr std::size_t kMaxHeaderBytes = 100 << 20;  // the format's own limit
@@ -176,4 +177,4 @@ const StTensorInfo& SafetensorsFile::info(const std::string& name) const {
 
 const std::byte* SafetensorsFile::data(const std::string& name) const { return data_ + info(name).begin; }
 
-}  // namespace dp::runtime
+}  // namespace dp::strategies
