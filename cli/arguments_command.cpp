@@ -89,6 +89,9 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
             case CallType::kBlocks:
                 e.type = "list of integers";
                 break;
+            case CallType::kAdapters:
+                e.type = "list of adapters";
+                break;
         }
         if (row.type == CallType::kBlocks) {
             e.min = 0;

@@ -2,6 +2,7 @@
 // arguments' rows come from the call-argument table (protocol/call_arguments.h).
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 
 #include "cli/launch_options.h"
 #include "cli/option_rows.h"
@@ -35,7 +36,7 @@ std::string default_text(const CallArgument& a, double value) {
 // FLUX.1-dev 28, FLUX.1-schnell 4"; a family and its variant at the same value under the family's
 // name), after the model folder's generation_defaults.json where it may set it.
 std::string described_default(const CallArgument& a) {
-    if (a.type == CallType::kBlocks) return "none";
+    if (a.type == CallType::kBlocks || a.type == CallType::kAdapters) return "none";
     std::string out;
     for (const strategies::ParallelSpec* spec : strategies::parallel_specs()) {
         const protocol::FamilyUse* base = nullptr;
@@ -79,12 +80,32 @@ JobOptionRow call_argument_row(const CallArgument& a) {
                 case CallType::kBlocks:
                     j.arguments.set(a, launcher::parse_block_list(text, source));
                     break;
+                case CallType::kAdapters: {
+                    protocol::Adapters adapters;
+                    std::istringstream lines(text);
+                    for (std::string line; std::getline(lines, line);) {
+                        if (line.empty()) continue;
+                        protocol::Adapter adapter;
+                        std::string why = protocol::parse_adapter_text(line, adapter);
+                        if (why.empty() && (adapter.scale < a.min || adapter.scale > a.max))
+                            why = "the scale must be from " + launcher::number_text(a.min) + " to " +
+                                  launcher::number_text(a.max);
+                        if (!why.empty())
+                            throw UsageError(source + " '" + launcher::utf8_for_display(line.substr(0, 200)) +
+                                             "': " + why + " (expected PATH or PATH:SCALE, e.g. "
+                                             "style.safetensors:0.8)");
+                        adapters.push_back(std::move(adapter));
+                    }
+                    j.arguments.set(a, std::move(adapters));
+                    break;
+                }
             }
         },
         [&a](const J& j) -> std::string {
             const protocol::CallValue* v = j.arguments.find(a.name);
             if (!v) return "";
             if (const auto* blocks = std::get_if<std::vector<int>>(v)) return launcher::block_list_text(*blocks);
+            if (std::holds_alternative<protocol::Adapters>(*v)) return protocol::call_value_text(*v);
             if (const auto* d = std::get_if<double>(v)) return launcher::number_text(*d);
             return std::to_string(std::get<int64_t>(*v));
         });
@@ -92,6 +113,7 @@ JobOptionRow call_argument_row(const CallArgument& a) {
         r.lo = a.min;
         r.hi = a.max;
     }
+    r.repeatable = a.type == CallType::kAdapters;
     return described(r, described_default(a).c_str());
 }
 

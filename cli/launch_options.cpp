@@ -309,6 +309,10 @@ void add_launch_options(CLI::App& app, RawLaunchOptions& raw) {
             // The bare flag gives "true"; --flag=VALUE gives VALUE, read like the environment's.
             opt = app.add_flag(def->flags, value, def->help_text())
                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+        } else if (def->repeatable) {
+            opt = app.add_option(def->flags, value, def->help_text())
+                      ->type_name(def->value_name)
+                      ->multi_option_policy(CLI::MultiOptionPolicy::Join);  // joined with '\n'
         } else {
             opt = app.add_option(def->flags, value, def->help_text())->type_name(def->value_name);
         }
@@ -393,6 +397,11 @@ ConfigSettings load_config(const std::string& path, const std::string& source) {
             as_text = value.get<bool>() ? "true" : "false";
         } else if (value.is_number()) {
             as_text = value.dump();
+        } else if (value.is_array() && def->repeatable) {
+            for (const auto& item : value) {
+                if (!item.is_string()) throw UsageError(where + ": expected a list of strings");
+                as_text += (as_text.empty() ? "" : "\n") + item.get<std::string>();
+            }
         } else if (value.is_array() && def->key == "gpu_ids") {
             for (const auto& id : value) {
                 if (!id.is_number_integer())

@@ -51,6 +51,9 @@ struct OptionDef {
     std::vector<std::string> choices;  // kChoice
     DefaultKind default_kind = DefaultKind::kTarget;
     std::string default_text;  // shown in --help; empty: none
+    // Given several times, every value counts (--lora): the flags' values, a config list's items or
+    // an environment value's lines reach the row joined by newlines. Otherwise the last one wins.
+    bool repeatable = false;
 
     // "1 to 1000", "0 to 3600 seconds"; empty for kinds without a range.
     std::string range_text() const;

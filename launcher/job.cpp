@@ -1,3 +1,4 @@
+#include "launcher/adapter_files.h"
 #include "launcher/job.h"
 
 #include <sys/stat.h>
@@ -197,6 +198,9 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     // What the model cannot run is refused here, before anything starts: a flag's setting is a
     // usage error, a JSONL line's makes that line invalid, the folder's own problems are the model's.
     check_job(job, model);
+    // Every adapter file, read once before anything starts (Note [adapter files are checked first]).
+    AdapterFiles adapters(model, job.variant);
+    adapters.check(job.arguments.adapters("lora"), "--lora");
     // Every prompt's settings, resolved once here so that every rank and the manifest agree; each
     // prompt's record and request go to `records` as it is read (Note [records on disk]).
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);
@@ -207,9 +211,18 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     // one vector of the exact size, so that no growth holds two copies.
     std::vector<std::vector<protocol::JobRequest>> pieces;
     const PromptFile file = read_prompt_file(
-        job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, model); },
+        job.prompts,
+        [&](const PromptRecord& p) {
+            std::string why = prompt_setting_problem(p, job, model);
+            if (why.empty() && p.arguments.has("lora")) {
+                why = adapters.problem(p.arguments.adapters("lora"));
+                if (!why.empty()) why = "key 'lora': " + why;
+            }
+            return why;
+        },
         [&](PromptRecord&& p) {
             protocol::JobRequest q = job_request(p, job, model);
+            adapters.resolve(q.arguments);
             records.set(pending_record(q, p.line, job, dtype));
             records.set_request(p.index, protocol::request_line(q));
             std::string().swap(q.prompt);

@@ -48,6 +48,7 @@ std::string limit_problem(const strategies::ModelInfo& model, const FamilyArgume
                        " blocks (0 to " + std::to_string(n - 1) + ")";
         return {};
     }
+    if (std::holds_alternative<protocol::Adapters>(value)) return {};  // checked against the model's weights
     const double v = std::holds_alternative<double>(value) ? std::get<double>(value)
                                                            : static_cast<double>(std::get<int64_t>(value));
     if (v <= a.max) return {};
@@ -227,6 +228,8 @@ nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const
         r.erase(item.first->name);
         r.erase(with);
     }
+    // No adapters: nothing to record (older records have none either).
+    if (q.arguments.has("lora") && q.arguments.adapters("lora").empty()) r.erase("lora");
     r["line"] = line;
     r["model"] = job.model;
     r["dtype"] = dtype;

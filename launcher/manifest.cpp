@@ -279,7 +279,7 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
     for (const protocol::CallArgument& row : protocol::call_arguments()) {
         if (row.universal || !row.pixels) continue;
         const protocol::FamilyArgument* a = family ? family->find(row.name) : nullptr;
-        if (row.type == protocol::CallType::kBlocks) {
+        if (row.type == protocol::CallType::kBlocks || row.type == protocol::CallType::kAdapters) {
             keys.emplace_back(row.name, nlohmann::json::array());
         } else if (off(row, earlier) && off(row, now)) {
             continue;  // without skipped blocks the skip-layer settings change nothing

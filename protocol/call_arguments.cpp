@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "protocol/errors.h"
@@ -80,6 +81,16 @@ const std::vector<CallArgument>& call_arguments() {
             r.push_back(a);
         }
         {
+            // Repeatable on the command line; a prompt line's list replaces the flags' whole list.
+            CallArgument a{"lora", CallType::kAdapters, -1000, 1000, "--lora", "PATH[:SCALE]",
+                           "A LoRA adapter (diffusers/PEFT or kohya safetensors) and its scale (1 when left out); "
+                           "repeat for several, applied together",
+                           {}};
+            a.families = {{"sd3"}, {"flux"}, {"flux-schnell"}, {"qwen-image"}};
+            a.unit = "an adapter's scale";
+            r.push_back(a);
+        }
+        {
             CallArgument a{"skip_guidance_layers", CallType::kBlocks, 0, kMaxBlockIndex,
                            "--skip-guidance-layers,--skip_guidance_layers", "BLOCKS",
                            "Skip-layer guidance: transformer blocks a third branch skips, a comma list such as 7,8,9 "
@@ -136,6 +147,9 @@ std::string CallArgument::expected(double family_max) const {
             return "a whole number from " + number_text(min) + " to " + number_text(hi);
         case CallType::kBlocks:
             return "a list of distinct transformer block indices, e.g. [7, 8, 9] ([] for none)";
+        case CallType::kAdapters:
+            return "a LoRA file's path, {\"path\": PATH, \"scale\": X} with X a number from " + number_text(min) +
+                   " to " + number_text(hi) + ", or a list of them ([] for none)";
     }
     return {};
 }
@@ -163,6 +177,8 @@ bool fits(const CallArgument& row, const CallValue& value) {
             return std::holds_alternative<int64_t>(value);
         case CallType::kBlocks:
             return std::holds_alternative<std::vector<int>>(value);
+        case CallType::kAdapters:
+            return std::holds_alternative<Adapters>(value);
     }
     return false;
 }
@@ -199,6 +215,14 @@ const std::vector<int>& CallValues::blocks(std::string_view name) const {
     throw InternalError("the call argument '" + std::string(name) + "' is " + (v ? "not a list" : "not set"));
 }
 
+const Adapters& CallValues::adapters(std::string_view name) const {
+    static const Adapters none;
+    const CallValue* v = find(name);
+    if (!v) return none;
+    if (const Adapters* a = std::get_if<Adapters>(v)) return *a;
+    throw InternalError("the call argument '" + std::string(name) + "' is not a list of adapters");
+}
+
 void CallValues::set(const CallArgument& row, CallValue value) {
     if (row.universal)
         throw InternalError(std::string(row.name) + " is held in a request's own field, not its call values");
@@ -226,12 +250,44 @@ bool CallValues::operator==(const CallValues& other) const { return items_ == ot
 nlohmann::json call_value_json(const CallValue& value) {
     if (const double* d = std::get_if<double>(&value)) return *d;
     if (const int64_t* i = std::get_if<int64_t>(&value)) return *i;
+    if (const Adapters* adapters = std::get_if<Adapters>(&value)) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const Adapter& a : *adapters) {
+            nlohmann::json j = {{"path", a.path}, {"scale", a.scale}};
+            if (!a.sha256.empty()) j["sha256"] = a.sha256;
+            out.push_back(std::move(j));
+        }
+        return out;
+    }
     return std::get<std::vector<int>>(value);
+}
+
+std::string parse_adapter_text(const std::string& text, Adapter& out) {
+    out = Adapter{};
+    out.path = text;
+    if (const auto colon = text.rfind(':'); colon != std::string::npos && colon + 1 < text.size()) {
+        const std::string tail = text.substr(colon + 1);
+        char* end = nullptr;
+        const double v = std::strtod(tail.c_str(), &end);
+        if (end && *end == '\0' && tail.find_first_not_of("+-.0123456789eE") == std::string::npos) {
+            if (!std::isfinite(v)) return "the scale '" + tail + "' is not a finite number";
+            out.path = text.substr(0, colon);
+            out.scale = v;
+        }
+    }
+    if (out.path.empty()) return "expected PATH or PATH:SCALE";
+    if (out.path.find('\0') != std::string::npos) return "the path contains a NUL character";
+    return {};
 }
 
 std::string call_value_text(const CallValue& value) {
     if (const double* d = std::get_if<double>(&value)) return number_text(*d);
     if (const int64_t* i = std::get_if<int64_t>(&value)) return std::to_string(*i);
+    if (const Adapters* adapters = std::get_if<Adapters>(&value)) {
+        std::string out;
+        for (const Adapter& a : *adapters) out += (out.empty() ? "" : " ") + a.path + ":" + number_text(a.scale);
+        return out.empty() ? "none" : out;
+    }
     std::string out;
     for (int b : std::get<std::vector<int>>(value)) out += (out.empty() ? "" : ",") + std::to_string(b);
     return out.empty() ? "none" : out;
@@ -270,6 +326,42 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
             out = std::move(blocks);
             return {};
         }
+        case CallType::kAdapters: {
+            // A path, {"path", "scale", "sha256"}, or a list of either.
+            const nlohmann::json list = j.is_array() ? j : nlohmann::json::array({j});
+            Adapters adapters;
+            for (const nlohmann::json& item : list) {
+                Adapter a;
+                if (item.is_string()) {
+                    a.path = item.get<std::string>();
+                } else if (item.is_object()) {
+                    for (const auto& [key, v] : item.items()) {
+                        if (key == "path" && v.is_string()) {
+                            a.path = v.get<std::string>();
+                        } else if (key == "scale" && v.is_number() && std::isfinite(v.get<double>()) &&
+                                   v.get<double>() >= row.min && v.get<double>() <= hi) {
+                            a.scale = v.get<double>();
+                        } else if (key == "sha256" && v.is_string() && v.get<std::string>().size() == 64 &&
+                                   v.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos) {
+                            a.sha256 = v.get<std::string>();
+                        } else if (key == "path" || key == "scale" || key == "sha256") {
+                            return expected + " (its '" + key + "' is " +
+                                   (key == "sha256" ? "not 64 lowercase hex digits" : "not valid") + ")";
+                        } else {
+                            return expected + " (unknown key '" + key.substr(0, 40) + "'; an adapter has path, scale "
+                                   "and sha256)";
+                        }
+                    }
+                } else {
+                    return expected;
+                }
+                if (a.path.empty() || a.path.find('\0') != std::string::npos)
+                    return expected + " (an adapter's path must be a non-empty string)";
+                adapters.push_back(std::move(a));
+            }
+            out = std::move(adapters);
+            return {};
+        }
     }
     return expected;
 }
@@ -288,6 +380,7 @@ FamilyArguments::FamilyArguments(const std::string& family) : family_(family) {
             if (row.type == CallType::kNumber) a.value = use.value;
             if (row.type == CallType::kWhole) a.value = static_cast<int64_t>(use.value);
             if (row.type == CallType::kBlocks) a.value = std::vector<int>{};
+            if (row.type == CallType::kAdapters) a.value = Adapters{};
             all_.push_back(a);
         }
     if (all_.empty()) throw InternalError("no call argument names the model family '" + family + "'");
@@ -325,7 +418,7 @@ const FamilyArgument* FamilyArguments::guidance_scale() const {
 
 double FamilyArguments::default_number(std::string_view name) const {
     const FamilyArgument* a = find(name);
-    if (!a || a->row->type == CallType::kBlocks)
+    if (!a || a->row->type == CallType::kBlocks || a->row->type == CallType::kAdapters)
         throw InternalError("the family '" + family_ + "' has no numeric call argument '" + std::string(name) + "'");
     if (const double* d = std::get_if<double>(&a->value)) return *d;
     return static_cast<double>(std::get<int64_t>(a->value));

@@ -26,6 +26,7 @@ enum class CallType {
     kNumber,  // a finite number
     kWhole,   // a whole number
     kBlocks,  // a list of distinct transformer block indices
+    kAdapters,  // a list of LoRA adapters (Adapter)
 };
 
 // How a family's classifier-free guidance depends on an argument that is its scale.
@@ -75,8 +76,24 @@ const std::vector<CallArgument>& call_arguments();
 // The row named `name` (or whose alias it is); nullptr when none.
 const CallArgument* find_call_argument(std::string_view name);
 
-// A value of a row: kNumber a double, kWhole an int64_t, kBlocks a list.
-using CallValue = std::variant<double, int64_t, std::vector<int>>;
+// One LoRA adapter of a request (Note [adapters], strategies/lora.h): its file, the scale of its
+// change (diffusers' set_adapters weight), and the file's SHA-256 in hex, which the launcher reads
+// before any rank starts (empty until then; given in a prompt line, it must match).
+struct Adapter {
+    std::string path;
+    double scale = 1.0;
+    std::string sha256;
+    bool operator==(const Adapter& o) const { return path == o.path && scale == o.scale && sha256 == o.sha256; }
+    bool operator!=(const Adapter& o) const { return !(*this == o); }
+};
+using Adapters = std::vector<Adapter>;
+
+// "FILE" or "FILE:SCALE" (the flag's form, --lora): the scale is what follows the last ':' when it
+// reads as a number, else the whole text is the path and the scale is 1. An error text, or empty.
+std::string parse_adapter_text(const std::string& text, Adapter& out);
+
+// A value of a row: kNumber a double, kWhole an int64_t, kBlocks a list, kAdapters adapters.
+using CallValue = std::variant<double, int64_t, std::vector<int>, Adapters>;
 
 // The family call arguments of a request or a setting: the non-universal rows it sets, each once,
 // in the table's order.
@@ -92,6 +109,8 @@ class CallValues {
     double number(std::string_view name) const;
     int64_t whole(std::string_view name) const;
     const std::vector<int>& blocks(std::string_view name) const;
+    // The adapters of `name` (empty when it is not set).
+    const Adapters& adapters(std::string_view name) const;
     // Sets `row` (or the row named `name`) to `value`, of the row's type; throws InternalError otherwise.
     void set(const CallArgument& row, CallValue value);
     void set(std::string_view name, CallValue value);
@@ -105,9 +124,11 @@ class CallValues {
     std::vector<Item> items_;
 };
 
-// A value as JSON: a number, a whole number or a list of whole numbers.
+// A value as JSON: a number, a whole number, a list of whole numbers, or a list of adapters
+// ({"path", "scale", "sha256"} each; sha256 left out while empty).
 nlohmann::json call_value_json(const CallValue& value);
-// "7.5", "256", "7,8,9" ("none" for an empty list): how messages show a value.
+// "7.5", "256", "7,8,9", "a.safetensors:0.8 b.safetensors:1" ("none" for an empty list): how
+// messages show a value.
 std::string call_value_text(const CallValue& value);
 // Reads `row`'s value from JSON, against the row's range (or `family_max`): an error text saying
 // what is expected ("expected a number from 0 to 100"), or empty.

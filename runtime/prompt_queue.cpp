@@ -20,7 +20,7 @@ PromptQueue::PromptQueue(const protocol::JobFile& job, const strategies::ModelIn
         order.resize(static_cast<std::size_t>(share_.size()));
         std::iota(order.begin(), order.end(), static_cast<std::size_t>(share_.begin));
     }
-    units_ = strategies::work_units(job.requests, order, job.batch_size);
+    units_ = strategies::work_units(job.requests, strategies::grouped_by_adapters(job.requests, order), job.batch_size);
     leader_ = parallel.writes_outputs();
     alone_ = parallel.mesh().degrees().replica_size() == 1;
     const std::string prefix = "dp-schedule/" + (job_id.empty() ? job.job_id : job_id) + "/";

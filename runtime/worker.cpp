@@ -22,6 +22,7 @@
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/adapters.h"
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/prompt_queue.h"
 #include "runtime/io/tensor_io.h"
@@ -259,6 +260,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     po.variant = job.variant;
     po.no_t5 = job.no_t5;
     po.offload = job.offload;
+    po.adapters = std::make_shared<AdapterState>();
     const bool cuda = at::hasCUDA();
     if (job.device_map && world != 1)
         throw protocol::UsageError("--device-map runs one process over several devices; the world has " +

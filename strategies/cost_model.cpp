@@ -50,6 +50,27 @@ std::vector<std::size_t> dynamic_order(const std::vector<int64_t>& costs) {
     return order;
 }
 
+std::vector<std::size_t> grouped_by_adapters(const std::vector<protocol::JobRequest>& requests,
+                                             const std::vector<std::size_t>& order) {
+    std::vector<const protocol::Adapters*> sets;  // in the order of their first request
+    std::vector<std::size_t> set_of(order.size());
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        const protocol::Adapters& mine = requests[order[i]].arguments.adapters("lora");
+        const auto it = std::find_if(sets.begin(), sets.end(), [&](const protocol::Adapters* s) { return *s == mine; });
+        set_of[i] = static_cast<std::size_t>(it - sets.begin());
+        if (it == sets.end()) sets.push_back(&mine);
+    }
+    if (sets.size() < 2) return order;
+    std::vector<std::size_t> positions(order.size());
+    std::iota(positions.begin(), positions.end(), std::size_t{0});
+    std::stable_sort(positions.begin(), positions.end(),
+                     [&](std::size_t a, std::size_t b) { return set_of[a] < set_of[b]; });
+    std::vector<std::size_t> out;
+    out.reserve(order.size());
+    for (std::size_t p : positions) out.push_back(order[p]);
+    return out;
+}
+
 std::vector<std::vector<std::size_t>> work_units(const std::vector<protocol::JobRequest>& requests,
                                                     const std::vector<std::size_t>& order, int batch_size) {
     std::vector<std::vector<std::size_t>> units;
@@ -102,7 +123,8 @@ ScheduleChoice choose_schedule(const std::string& requested, const std::vector<p
         throw std::invalid_argument("--schedule '" + requested + "': expected auto, static or dynamic");
     ScheduleChoice c;
     const std::vector<int64_t> costs = prompt_costs(requests, rules);
-    const std::vector<std::vector<std::size_t>> units = work_units(requests, dynamic_order(costs), batch_size);
+    const std::vector<std::vector<std::size_t>> units =
+        work_units(requests, grouped_by_adapters(requests, dynamic_order(costs)), batch_size);
     c.units = units.size();
     c.makespans = makespans(costs, units, replicas);
     if (requested != "auto") {

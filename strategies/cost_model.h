@@ -46,6 +46,13 @@ std::vector<int64_t> prompt_costs(const std::vector<protocol::JobRequest>& reque
 // position (so the cheapest prompts come last and fill the replicas' ends).
 std::vector<std::size_t> dynamic_order(const std::vector<int64_t>& costs);
 
+// `order` with the requests of each LoRA adapter set together (Note [adapter switches],
+// runtime/pipeline/adapters.h), the sets in the order their first request comes, each set's
+// requests in `order`'s: a replica then switches about once per set, not once per prompt, and
+// makes the same images (each is its own prompt's, whenever it is made).
+std::vector<std::size_t> grouped_by_adapters(const std::vector<protocol::JobRequest>& requests,
+                                             const std::vector<std::size_t>& order);
+
 // Work units, what a replica makes in one go: runs of consecutive positions of `order` (a static
 // share in the job's order, or dynamic_order's) whose requests may share a batch
 // (protocol::same_batch_settings), at most `batch_size` long. Each unit lists positions into

@@ -89,6 +89,43 @@ at::Tensor WeightStore::take_shard(const std::string& name, const std::vector<in
 
 at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
                                     int64_t start, int64_t length) {
+    at::Tensor base = take_base(name, shape, dim, start, length);
+    if (!deltas_) return base;
+    const auto it = deltas_->find(name);
+    if (it == deltas_->end()) return base;
+    if (shape.size() != 2)
+        throw ModelError(where_ + ": an adapter changes '" + name + "', which is not a matrix " + shape_text(shape));
+    // Note [adapters change weights at load]: this rank's shard of W + sum(factor * up @ down) is
+    // W's shard plus the sum of the shards' products: rows of `up` for a split of the output
+    // features (column-parallel), columns of `down` for a split of the input features (row-parallel).
+    // The base is never written: the changed weight is a tensor of its own.
+    at::Tensor sum;
+    for (const WeightDelta& d : it->second) {
+        const at::Tensor up = dim == 0 ? d.up.narrow(0, start, length) : d.up;
+        const at::Tensor down = dim == 1 ? d.down.narrow(1, start, length) : d.down;
+        if (up.size(0) != base.size(0) || down.size(1) != base.size(1))
+            throw ModelError(where_ + ": an adapter's change of '" + name + "' is " + std::to_string(d.up.size(0)) +
+                             "x" + std::to_string(d.down.size(1)) + " but the weight is " + shape_text(shape));
+        // On the weight's device, in fp32 (as peft's merge computes B @ A in the factors' dtype).
+        const at::Tensor term = at::matmul(up.to(base.device()), down.to(base.device())).mul_(d.factor);
+        sum = sum.defined() ? sum.add_(term) : term;
+    }
+    adapted_.insert(name);
+    return base.to(at::kFloat).add(sum).to(base.scalar_type());
+}
+
+void WeightStore::set_deltas(std::shared_ptr<const WeightDeltas> deltas) { deltas_ = std::move(deltas); }
+
+void WeightStore::check_deltas_used() const {
+    if (!deltas_) return;
+    for (const auto& [name, terms] : *deltas_)
+        if (!adapted_.count(name))
+            throw ModelError(where_ + ": an adapter changes '" + name +
+                             "', which this model does not load (is the adapter for another model?)");
+}
+
+at::Tensor WeightStore::take_base(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                                  int64_t start, int64_t length) {
     taken_.insert(name);
     if (random_) {
         // Each tensor's values depend only on the seed and its name, so a shard holds exactly the
@@ -143,6 +180,7 @@ void WeightStore::skip_prefix(const std::string& prefix) {
 }
 
 void WeightStore::check_all_taken() const {
+    check_deltas_used();
     std::vector<std::string> extra;
     for (const auto& [name, file] : by_name_)
         if (!taken_.count(name)) extra.push_back(name);

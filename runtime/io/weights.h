@@ -20,6 +20,15 @@
 
 namespace dp::runtime {
 
+// One LoRA term of a weight [out, in]: factor * up @ down, with up [out, rank] and down [rank, in]
+// in fp32 on the CPU (runtime/io/lora.h makes them from adapter files).
+struct WeightDelta {
+    at::Tensor down, up;
+    double factor = 1;
+};
+// Base weight name -> the terms that change it, in the adapters' order.
+using WeightDeltas = std::map<std::string, std::vector<WeightDelta>>;
+
 class WeightStore : public ShardSource {
   public:
     // The safetensors weights of a component folder: `*.safetensors.index.json` (sharded) or a
@@ -53,8 +62,15 @@ class WeightStore : public ShardSource {
     bool is_random() const { return random_; }
     // Marks every tensor whose name starts with `prefix` as not needed (a VAE's encoder, say).
     void skip_prefix(const std::string& prefix);
-    // Throws ModelError listing tensors present in the files but never taken.
+    // Throws ModelError listing tensors present in the files but never taken (and, with deltas,
+    // check_deltas_used's).
     void check_all_taken() const;
+
+    // Adapters: every weight taken from now on that `deltas` names is its base plus their sum
+    // (Note [adapters change weights at load]); the base tensors are never written.
+    void set_deltas(std::shared_ptr<const WeightDeltas> deltas);
+    // Throws ModelError naming a weight the deltas change that was never taken.
+    void check_deltas_used() const;
 
     // Training: every tensor taken from now on requires grad and is kept, by name, for the
     // optimizer and for saving (the modules hold the same tensors).
@@ -75,6 +91,8 @@ class WeightStore : public ShardSource {
     // The whole tensor, or with dim >= 0 its slice, converted and on the store's device.
     at::Tensor take_tensor(const std::string& name, const std::vector<int64_t>& shape, int64_t dim = -1,
                            int64_t start = 0, int64_t length = 0);
+    at::Tensor take_base(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
+                         int64_t length);
     at::Tensor keep(const std::string& name, at::Tensor t);
     WeightStore(at::ScalarType dtype, at::Device device) : dtype_(dtype), device_(device) {}
     std::string where_;
@@ -87,6 +105,8 @@ class WeightStore : public ShardSource {
     std::map<std::string, std::shared_ptr<SafetensorsFile>> by_name_;  // tensor -> file holding it
     std::set<std::string> taken_;
     std::set<std::string> sharded_;
+    std::shared_ptr<const WeightDeltas> deltas_;
+    std::set<std::string> adapted_;
     int64_t taken_bytes_ = 0;
 };
 

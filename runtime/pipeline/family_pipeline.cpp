@@ -126,6 +126,7 @@ CallValues FamilyPipeline::arguments_of(const GenerateRequest& request) const {
                                      std::to_string(n - 1) + ")");
             continue;
         }
+        if (std::holds_alternative<protocol::Adapters>(item.second)) continue;  // read when they are applied
         const double v = values.number(a.row->name);
         const auto shown = [&](double x) {  // as the row's type writes it
             return protocol::call_value_text(a.row->type == protocol::CallType::kWhole
@@ -140,6 +141,14 @@ CallValues FamilyPipeline::arguments_of(const GenerateRequest& request) const {
                              shown(values.number(a.row->below)) + ")");
     }
     return values;
+}
+
+void FamilyPipeline::apply_adapters(const protocol::Adapters& adapters) const {
+    if (!options_.adapters) {
+        if (adapters.empty()) return;
+        throw InternalError("this pipeline was loaded without PipelineOptions::adapters, so it takes no adapters");
+    }
+    options_.adapters->apply(adapters, *model_.spec, options_.model_dir, options_.variant);
 }
 
 void FamilyPipeline::check_batch(const std::vector<GenerateRequest>& batch, const CallValues& arguments) const {
@@ -169,6 +178,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     const GenerateRequest& r = batch.front();
     const CallValues arguments = arguments_of(r);
     check_batch(batch, arguments);
+    apply_adapters(arguments.adapters("lora"));
     std::vector<GenerateResult> results(batch.size());
     const auto [width, height] = checked_size(*this, r);
 

@@ -124,6 +124,9 @@ class FamilyPipeline : public DiffusionPipeline {
     const ParallelContext& parallel() const { return *parallel_; }
 
   private:
+    // Builds again the components `adapters` (the batch's) change, when they are not the current
+    // set (Note [adapter switches]).
+    void apply_adapters(const protocol::Adapters& adapters) const;
     // Throws ModelError unless the batch shares what one pass through the model needs.
     void check_batch(const std::vector<GenerateRequest>& batch, const protocol::CallValues& arguments) const;
 

@@ -19,6 +19,7 @@ namespace dp::runtime {
 
 struct DeviceMapping;
 class ParallelContext;
+class AdapterState;
 
 struct PipelineOptions {
     std::string model_dir;                   // a diffusers folder with model_index.json
@@ -42,6 +43,10 @@ struct PipelineOptions {
     // Each component is built on `device` when it runs and freed after (diffusers' model CPU
     // offload): only the largest one is ever resident there. Not with device_map.
     bool offload = false;
+    // The LoRA adapters the components are built with, and how to build them again when a batch
+    // asks for others (runtime/pipeline/adapters.h); shared by the copies of these options.
+    // nullptr: the pipeline takes no adapters.
+    std::shared_ptr<AdapterState> adapters;
 };
 
 struct GenerateRequest {

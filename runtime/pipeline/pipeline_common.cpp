@@ -45,8 +45,10 @@ at::Device device_of(const PipelineOptions& o, const std::string& component) {
 }
 
 WeightStore open_weights(const PipelineOptions& o, const std::string& component, uint64_t salt, at::Device device) {
-    if (o.random_weights) return WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, device);
-    return WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device, o.variant);
+    WeightStore w = o.random_weights ? WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, device)
+                                     : WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device, o.variant);
+    if (o.adapters) w.set_deltas(o.adapters->deltas(component));
+    return w;
 }
 
 std::string component_class(const ConfigJson& index, const char* key) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/io/weights.h"
+#include "runtime/pipeline/adapters.h"
 #include "runtime/pipeline/flow_match_scheduler.h"
 #include "runtime/pipeline/pipeline.h"
 #include "strategies/parallel_spec.h"
@@ -38,7 +39,8 @@ strategies::ModelInfo model_info_of(const PipelineOptions& options);
 at::Device device_of(const PipelineOptions& options, const std::string& component);
 
 // The component's weights on `device`: its folder's safetensors (the options' variant), or with
-// random_weights seeded random values, different for each `salt`.
+// random_weights seeded random values, different for each `salt`; with the options' current
+// adapters' changes of it (AdapterState).
 WeightStore open_weights(const PipelineOptions& options, const std::string& component, uint64_t salt,
                          at::Device device);
 
@@ -56,26 +58,46 @@ class Component {
     using Make = std::function<std::unique_ptr<T>()>;
     Component() = default;
     // Without offload `make` runs now, once; with it, on a use() while no earlier use is alive.
-    Component(Make make, bool offload) : make_(std::move(make)) {
-        if (!offload) kept_ = std::shared_ptr<const T>(make_());
+    Component(Make make, bool offload) : state_(std::make_shared<State>()) {
+        state_->make = std::move(make);
+        state_->offload = offload;
+        if (!offload) state_->kept = std::shared_ptr<const T>(state_->make());
     }
     // The component, alive while the returned pointer is. With offload, every use() while one
     // returned pointer lives gets that same one: the denoising loop holds the transformer for a
     // batch's steps (FamilyPipeline::hold_transformer), and each step's use() finds it.
     std::shared_ptr<const T> use() const {
-        if (kept_) return kept_;
-        if (std::shared_ptr<const T> live = live_.lock()) return live;
-        std::shared_ptr<const T> made(make_());
-        live_ = made;
+        State& s = *state_;
+        if (s.kept) return s.kept;
+        if (!s.offload) return s.kept = std::shared_ptr<const T>(s.make());  // a rebuild that failed
+        if (std::shared_ptr<const T> live = s.live.lock()) return live;
+        std::shared_ptr<const T> made(s.make());
+        s.live = made;
         return made;
     }
     // The component when it is kept; nullptr with offload.
-    const T* kept() const { return kept_.get(); }
+    const T* kept() const { return state_ ? state_->kept.get() : nullptr; }
+    // What builds it again from its files when its adapters change (AdapterState): a kept one is
+    // freed and built now; with offload the next use builds it anyway. Does nothing once the
+    // component is gone.
+    std::function<void()> rebuilder() const {
+        std::weak_ptr<State> weak = state_;
+        return [weak] {
+            const std::shared_ptr<State> s = weak.lock();
+            if (!s || s->offload) return;
+            s->kept.reset();  // the old weights go before the new ones are made
+            s->kept = std::shared_ptr<const T>(s->make());
+        };
+    }
 
   private:
-    Make make_;
-    std::shared_ptr<const T> kept_;
-    mutable std::weak_ptr<const T> live_;
+    struct State {
+        Make make;
+        bool offload = false;
+        std::shared_ptr<const T> kept;
+        std::weak_ptr<const T> live;
+    };
+    std::shared_ptr<State> state_;
 };
 
 // A component of `options.model_dir`: `build` makes it from its weights on `device` (every weight
@@ -86,7 +108,7 @@ template <class T, class Build>
 Component<T> component_of(const PipelineOptions* options, const char* name, uint64_t salt, at::Device device,
                           Build build, std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>*
                                            parameters = nullptr) {
-    return Component<T>(
+    Component<T> c(
         [options, name, salt, device, build, parameters] {
             WeightStore w = open_weights(*options, name, salt, device);
             const bool keep = parameters && options->trainable;
@@ -97,6 +119,8 @@ Component<T> component_of(const PipelineOptions* options, const char* name, uint
             return m;
         },
         options->offload);
+    if (options->adapters) options->adapters->add_component(name, c.rebuilder());
+    return c;
 }
 
 // The request's width and height (0: the pipeline's defaults), after checking them and its steps.

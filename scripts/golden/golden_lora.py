@@ -1,0 +1,178 @@
+"""LoRA adapters made by peft and saved by diffusers' save_lora_weights, and the images diffusers makes
+with them (load_lora_weights + set_adapters), for the tiny SD3 with T5 (tests/data/golden/sd3_t5_tiny),
+FLUX.1-dev (models/tiny-random-flux-dev) and Qwen-Image (models/tiny-random-qwen-image) folders:
+
+- SD3: one adapter for the transformer's attention, one for its feed-forwards, one for the first CLIP
+  text encoder, each alone at its own scale and all three together;
+- FLUX.1-dev: a diffusers/PEFT adapter of the transformer and the CLIP encoder, and a kohya file in
+  Black Forest Labs' block names (fused qkv, an MLP, a projection, a modulation, with alphas);
+- Qwen-Image: an adapter of the transformer's attention and image MLP.
+
+The adapters go to tests/data/golden/lora/, the images and final latents to lora_pipeline.safetensors.
+Needs the sd3_family_pipelines and flux_pipeline parts first (their folders).
+"""
+import copy
+import json
+import os
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from make_golden import OUT, save
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+ADAPTERS = os.path.join(OUT, "lora")
+FOLDERS = {
+    "sd3": os.path.join(OUT, "sd3_t5_tiny"),
+    "flux": os.path.join(ROOT, "models", "tiny-random-flux-dev"),
+    "qwen-image": os.path.join(ROOT, "models", "tiny-random-qwen-image"),
+}
+PARTS = ["lora"]
+
+# name, family, adapters [(file, scale)], call arguments
+CASES = [
+    ("sd3_attention", "sd3", [("sd3_attention.safetensors", 1.0)],
+     dict(prompt="a red circle on a blue background", negative_prompt="", seed=0, steps=3, guidance_scale=5.0,
+          width=32, height=32)),
+    ("sd3_feed_forward", "sd3", [("sd3_feed_forward.safetensors", 0.7)],
+     dict(prompt="a red circle on a blue background", negative_prompt="", seed=0, steps=3, guidance_scale=5.0,
+          width=32, height=32)),
+    ("sd3_clip", "sd3", [("sd3_clip.safetensors", 1.3)],
+     dict(prompt="a red circle on a blue background", negative_prompt="", seed=0, steps=3, guidance_scale=5.0,
+          width=32, height=32)),
+    ("sd3_all", "sd3",
+     [("sd3_attention.safetensors", 0.5), ("sd3_feed_forward.safetensors", 1.0), ("sd3_clip.safetensors", 1.0)],
+     dict(prompt="a green square", negative_prompt="blurry", seed=5, steps=3, guidance_scale=4.0, width=32,
+          height=32)),
+    ("flux_peft", "flux", [("flux_peft.safetensors", 0.8)],
+     dict(prompt="a red fox in the snow", seed=3, steps=3, guidance_scale=3.5, width=32, height=32,
+          max_sequence_length=32)),
+    ("flux_kohya", "flux", [("flux_kohya.safetensors", 1.0)],
+     dict(prompt="a red fox in the snow", seed=3, steps=3, guidance_scale=3.5, width=32, height=32,
+          max_sequence_length=32)),
+    ("qwen_peft", "qwen-image", [("qwen_peft.safetensors", 1.0)],
+     dict(prompt="a lighthouse at dusk", seed=13, steps=3, true_cfg_scale=1.0, width=32, height=32,
+          max_sequence_length=64)),
+]
+
+
+def _peft_layers(model, targets, rank, alpha, seed):
+    """A peft adapter of `targets` on a copy of `model`: its state dict and config, B scaled down to a
+    change of a useful size (peft's init_lora_weights=False leaves nn.Linear's init in both)."""
+    from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, init_lora_weights=False)
+    torch.manual_seed(seed)
+    model = inject_adapter_in_model(config, copy.deepcopy(model), adapter_name="golden")
+    layers = get_peft_model_state_dict(model, adapter_name="golden")
+    with torch.no_grad():
+        for k, v in layers.items():
+            if "lora_B" in k:
+                v.mul_(0.3)
+    meta = config.to_dict()
+    meta["target_modules"] = sorted(meta["target_modules"])
+    return layers, meta
+
+
+def _flux_kohya(transformer, seed):
+    """A kohya / sd-scripts file in Black Forest Labs' names, with an alpha per pair. No linear1:
+    diffusers splits it in FLUX.1-dev's own widths (3072 x 3, 12288), which a small model has not."""
+    g = torch.Generator().manual_seed(seed)
+    inner = transformer.config.num_attention_heads * transformer.config.attention_head_dim
+    mlp = transformer.single_transformer_blocks[0].proj_mlp.out_features
+    ff = transformer.transformer_blocks[0].ff.net[0].proj.out_features
+    mod = transformer.transformer_blocks[0].norm1.linear.out_features
+    modules = {  # name: (out, in)
+        "lora_unet_double_blocks_0_img_attn_qkv": (3 * inner, inner),
+        "lora_unet_double_blocks_1_txt_attn_qkv": (3 * inner, inner),
+        "lora_unet_double_blocks_0_img_mlp_0": (ff, inner),
+        "lora_unet_double_blocks_1_txt_attn_proj": (inner, inner),
+        "lora_unet_double_blocks_0_img_mod_lin": (mod, inner),
+        "lora_unet_single_blocks_1_linear2": (inner, inner + mlp),
+    }
+    tensors = {}
+    for k, (name, (out, inp)) in enumerate(modules.items()):
+        rank = 4
+        tensors[name + ".lora_down.weight"] = torch.randn(rank, inp, generator=g) / inp ** 0.5
+        tensors[name + ".lora_up.weight"] = torch.randn(out, rank, generator=g) * 0.3 / rank ** 0.5
+        tensors[name + ".alpha"] = torch.tensor(float(2 + k % 3))  # alpha / rank: 0.5, 0.75, 1
+    return tensors
+
+
+def _make_adapters(pipes):
+    os.makedirs(ADAPTERS, exist_ok=True)
+    from diffusers import FluxPipeline, QwenImagePipeline, StableDiffusion3Pipeline
+
+    sd3 = pipes["sd3"]
+    attention, attention_meta = _peft_layers(
+        sd3.transformer, ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"],
+        4, 8, 100)
+    StableDiffusion3Pipeline.save_lora_weights(ADAPTERS, transformer_lora_layers=attention,
+                                               transformer_lora_adapter_metadata=attention_meta,
+                                               weight_name="sd3_attention.safetensors")
+    ff, ff_meta = _peft_layers(sd3.transformer, ["ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj",
+                                                 "ff_context.net.2"], 2, 2, 101)
+    StableDiffusion3Pipeline.save_lora_weights(ADAPTERS, transformer_lora_layers=ff,
+                                               transformer_lora_adapter_metadata=ff_meta,
+                                               weight_name="sd3_feed_forward.safetensors")
+    clip, clip_meta = _peft_layers(sd3.text_encoder, ["q_proj", "k_proj", "v_proj", "out_proj"], 4, 4, 102)
+    StableDiffusion3Pipeline.save_lora_weights(ADAPTERS, text_encoder_lora_layers=clip,
+                                               text_encoder_lora_adapter_metadata=clip_meta,
+                                               weight_name="sd3_clip.safetensors")
+
+    flux = pipes["flux"]
+    transformer, transformer_meta = _peft_layers(
+        flux.transformer, ["to_q", "to_k", "to_v", "to_out.0", "proj_mlp", "proj_out", "ff.net.0.proj"], 4, 6, 103)
+    te, te_meta = _peft_layers(flux.text_encoder, ["q_proj", "v_proj", "fc1"], 2, 4, 104)
+    FluxPipeline.save_lora_weights(ADAPTERS, transformer_lora_layers=transformer, text_encoder_lora_layers=te,
+                                   transformer_lora_adapter_metadata=transformer_meta,
+                                   text_encoder_lora_adapter_metadata=te_meta,
+                                   weight_name="flux_peft.safetensors")
+    save_file(_flux_kohya(flux.transformer, 105), os.path.join(ADAPTERS, "flux_kohya.safetensors"))
+
+    qwen = pipes["qwen-image"]
+    q, q_meta = _peft_layers(qwen.transformer, ["to_q", "to_k", "to_v", "to_out.0", "img_mlp.net.0.proj",
+                                                "img_mlp.net.2", "txt_mod.1"], 4, 4, 106)
+    QwenImagePipeline.save_lora_weights(ADAPTERS, transformer_lora_layers=q, transformer_lora_adapter_metadata=q_meta,
+                                        weight_name="qwen_peft.safetensors")
+
+
+def _run(pipe, family, kwargs):
+    kwargs = dict(kwargs)
+    seed = kwargs.pop("seed")
+    steps = kwargs.pop("steps")
+    args = dict(num_inference_steps=steps, **kwargs)
+    image = pipe(generator=torch.Generator("cpu").manual_seed(seed), output_type="np", **args).images[0]
+    latents = pipe(generator=torch.Generator("cpu").manual_seed(seed), output_type="latent", **args).images[0]
+    return torch.from_numpy((image * 255).round().astype(np.uint8)), latents.float()
+
+
+def lora():
+    from diffusers import DiffusionPipeline
+
+    load = lambda family: DiffusionPipeline.from_pretrained(FOLDERS[family])  # noqa: E731
+    pipes = {family: load(family) for family in FOLDERS}
+    _make_adapters(pipes)
+    tensors, meta = {}, {}
+    for name, family, adapters, kwargs in CASES:
+        pipe = load(family)  # a fresh pipeline: nothing of an earlier case's adapters
+        pipe.set_progress_bar_config(disable=True)
+        names = []
+        for k, (file, scale) in enumerate(adapters):
+            names.append(f"a{k}")
+            pipe.load_lora_weights(ADAPTERS, weight_name=file, adapter_name=names[-1])
+        pipe.set_adapters(names, [scale for _, scale in adapters])
+        image, latents = _run(pipe, family, kwargs)
+        tensors[name + ".image"] = image
+        tensors[name + ".latents"] = latents
+        meta[name] = dict(family=family, folder=os.path.relpath(FOLDERS[family], ROOT),
+                          adapters=[dict(file=f, scale=s) for f, s in adapters], **kwargs)
+        # The same call without the adapters: the test checks the adapters changed the image.
+        base = load(family)
+        base.set_progress_bar_config(disable=True)
+        tensors[name + ".base_latents"] = _run(base, family, kwargs)[1]
+    save("lora_pipeline.safetensors", tensors, meta)
+    for f in sorted(os.listdir(ADAPTERS)):
+        print(os.path.join(ADAPTERS, f), os.path.getsize(os.path.join(ADAPTERS, f)), "bytes")
+    print(json.dumps({k: v["adapters"] for k, v in meta.items()}))

@@ -1,0 +1,554 @@
+#include "strategies/lora.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "protocol/errors.h"
+#include "strategies/model_files.h"
+#include "strategies/model_sizes.h"
+#include "strategies/safetensors.h"
+
+namespace dp::strategies {
+namespace {
+
+using protocol::ModelError;
+
+bool is_dir(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool starts_with(const std::string& s, const std::string& head) { return s.compare(0, head.size(), head) == 0; }
+
+std::string underscored(std::string s) {
+    std::replace(s.begin(), s.end(), '.', '_');
+    return s;
+}
+
+// Formats that are not plain LoRA, by a marker in a tensor's name.
+struct Refused {
+    const char* marker;
+    const char* format;
+};
+constexpr Refused kRefused[] = {
+    {"dora_scale", "DoRA (weight-decomposed LoRA)"},
+    {"lora_magnitude_vector", "DoRA (weight-decomposed LoRA)"},
+    {"lokr_w1", "LoKr"},
+    {"lokr_w2", "LoKr"},
+    {"hada_w1", "LoHa"},
+    {"hada_w2", "LoHa"},
+    {"lora_mid", "LoCon with Tucker mid weights"},
+    {".oft_", "OFT"},
+    {"oft_blocks", "OFT"},
+    {".diff_b", "full weight differences (diff_b)"},
+    {".diff", "full weight differences (diff)"},
+    {"lora_B.bias", "LoRA with bias terms"},
+    {"lora_up.bias", "LoRA with bias terms"},
+};
+
+// One LoRA pair of the file, by the module name it gives.
+struct Pair {
+    std::string down, up, alpha;
+};
+
+// The suffixes of a pair's tensors, each format's.
+struct Suffixes {
+    const char* down;
+    const char* up;
+};
+constexpr Suffixes kSuffixes[] = {
+    {".lora_A.weight", ".lora_B.weight"},
+    {".lora_down.weight", ".lora_up.weight"},
+    {".lora.down.weight", ".lora.up.weight"},
+    {".lora_A.default.weight", ".lora_B.default.weight"},
+};
+
+// Where a module name of the file points: a component, and the name inside it in the form given.
+struct Target {
+    std::string component;
+    std::string module;   // dotted (diffusers' or the original layout's), or underscored (kohya)
+    bool kohya = false;   // `module` has '_' for '.'
+    bool original = false;  // diffusion_model.: the family's original layout, else diffusers' names
+};
+
+// A base weight and the rows of `up` it takes.
+struct Part {
+    std::string module;  // diffusers' module name, without ".weight"
+    std::vector<std::pair<int64_t, int64_t>> rows;  // empty: all
+};
+
+// Note [FLUX original names]: Black Forest Labs' FluxTransformer layout, as diffusers' FLUX
+// converters map it (double_blocks.N -> transformer_blocks.N, single_blocks.N ->
+// single_transformer_blocks.N). A fused projection's up rows split in its parts' widths, read from
+// the model's own weights (so small test models map too): qkv in three equal parts, linear1 in q,
+// k, v and the MLP's input. The final modulation holds (shift, scale) where diffusers' norm_out
+// holds (scale, shift): its up halves swap.
+std::vector<Part> flux_original_parts(const std::string& name, const std::map<std::string, std::vector<int64_t>>& w) {
+    const auto rows_of = [&](const std::string& module) -> int64_t {
+        const auto it = w.find(module + ".weight");
+        return it == w.end() || it->second.size() != 2 ? -1 : it->second[0];
+    };
+    const auto split = [&](const std::vector<std::string>& modules) {
+        std::vector<Part> parts;
+        int64_t first = 0;
+        for (const std::string& m : modules) {
+            const int64_t n = rows_of(m);
+            if (n < 0) return std::vector<Part>{};
+            parts.push_back({m, {{first, n}}});
+            first += n;
+        }
+        return parts;
+    };
+    static const std::regex double_block(R"(double_blocks\.(\d+)\.(img|txt)_(attn\.qkv|attn\.proj|mlp\.0|mlp\.2|mod\.lin))");
+    static const std::regex single_block(R"(single_blocks\.(\d+)\.(linear1|linear2|modulation\.lin))");
+    std::smatch m;
+    if (std::regex_match(name, m, double_block)) {
+        const std::string b = "transformer_blocks." + m[1].str() + ".";
+        const bool img = m[2] == "img";
+        const std::string what = m[3];
+        if (what == "attn.qkv")
+            return img ? split({b + "attn.to_q", b + "attn.to_k", b + "attn.to_v"})
+                       : split({b + "attn.add_q_proj", b + "attn.add_k_proj", b + "attn.add_v_proj"});
+        if (what == "attn.proj") return {{b + (img ? "attn.to_out.0" : "attn.to_add_out"), {}}};
+        if (what == "mlp.0") return {{b + (img ? "ff.net.0.proj" : "ff_context.net.0.proj"), {}}};
+        if (what == "mlp.2") return {{b + (img ? "ff.net.2" : "ff_context.net.2"), {}}};
+        return {{b + (img ? "norm1.linear" : "norm1_context.linear"), {}}};
+    }
+    if (std::regex_match(name, m, single_block)) {
+        const std::string b = "single_transformer_blocks." + m[1].str() + ".";
+        if (m[2] == "linear1") return split({b + "attn.to_q", b + "attn.to_k", b + "attn.to_v", b + "proj_mlp"});
+        if (m[2] == "linear2") return {{b + "proj_out", {}}};
+        return {{b + "norm.linear", {}}};
+    }
+    static const std::map<std::string, std::string> whole = {
+        {"img_in", "x_embedder"},
+        {"txt_in", "context_embedder"},
+        {"time_in.in_layer", "time_text_embed.timestep_embedder.linear_1"},
+        {"time_in.out_layer", "time_text_embed.timestep_embedder.linear_2"},
+        {"vector_in.in_layer", "time_text_embed.text_embedder.linear_1"},
+        {"vector_in.out_layer", "time_text_embed.text_embedder.linear_2"},
+        {"guidance_in.in_layer", "time_text_embed.guidance_embedder.linear_1"},
+        {"guidance_in.out_layer", "time_text_embed.guidance_embedder.linear_2"},
+        {"final_layer.linear", "proj_out"},
+    };
+    if (const auto it = whole.find(name); it != whole.end()) return {{it->second, {}}};
+    if (name == "final_layer.adaLN_modulation.1") {
+        const int64_t n = rows_of("norm_out.linear");
+        if (n < 2 || n % 2) return {};
+        return {{"norm_out.linear", {{n / 2, n / 2}, {0, n / 2}}}};
+    }
+    return {};
+}
+
+// kohya's underscored FLUX original names back to dotted ones: "double_blocks_0_img_attn_qkv".
+std::string flux_original_dotted(const std::string& kohya) {
+    static const std::regex double_block(R"(double_blocks_(\d+)_(img|txt)_(attn_qkv|attn_proj|mlp_0|mlp_2|mod_lin))");
+    static const std::regex single_block(R"(single_blocks_(\d+)_(linear1|linear2|modulation_lin))");
+    std::smatch m;
+    const auto dotted = [](std::string s) {
+        std::replace(s.begin(), s.end(), '_', '.');
+        return s;
+    };
+    if (std::regex_match(kohya, m, double_block))
+        return "double_blocks." + m[1].str() + "." + m[2].str() + "_" + dotted(m[3].str());
+    if (std::regex_match(kohya, m, single_block))
+        return "single_blocks." + m[1].str() + "." + (m[2] == "modulation_lin" ? "modulation.lin" : m[2].str());
+    static const std::map<std::string, std::string> whole = {
+        {"img_in", "img_in"},
+        {"txt_in", "txt_in"},
+        {"time_in_in_layer", "time_in.in_layer"},
+        {"time_in_out_layer", "time_in.out_layer"},
+        {"vector_in_in_layer", "vector_in.in_layer"},
+        {"vector_in_out_layer", "vector_in.out_layer"},
+        {"guidance_in_in_layer", "guidance_in.in_layer"},
+        {"guidance_in_out_layer", "guidance_in.out_layer"},
+        {"final_layer_linear", "final_layer.linear"},
+        {"final_layer_adaLN_modulation_1", "final_layer.adaLN_modulation.1"},
+    };
+    const auto it = whole.find(kohya);
+    return it == whole.end() ? std::string() : it->second;
+}
+
+// Where the file's module name `name` points, by its prefix; false when no prefix or form fits.
+bool target_of(const std::string& name, Target& t) {
+    struct Prefix {
+        const char* prefix;
+        const char* component;
+        bool kohya, original;
+    };
+    static const Prefix prefixes[] = {
+        {"transformer.", "transformer", false, false},   {"text_encoder.", "text_encoder", false, false},
+        {"text_encoder_2.", "text_encoder_2", false, false}, {"text_encoder_3.", "text_encoder_3", false, false},
+        {"lora_unet_", "transformer", true, false},      {"lora_transformer_", "transformer", true, false},
+        {"lora_te1_", "text_encoder", true, false},      {"lora_te_", "text_encoder", true, false},
+        {"lora_te2_", "text_encoder_2", true, false},    {"lora_te3_", "text_encoder_3", true, false},
+        {"diffusion_model.", "transformer", false, true}, {"base_model.model.", "transformer", false, false},
+    };
+    for (const Prefix& p : prefixes)
+        if (starts_with(name, p.prefix)) {
+            t = {p.component, name.substr(std::strlen(p.prefix)), p.kohya, p.original};
+            return !t.module.empty();
+        }
+    t = {"transformer", name, false, false};  // an older diffusers file: the transformer's names bare
+    return true;
+}
+
+// The base weights module `t` changes in `model`, or empty when it names none.
+std::vector<Part> parts_of(const Target& t, const ParallelSpec& spec, const ModelTensors& model,
+                           const std::map<std::string, std::map<std::string, std::string>>& by_underscored) {
+    const auto comp = model.find(t.component);
+    if (comp == model.end()) return {};
+    const auto& weights = comp->second;
+    const bool flux = spec.family == "flux";
+    if (t.kohya) {
+        if (flux && t.component == "transformer") {
+            const std::string original = flux_original_dotted(t.module);
+            if (!original.empty()) return flux_original_parts(original, weights);
+        }
+        const auto& index = by_underscored.at(t.component);
+        const auto it = index.find(t.module);
+        if (it != index.end()) return {{it->second, {}}};
+        return {};
+    }
+    if (t.original && flux) {
+        std::vector<Part> parts = flux_original_parts(t.module, weights);
+        if (!parts.empty()) return parts;
+    }
+    if (weights.count(t.module + ".weight")) return {{t.module, {}}};
+    // transformers 5 names a bare CLIPTextModel's modules without "text_model." (FLUX's), which its
+    // files may still hold, and the other way round.
+    const std::string other = starts_with(t.module, "text_model.") ? t.module.substr(11) : "text_model." + t.module;
+    if (t.component != "transformer" && weights.count(other + ".weight")) return {{other, {}}};
+    return {};
+}
+
+// A scalar tensor's value (kohya's alpha), read from the file.
+double scalar_value(const SafetensorsFile& file, const std::string& name) {
+    const StTensorInfo& info = file.info(name);
+    int64_t n = 1;
+    for (int64_t d : info.shape) n *= d;
+    if (n != 1) throw ModelError(file.path() + ": '" + name + "' must be one number (the alpha of its LoRA pair)");
+    const std::byte* p = file.data(name);
+    switch (info.dtype) {
+        case StDType::kF64: {
+            double v;
+            std::memcpy(&v, p, 8);
+            return v;
+        }
+        case StDType::kF32: {
+            float v;
+            std::memcpy(&v, p, 4);
+            return v;
+        }
+        case StDType::kF16: {
+            uint16_t h;
+            std::memcpy(&h, p, 2);
+            const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+            const double sign = (h & 0x8000) ? -1 : 1;
+            if (exp == 0) return sign * std::ldexp(mant, -24);
+            if (exp == 31) return mant ? NAN : sign * INFINITY;
+            return sign * std::ldexp(mant + 1024, exp - 25);
+        }
+        case StDType::kBF16: {
+            uint16_t h;
+            std::memcpy(&h, p, 2);
+            const uint32_t bits = static_cast<uint32_t>(h) << 16;
+            float v;
+            std::memcpy(&v, &bits, 4);
+            return v;
+        }
+        case StDType::kI64: {
+            int64_t v;
+            std::memcpy(&v, p, 8);
+            return static_cast<double>(v);
+        }
+        case StDType::kI32: {
+            int32_t v;
+            std::memcpy(&v, p, 4);
+            return v;
+        }
+        default:
+            throw ModelError(file.path() + ": '" + name + "' has dtype " + st_dtype_name(info.dtype) +
+                             "; an alpha must be a float or an integer");
+    }
+}
+
+// peft's adapter configuration of one component, from the header's metadata.
+struct PeftConfig {
+    bool given = false;
+    double r = 0, alpha = 0;
+    bool rslora = false;
+    std::vector<std::pair<std::string, double>> rank_pattern, alpha_pattern;
+};
+
+// diffusers writes the adapter configs as JSON under "lora_adapter_metadata", each key prefixed
+// with its component ("transformer.r", "transformer.lora_alpha", ...).
+std::map<std::string, PeftConfig> peft_configs(const SafetensorsFile& file) {
+    std::map<std::string, PeftConfig> out;
+    const auto it = file.metadata().find("lora_adapter_metadata");
+    if (it == file.metadata().end()) return out;
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(it->second);
+    } catch (const std::exception&) {
+        throw ModelError(file.path() + ": its lora_adapter_metadata is not valid JSON");
+    }
+    if (!j.is_object()) throw ModelError(file.path() + ": its lora_adapter_metadata is not a JSON object");
+    const auto bad = [&](const std::string& key) {
+        return ModelError(file.path() + ": lora_adapter_metadata '" + key.substr(0, 80) + "' is not valid");
+    };
+    const auto patterns = [&](const std::string& key, const nlohmann::json& v) {
+        if (!v.is_object()) throw bad(key);
+        std::vector<std::pair<std::string, double>> p;
+        for (const auto& [k, x] : v.items()) {
+            if (!x.is_number() || !std::isfinite(x.get<double>())) throw bad(key);
+            p.emplace_back(k, x.get<double>());
+        }
+        return p;
+    };
+    for (const auto& [key, value] : j.items()) {
+        const auto dot = key.rfind('.');
+        if (dot == std::string::npos) continue;
+        PeftConfig& c = out[key.substr(0, dot)];
+        c.given = true;
+        const std::string field = key.substr(dot + 1);
+        if (field == "r" || field == "lora_alpha") {
+            if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() <= 0) throw bad(key);
+            (field == "r" ? c.r : c.alpha) = value.get<double>();
+        } else if (field == "use_rslora") {
+            c.rslora = value.is_boolean() && value.get<bool>();
+        } else if (field == "use_dora" && value.is_boolean() && value.get<bool>()) {
+            throw ModelError(file.path() + ": a DoRA adapter (use_dora); dp-launch runs plain LoRA adapters only");
+        } else if (field == "rank_pattern") {
+            c.rank_pattern = patterns(key, value);
+        } else if (field == "alpha_pattern") {
+            c.alpha_pattern = patterns(key, value);
+        }
+    }
+    return out;
+}
+
+// peft's pattern lookup: the first key that matches the end of the module's name at a dot.
+const double* pattern_value(const std::vector<std::pair<std::string, double>>& pattern, const std::string& module,
+                            const std::string& path) {
+    for (const auto& [key, value] : pattern) {
+        if (module == key || ends_with(module, "." + key)) return &value;
+        try {
+            if (std::regex_match(module, std::regex("(.*\\.)?(" + key + ")"))) return &value;
+        } catch (const std::regex_error&) {
+            throw ModelError(path + ": lora_adapter_metadata pattern '" + key.substr(0, 80) + "' is not a valid pattern");
+        }
+    }
+    return nullptr;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+    return out + "]";
+}
+
+}  // namespace
+
+ModelTensors adapter_targets(const std::string& model_dir, const ParallelSpec& spec, const std::string& variant) {
+    ModelTensors out;
+    for (const std::string& component : spec.components) {
+        if (component != "transformer" && !starts_with(component, "text_encoder")) continue;
+        const std::string dir = model_dir + "/" + component;
+        if (!is_dir(dir)) continue;
+        try {
+            out[component] = tensor_shapes(dir, variant);
+        } catch (const protocol::Error&) {
+            throw;
+        } catch (const std::exception& e) {
+            throw ModelError(e.what());
+        }
+    }
+    return out;
+}
+
+std::string adapter_family_guess(const std::vector<std::string>& names) {
+    const auto any = [&](std::initializer_list<const char*> markers) {
+        for (const std::string& n : names)
+            for (const char* m : markers)
+                if (n.find(m) != std::string::npos) return true;
+        return false;
+    };
+    if (any({"down_blocks", "up_blocks", "mid_block", "input_blocks", "output_blocks", "lora_unet_down",
+             "lora_unet_up", "lora_unet_mid"}))
+        return "a UNet model (SD 1.x / SDXL)";
+    if (any({"single_transformer_blocks", "double_blocks", "single_blocks"})) return "FLUX.1";
+    if (any({"img_mlp", "txt_mlp", "img_mod", "txt_mod"})) return "Qwen-Image";
+    if (any({"joint_blocks", "context_block", "x_block"})) return "SD3";
+    return {};
+}
+
+LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, const ModelTensors& model) {
+    if (!model_file_exists(path))
+        throw protocol::Error(path + ": no such adapter file (--lora or a prompt line's \"lora\")",
+                              protocol::kExitNoInput);
+    const std::shared_ptr<SafetensorsFile> file = SafetensorsFile::open(path);  // a valid safetensors file, or 65
+    LoraLayout layout;
+    layout.path = path;
+    std::vector<std::string> names;
+    for (const auto& [name, info] : file->tensors()) names.push_back(name);
+    if (names.empty()) throw ModelError(path + ": holds no tensors (is it a LoRA adapter?)");
+    for (const std::string& name : names)
+        for (const Refused& r : kRefused)
+            if (name.find(r.marker) != std::string::npos)
+                throw ModelError(path + ": a " + r.format + " adapter ('" + name.substr(0, 120) +
+                                 "'); dp-launch runs plain LoRA adapters (lora_A/lora_B or lora_down/lora_up)");
+
+    // The file's pairs by module name.
+    std::map<std::string, Pair> pairs;
+    std::vector<std::string> strays;
+    std::set<std::string> forms;
+    for (const std::string& name : names) {
+        bool placed = false;
+        for (const Suffixes& s : kSuffixes) {
+            if (ends_with(name, s.down)) {
+                pairs[name.substr(0, name.size() - std::strlen(s.down))].down = name;
+                placed = true;
+                forms.insert(s.down);
+            } else if (ends_with(name, s.up)) {
+                pairs[name.substr(0, name.size() - std::strlen(s.up))].up = name;
+                placed = true;
+            }
+            if (placed) break;
+        }
+        if (!placed && ends_with(name, ".alpha")) {
+            pairs[name.substr(0, name.size() - 6)].alpha = name;
+            placed = true;
+        }
+        if (!placed) strays.push_back(name);
+    }
+    for (const auto& [module, p] : pairs)
+        if (p.down.empty() || p.up.empty())
+            strays.push_back(p.down.empty() && p.up.empty() ? p.alpha : (p.down.empty() ? p.up : p.down));
+
+    std::map<std::string, std::map<std::string, std::string>> by_underscored;
+    for (const auto& [component, weights] : model) {
+        auto& index = by_underscored[component];
+        for (const auto& [name, shape] : weights)
+            if (ends_with(name, ".weight") && shape.size() == 2) {
+                const std::string module = name.substr(0, name.size() - 7);
+                index[underscored(module)] = module;
+                // kohya names a CLIP encoder's modules with "text_model_" whichever way its files do.
+                if (component != "transformer") {
+                    if (starts_with(module, "text_model.")) index[underscored(module.substr(11))] = module;
+                    else index.emplace("text_model_" + underscored(module), module);
+                }
+            }
+    }
+    const std::map<std::string, PeftConfig> configs = peft_configs(*file);
+    bool kohya = false, original = false;
+    std::vector<std::string> unmapped = strays;
+    std::set<std::string> changed;  // component/weight: a weight changed twice by one file is a mistake
+    // First where each pair points: keys of another model are named before any shape is compared.
+    struct Mapped {
+        const Pair* pair;
+        std::string module;
+        Target target;
+        std::vector<Part> parts;
+    };
+    std::vector<Mapped> mapped;
+    for (const auto& [module, p] : pairs) {
+        if (p.down.empty() || p.up.empty()) continue;
+        Target t;
+        std::vector<Part> parts;
+        if (target_of(module, t)) parts = parts_of(t, spec, model, by_underscored);
+        if (parts.empty()) {
+            unmapped.push_back(p.up);
+            continue;
+        }
+        kohya = kohya || t.kohya;
+        original = original || t.original;
+        mapped.push_back({&p, module, t, std::move(parts)});
+    }
+    const std::string guess = adapter_family_guess(names);
+    const std::string looks = !guess.empty() && guess != spec.display_name ? "; the adapter looks made for " + guess : "";
+    if (!unmapped.empty()) {
+        std::string list;
+        for (std::size_t i = 0; i < unmapped.size() && i < 3; ++i)
+            list += (i ? ", " : "") + std::string("'") + unmapped[i].substr(0, 120) + "'";
+        if (unmapped.size() > 3) list += " and " + std::to_string(unmapped.size() - 3) + " more";
+        throw ModelError(path + ": " + std::to_string(unmapped.size()) + " of its " + std::to_string(names.size()) +
+                         " tensors change no weight of this " + spec.display_name + " model: " + list + looks);
+    }
+    for (const Mapped& m : mapped) {
+        const Pair& p = *m.pair;
+        const Target& t = m.target;
+        const std::string& module = m.module;
+        const StTensorInfo& down = file->info(p.down);
+        const StTensorInfo& up = file->info(p.up);
+        if (down.shape.size() != 2 || up.shape.size() != 2 || down.shape[0] != up.shape[1] || down.shape[0] < 1)
+            throw ModelError(path + ": '" + p.down + "' " + shape_text(down.shape) + " and '" + p.up + "' " +
+                             shape_text(up.shape) + " are no LoRA pair (down [rank, in], up [out, rank])");
+        const int64_t rank = down.shape[0];
+        // alpha: kohya's scalar; peft's config (with its patterns); else diffusers' default.
+        double alpha = static_cast<double>(rank);
+        bool rslora = false;
+        const auto config = configs.find(t.component);
+        if (!p.alpha.empty()) {
+            alpha = scalar_value(*file, p.alpha);
+        } else if (config != configs.end() && config->second.given) {
+            const PeftConfig& c = config->second;
+            const double* a = pattern_value(c.alpha_pattern, t.module, path);
+            alpha = a ? *a : (c.alpha > 0 ? c.alpha : static_cast<double>(rank));
+            rslora = c.rslora;
+            const double* r = pattern_value(c.rank_pattern, t.module, path);
+            const double config_rank = r ? *r : c.r;
+            if (config_rank > 0 && config_rank != static_cast<double>(rank))
+                throw ModelError(path + ": '" + p.down + "' has rank " + std::to_string(rank) +
+                                 " but the adapter's metadata says " + std::to_string(static_cast<int64_t>(config_rank)));
+        }
+        if (!std::isfinite(alpha))
+            throw ModelError(path + ": the alpha of '" + module.substr(0, 120) + "' is not a finite number");
+        const double alpha_scale = rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
+        const auto& weights = model.at(t.component);
+        int64_t rows_taken = 0;
+        for (const Part& part : m.parts) {
+            const std::string weight = part.module + ".weight";
+            const std::vector<int64_t>& shape = weights.at(weight);
+            int64_t rows = 0;
+            for (const auto& [first, count] : part.rows) rows += count;
+            if (part.rows.empty()) rows = up.shape[0];
+            if (shape.size() != 2 || shape[1] != down.shape[1] || shape[0] != rows)
+                throw ModelError(path + ": '" + p.up + "' x '" + p.down + "' changes " + t.component + " " + weight +
+                                 " by [" + std::to_string(rows) + ", " + std::to_string(down.shape[1]) +
+                                 "], but the weight is " + shape_text(shape) +
+                                 (looks.empty() ? " (is the adapter made for another size of this model?)" : looks));
+            for (const auto& [first, count] : part.rows)
+                if (first < 0 || first + count > up.shape[0])
+                    throw ModelError(path + ": '" + p.up + "' " + shape_text(up.shape) + " has too few rows for " +
+                                     t.component + " " + weight);
+            rows_taken += rows;
+            if (!changed.insert(t.component + "/" + weight).second)
+                throw ModelError(path + ": changes " + t.component + " " + weight + " twice");
+            layout.terms.push_back({t.component, weight, p.down, p.up, part.rows, rank, alpha_scale});
+        }
+        if (rows_taken != up.shape[0])
+            throw ModelError(path + ": '" + p.up + "' has " + std::to_string(up.shape[0]) + " rows but " +
+                             t.component + "'s weights it changes take " + std::to_string(rows_taken));
+    }
+    layout.format = kohya ? (spec.family == "flux" ? "kohya (FLUX.1)" : "kohya")
+                    : original ? "original layout (diffusion_model.)"
+                               : "diffusers/PEFT";
+    return layout;
+}
+
+}  // namespace dp::strategies

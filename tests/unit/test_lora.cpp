@@ -1,0 +1,163 @@
+// LoRA adapters in the worker: a weight's change as WeightStore takes it, whole and as either
+// tensor-parallel shard, against W + factor * up @ down computed here; and end to end, adapters made
+// by peft and saved by diffusers (scripts/golden/golden_lora.py) give diffusers' images
+// (load_lora_weights + set_adapters) per request in one pipeline that switches between them, then
+// the same image again after the switches (no drift), and the single-process image under tp2,
+// ulysses2, ring2 and cfg2.
+#include "unit/doctest_torch.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/io/errors.h"
+#include "runtime/io/tensor_io.h"
+#include "runtime/io/weights.h"
+#include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/adapters.h"
+#include "runtime/pipeline/pipeline.h"
+#include "strategies/mesh.h"
+#include "unit/ranks_as_threads.h"
+
+using namespace dp::runtime;
+
+namespace {
+
+std::shared_ptr<SafetensorsFile> golden() { return SafetensorsFile::open(golden_path("lora_pipeline.safetensors")); }
+
+nlohmann::json cases() { return nlohmann::json::parse(golden()->metadata().at("cases")); }
+
+std::string folder_of(const nlohmann::json& c) {
+    return std::string(DP_GOLDEN_DIR) + "/../../../" + c.at("folder").get<std::string>();
+}
+
+GenerateRequest request_of(const nlohmann::json& c) {
+    GenerateRequest r;
+    r.prompt = c.at("prompt").get<std::string>();
+    if (c.contains("negative_prompt")) r.negative_prompt = c.at("negative_prompt").get<std::string>();
+    r.seed = c.at("seed").get<uint64_t>();
+    r.steps = c.at("steps").get<int>();
+    r.width = c.at("width").get<int>();
+    r.height = c.at("height").get<int>();
+    for (const char* key : {"guidance_scale", "true_cfg_scale"})
+        if (c.contains(key)) r.arguments.set(key, c.at(key).get<double>());
+    if (c.contains("max_sequence_length"))
+        r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
+    dp::protocol::Adapters adapters;
+    for (const auto& a : c.at("adapters"))
+        adapters.push_back({golden_path("lora/" + a.at("file").get<std::string>()), a.at("scale").get<double>(), ""});
+    r.arguments.set("lora", adapters);
+    return r;
+}
+
+PipelineOptions options_for(const std::string& folder) {
+    PipelineOptions o;
+    o.model_dir = folder;
+    o.adapters = std::make_shared<AdapterState>();
+    return o;
+}
+
+}  // namespace
+
+TEST_CASE("an adapter changes a weight by factor * up @ down, whole and in either tensor-parallel shard") {
+    const std::string path = "/tmp/dp_lora_base_" + std::to_string(getpid()) + ".safetensors";
+    const at::Tensor w = seeded({6, 10}, 1);
+    save_safetensors(path, {{"layer.weight", w}});
+    const at::Tensor up = seeded({6, 3}, 2), down = seeded({3, 10}, 3);
+    const at::Tensor up2 = seeded({6, 2}, 4), down2 = seeded({2, 10}, 5);
+    auto deltas = std::make_shared<WeightDeltas>();
+    (*deltas)["layer.weight"] = {{down, up, 0.75}, {down2, up2, -1.5}};
+    const at::Tensor expected = w + 0.75 * at::mm(up, down) + -1.5 * at::mm(up2, down2);
+
+    WeightStore store = WeightStore::open_file(path, at::kFloat, at::kCPU);
+    store.set_deltas(deltas);
+    CHECK(at::allclose(store.take("layer.weight", {6, 10}), expected, 1e-6, 1e-6));
+    WeightStore rows = WeightStore::open_file(path, at::kFloat, at::kCPU);
+    rows.set_deltas(deltas);
+    CHECK(at::allclose(rows.take_shard("layer.weight", {6, 10}, 0, 2, 3), expected.narrow(0, 2, 3), 1e-6, 1e-6));
+    WeightStore cols = WeightStore::open_file(path, at::kFloat, at::kCPU);
+    cols.set_deltas(deltas);
+    CHECK(at::allclose(cols.take_shard("layer.weight", {6, 10}, 1, 4, 5), expected.narrow(1, 4, 5), 1e-6, 1e-6));
+    // The base is never written: the file's weight, taken again without adapters, is unchanged.
+    WeightStore plain = WeightStore::open_file(path, at::kFloat, at::kCPU);
+    CHECK(at::equal(plain.take("layer.weight", {6, 10}), w));
+
+    // A change of a weight the model never takes is named.
+    auto stray = std::make_shared<WeightDeltas>();
+    (*stray)["other.weight"] = {{down, up, 1.0}};
+    WeightStore s = WeightStore::open_file(path, at::kFloat, at::kCPU);
+    s.set_deltas(stray);
+    s.take("layer.weight", {6, 10});
+    CHECK_THROWS_WITH_AS(s.check_all_taken(), doctest::Contains("other.weight"), ModelError);
+}
+
+TEST_CASE("adapters made by peft and saved by diffusers give diffusers' images, switched per request without drift") {
+    const auto file = golden();
+    const nlohmann::json all = cases();
+    std::map<std::string, std::vector<std::string>> by_family;
+    for (const auto& [name, c] : all.items()) by_family[c.at("family").get<std::string>()].push_back(name);
+    int checked = 0;
+    for (const auto& [family, names] : by_family) {
+        CAPTURE(family);
+        const auto pipeline = load_pipeline(options_for(folder_of(all.at(names.front()))), ParallelContext::single());
+        at::Tensor first;
+        for (const std::string& name : names) {
+            CAPTURE(name);
+            const nlohmann::json& c = all.at(name);
+            const GenerateResult out = pipeline->generate(request_of(c));
+            REQUIRE(out.error.empty());
+            const at::Tensor ref = load_tensor(file, name + ".latents", at::kFloat);
+            const at::Tensor base = load_tensor(file, name + ".base_latents", at::kFloat);
+            const at::Tensor mine = out.latents.reshape(ref.sizes());
+            const double diff = (mine - ref).abs().max().item<double>();
+            const double effect = (base - ref).abs().max().item<double>();
+            MESSAGE(name << ": max |latent diff| " << diff << " against diffusers; the adapters move them by " << effect);
+            CHECK(effect > 0.05);  // the adapters change the image
+            CHECK(diff <= 1e-4);
+            const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
+            const at::Tensor d = (out.image.to(at::kInt) - ref_image.to(at::kInt)).abs();
+            CHECK(d.le(1).to(at::kDouble).mean().item<double>() >= 0.999);
+            if (!first.defined()) first = out.latents;
+            ++checked;
+        }
+        // Back to the first request's adapters after the others: the same latents, to the bit.
+        const GenerateResult again = pipeline->generate(request_of(all.at(names.front())));
+        CHECK(at::equal(again.latents, first));
+        // And with none: the base model's image.
+        GenerateRequest plain = request_of(all.at(names.front()));
+        plain.arguments.set("lora", dp::protocol::Adapters{});
+        const GenerateResult base = pipeline->generate(plain);
+        const at::Tensor ref_base = load_tensor(file, names.front() + ".base_latents", at::kFloat);
+        CHECK((base.latents.reshape(ref_base.sizes()) - ref_base).abs().max().item<double>() <= 1e-4);
+    }
+    CHECK(checked == static_cast<int>(all.size()));
+}
+
+TEST_CASE("an adapter gives the single-process image under tp2, ulysses2, ring2 and cfg2") {
+    const nlohmann::json all = cases();
+    for (const char* name : {"flux_kohya", "sd3_all", "qwen_peft"}) {
+        CAPTURE(name);
+        const nlohmann::json& c = all.at(name);
+        const std::string folder = folder_of(c);
+        const GenerateRequest request = request_of(c);
+        const at::Tensor alone = load_pipeline(options_for(folder), ParallelContext::single())->generate(request).latents;
+        std::vector<dp::strategies::MeshDegrees> layouts(3);
+        layouts[0].tp = 2;
+        layouts[1].ulysses = 2;
+        layouts[2].ring = 2;
+        if (std::string(name) == "sd3_all") layouts.emplace_back().cfg = 2;  // SD3 runs two branches here
+        for (const dp::strategies::MeshDegrees& degrees : layouts) {
+            CAPTURE(degrees.tp);
+            CAPTURE(degrees.ulysses);
+            CAPTURE(degrees.ring);
+            CAPTURE(degrees.cfg);
+            std::vector<at::Tensor> out(2);
+            dp::test::run_ranks(2, [&](int rank, Communicator& group) {
+                const ParallelContext parallel(group, dp::strategies::Mesh(2, degrees));
+                out[static_cast<std::size_t>(rank)] = load_pipeline(options_for(folder), parallel)->generate(request).latents;
+            });
+            for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= 1e-5);
+        }
+    }
+}
