@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "launcher/adapter_files.h"
 #include "launcher/errors.h"
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
@@ -97,6 +98,37 @@ std::string schedule_plan(const JobOptions& job, const strategies::ModelInfo& mo
 }
 
 }  // namespace
+
+// What the job's --lora adapters change, and what a replica's switch to or from them costs: the
+// components it builds again from their files, each rank its share (Note [adapter switches],
+// runtime/pipeline/adapters.h). Measured figures:
+// docs/benchmarks.md, "LoRA adapter switches".
+std::string adapter_plan(const JobOptions& job, const strategies::ModelInfo& model,
+                         const std::map<std::string, long long>& component_rank_bytes, int tp) {
+    const protocol::Adapters& adapters = job.arguments.adapters("lora");
+    if (adapters.empty()) return {};
+    AdapterFiles files(model, job.variant);
+    files.check(adapters, "--lora");
+    std::ostringstream out;
+    out << "adapters (--lora):\n";
+    for (const protocol::Adapter& a : adapters) {
+        const strategies::LoraLayout& layout = files.layout(a.path);
+        std::map<std::string, long long> weights;
+        for (const strategies::LoraTerm& t : layout.terms) ++weights[t.component];
+        long long rebuilt = 0;
+        std::string where;
+        for (const auto& [component, n] : weights) {
+            where += (where.empty() ? "" : ", ") + std::to_string(n) + " of " + component;
+            const auto it = component_rank_bytes.find(component);
+            if (it != component_rank_bytes.end()) rebuilt += it->second;
+        }
+        out << "  " << utf8_for_display(a.path) << " at " << protocol::call_value_text(protocol::Adapters{a}).substr(a.path.size() + 1)
+            << " (" << layout.format << "): changes " << where << " weights\n"
+            << "    a switch to or from it builds again " << bytes_text(rebuilt) << " of weights per rank"
+            << (tp > 1 ? " (their tp share)" : "") << " from their files\n";
+    }
+    return out.str();
+}
 
 std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested) {
     const strategies::ModelInfo model = strategies::read_model_info(requested.model);  // read once
@@ -247,6 +279,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     };
     long long rank_bytes = 0;
     std::string parts;
+    std::map<std::string, long long> component_rank_bytes;
     for (const strategies::ComponentSize& c : sizes) {
         const bool text_encoder = std::find(spec.tp_components.begin(), spec.tp_components.end(), c.name) !=
                                   spec.tp_components.end();
@@ -254,9 +287,11 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
         const long long bytes =
             c.name == spec.transformer ? transformer_rank : text_encoder ? text_encoder_rank(c) : c.bytes;
         rank_bytes += bytes;
+        component_rank_bytes[c.name] = bytes;
         parts += "  " + c.name + ": " + bytes_text(bytes) + (split_by_tp && deg.tp > 1 ? ", its tp share" : "") + "\n";
     }
     out << "weights per rank (" << dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
+    out << adapter_plan(job, model, component_rank_bytes, deg.tp);
 
     // Bytes each rank sends per denoising step, for one prompt (docs/strategies.md, "Strategy guide").
     const long long split_tokens = deg.ring * deg.ulysses;

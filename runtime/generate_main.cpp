@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "protocol/call_arguments.h"
+#include "runtime/pipeline/adapters.h"
+#include "strategies/model_config.h"
 #include "runtime/io/errors.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline.h"
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
     using namespace dp::runtime;
     CLI::App app("dp-generate: generate one image with a model folder's pipeline and print timings as JSON");
     PipelineOptions options;
+    options.adapters = std::make_shared<AdapterState>();
     GenerateRequest request;
     request.prompt = "a photo of a cat";
     std::string dtype = "fp32";
@@ -58,6 +61,14 @@ int main(int argc, char** argv) {
                             value.push_back(std::stoll(text.substr(at, comma - at)));
                             at = comma + 1;
                         }
+                    } else if (row.type == dp::protocol::CallType::kAdapters) {
+                        dp::protocol::Adapter a;
+                        if (const std::string why = dp::protocol::parse_adapter_text(text, a); !why.empty())
+                            throw CLI::ValidationError(row.long_flag(), why);
+                        value = dp::protocol::call_value_json(dp::protocol::Adapters{a});
+                        if (const auto* had = request.arguments.find(row.name))  // repeatable: adds one
+                            value.insert(value.begin(), dp::protocol::call_value_json(*had).begin(),
+                                         dp::protocol::call_value_json(*had).end());
                     } else {
                         value = nlohmann::json::parse(text);
                     }
@@ -81,6 +92,14 @@ int main(int argc, char** argv) {
         auto start = std::chrono::steady_clock::now();
         auto pipeline = load_pipeline(options, ParallelContext::single());
         const double load_ms = ms_since(start);
+        // A switch to the request's adapters, timed on its own (the generation then finds them current).
+        double adapter_switch_ms = 0;
+        if (const auto& adapters = request.arguments.adapters("lora"); !adapters.empty()) {
+            const dp::strategies::ModelInfo model = dp::strategies::read_model_info(options.model_dir);
+            start = std::chrono::steady_clock::now();
+            options.adapters->apply(adapters, *model.spec, options.model_dir, options.variant);
+            adapter_switch_ms = ms_since(start);
+        }
         std::vector<double> step_ms;
         auto step_start = std::chrono::steady_clock::now();
         request.on_step = [&](int, int) {
@@ -94,6 +113,7 @@ int main(int argc, char** argv) {
         nlohmann::json out = {{"load_ms", load_ms},
                               {"step_ms", step_ms},
                               {"generate_ms", total_ms},
+                              {"adapter_switch_ms", adapter_switch_ms},
                               {"peak_rss_kb", peak_rss_kb()},
                               {"threads", at::get_num_threads()},
                               {"image_mean", result.image.to(at::kFloat).mean().item<double>()},
