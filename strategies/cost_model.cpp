@@ -5,6 +5,7 @@
 #include <functional>
 #include <numeric>
 #include <queue>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -17,6 +18,8 @@ CostRules cost_rules(const ImageSizeRule& sizes, const protocol::FamilyArguments
     rules.pixels_per_token = std::max<int64_t>(1, sizes.multiple());
     rules.default_side = sizes.default_side;
     rules.arguments = arguments;
+    const int64_t side = std::max<int64_t>(1, sizes.default_side / rules.pixels_per_token);
+    rules.adapter_switch = 2 * side * side;
     return rules;
 }
 
@@ -88,8 +91,26 @@ std::vector<std::vector<std::size_t>> work_units(const std::vector<protocol::Job
     return units;
 }
 
+std::vector<std::size_t> adapter_set_ids(const std::vector<protocol::JobRequest>& requests) {
+    std::vector<const protocol::Adapters*> seen;
+    std::vector<std::size_t> ids;
+    ids.reserve(requests.size());
+    for (const protocol::JobRequest& r : requests) {
+        const protocol::Adapters& mine = r.arguments.adapters("lora");
+        if (mine.empty()) {
+            ids.push_back(0);
+            continue;
+        }
+        const auto it = std::find_if(seen.begin(), seen.end(), [&](const protocol::Adapters* s) { return *s == mine; });
+        ids.push_back(static_cast<std::size_t>(it - seen.begin()) + 1);
+        if (it == seen.end()) seen.push_back(&mine);
+    }
+    return ids;
+}
+
 Makespans makespans(const std::vector<int64_t>& costs, const std::vector<std::vector<std::size_t>>& units,
-                    int replicas) {
+                    int replicas, const std::vector<std::size_t>& sets, int64_t switch_cost) {
+    const auto set_of = [&](std::size_t k) { return k < sets.size() ? sets[k] : 0; };
     if (replicas < 1) throw std::invalid_argument("makespans: need at least one replica");
     Makespans m;
     m.total = std::accumulate(costs.begin(), costs.end(), int64_t{0});
@@ -98,16 +119,26 @@ Makespans makespans(const std::vector<int64_t>& costs, const std::vector<std::ve
     const int64_t n = static_cast<int64_t>(costs.size());
     for (int r = 0; r < replicas; ++r) {
         const Range share = split_between_processes(n, replicas, r);
-        m.static_split = std::max(m.static_split, std::accumulate(costs.begin() + share.begin,
-                                                                  costs.begin() + share.end, int64_t{0}));
+        int64_t cost = std::accumulate(costs.begin() + share.begin, costs.begin() + share.end, int64_t{0});
+        // The share runs grouped by set (grouped_by_adapters): one switch to each set it has.
+        std::set<std::size_t> share_sets;
+        for (int64_t k = share.begin; k < share.end; ++k)
+            if (set_of(static_cast<std::size_t>(k))) share_sets.insert(set_of(static_cast<std::size_t>(k)));
+        cost += switch_cost * static_cast<int64_t>(share_sets.size());
+        m.static_split = std::max(m.static_split, cost);
     }
-    // Each replica's finish time, the earliest (then the lowest replica) on top.
+    // Each replica's finish time (the earliest, then the lowest replica, on top) and its last set.
     using Free = std::pair<int64_t, int>;
     std::priority_queue<Free, std::vector<Free>, std::greater<Free>> free;
+    std::vector<std::size_t> last(static_cast<std::size_t>(replicas), 0);
     for (int r = 0; r < replicas; ++r) free.push({0, r});
     for (const std::vector<std::size_t>& unit : units) {
         Free next = free.top();
         free.pop();
+        if (!unit.empty() && set_of(unit.front()) != last[static_cast<std::size_t>(next.second)]) {
+            last[static_cast<std::size_t>(next.second)] = set_of(unit.front());
+            next.first += switch_cost;
+        }
         for (const std::size_t k : unit) next.first += costs[k];
         m.dynamic = std::max(m.dynamic, next.first);
         free.push(next);
@@ -126,7 +157,7 @@ ScheduleChoice choose_schedule(const std::string& requested, const std::vector<p
     const std::vector<std::vector<std::size_t>> units =
         work_units(requests, grouped_by_adapters(requests, dynamic_order(costs)), batch_size);
     c.units = units.size();
-    c.makespans = makespans(costs, units, replicas);
+    c.makespans = makespans(costs, units, replicas, adapter_set_ids(requests), rules.adapter_switch);
     if (requested != "auto") {
         c.schedule = requested;
         c.why = "--schedule " + requested;

@@ -26,6 +26,10 @@ struct CostRules {
     // The family's call arguments: which is its guidance scale, and whether a second branch
     // also needs a negative prompt (protocol::FamilyArguments::runs_two_branches).
     protocol::FamilyArguments arguments;
+    // What a replica's switch to another LoRA adapter set costs (Note [adapter switches]): the
+    // components it changes are built again, about two steps of an image at the default size in
+    // the figures measured (docs/benchmarks.md, "LoRA adapter switches").
+    int64_t adapter_switch = 0;
 };
 
 // The rules of a model from its size rule and its call arguments (model_config.h).
@@ -70,10 +74,15 @@ struct Makespans {
 };
 
 // `costs`: every request's cost in the job file's order; `units`: the dynamic schedule's units
-// (positions into `costs`), each costing the sum of its prompts. Throws std::invalid_argument when
+// (positions into `costs`), each costing the sum of its prompts. With `sets` (each request's
+// adapter set, an id; 0: none), a replica pays `switch_cost` each time its next prompt has another
+// set than its last one (a replica starts with none). Throws std::invalid_argument when
 // replicas < 1.
 Makespans makespans(const std::vector<int64_t>& costs, const std::vector<std::vector<std::size_t>>& units,
-                    int replicas);
+                    int replicas, const std::vector<std::size_t>& sets = {}, int64_t switch_cost = 0);
+
+// Each request's adapter set as an id: 0 for none, then 1, 2, ... in the order sets first come.
+std::vector<std::size_t> adapter_set_ids(const std::vector<protocol::JobRequest>& requests);
 
 // What --schedule auto gives: "dynamic" when the prompts' costs differ, else "static".
 std::string auto_schedule(const Makespans& m);

@@ -123,3 +123,25 @@ TEST_CASE("makespans: the static split's costliest share, list scheduling, the i
     CHECK(m.dynamic == 15);
     CHECK_THROWS_AS(makespans(even, {}, 0), std::invalid_argument);
 }
+
+TEST_CASE("makespans count a replica's switch to another adapter set") {
+    // Four prompts of cost 10: sets 1, 2, 1, 2 (ids), a switch costs 5.
+    const std::vector<int64_t> costs = {10, 10, 10, 10};
+    const std::vector<std::size_t> sets = {1, 2, 1, 2};
+    // One replica, the units grouped: 1, 1, 2, 2: two switches (none -> 1 -> 2).
+    Makespans m = makespans(costs, {{0}, {2}, {1}, {3}}, 1, sets, 5);
+    CHECK(m.dynamic == 40 + 2 * 5);
+    CHECK(m.static_split == 40 + 2 * 5);
+    // Not grouped, it switches at every unit.
+    m = makespans(costs, {{0}, {1}, {2}, {3}}, 1, sets, 5);
+    CHECK(m.dynamic == 40 + 4 * 5);
+    // No adapters: no switch, whatever the cost.
+    m = makespans(costs, {{0}, {1}, {2}, {3}}, 1, {0, 0, 0, 0}, 5);
+    CHECK(m.dynamic == 40);
+    // The ids: 0 for none, then in order of first appearance.
+    std::vector<dp::protocol::JobRequest> requests(4);
+    requests[1].arguments.set("lora", dp::protocol::Adapters{{"b", 1.0, ""}});
+    requests[2].arguments.set("lora", dp::protocol::Adapters{{"a", 1.0, ""}});
+    requests[3].arguments.set("lora", dp::protocol::Adapters{{"b", 1.0, ""}});
+    CHECK(adapter_set_ids(requests) == std::vector<std::size_t>{0, 1, 2, 1});
+}

@@ -216,6 +216,36 @@ TEST_CASE("the manifest records the new settings, and --resume treats a change a
           std::vector<std::string>{"variant '' (now 'fp16')", "dtype 'fp32' (now 'bf16')", "no_t5 false (now true)"});
 }
 
+TEST_CASE("--resume sees another adapter file, scale or set as other pixels; no adapters are not recorded") {
+    JobOptions job;
+    job.model = "m";
+    dp::protocol::JobRequest q;
+    q.prompt = "a";
+    q.steps = 2;
+    const dp::protocol::FamilyArguments flux("flux");
+    q.arguments = flux.defaults();
+    const nlohmann::json none = pending_record(q, 1, job, "fp32");
+    CHECK_FALSE(none.contains("lora"));
+    const std::string hash_a(64, 'a'), hash_b(64, 'b');
+    dp::protocol::JobRequest r = q;
+    r.arguments.set("lora", dp::protocol::Adapters{{"/m/style.safetensors", 0.8, hash_a}});
+    const nlohmann::json with = pending_record(r, 1, job, "fp32");
+    REQUIRE(with.contains("lora"));
+    CHECK(with["lora"][0]["sha256"] == hash_a);
+    CHECK(pixel_setting_differences(with, with, &flux).empty());
+    CHECK(pixel_setting_differences(none, with, &flux).size() == 1);
+    for (const dp::protocol::Adapters& other :
+         {dp::protocol::Adapters{{"/m/style.safetensors", 0.8, hash_b}},   // the file changed
+          dp::protocol::Adapters{{"/m/style.safetensors", 0.5, hash_a}},   // its scale
+          dp::protocol::Adapters{{"/m/style.safetensors", 0.8, hash_a}, {"/m/b.safetensors", 1.0, hash_b}}}) {
+        dp::protocol::JobRequest changed = q;
+        changed.arguments.set("lora", other);
+        const std::vector<std::string> d = pixel_setting_differences(with, pending_record(changed, 1, job, "fp32"), &flux);
+        REQUIRE(d.size() == 1);
+        CHECK(d[0].rfind("lora ", 0) == 0);
+    }
+}
+
 TEST_CASE("--dtype auto: bf16 on a GPU, fp32 on the CPU, as the devices the ranks get say") {
     JobOptions job;
     CHECK(job.dtype == "auto");

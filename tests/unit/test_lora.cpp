@@ -161,3 +161,21 @@ TEST_CASE("an adapter gives the single-process image under tp2, ulysses2, ring2 
         }
     }
 }
+
+TEST_CASE("with offload, each use builds its component with the request's adapters") {
+    const nlohmann::json all = cases();
+    for (const char* name : {"qwen_peft", "flux_kohya"}) {
+        CAPTURE(name);
+        const nlohmann::json& c = all.at(name);
+        const GenerateRequest request = request_of(c);
+        const at::Tensor kept = load_pipeline(options_for(folder_of(c)), ParallelContext::single())->generate(request).latents;
+        PipelineOptions o = options_for(folder_of(c));
+        o.offload = true;
+        const auto pipeline = load_pipeline(o, ParallelContext::single());
+        CHECK(at::equal(pipeline->generate(request).latents, kept));
+        GenerateRequest plain = request;
+        plain.arguments.set("lora", dp::protocol::Adapters{});
+        const at::Tensor base = load_tensor(golden(), std::string(name) + ".base_latents", at::kFloat);
+        CHECK((pipeline->generate(plain).latents.reshape(base.sizes()) - base).abs().max().item<double>() <= 1e-4);
+    }
+}
