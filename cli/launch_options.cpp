@@ -497,6 +497,10 @@ void apply_cluster(LaunchSpec& spec, const RawLaunchOptions& raw, const EnvLooku
 launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvLookup& env,
                                          bool require_command) {
     LaunchSpec spec;
+    if (const char* devices = env("CUDA_VISIBLE_DEVICES"))
+        if (const std::string why = launcher::cuda_visible_devices_problem(devices); !why.empty())
+            throw UsageError("CUDA_VISIBLE_DEVICES=" + launcher::utf8_for_display(std::string(devices).substr(0, 80)) +
+                             ": " + why + " (e.g. 0,1 or GPU-8f1e...; empty for no GPU)");
     const ConfigSettings config = load_any_config(raw, env);
     apply_table(launch_option_table(), raw, env, config, spec);
     if (raw.accelerate_total && spec.nnodes > 1) {

@@ -13,6 +13,11 @@ int usable_cpu_count();
 // GPUs a child would see: the entries of CUDA_VISIBLE_DEVICES when set, else the devices the
 // driver lists under /proc/driver/nvidia/gpus. 0 when there is no NVIDIA driver.
 int visible_gpu_count();
+// Why a CUDA_VISIBLE_DEVICES value is not one CUDA reads as its user means it, or empty. Accepted:
+// empty (no GPU), a comma list of device indexes, GPU-... and MIG-... UUIDs, and CUDA's own stops
+// -1 and NoDevFiles (the entries after them are hidden). Anything else CUDA would read as a stop
+// too, silently hiding the devices the user named.
+std::string cuda_visible_devices_problem(const std::string& value);
 
 struct GpuInfo {
     std::string bus_id;

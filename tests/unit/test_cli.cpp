@@ -1217,3 +1217,25 @@ TEST_CASE("dp-launch arguments takes --model, the pipeline options and --json, a
     CHECK(help.action == CommandLine::Action::kPrint);
     CHECK(help.message.find("--json") != std::string::npos);
 }
+
+TEST_CASE("CUDA_VISIBLE_DEVICES must name devices as CUDA reads them; anything else is a usage error") {
+    for (const std::string good : {"", "0", "0,1", "3, 1", "GPU-8f1e2a3b-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
+                             "MIG-GPU-8f1e2a3b-1c2d-4e5f-8a9b-0c1d2e3f4a5b/1/0", "MIG-7c4b2a1e-0000-1111-2222-333344445555",
+                             "-1", "0,-1,garbage", "NoDevFiles"}) {
+        CAPTURE(good);
+        CHECK(dp::launcher::cuda_visible_devices_problem(good).empty());
+        FakeEnv env;
+        env.vars["CUDA_VISIBLE_DEVICES"] = good;
+        CHECK(parse({"-n", "1", "--", "true"}, env).action == CommandLine::Action::kLaunch);
+    }
+    for (const std::string bad : {"garbage", "0,garbage", "gpu0", "0,", "1.5", "GPU-", "GPU-xyz"}) {
+        CAPTURE(bad);
+        CHECK_FALSE(dp::launcher::cuda_visible_devices_problem(bad).empty());
+        FakeEnv env;
+        env.vars["CUDA_VISIBLE_DEVICES"] = bad;
+        const CommandLine c = parse({"-n", "1", "--", "true"}, env);
+        CHECK(c.action == CommandLine::Action::kFail);
+        CHECK(c.exit_code == 2);
+        CHECK(c.message.find("CUDA_VISIBLE_DEVICES=") != std::string::npos);
+    }
+}
