@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <sstream>
 
 #include "cli/arguments_command.h"
 #include "cli/env_command.h"
@@ -129,11 +131,44 @@ bool accelerate_total(const std::vector<std::string>& options) {
     return spelled("--num_processes") && spelled("--num_machines");
 }
 
+// torchrun's `-m MODULE ARGS...`: after -m (or --module), the first word that is neither an option
+// nor an option's value is the module, and it and everything after it are the command, as after
+// "--" (`dp-launch -n 2 -m pkg.train --epochs 3`). `args` as given when there is no -m before
+// the first "--".
+std::vector<std::string> with_module_command(const std::vector<std::string>& args) {
+    std::map<std::string, bool> takes_value;  // every flag of the tables
+    for (const OptionDef* def : all_option_defs()) {
+        std::stringstream names(def->flags);
+        for (std::string name; std::getline(names, name, ',');) takes_value[name] = def->kind != OptionKind::kSwitch;
+    }
+    bool module = false;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--") return args;
+        if (a == "-m" || a == "--module") {
+            module = true;
+            continue;
+        }
+        if (a.size() > 1 && a[0] == '-') {
+            const auto it = takes_value.find(a.substr(0, a.find('=')));
+            if (it != takes_value.end() && it->second && a.find('=') == std::string::npos) ++i;  // its value
+            continue;
+        }
+        if (!module) continue;  // a PROMPTS file, or a subcommand
+        std::vector<std::string> out(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(i));
+        out.push_back("--");
+        out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+        return out;
+    }
+    return args;
+}
+
 }  // namespace
 
-CommandLine parse_command_line(const std::vector<std::string>& args, const EnvLookup& env) {
+CommandLine parse_command_line(const std::vector<std::string>& given, const EnvLookup& env) {
     CommandLine result;
     result.exit_code = launcher::kExitUsage;
+    const std::vector<std::string> args = with_module_command(given);
 
     // Everything after the first "--" is the command, untouched by option parsing.
     auto dashes = std::find(args.begin(), args.end(), "--");

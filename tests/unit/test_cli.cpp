@@ -1239,3 +1239,27 @@ TEST_CASE("CUDA_VISIBLE_DEVICES must name devices as CUDA reads them; anything e
         CHECK(c.message.find("CUDA_VISIBLE_DEVICES=") != std::string::npos);
     }
 }
+
+TEST_CASE("torchrun's -m MODULE ARGS without --: the module and what follows are the command") {
+    // As torchrun reads it: the same ranks' command as with an explicit --.
+    const CommandLine c = parse({"-n", "2", "-m", "mypkg.train", "--epochs", "3", "--lr=0.1"});
+    const CommandLine explicit_ = parse({"-n", "2", "-m", "--", "mypkg.train", "--epochs", "3", "--lr=0.1"});
+    REQUIRE(c.action == CommandLine::Action::kLaunch);
+    REQUIRE(explicit_.action == CommandLine::Action::kLaunch);
+    CHECK(c.spec.module);
+    CHECK(c.spec.num_processes == 2);
+    CHECK(c.spec.command == explicit_.spec.command);
+    REQUIRE(c.spec.command.size() >= 4);
+    CHECK(std::vector<std::string>(c.spec.command.end() - 4, c.spec.command.end()) ==
+          std::vector<std::string>{"mypkg.train", "--epochs", "3", "--lr=0.1"});
+    // Options with values before it are read as options, in either spelling; the module's own
+    // flags (-n 7) are its own.
+    const CommandLine d = parse({"--nproc-per-node", "2", "--module", "--master-port=29555", "pkg.main", "-n", "7"});
+    REQUIRE(d.action == CommandLine::Action::kLaunch);
+    CHECK(d.spec.num_processes == 2);
+    CHECK(d.spec.master_port == 29555);
+    CHECK(std::vector<std::string>(d.spec.command.end() - 3, d.spec.command.end()) ==
+          std::vector<std::string>{"pkg.main", "-n", "7"});
+    // Without -m a word is still a PROMPTS file.
+    CHECK(parse({"-n", "2", "prompts.txt"}).job.has_value());
+}
