@@ -1218,7 +1218,7 @@ TEST_CASE("dp-launch arguments takes --model, the pipeline options and --json, a
     CHECK(help.message.find("--json") != std::string::npos);
 }
 
-TEST_CASE("CUDA_VISIBLE_DEVICES must name devices as CUDA reads them; anything else is a usage error") {
+TEST_CASE("CUDA_VISIBLE_DEVICES must name devices as CUDA reads them, anything else is a usage error") {
     for (const std::string good : {"", "0", "0,1", "3, 1", "GPU-8f1e2a3b-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
                              "MIG-GPU-8f1e2a3b-1c2d-4e5f-8a9b-0c1d2e3f4a5b/1/0", "MIG-7c4b2a1e-0000-1111-2222-333344445555",
                              "-1", "0,-1,garbage", "NoDevFiles"}) {

@@ -216,7 +216,7 @@ TEST_CASE("the manifest records the new settings, and --resume treats a change a
           std::vector<std::string>{"variant '' (now 'fp16')", "dtype 'fp32' (now 'bf16')", "no_t5 false (now true)"});
 }
 
-TEST_CASE("--resume sees another adapter file, scale or set as other pixels; no adapters are not recorded") {
+TEST_CASE("--resume sees another adapter file, scale or set as other pixels, and no adapters are not recorded") {
     JobOptions job;
     job.model = "m";
     dp::protocol::JobRequest q;
