@@ -290,10 +290,10 @@ int run_command_line(const CommandLine& command_line) {
                 std::cout << command_line.message << std::flush;
                 return command_line.exit_code;
             case CommandLine::Action::kFail:
-                std::cerr << "dp-launch: " << command_line.message << std::endl;
+                std::cerr << "dp-launch: " << launcher::terminal_safe(command_line.message) << std::endl;
                 return command_line.exit_code;
             case CommandLine::Action::kPlan:
-                std::cout << describe_plan(command_line.spec, *command_line.job) << std::flush;
+                std::cout << launcher::terminal_safe(describe_plan(command_line.spec, *command_line.job)) << std::flush;
                 return 0;
             case CommandLine::Action::kArguments:
                 std::cout << describe_arguments(*command_line.job, command_line.json) << std::flush;
@@ -313,10 +313,10 @@ int run_command_line(const CommandLine& command_line) {
                 return launcher::run_launch(command_line.spec);
         }
     } catch (const launcher::Error& e) {
-        std::cerr << "dp-launch: " << e.what() << std::endl;
+        std::cerr << "dp-launch: " << launcher::terminal_safe(e.what()) << std::endl;
         return e.exit_code();
     } catch (const std::exception& e) {
-        std::cerr << "dp-launch: internal error: " << e.what() << std::endl;
+        std::cerr << "dp-launch: internal error: " << launcher::terminal_safe(e.what()) << std::endl;
     }
     return launcher::kExitInternal;
 }

@@ -245,7 +245,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
             text += "  " + file.invalid[i].reason + "\n";
         if (file.invalid.size() > kMaxListedInvalid)
             text += "  ... and " + std::to_string(file.invalid.size() - kMaxListedInvalid) + " more\n";
-        std::cerr << text << std::flush;
+        std::cerr << terminal_safe(text) << std::flush;
         return kExitInputData;
     }
     if (file.valid == 0) {

@@ -167,6 +167,29 @@ std::string utf8_for_display(std::string_view s) {
     return out;
 }
 
+std::string terminal_safe(std::string_view text) {
+    const std::string valid = utf8_for_display(text);
+    std::string out;
+    out.reserve(valid.size());
+    static const char* hex = "0123456789abcdef";
+    for (std::size_t i = 0; i < valid.size(); ++i) {
+        const auto c = static_cast<unsigned char>(valid[i]);
+        if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+            out += "\\x";
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        } else if (c == 0xc2 && i + 1 < valid.size() && static_cast<unsigned char>(valid[i + 1]) < 0xa0) {
+            const auto d = static_cast<unsigned char>(valid[++i]);  // U+0080 to U+009F
+            out += "\\u00";
+            out += hex[d >> 4];
+            out += hex[d & 15];
+        } else {
+            out += valid[i];
+        }
+    }
+    return out;
+}
+
 bool is_jsonl_name(const std::string& name) {
     if (name.size() < 6) return false;
     std::string tail = name.substr(name.size() - 6);

@@ -127,6 +127,13 @@ std::optional<ProgramGuess> guess_program(const std::string& path);
 // message or a JSON record.
 std::string utf8_for_display(std::string_view text);
 
+// Note [terminal-safe messages]: what dp-launch prints of its own can hold text from files and
+// prompt lines (a JSONL key, a path, a tensor's dtype), and an ESC or OSC sequence there would
+// clear the screen or set the title. Every message is printed through this: valid UTF-8, and each
+// control character but newline and tab (C0, DEL, and C1 U+0080 to U+009F) written as \xNN or
+// \u00NN.
+std::string terminal_safe(std::string_view text);
+
 // Whether `name` means JSON Lines (ends in ".jsonl", any case).
 bool is_jsonl_name(const std::string& name);
 

@@ -137,3 +137,22 @@ TEST_CASE("pipeline defaults from DP_* variables or a config file leave a comman
     CHECK(flag.exit_code == 2);
     CHECK(flag.err.find("--steps is a pipeline option") != std::string::npos);
 }
+
+TEST_CASE("control characters from a prompt file and a model path reach the terminal escaped, never raw") {
+    const std::string dir = make_temp_dir();
+    // An unknown JSONL key that clears the screen and sets the title, and a bad adapter path with a
+    // C1 control character: both are named in dp-launch's messages.
+    const std::string prompts =
+        write_file(dir + "/p.jsonl", "{\"prompt\": \"a\", \"\\u001b[2J\\u001b]0;pwned\\u0007\": 1}\n");
+    LaunchResult r = run_launch(tiny(dir + "/out", {"-n", "1", prompts}));
+    CHECK(r.exit_code == 65);
+    CHECK_MESSAGE(r.err.find("\\x1b[2J\\x1b]0;pwned\\x07") != std::string::npos, r.err);
+    CHECK(r.err.find('\x1b') == std::string::npos);
+    CHECK(r.err.find('\x07') == std::string::npos);
+    const std::string lora = dir + "/evil\x1b[31m.safetensors";
+    LaunchResult a = run_launch(tiny(dir + "/out", {"-n", "1", "--lora", lora, write_file(dir + "/p.txt", "one\n")}));
+    CHECK(a.exit_code == 66);
+    CHECK_MESSAGE(a.err.find("evil\\x1b[31m.safetensors") != std::string::npos, a.err);
+    CHECK(a.err.find('\x1b') == std::string::npos);
+    CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
+}

@@ -324,3 +324,14 @@ TEST_CASE("with a sink, each valid record goes there as it is read and none is h
     CHECK(held.valid == 4);
     CHECK(held.prompts.size() == 4);
 }
+
+TEST_CASE("what dp-launch prints of a file's text cannot drive the terminal: control characters are escaped") {
+    using dp::launcher::terminal_safe;
+    CHECK(terminal_safe("key '\x1b]0;title\x07'") == "key '\\x1b]0;title\\x07'");
+    CHECK(terminal_safe("\x1b[2Jclear") == "\\x1b[2Jclear");
+    CHECK(terminal_safe("a\x7f" "b") == "a\\x7fb");
+    CHECK(terminal_safe("c1 \xc2\x9b" "31m") == "c1 \\u009b31m");  // the 8-bit CSI
+    CHECK(terminal_safe("two\nlines\tand a tab, caf\xc3\xa9") == "two\nlines\tand a tab, caf\xc3\xa9");
+    CHECK(terminal_safe("bad \xff byte") == "bad \xEF\xBF\xBD byte");
+    CHECK(terminal_safe(std::string("nul\0here", 8)) == "nul\\x00here");
+}
