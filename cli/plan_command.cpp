@@ -100,32 +100,56 @@ std::string schedule_plan(const JobOptions& job, const strategies::ModelInfo& mo
 }  // namespace
 
 // What the job's --lora adapters change, and what a replica's switch to or from them costs: the
-// components it builds again from their files, each rank its share (Note [adapter switches],
-// runtime/pipeline/adapters.h). Measured figures:
-// docs/benchmarks.md, "LoRA adapter switches".
+// weights they change, made again in place from their files, each rank its share (Note [adapter
+// switches], runtime/pipeline/adapters.h); a component whose rank keeps a changed weight only as a
+// fused copy (a row-parallel layer over segments, under tp) is built again whole. Measured
+// figures: docs/benchmarks.md, "LoRA adapter switches".
 std::string adapter_plan(const JobOptions& job, const strategies::ModelInfo& model,
-                         const std::map<std::string, long long>& component_rank_bytes, int tp) {
+                         const std::map<std::string, long long>& component_rank_bytes, int tp, long long element_bytes) {
     const protocol::Adapters& adapters = job.arguments.adapters("lora");
     if (adapters.empty()) return {};
     AdapterFiles files(model, job.variant);
     files.check(adapters, "--lora");
+    const strategies::ParallelSpec& spec = *model.spec;
     std::ostringstream out;
     out << "adapters (--lora):\n";
     for (const protocol::Adapter& a : adapters) {
         const strategies::LoraLayout& layout = files.layout(a.path);
-        std::map<std::string, long long> weights;
-        for (const strategies::LoraTerm& t : layout.terms) ++weights[t.component];
-        long long rebuilt = 0;
-        std::string where;
-        for (const auto& [component, n] : weights) {
-            where += (where.empty() ? "" : ", ") + std::to_string(n) + " of " + component;
+        std::map<std::string, std::set<std::string>> weights;
+        for (const strategies::LoraTerm& t : layout.terms) weights[t.component].insert(t.weight);
+        long long remade = 0;
+        std::string where, rebuilt;
+        for (const auto& [component, names] : weights) {
+            where += (where.empty() ? "" : ", ") + std::to_string(names.size()) + " of " + component;
+            const bool split = component == spec.transformer ||
+                               std::find(spec.tp_components.begin(), spec.tp_components.end(), component) !=
+                                   spec.tp_components.end();
+            long long bytes = 0;
+            bool whole = false;
+            for (const std::string& name : names) {
+                const std::vector<int64_t>& shape = files.tensors().at(component).at(name);
+                long long n = 1;
+                for (int64_t d : shape) n *= d;
+                const bool tp_split = split && tp > 1 && strategies::tp_splits_tensor(spec, name);
+                bytes += (tp_split ? n / tp : n) * element_bytes;
+                const std::string layer = name.substr(0, name.rfind('.'));
+                if (tp_split && strategies::tp_rule_for_layer(spec, layer).split == strategies::TpSplit::kRowSegments)
+                    whole = true;
+            }
             const auto it = component_rank_bytes.find(component);
-            if (it != component_rank_bytes.end()) rebuilt += it->second;
+            if (whole && it != component_rank_bytes.end()) {
+                bytes = it->second;
+                rebuilt += (rebuilt.empty() ? "" : ", ") + component;
+            }
+            remade += bytes;
         }
         out << "  " << utf8_for_display(a.path) << " at " << protocol::call_value_text(protocol::Adapters{a}).substr(a.path.size() + 1)
             << " (" << layout.format << "): changes " << where << " weights\n"
-            << "    a switch to or from it builds again " << bytes_text(rebuilt) << " of weights per rank"
-            << (tp > 1 ? " (their tp share)" : "") << " from their files\n";
+            << "    a switch to or from it makes again " << bytes_text(remade) << " of weights per rank"
+            << (tp > 1 ? " (their tp share)" : "") << " from their files"
+            << (rebuilt.empty() ? std::string(", in place")
+                                : "; builds " + rebuilt + " again whole (a changed weight is a fused copy under tp)")
+            << "\n";
     }
     return out.str();
 }
@@ -291,7 +315,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
         parts += "  " + c.name + ": " + bytes_text(bytes) + (split_by_tp && deg.tp > 1 ? ", its tp share" : "") + "\n";
     }
     out << "weights per rank (" << dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
-    out << adapter_plan(job, model, component_rank_bytes, deg.tp);
+    out << adapter_plan(job, model, component_rank_bytes, deg.tp, f);
 
     // Bytes each rank sends per denoising step, for one prompt (docs/strategies.md, "Strategy guide").
     const long long split_tokens = deg.ring * deg.ulysses;

@@ -31,6 +31,8 @@ class AdapterFiles {
     void resolve(protocol::CallValues& values);
     // The layout of a checked adapter file (what plan reports).
     const strategies::LoraLayout& layout(const std::string& path);
+    // The model's tensors an adapter may change (read with the first file).
+    const strategies::ModelTensors& tensors() const { return *tensors_; }
 
   private:
     struct File {

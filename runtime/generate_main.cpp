@@ -94,11 +94,16 @@ int main(int argc, char** argv) {
         const double load_ms = ms_since(start);
         // A switch to the request's adapters, timed on its own (the generation then finds them current).
         double adapter_switch_ms = 0;
+        nlohmann::json switched = nlohmann::json::object();
         if (const auto& adapters = request.arguments.adapters("lora"); !adapters.empty()) {
             const dp::strategies::ModelInfo model = dp::strategies::read_model_info(options.model_dir);
             start = std::chrono::steady_clock::now();
-            options.adapters->apply(adapters, *model.spec, options.model_dir, options.variant);
+            const AdapterState::Report report =
+                options.adapters->apply(adapters, *model.spec, options.model_dir, options.variant);
             adapter_switch_ms = ms_since(start);
+            static const char* kHow[] = {"in place", "rebuilt", "at next use"};
+            for (const auto& [component, how] : report.components) switched[component] = kHow[static_cast<int>(how)];
+            switched["weights_in_place"] = report.weights;
         }
         std::vector<double> step_ms;
         auto step_start = std::chrono::steady_clock::now();
@@ -114,6 +119,7 @@ int main(int argc, char** argv) {
                               {"step_ms", step_ms},
                               {"generate_ms", total_ms},
                               {"adapter_switch_ms", adapter_switch_ms},
+                              {"adapter_switch", switched},
                               {"peak_rss_kb", peak_rss_kb()},
                               {"threads", at::get_num_threads()},
                               {"image_mean", result.image.to(at::kFloat).mean().item<double>()},

@@ -26,6 +26,26 @@ PromptQueue::PromptQueue(const protocol::JobFile& job, const strategies::ModelIn
     const std::string prefix = "dp-schedule/" + (job_id.empty() ? job.job_id : job_id) + "/";
     counter_key_ = prefix + "claimed";
     turn_key_ = prefix + "replica/" + std::to_string(parallel.replica()) + "/turn/";
+    if (dynamic_) {
+        const std::vector<std::size_t> request_sets = strategies::adapter_set_ids(job.requests);
+        std::vector<std::size_t> unit_sets;
+        for (const std::vector<std::size_t>& unit : units_) unit_sets.push_back(request_sets[unit.front()]);
+        set_runs_ = strategies::adapter_set_runs(units_, unit_sets);
+        used_up_.assign(set_runs_.size(), false);
+        claiming_ = strategies::first_claim_set(parallel.replica(), set_runs_.size());
+    }
+}
+
+std::size_t PromptQueue::claim() {
+    // Note [claims by adapter set]: the current set's next unit, else the next set's.
+    while (claiming_ < set_runs_.size()) {
+        const strategies::Range& run = set_runs_[claiming_];
+        const int64_t k = world_.store_add(counter_key_ + "/" + std::to_string(claiming_), 1) - 1;
+        if (k < run.size()) return static_cast<std::size_t>(run.begin + k);
+        used_up_[claiming_] = true;
+        claiming_ = strategies::next_claim_set(claiming_, used_up_);
+    }
+    return units_.size();
 }
 
 const std::vector<std::size_t>* PromptQueue::next() {
@@ -35,7 +55,7 @@ const std::vector<std::size_t>* PromptQueue::next() {
     const std::string turn = turn_key_ + std::to_string(turn_++);
     int64_t unit = 0;
     if (leader_) {
-        unit = world_.store_add(counter_key_, 1) - 1;
+        unit = static_cast<int64_t>(claim());
         if (!alone_) world_.store_set(turn, std::to_string(unit));
     } else {
         unit = std::stoll(world_.store_get(turn));

@@ -10,8 +10,10 @@
 // first rank, the one that writes its images) adds 1 to a counter in the job's c10d store, which
 // is one atomic step whichever node asks, and publishes the unit it got under a key of its replica
 // and turn; the other ranks of the replica read that key, so all of them make the same prompts in
-// the same order, as cfg, ring, ulysses and tp need. A claim past the last unit ends the replica's
-// work. The keys are under the job's id, so a restarted or resumed job (a new store, its own id)
+// the same order, as cfg, ring, ulysses and tp need. With prompts of several LoRA adapter sets,
+// each set's units have their own counter, and a replica claims from its current set first
+// (strategies' Note [claims by adapter set]), so that it switches only when its set runs out. A
+// claim when every set is used up ends the replica's work. The keys are under the job's id, so a restarted or resumed job (a new store, its own id)
 // starts its queue afresh. Seeds and settings are per prompt in the job file, so each image is the
 // one a static run makes; only which rank makes it, and when, differ.
 
@@ -47,13 +49,19 @@ class PromptQueue {
     const std::vector<std::size_t>* next();
 
   private:
+    // The leader's claim: the unit's position in units_, units_.size() when there is none left.
+    std::size_t claim();
+
     bool dynamic_ = false;
     strategies::Range share_;
     std::vector<std::vector<std::size_t>> units_;
     Communicator& world_;
     bool leader_ = false;      // the replica's first rank: it claims
     bool alone_ = false;       // a replica of one rank: nobody to hand the claim to
-    std::string counter_key_;  // the job's count of claimed units
+    std::string counter_key_;  // the job's count of claimed units, a set's: COUNTER_KEY/SET
+    std::vector<strategies::Range> set_runs_;  // each adapter set's units
+    std::vector<bool> used_up_;                // the sets this replica found used up
+    std::size_t claiming_ = 0;                 // the set it claims from
     std::string turn_key_;     // this replica's claims, by turn: TURN_KEY + turn
     std::size_t next_static_ = 0;
     long long turn_ = 0;

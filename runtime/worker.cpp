@@ -260,7 +260,10 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     po.variant = job.variant;
     po.no_t5 = job.no_t5;
     po.offload = job.offload;
-    po.adapters = std::make_shared<AdapterState>();
+    // Adapters only where a prompt asks for them: their state keeps each component's weight files
+    // mapped, for switches in place (Note [adapter switches]).
+    for (const protocol::JobRequest& r : job.requests)
+        if (!r.arguments.adapters("lora").empty()) po.adapters = std::make_shared<AdapterState>();
     const bool cuda = at::hasCUDA();
     if (job.device_map && world != 1)
         throw protocol::UsageError("--device-map runs one process over several devices; the world has " +

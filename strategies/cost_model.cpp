@@ -127,14 +127,30 @@ Makespans makespans(const std::vector<int64_t>& costs, const std::vector<std::ve
         cost += switch_cost * static_cast<int64_t>(share_sets.size());
         m.static_split = std::max(m.static_split, cost);
     }
-    // Each replica's finish time (the earliest, then the lowest replica, on top) and its last set.
+    // Each replica's finish time (the earliest, then the lowest replica, on top), its last set and
+    // the set it claims from (Note [claims by adapter set]).
+    std::vector<std::size_t> unit_sets;
+    for (const std::vector<std::size_t>& unit : units) unit_sets.push_back(unit.empty() ? 0 : set_of(unit.front()));
+    const std::vector<Range> runs = adapter_set_runs(units, unit_sets);
+    std::vector<int64_t> claimed(runs.size(), 0);
+    std::vector<bool> used_up(runs.size(), false);
     using Free = std::pair<int64_t, int>;
     std::priority_queue<Free, std::vector<Free>, std::greater<Free>> free;
-    std::vector<std::size_t> last(static_cast<std::size_t>(replicas), 0);
-    for (int r = 0; r < replicas; ++r) free.push({0, r});
-    for (const std::vector<std::size_t>& unit : units) {
+    std::vector<std::size_t> last(static_cast<std::size_t>(replicas), 0), claiming(static_cast<std::size_t>(replicas));
+    for (int r = 0; r < replicas; ++r) {
+        free.push({0, r});
+        claiming[static_cast<std::size_t>(r)] = first_claim_set(r, runs.size());
+    }
+    while (!free.empty()) {
         Free next = free.top();
         free.pop();
+        std::size_t& set = claiming[static_cast<std::size_t>(next.second)];
+        while (set < runs.size() && (used_up[set] || claimed[set] >= runs[set].size())) {
+            used_up[set] = true;
+            set = next_claim_set(set, used_up);
+        }
+        if (set >= runs.size()) continue;  // no work left: this replica is done
+        const std::vector<std::size_t>& unit = units[static_cast<std::size_t>(runs[set].begin + claimed[set]++)];
         if (!unit.empty() && set_of(unit.front()) != last[static_cast<std::size_t>(next.second)]) {
             last[static_cast<std::size_t>(next.second)] = set_of(unit.front());
             next.first += switch_cost;
@@ -144,6 +160,28 @@ Makespans makespans(const std::vector<int64_t>& costs, const std::vector<std::ve
         free.push(next);
     }
     return m;
+}
+
+std::vector<Range> adapter_set_runs(const std::vector<std::vector<std::size_t>>& units,
+                                    const std::vector<std::size_t>& set_ids) {
+    std::vector<Range> runs;
+    for (std::size_t u = 0; u < units.size(); ++u) {
+        const int64_t i = static_cast<int64_t>(u);
+        if (runs.empty() || set_ids[u] != set_ids[static_cast<std::size_t>(runs.back().begin)])
+            runs.push_back({i, i + 1});
+        else
+            runs.back().end = i + 1;
+    }
+    return runs;
+}
+
+std::size_t next_claim_set(std::size_t current, const std::vector<bool>& used_up) {
+    const std::size_t n = used_up.size();
+    for (std::size_t step = 1; step <= n; ++step) {
+        const std::size_t s = (current + step) % n;
+        if (!used_up[s]) return s;
+    }
+    return n;
 }
 
 std::string auto_schedule(const Makespans& m) { return m.costs_differ ? "dynamic" : "static"; }

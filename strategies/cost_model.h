@@ -16,6 +16,7 @@
 #include "protocol/job_file.h"
 #include "strategies/model_config.h"
 #include "strategies/parallel_spec.h"
+#include "strategies/work_split.h"
 
 namespace dp::strategies {
 
@@ -64,11 +65,32 @@ std::vector<std::size_t> grouped_by_adapters(const std::vector<protocol::JobRequ
 std::vector<std::vector<std::size_t>> work_units(const std::vector<protocol::JobRequest>& requests,
                                                     const std::vector<std::size_t>& order, int batch_size);
 
+// Note [claims by adapter set]: under the dynamic schedule the units of each adapter set are one
+// run (grouped_by_adapters), and each run has its own claim counter. A replica starts on set
+// `replica % sets` and claims the next unit of its current set while there is one; when the set is
+// used up it turns to the next set, in order and round, that is not used up. So replicas spread
+// over the sets and switch only when their set runs out, and every unit is claimed once (each
+// counter is one atomic step in the store). The runtime's queue and the cost model's simulation
+// both follow it.
+//
+// The runs of consecutive `units` of the same adapter set (`set_ids`: each unit's, as
+// adapter_set_ids numbers its first request's): [begin, end) into `units`, one per set when the
+// units are grouped.
+std::vector<Range> adapter_set_runs(const std::vector<std::vector<std::size_t>>& units,
+                                    const std::vector<std::size_t>& set_ids);
+// The set (index into the runs) replica `replica` claims from first.
+inline std::size_t first_claim_set(int replica, std::size_t sets) {
+    return sets == 0 ? 0 : static_cast<std::size_t>(replica) % sets;
+}
+// The set to claim from after `current` is used up: the next one, in order and round, that
+// `used_up` does not mark; `used_up.size()` when every set is.
+std::size_t next_claim_set(std::size_t current, const std::vector<bool>& used_up);
+
 // How long the job takes, in cost units, with `replicas` replicas each making one unit at a time.
 struct Makespans {
     int64_t total = 0;         // every prompt's cost
     int64_t static_split = 0;  // accelerate's contiguous shares (work_split.h): the costliest share
-    int64_t dynamic = 0;       // list scheduling of `units` in order: the next unit to the replica free first
+    int64_t dynamic = 0;       // list scheduling of `units`: the replica free first claims (Note [claims by adapter set])
     double ideal = 0;          // total / replicas: no replica ever idle
     bool costs_differ = false; // some prompt costs more than another
 };

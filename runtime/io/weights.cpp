@@ -1,6 +1,7 @@
 #include "runtime/io/weights.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <malloc.h>
 
 #include <algorithm>
@@ -73,7 +74,13 @@ at::Tensor WeightStore::keep(const std::string& name, at::Tensor t) {
 }
 
 at::Tensor WeightStore::take(const std::string& name, const std::vector<int64_t>& shape) {
-    return keep(name, take_tensor(name, shape));
+    return remember(name, shape, -1, 0, 0, keep(name, take_tensor(name, shape)));
+}
+
+at::Tensor WeightStore::remember(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                                 int64_t start, int64_t length, at::Tensor t) {
+    if (shape.size() == 2 && !keep_) remembered_.emplace(name, Taken{t, shape, dim, start, length, dtype_, device_});
+    return t;
 }
 
 at::Tensor WeightStore::take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
@@ -84,7 +91,7 @@ at::Tensor WeightStore::take_shard(const std::string& name, const std::vector<in
                             std::to_string(length) + ") of dim " + std::to_string(dim) + " is outside " +
                             shape_text(shape));
     sharded_.insert(name);
-    return keep(name, take_tensor(name, shape, dim, start, length));
+    return remember(name, shape, dim, start, length, keep(name, take_tensor(name, shape, dim, start, length)));
 }
 
 at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
@@ -115,6 +122,48 @@ at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<i
 }
 
 void WeightStore::set_deltas(std::shared_ptr<const WeightDeltas> deltas) { deltas_ = std::move(deltas); }
+
+void WeightStore::forget_unheld() {
+    for (auto it = remembered_.begin(); it != remembered_.end();)
+        it = it->second.held.use_count() > 1 ? std::next(it) : remembered_.erase(it);
+}
+
+int64_t WeightStore::remembered_bytes(const std::set<std::string>& names) const {
+    int64_t bytes = 0;
+    for (const auto& [name, t] : remembered_)
+        if (names.count(name)) bytes += t.held.numel() * static_cast<int64_t>(t.held.element_size());
+    return bytes;
+}
+
+bool WeightStore::retake(std::shared_ptr<const WeightDeltas> deltas, const std::set<std::string>& names) {
+    // Note [adapter switches in place]: a tensor held by nobody but this store (use_count 1) was
+    // copied or replaced by its module, so changing it would change nothing the module computes.
+    for (const std::string& name : names) {
+        const auto [lo, hi] = remembered_.equal_range(name);
+        if (lo == hi) return false;
+        for (auto it = lo; it != hi; ++it)
+            if (it->second.held.use_count() < 2) return false;
+    }
+    deltas_ = std::move(deltas);
+    const at::ScalarType dtype = dtype_;
+    const at::Device device = device_;
+    for (const std::string& name : names) {
+        const auto [lo, hi] = remembered_.equal_range(name);
+        for (auto it = lo; it != hi; ++it) {
+            Taken& t = it->second;
+            // The new tensor is made in the mode the module's was (an inference tensor only
+            // takes set_ inside InferenceMode, a normal one outside it).
+            c10::InferenceMode mode(t.held.is_inference());
+            dtype_ = t.dtype;
+            device_ = t.device;
+            at::Tensor fresh = take_tensor(name, t.shape, t.dim, t.start, t.length);
+            t.held.set_(fresh);
+        }
+    }
+    dtype_ = dtype;
+    device_ = device;
+    return true;
+}
 
 void WeightStore::check_deltas_used() const {
     if (!deltas_) return;

@@ -72,6 +72,19 @@ class WeightStore : public ShardSource {
     // Throws ModelError naming a weight the deltas change that was never taken.
     void check_deltas_used() const;
 
+    // Note [adapter switches in place]: every matrix taken is remembered, with the slice it was
+    // taken as. After its module is built, forget_unheld() drops what the module did not keep as it
+    // was taken (a fused or reshaped copy, say), so the store holds no memory of its own. A switch
+    // of adapters then calls retake(): each remembered tensor of `names` is made again from its
+    // base with `deltas` and the module's tensor is pointed at it (Tensor::set_), so the module
+    // sees the new weight and every other tensor stays as it is. Returns false, changing nothing,
+    // when a weight of `names` is not held as it was taken (never taken, forgotten, or since
+    // replaced by its module): then the component must be built again.
+    void forget_unheld();
+    bool retake(std::shared_ptr<const WeightDeltas> deltas, const std::set<std::string>& names);
+    // Bytes of the tensors remembered for `names` (what a retake of them makes).
+    int64_t remembered_bytes(const std::set<std::string>& names) const;
+
     // Training: every tensor taken from now on requires grad and is kept, by name, for the
     // optimizer and for saving (the modules hold the same tensors).
     void keep_as_parameters() { keep_ = true; }
@@ -94,6 +107,9 @@ class WeightStore : public ShardSource {
     at::Tensor take_base(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
                          int64_t length);
     at::Tensor keep(const std::string& name, at::Tensor t);
+    // `t` as taken; a matrix is remembered for retake().
+    at::Tensor remember(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
+                        int64_t length, at::Tensor t);
     WeightStore(at::ScalarType dtype, at::Device device) : dtype_(dtype), device_(device) {}
     std::string where_;
     at::ScalarType dtype_;
@@ -107,6 +123,14 @@ class WeightStore : public ShardSource {
     std::set<std::string> sharded_;
     std::shared_ptr<const WeightDeltas> deltas_;
     std::set<std::string> adapted_;
+    struct Taken {  // a matrix as it was taken, and the tensor its module holds
+        at::Tensor held;
+        std::vector<int64_t> shape;
+        int64_t dim = -1, start = 0, length = 0;
+        at::ScalarType dtype;
+        at::Device device;
+    };
+    std::multimap<std::string, Taken> remembered_;
     int64_t taken_bytes_ = 0;
 };
 

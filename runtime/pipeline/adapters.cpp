@@ -11,11 +11,11 @@ std::shared_ptr<const WeightDeltas> AdapterState::deltas(const std::string& comp
     return it == deltas_.end() ? nullptr : it->second;
 }
 
-void AdapterState::add_component(const std::string& component, std::function<void()> rebuild) {
-    rebuild_.emplace_back(component, std::move(rebuild));
+void AdapterState::add_component(const std::string& component, Switcher switcher) {
+    switchers_.emplace_back(component, std::move(switcher));
 }
 
-std::vector<std::string> AdapterState::apply(const protocol::Adapters& adapters, const strategies::ParallelSpec& spec,
+AdapterState::Report AdapterState::apply(const protocol::Adapters& adapters, const strategies::ParallelSpec& spec,
                                              const std::string& model_dir, const std::string& variant) {
     // The same files at the same scales are the same set (the launcher fills in each file's hash).
     const auto same = [](const protocol::Adapters& a, const protocol::Adapters& b) {
@@ -27,14 +27,22 @@ std::vector<std::string> AdapterState::apply(const protocol::Adapters& adapters,
     if (same(adapters, current_)) return {};
     if (!model_) model_ = std::make_shared<const strategies::ModelTensors>(strategies::adapter_targets(model_dir, spec, variant));
     std::map<std::string, std::shared_ptr<const WeightDeltas>> next = load_lora_deltas(adapters, spec, *model_);
-    std::set<std::string> touched;
-    for (const auto& [component, d] : deltas_) touched.insert(component);
-    for (const auto& [component, d] : next) touched.insert(component);
+    // Each component's weights that the old or the new set changes.
+    std::map<std::string, std::set<std::string>> touched;
+    for (const auto* set : {&deltas_, &next})
+        for (const auto& [component, d] : *set)
+            for (const auto& [weight, terms] : *d) touched[component].insert(weight);
     deltas_ = std::move(next);
     current_ = adapters;
-    for (const auto& [component, rebuild] : rebuild_)
-        if (touched.count(component)) rebuild();
-    return {touched.begin(), touched.end()};
+    Report report;
+    for (const auto& [component, switcher] : switchers_) {
+        const auto it = touched.find(component);
+        if (it == touched.end()) continue;
+        const Switched how = switcher(deltas(component), it->second);
+        report.components[component] = how;
+        if (how == Switched::kInPlace) report.weights += it->second.size();
+    }
+    return report;
 }
 
 }  // namespace dp::runtime

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,13 +56,15 @@ std::string component_class(const ConfigJson& index, const char* key);
 template <class T>
 class Component {
   public:
-    using Make = std::function<std::unique_ptr<T>()>;
+    // Makes the component; where `store` is given, the weights it was made from are left there,
+    // for switches of adapters in place.
+    using Make = std::function<std::unique_ptr<T>(std::shared_ptr<WeightStore>* store)>;
     Component() = default;
     // Without offload `make` runs now, once; with it, on a use() while no earlier use is alive.
     Component(Make make, bool offload) : state_(std::make_shared<State>()) {
         state_->make = std::move(make);
         state_->offload = offload;
-        if (!offload) state_->kept = std::shared_ptr<const T>(state_->make());
+        if (!offload) state_->kept = std::shared_ptr<const T>(state_->make(&state_->store));
     }
     // The component, alive while the returned pointer is. With offload, every use() while one
     // returned pointer lives gets that same one: the denoising loop holds the transformer for a
@@ -69,24 +72,29 @@ class Component {
     std::shared_ptr<const T> use() const {
         State& s = *state_;
         if (s.kept) return s.kept;
-        if (!s.offload) return s.kept = std::shared_ptr<const T>(s.make());  // a rebuild that failed
+        if (!s.offload) return s.kept = std::shared_ptr<const T>(s.make(&s.store));  // a rebuild that failed
         if (std::shared_ptr<const T> live = s.live.lock()) return live;
-        std::shared_ptr<const T> made(s.make());
+        std::shared_ptr<const T> made(s.make(nullptr));
         s.live = made;
         return made;
     }
     // The component when it is kept; nullptr with offload.
     const T* kept() const { return state_ ? state_->kept.get() : nullptr; }
-    // What builds it again from its files when its adapters change (AdapterState): a kept one is
-    // freed and built now; with offload the next use builds it anyway. Does nothing once the
+    // What switches it to other adapters (AdapterState, Note [adapter switches]): a kept one has
+    // the changed weights made again in place, or is freed and built again when its module does
+    // not hold them as taken; with offload the next use builds it anyway. Does nothing once the
     // component is gone.
-    std::function<void()> rebuilder() const {
+    AdapterState::Switcher switcher() const {
         std::weak_ptr<State> weak = state_;
-        return [weak] {
+        return [weak](std::shared_ptr<const WeightDeltas> deltas, const std::set<std::string>& names) {
+            using Switched = AdapterState::Switched;
             const std::shared_ptr<State> s = weak.lock();
-            if (!s || s->offload) return;
+            if (!s || s->offload) return Switched::kAtNextUse;
+            if (s->kept && s->store && s->store->retake(std::move(deltas), names)) return Switched::kInPlace;
             s->kept.reset();  // the old weights go before the new ones are made
-            s->kept = std::shared_ptr<const T>(s->make());
+            s->store.reset();
+            s->kept = std::shared_ptr<const T>(s->make(&s->store));
+            return Switched::kRebuilt;
         };
     }
 
@@ -95,6 +103,7 @@ class Component {
         Make make;
         bool offload = false;
         std::shared_ptr<const T> kept;
+        std::shared_ptr<WeightStore> store;  // what `kept` was made from
         std::weak_ptr<const T> live;
     };
     std::shared_ptr<State> state_;
@@ -109,17 +118,21 @@ Component<T> component_of(const PipelineOptions* options, const char* name, uint
                           Build build, std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>*
                                            parameters = nullptr) {
     Component<T> c(
-        [options, name, salt, device, build, parameters] {
-            WeightStore w = open_weights(*options, name, salt, device);
+        [options, name, salt, device, build, parameters](std::shared_ptr<WeightStore>* store) {
+            auto w = std::make_shared<WeightStore>(open_weights(*options, name, salt, device));
             const bool keep = parameters && options->trainable;
-            if (keep) w.keep_as_parameters();
-            std::unique_ptr<T> m = build(w);
-            w.check_all_taken();
-            if (keep) parameters->emplace_back(name, w.parameters());
+            if (keep) w->keep_as_parameters();
+            std::unique_ptr<T> m = build(*w);
+            w->check_all_taken();
+            if (keep) parameters->emplace_back(name, w->parameters());
+            if (store && options->adapters) {
+                w->forget_unheld();
+                *store = std::move(w);
+            }
             return m;
         },
         options->offload);
-    if (options->adapters) options->adapters->add_component(name, c.rebuilder());
+    if (options->adapters) options->adapters->add_component(name, c.switcher());
     return c;
 }
 

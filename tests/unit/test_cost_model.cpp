@@ -138,10 +138,35 @@ TEST_CASE("makespans count a replica's switch to another adapter set") {
     // No adapters: no switch, whatever the cost.
     m = makespans(costs, {{0}, {1}, {2}, {3}}, 1, {0, 0, 0, 0}, 5);
     CHECK(m.dynamic == 40);
+    // Two replicas, two sets of four units (grouped): each replica keeps to one set, one switch
+    // each; list scheduling in order would have switched both of them twice.
+    const std::vector<int64_t> eight(8, 10);
+    const std::vector<std::vector<std::size_t>> grouped = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
+    m = makespans(eight, grouped, 2, {1, 1, 1, 1, 2, 2, 2, 2}, 5);
+    CHECK(m.dynamic == 4 * 10 + 5);
+    // Uneven sets (six and two units): replica 1 finishes set 2, then helps with set 1 (a switch).
+    m = makespans(eight, grouped, 2, {1, 1, 1, 1, 1, 1, 2, 2}, 5);
+    CHECK(m.dynamic == 5 + 2 * 10 + 5 + 2 * 10);
     // The ids: 0 for none, then in order of first appearance.
     std::vector<dp::protocol::JobRequest> requests(4);
     requests[1].arguments.set("lora", dp::protocol::Adapters{{"b", 1.0, ""}});
     requests[2].arguments.set("lora", dp::protocol::Adapters{{"a", 1.0, ""}});
     requests[3].arguments.set("lora", dp::protocol::Adapters{{"b", 1.0, ""}});
     CHECK(adapter_set_ids(requests) == std::vector<std::size_t>{0, 1, 2, 1});
+}
+
+TEST_CASE("claims by adapter set: each set's run, the first set by replica, the next one in order and round") {
+    const std::vector<std::vector<std::size_t>> units = {{0}, {1}, {2}, {3}, {4}};
+    const std::vector<Range> runs = adapter_set_runs(units, {0, 0, 2, 1, 1});
+    REQUIRE(runs.size() == 3);
+    CHECK((runs[0].begin == 0 && runs[0].end == 2));
+    CHECK((runs[1].begin == 2 && runs[1].end == 3));
+    CHECK((runs[2].begin == 3 && runs[2].end == 5));
+    CHECK(adapter_set_runs({}, {}).empty());
+    CHECK(first_claim_set(0, 3) == 0);
+    CHECK(first_claim_set(4, 3) == 1);
+    CHECK(first_claim_set(5, 0) == 0);
+    CHECK(next_claim_set(1, {false, true, false}) == 2);
+    CHECK(next_claim_set(2, {false, true, true}) == 0);
+    CHECK(next_claim_set(0, {true, true, true}) == 3);
 }

@@ -9,6 +9,9 @@
 #include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/errors.h"
@@ -17,7 +20,9 @@
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/adapters.h"
 #include "runtime/pipeline/pipeline.h"
+#include "runtime/prompt_queue.h"
 #include "strategies/mesh.h"
+#include "strategies/model_config.h"
 #include "unit/ranks_as_threads.h"
 
 using namespace dp::runtime;
@@ -92,6 +97,46 @@ TEST_CASE("an adapter changes a weight by factor * up @ down, whole and in eithe
     CHECK_THROWS_WITH_AS(s.check_all_taken(), doctest::Contains("other.weight"), ModelError);
 }
 
+TEST_CASE("a switch makes again, in place, only the weights the adapters change, and only where the module holds them") {
+    const std::string path = "/tmp/dp_lora_switch_" + std::to_string(getpid()) + ".safetensors";
+    const at::Tensor w = seeded({6, 10}, 1), other = seeded({4, 6}, 2);
+    save_safetensors(path, {{"layer.weight", w}, {"other.weight", other}, {"fused.weight", seeded({6, 10}, 3)}});
+    const at::Tensor up = seeded({6, 3}, 4), down = seeded({3, 10}, 5);
+    auto first = std::make_shared<WeightDeltas>();
+    (*first)["layer.weight"] = {{down, up, 0.5}};
+    auto second = std::make_shared<WeightDeltas>();
+    (*second)["layer.weight"] = {{down, up, -2.0}};
+
+    WeightStore store = WeightStore::open_file(path, at::kFloat, at::kCPU);
+    // What a module keeps: two weights as taken, one only as a copy (a fused projection).
+    at::Tensor layer = store.take_shard("layer.weight", {6, 10}, 0, 2, 3);
+    const at::Tensor kept_other = store.take("other.weight", {4, 6});
+    const at::Tensor fused = store.take("fused.weight", {6, 10}).mul(1.0);
+    store.forget_unheld();
+    const void* other_data = kept_other.data_ptr();
+
+    REQUIRE(store.retake(first, {"layer.weight"}));
+    CHECK(at::allclose(layer, (w + 0.5 * at::mm(up, down)).narrow(0, 2, 3), 1e-6, 1e-6));
+    REQUIRE(store.retake(second, {"layer.weight"}));
+    CHECK(at::allclose(layer, (w - 2.0 * at::mm(up, down)).narrow(0, 2, 3), 1e-6, 1e-6));
+    REQUIRE(store.retake(nullptr, {"layer.weight"}));  // back to none: the base, to the bit
+    CHECK(at::equal(layer, w.narrow(0, 2, 3)));
+    CHECK(kept_other.data_ptr() == other_data);  // what no adapter changes is never touched
+    CHECK(at::equal(kept_other, other));
+    CHECK(store.remembered_bytes({"layer.weight"}) == 3 * 10 * 4);
+
+    // Not held as taken, or never taken: the caller must build the component again.
+    CHECK_FALSE(store.retake(first, {"fused.weight"}));
+    CHECK_FALSE(store.retake(first, {"missing.weight"}));
+    CHECK(at::equal(layer, w.narrow(0, 2, 3)));  // a refused retake changes nothing
+    at::Tensor replaced = layer;
+    layer = layer.clone();  // the module replaced its tensor (a move to another device, say)
+    replaced.reset();
+    CHECK_FALSE(store.retake(first, {"layer.weight"}));
+    (void)fused;
+    std::remove(path.c_str());
+}
+
 TEST_CASE("adapters made by peft and saved by diffusers give diffusers' images, switched per request without drift") {
     const auto file = golden();
     const nlohmann::json all = cases();
@@ -100,7 +145,19 @@ TEST_CASE("adapters made by peft and saved by diffusers give diffusers' images, 
     int checked = 0;
     for (const auto& [family, names] : by_family) {
         CAPTURE(family);
-        const auto pipeline = load_pipeline(options_for(folder_of(all.at(names.front()))), ParallelContext::single());
+        const PipelineOptions options = options_for(folder_of(all.at(names.front())));
+        const auto pipeline = load_pipeline(options, ParallelContext::single());
+        {  // Every component's changed weights are made again in place, none built again whole.
+            const dp::strategies::ModelInfo model = dp::strategies::read_model_info(options.model_dir);
+            const AdapterState::Report report = options.adapters->apply(
+                request_of(all.at(names.back())).arguments.adapters("lora"), *model.spec, options.model_dir, "");
+            CHECK_FALSE(report.components.empty());
+            CHECK(report.weights > 0);
+            for (const auto& [component, how] : report.components) {
+                CAPTURE(component);
+                CHECK(how == AdapterState::Switched::kInPlace);
+            }
+        }
         at::Tensor first;
         for (const std::string& name : names) {
             CAPTURE(name);
@@ -152,12 +209,20 @@ TEST_CASE("an adapter gives the single-process image under tp2, ulysses2, ring2 
             CAPTURE(degrees.ulysses);
             CAPTURE(degrees.ring);
             CAPTURE(degrees.cfg);
-            std::vector<at::Tensor> out(2);
+            std::vector<at::Tensor> out(2), switched(2);
             dp::test::run_ranks(2, [&](int rank, Communicator& group) {
                 const ParallelContext parallel(group, dp::strategies::Mesh(2, degrees));
-                out[static_cast<std::size_t>(rank)] = load_pipeline(options_for(folder), parallel)->generate(request).latents;
+                const auto pipeline = load_pipeline(options_for(folder), parallel);
+                out[static_cast<std::size_t>(rank)] = pipeline->generate(request).latents;
+                // Switched to none and back (in place, or built again where a rank's module holds
+                // a fused copy of a changed weight): the same image.
+                GenerateRequest plain = request;
+                plain.arguments.set("lora", dp::protocol::Adapters{});
+                pipeline->generate(plain);
+                switched[static_cast<std::size_t>(rank)] = pipeline->generate(request).latents;
             });
             for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= 1e-5);
+            for (std::size_t k = 0; k < 2; ++k) CHECK(at::equal(switched[k], out[k]));
         }
     }
 }
@@ -177,5 +242,52 @@ TEST_CASE("with offload, each use builds its component with the request's adapte
         plain.arguments.set("lora", dp::protocol::Adapters{});
         const at::Tensor base = load_tensor(golden(), std::string(name) + ".base_latents", at::kFloat);
         CHECK((pipeline->generate(plain).latents.reshape(base.sizes()) - base).abs().max().item<double>() <= 1e-4);
+    }
+}
+
+TEST_CASE("the dynamic queue: a replica claims the units of its current adapter set first, every unit once") {
+    const dp::strategies::ModelInfo model =
+        dp::strategies::read_model_info(std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev");
+    for (const bool even : {true, false}) {  // 4 prompts of set A and 4 of B, alternating; or 6 and 2
+        CAPTURE(even);
+        dp::protocol::JobFile job;
+        job.schedule = "dynamic";
+        job.job_id = std::string("queue-test-") + (even ? "even" : "uneven");
+        for (int k = 0; k < 8; ++k) {
+            dp::protocol::JobRequest r;
+            r.index = k;
+            r.steps = 4;
+            const bool a = even ? k % 2 == 0 : k != 3 && k != 7;
+            r.arguments.set("lora", dp::protocol::Adapters{{a ? "a.safetensors" : "b.safetensors", 1.0, ""}});
+            job.requests.push_back(r);
+        }
+        // The replicas claim in rounds (one unit each, then a barrier), so what each gets is fixed.
+        std::vector<std::vector<std::size_t>> made(2);
+        dp::test::run_ranks(2, [&](int rank, Communicator& group) {
+            dp::strategies::MeshDegrees two_replicas;
+            two_replicas.dp = 2;
+            const ParallelContext parallel(group, dp::strategies::Mesh(2, two_replicas));
+            PromptQueue queue(job, model, parallel, group, job.job_id);
+            REQUIRE(queue.dynamic());
+            for (int round = 0; round < 6; ++round) {
+                if (const std::vector<std::size_t>* unit = queue.next())
+                    for (const std::size_t k : *unit) made[static_cast<std::size_t>(rank)].push_back(k);
+                group.barrier();
+            }
+        });
+        const auto is_a = [&](std::size_t k) { return job.requests[k].arguments.adapters("lora").front().path == "a.safetensors"; };
+        std::vector<std::size_t> all;
+        for (const auto& m : made) all.insert(all.end(), m.begin(), m.end());
+        std::sort(all.begin(), all.end());
+        CHECK(all == std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6, 7});  // every prompt once
+        // Replica 0 starts on A (the first set), replica 1 on B, each keeps to its set while it
+        // lasts; with 6 and 2, replica 1 then helps with A.
+        REQUIRE(made[0].size() == 4);
+        REQUIRE(made[1].size() == 4);
+        for (std::size_t i = 0; i < 4; ++i) {
+            CAPTURE(i);
+            CHECK(is_a(made[0][i]));
+            CHECK(is_a(made[1][i]) == (!even && i >= 2));
+        }
     }
 }
