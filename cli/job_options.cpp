@@ -19,6 +19,24 @@ using launcher::UsageError;
 
 namespace {
 
+// A component's weights from one file (Note [component files], launcher/component_files.h).
+template <class J>
+OptionRow<J> component_file(const char* flags, const char* component, const char* help) {
+    const std::string name = component;
+    return row<J>(
+        flags, "FILE", OptionKind::kText, help,
+        [name](J& j, const std::string& text, const std::string& source) {
+            if (text.empty() || text.find('\0') != std::string::npos)
+                throw UsageError(source + ": expected the path of a .safetensors file");
+            j.component_files[name] = text;
+        },
+        [name](const J& j) {
+            const auto it = j.component_files.find(name);
+            return it == j.component_files.end() ? std::string() : it->second;
+        });
+}
+
+
 using protocol::CallArgument;
 using protocol::CallType;
 
@@ -162,6 +180,18 @@ const std::vector<JobOptionRow>& job_option_table() {
                                              "as fp16 or bf16");
                         j.variant = t;
                     }),
+            component_file<J>("--transformer", "transformer",
+                              "The transformer's weights from one file (a diffusers file, or FLUX.1's original "
+                              "layout, as Black Forest Labs publish it; bf16, fp16, fp32, fp8 or ComfyUI's "
+                              "scaled fp8); the rest of the pipeline from --model's folder"),
+            component_file<J>("--text-encoder,--text_encoder", "text_encoder",
+                              "The first text encoder's weights from one file in transformers' names; the rest from "
+                              "--model's folder"),
+            component_file<J>("--text-encoder-2,--text_encoder_2", "text_encoder_2",
+                              "The second text encoder's weights from one file in transformers' names"),
+            component_file<J>("--text-encoder-3,--text_encoder_3", "text_encoder_3",
+                              "The third text encoder's (SD3's T5) weights from one file in transformers' names"),
+            component_file<J>("--vae", "vae", "The VAE's weights from one file in diffusers' names"),
             on_off<J>("--offload", &J::offload,
                       "Keep each component on the GPU only while it runs, as diffusers' enable_model_cpu_offload: "
                       "for a machine where even --device-map does not fit (slower: each use reads its weights "

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "launcher/adapter_files.h"
+#include "launcher/component_files.h"
 #include "launcher/errors.h"
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
@@ -316,6 +317,15 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     }
     out << "weights per rank (" << dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
     out << adapter_plan(job, model, component_rank_bytes, deg.tp, f);
+    // Components from one file each (Note [component files]): checked as a job checks them.
+    for (const ComponentFile& c : check_component_files(job.component_files, model, job.variant))
+        out << "component file: " << c.component << " from " << utf8_for_display(c.path) << " (" << c.layout
+            << ", " << c.format << (c.format.find("fp8") != std::string::npos
+                                        ? "; converted to the run's dtype at load. GPUs of compute capability 8.9 and later (Ada, "
+                                          "Hopper: L40, H100, H200) could keep fp8 and multiply in it; dp-launch "
+                                          "does not yet"
+                                        : "")
+            << ")\n";
 
     // Bytes each rank sends per denoising step, for one prompt (docs/strategies.md, "Strategy guide").
     const long long split_tokens = deg.ring * deg.ulysses;

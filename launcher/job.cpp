@@ -1,4 +1,5 @@
 #include "launcher/adapter_files.h"
+#include "launcher/component_files.h"
 #include "launcher/job.h"
 
 #include <sys/stat.h>
@@ -137,8 +138,12 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& j
 namespace {
 
 // A config-only folder of a real model (models/README.md) makes images only from random weights.
-void check_has_weights(const std::string& model, const strategies::ParallelSpec& spec) {
-    const std::vector<std::string> missing = strategies::components_without_weights(model, spec);
+void check_has_weights(const std::string& model, const strategies::ParallelSpec& spec,
+                       const std::map<std::string, std::string>& files) {
+    std::vector<std::string> missing = strategies::components_without_weights(model, spec);
+    // A component given as one file (--transformer FILE) needs only its config in the folder.
+    missing.erase(std::remove_if(missing.begin(), missing.end(), [&](const std::string& c) { return files.count(c) > 0; }),
+                  missing.end());
     if (missing.empty()) return;
     std::string list;
     for (const std::string& c : missing) list += (list.empty() ? "" : ", ") + c;
@@ -188,7 +193,11 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const strategies::ModelInfo model = strategies::read_model_info(requested.model);
     const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested, model);
     const JobOptions job = with_strategy(requested, strategy);
-    if (!job.random_weights) check_has_weights(job.model, *model.spec);
+    for (const auto& [flag, component] : component_file_flags())
+        if (job.random_weights && job.component_files.count(component))
+            throw UsageError(std::string(flag) + " and --random-weights: random weights replace every weight, the "
+                             "file's too; give one or the other");
+    if (!job.random_weights) check_has_weights(job.model, *model.spec, job.component_files);
     if (!launch.quiet && strategy.degrees.replica_size() > 1) {
         std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
                   << std::endl;
@@ -201,11 +210,19 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     // Every adapter file, read once before anything starts (Note [adapter files are checked first]).
     AdapterFiles adapters(model, job.variant);
     adapters.check(job.arguments.adapters("lora"), "--lora");
+    // Every component file too (Note [component files]); the records name each.
+    nlohmann::json components = nlohmann::json::object();
+    std::map<std::string, std::string> component_paths;
+    for (const ComponentFile& c : check_component_files(job.component_files, model, job.variant)) {
+        components[c.component] = {{"path", c.path}, {"sha256", c.sha256}, {"format", c.format}};
+        component_paths[c.component] = c.path;
+    }
     // Every prompt's settings, resolved once here so that every rank and the manifest agree; each
     // prompt's record and request go to `records` as it is read (Note [records on disk]).
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);
     JobRecords records(local_temp_dir());
     protocol::JobFile job_file = job_file_for(job, model, strategy);
+    job_file.component_files = component_paths;
     // job_file.requests keeps each request's index and the settings the schedule is chosen by,
     // not its texts (prompt, file), which are in `records`. Gathered in pieces, then moved into
     // one vector of the exact size, so that no growth holds two copies.
@@ -223,7 +240,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         [&](PromptRecord&& p) {
             protocol::JobRequest q = job_request(p, job, model);
             adapters.resolve(q.arguments);
-            records.set(pending_record(q, p.line, job, dtype));
+            records.set(pending_record(q, p.line, job, dtype, components));
             records.set_request(p.index, protocol::request_line(q));
             std::string().swap(q.prompt);
             std::string().swap(q.file);

@@ -4,6 +4,7 @@
 // with the request list, follows their status channels (progress, manifest) and prints a summary.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,9 @@ struct JobOptions {
     std::string device = "auto";
     std::string revision;  // --model ORG/NAME's branch, tag or commit in the Hugging Face cache; empty: main
     std::string variant;   // weight files NAME.VARIANT.safetensors; empty: the plain ones
+    // Components whose weights come from one file (--transformer FILE, ...): component -> path as
+    // given (Note [component files], launcher/component_files.h).
+    std::map<std::string, std::string> component_files;
     bool no_t5 = false;    // without the T5 text encoder, even when the folder has one
     bool offload = false;  // each component on the GPU only while it runs (diffusers' model CPU offload)
     std::optional<std::string> negative_prompt;  // unset: none given (diffusers' None)

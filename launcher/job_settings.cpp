@@ -218,7 +218,7 @@ std::string describe_dtype(const JobOptions& job, const std::optional<strategies
 }
 
 nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const JobOptions& job,
-                              const std::string& dtype) {
+                              const std::string& dtype, const nlohmann::json& components) {
     nlohmann::json r = q;
     // Without skipped blocks, skip-layer guidance is off: neither the empty list nor its settings
     // are recorded (what they would say changes nothing).
@@ -236,6 +236,7 @@ nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const
     if (job.random_weights) r["random_weights"] = *job.random_weights;
     if (!job.variant.empty()) r["variant"] = job.variant;
     if (job.no_t5) r["no_t5"] = true;
+    if (components.is_object() && !components.empty()) r["components"] = components;
     r["status"] = "pending";
     return r;
 }

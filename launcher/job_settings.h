@@ -59,7 +59,8 @@ std::string describe_dtype(const JobOptions& job, const std::optional<strategies
 // setting that changes its pixels (manifest.h: pixel_setting_differences). `dtype` is
 // expected_dtype's. The request holds only the call arguments the family takes; one that has no
 // effect (a skip-layer setting without skipped blocks: CallArgument::active_with) is left out.
+// `components`: the component files' records (component -> path, sha256, format), or null.
 nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const JobOptions& job,
-                              const std::string& dtype);
+                              const std::string& dtype, const nlohmann::json& components = nullptr);
 
 }  // namespace dp::launcher

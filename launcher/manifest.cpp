@@ -269,7 +269,8 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
     // Each setting with the value a record that leaves it out had (older records).
     std::vector<std::pair<const char*, nlohmann::json>> keys = {
         {"model", nullptr}, {"random_weights", nullptr}, {"variant", ""}, {"dtype", "fp32"}, {"no_t5", false},
-        {"seed", nullptr},  {"steps", nullptr},          {"width", 0},    {"height", 0},     {"negative_prompt", ""}};
+        {"seed", nullptr},  {"steps", nullptr},          {"width", 0},    {"height", 0},     {"negative_prompt", ""},
+        {"components", nlohmann::json::object()}};
     // Then every call argument that shapes the pixels: left out, it was the family's default (an
     // older record), or off (a skip-layer setting without skipped blocks: CallArgument::active_with).
     const auto off = [&](const protocol::CallArgument& row, const nlohmann::json& r) {

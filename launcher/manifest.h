@@ -101,7 +101,7 @@ class ManifestAppender {
     int64_t size_ = 0;  // the bytes of whole records in the file
 };
 
-// The settings that change an image's pixels (model, random weights, variant, dtype, no_t5, seed,
+// The settings that change an image's pixels (model, random weights, variant, component files, dtype, no_t5, seed,
 // steps, size, negative prompt, and every call argument whose row says it shapes the pixels:
 // guidance, max_sequence_length, skip-layer guidance, ...) on which an earlier record differs from
 // the one a new job would write, as "steps 4 (now 2)". A size of 0 in `now` (the model's default)

@@ -195,6 +195,15 @@ nlohmann::json settings_json(const JobFile& job) {
     j["family"] = job.family;
     put_path(j, "output_dir", job.output_dir);
     if (job.random_weights) j["random_weights"] = *job.random_weights;
+    if (!job.component_files.empty()) {
+        nlohmann::json files = nlohmann::json::object();
+        for (const auto& [component, path] : job.component_files) {
+            nlohmann::json one = nlohmann::json::object();
+            put_path(one, "path", path);
+            files[component] = one;
+        }
+        j["component_files"] = files;
+    }
     if (!job.job_id.empty()) j["job_id"] = job.job_id;
     if (job.device_map) {
         nlohmann::json dm = {{"spec", job.device_map->spec}, {"max_memory", job.device_map->max_memory}};
@@ -253,6 +262,17 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     if (!is_variant_name(out.variant))
         throw InputDataError("variant: '" + out.variant.substr(0, 40) +
                              "': expected empty or a name of letters, digits, '_' and '-' such as fp16");
+    if (f.has("component_files")) {
+        const nlohmann::json& files = f.object("component_files");
+        for (auto it = files.begin(); it != files.end(); ++it) {
+            if (!is_one_of(it.key(), {"transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "vae"}))
+                throw InputDataError("component_files: '" + it.key().substr(0, 40) +
+                                     "': expected transformer, text_encoder, text_encoder_2, text_encoder_3 or vae");
+            detail::Fields one(it.value(), "component_files." + it.key());
+            out.component_files[it.key()] = read_path(one, "path");
+            one.no_other_keys();
+        }
+    }
     out.no_t5 = f.boolean("no_t5");
     out.offload = f.boolean("offload");
     read_mesh(detail::Fields(f.object("mesh"), "mesh"), out.mesh);

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json_fwd.hpp>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -106,6 +107,9 @@ struct JobFile {
     std::string dtype = "auto";   // auto (bf16 on a GPU, fp32 on the CPU: the worker resolves it), fp32, bf16, fp16
     std::string device = "auto";  // auto, cpu, cuda
     std::string variant;          // weight files of this variant (*.VARIANT.safetensors); empty: the plain ones
+    // Components whose weights come from one file (--transformer FILE, ...): component -> absolute
+    // path (Note [component files], launcher/component_files.h).
+    std::map<std::string, std::string> component_files;
     bool no_t5 = false;           // the T5 text encoder is not loaded even when the folder has one
     bool offload = false;         // each component on the device only while it runs
     int batch_size = 1;           // consecutive requests with the same settings generated together

@@ -258,6 +258,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     po.model = model;
     po.random_weights = job.random_weights;
     po.variant = job.variant;
+    po.component_files = job.component_files;
     po.no_t5 = job.no_t5;
     po.offload = job.offload;
     // Adapters only where a prompt asks for them: their state keeps each component's weight files

@@ -18,7 +18,8 @@
 
 namespace dp::strategies {
 
-enum class StDType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kBool };
+// F8_E4M3 and F8_E5M2: the fp8 weights of the checkpoints users share (Note [single files]).
+enum class StDType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kBool, kF8E4M3, kF8E5M2 };
 
 // "F32" and so on; throws ModelError for an unknown name.
 StDType parse_st_dtype(const std::string& name, const std::string& where);

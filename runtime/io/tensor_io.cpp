@@ -34,6 +34,10 @@ at::ScalarType to_scalar_type(StDType dtype) {
             return at::kByte;
         case StDType::kBool:
             return at::kBool;
+        case StDType::kF8E4M3:
+            return at::kFloat8_e4m3fn;
+        case StDType::kF8E5M2:
+            return at::kFloat8_e5m2;
     }
     return at::kFloat;
 }
@@ -60,6 +64,10 @@ StDType to_st_dtype(at::ScalarType type, const std::string& name) {
             return StDType::kU8;
         case at::kBool:
             return StDType::kBool;
+        case at::kFloat8_e4m3fn:
+            return StDType::kF8E4M3;
+        case at::kFloat8_e5m2:
+            return StDType::kF8E5M2;
         default:
             throw ModelError("cannot save tensor '" + name + "': unsupported dtype " +
                              std::string(c10::toString(type)));

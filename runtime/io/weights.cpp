@@ -33,6 +33,20 @@ WeightStore WeightStore::open_file(const std::string& path, at::ScalarType dtype
     return store;
 }
 
+WeightStore WeightStore::open_single_file(std::shared_ptr<SafetensorsFile> file,
+                                          const strategies::SingleFileLayout& layout, at::ScalarType dtype,
+                                          at::Device device) {
+    WeightStore store(dtype, device);
+    store.where_ = file->path();
+    for (const auto& [name, stored] : layout.tensors) {
+        store.by_name_[name] = file;
+        store.stored_[name] = stored;
+        const auto shape = layout.shapes.find(name);
+        if (shape != layout.shapes.end()) store.stored_shapes_[name] = shape->second;
+    }
+    return store;
+}
+
 WeightStore WeightStore::open_folder(const std::string& dir, at::ScalarType dtype, at::Device device,
                                      const std::string& variant) {
     const strategies::ComponentWeights files = strategies::find_component_weights(dir, variant);
@@ -215,12 +229,54 @@ at::Tensor WeightStore::take_base(const std::string& name, const std::vector<int
     auto it = by_name_.find(name);
     if (it == by_name_.end())
         throw ModelError(where_ + ": missing tensor '" + name + "' " + shape_text(shape));
+    const auto stored = stored_.find(name);
+    if (stored != stored_.end()) return take_stored(*it->second, stored->second, name, shape, dim, start, length);
     const StTensorInfo& info = it->second->info(name);
     if (info.shape != shape)
         throw ModelError(it->second->path() + ": tensor '" + name + "' has shape " + shape_text(info.shape) +
                          " but the config implies " + shape_text(shape));
     if (dim < 0) return load_tensor(it->second, name, dtype_, device_);
     return load_tensor_slice(it->second, name, dtype_, device_, dim, start, length);
+}
+
+at::Tensor WeightStore::take_stored(const SafetensorsFile& file, const strategies::StoredTensor& stored,
+                                    const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                                    int64_t start, int64_t length) {
+    const std::shared_ptr<SafetensorsFile>& shared = by_name_.at(name);
+    const auto known = stored_shapes_.find(name);
+    if (known == stored_shapes_.end() || known->second != shape)
+        throw ModelError(file.path() + ": '" + stored.tensor + "' gives '" + name + "' the shape " +
+                         (known == stored_shapes_.end() ? std::string("?") : shape_text(known->second)) +
+                         " but the config implies " + shape_text(shape));
+    // Note [single files]: the rows of the stored tensor this tensor is, in order, and of them the
+    // slice asked for (a tensor-parallel shard of its rows narrows the ranges; of its columns,
+    // each range's columns).
+    std::vector<std::pair<int64_t, int64_t>> rows = stored.rows;
+    if (rows.empty()) rows = {{0, shape.empty() ? 1 : shape[0]}};
+    if (dim == 0) {
+        std::vector<std::pair<int64_t, int64_t>> part;
+        int64_t at = 0;
+        for (const auto& [first, count] : rows) {
+            const int64_t lo = std::max(at, start), hi = std::min(at + count, start + length);
+            if (lo < hi) part.emplace_back(first + (lo - at), hi - lo);
+            at += count;
+        }
+        rows = part;
+    }
+    std::vector<at::Tensor> pieces;
+    const bool whole = stored.rows.empty() && dim != 0;
+    for (const auto& [first, count] : rows) {
+        at::Tensor t = whole ? (dim < 0 ? load_tensor(shared, stored.tensor, dtype_, device_)
+                                        : load_tensor_slice(shared, stored.tensor, dtype_, device_, dim, start, length))
+                             : load_tensor_slice(shared, stored.tensor, dtype_, device_, 0, first, count);
+        if (!whole && dim == 1) t = t.narrow(1, start, length).contiguous();
+        pieces.push_back(t);
+        if (whole) break;
+    }
+    at::Tensor out = pieces.size() == 1 ? pieces.front() : at::cat(pieces, 0);
+    if (!stored.scale.empty())  // scaled fp8: the stored values, converted, times the weight's scale
+        out = out.mul(load_tensor(shared, stored.scale, dtype_, device_).reshape({}));
+    return out;
 }
 
 void WeightStore::skip_prefix(const std::string& prefix) {

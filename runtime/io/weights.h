@@ -17,6 +17,7 @@
 
 #include "runtime/io/safetensors.h"
 #include "runtime/io/shard_source.h"
+#include "strategies/single_file.h"
 
 namespace dp::runtime {
 
@@ -40,6 +41,11 @@ class WeightStore : public ShardSource {
                                    const std::string& variant = "");
     // One file, for tests.
     static WeightStore open_file(const std::string& path, at::ScalarType dtype, at::Device device);
+    // A component's single file (Note [single files], strategies/single_file.h): each tensor taken
+    // by its diffusers name from where `layout` says `file` keeps it (rows of a fused tensor, times
+    // its scale), converted to `dtype` as to(dtype) converts it (fp8 included).
+    static WeightStore open_single_file(std::shared_ptr<SafetensorsFile> file, const strategies::SingleFileLayout& layout,
+                                        at::ScalarType dtype, at::Device device);
     // Seeded random weights of whatever shape is asked for: N(0, 0.02) for matrices, ones for
     // norm weights, small values for biases. The same seed and names give the same weights.
     static WeightStore random(uint64_t seed, at::ScalarType dtype, at::Device device);
@@ -107,6 +113,8 @@ class WeightStore : public ShardSource {
     at::Tensor take_base(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
                          int64_t length);
     at::Tensor keep(const std::string& name, at::Tensor t);
+    at::Tensor take_stored(const SafetensorsFile& file, const strategies::StoredTensor& stored, const std::string& name,
+                           const std::vector<int64_t>& shape, int64_t dim, int64_t start, int64_t length);
     // `t` as taken; a matrix is remembered for retake().
     at::Tensor remember(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
                         int64_t length, at::Tensor t);
@@ -119,6 +127,8 @@ class WeightStore : public ShardSource {
     std::vector<std::pair<std::string, at::Tensor>> parameters_;
     uint64_t seed_ = 0;
     std::map<std::string, std::shared_ptr<SafetensorsFile>> by_name_;  // tensor -> file holding it
+    std::map<std::string, strategies::StoredTensor> stored_;           // a single file's: where in it
+    std::map<std::string, std::vector<int64_t>> stored_shapes_;
     std::set<std::string> taken_;
     std::set<std::string> sharded_;
     std::shared_ptr<const WeightDeltas> deltas_;

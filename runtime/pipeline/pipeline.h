@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +48,9 @@ struct PipelineOptions {
     // asks for others (runtime/pipeline/adapters.h); shared by the copies of these options.
     // nullptr: the pipeline takes no adapters.
     std::shared_ptr<AdapterState> adapters;
+    // Components whose weights come from one file rather than the folder (Note [component files],
+    // launcher/component_files.h): component -> path.
+    std::map<std::string, std::string> component_files;
 };
 
 struct GenerateRequest {

@@ -44,9 +44,22 @@ at::Device device_of(const PipelineOptions& o, const std::string& component) {
     return o.device_map ? o.device_map->device_of(component) : o.device;
 }
 
+namespace {
+
+WeightStore open_single_file(const std::string& path, const strategies::ParallelSpec& spec, const std::string& component,
+                             at::ScalarType dtype, at::Device device) {
+    const std::shared_ptr<SafetensorsFile> file = SafetensorsFile::open(path);
+    return WeightStore::open_single_file(file, strategies::read_single_file_layout(*file, spec, component), dtype, device);
+}
+
+}  // namespace
+
 WeightStore open_weights(const PipelineOptions& o, const std::string& component, uint64_t salt, at::Device device) {
+    const auto file = o.component_files.find(component);
     WeightStore w = o.random_weights ? WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, device)
-                                     : WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device, o.variant);
+                    : file != o.component_files.end()
+                        ? open_single_file(file->second, *model_info_of(o).spec, component, o.dtype, device)
+                        : WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device, o.variant);
     if (o.adapters) w.set_deltas(o.adapters->deltas(component));
     return w;
 }

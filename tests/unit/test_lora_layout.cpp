@@ -22,57 +22,20 @@
 #include "strategies/cost_model.h"
 #include "strategies/lora.h"
 #include "strategies/parallel_spec.h"
+#include "unit/st_writer.h"
 
 using namespace dp::strategies;
 
 namespace {
 
-std::string scratch(const std::string& name) {
-    const std::string dir = "/tmp/dp_lora_layout_" + std::to_string(getpid());
-    mkdir(dir.c_str(), 0777);
-    return dir + "/" + name;
-}
+std::string scratch(const std::string& name) { return dp::test::scratch_path("lora_layout", name); }
 
-struct T {
-    std::string name;
-    std::vector<int64_t> shape;
-    std::string dtype = "F32";
-    float value = 0;  // every element's value (an alpha's)
-};
+using T = dp::test::StTensor;
 
 // A safetensors file of `tensors` (their elements all `value`), with `metadata`.
 std::string write_file(const std::string& name, const std::vector<T>& tensors,
                        const std::map<std::string, std::string>& metadata = {}, std::size_t cut = 0) {
-    nlohmann::json header = nlohmann::json::object();
-    std::string data;
-    for (const T& t : tensors) {
-        int64_t n = 1;
-        for (int64_t d : t.shape) n *= d;
-        const std::size_t begin = data.size();
-        for (int64_t i = 0; i < n; ++i) {
-            if (t.dtype == "F32") {
-                char b[4];
-                std::memcpy(b, &t.value, 4);
-                data.append(b, 4);
-            } else {  // BF16: the float's high half
-                uint32_t bits;
-                std::memcpy(&bits, &t.value, 4);
-                const uint16_t h = static_cast<uint16_t>(bits >> 16);
-                data.append(reinterpret_cast<const char*>(&h), 2);
-            }
-        }
-        header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
-    }
-    if (!metadata.empty()) header["__metadata__"] = metadata;
-    const std::string h = header.dump();
-    std::string bytes(8, '\0');
-    const uint64_t len = h.size();
-    for (int i = 0; i < 8; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
-    bytes += h + data;
-    if (cut) bytes.resize(bytes.size() - cut);
-    const std::string path = scratch(name);
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path;
+    return dp::test::write_st_file(scratch(name), tensors, metadata, cut);
 }
 
 // A FLUX.1-like model: width 8, two double blocks and two single blocks, an MLP of 32.

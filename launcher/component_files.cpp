@@ -1,0 +1,68 @@
+#include "launcher/component_files.h"
+
+#include <climits>
+#include <cstdlib>
+
+#include "launcher/errors.h"
+#include "launcher/prompt_file.h"
+#include "protocol/errors.h"
+#include "strategies/model_files.h"
+#include "strategies/model_sizes.h"
+#include "strategies/safetensors.h"
+#include "strategies/sha256.h"
+#include "strategies/single_file.h"
+
+namespace dp::launcher {
+
+const std::vector<std::pair<const char*, const char*>>& component_file_flags() {
+    static const std::vector<std::pair<const char*, const char*>> flags = {
+        {"--transformer", "transformer"},       {"--text-encoder", "text_encoder"},
+        {"--text-encoder-2", "text_encoder_2"}, {"--text-encoder-3", "text_encoder_3"},
+        {"--vae", "vae"}};
+    return flags;
+}
+
+std::vector<ComponentFile> check_component_files(const std::map<std::string, std::string>& files,
+                                                 const strategies::ModelInfo& model, const std::string& variant) {
+    std::vector<ComponentFile> out;
+    const strategies::ParallelSpec& spec = *model.spec;
+    for (const auto& [flag, component] : component_file_flags()) {
+        const auto it = files.find(component);
+        if (it == files.end()) continue;
+        const std::string shown = utf8_for_display(it->second.substr(0, 300));
+        bool known = false;
+        std::string components;
+        for (const std::string& c : spec.components) {
+            known = known || c == component;
+            components += (components.empty() ? "" : ", ") + c;
+        }
+        if (!known)
+            throw UsageError(std::string(flag) + " " + shown + ": " + spec.display_name + " has no " + component +
+                             " (its components: " + components + ")");
+        if (!strategies::model_file_exists(it->second))
+            throw protocol::Error(std::string(flag) + " " + shown + ": no such file", protocol::kExitNoInput);
+        ComponentFile f;
+        f.flag = flag;
+        f.component = component;
+        char resolved[PATH_MAX];
+        f.path = ::realpath(it->second.c_str(), resolved) ? std::string(resolved) : it->second;
+        try {
+            const auto file = strategies::SafetensorsFile::open(f.path);  // a valid file, or 65
+            const strategies::SingleFileLayout layout = strategies::read_single_file_layout(*file, spec, component);
+            const auto expected = strategies::tensor_shapes(model.dir + "/" + component, variant);
+            const std::string problem = strategies::single_file_problem(layout, expected);
+            if (!problem.empty()) throw protocol::ModelError(problem);
+            f.layout = layout.layout;
+            f.format = layout.format;
+        } catch (const protocol::Error& e) {
+            throw protocol::Error(std::string(flag) + " " + utf8_for_display(e.what()), e.exit_code());
+        } catch (const std::exception& e) {
+            throw protocol::ModelError(std::string(flag) + " " + shown + ": " + utf8_for_display(e.what()));
+        }
+        f.sha256 = strategies::file_sha256(f.path);
+        out.push_back(std::move(f));
+    }
+    return out;
+}
+
+}  // namespace dp::launcher

@@ -1,0 +1,59 @@
+#pragma once
+// Note [single files]: the checkpoints our users download are often one file per component, or
+// one file for the whole model, in the layout of the model's authors rather than diffusers':
+// Black Forest Labs' `flux1-dev.safetensors` (`double_blocks.N.img_attn.qkv`, fused q, k, v rows;
+// `single_blocks.N.linear1`, fused q, k, v and the MLP's input; `final_layer.adaLN_modulation.1`,
+// whose shift and scale halves come in the other order), often under ComfyUI's
+// `model.diffusion_model.` prefix, in bf16, fp8 (`F8_E4M3`) or ComfyUI's "scaled fp8" (a
+// `scaled_fp8` marker and a scalar `X.scale_weight` beside each fp8 `X.weight`, the weight being
+// the fp8 value times it). A family's single-file layout maps each of the component's tensors, by
+// its diffusers name, to where the file keeps it: a tensor, the rows of it (a fused projection's
+// part, or halves in another order), and its scale. The widths come from the file's own shapes, so
+// a small model converts as the real one does. Everything here reads headers only (no LibTorch):
+// the launcher checks a file against the model's config before any rank starts, `plan` reports
+// it, and the worker reads the tensors through the same map (runtime/io/weights.h).
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "strategies/parallel_spec.h"
+#include "strategies/safetensors.h"
+
+namespace dp::strategies {
+
+// Where a single file keeps one of the component's tensors.
+struct StoredTensor {
+    std::string tensor;  // the file's tensor
+    // The rows of it, as (first, count) ranges taken in order; empty: the whole tensor.
+    std::vector<std::pair<int64_t, int64_t>> rows;
+    std::string scale;   // a scalar the stored values are multiplied by (scaled fp8); empty: none
+};
+
+struct SingleFileLayout {
+    std::string path;
+    std::string layout;  // "diffusers", "Black Forest Labs' original (FLUX.1)"
+    std::string prefix;  // the prefix the file's keys carry ("model.diffusion_model."), or empty
+    std::string format;  // the stored weights' dtype: "bf16", "fp16", "fp32", "fp8 (e4m3)", "scaled fp8 (e4m3)"
+    std::map<std::string, StoredTensor> tensors;    // diffusers name -> where the file keeps it
+    std::map<std::string, std::vector<int64_t>> shapes;  // diffusers name -> its shape
+};
+
+// The layout of `file` as component `component` ("transformer", "text_encoder", ...) of a model of
+// `spec`'s family: FLUX.1's original names for its transformer, else diffusers' / transformers'
+// own names, under a prefix all of the file's keys share. Throws protocol::ModelError (65) naming
+// the file when its names look made for another family (naming it), are a layout not read yet, or
+// a fused tensor's rows or a scale are inconsistent.
+SingleFileLayout read_single_file_layout(const SafetensorsFile& file, const ParallelSpec& spec,
+                                         const std::string& component);
+
+// What keeps `layout` from standing in for a component whose tensors are `expected` (diffusers
+// name -> shape, from the model's config folder: strategies::tensor_shapes): the first tensors
+// missing (in the file's own names where it has a layout of its own, and the blocks it has), those
+// whose shapes differ, and tensors the component has no place for. Empty when it fits.
+std::string single_file_problem(const SingleFileLayout& layout,
+                                const std::map<std::string, std::vector<int64_t>>& expected);
+
+}  // namespace dp::strategies

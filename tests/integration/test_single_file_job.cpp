@@ -1,0 +1,134 @@
+// Single component files through real dp-launch and dp-worker processes: --transformer FILE with a
+// FLUX.1 transformer in Black Forest Labs' layout (scripts/golden/golden_single_file.py) and the rest
+// from the tiny FLUX.1-dev folder gives diffusers' from_single_file image, over two data-parallel
+// ranks and under --ulysses 2; the manifest names the file with its SHA-256 and format, and --resume
+// sees another file as other pixels; a missing, truncated or incomplete file, or one of another
+// family, is refused before anything starts, naming the file.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "integration/job_outputs.h"
+#include "integration/launch_harness.h"
+
+using namespace dp::test;
+
+namespace {
+
+std::string tiny_flux() { return std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev"; }
+std::string golden_file() { return std::string(DP_GOLDEN_DIR) + "/single_file_pipeline.safetensors"; }
+std::string checkpoint(const std::string& name) { return std::string(DP_GOLDEN_DIR) + "/single_file/" + name; }
+nlohmann::json golden_cases() { return nlohmann::json::parse(read_safetensors_metadata(golden_file(), "cases")); }
+
+std::string prompt_file(const std::string& path, int copies) {
+    const nlohmann::json c = golden_cases().at("bfl_bf16");
+    std::ofstream out(path, std::ios::binary);
+    for (int i = 0; i < copies; ++i)
+        out << nlohmann::json{{"prompt", c.at("prompt")},
+                              {"seed", c.at("seed")},
+                              {"guidance_scale", c.at("guidance_scale")},
+                              {"width", c.at("width")},
+                              {"height", c.at("height")},
+                              {"num_inference_steps", c.at("steps")},
+                              {"max_sequence_length", c.at("max_sequence_length")}}
+                   .dump()
+            << "\n";
+    return path;
+}
+
+bool exists(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("single file: --transformer FILE gives diffusers' from_single_file image, recorded with its SHA-256") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = prompt_file(dir + "/p.jsonl", 2);
+    for (const std::vector<std::string>& strategy : {std::vector<std::string>{"-n", "2"},
+                                                     std::vector<std::string>{"-n", "2", "--ulysses", "2"}}) {
+        for (const char* name : {"bfl_bf16", "bfl_fp8"}) {
+            CAPTURE(name);
+            CAPTURE(strategy.size());
+            const std::string out = dir + "/out_" + name + std::to_string(strategy.size());
+            std::vector<std::string> args = {"--model", tiny_flux(), "--transformer",
+                                             checkpoint(std::string("flux_") + name + ".safetensors"),
+                                             "-o", out, "-q", prompts};
+            args.insert(args.begin(), strategy.begin(), strategy.end());
+            LaunchResult r = run_launch(args, {{"DP_SAVE_LATENTS", "1"}}, 240);
+            REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+            const auto records = read_manifest(out);
+            REQUIRE(records.size() == 2);
+            for (const auto& record : records) {
+                REQUIRE(record.at("status") == "ok");
+                const nlohmann::json& t = record.at("components").at("transformer");
+                CHECK(t.at("path").get<std::string>().find(std::string("flux_") + name) != std::string::npos);
+                CHECK(t.at("sha256").get<std::string>().size() == 64);
+                CHECK(t.at("format") == (std::string(name) == "bfl_bf16" ? "bf16" : "fp8 (e4m3)"));
+                const std::string file = out + "/" + record.at("file").get<std::string>();
+                CHECK(png_against_golden(file, golden_file(), std::string(name) + ".image").within_one >= 0.999);
+                CHECK(max_difference(read_latents(file + ".latents.safetensors"),
+                                     golden_f32(golden_file(), std::string(name) + ".latents")) <= 1e-4f);
+            }
+        }
+    }
+    // --resume with another file: other pixels, refused with what differs.
+    LaunchResult again = run_launch({"--model", tiny_flux(), "-n", "1", "--transformer",
+                                     checkpoint("flux_bfl_fp8.safetensors"), "-o", dir + "/out_bfl_bf162", "--resume",
+                                     "-q", prompts},
+                                    {}, 120);
+    CHECK(again.exit_code == 2);
+    CHECK_MESSAGE(again.err.find("components") != std::string::npos, again.err);
+    remove_dir(dir);
+}
+
+TEST_CASE("single file: a missing, truncated, incomplete or foreign file is refused before anything starts") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = prompt_file(dir + "/p.jsonl", 1);
+    const auto refused = [&](const std::vector<std::string>& flags, int code, const std::string& says) {
+        std::vector<std::string> args = {"--model", tiny_flux(), "-n", "1", "-o", dir + "/out", "-q", prompts};
+        args.insert(args.begin(), flags.begin(), flags.end());
+        LaunchResult r = run_launch(args, {}, 60);
+        CHECK_MESSAGE(r.exit_code == code, r.err);
+        CHECK_MESSAGE(r.err.find(says) != std::string::npos, r.err);
+        CHECK_FALSE(exists(dir + "/out"));  // nothing half-made
+    };
+    refused({"--transformer", dir + "/nowhere.safetensors"}, 66, "nowhere.safetensors");
+    std::string bytes;
+    {
+        std::ifstream in(checkpoint("flux_bfl_bf16.safetensors"), std::ios::binary);
+        bytes.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    }
+    std::ofstream(dir + "/cut.safetensors", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+    refused({"--transformer", dir + "/cut.safetensors"}, 65, "cut.safetensors");
+    // The file without its last single block: named in the file's own names.
+    {
+        const uint64_t n = [&] {
+            uint64_t v = 0;
+            for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+            return v;
+        }();
+        nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+        std::string last;
+        for (auto it = header.begin(); it != header.end(); ++it)
+            if (it.key().rfind("single_blocks.", 0) == 0) last = it.key().substr(0, it.key().find('.', 14) + 1);
+        REQUIRE_FALSE(last.empty());
+        for (auto it = header.begin(); it != header.end();) it = it.key().rfind(last, 0) == 0 ? header.erase(it) : std::next(it);
+        const std::string h = header.dump();
+        std::string out(8, '\0');
+        for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+        std::ofstream(dir + "/missing_block.safetensors", std::ios::binary) << out << h << bytes.substr(8 + n);
+        refused({"--transformer", dir + "/missing_block.safetensors"}, 65, last.substr(0, last.size() - 1));
+    }
+    refused({"--transformer", std::string(DP_GOLDEN_DIR) + "/lora/sd3_attention.safetensors"}, 65,
+            "sd3_attention.safetensors");
+    refused({"--text-encoder-3", checkpoint("flux_bfl_bf16.safetensors")}, 2, "no text_encoder_3");
+    refused({"--transformer", checkpoint("flux_bfl_bf16.safetensors"), "--random-weights", "1"}, 2, "--random-weights");
+    remove_dir(dir);
+}

@@ -1,0 +1,69 @@
+#pragma once
+// Safetensors files written byte by byte for the launcher side's tests (no LibTorch): a header and
+// each tensor's elements, all one value, so that what a reader makes of them is stated
+// independently of the reader.
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace dp::test {
+
+// A path in this process's scratch folder `/tmp/dp_<what>_PID`.
+inline std::string scratch_path(const std::string& what, const std::string& name) {
+    const std::string dir = "/tmp/dp_" + what + "_" + std::to_string(getpid());
+    mkdir(dir.c_str(), 0777);
+    return dir + "/" + name;
+}
+
+struct StTensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::string dtype = "F32";  // F32, BF16 (the float's high half), or any 1-byte dtype (F8_E4M3, U8: zeros)
+    float value = 0;            // every element's value
+};
+
+// The file `path` holding `tensors`, with `metadata`, less its last `cut` bytes (a truncated file).
+inline std::string write_st_file(const std::string& path, const std::vector<StTensor>& tensors,
+                                 const std::map<std::string, std::string>& metadata = {}, std::size_t cut = 0) {
+    nlohmann::json header = nlohmann::json::object();
+    std::string data;
+    for (const StTensor& t : tensors) {
+        int64_t n = 1;
+        for (int64_t d : t.shape) n *= d;
+        const std::size_t begin = data.size();
+        for (int64_t i = 0; i < n; ++i) {
+            if (t.dtype == "F32") {
+                char b[4];
+                std::memcpy(b, &t.value, 4);
+                data.append(b, 4);
+            } else if (t.dtype == "BF16") {
+                uint32_t bits;
+                std::memcpy(&bits, &t.value, 4);
+                const uint16_t h = static_cast<uint16_t>(bits >> 16);
+                data.append(reinterpret_cast<const char*>(&h), 2);
+            } else {
+                data.push_back('\0');
+            }
+        }
+        header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+    }
+    if (!metadata.empty()) header["__metadata__"] = metadata;
+    const std::string h = header.dump();
+    std::string bytes(8, '\0');
+    const uint64_t len = h.size();
+    for (int i = 0; i < 8; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
+    bytes += h + data;
+    if (cut) bytes.resize(bytes.size() - cut);
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+}
+
+}  // namespace dp::test

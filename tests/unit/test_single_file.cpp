@@ -1,0 +1,212 @@
+// Single files as the launcher reads them (strategies/single_file.h): which file tensor, rows and
+// scale each of the component's tensors comes from in FLUX.1's original layout (fused q, k, v
+// rows; linear1's q, k, v and MLP rows; the final modulation's halves in the other order), fp8 and
+// scaled fp8, and every way a file can be wrong for the model. The files are written byte by byte
+// (unit/st_writer.h) and the expected rows are stated from the layout's definition, not the reader.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "protocol/errors.h"
+#include "strategies/parallel_spec.h"
+#include "strategies/safetensors.h"
+#include "strategies/single_file.h"
+#include "unit/st_writer.h"
+
+using namespace dp::strategies;
+using dp::test::StTensor;
+
+namespace {
+
+// A FLUX.1-like transformer in Black Forest Labs' names: width 8, an MLP of 32, `doubles` double
+// and `singles` single blocks, under `prefix`, its weights in `dtype` (scaled: a scale_weight each).
+std::vector<StTensor> bfl_flux(const std::string& prefix, int doubles, int singles, const std::string& dtype = "BF16",
+                               bool scaled = false) {
+    std::vector<StTensor> t;
+    const auto linear = [&](const std::string& name, int64_t out, int64_t in) {
+        t.push_back({prefix + name + ".weight", {out, in}, dtype, 0});
+        t.push_back({prefix + name + ".bias", {out}, "BF16", 0});
+        if (scaled) t.push_back({prefix + name + ".scale_weight", {}, "F32", 0.5f});
+    };
+    linear("img_in", 8, 64);
+    linear("txt_in", 8, 16);
+    for (const char* m : {"time_in", "vector_in", "guidance_in"}) {
+        linear(std::string(m) + ".in_layer", 8, 4);
+        linear(std::string(m) + ".out_layer", 8, 8);
+    }
+    for (int b = 0; b < doubles; ++b) {
+        const std::string p = "double_blocks." + std::to_string(b) + ".";
+        for (const char* s : {"img", "txt"}) {
+            linear(p + s + "_mod.lin", 48, 8);
+            linear(p + s + "_attn.qkv", 24, 8);
+            linear(p + s + "_attn.proj", 8, 8);
+            linear(p + s + "_mlp.0", 32, 8);
+            linear(p + s + "_mlp.2", 8, 32);
+            t.push_back({prefix + p + s + "_attn.norm.query_norm.scale", {4}, "BF16", 1});
+            t.push_back({prefix + p + s + "_attn.norm.key_norm.scale", {4}, "BF16", 1});
+        }
+    }
+    for (int b = 0; b < singles; ++b) {
+        const std::string p = "single_blocks." + std::to_string(b) + ".";
+        linear(p + "modulation.lin", 24, 8);
+        linear(p + "linear1", 24 + 32, 8);
+        linear(p + "linear2", 8, 8 + 32);
+        t.push_back({prefix + p + "norm.query_norm.scale", {4}, "BF16", 1});
+        t.push_back({prefix + p + "norm.key_norm.scale", {4}, "BF16", 1});
+    }
+    linear("final_layer.linear", 64, 8);
+    linear("final_layer.adaLN_modulation.1", 16, 8);
+    return t;
+}
+
+// The same transformer's tensors in diffusers' names, as its config implies them.
+std::map<std::string, std::vector<int64_t>> diffusers_flux(int doubles, int singles) {
+    std::map<std::string, std::vector<int64_t>> m;
+    const auto linear = [&](const std::string& name, int64_t out, int64_t in) {
+        m[name + ".weight"] = {out, in};
+        m[name + ".bias"] = {out};
+    };
+    linear("x_embedder", 8, 64);
+    linear("context_embedder", 8, 16);
+    for (const char* e : {"timestep_embedder", "text_embedder", "guidance_embedder"}) {
+        linear(std::string("time_text_embed.") + e + ".linear_1", 8, 4);
+        linear(std::string("time_text_embed.") + e + ".linear_2", 8, 8);
+    }
+    for (int b = 0; b < doubles; ++b) {
+        const std::string p = "transformer_blocks." + std::to_string(b) + ".";
+        linear(p + "norm1.linear", 48, 8);
+        linear(p + "norm1_context.linear", 48, 8);
+        for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj",
+                              "attn.add_v_proj", "attn.to_out.0", "attn.to_add_out"})
+            linear(p + n, 8, 8);
+        linear(p + "ff.net.0.proj", 32, 8);
+        linear(p + "ff.net.2", 8, 32);
+        linear(p + "ff_context.net.0.proj", 32, 8);
+        linear(p + "ff_context.net.2", 8, 32);
+        for (const char* n : {"attn.norm_q", "attn.norm_k", "attn.norm_added_q", "attn.norm_added_k"})
+            m[p + n + ".weight"] = {4};
+    }
+    for (int b = 0; b < singles; ++b) {
+        const std::string p = "single_transformer_blocks." + std::to_string(b) + ".";
+        linear(p + "norm.linear", 24, 8);
+        for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v"}) linear(p + n, 8, 8);
+        linear(p + "proj_mlp", 32, 8);
+        linear(p + "proj_out", 8, 40);
+        for (const char* n : {"attn.norm_q", "attn.norm_k"}) m[p + n + ".weight"] = {4};
+    }
+    linear("proj_out", 64, 8);
+    linear("norm_out.linear", 16, 8);
+    return m;
+}
+
+SingleFileLayout layout_of(const std::string& path, const std::string& component = "transformer") {
+    return read_single_file_layout(*SafetensorsFile::open(path), flux_parallel_spec(), component);
+}
+
+std::string path_of(const std::string& name) { return dp::test::scratch_path("single_file", name); }
+
+using Rows = std::vector<std::pair<int64_t, int64_t>>;
+
+}  // namespace
+
+TEST_CASE("FLUX.1's original layout: fused rows split at the file's own width, the final halves swapped") {
+    const std::string path = dp::test::write_st_file(path_of("bfl.safetensors"), bfl_flux("model.diffusion_model.", 2, 2));
+    const SingleFileLayout l = layout_of(path);
+    CHECK(l.layout == "Black Forest Labs' original (FLUX.1)");
+    CHECK(l.prefix == "model.diffusion_model.");
+    CHECK(l.format == "bf16");
+    const std::string p = "model.diffusion_model.";
+    CHECK(l.tensors.at("transformer_blocks.1.attn.to_q.weight").tensor == p + "double_blocks.1.img_attn.qkv.weight");
+    CHECK(l.tensors.at("transformer_blocks.1.attn.to_q.weight").rows == Rows{{0, 8}});
+    CHECK(l.tensors.at("transformer_blocks.1.attn.to_k.bias").rows == Rows{{8, 8}});
+    CHECK(l.tensors.at("transformer_blocks.1.attn.add_v_proj.weight").rows == Rows{{16, 8}});
+    CHECK(l.tensors.at("transformer_blocks.1.attn.add_v_proj.weight").tensor == p + "double_blocks.1.txt_attn.qkv.weight");
+    CHECK(l.tensors.at("single_transformer_blocks.0.attn.to_v.weight").rows == Rows{{16, 8}});
+    CHECK(l.tensors.at("single_transformer_blocks.0.proj_mlp.weight").rows == Rows{{24, 32}});
+    CHECK(l.shapes.at("single_transformer_blocks.0.proj_mlp.weight") == std::vector<int64_t>{32, 8});
+    CHECK(l.tensors.at("norm_out.linear.weight").rows == Rows{{8, 8}, {0, 8}});
+    CHECK(l.tensors.at("transformer_blocks.0.attn.norm_added_k.weight").tensor ==
+          p + "double_blocks.0.txt_attn.norm.key_norm.scale");
+    CHECK(l.tensors.at("time_text_embed.guidance_embedder.linear_2.weight").tensor == p + "guidance_in.out_layer.weight");
+    CHECK(l.tensors.at("x_embedder.weight").rows.empty());
+    // Every tensor of the model is placed, with its shape.
+    CHECK(single_file_problem(l, diffusers_flux(2, 2)).empty());
+    // Without a prefix, the same.
+    const std::string plain = dp::test::write_st_file(path_of("plain.safetensors"), bfl_flux("", 2, 2));
+    CHECK(layout_of(plain).prefix.empty());
+    CHECK(single_file_problem(layout_of(plain), diffusers_flux(2, 2)).empty());
+}
+
+TEST_CASE("fp8 and ComfyUI's scaled fp8: the format, and each weight's scale") {
+    const std::string fp8 = dp::test::write_st_file(path_of("fp8.safetensors"), bfl_flux("", 1, 1, "F8_E4M3"));
+    const SingleFileLayout a = layout_of(fp8);
+    CHECK(a.format == "fp8 (e4m3)");
+    CHECK(a.tensors.at("transformer_blocks.0.attn.to_q.weight").scale.empty());
+    std::vector<StTensor> tensors = bfl_flux("", 1, 1, "F8_E4M3", /*scaled=*/true);
+    tensors.push_back({"scaled_fp8", {0}, "F8_E4M3", 0});
+    const SingleFileLayout b = layout_of(dp::test::write_st_file(path_of("scaled.safetensors"), tensors));
+    CHECK(b.format == "scaled fp8 (e4m3)");
+    CHECK(b.tensors.at("transformer_blocks.0.attn.to_k.weight").scale == "double_blocks.0.img_attn.qkv.scale_weight");
+    CHECK(b.tensors.at("transformer_blocks.0.attn.to_k.bias").scale.empty());
+    CHECK(single_file_problem(b, diffusers_flux(1, 1)).empty());
+    // A scale that is not one number is refused, naming it.
+    tensors.push_back({"img_in.scale_weight", {2}, "F32", 1});
+    for (auto& t : tensors)
+        if (t.name == "img_in.scale_weight" && t.shape.empty()) t.name = "unused.scale_weight";
+    const std::string bad = dp::test::write_st_file(path_of("bad_scale.safetensors"), tensors);
+    CHECK_THROWS_WITH_AS(layout_of(bad), doctest::Contains("'img_in.scale_weight' must be one number"),
+                         dp::protocol::ModelError);
+}
+
+TEST_CASE("a file that does not fit the model is named with what is wrong") {
+    // A block missing: named in the file's own names.
+    std::vector<StTensor> tensors = bfl_flux("", 2, 2);
+    std::vector<StTensor> without;
+    for (const StTensor& t : tensors)
+        if (t.name.rfind("double_blocks.1.", 0) != 0) without.push_back(t);
+    const std::string path = dp::test::write_st_file(path_of("missing.safetensors"), without);
+    const std::string missing = single_file_problem(layout_of(path), diffusers_flux(2, 2));
+    CHECK(missing.find(path) == 0);
+    CHECK(missing.find("double_blocks.1") != std::string::npos);
+    // A model with fewer blocks than the file: the extra ones are named.
+    const std::string extra = single_file_problem(layout_of(dp::test::write_st_file(path_of("more.safetensors"), tensors)),
+                                                  diffusers_flux(1, 2));
+    CHECK(extra.find("double_blocks.1.") != std::string::npos);
+    CHECK(extra.find("no place") != std::string::npos);
+    // Another width: the shape is named with the config's.
+    std::map<std::string, std::vector<int64_t>> wider = diffusers_flux(2, 2);
+    wider["x_embedder.weight"] = {16, 64};
+    const std::string shape = single_file_problem(layout_of(dp::test::write_st_file(path_of("w.safetensors"), tensors)), wider);
+    CHECK(shape.find("'img_in.weight'") != std::string::npos);
+    CHECK(shape.find("[16, 64]") != std::string::npos);
+    // An SD3 checkpoint for a FLUX.1 model: the family its names look made for.
+    const std::string sd3 = dp::test::write_st_file(
+        path_of("sd3.safetensors"), {{"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight", {24, 8}}});
+    CHECK_THROWS_WITH_AS(layout_of(sd3), doctest::Contains("look made for SD3"), dp::protocol::ModelError);
+    // A truncated file is no valid safetensors file (65, naming it).
+    const std::string cut = dp::test::write_st_file(path_of("cut.safetensors"), tensors, {}, 100);
+    CHECK_THROWS_WITH_AS(layout_of(cut), doctest::Contains(cut.c_str()), dp::protocol::ModelError);
+    // A fused tensor too short for its parts.
+    std::vector<StTensor> short_qkv = bfl_flux("", 1, 1);
+    for (StTensor& t : short_qkv)
+        if (t.name == "double_blocks.0.img_attn.qkv.weight") t.shape = {12, 8};
+    CHECK_THROWS_WITH_AS(layout_of(dp::test::write_st_file(path_of("short.safetensors"), short_qkv)),
+                         doctest::Contains("too few"), dp::protocol::ModelError);
+}
+
+TEST_CASE("a component file in diffusers' or transformers' own names maps name for name") {
+    const std::string path = dp::test::write_st_file(
+        path_of("clip.safetensors"), {{"text_model.embeddings.token_embedding.weight", {10, 4}, "F32", 0},
+                                      {"text_model.final_layer_norm.weight", {4}, "F32", 0}});
+    const SingleFileLayout l = layout_of(path, "text_encoder");
+    CHECK(l.layout == "diffusers");
+    CHECK(l.format == "fp32");
+    CHECK(l.tensors.at("text_model.final_layer_norm.weight").tensor == "text_model.final_layer_norm.weight");
+    std::map<std::string, std::vector<int64_t>> expected = {{"text_model.embeddings.token_embedding.weight", {10, 4}},
+                                                            {"text_model.final_layer_norm.weight", {4}}};
+    CHECK(single_file_problem(l, expected).empty());
+    expected["text_model.final_layer_norm.bias"] = {4};
+    CHECK(single_file_problem(l, expected).find("text_model.final_layer_norm.bias") != std::string::npos);
+}
