@@ -3,7 +3,10 @@
 #include "cli/accelerate_config.h"
 #include "cli/option_rows.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <climits>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
@@ -18,6 +21,7 @@
 #include "launcher/cluster_env.h"
 #include "launcher/errors.h"
 #include "launcher/model_location.h"
+#include "strategies/single_file.h"
 #include "launcher/prompt_file.h"
 #include "launcher/system_info.h"
 #include "launcher/values.h"
@@ -417,8 +421,21 @@ ConfigSettings load_config(const std::string& path, const std::string& source) {
     return settings;
 }
 
+// --config names a file of option defaults, or, a folder, the configs of --model FILE's model
+// (Note [a model from one file], strategies/single_file.h): the folder's path and where it came from.
+std::optional<Setting> config_folder(const RawLaunchOptions& raw, const EnvLookup& env) {
+    const OptionDef& config = config_option();
+    std::optional<Setting> s;
+    if (raw.options.at(config.key)->count() > 0) s = Setting{raw.values.at(config.key), config.long_flag};
+    else if (const char* path = env(config.env.c_str()); path && *path) s = Setting{path, config.env};
+    struct stat st {};
+    if (s && ::stat(s->text.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return s;
+    return std::nullopt;
+}
+
 ConfigSettings load_any_config(const RawLaunchOptions& raw, const EnvLookup& env) {
     const OptionDef& config = config_option();
+    if (config_folder(raw, env)) return {};
     if (raw.options.at(config.key)->count() > 0)
         return load_config(raw.values.at(config.key), config.long_flag);
     if (const char* path = env(config.env.c_str()); path && *path) return load_config(path, config.env);
@@ -539,6 +556,32 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
     for (const JobOptionRow& row : job_option_table())
         if (row.key == "model")
             if (const std::optional<Setting> s = setting_of(row, raw, env, config)) source = s->source;
+    // Note [a model from one file]: --model FILE is the model's transformer; its configs (and the
+    // other components) come from --config FOLDER, or the shipped config-only folder of its model.
+    const std::optional<Setting> folder = config_folder(raw, env);
+    struct stat st {};
+    if (!job.model.empty() && ::stat(job.model.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+        if (job.component_files.count("transformer"))
+            throw UsageError(source + " " + launcher::utf8_for_display(job.model) +
+                             " is a transformer file, and so is --transformer; give the model's folder as " + source);
+        char resolved[PATH_MAX];
+        job.component_files["transformer"] = ::realpath(job.model.c_str(), resolved) ? resolved : job.model;
+        try {
+            if (folder) {
+                source = folder->source;
+                job.model = folder->text;
+            } else {
+                source = source + " " + launcher::utf8_for_display(job.model) + "'s shipped configs";
+                job.model = strategies::shipped_config_for(job.model);
+            }
+        } catch (const protocol::Error& e) {
+            throw protocol::Error(std::string("--model ") + launcher::utf8_for_display(e.what()), e.exit_code());
+        }
+    } else if (folder) {
+        throw UsageError(folder->source + " " + launcher::utf8_for_display(folder->text) +
+                         ": a model's config folder goes with --model FILE (a transformer in one file); "
+                         "give option defaults as a YAML or JSON file");
+    }
     job.model = launcher::resolve_model(job.model, source, job.revision, env);
     return job;
 }

@@ -47,8 +47,8 @@ std::vector<ComponentFile> check_component_files(const std::map<std::string, std
         char resolved[PATH_MAX];
         f.path = ::realpath(it->second.c_str(), resolved) ? std::string(resolved) : it->second;
         try {
-            const auto file = strategies::SafetensorsFile::open(f.path);  // a valid file, or 65
-            const strategies::SingleFileLayout layout = strategies::read_single_file_layout(*file, spec, component);
+            // A valid safetensors or GGUF file, or 65.
+            const strategies::SingleFileLayout layout = strategies::read_single_file_layout(f.path, spec, component);
             const auto expected = strategies::tensor_shapes(model.dir + "/" + component, variant);
             const std::string problem = strategies::single_file_problem(layout, expected);
             if (!problem.empty()) throw protocol::ModelError(problem);

@@ -150,7 +150,9 @@ void check_has_weights(const std::string& model, const strategies::ParallelSpec&
     throw UsageError("--model " + model + ": the folder has configs only (" + list +
                      " list their tensors in tensors.json but hold no *.safetensors weights); pass "
                      "--random-weights SEED to run it with random weights of its real sizes, or point "
-                     "--model at a folder with the real weights");
+                     "--model at a folder with the real weights" +
+                     (files.empty() ? std::string()
+                                    : std::string(" (with --model FILE, --config FOLDER gives the other components)")));
 }
 
 protocol::DeviceMapPlan to_protocol(const strategies::DeviceMapPlan& plan) {

@@ -36,7 +36,9 @@ struct SingleFileLayout {
     std::string path;
     std::string layout;  // "diffusers", "Black Forest Labs' original (FLUX.1)"
     std::string prefix;  // the prefix the file's keys carry ("model.diffusion_model."), or empty
-    std::string format;  // the stored weights' dtype: "bf16", "fp16", "fp32", "fp8 (e4m3)", "scaled fp8 (e4m3)"
+    std::string format;  // the stored weights' dtype: "bf16", "fp16", "fp32", "fp8 (e4m3)", "scaled fp8 (e4m3)",
+                         // "GGUF Q4_K (and F32, Q8_0)"
+    bool gguf = false;   // a GGUF file (strategies/gguf.h), else safetensors
     std::map<std::string, StoredTensor> tensors;    // diffusers name -> where the file keeps it
     std::map<std::string, std::vector<int64_t>> shapes;  // diffusers name -> its shape
 };
@@ -48,6 +50,33 @@ struct SingleFileLayout {
 // a fused tensor's rows or a scale are inconsistent.
 SingleFileLayout read_single_file_layout(const SafetensorsFile& file, const ParallelSpec& spec,
                                          const std::string& component);
+// The same for a GGUF file (Note [gguf]).
+class GgufFile;
+SingleFileLayout read_single_file_layout(const GgufFile& file, const ParallelSpec& spec, const std::string& component);
+// The file at `path`, a GGUF file when it starts with GGUF's magic, else a safetensors file.
+SingleFileLayout read_single_file_layout(const std::string& path, const ParallelSpec& spec,
+                                         const std::string& component);
+
+// What a checkpoint says of each tensor: its shape (torch's order), its stored dtype ("BF16",
+// "F8_E4M3", GGUF's "Q4_K") and bytes; the layouts are read from this alone.
+struct CheckpointTensor {
+    std::vector<int64_t> shape;
+    std::string dtype;
+    std::size_t nbytes = 0;
+};
+using CheckpointTensors = std::map<std::string, CheckpointTensor>;
+// The tensors of the GGUF or safetensors file at `path` (headers only). Throws protocol::ModelError
+// naming the file when it is neither, or corrupt.
+CheckpointTensors read_checkpoint_tensors(const std::string& path);
+
+// Note [a model from one file]: `--model FILE` is a checkpoint of one model; its family and variant
+// are told by its tensor names (FLUX.1's `double_blocks`, dev's `guidance_in`; Qwen-Image's
+// `txt_norm`), and the configs come from `--config FOLDER` or the shipped config-only folder of
+// that model. The shipped folder's name for the checkpoint at `path` ("flux.1-dev"), or a
+// protocol::ModelError naming the file and what its names look like.
+std::string shipped_config_for(const std::string& path);
+SingleFileLayout read_single_file_layout(const std::string& path, const CheckpointTensors& tensors,
+                                         const ParallelSpec& spec, const std::string& component, bool gguf);
 
 // What keeps `layout` from standing in for a component whose tensors are `expected` (diffusers
 // name -> shape, from the model's config folder: strategies::tensor_shapes): the first tensors

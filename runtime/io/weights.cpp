@@ -12,6 +12,7 @@
 
 #include "runtime/io/errors.h"
 #include "strategies/model_files.h"
+#include "runtime/io/gguf_quants.h"
 #include "runtime/io/tensor_io.h"
 
 namespace dp::runtime {
@@ -45,6 +46,40 @@ WeightStore WeightStore::open_single_file(std::shared_ptr<SafetensorsFile> file,
         if (shape != layout.shapes.end()) store.stored_shapes_[name] = shape->second;
     }
     return store;
+}
+
+WeightStore WeightStore::open_single_file(std::shared_ptr<strategies::GgufFile> file,
+                                          const strategies::SingleFileLayout& layout, at::ScalarType dtype,
+                                          at::Device device) {
+    WeightStore store(dtype, device);
+    store.where_ = file->path();
+    for (const auto& [name, stored] : layout.tensors) {
+        store.by_name_[name] = nullptr;  // the names; the bytes are the GGUF file's
+        store.stored_[name] = stored;
+        const auto shape = layout.shapes.find(name);
+        if (shape != layout.shapes.end()) store.stored_shapes_[name] = shape->second;
+    }
+    store.gguf_ = std::move(file);
+    return store;
+}
+
+at::Tensor WeightStore::gguf_rows(const std::string& tensor, int64_t first, int64_t count) const {
+    const strategies::GgufTensorInfo& info = gguf_->info(tensor);
+    const int64_t row = info.shape.back();
+    std::vector<int64_t> shape = info.shape;
+    if (shape.size() == 1) {  // one row: its elements are the rows asked for, read whole
+        at::Tensor all = at::empty({row}, at::kFloat);
+        dequantize_rows(*info.type, gguf_->data(tensor), 1, row, all.data_ptr<float>());
+        return all.narrow(0, first, count).contiguous();
+    }
+    // Rows of the first dimension; each is whole blocks along the last, one after the other.
+    int64_t inner_rows = 1;
+    for (std::size_t i = 1; i + 1 < shape.size(); ++i) inner_rows *= shape[i];
+    shape[0] = count;
+    at::Tensor out = at::empty(shape, at::kFloat);
+    dequantize_rows(*info.type, gguf_->data(tensor) + first * inner_rows * info.row_bytes, count * inner_rows, row,
+                    out.data_ptr<float>());
+    return out;
 }
 
 WeightStore WeightStore::open_folder(const std::string& dir, at::ScalarType dtype, at::Device device,
@@ -230,7 +265,7 @@ at::Tensor WeightStore::take_base(const std::string& name, const std::vector<int
     if (it == by_name_.end())
         throw ModelError(where_ + ": missing tensor '" + name + "' " + shape_text(shape));
     const auto stored = stored_.find(name);
-    if (stored != stored_.end()) return take_stored(*it->second, stored->second, name, shape, dim, start, length);
+    if (stored != stored_.end()) return take_stored(where_, stored->second, name, shape, dim, start, length);
     const StTensorInfo& info = it->second->info(name);
     if (info.shape != shape)
         throw ModelError(it->second->path() + ": tensor '" + name + "' has shape " + shape_text(info.shape) +
@@ -239,13 +274,13 @@ at::Tensor WeightStore::take_base(const std::string& name, const std::vector<int
     return load_tensor_slice(it->second, name, dtype_, device_, dim, start, length);
 }
 
-at::Tensor WeightStore::take_stored(const SafetensorsFile& file, const strategies::StoredTensor& stored,
+at::Tensor WeightStore::take_stored(const std::string& file, const strategies::StoredTensor& stored,
                                     const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
                                     int64_t start, int64_t length) {
     const std::shared_ptr<SafetensorsFile>& shared = by_name_.at(name);
     const auto known = stored_shapes_.find(name);
     if (known == stored_shapes_.end() || known->second != shape)
-        throw ModelError(file.path() + ": '" + stored.tensor + "' gives '" + name + "' the shape " +
+        throw ModelError(file + ": '" + stored.tensor + "' gives '" + name + "' the shape " +
                          (known == stored_shapes_.end() ? std::string("?") : shape_text(known->second)) +
                          " but the config implies " + shape_text(shape));
     // Note [single files]: the rows of the stored tensor this tensor is, in order, and of them the
@@ -264,6 +299,14 @@ at::Tensor WeightStore::take_stored(const SafetensorsFile& file, const strategie
         rows = part;
     }
     std::vector<at::Tensor> pieces;
+    if (gguf_) {  // dequantized from the rows needed, in fp32, then the run's dtype
+        for (const auto& [first, count] : rows) {
+            at::Tensor t = gguf_rows(stored.tensor, first, count);
+            if (dim == 1) t = t.narrow(1, start, length).contiguous();
+            pieces.push_back(t.to(device_, dtype_));
+        }
+        return pieces.size() == 1 ? pieces.front() : at::cat(pieces, 0);
+    }
     const bool whole = stored.rows.empty() && dim != 0;
     for (const auto& [first, count] : rows) {
         at::Tensor t = whole ? (dim < 0 ? load_tensor(shared, stored.tensor, dtype_, device_)

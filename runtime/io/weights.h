@@ -17,6 +17,7 @@
 
 #include "runtime/io/safetensors.h"
 #include "runtime/io/shard_source.h"
+#include "strategies/gguf.h"
 #include "strategies/single_file.h"
 
 namespace dp::runtime {
@@ -46,6 +47,11 @@ class WeightStore : public ShardSource {
     // its scale), converted to `dtype` as to(dtype) converts it (fp8 included).
     static WeightStore open_single_file(std::shared_ptr<SafetensorsFile> file, const strategies::SingleFileLayout& layout,
                                         at::ScalarType dtype, at::Device device);
+    // A GGUF file likewise (Note [gguf]): each tensor dequantized to fp32 from the rows it needs
+    // (a tp rank's share only), then converted to `dtype`.
+    static WeightStore open_single_file(std::shared_ptr<strategies::GgufFile> file,
+                                        const strategies::SingleFileLayout& layout, at::ScalarType dtype,
+                                        at::Device device);
     // Seeded random weights of whatever shape is asked for: N(0, 0.02) for matrices, ones for
     // norm weights, small values for biases. The same seed and names give the same weights.
     static WeightStore random(uint64_t seed, at::ScalarType dtype, at::Device device);
@@ -113,7 +119,7 @@ class WeightStore : public ShardSource {
     at::Tensor take_base(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
                          int64_t length);
     at::Tensor keep(const std::string& name, at::Tensor t);
-    at::Tensor take_stored(const SafetensorsFile& file, const strategies::StoredTensor& stored, const std::string& name,
+    at::Tensor take_stored(const std::string& file, const strategies::StoredTensor& stored, const std::string& name,
                            const std::vector<int64_t>& shape, int64_t dim, int64_t start, int64_t length);
     // `t` as taken; a matrix is remembered for retake().
     at::Tensor remember(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
@@ -129,6 +135,9 @@ class WeightStore : public ShardSource {
     std::map<std::string, std::shared_ptr<SafetensorsFile>> by_name_;  // tensor -> file holding it
     std::map<std::string, strategies::StoredTensor> stored_;           // a single file's: where in it
     std::map<std::string, std::vector<int64_t>> stored_shapes_;
+    std::shared_ptr<strategies::GgufFile> gguf_;                        // a GGUF single file's
+    // The rows [first, first + count) of GGUF tensor `tensor`, in fp32.
+    at::Tensor gguf_rows(const std::string& tensor, int64_t first, int64_t count) const;
     std::set<std::string> taken_;
     std::set<std::string> sharded_;
     std::shared_ptr<const WeightDeltas> deltas_;

@@ -48,6 +48,11 @@ namespace {
 
 WeightStore open_single_file(const std::string& path, const strategies::ParallelSpec& spec, const std::string& component,
                              at::ScalarType dtype, at::Device device) {
+    if (strategies::is_gguf_file(path)) {
+        const std::shared_ptr<strategies::GgufFile> file = strategies::GgufFile::open(path);
+        return WeightStore::open_single_file(file, strategies::read_single_file_layout(*file, spec, component), dtype,
+                                             device);
+    }
     const std::shared_ptr<SafetensorsFile> file = SafetensorsFile::open(path);
     return WeightStore::open_single_file(file, strategies::read_single_file_layout(*file, spec, component), dtype, device);
 }

@@ -181,6 +181,25 @@ def dequantize_scaled_fp8(state):
     return out
 
 
+def flux_pipeline(transformer):
+    """The tiny FLUX.1-dev folder's pipeline in fp32, with `transformer` when given."""
+    from diffusers import FluxPipeline
+
+    parts = {} if transformer is None else {"transformer": transformer}
+    pipe = FluxPipeline.from_pretrained(FOLDER, torch_dtype=torch.float32, **parts)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def flux_from_state(state):
+    """The folder's transformer with the weights of `state` (diffusers' names), strictly."""
+    from diffusers import FluxTransformer2DModel
+
+    model = FluxTransformer2DModel.from_pretrained(FOLDER, subfolder="transformer", torch_dtype=torch.float32)
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
 @contextlib.contextmanager
 def converter_width(inner):
     """diffusers' FLUX converter with its hard-coded width 3072 replaced by `inner` (see the docstring)."""
@@ -250,16 +269,7 @@ def single_file():
         _exactly_equal(convert(checkpoint=load_file(paths["bfl_bf16"])), folder_bf16, "bf16 file via diffusers")
     _exactly_equal(from_bfl(load_file(paths["bfl_bf16"]), config, rows), folder_bf16, "bf16 file via from_bfl")
 
-    def pipeline(transformer):
-        parts = {} if transformer is None else {"transformer": transformer}
-        pipe = FluxPipeline.from_pretrained(FOLDER, torch_dtype=torch.float32, **parts)
-        pipe.set_progress_bar_config(disable=True)
-        return pipe
-
-    def from_state(state):
-        model = FluxTransformer2DModel.from_pretrained(FOLDER, subfolder="transformer", torch_dtype=torch.float32)
-        model.load_state_dict(state, strict=True)
-        return model.eval()
+    pipeline, from_state = flux_pipeline, flux_from_state
 
     tensors, meta = {}, {}
     for case in ("bfl_bf16", "bfl_fp8"):

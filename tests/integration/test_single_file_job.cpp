@@ -132,3 +132,63 @@ TEST_CASE("single file: a missing, truncated, incomplete or foreign file is refu
     refused({"--transformer", checkpoint("flux_bfl_bf16.safetensors"), "--random-weights", "1"}, 2, "--random-weights");
     remove_dir(dir);
 }
+
+TEST_CASE("single file: GGUF and --model FILE --config FOLDER give the images, Q4_K under --tp 2 the single-process one") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = prompt_file(dir + "/p.jsonl", 2);
+    const std::string gguf_golden = std::string(DP_GOLDEN_DIR) + "/gguf_pipeline.safetensors";
+    const std::string gguf = std::string(DP_GOLDEN_DIR) + "/gguf/flux_q4_k.gguf";
+    struct Case {
+        std::vector<std::string> args;
+        std::string golden, name, format;
+    };
+    const std::vector<Case> cases = {
+        {{"--model", tiny_flux(), "--transformer", gguf, "-n", "2", "--tp", "2"}, gguf_golden, "q4_k_exact", "GGUF Q4_K"},
+        {{"--model", gguf, "--config", tiny_flux(), "-n", "1"}, gguf_golden, "q4_k_exact", "GGUF Q4_K"},
+        {{"--model", checkpoint("flux_bfl_bf16.safetensors"), "--config", tiny_flux(), "-n", "2"}, golden_file(),
+         "bfl_bf16", "bf16"},
+    };
+    int k = 0;
+    for (const Case& c : cases) {
+        CAPTURE(c.name);
+        CAPTURE(c.args[0] + " " + c.args[1]);
+        const std::string out = dir + "/out" + std::to_string(k++);
+        std::vector<std::string> args = c.args;
+        for (const std::string& a : {std::string("-o"), out, std::string("-q"), prompts}) args.push_back(a);
+        LaunchResult r = run_launch(args, {{"DP_SAVE_LATENTS", "1"}}, 240);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        const auto records = read_manifest(out);
+        REQUIRE(records.size() == 2);
+        for (const auto& record : records) {
+            REQUIRE(record.at("status") == "ok");
+            CHECK(record.at("components").at("transformer").at("format").get<std::string>().rfind(c.format, 0) == 0);
+            const std::string file = out + "/" + record.at("file").get<std::string>();
+            CHECK(max_difference(read_latents(file + ".latents.safetensors"), golden_f32(c.golden, c.name + ".latents")) <=
+                  1e-4f);
+        }
+    }
+    // A truncated GGUF file: refused before anything starts, naming it.
+    std::string bytes;
+    {
+        std::ifstream in(gguf, std::ios::binary);
+        bytes.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    }
+    std::ofstream(dir + "/cut.gguf", std::ios::binary) << bytes.substr(0, bytes.size() - 1000);
+    LaunchResult cut = run_launch({"--model", tiny_flux(), "--transformer", dir + "/cut.gguf", "-o", dir + "/none", "-q",
+                                   prompts},
+                                  {}, 60);
+    CHECK(cut.exit_code == 65);
+    CHECK_MESSAGE(cut.err.find("cut.gguf") != std::string::npos, cut.err);
+    CHECK_MESSAGE(cut.err.find("truncated") != std::string::npos, cut.err);
+    CHECK_FALSE(exists(dir + "/none"));
+    // --model FILE alone takes the shipped config-only folder of its model, whose other components
+    // have no weights: refused, naming them.
+    LaunchResult alone = run_launch({"--model", checkpoint("flux_bfl_bf16.safetensors"), "-o", dir + "/none", "-q",
+                                     prompts},
+                                    {}, 60);
+    CHECK(alone.exit_code == 2);
+    CHECK_MESSAGE(alone.err.find("configs only") != std::string::npos, alone.err);
+    CHECK_MESSAGE(alone.err.find("text_encoder") != std::string::npos, alone.err);
+    CHECK_FALSE(exists(dir + "/none"));
+    remove_dir(dir);
+}

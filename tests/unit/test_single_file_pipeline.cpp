@@ -3,12 +3,17 @@
 // folder, gives the images diffusers gives with FluxTransformer2DModel.from_single_file
 // (scripts/golden/golden_single_file.py; the scaled file's reference is its dequantized weights),
 // and the single-process image under tp2 (fused rows narrowed to each rank's share) and ulysses2.
+// GGUF files (scripts/golden/golden_gguf.py): every type's blocks dequantize to gguf-py's values to
+// the bit, and Q8_0, Q4_K and Q6_K transformers give the exact dequantization's image (diffusers
+// dequantizes in fp16, so its latents differ by up to 2e-3: checked within that, and its image
+// within one level), and the Q4_K file the single-process image under tp2.
 #include "unit/doctest_torch.h"
 
 #include <ATen/ATen.h>
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/io/gguf_quants.h"
 #include "runtime/io/tensor_io.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline.h"
@@ -91,5 +96,76 @@ TEST_CASE("a transformer from one file gives the single-process image under tp2 
             });
             for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= 1e-5);
         }
+    }
+}
+
+TEST_CASE("GGUF blocks of every type dequantize to the values gguf-py gives, to the bit") {
+    const auto file = SafetensorsFile::open(golden_path("gguf_quants.safetensors"));
+    const nlohmann::json all = nlohmann::json::parse(file->metadata().at("cases"));
+    int checked = 0;
+    for (const auto& [name, c] : all.items()) {
+        CAPTURE(name);
+        const dp::strategies::GgmlType* type = dp::strategies::ggml_type(c.at("type_id").get<uint32_t>());
+        REQUIRE(type != nullptr);
+        CHECK(type->name == name);
+        const at::Tensor blocks = load_tensor(file, name + ".blocks", at::kByte).contiguous();
+        const at::Tensor values = load_tensor(file, name + ".values", at::kFloat).reshape({-1});
+        REQUIRE(blocks.numel() % type->block_bytes == 0);
+        const int64_t n = blocks.numel() / type->block_bytes * type->block_elements;
+        REQUIRE(values.numel() == n);
+        at::Tensor out = at::empty({n}, at::kFloat);
+        dequantize_rows(*type, reinterpret_cast<const std::byte*>(blocks.data_ptr<uint8_t>()), 1, n,
+                        out.data_ptr<float>());
+        CHECK(at::equal(out, values));
+        ++checked;
+    }
+    CHECK(checked == 12);
+}
+
+TEST_CASE("a FLUX.1 transformer from GGUF files (Q8_0, Q4_K, Q6_K) gives ggml's exact image, and diffusers' within its fp16") {
+    const auto file = SafetensorsFile::open(golden_path("gguf_pipeline.safetensors"));
+    const nlohmann::json all = nlohmann::json::parse(file->metadata().at("cases"));
+    for (const std::string name : {"q8_0", "q4_k", "q6_k"}) {
+        CAPTURE(name);
+        const nlohmann::json& c = all.at(name);
+        const GenerateResult out = load_pipeline(options_for(c), ParallelContext::single())->generate(request_of(c));
+        REQUIRE(out.error.empty());
+        const at::Tensor exact = load_tensor(file, name + "_exact.latents", at::kFloat);
+        const at::Tensor diffusers = load_tensor(file, name + ".latents", at::kFloat);
+        const at::Tensor mine = out.latents.reshape(exact.sizes());
+        const double to_exact = (mine - exact).abs().max().item<double>();
+        const double to_diffusers = (mine - diffusers).abs().max().item<double>();
+        MESSAGE(name << ": max |latent diff| " << to_exact << " against the exact dequantization, " << to_diffusers
+                     << " against diffusers (which dequantizes in fp16)");
+        CHECK(to_exact <= 1e-4);
+        CHECK(to_diffusers <= 3e-3);
+        const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
+        CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt)).abs().le(1).all().item<bool>());
+    }
+}
+
+TEST_CASE("a GGUF Q4_K transformer gives the single-process image under tp2, and fp8 under ulysses2") {
+    const auto gguf = SafetensorsFile::open(golden_path("gguf_pipeline.safetensors"));
+    const nlohmann::json q4 = nlohmann::json::parse(gguf->metadata().at("cases")).at("q4_k");
+    const nlohmann::json fp8 = cases().at("bfl_fp8");
+    for (const auto& [c, degrees] : {std::pair<nlohmann::json, dp::strategies::MeshDegrees>{q4, [] {
+                                         dp::strategies::MeshDegrees d;
+                                         d.tp = 2;
+                                         return d;
+                                     }()},
+                                     {fp8, [] {
+                                          dp::strategies::MeshDegrees d;
+                                          d.ulysses = 2;
+                                          return d;
+                                      }()}}) {
+        CAPTURE(c.at("file").get<std::string>());
+        const GenerateRequest request = request_of(c);
+        const at::Tensor alone = load_pipeline(options_for(c), ParallelContext::single())->generate(request).latents;
+        std::vector<at::Tensor> out(2);
+        dp::test::run_ranks(2, [&](int rank, Communicator& group) {
+            const ParallelContext parallel(group, dp::strategies::Mesh(2, degrees));
+            out[static_cast<std::size_t>(rank)] = load_pipeline(options_for(c), parallel)->generate(request).latents;
+        });
+        for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= 1e-5);
     }
 }
