@@ -23,7 +23,8 @@ const std::vector<std::pair<const char*, const char*>>& component_file_flags() {
 }
 
 std::vector<ComponentFile> check_component_files(const std::map<std::string, std::string>& files,
-                                                 const strategies::ModelInfo& model, const std::string& variant) {
+                                                 const strategies::ModelInfo& model, const std::string& variant,
+                                                 bool hash) {
     std::vector<ComponentFile> out;
     const strategies::ParallelSpec& spec = *model.spec;
     for (const auto& [flag, component] : component_file_flags()) {
@@ -49,9 +50,14 @@ std::vector<ComponentFile> check_component_files(const std::map<std::string, std
         try {
             // A valid safetensors or GGUF file, or 65.
             const strategies::SingleFileLayout layout = strategies::read_single_file_layout(f.path, spec, component);
-            const auto expected = strategies::tensor_shapes(model.dir + "/" + component, variant);
-            const std::string problem = strategies::single_file_problem(layout, expected);
-            if (!problem.empty()) throw protocol::ModelError(problem);
+            // The component's tensors, from the folder's weights or its tensors.json; a folder with
+            // its config alone says none, and the ranks check each tensor as they load it.
+            const std::string dir = model.dir + "/" + component;
+            if (!strategies::weight_variants(dir).empty() || strategies::model_file_exists(dir + "/tensors.json")) {
+                const auto expected = strategies::tensor_shapes(dir, variant);
+                const std::string problem = strategies::single_file_problem(layout, expected);
+                if (!problem.empty()) throw protocol::ModelError(problem);
+            }
             f.layout = layout.layout;
             f.format = layout.format;
         } catch (const protocol::Error& e) {
@@ -59,7 +65,7 @@ std::vector<ComponentFile> check_component_files(const std::map<std::string, std
         } catch (const std::exception& e) {
             throw protocol::ModelError(std::string(flag) + " " + shown + ": " + utf8_for_display(e.what()));
         }
-        f.sha256 = strategies::file_sha256(f.path);
+        if (hash) f.sha256 = strategies::file_sha256(f.path);
         out.push_back(std::move(f));
     }
     return out;

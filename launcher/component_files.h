@@ -35,7 +35,9 @@ const std::vector<std::pair<const char*, const char*>>& component_file_flags();
 // Throws UsageError for a component the model does not have (naming the ones it has),
 // protocol::Error 66 for a missing file, and protocol::ModelError (65) naming the flag and file
 // for everything else.
+// `hash`: with each file's SHA-256 (a read of the whole file: about a second per GB; `plan` skips it).
 std::vector<ComponentFile> check_component_files(const std::map<std::string, std::string>& files,
-                                                 const strategies::ModelInfo& model, const std::string& variant);
+                                                 const strategies::ModelInfo& model, const std::string& variant,
+                                                 bool hash = true);
 
 }  // namespace dp::launcher

@@ -150,6 +150,7 @@ std::vector<std::string> model_problems(const JobOptions& job, const strategies:
     needs.variant = job.variant;
     needs.no_t5 = job.no_t5;
     needs.random_weights = job.random_weights.has_value();
+    for (const auto& [component, file] : job.component_files) needs.from_files.insert(component);
     return strategies::model_folder_problems(job.model, *model.spec, needs);
 }
 

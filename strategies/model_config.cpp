@@ -247,7 +247,8 @@ void check_component_files(const std::string& dir, const ComponentRule& rule, co
     } catch (const protocol::ModelError& e) {
         problems.push_back(e.what());
     }
-    if (needs.random_weights) return;
+    // Weights that are not read from the folder: random ones, or a component's single file.
+    if (needs.random_weights || needs.from_files.count(dir.substr(dir.rfind('/') + 1))) return;
     const std::set<std::string> variants = weight_variants(dir);
     if (variants.empty() && model_file_exists(dir + "/tensors.json")) return;  // config-only: said elsewhere
     try {

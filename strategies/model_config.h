@@ -3,6 +3,7 @@
 // LibTorch): which family it is, and the transformer's shape. The launcher, `dp-launch plan` and
 // the worker read these facts here, so that a default is written once, in the spec.
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,8 @@ struct ModelNeeds {
     std::string variant;          // the weight files of this variant (Note [weight variants], model_files.h)
     bool no_t5 = false;           // the T5 encoder is not loaded, so its folders need nothing
     bool random_weights = false;  // weights are not read: only configs and tokenizers matter
+    // Components whose weights come from one file (--transformer FILE): their folders need configs only.
+    std::set<std::string> from_files;
 };
 
 // Every reason the ranks would refuse `model_dir` for a job with `needs`, found from its files

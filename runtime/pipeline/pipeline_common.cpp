@@ -25,6 +25,7 @@ void require_loadable(const PipelineOptions& o, const strategies::ParallelSpec& 
     needs.variant = o.variant;
     needs.no_t5 = o.no_t5;
     needs.random_weights = o.random_weights.has_value();
+    for (const auto& [component, file] : o.component_files) needs.from_files.insert(component);
     const std::vector<std::string> problems = strategies::model_folder_problems(o.model_dir, spec, needs);
     if (problems.empty()) return;
     std::string text = problems.front();

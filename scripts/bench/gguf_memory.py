@@ -95,11 +95,11 @@ def main():
         kind, qk, size = ((gguf.GGMLQuantizationType.Q4_K, 256, 144) if row % 256 == 0 else
                           (gguf.GGMLQuantizationType.Q8_0, 32, 34))
         blocks = rng.integers(0, 256, size=(rows, row // qk, size), dtype=np.uint8)
-        scale = np.full((rows, row // qk, 1), 0.001, dtype=np.float16).view(np.uint8)
+        scale = np.full((rows, row // qk, 1), 2e-5, dtype=np.float16).view(np.uint8)  # weights of about 0.01
         blocks[:, :, 0:2] = scale
         if kind == gguf.GGMLQuantizationType.Q4_K:
             blocks[:, :, 2:4] = scale
-        w.add_tensor(name, blocks.reshape(rows, -1), raw_shape=(rows, row), raw_dtype=kind)
+        w.add_tensor(name, blocks.reshape(rows, -1), raw_dtype=kind)  # the shape in bytes
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

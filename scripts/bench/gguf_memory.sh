@@ -38,4 +38,3 @@ for file in flux_bf16.safetensors flux_q4_k.gguf; do
         >"$work/log" 2>&1 || { cat "$work/log" >&2; exit 1; }
     printf '%-28s %12.0f %14.0f\n' "$file" "$(($(stat -c %s "$work/$file") / 1000000))" "$(($(cat "$work/rss") / 1024))"
 done
-"$dp" plan --model "$work/flux" --transformer "$work/flux_q4_k.gguf" --dtype bf16 | grep -E "weights per rank|transformer"

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -166,6 +167,24 @@ TEST_CASE("single file: GGUF and --model FILE --config FOLDER give the images, Q
             CHECK(max_difference(read_latents(file + ".latents.safetensors"), golden_f32(c.golden, c.name + ".latents")) <=
                   1e-4f);
         }
+    }
+    // A folder whose transformer has its config alone: the file gives every weight.
+    {
+        const std::string folder = dir + "/configs";
+        ::mkdir(folder.c_str(), 0755);
+        for (const char* e : {"model_index.json", "scheduler", "text_encoder", "text_encoder_2", "tokenizer",
+                              "tokenizer_2", "vae"})
+            CHECK(::symlink((tiny_flux() + "/" + e).c_str(), (folder + "/" + e).c_str()) == 0);
+        ::mkdir((folder + "/transformer").c_str(), 0755);
+        CHECK(::symlink((tiny_flux() + "/transformer/config.json").c_str(), (folder + "/transformer/config.json").c_str()) == 0);
+        LaunchResult r = run_launch({"--model", folder, "--transformer", checkpoint("flux_bfl_bf16.safetensors"), "-o",
+                                     dir + "/out_configs", "-q", prompts},
+                                    {{"DP_SAVE_LATENTS", "1"}}, 240);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        for (const auto& record : read_manifest(dir + "/out_configs"))
+            CHECK(max_difference(read_latents(dir + "/out_configs/" + record.at("file").get<std::string>() +
+                                              ".latents.safetensors"),
+                                 golden_f32(golden_file(), "bfl_bf16.latents")) <= 1e-4f);
     }
     // A truncated GGUF file: refused before anything starts, naming it.
     std::string bytes;
