@@ -134,20 +134,9 @@ bool is_gguf_file(const std::string& path) {
 std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
     std::shared_ptr<GgufFile> file(new GgufFile());
     file->path_ = path;
-    const int fd = open_model_file(path);  // a regular file, or ModelError
-    struct stat st {};
-    if (fstat(fd, &st) != 0) {
-        ::close(fd);
-        throw ModelError(path + ": cannot stat (" + std::strerror(errno) + ")");
-    }
-    const auto size = static_cast<std::size_t>(st.st_size);
-    if (size < 24) {
-        ::close(fd);
-        throw ModelError(path + ": truncated GGUF file (" + std::to_string(size) + " bytes, less than its header)");
-    }
-    void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (map == MAP_FAILED) throw ModelError(path + ": cannot map (" + std::strerror(errno) + ")");
+    const MappedModelFile mapped = map_model_file(path, 24, "truncated GGUF file", "its header");
+    void* map = mapped.data;
+    const std::size_t size = mapped.size;
     file->map_ = map;
     file->map_size_ = size;
 

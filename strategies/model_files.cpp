@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -199,6 +200,28 @@ std::map<std::string, std::string> read_weight_index(const std::string& index_pa
         out[name] = file.get<std::string>();
     }
     return out;
+}
+
+MappedModelFile map_model_file(const std::string& path, std::size_t min_size, const std::string& too_small,
+                               const std::string& header) {
+    const int fd = open_model_file(path);  // a regular file, or ModelError
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
+        const int err = errno;
+        ::close(fd);
+        throw protocol::ModelError(path + ": cannot stat (" + std::strerror(err) + ")");
+    }
+    const auto size = static_cast<std::size_t>(st.st_size);
+    if (size < min_size) {
+        ::close(fd);
+        throw protocol::ModelError(path + ": " + too_small + " (" + std::to_string(size) + " bytes, less than " +
+                                   header + ")");
+    }
+    void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    if (map == MAP_FAILED) throw protocol::ModelError(path + ": cannot map (" + std::strerror(err) + ")");
+    return {map, size};
 }
 
 }  // namespace dp::strategies

@@ -132,21 +132,9 @@ std::map<std::string, StTensorInfo> parse_safetensors_header(const std::string& 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
     file->path_ = path;
-    const int fd = strategies::open_model_file(path);  // a regular file, or ModelError
-    struct stat st {};
-    if (fstat(fd, &st) != 0) {
-        ::close(fd);
-        throw ModelError(path + ": cannot stat (" + std::strerror(errno) + ")");
-    }
-    const auto size = static_cast<std::size_t>(st.st_size);
-    if (size < 8) {
-        ::close(fd);
-        throw ModelError(path + ": truncated safetensors file (" + std::to_string(size) +
-                         " bytes, less than its 8-byte header length)");
-    }
-    void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (map == MAP_FAILED) throw ModelError(path + ": cannot map (" + std::strerror(errno) + ")");
+    const MappedModelFile mapped = map_model_file(path, 8, "truncated safetensors file", "its 8-byte header length");
+    void* map = mapped.data;
+    const std::size_t size = mapped.size;
     file->map_ = map;
     file->map_size_ = size;
 

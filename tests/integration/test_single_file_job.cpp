@@ -42,11 +42,6 @@ std::string prompt_file(const std::string& path, int copies) {
     return path;
 }
 
-bool exists(const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0;
-}
-
 }  // namespace
 
 TEST_CASE("single file: --transformer FILE gives diffusers' from_single_file image, recorded with its SHA-256") {
@@ -98,14 +93,10 @@ TEST_CASE("single file: a missing, truncated, incomplete or foreign file is refu
         LaunchResult r = run_launch(args, {}, 60);
         CHECK_MESSAGE(r.exit_code == code, r.err);
         CHECK_MESSAGE(r.err.find(says) != std::string::npos, r.err);
-        CHECK_FALSE(exists(dir + "/out"));  // nothing half-made
+        CHECK_FALSE(file_exists(dir + "/out"));  // nothing half-made
     };
     refused({"--transformer", dir + "/nowhere.safetensors"}, 66, "nowhere.safetensors");
-    std::string bytes;
-    {
-        std::ifstream in(checkpoint("flux_bfl_bf16.safetensors"), std::ios::binary);
-        bytes.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    }
+    const std::string bytes = read_file(checkpoint("flux_bfl_bf16.safetensors"));
     std::ofstream(dir + "/cut.safetensors", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
     refused({"--transformer", dir + "/cut.safetensors"}, 65, "cut.safetensors");
     // The file without its last single block: named in the file's own names.
@@ -187,11 +178,7 @@ TEST_CASE("single file: GGUF and --model FILE --config FOLDER give the images, Q
                                  golden_f32(golden_file(), "bfl_bf16.latents")) <= 1e-4f);
     }
     // A truncated GGUF file: refused before anything starts, naming it.
-    std::string bytes;
-    {
-        std::ifstream in(gguf, std::ios::binary);
-        bytes.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    }
+    const std::string bytes = read_file(gguf);
     std::ofstream(dir + "/cut.gguf", std::ios::binary) << bytes.substr(0, bytes.size() - 1000);
     LaunchResult cut = run_launch({"--model", tiny_flux(), "--transformer", dir + "/cut.gguf", "-o", dir + "/none", "-q",
                                    prompts},
@@ -199,7 +186,7 @@ TEST_CASE("single file: GGUF and --model FILE --config FOLDER give the images, Q
     CHECK(cut.exit_code == 65);
     CHECK_MESSAGE(cut.err.find("cut.gguf") != std::string::npos, cut.err);
     CHECK_MESSAGE(cut.err.find("truncated") != std::string::npos, cut.err);
-    CHECK_FALSE(exists(dir + "/none"));
+    CHECK_FALSE(file_exists(dir + "/none"));
     // --model FILE alone takes the shipped config-only folder of its model, whose other components
     // have no weights: refused, naming them.
     LaunchResult alone = run_launch({"--model", checkpoint("flux_bfl_bf16.safetensors"), "-o", dir + "/none", "-q",
@@ -208,6 +195,6 @@ TEST_CASE("single file: GGUF and --model FILE --config FOLDER give the images, Q
     CHECK(alone.exit_code == 2);
     CHECK_MESSAGE(alone.err.find("configs only") != std::string::npos, alone.err);
     CHECK_MESSAGE(alone.err.find("text_encoder") != std::string::npos, alone.err);
-    CHECK_FALSE(exists(dir + "/none"));
+    CHECK_FALSE(file_exists(dir + "/none"));
     remove_dir(dir);
 }
