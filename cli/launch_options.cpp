@@ -21,6 +21,7 @@
 #include "launcher/cluster_env.h"
 #include "launcher/errors.h"
 #include "launcher/model_location.h"
+#include "strategies/model_config.h"
 #include "strategies/single_file.h"
 #include "launcher/prompt_file.h"
 #include "launcher/system_info.h"
@@ -560,7 +561,8 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
     // other components) come from --config FOLDER, or the shipped config-only folder of its model.
     const std::optional<Setting> folder = config_folder(raw, env);
     struct stat st {};
-    if (!job.model.empty() && ::stat(job.model.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    const bool from_file = !job.model.empty() && ::stat(job.model.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    if (from_file) {
         if (job.component_files.count("transformer"))
             throw UsageError(source + " " + launcher::utf8_for_display(job.model) +
                              " is a transformer file, and so is --transformer; give the model's folder as " + source);
@@ -583,6 +585,18 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
                          "give option defaults as a YAML or JSON file");
     }
     job.model = launcher::resolve_model(job.model, source, job.revision, env);
+    // Note [bundled files]: a file of the whole pipeline gives every component it holds that no
+    // flag of its own gives.
+    if (from_file) {
+        const std::string file = job.component_files.at("transformer");
+        try {
+            const strategies::ModelInfo info = strategies::read_model_info(job.model);
+            for (const std::string& component : strategies::bundled_components(file, *info.spec))
+                job.component_files.emplace(component, file);
+        } catch (const protocol::Error& e) {
+            throw protocol::Error(std::string("--model ") + launcher::utf8_for_display(e.what()), e.exit_code());
+        }
+    }
     return job;
 }
 

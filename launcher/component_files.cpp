@@ -26,6 +26,7 @@ std::vector<ComponentFile> check_component_files(const std::map<std::string, std
                                                  const strategies::ModelInfo& model, const std::string& variant,
                                                  bool hash) {
     std::vector<ComponentFile> out;
+    std::map<std::string, std::string> hashes;  // a whole-pipeline file is read once
     const strategies::ParallelSpec& spec = *model.spec;
     for (const auto& [flag, component] : component_file_flags()) {
         const auto it = files.find(component);
@@ -60,12 +61,16 @@ std::vector<ComponentFile> check_component_files(const std::map<std::string, std
             }
             f.layout = layout.layout;
             f.format = layout.format;
+            f.quantized_bytes = layout.quantized_bytes;
         } catch (const protocol::Error& e) {
             throw protocol::Error(std::string(flag) + " " + utf8_for_display(e.what()), e.exit_code());
         } catch (const std::exception& e) {
             throw protocol::ModelError(std::string(flag) + " " + shown + ": " + utf8_for_display(e.what()));
         }
-        if (hash) f.sha256 = strategies::file_sha256(f.path);
+        if (hash) {
+            const auto known = hashes.find(f.path);
+            f.sha256 = known != hashes.end() ? known->second : (hashes[f.path] = strategies::file_sha256(f.path));
+        }
         out.push_back(std::move(f));
     }
     return out;

@@ -25,6 +25,7 @@ struct ComponentFile {
     std::string sha256;
     std::string layout;     // "diffusers", "Black Forest Labs' original (FLUX.1)"
     std::string format;     // "bf16", "fp8 (e4m3)", "scaled fp8 (e4m3)", ...
+    std::size_t quantized_bytes = 0;  // GGUF: the bytes of its tensors in a quantized type
 };
 
 // The flags, in order, and the components they name.

@@ -30,15 +30,22 @@ struct StoredTensor {
     // The rows of it, as (first, count) ranges taken in order; empty: the whole tensor.
     std::vector<std::pair<int64_t, int64_t>> rows;
     std::string scale;   // a scalar the stored values are multiplied by (scaled fp8); empty: none
+    // A 1x1 convolution's weight ([out, in, 1, 1], or [out, in, 1]) standing for a linear layer's
+    // ([out, in]): the original VAE layout's attention projections.
+    bool squeeze = false;
+    // Not in the file: the identity matrix (`tensor` empty). SD3's CLIP-L in Stability's files,
+    // whose pooled output SD3 takes unprojected (Note [bundled files]).
+    bool identity = false;
 };
 
 struct SingleFileLayout {
     std::string path;
-    std::string layout;  // "diffusers", "Black Forest Labs' original (FLUX.1)"
-    std::string prefix;  // the prefix the file's keys carry ("model.diffusion_model."), or empty
+    std::string layout;  // "diffusers", "Black Forest Labs' original (FLUX.1)", "Stability AI's original (SD3)"
+    std::string prefix;  // the prefix the component's keys carry ("model.diffusion_model."), or empty
     std::string format;  // the stored weights' dtype: "bf16", "fp16", "fp32", "fp8 (e4m3)", "scaled fp8 (e4m3)",
                          // "GGUF Q4_K (and F32, Q8_0)"
     bool gguf = false;   // a GGUF file (strategies/gguf.h), else safetensors
+    std::size_t quantized_bytes = 0;  // GGUF: bytes of the component's tensors in a quantized type
     std::map<std::string, StoredTensor> tensors;    // diffusers name -> where the file keeps it
     std::map<std::string, std::vector<int64_t>> shapes;  // diffusers name -> its shape
 };
@@ -56,6 +63,19 @@ SingleFileLayout read_single_file_layout(const GgufFile& file, const ParallelSpe
 // The file at `path`, a GGUF file when it starts with GGUF's magic, else a safetensors file.
 SingleFileLayout read_single_file_layout(const std::string& path, const ParallelSpec& spec,
                                          const std::string& component);
+
+// Note [bundled files]: one file can hold a whole pipeline, each component under its own prefix,
+// as Stability AI's SD3 files do: the transformer under `model.diffusion_model.`, the text
+// encoders under `text_encoders.clip_l.transformer.`, `text_encoders.clip_g.transformer.` and
+// `text_encoders.t5xxl.transformer.` (transformers' own names after it), the VAE under
+// `first_stage_model.` (or `vae.`) in the original latent-diffusion layout (`encoder.down.I.block.J`,
+// `decoder.up.K`, numbered from the bottom, `mid.attn_1.q` as 1x1 convolutions). Each component is
+// read from its prefix's tensors alone. SD3 takes CLIP-L's pooled output unprojected, so, as
+// diffusers does, CLIP-L's text projection from such a file is the identity whatever the file holds;
+// a T5's `encoder.embed_tokens.weight` beside `shared.weight` is the same tensor, and CLIP's
+// `position_ids` are not weights: both are passed over. The components of `spec`'s model that the
+// file at `path` holds, in the spec's order; empty when it is no bundle (one component's file).
+std::vector<std::string> bundled_components(const std::string& path, const ParallelSpec& spec);
 
 // What a checkpoint says of each tensor: its shape (torch's order), its stored dtype ("BF16",
 // "F8_E4M3", GGUF's "Q4_K") and bytes; the layouts are read from this alone.

@@ -5,7 +5,9 @@
 // (unit/st_writer.h) and the expected rows are stated from the layout's definition, not the reader.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -209,4 +211,229 @@ TEST_CASE("a component file in diffusers' or transformers' own names maps name f
     CHECK(single_file_problem(l, expected).empty());
     expected["text_model.final_layer_norm.bias"] = {4};
     CHECK(single_file_problem(l, expected).find("text_model.final_layer_norm.bias") != std::string::npos);
+}
+
+namespace {
+
+// An SD3-like transformer in Stability AI's names (as sd3.5_medium.safetensors): width 8, two joint
+// blocks, the first with the second attention (MMDiT-X), the last one's context stream ending
+// there (no context projection out, no context MLP; its modulation two chunks), q/k norms.
+std::vector<StTensor> stability_sd3(const std::string& prefix) {
+    std::vector<StTensor> t;
+    const auto linear = [&](const std::string& name, int64_t out, int64_t in) {
+        t.push_back({prefix + name + ".weight", {out, in}, "BF16", 0});
+        t.push_back({prefix + name + ".bias", {out}, "BF16", 0});
+    };
+    t.push_back({prefix + "pos_embed", {1, 16, 8}, "BF16", 0});
+    t.push_back({prefix + "x_embedder.proj.weight", {8, 4, 2, 2}, "BF16", 0});
+    t.push_back({prefix + "x_embedder.proj.bias", {8}, "BF16", 0});
+    linear("context_embedder", 8, 12);
+    linear("t_embedder.mlp.0", 8, 256);
+    linear("t_embedder.mlp.2", 8, 8);
+    linear("y_embedder.mlp.0", 8, 16);
+    linear("y_embedder.mlp.2", 8, 8);
+    for (int b = 0; b < 2; ++b) {
+        const std::string p = "joint_blocks." + std::to_string(b) + ".";
+        const bool last = b == 1;
+        linear(p + "x_block.attn.qkv", 24, 8);
+        linear(p + "x_block.attn.proj", 8, 8);
+        linear(p + "x_block.adaLN_modulation.1", b == 0 ? 72 : 48, 8);
+        linear(p + "x_block.mlp.fc1", 32, 8);
+        linear(p + "x_block.mlp.fc2", 8, 32);
+        linear(p + "context_block.attn.qkv", 24, 8);
+        linear(p + "context_block.adaLN_modulation.1", last ? 16 : 48, 8);
+        if (!last) {
+            linear(p + "context_block.attn.proj", 8, 8);
+            linear(p + "context_block.mlp.fc1", 32, 8);
+            linear(p + "context_block.mlp.fc2", 8, 32);
+        }
+        for (const char* n : {"x_block.attn.ln_q", "x_block.attn.ln_k", "context_block.attn.ln_q", "context_block.attn.ln_k"})
+            t.push_back({prefix + p + n + ".weight", {4}, "BF16", 1});
+        if (b == 0) {
+            linear(p + "x_block.attn2.qkv", 24, 8);
+            linear(p + "x_block.attn2.proj", 8, 8);
+            t.push_back({prefix + p + "x_block.attn2.ln_q.weight", {4}, "BF16", 1});
+            t.push_back({prefix + p + "x_block.attn2.ln_k.weight", {4}, "BF16", 1});
+        }
+    }
+    linear("final_layer.linear", 16, 8);
+    linear("final_layer.adaLN_modulation.1", 16, 8);
+    return t;
+}
+
+// The same transformer in diffusers' names, as SD3Transformer2DModel's config implies them.
+std::map<std::string, std::vector<int64_t>> diffusers_sd3() {
+    std::map<std::string, std::vector<int64_t>> m;
+    const auto linear = [&](const std::string& name, int64_t out, int64_t in) {
+        m[name + ".weight"] = {out, in};
+        m[name + ".bias"] = {out};
+    };
+    m["pos_embed.pos_embed"] = {1, 16, 8};
+    m["pos_embed.proj.weight"] = {8, 4, 2, 2};
+    m["pos_embed.proj.bias"] = {8};
+    linear("context_embedder", 8, 12);
+    linear("time_text_embed.timestep_embedder.linear_1", 8, 256);
+    linear("time_text_embed.timestep_embedder.linear_2", 8, 8);
+    linear("time_text_embed.text_embedder.linear_1", 8, 16);
+    linear("time_text_embed.text_embedder.linear_2", 8, 8);
+    for (int b = 0; b < 2; ++b) {
+        const std::string p = "transformer_blocks." + std::to_string(b) + ".";
+        const bool last = b == 1;
+        for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj",
+                              "attn.add_v_proj", "attn.to_out.0"})
+            linear(p + n, 8, 8);
+        linear(p + "norm1.linear", b == 0 ? 72 : 48, 8);
+        linear(p + "norm1_context.linear", last ? 16 : 48, 8);
+        linear(p + "ff.net.0.proj", 32, 8);
+        linear(p + "ff.net.2", 8, 32);
+        if (!last) {
+            linear(p + "attn.to_add_out", 8, 8);
+            linear(p + "ff_context.net.0.proj", 32, 8);
+            linear(p + "ff_context.net.2", 8, 32);
+        }
+        for (const char* n : {"attn.norm_q", "attn.norm_k", "attn.norm_added_q", "attn.norm_added_k"})
+            m[p + n + ".weight"] = {4};
+        if (b == 0) {
+            for (const char* n : {"attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"}) linear(p + n, 8, 8);
+            m[p + "attn2.norm_q.weight"] = {4};
+            m[p + "attn2.norm_k.weight"] = {4};
+        }
+    }
+    linear("proj_out", 16, 8);
+    linear("norm_out.linear", 16, 8);
+    return m;
+}
+
+SingleFileLayout sd3_layout_of(const std::string& path, const std::string& component = "transformer") {
+    return read_single_file_layout(*SafetensorsFile::open(path), sd3_parallel_spec(), component);
+}
+
+}  // namespace
+
+TEST_CASE("SD3 in Stability AI's layout: q, k, v in equal thirds, the last context and final modulations' halves swapped") {
+    const std::string path = dp::test::write_st_file(path_of("sd35.safetensors"), stability_sd3("model.diffusion_model."));
+    const SingleFileLayout l = sd3_layout_of(path);
+    CHECK(l.layout == "Stability AI's original (SD3)");
+    CHECK(l.prefix == "model.diffusion_model.");
+    const std::string p = "model.diffusion_model.";
+    CHECK(l.tensors.at("pos_embed.pos_embed").tensor == p + "pos_embed");
+    CHECK(l.tensors.at("pos_embed.proj.weight").tensor == p + "x_embedder.proj.weight");
+    CHECK(l.tensors.at("transformer_blocks.0.attn.to_q.weight").rows == Rows{{0, 8}});
+    CHECK(l.tensors.at("transformer_blocks.0.attn.to_v.bias").rows == Rows{{16, 8}});
+    CHECK(l.tensors.at("transformer_blocks.1.attn.add_k_proj.weight").tensor == p + "joint_blocks.1.context_block.attn.qkv.weight");
+    CHECK(l.tensors.at("transformer_blocks.1.attn.add_k_proj.weight").rows == Rows{{8, 8}});
+    CHECK(l.tensors.at("transformer_blocks.0.attn2.to_k.weight").tensor == p + "joint_blocks.0.x_block.attn2.qkv.weight");
+    CHECK(l.tensors.at("transformer_blocks.0.attn2.norm_q.weight").tensor == p + "joint_blocks.0.x_block.attn2.ln_q.weight");
+    CHECK(l.tensors.at("transformer_blocks.0.attn.norm_added_k.weight").tensor ==
+          p + "joint_blocks.0.context_block.attn.ln_k.weight");
+    // Only the last block's context modulation is stored shift first; the others as diffusers.
+    CHECK(l.tensors.at("transformer_blocks.0.norm1_context.linear.weight").rows.empty());
+    CHECK(l.tensors.at("transformer_blocks.1.norm1_context.linear.weight").rows == Rows{{8, 8}, {0, 8}});
+    CHECK(l.tensors.at("transformer_blocks.1.norm1_context.linear.bias").rows == Rows{{8, 8}, {0, 8}});
+    CHECK(l.tensors.at("norm_out.linear.weight").rows == Rows{{8, 8}, {0, 8}});
+    CHECK(l.tensors.at("time_text_embed.text_embedder.linear_1.weight").tensor == p + "y_embedder.mlp.0.weight");
+    CHECK(single_file_problem(l, diffusers_sd3()).empty());
+    // The model it names: 3.5 medium (the second attention).
+    CHECK(shipped_config_for(path) == "sd3.5-medium");
+    // A block missing is named in the file's own names.
+    std::vector<StTensor> without;
+    for (const StTensor& t : stability_sd3(p))
+        if (t.name.find("joint_blocks.0.") == std::string::npos) without.push_back(t);
+    const std::string missing = single_file_problem(
+        sd3_layout_of(dp::test::write_st_file(path_of("sd35_missing.safetensors"), without)), diffusers_sd3());
+    CHECK(missing.find(p + "joint_blocks.0 (transformer_blocks.0.") != std::string::npos);
+    // q, k, v rows that are no three equal parts.
+    std::vector<StTensor> odd = stability_sd3("");
+    for (StTensor& t : odd)
+        if (t.name == "joint_blocks.0.x_block.attn.qkv.weight") t.shape = {25, 8};
+    CHECK_THROWS_WITH_AS(sd3_layout_of(dp::test::write_st_file(path_of("sd35_odd.safetensors"), odd)),
+                         doctest::Contains("not 3 equal fused parts"), dp::protocol::ModelError);
+}
+
+TEST_CASE("a whole SD3 pipeline in one file: each component from its own prefix") {
+    std::vector<StTensor> t = stability_sd3("model.diffusion_model.");
+    const std::string l = "text_encoders.clip_l.transformer.", g = "text_encoders.clip_g.transformer.",
+                      t5 = "text_encoders.t5xxl.transformer.";
+    for (const std::string& clip : {l, g}) {
+        t.push_back({clip + "text_model.embeddings.token_embedding.weight", {10, 4}, "BF16", 0});
+        t.push_back({clip + "text_model.embeddings.position_ids", {1, 7}, "BF16", 0});
+        t.push_back({clip + "text_model.final_layer_norm.weight", {4}, "BF16", 0});
+        t.push_back({clip + "text_projection.weight", {4, 4}, "BF16", 2});
+    }
+    t.push_back({t5 + "shared.weight", {10, 4}, "BF16", 0});
+    t.push_back({t5 + "encoder.embed_tokens.weight", {10, 4}, "BF16", 0});
+    t.push_back({t5 + "encoder.final_layer_norm.weight", {4}, "BF16", 0});
+    t.push_back({"first_stage_model.decoder.mid.attn_1.q.weight", {4, 4, 1, 1}, "BF16", 0});
+    t.push_back({"first_stage_model.decoder.mid.attn_1.norm.weight", {4}, "BF16", 0});
+    t.push_back({"first_stage_model.decoder.up.0.block.0.nin_shortcut.weight", {4, 8, 1, 1}, "BF16", 0});
+    const std::string path = dp::test::write_st_file(path_of("sd35_all.safetensors"), t);
+    CHECK(bundled_components(path, sd3_parallel_spec()) ==
+          std::vector<std::string>{"text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae"});
+    // The transformer: its prefix's tensors alone.
+    const SingleFileLayout tr = sd3_layout_of(path);
+    CHECK(tr.prefix == "model.diffusion_model.");
+    CHECK(single_file_problem(tr, diffusers_sd3()).empty());
+    // CLIP-L: transformers' names, its projection the identity (not the file's), no position_ids.
+    const SingleFileLayout clip_l = sd3_layout_of(path, "text_encoder");
+    CHECK(clip_l.prefix == l);
+    CHECK(clip_l.tensors.at("text_projection.weight").identity);
+    CHECK(clip_l.shapes.at("text_projection.weight") == std::vector<int64_t>{4, 4});
+    CHECK(clip_l.tensors.at("text_model.final_layer_norm.weight").tensor == l + "text_model.final_layer_norm.weight");
+    CHECK(clip_l.tensors.count("text_model.embeddings.position_ids") == 0);
+    CHECK(clip_l.format == "bf16");
+    // CLIP-G keeps the file's projection.
+    const SingleFileLayout clip_g = sd3_layout_of(path, "text_encoder_2");
+    CHECK(clip_g.tensors.at("text_projection.weight").tensor == g + "text_projection.weight");
+    // T5: the embedding once.
+    const SingleFileLayout t5l = sd3_layout_of(path, "text_encoder_3");
+    CHECK(t5l.tensors.at("shared.weight").tensor == t5 + "shared.weight");
+    CHECK(t5l.tensors.count("encoder.embed_tokens.weight") == 0);
+    // The VAE in the original layout: the attention's 1x1 convolutions as linear weights.
+    const SingleFileLayout vae = sd3_layout_of(path, "vae");
+    CHECK(vae.layout == "the original latent-diffusion VAE");
+    CHECK(vae.tensors.at("decoder.mid_block.attentions.0.to_q.weight").squeeze);
+    CHECK(vae.shapes.at("decoder.mid_block.attentions.0.to_q.weight") == std::vector<int64_t>{4, 4});
+    CHECK(vae.tensors.at("decoder.mid_block.attentions.0.group_norm.weight").tensor ==
+          "first_stage_model.decoder.mid.attn_1.norm.weight");
+    CHECK(vae.tensors.at("decoder.up_blocks.0.resnets.0.conv_shortcut.weight").tensor ==
+          "first_stage_model.decoder.up.0.block.0.nin_shortcut.weight");
+    CHECK(!vae.tensors.at("decoder.up_blocks.0.resnets.0.conv_shortcut.weight").squeeze);
+    // A file with the transformer alone gives no other component; a bundle without one names what it holds.
+    CHECK(bundled_components(dp::test::write_st_file(path_of("sd35_only.safetensors"), stability_sd3("model.diffusion_model.")),
+                             sd3_parallel_spec())
+              .empty());
+    std::vector<StTensor> no_t5;
+    for (const StTensor& x : t)
+        if (x.name.rfind(t5, 0) != 0) no_t5.push_back(x);
+    const std::string partial = dp::test::write_st_file(path_of("sd35_no_t5.safetensors"), no_t5);
+    CHECK_THROWS_WITH_AS(sd3_layout_of(partial, "text_encoder_3"),
+                         doctest::Contains("holds no text_encoder_3 (it holds text_encoder, text_encoder_2, transformer, vae)"),
+                         dp::protocol::ModelError);
+}
+
+TEST_CASE("the original VAE layout maps as diffusers' converter maps it: reversed up blocks, samplers, 1x1 attention") {
+    // scripts/golden/golden_sd3_single_file.py: a two-block AutoencoderKL in the original layout,
+    // each tensor with the diffusers name diffusers' convert_ldm_vae_checkpoint gave it.
+    std::ifstream in(std::string(DP_GOLDEN_DIR) + "/sd3_single_file/vae_ldm_2blocks.json");
+    const nlohmann::json golden = nlohmann::json::parse(in);
+    std::vector<StTensor> tensors;
+    for (const auto& [name, t] : golden.at("tensors").items())
+        tensors.push_back({"first_stage_model." + name, t.at("shape").get<std::vector<int64_t>>(), "BF16", 0});
+    tensors.push_back({"model.diffusion_model.pos_embed", {1, 4, 8}, "BF16", 0});
+    const SingleFileLayout l = sd3_layout_of(dp::test::write_st_file(path_of("vae2.safetensors"), tensors), "vae");
+    int checked = 0, squeezed = 0;
+    for (const auto& [name, t] : golden.at("tensors").items()) {
+        CAPTURE(name);
+        const std::string diffusers = t.at("diffusers").get<std::string>();
+        REQUIRE(l.tensors.count(diffusers) == 1);
+        CHECK(l.tensors.at(diffusers).tensor == "first_stage_model." + name);
+        const std::vector<int64_t> shape = t.at("shape").get<std::vector<int64_t>>();
+        const bool conv_as_linear = l.tensors.at(diffusers).squeeze;
+        squeezed += conv_as_linear;
+        CHECK(l.shapes.at(diffusers) == (conv_as_linear ? std::vector<int64_t>{shape[0], shape[1]} : shape));
+        ++checked;
+    }
+    CHECK(checked == static_cast<int>(golden.at("tensors").size()));
+    CHECK(l.tensors.size() == golden.at("tensors").size());
+    CHECK(squeezed == 8);  // q, k, v and the projection out of the encoder's and the decoder's attention
 }
