@@ -181,9 +181,10 @@ const std::vector<JobOptionRow>& job_option_table() {
                         j.variant = t;
                     }),
             component_file<J>("--transformer", "transformer",
-                              "The transformer's weights from one file (a diffusers file, or FLUX.1's original "
-                              "layout, as Black Forest Labs publish it; bf16, fp16, fp32, fp8 or ComfyUI's "
-                              "scaled fp8); the rest of the pipeline from --model's folder"),
+                              "The transformer's weights from one file (a diffusers file, FLUX.1's original "
+                              "layout as Black Forest Labs publish it, or SD3's as Stability AI do; bf16, fp16, "
+                              "fp32, fp8, ComfyUI's scaled fp8 or GGUF); the rest of the pipeline from --model's "
+                              "folder"),
             component_file<J>("--text-encoder,--text_encoder", "text_encoder",
                               "The first text encoder's weights from one file in transformers' names; the rest from "
                               "--model's folder"),
@@ -191,7 +192,12 @@ const std::vector<JobOptionRow>& job_option_table() {
                               "The second text encoder's weights from one file in transformers' names"),
             component_file<J>("--text-encoder-3,--text_encoder_3", "text_encoder_3",
                               "The third text encoder's (SD3's T5) weights from one file in transformers' names"),
-            component_file<J>("--vae", "vae", "The VAE's weights from one file in diffusers' names"),
+            component_file<J>("--vae", "vae",
+                              "The VAE's weights from one file in diffusers' names or the original latent-diffusion layout"),
+            on_off<J>("--keep-quantized,--keep_quantized", &J::keep_quantized,
+                      "Keep a GGUF file's quantized weights in their blocks and dequantize each layer as it runs, "
+                      "as diffusers does: the memory of the file, for a dequantization per use (off: "
+                      "dequantized once at load, the fastest)"),
             on_off<J>("--offload", &J::offload,
                       "Keep each component on the GPU only while it runs, as diffusers' enable_model_cpu_offload: "
                       "for a machine where even --device-map does not fit (slower: each use reads its weights "

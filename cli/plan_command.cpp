@@ -318,7 +318,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     out << "weights per rank (" << dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
     out << adapter_plan(job, model, component_rank_bytes, deg.tp, f);
     // Components from one file each (Note [component files]): checked as a job checks them.
-    for (const ComponentFile& c : check_component_files(job.component_files, model, job.variant, /*hash=*/false))
+    for (const ComponentFile& c : check_component_files(job.component_files, model, job.variant, /*hash=*/false)) {
         out << "component file: " << c.component << " from " << utf8_for_display(c.path) << " (" << c.layout
             << ", " << c.format << (c.format.find("fp8") != std::string::npos
                                         ? "; converted to the run's dtype at load. GPUs of compute capability 8.9 and later (Ada, "
@@ -326,6 +326,18 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
                                           "does not yet"
                                         : "")
             << ")\n";
+        // Note [kept quantized]: which way the GGUF weights run.
+        if (c.quantized_bytes == 0) continue;
+        const long long kept = static_cast<long long>(c.quantized_bytes) /
+                               (c.component == spec.transformer && deg.tp > 1 ? deg.tp : 1);
+        if (job.keep_quantized)
+            out << "  GGUF weights kept quantized (--keep-quantized): about " << bytes_text(kept)
+                << " of blocks per rank, each layer dequantized to " << dtype
+                << " as it runs (the least memory; a dequantization per use)\n";
+        else
+            out << "  GGUF weights dequantized to " << dtype << " at load (the fastest); --keep-quantized keeps "
+                << "about " << bytes_text(kept) << " of blocks per rank instead and dequantizes each layer as it runs\n";
+    }
 
     // Bytes each rank sends per denoising step, for one prompt (docs/strategies.md, "Strategy guide").
     const long long split_tokens = deg.ring * deg.ulysses;

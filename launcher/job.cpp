@@ -177,6 +177,7 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::ModelInf
     f.variant = job.variant;
     f.no_t5 = job.no_t5;
     f.offload = job.offload;
+    f.keep_quantized = job.keep_quantized;
     const strategies::MeshDegrees& d = strategy.degrees;
     f.mesh = {d.dp, d.cfg, d.ring, d.ulysses, d.tp};
     f.collective_timeout_s = job.collective_timeout_s;
@@ -215,10 +216,15 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     // Every component file too (Note [component files]); the records name each.
     nlohmann::json components = nlohmann::json::object();
     std::map<std::string, std::string> component_paths;
+    bool gguf = false;
     for (const ComponentFile& c : check_component_files(job.component_files, model, job.variant)) {
         components[c.component] = {{"path", c.path}, {"sha256", c.sha256}, {"format", c.format}};
         component_paths[c.component] = c.path;
+        gguf = gguf || c.quantized_bytes > 0;
     }
+    if (job.keep_quantized && !gguf)
+        throw UsageError("--keep-quantized keeps a GGUF file's quantized weights, and no component comes from one "
+                         "(give --model FILE.gguf or --transformer FILE.gguf, or leave it out)");
     // Every prompt's settings, resolved once here so that every rank and the manifest agree; each
     // prompt's record and request go to `records` as it is read (Note [records on disk]).
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);

@@ -183,6 +183,7 @@ nlohmann::json settings_json(const JobFile& job) {
          {"variant", job.variant},
          {"no_t5", job.no_t5},
          {"offload", job.offload},
+         {"keep_quantized", job.keep_quantized},
          {"mesh",
           {{"dp", job.mesh.dp},
            {"cfg", job.mesh.cfg},
@@ -275,6 +276,7 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     }
     out.no_t5 = f.boolean("no_t5");
     out.offload = f.boolean("offload");
+    if (f.has("keep_quantized")) out.keep_quantized = f.boolean("keep_quantized");
     read_mesh(detail::Fields(f.object("mesh"), "mesh"), out.mesh);
     out.collective_timeout_s = f.number("collective_timeout_s", 0.001, 7 * 24 * 3600.0);
     if (f.has("schedule")) {

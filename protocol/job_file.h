@@ -6,7 +6,7 @@
 //
 //   {"format": "dp-launch job", "version": 2, "model_dir": "...", "random_weights": 7,
 //    "output_dir": "...", "dtype": "auto", "device": "auto", "batch_size": 1, "variant": "",
-//    "no_t5": false, "offload": false,
+//    "no_t5": false, "offload": false, "keep_quantized": false (optional),
 //    "mesh": {"dp": 2, "cfg": 1, "ring": 1, "ulysses": 1, "tp": 2}, "collective_timeout_s": 300,
 //    "schedule": "dynamic",
 //    "device_map": {"spec": "auto", "max_memory": "cpu:0=1GB,cpu:1=1GB",
@@ -112,6 +112,7 @@ struct JobFile {
     std::map<std::string, std::string> component_files;
     bool no_t5 = false;           // the T5 text encoder is not loaded even when the folder has one
     bool offload = false;         // each component on the device only while it runs
+    bool keep_quantized = false;  // optional: GGUF weights dequantized per use (Note [kept quantized])
     int batch_size = 1;           // consecutive requests with the same settings generated together
     JobMesh mesh;
     double collective_timeout_s = kDefaultCollectiveTimeoutS;

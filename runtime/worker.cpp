@@ -261,6 +261,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     po.component_files = job.component_files;
     po.no_t5 = job.no_t5;
     po.offload = job.offload;
+    po.keep_quantized = job.keep_quantized;
     // Adapters only where a prompt asks for them: their state keeps each component's weight files
     // mapped, for switches in place (Note [adapter switches]).
     for (const protocol::JobRequest& r : job.requests)

@@ -1,6 +1,7 @@
 #include "runtime/io/weights.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <malloc.h>
 
@@ -50,9 +51,10 @@ WeightStore WeightStore::open_single_file(std::shared_ptr<SafetensorsFile> file,
 
 WeightStore WeightStore::open_single_file(std::shared_ptr<strategies::GgufFile> file,
                                           const strategies::SingleFileLayout& layout, at::ScalarType dtype,
-                                          at::Device device) {
+                                          at::Device device, bool keep_quantized) {
     WeightStore store(dtype, device);
     store.where_ = file->path();
+    store.keep_quantized_ = keep_quantized;
     for (const auto& [name, stored] : layout.tensors) {
         store.by_name_[name] = nullptr;  // the names; the bytes are the GGUF file's
         store.stored_[name] = stored;
@@ -61,6 +63,80 @@ WeightStore WeightStore::open_single_file(std::shared_ptr<strategies::GgufFile> 
     }
     store.gguf_ = std::move(file);
     return store;
+}
+
+namespace {
+
+// Note [single files]: the rows of the stored tensor that `stored` is, in order, and of them those
+// of the slice [start, start + length) of dim 0 (a tensor-parallel shard narrows the ranges); any
+// other slice takes every row.
+std::vector<std::pair<int64_t, int64_t>> stored_rows(const strategies::StoredTensor& stored,
+                                                     const std::vector<int64_t>& shape, int64_t dim, int64_t start,
+                                                     int64_t length) {
+    std::vector<std::pair<int64_t, int64_t>> rows = stored.rows;
+    if (rows.empty()) rows = {{0, shape.empty() ? 1 : shape[0]}};
+    if (dim != 0) return rows;
+    std::vector<std::pair<int64_t, int64_t>> part;
+    int64_t at = 0;
+    for (const auto& [first, count] : rows) {
+        const int64_t lo = std::max(at, start), hi = std::min(at + count, start + length);
+        if (lo < hi) part.emplace_back(first + (lo - at), hi - lo);
+        at += count;
+    }
+    return part;
+}
+
+}  // namespace
+
+at::Tensor QuantizedWeight::dequantize() const {
+    at::Tensor out = at::empty({rows, columns}, at::kFloat);
+    float* values = out.data_ptr<float>();
+    // Rows are independent: dequantized in parallel, each exactly as at load.
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r)
+            dequantize_rows(*type, reinterpret_cast<const std::byte*>(row_data[static_cast<std::size_t>(r)]), 1, columns,
+                            values + r * columns);
+    });
+    return out.to(device, dtype);
+}
+
+std::shared_ptr<const QuantizedWeight> WeightStore::take_quantized(const std::string& name,
+                                                                   const std::vector<int64_t>& shape, int64_t dim,
+                                                                   int64_t start, int64_t length) {
+    // Note [kept quantized]: a matrix of a quantized type, whole or cut at block boundaries, that
+    // no adapter changes and no trainer keeps; anything else is taken as a tensor.
+    if (!keep_quantized_ || !gguf_ || keep_ || shape.size() != 2) return nullptr;
+    if (deltas_ && deltas_->count(name)) return nullptr;
+    const auto stored = stored_.find(name);
+    if (stored == stored_.end() || stored->second.identity || stored->second.squeeze || !stored->second.scale.empty())
+        return nullptr;
+    const auto known = stored_shapes_.find(name);
+    if (known == stored_shapes_.end() || known->second != shape) return nullptr;  // take() names the problem
+    const strategies::GgufTensorInfo& info = gguf_->info(stored->second.tensor);
+    const std::string type = info.type->name;
+    if (type == "F32" || type == "F16" || type == "BF16" || info.shape.size() != 2) return nullptr;
+    const int64_t block = static_cast<int64_t>(info.type->block_elements);
+    const int64_t block_bytes = static_cast<int64_t>(info.type->block_bytes);
+    if (dim == 1 && (start % block != 0 || length % block != 0)) return nullptr;
+    const std::vector<std::pair<int64_t, int64_t>> rows = stored_rows(stored->second, shape, dim, start, length);
+    auto q = std::make_shared<QuantizedWeight>();
+    q->type = info.type;
+    q->columns = dim == 1 ? length : shape[1];
+    q->row_bytes = q->columns / block * block_bytes;
+    q->dtype = dtype_;
+    q->device = device_;
+    const int64_t skip = dim == 1 ? start / block * block_bytes : 0;
+    q->mapping = gguf_;
+    const std::byte* data = gguf_->data(stored->second.tensor);
+    for (const auto& [first, count] : rows) {
+        for (int64_t r = first; r < first + count; ++r)
+            q->row_data.push_back(reinterpret_cast<const uint8_t*>(data + r * static_cast<int64_t>(info.row_bytes) + skip));
+        q->rows += count;
+    }
+    taken_.insert(name);
+    if (dim >= 0) sharded_.insert(name);
+    taken_bytes_ += q->bytes();
+    return q;
 }
 
 at::Tensor WeightStore::gguf_rows(const std::string& tensor, int64_t first, int64_t count) const {
@@ -283,21 +359,16 @@ at::Tensor WeightStore::take_stored(const std::string& file, const strategies::S
         throw ModelError(file + ": '" + stored.tensor + "' gives '" + name + "' the shape " +
                          (known == stored_shapes_.end() ? std::string("?") : shape_text(known->second)) +
                          " but the config implies " + shape_text(shape));
+    if (stored.identity) {  // Note [bundled files]: not in the file
+        const at::Tensor eye = at::eye(shape.at(0), shape.at(1), at::TensorOptions().dtype(dtype_).device(device_));
+        return dim < 0 ? eye : eye.narrow(dim, start, length).contiguous();
+    }
+    // A 1x1 convolution's weight stands for a linear layer's: its trailing ones dropped.
+    const auto squeezed = [&](const at::Tensor& t) { return stored.squeeze ? t.reshape({t.size(0), -1}) : t; };
     // Note [single files]: the rows of the stored tensor this tensor is, in order, and of them the
     // slice asked for (a tensor-parallel shard of its rows narrows the ranges; of its columns,
     // each range's columns).
-    std::vector<std::pair<int64_t, int64_t>> rows = stored.rows;
-    if (rows.empty()) rows = {{0, shape.empty() ? 1 : shape[0]}};
-    if (dim == 0) {
-        std::vector<std::pair<int64_t, int64_t>> part;
-        int64_t at = 0;
-        for (const auto& [first, count] : rows) {
-            const int64_t lo = std::max(at, start), hi = std::min(at + count, start + length);
-            if (lo < hi) part.emplace_back(first + (lo - at), hi - lo);
-            at += count;
-        }
-        rows = part;
-    }
+    const std::vector<std::pair<int64_t, int64_t>> rows = stored_rows(stored, shape, dim, start, length);
     std::vector<at::Tensor> pieces;
     if (gguf_) {  // dequantized from the rows needed, in fp32, then the run's dtype
         for (const auto& [first, count] : rows) {
@@ -305,7 +376,7 @@ at::Tensor WeightStore::take_stored(const std::string& file, const strategies::S
             if (dim == 1) t = t.narrow(1, start, length).contiguous();
             pieces.push_back(t.to(device_, dtype_));
         }
-        return pieces.size() == 1 ? pieces.front() : at::cat(pieces, 0);
+        return squeezed(pieces.size() == 1 ? pieces.front() : at::cat(pieces, 0));
     }
     const bool whole = stored.rows.empty() && dim != 0;
     for (const auto& [first, count] : rows) {
@@ -319,7 +390,7 @@ at::Tensor WeightStore::take_stored(const std::string& file, const strategies::S
     at::Tensor out = pieces.size() == 1 ? pieces.front() : at::cat(pieces, 0);
     if (!stored.scale.empty())  // scaled fp8: the stored values, converted, times the weight's scale
         out = out.mul(load_tensor(shared, stored.scale, dtype_, device_).reshape({}));
-    return out;
+    return squeezed(out);
 }
 
 void WeightStore::skip_prefix(const std::string& prefix) {

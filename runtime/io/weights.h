@@ -49,9 +49,10 @@ class WeightStore : public ShardSource {
                                         at::ScalarType dtype, at::Device device);
     // A GGUF file likewise (Note [gguf]): each tensor dequantized to fp32 from the rows it needs
     // (a tp rank's share only), then converted to `dtype`.
+    // `keep_quantized`: matrices of a quantized type are given by take_quantized (Note [kept quantized]).
     static WeightStore open_single_file(std::shared_ptr<strategies::GgufFile> file,
                                         const strategies::SingleFileLayout& layout, at::ScalarType dtype,
-                                        at::Device device);
+                                        at::Device device, bool keep_quantized = false);
     // Seeded random weights of whatever shape is asked for: N(0, 0.02) for matrices, ones for
     // norm weights, small values for biases. The same seed and names give the same weights.
     static WeightStore random(uint64_t seed, at::ScalarType dtype, at::Device device);
@@ -63,6 +64,8 @@ class WeightStore : public ShardSource {
     // that only the slice becomes resident (tensor-parallel shards).
     at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
                           int64_t length) override;
+    std::shared_ptr<const QuantizedWeight> take_quantized(const std::string& name, const std::vector<int64_t>& shape,
+                                                          int64_t dim, int64_t start, int64_t length) override;
     // Bytes of every tensor taken so far, as taken (a shard's, in its dtype): what a module holds
     // is the difference across its loading, so no layer can be left out of its count.
     int64_t taken_bytes() const { return taken_bytes_; }
@@ -136,6 +139,7 @@ class WeightStore : public ShardSource {
     std::map<std::string, strategies::StoredTensor> stored_;           // a single file's: where in it
     std::map<std::string, std::vector<int64_t>> stored_shapes_;
     std::shared_ptr<strategies::GgufFile> gguf_;                        // a GGUF single file's
+    bool keep_quantized_ = false;
     // The rows [first, first + count) of GGUF tensor `tensor`, in fp32.
     at::Tensor gguf_rows(const std::string& tensor, int64_t first, int64_t count) const;
     std::set<std::string> taken_;

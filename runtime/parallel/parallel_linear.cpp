@@ -50,15 +50,21 @@ ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int
     l.group_ = tp.group;
     const std::vector<int64_t> weight_shape = {out, in}, bias_shape = {out};
     const std::string weight = name + ".weight", bias_name = name + ".bias";
+    // Note [kept quantized]: the weight as the source keeps it, when it keeps it quantized.
+    const auto take = [&](int64_t dim, int64_t start, int64_t length) {
+        l.quantized_ = w.take_quantized(weight, weight_shape, dim, start, length);
+        if (!l.quantized_)
+            l.weight_ = dim < 0 ? w.take(weight, weight_shape) : w.take_shard(weight, weight_shape, dim, start, length);
+    };
     switch (l.split_) {
         case TpSplit::kWhole:
-            l.weight_ = w.take(weight, weight_shape);
+            take(-1, 0, 0);
             if (bias) l.bias_ = w.take(bias_name, bias_shape);
             break;
         case TpSplit::kColumn:
         case TpSplit::kColumnGathered: {
             const FeatureRange rows = my_features(name, out, "output features", tp, unit);
-            l.weight_ = w.take_shard(weight, weight_shape, 0, rows.start, rows.length);
+            take(0, rows.start, rows.length);
             if (bias) l.bias_ = w.take_shard(bias_name, bias_shape, 0, rows.start, rows.length);
             if (l.split_ == TpSplit::kColumnGathered)  // every rank's share, as the all_gather receives them
                 for (int r = 0; r < tp.size; ++r)
@@ -68,7 +74,7 @@ ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int
         }
         case TpSplit::kRow: {
             const FeatureRange cols = my_features(name, in, "input features", tp, unit);
-            l.weight_ = w.take_shard(weight, weight_shape, 1, cols.start, cols.length);
+            take(1, cols.start, cols.length);
             if (bias) l.bias_ = w.take(bias_name, bias_shape);
             break;
         }
@@ -102,7 +108,15 @@ ParallelLinear ParallelLinear::whole(at::Tensor weight, at::Tensor bias) {
     return l;
 }
 
+at::Tensor ParallelLinear::weight() const { return quantized_ ? quantized_->dequantize() : weight_; }
+
 at::Tensor ParallelLinear::operator()(const at::Tensor& x) const {
+    if (quantized_) {  // Note [kept quantized]: dequantized for this use only
+        ParallelLinear dense = *this;
+        dense.quantized_ = nullptr;
+        dense.weight_ = quantized_->dequantize();
+        return dense(x);
+    }
     if (split_ == TpSplit::kWhole || split_ == TpSplit::kColumn) return at::linear(x, weight_, bias_);
     if (split_ == TpSplit::kColumnGathered) {
         if (!group_) throw InternalError("a gathered column-parallel layer was loaded without its tensor group");
@@ -127,7 +141,7 @@ int64_t ParallelLinear::parameter_bytes() const {
     int64_t total = 0;
     for (const at::Tensor* t : {&weight_, &bias_})
         if (t->defined()) total += t->numel() * t->element_size();
-    return total;
+    return total + (quantized_ ? quantized_->bytes() : 0);
 }
 
 }  // namespace dp::runtime

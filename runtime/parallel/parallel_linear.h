@@ -37,10 +37,13 @@ class ParallelLinear {
     // over the group (one all_reduce) with the bias added once. Every rank of the group calls it.
     at::Tensor operator()(const at::Tensor& x) const;
 
-    bool defined() const { return weight_.defined(); }
+    bool defined() const { return weight_.defined() || quantized_; }
     strategies::TpSplit split() const { return split_; }
-    // This rank's tensors: the weight shard, and the bias (a row-parallel layer's whole bias).
-    const at::Tensor& weight() const { return weight_; }
+    // This rank's tensors: the weight shard (dequantized, when kept quantized), and the bias (a
+    // row-parallel layer's whole bias).
+    at::Tensor weight() const;
+    // Whether the weight is kept quantized (Note [kept quantized], runtime/io/shard_source.h).
+    bool quantized() const { return quantized_ != nullptr; }
     const at::Tensor& bias() const { return bias_; }
     // Bytes of the tensors this rank holds.
     int64_t parameter_bytes() const;
@@ -50,6 +53,7 @@ class ParallelLinear {
     Communicator* group_ = nullptr;
     std::vector<int64_t> gathered_rows_;  // kColumnGathered: each rank's output features
     at::Tensor weight_, bias_;
+    std::shared_ptr<const QuantizedWeight> quantized_;  // instead of weight_
 };
 
 }  // namespace dp::runtime

@@ -44,6 +44,9 @@ struct PipelineOptions {
     // Each component is built on `device` when it runs and freed after (diffusers' model CPU
     // offload): only the largest one is ever resident there. Not with device_map.
     bool offload = false;
+    // GGUF component files' quantized matrices kept in their blocks, dequantized per use
+    // (Note [kept quantized], runtime/io/shard_source.h).
+    bool keep_quantized = false;
     // The LoRA adapters the components are built with, and how to build them again when a batch
     // asks for others (runtime/pipeline/adapters.h); shared by the copies of these options.
     // nullptr: the pipeline takes no adapters.

@@ -48,11 +48,11 @@ at::Device device_of(const PipelineOptions& o, const std::string& component) {
 namespace {
 
 WeightStore open_single_file(const std::string& path, const strategies::ParallelSpec& spec, const std::string& component,
-                             at::ScalarType dtype, at::Device device) {
+                             at::ScalarType dtype, at::Device device, bool keep_quantized) {
     if (strategies::is_gguf_file(path)) {
         const std::shared_ptr<strategies::GgufFile> file = strategies::GgufFile::open(path);
         return WeightStore::open_single_file(file, strategies::read_single_file_layout(*file, spec, component), dtype,
-                                             device);
+                                             device, keep_quantized);
     }
     const std::shared_ptr<SafetensorsFile> file = SafetensorsFile::open(path);
     return WeightStore::open_single_file(file, strategies::read_single_file_layout(*file, spec, component), dtype, device);
@@ -64,7 +64,7 @@ WeightStore open_weights(const PipelineOptions& o, const std::string& component,
     const auto file = o.component_files.find(component);
     WeightStore w = o.random_weights ? WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, device)
                     : file != o.component_files.end()
-                        ? open_single_file(file->second, *model_info_of(o).spec, component, o.dtype, device)
+                        ? open_single_file(file->second, *model_info_of(o).spec, component, o.dtype, device, o.keep_quantized)
                         : WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device, o.variant);
     if (o.adapters) w.set_deltas(o.adapters->deltas(component));
     return w;

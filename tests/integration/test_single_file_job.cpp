@@ -26,19 +26,18 @@ std::string golden_file() { return std::string(DP_GOLDEN_DIR) + "/single_file_pi
 std::string checkpoint(const std::string& name) { return std::string(DP_GOLDEN_DIR) + "/single_file/" + name; }
 nlohmann::json golden_cases() { return nlohmann::json::parse(read_safetensors_metadata(golden_file(), "cases")); }
 
-std::string prompt_file(const std::string& path, int copies) {
-    const nlohmann::json c = golden_cases().at("bfl_bf16");
+// `copies` JSONL lines of a golden case's call (its negative prompt too, when it has one).
+std::string prompt_file(const std::string& path, int copies, const nlohmann::json& c = golden_cases().at("bfl_bf16")) {
+    nlohmann::json line = {{"prompt", c.at("prompt")},
+                           {"seed", c.at("seed")},
+                           {"guidance_scale", c.at("guidance_scale")},
+                           {"width", c.at("width")},
+                           {"height", c.at("height")},
+                           {"num_inference_steps", c.at("steps")},
+                           {"max_sequence_length", c.at("max_sequence_length")}};
+    if (c.contains("negative_prompt")) line["negative_prompt"] = c.at("negative_prompt");
     std::ofstream out(path, std::ios::binary);
-    for (int i = 0; i < copies; ++i)
-        out << nlohmann::json{{"prompt", c.at("prompt")},
-                              {"seed", c.at("seed")},
-                              {"guidance_scale", c.at("guidance_scale")},
-                              {"width", c.at("width")},
-                              {"height", c.at("height")},
-                              {"num_inference_steps", c.at("steps")},
-                              {"max_sequence_length", c.at("max_sequence_length")}}
-                   .dump()
-            << "\n";
+    for (int i = 0; i < copies; ++i) out << line.dump() << "\n";
     return path;
 }
 
@@ -195,6 +194,51 @@ TEST_CASE("single file: GGUF and --model FILE --config FOLDER give the images, Q
     CHECK(alone.exit_code == 2);
     CHECK_MESSAGE(alone.err.find("configs only") != std::string::npos, alone.err);
     CHECK_MESSAGE(alone.err.find("text_encoder") != std::string::npos, alone.err);
+    CHECK_FALSE(file_exists(dir + "/none"));
+    remove_dir(dir);
+}
+
+TEST_CASE("single file: a whole SD3.5 pipeline in Stability AI's file gives diffusers' image; GGUF kept quantized the same pixels") {
+    const std::string dir = make_temp_dir();
+    const std::string golden = std::string(DP_GOLDEN_DIR) + "/sd3_single_file_pipeline.safetensors";
+    const nlohmann::json c = nlohmann::json::parse(read_safetensors_metadata(golden, "cases")).at("stability_all");
+    const std::string prompts = prompt_file(dir + "/p.jsonl", 1, c);
+    const std::string file = std::string(DP_GOLDEN_DIR) + "/../../../" + c.at("file").get<std::string>();
+    const std::string folder = std::string(DP_GOLDEN_DIR) + "/sd35_medium_tiny";
+    LaunchResult r = run_launch({"--model", file, "--config", folder, "-o", dir + "/out", "-q", prompts},
+                                {{"DP_SAVE_LATENTS", "1"}}, 240);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const auto records = read_manifest(dir + "/out");
+    REQUIRE(records.size() == 1);
+    const nlohmann::json& components = records[0].at("components");
+    for (const char* component : {"transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "vae"}) {
+        CAPTURE(component);
+        REQUIRE(components.contains(component));
+        CHECK(components.at(component).at("sha256") == components.at("transformer").at("sha256"));
+    }
+    const std::string png = dir + "/out/" + records[0].at("file").get<std::string>();
+    CHECK(max_difference(read_latents(png + ".latents.safetensors"), golden_f32(golden, "stability_all.latents")) <= 1e-4f);
+    // --keep-quantized: a GGUF file's blocks dequantized per use, the same pixels; plan says so.
+    const std::string gguf = std::string(DP_GOLDEN_DIR) + "/gguf/flux_q4_k.gguf";
+    const std::string flux_prompts = prompt_file(dir + "/f.jsonl", 2);
+    LaunchResult kept = run_launch({"--model", tiny_flux(), "--transformer", gguf, "--keep-quantized", "-n", "2", "--tp",
+                                    "2", "-o", dir + "/kept", "-q", flux_prompts},
+                                   {{"DP_SAVE_LATENTS", "1"}}, 240);
+    REQUIRE_MESSAGE(kept.exit_code == 0, kept.err);
+    const std::string gguf_golden = std::string(DP_GOLDEN_DIR) + "/gguf_pipeline.safetensors";
+    for (const auto& record : read_manifest(dir + "/kept"))
+        CHECK(max_difference(read_latents(dir + "/kept/" + record.at("file").get<std::string>() + ".latents.safetensors"),
+                             golden_f32(gguf_golden, "q4_k_exact.latents")) <= 1e-4f);
+    LaunchResult plan = run_launch({"plan", "--model", tiny_flux(), "--transformer", gguf, "--keep-quantized"}, {}, 60);
+    CHECK_MESSAGE(plan.exit_code == 0, plan.err);
+    CHECK_MESSAGE(plan.out.find("GGUF weights kept quantized") != std::string::npos, plan.out);
+    LaunchResult dense = run_launch({"plan", "--model", tiny_flux(), "--transformer", gguf}, {}, 60);
+    CHECK_MESSAGE(dense.out.find("dequantized to fp32 at load") != std::string::npos, dense.out);
+    // Without a GGUF file the flag means nothing: a usage error, nothing made.
+    LaunchResult none = run_launch({"--model", tiny_flux(), "--keep-quantized", "-o", dir + "/none", "-q", flux_prompts},
+                                   {}, 60);
+    CHECK(none.exit_code == 2);
+    CHECK_MESSAGE(none.err.find("--keep-quantized") != std::string::npos, none.err);
     CHECK_FALSE(file_exists(dir + "/none"));
     remove_dir(dir);
 }

@@ -15,6 +15,9 @@
 
 #include "runtime/io/gguf_quants.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/io/weights.h"
+#include "runtime/models/flux/flux_transformer.h"
+#include "strategies/single_file.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline.h"
 #include "strategies/mesh.h"
@@ -168,4 +171,107 @@ TEST_CASE("a GGUF Q4_K transformer gives the single-process image under tp2, and
         });
         for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= 1e-5);
     }
+}
+
+TEST_CASE("GGUF weights kept quantized: the image of the weights dequantized at load, to the bit, in a fraction of the memory") {
+    const auto gguf = SafetensorsFile::open(golden_path("gguf_pipeline.safetensors"));
+    const nlohmann::json q4 = nlohmann::json::parse(gguf->metadata().at("cases")).at("q4_k");
+    // The transformer alone: what it holds, both ways.
+    const std::string path = root_path(q4.at("file").get<std::string>());
+    const std::string folder = std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev";
+    const FluxTransformerConfig config = FluxTransformerConfig::from_json_file(folder + "/transformer/config.json");
+    const auto file = dp::strategies::GgufFile::open(path);
+    const auto layout = dp::strategies::read_single_file_layout(*file, dp::strategies::flux_parallel_spec(), "transformer");
+    REQUIRE(layout.quantized_bytes > 0);
+    int64_t bytes[2] = {0, 0};
+    for (const bool keep : {false, true}) {
+        WeightStore w = WeightStore::open_single_file(file, layout, at::kFloat, at::kCPU, keep);
+        bytes[keep] = FluxTransformer(config, w).parameter_bytes();
+        w.check_all_taken();
+    }
+    MESSAGE("tiny FLUX.1 transformer from Q4_K: " << bytes[0] << " bytes dequantized at load, " << bytes[1]
+                                                   << " kept quantized");
+    CHECK(bytes[1] * 3 < bytes[0]);  // Q4_K is 4.5 bits a weight against fp32's 32, less what stays F32
+    // The pipeline: the same latents, to the bit, alone and under tp2 (each rank's rows of blocks).
+    const GenerateRequest request = request_of(q4);
+    PipelineOptions load_time = options_for(q4), kept = options_for(q4);
+    kept.keep_quantized = true;
+    const at::Tensor reference = load_pipeline(load_time, ParallelContext::single())->generate(request).latents;
+    const GenerateResult alone = load_pipeline(kept, ParallelContext::single())->generate(request);
+    REQUIRE(alone.error.empty());
+    CHECK(at::equal(alone.latents, reference));
+    dp::strategies::MeshDegrees degrees;
+    degrees.tp = 2;
+    std::vector<at::Tensor> out(2), dense(2);
+    dp::test::run_ranks(2, [&](int rank, Communicator& group) {
+        const ParallelContext parallel(group, dp::strategies::Mesh(2, degrees));
+        out[static_cast<std::size_t>(rank)] = load_pipeline(kept, parallel)->generate(request).latents;
+        dense[static_cast<std::size_t>(rank)] = load_pipeline(load_time, parallel)->generate(request).latents;
+    });
+    for (std::size_t r = 0; r < 2; ++r) CHECK(at::equal(out[r], dense[r]));
+}
+
+namespace {
+
+// A case of sd3_single_file_pipeline / qwen_single_file_pipeline (scripts/golden/golden_sd3_single_file.py):
+// its call, its folder, and the components its file gives.
+GenerateRequest guided_request_of(const nlohmann::json& c) {
+    GenerateRequest r;
+    r.prompt = c.at("prompt").get<std::string>();
+    r.negative_prompt = c.at("negative_prompt").get<std::string>();
+    r.seed = c.at("seed").get<uint64_t>();
+    r.steps = c.at("steps").get<int>();
+    r.width = c.at("width").get<int>();
+    r.height = c.at("height").get<int>();
+    for (const char* scale : {"guidance_scale", "true_cfg_scale"})
+        if (c.contains(scale)) r.arguments.set(scale, c.at(scale).get<double>());
+    r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
+    return r;
+}
+
+PipelineOptions file_options(const nlohmann::json& c, const std::vector<std::string>& components) {
+    PipelineOptions o;
+    o.model_dir = root_path(c.at("folder").get<std::string>());
+    for (const std::string& component : components) o.component_files[component] = root_path(c.at("file").get<std::string>());
+    return o;
+}
+
+void check_against(const GenerateResult& out, const std::shared_ptr<SafetensorsFile>& file, const std::string& name,
+                   const std::string& folder_case) {
+    REQUIRE(out.error.empty());
+    const at::Tensor ref = load_tensor(file, name + ".latents", at::kFloat);
+    const at::Tensor folder = load_tensor(file, folder_case + ".latents", at::kFloat);
+    const double diff = (out.latents.reshape(ref.sizes()) - ref).abs().max().item<double>();
+    const double effect = (folder - ref).abs().max().item<double>();
+    MESSAGE(name << ": max |latent diff| " << diff << " against diffusers; the file's bf16 moves them by " << effect);
+    CHECK(effect > 1e-3);  // the weights came from the file, not the folder
+    CHECK(diff <= 1e-4);
+    const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
+    CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt)).abs().le(1).to(at::kDouble).mean().item<double>() >= 0.999);
+}
+
+}  // namespace
+
+TEST_CASE("SD3.5 in Stability AI's layout, the transformer alone and the whole pipeline in one file, gives diffusers' from_single_file image") {
+    const auto file = SafetensorsFile::open(golden_path("sd3_single_file_pipeline.safetensors"));
+    const nlohmann::json all = nlohmann::json::parse(file->metadata().at("cases"));
+    const nlohmann::json& alone = all.at("stability");
+    check_against(load_pipeline(file_options(alone, {"transformer"}), ParallelContext::single())
+                      ->generate(guided_request_of(alone)),
+                  file, "stability", "folder");
+    // Every component from the one file: CLIP-L's projection the identity, as diffusers makes it.
+    const nlohmann::json& whole = all.at("stability_all");
+    const std::vector<std::string> components = dp::strategies::bundled_components(
+        root_path(whole.at("file").get<std::string>()), dp::strategies::sd3_parallel_spec());
+    CHECK(components.size() == 5);
+    check_against(load_pipeline(file_options(whole, components), ParallelContext::single())
+                      ->generate(guided_request_of(whole)),
+                  file, "stability_all", "folder");
+}
+
+TEST_CASE("a Qwen-Image transformer from one file (ComfyUI's split files) gives diffusers' from_single_file image with true CFG") {
+    const auto file = SafetensorsFile::open(golden_path("qwen_single_file_pipeline.safetensors"));
+    const nlohmann::json c = nlohmann::json::parse(file->metadata().at("cases")).at("qwen_bf16");
+    check_against(load_pipeline(file_options(c, {"transformer"}), ParallelContext::single())->generate(guided_request_of(c)),
+                  file, "qwen_bf16", "qwen_folder");
 }
