@@ -1,6 +1,8 @@
 #include "strategies/single_file.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <set>
 
 #include "protocol/errors.h"
@@ -509,7 +511,28 @@ SingleFileLayout read_single_file_layout(const std::string& path, const Checkpoi
 
 SingleFileLayout read_single_file_layout(const SafetensorsFile& file, const ParallelSpec& spec,
                                          const std::string& component) {
-    return read_single_file_layout(file.path(), checkpoint_tensors(file), spec, component, false);
+    SingleFileLayout layout = read_single_file_layout(file.path(), checkpoint_tensors(file), spec, component, false);
+    // Scaled fp8: each scale is one number read here (a few bytes each), and must be finite.
+    for (const auto& [target, t] : layout.tensors) {
+        if (t.scale.empty()) continue;
+        const std::byte* at = file.data(t.scale);
+        const std::string dtype = st_dtype_name(file.info(t.scale).dtype);
+        bool finite = true;
+        if (dtype == "F32") {
+            float v = 0;
+            std::memcpy(&v, at, sizeof v);
+            finite = std::isfinite(v);
+        } else {  // BF16 or F16 (check_scales): all exponent bits set is an infinity or a NaN
+            uint16_t bits = 0;
+            std::memcpy(&bits, at, sizeof bits);
+            const uint16_t exponent = dtype == "BF16" ? 0x7F80 : 0x7C00;
+            finite = (bits & exponent) != exponent;
+        }
+        if (!finite)
+            throw ModelError(file.path() + ": '" + t.scale + "', the scale of '" + t.tensor +
+                             "', is not a finite number (a corrupt or badly converted scaled fp8 file)");
+    }
+    return layout;
 }
 
 SingleFileLayout read_single_file_layout(const GgufFile& file, const ParallelSpec& spec, const std::string& component) {

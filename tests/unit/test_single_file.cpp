@@ -5,6 +5,7 @@
 // (unit/st_writer.h) and the expected rows are stated from the layout's definition, not the reader.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -153,6 +154,15 @@ TEST_CASE("fp8 and ComfyUI's scaled fp8: the format, and each weight's scale") {
     CHECK(b.tensors.at("transformer_blocks.0.attn.to_k.weight").scale == "double_blocks.0.img_attn.qkv.scale_weight");
     CHECK(b.tensors.at("transformer_blocks.0.attn.to_k.bias").scale.empty());
     CHECK(single_file_problem(b, diffusers_flux(1, 1)).empty());
+    // A scale that is not a finite number is refused, naming it (F32 and BF16 alike).
+    for (const char* dtype : {"F32", "BF16"}) {
+        std::vector<StTensor> infinite = tensors;
+        for (StTensor& t : infinite)
+            if (t.name == "double_blocks.0.img_attn.qkv.scale_weight") t = {t.name, {}, dtype, INFINITY};
+        CHECK_THROWS_WITH_AS(layout_of(dp::test::write_st_file(path_of("inf_scale.safetensors"), infinite)),
+                             doctest::Contains("'double_blocks.0.img_attn.qkv.scale_weight', the scale of"),
+                             dp::protocol::ModelError);
+    }
     // A scale that is not one number is refused, naming it.
     tensors.push_back({"img_in.scale_weight", {2}, "F32", 1});
     for (auto& t : tensors)
