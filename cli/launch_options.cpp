@@ -568,6 +568,7 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
                              " is a transformer file, and so is --transformer; give the model's folder as " + source);
         char resolved[PATH_MAX];
         job.component_files["transformer"] = ::realpath(job.model.c_str(), resolved) ? resolved : job.model;
+        job.model_file = job.component_files["transformer"];
         try {
             if (folder) {
                 source = folder->source;

@@ -318,7 +318,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     out << "weights per rank (" << dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
     out << adapter_plan(job, model, component_rank_bytes, deg.tp, f);
     // Components from one file each (Note [component files]): checked as a job checks them.
-    for (const ComponentFile& c : check_component_files(job.component_files, model, job.variant, /*hash=*/false)) {
+    for (const ComponentFile& c : check_component_files(job.component_files, model, job.variant, /*hash=*/false, job.model_file)) {
         out << "component file: " << c.component << " from " << utf8_for_display(c.path) << " (" << c.layout
             << ", " << c.format << (c.format.find("fp8") != std::string::npos
                                         ? "; converted to the run's dtype at load. GPUs of compute capability 8.9 and later (Ada, "

@@ -24,13 +24,14 @@ const std::vector<std::pair<const char*, const char*>>& component_file_flags() {
 
 std::vector<ComponentFile> check_component_files(const std::map<std::string, std::string>& files,
                                                  const strategies::ModelInfo& model, const std::string& variant,
-                                                 bool hash) {
+                                                 bool hash, const std::string& model_file) {
     std::vector<ComponentFile> out;
     std::map<std::string, std::string> hashes;  // a whole-pipeline file is read once
     const strategies::ParallelSpec& spec = *model.spec;
-    for (const auto& [flag, component] : component_file_flags()) {
+    for (const auto& [component_flag, component] : component_file_flags()) {
         const auto it = files.find(component);
         if (it == files.end()) continue;
+        const std::string flag = !model_file.empty() && it->second == model_file ? "--model" : component_flag;
         const std::string shown = utf8_for_display(it->second.substr(0, 300));
         bool known = false;
         std::string components;

@@ -37,8 +37,9 @@ const std::vector<std::pair<const char*, const char*>>& component_file_flags();
 // protocol::Error 66 for a missing file, and protocol::ModelError (65) naming the flag and file
 // for everything else.
 // `hash`: with each file's SHA-256 (a read of the whole file: about a second per GB; `plan` skips it).
+// `model_file`: --model FILE's path; the components from it are named as --model's.
 std::vector<ComponentFile> check_component_files(const std::map<std::string, std::string>& files,
                                                  const strategies::ModelInfo& model, const std::string& variant,
-                                                 bool hash = true);
+                                                 bool hash = true, const std::string& model_file = {});
 
 }  // namespace dp::launcher

@@ -217,7 +217,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     nlohmann::json components = nlohmann::json::object();
     std::map<std::string, std::string> component_paths;
     bool gguf = false;
-    for (const ComponentFile& c : check_component_files(job.component_files, model, job.variant)) {
+    for (const ComponentFile& c : check_component_files(job.component_files, model, job.variant, true, job.model_file)) {
         components[c.component] = {{"path", c.path}, {"sha256", c.sha256}, {"format", c.format}};
         component_paths[c.component] = c.path;
         gguf = gguf || c.quantized_bytes > 0;

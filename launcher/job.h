@@ -62,6 +62,7 @@ struct JobOptions {
     // given (Note [component files], launcher/component_files.h).
     std::map<std::string, std::string> component_files;
     bool no_t5 = false;    // without the T5 text encoder, even when the folder has one
+    std::string model_file;  // --model FILE: the file its components come from (Note [a model from one file])
     bool keep_quantized = false;  // GGUF weights kept in their blocks (Note [kept quantized])
     bool offload = false;  // each component on the GPU only while it runs (diffusers' model CPU offload)
     std::optional<std::string> negative_prompt;  // unset: none given (diffusers' None)

@@ -218,6 +218,13 @@ TEST_CASE("single file: a whole SD3.5 pipeline in Stability AI's file gives diff
     }
     const std::string png = dir + "/out/" + records[0].at("file").get<std::string>();
     CHECK(max_difference(read_latents(png + ".latents.safetensors"), golden_f32(golden, "stability_all.latents")) <= 1e-4f);
+    // The transformer alone, with the shipped SD3.5-medium configs its names point to: the tiny
+    // file's shapes are refused, named as --model's.
+    LaunchResult shipped = run_launch({"plan", "--model", std::string(DP_GOLDEN_DIR) + "/sd3_single_file/sd35m_stability.safetensors"},
+                                      {}, 60);
+    CHECK(shipped.exit_code == 65);
+    CHECK_MESSAGE(shipped.err.find("--model ") != std::string::npos, shipped.err);
+    CHECK_MESSAGE(shipped.err.find("context_embedder") != std::string::npos, shipped.err);
     // --keep-quantized: a GGUF file's blocks dequantized per use, the same pixels; plan says so.
     const std::string gguf = std::string(DP_GOLDEN_DIR) + "/gguf/flux_q4_k.gguf";
     const std::string flux_prompts = prompt_file(dir + "/f.jsonl", 2);
