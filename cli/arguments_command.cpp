@@ -92,6 +92,9 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
             case CallType::kAdapters:
                 e.type = "list of adapters";
                 break;
+            case CallType::kCache:
+                e.type = "step cache";
+                break;
         }
         if (row.type == CallType::kBlocks) {
             e.min = 0;

@@ -209,6 +209,21 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
         "default, flag and what it does");
     arguments_cmd->add_flag("--json", result.json, "Print JSON: an array of objects, one per key");
     arguments_cmd->fallthrough();
+    CLI::App* compare_cmd = app.add_subcommand(
+        "compare",
+        "Pair the images of two output folders by prompt index and print each pair's PSNR and SSIM, their mean "
+        "and worst; write the pairs side by side; exit 1 when a pair falls below --min-psnr or --min-ssim");
+    std::vector<std::string> runs;
+    compare_cmd->add_option("runs", runs, "RUN_A RUN_B: two output folders (each with its manifest.jsonl)")
+        ->expected(2)
+        ->required();
+    double min_psnr = 0, min_ssim = 0;
+    CLI::Option* psnr_opt = compare_cmd->add_option("--min-psnr", min_psnr, "Exit 1 when a pair's PSNR (dB) is below X")
+                                ->check(CLI::Range(0.0, 1000.0));
+    CLI::Option* ssim_opt =
+        compare_cmd->add_option("--min-ssim", min_ssim, "Exit 1 when a pair's SSIM is below X")->check(CLI::Range(-1.0, 1.0));
+    compare_cmd->add_option("--gallery", result.compare.gallery, "Where the page of pairs goes (default RUN_B/compare.html)");
+    compare_cmd->add_flag("--json", result.compare.json, "Print one JSON object per pair, then the summary's");
 
     try {
         std::vector<std::string> reversed(options.rbegin(), options.rend());  // CLI11 takes argv reversed
@@ -217,6 +232,7 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
         result.action = CommandLine::Action::kPrint;
         result.message = env_cmd->parsed()         ? env_cmd->help()
                          : arguments_cmd->parsed() ? arguments_cmd->help()
+                         : compare_cmd->parsed()   ? compare_cmd->help()
                                                    : app.help();
         result.exit_code = 0;
         return result;
@@ -232,6 +248,19 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
 
     if (env_cmd->parsed()) {
         result.action = CommandLine::Action::kEnv;
+        result.exit_code = 0;
+        return result;
+    }
+    if (compare_cmd->parsed()) {
+        if (!stray.empty() || !raw.command.empty()) {
+            result.message = "compare takes two output folders: dp-launch compare RUN_A RUN_B [--min-psnr X] [--min-ssim Y]";
+            return result;
+        }
+        result.compare.a = runs.at(0);
+        result.compare.b = runs.at(1);
+        if (psnr_opt->count()) result.compare.min_psnr = min_psnr;
+        if (ssim_opt->count()) result.compare.min_ssim = min_ssim;
+        result.action = CommandLine::Action::kCompare;
         result.exit_code = 0;
         return result;
     }
@@ -298,6 +327,8 @@ int run_command_line(const CommandLine& command_line) {
             case CommandLine::Action::kArguments:
                 std::cout << describe_arguments(*command_line.job, command_line.json) << std::flush;
                 return 0;
+            case CommandLine::Action::kCompare:
+                return run_compare(command_line.compare, std::cout);
             case CommandLine::Action::kEnv:
                 std::cout << describe_environment(command_line.json) << std::flush;
                 return 0;

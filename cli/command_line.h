@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/compare_command.h"
 #include "cli/launch_options.h"
 #include "launcher/launch_spec.h"
 
@@ -17,6 +18,7 @@ struct CommandLine {
         kEnv,     // `dp-launch env`
         kPlan,    // `dp-launch plan [options]`: print what a job would do
         kArguments,  // `dp-launch arguments [--model M] [--json]`: the model's call arguments
+        kCompare,    // `dp-launch compare RUN_A RUN_B [...]`: Note [compare]
         kPrint,   // --help or --version: print `message` to stdout, exit 0
         kFail,    // print `message` to stderr, exit `exit_code`
     };
@@ -24,6 +26,7 @@ struct CommandLine {
     launcher::LaunchSpec spec;
     std::optional<launcher::JobOptions> job;  // set: the main job on a PROMPTS file
     bool json = false;                        // `env --json`, `arguments --json`
+    CompareOptions compare;                   // `compare`'s
     std::string message;
     int exit_code = 0;
 };

@@ -54,7 +54,7 @@ std::string default_text(const CallArgument& a, double value) {
 // FLUX.1-dev 28, FLUX.1-schnell 4"; a family and its variant at the same value under the family's
 // name), after the model folder's generation_defaults.json where it may set it.
 std::string described_default(const CallArgument& a) {
-    if (a.type == CallType::kBlocks || a.type == CallType::kAdapters) return "none";
+    if (a.type == CallType::kBlocks || a.type == CallType::kAdapters || a.type == CallType::kCache) return "none";
     std::string out;
     for (const strategies::ParallelSpec* spec : strategies::parallel_specs()) {
         const protocol::FamilyUse* base = nullptr;
@@ -117,13 +117,22 @@ JobOptionRow call_argument_row(const CallArgument& a) {
                     j.arguments.set(a, std::move(adapters));
                     break;
                 }
+                case CallType::kCache: {
+                    protocol::StepCache cache;
+                    const std::string why = protocol::parse_step_cache(text, cache, a.max);
+                    if (!why.empty())
+                        throw UsageError(source + " '" + launcher::utf8_for_display(text.substr(0, 200)) + "': " + why);
+                    j.arguments.set(a, cache);
+                    break;
+                }
             }
         },
         [&a](const J& j) -> std::string {
             const protocol::CallValue* v = j.arguments.find(a.name);
             if (!v) return "";
             if (const auto* blocks = std::get_if<std::vector<int>>(v)) return launcher::block_list_text(*blocks);
-            if (std::holds_alternative<protocol::Adapters>(*v)) return protocol::call_value_text(*v);
+            if (std::holds_alternative<protocol::Adapters>(*v) || std::holds_alternative<protocol::StepCache>(*v))
+                return protocol::call_value_text(*v);
             if (const auto* d = std::get_if<double>(v)) return launcher::number_text(*d);
             return std::to_string(std::get<int64_t>(*v));
         });

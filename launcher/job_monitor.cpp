@@ -98,6 +98,7 @@ void JobMonitor::on_status(int rank, std::string_view line) {
         (*r)["ms"] = static_cast<int64_t>(image->ms);
         (*r)["width"] = image->width;
         (*r)["height"] = image->height;
+        if (image->computed_steps >= 0) (*r)["computed_steps"] = image->computed_steps;
         // The precision the rank ran in (--dtype auto resolved on its device).
         if (const auto d = dtype_of_.find(rank); d != dtype_of_.end()) (*r)["dtype"] = d->second;
         ++done_;

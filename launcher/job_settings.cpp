@@ -49,6 +49,7 @@ std::string limit_problem(const strategies::ModelInfo& model, const FamilyArgume
         return {};
     }
     if (std::holds_alternative<protocol::Adapters>(value)) return {};  // checked against the model's weights
+    if (std::holds_alternative<protocol::StepCache>(value)) return {};  // its range is the row's
     const double v = std::holds_alternative<double>(value) ? std::get<double>(value)
                                                            : static_cast<double>(std::get<int64_t>(value));
     if (v <= a.max) return {};

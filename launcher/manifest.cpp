@@ -282,6 +282,8 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
         const protocol::FamilyArgument* a = family ? family->find(row.name) : nullptr;
         if (row.type == protocol::CallType::kBlocks || row.type == protocol::CallType::kAdapters) {
             keys.emplace_back(row.name, nlohmann::json::array());
+        } else if (row.type == protocol::CallType::kCache) {
+            keys.emplace_back(row.name, "none");
         } else if (off(row, earlier) && off(row, now)) {
             continue;  // without skipped blocks the skip-layer settings change nothing
         } else {

@@ -91,6 +91,16 @@ const std::vector<CallArgument>& call_arguments() {
             r.push_back(a);
         }
         {
+            CallArgument a{"cache", CallType::kCache, 0, 10, "--cache", "TYPE[:KEY=VALUE,...]",
+                           "A step cache, as diffusers' enable_cache names it: first_block_cache:threshold=T reuses "
+                           "the other blocks' last output while the first block's changes by less than T "
+                           "(relative); none: every step computed in full",
+                           {}};
+            a.families = {{"sd3"}, {"flux"}, {"flux-schnell"}, {"qwen-image"}};
+            a.unit = "a first-block threshold";
+            r.push_back(a);
+        }
+        {
             CallArgument a{"skip_guidance_layers", CallType::kBlocks, 0, kMaxBlockIndex,
                            "--skip-guidance-layers,--skip_guidance_layers", "BLOCKS",
                            "Skip-layer guidance: transformer blocks a third branch skips, a comma list such as 7,8,9 "
@@ -150,6 +160,9 @@ std::string CallArgument::expected(double family_max) const {
         case CallType::kAdapters:
             return "a LoRA file's path, {\"path\": PATH, \"scale\": X} with X a number from " + number_text(min) +
                    " to " + number_text(hi) + ", or a list of them ([] for none)";
+        case CallType::kCache:
+            return "first_block_cache:threshold=T with T a number from " + number_text(min) + " to " +
+                   number_text(hi) + ", {\"type\": \"first_block_cache\", \"threshold\": T}, or none";
     }
     return {};
 }
@@ -179,6 +192,8 @@ bool fits(const CallArgument& row, const CallValue& value) {
             return std::holds_alternative<std::vector<int>>(value);
         case CallType::kAdapters:
             return std::holds_alternative<Adapters>(value);
+        case CallType::kCache:
+            return std::holds_alternative<StepCache>(value);
     }
     return false;
 }
@@ -223,6 +238,14 @@ const Adapters& CallValues::adapters(std::string_view name) const {
     throw InternalError("the call argument '" + std::string(name) + "' is not a list of adapters");
 }
 
+const StepCache& CallValues::cache(std::string_view name) const {
+    static const StepCache none;
+    const CallValue* v = find(name);
+    if (!v) return none;
+    if (const StepCache* c = std::get_if<StepCache>(v)) return *c;
+    throw InternalError("the call argument '" + std::string(name) + "' is not a step cache");
+}
+
 void CallValues::set(const CallArgument& row, CallValue value) {
     if (row.universal)
         throw InternalError(std::string(row.name) + " is held in a request's own field, not its call values");
@@ -259,7 +282,46 @@ nlohmann::json call_value_json(const CallValue& value) {
         }
         return out;
     }
+    if (const StepCache* c = std::get_if<StepCache>(&value)) return c->text();
     return std::get<std::vector<int>>(value);
+}
+
+std::string StepCache::text() const {
+    return enabled() ? type + ":threshold=" + number_text(threshold) : "none";
+}
+
+std::string parse_step_cache(const std::string& text, StepCache& out, double max) {
+    out = StepCache{};
+    const std::string accepted = "expected first_block_cache:threshold=T with T a number from 0 to " +
+                                 number_text(max) + ", or none";
+    if (text == "none" || text.empty()) return {};
+    const std::size_t colon = text.find(':');
+    const std::string type = text.substr(0, colon);
+    if (type == "taylorseer_cache" || type == "mag_cache" || type == "faster_cache" ||
+        type == "pyramid_attention_broadcast")
+        return "'" + type + "' is not built yet; " + accepted;
+    if (type != "first_block_cache") return "unknown step cache '" + type.substr(0, 40) + "'; " + accepted;
+    out.type = type;
+    bool threshold = false;
+    std::string rest = colon == std::string::npos ? std::string() : text.substr(colon + 1);
+    while (!rest.empty()) {
+        const std::size_t comma = rest.find(',');
+        const std::string item = rest.substr(0, comma);
+        rest = comma == std::string::npos ? std::string() : rest.substr(comma + 1);
+        const std::size_t eq = item.find('=');
+        const std::string key = item.substr(0, eq);
+        if (key != "threshold" || eq == std::string::npos)
+            return "first_block_cache takes threshold=T (got '" + item.substr(0, 40) + "'); " + accepted;
+        const std::string value = item.substr(eq + 1);
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (value.empty() || !end || *end != '\0' || !std::isfinite(v) || v < 0 || v > max)
+            return "the threshold '" + value.substr(0, 40) + "' is not a number from 0 to " + number_text(max);
+        out.threshold = v;
+        threshold = true;
+    }
+    if (!threshold) out.threshold = 0.05;  // diffusers' FirstBlockCacheConfig default
+    return {};
 }
 
 std::string parse_adapter_text(const std::string& text, Adapter& out) {
@@ -288,6 +350,7 @@ std::string call_value_text(const CallValue& value) {
         for (const Adapter& a : *adapters) out += (out.empty() ? "" : " ") + a.path + ":" + number_text(a.scale);
         return out.empty() ? "none" : out;
     }
+    if (const StepCache* c = std::get_if<StepCache>(&value)) return c->text();
     std::string out;
     for (int b : std::get<std::vector<int>>(value)) out += (out.empty() ? "" : ",") + std::to_string(b);
     return out.empty() ? "none" : out;
@@ -362,6 +425,32 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
             out = std::move(adapters);
             return {};
         }
+        case CallType::kCache: {
+            // The flag's text, or {"type": ..., "threshold": T}.
+            StepCache c;
+            std::string text;
+            if (j.is_string()) {
+                text = j.get<std::string>();
+            } else if (j.is_object()) {
+                for (const auto& [key, v] : j.items()) {
+                    if (key == "type" && v.is_string()) {
+                        text = v.get<std::string>() + text;
+                    } else if (key == "threshold" && v.is_number()) {
+                        text += ":threshold=" + number_text(v.get<double>());
+                    } else {
+                        return expected + " (its '" + key.substr(0, 40) + "' is not valid)";
+                    }
+                }
+            } else if (j.is_null()) {
+                text = "none";
+            } else {
+                return expected;
+            }
+            const std::string why = parse_step_cache(text, c, hi);
+            if (!why.empty()) return why;
+            out = c;
+            return {};
+        }
     }
     return expected;
 }
@@ -381,6 +470,7 @@ FamilyArguments::FamilyArguments(const std::string& family) : family_(family) {
             if (row.type == CallType::kWhole) a.value = static_cast<int64_t>(use.value);
             if (row.type == CallType::kBlocks) a.value = std::vector<int>{};
             if (row.type == CallType::kAdapters) a.value = Adapters{};
+            if (row.type == CallType::kCache) a.value = StepCache{};
             all_.push_back(a);
         }
     if (all_.empty()) throw InternalError("no call argument names the model family '" + family + "'");
@@ -418,7 +508,8 @@ const FamilyArgument* FamilyArguments::guidance_scale() const {
 
 double FamilyArguments::default_number(std::string_view name) const {
     const FamilyArgument* a = find(name);
-    if (!a || a->row->type == CallType::kBlocks || a->row->type == CallType::kAdapters)
+    if (!a || a->row->type == CallType::kBlocks || a->row->type == CallType::kAdapters ||
+        a->row->type == CallType::kCache)
         throw InternalError("the family '" + family_ + "' has no numeric call argument '" + std::string(name) + "'");
     if (const double* d = std::get_if<double>(&a->value)) return *d;
     return static_cast<double>(std::get<int64_t>(a->value));

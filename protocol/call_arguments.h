@@ -27,6 +27,7 @@ enum class CallType {
     kWhole,   // a whole number
     kBlocks,  // a list of distinct transformer block indices
     kAdapters,  // a list of LoRA adapters (Adapter)
+    kCache,     // a step cache (StepCache)
 };
 
 // How a family's classifier-free guidance depends on an argument that is its scale.
@@ -92,8 +93,26 @@ using Adapters = std::vector<Adapter>;
 // reads as a number, else the whole text is the path and the scale is 1. An error text, or empty.
 std::string parse_adapter_text(const std::string& text, Adapter& out);
 
-// A value of a row: kNumber a double, kWhole an int64_t, kBlocks a list, kAdapters adapters.
-using CallValue = std::variant<double, int64_t, std::vector<int>, Adapters>;
+// Note [step cache setting]: a prompt's step cache, named as diffusers' enable_cache configs are:
+// "first_block_cache:threshold=T" (FirstBlockCacheConfig: after the first transformer block, the
+// relative change of its residual since the last step computed in full; below T the other blocks'
+// last residual is reused). "none" is no cache. The JSONL key also takes {"type": ..., KEY: VALUE}.
+struct StepCache {
+    std::string type;  // "first_block_cache"; empty: none
+    double threshold = 0;
+    bool enabled() const { return !type.empty(); }
+    // "first_block_cache:threshold=0.08", or "none".
+    std::string text() const;
+    bool operator==(const StepCache& o) const { return type == o.type && threshold == o.threshold; }
+    bool operator!=(const StepCache& o) const { return !(*this == o); }
+};
+// `text` as a step cache (`max`: the largest threshold taken): an error text saying what is
+// accepted, or empty.
+std::string parse_step_cache(const std::string& text, StepCache& out, double max);
+
+// A value of a row: kNumber a double, kWhole an int64_t, kBlocks a list, kAdapters adapters,
+// kCache a step cache.
+using CallValue = std::variant<double, int64_t, std::vector<int>, Adapters, StepCache>;
 
 // The family call arguments of a request or a setting: the non-universal rows it sets, each once,
 // in the table's order.
@@ -111,6 +130,8 @@ class CallValues {
     const std::vector<int>& blocks(std::string_view name) const;
     // The adapters of `name` (empty when it is not set).
     const Adapters& adapters(std::string_view name) const;
+    // The step cache of `name` (none when it is not set).
+    const StepCache& cache(std::string_view name) const;
     // Sets `row` (or the row named `name`) to `value`, of the row's type; throws InternalError otherwise.
     void set(const CallArgument& row, CallValue value);
     void set(std::string_view name, CallValue value);

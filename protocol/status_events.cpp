@@ -27,8 +27,10 @@ nlohmann::json fields(const StartEvent& e) {
     return j;
 }
 nlohmann::json fields(const ImageEvent& e) {
-    return {{"rank", e.rank}, {"index", e.index}, {"file", e.file},    {"sha256", e.sha256},
-            {"ms", e.ms},     {"width", e.width}, {"height", e.height}};
+    nlohmann::json j = {{"rank", e.rank}, {"index", e.index}, {"file", e.file},    {"sha256", e.sha256},
+                        {"ms", e.ms},     {"width", e.width}, {"height", e.height}};
+    if (e.computed_steps >= 0) j["computed_steps"] = e.computed_steps;
+    return j;
 }
 nlohmann::json fields(const FailedEvent& e) {
     return {{"rank", e.rank}, {"index", e.index}, {"error", cut(e.error)}};
@@ -74,6 +76,7 @@ void read(detail::Fields& f, ImageEvent& e) {
     e.ms = f.number("ms", 0, 1e18);
     e.width = static_cast<int>(f.integer("width", 0, INT_MAX));
     e.height = static_cast<int>(f.integer("height", 0, INT_MAX));
+    if (f.has("computed_steps")) e.computed_steps = f.integer("computed_steps", 0, INT64_MAX);
 }
 void read(detail::Fields& f, FailedEvent& e) {
     e.rank = read_rank(f);

@@ -53,6 +53,9 @@ struct ImageEvent {
     double ms = 0;  // generation time, per image of its batch
     int width = 0;
     int height = 0;
+    // With a step cache (Note [step cache setting]): the transformer passes computed in full, each
+    // guidance branch's counted; -1: no cache (the key is optional).
+    int64_t computed_steps = -1;
 };
 
 // The model could not make request `index` (a ModelError for that prompt); the rank goes on.

@@ -69,6 +69,8 @@ int main(int argc, char** argv) {
                         if (const auto* had = request.arguments.find(row.name))  // repeatable: adds one
                             value.insert(value.begin(), dp::protocol::call_value_json(*had).begin(),
                                          dp::protocol::call_value_json(*had).end());
+                    } else if (row.type == dp::protocol::CallType::kCache) {
+                        value = text;
                     } else {
                         value = nlohmann::json::parse(text);
                     }

@@ -378,6 +378,16 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
                 const GenerateResult& result = results[k];
                 for (const std::string& w : result.warnings)
                     std::cerr << "prompt " << r.index << ": " << w << std::endl;
+                if (env_flag("DP_CACHE_REPORT") && !result.cache_metrics.empty()) {
+                    // Note [first block cache]: each branch's relative change per pass, to choose a threshold by.
+                    std::string line = "prompt " + std::to_string(r.index) + ": first-block changes";
+                    for (std::size_t b = 0; b < result.cache_metrics.size(); ++b) {
+                        if (result.cache_metrics[b].empty()) continue;
+                        line += b == 0 ? " (negative branch)" : " (positive branch)";
+                        for (double m : result.cache_metrics[b]) line += " " + (m < 0 ? std::string("-") : std::to_string(m));
+                    }
+                    std::cerr << line << std::endl;
+                }
                 if (!result.error.empty()) {  // no valid image: a failed prompt, not a black PNG
                     ++failed;
                     std::cerr << "prompt " << r.index << ": " << result.error << std::endl;
@@ -391,7 +401,8 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
                 if (save_latents)
                     save_safetensors(job.output_dir + "/" + r.file + ".latents.safetensors",
                                      {{"latents", result.latents}}, {{"prompt", r.prompt}});
-                status.send(protocol::ImageEvent{rank, r.index, r.file, img.sha256, ms, width, height});
+                status.send(
+                    protocol::ImageEvent{rank, r.index, r.file, img.sha256, ms, width, height, result.computed_steps});
             }
         }
     }

@@ -32,6 +32,19 @@ at::Tensor SequenceShard::gather(const at::Tensor& block, int64_t dim) const {
     return x.narrow(dim, 0, tokens_);
 }
 
+int64_t SequenceShard::start() const { return split() ? groups_.block() * local_ : 0; }
+
+at::Tensor SequenceShard::sum_tokens(const at::Tensor& per_token) const {
+    at::Tensor x = per_token.to(at::kFloat);
+    if (split()) x = x * real_tokens(start(), local_, x.device()).to(at::kFloat).unsqueeze(0);
+    at::Tensor sums = x.sum(1).contiguous();
+    if (split()) {
+        if (groups_.ulysses) groups_.ulysses->all_reduce(sums);
+        if (groups_.ring) groups_.ring->all_reduce(sums);
+    }
+    return sums;
+}
+
 at::Tensor SequenceShard::real_tokens(int64_t start, int64_t count, const at::Device& device) const {
     return at::arange(start, start + count, at::TensorOptions().dtype(at::kLong).device(device)) < tokens_;
 }

@@ -35,6 +35,12 @@ class SequenceShard {
     // Whether each of the `count` positions from `start` (in the padded order) is a real token, as
     // a bool tensor on `device`.
     at::Tensor real_tokens(int64_t start, int64_t count, const at::Device& device) const;
+    // The first of this rank's positions, in the padded order.
+    int64_t start() const;
+    // The sums over the whole sequence of `per_token` [n, local()] (this rank's positions), the
+    // padding left out: [n] in fp32, all-reduced over the Ulysses and ring groups, so every rank of
+    // them gets the same values. Every rank of the groups calls it.
+    at::Tensor sum_tokens(const at::Tensor& per_token) const;
 
   private:
     SequenceGroups groups_;

@@ -1,11 +1,14 @@
 #include "runtime/pipeline/family_pipeline.h"
 
+#include "runtime/pipeline/step_cache.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 
 #include "runtime/io/errors.h"
+#include "runtime/parallel/communicator.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/guidance.h"
 #include "runtime/parallel/parallel_context.h"
@@ -127,6 +130,7 @@ CallValues FamilyPipeline::arguments_of(const GenerateRequest& request) const {
             continue;
         }
         if (std::holds_alternative<protocol::Adapters>(item.second)) continue;  // read when they are applied
+        if (std::holds_alternative<protocol::StepCache>(item.second)) continue;  // its range is the row's
         const double v = values.number(a.row->name);
         const auto shown = [&](double x) {  // as the row's type writes it
             return protocol::call_value_text(a.row->type == protocol::CallType::kWhole
@@ -238,6 +242,24 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     else
         scheduler.set_timesteps(r.steps, mu);
 
+    // Note [first block cache]: each branch's state (negative, positive), for this batch's steps.
+    const protocol::StepCache& cache = arguments.cache("cache");
+    FirstBlockState branch_state[2];
+    const int64_t n = static_cast<int64_t>(batch.size());
+    // The branches of rows [first, first + count) of the model's input, relative to `first`.
+    const auto cache_groups = [&](int64_t first, int64_t count) {
+        std::vector<FirstBlockCache::Group> groups;
+        if (guidance.split() || !guidance.enabled()) {
+            groups.push_back({&branch_state[guidance.runs_negative_only() ? 0 : 1], 0, count});
+            return groups;
+        }
+        for (int branch = 0; branch < 2; ++branch) {  // batched: the negatives' rows first
+            const int64_t lo = std::max(first, branch * n), hi = std::min(first + count, (branch + 1) * n);
+            if (lo < hi) groups.push_back({&branch_state[branch], lo - first, hi - lo});
+        }
+        return groups;
+    };
+
     std::shared_ptr<const void> transformer = hold_transformer();
     for (int i = 0; i < r.steps; ++i) {
         const at::Tensor model_in = guidance.model_input(latents);
@@ -245,7 +267,11 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
         // Note [step cache point]: the one place a step's prediction is made.
         const at::Tensor prediction =
             guidance.predict(model_in.size(0), options_.device.is_cpu(), [&](int64_t first, int64_t count) {
-                return predict(model_in.narrow(0, first, count), shape, text.rows(first, count), timestep, arguments);
+                std::optional<FirstBlockCache> step_cache;
+                if (cache.enabled())
+                    step_cache.emplace(cache.threshold, cache_groups(first, count), parallel_->tensor().group);
+                return predict(model_in.narrow(0, first, count), shape, text.rows(first, count), timestep, arguments,
+                               step_cache ? &*step_cache : nullptr);
             });
         at::Tensor guided_noise;
         if (guidance.enabled() && extra_at(i, r.steps, arguments)) {
@@ -263,11 +289,25 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
         if (r.on_step) r.on_step(i + 1, r.steps);
     }
     transformer.reset();  // with offload, freed before the decoder is built
+    int64_t computed = -1;
+    if (cache.enabled()) {  // each branch's passes computed in full, over the cfg group when split
+        at::Tensor both = at::tensor({branch_state[0].computed + branch_state[1].computed}, at::kLong);
+        if (guidance.split()) {
+            at::Tensor on_device = both.to(options_.device);
+            parallel_->cfg()->all_reduce(on_device);
+            both = on_device.cpu();
+        }
+        computed = both.item<int64_t>();
+    }
 
     at::Tensor image = shape.packed ? unpack_latents(latents, shape.height, shape.width) : latents;
     const DeviceMapping* dm = options_.device_map.get();
     if (dm && decoder()) image = dm->move(image, dm->slot_of("transformer"), dm->slot_of(decoder()));
     finish_results(results, decode(image), latents, r.steps);
+    for (GenerateResult& out : results) {
+        out.computed_steps = computed;
+        if (cache.enabled()) out.cache_metrics = {branch_state[0].metrics, branch_state[1].metrics};
+    }
     return results;
 }
 

@@ -80,6 +80,12 @@ struct GenerateResult {
     // Non-empty: this request made no valid image (its latents are not finite, say), and why. The
     // other requests of the batch are unaffected.
     std::string error;
+    // With a step cache: the transformer passes computed in full, each guidance branch's
+    // counted (Note [first block cache]); -1 without one.
+    int64_t computed_steps = -1;
+    // With a step cache, per guidance branch (negative, positive; empty for one this rank does not
+    // run): each pass's relative change of the first block's residual (-1: the branch's first).
+    std::vector<std::vector<double>> cache_metrics;
 };
 
 class DiffusionPipeline {

@@ -123,7 +123,7 @@ TEST_CASE("a flag or key of another family is refused, naming the family and wha
     const std::vector<std::string> bad = job_setting_problems(qwen, qwen_rules);
     REQUIRE(bad.size() == 3);
     CHECK(bad[0] == "--guidance-scale: Qwen-Image does not take guidance_scale (its pipeline takes true_cfg_scale, "
-                    "max_sequence_length, lora; its guidance scale is true_cfg_scale)");
+                    "max_sequence_length, lora, cache; its guidance scale is true_cfg_scale)");
     CHECK(has(bad[1], "--skip-guidance-layers: Qwen-Image does not take skip_guidance_layers"));
     CHECK(bad[2] == "--no-t5: Qwen-Image has no T5 text encoder to leave out");
 
@@ -399,4 +399,38 @@ TEST_CASE("dp-launch arguments shows the job's own settings as the defaults a li
     CHECK(has(text, "FLUX.1-schnell"));
     CHECK(has(text, "accepted and ignored by FLUX.1-schnell"));  // guidance_scale, as diffusers does
     CHECK(has(text, "num_inference_steps (or steps)"));
+}
+
+TEST_CASE("a step cache is read as diffusers' configs name it, from the flag's text or a JSONL object") {
+    const dp::protocol::CallArgument& row = *dp::protocol::find_call_argument("cache");
+    const auto read = [&](const nlohmann::json& j, dp::protocol::StepCache& out) {
+        dp::protocol::CallValue v;
+        const std::string why = dp::protocol::read_call_value(row, j, v);
+        if (why.empty()) out = std::get<dp::protocol::StepCache>(v);
+        return why;
+    };
+    dp::protocol::StepCache c;
+    CHECK(read("first_block_cache:threshold=0.08", c).empty());
+    CHECK(c.type == "first_block_cache");
+    CHECK(c.threshold == 0.08);
+    CHECK(c.text() == "first_block_cache:threshold=0.08");
+    CHECK(dp::protocol::call_value_json(dp::protocol::CallValue(c)) == "first_block_cache:threshold=0.08");
+    CHECK(read(nlohmann::json{{"type", "first_block_cache"}, {"threshold", 0.2}}, c).empty());
+    CHECK(c.threshold == 0.2);
+    CHECK(read("first_block_cache", c).empty());
+    CHECK(c.threshold == 0.05);  // FirstBlockCacheConfig's default
+    CHECK(read("none", c).empty());
+    CHECK_FALSE(c.enabled());
+    CHECK(c.text() == "none");
+    CHECK(read(nullptr, c).empty());
+    CHECK_FALSE(c.enabled());
+    // What is wrong is said, with what is accepted.
+    CHECK(read("taylorseer_cache:cache_interval=5", c).find("not built yet") != std::string::npos);
+    CHECK(read("teacache", c).find("unknown step cache 'teacache'") != std::string::npos);
+    CHECK(read("first_block_cache:threshold=-1", c).find("not a number from 0 to 10") != std::string::npos);
+    CHECK(read("first_block_cache:threshold=nan", c).find("not a number") != std::string::npos);
+    CHECK(read("first_block_cache:threshold=", c).find("not a number") != std::string::npos);
+    CHECK(read("first_block_cache:interval=3", c).find("takes threshold=T") != std::string::npos);
+    CHECK(read(nlohmann::json{{"type", "first_block_cache"}, {"speed", 2}}, c).find("'speed'") != std::string::npos);
+    CHECK(read(3, c).find("expected first_block_cache") != std::string::npos);
 }

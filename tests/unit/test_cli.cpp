@@ -165,6 +165,7 @@ std::vector<std::string> candidates(const OptionDef& def) {
     if (def.key == "local_ranks_filter") return {"0", "1", "0,1"};
     if (def.key == "tee" || def.key == "redirects") return {"0", "3", "0:1,1:2"};
     if (def.key == "skip_guidance_layers") return {"1", "0,2", "3"};
+    if (def.key == "cache") return {"first_block_cache:threshold=0.1", "none", "first_block_cache"};
     if (def.key == "revision") return {"v1", "v2", "v3"};  // branches of the fake cache's org/tiny
     if (def.key == "model") {
         std::vector<std::string> out;

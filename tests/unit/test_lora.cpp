@@ -23,6 +23,7 @@
 #include "runtime/prompt_queue.h"
 #include "strategies/mesh.h"
 #include "strategies/model_config.h"
+#include "unit/golden_request.h"
 #include "unit/ranks_as_threads.h"
 
 using namespace dp::runtime;
@@ -38,17 +39,7 @@ std::string folder_of(const nlohmann::json& c) {
 }
 
 GenerateRequest request_of(const nlohmann::json& c) {
-    GenerateRequest r;
-    r.prompt = c.at("prompt").get<std::string>();
-    if (c.contains("negative_prompt")) r.negative_prompt = c.at("negative_prompt").get<std::string>();
-    r.seed = c.at("seed").get<uint64_t>();
-    r.steps = c.at("steps").get<int>();
-    r.width = c.at("width").get<int>();
-    r.height = c.at("height").get<int>();
-    for (const char* key : {"guidance_scale", "true_cfg_scale"})
-        if (c.contains(key)) r.arguments.set(key, c.at(key).get<double>());
-    if (c.contains("max_sequence_length"))
-        r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
+    GenerateRequest r = dp::test::golden_request(c);
     dp::protocol::Adapters adapters;
     for (const auto& a : c.at("adapters"))
         adapters.push_back({golden_path("lora/" + a.at("file").get<std::string>()), a.at("scale").get<double>(), ""});

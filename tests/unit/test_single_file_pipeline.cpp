@@ -21,6 +21,7 @@
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline.h"
 #include "strategies/mesh.h"
+#include "unit/golden_request.h"
 #include "unit/ranks_as_threads.h"
 
 using namespace dp::runtime;
@@ -215,20 +216,6 @@ namespace {
 
 // A case of sd3_single_file_pipeline / qwen_single_file_pipeline (scripts/golden/golden_sd3_single_file.py):
 // its call, its folder, and the components its file gives.
-GenerateRequest guided_request_of(const nlohmann::json& c) {
-    GenerateRequest r;
-    r.prompt = c.at("prompt").get<std::string>();
-    r.negative_prompt = c.at("negative_prompt").get<std::string>();
-    r.seed = c.at("seed").get<uint64_t>();
-    r.steps = c.at("steps").get<int>();
-    r.width = c.at("width").get<int>();
-    r.height = c.at("height").get<int>();
-    for (const char* scale : {"guidance_scale", "true_cfg_scale"})
-        if (c.contains(scale)) r.arguments.set(scale, c.at(scale).get<double>());
-    r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
-    return r;
-}
-
 PipelineOptions file_options(const nlohmann::json& c, const std::vector<std::string>& components) {
     PipelineOptions o;
     o.model_dir = root_path(c.at("folder").get<std::string>());
@@ -257,7 +244,7 @@ TEST_CASE("SD3.5 in Stability AI's layout, the transformer alone and the whole p
     const nlohmann::json all = nlohmann::json::parse(file->metadata().at("cases"));
     const nlohmann::json& alone = all.at("stability");
     check_against(load_pipeline(file_options(alone, {"transformer"}), ParallelContext::single())
-                      ->generate(guided_request_of(alone)),
+                      ->generate(dp::test::golden_request(alone)),
                   file, "stability", "folder");
     // Every component from the one file: CLIP-L's projection the identity, as diffusers makes it.
     const nlohmann::json& whole = all.at("stability_all");
@@ -265,13 +252,13 @@ TEST_CASE("SD3.5 in Stability AI's layout, the transformer alone and the whole p
         root_path(whole.at("file").get<std::string>()), dp::strategies::sd3_parallel_spec());
     CHECK(components.size() == 5);
     check_against(load_pipeline(file_options(whole, components), ParallelContext::single())
-                      ->generate(guided_request_of(whole)),
+                      ->generate(dp::test::golden_request(whole)),
                   file, "stability_all", "folder");
 }
 
 TEST_CASE("a Qwen-Image transformer from one file (ComfyUI's split files) gives diffusers' from_single_file image with true CFG") {
     const auto file = SafetensorsFile::open(golden_path("qwen_single_file_pipeline.safetensors"));
     const nlohmann::json c = nlohmann::json::parse(file->metadata().at("cases")).at("qwen_bf16");
-    check_against(load_pipeline(file_options(c, {"transformer"}), ParallelContext::single())->generate(guided_request_of(c)),
+    check_against(load_pipeline(file_options(c, {"transformer"}), ParallelContext::single())->generate(dp::test::golden_request(c)),
                   file, "qwen_bf16", "qwen_folder");
 }

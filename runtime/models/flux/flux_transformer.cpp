@@ -1,5 +1,7 @@
 #include "runtime/models/flux/flux_transformer.h"
 
+#include "runtime/pipeline/step_cache.h"
+
 #include <ATen/ATen.h>
 
 #include <set>
@@ -249,7 +251,8 @@ at::Tensor FluxTransformer::single_blocks(const at::Tensor& x, const at::Tensor&
 
 at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                     const at::Tensor& pooled, const at::Tensor& timestep,
-                                    const at::Tensor& guidance, int64_t grid_h, int64_t grid_w) const {
+                                    const at::Tensor& guidance, int64_t grid_h, int64_t grid_w,
+                                    FirstBlockCache* cache) const {
     const FluxTransformerConfig& c = config_;
     if (grid_h < 1 || grid_w < 1 || !latents.defined() || latents.dim() != 3 ||
         latents.size(1) != grid_h * grid_w || latents.size(2) != c.in_channels)
@@ -300,12 +303,27 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
     step.image = &image;
     step.text = &words;
     step.rotate_image = [&](const at::Tensor& q) { return apply_flux_rope(q, cos, sin); };
-    for (std::size_t i = 0; i < double_blocks_.size(); ++i) {
-        placement.enter(i, {&x, &ctx, &temb_act, &cos, &sin});
-        step.last = i + 1 == blocks;  // the text's output then feeds nothing
-        double_blocks_[i].forward(x, ctx, temb_act, step);
+    const auto run_blocks = [&](std::size_t from) {
+        for (std::size_t i = from; i < double_blocks_.size(); ++i) {
+            placement.enter(i, {&x, &ctx, &temb_act, &cos, &sin});
+            step.last = i + 1 == blocks;  // the text's output then feeds nothing
+            double_blocks_[i].forward(x, ctx, temb_act, step);
+        }
+        return single_blocks(x, ctx, temb_act, cos, sin, image, words, placement);
+    };
+    if (cache && !double_blocks_.empty()) {
+        // Note [first block cache]: the first double block, then the others or their last residual.
+        placement.enter(0, {&x, &ctx, &temb_act, &cos, &sin});
+        step.last = blocks == 1;
+        const at::Tensor before = x;
+        double_blocks_[0].forward(x, ctx, temb_act, step);
+        x = cache->run(before, x, image, [&](const at::Tensor& first) {
+            x = first;
+            return run_blocks(1);
+        });
+    } else {
+        x = run_blocks(0);
     }
-    x = single_blocks(x, ctx, temb_act, cos, sin, image, words, placement);
 
     placement.leave({&x, &temb_act});
     const std::vector<at::Tensor> sc = norm_out_(temb_act).chunk(2, 1);  // scale, shift

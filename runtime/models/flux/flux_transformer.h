@@ -31,6 +31,8 @@
 
 namespace dp::runtime {
 
+class FirstBlockCache;  // runtime/pipeline/step_cache.h
+
 struct DeviceMapping;
 class BlockPlacement;
 class SequenceShard;
@@ -93,7 +95,7 @@ class FluxTransformer {
     // not fit the config.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
                        const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h,
-                       int64_t grid_w) const;
+                       int64_t grid_w, FirstBlockCache* cache = nullptr) const;
 
     const FluxTransformerConfig& config() const { return config_; }
 

@@ -1,5 +1,7 @@
 #include "runtime/models/qwen_image/qwen_image_transformer.h"
 
+#include "runtime/pipeline/step_cache.h"
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -160,7 +162,7 @@ QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& con
 
 at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                          const at::Tensor& text_mask, const at::Tensor& timestep,
-                                         int64_t grid_h, int64_t grid_w) const {
+                                         int64_t grid_h, int64_t grid_w, FirstBlockCache* cache) const {
     const QwenImageTransformerConfig& c = config_;
     if (grid_h < 1 || grid_w < 1 || latents.dim() != 3 || latents.size(1) != grid_h * grid_w ||
         latents.size(2) != c.in_channels)
@@ -212,11 +214,22 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
     step.rotate_image = [&](const at::Tensor& q) { return apply_qwen_rope(q, image_rot); };
     step.rotate_text = [&](const at::Tensor& q) { return apply_qwen_rope(q, text_rot); };
     BlockPlacement placement(mapping_.get());
-    for (std::size_t block = 0; block < blocks_.size(); ++block) {
+    const auto run_block = [&](std::size_t block) {
         placement.enter(block, {&x, &ctx, &temb_act, &text_bias, &image_rot, &text_rot});
         step.text_bias = text_bias;
         step.last = block + 1 == blocks_.size();  // its text output feeds nothing
         blocks_[block].forward(x, ctx, temb_act, step);
+    };
+    if (cache && !blocks_.empty()) {  // Note [first block cache]
+        const at::Tensor before = x;
+        run_block(0);
+        x = cache->run(before, x, image, [&](const at::Tensor& first) {
+            x = first;
+            for (std::size_t block = 1; block < blocks_.size(); ++block) run_block(block);
+            return x;
+        });
+    } else {
+        for (std::size_t block = 0; block < blocks_.size(); ++block) run_block(block);
     }
 
     placement.leave({&x, &temb_act});

@@ -32,6 +32,8 @@
 
 namespace dp::runtime {
 
+class FirstBlockCache;  // runtime/pipeline/step_cache.h
+
 struct DeviceMapping;
 
 // diffusers' config.json of QwenImageTransformer2DModel. The shape the strategies also read (heads,
@@ -77,7 +79,8 @@ class QwenImageTransformer {
     // stream]); every rank of the groups calls forward with the same inputs and gets the same
     // output. Throws ModelError for shapes that do not fit the config.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& text_mask,
-                       const at::Tensor& timestep, int64_t grid_h, int64_t grid_w) const;
+                       const at::Tensor& timestep, int64_t grid_h, int64_t grid_w,
+                       FirstBlockCache* cache = nullptr) const;
 
     const QwenImageTransformerConfig& config() const { return config_; }
 

@@ -234,9 +234,9 @@ at::Tensor timesteps(double timestep, const at::Tensor& latents) {
 }  // namespace
 
 at::Tensor Sd3Pipeline::predict(const at::Tensor& latents, const LatentShape&, const Conditioning& text,
-                                double timestep, const protocol::CallValues&) const {
+                                double timestep, const protocol::CallValues&, FirstBlockCache* cache) const {
     return c_->transformer.use()->forward(latents, text.text, text.pooled, timesteps(timestep, latents),
-                                          text.tail_repeats);
+                                          text.tail_repeats, {}, cache);
 }
 
 bool Sd3Pipeline::extra_at(int step, int steps, const protocol::CallValues& arguments) const {

@@ -1,5 +1,7 @@
 #include "runtime/models/sd3/sd3_transformer.h"
 
+#include "runtime/pipeline/step_cache.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -164,7 +166,8 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
 
 at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                    const at::Tensor& pooled, const at::Tensor& timestep,
-                                   int64_t tail_repeats, const std::vector<int>& skip_layers) const {
+                                   int64_t tail_repeats, const std::vector<int>& skip_layers,
+                                   FirstBlockCache* cache) const {
     // With tensor parallelism this rank holds its share of the attention heads.
     const int64_t p = config_.patch_size, heads = parallel_->tensor().share(config_.num_attention_heads);
     const int64_t batch = latents.size(0), height = latents.size(2), width = latents.size(3);
@@ -237,11 +240,26 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
     }
 
     BlockPlacement placement(mapping_.get());
-    for (std::size_t block = 0; block < blocks_.size(); ++block) {
-        if (skipped[block]) continue;  // as diffusers: neither stream changes
-        placement.enter(block, {&x, &ctx, &temb_act});
-        step.last = block + 1 == blocks_.size();
-        blocks_[block].forward(x, ctx, temb_act, step);
+    const auto run_blocks = [&](std::size_t from) {
+        for (std::size_t block = from; block < blocks_.size(); ++block) {
+            if (skipped[block]) continue;  // as diffusers: neither stream changes
+            placement.enter(block, {&x, &ctx, &temb_act});
+            step.last = block + 1 == blocks_.size();
+            blocks_[block].forward(x, ctx, temb_act, step);
+        }
+    };
+    if (cache && !blocks_.empty() && !skipped[0]) {  // Note [first block cache]
+        const at::Tensor before = x;
+        placement.enter(0, {&x, &ctx, &temb_act});
+        step.last = blocks_.size() == 1;
+        blocks_[0].forward(x, ctx, temb_act, step);
+        x = cache->run(before, x, image, [&](const at::Tensor& first) {
+            x = first;
+            run_blocks(1);
+            return x;
+        });
+    } else {
+        run_blocks(0);
     }
 
     placement.leave({&x, &temb_act});

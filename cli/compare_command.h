@@ -1,0 +1,49 @@
+#pragma once
+// Note [compare]: `dp-launch compare RUN_A RUN_B` says what a setting costs in pixels (a step
+// cache, a lower precision, another strategy): it pairs the images of two output folders by prompt
+// index (each folder's manifest.jsonl; a prompt's later record wins, records without an image are
+// left out), and for each pair prints its PSNR and SSIM, then their mean and worst. It writes a page
+// of the pairs side by side (--gallery FILE; default RUN_B/compare.html). --min-psnr and
+// --min-ssim make it a CI budget: exit 1 when a pair falls below either (a pair of different
+// sizes is below any budget).
+//
+// - PSNR: 10 log10(255^2 / MSE) over every channel of every pixel, in dB; identical images +inf.
+// - SSIM: Wang et al.'s, as scikit-image's structural_similarity(data_range=255, channel_axis=-1,
+//   gaussian_weights=True, sigma=1.5, use_sample_covariance=False) computes it: means, variances and
+//   the covariance under an 11-tap Gaussian (sigma 1.5, mirrored edges), K1 0.01, K2 0.03, the
+//   SSIM map averaged away from a 5-pixel border, then over the channels. Images smaller than 7
+//   pixels a side have none.
+// Exit codes: 0, 1 (a pair below a budget), 2 (usage: a folder without a manifest, no prompt in
+// both), 65 (a PNG that cannot be read). No LibTorch: libpng reads the images.
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace dp::cli {
+
+struct CompareOptions {
+    std::string a, b;  // output folders
+    std::optional<double> min_psnr, min_ssim;
+    std::string gallery;  // empty: RUN_B/compare.html
+    bool json = false;    // one JSON object per pair, then the summary's
+};
+
+struct RgbImage {
+    int width = 0, height = 0;
+    std::vector<uint8_t> rgb;  // row after row, 3 bytes a pixel
+};
+
+// The PNG at `path` as 8-bit RGB. Throws InputDataError naming it when it cannot be read.
+RgbImage read_rgb_png(const std::string& path);
+// The two images' PSNR in dB (+inf when equal) and SSIM (as above); they must be the same size.
+double psnr(const RgbImage& a, const RgbImage& b);
+double ssim(const RgbImage& a, const RgbImage& b);
+
+// Runs the comparison, printing to `out`; returns the exit code. Throws UsageError and
+// InputDataError (the codes above).
+int run_compare(const CompareOptions& options, std::ostream& out);
+
+}  // namespace dp::cli

@@ -1,0 +1,137 @@
+"""The first-block step cache, side by side in one run, on the medium random FLUX.1-dev of
+flux_vs_diffusers.py (4 double and 8 single blocks of 8 heads x 64, T5 of 4 layers): two prompts,
+28 steps at 512x512, fp32 on this machine's CPU.
+
+1. The threshold: a run of dp-launch with first_block_cache:threshold=0 (every pass computed, so
+   the uncached images) reports each pass's relative change of the first block's residual
+   (DP_CACHE_REPORT); the threshold is their median, so that about half the passes are skipped.
+2. RUNS rounds, alternating (so that drift of the machine hits every side alike): dp-launch without
+   the cache, dp-launch with it, and a diffusers script with transformer.enable_cache(
+   FirstBlockCacheConfig(threshold)); each side is a whole process (load, encode, 28 steps, decode).
+3. The passes computed (the manifest's computed_steps, and diffusers' own count from its hooks'
+   state), and dp-launch compare's PSNR and SSIM of the cached images against the uncached ones.
+
+Prints each side's median wall time and the ratios the issue sets goals for: cached / uncached
+(goal 0.7 at most) and dp-launch cached / diffusers cached (goal 0.9 at most).
+
+    step_cache.py DP_LAUNCH [--runs N]
+"""
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flux_vs_diffusers import build_medium  # noqa: E402
+
+STEPS, SIZE, TOKENS, GUIDANCE = 28, 512, 128, 3.5
+PROMPTS = [("an old lighthouse on a rocky coast at dusk, waves and gulls", 0),
+           ("a bowl of ramen on a wooden table, steam rising", 1)]
+
+DIFFUSERS_RUN = r"""
+import json, sys, time
+import torch
+from diffusers import FluxPipeline
+from diffusers.hooks import FirstBlockCacheConfig
+folder, threshold, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+prompts = json.loads(sys.argv[4])
+pipe = FluxPipeline.from_pretrained(folder, torch_dtype=torch.float32)
+pipe.set_progress_bar_config(disable=True)
+pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=threshold))
+computed = 0
+tail = pipe.transformer.single_transformer_blocks[-1]
+original = tail.forward
+def counted(*args, **kwargs):
+    global computed
+    computed += 1
+    return original(*args, **kwargs)
+tail.forward = counted
+for k, (prompt, seed) in enumerate(prompts):
+    with torch.no_grad():
+        image = pipe(prompt=prompt, guidance_scale=%(guidance)s, num_inference_steps=%(steps)d, width=%(size)d,
+                     height=%(size)d, max_sequence_length=%(tokens)d,
+                     generator=torch.Generator("cpu").manual_seed(seed)).images[0]
+    image.save(f"{out}/{k:05d}.png")
+print(json.dumps({"computed": computed}))
+""" % dict(guidance=GUIDANCE, steps=STEPS, size=SIZE, tokens=TOKENS)
+
+
+def write_prompts(path):
+    with open(path, "w") as f:
+        for prompt, seed in PROMPTS:
+            f.write(json.dumps({"prompt": prompt, "seed": seed, "guidance_scale": GUIDANCE, "width": SIZE,
+                                "height": SIZE, "num_inference_steps": STEPS, "max_sequence_length": TOKENS}) + "\n")
+
+
+def run(args, env=None):
+    start = time.perf_counter()
+    proc = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(args[:4])} ... failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return wall, proc
+
+
+def manifest_computed(folder):
+    with open(os.path.join(folder, "manifest.jsonl")) as f:
+        return sum(json.loads(line).get("computed_steps", 0) for line in f if line.strip())
+
+
+def main():
+    dp_launch = sys.argv[1]
+    runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 3
+    tmp = tempfile.mkdtemp(prefix="dp-bench-cache-")
+    try:
+        folder = os.path.join(tmp, "medium")
+        params = build_medium(folder, "dev")
+        prompts = os.path.join(tmp, "prompts.jsonl")
+        write_prompts(prompts)
+        launch = [dp_launch, "--model", folder, "-q", "--overwrite", prompts]
+        # 1. The threshold.
+        _, proc = run(launch[:1] + ["--cache", "first_block_cache:threshold=0", "-o", os.path.join(tmp, "calibrate")]
+                      + launch[1:], {"DP_CACHE_REPORT": "1"})
+        changes = [float(x) for line in proc.stderr.splitlines() if "first-block changes" in line
+                   for x in re.findall(r" (\d+\.\d+)", line)]
+        threshold = round(statistics.median(changes), 4)
+        print(f"machine: {os.cpu_count()} CPUs, fp32; medium FLUX.1-dev ({params / 1e6:.1f} M transformer "
+              f"parameters), {len(PROMPTS)} prompts, {STEPS} steps, {SIZE}x{SIZE}; threshold {threshold} (the median "
+              f"of {len(changes)} first-block changes, {min(changes):.3f} to {max(changes):.3f})")
+        # 2. The rounds.
+        walls = {"dp-launch": [], "dp-launch cached": [], "diffusers cached": []}
+        diffusers_computed = None
+        for r in range(runs):
+            out = {k: os.path.join(tmp, f"{k.replace(' ', '_')}") for k in walls}
+            os.makedirs(out["diffusers cached"], exist_ok=True)
+            walls["dp-launch"].append(run(launch[:1] + ["-o", out["dp-launch"]] + launch[1:])[0])
+            walls["dp-launch cached"].append(run(launch[:1] + ["--cache", f"first_block_cache:threshold={threshold}",
+                                                               "-o", out["dp-launch cached"]] + launch[1:])[0])
+            wall, proc = run([sys.executable, "-c", DIFFUSERS_RUN, folder, str(threshold), out["diffusers cached"],
+                              json.dumps(PROMPTS)])
+            walls["diffusers cached"].append(wall)
+            diffusers_computed = json.loads(proc.stdout.strip().splitlines()[-1])["computed"]
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in walls.items()), flush=True)
+        med = {k: statistics.median(v) for k, v in walls.items()}
+        computed = manifest_computed(out["dp-launch cached"])
+        total = STEPS * len(PROMPTS)
+        print(f"\n{'side':<20}{'median wall':>14}{'passes computed':>18}")
+        for k in walls:
+            passes = {"dp-launch": total, "dp-launch cached": computed, "diffusers cached": diffusers_computed}[k]
+            print(f"{k:<20}{med[k]:>12.1f} s{passes:>12} of {total}")
+        print(f"dp-launch cached / dp-launch uncached: {med['dp-launch cached'] / med['dp-launch']:.2f}x (goal <= 0.70)")
+        print(f"dp-launch cached / diffusers cached:   {med['dp-launch cached'] / med['diffusers cached']:.2f}x "
+              "(goal <= 0.90)")
+        # 3. What the cache costs.
+        _, proc = run([dp_launch, "compare", out["dp-launch"], out["dp-launch cached"], "--gallery",
+                       os.path.join(tmp, "pairs.html")])
+        print("dp-launch compare uncached cached:\n" + proc.stdout.strip())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+// The step cache through real dp-launch and dp-worker processes: --cache and a prompt line's
+// "cache" give diffusers' cached FLUX.1-dev image (scripts/golden/golden_step_cache.py) over two
+// data-parallel ranks and under --ulysses 2, and each record holds the cache and the passes
+// computed in full; --resume sees another cache as other pixels; dp-launch compare measures what
+// the cache costs and fails a budget the pair falls below; a cache that does not exist is a usage
+// error before anything starts.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "integration/job_outputs.h"
+#include "integration/launch_harness.h"
+
+using namespace dp::test;
+
+namespace {
+
+std::string golden_file() { return std::string(DP_GOLDEN_DIR) + "/step_cache_pipeline.safetensors"; }
+
+// `copies` lines of the golden FLUX call; `cache`: each line's own "cache", when given.
+std::string prompt_file(const std::string& path, int copies, const nlohmann::json& cache = nullptr) {
+    const nlohmann::json c = nlohmann::json::parse(read_safetensors_metadata(golden_file(), "cases")).at("flux_cached");
+    nlohmann::json line = {{"prompt", c.at("prompt")},     {"seed", c.at("seed")},
+                           {"guidance_scale", c.at("guidance_scale")}, {"width", c.at("width")},
+                           {"height", c.at("height")},     {"num_inference_steps", c.at("steps")},
+                           {"max_sequence_length", c.at("max_sequence_length")}};
+    if (!cache.is_null()) line["cache"] = cache;
+    std::ofstream out(path, std::ios::binary);
+    for (int i = 0; i < copies; ++i) out << line.dump() << "\n";
+    return path;
+}
+
+}  // namespace
+
+TEST_CASE("step cache: diffusers' cached image over ranks, recorded with the passes computed; compare fails a budget") {
+    const std::string dir = make_temp_dir();
+    const std::string model = std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev";
+    const std::string plain = prompt_file(dir + "/p.jsonl", 2);
+    const std::string keyed = prompt_file(dir + "/k.jsonl", 2, {{"type", "first_block_cache"}, {"threshold", 0.49}});
+    struct Run {
+        std::vector<std::string> args;
+        std::string out;
+    };
+    const std::vector<Run> runs = {
+        {{"-n", "2", "--cache", "first_block_cache:threshold=0.49", plain}, dir + "/flag"},
+        {{"-n", "2", "--ulysses", "2", keyed}, dir + "/key"},
+    };
+    for (const Run& run : runs) {
+        CAPTURE(run.out);
+        std::vector<std::string> args = {"--model", model, "-o", run.out, "-q"};
+        args.insert(args.end(), run.args.begin(), run.args.end());
+        LaunchResult r = run_launch(args, {{"DP_SAVE_LATENTS", "1"}}, 240);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        const auto records = read_manifest(run.out);
+        REQUIRE(records.size() == 2);
+        for (const auto& record : records) {
+            CHECK(record.at("cache") == "first_block_cache:threshold=0.49");
+            CHECK(record.at("computed_steps") == 4);  // diffusers' decisions: 4 of 8
+            const std::string file = run.out + "/" + record.at("file").get<std::string>();
+            CHECK(max_difference(read_latents(file + ".latents.safetensors"), golden_f32(golden_file(), "flux_cached.latents")) <=
+                  1e-4f);
+        }
+    }
+    // Without the cache: no count in the records; --resume of the cached folder without it is refused.
+    LaunchResult full = run_launch({"--model", model, "-o", dir + "/full", "-q", plain}, {}, 120);
+    REQUIRE_MESSAGE(full.exit_code == 0, full.err);
+    CHECK_FALSE(read_manifest(dir + "/full")[0].contains("computed_steps"));
+    LaunchResult resume = run_launch({"--model", model, "-o", dir + "/flag", "--resume", "-q", plain}, {}, 120);
+    CHECK(resume.exit_code == 2);
+    CHECK_MESSAGE(resume.err.find("cache") != std::string::npos, resume.err);
+    // compare: the cache's cost in PSNR and SSIM; a budget it misses makes it exit 1.
+    LaunchResult within = run_launch({"compare", dir + "/full", dir + "/flag", "--min-psnr", "30"}, {}, 60);
+    CHECK_MESSAGE(within.exit_code == 0, within.out << within.err);
+    CHECK(within.out.find("2 pairs") != std::string::npos);
+    CHECK(file_exists(dir + "/flag/compare.html"));
+    LaunchResult beyond = run_launch({"compare", dir + "/full", dir + "/flag", "--min-psnr", "90"}, {}, 60);
+    CHECK(beyond.exit_code == 1);
+    CHECK(beyond.out.find("below the budget") != std::string::npos);
+    // A cache that does not exist, or is not built: refused before anything starts.
+    for (const char* bad : {"teacache", "taylorseer_cache:cache_interval=4", "first_block_cache:threshold=-1"}) {
+        LaunchResult r = run_launch({"--model", model, "--cache", bad, "-o", dir + "/none", "-q", plain}, {}, 60);
+        CHECK(r.exit_code == 2);
+        CHECK_MESSAGE(r.err.find("--cache") != std::string::npos, r.err);
+        CHECK_FALSE(file_exists(dir + "/none"));
+    }
+    remove_dir(dir);
+}

@@ -1,0 +1,121 @@
+// dp-launch compare (cli/compare_command.h, Note [compare]): PSNR and SSIM as scikit-image computes
+// them (scripts/golden/golden_compare.py), pairs by prompt index, the CI budget's exit codes, the
+// page of pairs, and what is refused.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/command_line.h"
+#include "cli/compare_command.h"
+#include "launcher/errors.h"
+
+using namespace dp::cli;
+
+namespace {
+
+std::string golden(const std::string& name) { return std::string(DP_GOLDEN_DIR) + "/compare/" + name; }
+
+const char* no_env(const char*) { return nullptr; }
+
+std::string scratch() {
+    const std::string dir = "/tmp/dp_compare_" + std::to_string(getpid());
+    std::filesystem::create_directories(dir);
+    return dir;
+}
+
+}  // namespace
+
+TEST_CASE("compare's PSNR and SSIM are scikit-image's") {
+    std::ifstream in(golden("expected.json"));
+    const nlohmann::json expected = nlohmann::json::parse(in);
+    int checked = 0;
+    for (const auto& [index, e] : expected.items()) {
+        CAPTURE(index);
+        const std::string name = std::string(5 - index.size(), '0') + index + ".png";
+        const RgbImage a = read_rgb_png(golden("run_a/" + name)), b = read_rgb_png(golden("run_b/" + name));
+        if (e.at("psnr").is_string()) {
+            CHECK(std::isinf(psnr(a, b)));
+        } else {
+            CHECK(psnr(a, b) == doctest::Approx(e.at("psnr").get<double>()).epsilon(1e-9));
+        }
+        CHECK(ssim(a, b) == doctest::Approx(e.at("ssim").get<double>()).epsilon(1e-9));
+        ++checked;
+    }
+    CHECK(checked == 3);
+}
+
+TEST_CASE("compare pairs by prompt index, and fails a budget a pair falls below") {
+    const std::string dir = scratch();
+    CompareOptions o;
+    o.a = golden("run_a");
+    o.b = golden("run_b");
+    o.gallery = dir + "/pairs.html";
+    std::ostringstream out;
+    CHECK(run_compare(o, out) == 0);  // no budget
+    CHECK(out.str().find("#0  PSNR 26.69 dB  SSIM 0.8154") != std::string::npos);
+    CHECK(out.str().find("#2  PSNR inf dB  SSIM 1.0000") != std::string::npos);
+    CHECK(out.str().find("3 pairs (1 and 0 images without a pair)") != std::string::npos);
+    CHECK(out.str().find("#3") == std::string::npos);
+    std::ifstream page(o.gallery);
+    const std::string html((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+    CHECK(html.find("run_a/00001.png") != std::string::npos);
+    CHECK(html.find("run_b/00001.png") != std::string::npos);
+    // The budgets: pair 1 has 24.23 dB, pair 0 an SSIM of 0.815.
+    o.min_psnr = 25;
+    std::ostringstream low;
+    CHECK(run_compare(o, low) == 1);
+    CHECK(low.str().find("#1  PSNR 24.23 dB  SSIM 0.9169  below the budget") != std::string::npos);
+    o.min_psnr = 24;
+    std::ostringstream fine;
+    CHECK(run_compare(o, fine) == 0);
+    o.min_ssim = 0.9;
+    std::ostringstream structural;
+    CHECK(run_compare(o, structural) == 1);
+    o.json = true;
+    std::ostringstream json;
+    CHECK(run_compare(o, json) == 1);
+    std::istringstream lines(json.str());
+    std::string line;
+    int objects = 0;
+    while (std::getline(lines, line)) {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        if (j.contains("pairs")) CHECK(j.at("below") == 1);
+        ++objects;
+    }
+    CHECK(objects == 4);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("compare refuses what it cannot compare, saying why") {
+    const std::string dir = scratch();
+    CompareOptions o;
+    o.a = dir;  // no manifest
+    o.b = golden("run_b");
+    o.gallery = dir + "/pairs.html";
+    std::ostringstream out;
+    CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains("no manifest.jsonl"), dp::launcher::UsageError);
+    // A manifest that names a damaged PNG.
+    std::filesystem::create_directories(dir + "/bad");
+    std::ofstream(dir + "/bad/manifest.jsonl") << R"({"index": 0, "status": "ok", "file": "00000.png"})" << "\n";
+    std::ofstream(dir + "/bad/00000.png") << "not a png";
+    o.a = dir + "/bad";
+    CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains("00000.png"), dp::launcher::InputDataError);
+    // No index in both.
+    std::ofstream(dir + "/bad/manifest.jsonl") << R"({"index": 9, "status": "ok", "file": "00000.png"})" << "\n";
+    CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains("no prompt index has an image in both"),
+                         dp::launcher::UsageError);
+    // The command line: two folders, the budgets' ranges.
+    const CommandLine ok = parse_command_line({"compare", "a", "b", "--min-psnr", "30", "--min-ssim", "0.95"}, no_env);
+    CHECK(ok.action == CommandLine::Action::kCompare);
+    CHECK(ok.compare.min_psnr == 30.0);
+    CHECK(ok.compare.min_ssim == 0.95);
+    CHECK(parse_command_line({"compare", "a"}, no_env).action == CommandLine::Action::kFail);
+    CHECK(parse_command_line({"compare", "a", "b", "--min-ssim", "2"}, no_env).action == CommandLine::Action::kFail);
+    std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,161 @@
+// The first-block step cache (runtime/pipeline/step_cache.h, Note [first block cache]) against
+// diffusers' FirstBlockCache (scripts/golden/golden_step_cache.py): FLUX.1-dev and Qwen-Image with
+// true CFG (a state per branch) give diffusers' cached latents, compare the same relative changes
+// with the threshold and compute the same passes in full; the single-process cached latents come
+// back under ulysses2 and ring2 with uneven shards, tp2 and cfg2; SD3, which diffusers does not
+// cache, computes every pass at threshold 0 and only each branch's first one at a huge threshold.
+#include "unit/doctest_torch.h"
+
+#include <ATen/ATen.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/io/tensor_io.h"
+#include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/pipeline.h"
+#include "strategies/mesh.h"
+#include "unit/golden_request.h"
+#include "unit/ranks_as_threads.h"
+
+using namespace dp::runtime;
+
+namespace {
+
+std::shared_ptr<SafetensorsFile> golden() { return SafetensorsFile::open(golden_path("step_cache_pipeline.safetensors")); }
+nlohmann::json cases() { return nlohmann::json::parse(golden()->metadata().at("cases")); }
+// The case's call with its cache.
+GenerateRequest request_of(const nlohmann::json& c) {
+    GenerateRequest r = dp::test::golden_request(c);
+    if (!c.at("cache").is_null()) {
+        dp::protocol::StepCache cache;
+        cache.type = c.at("cache").at("type").get<std::string>();
+        cache.threshold = c.at("cache").at("threshold").get<double>();
+        r.arguments.set("cache", cache);
+    }
+    return r;
+}
+
+PipelineOptions options_of(const nlohmann::json& c) {
+    PipelineOptions o;
+    o.model_dir = dp::test::repository_path(c.at("folder").get<std::string>());
+    return o;
+}
+
+dp::strategies::MeshDegrees degrees(int ulysses, int ring, int tp, int cfg) {
+    dp::strategies::MeshDegrees d;
+    d.ulysses = ulysses, d.ring = ring, d.tp = tp, d.cfg = cfg;
+    return d;
+}
+
+// The latents of `request` on two ranks as `d` places them (rank 0's).
+std::vector<GenerateResult> on_two_ranks(const PipelineOptions& o, const GenerateRequest& request,
+                                         const dp::strategies::MeshDegrees& d) {
+    std::vector<GenerateResult> out(2);
+    dp::test::run_ranks(2, [&](int rank, Communicator& group) {
+        const ParallelContext parallel(group, dp::strategies::Mesh(2, d));
+        out[static_cast<std::size_t>(rank)] = load_pipeline(o, parallel)->generate(request);
+    });
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("the first-block cache gives diffusers' cached images, deciding as its FirstBlockCache decides") {
+    const auto file = golden();
+    const nlohmann::json all = cases();
+    for (const std::string name : {"flux", "qwen"}) {
+        CAPTURE(name);
+        const nlohmann::json& c = all.at(name + "_cached");
+        const GenerateResult out = load_pipeline(options_of(c), ParallelContext::single())->generate(request_of(c));
+        REQUIRE(out.error.empty());
+        const at::Tensor ref = load_tensor(file, name + "_cached.latents", at::kFloat);
+        const at::Tensor uncached = load_tensor(file, name + "_uncached.latents", at::kFloat);
+        const double diff = (out.latents.reshape(ref.sizes()) - ref).abs().max().item<double>();
+        const double effect = (uncached - ref).abs().max().item<double>();
+        MESSAGE(name << ": max |latent diff| " << diff << " against diffusers' cached run; the cache moves them by "
+                     << effect);
+        CHECK(diff <= 1e-4);
+        CHECK(effect > 1e-2);  // the cache skipped passes: without it the latents are others
+        CHECK(out.computed_steps == c.at("computed_steps").get<int64_t>());
+        // Each branch compares what diffusers compares: cond is the positive branch, uncond the negative.
+        REQUIRE(out.cache_metrics.size() == 2);
+        for (const auto& [context, branch] : {std::pair<std::string, int>{"cond", 1}, {"uncond", 0}}) {
+            if (!c.at("metrics").contains(context)) {
+                CHECK(out.cache_metrics[static_cast<std::size_t>(branch)].empty());
+                continue;
+            }
+            const nlohmann::json& theirs = c.at("metrics").at(context);
+            const std::vector<double>& mine = out.cache_metrics[static_cast<std::size_t>(branch)];
+            REQUIRE(mine.size() == theirs.size());
+            for (std::size_t s = 0; s < mine.size(); ++s) {
+                CAPTURE(s);
+                if (theirs[s].is_null()) {
+                    CHECK(mine[s] == -1);
+                } else {
+                    CHECK(mine[s] == doctest::Approx(theirs[s].get<double>()).epsilon(1e-4));
+                }
+            }
+        }
+        const at::Tensor ref_image = load_tensor(file, name + "_cached.image", at::kByte);
+        CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt)).abs().le(1).to(at::kDouble).mean().item<double>() >= 0.999);
+    }
+}
+
+TEST_CASE("the first-block cache decides as one process does under ulysses2 and ring2 (uneven shards), tp2 and cfg2") {
+    const nlohmann::json all = cases();
+    // FLUX at 48x48: 9 image tokens, over two ranks 5 and 4 (the text's too are split).
+    nlohmann::json flux = all.at("flux_cached");
+    flux["width"] = 48, flux["height"] = 48;
+    const GenerateRequest request = request_of(flux);
+    const GenerateResult alone = load_pipeline(options_of(flux), ParallelContext::single())->generate(request);
+    MESSAGE("FLUX 48x48: " << alone.computed_steps << " of 8 passes computed in full");
+    CHECK(alone.computed_steps > 1);
+    CHECK(alone.computed_steps < 8);
+    for (const dp::strategies::MeshDegrees& d : {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)}) {
+        CAPTURE(d.ulysses);
+        CAPTURE(d.ring);
+        CAPTURE(d.tp);
+        for (const GenerateResult& r : on_two_ranks(options_of(flux), request, d)) {
+            CHECK(r.computed_steps == alone.computed_steps);
+            CHECK((r.latents - alone.latents).abs().max().item<double>() <= 1e-5);
+        }
+    }
+    // Qwen-Image's two branches on two ranks, each with its own state; the count is both branches'.
+    const nlohmann::json& qwen = all.at("qwen_cached");
+    const GenerateRequest guided = request_of(qwen);
+    const GenerateResult both = load_pipeline(options_of(qwen), ParallelContext::single())->generate(guided);
+    for (const GenerateResult& r : on_two_ranks(options_of(qwen), guided, degrees(1, 1, 1, 2))) {
+        CHECK(r.computed_steps == both.computed_steps);
+        CHECK((r.latents - both.latents).abs().max().item<double>() <= 1e-5);
+    }
+}
+
+TEST_CASE("SD3, which diffusers does not cache, runs the first-block cache over its batched branches") {
+    PipelineOptions o;
+    o.model_dir = std::string(DP_MODELS_DIR) + "/tiny-random-sd3";
+    GenerateRequest r;
+    r.prompt = "a lighthouse at dusk";
+    r.seed = 5;
+    r.steps = 6;
+    r.width = r.height = 32;
+    const auto pipeline = load_pipeline(o, ParallelContext::single());
+    const GenerateResult plain = pipeline->generate(r);
+    CHECK(plain.computed_steps == -1);
+    dp::protocol::StepCache cache;
+    cache.type = "first_block_cache";
+    cache.threshold = 0;  // every change is above it: every pass computed, the same latents
+    r.arguments.set("cache", cache);
+    const GenerateResult every = pipeline->generate(r);
+    CHECK(every.computed_steps == 12);  // six steps, two branches
+    CHECK(at::equal(every.latents, plain.latents));
+    cache.threshold = 10;  // no change is above it: each branch computes its first pass only
+    r.arguments.set("cache", cache);
+    const GenerateResult first = pipeline->generate(r);
+    CHECK(first.computed_steps == 2);
+    CHECK((first.latents - plain.latents).abs().max().item<double>() > 1e-3);
+    // Under cfg2 each rank caches its branch; the count is both branches'.
+    for (const GenerateResult& out : on_two_ranks(o, r, degrees(1, 1, 1, 2))) {
+        CHECK(out.computed_steps == 2);
+        CHECK((out.latents - first.latents).abs().max().item<double>() <= 1e-5);
+    }
+}
