@@ -287,40 +287,82 @@ nlohmann::json call_value_json(const CallValue& value) {
 }
 
 std::string StepCache::text() const {
-    return enabled() ? type + ":threshold=" + number_text(threshold) : "none";
+    if (first_block()) return type + ":threshold=" + number_text(threshold);
+    if (taylorseer())
+        return type + ":cache_interval=" + std::to_string(cache_interval) +
+               ",disable_cache_before_step=" + std::to_string(disable_cache_before_step) +
+               (disable_cache_after_step >= 0 ? ",disable_cache_after_step=" + std::to_string(disable_cache_after_step)
+                                              : std::string()) +
+               ",max_order=" + std::to_string(max_order) +
+               ",taylor_factors_dtype=" + (float32_factors ? "float32" : "bfloat16");
+    return "none";
+}
+
+bool StepCache::computes(int64_t step) const {
+    // diffusers' TaylorSeerCacheHook: the warm-up, every cache_interval-th pass after it (Python's
+    // modulo: the pass right after the warm-up is extrapolated), and the cool-down.
+    const int64_t after = step - disable_cache_before_step - 1;
+    const bool interval = ((after % cache_interval) + cache_interval) % cache_interval == 0;
+    return step < disable_cache_before_step || interval ||
+           (disable_cache_after_step >= 0 && step >= disable_cache_after_step);
 }
 
 std::string parse_step_cache(const std::string& text, StepCache& out, double max) {
     out = StepCache{};
-    const std::string accepted = "expected first_block_cache:threshold=T with T a number from 0 to " +
-                                 number_text(max) + ", or none";
+    const std::string accepted = "expected first_block_cache:threshold=T (T from 0 to " + number_text(max) +
+                                 "), taylorseer_cache[:cache_interval=N,disable_cache_before_step=N,"
+                                 "disable_cache_after_step=N,max_order=K,taylor_factors_dtype=bfloat16|float32], or none";
     if (text == "none" || text.empty()) return {};
     const std::size_t colon = text.find(':');
     const std::string type = text.substr(0, colon);
-    if (type == "taylorseer_cache" || type == "mag_cache" || type == "faster_cache" ||
-        type == "pyramid_attention_broadcast")
+    if (type == "mag_cache" || type == "faster_cache" || type == "pyramid_attention_broadcast")
         return "'" + type + "' is not built yet; " + accepted;
-    if (type != "first_block_cache") return "unknown step cache '" + type.substr(0, 40) + "'; " + accepted;
+    if (type != "first_block_cache" && type != "taylorseer_cache")
+        return "unknown step cache '" + type.substr(0, 40) + "'; " + accepted;
     out.type = type;
-    bool threshold = false;
+    out.threshold = 0.05;  // FirstBlockCacheConfig's default
     std::string rest = colon == std::string::npos ? std::string() : text.substr(colon + 1);
     while (!rest.empty()) {
         const std::size_t comma = rest.find(',');
         const std::string item = rest.substr(0, comma);
         rest = comma == std::string::npos ? std::string() : rest.substr(comma + 1);
         const std::size_t eq = item.find('=');
-        const std::string key = item.substr(0, eq);
-        if (key != "threshold" || eq == std::string::npos)
-            return "first_block_cache takes threshold=T (got '" + item.substr(0, 40) + "'); " + accepted;
-        const std::string value = item.substr(eq + 1);
-        char* end = nullptr;
-        const double v = std::strtod(value.c_str(), &end);
-        if (value.empty() || !end || *end != '\0' || !std::isfinite(v) || v < 0 || v > max)
-            return "the threshold '" + value.substr(0, 40) + "' is not a number from 0 to " + number_text(max);
-        out.threshold = v;
-        threshold = true;
+        const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+        const auto whole = [&](int64_t lo, int64_t hi, int64_t& field) -> std::string {
+            char* end = nullptr;
+            const long long v = std::strtoll(value.c_str(), &end, 10);
+            if (value.empty() || !end || *end != '\0' || v < lo || v > hi)
+                return key + " '" + value.substr(0, 40) + "' is not a whole number from " + std::to_string(lo) +
+                       " to " + std::to_string(hi);
+            field = v;
+            return {};
+        };
+        std::string why;
+        if (out.first_block() && key == "threshold" && eq != std::string::npos) {
+            char* end = nullptr;
+            const double v = std::strtod(value.c_str(), &end);
+            if (value.empty() || !end || *end != '\0' || !std::isfinite(v) || v < 0 || v > max)
+                return "the threshold '" + value.substr(0, 40) + "' is not a number from 0 to " + number_text(max);
+            out.threshold = v;
+        } else if (out.taylorseer() && key == "cache_interval") {
+            why = whole(1, 1000000, out.cache_interval);
+        } else if (out.taylorseer() && key == "disable_cache_before_step") {
+            why = whole(0, 1000000, out.disable_cache_before_step);
+        } else if (out.taylorseer() && key == "disable_cache_after_step") {
+            why = whole(0, 1000000, out.disable_cache_after_step);
+        } else if (out.taylorseer() && key == "max_order") {
+            why = whole(0, 8, out.max_order);
+        } else if (out.taylorseer() && key == "taylor_factors_dtype" && (value == "bfloat16" || value == "float32")) {
+            out.float32_factors = value == "float32";
+        } else {
+            return type + " takes " +
+                   (out.first_block() ? std::string("threshold=T")
+                                      : std::string("cache_interval, disable_cache_before_step, disable_cache_after_step, "
+                                                    "max_order and taylor_factors_dtype (bfloat16 or float32)")) +
+                   " (got '" + item.substr(0, 40) + "'); " + accepted;
+        }
+        if (!why.empty()) return why;
     }
-    if (!threshold) out.threshold = 0.05;  // diffusers' FirstBlockCacheConfig default
     return {};
 }
 
@@ -432,15 +474,21 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
             if (j.is_string()) {
                 text = j.get<std::string>();
             } else if (j.is_object()) {
+                std::string keys;
                 for (const auto& [key, v] : j.items()) {
                     if (key == "type" && v.is_string()) {
-                        text = v.get<std::string>() + text;
-                    } else if (key == "threshold" && v.is_number()) {
-                        text += ":threshold=" + number_text(v.get<double>());
+                        text = v.get<std::string>();
+                    } else if (key != "type" && (v.is_number() || v.is_string())) {
+                        keys += (keys.empty() ? "" : ",") + key + "=" +
+                                (v.is_string() ? v.get<std::string>()
+                                 : v.is_number_integer() ? std::to_string(v.get<int64_t>())
+                                                         : number_text(v.get<double>()));
                     } else {
                         return expected + " (its '" + key.substr(0, 40) + "' is not valid)";
                     }
                 }
+                if (text.empty()) return expected + " (it has no \"type\")";
+                if (!keys.empty()) text += ":" + keys;
             } else if (j.is_null()) {
                 text = "none";
             } else {

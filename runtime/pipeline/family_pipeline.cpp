@@ -245,6 +245,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     // Note [first block cache]: each branch's state (negative, positive), for this batch's steps.
     const protocol::StepCache& cache = arguments.cache("cache");
     FirstBlockState branch_state[2];
+    std::map<int64_t, TaylorSeerState> taylorseer;  // Note [taylorseer cache]: by the call's first row
     const int64_t n = static_cast<int64_t>(batch.size());
     // The branches of rows [first, first + count) of the model's input, relative to `first`.
     const auto cache_groups = [&](int64_t first, int64_t count) {
@@ -267,11 +268,18 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
         // Note [step cache point]: the one place a step's prediction is made.
         const at::Tensor prediction =
             guidance.predict(model_in.size(0), options_.device.is_cpu(), [&](int64_t first, int64_t count) {
-                std::optional<FirstBlockCache> step_cache;
-                if (cache.enabled())
-                    step_cache.emplace(cache.threshold, cache_groups(first, count), parallel_->tensor().group);
+                std::optional<FirstBlockCache> first_block;
+                std::optional<TaylorSeerCache> taylor;
+                StepCaches caches;
+                if (cache.first_block()) {
+                    first_block.emplace(cache.threshold, cache_groups(first, count), parallel_->tensor().group);
+                    caches.first_block = &*first_block;
+                } else if (cache.taylorseer()) {
+                    taylor.emplace(cache, taylorseer[first], static_cast<int>(cache_groups(first, count).size()));
+                    caches.taylorseer = &*taylor;
+                }
                 return predict(model_in.narrow(0, first, count), shape, text.rows(first, count), timestep, arguments,
-                               step_cache ? &*step_cache : nullptr);
+                               caches);
             });
         at::Tensor guided_noise;
         if (guidance.enabled() && extra_at(i, r.steps, arguments)) {
@@ -291,7 +299,9 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     transformer.reset();  // with offload, freed before the decoder is built
     int64_t computed = -1;
     if (cache.enabled()) {  // each branch's passes computed in full, over the cfg group when split
-        at::Tensor both = at::tensor({branch_state[0].computed + branch_state[1].computed}, at::kLong);
+        int64_t mine = branch_state[0].computed + branch_state[1].computed;
+        for (const auto& [first, state] : taylorseer) mine += state.computed;
+        at::Tensor both = at::tensor({mine}, at::kLong);
         if (guidance.split()) {
             at::Tensor on_device = both.to(options_.device);
             parallel_->cfg()->all_reduce(on_device);
@@ -306,7 +316,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     finish_results(results, decode(image), latents, r.steps);
     for (GenerateResult& out : results) {
         out.computed_steps = computed;
-        if (cache.enabled()) out.cache_metrics = {branch_state[0].metrics, branch_state[1].metrics};
+        if (cache.first_block()) out.cache_metrics = {branch_state[0].metrics, branch_state[1].metrics};
     }
     return results;
 }

@@ -30,7 +30,7 @@
 namespace dp::runtime {
 
 class ParallelContext;
-class FirstBlockCache;
+struct StepCaches;
 
 // One guidance branch's text conditioning of a batch, batch first: what a family's encode makes of
 // its prompts, and what its predict takes.
@@ -97,9 +97,9 @@ class FamilyPipeline : public DiffusionPipeline {
     virtual std::shared_ptr<const void> hold_transformer() const = 0;
     // The transformer's noise prediction for `latents` (the model's input rows, of `shape`) at the
     // scheduler's `timestep`, one call; `cache`: the step cache its transformer runs its blocks
-    // through (Note [first block cache]), or nullptr.
+    // through (Note [first block cache], Note [taylorseer cache]).
     virtual at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
-                               double timestep, const protocol::CallValues& arguments, FirstBlockCache* cache) const = 0;
+                               double timestep, const protocol::CallValues& arguments, const StepCaches& cache) const = 0;
     // The guided noise from the two branches' predictions. Default: diffusers' linear guidance at
     // the family's guidance scale.
     virtual at::Tensor combine(const at::Tensor& negative, const at::Tensor& positive,

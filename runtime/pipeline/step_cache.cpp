@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
+#include "runtime/io/errors.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/sequence_shard.h"
 
@@ -80,6 +83,58 @@ at::Tensor FirstBlockCache::run(at::Tensor before, at::Tensor after, const Seque
         }
     }
     return out;
+}
+
+TaylorSeerCache::TaylorSeerCache(const protocol::StepCache& config, TaylorSeerState& state, int branches)
+    : config_(config), state_(state) {
+    ++state_.pass;
+    computes_ = config_.computes(state_.pass);
+    if (computes_) state_.computed += branches;
+}
+
+std::vector<at::Tensor> TaylorSeerCache::predict(int64_t id) const {
+    const auto it = state_.attentions.find(id);
+    if (it == state_.attentions.end() || it->second.last < 0)
+        throw InternalError("TaylorSeer: attention " + std::to_string(id) + " has no factors to extrapolate from");
+    const TaylorSeerState::Attention& a = it->second;
+    const double offset = static_cast<double>(state_.pass - a.last);
+    std::vector<at::Tensor> outputs;
+    for (std::size_t i = 0; i < a.factors.size(); ++i) {
+        // As diffusers sums it: zeros, then each order's factor in the output's dtype times offset^n / n!.
+        at::Tensor out = at::zeros_like(a.factors[i][0], a.factors[i][0].options().dtype(a.dtypes[i]));
+        double factorial = 1;
+        for (std::size_t order = 0; order < a.factors[i].size(); ++order) {
+            if (order > 0) factorial *= static_cast<double>(order);
+            out = out + a.factors[i][order].to(a.dtypes[i]) * (std::pow(offset, static_cast<double>(order)) / factorial);
+        }
+        outputs.push_back(out);
+    }
+    return outputs;
+}
+
+void TaylorSeerCache::update(int64_t id, const std::vector<at::Tensor>& outputs) {
+    TaylorSeerState::Attention& a = state_.attentions[id];
+    const at::ScalarType stored = config_.float32_factors ? at::kFloat : at::kBFloat16;
+    std::vector<std::vector<at::Tensor>> factors;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+        std::vector<at::Tensor> next = {outputs[i]};
+        if (a.last >= 0 && i < a.factors.size()) {
+            // Divided differences against the kept (rounded) factors, up to max_order.
+            const double delta = static_cast<double>(state_.pass - a.last);
+            for (int64_t j = 0; j < config_.max_order; ++j) {
+                if (static_cast<std::size_t>(j) >= a.factors[i].size()) break;
+                const at::Tensor& prev = a.factors[i][static_cast<std::size_t>(j)];
+                if (!prev.sizes().equals(next.back().sizes())) break;
+                next.push_back((next.back() - prev.to(outputs[i].scalar_type())) / delta);
+            }
+        }
+        for (at::Tensor& f : next) f = f.to(stored);
+        factors.push_back(std::move(next));
+    }
+    a.factors = std::move(factors);
+    a.dtypes.clear();
+    for (const at::Tensor& t : outputs) a.dtypes.push_back(t.scalar_type());
+    a.last = state_.pass;
 }
 
 }  // namespace dp::runtime

@@ -22,7 +22,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
+
+#include "protocol/call_arguments.h"
 
 namespace dp::runtime {
 
@@ -60,6 +63,51 @@ class FirstBlockCache {
     double threshold_;
     std::vector<Group> groups_;
     Communicator* tensor_group_;
+};
+
+// Note [taylorseer cache]: diffusers' TaylorSeerCache (TaylorSeerCacheConfig) with its default
+// modules: every block's attention (its output projections included; FLUX's single blocks' has
+// none), one implementation for every family. On the passes its schedule computes
+// (StepCache::computes: the warm-up, every cache_interval-th pass after it, the cool-down) each
+// attention runs and keeps the Taylor factors of its outputs: the outputs, and up to max_order
+// divided differences against the factors kept at its last computed pass, all stored in
+// taylor_factors_dtype (bfloat16 by default, whatever the run's dtype, as diffusers stores them).
+// On the others each attention's outputs are the series at the passes since then, and no q, k, v
+// or attention runs. The schedule depends on nothing but the pass, so every rank takes the same
+// passes; each rank extrapolates its own shard of the outputs.
+struct TaylorSeerState {
+    int64_t pass = -1;     // the current pass of the state's calls
+    int64_t computed = 0;  // passes whose attentions ran, each guidance branch's counted
+    struct Attention {
+        int64_t last = -1;                              // the pass its factors were kept at
+        std::vector<std::vector<at::Tensor>> factors;   // per output, per order
+        std::vector<at::ScalarType> dtypes;             // per output
+    };
+    std::map<int64_t, Attention> attentions;  // by the attention's place in the model
+};
+
+// One transformer call's TaylorSeer: it starts the call's pass of `state` (whose rows hold
+// `branches` guidance branches).
+class TaylorSeerCache {
+  public:
+    TaylorSeerCache(const protocol::StepCache& config, TaylorSeerState& state, int branches);
+    // Whether this pass extrapolates the attentions rather than running them.
+    bool extrapolates() const { return !computes_; }
+    // Attention `id`'s outputs at this pass from its factors. Throws InternalError without any.
+    std::vector<at::Tensor> predict(int64_t id) const;
+    // Attention `id` ran: its outputs at this pass.
+    void update(int64_t id, const std::vector<at::Tensor>& outputs);
+
+  private:
+    const protocol::StepCache& config_;
+    TaylorSeerState& state_;
+    bool computes_;
+};
+
+// The step cache a transformer call runs with (at most one of them).
+struct StepCaches {
+    FirstBlockCache* first_block = nullptr;
+    TaylorSeerCache* taylorseer = nullptr;
 };
 
 }  // namespace dp::runtime

@@ -11,6 +11,12 @@ Cases (each stores <case>.latents, output_type="latent" as float32, batch dimens
   threshold=T)). FLUX.1-dev is guidance-distilled (guidance_scale, no negative prompt), so it makes one
   pass per step, in the cache context "cond"; Qwen-Image uses true CFG (true_cfg_scale 4 and a negative
   prompt), two passes per step, "cond" then "uncond".
+- flux_taylorseer, qwen_taylorseer: the same calls with TaylorSeerCacheConfig() (cache_interval 5,
+  disable_cache_before_step 3, max_order 1, factors in bfloat16; every "transformer_blocks.N.attn" and
+  "single_transformer_blocks.N.attn" hooked): the attentions run on passes 0, 1, 2 and 4 of each
+  branch and are extrapolated on 3, 5, 6 and 7. "computed_steps": the passes each hooked attention
+  ran, each branch's counted (read by wrapping the original forward each hook calls). The
+  *_taylorseer_float32 cases are the same with taylor_factors_dtype=torch.float32.
 
 Metadata per case: the call's arguments (seed, steps = num_inference_steps), "folder" relative to the
 repository, "cache" (null, or {"type": "first_block_cache", "threshold": T}), and for the cached cases:
@@ -237,4 +243,53 @@ def step_cache():
         diff = (tensors[case + ".latents"] - tensors[uncached + ".latents"]).abs().max().item()
         print(f"{case}: latents max |diff| from {uncached}'s {diff:.6g} "
               f"(latents max |x| {tensors[uncached + '.latents'].abs().max().item():.4g})")
+        _taylorseer(family, folder, call, tensors, meta, float32=False)
+        _taylorseer(family, folder, call, tensors, meta, float32=True)
     save("step_cache_pipeline.safetensors", tensors, meta)
+
+
+# TaylorSeer (TaylorSeerCacheConfig's defaults: cache_interval 5, disable_cache_before_step 3, no
+# cool-down, max_order 1, factors in bfloat16): with 8 steps the attentions run on passes 0, 1, 2 and
+# 4 of each branch and are extrapolated on 3, 5, 6 and 7. The passes each hooked attention ran are
+# counted by wrapping the original forward its hook calls; every attention must agree.
+def _taylorseer(family, folder, call, tensors, meta, float32):
+    from diffusers import DiffusionPipeline, TaylorSeerCacheConfig
+    from diffusers.hooks import HookRegistry
+
+    pipe = DiffusionPipeline.from_pretrained(folder, torch_dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    # float32: the same with taylor_factors_dtype=torch.float32 (no rounding of the factors: a
+    # reimplementation's kernels then differ from these latents by their own rounding only).
+    config = TaylorSeerCacheConfig(taylor_factors_dtype=torch.float32) if float32 else TaylorSeerCacheConfig()
+    pipe.transformer.enable_cache(config)
+    ran = {}
+    for name, module in pipe.transformer.named_modules():
+        registry = getattr(module, "_diffusers_hook", None)
+        hook = registry.get_hook("taylorseer_cache") if registry is not None else None
+        if hook is None:
+            continue
+        original = hook.fn_ref.original_forward
+        ran[name] = 0
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            ran[_name] += 1
+            return _original(*args, **kwargs)
+
+        hook.fn_ref.original_forward = counted
+    hooked = sorted(ran)
+    case = f"{family}_taylorseer" + ("_float32" if float32 else "")
+    tensors[case + ".image"], tensors[case + ".latents"], _ = _run(pipe, call, None)
+    counts = set(ran.values())
+    assert len(counts) == 1, f"{case}: the attentions ran different numbers of passes: {ran}"
+    branches = 2 if call.get("negative_prompt") else 1
+    computed_steps = counts.pop() // 2  # two calls (image, latents); each branch's passes count
+    print(f"{case}: {len(hooked)} attentions hooked ({hooked[0]} ... {hooked[-1]}); each ran "
+          f"{computed_steps} passes over the call's {branches} branch(es) x {call['steps']} steps")
+    meta[case] = dict(call, folder=os.path.relpath(folder, ROOT),
+                      cache={"type": "taylorseer_cache", "cache_interval": config.cache_interval,
+                             "disable_cache_before_step": config.disable_cache_before_step,
+                             "max_order": config.max_order,
+                             "taylor_factors_dtype": "float32" if float32 else "bfloat16"},
+                      hooked=hooked, computed_steps=computed_steps)
+    diff = (tensors[case + ".latents"] - tensors[f"{family}_uncached.latents"]).abs().max().item()
+    print(f"{case}: latents max |diff| from {family}_uncached's {diff:.6g}")

@@ -1,7 +1,7 @@
 // The step cache through real dp-launch and dp-worker processes: --cache and a prompt line's
-// "cache" give diffusers' cached FLUX.1-dev image (scripts/golden/golden_step_cache.py) over two
-// data-parallel ranks and under --ulysses 2, and each record holds the cache and the passes
-// computed in full; --resume sees another cache as other pixels; dp-launch compare measures what
+// "cache" give diffusers' first-block-cached FLUX.1-dev image (scripts/golden/golden_step_cache.py)
+// over two data-parallel ranks and under --ulysses 2, and TaylorSeer's; each record holds the cache
+// and the passes computed in full; --resume sees another cache as other pixels; dp-launch compare measures what
 // the cache costs and fails a budget the pair falls below; a cache that does not exist is a usage
 // error before anything starts.
 #include <doctest/doctest.h>
@@ -64,6 +64,18 @@ TEST_CASE("step cache: diffusers' cached image over ranks, recorded with the pas
                   1e-4f);
         }
     }
+    // TaylorSeer with diffusers' defaults: its attentions run on 4 of the 8 passes.
+    LaunchResult taylor = run_launch({"--model", model, "--cache", "taylorseer_cache", "-o", dir + "/taylor", "-q", plain},
+                                     {{"DP_SAVE_LATENTS", "1"}}, 120);
+    REQUIRE_MESSAGE(taylor.exit_code == 0, taylor.err);
+    for (const auto& record : read_manifest(dir + "/taylor")) {
+        CHECK(record.at("cache") ==
+              "taylorseer_cache:cache_interval=5,disable_cache_before_step=3,max_order=1,taylor_factors_dtype=bfloat16");
+        CHECK(record.at("computed_steps") == 4);
+        const std::string file = dir + "/taylor/" + record.at("file").get<std::string>();
+        CHECK(max_difference(read_latents(file + ".latents.safetensors"),
+                             golden_f32(golden_file(), "flux_taylorseer.latents")) <= 1e-3f);
+    }
     // Without the cache: no count in the records; --resume of the cached folder without it is refused.
     LaunchResult full = run_launch({"--model", model, "-o", dir + "/full", "-q", plain}, {}, 120);
     REQUIRE_MESSAGE(full.exit_code == 0, full.err);
@@ -80,7 +92,8 @@ TEST_CASE("step cache: diffusers' cached image over ranks, recorded with the pas
     CHECK(beyond.exit_code == 1);
     CHECK(beyond.out.find("below the budget") != std::string::npos);
     // A cache that does not exist, or is not built: refused before anything starts.
-    for (const char* bad : {"teacache", "taylorseer_cache:cache_interval=4", "first_block_cache:threshold=-1"}) {
+    for (const char* bad : {"teacache", "mag_cache:threshold=0.1", "taylorseer_cache:cache_interval=0",
+                            "first_block_cache:threshold=-1"}) {
         LaunchResult r = run_launch({"--model", model, "--cache", bad, "-o", dir + "/none", "-q", plain}, {}, 60);
         CHECK(r.exit_code == 2);
         CHECK_MESSAGE(r.err.find("--cache") != std::string::npos, r.err);

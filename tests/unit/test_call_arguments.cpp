@@ -425,12 +425,33 @@ TEST_CASE("a step cache is read as diffusers' configs name it, from the flag's t
     CHECK(read(nullptr, c).empty());
     CHECK_FALSE(c.enabled());
     // What is wrong is said, with what is accepted.
-    CHECK(read("taylorseer_cache:cache_interval=5", c).find("not built yet") != std::string::npos);
+    CHECK(read("mag_cache:threshold=0.1", c).find("not built yet") != std::string::npos);
     CHECK(read("teacache", c).find("unknown step cache 'teacache'") != std::string::npos);
     CHECK(read("first_block_cache:threshold=-1", c).find("not a number from 0 to 10") != std::string::npos);
     CHECK(read("first_block_cache:threshold=nan", c).find("not a number") != std::string::npos);
     CHECK(read("first_block_cache:threshold=", c).find("not a number") != std::string::npos);
     CHECK(read("first_block_cache:interval=3", c).find("takes threshold=T") != std::string::npos);
-    CHECK(read(nlohmann::json{{"type", "first_block_cache"}, {"speed", 2}}, c).find("'speed'") != std::string::npos);
+    CHECK(read(nlohmann::json{{"type", "first_block_cache"}, {"speed", 2}}, c).find("speed=2") != std::string::npos);
+    // TaylorSeer: diffusers' defaults, its keys, and the passes its schedule computes.
+    CHECK(read("taylorseer_cache", c).empty());
+    CHECK(c.text() == "taylorseer_cache:cache_interval=5,disable_cache_before_step=3,max_order=1,"
+                      "taylor_factors_dtype=bfloat16");
+    std::vector<bool> passes;
+    for (int s = 0; s < 10; ++s) passes.push_back(c.computes(s));
+    // Warm-up 0-2; (s - 4) % 5 == 0 after it: 4 and 9 (3 is extrapolated, as Python's -1 % 5 is 4).
+    CHECK(passes == std::vector<bool>{true, true, true, false, true, false, false, false, false, true});
+    CHECK(read(nlohmann::json{{"type", "taylorseer_cache"}, {"cache_interval", 2}, {"disable_cache_after_step", 6},
+                              {"max_order", 2}, {"taylor_factors_dtype", "float32"}},
+               c)
+              .empty());
+    CHECK(c.cache_interval == 2);
+    CHECK(c.max_order == 2);
+    CHECK(c.float32_factors);
+    CHECK(c.computes(6));  // the cool-down
+    CHECK(c.text() == "taylorseer_cache:cache_interval=2,disable_cache_before_step=3,disable_cache_after_step=6,"
+                      "max_order=2,taylor_factors_dtype=float32");
+    CHECK(read("taylorseer_cache:cache_interval=0", c).find("cache_interval '0'") != std::string::npos);
+    CHECK(read("taylorseer_cache:threshold=0.1", c).find("taylorseer_cache takes cache_interval") != std::string::npos);
+    CHECK(read("taylorseer_cache:taylor_factors_dtype=float16", c).find("takes") != std::string::npos);
     CHECK(read(3, c).find("expected first_block_cache") != std::string::npos);
 }

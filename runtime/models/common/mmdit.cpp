@@ -1,5 +1,7 @@
 #include "runtime/models/common/mmdit.h"
 
+#include "runtime/pipeline/step_cache.h"
+
 #include <ATen/ATen.h>
 
 #include "runtime/parallel/attention.h"
@@ -79,17 +81,31 @@ void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& 
             k = rotate(k);
         }
     };
-    AttentionInputs in;
-    project(image_, nx, s.rotate_image, in.q, in.k, in.v);
-    project(text_, nctx, s.rotate_text, in.q2, in.k2, in.v2);
-    in.shard = s.image;
-    in.shard2 = s.text;
-    in.bias2 = s.text_bias;
     const bool text_out = !context_pre_only_ && !s.last;
-    in.want_out2 = text_out;
-    const AttentionOutputs o = attend(in);
+    // The joint attention's outputs after their projections: run, or (Note [taylorseer cache])
+    // extrapolated.
+    at::Tensor attn_x, attn_ctx;
+    if (s.taylorseer && s.taylorseer->extrapolates()) {
+        const std::vector<at::Tensor> kept = s.taylorseer->predict(s.attention);
+        attn_x = kept.at(0);
+        if (text_out) attn_ctx = kept.at(1);
+    } else {
+        AttentionInputs in;
+        project(image_, nx, s.rotate_image, in.q, in.k, in.v);
+        project(text_, nctx, s.rotate_text, in.q2, in.k2, in.v2);
+        in.shard = s.image;
+        in.shard2 = s.text;
+        in.bias2 = s.text_bias;
+        in.want_out2 = text_out;
+        const AttentionOutputs o = attend(in);
+        attn_x = image_.to_out(merge_heads(o.out));
+        if (text_out) attn_ctx = to_add_out_(merge_heads(o.out2));
+        if (s.taylorseer)
+            s.taylorseer->update(s.attention, text_out ? std::vector<at::Tensor>{attn_x, attn_ctx}
+                                                       : std::vector<at::Tensor>{attn_x});
+    }
 
-    x = x + m[2].unsqueeze(1) * image_.to_out(merge_heads(o.out));
+    x = x + m[2].unsqueeze(1) * attn_x;
     if (image_attention_) {  // SD3.5's attn2: the image tokens alone, split as attn's are
         AttentionInputs a2;
         project(attn2_, modulate(normed, m[6], m[7]), {}, a2.q, a2.k, a2.v);
@@ -98,7 +114,7 @@ void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& 
     }
     x = x + m[5].unsqueeze(1) * mlp_(modulate(plain_layer_norm(x, kEps), m[3], m[4]));
     if (text_out) {
-        ctx = ctx + mc[2].unsqueeze(1) * to_add_out_(merge_heads(o.out2));
+        ctx = ctx + mc[2].unsqueeze(1) * attn_ctx;
         ctx = ctx + mc[5].unsqueeze(1) * text_mlp_(modulate(plain_layer_norm(ctx, kEps), mc[3], mc[4]));
     }
     if (clamp_ == DualStreamLayout::Clamp::kBoth) x = clamp_half(x);

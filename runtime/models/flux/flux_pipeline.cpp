@@ -1,5 +1,7 @@
 #include "runtime/models/flux/flux_pipeline.h"
 
+#include "runtime/pipeline/step_cache.h"
+
 #include <ATen/ATen.h>
 
 #include "runtime/io/config_json.h"
@@ -182,7 +184,7 @@ LatentShape FluxPipeline::latents(int width, int height) const {
 std::shared_ptr<const void> FluxPipeline::hold_transformer() const { return c_->transformer.use(); }
 
 at::Tensor FluxPipeline::predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
-                                 double timestep, const protocol::CallValues& arguments, FirstBlockCache* cache) const {
+                                 double timestep, const protocol::CallValues& arguments, const StepCaches& cache) const {
     const FluxTransformerConfig& tc = c_->transformer_config;
     const int64_t rows = latents.size(0);
     const at::TensorOptions on_device = at::TensorOptions().device(latents.device());
@@ -192,7 +194,7 @@ at::Tensor FluxPipeline::predict(const at::Tensor& latents, const LatentShape& s
                                     ? at::full({rows}, arguments.number("guidance_scale"), on_device.dtype(at::kFloat))
                                     : at::Tensor();
     return c_->transformer.use()->forward(latents, text.text, text.pooled, t, embedded, shape.height / 2,
-                                          shape.width / 2, cache);
+                                          shape.width / 2, &cache);
 }
 
 at::Tensor FluxPipeline::decode(const at::Tensor& latents) const {

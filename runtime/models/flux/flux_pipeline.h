@@ -54,7 +54,7 @@ class FluxPipeline : public FamilyPipeline {
     SigmaSchedule sigma_schedule() const override { return SigmaSchedule::kEvenlySpaced; }
     std::shared_ptr<const void> hold_transformer() const override;
     at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text, double timestep,
-                       const protocol::CallValues& arguments, FirstBlockCache* cache) const override;
+                       const protocol::CallValues& arguments, const StepCaches& cache) const override;
     at::Tensor decode(const at::Tensor& latents) const override;
 
     std::unique_ptr<Components> c_;

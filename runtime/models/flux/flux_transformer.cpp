@@ -203,7 +203,8 @@ at::Tensor FluxTransformer::conditioning(const at::Tensor& timestep, const at::T
 // the identity (cos 1, sin 0): x * 1 + rotated * 0 is x exactly.
 at::Tensor FluxTransformer::single_blocks(const at::Tensor& x, const at::Tensor& ctx, at::Tensor& temb_act,
                                           const at::Tensor& cos, const at::Tensor& sin, const SequenceShard& image,
-                                          const SequenceShard& words, BlockPlacement& placement) const {
+                                          const SequenceShard& words, BlockPlacement& placement,
+                                          TaylorSeerCache* taylorseer) const {
     const int64_t nt = ctx.size(1), ni = x.size(1), hd = config_.attention_head_dim;
     const int64_t heads = parallel_->tensor().share(config_.num_attention_heads);
     const std::size_t blocks = double_blocks_.size() + single_blocks_.size();
@@ -219,11 +220,15 @@ at::Tensor FluxTransformer::single_blocks(const at::Tensor& x, const at::Tensor&
         placement.enter(block, {&joint, &temb_act, &joint_cos, &joint_sin});
         const std::vector<at::Tensor> m = blk.norm(temb_act).chunk(3, 1);  // shift, scale, gate
         const at::Tensor h = modulate(plain_layer_norm(joint, kEps), m[0], m[1]);
+        at::Tensor attn;  // the stream's output: [text; image], or the image's on the last block
+        const int64_t id = static_cast<int64_t>(block);
+        if (taylorseer && taylorseer->extrapolates()) {  // Note [taylorseer cache]
+            attn = taylorseer->predict(id).at(0);
+        } else {
         const at::Tensor q = apply_flux_rope(blk.norm_q(split_heads(blk.to_q(h), heads)), joint_cos, joint_sin);
         const at::Tensor k = apply_flux_rope(blk.norm_k(split_heads(blk.to_k(h), heads)), joint_cos, joint_sin);
         const at::Tensor v = split_heads(blk.to_v(h), heads);
         AttentionInputs in;
-        at::Tensor attn;  // the stream's output: [text; image], or the image's on the last block
         if (!image.split()) {
             in.q = q, in.k = k, in.v = v;
             in.shard = &stream;
@@ -237,6 +242,8 @@ at::Tensor FluxTransformer::single_blocks(const at::Tensor& x, const at::Tensor&
             in.want_out2 = !last;
             const AttentionOutputs o = attend(in);
             attn = last ? merge_heads(o.out) : at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1);
+        }
+        if (taylorseer) taylorseer->update(id, {attn});
         }
         const at::Tensor gate = m[2].unsqueeze(1);
         if (last) {
@@ -252,7 +259,7 @@ at::Tensor FluxTransformer::single_blocks(const at::Tensor& x, const at::Tensor&
 at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                     const at::Tensor& pooled, const at::Tensor& timestep,
                                     const at::Tensor& guidance, int64_t grid_h, int64_t grid_w,
-                                    FirstBlockCache* cache) const {
+                                    const StepCaches* cache) const {
     const FluxTransformerConfig& c = config_;
     if (grid_h < 1 || grid_w < 1 || !latents.defined() || latents.dim() != 3 ||
         latents.size(1) != grid_h * grid_w || latents.size(2) != c.in_channels)
@@ -303,21 +310,24 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
     step.image = &image;
     step.text = &words;
     step.rotate_image = [&](const at::Tensor& q) { return apply_flux_rope(q, cos, sin); };
+    step.taylorseer = cache ? cache->taylorseer : nullptr;
     const auto run_blocks = [&](std::size_t from) {
         for (std::size_t i = from; i < double_blocks_.size(); ++i) {
             placement.enter(i, {&x, &ctx, &temb_act, &cos, &sin});
             step.last = i + 1 == blocks;  // the text's output then feeds nothing
+            step.attention = static_cast<int64_t>(i);
             double_blocks_[i].forward(x, ctx, temb_act, step);
         }
-        return single_blocks(x, ctx, temb_act, cos, sin, image, words, placement);
+        return single_blocks(x, ctx, temb_act, cos, sin, image, words, placement, cache ? cache->taylorseer : nullptr);
     };
-    if (cache && !double_blocks_.empty()) {
+    if (cache && cache->first_block && !double_blocks_.empty()) {
         // Note [first block cache]: the first double block, then the others or their last residual.
         placement.enter(0, {&x, &ctx, &temb_act, &cos, &sin});
         step.last = blocks == 1;
+        step.attention = 0;
         const at::Tensor before = x;
         double_blocks_[0].forward(x, ctx, temb_act, step);
-        x = cache->run(before, x, image, [&](const at::Tensor& first) {
+        x = cache->first_block->run(before, x, image, [&](const at::Tensor& first) {
             x = first;
             return run_blocks(1);
         });

@@ -31,7 +31,8 @@
 
 namespace dp::runtime {
 
-class FirstBlockCache;  // runtime/pipeline/step_cache.h
+struct StepCaches;  // runtime/pipeline/step_cache.h
+class TaylorSeerCache;
 
 struct DeviceMapping;
 class BlockPlacement;
@@ -95,7 +96,7 @@ class FluxTransformer {
     // not fit the config.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
                        const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h,
-                       int64_t grid_w, FirstBlockCache* cache = nullptr) const;
+                       int64_t grid_w, const StepCaches* cache = nullptr) const;
 
     const FluxTransformerConfig& config() const { return config_; }
 
@@ -110,7 +111,7 @@ class FluxTransformer {
     // stream]): returns the image tokens after the last one.
     at::Tensor single_blocks(const at::Tensor& x, const at::Tensor& ctx, at::Tensor& temb_act, const at::Tensor& cos,
                              const at::Tensor& sin, const SequenceShard& image, const SequenceShard& words,
-                             BlockPlacement& placement) const;
+                             BlockPlacement& placement, TaylorSeerCache* taylorseer) const;
 
     const ParallelContext* parallel_;
     std::shared_ptr<const DeviceMapping> mapping_;

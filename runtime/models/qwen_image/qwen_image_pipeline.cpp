@@ -1,5 +1,7 @@
 #include "runtime/models/qwen_image/qwen_image_pipeline.h"
 
+#include "runtime/pipeline/step_cache.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -179,12 +181,12 @@ LatentShape QwenImagePipeline::latents(int width, int height) const {
 std::shared_ptr<const void> QwenImagePipeline::hold_transformer() const { return c_->transformer.use(); }
 
 at::Tensor QwenImagePipeline::predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
-                                      double timestep, const protocol::CallValues&, FirstBlockCache* cache) const {
+                                      double timestep, const protocol::CallValues&, const StepCaches& cache) const {
     // diffusers: the timestep in the latents' dtype, then / 1000.
     const at::Tensor t =
         at::full({latents.size(0)}, timestep, at::TensorOptions().dtype(options().dtype).device(latents.device())) /
         1000;
-    return c_->transformer.use()->forward(latents, text.text, text.mask, t, shape.height / 2, shape.width / 2, cache);
+    return c_->transformer.use()->forward(latents, text.text, text.mask, t, shape.height / 2, shape.width / 2, &cache);
 }
 
 at::Tensor QwenImagePipeline::combine(const at::Tensor& negative, const at::Tensor& positive,

@@ -46,7 +46,7 @@ class QwenImagePipeline : public FamilyPipeline {
     SigmaSchedule sigma_schedule() const override { return SigmaSchedule::kEvenlySpaced; }
     std::shared_ptr<const void> hold_transformer() const override;
     at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text, double timestep,
-                       const protocol::CallValues& arguments, FirstBlockCache* cache) const override;
+                       const protocol::CallValues& arguments, const StepCaches& cache) const override;
     // true_cfg_guidance at the family's guidance scale.
     at::Tensor combine(const at::Tensor& negative, const at::Tensor& positive,
                        const protocol::CallValues& arguments) const override;

@@ -162,7 +162,7 @@ QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& con
 
 at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                          const at::Tensor& text_mask, const at::Tensor& timestep,
-                                         int64_t grid_h, int64_t grid_w, FirstBlockCache* cache) const {
+                                         int64_t grid_h, int64_t grid_w, const StepCaches* cache) const {
     const QwenImageTransformerConfig& c = config_;
     if (grid_h < 1 || grid_w < 1 || latents.dim() != 3 || latents.size(1) != grid_h * grid_w ||
         latents.size(2) != c.in_channels)
@@ -213,17 +213,19 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
     step.text = text_split_ ? &words : nullptr;
     step.rotate_image = [&](const at::Tensor& q) { return apply_qwen_rope(q, image_rot); };
     step.rotate_text = [&](const at::Tensor& q) { return apply_qwen_rope(q, text_rot); };
+    step.taylorseer = cache ? cache->taylorseer : nullptr;
     BlockPlacement placement(mapping_.get());
     const auto run_block = [&](std::size_t block) {
         placement.enter(block, {&x, &ctx, &temb_act, &text_bias, &image_rot, &text_rot});
         step.text_bias = text_bias;
         step.last = block + 1 == blocks_.size();  // its text output feeds nothing
+        step.attention = static_cast<int64_t>(block);
         blocks_[block].forward(x, ctx, temb_act, step);
     };
-    if (cache && !blocks_.empty()) {  // Note [first block cache]
+    if (cache && cache->first_block && !blocks_.empty()) {  // Note [first block cache]
         const at::Tensor before = x;
         run_block(0);
-        x = cache->run(before, x, image, [&](const at::Tensor& first) {
+        x = cache->first_block->run(before, x, image, [&](const at::Tensor& first) {
             x = first;
             for (std::size_t block = 1; block < blocks_.size(); ++block) run_block(block);
             return x;

@@ -32,7 +32,7 @@
 
 namespace dp::runtime {
 
-class FirstBlockCache;  // runtime/pipeline/step_cache.h
+struct StepCaches;  // runtime/pipeline/step_cache.h
 
 struct DeviceMapping;
 
@@ -80,7 +80,7 @@ class QwenImageTransformer {
     // output. Throws ModelError for shapes that do not fit the config.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& text_mask,
                        const at::Tensor& timestep, int64_t grid_h, int64_t grid_w,
-                       FirstBlockCache* cache = nullptr) const;
+                       const StepCaches* cache = nullptr) const;
 
     const QwenImageTransformerConfig& config() const { return config_; }
 

@@ -1,5 +1,7 @@
 #include "runtime/models/sd3/sd3_pipeline.h"
 
+#include "runtime/pipeline/step_cache.h"
+
 #include <ATen/ATen.h>
 
 #include "runtime/io/config_json.h"
@@ -234,9 +236,9 @@ at::Tensor timesteps(double timestep, const at::Tensor& latents) {
 }  // namespace
 
 at::Tensor Sd3Pipeline::predict(const at::Tensor& latents, const LatentShape&, const Conditioning& text,
-                                double timestep, const protocol::CallValues&, FirstBlockCache* cache) const {
+                                double timestep, const protocol::CallValues&, const StepCaches& cache) const {
     return c_->transformer.use()->forward(latents, text.text, text.pooled, timesteps(timestep, latents),
-                                          text.tail_repeats, {}, cache);
+                                          text.tail_repeats, {}, &cache);
 }
 
 bool Sd3Pipeline::extra_at(int step, int steps, const protocol::CallValues& arguments) const {

@@ -167,7 +167,7 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
 at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                    const at::Tensor& pooled, const at::Tensor& timestep,
                                    int64_t tail_repeats, const std::vector<int>& skip_layers,
-                                   FirstBlockCache* cache) const {
+                                   const StepCaches* cache) const {
     // With tensor parallelism this rank holds its share of the attention heads.
     const int64_t p = config_.patch_size, heads = parallel_->tensor().share(config_.num_attention_heads);
     const int64_t batch = latents.size(0), height = latents.size(2), width = latents.size(3);
@@ -239,21 +239,24 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
         step.text_bias.narrow(1, text.size(1) - 1, 1).fill_(std::log(static_cast<double>(tail_repeats)));
     }
 
+    step.taylorseer = cache && skip_layers.empty() ? cache->taylorseer : nullptr;
     BlockPlacement placement(mapping_.get());
     const auto run_blocks = [&](std::size_t from) {
         for (std::size_t block = from; block < blocks_.size(); ++block) {
             if (skipped[block]) continue;  // as diffusers: neither stream changes
             placement.enter(block, {&x, &ctx, &temb_act});
             step.last = block + 1 == blocks_.size();
+            step.attention = static_cast<int64_t>(block);
             blocks_[block].forward(x, ctx, temb_act, step);
         }
     };
-    if (cache && !blocks_.empty() && !skipped[0]) {  // Note [first block cache]
+    if (cache && cache->first_block && !blocks_.empty() && !skipped[0]) {  // Note [first block cache]
         const at::Tensor before = x;
         placement.enter(0, {&x, &ctx, &temb_act});
         step.last = blocks_.size() == 1;
+        step.attention = 0;
         blocks_[0].forward(x, ctx, temb_act, step);
-        x = cache->run(before, x, image, [&](const at::Tensor& first) {
+        x = cache->first_block->run(before, x, image, [&](const at::Tensor& first) {
             x = first;
             run_blocks(1);
             return x;

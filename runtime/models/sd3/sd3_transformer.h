@@ -21,7 +21,7 @@
 
 namespace dp::runtime {
 
-class FirstBlockCache;  // runtime/pipeline/step_cache.h
+struct StepCaches;  // runtime/pipeline/step_cache.h
 
 struct DeviceMapping;
 
@@ -73,7 +73,7 @@ class Sd3Transformer {
     // forward with the same inputs and gets the same output.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
                        const at::Tensor& timestep, int64_t tail_repeats = 1,
-                       const std::vector<int>& skip_layers = {}, FirstBlockCache* cache = nullptr) const;
+                       const std::vector<int>& skip_layers = {}, const StepCaches* cache = nullptr) const;
 
     const Sd3TransformerConfig& config() const { return config_; }
 
