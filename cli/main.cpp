@@ -3,8 +3,10 @@
 
 #include "cli/command_line.h"
 #include "launcher/own_usage.h"
+#include "protocol/standard_fds.h"
 
 int main(int argc, char** argv) {
+    dp::protocol::open_missing_standard_fds();  // before anything is opened (Note [closed standard descriptors])
     std::vector<std::string> args(argv + 1, argv + argc);
     const int code = dp::cli::run_command_line(
         dp::cli::parse_command_line(args, [](const char* name) { return std::getenv(name); }));

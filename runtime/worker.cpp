@@ -116,8 +116,8 @@ class TestKillSwitch {
     long long steps_ = 0;
 };
 
-// Note [stopping at a step boundary]: SIGTERM or SIGINT (dp-launch forwards both, e.g. when a
-// scheduler preempts the job) only sets a flag. The rank checks it between denoising steps and
+// Note [stopping at a step boundary]: SIGTERM, SIGINT or SIGHUP (dp-launch forwards them, e.g. when
+// a scheduler preempts the job or a terminal closes) only sets a flag. The rank checks it between denoising steps and
 // between batches, abandons the prompt it was making (an image is only ever written whole) and
 // exits 128 + the signal; the launcher's manifest keeps every image reported before, so a
 // --resume run makes the rest.
@@ -132,6 +132,12 @@ void install_stop_handlers() {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGHUP, &sa, nullptr);
+    // SIGUSR1 and SIGUSR2 (Slurm's --signal, a user's kill) are forwarded to every rank and change
+    // nothing else (docs/launcher.md): a dp-worker has nothing to do on them, and their default
+    // action would end it.
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
 }
 
 // Throws the rank's stop (exit code 128 + the signal) when a stop signal has arrived; `where` says

@@ -3,9 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include "protocol/errors.h"
+#include "protocol/standard_fds.h"
 #include "runtime/worker.h"
 
 int main(int argc, char** argv) {
+    dp::protocol::open_missing_standard_fds();  // before anything is opened (Note [closed standard descriptors])
     CLI::App app(
         "dp-worker: one rank of dp-launch's main job (dp-launch writes the job file and sets the "
         "environment)");

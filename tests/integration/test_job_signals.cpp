@@ -3,15 +3,18 @@
 #include <doctest/doctest.h>
 
 #include <dirent.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "integration/job_outputs.h"
 #include "integration/launch_harness.h"
 
 using namespace dp::test;
@@ -144,4 +147,58 @@ TEST_CASE("with tensor parallelism both ranks go silent when one is stopped: the
     CHECK(r.err.find("rank 1 hung while step ") != std::string::npos);
     CHECK(r.err.find("its process is stopped") != std::string::npos);
     check_nothing_left(launch.marker());
+}
+
+TEST_CASE("the signals batch systems send: SIGUSR1, SIGUSR2, SIGWINCH and SIGCONT change nothing; SIGHUP stops cleanly") {
+    const std::string dir = make_temp_dir();
+    // Slurm's --signal=USR1@N, a user's kill -USR2, a terminal's resize, a resumed job: forwarded
+    // or not, every rank carries on and every image is made.
+    const std::string out = dir + "/out";
+    Launch launch(args(out, many_prompts(dir, 8), {}));
+    REQUIRE(wait_until([&] { return ok_records(out) >= 1; }, 60));
+    for (int sig : {SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGUSR1}) {
+        launch.signal(sig);
+        usleep(50 * 1000);
+    }
+    LaunchResult r = launch.wait(120);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(ok_records(out) == 8);
+    CHECK(r.err.find("restart") == std::string::npos);
+    check_nothing_left(launch.marker());
+    // SIGHUP (a closed terminal, some schedulers' preemption) stops at a step boundary like
+    // SIGTERM: 129, the manifest whole, and --resume finishes the job.
+    const std::string hup = dir + "/hup";
+    Launch hung_up(args(hup, many_prompts(dir, 60), {"--shutdown-grace", "20"}));
+    REQUIRE(wait_until([&] { return ok_records(hup) >= 1; }, 60));
+    hung_up.signal(SIGHUP);
+    LaunchResult h = hung_up.wait(60);
+    INFO(h.err);
+    CHECK(h.exit_code == 128 + SIGHUP);
+    CHECK(h.err.find("sending SIGKILL") == std::string::npos);
+    CHECK(h.err.find("stopped by SIGHUP") != std::string::npos);
+    CHECK(manifest_lines(hup).size() == 60);
+    check_nothing_left(hung_up.marker());
+    remove_dir(dir);
+}
+
+TEST_CASE("closed standard descriptors: the job runs whole, and nothing meant for them lands in its files") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = many_prompts(dir, 4);
+    int k = 0;
+    for (const char* closing : {"2>&-", ">&- 2>&-", "<&- >&- 2>&-"}) {
+        CAPTURE(closing);
+        const std::string out = dir + "/out" + std::to_string(k++);
+        std::string command = std::string("exec '") + DP_LAUNCH_BIN + "'";
+        for (const std::string& a : args(out, prompts, {})) command += " '" + a + "'";
+        const int status = std::system(("sh -c \"" + command + " " + closing + "\"").c_str());
+        REQUIRE(WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 0);
+        CHECK(ok_records(out) == 4);
+        for (const nlohmann::json& record : manifest_lines(out)) CHECK(record.at("status") == "ok");
+        // The summary line went to /dev/null, not into a file of the job.
+        for (const char* file : {"/.dp-lock", "/manifest.jsonl"})
+            if (file_exists(out + file)) CHECK(read_file(out + file).find("images,") == std::string::npos);
+    }
+    remove_dir(dir);
 }
