@@ -11,7 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <cerrno>
+#include <cstring>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "launcher/dry_run.h"
@@ -30,7 +33,9 @@
 #include "protocol/job_file.h"
 #include "strategies/cost_model.h"
 #include "strategies/model_config.h"
+#include "strategies/model_files.h"
 #include "strategies/model_sizes.h"
+#include "strategies/sha256.h"
 
 namespace dp::launcher {
 namespace {
@@ -58,6 +63,67 @@ std::string host_for_file_name() {
 std::string local_temp_dir() {
     const char* tmp = std::getenv("TMPDIR");
     return tmp && *tmp ? tmp : "/tmp";
+}
+
+// Note [superseded images]: after --resume (or --overwrite) decides what each prompt gets, an
+// image an earlier run made that no record of this job names (its prompt is gone, or moved to
+// another index by a line inserted before it) would stay in the folder, listed nowhere. --resume
+// moves each, with its latents, to OUTPUT/superseded/ (nothing a user may still want is lost);
+// --overwrite removes them. Only files the earlier manifest names are touched, and only plain
+// names inside the folder.
+void set_aside_superseded(const std::map<int64_t, nlohmann::json>& earlier, const JobRecords& records,
+                          const JobOptions& job) {
+    std::set<std::string> named;
+    records.for_each_index([&](int64_t index, JobRecords::Status) { named.insert(records.record(index).value("file", "")); });
+    int64_t moved = 0;
+    for (const auto& [index, had] : earlier) {
+        const nlohmann::json& f = had.contains("file") ? had["file"] : nlohmann::json();
+        if (!f.is_string()) continue;
+        const std::string name = f.get<std::string>();
+        if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || named.count(name))
+            continue;
+        bool any = false;
+        for (const std::string& file : {name, name + ".latents.safetensors"}) {
+            const std::string path = job.output_dir + "/" + file;
+            struct stat st {};
+            if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+            if (job.overwrite) {
+                if (::unlink(path.c_str()) != 0) throw IoError(path + ": cannot remove it (" + std::strerror(errno) + ")");
+            } else {
+                make_dirs(job.output_dir + "/superseded");
+                const std::string to = job.output_dir + "/superseded/" + file;
+                if (::rename(path.c_str(), to.c_str()) != 0)
+                    throw IoError(path + ": cannot move it to " + to + " (" + std::strerror(errno) + ")");
+            }
+            any = true;
+        }
+        moved += any;
+    }
+    if (moved > 0)
+        std::cerr << "dp-launch: " << moved << " image(s) of the earlier run that no prompt of this job makes "
+                  << (job.overwrite ? "removed" : "moved to " + utf8_for_display(job.output_dir) + "/superseded/")
+                  << std::endl;
+}
+
+// Note [weights fingerprint] (strategies/sha256.h) of the folder's weight files this job reads:
+// each component's that no file of its own gives, for the job's variant.
+std::string weights_fingerprint_of(const JobOptions& job, const strategies::ModelInfo& model) {
+    std::vector<std::string> files;
+    for (const std::string& component : model.spec->components) {
+        if (job.component_files.count(component)) continue;
+        const std::string dir = job.model + "/" + component;
+        if (strategies::weight_variants(dir).empty()) continue;  // none here (left out, or configs only)
+        const strategies::ComponentWeights w = strategies::find_component_weights(dir, job.variant);
+        if (w.index.empty()) {
+            files.push_back(w.file);
+            continue;
+        }
+        files.push_back(w.index);
+        std::set<std::string> shards;
+        for (const auto& [tensor, shard] : strategies::read_weight_index(w.index)) shards.insert(shard);
+        for (const std::string& shard : shards) files.push_back(dir + "/" + shard);
+    }
+    return files.empty() ? std::string() : strategies::weights_fingerprint(files);
 }
 
 bool exists(const std::string& path) {
@@ -228,6 +294,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     // Every prompt's settings, resolved once here so that every rank and the manifest agree; each
     // prompt's record and request go to `records` as it is read (Note [records on disk]).
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);
+    const std::string weights = job.random_weights ? std::string() : weights_fingerprint_of(job, model);
     JobRecords records(local_temp_dir());
     protocol::JobFile job_file = job_file_for(job, model, strategy);
     job_file.component_files = component_paths;
@@ -248,7 +315,9 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         [&](PromptRecord&& p) {
             protocol::JobRequest q = job_request(p, job, model);
             adapters.resolve(q.arguments);
-            records.set(pending_record(q, p.line, job, dtype, components));
+            nlohmann::json record = pending_record(q, p.line, job, dtype, components);
+            if (!weights.empty()) record["weights"] = weights;
+            records.set(std::move(record));
             records.set_request(p.index, protocol::request_line(q));
             std::string().swap(q.prompt);
             std::string().swap(q.file);
@@ -326,6 +395,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     }
     for (const InvalidPrompt& bad : file.invalid)
         records.set({{"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}});
+    if (writer && (job.resume || job.overwrite)) set_aside_superseded(earlier, records, job);
 
     // How the replicas share the pending prompts (Note [dynamic schedule], runtime/worker.cpp).
     const strategies::ScheduleChoice schedule =

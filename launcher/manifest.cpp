@@ -290,6 +290,9 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
             keys.emplace_back(row.name, a ? protocol::call_value_json(a->value) : nlohmann::json());
         }
     }
+    // Note [weights fingerprint]: compared where both records have one (older records have none).
+    if (earlier.contains("weights") && now.contains("weights") && earlier["weights"] != now["weights"])
+        differences.push_back("the model's weight files (changed since, at the same paths)");
     for (const auto& [key, fallback] : keys) {
         if (!earlier.contains(key) && !now.contains(key) && fallback.is_null()) continue;
         const nlohmann::json want = value(now, key, fallback);

@@ -1,7 +1,10 @@
 #include "strategies/sha256.h"
 
 #include <openssl/evp.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cstring>
@@ -50,6 +53,37 @@ std::string file_sha256(const std::string& path) {
     unsigned int len = 0;
     EVP_DigestFinal_ex(ctx.get(), digest, &len);
     return hex_of(digest, len);
+}
+
+std::string weights_fingerprint(const std::vector<std::string>& files) {
+    std::vector<std::string> sorted = files;
+    std::sort(sorted.begin(), sorted.end());
+    std::string summary;
+    constexpr off_t kPiece = off_t{1} << 20;
+    std::vector<unsigned char> buf(static_cast<std::size_t>(kPiece));
+    for (const std::string& path : sorted) {
+        const int fd = open_model_file(path);  // a regular file, or ModelError
+        struct stat st {};
+        if (::fstat(fd, &st) != 0) {
+            ::close(fd);
+            throw protocol::Error(path + ": cannot stat (" + std::strerror(errno) + ")", protocol::kExitIo);
+        }
+        std::string pieces;
+        for (const off_t at : {off_t{0}, std::max<off_t>(0, st.st_size / 2 - kPiece / 2), std::max<off_t>(0, st.st_size - kPiece)}) {
+            const ssize_t n = ::pread(fd, buf.data(), buf.size(), at);
+            if (n < 0) {
+                const std::string why = std::strerror(errno);
+                ::close(fd);
+                throw protocol::Error(path + ": cannot read (" + why + ")", protocol::kExitIo);
+            }
+            pieces += sha256_hex(buf.data(), static_cast<std::size_t>(n));
+        }
+        ::close(fd);
+        summary += path + "\t" + std::to_string(st.st_size) + "\t" +
+                   std::to_string(static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec) + "\t" +
+                   pieces + "\n";
+    }
+    return sha256_hex(summary.data(), summary.size());
 }
 
 std::string sha256_hex(const void* data, std::size_t size) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace dp::strategies {
 
@@ -12,5 +13,12 @@ std::string sha256_hex(const void* data, std::size_t size);
 // Of the regular file at `path`, read in pieces. Throws protocol::ModelError when it is no regular
 // file, protocol::Error (74) when it cannot be read.
 std::string file_sha256(const std::string& path);
+
+// Note [weights fingerprint]: what --resume compares to see weights changed in place at the same
+// path. Over each file (sorted): its name, size, modification time (ns), and the SHA-256 of its
+// first, middle and last MiB (the header, where a conversion writes, and samples of the data), in
+// one SHA-256 hex: a second a terabyte to compute, and any rewrite of a file changes its time.
+// Throws as file_sha256 does.
+std::string weights_fingerprint(const std::vector<std::string>& files);
 
 }  // namespace dp::strategies

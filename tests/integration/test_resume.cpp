@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -439,4 +440,68 @@ TEST_CASE("a job killed at 20 random moments and resumed each time ends as an un
     CHECK(pngs == static_cast<std::size_t>(n));
     MESSAGE(mid_job << " of 20 kills left some of the images made; " << completed_early
                     << " runs finished before their kill");
+}
+
+TEST_CASE("--resume after prompts were inserted: the images no record names go to superseded/, --overwrite removes them") {
+    const std::string dir = make_temp_dir();
+    const std::string out = dir + "/out";
+    std::ofstream(dir + "/a.txt", std::ios::binary) << "a lighthouse\na red circle\n";
+    LaunchResult first = run_launch(args_for(out, {dir + "/a.txt"}), {{"DP_SAVE_LATENTS", "1"}}, 120);
+    REQUIRE_MESSAGE(first.exit_code == 0, first.err);
+    const std::vector<nlohmann::json> before = whole_records(out);
+    REQUIRE(before.size() == 2);
+    const std::string moved = before[1].at("file");  // "00001-a-red-circle.png": its prompt moves to index 2
+    // A line inserted before the others: "a red circle" is now prompt 2, another file.
+    std::ofstream(dir + "/a.txt", std::ios::binary) << "a lighthouse\na blue square\na red circle\n";
+    LaunchResult again = run_launch(args_for(out, {"--resume", dir + "/a.txt"}), {{"DP_SAVE_LATENTS", "1"}}, 120);
+    REQUIRE_MESSAGE(again.exit_code == 0, again.err);
+    CHECK_MESSAGE(again.err.find("1 image(s) of the earlier run that no prompt of this job makes moved to") !=
+                      std::string::npos,
+                  again.err);
+    std::set<std::string> listed;
+    for (const nlohmann::json& r : whole_records(out)) listed.insert(r.at("file").get<std::string>());
+    CHECK(listed.size() == 3);
+    CHECK_FALSE(listed.count(moved));
+    CHECK_FALSE(file_exists(out + "/" + moved));
+    CHECK(file_exists(out + "/superseded/" + moved));
+    CHECK(file_exists(out + "/superseded/" + moved + ".latents.safetensors"));
+    // Every PNG left in the folder is one a record names.
+    for (const std::string& name : names_in(out))
+        if (name.size() > 4 && name.compare(name.size() - 4, 4, ".png") == 0) CHECK_MESSAGE(listed.count(name), name);
+    // --overwrite with fewer prompts: the images no prompt makes are removed.
+    std::ofstream(dir + "/a.txt", std::ios::binary) << "a lighthouse\n";
+    LaunchResult fewer = run_launch(args_for(out, {"--overwrite", dir + "/a.txt"}), {}, 120);
+    REQUIRE_MESSAGE(fewer.exit_code == 0, fewer.err);
+    CHECK(fewer.err.find("removed") != std::string::npos);
+    int pngs = 0;
+    for (const std::string& name : names_in(out)) pngs += name.size() > 4 && name.compare(name.size() - 4, 4, ".png") == 0;
+    CHECK(pngs == 1);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("--resume after the model's weights changed in place at the same path: other pixels, refused") {
+    const std::string dir = make_temp_dir();
+    const std::string model = dir + "/model";
+    std::filesystem::copy(DP_TINY_MODEL, model, std::filesystem::copy_options::recursive);
+    const std::string out = dir + "/out";
+    const std::string prompts = numbered_prompts(dir, 2);
+    std::vector<std::string> first = args_for(out, {prompts});
+    first[1] = model;
+    LaunchResult r = run_launch(first, {}, 120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(whole_records(out)[0].at("weights").get<std::string>().size() == 64);
+    // The same settings, the same files: --resume keeps both images.
+    std::vector<std::string> resume = args_for(out, {"--resume", prompts});
+    resume[1] = model;
+    LaunchResult same = run_launch(resume, {}, 120);
+    CHECK_MESSAGE(same.exit_code == 0, same.err);
+    // One byte of the transformer's data changed, the file's size and name the same.
+    const std::string weights = model + "/transformer/diffusion_pytorch_model.safetensors";
+    std::string bytes = read_file(weights);
+    bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 0x40);
+    std::ofstream(weights, std::ios::binary | std::ios::trunc) << bytes;
+    LaunchResult changed = run_launch(resume, {}, 120);
+    CHECK(changed.exit_code == 2);
+    CHECK_MESSAGE(changed.err.find("weight files") != std::string::npos, changed.err);
+    std::filesystem::remove_all(dir);
 }
