@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "launcher/errors.h"
@@ -86,11 +88,71 @@ void list_tree(const std::string& dir, const std::string& prefix, int depth, std
     std::sort(out.begin(), out.end());
 }
 
+// Note [the cache stays inside itself]: a ref is a small plain file holding a commit hash. One
+// that is a symbolic link, or longer than any hash, is refused unread (a damaged or hostile cache).
 std::string read_ref(const std::string& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+        throw protocol::ModelError(path + ": a ref must be a plain file holding a commit hash (this one is " +
+                                   (S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file") +
+                                   "); the cache is damaged (download the model again)");
+    if (st.st_size > 256)
+        throw protocol::ModelError(path + ": " + std::to_string(st.st_size) +
+                                   " bytes, not a commit hash; the cache is damaged (download the model again)");
     std::ifstream in(path);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string text(256, '\0');
+    in.read(&text[0], 256);
+    text.resize(static_cast<std::size_t>(in.gcount()));
     while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
     return text;
+}
+
+// Note [the cache stays inside itself]: the snapshot a revision names is a folder of the repo's
+// snapshots/ (not a link out of it), and every link in it leads into the repo's blobs/ (as
+// huggingface_hub makes them). Anything else is refused, naming it, before a byte is read.
+void check_snapshot_inside(const std::string& repo_dir, const std::string& snapshot) {
+    struct stat st {};
+    if (::lstat(snapshot.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+        throw protocol::ModelError(snapshot + ": a snapshot must be a folder of the cache, not a symbolic link (to " +
+                                   utf8_for_display(real_path(snapshot)) + "); the cache is damaged");
+    const std::string blobs = real_path(repo_dir + "/blobs") + "/";
+    int64_t seen = 0;
+    // Each entry by lstat: a link must lead into blobs/, a folder is walked (not through a link).
+    const std::function<void(const std::string&, int)> walk = [&](const std::string& dir, int depth) {
+        DIR* d = opendir(dir.c_str());
+        if (!d) return;
+        while (dirent* e = readdir(d)) {
+            const std::string name = e->d_name;
+            if (name == "." || name == "..") continue;
+            if (++seen > 100000) break;  // not a model's snapshot; is_model_dir and the loaders say the rest
+            const std::string path = dir + "/" + name;
+            struct stat entry {};
+            if (::lstat(path.c_str(), &entry) != 0) continue;
+            if (S_ISLNK(entry.st_mode)) {
+                // Where it leads, resolved as far as it exists (a link to a blob not downloaded yet
+                // is the model checks' to name).
+                char buf[PATH_MAX];
+                const ssize_t n = ::readlink(path.c_str(), buf, sizeof(buf) - 1);
+                const std::string link = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+                std::error_code ec;
+                const std::string target =
+                    std::filesystem::weakly_canonical(link.empty() || link[0] == '/' ? std::filesystem::path(link)
+                                                                                     : std::filesystem::path(dir) / link,
+                                                      ec)
+                        .string();
+                if (target.compare(0, blobs.size(), blobs) != 0) {
+                    closedir(d);
+                    throw protocol::ModelError(path + ": links to " + utf8_for_display(target) +
+                                               ", outside the cache's " + blobs +
+                                               "; the cache is damaged or was tampered with (download the model again)");
+                }
+            } else if (S_ISDIR(entry.st_mode) && depth > 0) {
+                walk(path, depth - 1);
+            }
+        }
+        closedir(d);
+    };
+    walk(snapshot, 8);
 }
 
 bool valid_part(const std::string& part) {
@@ -186,6 +248,7 @@ std::string find_hub_snapshot(const HubCache& cache, const std::string& repo_id,
                         how,
                     kExitNoInput);
     const std::string snapshot = repo_dir + "/snapshots/" + commit;
+    check_snapshot_inside(repo_dir, snapshot);
     if (!is_dir(snapshot))
         throw Error(what + ": " + via + ", but " + snapshot + " is missing (an incomplete download)" + how,
                     kExitNoInput);

@@ -242,3 +242,40 @@ TEST_CASE("not in the cache: exit 66, every place looked at, and how to fetch it
     CHECK(has(problems[0], "which is missing (an incomplete download?"));
     fs::remove_all(cache);
 }
+
+TEST_CASE("the cache stays inside itself: refs are small plain files, snapshots its own folders, links into blobs/") {
+    const std::string cache = make_cache("inside");
+    Env env;
+    env.vars["HF_HUB_CACHE"] = cache;
+    const std::string repo = cache + "/models--org--tiny-sd3";
+    std::string m;
+    // A ref that is a symbolic link to another file is refused unread (its content is not printed).
+    std::ofstream(cache + "/secret") << std::string(40, 'a');
+    fs::create_symlink(cache + "/secret", repo + "/refs/linked");
+    CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", "linked", env.lookup()); }, m) == 65);
+    CHECK_MESSAGE(has(m, "a ref must be a plain file holding a commit hash (this one is a symbolic link)"), m);
+    CHECK_FALSE(has(m, std::string(40, 'a')));
+    // A 200 MB ref is refused by its size, not read.
+    { std::ofstream(repo + "/refs/huge") << ""; }
+    fs::resize_file(repo + "/refs/huge", 200u << 20);
+    CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", "huge", env.lookup()); }, m) == 65);
+    CHECK(has(m, "209715200 bytes, not a commit hash"));
+    // A snapshot that is a link out of the cache.
+    const std::string outside = cache + "_outside";
+    fs::remove_all(outside);
+    fs::copy(resolve_model("tiny-random-sd3", "--model"), outside, fs::copy_options::recursive);
+    const std::string commit(40, 'c');
+    fs::create_symlink(outside, repo + "/snapshots/" + commit);
+    CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", commit, env.lookup()); }, m) == 65);
+    CHECK_MESSAGE(has(m, "a snapshot must be a folder of the cache, not a symbolic link"), m);
+    // A file of a snapshot that links outside blobs/.
+    const std::string link = repo + "/snapshots/" + kOther + "/transformer/config.json";
+    fs::remove(link);
+    fs::create_symlink(outside + "/transformer/config.json", link);
+    CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", kOther, env.lookup()); }, m) == 65);
+    CHECK_MESSAGE(has(m, "transformer/config.json: links to " + real(outside) + "/transformer/config.json, outside the cache's"), m);
+    // The untouched revision still resolves.
+    CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", "main", env.lookup()); }, m) == 0);
+    fs::remove_all(outside);
+    fs::remove_all(cache);
+}
