@@ -3,18 +3,8 @@
 # in one run, on a medium random FLUX.1-dev (see step_cache.py; figures in docs/benchmarks.md,
 # "Step cache").
 #
-#   scripts/bench/step_cache.sh [--runs N]        (default 3 rounds; about 4 minutes a round on 2 cores)
+#   scripts/bench/step_cache.sh [--runs N] [--threshold T] [--launch "-n 2"]
+#       (default 3 rounds, about 4.5 minutes each on 2 cores, the threshold searched; with --launch,
+#       dp-launch's sides only, under that strategy)
 #   DP_BENCH_SKIP_SETUP=1    use the build as it is (default: scripts/setup.sh first)
-set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=${DP_BUILD_DIR:-$root/build}
-venv=${DP_VENV:-$HOME/.cache/dp-launch/venv}
-if [[ -z ${DP_BENCH_SKIP_SETUP:-} ]]; then
-    setup_log=$(mktemp)
-    "$root/scripts/setup.sh" >"$setup_log" 2>&1 || { cat "$setup_log" >&2; exit 1; }
-fi
-for f in "$build/bin/dp-launch" "$build/bin/dp-worker"; do
-    [[ -x $f ]] || { echo "no $f (build first, or set DP_BUILD_DIR)" >&2; exit 1; }
-done
-"$venv/bin/pip" install -q --disable-pip-version-check -r "$root/scripts/golden/requirements.txt"
-exec "$venv/bin/python" "$root/scripts/bench/step_cache.py" "$build/bin/dp-launch" "$@"
+exec "$(dirname "${BASH_SOURCE[0]}")/venv_bench.sh" step_cache.py dp-launch "$@"
