@@ -8,7 +8,6 @@
 #include <algorithm>
 
 #include "runtime/io/errors.h"
-#include "runtime/parallel/communicator.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/guidance.h"
 #include "runtime/parallel/parallel_context.h"
@@ -242,24 +241,9 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     else
         scheduler.set_timesteps(r.steps, mu);
 
-    // Note [first block cache]: each branch's state (negative, positive), for this batch's steps.
-    const protocol::StepCache& cache = arguments.cache("cache");
-    FirstBlockState branch_state[2];
-    std::map<int64_t, TaylorSeerState> taylorseer;  // Note [taylorseer cache]: by the call's first row
-    const int64_t n = static_cast<int64_t>(batch.size());
-    // The branches of rows [first, first + count) of the model's input, relative to `first`.
-    const auto cache_groups = [&](int64_t first, int64_t count) {
-        std::vector<FirstBlockCache::Group> groups;
-        if (guidance.split() || !guidance.enabled()) {
-            groups.push_back({&branch_state[guidance.runs_negative_only() ? 0 : 1], 0, count});
-            return groups;
-        }
-        for (int branch = 0; branch < 2; ++branch) {  // batched: the negatives' rows first
-            const int64_t lo = std::max(first, branch * n), hi = std::min(first + count, (branch + 1) * n);
-            if (lo < hi) groups.push_back({&branch_state[branch], lo - first, hi - lo});
-        }
-        return groups;
-    };
+    // The step cache, for this batch's steps (Note [first block cache], Note [taylorseer cache]).
+    StepCacheRun cache(arguments.cache("cache"), guidance, static_cast<int64_t>(batch.size()),
+                       parallel_->tensor().group);
 
     std::shared_ptr<const void> transformer = hold_transformer();
     for (int i = 0; i < r.steps; ++i) {
@@ -268,18 +252,10 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
         // Note [step cache point]: the one place a step's prediction is made.
         const at::Tensor prediction =
             guidance.predict(model_in.size(0), options_.device.is_cpu(), [&](int64_t first, int64_t count) {
-                std::optional<FirstBlockCache> first_block;
-                std::optional<TaylorSeerCache> taylor;
-                StepCaches caches;
-                if (cache.first_block()) {
-                    first_block.emplace(cache.threshold, cache_groups(first, count), parallel_->tensor().group);
-                    caches.first_block = &*first_block;
-                } else if (cache.taylorseer()) {
-                    taylor.emplace(cache, taylorseer[first], static_cast<int>(cache_groups(first, count).size()));
-                    caches.taylorseer = &*taylor;
-                }
-                return predict(model_in.narrow(0, first, count), shape, text.rows(first, count), timestep, arguments,
-                               caches);
+                return cache.call(first, count, [&](const StepCaches& caches) {
+                    return predict(model_in.narrow(0, first, count), shape, text.rows(first, count), timestep,
+                                   arguments, caches);
+                });
             });
         at::Tensor guided_noise;
         if (guidance.enabled() && extra_at(i, r.steps, arguments)) {
@@ -297,18 +273,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
         if (r.on_step) r.on_step(i + 1, r.steps);
     }
     transformer.reset();  // with offload, freed before the decoder is built
-    int64_t computed = -1;
-    if (cache.enabled()) {  // each branch's passes computed in full, over the cfg group when split
-        int64_t mine = branch_state[0].computed + branch_state[1].computed;
-        for (const auto& [first, state] : taylorseer) mine += state.computed;
-        at::Tensor both = at::tensor({mine}, at::kLong);
-        if (guidance.split()) {
-            at::Tensor on_device = both.to(options_.device);
-            parallel_->cfg()->all_reduce(on_device);
-            both = on_device.cpu();
-        }
-        computed = both.item<int64_t>();
-    }
+    const int64_t computed = cache.computed(parallel_->cfg(), options_.device);
 
     at::Tensor image = shape.packed ? unpack_latents(latents, shape.height, shape.width) : latents;
     const DeviceMapping* dm = options_.device_map.get();
@@ -316,7 +281,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     finish_results(results, decode(image), latents, r.steps);
     for (GenerateResult& out : results) {
         out.computed_steps = computed;
-        if (cache.first_block()) out.cache_metrics = {branch_state[0].metrics, branch_state[1].metrics};
+        out.cache_metrics = cache.metrics();
     }
     return results;
 }

@@ -6,6 +6,7 @@
 
 #include "runtime/io/errors.h"
 #include "runtime/parallel/communicator.h"
+#include "runtime/parallel/guidance.h"
 #include "runtime/parallel/sequence_shard.h"
 
 namespace dp::runtime {
@@ -83,6 +84,54 @@ at::Tensor FirstBlockCache::run(at::Tensor before, at::Tensor after, const Seque
         }
     }
     return out;
+}
+
+StepCacheRun::StepCacheRun(const protocol::StepCache& setting, const Guidance& guidance, int64_t batch,
+                           Communicator* tensor_group)
+    : setting_(setting), guidance_(guidance), batch_(batch), tensor_group_(tensor_group) {}
+
+std::vector<FirstBlockCache::Group> StepCacheRun::groups(int64_t first, int64_t count) {
+    std::vector<FirstBlockCache::Group> out;
+    if (guidance_.split() || !guidance_.enabled()) {
+        out.push_back({&branch_[guidance_.runs_negative_only() ? 0 : 1], 0, count});
+        return out;
+    }
+    for (int branch = 0; branch < 2; ++branch) {  // batched: the negatives' rows first
+        const int64_t lo = std::max(first, branch * batch_), hi = std::min(first + count, (branch + 1) * batch_);
+        if (lo < hi) out.push_back({&branch_[branch], lo - first, hi - lo});
+    }
+    return out;
+}
+
+at::Tensor StepCacheRun::call(int64_t first, int64_t count,
+                              const std::function<at::Tensor(const StepCaches&)>& predict) {
+    StepCaches caches;
+    if (setting_.first_block()) {
+        FirstBlockCache cache(setting_.threshold, groups(first, count), tensor_group_);
+        caches.first_block = &cache;
+        return predict(caches);
+    }
+    if (setting_.taylorseer()) {
+        TaylorSeerCache cache(setting_, taylorseer_[first], static_cast<int>(groups(first, count).size()));
+        caches.taylorseer = &cache;
+        return predict(caches);
+    }
+    return predict(caches);
+}
+
+int64_t StepCacheRun::computed(Communicator* cfg_group, const at::Device& device) const {
+    if (!setting_.enabled()) return -1;
+    int64_t mine = branch_[0].computed + branch_[1].computed;
+    for (const auto& [first, state] : taylorseer_) mine += state.computed;
+    if (!guidance_.split()) return mine;
+    at::Tensor both = at::tensor({mine}, at::kLong).to(device);
+    cfg_group->all_reduce(both);
+    return both.cpu().item<int64_t>();
+}
+
+std::vector<std::vector<double>> StepCacheRun::metrics() const {
+    if (!setting_.first_block()) return {};
+    return {branch_[0].metrics, branch_[1].metrics};
 }
 
 TaylorSeerCache::TaylorSeerCache(const protocol::StepCache& config, TaylorSeerState& state, int branches)

@@ -30,6 +30,7 @@
 namespace dp::runtime {
 
 class Communicator;
+class Guidance;
 class SequenceShard;
 
 // One guidance branch's cache across a request's steps.
@@ -108,6 +109,32 @@ class TaylorSeerCache {
 struct StepCaches {
     FirstBlockCache* first_block = nullptr;
     TaylorSeerCache* taylorseer = nullptr;
+};
+
+// A batch's step cache, as the one denoising loop runs it: each branch's state across the steps
+// (Note [first block cache], Note [taylorseer cache]), the cache of each transformer call, and the
+// passes computed.
+class StepCacheRun {
+  public:
+    // `batch` prompts; the branches as `guidance` runs them; `tensor_group` as FirstBlockCache takes it.
+    StepCacheRun(const protocol::StepCache& setting, const Guidance& guidance, int64_t batch,
+                 Communicator* tensor_group);
+    // `predict(caches)` for the transformer call on rows [first, first + count) of the model's input.
+    at::Tensor call(int64_t first, int64_t count, const std::function<at::Tensor(const StepCaches&)>& predict);
+    // The passes computed in full, each branch's counted (over the cfg group when the branches are
+    // split; every rank of it calls this); -1 without a cache.
+    int64_t computed(Communicator* cfg_group, const at::Device& device) const;
+    // Per branch (negative, positive), each pass's first-block change; empty without that cache.
+    std::vector<std::vector<double>> metrics() const;
+
+  private:
+    std::vector<FirstBlockCache::Group> groups(int64_t first, int64_t count);
+    const protocol::StepCache& setting_;
+    const Guidance& guidance_;
+    int64_t batch_;
+    Communicator* tensor_group_;
+    FirstBlockState branch_[2];                    // negative, positive
+    std::map<int64_t, TaylorSeerState> taylorseer_;  // by the call's first row
 };
 
 }  // namespace dp::runtime
