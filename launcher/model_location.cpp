@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <sstream>
 
 #include "launcher/errors.h"
@@ -119,9 +120,10 @@ void check_snapshot_inside(const std::string& repo_dir, const std::string& snaps
     int64_t seen = 0;
     // Each entry by lstat: a link must lead into blobs/, a folder is walked (not through a link).
     const std::function<void(const std::string&, int)> walk = [&](const std::string& dir, int depth) {
-        DIR* d = opendir(dir.c_str());
+        // Closed however the walk ends (a refusal deeper down included).
+        const std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(dir.c_str()), closedir);
         if (!d) return;
-        while (dirent* e = readdir(d)) {
+        while (dirent* e = readdir(d.get())) {
             const std::string name = e->d_name;
             if (name == "." || name == "..") continue;
             if (++seen > 100000) break;  // not a model's snapshot; is_model_dir and the loaders say the rest
@@ -141,7 +143,6 @@ void check_snapshot_inside(const std::string& repo_dir, const std::string& snaps
                                                       ec)
                         .string();
                 if (target.compare(0, blobs.size(), blobs) != 0) {
-                    closedir(d);
                     throw protocol::ModelError(path + ": links to " + utf8_for_display(target) +
                                                ", outside the cache's " + blobs +
                                                "; the cache is damaged or was tampered with (download the model again)");
@@ -150,7 +151,6 @@ void check_snapshot_inside(const std::string& repo_dir, const std::string& snaps
                 walk(path, depth - 1);
             }
         }
-        closedir(d);
     };
     walk(snapshot, 8);
 }

@@ -198,7 +198,7 @@ TEST_CASE("single file: GGUF and --model FILE --config FOLDER give the images, Q
     remove_dir(dir);
 }
 
-TEST_CASE("single file: a whole SD3.5 pipeline in Stability AI's file gives diffusers' image; GGUF kept quantized the same pixels") {
+TEST_CASE("single file: a whole SD3.5 pipeline in Stability AI's file gives diffusers' image, GGUF kept quantized the same pixels") {
     const std::string dir = make_temp_dir();
     const std::string golden = std::string(DP_GOLDEN_DIR) + "/sd3_single_file_pipeline.safetensors";
     const nlohmann::json c = nlohmann::json::parse(read_safetensors_metadata(golden, "cases")).at("stability_all");

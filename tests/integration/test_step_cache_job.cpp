@@ -35,7 +35,7 @@ std::string prompt_file(const std::string& path, int copies, const nlohmann::jso
 
 }  // namespace
 
-TEST_CASE("step cache: diffusers' cached image over ranks, recorded with the passes computed; compare fails a budget") {
+TEST_CASE("step cache: diffusers' cached image over ranks, recorded with the passes computed, and compare fails a budget") {
     const std::string dir = make_temp_dir();
     const std::string model = std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev";
     const std::string plain = prompt_file(dir + "/p.jsonl", 2);
