@@ -121,7 +121,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from golden_single_file import _fused, _linear, _swap_halves  # the same table entries as FLUX.1's
+from golden_single_file import _exactly_equal, _fused, _linear, _run, _swap_halves  # shared with FLUX.1's
 from make_golden import OUT, save
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -309,22 +309,6 @@ def vae_ldm_2blocks():
 
 
 # Running and checking.
-
-def _run(pipe, call):
-    args = dict(call)
-    seed = args.pop("seed")
-    args["num_inference_steps"] = args.pop("steps")
-    image = pipe(generator=torch.Generator("cpu").manual_seed(seed), output_type="np", **args).images[0]
-    latents = pipe(generator=torch.Generator("cpu").manual_seed(seed), output_type="latent", **args).images[0]
-    return torch.from_numpy((image * 255).round().astype(np.uint8)), latents.float()
-
-
-def _exactly_equal(a, b, what):
-    assert a.keys() == b.keys(), f"{what}: the names differ: {sorted(set(a) ^ set(b))}"
-    for k in a:
-        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(a[k], b[k]), f"{what}: {k} differs"
-    print(f"{what}: {len(a)} tensors exactly equal")
-
 
 def _bf16(state):
     return {k: v.to(torch.bfloat16) for k, v in state.items()}

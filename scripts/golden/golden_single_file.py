@@ -221,8 +221,8 @@ def converter_width(inner):
         entry["checkpoint_mapping_fn"] = original
 
 
-def _run(pipe):
-    args = dict(CALL)
+def _run(pipe, call=CALL):
+    args = dict(call)
     seed = args.pop("seed")
     args["num_inference_steps"] = args.pop("steps")
     image = pipe(generator=torch.Generator("cpu").manual_seed(seed), output_type="np", **args).images[0]
