@@ -117,7 +117,6 @@ import json
 import os
 import re
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
