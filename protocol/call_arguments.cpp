@@ -94,7 +94,9 @@ const std::vector<CallArgument>& call_arguments() {
             CallArgument a{"cache", CallType::kCache, 0, 10, "--cache", "TYPE[:KEY=VALUE,...]",
                            "A step cache, as diffusers' enable_cache names it: first_block_cache:threshold=T reuses "
                            "the other blocks' last output while the first block's changes by less than T "
-                           "(relative); none: every step computed in full",
+                           "(relative); taylorseer_cache extrapolates the attentions between computed steps; "
+                           "mag_cache:mag_ratios=flux|FILE skips whole steps by the model's magnitude ratios "
+                           "(mag_cache:calibrate=true measures them); none: every step computed in full",
                            {}};
             a.families = {{"sd3"}, {"flux"}, {"flux-schnell"}, {"qwen-image"}};
             a.unit = "a first-block threshold";
@@ -162,7 +164,8 @@ std::string CallArgument::expected(double family_max) const {
                    " to " + number_text(hi) + ", or a list of them ([] for none)";
         case CallType::kCache:
             return "first_block_cache:threshold=T with T a number from " + number_text(min) + " to " +
-                   number_text(hi) + ", {\"type\": \"first_block_cache\", \"threshold\": T}, or none";
+                   number_text(hi) + ", taylorseer_cache[:KEY=VALUE,...], mag_cache:mag_ratios=flux|FILE[,...], "
+                   "mag_cache:calibrate=true, {\"type\": \"first_block_cache\", \"threshold\": T}, or none";
     }
     return {};
 }
@@ -286,86 +289,6 @@ nlohmann::json call_value_json(const CallValue& value) {
     return std::get<std::vector<int>>(value);
 }
 
-std::string StepCache::text() const {
-    if (first_block()) return type + ":threshold=" + number_text(threshold);
-    if (taylorseer())
-        return type + ":cache_interval=" + std::to_string(cache_interval) +
-               ",disable_cache_before_step=" + std::to_string(disable_cache_before_step) +
-               (disable_cache_after_step >= 0 ? ",disable_cache_after_step=" + std::to_string(disable_cache_after_step)
-                                              : std::string()) +
-               ",max_order=" + std::to_string(max_order) +
-               ",taylor_factors_dtype=" + (float32_factors ? "float32" : "bfloat16");
-    return "none";
-}
-
-bool StepCache::computes(int64_t step) const {
-    // diffusers' TaylorSeerCacheHook: the warm-up, every cache_interval-th pass after it (Python's
-    // modulo: the pass right after the warm-up is extrapolated), and the cool-down.
-    const int64_t after = step - disable_cache_before_step - 1;
-    const bool interval = ((after % cache_interval) + cache_interval) % cache_interval == 0;
-    return step < disable_cache_before_step || interval ||
-           (disable_cache_after_step >= 0 && step >= disable_cache_after_step);
-}
-
-std::string parse_step_cache(const std::string& text, StepCache& out, double max) {
-    out = StepCache{};
-    const std::string accepted = "expected first_block_cache:threshold=T (T from 0 to " + number_text(max) +
-                                 "), taylorseer_cache[:cache_interval=N,disable_cache_before_step=N,"
-                                 "disable_cache_after_step=N,max_order=K,taylor_factors_dtype=bfloat16|float32], or none";
-    if (text == "none" || text.empty()) return {};
-    const std::size_t colon = text.find(':');
-    const std::string type = text.substr(0, colon);
-    if (type == "mag_cache" || type == "faster_cache" || type == "pyramid_attention_broadcast")
-        return "'" + type + "' is not built yet; " + accepted;
-    if (type != "first_block_cache" && type != "taylorseer_cache")
-        return "unknown step cache '" + type.substr(0, 40) + "'; " + accepted;
-    out.type = type;
-    out.threshold = 0.05;  // FirstBlockCacheConfig's default
-    std::string rest = colon == std::string::npos ? std::string() : text.substr(colon + 1);
-    while (!rest.empty()) {
-        const std::size_t comma = rest.find(',');
-        const std::string item = rest.substr(0, comma);
-        rest = comma == std::string::npos ? std::string() : rest.substr(comma + 1);
-        const std::size_t eq = item.find('=');
-        const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
-        const auto whole = [&](int64_t lo, int64_t hi, int64_t& field) -> std::string {
-            char* end = nullptr;
-            const long long v = std::strtoll(value.c_str(), &end, 10);
-            if (value.empty() || !end || *end != '\0' || v < lo || v > hi)
-                return key + " '" + value.substr(0, 40) + "' is not a whole number from " + std::to_string(lo) +
-                       " to " + std::to_string(hi);
-            field = v;
-            return {};
-        };
-        std::string why;
-        if (out.first_block() && key == "threshold" && eq != std::string::npos) {
-            char* end = nullptr;
-            const double v = std::strtod(value.c_str(), &end);
-            if (value.empty() || !end || *end != '\0' || !std::isfinite(v) || v < 0 || v > max)
-                return "the threshold '" + value.substr(0, 40) + "' is not a number from 0 to " + number_text(max);
-            out.threshold = v;
-        } else if (out.taylorseer() && key == "cache_interval") {
-            why = whole(1, 1000000, out.cache_interval);
-        } else if (out.taylorseer() && key == "disable_cache_before_step") {
-            why = whole(0, 1000000, out.disable_cache_before_step);
-        } else if (out.taylorseer() && key == "disable_cache_after_step") {
-            why = whole(0, 1000000, out.disable_cache_after_step);
-        } else if (out.taylorseer() && key == "max_order") {
-            why = whole(0, 8, out.max_order);
-        } else if (out.taylorseer() && key == "taylor_factors_dtype" && (value == "bfloat16" || value == "float32")) {
-            out.float32_factors = value == "float32";
-        } else {
-            return type + " takes " +
-                   (out.first_block() ? std::string("threshold=T")
-                                      : std::string("cache_interval, disable_cache_before_step, disable_cache_after_step, "
-                                                    "max_order and taylor_factors_dtype (bfloat16 or float32)")) +
-                   " (got '" + item.substr(0, 40) + "'); " + accepted;
-        }
-        if (!why.empty()) return why;
-    }
-    return {};
-}
-
 std::string parse_adapter_text(const std::string& text, Adapter& out) {
     out = Adapter{};
     out.path = text;
@@ -478,11 +401,22 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
                 for (const auto& [key, v] : j.items()) {
                     if (key == "type" && v.is_string()) {
                         text = v.get<std::string>();
-                    } else if (key != "type" && (v.is_number() || v.is_string())) {
+                    } else if (key != "type" && (v.is_number() || v.is_string() || v.is_boolean())) {
                         keys += (keys.empty() ? "" : ",") + key + "=" +
-                                (v.is_string() ? v.get<std::string>()
+                                (v.is_string()           ? v.get<std::string>()
+                                 : v.is_boolean()        ? std::string(v.get<bool>() ? "true" : "false")
                                  : v.is_number_integer() ? std::to_string(v.get<int64_t>())
                                                          : number_text(v.get<double>()));
+                    } else if (key == "mag_ratios" && v.is_array() && !v.empty()) {
+                        // MagCache's ratios as a list: the setting's own text form, numbers and spaces.
+                        std::string numbers;
+                        for (const nlohmann::json& r : v) {
+                            if (!r.is_number()) return expected + " (its 'mag_ratios' must be a list of numbers)";
+                            char buf[32];
+                            std::snprintf(buf, sizeof(buf), "%.9g", r.get<double>());
+                            numbers += (numbers.empty() ? "" : " ") + std::string(buf);
+                        }
+                        keys += (keys.empty() ? "" : ",") + key + "=" + numbers;
                     } else {
                         return expected + " (its '" + key.substr(0, 40) + "' is not valid)";
                     }

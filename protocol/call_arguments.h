@@ -20,6 +20,8 @@
 #include <variant>
 #include <vector>
 
+#include "protocol/step_cache_setting.h"
+
 namespace dp::protocol {
 
 enum class CallType {
@@ -93,34 +95,6 @@ using Adapters = std::vector<Adapter>;
 // reads as a number, else the whole text is the path and the scale is 1. An error text, or empty.
 std::string parse_adapter_text(const std::string& text, Adapter& out);
 
-// Note [step cache setting]: a prompt's step cache, named as diffusers' enable_cache configs are:
-// - "first_block_cache:threshold=T" (FirstBlockCacheConfig: after the first transformer block, the
-//   relative change of its residual since the last pass computed in full; at or below T the other
-//   blocks' last residual is reused);
-// - "taylorseer_cache:cache_interval=N,disable_cache_before_step=N,disable_cache_after_step=N,
-//   max_order=K,taylor_factors_dtype=bfloat16|float32" (TaylorSeerCacheConfig, its defaults 5, 3,
-//   none, 1, bfloat16: every attention's output is computed on the passes the schedule says and
-//   extrapolated by a Taylor series on the others).
-// "none" is no cache. The JSONL key also takes {"type": ..., KEY: VALUE, ...}.
-struct StepCache {
-    std::string type;  // "first_block_cache", "taylorseer_cache"; empty: none
-    double threshold = 0;
-    int64_t cache_interval = 5, disable_cache_before_step = 3, disable_cache_after_step = -1;  // -1: none
-    int64_t max_order = 1;
-    bool float32_factors = false;  // taylor_factors_dtype: float32, else bfloat16
-    bool enabled() const { return !type.empty(); }
-    bool first_block() const { return type == "first_block_cache"; }
-    bool taylorseer() const { return type == "taylorseer_cache"; }
-    // TaylorSeer: whether pass `step` (of a branch) computes its attentions.
-    bool computes(int64_t step) const;
-    // "first_block_cache:threshold=0.08", "taylorseer_cache:cache_interval=5,...", or "none".
-    std::string text() const;
-    bool operator==(const StepCache& o) const { return text() == o.text(); }
-    bool operator!=(const StepCache& o) const { return !(*this == o); }
-};
-// `text` as a step cache (`max`: the largest threshold taken): an error text saying what is
-// accepted, or empty.
-std::string parse_step_cache(const std::string& text, StepCache& out, double max);
 
 // A value of a row: kNumber a double, kWhole an int64_t, kBlocks a list, kAdapters adapters,
 // kCache a step cache.
