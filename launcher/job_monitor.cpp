@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "launcher/atomic_file.h"
@@ -99,6 +100,7 @@ void JobMonitor::on_status(int rank, std::string_view line) {
         (*r)["width"] = image->width;
         (*r)["height"] = image->height;
         if (image->computed_steps >= 0) (*r)["computed_steps"] = image->computed_steps;
+        if (!image->mag_ratios.empty()) (*r)["mag_ratios"] = image->mag_ratios;
         // The precision the rank ran in (--dtype auto resolved on its device).
         if (const auto d = dtype_of_.find(rank); d != dtype_of_.end()) (*r)["dtype"] = d->second;
         ++done_;
@@ -227,6 +229,7 @@ int JobMonitor::finish(int code) {
     } catch (const IoError& e) {
         report_write_error(e.what());
     }
+    write_mag_ratios();
     char line[640];
     std::snprintf(
         line, sizeof(line),
@@ -251,6 +254,47 @@ int JobMonitor::finish(int code) {
     // The shared files of earlier runs: their records are in this manifest now.
     NodeExchange::remove_runs(job_.output_dir, exchange_ ? exchange_->job_id() : "");
     return result;
+}
+
+void JobMonitor::write_mag_ratios() {
+    // Note [mag cache calibration]: the records of mag_cache:calibrate=true images hold each one's
+    // ratios; their mean per step, over the images of the most common step count, is what the next
+    // run's mag_cache:mag_ratios=FILE reads (diffusers prints one run's; the mean of several prompts
+    // is steadier).
+    std::map<std::size_t, std::pair<std::vector<double>, int64_t>> by_steps;  // sums, images
+    records_.for_each([&](int64_t, const nlohmann::json& r) {
+        const auto it = r.find("mag_ratios");
+        if (it == r.end() || !it->is_array() || it->empty() || r.value("status", "") != "ok") return;
+        auto& [sums, images] = by_steps[it->size()];
+        sums.resize(it->size(), 0.0);
+        for (std::size_t i = 0; i < it->size(); ++i)
+            sums[i] += (*it)[i].is_number() ? (*it)[i].get<double>() : 0.0;
+        ++images;
+    });
+    if (by_steps.empty()) return;
+    auto best = by_steps.begin();
+    for (auto it = by_steps.begin(); it != by_steps.end(); ++it)
+        if (it->second.second >= best->second.second) best = it;
+    std::vector<double> mean = best->second.first;
+    for (double& v : mean) v /= static_cast<double>(best->second.second);
+    const std::string path = job_.output_dir + "/mag_ratios.json";
+    try {
+        AtomicFile file(path);
+        file.write(nlohmann::json({{"mag_ratios", mean},
+                                   {"steps", best->first},
+                                   {"images", best->second.second},
+                                   {"model", job_.model}})
+                       .dump() +
+                   "\n");
+        file.commit();
+    } catch (const IoError& e) {
+        report_write_error(e.what());
+        return;
+    }
+    say("MagCache ratios of " + std::to_string(best->second.second) + " image(s) of " +
+        std::to_string(best->first) + " steps written to " + path + "; run with --cache mag_cache:mag_ratios=" +
+        path + " to use them" +
+        (by_steps.size() > 1 ? " (images of other step counts are left out)" : ""));
 }
 
 int JobMonitor::finish_as_follower(int code) {

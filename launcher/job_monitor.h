@@ -51,6 +51,8 @@ class JobMonitor : public StatusListener {
     bool writer() const { return !exchange_ || exchange_->index() == 0; }
     // Launcher K > 0: its records are in its file; launcher 0 makes the job's result.
     int finish_as_follower(int code);
+    // MagCache calibration: the mean ratios of the records that hold them, to OUTPUT/mag_ratios.json.
+    void write_mag_ratios();
     // The record of prompt `index` while no rank has reported it; else none.
     std::optional<nlohmann::json> pending(int64_t index) const;
     // pending(index) as rank `rank` reports it: `status` ("ok", "failed"), from that rank.

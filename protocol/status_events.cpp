@@ -1,5 +1,7 @@
 #include "protocol/status_events.h"
 
+#include <cmath>
+
 #include <climits>
 #include <nlohmann/json.hpp>
 
@@ -30,6 +32,7 @@ nlohmann::json fields(const ImageEvent& e) {
     nlohmann::json j = {{"rank", e.rank}, {"index", e.index}, {"file", e.file},    {"sha256", e.sha256},
                         {"ms", e.ms},     {"width", e.width}, {"height", e.height}};
     if (e.computed_steps >= 0) j["computed_steps"] = e.computed_steps;
+    if (!e.mag_ratios.empty()) j["mag_ratios"] = e.mag_ratios;
     return j;
 }
 nlohmann::json fields(const FailedEvent& e) {
@@ -77,6 +80,14 @@ void read(detail::Fields& f, ImageEvent& e) {
     e.width = static_cast<int>(f.integer("width", 0, INT_MAX));
     e.height = static_cast<int>(f.integer("height", 0, INT_MAX));
     if (f.has("computed_steps")) e.computed_steps = f.integer("computed_steps", 0, INT64_MAX);
+    if (f.has("mag_ratios")) {
+        const nlohmann::json& ratios = f.array("mag_ratios");
+        for (std::size_t i = 0; i < ratios.size(); ++i) {
+            if (!ratios[i].is_number() || !std::isfinite(ratios[i].get<double>()))
+                throw InputDataError(f.path("mag_ratios", i) + ": expected a finite number");
+            e.mag_ratios.push_back(ratios[i].get<double>());
+        }
+    }
 }
 void read(detail::Fields& f, FailedEvent& e) {
     e.rank = read_rank(f);

@@ -408,7 +408,8 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
                     save_safetensors(job.output_dir + "/" + r.file + ".latents.safetensors",
                                      {{"latents", result.latents}}, {{"prompt", r.prompt}});
                 status.send(
-                    protocol::ImageEvent{rank, r.index, r.file, img.sha256, ms, width, height, result.computed_steps});
+                    protocol::ImageEvent{rank, r.index, r.file, img.sha256, ms, width, height, result.computed_steps,
+                                         result.mag_ratios});
             }
         }
     }

@@ -242,7 +242,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
         scheduler.set_timesteps(r.steps, mu);
 
     // The step cache, for this batch's steps (Note [first block cache], Note [taylorseer cache]).
-    StepCacheRun cache(arguments.cache("cache"), guidance, static_cast<int64_t>(batch.size()),
+    StepCacheRun cache(arguments.cache("cache"), guidance, static_cast<int64_t>(batch.size()), r.steps,
                        parallel_->tensor().group);
 
     std::shared_ptr<const void> transformer = hold_transformer();
@@ -274,6 +274,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     }
     transformer.reset();  // with offload, freed before the decoder is built
     const int64_t computed = cache.computed(parallel_->cfg(), options_.device);
+    const std::vector<double> mag_ratios = cache.mag_ratios(parallel_->cfg(), options_.device);
 
     at::Tensor image = shape.packed ? unpack_latents(latents, shape.height, shape.width) : latents;
     const DeviceMapping* dm = options_.device_map.get();
@@ -282,6 +283,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     for (GenerateResult& out : results) {
         out.computed_steps = computed;
         out.cache_metrics = cache.metrics();
+        out.mag_ratios = mag_ratios;
     }
     return results;
 }

@@ -86,6 +86,8 @@ struct GenerateResult {
     // With a step cache, per guidance branch (negative, positive; empty for one this rank does not
     // run): each pass's relative change of the first block's residual (-1: the branch's first).
     std::vector<std::vector<double>> cache_metrics;
+    // MagCache calibration (Note [mag cache]): the positive branch's ratio at each step; else empty.
+    std::vector<double> mag_ratios;
 };
 
 class DiffusionPipeline {

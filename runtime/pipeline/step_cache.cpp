@@ -87,18 +87,16 @@ at::Tensor FirstBlockCache::run(at::Tensor before, at::Tensor after, const Seque
 }
 
 StepCacheRun::StepCacheRun(const protocol::StepCache& setting, const Guidance& guidance, int64_t batch,
-                           Communicator* tensor_group)
-    : setting_(setting), guidance_(guidance), batch_(batch), tensor_group_(tensor_group) {}
+                           int64_t steps, Communicator* tensor_group)
+    : setting_(setting), guidance_(guidance), batch_(batch), steps_(steps), tensor_group_(tensor_group),
+      mag_ratios_(setting.mag() ? setting.mag_ratios_for(steps) : std::vector<float>{}) {}
 
-std::vector<FirstBlockCache::Group> StepCacheRun::groups(int64_t first, int64_t count) {
-    std::vector<FirstBlockCache::Group> out;
-    if (guidance_.split() || !guidance_.enabled()) {
-        out.push_back({&branch_[guidance_.runs_negative_only() ? 0 : 1], 0, count});
-        return out;
-    }
+std::vector<StepCacheRun::BranchRows> StepCacheRun::branches(int64_t first, int64_t count) const {
+    if (guidance_.split() || !guidance_.enabled()) return {{guidance_.runs_negative_only() ? 0 : 1, 0, count}};
+    std::vector<BranchRows> out;
     for (int branch = 0; branch < 2; ++branch) {  // batched: the negatives' rows first
         const int64_t lo = std::max(first, branch * batch_), hi = std::min(first + count, (branch + 1) * batch_);
-        if (lo < hi) out.push_back({&branch_[branch], lo - first, hi - lo});
+        if (lo < hi) out.push_back({branch, lo - first, hi - lo});
     }
     return out;
 }
@@ -106,14 +104,24 @@ std::vector<FirstBlockCache::Group> StepCacheRun::groups(int64_t first, int64_t 
 at::Tensor StepCacheRun::call(int64_t first, int64_t count,
                               const std::function<at::Tensor(const StepCaches&)>& predict) {
     StepCaches caches;
+    const std::vector<BranchRows> rows = branches(first, count);
     if (setting_.first_block()) {
-        FirstBlockCache cache(setting_.threshold, groups(first, count), tensor_group_);
+        std::vector<FirstBlockCache::Group> groups;
+        for (const BranchRows& b : rows) groups.push_back({&branch_[b.branch], b.first, b.rows});
+        FirstBlockCache cache(setting_.threshold, std::move(groups), tensor_group_);
         caches.first_block = &cache;
         return predict(caches);
     }
     if (setting_.taylorseer()) {
-        TaylorSeerCache cache(setting_, taylorseer_[first], static_cast<int>(groups(first, count).size()));
+        TaylorSeerCache cache(setting_, taylorseer_[first], static_cast<int>(rows.size()));
         caches.taylorseer = &cache;
+        return predict(caches);
+    }
+    if (setting_.mag()) {
+        std::vector<MagCache::Group> groups;
+        for (const BranchRows& b : rows) groups.push_back({&mag_[b.branch], b.first, b.rows});
+        MagCache cache(setting_, mag_ratios_, steps_, std::move(groups));
+        caches.mag = &cache;
         return predict(caches);
     }
     return predict(caches);
@@ -121,7 +129,7 @@ at::Tensor StepCacheRun::call(int64_t first, int64_t count,
 
 int64_t StepCacheRun::computed(Communicator* cfg_group, const at::Device& device) const {
     if (!setting_.enabled()) return -1;
-    int64_t mine = branch_[0].computed + branch_[1].computed;
+    int64_t mine = branch_[0].computed + branch_[1].computed + mag_[0].computed + mag_[1].computed;
     for (const auto& [first, state] : taylorseer_) mine += state.computed;
     if (!guidance_.split()) return mine;
     at::Tensor both = at::tensor({mine}, at::kLong).to(device);
@@ -132,6 +140,88 @@ int64_t StepCacheRun::computed(Communicator* cfg_group, const at::Device& device
 std::vector<std::vector<double>> StepCacheRun::metrics() const {
     if (!setting_.first_block()) return {};
     return {branch_[0].metrics, branch_[1].metrics};
+}
+
+std::vector<double> StepCacheRun::mag_ratios(Communicator* cfg_group, const at::Device& device) const {
+    if (!setting_.mag() || !setting_.calibrate) return {};
+    std::vector<double> mine = mag_[1].calibration;
+    if (!guidance_.split()) return mine;
+    // The positive branch's rank gives its ratios; the other adds zeros.
+    const auto n = static_cast<int64_t>(std::max(mag_[0].calibration.size(), mag_[1].calibration.size()));
+    at::Tensor both = at::zeros({n}, at::kDouble);
+    for (std::size_t i = 0; i < mine.size(); ++i) both[static_cast<int64_t>(i)] = mine[i];
+    both = both.to(device);
+    cfg_group->all_reduce(both);
+    both = both.cpu();
+    return std::vector<double>(both.data_ptr<double>(), both.data_ptr<double>() + n);
+}
+
+MagCache::MagCache(const protocol::StepCache& config, const std::vector<float>& ratios, int64_t steps,
+                   std::vector<Group> groups)
+    : config_(config), ratios_(ratios), steps_(steps), groups_(std::move(groups)) {}
+
+bool MagCache::computes(MagCacheState& s) const {
+    if (config_.calibrate) return true;
+    // Note [mag cache]: Python's int(retention_ratio * steps + 0.5); the accumulators in float32.
+    const auto retention = static_cast<int64_t>(config_.retention_ratio * static_cast<double>(steps_) + 0.5);
+    if (s.pass < retention) return true;
+    const float scale = s.pass < static_cast<int64_t>(ratios_.size()) ? ratios_[static_cast<std::size_t>(s.pass)] : 1.0f;
+    s.ratio = s.ratio * scale;
+    s.accumulated += 1;
+    s.error = s.error + std::fabs(1.0f - s.ratio);
+    if (s.residual.defined() && s.error <= static_cast<float>(config_.threshold) &&
+        s.accumulated <= config_.max_skip_steps)
+        return false;
+    s.ratio = 1;
+    s.accumulated = 0;
+    s.error = 0;
+    return true;
+}
+
+at::Tensor MagCache::run(at::Tensor before, const SequenceShard& image,
+                         const std::function<at::Tensor(const at::Tensor&)>& blocks) {
+    const std::size_t n = groups_.size();
+    std::vector<bool> decided(n);
+    bool any = false;
+    for (std::size_t k = 0; k < n; ++k) {
+        decided[k] = computes(*groups_[k].state);
+        any = any || decided[k];
+    }
+    const auto reused = [&](const Group& g) { return before.narrow(0, g.first, g.rows) + g.state->residual; };
+    at::Tensor out;
+    if (!any) {
+        std::vector<at::Tensor> rows;
+        for (const Group& g : groups_) rows.push_back(reused(g));
+        out = n == 1 ? rows.front() : at::cat(rows, 0);
+    } else {
+        out = blocks(before);
+        const at::Tensor residual = out.to(before.device()) - before;
+        for (std::size_t k = 0; k < n; ++k) {
+            const Group& g = groups_[k];
+            MagCacheState& s = *g.state;
+            if (!decided[k]) {
+                out.narrow(0, g.first, g.rows).copy_(reused(g).to(out.device()));
+                continue;
+            }
+            const at::Tensor mine = residual.narrow(0, g.first, g.rows);
+            if (config_.calibrate) {
+                double ratio = 1;
+                if (s.residual.defined()) {
+                    // Note [mag cache]: the per-token ratio of norms, summed over the rows and the sequence.
+                    const at::Tensor now = at::linalg_vector_norm(mine.to(at::kFloat), 2, {-1});
+                    const at::Tensor last = at::linalg_vector_norm(s.residual.to(at::kFloat), 2, {-1});
+                    const at::Tensor per_token = (now / (last + 1e-8)).sum(0, /*keepdim=*/true);
+                    const double elements = static_cast<double>(image.tokens()) * static_cast<double>(g.rows);
+                    ratio = image.sum_tokens(per_token).cpu()[0].item<double>() / elements;
+                }
+                s.calibration.push_back(ratio);
+            }
+            s.residual = mine;
+            ++s.computed;
+        }
+    }
+    for (const Group& g : groups_) ++g.state->pass;
+    return out;
 }
 
 TaylorSeerCache::TaylorSeerCache(const protocol::StepCache& config, TaylorSeerState& state, int branches)

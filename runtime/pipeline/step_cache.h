@@ -105,19 +105,70 @@ class TaylorSeerCache {
     bool computes_;
 };
 
+// Note [mag cache]: diffusers' MagCache (MagCacheConfig), one implementation for every family. Whether
+// a pass runs the blocks follows from the step and the model's magnitude ratios alone: from the
+// retention step (retention_ratio x steps, rounded half up) on, each pass multiplies the accumulated
+// ratio by its step's ratio and adds |1 - it| to the accumulated error, all in float32 as diffusers'
+// 0-d tensors hold them; while a residual is kept, the error is at or below the threshold and at
+// most max_skip_steps passes have accumulated, the pass skips, else it computes and the
+// accumulators start again. A skipped pass's image stream after the blocks is its input plus the
+// residual (the image stream out of the last block minus the stream into the first) of the last
+// pass computed; the text stream's last value feeds nothing after the blocks.
+//
+// - Each guidance branch has its own state (diffusers' cache contexts), the prompts of a batch
+//   sharing their branch's. The decision needs no data, so every rank of every strategy takes the
+//   same passes without a collective; each rank keeps and adds its own shard of the residual.
+// - Calibration (calibrate=true) computes every pass and measures each pass's ratio: the mean over
+//   the batch and the whole sequence of |residual| / (|last residual| + 1e-8), norms over the width
+//   in float32, the sums over the sequence groups (SequenceShard::sum_tokens); the first pass's is 1.
+struct MagCacheState {
+    at::Tensor residual;               // at the last pass computed in full, this rank's shard
+    int64_t pass = 0;                  // the state's passes so far
+    float ratio = 1, error = 0;        // accumulated, float32
+    int64_t accumulated = 0;           // passes accumulated since the last computed
+    int64_t computed = 0;              // passes computed in full
+    std::vector<double> calibration;   // per pass, when calibrating
+};
+
+// One transformer call's MagCache over its rows, a branch's state for each group of them.
+class MagCache {
+  public:
+    struct Group {
+        MagCacheState* state;
+        int64_t first, rows;  // of the call's batch
+    };
+    // `ratios`: the config's, taken to `steps` (StepCache::mag_ratios_for).
+    MagCache(const protocol::StepCache& config, const std::vector<float>& ratios, int64_t steps,
+             std::vector<Group> groups);
+    // The image stream after the last block from `before`, the first block's input ([rows, this
+    // rank's tokens of `image`, width]); `blocks(before)` runs every block and returns the last one's
+    // image stream. Every rank of the call's sequence groups calls it at the same point.
+    at::Tensor run(at::Tensor before, const SequenceShard& image,
+                   const std::function<at::Tensor(const at::Tensor&)>& blocks);
+
+  private:
+    bool computes(MagCacheState& s) const;
+    const protocol::StepCache& config_;
+    const std::vector<float>& ratios_;
+    int64_t steps_;
+    std::vector<Group> groups_;
+};
+
 // The step cache a transformer call runs with (at most one of them).
 struct StepCaches {
     FirstBlockCache* first_block = nullptr;
     TaylorSeerCache* taylorseer = nullptr;
+    MagCache* mag = nullptr;
 };
 
 // A batch's step cache, as the one denoising loop runs it: each branch's state across the steps
-// (Note [first block cache], Note [taylorseer cache]), the cache of each transformer call, and the
-// passes computed.
+// (Note [first block cache], Note [taylorseer cache], Note [mag cache]), the cache of each
+// transformer call, and the passes computed.
 class StepCacheRun {
   public:
-    // `batch` prompts; the branches as `guidance` runs them; `tensor_group` as FirstBlockCache takes it.
-    StepCacheRun(const protocol::StepCache& setting, const Guidance& guidance, int64_t batch,
+    // `batch` prompts of `steps` steps; the branches as `guidance` runs them; `tensor_group` as
+    // FirstBlockCache takes it.
+    StepCacheRun(const protocol::StepCache& setting, const Guidance& guidance, int64_t batch, int64_t steps,
                  Communicator* tensor_group);
     // `predict(caches)` for the transformer call on rows [first, first + count) of the model's input.
     at::Tensor call(int64_t first, int64_t count, const std::function<at::Tensor(const StepCaches&)>& predict);
@@ -126,14 +177,23 @@ class StepCacheRun {
     int64_t computed(Communicator* cfg_group, const at::Device& device) const;
     // Per branch (negative, positive), each pass's first-block change; empty without that cache.
     std::vector<std::vector<double>> metrics() const;
+    // MagCache calibration: the positive branch's ratio at each pass (over the cfg group when the
+    // branches are split; every rank of it calls this); empty when not calibrating.
+    std::vector<double> mag_ratios(Communicator* cfg_group, const at::Device& device) const;
 
   private:
-    std::vector<FirstBlockCache::Group> groups(int64_t first, int64_t count);
+    struct BranchRows {
+        int branch;  // 0 negative, 1 positive
+        int64_t first, rows;
+    };
+    std::vector<BranchRows> branches(int64_t first, int64_t count) const;
     const protocol::StepCache& setting_;
     const Guidance& guidance_;
-    int64_t batch_;
+    int64_t batch_, steps_;
     Communicator* tensor_group_;
+    std::vector<float> mag_ratios_;                // MagCache's, taken to the steps
     FirstBlockState branch_[2];                    // negative, positive
+    MagCacheState mag_[2];                         // negative, positive
     std::map<int64_t, TaylorSeerState> taylorseer_;  // by the call's first row
 };
 

@@ -3,7 +3,9 @@
 // over two data-parallel ranks and under --ulysses 2, and TaylorSeer's; each record holds the cache
 // and the passes computed in full; --resume sees another cache as other pixels; dp-launch compare measures what
 // the cache costs and fails a budget the pair falls below; a cache that does not exist is a usage
-// error before anything starts.
+// error before anything starts. MagCache: calibration over two ranks records diffusers' ratios and
+// writes their mean to OUTPUT/mag_ratios.json, which the next run reads; FLUX.1's published ratios
+// give diffusers' MagCache image under --ulysses 2 (scripts/golden/golden_mag_cache.py).
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -99,5 +101,64 @@ TEST_CASE("step cache: diffusers' cached image over ranks, recorded with the pas
         CHECK_MESSAGE(r.err.find("--cache") != std::string::npos, r.err);
         CHECK_FALSE(file_exists(dir + "/none"));
     }
+    remove_dir(dir);
+}
+
+TEST_CASE("MagCache: calibration writes the ratios the next run reads, and FLUX.1's give diffusers' image") {
+    const std::string dir = make_temp_dir();
+    const std::string model = std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev";
+    const std::string mag_golden = std::string(DP_GOLDEN_DIR) + "/mag_cache_pipeline.safetensors";
+    const nlohmann::json cases = nlohmann::json::parse(read_safetensors_metadata(mag_golden, "cases"));
+    const std::string prompts = prompt_file(dir + "/p.jsonl", 2);
+    LaunchResult calibrate = run_launch(
+        {"--model", model, "-n", "2", "--cache", "mag_cache:calibrate=true", "-o", dir + "/calibrate", prompts}, {}, 240);
+    REQUIRE_MESSAGE(calibrate.exit_code == 0, calibrate.err);
+    CHECK_MESSAGE(calibrate.err.find("mag_ratios.json") != std::string::npos, calibrate.err);
+    const std::vector<double> theirs = cases.at("flux_calibrate").at("mag_ratios").at("cond").get<std::vector<double>>();
+    for (const auto& record : read_manifest(dir + "/calibrate")) {
+        CHECK(record.at("cache") == "mag_cache:calibrate=true");
+        CHECK(record.at("computed_steps") == 8);  // nothing skipped
+        const std::vector<double> mine = record.at("mag_ratios").get<std::vector<double>>();
+        REQUIRE(mine.size() == theirs.size());
+        for (std::size_t s = 0; s < mine.size(); ++s) CHECK(mine[s] == doctest::Approx(theirs[s]).epsilon(1e-5));
+    }
+    std::ifstream in(dir + "/calibrate/mag_ratios.json");
+    const nlohmann::json written = nlohmann::json::parse(in, nullptr, false);
+    REQUIRE(written.is_object());
+    CHECK(written.at("images") == 2);
+    CHECK(written.at("steps") == 8);
+    REQUIRE(written.at("mag_ratios").size() == theirs.size());
+    for (std::size_t s = 0; s < theirs.size(); ++s)
+        CHECK(written.at("mag_ratios")[s].get<double>() == doctest::Approx(theirs[s]).epsilon(1e-5));
+    // The next run reads the file; its records hold the ratios themselves, not the path.
+    LaunchResult next = run_launch({"--model", model, "--cache",
+                                    "mag_cache:mag_ratios=" + dir + "/calibrate/mag_ratios.json,threshold=0.2",
+                                    "-o", dir + "/next", "-q", prompts},
+                                   {}, 120);
+    REQUIRE_MESSAGE(next.exit_code == 0, next.err);
+    for (const auto& record : read_manifest(dir + "/next")) {
+        const std::string cache = record.at("cache");
+        CHECK(cache.rfind("mag_cache:threshold=0.2,max_skip_steps=3,retention_ratio=0.2,mag_ratios=1 ", 0) == 0);
+        CHECK(record.at("computed_steps") < 8);
+        CHECK_FALSE(record.contains("mag_ratios"));
+    }
+    // FLUX.1's published ratios, taken to 8 steps: diffusers' MagCache latents, over the sequence.
+    LaunchResult flux = run_launch({"--model", model, "-n", "2", "--ulysses", "2", "--cache", "mag_cache:mag_ratios=flux",
+                                    "-o", dir + "/flux", "-q", prompts},
+                                   {{"DP_SAVE_LATENTS", "1"}}, 240);
+    REQUIRE_MESSAGE(flux.exit_code == 0, flux.err);
+    for (const auto& record : read_manifest(dir + "/flux")) {
+        CHECK(record.at("computed_steps") == cases.at("flux_mag").at("computed_steps"));
+        const std::string file = dir + "/flux/" + record.at("file").get<std::string>();
+        CHECK(max_difference(read_latents(file + ".latents.safetensors"), golden_f32(mag_golden, "flux_mag.latents")) <=
+              1e-4f);
+    }
+    // Ratios that cannot be read: a usage error naming the file, before anything starts.
+    LaunchResult missing = run_launch({"--model", model, "--cache", "mag_cache:mag_ratios=" + dir + "/nothing.json",
+                                       "-o", dir + "/none", "-q", prompts},
+                                      {}, 60);
+    CHECK(missing.exit_code == 2);
+    CHECK_MESSAGE(missing.err.find("nothing.json' does not exist") != std::string::npos, missing.err);
+    CHECK_FALSE(file_exists(dir + "/none"));
     remove_dir(dir);
 }

@@ -57,6 +57,14 @@ std::string rules_error(const std::string& dir) {
     return "";
 }
 
+// The "cache" row's value from `j` (the flag's text or a JSONL value) into `out`: an error, or "".
+std::string read_step_cache(const nlohmann::json& j, dp::protocol::StepCache& out) {
+    dp::protocol::CallValue v;
+    const std::string why = dp::protocol::read_call_value(*dp::protocol::find_call_argument("cache"), j, v);
+    if (why.empty()) out = std::get<dp::protocol::StepCache>(v);
+    return why;
+}
+
 }  // namespace
 
 TEST_CASE("Qwen-Image's defaults are QwenImagePipeline's: 50 steps, true_cfg_scale 4, 512 tokens, 1024 px, no negative") {
@@ -402,13 +410,7 @@ TEST_CASE("dp-launch arguments shows the job's own settings as the defaults a li
 }
 
 TEST_CASE("a step cache is read as diffusers' configs name it, from the flag's text or a JSONL object") {
-    const dp::protocol::CallArgument& row = *dp::protocol::find_call_argument("cache");
-    const auto read = [&](const nlohmann::json& j, dp::protocol::StepCache& out) {
-        dp::protocol::CallValue v;
-        const std::string why = dp::protocol::read_call_value(row, j, v);
-        if (why.empty()) out = std::get<dp::protocol::StepCache>(v);
-        return why;
-    };
+    const auto read = read_step_cache;
     dp::protocol::StepCache c;
     CHECK(read("first_block_cache:threshold=0.08", c).empty());
     CHECK(c.type == "first_block_cache");
@@ -425,7 +427,7 @@ TEST_CASE("a step cache is read as diffusers' configs name it, from the flag's t
     CHECK(read(nullptr, c).empty());
     CHECK_FALSE(c.enabled());
     // What is wrong is said, with what is accepted.
-    CHECK(read("mag_cache:threshold=0.1", c).find("not built yet") != std::string::npos);
+    CHECK(read("faster_cache", c).find("not built yet") != std::string::npos);
     CHECK(read("teacache", c).find("unknown step cache 'teacache'") != std::string::npos);
     CHECK(read("first_block_cache:threshold=-1", c).find("not a number from 0 to 10") != std::string::npos);
     CHECK(read("first_block_cache:threshold=nan", c).find("not a number") != std::string::npos);
@@ -454,4 +456,79 @@ TEST_CASE("a step cache is read as diffusers' configs name it, from the flag's t
     CHECK(read("taylorseer_cache:threshold=0.1", c).find("taylorseer_cache takes cache_interval") != std::string::npos);
     CHECK(read("taylorseer_cache:taylor_factors_dtype=float16", c).find("takes") != std::string::npos);
     CHECK(read(3, c).find("expected first_block_cache") != std::string::npos);
+}
+
+TEST_CASE("MagCache is read with its ratios from flux, a file, a list or the recorded numbers, and calibration") {
+    const auto read = read_step_cache;
+    dp::protocol::StepCache c;
+    // FLUX.1's published ratios, MagCacheConfig's defaults.
+    REQUIRE(read("mag_cache:mag_ratios=flux", c).empty());
+    CHECK(c.mag());
+    CHECK(c.threshold == 0.06);
+    CHECK(c.max_skip_steps == 3);
+    CHECK(c.retention_ratio == 0.2);
+    REQUIRE(c.mag_ratios.size() == 28);
+    CHECK(c.mag_ratios[1] == 1.21094f);
+    // The recorded text gives the same setting back (what a --resume compares).
+    dp::protocol::StepCache again;
+    REQUIRE(read(c.text(), again).empty());
+    CHECK(again.mag_ratios == c.mag_ratios);
+    CHECK(again == c);
+    // diffusers' nearest_interp: 28 ratios to 8 steps take indices 0, 4, 8, 12, 15, 19, 23, 27
+    // (round(i * 27 / 7), half to even), and to one step the last.
+    const std::vector<float> eight = c.mag_ratios_for(8);
+    REQUIRE(eight.size() == 8);
+    for (const auto& [i, from] : std::vector<std::pair<int, int>>{{0, 0}, {1, 4}, {2, 8}, {3, 12}, {4, 15}, {5, 19}, {6, 23}, {7, 27}})
+        CHECK(eight[static_cast<std::size_t>(i)] == c.mag_ratios[static_cast<std::size_t>(from)]);
+    CHECK(c.mag_ratios_for(1) == std::vector<float>{c.mag_ratios.back()});
+    CHECK(c.mag_ratios_for(28) == c.mag_ratios);
+    // A JSONL object with a list; every key.
+    REQUIRE(read(nlohmann::json{{"type", "mag_cache"}, {"mag_ratios", {1.0, 1.1, 0.9}}, {"threshold", 0.1},
+                                {"max_skip_steps", 2}, {"retention_ratio", 0.5}},
+                 c)
+                .empty());
+    CHECK(c.mag_ratios == std::vector<float>{1.0f, 1.1f, 0.9f});
+    CHECK(c.threshold == 0.1);
+    CHECK(c.max_skip_steps == 2);
+    CHECK(c.retention_ratio == 0.5);
+    // A calibration file, as the job writes it, or a plain list.
+    namespace fs = std::filesystem;
+    const std::string dir = "/tmp/dp_call_arguments_" + std::to_string(getpid()) + "_mag_ratios";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    struct Cleanup {
+        std::string dir;
+        ~Cleanup() { std::filesystem::remove_all(dir); }
+    } cleanup{dir};
+    const auto write = [&](const std::string& name, const std::string& body) {
+        std::ofstream(dir + "/" + name) << body;
+        return dir + "/" + name;
+    };
+    REQUIRE(read("mag_cache:mag_ratios=" + write("calibrated.json", R"({"mag_ratios": [1, 1.25, 0.75], "steps": 3})"), c).empty());
+    CHECK(c.mag_ratios == std::vector<float>{1.0f, 1.25f, 0.75f});
+    REQUIRE(read("mag_cache:mag_ratios=" + write("list.json", "[1, 2]"), c).empty());
+    CHECK(c.mag_ratios == std::vector<float>{1.0f, 2.0f});
+    // Calibration: nothing skipped, no ratios needed.
+    REQUIRE(read("mag_cache:calibrate=true", c).empty());
+    CHECK(c.calibrate);
+    CHECK(c.text() == "mag_cache:calibrate=true");
+    REQUIRE(read(nlohmann::json{{"type", "mag_cache"}, {"calibrate", true}}, c).empty());
+    CHECK(c.calibrate);
+    // What is wrong is said, with what to do.
+    CHECK(read("mag_cache", c).find("calibrate=true") != std::string::npos);
+    CHECK(read("mag_cache:threshold=0.1", c).find("needs the model's magnitude ratios") != std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=" + dir + "/missing.json", c).find("does not exist") != std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=" + write("bad.json", R"({"ratios": 3})"), c).find("JSON list of numbers") !=
+          std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=" + write("text.json", "[1, \"x\"]"), c).find("JSON list") != std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=" + write("negative.json", "[1, -2]"), c).find("mag_ratios[1]") != std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=" + write("empty.json", "[]"), c).find("empty") != std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=" + dir, c).find("not a regular file") != std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=1 nan", c).find("not a positive number") != std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=flux,num_inference_steps=28", c).find("each prompt's own steps") !=
+          std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=flux,retention_ratio=2", c).find("retention_ratio '2'") != std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=flux,cache_interval=2", c).find("mag_cache takes threshold") != std::string::npos);
+    CHECK(read(nlohmann::json{{"type", "mag_cache"}, {"mag_ratios", {1, "x"}}}, c).find("list of numbers") !=
+          std::string::npos);
 }

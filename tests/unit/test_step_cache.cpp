@@ -4,6 +4,8 @@
 // with the threshold and compute the same passes in full; the single-process cached latents come
 // back under ulysses2 and ring2 with uneven shards, tp2 and cfg2; SD3, which diffusers does not
 // cache, computes every pass at threshold 0 and only each branch's first one at a huge threshold.
+// MagCache (Note [mag cache]) against diffusers' MagCache (scripts/golden/golden_mag_cache.py): the
+// same passes, latents and calibrated ratios, alike under every strategy.
 #include "unit/doctest_torch.h"
 
 #include <ATen/ATen.h>
@@ -23,6 +25,8 @@ namespace {
 
 std::shared_ptr<SafetensorsFile> golden() { return SafetensorsFile::open(golden_path("step_cache_pipeline.safetensors")); }
 nlohmann::json cases() { return nlohmann::json::parse(golden()->metadata().at("cases")); }
+std::shared_ptr<SafetensorsFile> mag_golden() { return SafetensorsFile::open(golden_path("mag_cache_pipeline.safetensors")); }
+nlohmann::json mag_cases() { return nlohmann::json::parse(mag_golden()->metadata().at("cases")); }
 // The case's call with its cache.
 GenerateRequest request_of(const nlohmann::json& c) {
     GenerateRequest r = dp::test::golden_request(c);
@@ -55,6 +59,21 @@ std::vector<GenerateResult> on_two_ranks(const PipelineOptions& o, const Generat
         out[static_cast<std::size_t>(rank)] = load_pipeline(o, parallel)->generate(request);
     });
     return out;
+}
+
+// SD3 (no cache in diffusers): its two branches batched in one call, six steps.
+PipelineOptions sd3_options() {
+    PipelineOptions o;
+    o.model_dir = std::string(DP_MODELS_DIR) + "/tiny-random-sd3";
+    return o;
+}
+GenerateRequest sd3_request() {
+    GenerateRequest r;
+    r.prompt = "a lighthouse at dusk";
+    r.seed = 5;
+    r.steps = 6;
+    r.width = r.height = 32;
+    return r;
 }
 
 }  // namespace
@@ -130,13 +149,8 @@ TEST_CASE("the first-block cache decides as one process does under ulysses2 and 
 }
 
 TEST_CASE("SD3, which diffusers does not cache, runs the first-block cache over its batched branches") {
-    PipelineOptions o;
-    o.model_dir = std::string(DP_MODELS_DIR) + "/tiny-random-sd3";
-    GenerateRequest r;
-    r.prompt = "a lighthouse at dusk";
-    r.seed = 5;
-    r.steps = 6;
-    r.width = r.height = 32;
+    const PipelineOptions o = sd3_options();
+    GenerateRequest r = sd3_request();
     const auto pipeline = load_pipeline(o, ParallelContext::single());
     const GenerateResult plain = pipeline->generate(r);
     CHECK(plain.computed_steps == -1);
@@ -210,5 +224,121 @@ TEST_CASE("TaylorSeer gives diffusers' cached images, each branch with its own f
     for (const GenerateResult& r : on_two_ranks(options_of(qwen), request_of(qwen), degrees(1, 1, 1, 2))) {
         CHECK(r.computed_steps == both.computed_steps);
         CHECK((r.latents - both.latents).abs().max().item<double>() <= 1e-5);
+    }
+}
+
+TEST_CASE("MagCache gives diffusers' cached images and passes, on FLUX.1's published ratios and on calibrated ones") {
+    const auto file = mag_golden();
+    const nlohmann::json all = mag_cases();
+    for (const std::string name : {"flux", "qwen"}) {
+        const std::string key = name + "_mag";
+        CAPTURE(key);
+        const nlohmann::json& c = all.at(key);
+        const GenerateRequest request = request_of(c);
+        const dp::protocol::StepCache& setting = request.arguments.cache("cache");
+        REQUIRE(setting.mag());
+        // The ratios taken to the steps as diffusers' nearest_interp takes them.
+        const std::vector<float> mine = setting.mag_ratios_for(request.steps);
+        const std::vector<float> theirs = c.at("interpolated").get<std::vector<float>>();
+        CHECK(mine == theirs);
+        const GenerateResult out = load_pipeline(options_of(c), ParallelContext::single())->generate(request);
+        REQUIRE(out.error.empty());
+        const at::Tensor ref = load_tensor(file, key + ".latents", at::kFloat);
+        const at::Tensor uncached = load_tensor(file, name + "_calibrate.latents", at::kFloat);  // nothing skipped
+        const double diff = (out.latents.reshape(ref.sizes()) - ref).abs().max().item<double>();
+        const double effect = (uncached - ref).abs().max().item<double>();
+        MESSAGE(key << ": max |latent diff| " << diff << " against diffusers; the cache moves them by " << effect);
+        CHECK(diff <= 1e-4);
+        CHECK(effect > 1e-2);
+        CHECK(out.computed_steps == c.at("computed_steps").get<int64_t>());
+        const at::Tensor ref_image = load_tensor(file, key + ".image", at::kByte);
+        CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt)).abs().le(1).to(at::kDouble).mean().item<double>() >= 0.999);
+    }
+}
+
+TEST_CASE("MagCache calibration computes every pass and measures diffusers' ratios, under every strategy") {
+    const auto file = mag_golden();
+    const nlohmann::json all = mag_cases();
+    for (const std::string name : {"flux", "qwen"}) {
+        const std::string key = name + "_calibrate";
+        CAPTURE(key);
+        const nlohmann::json& c = all.at(key);
+        const GenerateRequest request = request_of(c);
+        const GenerateResult out = load_pipeline(options_of(c), ParallelContext::single())->generate(request);
+        const at::Tensor ref = load_tensor(file, key + ".latents", at::kFloat);
+        CHECK((out.latents.reshape(ref.sizes()) - ref).abs().max().item<double>() <= 1e-4);
+        CHECK(out.computed_steps == c.at("computed_steps").get<int64_t>());
+        // The positive branch's ratios are diffusers' "cond" context's.
+        const std::vector<double> theirs = c.at("mag_ratios").at("cond").get<std::vector<double>>();
+        REQUIRE(out.mag_ratios.size() == theirs.size());
+        for (std::size_t s = 0; s < theirs.size(); ++s) {
+            CAPTURE(s);
+            CHECK(out.mag_ratios[s] == doctest::Approx(theirs[s]).epsilon(1e-5));
+        }
+        if (name != "qwen") continue;
+        // Each branch measures its own; cfg2 reports the positive one's from both ranks.
+        for (const GenerateResult& r : on_two_ranks(options_of(c), request, degrees(1, 1, 1, 2))) {
+            REQUIRE(r.mag_ratios.size() == out.mag_ratios.size());
+            for (std::size_t s = 0; s < theirs.size(); ++s) CHECK(r.mag_ratios[s] == doctest::Approx(out.mag_ratios[s]).epsilon(1e-6));
+        }
+    }
+    // Uneven shards: 9 image tokens over two ranks; the sums over the whole sequence give one ratio.
+    nlohmann::json flux = all.at("flux_calibrate");
+    flux["width"] = 48, flux["height"] = 48;
+    const GenerateResult alone = load_pipeline(options_of(flux), ParallelContext::single())->generate(request_of(flux));
+    for (const dp::strategies::MeshDegrees& d : {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)})
+        for (const GenerateResult& r : on_two_ranks(options_of(flux), request_of(flux), d)) {
+            CAPTURE(d.ulysses);
+            CAPTURE(d.ring);
+            REQUIRE(r.mag_ratios.size() == alone.mag_ratios.size());
+            for (std::size_t s = 0; s < alone.mag_ratios.size(); ++s)
+                CHECK(r.mag_ratios[s] == doctest::Approx(alone.mag_ratios[s]).epsilon(1e-5));
+        }
+}
+
+TEST_CASE("MagCache skips the same passes under ulysses2 and ring2 (uneven shards), tp2 and cfg2, and on SD3's batched branches") {
+    const nlohmann::json all = mag_cases();
+    nlohmann::json flux = all.at("flux_mag");
+    flux["width"] = 48, flux["height"] = 48;
+    const GenerateRequest request = request_of(flux);
+    const GenerateResult alone = load_pipeline(options_of(flux), ParallelContext::single())->generate(request);
+    CHECK(alone.computed_steps == flux.at("computed_steps").get<int64_t>());  // the ratios alone decide
+    for (const dp::strategies::MeshDegrees& d : {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)})
+        for (const GenerateResult& r : on_two_ranks(options_of(flux), request, d)) {
+            CAPTURE(d.ulysses);
+            CAPTURE(d.ring);
+            CHECK(r.computed_steps == alone.computed_steps);
+            CHECK((r.latents - alone.latents).abs().max().item<double>() <= 1e-5);
+        }
+    const nlohmann::json& qwen = all.at("qwen_mag");
+    const GenerateResult both = load_pipeline(options_of(qwen), ParallelContext::single())->generate(request_of(qwen));
+    for (const GenerateResult& r : on_two_ranks(options_of(qwen), request_of(qwen), degrees(1, 1, 1, 2))) {
+        CHECK(r.computed_steps == both.computed_steps);
+        CHECK((r.latents - both.latents).abs().max().item<double>() <= 1e-5);
+    }
+
+    // SD3 (no MagCache in diffusers): its two branches batched in one call, each with its state.
+    const PipelineOptions o = sd3_options();
+    GenerateRequest r = sd3_request();
+    const auto pipeline = load_pipeline(o, ParallelContext::single());
+    const GenerateResult plain = pipeline->generate(r);
+    dp::protocol::StepCache cache;
+    REQUIRE(dp::protocol::parse_step_cache("mag_cache:calibrate=true", cache, 10).empty());
+    r.arguments.set("cache", cache);
+    const GenerateResult calibrated = pipeline->generate(r);
+    CHECK(calibrated.computed_steps == 12);  // six steps, two branches, none skipped
+    CHECK(at::equal(calibrated.latents, plain.latents));
+    CHECK(calibrated.mag_ratios.size() == 6);
+    // Ratios of exactly 1 and no limit on skipping: after the retention step (int(0.5 * 6 + 0.5) = 3)
+    // every pass reuses the residual of pass 2.
+    REQUIRE(dp::protocol::parse_step_cache("mag_cache:mag_ratios=1 1 1 1 1 1,max_skip_steps=100,retention_ratio=0.5",
+                                           cache, 10).empty());
+    r.arguments.set("cache", cache);
+    const GenerateResult skipped = pipeline->generate(r);
+    CHECK(skipped.computed_steps == 6);
+    CHECK((skipped.latents - plain.latents).abs().max().item<double>() > 1e-3);
+    for (const GenerateResult& out : on_two_ranks(o, r, degrees(1, 1, 1, 2))) {
+        CHECK(out.computed_steps == 6);
+        CHECK((out.latents - skipped.latents).abs().max().item<double>() <= 1e-5);
     }
 }

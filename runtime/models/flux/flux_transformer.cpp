@@ -331,6 +331,11 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
             x = first;
             return run_blocks(1);
         });
+    } else if (cache && cache->mag) {  // Note [mag cache]: every block, or the last residual
+        x = cache->mag->run(x, image, [&](const at::Tensor& in) {
+            x = in;
+            return run_blocks(0);
+        });
     } else {
         x = run_blocks(0);
     }

@@ -230,6 +230,12 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
             for (std::size_t block = 1; block < blocks_.size(); ++block) run_block(block);
             return x;
         });
+    } else if (cache && cache->mag) {  // Note [mag cache]
+        x = cache->mag->run(x, image, [&](const at::Tensor& in) {
+            x = in;
+            for (std::size_t block = 0; block < blocks_.size(); ++block) run_block(block);
+            return x;
+        });
     } else {
         for (std::size_t block = 0; block < blocks_.size(); ++block) run_block(block);
     }

@@ -261,6 +261,12 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
             run_blocks(1);
             return x;
         });
+    } else if (cache && cache->mag && skip_layers.empty()) {  // Note [mag cache]: its branches batched
+        x = cache->mag->run(x, image, [&](const at::Tensor& in) {
+            x = in;
+            run_blocks(0);
+            return x;
+        });
     } else {
         run_blocks(0);
     }
