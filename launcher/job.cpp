@@ -26,6 +26,7 @@
 #include "launcher/node_exchange.h"
 #include "launcher/output_folder.h"
 #include "launcher/process.h"
+#include "launcher/port.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
 #include "launcher/system_info.h"
@@ -352,6 +353,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     if (job.overwrite && job.resume)
         throw UsageError("--overwrite and --resume: choose one (--overwrite makes every image again, "
                          "--resume only those that have none)");
+    // Note [port in use]: found before the output folder is made.
+    if (launch.launcher_index() == 0 && !launch.dry_run) check_master_port_free(launch.master_addr, launch.master_port);
     make_dirs(job.output_dir);
     // With several launchers, launcher 0 is the job's writer: it alone locks the folder, checks for
     // earlier outputs, clears leftovers and writes the manifest (Note [one job, several launchers]).

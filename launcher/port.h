@@ -44,4 +44,11 @@ struct Rendezvous {
 // it is 0. Throws SystemError.
 Rendezvous resolve_rendezvous(const std::string& master_addr, int master_port);
 
+// Note [port in use]: a --master-port that another program listens on would have rank 0's store
+// fail to bind and the other ranks talk to the stranger until the collective timeout. The
+// launcher that starts rank 0 binds the port itself first, as the store will (SO_REUSEADDR, on
+// the job's address): when that fails with EADDRINUSE it throws UsageError naming
+// the port and what to do, before any rank starts. `master_port` 0 (one is reserved) passes.
+void check_master_port_free(const std::string& master_addr, int master_port);
+
 }  // namespace dp::launcher

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "integration/job_outputs.h"
 #include "integration/launch_harness.h"
 #include "launcher/port.h"
 
@@ -90,4 +91,45 @@ TEST_CASE("on one node the job's store listens on loopback only, while the job r
     for (const std::string& a : addresses) seen += a + " ";
     CHECK_MESSAGE(addresses == std::vector<std::string>{"127.0.0.1"}, "listening on: " << seen);
     CHECK(processes_with_marker(job.marker()).empty());
+}
+
+TEST_CASE("a --master-port another program listens on is a usage error before any rank starts or any file is written") {
+    // A stranger listening on the port, on loopback or on every interface.
+    for (const char* where : {"127.0.0.1", "0.0.0.0"}) {
+        CAPTURE(where);
+        const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(fd >= 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        inet_pton(AF_INET, where, &addr.sin_addr);
+        REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+        REQUIRE(listen(fd, 4) == 0);
+        socklen_t len = sizeof(addr);
+        REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+        const std::string port = std::to_string(ntohs(addr.sin_port));
+        const std::string dir = make_temp_dir();
+        const std::string marker = dir + "/ran";
+        // Any command: nothing runs.
+        LaunchResult command = run_launch({"-n", "2", "--master-port", port, "--", "sh", "-c", "touch " + marker});
+        CHECK(command.exit_code == 2);
+        CHECK_MESSAGE(command.err.find("--master-port " + port + " is in use on this machine by another program") !=
+                          std::string::npos,
+                      command.err);
+        CHECK_FALSE(file_exists(marker));
+        // The main job: no output folder either.
+        {
+            std::ofstream(dir + "/p.txt") << "one prompt\n";
+        }
+        LaunchResult job = run_launch({"-n", "2", "--master-port", port, "--model", DP_TINY_MODEL, "--steps", "1",
+                                       "--width", "16", "--height", "16", "-o", dir + "/out", dir + "/p.txt"});
+        CHECK(job.exit_code == 2);
+        CHECK(job.err.find("is in use on this machine") != std::string::npos);
+        CHECK_FALSE(file_exists(dir + "/out"));
+        close(fd);
+        // Free again: the same port runs.
+        LaunchResult free = run_launch({"-n", "2", "--master-port", port, "--", "sh", "-c", "touch " + marker});
+        CHECK_MESSAGE(free.exit_code == 0, free.err);
+        CHECK(file_exists(marker));
+        remove_dir(dir);
+    }
 }
