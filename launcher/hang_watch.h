@@ -19,11 +19,19 @@ namespace dp::launcher {
 
 // Note [hang detection]: a rank is alive while its status channel speaks; each heartbeat says
 // what it is doing. Before its first heartbeat and while it loads it may be silent for
-// --load-timeout, while it generates for --rank-timeout, and while it waits for the others
-// (RankPhase::kWaiting) for ever: a rank blocked in a collective is the others' consequence, not
-// a hang. The job as a whole may run for --timeout. A timeout of 0 is none. The rank silent
-// longest is named first, a stopped process (SIGSTOP, a debugger) before all: that is the cause,
-// the others are waiting for it.
+// --load-timeout, while it generates for --rank-timeout. While it waits for the others
+// (RankPhase::kWaiting) its silence is the others' consequence, not a hang, with two exceptions:
+// - a stopped or traced process (SIGSTOP, a debugger, a frozen node) is a hang in any phase once
+//   it has been silent for --rank-timeout (a loading one too, before --load-timeout): nothing
+//   else moves it;
+// - when this launcher watches every rank of the job (one node), every one still runs and every
+//   one has been waiting for --rank-timeout, nobody is working: a hang, naming the rank waiting
+//   longest. (A dp-worker leaves only after every rank has finished waiting: ranks that wait on
+//   after another has exited are its failure's consequence, which the supervisor reports.)
+// Ranks silent past --rank-timeout that are not a hang yet are looked at again every
+// kRecheckInterval. The job as a whole may run for --timeout. A timeout of 0 is none. The rank
+// silent longest is named first, a stopped process before all: that is the cause, the others are
+// waiting for it.
 
 using HangClock = std::chrono::steady_clock;
 
@@ -56,7 +64,13 @@ struct HangTimeouts {
     // Whether the ranks have status channels at all (the main job); without them only the job's
     // --timeout applies.
     bool heartbeats = true;
+    // Whether these are all of the job's ranks (one node): then every rank waiting is a hang.
+    bool whole_job = true;
 };
+
+// How often ranks silent past --rank-timeout that are not a hang yet (waiting, or loading within
+// --load-timeout) are looked at again.
+constexpr std::chrono::milliseconds kRecheckInterval{500};
 
 // What /proc says of a process that has gone quiet ("its process is stopped (...)"), or "" when
 // it cannot be read.
@@ -68,11 +82,15 @@ public:
     HangWatch(HangTimeouts timeouts, HangClock::time_point job_started)
         : timeouts_(timeouts), job_started_(job_started) {}
 
-    // When `r` has been silent too long; nullopt: never (not running, waiting, or no timeout).
+    // When `r`'s silence is first looked at: past it a generating rank is a hang, a waiting or
+    // loading one when its process is stopped (or, waiting, when every rank waits); nullopt: never
+    // (not running, or no timeout).
     std::optional<HangClock::time_point> silence_deadline(const RankLiveness& r) const;
 
-    // The earliest of the job's --timeout and every rank's silence deadline; nullopt: none.
-    std::optional<HangClock::time_point> next_deadline(const std::vector<const RankLiveness*>& ranks) const;
+    // The earliest of the job's --timeout and every rank's silence deadline, a deadline already
+    // past at `now` counting as now + kRecheckInterval; nullopt: none.
+    std::optional<HangClock::time_point> next_deadline(const std::vector<const RankLiveness*>& ranks,
+                                                       HangClock::time_point now) const;
 
     // The job past --timeout, else the rank silent past its deadline that a hang names (with the
     // other silent ranks), at `now`; nullopt: neither. `state` reads a process's state.

@@ -120,7 +120,8 @@ class Job {
         : spec_(spec), rendezvous_(rendezvous), listener_(listener) {
         // Descendants orphaned while the job runs become our children: Note [orphan guard].
         prctl(PR_SET_CHILD_SUBREAPER, 1);
-        watch_ = HangWatch({spec.load_timeout_s, spec.rank_timeout_s, spec.timeout_s, listener != nullptr},
+        watch_ = HangWatch({spec.load_timeout_s, spec.rank_timeout_s, spec.timeout_s, listener != nullptr,
+                            spec.launcher_count() == 1},
                            Clock::now());
         timer_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
         if (!timer_) throw SystemError(errno_message("timerfd_create"));
@@ -328,10 +329,11 @@ class Job {
     // silence deadlines (Note [hang detection], hang_watch.h); -1: none.
     int ms_until_next_deadline() const {
         if (stopping()) return -1;
-        std::optional<Clock::time_point> next = watch_.next_deadline(live_);
+        const Clock::time_point now = Clock::now();
+        std::optional<Clock::time_point> next = watch_.next_deadline(live_, now);
         if (settle_until_ && (!next || *settle_until_ < *next)) next = settle_until_;
         if (!next) return -1;
-        const auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
+        const auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - now).count();
         return static_cast<int>(std::clamp<long long>(ms, 0, 24LL * 3600 * 1000));
     }
 
@@ -567,6 +569,7 @@ class Job {
 
 int run_launch(const LaunchSpec& spec, StatusListener* listener) {
     validate_launch_spec(spec);
+    if (spec.launcher_index() == 0) check_master_port_free(spec.master_addr, spec.master_port);  // Note [port in use]
     signal(SIGPIPE, SIG_IGN);
     Rendezvous rendezvous = resolve_rendezvous(spec.master_addr, spec.master_port);
     Job job(spec, rendezvous, listener);

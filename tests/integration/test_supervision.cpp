@@ -296,14 +296,64 @@ TEST_CASE("a rank stopped with SIGSTOP ends the main job within --rank-timeout, 
     check_nothing_left(launch.marker());
 }
 
-TEST_CASE("a rank that waits for the others longer than --rank-timeout is not hung") {
+TEST_CASE("a rank that waits for the others longer than --rank-timeout is not hung while another works") {
     const std::string dir = make_temp_dir();
+    // Rank 1's 4 x 4 steps take 2.4 s; rank 0 is done in 0.3 s and waits 2.5 s for it.
     LaunchResult r = run_launch({"-n", "2", "--rank-timeout", "0.5", "--worker", worker_bin(), "-o",
                                  dir + "/out", prompt_file(dir, 2)},
-                                {{"DP_TEST_FAKE_WAIT_S", "1.5"}});
+                                {{"DP_TEST_FAKE_WAIT_S", "0:2.5"}, {"DP_TEST_FAKE_STEP_MS", "1:150"}});
     INFO(r.err);
     CHECK(r.err.find("hung") == std::string::npos);
     CHECK(r.exit_code != 75);
+}
+
+TEST_CASE("a rank stopped while it waits for the others is a hang within --rank-timeout, named") {
+    const std::string dir = make_temp_dir();
+    // Rank 1 finishes its share and stops (SIGSTOP) while waiting; rank 0 still works, then waits.
+    Launch launch({"-n", "2", "--rank-timeout", "1", "--shutdown-grace", "1", "--worker", worker_bin(), "-o",
+                   dir + "/out", prompt_file(dir, 4)},
+                  {{"DP_TEST_FAKE_STOP", "1:0"}, {"DP_TEST_FAKE_STEP_MS", "0:100"}, {"DP_TEST_FAKE_WAIT_S", "0:30"}});
+    LaunchResult r = launch.wait(30);
+    INFO(r.err);
+    CHECK(r.exit_code == 75);
+    CHECK(r.seconds < 8);  // not the collective timeout
+    CHECK(r.err.find("rank 1 hung while waiting") != std::string::npos);
+    CHECK(r.err.find("(--rank-timeout 1.00 s); its process is stopped") != std::string::npos);
+    check_nothing_left(launch.marker());
+}
+
+TEST_CASE("every rank waiting past --rank-timeout is a hang: nobody is working") {
+    const std::string dir = make_temp_dir();
+    Launch launch({"-n", "2", "--rank-timeout", "0.5", "--shutdown-grace", "1", "--worker", worker_bin(), "-o",
+                   dir + "/out", prompt_file(dir, 2)},
+                  {{"DP_TEST_FAKE_WAIT_S", "30"}});
+    LaunchResult r = launch.wait(30);
+    INFO(r.err);
+    CHECK(r.exit_code == 75);
+    CHECK(r.seconds < 8);
+    CHECK(r.err.find("every running rank has waited for the others for more than --rank-timeout 0.50 s, so none "
+                     "is working: rank ") != std::string::npos);
+    check_nothing_left(launch.marker());
+}
+
+TEST_CASE("a rank stopped while it loads is a hang after --rank-timeout, before --load-timeout") {
+    const std::string dir = make_temp_dir();
+    const std::string script = dir + "/stops.sh";
+    // Says it is loading, then stops itself.
+    std::ofstream(script) << "#!/bin/sh\n"
+                             "printf '{\"event\":\"heartbeat\",\"rank\":%s,\"phase\":\"loading\","
+                             "\"index\":-1,\"step\":0,\"steps\":0}\\n' \"$RANK\" >&\"$DP_STATUS_FD\"\n"
+                             "kill -STOP $$\nexec sleep 60\n";
+    chmod(script.c_str(), 0755);
+    Launch launch({"-n", "1", "--load-timeout", "600", "--rank-timeout", "1", "--shutdown-grace", "1", "--worker",
+                   script, "-o", dir + "/out", prompt_file(dir, 1)});
+    LaunchResult r = launch.wait(30);
+    INFO(r.err);
+    CHECK(r.exit_code == 75);
+    CHECK(r.seconds < 8);
+    CHECK(r.err.find("rank 0 hung while loading") != std::string::npos);
+    CHECK(r.err.find("(--rank-timeout 1.00 s); its process is stopped") != std::string::npos);
+    check_nothing_left(launch.marker());
 }
 
 TEST_CASE("a rank that never sends a heartbeat is hung after --load-timeout") {

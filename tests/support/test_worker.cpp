@@ -20,8 +20,10 @@
 //   --job PATH              a stand-in for dp-worker in the main job: on its status channel a
 //                           start event and heartbeats (loading, then DP_TEST_FAKE_PROMPTS prompts
 //                           of DP_TEST_FAKE_STEPS steps, DP_TEST_FAKE_STEP_MS apart, then waiting
-//                           for DP_TEST_FAKE_WAIT_S), then exit 0. DP_TEST_FAKE_STOP=RANK:STEP:
-//                           that rank stops itself with SIGSTOP after its STEP-th step.
+//                           for DP_TEST_FAKE_WAIT_S, or R:S for rank R only), then exit 0.
+//                           DP_TEST_FAKE_STOP=RANK:STEP: that rank stops itself with SIGSTOP after
+//                           its STEP-th step (0: once it is waiting). DP_TEST_FAKE_STEP_MS=R:MS
+//                           sets rank R's step time only.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -240,7 +242,16 @@ int main(int argc, char** argv) {
             if (fd >= 0) write_all(fd, (line + "\n").data(), line.size() + 1);
         };
         const int prompts = env_int("DP_TEST_FAKE_PROMPTS", 2), steps = env_int("DP_TEST_FAKE_STEPS", 4);
-        const int step_ms = env_int("DP_TEST_FAKE_STEP_MS", 20);
+        // "VALUE", or "RANK:VALUE" for that rank only (the others get `fallback`).
+        const auto for_rank = [](const char* name, double fallback) {
+            const char* v = std::getenv(name);
+            if (!v || !*v) return fallback;
+            int r = -1;
+            double value = 0;
+            if (std::sscanf(v, "%d:%lf", &r, &value) == 2) return r == g_rank ? value : fallback;
+            return std::atof(v);
+        };
+        const int step_ms = static_cast<int>(for_rank("DP_TEST_FAKE_STEP_MS", 20));
         int stop_rank = -1, stop_step = -1;
         if (const char* v = std::getenv("DP_TEST_FAKE_STOP")) std::sscanf(v, "%d:%d", &stop_rank, &stop_step);
         const std::string rank = std::to_string(g_rank);
@@ -259,8 +270,8 @@ int main(int argc, char** argv) {
         }
         send("{\"event\":\"heartbeat\",\"rank\":" + rank +
              ",\"phase\":\"waiting\",\"index\":-1,\"step\":0,\"steps\":0}");
-        usleep(static_cast<useconds_t>(
-            std::atof(std::getenv("DP_TEST_FAKE_WAIT_S") ? std::getenv("DP_TEST_FAKE_WAIT_S") : "0") * 1e6));
+        if (g_rank == stop_rank && stop_step == 0) raise(SIGSTOP);
+        usleep(static_cast<useconds_t>(for_rank("DP_TEST_FAKE_WAIT_S", 0) * 1e6));
         return 0;
     }
     if (mode == "stderr-exit") {

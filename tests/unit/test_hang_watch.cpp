@@ -64,30 +64,72 @@ const std::string kStopped = "its process is stopped (SIGSTOP, or a debugger)";
 
 }  // namespace
 
-TEST_CASE("each phase has its allowance: --load-timeout before the first heartbeat and while loading, --rank-timeout generating, none waiting") {
+TEST_CASE("each phase is looked at after --rank-timeout, a loading one given --load-timeout unless stopped") {
     const HangWatch watch({60, 10, 0, true}, t0);
-    CHECK(watch.silence_deadline(rank_heard(0, 5)) == at(65));  // no heartbeat yet
-    CHECK(watch.silence_deadline(rank_heard(0, 5, RankPhase::kLoading)) == at(65));
+    // Loading (before the first heartbeat too): looked at after --rank-timeout for a stopped process.
+    CHECK(watch.silence_deadline(rank_heard(0, 5)) == at(15));
+    CHECK(watch.silence_deadline(rank_heard(0, 5, RankPhase::kLoading)) == at(15));
     CHECK(watch.silence_deadline(rank_heard(0, 5, RankPhase::kGenerating)) == at(15));
-    CHECK_FALSE(watch.silence_deadline(rank_heard(0, 5, RankPhase::kWaiting)));
+    CHECK(watch.silence_deadline(rank_heard(0, 5, RankPhase::kWaiting)) == at(15));
+    // Without --rank-timeout: --load-timeout while loading, nothing else.
+    CHECK(HangWatch({60, 0, 0, true}, t0).silence_deadline(rank_heard(0, 5)) == at(65));
+    CHECK_FALSE(HangWatch({60, 0, 0, true}, t0).silence_deadline(rank_heard(0, 5, RankPhase::kWaiting)));
+    // A --load-timeout shorter than --rank-timeout comes first.
+    CHECK(HangWatch({3, 10, 0, true}, t0).silence_deadline(rank_heard(0, 5)) == at(8));
     RankLiveness ended = rank_heard(0, 5, RankPhase::kGenerating);
     ended.running = false;
     CHECK_FALSE(watch.silence_deadline(ended));
     // A timeout of 0 is none; without status channels only the job's --timeout applies.
     CHECK_FALSE(HangWatch({60, 0, 0, true}, t0).silence_deadline(rank_heard(0, 5, RankPhase::kGenerating)));
-    CHECK_FALSE(HangWatch({0, 10, 0, true}, t0).silence_deadline(rank_heard(0, 5)));
+    CHECK_FALSE(HangWatch({0, 0, 0, true}, t0).silence_deadline(rank_heard(0, 5)));
     CHECK_FALSE(HangWatch({60, 10, 0, false}, t0).silence_deadline(rank_heard(0, 5, RankPhase::kGenerating)));
 }
 
-TEST_CASE("the next deadline is the earliest of the job's --timeout and every rank's silence") {
+TEST_CASE("the next deadline is the earliest of the job's --timeout and every rank's silence, a passed one looked at again") {
     std::vector<RankLiveness> ranks = {rank_heard(0, 8, RankPhase::kGenerating), rank_heard(1, 2, RankPhase::kGenerating),
-                                       rank_heard(2, 0, RankPhase::kWaiting)};
-    CHECK(HangWatch({60, 10, 0, true}, t0).next_deadline(view(ranks)) == at(12));
-    CHECK(HangWatch({60, 10, 7, true}, t0).next_deadline(view(ranks)) == at(7));
-    CHECK(HangWatch({60, 10, 7, false}, t0).next_deadline(view(ranks)) == at(7));
-    CHECK_FALSE(HangWatch({60, 10, 0, false}, t0).next_deadline(view(ranks)));
+                                       rank_heard(2, 3, RankPhase::kWaiting)};
+    CHECK(HangWatch({60, 10, 0, true}, t0).next_deadline(view(ranks), at(1)) == at(12));
+    CHECK(HangWatch({60, 10, 7, true}, t0).next_deadline(view(ranks), at(1)) == at(7));
+    CHECK(HangWatch({60, 10, 7, false}, t0).next_deadline(view(ranks), at(1)) == at(7));
+    CHECK_FALSE(HangWatch({60, 10, 0, false}, t0).next_deadline(view(ranks), at(1)));
     ranks[1].heard = at(9);  // a line arrived
-    CHECK(HangWatch({60, 10, 0, true}, t0).next_deadline(view(ranks)) == at(18));
+    CHECK(HangWatch({60, 10, 0, true}, t0).next_deadline(view(ranks), at(9)) == at(13));
+    // Rank 2 waits past its deadline without being a hang: looked at again shortly, not at once.
+    CHECK(HangWatch({60, 10, 0, true}, t0).next_deadline(view(ranks), at(14)) == at(14) + kRecheckInterval);
+}
+
+TEST_CASE("a stopped rank is a hang in every phase; a waiting one only when stopped or when every rank waits") {
+    const HangWatch watch({60, 10, 0, true}, t0);
+    // Rank 1 waits past --rank-timeout while rank 0 works: not a hang, unless rank 1 is stopped.
+    std::vector<RankLiveness> ranks = {rank_heard(0, 19, RankPhase::kGenerating), rank_heard(1, 2, RankPhase::kWaiting)};
+    CHECK_FALSE(watch.check(view(ranks), at(20), states({})));
+    auto v = watch.check(view(ranks), at(20), states({{1001, kStopped}}));
+    REQUIRE(v);
+    CHECK(v->index == 1);
+    CHECK(v->message == "rank 1 hung while waiting for the other ranks: no heartbeat for 18.00 s (--rank-timeout "
+                        "10.00 s); " + kStopped);
+    // Every rank waiting past --rank-timeout: nobody works; the one waiting longest is named.
+    ranks[0] = rank_heard(0, 1, RankPhase::kWaiting);
+    v = watch.check(view(ranks), at(20), states({}));
+    REQUIRE(v);
+    CHECK(v->index == 0);
+    CHECK(v->message == "every running rank has waited for the others for more than --rank-timeout 10.00 s, so none "
+                        "is working: rank 0 has waited longest (19.00 s); its process is sleeping");
+    CHECK_FALSE(watch.check(view(ranks), at(11.5), states({})));  // rank 1 within its allowance
+    // Not when other nodes' ranks may still work, nor when one of them has left.
+    CHECK_FALSE(HangWatch({60, 10, 0, true, false}, t0).check(view(ranks), at(20), states({})));
+    ranks[1].running = false;
+    CHECK_FALSE(watch.check(view(ranks), at(20), states({})));
+    // Loading: a stopped process after --rank-timeout, any after --load-timeout.
+    const std::vector<RankLiveness> loading = {rank_heard(0, 0, RankPhase::kLoading)};
+    CHECK_FALSE(watch.check(view(loading), at(30), states({})));
+    v = watch.check(view(loading), at(30), states({{1000, kStopped}}));
+    REQUIRE(v);
+    CHECK(v->message == "rank 0 hung while loading the model: no heartbeat for 30.00 s (--rank-timeout 10.00 s); " +
+                            kStopped);
+    v = watch.check(view(loading), at(61), states({}));
+    REQUIRE(v);
+    CHECK(v->message.find("(--load-timeout 60.00 s)") != std::string::npos);
 }
 
 TEST_CASE("a hang names the rank silent longest, its phase, its allowance and state, and the others silent") {
