@@ -298,6 +298,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const std::string weights = job.random_weights ? std::string() : weights_fingerprint_of(job, model);
     JobRecords records(local_temp_dir());
     protocol::JobFile job_file = job_file_for(job, model, strategy);
+    if (launch.launcher_count() > 1) job_file.node_timeout_s = launch.node_timeout_s;  // Note [a node that never arrives]
     job_file.component_files = component_paths;
     // job_file.requests keeps each request's index and the settings the schedule is chosen by,
     // not its texts (prompt, file), which are in `records`. Gathered in pieces, then moved into

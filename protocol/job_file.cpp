@@ -192,6 +192,7 @@ nlohmann::json settings_json(const JobFile& job) {
            {"tp", job.mesh.tp}}},
          {"collective_timeout_s", job.collective_timeout_s},
          {"schedule", job.schedule}};
+    if (job.node_timeout_s > 0) j["node_timeout_s"] = job.node_timeout_s;
     put_path(j, "model_dir", job.model_dir);
     j["family"] = job.family;
     put_path(j, "output_dir", job.output_dir);
@@ -279,6 +280,7 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     if (f.has("keep_quantized")) out.keep_quantized = f.boolean("keep_quantized");
     read_mesh(detail::Fields(f.object("mesh"), "mesh"), out.mesh);
     out.collective_timeout_s = f.number("collective_timeout_s", 0.001, 7 * 24 * 3600.0);
+    if (f.has("node_timeout_s")) out.node_timeout_s = f.number("node_timeout_s", 0, 7 * 24 * 3600.0);
     if (f.has("schedule")) {
         out.schedule = f.string("schedule");
         if (!is_one_of(out.schedule, {"static", "dynamic"}))

@@ -116,6 +116,9 @@ struct JobFile {
     int batch_size = 1;           // consecutive requests with the same settings generated together
     JobMesh mesh;
     double collective_timeout_s = kDefaultCollectiveTimeoutS;
+    // Several nodes: how long rank 0 waits for every rank to join the job's store (--node-timeout;
+    // Note [a node that never arrives]). Optional in the file: 0 is the collective timeout.
+    double node_timeout_s = 0;
     std::optional<DeviceMapRequest> device_map;  // nullopt: everything on one device
     // How the replicas share the requests: "static" (each a contiguous share, accelerate's rule) or
     // "dynamic" (each takes the next batch from the job's queue when free, costliest first; Note

@@ -57,7 +57,7 @@ struct ImageEvent {
     // guidance branch's counted; -1: no cache (the key is optional).
     int64_t computed_steps = -1;
     // MagCache calibration (Note [step cache setting]): the image's ratio at each step; else empty.
-    std::vector<double> mag_ratios;
+    std::vector<double> mag_ratios{};
 };
 
 // The model could not make request `index` (a ModelError for that prompt); the rank goes on.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "protocol/errors.h"
@@ -26,7 +27,19 @@ nlohmann::json posting(const protocol::JobFile& job, int rank) {
     nlohmann::json settings = job;
     settings.erase("requests");
     settings.erase("job_id");
-    const std::string requests = nlohmann::json(job.requests).dump();
+    const nlohmann::json all = job.requests;
+    const std::string requests = all.dump();
+    // Per field of the requests (steps, seed, prompt, ...): a digest of its column and its first
+    // value, so that a difference is named by field (--steps on one node), not only by the digest.
+    std::map<std::string, std::string> column_text;
+    for (const nlohmann::json& r : all)
+        for (const auto& [key, unused] : r.items()) column_text.emplace(key, std::string());
+    for (const nlohmann::json& r : all)
+        for (auto& [key, text] : column_text) text += (r.contains(key) ? r.at(key).dump() : std::string("null")) + "\n";
+    nlohmann::json columns = nlohmann::json::object();
+    for (const auto& [key, text] : column_text)
+        columns[key] = {{"sha256", sha256_hex(text.data(), text.size())},
+                        {"first", all.empty() || !all[0].contains(key) ? nlohmann::json() : all[0].at(key)}};
     const char* node = std::getenv("GROUP_RANK");
     return {{"rank", rank},
             {"node", node ? node : "0"},
@@ -34,7 +47,8 @@ nlohmann::json posting(const protocol::JobFile& job, int rank) {
             {"job_id", job.job_id},
             {"settings", settings},
             {"requests", job.requests.size()},
-            {"requests_sha256", sha256_hex(requests.data(), requests.size())}};
+            {"requests_sha256", sha256_hex(requests.data(), requests.size())},
+            {"columns", columns}};
 }
 
 std::string shown(const nlohmann::json& value) {
@@ -61,12 +75,31 @@ std::string difference(const nlohmann::json& zero, const nlohmann::json& other) 
         const nlohmann::json& vb = b.contains(k) ? b.at(k) : none;
         if (va != vb) out += (out.empty() ? "" : ", ") + k + " " + shown(vb) + " there, " + shown(va) + " on rank 0";
     }
-    if (zero.at("requests_sha256") != other.at("requests_sha256"))
-        out += std::string(out.empty() ? "" : "; ") + "its prompts differ (" +
+    if (zero.at("requests_sha256") != other.at("requests_sha256")) {
+        // Which of the prompts' fields differ, with the first prompt's values.
+        std::string fields;
+        const nlohmann::json none = nlohmann::json::object();
+        const nlohmann::json& ca = zero.contains("columns") ? zero.at("columns") : none;
+        const nlohmann::json& cb = other.contains("columns") ? other.at("columns") : none;
+        nlohmann::json names = nlohmann::json::object();
+        for (const auto& [k, v] : ca.items()) names[k] = true;
+        for (const auto& [k, v] : cb.items()) names[k] = true;
+        for (const auto& [k, unused] : names.items()) {
+            const nlohmann::json a_col = ca.contains(k) ? ca.at(k) : nlohmann::json::object();
+            const nlohmann::json b_col = cb.contains(k) ? cb.at(k) : nlohmann::json::object();
+            if (a_col.value("sha256", "") == b_col.value("sha256", "")) continue;
+            const nlohmann::json va = a_col.contains("first") ? a_col.at("first") : nlohmann::json("(none)");
+            const nlohmann::json vb = b_col.contains("first") ? b_col.at("first") : nlohmann::json("(none)");
+            fields += (fields.empty() ? "" : ", ") + k +
+                      (va != vb ? " (first prompt: " + shown(vb) + " there, " + shown(va) + " on rank 0)" : "");
+        }
+        out += std::string(out.empty() ? "" : "; ") + "its prompts differ" +
+               (fields.empty() ? std::string() : " in " + fields) + " (" +
                std::to_string(other.value("requests", 0)) + " to make, SHA-256 " +
                other.value("requests_sha256", "").substr(0, 12) + "..., against " +
                std::to_string(zero.value("requests", 0)) + " on rank 0, " +
                zero.value("requests_sha256", "").substr(0, 12) + "...)";
+    }
     return out;
 }
 

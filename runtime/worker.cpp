@@ -310,6 +310,9 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     co.backend = po.device.is_cuda() ? "nccl" : "gloo";
     co.timeout = std::chrono::milliseconds(static_cast<int64_t>(job.collective_timeout_s * 1000));
     if (const char* addr = std::getenv("DP_LOCAL_ADDR")) co.local_addr = addr;
+    // Note [a node that never arrives]: a multi-node job's ranks join within --node-timeout.
+    co.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(job.node_timeout_s * 1000));
+    co.ranks_per_node = env_int("LOCAL_WORLD_SIZE", 0, 0, 1 << 20);
     Communicator comm(co);
     // Before anything is loaded: the same job on every node (Note [one job on every node]).
     const std::string job_id = agree_on_job(job, comm);

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstring>
 #include <iostream>
+#include <set>
+#include <thread>
 
 // Gloo's headers come from Debian's libgloo-dev: the wheel ships ProcessGroupGloo.hpp without the
 // gloo headers it includes. We only hold gloo objects through pointers, so the class layouts we
@@ -125,26 +127,66 @@ int listen_on_master_address(const std::string& host, int port) {
 
 }  // namespace
 
+// Note [a node that never arrives]: c10d's store server waits for its workers and then says only
+// "1/2 clients joined", after the whole collective timeout. Instead every rank marks its arrival
+// in the store (dp/joined/RANK) and rank 0 waits for all of them itself, for --node-timeout on a
+// multi-node job: ranks that never joined are named, with their nodes, and the job fails (75)
+// before anything is loaded. A rank whose store never answers gives up after the same time.
+static void await_every_rank(c10d::Store& store, const CommunicatorOptions& o, std::chrono::milliseconds limit) {
+    const auto key = [](int r) { return "dp/joined/" + std::to_string(r); };
+    store.set(key(o.rank), std::vector<uint8_t>{1});
+    if (o.rank != 0) return;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    std::vector<int> missing;
+    for (;;) {
+        missing.clear();
+        for (int r = 0; r < o.world_size; ++r)
+            if (!store.check({key(r)})) missing.push_back(r);
+        if (missing.empty()) return;
+        if (std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::string ranks, nodes;
+    std::set<int> seen_nodes;
+    for (std::size_t i = 0; i < missing.size() && i < 16; ++i) ranks += (i ? ", " : "") + std::to_string(missing[i]);
+    if (missing.size() > 16) ranks += " and " + std::to_string(missing.size() - 16) + " more";
+    if (o.ranks_per_node > 0)
+        for (const int r : missing)
+            if (seen_nodes.insert(r / o.ranks_per_node).second)
+                nodes += (nodes.empty() ? "" : ", ") + std::to_string(r / o.ranks_per_node);
+    throw CommunicationError(
+        std::to_string(missing.size()) + " of " + std::to_string(o.world_size) + " ranks never joined the job's store at " +
+        o.master_addr + ":" + std::to_string(o.master_port) + " within " + std::to_string(limit.count() / 1000) +
+        " s (--node-timeout): rank(s) " + ranks +
+        (nodes.empty() ? std::string() : ", on node(s) " + nodes) +
+        "; start dp-launch there with the same --nnodes, --master-addr and --master-port, or check that it "
+        "can reach this address");
+}
+
 Communicator::Communicator(const CommunicatorOptions& o) : options_(o), impl_(std::make_unique<Impl>()) {
     const std::string where = o.master_addr + ":" + std::to_string(o.master_port);
+    const std::chrono::milliseconds join = o.join_timeout.count() > 0 ? o.join_timeout : o.timeout;
     try {
         c10d::TCPStoreOptions so;
         so.port = static_cast<uint16_t>(o.master_port);
         so.isServer = o.rank == 0;
         so.numWorkers = o.world_size;
-        so.waitWorkers = true;
-        so.timeout = o.timeout;
+        so.waitWorkers = false;  // Note [a node that never arrives]: await_every_rank
+        so.timeout = join;
         if (so.isServer)
             if (const int fd = listen_on_master_address(o.master_addr, o.master_port); fd >= 0)
                 so.masterListenFd = fd;
         impl_->store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+        await_every_rank(*impl_->store, o, join);
+        impl_->store->setTimeout(o.timeout);
         impl_->backend = make_backend(impl_->store, o);
     } catch (const Error&) {
         throw;
     } catch (const std::exception& e) {
         throw CommunicationError("rank " + std::to_string(o.rank) + ": could not join the job's " + o.backend +
                                  " group through the store at " + where + " within " +
-                                 std::to_string(o.timeout.count() / 1000) + " s: " + first_line(e));
+                                 std::to_string(join.count() / 1000) + " s" +
+                                 (o.join_timeout.count() > 0 ? " (--node-timeout)" : "") + ": " + first_line(e));
     }
 }
 

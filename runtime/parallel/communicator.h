@@ -38,6 +38,10 @@ struct CommunicatorOptions {
     // This rank's own address for Gloo's connections (dp-launch --local-addr); empty: 127.0.0.1
     // when the master is a loopback address, else the address the host name resolves to.
     std::string local_addr;
+    // Note [a node that never arrives]: how long rank 0 waits for every rank to join the store
+    // (0: `timeout`), and the ranks per node, which a message names a missing node by (0: none).
+    std::chrono::milliseconds join_timeout{0};
+    int ranks_per_node = 0;
 };
 
 // A store shared by ranks that run as threads of this process (c10d's HashStore), for tests

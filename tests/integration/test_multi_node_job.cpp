@@ -242,9 +242,38 @@ TEST_CASE("a node started with other settings than node 0 is refused on every no
     for (const LaunchResult* r : {&r0, &r1}) {
         CHECK_MESSAGE(r->exit_code == 2, r->err);
         CHECK_MESSAGE(r->err.find("was started with another job than rank 0") != std::string::npos, r->err);
-        CHECK_MESSAGE(r->err.find("its prompts differ") != std::string::npos, r->err);  // steps are per prompt
+        // Steps are per prompt: named as the prompts' field that differs, with both values.
+        CHECK_MESSAGE(r->err.find("its prompts differ in steps (first prompt: 3 there, 2 on rank 0)") != std::string::npos,
+                      r->err);
         CHECK(r->err.find("loading") == std::string::npos);
     }
     // No image was made.
     for (const nlohmann::json& rec : read_manifest(out)) CHECK(rec.value("status", "") != "ok");
+}
+
+TEST_CASE("a node that never starts is named within --node-timeout, from either side") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = prompt_file(dir);
+    const auto reserved = reserve();
+    const int port = reserved.port();
+    // Node 0 alone: its rank 0 waits for ranks 2 and 3 (node 1) for --node-timeout 4, then names them.
+    {
+        Launch node0(node_args(0, port, job_args(dir + "/out0", prompts)));
+        const LaunchResult r = node0.wait(120);
+        INFO(r.err);
+        CHECK(r.exit_code == 75);
+        CHECK(r.seconds < 4 + 20);  // not the collective timeout (300 s)
+        CHECK(r.err.find("2 of 4 ranks never joined the job's store at 127.0.0.2:" + std::to_string(port) +
+                         " within 4 s (--node-timeout): rank(s) 2, 3, on node(s) 1") != std::string::npos);
+    }
+    // Node 1 alone: its ranks find no store for --node-timeout.
+    {
+        Launch node1(node_args(1, port, job_args(dir + "/out1", prompts)));
+        const LaunchResult r = node1.wait(120);
+        INFO(r.err);
+        CHECK(r.exit_code == 75);
+        CHECK(r.seconds < 4 + 20);
+        CHECK(r.err.find("could not join the job's gloo group through the store at 127.0.0.2:" + std::to_string(port) +
+                         " within 4 s (--node-timeout)") != std::string::npos);
+    }
 }

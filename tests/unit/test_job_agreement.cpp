@@ -72,7 +72,17 @@ TEST_CASE("a rank with other prompts (one changed, one missing) makes every rank
     for (const std::string& r : agree(changed)) {
         CAPTURE(r);
         CHECK(r.find("usage: rank 1 ") == 0);
-        CHECK(r.find("its prompts differ (5 to make") != std::string::npos);
+        // Named by field: the seeds differ (the first prompt's are the same, so no values shown).
+        CHECK(r.find("its prompts differ in seed (5 to make") != std::string::npos);
+    }
+    // Other steps on a node (--steps): named, with the first prompt's values.
+    std::vector<JobFile> steps = {job_for("a"), job_for("a"), job_for("b")};
+    const int other = steps[0].requests[0].steps + 3;
+    for (JobRequest& q : steps[2].requests) q.steps = other;
+    for (const std::string& r : agree(steps)) {
+        CAPTURE(r);
+        CHECK(r.find("its prompts differ in steps (first prompt: " + std::to_string(other) + " there, " +
+                     std::to_string(steps[0].requests[0].steps) + " on rank 0)") != std::string::npos);
     }
     std::vector<JobFile> fewer = {job_for("a"), job_for("a"), job_for("b")};
     fewer[2].requests.pop_back();
