@@ -356,6 +356,9 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
                          "--resume only those that have none)");
     // Note [port in use]: found before the output folder is made.
     if (launch.launcher_index() == 0 && !launch.dry_run) check_master_port_free(launch.master_addr, launch.master_port);
+    // Note [a failed start-up leaves no trace]: what the folder held before.
+    const JobMonitor::FolderBefore before{exists(job.output_dir), exists(job.output_dir + "/manifest.jsonl"),
+                                          exists(job.output_dir + "/index.html"), exists(job.output_dir + "/.dp-lock")};
     make_dirs(job.output_dir);
     // With several launchers, launcher 0 is the job's writer: it alone locks the folder, checks for
     // earlier outputs, clears leftovers and writes the manifest (Note [one job, several launchers]).
@@ -461,8 +464,14 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     std::vector<protocol::JobRequest>().swap(job_file.requests);
     const bool nothing_to_make = order.empty();
     JobMonitor monitor(launch, job, std::move(records), std::move(job_file), std::move(order), job_path);
+    monitor.set_folder_before(before);
     const int code = nothing_to_make ? kExitOk : run_launch(spec, &monitor);
-    return monitor.finish(code);
+    const int result = monitor.finish(code);
+    if (monitor.left_no_trace() && !before.existed) {  // Note [a failed start-up leaves no trace]
+        std::remove(job_path.c_str());
+        ::rmdir(job.output_dir.c_str());  // only when nothing else is in it
+    }
+    return result;
 }
 
 }  // namespace dp::launcher

@@ -230,20 +230,22 @@ int JobMonitor::finish(int code) {
         report_write_error(e.what());
     }
     write_mag_ratios();
+    int result = code;
+    if (result == kExitOk) result = !lost.empty() ? protocol::kExitCommunication : peer_code;
+    if (result == kExitOk && write_failed_) result = kExitIo;                 // a full disk: see the message
+    if (result == kExitOk && failed_ + not_run_ > 0) result = kExitFailure;  // see the manifest
+    const bool undone = undo_failed_start(result);
     char line[640];
     std::snprintf(
         line, sizeof(line),
         "dp-launch: %lld images, %lld failed, %lld invalid, %lld not run, %.1f s, %.2f images/s -> %s%s\n",
         static_cast<long long>(done_ + kept_), static_cast<long long>(failed_),
         static_cast<long long>(invalid()), static_cast<long long>(not_run_), seconds,
-        seconds > 0 ? done_ / seconds : 0.0, manifest_path_.c_str(),
+        seconds > 0 ? done_ / seconds : 0.0,
+        undone ? "nothing written (the output folder is as it was before the job)" : manifest_path_.c_str(),
         kept_ > 0 ? (" (" + std::to_string(kept_) + " kept from the earlier run)").c_str() : "");
     // The one line a batch script reads: printed under -q too.
     Terminal::instance().write(STDOUT_FILENO, line);
-    int result = code;
-    if (result == kExitOk) result = !lost.empty() ? protocol::kExitCommunication : peer_code;
-    if (result == kExitOk && write_failed_) result = kExitIo;                 // a full disk: see the message
-    if (result == kExitOk && failed_ + not_run_ > 0) result = kExitFailure;  // see the manifest
     if (exchange_) {
         try {
             exchange_->publish_result({{"exit_code", result}, {"summary", line}});
@@ -254,6 +256,17 @@ int JobMonitor::finish(int code) {
     // The shared files of earlier runs: their records are in this manifest now.
     NodeExchange::remove_runs(job_.output_dir, exchange_ ? exchange_->job_id() : "");
     return result;
+}
+
+bool JobMonitor::undo_failed_start(int result) {
+    if (result == kExitOk || exchange_ || done_ + kept_ + failed_ > 0) return false;
+    if (before_.manifest || before_.gallery) return false;  // an earlier run's files: kept as they are
+    const std::string& dir = job_.output_dir;
+    std::remove(manifest_path_.c_str());
+    std::remove((dir + "/index.html").c_str());
+    if (!before_.lock) std::remove((dir + "/.dp-lock").c_str());
+    undone_ = true;
+    return true;
 }
 
 void JobMonitor::write_mag_ratios() {

@@ -47,7 +47,23 @@ class JobMonitor : public StatusListener {
     // (Note [one job, several launchers]). A file that cannot be written is reported (exit 74).
     int finish(int code);
 
+    // Note [a failed start-up leaves no trace]: what the output folder held before this job. When
+    // the job fails without making, keeping or failing a single image, the files it wrote there
+    // (manifest.jsonl, index.html, the lock file, the folder itself) are removed again, so the
+    // same command can simply be run again.
+    struct FolderBefore {
+        bool existed = true, manifest = true, gallery = true, lock = true;
+    };
+    void set_folder_before(const FolderBefore& before) { before_ = before; }
+    // After finish: whether it removed this job's files (the caller removes the folder it made,
+    // once its own job file is gone).
+    bool left_no_trace() const { return undone_; }
+
   private:
+    // Note [a failed start-up leaves no trace]: true when it removed this job's files.
+    bool undo_failed_start(int result);
+    FolderBefore before_;
+    bool undone_ = false;
     bool writer() const { return !exchange_ || exchange_->index() == 0; }
     // Launcher K > 0: its records are in its file; launcher 0 makes the job's result.
     int finish_as_follower(int code);

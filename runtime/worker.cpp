@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "protocol/job_file.h"
 #include "protocol/status_events.h"
@@ -25,6 +26,7 @@
 #include "runtime/pipeline/adapters.h"
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/prompt_queue.h"
+#include "runtime/rank_failure.h"
 #include "runtime/io/tensor_io.h"
 #include "strategies/device_map.h"
 #include "strategies/model_config.h"
@@ -115,6 +117,19 @@ class TestKillSwitch {
     long long at_step_ = 0;
     long long steps_ = 0;
 };
+
+// Test only: DP_TEST_THREAD_THROWS=bad_alloc|runtime makes the rank throw that from a thread of
+// its own before it joins the job, as a library's worker thread may, so that the integration
+// tests see the terminate handler report it (Note [resource failures in a rank]).
+void test_thread_failure() {
+    const char* v = std::getenv("DP_TEST_THREAD_THROWS");
+    if (!v || !*v) return;
+    const std::string what = v;
+    std::thread([what] {
+        if (what == "bad_alloc") throw std::bad_alloc();
+        throw std::runtime_error("a library's thread failed");
+    }).join();
+}
 
 // Note [stopping at a step boundary]: SIGTERM, SIGINT or SIGHUP (dp-launch forwards them, e.g. when
 // a scheduler preempts the job or a terminal closes) only sets a flag. The rank checks it between denoising steps and
@@ -313,6 +328,8 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     // Note [a node that never arrives]: a multi-node job's ranks join within --node-timeout.
     co.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(job.node_timeout_s * 1000));
     co.ranks_per_node = env_int("LOCAL_WORLD_SIZE", 0, 0, 1 << 20);
+    ensure_open_file_headroom(world, co.backend == "gloo");  // Note [resource failures in a rank]
+    test_thread_failure();
     Communicator comm(co);
     // Before anything is loaded: the same job on every node (Note [one job on every node]).
     const std::string job_id = agree_on_job(job, comm);
@@ -440,25 +457,34 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
 
 }  // namespace
 
+// The rank's failure on stderr and its status channel; its exit code. A resource failure names
+// the rank (Note [resource failures in a rank]).
+static int report_failure(int rank, std::optional<StatusChannel>& status, const RankFailure& f) {
+    const std::string message =
+        f.code == protocol::kExitSystem ? "rank " + std::to_string(rank) + ": " + f.message : f.message;
+    std::cerr << "dp-worker: " << message << std::endl;
+    if (status) status->send(protocol::RankErrorEvent{rank, f.code, message});
+    return f.code;
+}
+
 int run_worker(const std::string& job_path) {
     int rank = 0;
     std::optional<StatusChannel> status;
     install_stop_handlers();
     try {
         rank = env_int("RANK", 0, 0, 1 << 24);
-        status.emplace(env_int("DP_STATUS_FD", -1, -1, 1 << 20));
+        const int status_fd = env_int("DP_STATUS_FD", -1, -1, 1 << 20);
+        status.emplace(status_fd);
+        install_rank_terminate_handler(rank, status_fd);
         const JobFile job = protocol::read_job_file(job_path);
         return run_rank(job, rank, *status);
     } catch (const Error& e) {
-        std::cerr << "dp-worker: " << e.what() << std::endl;
-        if (status) status->send(protocol::RankErrorEvent{rank, e.exit_code(), e.what()});
-        return e.exit_code();
+        return report_failure(rank, status, classify_rank_failure(e, e.exit_code(), e.what()));
     } catch (const std::exception& e) {
-        // Not one of our errors: a broken promise in our code or a library's, never the input.
-        const std::string message = std::string("internal error: ") + e.what();
-        std::cerr << "dp-worker: " << message << std::endl;
-        if (status) status->send(protocol::RankErrorEvent{rank, protocol::kExitInternal, message});
-        return protocol::kExitInternal;
+        // Not one of our errors: a resource the system refused (Note [resource failures in a
+        // rank]), else a broken promise in our code or a library's, never the input.
+        return report_failure(rank, status,
+                              classify_rank_failure(e, protocol::kExitInternal, std::string("internal error: ") + e.what()));
     }
 }
 

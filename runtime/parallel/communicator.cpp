@@ -154,13 +154,15 @@ static void await_every_rank(c10d::Store& store, const CommunicatorOptions& o, s
         for (const int r : missing)
             if (seen_nodes.insert(r / o.ranks_per_node).second)
                 nodes += (nodes.empty() ? "" : ", ") + std::to_string(r / o.ranks_per_node);
+    const bool several_nodes = o.join_timeout.count() > 0;
     throw CommunicationError(
         std::to_string(missing.size()) + " of " + std::to_string(o.world_size) + " ranks never joined the job's store at " +
         o.master_addr + ":" + std::to_string(o.master_port) + " within " + std::to_string(limit.count() / 1000) +
-        " s (--node-timeout): rank(s) " + ranks +
-        (nodes.empty() ? std::string() : ", on node(s) " + nodes) +
-        "; start dp-launch there with the same --nnodes, --master-addr and --master-port, or check that it "
-        "can reach this address");
+        " s" + (several_nodes ? " (--node-timeout)" : "") + ": rank(s) " + ranks +
+        (several_nodes && !nodes.empty() ? ", on node(s) " + nodes : std::string()) +
+        (several_nodes ? "; start dp-launch there with the same --nnodes, --master-addr and --master-port, or check "
+                         "that it can reach this address"
+                       : "; see their errors"));
 }
 
 Communicator::Communicator(const CommunicatorOptions& o) : options_(o), impl_(std::make_unique<Impl>()) {

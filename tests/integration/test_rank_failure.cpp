@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "integration/launch_harness.h"
@@ -173,4 +174,57 @@ TEST_CASE(
         CHECK_FALSE(records[i].contains("file"));
     }
     CHECK(processes_with_marker(launch.marker()).empty());
+}
+
+// Note [resource failures in a rank]: real rlimits and real threads.
+TEST_CASE("a rank out of file descriptors exits 71 naming the rank and the limit, and leaves no output folder") {
+    const std::string dir = make_temp_dir();
+    {
+        std::ofstream(dir + "/p.txt") << "a cat\na dog\n";
+    }
+    // The rank's own limit, soft and hard: dp-launch itself keeps its own.
+    const std::string wrapper = dir + "/worker.sh";
+    std::ofstream(wrapper) << "#!/bin/sh\nulimit -n 16\nexec '" << DP_WORKER_BIN << "' \"$@\"\n";
+    chmod(wrapper.c_str(), 0755);
+    const std::vector<std::string> job = {"-n",     "2",  "--model",  DP_TINY_MODEL, "--steps", "2", "--width",
+                                          "16",     "--height", "16", "-o",           dir + "/out", dir + "/p.txt"};
+    std::vector<std::string> limited = job;
+    limited.insert(limited.begin(), {"--worker", wrapper});
+    const LaunchResult r = run_launch(limited, {}, 120);
+    INFO(r.err);
+    CHECK(r.exit_code == 71);
+    CHECK(r.seconds < 30);  // not the store's timeout
+    CHECK(r.err.find("the system refused file descriptors: the open-file limit (ulimit -n) is 16") != std::string::npos);
+    CHECK(r.err.find("dp-worker: rank ") != std::string::npos);
+    CHECK(r.out.find("nothing written (the output folder is as it was before the job)") != std::string::npos);
+    CHECK_FALSE(file_exists(dir + "/out"));
+    // The same command again, with the limit lifted, just runs.
+    const LaunchResult again = run_launch(job, {}, 120);
+    CHECK_MESSAGE(again.exit_code == 0, again.err);
+}
+
+TEST_CASE("an exception escaping a rank's thread is reported with its exit code, never an abort") {
+    const std::string dir = make_temp_dir();
+    {
+        std::ofstream(dir + "/p.txt") << "a cat\n";
+    }
+    // An existing folder with a file of the user's: kept as it was, only the job's files go.
+    mkdir((dir + "/out").c_str(), 0777);
+    std::ofstream(dir + "/out/notes.txt") << "mine\n";
+    for (const auto& [what, code, says] : std::vector<std::tuple<std::string, int, std::string>>{
+             {"bad_alloc", 71, "rank 0: the system refused memory (RAM, or the address-space limit ulimit -v): std::bad_alloc"},
+             {"runtime", 1, "rank 0: internal error: a library's thread failed"}}) {
+        CAPTURE(what);
+        const LaunchResult r = run_launch({"-n", "1", "--model", DP_TINY_MODEL, "--steps", "2", "--width", "16",
+                                           "--height", "16", "-o", dir + "/out", dir + "/p.txt"},
+                                          {{"DP_TEST_THREAD_THROWS", what}}, 120);
+        INFO(r.err);
+        CHECK(r.exit_code == code);
+        CHECK(r.err.find(says) != std::string::npos);
+        CHECK(r.err.find("terminate called") == std::string::npos);
+        CHECK(file_exists(dir + "/out/notes.txt"));
+        CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
+        CHECK_FALSE(file_exists(dir + "/out/index.html"));
+        CHECK_FALSE(file_exists(dir + "/out/.dp-lock"));
+    }
 }
