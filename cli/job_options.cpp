@@ -323,6 +323,9 @@ const std::vector<JobOptionRow>& job_option_table() {
                 "--skip-invalid,--skip_invalid", &J::skip_invalid,
                 "Run the valid prompts and record invalid lines in the manifest, instead of refusing to "
                 "start"),
+            on_off<J>("--force", &J::force,
+                      "Start the ranks even when their expected memory (weights per rank and LibTorch's own) "
+                      "exceeds what this machine has available"),
             described(text<J>("--worker", "PATH", &J::worker, "The dp-worker executable"),
                       "the one next to dp-launch"),
         }),

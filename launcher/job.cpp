@@ -26,6 +26,7 @@
 #include "launcher/node_exchange.h"
 #include "launcher/output_folder.h"
 #include "launcher/process.h"
+#include "launcher/memory_guard.h"
 #include "launcher/port.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
@@ -295,6 +296,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     // Every prompt's settings, resolved once here so that every rank and the manifest agree; each
     // prompt's record and request go to `records` as it is read (Note [records on disk]).
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);
+    check_memory_fits(launch, job, model, strategy, dtype);  // Note [memory guard]
     const std::string weights = job.random_weights ? std::string() : weights_fingerprint_of(job, model);
     JobRecords records(local_temp_dir());
     protocol::JobFile job_file = job_file_for(job, model, strategy);

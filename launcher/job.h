@@ -69,6 +69,7 @@ struct JobOptions {
     bool overwrite = false;
     bool resume = false;  // keep the earlier run's valid images, make only the missing ones
     bool skip_invalid = false;
+    bool force = false;  // start even when the ranks' memory exceeds what is available (Note [memory guard])
     std::string worker;  // dp-worker to run; empty: next to dp-launch
 };
 

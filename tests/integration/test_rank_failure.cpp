@@ -228,3 +228,33 @@ TEST_CASE("an exception escaping a rank's thread is reported with its exit code,
         CHECK_FALSE(file_exists(dir + "/out/.dp-lock"));
     }
 }
+
+TEST_CASE("more ranks than the machine's memory holds are refused before anything starts, and --force starts them") {
+    // Twice as many ranks as this machine's available memory holds at LibTorch's base alone, under
+    // --dry-run, which checks what a job would start and starts nothing.
+    long long available_kb = 0;
+    {
+        std::ifstream meminfo("/proc/meminfo");
+        for (std::string line; std::getline(meminfo, line);)
+            if (line.rfind("MemAvailable:", 0) == 0) available_kb = std::stoll(line.substr(13));
+    }
+    REQUIRE(available_kb > 0);
+    const std::string ranks = std::to_string(available_kb / (191 * 1024) * 2 + 2);
+    const std::string dir = make_temp_dir();
+    {
+        std::ofstream(dir + "/p.txt") << "a cat\n";
+    }
+    const std::vector<std::string> job = {"-n", ranks, "--dry-run", "--model", DP_TINY_MODEL, "--device", "cpu",
+                                          "-o", dir + "/out", dir + "/p.txt"};
+    const LaunchResult refused = run_launch(job, {}, 60);
+    INFO(refused.err);
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.err.find(ranks + " rank(s) on this machine would need about ") != std::string::npos);
+    CHECK(refused.err.find("pass --force to start them anyway") != std::string::npos);
+    CHECK_FALSE(file_exists(dir + "/out"));
+    std::vector<std::string> forced = job;
+    forced.insert(forced.begin(), "--force");
+    const LaunchResult started = run_launch(forced, {}, 60);
+    CHECK_MESSAGE(started.exit_code == 0, started.err);
+    CHECK(started.out.find("over " + ranks + " rank(s)") != std::string::npos);
+}
