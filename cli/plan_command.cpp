@@ -390,6 +390,17 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     } catch (const Error& e) {
         refusals.push_back(e.what());
     }
+    // What a rank would refuse, checked as a job checks it before its ranks start (Note [checking
+    // a model before the ranks start]); a folder of configs only (a plan for weights one does not
+    // have yet) has nothing a rank could load.
+    if (refusals.empty() && !job.random_weights && job.component_files.empty() &&
+        strategies::components_without_weights(job.model, *model.spec).empty()) {
+        try {
+            check_model_with_worker(launch, job, model, strategy);
+        } catch (const Error& e) {
+            refusals.push_back(e.what());
+        }
+    }
     for (const std::string& why : refusals) out << "warning: the job would refuse this: " << why << "\n";
     return out.str();
 }

@@ -27,6 +27,7 @@
 #include "launcher/output_folder.h"
 #include "launcher/process.h"
 #include "launcher/memory_guard.h"
+#include "launcher/model_check.h"
 #include "launcher/port.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
@@ -259,6 +260,17 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::ModelInf
 
 }  // namespace
 
+void check_model_with_worker(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
+                             const strategies::ResolvedStrategy& strategy) {
+    // With our own dp-worker: a --worker of one's own may not take --check; without one beside
+    // dp-launch (a test of the launcher's library) there is nothing to check with.
+    const std::string worker = self_dir() + "/dp-worker";
+    if (!job.worker.empty() || ::access(worker.c_str(), X_OK) != 0) return;
+    protocol::JobFile f = job_file_for(job, model, strategy);
+    f.component_files = job.component_files;  // as given: the check runs in this directory
+    check_model_before_ranks(worker, f, local_temp_dir(), launch.load_timeout_s);
+}
+
 int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     // The model is read here, once (Note [a model is read once], strategies/model_config.h).
     const strategies::ModelInfo model = strategies::read_model_info(requested.model);
@@ -358,6 +370,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
                          "--resume only those that have none)");
     // Note [port in use]: found before the output folder is made.
     if (launch.launcher_index() == 0 && !launch.dry_run) check_master_port_free(launch.master_addr, launch.master_port);
+    // Note [checking a model before the ranks start]: before the folder is made.
+    if (!launch.dry_run) check_model_with_worker(launch, job, model, strategy);
     // Note [a failed start-up leaves no trace]: what the folder held before.
     const JobMonitor::FolderBefore before{exists(job.output_dir), exists(job.output_dir + "/manifest.jsonl"),
                                           exists(job.output_dir + "/index.html"), exists(job.output_dir + "/.dp-lock")};

@@ -73,6 +73,12 @@ struct JobOptions {
     std::string worker;  // dp-worker to run; empty: next to dp-launch
 };
 
+// Note [checking a model before the ranks start] (launcher/model_check.h): `job`'s model loaded
+// once by dp-worker --check, as a rank would load it. Throws the rank's error (65 for the model's
+// problems). Not with a --worker of one's own.
+void check_model_with_worker(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
+                             const strategies::ResolvedStrategy& strategy);
+
 // The job's strategy options on `launch`'s world, as strategies::resolve_strategy takes them.
 strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const JobOptions& job,
                                              const strategies::ModelInfo& model);

@@ -58,7 +58,11 @@ void JobMonitor::on_tick() {
 void JobMonitor::on_status(int rank, std::string_view line) {
     // Most lines are heartbeats, which the supervisor reads and nothing here needs: not parsed
     // a second time (a 100 000-prompt job's launcher spent most of its time parsing them).
-    if (line.find("\"event\":\"heartbeat\"") != std::string_view::npos) return;
+    if (line.find("\"event\":\"heartbeat\"") != std::string_view::npos) {
+        // Note [a failed start-up leaves no trace]: a rank began generating; the start-up is over.
+        if (!generating_ && line.find("\"phase\":\"generating\"") != std::string_view::npos) generating_ = true;
+        return;
+    }
     std::optional<protocol::StatusEvent> event;
     try {
         event = protocol::parse_status_line(line);
@@ -259,7 +263,7 @@ int JobMonitor::finish(int code) {
 }
 
 bool JobMonitor::undo_failed_start(int result) {
-    if (result == kExitOk || exchange_ || done_ + kept_ + failed_ > 0) return false;
+    if (result == kExitOk || exchange_ || generating_ || done_ + kept_ + failed_ > 0) return false;
     if (before_.manifest || before_.gallery) return false;  // an earlier run's files: kept as they are
     const std::string& dir = job_.output_dir;
     std::remove(manifest_path_.c_str());

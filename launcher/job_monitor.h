@@ -48,7 +48,8 @@ class JobMonitor : public StatusListener {
     int finish(int code);
 
     // Note [a failed start-up leaves no trace]: what the output folder held before this job. When
-    // the job fails without making, keeping or failing a single image, the files it wrote there
+    // the job fails in its start-up (no rank began generating; no image made, kept or failed),
+    // the files it wrote there
     // (manifest.jsonl, index.html, the lock file, the folder itself) are removed again, so the
     // same command can simply be run again.
     struct FolderBefore {
@@ -64,6 +65,7 @@ class JobMonitor : public StatusListener {
     bool undo_failed_start(int result);
     FolderBefore before_;
     bool undone_ = false;
+    bool generating_ = false;  // a rank said it began generating
     bool writer() const { return !exchange_ || exchange_->index() == 0; }
     // Launcher K > 0: its records are in its file; launcher 0 makes the job's result.
     int finish_as_follower(int code);

@@ -257,6 +257,20 @@ bool env_flag(const char* name) {
 }
 
 // The rank's work once the job file is read. Returns its exit code; throws for what ends it.
+// The pipeline options every rank of `job` shares (the device and dtype are each rank's own).
+PipelineOptions pipeline_options(const JobFile& job, std::shared_ptr<const strategies::ModelInfo> model) {
+    PipelineOptions po;
+    po.model_dir = job.model_dir;
+    po.model = std::move(model);
+    po.random_weights = job.random_weights;
+    po.variant = job.variant;
+    po.component_files = job.component_files;
+    po.no_t5 = job.no_t5;
+    po.offload = job.offload;
+    po.keep_quantized = job.keep_quantized;
+    return po;
+}
+
 int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     const int world = env_int("WORLD_SIZE", 1, 1, 1 << 24);
     const int local_rank = env_int("LOCAL_RANK", 0, 0, 1 << 24);
@@ -274,15 +288,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     if (model->family != job.family)
         throw ModelError(job.model_dir + ": the folder's model is now " + model->family_name + " (" + model->family +
                          "), but dp-launch started the job for " + job.family + "; run dp-launch again");
-    PipelineOptions po;
-    po.model_dir = job.model_dir;
-    po.model = model;
-    po.random_weights = job.random_weights;
-    po.variant = job.variant;
-    po.component_files = job.component_files;
-    po.no_t5 = job.no_t5;
-    po.offload = job.offload;
-    po.keep_quantized = job.keep_quantized;
+    PipelineOptions po = pipeline_options(job, model);
     // Adapters only where a prompt asks for them: their state keeps each component's weight files
     // mapped, for switches in place (Note [adapter switches]).
     for (const protocol::JobRequest& r : job.requests)
@@ -485,6 +491,27 @@ int run_worker(const std::string& job_path) {
         // rank]), else a broken promise in our code or a library's, never the input.
         return report_failure(rank, status,
                               classify_rank_failure(e, protocol::kExitInternal, std::string("internal error: ") + e.what()));
+    }
+}
+
+int check_model(const std::string& job_path) {
+    // Note [checking a model before the ranks start]: the pipeline's own load, in check mode.
+    try {
+        const JobFile job = protocol::read_job_file(job_path);
+        PipelineOptions po = pipeline_options(
+            job, std::make_shared<const strategies::ModelInfo>(strategies::read_model_info(job.model_dir)));
+        po.device = at::Device(at::kCPU);
+        po.dtype = at::kFloat;
+        po.check_only = true;
+        load_pipeline(po, ParallelContext::single());
+        return 0;
+    } catch (const Error& e) {
+        std::cerr << "dp-worker: " << e.what() << std::endl;
+        return e.exit_code();
+    } catch (const std::exception& e) {
+        const RankFailure f = classify_rank_failure(e, protocol::kExitInternal, std::string("internal error: ") + e.what());
+        std::cerr << "dp-worker: " << f.message << std::endl;
+        return f.code;
     }
 }
 

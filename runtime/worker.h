@@ -22,4 +22,11 @@ namespace dp::runtime {
 // Never throws: every error is printed on stderr and, once the status channel is open, sent on it.
 int run_worker(const std::string& job_path);
 
+// Note [checking a model before the ranks start]: dp-launch runs `dp-worker --job FILE --check`
+// once before it starts any rank: the job's model is loaded as a rank loads it, in check mode
+// (PipelineOptions::check_only: every config with its bounds, every tokenizer, every weight
+// file's header, the components' fit; no tensor data), on the CPU in one process. Returns 0, or
+// the exit code of what a rank would have failed with, its message on stderr. Never throws.
+int check_model(const std::string& job_path);
+
 }  // namespace dp::runtime

@@ -13,10 +13,12 @@ int main(int argc, char** argv) {
         "environment)");
     std::string job;
     app.add_option("--job", job, "the job file dp-launch wrote")->required();
+    bool check = false;
+    app.add_flag("--check", check, "check the job's model as a rank would load it, build nothing, and exit");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         return app.exit(e) == 0 ? 0 : dp::protocol::kExitUsage;
     }
-    return dp::runtime::run_worker(job);
+    return check ? dp::runtime::check_model(job) : dp::runtime::run_worker(job);
 }

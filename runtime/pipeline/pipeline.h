@@ -47,6 +47,10 @@ struct PipelineOptions {
     // GGUF component files' quantized matrices kept in their blocks, dequantized per use
     // (Note [kept quantized], runtime/io/shard_source.h).
     bool keep_quantized = false;
+    // Note [checking a model before the ranks start]: the pipeline's load reads every config,
+    // tokenizer and weight file header and makes every check it makes, but builds no component
+    // and reads no tensor data; the pipeline it returns cannot generate.
+    bool check_only = false;
     // The LoRA adapters the components are built with, and how to build them again when a batch
     // asks for others (runtime/pipeline/adapters.h); shared by the copies of these options.
     // nullptr: the pipeline takes no adapters.

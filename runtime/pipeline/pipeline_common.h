@@ -117,6 +117,12 @@ template <class T, class Build>
 Component<T> component_of(const PipelineOptions* options, const char* name, uint64_t salt, at::Device device,
                           Build build, std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>*
                                            parameters = nullptr) {
+    if (options->check_only) {
+        // Note [checking a model before the ranks start]: its weight files opened (headers,
+        // offsets, dtypes, shard paths checked), nothing built.
+        if (!options->random_weights) open_weights(*options, name, salt, at::Device(at::kCPU));
+        return Component<T>();
+    }
     Component<T> c(
         [options, name, salt, device, build, parameters](std::shared_ptr<WeightStore>* store) {
             auto w = std::make_shared<WeightStore>(open_weights(*options, name, salt, device));

@@ -12,7 +12,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <functional>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "integration/launch_harness.h"
 
@@ -89,4 +92,87 @@ TEST_CASE("weights that make NaN latents give a failed prompt saying so, not a b
         CHECK_FALSE(file_exists(dir + "/out/" + rec.value("file", std::string("none"))));
     }
     CHECK(records == 2);
+}
+
+namespace {
+
+// A copy of the tiny model with `mutate` applied to it.
+std::string mutated_model(const std::string& dir, const std::function<void(const std::string&)>& mutate) {
+    const std::string model = dir + "/model";
+    REQUIRE(std::system(("rm -rf '" + model + "' && cp -r '" + std::string(DP_TINY_MODEL) + "' '" + model + "'").c_str()) ==
+            0);
+    mutate(model);
+    return model;
+}
+
+void set_config(const std::string& path, const std::string& key, const nlohmann::json& value) {
+    std::ifstream in(path);
+    nlohmann::json j = nlohmann::json::parse(in);
+    j[key] = value;
+    std::ofstream(path) << j.dump();
+}
+
+// The safetensors file at `path` with its first tensor's `key` set to `value`.
+void set_tensor_field(const std::string& path, const std::string& key, const nlohmann::json& value) {
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+    for (auto& [name, t] : header.items())
+        if (name != "__metadata__") {
+            t[key] = value;
+            break;
+        }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    const uint64_t m = text.size();
+    std::string out(8, '\0');
+    std::memcpy(out.data(), &m, 8);
+    std::ofstream(path, std::ios::binary) << out << text << bytes.substr(8 + n);
+}
+
+}  // namespace
+
+TEST_CASE("a model a rank would refuse is refused before any rank starts or any file is written") {
+    const std::vector<std::pair<std::string, std::function<void(const std::string&)>>> cases = {
+        {"transformer/config.json: 'num_layers' is 1000000000",
+         [](const std::string& m) { set_config(m + "/transformer/config.json", "num_layers", 1000000000); }},
+        {"transformer/config.json: 'sample_size' is 1099511627776",
+         [](const std::string& m) { set_config(m + "/transformer/config.json", "sample_size", 1LL << 40); }},
+        {"text_encoder/config.json: 'hidden_size' is 0",
+         [](const std::string& m) { set_config(m + "/text_encoder/config.json", "hidden_size", 0); }},
+        {"vae/config.json: 'layers_per_block' is 1000000000",
+         [](const std::string& m) { set_config(m + "/vae/config.json", "layers_per_block", 1000000000); }},
+        {"scheduler/scheduler_config.json: 'shift' is -3",
+         [](const std::string& m) { set_config(m + "/scheduler/scheduler_config.json", "shift", -3.0); }},
+        {"unsupported dtype 'Q99'",
+         [](const std::string& m) {
+             set_tensor_field(m + "/transformer/diffusion_pytorch_model.safetensors", "dtype", "Q99");
+         }},
+        {"data_offsets [0, 1000000000000]",
+         [](const std::string& m) {
+             set_tensor_field(m + "/vae/diffusion_pytorch_model.safetensors", "data_offsets",
+                              nlohmann::json::array({0, 1000000000000LL}));
+         }},
+        {"tokenizer/tokenizer.json: not valid JSON",
+         [](const std::string& m) { std::ofstream(m + "/tokenizer/tokenizer.json") << "{not json"; }},
+    };
+    const std::string dir = make_temp_dir();
+    const std::string prompts = dir + "/p.txt";
+    std::ofstream(prompts) << "a prompt\n";
+    for (const auto& [says, mutate] : cases) {
+        CAPTURE(says);
+        const std::string model = mutated_model(dir, mutate);
+        const LaunchResult r = run_launch({"-n", "2", "--model", model, "--steps", "1", "--width", "16", "--height",
+                                           "16", "--device", "cpu", "-o", dir + "/out", prompts},
+                                          {}, 60);
+        INFO(r.err);
+        CHECK(r.exit_code == 65);
+        CHECK(r.err.find("dp-launch: " + model + "/") == 0);  // the launcher's own one line
+        CHECK(r.err.find(says) != std::string::npos);
+        CHECK(r.err.find("dp-worker") == std::string::npos);  // no rank was started
+        CHECK(r.err.find("rank 0") == std::string::npos);
+        CHECK_FALSE(file_exists(dir + "/out"));
+    }
 }
