@@ -98,7 +98,7 @@ TEST_CASE("the next deadline is the earliest of the job's --timeout and every ra
     CHECK(HangWatch({60, 10, 0, true}, t0).next_deadline(view(ranks), at(14)) == at(14) + kRecheckInterval);
 }
 
-TEST_CASE("a stopped rank is a hang in every phase; a waiting one only when stopped or when every rank waits") {
+TEST_CASE("a stopped rank is a hang in every phase, a waiting one only when stopped or when every rank waits") {
     const HangWatch watch({60, 10, 0, true}, t0);
     // Rank 1 waits past --rank-timeout while rank 0 works: not a hang, unless rank 1 is stopped.
     std::vector<RankLiveness> ranks = {rank_heard(0, 19, RankPhase::kGenerating), rank_heard(1, 2, RankPhase::kWaiting)};
