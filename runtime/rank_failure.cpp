@@ -11,6 +11,8 @@
 #include <new>
 #include <system_error>
 
+#include <c10/util/Logging.h>
+
 #include "protocol/errors.h"
 #include "protocol/status_events.h"
 
@@ -129,6 +131,14 @@ void install_rank_terminate_handler(int rank, int status_fd) {
     g_rank = rank;
     g_status_fd = status_fd;
     std::set_terminate(on_terminate);
+    keep_library_errors_thrown();
+}
+
+void keep_library_errors_thrown() {
+    // LibTorch's failed checks (its allocator's "can't allocate memory" among them) throw unless
+    // this flag asks them to abort, and in a rank it was found set: under an address-space limit
+    // the allocator then aborted (134) where it should have thrown.
+    FLAGS_caffe2_use_fatal_for_enforce = false;
 }
 
 }  // namespace dp::runtime

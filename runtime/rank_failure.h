@@ -10,7 +10,7 @@
 //   collective failures or corrupt models;
 // - an exception that escapes on another thread (std::terminate) is reported the same way and the
 //   rank exits with its code instead of aborting (134).
-// Light header: std only.
+// Light header: std only (the .cpp includes c10's Logging.h).
 
 #include <exception>
 #include <string>
@@ -38,5 +38,9 @@ void ensure_open_file_headroom(int world, bool gloo);
 // destroyed) reports rank `rank`'s failure on stderr and on status channel `status_fd` (-1: none)
 // and exits with its code (71 for a resource, else 70) instead of aborting.
 void install_rank_terminate_handler(int rank, int status_fd);
+
+// LibTorch's failed checks throw (c10::Error) rather than abort: called at the rank's start and
+// again once its groups are formed.
+void keep_library_errors_thrown();
 
 }  // namespace dp::runtime

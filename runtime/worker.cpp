@@ -337,6 +337,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     ensure_open_file_headroom(world, co.backend == "gloo");  // Note [resource failures in a rank]
     test_thread_failure();
     Communicator comm(co);
+    keep_library_errors_thrown();  // Note [resource failures in a rank]
     // Before anything is loaded: the same job on every node (Note [one job on every node]).
     const std::string job_id = agree_on_job(job, comm);
     status.send(protocol::JoinedEvent{rank, job_id});

@@ -203,6 +203,27 @@ TEST_CASE("a rank out of file descriptors exits 71 naming the rank and the limit
     CHECK_MESSAGE(again.exit_code == 0, again.err);
 }
 
+TEST_CASE("a rank out of address space exits 71 naming the rank and the limit, never LibTorch's abort") {
+    // SD3 medium's real sizes with random weights need far more than 6 GB; the libraries map
+    // about 3.2 GB, so the rank starts and its first large allocation is refused.
+    const std::string dir = make_temp_dir();
+    {
+        std::ofstream(dir + "/p.txt") << "a cat\n";
+    }
+    const std::string wrapper = dir + "/worker.sh";
+    std::ofstream(wrapper) << "#!/bin/sh\nulimit -v 6000000\nexec '" << DP_WORKER_BIN << "' \"$@\"\n";
+    chmod(wrapper.c_str(), 0755);
+    const LaunchResult r = run_launch({"--worker", wrapper, "-n", "1", "--model", std::string(DP_MODELS_DIR) + "/sd3-medium",
+                                       "--random-weights", "1", "--steps", "1", "--width", "64", "--height", "64", "-o",
+                                       dir + "/out", dir + "/p.txt"},
+                                      {}, 240);
+    INFO(r.err);
+    CHECK(r.exit_code == 71);
+    CHECK(r.err.find("rank 0: the system refused memory (RAM, or the address-space limit ulimit -v)") != std::string::npos);
+    CHECK(r.err.find("SIGABRT") == std::string::npos);
+    CHECK_FALSE(file_exists(dir + "/out"));
+}
+
 TEST_CASE("an exception escaping a rank's thread is reported with its exit code, never an abort") {
     const std::string dir = make_temp_dir();
     {
