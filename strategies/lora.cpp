@@ -1,4 +1,5 @@
 #include "strategies/lora.h"
+#include "strategies/text.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,12 +28,6 @@ bool is_dir(const std::string& path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
-
-bool ends_with(const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-bool starts_with(const std::string& s, const std::string& head) { return s.compare(0, head.size(), head) == 0; }
 
 std::string underscored(std::string s) {
     std::replace(s.begin(), s.end(), '.', '_');

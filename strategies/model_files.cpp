@@ -1,4 +1,5 @@
 #include "strategies/model_files.h"
+#include "strategies/text.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,10 +17,6 @@
 
 namespace dp::strategies {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& end) {
-    return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
-}
 
 // Why `path` could not be opened: a symlink whose target is gone (a Hugging Face snapshot whose
 // blob was never downloaded or was deleted) is named as such.

@@ -1,4 +1,5 @@
 #include "strategies/model_sizes.h"
+#include "strategies/text.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -143,8 +144,6 @@ std::vector<std::string> components_without_weights(const std::string& model_dir
 }
 
 namespace {
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 // The block index of a tensor named PREFIX<index>.<rest>, or -1.
 int block_index(const std::string& tensor, const std::string& prefix) {

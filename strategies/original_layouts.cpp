@@ -1,4 +1,5 @@
 #include "strategies/original_layouts.h"
+#include "strategies/text.h"
 
 #include <algorithm>
 #include <set>
@@ -9,11 +10,6 @@ namespace dp::strategies {
 namespace {
 
 using protocol::ModelError;
-
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-bool ends_with(const std::string& s, const std::string& p) {
-    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
 
 // Note [single files]: FLUX.1's original names, as Black Forest Labs publish them, and where each
 // goes in diffusers' FluxTransformer2DModel. `to` ends in '.' for a module (".weight" and ".bias"

@@ -1,4 +1,5 @@
 #include "strategies/parallel_spec.h"
+#include "strategies/text.h"
 
 #include <algorithm>
 
@@ -182,10 +183,6 @@ const ParallelSpec* find_parallel_spec(const std::string& pipeline_class) {
 }
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& end) {
-    return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
-}
 
 }  // namespace
 

@@ -1,4 +1,5 @@
 #include "strategies/single_file.h"
+#include "strategies/text.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,11 +15,6 @@ namespace dp::strategies {
 namespace {
 
 using protocol::ModelError;
-
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-bool ends_with(const std::string& s, const std::string& p) {
-    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
 
 // The prefixes single files put before a component's own keys (ComfyUI's, and Stability's).
 const char* const kPrefixes[] = {"model.diffusion_model.", "diffusion_model.", "transformer."};
