@@ -99,7 +99,8 @@ struct Reader {
                              std::to_string(lo));
         return std::stoi(text);
     }
-    void add(const std::string& key, const std::string& text, const YAML::Node& node, const std::string& name) {
+    void add(const std::string& key, const std::string& text, const YAML::Node& node,
+             const std::string& name) {
         out.entries.push_back({key, text, where(node, name)});
     }
 };
@@ -118,8 +119,9 @@ AccelerateConfig parse_accelerate_config(const std::string& text, const std::str
         throw UsageError(line_of(path, e.mark) + ": not valid YAML (" + e.msg + ")");
     }
     if (!doc.IsMap())
-        throw UsageError(path + ": expected a YAML mapping of accelerate's keys, as `accelerate config` writes "
-                                "(e.g. num_processes: 4), or a JSON object of dp-launch options");
+        throw UsageError(path +
+                         ": expected a YAML mapping of accelerate's keys, as `accelerate config` writes "
+                         "(e.g. num_processes: 4), or a JSON object of dp-launch options");
     Reader r{path, {}};
     int total_processes = -1, machines = 1;
     int machine_rank = 0;
@@ -134,9 +136,10 @@ AccelerateConfig parse_accelerate_config(const std::string& text, const std::str
             if (key == "compute_environment") {
                 const std::string env = r.scalar(v, key, "LOCAL_MACHINE");
                 if (env != "LOCAL_MACHINE")
-                    throw UsageError(r.where(v, key) + ": " + env +
-                                     " is not supported: dp-launch runs on this machine or in a Slurm, MPI or "
-                                     "Kubernetes allocation (accepted: LOCAL_MACHINE)");
+                    throw UsageError(
+                        r.where(v, key) + ": " + env +
+                        " is not supported: dp-launch runs on this machine or in a Slurm, MPI or "
+                        "Kubernetes allocation (accepted: LOCAL_MACHINE)");
             } else if (key == "distributed_type") {
                 const std::string type = r.scalar(v, key, "NO, MULTI_GPU or MULTI_CPU");
                 if (type == "MULTI_CPU") {
@@ -144,7 +147,8 @@ AccelerateConfig parse_accelerate_config(const std::string& text, const std::str
                 } else if (type != "NO" && type != "MULTI_GPU") {
                     const std::string why = refused_distributed_type(type);
                     throw UsageError(r.where(v, key) + ": " + type + " is not supported" +
-                                     (why == "unknown" ? "" : ": " + why) + " (accepted: NO, MULTI_GPU, MULTI_CPU)");
+                                     (why == "unknown" ? "" : ": " + why) +
+                                     " (accepted: NO, MULTI_GPU, MULTI_CPU)");
                 }
             } else if (key == "num_processes") {
                 total_processes = r.whole(v, key, 1);
@@ -163,13 +167,15 @@ AccelerateConfig parse_accelerate_config(const std::string& text, const std::str
             } else if (key == "mixed_precision") {
                 const std::string mp = r.scalar(v, key, "no, fp16 or bf16");
                 if (mp != "no" && mp != "fp16" && mp != "bf16")
-                    throw UsageError(r.where(v, key) + ": '" + mp + "': accepted: no, fp16, bf16" +
-                                     (mp == "fp8" ? " (dp-launch's ranks compute in fp32, bf16 or fp16)" : ""));
+                    throw UsageError(
+                        r.where(v, key) + ": '" + mp + "': accepted: no, fp16, bf16" +
+                        (mp == "fp8" ? " (dp-launch's ranks compute in fp32, bf16 or fp16)" : ""));
                 r.add("mixed_precision", mp, v, key);
             } else if (key == "gpu_ids") {
                 std::string ids;
                 if (v.IsSequence()) {
-                    for (const auto& id : v) ids += (ids.empty() ? "" : ",") + r.scalar(id, key, "a GPU index");
+                    for (const auto& id : v)
+                        ids += (ids.empty() ? "" : ",") + r.scalar(id, key, "a GPU index");
                 } else {
                     ids = r.scalar(v, key, "all, or GPU indices such as 0,1");
                 }
@@ -195,8 +201,9 @@ AccelerateConfig parse_accelerate_config(const std::string& text, const std::str
     if (total_processes > 0) {
         // accelerate's num_processes counts every machine's processes.
         if (total_processes % machines != 0)
-            throw UsageError(r.where(processes_node, "num_processes") + " " + std::to_string(total_processes) +
-                             " with num_machines " + std::to_string(machines) +
+            throw UsageError(r.where(processes_node, "num_processes") + " " +
+                             std::to_string(total_processes) + " with num_machines " +
+                             std::to_string(machines) +
                              ": accelerate's num_processes is the total over the machines, so it must be a "
                              "multiple of num_machines (or give -n, the processes per node)");
         r.add("num_processes", std::to_string(total_processes / machines), processes_node, "num_processes");

@@ -35,7 +35,8 @@ struct Entry {
 
 std::string env_of(const std::string& flag) {
     std::string env = "DP_";
-    for (char c : flag.substr(2)) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    for (char c : flag.substr(2))
+        env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     return env;
 }
 
@@ -54,7 +55,8 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
         Entry e;
         e.name = "negative_prompt";
         e.type = "string";
-        e.default_value = defaults.negative_prompt ? nlohmann::json(*defaults.negative_prompt) : nlohmann::json();
+        e.default_value =
+            defaults.negative_prompt ? nlohmann::json(*defaults.negative_prompt) : nlohmann::json();
         e.flag = "--negative-prompt";
         e.help = "What the image should not show; null: none (diffusers' None, over --negative-prompt)";
         out.push_back(e);
@@ -67,7 +69,9 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
         e.min = 0;
         e.max = std::numeric_limits<uint64_t>::max();
         e.flag = "--seed";
-        e.help = "The seed of the line's initial noise, drawn on the CPU as diffusers' torch.Generator(\"cpu\") does";
+        e.help =
+            "The seed of the line's initial noise, drawn on the CPU as diffusers' torch.Generator(\"cpu\") "
+            "does";
         out.push_back(e);
     }
     for (const protocol::FamilyArgument& a : model.arguments.all()) {
@@ -105,7 +109,9 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
         }
         if (row.universal) {
             const bool side = e.name == "width" || e.name == "height";
-            const int v = e.name == "width" ? defaults.width : e.name == "height" ? defaults.height : defaults.steps;
+            const int v = e.name == "width"    ? defaults.width
+                          : e.name == "height" ? defaults.height
+                                               : defaults.steps;
             e.default_value = v;
             if (side) {  // the model's own sizes: multiples of its patch in pixels, up to its largest
                 const int64_t m = std::max<int64_t>(1, model.sizes.multiple());
@@ -179,7 +185,8 @@ std::string describe_arguments(const launcher::JobOptions& job, bool json) {
     }
     std::ostringstream text;
     text << "Call arguments of " << launcher::utf8_for_display(job.model) << " (" << model.family_name << ", "
-         << model.spec->pipeline_class << "). A JSONL prompt line needs \"prompt\" and may set these keys; a line "
+         << model.spec->pipeline_class
+         << "). A JSONL prompt line needs \"prompt\" and may set these keys; a line "
          << "that leaves one out gets its default:\n";
     const std::vector<std::string> header = {"KEY", "TYPE", "RANGE", "DEFAULT", "FLAG"};
     std::vector<std::vector<std::string>> rows;
@@ -195,12 +202,14 @@ std::string describe_arguments(const launcher::JobOptions& job, bool json) {
     }
     const auto line = [&](const std::vector<std::string>& cells, const std::string& tail) {
         text << " ";
-        for (std::size_t c = 0; c < cells.size(); ++c) text << " " << cells[c] << std::string(width[c] - cells[c].size() + 1, ' ');
+        for (std::size_t c = 0; c < cells.size(); ++c)
+            text << " " << cells[c] << std::string(width[c] - cells[c].size() + 1, ' ');
         text << tail << "\n";
     };
     line(header, " WHAT IT DOES");
     for (std::size_t i = 0; i < rows.size(); ++i) line(rows[i], " " + all[i].help);
-    text << "Any other key is refused (exit 65). `dp-launch arguments --model M --json` prints the same as JSON.\n";
+    text << "Any other key is refused (exit 65). `dp-launch arguments --model M --json` prints the same as "
+            "JSON.\n";
     return text.str();
 }
 

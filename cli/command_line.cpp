@@ -74,14 +74,17 @@ const std::vector<Unsupported>& unsupported_flags() {
         {{"--rdzv-conf", "--rdzv_conf"},
          "dp-launch has no rendezvous settings: rank 0 runs the store at --master-addr:--master-port, and "
          "--rank-timeout, --load-timeout and --timeout bound the waits"},
-        {{"--role"}, "every rank runs the same command; tell ranks apart by RANK or LOCAL_RANK in the program"},
+        {{"--role"},
+         "every rank runs the same command; tell ranks apart by RANK or LOCAL_RANK in the program"},
         {{"--start-method", "--start_method"},
          "each rank is its own process, started with exec; there is no start method to choose"},
-        {{"--logs-specs", "--logs_specs"}, "--log-dir DIR keeps each rank's output in DIR/rank_N.stdout and .stderr"},
+        {{"--logs-specs", "--logs_specs"},
+         "--log-dir DIR keeps each rank's output in DIR/rank_N.stdout and .stderr"},
         {{"--max-restarts-per-node"}, "--max-restarts N restarts the whole group up to N times"},
         {{"--num_cpu_threads_per_process", "--num-cpu-threads-per-process"},
          "set OMP_NUM_THREADS in dp-launch's environment: every rank inherits it"},
-        {{"--use_deepspeed", "--use_fsdp", "--use_megatron_lm", "--deepspeed_config_file", "--fsdp_sharding_strategy"},
+        {{"--use_deepspeed", "--use_fsdp", "--use_megatron_lm", "--deepspeed_config_file",
+          "--fsdp_sharding_strategy"},
          "dp-launch only starts and supervises the ranks: the program sets DeepSpeed or FSDP up itself from "
          "RANK, LOCAL_RANK and WORLD_SIZE"},
         {{"--dynamo_backend", "--dynamo-backend"}, "compile inside the program (torch.compile)"},
@@ -98,7 +101,8 @@ const std::vector<Unsupported>& unsupported_flags() {
 // way; empty when there is none.
 std::string unsupported_usage(const std::vector<std::string>& options) {
     std::error_code no_file;
-    if (!options.empty() && options.front().size() < 64 && !std::filesystem::exists(options.front(), no_file)) {
+    if (!options.empty() && options.front().size() < 64 &&
+        !std::filesystem::exists(options.front(), no_file)) {
         const std::string& first = options.front();
         if (first == "config")
             return "'config' is accelerate's: run `accelerate config` with accelerate and pass the file it "
@@ -108,8 +112,10 @@ std::string unsupported_usage(const std::vector<std::string>& options) {
         if (first == "launch")
             return "'launch' is accelerate's: dp-launch is the launcher itself, e.g. dp-launch -n 2 -- "
                    "python3 train.py";
-        if (first == "test" || first == "estimate-memory" || first == "tpu-config" || first == "merge-weights")
-            return "'" + first + "' is accelerate's; dp-launch's own are env (what the ranks would use) and plan "
+        if (first == "test" || first == "estimate-memory" || first == "tpu-config" ||
+            first == "merge-weights")
+            return "'" + first +
+                   "' is accelerate's; dp-launch's own are env (what the ranks would use) and plan "
                    "(what a job would do), e.g. dp-launch env";
     }
     for (const std::string& arg : options) {
@@ -139,7 +145,8 @@ std::vector<std::string> with_module_command(const std::vector<std::string>& arg
     std::map<std::string, bool> takes_value;  // every flag of the tables
     for (const OptionDef* def : all_option_defs()) {
         std::stringstream names(def->flags);
-        for (std::string name; std::getline(names, name, ',');) takes_value[name] = def->kind != OptionKind::kSwitch;
+        for (std::string name; std::getline(names, name, ',');)
+            takes_value[name] = def->kind != OptionKind::kSwitch;
     }
     bool module = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -203,27 +210,32 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
         "Print the mesh, each rank's role, the sub-groups, per-rank parameter bytes and the "
         "bytes sent per step for these options, without running anything");
     plan_cmd->fallthrough();  // the launch and pipeline options belong to the main app
-    CLI::App* arguments_cmd = app.add_subcommand(
-        "arguments",
-        "Print the call arguments --model's pipeline takes: each JSONL key of a prompt line, its type, range, "
-        "default, flag and what it does");
+    CLI::App* arguments_cmd = app.add_subcommand("arguments",
+                                                 "Print the call arguments --model's pipeline takes: each "
+                                                 "JSONL key of a prompt line, its type, range, "
+                                                 "default, flag and what it does");
     arguments_cmd->add_flag("--json", result.json, "Print JSON: an array of objects, one per key");
     arguments_cmd->fallthrough();
     CLI::App* compare_cmd = app.add_subcommand(
         "compare",
-        "Pair the images of two output folders by prompt index and print each pair's PSNR and SSIM, their mean "
+        "Pair the images of two output folders by prompt index and print each pair's PSNR and SSIM, their "
+        "mean "
         "and worst; write the pairs side by side; exit 1 when a pair falls below --min-psnr or --min-ssim");
     std::vector<std::string> runs;
     compare_cmd->add_option("runs", runs, "RUN_A RUN_B: two output folders (each with its manifest.jsonl)")
         ->expected(2)
         ->required();
     double min_psnr = 0, min_ssim = 0;
-    CLI::Option* psnr_opt = compare_cmd->add_option("--min-psnr", min_psnr, "Exit 1 when a pair's PSNR (dB) is below X")
-                                ->check(CLI::Range(0.0, 1000.0));
+    CLI::Option* psnr_opt =
+        compare_cmd->add_option("--min-psnr", min_psnr, "Exit 1 when a pair's PSNR (dB) is below X")
+            ->check(CLI::Range(0.0, 1000.0));
     CLI::Option* ssim_opt =
-        compare_cmd->add_option("--min-ssim", min_ssim, "Exit 1 when a pair's SSIM is below X")->check(CLI::Range(-1.0, 1.0));
-    compare_cmd->add_option("--gallery", result.compare.gallery, "Where the page of pairs goes (default RUN_B/compare.html)");
-    compare_cmd->add_flag("--json", result.compare.json, "Print one JSON object per pair, then the summary's");
+        compare_cmd->add_option("--min-ssim", min_ssim, "Exit 1 when a pair's SSIM is below X")
+            ->check(CLI::Range(-1.0, 1.0));
+    compare_cmd->add_option("--gallery", result.compare.gallery,
+                            "Where the page of pairs goes (default RUN_B/compare.html)");
+    compare_cmd->add_flag("--json", result.compare.json,
+                          "Print one JSON object per pair, then the summary's");
 
     try {
         std::vector<std::string> reversed(options.rbegin(), options.rend());  // CLI11 takes argv reversed
@@ -253,7 +265,9 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
     }
     if (compare_cmd->parsed()) {
         if (!stray.empty() || !raw.command.empty()) {
-            result.message = "compare takes two output folders: dp-launch compare RUN_A RUN_B [--min-psnr X] [--min-ssim Y]";
+            result.message =
+                "compare takes two output folders: dp-launch compare RUN_A RUN_B [--min-psnr X] [--min-ssim "
+                "Y]";
             return result;
         }
         result.compare.a = runs.at(0);
@@ -269,7 +283,8 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
     const bool plan = plan_cmd->parsed();
     const bool arguments = arguments_cmd->parsed();
     if (arguments && (!stray.empty() || !raw.command.empty())) {
-        result.message = "arguments takes no PROMPTS file and no command: dp-launch arguments --model M [--json]";
+        result.message =
+            "arguments takes no PROMPTS file and no command: dp-launch arguments --model M [--json]";
         return result;
     }
     const bool job_mode = plan || arguments || (raw.command.empty() && !stray.empty());
@@ -322,7 +337,8 @@ int run_command_line(const CommandLine& command_line) {
                 std::cerr << "dp-launch: " << launcher::terminal_safe(command_line.message) << std::endl;
                 return command_line.exit_code;
             case CommandLine::Action::kPlan:
-                std::cout << launcher::terminal_safe(describe_plan(command_line.spec, *command_line.job)) << std::flush;
+                std::cout << launcher::terminal_safe(describe_plan(command_line.spec, *command_line.job))
+                          << std::flush;
                 return 0;
             case CommandLine::Action::kArguments:
                 std::cout << describe_arguments(*command_line.job, command_line.json) << std::flush;

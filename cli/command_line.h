@@ -14,13 +14,13 @@ namespace dp::cli {
 
 struct CommandLine {
     enum class Action {
-        kLaunch,  // run spec (or print it, with --dry-run)
-        kEnv,     // `dp-launch env`
-        kPlan,    // `dp-launch plan [options]`: print what a job would do
+        kLaunch,     // run spec (or print it, with --dry-run)
+        kEnv,        // `dp-launch env`
+        kPlan,       // `dp-launch plan [options]`: print what a job would do
         kArguments,  // `dp-launch arguments [--model M] [--json]`: the model's call arguments
         kCompare,    // `dp-launch compare RUN_A RUN_B [...]`: Note [compare]
-        kPrint,   // --help or --version: print `message` to stdout, exit 0
-        kFail,    // print `message` to stderr, exit `exit_code`
+        kPrint,      // --help or --version: print `message` to stdout, exit 0
+        kFail,       // print `message` to stderr, exit `exit_code`
     };
     Action action = Action::kFail;
     launcher::LaunchSpec spec;

@@ -28,7 +28,8 @@ constexpr int kRadius = 5;
 std::vector<double> gaussian_taps() {
     std::vector<double> w(2 * kRadius + 1);
     double sum = 0;
-    for (int i = -kRadius; i <= kRadius; ++i) sum += w[static_cast<std::size_t>(i + kRadius)] = std::exp(-0.5 * i * i / 2.25);
+    for (int i = -kRadius; i <= kRadius; ++i)
+        sum += w[static_cast<std::size_t>(i + kRadius)] = std::exp(-0.5 * i * i / 2.25);
     for (double& v : w) v /= sum;
     return w;
 }
@@ -47,14 +48,16 @@ std::vector<double> blurred(const std::vector<double>& x, int width, int height)
         for (int c = 0; c < width; ++c) {
             double s = 0;
             for (int k = -kRadius; k <= kRadius; ++k)
-                s += w[static_cast<std::size_t>(k + kRadius)] * x[static_cast<std::size_t>(y * width + mirrored(c + k, width))];
+                s += w[static_cast<std::size_t>(k + kRadius)] *
+                     x[static_cast<std::size_t>(y * width + mirrored(c + k, width))];
             rows[static_cast<std::size_t>(y * width + c)] = s;
         }
     for (int y = 0; y < height; ++y)
         for (int c = 0; c < width; ++c) {
             double s = 0;
             for (int k = -kRadius; k <= kRadius; ++k)
-                s += w[static_cast<std::size_t>(k + kRadius)] * rows[static_cast<std::size_t>(mirrored(y + k, height) * width + c)];
+                s += w[static_cast<std::size_t>(k + kRadius)] *
+                     rows[static_cast<std::size_t>(mirrored(y + k, height) * width + c)];
             out[static_cast<std::size_t>(y * width + c)] = s;
         }
     return out;
@@ -85,7 +88,8 @@ std::string number(double v, int digits) {
 std::map<int64_t, nlohmann::json> images_of(const std::string& run) {
     const std::string manifest = run + "/manifest.jsonl";
     if (!std::filesystem::is_regular_file(manifest))
-        throw UsageError(launcher::utf8_for_display(run) + ": no manifest.jsonl (an output folder of dp-launch?)");
+        throw UsageError(launcher::utf8_for_display(run) +
+                         ": no manifest.jsonl (an output folder of dp-launch?)");
     std::map<int64_t, nlohmann::json> out;
     for (auto& [index, record] : launcher::read_manifest(manifest))
         if (record.value("status", "") == "ok" && record.contains("file") && record["file"].is_string())
@@ -96,7 +100,8 @@ std::map<int64_t, nlohmann::json> images_of(const std::string& run) {
 std::string page_path(const std::string& page, const std::string& image) {
     std::error_code ec;
     const std::filesystem::path from = std::filesystem::absolute(page, ec).parent_path();
-    const std::filesystem::path rel = std::filesystem::relative(std::filesystem::absolute(image, ec), from, ec);
+    const std::filesystem::path rel =
+        std::filesystem::relative(std::filesystem::absolute(image, ec), from, ec);
     return ec || rel.empty() ? image : rel.string();
 }
 
@@ -104,11 +109,13 @@ void write_page(const std::string& path, const CompareOptions& o, const std::vec
     using launcher::html_escape;
     std::string html =
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>dp-launch compare</title><style>"
-        "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}td{padding:4px;vertical-align:top}"
+        "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}td{padding:4px;vertical-align:"
+        "top}"
         "img{max-width:320px;image-rendering:pixelated}.low{color:#b00}</style></head><body>\n<h1>" +
         html_escape(o.a) + " &harr; " + html_escape(o.b) + "</h1>\n<table>\n";
     for (const Pair& p : pairs) {
-        const bool low = !p.same_size || (o.min_psnr && p.psnr < *o.min_psnr) || (o.min_ssim && p.ssim < *o.min_ssim);
+        const bool low =
+            !p.same_size || (o.min_psnr && p.psnr < *o.min_psnr) || (o.min_ssim && p.ssim < *o.min_ssim);
         html += "<tr><td><img src=\"" + html_escape(page_path(path, p.a)) + "\"></td><td><img src=\"" +
                 html_escape(page_path(path, p.b)) + "\"></td><td" + (low ? " class=\"low\"" : "") + ">#" +
                 std::to_string(p.index) + "<br>" + html_escape(p.prompt) + "<br>" +
@@ -127,7 +134,8 @@ RgbImage read_rgb_png(const std::string& path) {
     image.version = PNG_IMAGE_VERSION;
     const std::string shown = launcher::utf8_for_display(path);
     if (!png_image_begin_read_from_file(&image, path.c_str()))
-        throw InputDataError(shown + ": not a PNG file dp-launch can read (" + launcher::utf8_for_display(image.message) + ")");
+        throw InputDataError(shown + ": not a PNG file dp-launch can read (" +
+                             launcher::utf8_for_display(image.message) + ")");
     image.format = PNG_FORMAT_RGB;
     if (image.width == 0 || image.height == 0 || image.width > 65536 || image.height > 65536) {
         png_image_free(&image);
@@ -139,7 +147,8 @@ RgbImage read_rgb_png(const std::string& path) {
     out.height = static_cast<int>(image.height);
     out.rgb.resize(PNG_IMAGE_SIZE(image));
     if (!png_image_finish_read(&image, nullptr, out.rgb.data(), 0, nullptr))
-        throw InputDataError(shown + ": a damaged PNG file (" + launcher::utf8_for_display(image.message) + ")");
+        throw InputDataError(shown + ": a damaged PNG file (" + launcher::utf8_for_display(image.message) +
+                             ")");
     return out;
 }
 
@@ -175,7 +184,8 @@ double ssim(const RgbImage& a, const RgbImage& b) {
         for (int r = kRadius; r < h - kRadius; ++r)
             for (int c = kRadius; c < w - kRadius; ++c) {
                 const std::size_t i = static_cast<std::size_t>(r * w + c);
-                const double vx = uxx[i] - ux[i] * ux[i], vy = uyy[i] - uy[i] * uy[i], vxy = uxy[i] - ux[i] * uy[i];
+                const double vx = uxx[i] - ux[i] * ux[i], vy = uyy[i] - uy[i] * uy[i],
+                             vxy = uxy[i] - ux[i] * uy[i];
                 sum += (2 * ux[i] * uy[i] + c1) * (2 * vxy + c2) /
                        ((ux[i] * ux[i] + uy[i] * uy[i] + c1) * (vx + vy + c2));
             }
@@ -238,9 +248,12 @@ int run_compare(const CompareOptions& o, std::ostream& out) {
     write_page(gallery, o, pairs);
     if (o.json) {
         out << nlohmann::json{{"pairs", pairs.size()},
-                              {"psnr_mean_finite", finite ? nlohmann::json(psnr_sum / finite) : nlohmann::json(nullptr)},
-                              {"psnr_min", std::isinf(psnr_min) ? nlohmann::json("inf") : nlohmann::json(psnr_min)},
-                              {"ssim_mean", with_ssim ? nlohmann::json(ssim_sum / with_ssim) : nlohmann::json(nullptr)},
+                              {"psnr_mean_finite",
+                               finite ? nlohmann::json(psnr_sum / finite) : nlohmann::json(nullptr)},
+                              {"psnr_min",
+                               std::isinf(psnr_min) ? nlohmann::json("inf") : nlohmann::json(psnr_min)},
+                              {"ssim_mean",
+                               with_ssim ? nlohmann::json(ssim_sum / with_ssim) : nlohmann::json(nullptr)},
                               {"ssim_min", ssim_min},
                               {"below", below},
                               {"gallery", gallery}}
@@ -250,8 +263,8 @@ int run_compare(const CompareOptions& o, std::ostream& out) {
         out << pairs.size() << " pairs (" << a.size() - pairs.size() << " and " << b.size() - pairs.size()
             << " images without a pair): PSNR worst " << number(psnr_min, 2) << " dB, mean of the finite "
             << (finite ? number(psnr_sum / finite, 2) : std::string("none")) << " dB; SSIM worst "
-            << number(ssim_min, 4) << ", mean " << (with_ssim ? number(ssim_sum / with_ssim, 4) : std::string("none"))
-            << "; " << below
+            << number(ssim_min, 4) << ", mean "
+            << (with_ssim ? number(ssim_sum / with_ssim, 4) : std::string("none")) << "; " << below
             << " below the budget; pairs side by side in " << launcher::utf8_for_display(gallery) << "\n";
     }
     return below > 0 ? 1 : 0;

@@ -55,8 +55,9 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 // scheduler or an operator set (Slurm, Open MPI / PMI, torchrun's PET_* twins, RANK, MASTER_*).
 nlohmann::json variables_in_effect() {
     nlohmann::json dp = nlohmann::json::object(), cluster = nlohmann::json::object();
-    static const char* kPlain[] = {"RANK",        "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                                   "MASTER_PORT", "NODE_RANK",  "GROUP_RANK", "CUDA_VISIBLE_DEVICES"};
+    static const char* kPlain[] = {
+        "RANK",        "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",    "MASTER_ADDR",
+        "MASTER_PORT", "NODE_RANK",  "GROUP_RANK", "CUDA_VISIBLE_DEVICES"};
     for (char** e = environ; e && *e; ++e) {
         const std::string entry = *e;
         const std::size_t eq = entry.find('=');
@@ -142,11 +143,12 @@ std::string describe_environment(bool json) {
             out += std::string("  ") + package + ":" + std::string(13 - std::string(package).size(), ' ') +
                    (py[package].is_null() ? std::string("not installed") : or_none(py[package])) + "\n";
     }
-    for (const auto& [title, key] : {std::pair<const char*, const char*>{"DP_* variables", "dp"},
-                                      {"cluster variables", "cluster"}}) {
+    for (const auto& [title, key] :
+         {std::pair<const char*, const char*>{"DP_* variables", "dp"}, {"cluster variables", "cluster"}}) {
         const nlohmann::json& vars = facts["variables"][key];
         out += std::string(title) + ":" + (vars.empty() ? " none\n" : "\n");
-        for (const auto& [name, value] : vars.items()) out += "  " + name + "=" + value.get<std::string>() + "\n";
+        for (const auto& [name, value] : vars.items())
+            out += "  " + name + "=" + value.get<std::string>() + "\n";
     }
     return out;
 }

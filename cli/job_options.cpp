@@ -36,7 +36,6 @@ OptionRow<J> component_file(const char* flags, const char* component, const char
         });
 }
 
-
 using protocol::CallArgument;
 using protocol::CallType;
 
@@ -54,7 +53,8 @@ std::string default_text(const CallArgument& a, double value) {
 // FLUX.1-dev 28, FLUX.1-schnell 4"; a family and its variant at the same value under the family's
 // name), after the model folder's generation_defaults.json where it may set it.
 std::string described_default(const CallArgument& a) {
-    if (a.type == CallType::kBlocks || a.type == CallType::kAdapters || a.type == CallType::kCache) return "none";
+    if (a.type == CallType::kBlocks || a.type == CallType::kAdapters || a.type == CallType::kCache)
+        return "none";
     std::string out;
     for (const strategies::ParallelSpec* spec : strategies::parallel_specs()) {
         const protocol::FamilyUse* base = nullptr;
@@ -71,8 +71,9 @@ std::string described_default(const CallArgument& a) {
             add(spec->display_name, base->value);
             continue;
         }
-        if (base) add(variant || !spec->variant_family.empty() ? spec->display_name + "-dev" : spec->display_name,
-                      base->value);
+        if (base)
+            add(variant || !spec->variant_family.empty() ? spec->display_name + "-dev" : spec->display_name,
+                base->value);
         if (variant) add(spec->variant_name, variant->value);
     }
     return a.model_default ? "the model folder's generation_defaults.json, else " + out : out;
@@ -81,7 +82,7 @@ std::string described_default(const CallArgument& a) {
 // The row of a family call argument: it sets JobOptions::arguments.
 JobOptionRow call_argument_row(const CallArgument& a) {
     using J = JobOptions;
-    const OptionKind kind = a.type == CallType::kNumber ? OptionKind::kNumber
+    const OptionKind kind = a.type == CallType::kNumber  ? OptionKind::kNumber
                             : a.type == CallType::kWhole ? OptionKind::kInt
                                                          : OptionKind::kText;
     JobOptionRow r = row<J>(
@@ -110,7 +111,8 @@ JobOptionRow call_argument_row(const CallArgument& a) {
                                   launcher::number_text(a.max);
                         if (!why.empty())
                             throw UsageError(source + " '" + launcher::utf8_for_display(line.substr(0, 200)) +
-                                             "': " + why + " (expected PATH or PATH:SCALE, e.g. "
+                                             "': " + why +
+                                             " (expected PATH or PATH:SCALE, e.g. "
                                              "style.safetensors:0.8)");
                         adapters.push_back(std::move(adapter));
                     }
@@ -121,7 +123,8 @@ JobOptionRow call_argument_row(const CallArgument& a) {
                     protocol::StepCache cache;
                     const std::string why = protocol::parse_step_cache(text, cache, a.max);
                     if (!why.empty())
-                        throw UsageError(source + " '" + launcher::utf8_for_display(text.substr(0, 200)) + "': " + why);
+                        throw UsageError(source + " '" + launcher::utf8_for_display(text.substr(0, 200)) +
+                                         "': " + why);
                     j.arguments.set(a, cache);
                     break;
                 }
@@ -130,8 +133,10 @@ JobOptionRow call_argument_row(const CallArgument& a) {
         [&a](const J& j) -> std::string {
             const protocol::CallValue* v = j.arguments.find(a.name);
             if (!v) return "";
-            if (const auto* blocks = std::get_if<std::vector<int>>(v)) return launcher::block_list_text(*blocks);
-            if (std::holds_alternative<protocol::Adapters>(*v) || std::holds_alternative<protocol::StepCache>(*v))
+            if (const auto* blocks = std::get_if<std::vector<int>>(v))
+                return launcher::block_list_text(*blocks);
+            if (std::holds_alternative<protocol::Adapters>(*v) ||
+                std::holds_alternative<protocol::StepCache>(*v))
                 return protocol::call_value_text(*v);
             if (const auto* d = std::get_if<double>(v)) return launcher::number_text(*d);
             return std::to_string(std::get<int64_t>(*v));
@@ -148,7 +153,8 @@ const CallArgument& universal(const char* name) { return *protocol::find_call_ar
 
 // `rows` with a row for each family call argument of the table after --seed, in the table's order.
 std::vector<JobOptionRow> with_call_arguments(std::vector<JobOptionRow> rows) {
-    auto at = std::find_if(rows.begin(), rows.end(), [](const JobOptionRow& r) { return r.long_flag == "--seed"; });
+    auto at =
+        std::find_if(rows.begin(), rows.end(), [](const JobOptionRow& r) { return r.long_flag == "--seed"; });
     if (at != rows.end()) ++at;
     std::vector<JobOptionRow> generated;
     for (const CallArgument& a : protocol::call_arguments())
@@ -164,53 +170,62 @@ const std::vector<JobOptionRow>& job_option_table() {
     static const std::vector<JobOptionRow> table = finish<J>(
         with_call_arguments({
             // Found once the whole table is read, with --revision (resolve_job_options).
-            applied(text<J>("--model", "DIR|NAME|ORG/NAME", &J::model,
-                            "Diffusers model folder (model_index.json, transformer/, ...), the name of a model "
-                            "shipped with dp-launch, or a Hugging Face repo id found in the local cache "
-                            "($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub; no network)",
-                            "a model folder, a shipped model's name or ORG/NAME"),
-                    launcher::kDefaultModel),
-            described(read_by(text<J>("--revision", "REV", &J::revision,
-                                      "Branch, tag or commit hash (7 or more hex digits) of --model ORG/NAME in "
-                                      "the Hugging Face cache"),
-                              [](J& j, const std::string& t, const std::string& src) {
-                                  if (t.empty() || t.find('\0') != std::string::npos || !launcher::is_valid_utf8(t))
-                                      throw UsageError(src + ": expected a branch, a tag or a commit hash");
-                                  j.revision = t;
-                              }),
-                      "main"),
-            read_by(text<J>("--variant", "NAME", &J::variant,
-                            "Weight files of this variant in every component folder (diffusers' variant: fp16 "
-                            "reads NAME.fp16.safetensors or NAME.safetensors.index.fp16.json)"),
-                    [](J& j, const std::string& t, const std::string& src) {
-                        if (t.empty() || !protocol::is_variant_name(t))
-                            throw UsageError(src + " '" + launcher::utf8_for_display(t.substr(0, 80)) +
-                                             "': expected a variant name of letters, digits, '_' and '-', such "
-                                             "as fp16 or bf16");
-                        j.variant = t;
-                    }),
-            component_file<J>("--transformer", "transformer",
-                              "The transformer's weights from one file (a diffusers file, FLUX.1's original "
-                              "layout as Black Forest Labs publish it, or SD3's as Stability AI do; bf16, fp16, "
-                              "fp32, fp8, ComfyUI's scaled fp8 or GGUF); the rest of the pipeline from --model's "
-                              "folder"),
-            component_file<J>("--text-encoder,--text_encoder", "text_encoder",
-                              "The first text encoder's weights from one file in transformers' names; the rest from "
-                              "--model's folder"),
+            applied(
+                text<J>("--model", "DIR|NAME|ORG/NAME", &J::model,
+                        "Diffusers model folder (model_index.json, transformer/, ...), the name of a model "
+                        "shipped with dp-launch, or a Hugging Face repo id found in the local cache "
+                        "($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub; no network)",
+                        "a model folder, a shipped model's name or ORG/NAME"),
+                launcher::kDefaultModel),
+            described(
+                read_by(text<J>("--revision", "REV", &J::revision,
+                                "Branch, tag or commit hash (7 or more hex digits) of --model ORG/NAME in "
+                                "the Hugging Face cache"),
+                        [](J& j, const std::string& t, const std::string& src) {
+                            if (t.empty() || t.find('\0') != std::string::npos || !launcher::is_valid_utf8(t))
+                                throw UsageError(src + ": expected a branch, a tag or a commit hash");
+                            j.revision = t;
+                        }),
+                "main"),
+            read_by(
+                text<J>("--variant", "NAME", &J::variant,
+                        "Weight files of this variant in every component folder (diffusers' variant: fp16 "
+                        "reads NAME.fp16.safetensors or NAME.safetensors.index.fp16.json)"),
+                [](J& j, const std::string& t, const std::string& src) {
+                    if (t.empty() || !protocol::is_variant_name(t))
+                        throw UsageError(src + " '" + launcher::utf8_for_display(t.substr(0, 80)) +
+                                         "': expected a variant name of letters, digits, '_' and '-', such "
+                                         "as fp16 or bf16");
+                    j.variant = t;
+                }),
+            component_file<J>(
+                "--transformer", "transformer",
+                "The transformer's weights from one file (a diffusers file, FLUX.1's original "
+                "layout as Black Forest Labs publish it, or SD3's as Stability AI do; bf16, fp16, "
+                "fp32, fp8, ComfyUI's scaled fp8 or GGUF); the rest of the pipeline from --model's "
+                "folder"),
+            component_file<J>(
+                "--text-encoder,--text_encoder", "text_encoder",
+                "The first text encoder's weights from one file in transformers' names; the rest from "
+                "--model's folder"),
             component_file<J>("--text-encoder-2,--text_encoder_2", "text_encoder_2",
                               "The second text encoder's weights from one file in transformers' names"),
-            component_file<J>("--text-encoder-3,--text_encoder_3", "text_encoder_3",
-                              "The third text encoder's (SD3's T5) weights from one file in transformers' names"),
+            component_file<J>(
+                "--text-encoder-3,--text_encoder_3", "text_encoder_3",
+                "The third text encoder's (SD3's T5) weights from one file in transformers' names"),
             component_file<J>("--vae", "vae",
-                              "The VAE's weights from one file in diffusers' names or the original latent-diffusion layout"),
-            on_off<J>("--keep-quantized,--keep_quantized", &J::keep_quantized,
-                      "Keep a GGUF file's quantized weights in their blocks and dequantize each layer as it runs, "
-                      "as diffusers does: the memory of the file, for a dequantization per use (off: "
-                      "dequantized once at load, the fastest)"),
-            on_off<J>("--offload", &J::offload,
-                      "Keep each component on the GPU only while it runs, as diffusers' enable_model_cpu_offload: "
-                      "for a machine where even --device-map does not fit (slower: each use reads its weights "
-                      "again)"),
+                              "The VAE's weights from one file in diffusers' names or the original "
+                              "latent-diffusion layout"),
+            on_off<J>(
+                "--keep-quantized,--keep_quantized", &J::keep_quantized,
+                "Keep a GGUF file's quantized weights in their blocks and dequantize each layer as it runs, "
+                "as diffusers does: the memory of the file, for a dequantization per use (off: "
+                "dequantized once at load, the fastest)"),
+            on_off<J>(
+                "--offload", &J::offload,
+                "Keep each component on the GPU only while it runs, as diffusers' enable_model_cpu_offload: "
+                "for a machine where even --device-map does not fit (slower: each use reads its weights "
+                "again)"),
             on_off<J>("--no-t5,--no_t5", &J::no_t5,
                       "Run without the T5 text encoder even when the model has one (its embeddings are then "
                       "zeros, as diffusers' text_encoder_3=None)"),
@@ -224,19 +239,20 @@ const std::vector<JobOptionRow>& job_option_table() {
                         j.output_dir = t;
                         while (j.output_dir.size() > 1 && j.output_dir.back() == '/') j.output_dir.pop_back();
                     }),
-            described(whole<J>(universal("num_inference_steps").flags, universal("num_inference_steps").value_name,
-                               &J::steps, static_cast<int>(universal("num_inference_steps").min),
-                               static_cast<int>(universal("num_inference_steps").max),
-                               universal("num_inference_steps").help),
-                      described_default(universal("num_inference_steps")).c_str()),
+            described(
+                whole<J>(universal("num_inference_steps").flags, universal("num_inference_steps").value_name,
+                         &J::steps, static_cast<int>(universal("num_inference_steps").min),
+                         static_cast<int>(universal("num_inference_steps").max),
+                         universal("num_inference_steps").help),
+                described_default(universal("num_inference_steps")).c_str()),
             u64<J>("--seed", "N", &J::seed, "Base seed: a prompt without its own seed gets seed + its index"),
             described(whole<J>(universal("width").flags, universal("width").value_name, &J::width,
-                               static_cast<int>(universal("width").min), static_cast<int>(universal("width").max),
-                               universal("width").help),
+                               static_cast<int>(universal("width").min),
+                               static_cast<int>(universal("width").max), universal("width").help),
                       "the model's"),
             described(whole<J>(universal("height").flags, universal("height").value_name, &J::height,
-                               static_cast<int>(universal("height").min), static_cast<int>(universal("height").max),
-                               universal("height").help),
+                               static_cast<int>(universal("height").min),
+                               static_cast<int>(universal("height").max), universal("height").help),
                       "the model's"),
             choice<J>(
                 "--strategy", &J::strategy, {"data", "context", "tensor", "device-map"},
@@ -250,15 +266,16 @@ const std::vector<JobOptionRow>& job_option_table() {
             on_off<J>("--cfg-parallel,--cfg_parallel", &J::cfg_parallel,
                       "CFG parallelism: pairs of ranks run the negative and positive branches and exchange "
                       "noise predictions"),
-            whole<J>(
-                "--ulysses", "N", &J::ulysses, 1, 64,
-                "Ulysses context parallelism: N ranks split each image's tokens and the heads (unevenly where N does "
-                "not divide them; tp x ulysses at most the heads)"),
+            whole<J>("--ulysses", "N", &J::ulysses, 1, 64,
+                     "Ulysses context parallelism: N ranks split each image's tokens and the heads (unevenly "
+                     "where N does "
+                     "not divide them; tp x ulysses at most the heads)"),
             whole<J>("--ring", "N", &J::ring, 1, 64,
                      "Ring context parallelism: N ranks split each image's tokens and pass keys and values "
                      "round a ring"),
             whole<J>("--tp", "N", &J::tp, 1, 64,
-                     "Tensor parallelism: N ranks split the transformer's and T5's attention and MLP weights (by whole "
+                     "Tensor parallelism: N ranks split the transformer's and T5's attention and MLP weights "
+                     "(by whole "
                      "heads, unevenly where N does not divide them; tp x ulysses at most the heads)"),
             text<J>("--device-map,--device_map", "balanced|auto|FILE.json", &J::device_map,
                     "One process over several devices: balanced places whole components, auto also splits "
@@ -271,41 +288,47 @@ const std::vector<JobOptionRow>& job_option_table() {
                       "every visible GPU's free memory"),
             whole<J>("--batch-size,--batch_size", "N", &J::batch_size, 1, 64,
                      "Prompts with the same settings that go through the model together on a rank"),
-            choice<J>("--schedule", &J::schedule, {"auto", "static", "dynamic"},
-                      "How the model replicas share the prompts: static gives each a contiguous share "
-                      "(accelerate's split), dynamic lets each take the next prompt, costliest first, when it "
-                      "is free; auto is dynamic when the prompts' estimated costs (steps x image tokens x "
-                      "guidance branches) differ"),
+            choice<J>(
+                "--schedule", &J::schedule, {"auto", "static", "dynamic"},
+                "How the model replicas share the prompts: static gives each a contiguous share "
+                "(accelerate's split), dynamic lets each take the next prompt, costliest first, when it "
+                "is free; auto is dynamic when the prompts' estimated costs (steps x image tokens x "
+                "guidance branches) differ"),
             number<J>("--collective-timeout,--collective_timeout", "SECONDS", &J::collective_timeout_s, 1,
                       7 * 24 * 3600, "seconds",
                       "How long a rank waits in one collective (another rank died or hangs) before it stops "
                       "with exit code 75"),
-            choice<J>("--dtype", &J::dtype, {"auto", "fp32", "bf16", "fp16"},
-                      "Precision the model runs in; auto is bf16 on a GPU and fp32 on the CPU, decided by each "
-                      "rank for its device"),
+            choice<J>(
+                "--dtype", &J::dtype, {"auto", "fp32", "bf16", "fp16"},
+                "Precision the model runs in; auto is bf16 on a GPU and fp32 on the CPU, decided by each "
+                "rank for its device"),
             choice<J>("--device", &J::device, {"auto", "cpu", "cuda"},
                       "auto: cuda:LOCAL_RANK when CUDA is available, else cpu"),
-            bound(choice<J>("--mixed-precision,--mixed_precision", &J::dtype, {"no", "fp16", "bf16"},
-                            "accelerate's spelling of --dtype: no is fp32"),
-                  [](J& j, const std::string& t, const std::string& src) {
-                      const std::string v = launcher::parse_choice(t, {"no", "fp16", "bf16"}, src);
-                      j.dtype = v == "no" ? "fp32" : v;
-                  },
-                  [](const J& j) -> std::string {
-                      if (j.dtype == "fp32") return "no";
-                      return j.dtype == "fp16" || j.dtype == "bf16" ? j.dtype : "";
-                  }),
-            bound(on_off<J>("--cpu", &J::offload, "accelerate's spelling of --device cpu"),
-                  [](J& j, const std::string& t, const std::string& src) {
-                      if (launcher::parse_bool(t, src)) j.device = "cpu";
-                  },
-                  [](const J& j) -> std::string { return j.device == "cpu" ? "on" : "off"; }),
-            described(read_by(row<J>(
-                                  "--negative-prompt,--negative_prompt", "TEXT", OptionKind::kText,
-                                  "Negative prompt for prompts without their own (Qwen-Image and FLUX.1 run true CFG "
-                                  "only with one, even \"\")",
-                                  [](J&, const std::string&, const std::string&) {},
-                                  [](const J& j) { return j.negative_prompt.value_or(""); }),
+            bound(
+                choice<J>("--mixed-precision,--mixed_precision", &J::dtype, {"no", "fp16", "bf16"},
+                          "accelerate's spelling of --dtype: no is fp32"),
+                [](J& j, const std::string& t, const std::string& src) {
+                    const std::string v = launcher::parse_choice(t, {"no", "fp16", "bf16"}, src);
+                    j.dtype = v == "no" ? "fp32" : v;
+                },
+                [](const J& j) -> std::string {
+                    if (j.dtype == "fp32") return "no";
+                    return j.dtype == "fp16" || j.dtype == "bf16" ? j.dtype : "";
+                }),
+            bound(
+                on_off<J>("--cpu", &J::offload, "accelerate's spelling of --device cpu"),
+                [](J& j, const std::string& t, const std::string& src) {
+                    if (launcher::parse_bool(t, src)) j.device = "cpu";
+                },
+                [](const J& j) -> std::string { return j.device == "cpu" ? "on" : "off"; }),
+            described(
+                read_by(
+                    row<J>(
+                        "--negative-prompt,--negative_prompt", "TEXT", OptionKind::kText,
+                        "Negative prompt for prompts without their own (Qwen-Image and FLUX.1 run true CFG "
+                        "only with one, even \"\")",
+                        [](J&, const std::string&, const std::string&) {},
+                        [](const J& j) { return j.negative_prompt.value_or(""); }),
                     [](J& j, const std::string& t, const std::string& src) {
                         if (!launcher::is_valid_utf8(t) || t.find('\0') != std::string::npos)
                             throw UsageError(src +
@@ -313,7 +336,7 @@ const std::vector<JobOptionRow>& job_option_table() {
                                              "text, not bytes)");
                         j.negative_prompt = t;
                     }),
-                      "none (SD3: \"\")"),
+                "none (SD3: \"\")"),
             on_off<J>("--overwrite", &J::overwrite,
                       "Replace images and manifest.jsonl already in the output folder"),
             on_off<J>("--resume", &J::resume,

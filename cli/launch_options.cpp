@@ -6,9 +6,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <climits>
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -21,12 +21,12 @@
 #include "launcher/cluster_env.h"
 #include "launcher/errors.h"
 #include "launcher/model_location.h"
-#include "strategies/model_config.h"
-#include "strategies/single_file.h"
 #include "launcher/prompt_file.h"
 #include "launcher/system_info.h"
 #include "launcher/values.h"
 #include "protocol/job_file.h"
+#include "strategies/model_config.h"
+#include "strategies/single_file.h"
 
 namespace dp::cli {
 
@@ -57,15 +57,14 @@ std::string OptionDef::help_text() const {
 
 namespace {
 
-
-
 // torchrun's --nproc-per-node: gpu is the visible GPUs (refused without one), cpu the usable CPUs.
 int read_process_count(const std::string& t, const std::vector<int>& gpu_ids, const std::string& src) {
     if (t == "gpu") {
         const int gpus = gpu_ids.empty() ? launcher::visible_gpu_count() : static_cast<int>(gpu_ids.size());
         if (gpus < 1)
-            throw UsageError(src + " 'gpu': no GPU is visible (CUDA_VISIBLE_DEVICES, the driver); give a number "
-                                   "of processes, or 'cpu'");
+            throw UsageError(src +
+                             " 'gpu': no GPU is visible (CUDA_VISIBLE_DEVICES, the driver); give a number "
+                             "of processes, or 'cpu'");
         return std::min(gpus, launcher::kMaxLocalProcesses);
     }
     if (t == "cpu") return std::clamp(launcher::usable_cpu_count(), 1, launcher::kMaxLocalProcesses);
@@ -77,8 +76,10 @@ int read_process_count(const std::string& t, const std::vector<int>& gpu_ids, co
 int read_node_count(const std::string& t, const std::string& src) {
     const std::size_t colon = t.find(':');
     if (colon == std::string::npos) return launcher::parse_int(t, 1, launcher::kMaxNodes, src);
-    const int lo = launcher::parse_int(t.substr(0, colon), 1, launcher::kMaxNodes, src + " (MIN of " + t + ")");
-    const int hi = launcher::parse_int(t.substr(colon + 1), 1, launcher::kMaxNodes, src + " (MAX of " + t + ")");
+    const int lo =
+        launcher::parse_int(t.substr(0, colon), 1, launcher::kMaxNodes, src + " (MIN of " + t + ")");
+    const int hi =
+        launcher::parse_int(t.substr(colon + 1), 1, launcher::kMaxNodes, src + " (MAX of " + t + ")");
     if (lo != hi)
         throw UsageError(src + " '" + t.substr(0, 40) +
                          "': a range of nodes needs elastic membership (nodes joining and leaving), which "
@@ -89,8 +90,9 @@ int read_node_count(const std::string& t, const std::string& src) {
 
 // torchrun's --tee/--redirects: 0 to 3 for every rank, or LOCAL_RANK:0-3 pairs such as 0:1,1:2.
 std::string read_stream_choice(const std::string& t, const std::string& src) {
-    const std::string accepted = "expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank "
-                                 "as 0:3,1:2";
+    const std::string accepted =
+        "expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank "
+        "as 0:3,1:2";
     auto digit = [](const std::string& d) { return d.size() == 1 && d[0] >= '0' && d[0] <= '3'; };
     if (digit(t)) return t;
     std::stringstream items(t);
@@ -111,7 +113,8 @@ std::vector<int> read_rank_list(const std::string& t, const std::string& src) {
     std::vector<int> ranks;
     std::stringstream items(t);
     for (std::string item; std::getline(items, item, ',');) {
-        const int r = launcher::parse_int(item, 0, launcher::kMaxLocalProcesses - 1, src + " (in " + t.substr(0, 80) + ")");
+        const int r = launcher::parse_int(item, 0, launcher::kMaxLocalProcesses - 1,
+                                          src + " (in " + t.substr(0, 80) + ")");
         if (std::find(ranks.begin(), ranks.end(), r) != ranks.end())
             throw UsageError(src + " '" + t.substr(0, 80) + "': local rank " + std::to_string(r) +
                              " is listed twice; expected distinct local ranks such as 0,2");
@@ -131,7 +134,8 @@ void read_endpoint(LaunchSpec& s, const std::string& t, const std::string& src) 
             host = t.substr(0, close + 1);
             if (close + 1 < t.size()) {
                 if (t[close + 1] != ':')
-                    throw UsageError(src + " '" + t.substr(0, 80) + "': expected HOST[:PORT], e.g. node0:29500");
+                    throw UsageError(src + " '" + t.substr(0, 80) +
+                                     "': expected HOST[:PORT], e.g. node0:29500");
                 port = t.substr(close + 2);
             }
         }
@@ -140,7 +144,8 @@ void read_endpoint(LaunchSpec& s, const std::string& t, const std::string& src) 
         port = t.substr(t.find(':') + 1);
     }
     s.master_addr = launcher::parse_host(host, src);
-    if (!port.empty() || t.back() == ':') s.master_port = launcher::parse_int(port, 0, 65535, src + " (port)");
+    if (!port.empty() || t.back() == ':')
+        s.master_port = launcher::parse_int(port, 0, 65535, src + " (port)");
     s.rdzv_endpoint = t;
 }
 
@@ -158,21 +163,25 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                     s.gpu_ids = t == "all" ? std::vector<int>{} : launcher::parse_gpu_ids(t, src);
                 },
                 [](const S& s) { return launcher::gpu_ids_text(s.gpu_ids); }),
-            applied(read_by(whole<S>("-n,--num-processes,--num_processes,--nproc-per-node,--nproc_per_node",
-                                     "N|auto|gpu|cpu", &S::num_processes, 1, launcher::kMaxLocalProcesses,
-                                     "Processes (ranks) to start on this node; 'auto' starts one per "
-                                     "visible GPU, or 1 without GPUs (torchrun's auto would start one per CPU: "
-                                     "say cpu for that); 'gpu' one per visible GPU, refused without one; 'cpu' "
-                                     "one per usable CPU. accelerate's --num_processes with --num_machines is "
-                                     "the total over the machines, as in accelerate"),
-                            [](S& s, const std::string& t, const std::string& src) {
-                                s.num_processes = read_process_count(t, s.gpu_ids, src);
-                            }),
-                    "auto"),
-            read_by(whole<S>("--nnodes,--num-machines,--num_machines", "N", &S::nnodes, 1, launcher::kMaxNodes,
-                             "Number of nodes in the job; torchrun's MIN:MAX only as N:N (no elastic "
-                             "membership)"),
-                    [](S& s, const std::string& t, const std::string& src) { s.nnodes = read_node_count(t, src); }),
+            applied(
+                read_by(whole<S>("-n,--num-processes,--num_processes,--nproc-per-node,--nproc_per_node",
+                                 "N|auto|gpu|cpu", &S::num_processes, 1, launcher::kMaxLocalProcesses,
+                                 "Processes (ranks) to start on this node; 'auto' starts one per "
+                                 "visible GPU, or 1 without GPUs (torchrun's auto would start one per CPU: "
+                                 "say cpu for that); 'gpu' one per visible GPU, refused without one; 'cpu' "
+                                 "one per usable CPU. accelerate's --num_processes with --num_machines is "
+                                 "the total over the machines, as in accelerate"),
+                        [](S& s, const std::string& t, const std::string& src) {
+                            s.num_processes = read_process_count(t, s.gpu_ids, src);
+                        }),
+                "auto"),
+            read_by(
+                whole<S>("--nnodes,--num-machines,--num_machines", "N", &S::nnodes, 1, launcher::kMaxNodes,
+                         "Number of nodes in the job; torchrun's MIN:MAX only as N:N (no elastic "
+                         "membership)"),
+                [](S& s, const std::string& t, const std::string& src) {
+                    s.nnodes = read_node_count(t, src);
+                }),
             whole<S>("--node-rank,--node_rank,--machine-rank,--machine_rank", "R", &S::node_rank, 0,
                      launcher::kMaxNodes - 1, "This node's rank, below --nnodes"),
             described(row<S>(
@@ -188,31 +197,36 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                 whole<S>("--master-port,--master_port,--main-process-port,--main_process_port", "PORT",
                          &S::master_port, 1, 65535, "Port of rank 0's store (required with several nodes)"),
                 "a free port, reserved for the job on a single node"),
-            described(row<S>("--local-addr,--local_addr", "HOST", OptionKind::kText,
-                             "This node's own address, as torchrun's: the ranks' Gloo connections use it "
-                             "(on a cluster: this node's host in the allocation's node list)",
-                             [](S& s, const std::string& t, const std::string& src) {
-                                 s.local_addr = launcher::parse_host(t, src);
-                             },
-                             [](const S& s) { return s.local_addr; }),
+            described(row<S>(
+                          "--local-addr,--local_addr", "HOST", OptionKind::kText,
+                          "This node's own address, as torchrun's: the ranks' Gloo connections use it "
+                          "(on a cluster: this node's host in the allocation's node list)",
+                          [](S& s, const std::string& t, const std::string& src) {
+                              s.local_addr = launcher::parse_host(t, src);
+                          },
+                          [](const S& s) { return s.local_addr; }),
                       "the address the host name resolves to (127.0.0.1 on a single node)"),
             number<S>("--node-timeout,--node_timeout", "SECONDS", &S::node_timeout_s, 1, 86400, "seconds",
                       "Main job on several nodes: a node whose dp-launch writes nothing to the shared output "
                       "folder for this long is lost (its prompts are reported not run)"),
-            choice<S>("--cluster", &S::cluster, {"auto", "none", "slurm", "mpi", "env"},
-                      "The allocation to run in: auto finds Slurm (SLURM_*), MPI (OMPI_COMM_WORLD_*, PMI_*), a "
-                      "PyTorchJob (PET_*) or an operator's RANK/WORLD_SIZE and says what it found; none ignores "
-                      "them; the others name one. Flags given win over it"),
-            on_off<S>("--standalone", &S::standalone,
-                      "torchrun's single-node mode: one node, rank 0's store on 127.0.0.1 at a free port (what "
-                      "dp-launch does on one node anyway); refused with --nnodes above 1"),
-            choice<S>("--rdzv-backend,--rdzv_backend", &S::rdzv_backend, {"c10d", "static"},
-                      "torchrun's rendezvous backend: both mean rank 0's TCPStore at --master-addr:--master-port "
-                      "(etcd is not supported)"),
-            read_by(text<S>("--rdzv-endpoint,--rdzv_endpoint", "HOST[:PORT]", &S::rdzv_endpoint,
-                            "Rank 0's store, as torchrun's: sets --master-addr and, with :PORT, --master-port "
-                            "(it wins over them, as in torchrun)"),
-                    read_endpoint),
+            choice<S>(
+                "--cluster", &S::cluster, {"auto", "none", "slurm", "mpi", "env"},
+                "The allocation to run in: auto finds Slurm (SLURM_*), MPI (OMPI_COMM_WORLD_*, PMI_*), a "
+                "PyTorchJob (PET_*) or an operator's RANK/WORLD_SIZE and says what it found; none ignores "
+                "them; the others name one. Flags given win over it"),
+            on_off<S>(
+                "--standalone", &S::standalone,
+                "torchrun's single-node mode: one node, rank 0's store on 127.0.0.1 at a free port (what "
+                "dp-launch does on one node anyway); refused with --nnodes above 1"),
+            choice<S>(
+                "--rdzv-backend,--rdzv_backend", &S::rdzv_backend, {"c10d", "static"},
+                "torchrun's rendezvous backend: both mean rank 0's TCPStore at --master-addr:--master-port "
+                "(etcd is not supported)"),
+            read_by(
+                text<S>("--rdzv-endpoint,--rdzv_endpoint", "HOST[:PORT]", &S::rdzv_endpoint,
+                        "Rank 0's store, as torchrun's: sets --master-addr and, with :PORT, --master-port "
+                        "(it wins over them, as in torchrun)"),
+                read_endpoint),
             on_off<S>("-m,--module", &S::module,
                       "The command's first word is a Python module: each rank runs python3 -m MODULE ARGS"),
             on_off<S>("--no-python,--no_python", &S::no_python,
@@ -221,10 +235,14 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
             on_off<S>("--run-path,--run_path", &S::run_path,
                       "torchrun's run-the-script-by-path: a .py command runs under python3 already, so this "
                       "changes nothing"),
-            read_by(text<S>("--tee", "0-3|R:0-3,...", &S::tee,
-                            "torchrun's tee: dp-launch always shows every rank's stdout and stderr on the terminal "
-                            "and --log-dir keeps them in files, so any value is accepted and changes nothing"),
-                    [](S& s, const std::string& t, const std::string& src) { s.tee = read_stream_choice(t, src); }),
+            read_by(
+                text<S>(
+                    "--tee", "0-3|R:0-3,...", &S::tee,
+                    "torchrun's tee: dp-launch always shows every rank's stdout and stderr on the terminal "
+                    "and --log-dir keeps them in files, so any value is accepted and changes nothing"),
+                [](S& s, const std::string& t, const std::string& src) {
+                    s.tee = read_stream_choice(t, src);
+                }),
             read_by(text<S>("--redirects", "0-3|R:0-3,...", &S::redirects,
                             "torchrun's redirects: dp-launch never hides a rank's output from the terminal; "
                             "--log-dir also keeps it in files, so any value is accepted and changes nothing"),
@@ -233,18 +251,21 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                     }),
             row<S>(
                 "--local-ranks-filter,--local_ranks_filter", "R,...", OptionKind::kText,
-                "Show only these local ranks' output on the terminal, e.g. 0 (--log-dir still keeps every rank's)",
+                "Show only these local ranks' output on the terminal, e.g. 0 (--log-dir still keeps every "
+                "rank's)",
                 [](S& s, const std::string& t, const std::string& src) {
                     s.shown_local_ranks = read_rank_list(t, src);
                 },
                 [](const S& s) { return launcher::gpu_ids_text(s.shown_local_ranks); }),
-            number<S>("--monitor-interval,--monitor_interval", "SECONDS", &S::monitor_interval_s, 0, 3600,
-                      "seconds",
-                      "torchrun's polling interval: accepted, and changes nothing, since dp-launch's supervision "
-                      "is event-driven (a rank's exit is seen when it happens)"),
-            on_off<S>("--multi-gpu,--multi_gpu", &S::multi_gpu,
-                      "accelerate's multi-GPU mode: one rank per visible GPU unless -n is given, as dp-launch "
-                      "does anyway"),
+            number<S>(
+                "--monitor-interval,--monitor_interval", "SECONDS", &S::monitor_interval_s, 0, 3600,
+                "seconds",
+                "torchrun's polling interval: accepted, and changes nothing, since dp-launch's supervision "
+                "is event-driven (a rank's exit is seen when it happens)"),
+            on_off<S>(
+                "--multi-gpu,--multi_gpu", &S::multi_gpu,
+                "accelerate's multi-GPU mode: one rank per visible GPU unless -n is given, as dp-launch "
+                "does anyway"),
             whole<S>("--max-restarts,--max_restarts", "N", &S::max_restarts, 0, 1000,
                      "Restart the whole group up to N times after a failure"),
             number<S>("--shutdown-grace,--shutdown_grace", "SECONDS", &S::shutdown_grace_s, 0, 3600,
@@ -273,7 +294,8 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                       "Do not prefix output lines with [rank N]",
                       /*inverted=*/true),
             on_off<S>("-q,--quiet", &S::quiet,
-                      "Print no line of dp-launch's own except failure reports and the job's one summary line (no progress, no mesh or allocation lines)"),
+                      "Print no line of dp-launch's own except failure reports and the job's one summary "
+                      "line (no progress, no mesh or allocation lines)"),
             on_off<S>("--dry-run,--dry_run", &S::dry_run,
                       "Print each rank's command and environment, start nothing"),
         },
@@ -284,16 +306,16 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
 const OptionDef& config_option() {
     static const OptionDef def = [] {
         OptionDef d;
-        name_option(d, "--config,--config-file,--config_file", "FILE", OptionKind::kText,
-                    "Option defaults: accelerate's YAML config (what `accelerate config` writes; keys with no "
-                    "meaning here are listed as ignored) or a JSON object of dp-launch options, e.g. "
-                    "{\"num_processes\": 4}; flags and DP_* variables win over it");
+        name_option(
+            d, "--config,--config-file,--config_file", "FILE", OptionKind::kText,
+            "Option defaults: accelerate's YAML config (what `accelerate config` writes; keys with no "
+            "meaning here are listed as ignored) or a JSON object of dp-launch options, e.g. "
+            "{\"num_processes\": 4}; flags and DP_* variables win over it");
         d.group = "Configuration";
         return d;
     }();
     return def;
 }
-
 
 const std::vector<const OptionDef*>& all_option_defs() {
     static const std::vector<const OptionDef*> all = [] {
@@ -378,7 +400,8 @@ ConfigSettings load_config(const std::string& path, const std::string& source) {
         if (!yaml.ignored.empty()) {
             std::string keys;
             for (const std::string& k : yaml.ignored) keys += (keys.empty() ? "" : ", ") + k;
-            settings.note = "dp-launch: " + path + ": ignored accelerate keys: " + keys + " (no meaning for dp-launch)";
+            settings.note =
+                "dp-launch: " + path + ": ignored accelerate keys: " + keys + " (no meaning for dp-launch)";
         }
         return settings;
     }
@@ -427,8 +450,10 @@ ConfigSettings load_config(const std::string& path, const std::string& source) {
 std::optional<Setting> config_folder(const RawLaunchOptions& raw, const EnvLookup& env) {
     const OptionDef& config = config_option();
     std::optional<Setting> s;
-    if (raw.options.at(config.key)->count() > 0) s = Setting{raw.values.at(config.key), config.long_flag};
-    else if (const char* path = env(config.env.c_str()); path && *path) s = Setting{path, config.env};
+    if (raw.options.at(config.key)->count() > 0)
+        s = Setting{raw.values.at(config.key), config.long_flag};
+    else if (const char* path = env(config.env.c_str()); path && *path)
+        s = Setting{path, config.env};
     struct stat st {};
     if (s && ::stat(s->text.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return s;
     return std::nullopt;
@@ -504,7 +529,8 @@ void apply_cluster(LaunchSpec& spec, const RawLaunchOptions& raw, const EnvLooku
             if (row.key == "gpu_ids" && setting_of(row, raw, env, config)) gpu_ids_given = true;
         if (gpu >= 0 && !only_it && !gpu_ids_given) {
             spec.gpu_ids = {gpu};
-            notes.push_back("this task's GPU " + std::to_string(gpu) + " (CUDA_VISIBLE_DEVICES=" + std::to_string(gpu) + ")");
+            notes.push_back("this task's GPU " + std::to_string(gpu) +
+                            " (CUDA_VISIBLE_DEVICES=" + std::to_string(gpu) + ")");
         }
     }
     spec.cluster_report = launcher::describe_allocation(*a, notes);
@@ -517,15 +543,16 @@ launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvL
     LaunchSpec spec;
     if (const char* devices = env("CUDA_VISIBLE_DEVICES"))
         if (const std::string why = launcher::cuda_visible_devices_problem(devices); !why.empty())
-            throw UsageError("CUDA_VISIBLE_DEVICES=" + launcher::utf8_for_display(std::string(devices).substr(0, 80)) +
-                             ": " + why + " (e.g. 0,1 or GPU-8f1e...; empty for no GPU)");
+            throw UsageError(
+                "CUDA_VISIBLE_DEVICES=" + launcher::utf8_for_display(std::string(devices).substr(0, 80)) +
+                ": " + why + " (e.g. 0,1 or GPU-8f1e...; empty for no GPU)");
     const ConfigSettings config = load_any_config(raw, env);
     apply_table(launch_option_table(), raw, env, config, spec);
     if (raw.accelerate_total && spec.nnodes > 1) {
         // accelerate's --num_processes counts every machine's processes.
         if (spec.num_processes % spec.nnodes != 0)
-            throw UsageError("--num_processes " + std::to_string(spec.num_processes) + " with --num_machines " +
-                             std::to_string(spec.nnodes) +
+            throw UsageError("--num_processes " + std::to_string(spec.num_processes) +
+                             " with --num_machines " + std::to_string(spec.nnodes) +
                              ": accelerate's --num_processes is the total over the machines, so it must be a "
                              "multiple of --num_machines (or give -n, the processes per node)");
         spec.num_processes /= spec.nnodes;
@@ -565,7 +592,8 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
     if (from_file) {
         if (job.component_files.count("transformer"))
             throw UsageError(source + " " + launcher::utf8_for_display(job.model) +
-                             " is a transformer file, and so is --transformer; give the model's folder as " + source);
+                             " is a transformer file, and so is --transformer; give the model's folder as " +
+                             source);
         char resolved[PATH_MAX];
         job.component_files["transformer"] = ::realpath(job.model.c_str(), resolved) ? resolved : job.model;
         job.model_file = job.component_files["transformer"];
@@ -578,7 +606,8 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
                 job.model = strategies::shipped_config_for(job.model);
             }
         } catch (const protocol::Error& e) {
-            throw protocol::Error(std::string("--model ") + launcher::utf8_for_display(e.what()), e.exit_code());
+            throw protocol::Error(std::string("--model ") + launcher::utf8_for_display(e.what()),
+                                  e.exit_code());
         }
     } else if (folder) {
         throw UsageError(folder->source + " " + launcher::utf8_for_display(folder->text) +
@@ -595,7 +624,8 @@ launcher::JobOptions resolve_job_options(const RawLaunchOptions& raw, const EnvL
             for (const std::string& component : strategies::bundled_components(file, *info.spec))
                 job.component_files.emplace(component, file);
         } catch (const protocol::Error& e) {
-            throw protocol::Error(std::string("--model ") + launcher::utf8_for_display(e.what()), e.exit_code());
+            throw protocol::Error(std::string("--model ") + launcher::utf8_for_display(e.what()),
+                                  e.exit_code());
         }
     }
     return job;

@@ -6,10 +6,12 @@
 #include "protocol/standard_fds.h"
 
 int main(int argc, char** argv) {
-    dp::protocol::open_missing_standard_fds();  // before anything is opened (Note [closed standard descriptors])
+    dp::protocol::open_missing_standard_fds();  // before anything is opened (Note [closed standard
+                                                // descriptors])
     std::vector<std::string> args(argv + 1, argv + argc);
     const int code = dp::cli::run_command_line(
         dp::cli::parse_command_line(args, [](const char* name) { return std::getenv(name); }));
-    if (const char* usage = std::getenv(dp::launcher::kOwnUsageFileVariable)) dp::launcher::write_own_usage(usage);
+    if (const char* usage = std::getenv(dp::launcher::kOwnUsageFileVariable))
+        dp::launcher::write_own_usage(usage);
     return code;
 }

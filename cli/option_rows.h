@@ -27,7 +27,7 @@ inline std::string normalize_key(std::string key) {
 }
 
 inline void name_option(OptionDef& def, const char* flags, const char* value_name, OptionKind kind,
-                 const char* help) {
+                        const char* help) {
     def.flags = flags;
     const std::size_t start = def.flags.find("--");
     def.long_flag = def.flags.substr(start, def.flags.find(',', start) - start);

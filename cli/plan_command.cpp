@@ -1,8 +1,8 @@
 #include "cli/plan_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -15,8 +15,8 @@
 #include "launcher/prompt_file.h"
 #include "strategies/cost_model.h"
 #include "strategies/mesh.h"
-#include "strategies/model_files.h"
 #include "strategies/model_config.h"
+#include "strategies/model_files.h"
 #include "strategies/model_sizes.h"
 #include "strategies/strategy.h"
 
@@ -74,12 +74,14 @@ std::string schedule_plan(const JobOptions& job, const strategies::ModelInfo& mo
     std::vector<protocol::JobRequest> requests;
     for (const PromptRecord& p : file.prompts) requests.push_back(job_request(p, job, model));
     const strategies::ScheduleChoice c = strategies::choose_schedule(
-        job.schedule, requests, strategies::cost_rules(model.sizes, model.arguments), replicas, job.batch_size);
+        job.schedule, requests, strategies::cost_rules(model.sizes, model.arguments), replicas,
+        job.batch_size);
     const strategies::Makespans& m = c.makespans;
     std::ostringstream out;
     out << "schedules: " << requests.size() << " prompt(s) of " << utf8_for_display(job.prompts);
     if (!file.invalid.empty()) out << " (" << file.invalid.size() << " invalid line(s) left out)";
-    out << " over " << replicas << " model replica(s); cost units are image tokens x steps x guidance branches\n";
+    out << " over " << replicas
+        << " model replica(s); cost units are image tokens x steps x guidance branches\n";
     const auto row = [&](const char* name, double cost) {
         char line[160];
         std::snprintf(line, sizeof(line), "  %-8s %.0f%s", name, cost, m.ideal > 0 ? "" : "\n");
@@ -106,7 +108,8 @@ std::string schedule_plan(const JobOptions& job, const strategies::ModelInfo& mo
 // fused copy (a row-parallel layer over segments, under tp) is built again whole. Measured
 // figures: docs/benchmarks.md, "LoRA adapter switches".
 std::string adapter_plan(const JobOptions& job, const strategies::ModelInfo& model,
-                         const std::map<std::string, long long>& component_rank_bytes, int tp, long long element_bytes) {
+                         const std::map<std::string, long long>& component_rank_bytes, int tp,
+                         long long element_bytes) {
     const protocol::Adapters& adapters = job.arguments.adapters("lora");
     if (adapters.empty()) return {};
     AdapterFiles files(model, job.variant);
@@ -134,7 +137,8 @@ std::string adapter_plan(const JobOptions& job, const strategies::ModelInfo& mod
                 const bool tp_split = split && tp > 1 && strategies::tp_splits_tensor(spec, name);
                 bytes += (tp_split ? n / tp : n) * element_bytes;
                 const std::string layer = name.substr(0, name.rfind('.'));
-                if (tp_split && strategies::tp_rule_for_layer(spec, layer).split == strategies::TpSplit::kRowSegments)
+                if (tp_split &&
+                    strategies::tp_rule_for_layer(spec, layer).split == strategies::TpSplit::kRowSegments)
                     whole = true;
             }
             const auto it = component_rank_bytes.find(component);
@@ -144,12 +148,14 @@ std::string adapter_plan(const JobOptions& job, const strategies::ModelInfo& mod
             }
             remade += bytes;
         }
-        out << "  " << utf8_for_display(a.path) << " at " << protocol::call_value_text(protocol::Adapters{a}).substr(a.path.size() + 1)
-            << " (" << layout.format << "): changes " << where << " weights\n"
+        out << "  " << utf8_for_display(a.path) << " at "
+            << protocol::call_value_text(protocol::Adapters{a}).substr(a.path.size() + 1) << " ("
+            << layout.format << "): changes " << where << " weights\n"
             << "    a switch to or from it makes again " << bytes_text(remade) << " of weights per rank"
             << (tp > 1 ? " (their tp share)" : "") << " from their files"
-            << (rebuilt.empty() ? std::string(", in place")
-                                : "; builds " + rebuilt + " again whole (a changed weight is a fused copy under tp)")
+            << (rebuilt.empty()
+                    ? std::string(", in place")
+                    : "; builds " + rebuilt + " again whole (a changed weight is a fused copy under tp)")
             << "\n";
     }
     return out.str();
@@ -175,9 +181,9 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     const long long grid = model.sizes.patch_size;
     const long long tokens = (px_w / vae_scale / grid) * (px_h / vae_scale / grid);
     const protocol::FamilyArguments& arguments = model.arguments;
-    const long long max_sequence = static_cast<long long>(job.arguments.has("max_sequence_length")
-                                                              ? job.arguments.number("max_sequence_length")
-                                                              : arguments.default_number("max_sequence_length"));
+    const long long max_sequence = static_cast<long long>(
+        job.arguments.has("max_sequence_length") ? job.arguments.number("max_sequence_length")
+                                                 : arguments.default_number("max_sequence_length"));
     long long text = max_sequence;  // Qwen-Image: at most this, as long as the prompt
     if (spec.family == "sd3") {
         // CLIP's tokens, then T5's max_sequence_length; without T5 (none in the folder, or --no-t5)
@@ -188,8 +194,9 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
                 ? tok["model_max_length"].get<long long>()
                 : 77;
         const nlohmann::json index = read_json_if_present(job.model + "/model_index.json");
-        const bool t5 = !job.no_t5 && index.contains("text_encoder_3") && index["text_encoder_3"].is_array() &&
-                        index["text_encoder_3"].size() == 2 && index["text_encoder_3"][1].is_string();
+        const bool t5 = !job.no_t5 && index.contains("text_encoder_3") &&
+                        index["text_encoder_3"].is_array() && index["text_encoder_3"].size() == 2 &&
+                        index["text_encoder_3"][1].is_string();
         text = clip_length + (t5 ? max_sequence : 1);
     }
     const bool text_split = strategies::stream_split(spec, "text");
@@ -199,8 +206,8 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     std::ostringstream out;
     out << "model: " << job.model << "\n  transformer: " << layers << " blocks, width " << width_d << ", "
         << heads << " heads of " << hd << "; " << px_w << "x" << px_h << " px -> " << tokens
-        << " image tokens, " << (text_split ? "up to " : "") << text << " text tokens\n  precision: "
-        << describe_dtype(job, strategy.device_map_plan) << "\n";
+        << " image tokens, " << (text_split ? "up to " : "") << text
+        << " text tokens\n  precision: " << describe_dtype(job, strategy.device_map_plan) << "\n";
     out << "world: " << world << " rank(s) on " << launch.nnodes << " node(s); mesh " << mesh.describe()
         << "\n";
     out << "ranks:\n";
@@ -257,7 +264,8 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     for (const auto& [name, n] : counts) {
         const std::size_t dot = name.rfind(".weight");
         if (dot == std::string::npos || dot + 7 != name.size()) continue;
-        if (strategies::tp_rule_for_layer(spec, name.substr(0, dot)).split == strategies::TpSplit::kColumnGathered)
+        if (strategies::tp_rule_for_layer(spec, name.substr(0, dot)).split ==
+            strategies::TpSplit::kColumnGathered)
             gathered_features += (n / width_d + deg.tp - 1) / deg.tp;
     }
     if (!heads_fit || heads % deg.tp == 0)
@@ -309,22 +317,27 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
         const bool text_encoder = std::find(spec.tp_components.begin(), spec.tp_components.end(), c.name) !=
                                   spec.tp_components.end();
         const bool split_by_tp = c.name == spec.transformer || text_encoder;
-        const long long bytes =
-            c.name == spec.transformer ? transformer_rank : text_encoder ? text_encoder_rank(c) : c.bytes;
+        const long long bytes = c.name == spec.transformer ? transformer_rank
+                                : text_encoder             ? text_encoder_rank(c)
+                                                           : c.bytes;
         rank_bytes += bytes;
         component_rank_bytes[c.name] = bytes;
-        parts += "  " + c.name + ": " + bytes_text(bytes) + (split_by_tp && deg.tp > 1 ? ", its tp share" : "") + "\n";
+        parts += "  " + c.name + ": " + bytes_text(bytes) +
+                 (split_by_tp && deg.tp > 1 ? ", its tp share" : "") + "\n";
     }
     out << "weights per rank (" << dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
     out << adapter_plan(job, model, component_rank_bytes, deg.tp, f);
     // Components from one file each (Note [component files]): checked as a job checks them.
-    for (const ComponentFile& c : check_component_files(job.component_files, model, job.variant, /*hash=*/false, job.model_file)) {
+    for (const ComponentFile& c :
+         check_component_files(job.component_files, model, job.variant, /*hash=*/false, job.model_file)) {
         out << "component file: " << c.component << " from " << utf8_for_display(c.path) << " (" << c.layout
-            << ", " << c.format << (c.format.find("fp8") != std::string::npos
-                                        ? "; converted to the run's dtype at load. GPUs of compute capability 8.9 and later (Ada, "
-                                          "Hopper: L40, H100, H200) could keep fp8 and multiply in it; dp-launch "
-                                          "does not yet"
-                                        : "")
+            << ", " << c.format
+            << (c.format.find("fp8") != std::string::npos
+                    ? "; converted to the run's dtype at load. GPUs of compute capability 8.9 and later "
+                      "(Ada, "
+                      "Hopper: L40, H100, H200) could keep fp8 and multiply in it; dp-launch "
+                      "does not yet"
+                    : "")
             << ")\n";
         // Note [kept quantized]: which way the GGUF weights run.
         if (c.quantized_bytes == 0) continue;
@@ -335,8 +348,10 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
                 << " of blocks per rank, each layer dequantized to " << dtype
                 << " as it runs (the least memory; a dequantization per use)\n";
         else
-            out << "  GGUF weights dequantized to " << dtype << " at load (the fastest); --keep-quantized keeps "
-                << "about " << bytes_text(kept) << " of blocks per rank instead and dequantizes each layer as it runs\n";
+            out << "  GGUF weights dequantized to " << dtype
+                << " at load (the fastest); --keep-quantized keeps "
+                << "about " << bytes_text(kept)
+                << " of blocks per rank instead and dequantizes each layer as it runs\n";
     }
 
     // Bytes each rank sends per denoising step, for one prompt (docs/strategies.md, "Strategy guide").
@@ -374,7 +389,8 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
         step["all_reduce"] += b * width_d * (both * (2 * doubles + shape.more_layers) - text_rank) * f;
         step["all_gather"] += b * gathered_features * f;
     } else if (deg.tp > 1) {
-        step["all_reduce"] += b * width_d * (2 * (n / split_tokens) * layers + 2 * text_rank * (layers - 1)) * f;
+        step["all_reduce"] +=
+            b * width_d * (2 * (n / split_tokens) * layers + 2 * text_rank * (layers - 1)) * f;
         step["all_gather"] += b * gathered_features * f;
     }
     out << "estimated bytes sent per rank per denoising step, per prompt:";

@@ -5,8 +5,8 @@
 #include <cstdlib>
 
 #include "launcher/prompt_file.h"
-#include "strategies/sha256.h"
 #include "protocol/errors.h"
+#include "strategies/sha256.h"
 
 namespace dp::launcher {
 
@@ -39,7 +39,8 @@ const AdapterFiles::File& AdapterFiles::file(const std::string& path) {
 
 std::string AdapterFiles::problem(const protocol::Adapters& adapters) {
     for (const protocol::Adapter& a : adapters) {
-        if (!std::isfinite(a.scale)) return "the scale of " + utf8_for_display(a.path) + " is not a finite number";
+        if (!std::isfinite(a.scale))
+            return "the scale of " + utf8_for_display(a.path) + " is not a finite number";
         const File& f = file(a.path);
         if (!f.problem.empty()) return f.problem;
         if (!a.sha256.empty() && a.sha256 != f.sha256)

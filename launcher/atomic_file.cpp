@@ -9,7 +9,8 @@
 
 namespace dp::launcher {
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())) {
+AtomicFile::AtomicFile(std::string path)
+    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())) {
     fd_.reset(open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd_) throw IoError(errno_message("cannot create " + tmp_));
     buffer_.reserve(kBufferBytes);

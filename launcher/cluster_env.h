@@ -98,11 +98,11 @@ std::string describe_allocation(const ClusterAllocation& a, const std::vector<st
 
 // Fills spec's nnodes, node_rank, master_addr and master_port from the allocation where `given`
 // (LaunchSpec field names set on the command line: "nnodes", "node_rank", "master_addr",
-// "master_port", "num_processes", "local_addr") does not name them (local_addr: this node's host), and num_processes with the ranks per node in
-// the per-rank shape (per node it stays as flags and GPUs decide). Returns one note per given flag
-// that differs from the allocation ("--nnodes 1 overrides Slurm job 1234's 2 nodes"). In the
-// per-rank shape this process's rank is fixed by the scheduler, so a given --nnodes, --node-rank
-// or --num-processes that contradicts it throws UsageError.
+// "master_port", "num_processes", "local_addr") does not name them (local_addr: this node's host), and
+// num_processes with the ranks per node in the per-rank shape (per node it stays as flags and GPUs decide).
+// Returns one note per given flag that differs from the allocation ("--nnodes 1 overrides Slurm job 1234's 2
+// nodes"). In the per-rank shape this process's rank is fixed by the scheduler, so a given --nnodes,
+// --node-rank or --num-processes that contradicts it throws UsageError.
 std::vector<std::string> apply_allocation(LaunchSpec& spec, const ClusterAllocation& a,
                                           const std::set<std::string>& given);
 

@@ -16,15 +16,18 @@ namespace dp::launcher {
 
 const std::vector<std::pair<const char*, const char*>>& component_file_flags() {
     static const std::vector<std::pair<const char*, const char*>> flags = {
-        {"--transformer", "transformer"},       {"--text-encoder", "text_encoder"},
-        {"--text-encoder-2", "text_encoder_2"}, {"--text-encoder-3", "text_encoder_3"},
+        {"--transformer", "transformer"},
+        {"--text-encoder", "text_encoder"},
+        {"--text-encoder-2", "text_encoder_2"},
+        {"--text-encoder-3", "text_encoder_3"},
         {"--vae", "vae"}};
     return flags;
 }
 
 std::vector<ComponentFile> check_component_files(const std::map<std::string, std::string>& files,
-                                                 const strategies::ModelInfo& model, const std::string& variant,
-                                                 bool hash, const std::string& model_file) {
+                                                 const strategies::ModelInfo& model,
+                                                 const std::string& variant, bool hash,
+                                                 const std::string& model_file) {
     std::vector<ComponentFile> out;
     std::map<std::string, std::string> hashes;  // a whole-pipeline file is read once
     const strategies::ParallelSpec& spec = *model.spec;
@@ -40,8 +43,8 @@ std::vector<ComponentFile> check_component_files(const std::map<std::string, std
             components += (components.empty() ? "" : ", ") + c;
         }
         if (!known)
-            throw UsageError(std::string(flag) + " " + shown + ": " + spec.display_name + " has no " + component +
-                             " (its components: " + components + ")");
+            throw UsageError(std::string(flag) + " " + shown + ": " + spec.display_name + " has no " +
+                             component + " (its components: " + components + ")");
         if (!strategies::model_file_exists(it->second))
             throw protocol::Error(std::string(flag) + " " + shown + ": no such file", protocol::kExitNoInput);
         ComponentFile f;
@@ -51,11 +54,13 @@ std::vector<ComponentFile> check_component_files(const std::map<std::string, std
         f.path = ::realpath(it->second.c_str(), resolved) ? std::string(resolved) : it->second;
         try {
             // A valid safetensors or GGUF file, or 65.
-            const strategies::SingleFileLayout layout = strategies::read_single_file_layout(f.path, spec, component);
+            const strategies::SingleFileLayout layout =
+                strategies::read_single_file_layout(f.path, spec, component);
             // The component's tensors, from the folder's weights or its tensors.json; a folder with
             // its config alone says none, and the ranks check each tensor as they load it.
             const std::string dir = model.dir + "/" + component;
-            if (!strategies::weight_variants(dir).empty() || strategies::model_file_exists(dir + "/tensors.json")) {
+            if (!strategies::weight_variants(dir).empty() ||
+                strategies::model_file_exists(dir + "/tensors.json")) {
                 const auto expected = strategies::tensor_shapes(dir, variant);
                 const std::string problem = strategies::single_file_problem(layout, expected);
                 if (!problem.empty()) throw protocol::ModelError(problem);
@@ -70,7 +75,8 @@ std::vector<ComponentFile> check_component_files(const std::map<std::string, std
         }
         if (hash) {
             const auto known = hashes.find(f.path);
-            f.sha256 = known != hashes.end() ? known->second : (hashes[f.path] = strategies::file_sha256(f.path));
+            f.sha256 =
+                known != hashes.end() ? known->second : (hashes[f.path] = strategies::file_sha256(f.path));
         }
         out.push_back(std::move(f));
     }

@@ -23,8 +23,8 @@ struct ComponentFile {
     std::string component;  // "transformer"
     std::string path;       // absolute
     std::string sha256;
-    std::string layout;     // "diffusers", "Black Forest Labs' original (FLUX.1)"
-    std::string format;     // "bf16", "fp8 (e4m3)", "scaled fp8 (e4m3)", ...
+    std::string layout;               // "diffusers", "Black Forest Labs' original (FLUX.1)"
+    std::string format;               // "bf16", "fp8 (e4m3)", "scaled fp8 (e4m3)", ...
     std::size_t quantized_bytes = 0;  // GGUF: the bytes of its tensors in a quantized type
 };
 
@@ -39,7 +39,8 @@ const std::vector<std::pair<const char*, const char*>>& component_file_flags();
 // `hash`: with each file's SHA-256 (a read of the whole file: about a second per GB; `plan` skips it).
 // `model_file`: --model FILE's path; the components from it are named as --model's.
 std::vector<ComponentFile> check_component_files(const std::map<std::string, std::string>& files,
-                                                 const strategies::ModelInfo& model, const std::string& variant,
-                                                 bool hash = true, const std::string& model_file = {});
+                                                 const strategies::ModelInfo& model,
+                                                 const std::string& variant, bool hash = true,
+                                                 const std::string& model_file = {});
 
 }  // namespace dp::launcher

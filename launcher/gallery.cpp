@@ -63,7 +63,9 @@ std::string page_head(const std::string& title, const GallerySummary& s, const s
         s.seconds > 0 ? static_cast<double>(s.images) / s.seconds : 0.0, s.world_size);
     return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-           "<title>" + title + "</title>\n<style>\n"
+           "<title>" +
+           title +
+           "</title>\n<style>\n"
            "body{font-family:system-ui,sans-serif;margin:1.5rem;background:#f4f4f4;color:#222}\n"
            "h1{font-size:1.3rem;margin:0 0 .3rem}.summary{color:#555;margin-bottom:1rem}\n"
            "h2{font-size:1.05rem;margin:1.2rem 0 .5rem}.pages{margin:.6rem 0 1rem;line-height:1.8}\n"
@@ -82,7 +84,8 @@ std::string page_head(const std::string& title, const GallerySummary& s, const s
 
 std::string card(const nlohmann::json& r) {
     const std::string status = r.value("status", "");
-    std::string html = "<figure class=\"item\" data-status=\"" + html_escape(status) + "\" style=\"margin:0\">\n";
+    std::string html =
+        "<figure class=\"item\" data-status=\"" + html_escape(status) + "\" style=\"margin:0\">\n";
     if (has_image(r) && r.contains("file")) {
         html += "<img src=\"" + field(r, "file") + "\" alt=\"" + field(r, "prompt") + "\" width=\"" +
                 field(r, "width") + "\" height=\"" + field(r, "height") + "\">\n";
@@ -158,7 +161,8 @@ void write_gallery(const std::string& dir, const RecordSource& records, const Ga
     std::unique_ptr<AtomicFile> index, page;  // index.html is renamed last
     std::size_t at = 0;
     const auto open_page = [&](std::size_t p) {
-        const std::string title = "dp-launch gallery, page " + std::to_string(p) + " of " + std::to_string(pages);
+        const std::string title =
+            "dp-launch gallery, page " + std::to_string(p) + " of " + std::to_string(pages);
         if (p == 1) {
             index = std::make_unique<AtomicFile>(dir + "/index.html");
             std::string between;

@@ -89,7 +89,8 @@ std::optional<HangClock::time_point> HangWatch::next_deadline(const std::vector<
     return next;
 }
 
-std::optional<HangVerdict> HangWatch::check(const std::vector<const RankLiveness*>& ranks, HangClock::time_point now,
+std::optional<HangVerdict> HangWatch::check(const std::vector<const RankLiveness*>& ranks,
+                                            HangClock::time_point now,
                                             const std::function<std::string(pid_t)>& state) const {
     if (timeouts_.job_s > 0 && now >= job_started_ + from_seconds(timeouts_.job_s))
         return HangVerdict{HangKind::kJobTimeout, 0,
@@ -112,7 +113,8 @@ std::optional<HangVerdict> HangWatch::check(const std::vector<const RankLiveness
             if (!longest_waiting || r.heard < ranks[*longest_waiting]->heard) longest_waiting = i;
             continue;
         }
-        const bool past_load = !loading(r) || timeouts_.load_s <= 0 || now >= r.heard + from_seconds(timeouts_.load_s);
+        const bool past_load =
+            !loading(r) || timeouts_.load_s <= 0 || now >= r.heard + from_seconds(timeouts_.load_s);
         if (loading(r) && !is_stopped && (timeouts_.load_s <= 0 || !past_load)) continue;
         if (!silent || (is_stopped && !silent_stopped) ||
             (is_stopped == silent_stopped && r.heard < ranks[*silent]->heard)) {
@@ -129,15 +131,17 @@ std::optional<HangVerdict> HangWatch::check(const std::vector<const RankLiveness
         const std::string now_state = state(r.pid);
         return HangVerdict{HangKind::kHang, *longest_waiting,
                            "every running rank has waited for the others for more than --rank-timeout " +
-                               seconds_text(from_seconds(timeouts_.rank_s)) +
-                               ", so none is working: rank " + std::to_string(r.rank) + " has waited longest (" +
-                               seconds_text(now - r.heard) + ")" + (now_state.empty() ? "" : "; " + now_state)};
+                               seconds_text(from_seconds(timeouts_.rank_s)) + ", so none is working: rank " +
+                               std::to_string(r.rank) + " has waited longest (" +
+                               seconds_text(now - r.heard) + ")" +
+                               (now_state.empty() ? "" : "; " + now_state)};
     }
     if (!silent) return std::nullopt;
     const RankLiveness& r = *ranks[*silent];
     const std::string doing = r.beat ? protocol::describe(*r.beat) : "starting (no heartbeat yet)";
     const std::string now_state = state(r.pid);
-    const bool by_load = loading(r) && timeouts_.load_s > 0 && now >= r.heard + from_seconds(timeouts_.load_s);
+    const bool by_load =
+        loading(r) && timeouts_.load_s > 0 && now >= r.heard + from_seconds(timeouts_.load_s);
     const std::string allowance = by_load ? "--load-timeout " + seconds_text(from_seconds(timeouts_.load_s))
                                           : "--rank-timeout " + seconds_text(from_seconds(timeouts_.rank_s));
     return HangVerdict{HangKind::kHang, *silent,

@@ -77,7 +77,7 @@ constexpr std::chrono::milliseconds kRecheckInterval{500};
 std::string process_state(pid_t pid);
 
 class HangWatch {
-public:
+  public:
     HangWatch() = default;
     HangWatch(HangTimeouts timeouts, HangClock::time_point job_started)
         : timeouts_(timeouts), job_started_(job_started) {}
@@ -97,7 +97,7 @@ public:
     std::optional<HangVerdict> check(const std::vector<const RankLiveness*>& ranks, HangClock::time_point now,
                                      const std::function<std::string(pid_t)>& state = process_state) const;
 
-private:
+  private:
     HangTimeouts timeouts_;
     HangClock::time_point job_started_;
 };

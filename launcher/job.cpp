@@ -1,34 +1,34 @@
+#include "launcher/job.h"
 #include "launcher/adapter_files.h"
 #include "launcher/component_files.h"
-#include "launcher/job.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
-#include <cerrno>
 #include <cstring>
+#include <iostream>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "launcher/dry_run.h"
 #include "launcher/errors.h"
 #include "launcher/job_monitor.h"
 #include "launcher/job_settings.h"
 #include "launcher/manifest.h"
+#include "launcher/memory_guard.h"
+#include "launcher/model_check.h"
 #include "launcher/model_location.h"
 #include "launcher/node_exchange.h"
 #include "launcher/output_folder.h"
-#include "launcher/process.h"
-#include "launcher/memory_guard.h"
-#include "launcher/model_check.h"
 #include "launcher/port.h"
+#include "launcher/process.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
 #include "launcher/system_info.h"
@@ -59,7 +59,8 @@ void make_dirs(const std::string& path) {
 // The host name as a part of a file name.
 std::string host_for_file_name() {
     std::string out;
-    for (const char c : host_name()) out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ? c : '_';
+    for (const char c : host_name())
+        out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ? c : '_';
     return out;
 }
 
@@ -77,13 +78,15 @@ std::string local_temp_dir() {
 void set_aside_superseded(const std::map<int64_t, nlohmann::json>& earlier, const JobRecords& records,
                           const JobOptions& job) {
     std::set<std::string> named;
-    records.for_each_index([&](int64_t index, JobRecords::Status) { named.insert(records.record(index).value("file", "")); });
+    records.for_each_index(
+        [&](int64_t index, JobRecords::Status) { named.insert(records.record(index).value("file", "")); });
     int64_t moved = 0;
     for (const auto& [index, had] : earlier) {
         const nlohmann::json& f = had.contains("file") ? had["file"] : nlohmann::json();
         if (!f.is_string()) continue;
         const std::string name = f.get<std::string>();
-        if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || named.count(name))
+        if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+            named.count(name))
             continue;
         bool any = false;
         for (const std::string& file : {name, name + ".latents.safetensors"}) {
@@ -91,7 +94,8 @@ void set_aside_superseded(const std::map<int64_t, nlohmann::json>& earlier, cons
             struct stat st {};
             if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
             if (job.overwrite) {
-                if (::unlink(path.c_str()) != 0) throw IoError(path + ": cannot remove it (" + std::strerror(errno) + ")");
+                if (::unlink(path.c_str()) != 0)
+                    throw IoError(path + ": cannot remove it (" + std::strerror(errno) + ")");
             } else {
                 make_dirs(job.output_dir + "/superseded");
                 const std::string to = job.output_dir + "/superseded/" + file;
@@ -103,8 +107,10 @@ void set_aside_superseded(const std::map<int64_t, nlohmann::json>& earlier, cons
         moved += any;
     }
     if (moved > 0)
-        std::cerr << "dp-launch: " << moved << " image(s) of the earlier run that no prompt of this job makes "
-                  << (job.overwrite ? "removed" : "moved to " + utf8_for_display(job.output_dir) + "/superseded/")
+        std::cerr << "dp-launch: " << moved
+                  << " image(s) of the earlier run that no prompt of this job makes "
+                  << (job.overwrite ? "removed"
+                                    : "moved to " + utf8_for_display(job.output_dir) + "/superseded/")
                   << std::endl;
 }
 
@@ -179,7 +185,8 @@ JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job) {
     return with_strategy(job, resolve_job_strategy(launch, job, strategies::read_model_info(job.model)));
 }
 
-std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job, const strategies::ModelInfo& model) {
+std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job,
+                                                             const strategies::ModelInfo& model) {
     if (job.device_map.empty()) return std::nullopt;
     const bool file = job.device_map != "balanced" && job.device_map != "auto";
     if (!file && job.max_memory.empty()) return std::nullopt;  // the GPUs' memory: the worker's
@@ -211,7 +218,8 @@ void check_has_weights(const std::string& model, const strategies::ParallelSpec&
                        const std::map<std::string, std::string>& files) {
     std::vector<std::string> missing = strategies::components_without_weights(model, spec);
     // A component given as one file (--transformer FILE) needs only its config in the folder.
-    missing.erase(std::remove_if(missing.begin(), missing.end(), [&](const std::string& c) { return files.count(c) > 0; }),
+    missing.erase(std::remove_if(missing.begin(), missing.end(),
+                                 [&](const std::string& c) { return files.count(c) > 0; }),
                   missing.end());
     if (missing.empty()) return;
     std::string list;
@@ -220,8 +228,9 @@ void check_has_weights(const std::string& model, const strategies::ParallelSpec&
                      " list their tensors in tensors.json but hold no *.safetensors weights); pass "
                      "--random-weights SEED to run it with random weights of its real sizes, or point "
                      "--model at a folder with the real weights" +
-                     (files.empty() ? std::string()
-                                    : std::string(" (with --model FILE, --config FOLDER gives the other components)")));
+                     (files.empty()
+                          ? std::string()
+                          : std::string(" (with --model FILE, --config FOLDER gives the other components)")));
 }
 
 protocol::DeviceMapPlan to_protocol(const strategies::DeviceMapPlan& plan) {
@@ -260,7 +269,8 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::ModelInf
 
 }  // namespace
 
-void check_model_with_worker(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
+void check_model_with_worker(const LaunchSpec& launch, const JobOptions& job,
+                             const strategies::ModelInfo& model,
                              const strategies::ResolvedStrategy& strategy) {
     // With our own dp-worker: a --worker of one's own may not take --check; without one beside
     // dp-launch (a test of the launcher's library) there is nothing to check with.
@@ -278,7 +288,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const JobOptions job = with_strategy(requested, strategy);
     for (const auto& [flag, component] : component_file_flags())
         if (job.random_weights && job.component_files.count(component))
-            throw UsageError(std::string(flag) + " and --random-weights: random weights replace every weight, the "
+            throw UsageError(std::string(flag) +
+                             " and --random-weights: random weights replace every weight, the "
                              "file's too; give one or the other");
     if (!job.random_weights) check_has_weights(job.model, *model.spec, job.component_files);
     if (!launch.quiet && strategy.degrees.replica_size() > 1) {
@@ -297,14 +308,16 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     nlohmann::json components = nlohmann::json::object();
     std::map<std::string, std::string> component_paths;
     bool gguf = false;
-    for (const ComponentFile& c : check_component_files(job.component_files, model, job.variant, true, job.model_file)) {
+    for (const ComponentFile& c :
+         check_component_files(job.component_files, model, job.variant, true, job.model_file)) {
         components[c.component] = {{"path", c.path}, {"sha256", c.sha256}, {"format", c.format}};
         component_paths[c.component] = c.path;
         gguf = gguf || c.quantized_bytes > 0;
     }
     if (job.keep_quantized && !gguf)
-        throw UsageError("--keep-quantized keeps a GGUF file's quantized weights, and no component comes from one "
-                         "(give --model FILE.gguf or --transformer FILE.gguf, or leave it out)");
+        throw UsageError(
+            "--keep-quantized keeps a GGUF file's quantized weights, and no component comes from one "
+            "(give --model FILE.gguf or --transformer FILE.gguf, or leave it out)");
     // Every prompt's settings, resolved once here so that every rank and the manifest agree; each
     // prompt's record and request go to `records` as it is read (Note [records on disk]).
     const std::string dtype = expected_dtype(job, strategy.device_map_plan);
@@ -312,7 +325,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const std::string weights = job.random_weights ? std::string() : weights_fingerprint_of(job, model);
     JobRecords records(local_temp_dir());
     protocol::JobFile job_file = job_file_for(job, model, strategy);
-    if (launch.launcher_count() > 1) job_file.node_timeout_s = launch.node_timeout_s;  // Note [a node that never arrives]
+    if (launch.launcher_count() > 1)
+        job_file.node_timeout_s = launch.node_timeout_s;  // Note [a node that never arrives]
     job_file.component_files = component_paths;
     // job_file.requests keeps each request's index and the settings the schedule is chosen by,
     // not its texts (prompt, file), which are in `records`. Gathered in pieces, then moved into
@@ -338,7 +352,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
             std::string().swap(q.prompt);
             std::string().swap(q.file);
             if (q.negative_prompt) q.negative_prompt = std::string();  // given or not is what counts
-            if (pieces.empty() || pieces.back().size() == kRequestsPerPiece) pieces.emplace_back().reserve(kRequestsPerPiece);
+            if (pieces.empty() || pieces.back().size() == kRequestsPerPiece)
+                pieces.emplace_back().reserve(kRequestsPerPiece);
             pieces.back().push_back(std::move(q));
         });
     job_file.requests.reserve(static_cast<std::size_t>(file.valid));
@@ -366,15 +381,18 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
 
     std::vector<std::string> clashes;
     if (job.overwrite && job.resume)
-        throw UsageError("--overwrite and --resume: choose one (--overwrite makes every image again, "
-                         "--resume only those that have none)");
+        throw UsageError(
+            "--overwrite and --resume: choose one (--overwrite makes every image again, "
+            "--resume only those that have none)");
     // Note [port in use]: found before the output folder is made.
-    if (launch.launcher_index() == 0 && !launch.dry_run) check_master_port_free(launch.master_addr, launch.master_port);
+    if (launch.launcher_index() == 0 && !launch.dry_run)
+        check_master_port_free(launch.master_addr, launch.master_port);
     // Note [checking a model before the ranks start]: before the folder is made.
     if (!launch.dry_run) check_model_with_worker(launch, job, model, strategy);
     // Note [a failed start-up leaves no trace]: what the folder held before.
     const JobMonitor::FolderBefore before{exists(job.output_dir), exists(job.output_dir + "/manifest.jsonl"),
-                                          exists(job.output_dir + "/index.html"), exists(job.output_dir + "/.dp-lock")};
+                                          exists(job.output_dir + "/index.html"),
+                                          exists(job.output_dir + "/.dp-lock")};
     make_dirs(job.output_dir);
     // With several launchers, launcher 0 is the job's writer: it alone locks the folder, checks for
     // earlier outputs, clears leftovers and writes the manifest (Note [one job, several launchers]).
@@ -408,11 +426,13 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
                          " already exist; pass --overwrite to replace them, --resume to make only the images "
                          "that are missing, or choose another --output-dir");
     if (job.resume) {
-        for (auto& [index, kept] : images_to_keep(earlier, records, job.output_dir, model.arguments)) records.set(kept);
+        for (auto& [index, kept] : images_to_keep(earlier, records, job.output_dir, model.arguments))
+            records.set(kept);
         // The requests stay in the prompt file's order.
         job_file.requests.erase(std::remove_if(job_file.requests.begin(), job_file.requests.end(),
                                                [&](const protocol::JobRequest& q) {
-                                                   return records.status(q.index) != JobRecords::Status::kPending;
+                                                   return records.status(q.index) !=
+                                                          JobRecords::Status::kPending;
                                                }),
                                 job_file.requests.end());
     }
@@ -421,9 +441,9 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     if (writer && (job.resume || job.overwrite)) set_aside_superseded(earlier, records, job);
 
     // How the replicas share the pending prompts (Note [dynamic schedule], runtime/worker.cpp).
-    const strategies::ScheduleChoice schedule =
-        strategies::choose_schedule(job.schedule, job_file.requests, strategies::cost_rules(model.sizes, model.arguments),
-                                    strategy.degrees.dp, job.batch_size);
+    const strategies::ScheduleChoice schedule = strategies::choose_schedule(
+        job.schedule, job_file.requests, strategies::cost_rules(model.sizes, model.arguments),
+        strategy.degrees.dp, job.batch_size);
     job_file.schedule = schedule.schedule;
     if (!launch.quiet && strategy.degrees.dp > 1 && !job_file.requests.empty())
         std::cerr << "dp-launch: " << strategies::describe_schedule(schedule) << std::endl;
@@ -435,8 +455,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
                                          .count());
     // Launcher 0's job file is in the output folder; another node's on its own disk, where launcher
     // 0's clearing of leftovers cannot reach it.
-    const std::string job_path =
-        (writer ? job.output_dir + "/.dp-job-" : local_temp_dir() + "/dp-job-") + std::to_string(getpid()) + ".json";
+    const std::string job_path = (writer ? job.output_dir + "/.dp-job-" : local_temp_dir() + "/dp-job-") +
+                                 std::to_string(getpid()) + ".json";
     LaunchSpec spec = launch;
     const std::string worker = job.worker.empty() ? self_dir() + "/dp-worker" : job.worker;
     spec.command = {worker, "--job", job_path};

@@ -46,14 +46,14 @@ struct JobOptions {
     std::string schedule = "auto";
     // How long a rank waits in one collective before it gives up (exit code 75).
     double collective_timeout_s = protocol::kDefaultCollectiveTimeoutS;
-    bool cfg_parallel = false;  // pairs of ranks split classifier-free guidance's two branches
-    int ulysses = 1;            // ranks that split each image's tokens (Ulysses context parallelism)
-    int ring = 1;               // ranks that pass each image's keys and values round a ring (Ring attention)
-    int tp = 1;                 // ranks that split the transformer's weights (tensor parallelism)
-    int dp = 0;                 // 0: whatever the world leaves; else it must be exactly that
-    std::string strategy;       // data, context, tensor or device-map: fills the degrees from the world
-    std::string device_map;     // balanced, auto or a FILE.json; empty: no device_map
-    std::string max_memory;     // device_map's budgets, "DEV=SIZE,..."; empty: the visible GPUs
+    bool cfg_parallel = false;   // pairs of ranks split classifier-free guidance's two branches
+    int ulysses = 1;             // ranks that split each image's tokens (Ulysses context parallelism)
+    int ring = 1;                // ranks that pass each image's keys and values round a ring (Ring attention)
+    int tp = 1;                  // ranks that split the transformer's weights (tensor parallelism)
+    int dp = 0;                  // 0: whatever the world leaves; else it must be exactly that
+    std::string strategy;        // data, context, tensor or device-map: fills the degrees from the world
+    std::string device_map;      // balanced, auto or a FILE.json; empty: no device_map
+    std::string max_memory;      // device_map's budgets, "DEV=SIZE,..."; empty: the visible GPUs
     std::string dtype = "auto";  // auto: bf16 on a GPU, fp32 on the CPU (each rank decides); fp32, bf16, fp16
     std::string device = "auto";
     std::string revision;  // --model ORG/NAME's branch, tag or commit in the Hugging Face cache; empty: main
@@ -61,7 +61,7 @@ struct JobOptions {
     // Components whose weights come from one file (--transformer FILE, ...): component -> path as
     // given (Note [component files], launcher/component_files.h).
     std::map<std::string, std::string> component_files;
-    bool no_t5 = false;    // without the T5 text encoder, even when the folder has one
+    bool no_t5 = false;      // without the T5 text encoder, even when the folder has one
     std::string model_file;  // --model FILE: the file its components come from (Note [a model from one file])
     bool keep_quantized = false;  // GGUF weights kept in their blocks (Note [kept quantized])
     bool offload = false;  // each component on the GPU only while it runs (diffusers' model CPU offload)
@@ -76,7 +76,8 @@ struct JobOptions {
 // Note [checking a model before the ranks start] (launcher/model_check.h): `job`'s model loaded
 // once by dp-worker --check, as a rank would load it. Throws the rank's error (65 for the model's
 // problems). Not with a --worker of one's own.
-void check_model_with_worker(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
+void check_model_with_worker(const LaunchSpec& launch, const JobOptions& job,
+                             const strategies::ModelInfo& model,
                              const strategies::ResolvedStrategy& strategy);
 
 // The job's strategy options on `launch`'s world, as strategies::resolve_strategy takes them.
@@ -100,7 +101,8 @@ JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job);
 // known without a GPU: a FILE.json, or --max-memory. nullopt without --device-map, or when the
 // budgets are the visible GPUs' free memory, which the worker measures. Throws UsageError for a
 // map that cannot work (one device, a component that fits nowhere, a bad file).
-std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job, const strategies::ModelInfo& model);
+std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job,
+                                                             const strategies::ModelInfo& model);
 
 // Runs the job and returns dp-launch's exit code (README "Exit codes"). Throws Error for what
 // prevents starting it: an unreadable prompt file (66), invalid prompts (65), existing outputs

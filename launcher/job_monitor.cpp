@@ -17,14 +17,12 @@ namespace dp::launcher {
 namespace {
 
 // A line of dp-launch's own, above the progress bar.
-void say(const std::string& line) {
-    Terminal::instance().write(STDERR_FILENO, "dp-launch: " + line + "\n");
-}
+void say(const std::string& line) { Terminal::instance().write(STDERR_FILENO, "dp-launch: " + line + "\n"); }
 
 }  // namespace
 
-JobMonitor::JobMonitor(const LaunchSpec& launch, const JobOptions& job, JobRecords records, protocol::JobFile job_file,
-                       std::vector<int64_t> order, std::string job_path)
+JobMonitor::JobMonitor(const LaunchSpec& launch, const JobOptions& job, JobRecords records,
+                       protocol::JobFile job_file, std::vector<int64_t> order, std::string job_path)
     : launch_(launch),
       job_(job),
       records_(std::move(records)),
@@ -60,7 +58,8 @@ void JobMonitor::on_status(int rank, std::string_view line) {
     // a second time (a 100 000-prompt job's launcher spent most of its time parsing them).
     if (line.find("\"event\":\"heartbeat\"") != std::string_view::npos) {
         // Note [a failed start-up leaves no trace]: a rank began generating; the start-up is over.
-        if (!generating_ && line.find("\"phase\":\"generating\"") != std::string_view::npos) generating_ = true;
+        if (!generating_ && line.find("\"phase\":\"generating\"") != std::string_view::npos)
+            generating_ = true;
         return;
     }
     std::optional<protocol::StatusEvent> event;
@@ -176,10 +175,14 @@ int JobMonitor::finish(int code) {
                 std::optional<nlohmann::json> r = pending(index);
                 if (!r) continue;
                 const std::string status = record.value("status", "");
-                if (status == "ok") ++done_;
-                else if (status == "failed") ++failed_;
-                else if (status == "not_run") ++not_run_;
-                else continue;
+                if (status == "ok")
+                    ++done_;
+                else if (status == "failed")
+                    ++failed_;
+                else if (status == "not_run")
+                    ++not_run_;
+                else
+                    continue;
                 records_.set(record);
             }
             const std::string name = launcher_name(peer.index, !launch_.spawned_local_ranks.empty());
@@ -215,8 +218,7 @@ int JobMonitor::finish(int code) {
         // The appended records stay: each is whole, and every finished prompt has one.
         report_write_error(e.what());
     }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     // The gallery, rewritten at the end of every run.
     GallerySummary summary;
     summary.model = job_.model;
@@ -227,16 +229,19 @@ int JobMonitor::finish(int code) {
     summary.not_run = not_run_;
     summary.seconds = seconds;
     try {
-        write_gallery(job_.output_dir, [&](const RecordVisitor& visit) {
-            records_.for_each([&](int64_t, const nlohmann::json& r) { visit(r); });
-        }, summary);
+        write_gallery(
+            job_.output_dir,
+            [&](const RecordVisitor& visit) {
+                records_.for_each([&](int64_t, const nlohmann::json& r) { visit(r); });
+            },
+            summary);
     } catch (const IoError& e) {
         report_write_error(e.what());
     }
     write_mag_ratios();
     int result = code;
     if (result == kExitOk) result = !lost.empty() ? protocol::kExitCommunication : peer_code;
-    if (result == kExitOk && write_failed_) result = kExitIo;                 // a full disk: see the message
+    if (result == kExitOk && write_failed_) result = kExitIo;                // a full disk: see the message
     if (result == kExitOk && failed_ + not_run_ > 0) result = kExitFailure;  // see the manifest
     const bool undone = undo_failed_start(result);
     char line[640];
@@ -309,8 +314,8 @@ void JobMonitor::write_mag_ratios() {
         return;
     }
     say("MagCache ratios of " + std::to_string(best->second.second) + " image(s) of " +
-        std::to_string(best->first) + " steps written to " + path + "; run with --cache mag_cache:mag_ratios=" +
-        path + " to use them" +
+        std::to_string(best->first) + " steps written to " + path +
+        "; run with --cache mag_cache:mag_ratios=" + path + " to use them" +
         (by_steps.size() > 1 ? " (images of other step counts are left out)" : ""));
 }
 
@@ -329,11 +334,13 @@ int JobMonitor::finish_as_follower(int code) {
     char why[64];
     std::snprintf(why, sizeof(why), "for %.0f s", silent);
     say(exchange_->job_id().empty()
-            ? "the ranks stopped before they agreed on the job, so there is no job-wide result; see their errors above"
+            ? "the ranks stopped before they agreed on the job, so there is no job-wide result; see their "
+              "errors above"
             : "node 0 wrote nothing to " + job_.output_dir + "/.dp-nodes " + why +
                   " (--node-timeout): it is lost, and the job's manifest.jsonl and index.html may not list "
-                  "every prompt; " + name + "'s records are kept in " + job_.output_dir + "/.dp-nodes/" +
-                  exchange_->job_id() + "/, which a --resume run reads");
+                  "every prompt; " +
+                  name + "'s records are kept in " + job_.output_dir + "/.dp-nodes/" + exchange_->job_id() +
+                  "/, which a --resume run reads");
     return code != kExitOk ? code : protocol::kExitCommunication;
 }
 
@@ -361,8 +368,8 @@ void JobMonitor::append(const nlohmann::json& record) {
     const std::string line = records_.set(record);
     if (!writer()) {
         if (!exchange_->append(record))
-            report_write_error(errno_message("cannot append to this node's records in " + job_.output_dir +
-                                             "/.dp-nodes"));
+            report_write_error(
+                errno_message("cannot append to this node's records in " + job_.output_dir + "/.dp-nodes"));
         return;
     }
     if (!manifest_.is_open()) return;
@@ -399,8 +406,7 @@ void JobMonitor::progress(bool last) {
     } else if (last || std::chrono::duration<double>(now - last_line_).count() >= 5.0) {
         if (finished == printed_) return;  // nothing new since the last line
         printed_ = finished;
-        std::snprintf(text, sizeof(text),
-                      "dp-launch: progress %lld/%lld images, %.2f images/s, ETA %.0f s\n",
+        std::snprintf(text, sizeof(text), "dp-launch: progress %lld/%lld images, %.2f images/s, ETA %.0f s\n",
                       static_cast<long long>(finished), static_cast<long long>(to_run_), rate, eta);
         Terminal::instance().write(STDERR_FILENO, text);
         last_line_ = now;

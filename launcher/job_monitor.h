@@ -31,8 +31,8 @@ class JobMonitor : public StatusListener {
     // file at `job_path` has `job_file`'s settings and the requests of the pending prompts
     // `order`, in the order the ranks' start events refer to. With several launchers (Note [one
     // job, several launchers]) only launcher 0 writes the manifest.
-    JobMonitor(const LaunchSpec& launch, const JobOptions& job, JobRecords records, protocol::JobFile job_file,
-               std::vector<int64_t> order, std::string job_path);
+    JobMonitor(const LaunchSpec& launch, const JobOptions& job, JobRecords records,
+               protocol::JobFile job_file, std::vector<int64_t> order, std::string job_path);
 
     int tick_ms() const override { return exchange_ ? 500 : -1; }
     void on_tick() override;
@@ -90,9 +90,9 @@ class JobMonitor : public StatusListener {
     std::string job_path_;
     std::vector<int64_t> order_;
     std::map<int, std::pair<int64_t, int64_t>> shares_;  // rank -> its share [first, first + count)
-    std::map<int, std::vector<int64_t>> taken_;           // dynamic: rank -> the prompts it took
-    bool dynamic_ = false;                                 // a rank said the schedule is dynamic
-    std::map<int, std::string> dtype_of_;                  // rank -> the precision it said it runs in
+    std::map<int, std::vector<int64_t>> taken_;          // dynamic: rank -> the prompts it took
+    bool dynamic_ = false;                               // a rank said the schedule is dynamic
+    std::map<int, std::string> dtype_of_;                // rank -> the precision it said it runs in
     int64_t to_run_;
     int64_t done_ = 0, failed_ = 0, not_run_ = 0, kept_ = 0;
     std::string manifest_path_;

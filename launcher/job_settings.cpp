@@ -24,31 +24,34 @@ std::string joined(const std::vector<std::string>& items, const std::string& sep
 
 // Whether some family reads `row` as its classifier-free guidance scale.
 bool is_a_guidance_scale(const CallArgument& row) {
-    return std::any_of(row.families.begin(), row.families.end(),
-                       [](const protocol::FamilyUse& use) { return use.guidance != protocol::Guidance::kNone; });
+    return std::any_of(row.families.begin(), row.families.end(), [](const protocol::FamilyUse& use) {
+        return use.guidance != protocol::Guidance::kNone;
+    });
 }
 
 // Why the model's pipeline does not take `row`, or empty when it does (or accepts and ignores it).
 std::string foreign_key(const strategies::ModelInfo& model, const CallArgument& row) {
     const FamilyArguments& a = model.arguments;
     if (a.find(row.name)) return {};
-    std::string why = model.family_name + " does not take " + row.name + " (its pipeline takes " + joined(a.names(), ", ");
+    std::string why =
+        model.family_name + " does not take " + row.name + " (its pipeline takes " + joined(a.names(), ", ");
     if (is_a_guidance_scale(row) && a.guidance_scale())
         why += "; its guidance scale is " + std::string(a.guidance_scale()->row->name);
     return why + ")";
 }
 
 // Why `value` of a row the family takes is past the family's own limit or the model's blocks, or empty.
-std::string limit_problem(const strategies::ModelInfo& model, const FamilyArgument& a, const CallValue& value) {
+std::string limit_problem(const strategies::ModelInfo& model, const FamilyArgument& a,
+                          const CallValue& value) {
     if (const auto* blocks = std::get_if<std::vector<int>>(&value)) {
         const int64_t n = model.shape.layers;
         for (int b : *blocks)
             if (b >= n)
-                return "block " + std::to_string(b) + " is not one of the transformer's " + std::to_string(n) +
-                       " blocks (0 to " + std::to_string(n - 1) + ")";
+                return "block " + std::to_string(b) + " is not one of the transformer's " +
+                       std::to_string(n) + " blocks (0 to " + std::to_string(n - 1) + ")";
         return {};
     }
-    if (std::holds_alternative<protocol::Adapters>(value)) return {};  // checked against the model's weights
+    if (std::holds_alternative<protocol::Adapters>(value)) return {};   // checked against the model's weights
     if (std::holds_alternative<protocol::StepCache>(value)) return {};  // its range is the row's
     const double v = std::holds_alternative<double>(value) ? std::get<double>(value)
                                                            : static_cast<double>(std::get<int64_t>(value));
@@ -84,13 +87,15 @@ std::vector<std::string> job_setting_problems(const JobOptions& job, const strat
         if (const std::string why = foreign_key(model, *item.first); !why.empty())
             out.push_back(item.first->long_flag() + ": " + why);
     if (job.offload && !job.device_map.empty())
-        out.push_back("--offload and --device-map " + job.device_map +
-                      ": choose one (offload keeps one component at a time on the GPU; device_map spreads them "
-                      "over several)");
+        out.push_back(
+            "--offload and --device-map " + job.device_map +
+            ": choose one (offload keeps one component at a time on the GPU; device_map spreads them "
+            "over several)");
     if (job.offload && !spec.offload)
-        out.push_back("--offload: " + spec.display_name +
-                      "'s pipeline keeps its components on their devices; to fit a large model use --device-map "
-                      "auto, or --tp");
+        out.push_back(
+            "--offload: " + spec.display_name +
+            "'s pipeline keeps its components on their devices; to fit a large model use --device-map "
+            "auto, or --tp");
     if (job.no_t5 && spec.t5_required)
         out.push_back("--no-t5: " + spec.display_name +
                       "'s transformer takes T5's embeddings as its whole text; it cannot run without them");
@@ -118,7 +123,8 @@ std::vector<std::string> job_setting_problems(const JobOptions& job, const strat
     return out;
 }
 
-std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model) {
+std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
+                                   const strategies::ModelInfo& model) {
     using Side = std::pair<const char*, std::optional<int>>;
     for (const auto& [key, pixels] : {Side{"width", p.width}, Side{"height", p.height}})
         if (const std::string why = pixels ? model.sizes.check(*pixels) : ""; !why.empty())
@@ -141,7 +147,8 @@ std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
         const double high = number_of(*b, {&p.arguments, &job.arguments});
         if (low < high) continue;
         return std::string(a.row->name) + " " + number_text(low) + (own_low ? "" : " (the job's)") + " and " +
-               b->row->name + " " + number_text(high) + (own_high ? "" : " (the job's)") + ": " + a.row->below_why;
+               b->row->name + " " + number_text(high) + (own_high ? "" : " (the job's)") + ": " +
+               a.row->below_why;
     }
     return {};
 }
@@ -165,18 +172,20 @@ void check_job(const JobOptions& job, const strategies::ModelInfo& model) {
         throw UsageError(joined(bad, "; "));
 }
 
-protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model) {
+protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job,
+                                 const strategies::ModelInfo& model) {
     protocol::JobRequest q;
     q.index = p.index;
     q.file = image_file_name(p.index, p.name ? *p.name : p.prompt);
     q.prompt = p.prompt;
     const FamilyArguments& a = model.arguments;
-    q.negative_prompt = p.negative_prompt       ? p.negative_prompt
+    q.negative_prompt = p.negative_prompt      ? p.negative_prompt
                         : p.no_negative_prompt ? std::nullopt
                                                : job.negative_prompt;
     // A pipeline whose guidance needs no negative prompt (SD3) has no "none": its default is "".
     const FamilyArgument* cfg = a.guidance_scale();
-    if (cfg && cfg->guidance != protocol::Guidance::kAbove1WithNegative && !q.negative_prompt) q.negative_prompt = "";
+    if (cfg && cfg->guidance != protocol::Guidance::kAbove1WithNegative && !q.negative_prompt)
+        q.negative_prompt = "";
     q.seed = p.seed.value_or(prompt_seed(job.seed, p.index));
     q.steps = p.steps.value_or(job.steps.value_or(static_cast<int>(a.default_number("num_inference_steps"))));
     q.width = p.width.value_or(job.width ? job.width : static_cast<int>(model.sizes.default_side));

@@ -34,7 +34,8 @@ std::vector<std::string> job_setting_problems(const JobOptions& job, const strat
 
 // A valid prompt record's settings, its own over the job's, against the model: an error text naming
 // the key (the record becomes an invalid line), or empty.
-std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model);
+std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
+                                   const strategies::ModelInfo& model);
 
 // The model folder's problems for this job, with the flags that would help (--variant, --no-t5).
 std::vector<std::string> model_problems(const JobOptions& job, const strategies::ModelInfo& model);
@@ -43,7 +44,8 @@ std::vector<std::string> model_problems(const JobOptions& job, const strategies:
 void check_job(const JobOptions& job, const strategies::ModelInfo& model);
 
 // The request for prompt `p`: its own settings, else the job's, else the model's defaults.
-protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model);
+protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job,
+                                 const strategies::ModelInfo& model);
 
 // The precision the ranks will run in: `job.dtype`, or what auto gives on the device they get
 // (bf16 on a GPU, fp32 on the CPU): --device, device_map's devices (`plan`, when the launcher made

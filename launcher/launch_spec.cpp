@@ -10,8 +10,9 @@ void validate_launch_spec(const LaunchSpec& spec, bool require_command) {
             "no command given: put it after --, e.g. dp-launch -n 2 -- python train.py, or give a PROMPTS "
             "file");
     if (spec.module && spec.no_python)
-        throw UsageError("--module and --no-python: -m runs python3 -m MODULE, --no-python runs the command "
-                         "without python3; give one of them");
+        throw UsageError(
+            "--module and --no-python: -m runs python3 -m MODULE, --no-python runs the command "
+            "without python3; give one of them");
     if (spec.standalone && spec.nnodes > 1)
         throw UsageError("--standalone and --nnodes " + std::to_string(spec.nnodes) +
                          ": --standalone is one node with a local store; drop it, or give --nnodes 1");

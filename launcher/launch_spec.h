@@ -31,18 +31,18 @@ struct LaunchSpec {
     bool quiet = false;
     bool dry_run = false;
     // torchrun's spellings that change nothing else: kept to be reported and checked.
-    bool standalone = false;            // single node, local store on a free port
+    bool standalone = false;              // single node, local store on a free port
     std::string rdzv_backend = "static";  // c10d or static: both are rank 0's TCPStore here
-    std::string rdzv_endpoint;          // HOST[:PORT]; sets master_addr (and master_port)
-    bool module = false;                // -m: the command is a Python module run as python3 -m
-    bool no_python = false;             // run the command as is, even a .py script
-    bool run_path = false;              // torchrun's --run-path: the script runs under python3 (the default)
-    std::string tee;                    // torchrun's 0-3 or per-rank map: output is always shown, see --log-dir
-    std::string redirects;              // the same; dp-launch never hides a rank's output by it
+    std::string rdzv_endpoint;            // HOST[:PORT]; sets master_addr (and master_port)
+    bool module = false;                  // -m: the command is a Python module run as python3 -m
+    bool no_python = false;               // run the command as is, even a .py script
+    bool run_path = false;  // torchrun's --run-path: the script runs under python3 (the default)
+    std::string tee;        // torchrun's 0-3 or per-rank map: output is always shown, see --log-dir
+    std::string redirects;  // the same; dp-launch never hides a rank's output by it
     std::vector<int> shown_local_ranks;  // --local-ranks-filter; empty: every rank's output is shown
-    double monitor_interval_s = 0.1;    // accepted; supervision is event-driven
-    bool multi_gpu = false;             // accelerate's --multi_gpu: -n auto counts the visible GPUs
-    std::vector<std::string> command;  // argv of the program run once per rank
+    double monitor_interval_s = 0.1;     // accepted; supervision is event-driven
+    bool multi_gpu = false;              // accelerate's --multi_gpu: -n auto counts the visible GPUs
+    std::vector<std::string> command;    // argv of the program run once per rank
     // --cluster: auto, none, slurm, mpi or env (launcher/cluster_env.h, Note [cluster shapes]).
     std::string cluster = "auto";
     // The local ranks this dp-launch starts; empty: all num_processes of them. One scheduler task
@@ -63,7 +63,8 @@ struct LaunchSpec {
     // one task per rank (spawned_local_ranks); this one's index among them, rank 0's being 0.
     int launcher_count() const { return spawned_local_ranks.empty() ? nnodes : world_size(); }
     int launcher_index() const {
-        return spawned_local_ranks.empty() ? node_rank : node_rank * num_processes + spawned_local_ranks.front();
+        return spawned_local_ranks.empty() ? node_rank
+                                           : node_rank * num_processes + spawned_local_ranks.front();
     }
 };
 

@@ -5,13 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
-#include <stdexcept>
 #include <array>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <stdexcept>
 
 #include "launcher/errors.h"
 
@@ -126,7 +126,8 @@ JobRecords::Place JobRecords::put(std::string_view line) {
     place.size = static_cast<uint32_t>(line.size());
     std::size_t done = 0;
     while (done < line.size()) {
-        const ssize_t n = pwrite(scratch_.get(), line.data() + done, line.size() - done, end_ + static_cast<int64_t>(done));
+        const ssize_t n =
+            pwrite(scratch_.get(), line.data() + done, line.size() - done, end_ + static_cast<int64_t>(done));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {  // a full disk: the line stays in memory
             held_.emplace_back(line);
@@ -145,9 +146,11 @@ std::string JobRecords::get(const Place& place) const {
     std::string line(place.size, '\0');
     std::size_t done = 0;
     while (place.at >= 0 && done < line.size()) {
-        const ssize_t n = pread(scratch_.get(), line.data() + done, line.size() - done, place.at + static_cast<int64_t>(done));
+        const ssize_t n = pread(scratch_.get(), line.data() + done, line.size() - done,
+                                place.at + static_cast<int64_t>(done));
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) throw IoError(errno_message("cannot read back the job's records from their scratch file"));
+        if (n <= 0)
+            throw IoError(errno_message("cannot read back the job's records from their scratch file"));
         done += static_cast<std::size_t>(n);
     }
     return line;
@@ -200,7 +203,8 @@ int64_t JobRecords::size() const {
 
 void JobRecords::for_each(const std::function<void(int64_t, const nlohmann::json&)>& visit) const {
     for (std::size_t i = 0; i < entries_.size(); ++i)
-        if (entries_[i].status != Status::kAbsent) visit(static_cast<int64_t>(i), record(static_cast<int64_t>(i)));
+        if (entries_[i].status != Status::kAbsent)
+            visit(static_cast<int64_t>(i), record(static_cast<int64_t>(i)));
 }
 
 void JobRecords::for_each_index(const std::function<void(int64_t, Status)>& visit) const {
@@ -267,10 +271,17 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
         return r.contains(key) ? r[key] : fallback;
     };
     // Each setting with the value a record that leaves it out had (older records).
-    std::vector<std::pair<const char*, nlohmann::json>> keys = {
-        {"model", nullptr}, {"random_weights", nullptr}, {"variant", ""}, {"dtype", "fp32"}, {"no_t5", false},
-        {"seed", nullptr},  {"steps", nullptr},          {"width", 0},    {"height", 0},     {"negative_prompt", ""},
-        {"components", nlohmann::json::object()}};
+    std::vector<std::pair<const char*, nlohmann::json>> keys = {{"model", nullptr},
+                                                                {"random_weights", nullptr},
+                                                                {"variant", ""},
+                                                                {"dtype", "fp32"},
+                                                                {"no_t5", false},
+                                                                {"seed", nullptr},
+                                                                {"steps", nullptr},
+                                                                {"width", 0},
+                                                                {"height", 0},
+                                                                {"negative_prompt", ""},
+                                                                {"components", nlohmann::json::object()}};
     // Then every call argument that shapes the pixels: left out, it was the family's default (an
     // older record), or off (a skip-layer setting without skipped blocks: CallArgument::active_with).
     const auto off = [&](const protocol::CallArgument& row, const nlohmann::json& r) {

@@ -70,7 +70,7 @@ class JobRecords {
 
     UniqueFd scratch_;
     int64_t end_ = 0;
-    std::vector<Entry> entries_;  // by index
+    std::vector<Entry> entries_;     // by index
     std::vector<std::string> held_;  // lines the scratch file could not take (a full disk)
     int64_t counts_[7] = {};
 };
@@ -101,13 +101,13 @@ class ManifestAppender {
     int64_t size_ = 0;  // the bytes of whole records in the file
 };
 
-// The settings that change an image's pixels (model, random weights, variant, component files, dtype, no_t5, seed,
-// steps, size, negative prompt, and every call argument whose row says it shapes the pixels:
-// guidance, max_sequence_length, skip-layer guidance, ...) on which an earlier record differs from
-// the one a new job would write, as "steps 4 (now 2)". A size of 0 in `now` (the model's default)
-// is not compared, nor is a setting that has no effect in either record (the skip-layer scale,
-// start and stop when neither skips a block). A call argument a record leaves out (an older one)
-// had `family`'s default; without `family`, it counts only when the other record has it.
+// The settings that change an image's pixels (model, random weights, variant, component files, dtype, no_t5,
+// seed, steps, size, negative prompt, and every call argument whose row says it shapes the pixels: guidance,
+// max_sequence_length, skip-layer guidance, ...) on which an earlier record differs from the one a new job
+// would write, as "steps 4 (now 2)". A size of 0 in `now` (the model's default) is not compared, nor is a
+// setting that has no effect in either record (the skip-layer scale, start and stop when neither skips a
+// block). A call argument a record leaves out (an older one) had `family`'s default; without `family`, it
+// counts only when the other record has it.
 std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier, const nlohmann::json& now,
                                                    const protocol::FamilyArguments* family = nullptr);
 

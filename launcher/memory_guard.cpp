@@ -15,9 +15,11 @@ namespace {
 std::string gib(int64_t bytes) {
     char buf[32];
     if (bytes >= (1LL << 30))
-        std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / static_cast<double>(1LL << 30));
+        std::snprintf(buf, sizeof(buf), "%.1f GiB",
+                      static_cast<double>(bytes) / static_cast<double>(1LL << 30));
     else
-        std::snprintf(buf, sizeof(buf), "%.0f MiB", static_cast<double>(bytes) / static_cast<double>(1LL << 20));
+        std::snprintf(buf, sizeof(buf), "%.0f MiB",
+                      static_cast<double>(bytes) / static_cast<double>(1LL << 20));
     return buf;
 }
 
@@ -61,7 +63,8 @@ int64_t available_memory_bytes() {
 }
 
 void check_memory_fits(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
-                       const strategies::ResolvedStrategy& strategy, const std::string& dtype, int64_t available) {
+                       const strategies::ResolvedStrategy& strategy, const std::string& dtype,
+                       int64_t available) {
     if (job.force || job.random_weights || !model.spec) return;
     const bool cpu = job.device == "cpu" || (job.device == "auto" && visible_gpu_count() == 0);
     if (!cpu || !job.device_map.empty()) return;
@@ -73,8 +76,8 @@ void check_memory_fits(const LaunchSpec& launch, const JobOptions& job, const st
                  job.model, *model.spec, element_bytes, job.variant,
                  strategies::components_left_out(job.model, *model.spec, job.no_t5))) {
             const bool split = c.name == model.spec->transformer ||
-                               std::find(model.spec->tp_components.begin(), model.spec->tp_components.end(), c.name) !=
-                                   model.spec->tp_components.end();
+                               std::find(model.spec->tp_components.begin(), model.spec->tp_components.end(),
+                                         c.name) != model.spec->tp_components.end();
             per_rank += split ? (c.bytes + tp - 1) / tp : c.bytes;
         }
     } catch (const std::exception&) {
@@ -87,12 +90,13 @@ void check_memory_fits(const LaunchSpec& launch, const JobOptions& job, const st
     const int64_t need = kSharedLibraryBytes + ranks * each;
     if (need <= available) return;
     const int64_t fit = std::max<int64_t>(available - kSharedLibraryBytes, 0) / each;
-    throw UsageError(std::to_string(ranks) + " rank(s) on this machine would need about " + gib(need) + " (each " +
-                     gib(per_rank) + " of weights in " + dtype + " and about " + gib(kRankBaseBytes) +
-                     " of LibTorch's own, and its libraries once), and " + gib(available) + " is available; " +
-                     (fit > 0 ? "start at most " + std::to_string(fit) + " rank(s) here (-n " + std::to_string(fit) + ")"
-                              : "no rank fits") +
-                     ", free memory, or pass --force to start them anyway");
+    throw UsageError(
+        std::to_string(ranks) + " rank(s) on this machine would need about " + gib(need) + " (each " +
+        gib(per_rank) + " of weights in " + dtype + " and about " + gib(kRankBaseBytes) +
+        " of LibTorch's own, and its libraries once), and " + gib(available) + " is available; " +
+        (fit > 0 ? "start at most " + std::to_string(fit) + " rank(s) here (-n " + std::to_string(fit) + ")"
+                 : "no rank fits") +
+        ", free memory, or pass --force to start them anyway");
 }
 
 }  // namespace dp::launcher

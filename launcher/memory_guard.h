@@ -5,9 +5,10 @@
 // rank's weights (the transformer and the components the family splits over tp at their tp
 // share, every other component whole, in the run's dtype, without what the pipeline never loads:
 // the sizes plan reports) plus LibTorch's own base (kRankBaseBytes, measured), for each rank this
-// launcher starts on CPU devices, and the libraries they share once (kSharedLibraryBytes), and compares it with the memory available (MemAvailable, and the
-// cgroup's limit less its usage when one is set). Over it is a usage error (2) naming the figures
-// and how many ranks fit; --force runs anyway. Ranks on GPUs hold their weights there: not checked.
+// launcher starts on CPU devices, and the libraries they share once (kSharedLibraryBytes), and compares it
+// with the memory available (MemAvailable, and the cgroup's limit less its usage when one is set). Over it is
+// a usage error (2) naming the figures and how many ranks fit; --force runs anyway. Ranks on GPUs hold their
+// weights there: not checked.
 
 #include <cstdint>
 #include <string>
@@ -34,6 +35,7 @@ int64_t available_memory_bytes();
 // "bf16", "fp16"). Does nothing with --force, on GPUs, or when the sizes cannot be read (the
 // model's own checks report that).
 void check_memory_fits(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
-                       const strategies::ResolvedStrategy& strategy, const std::string& dtype, int64_t available = -1);
+                       const strategies::ResolvedStrategy& strategy, const std::string& dtype,
+                       int64_t available = -1);
 
 }  // namespace dp::launcher

@@ -30,10 +30,12 @@ void check_model_before_ranks(const std::string& worker, const protocol::JobFile
     child.stdout_read.reset();
     // Its stderr, until it closes or the time is up.
     std::string err;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s > 0 ? timeout_s : 1e9);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s > 0 ? timeout_s : 1e9);
     bool timed_out = false;
     for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) {
             timed_out = true;
             break;
@@ -68,7 +70,8 @@ void check_model_before_ranks(const std::string& worker, const protocol::JobFile
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (message.empty())
         message = "checking the model before starting the ranks failed (" +
-                  (WIFEXITED(status) ? "exit code " + std::to_string(code) : "killed by " + signal_name(WTERMSIG(status))) +
+                  (WIFEXITED(status) ? "exit code " + std::to_string(code)
+                                     : "killed by " + signal_name(WTERMSIG(status))) +
                   "): " + utf8_for_display(err.substr(err.size() > 400 ? err.size() - 400 : 0));
     throw protocol::Error(utf8_for_display(message), code == 0 ? protocol::kExitInternal : code);
 }

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -98,8 +98,9 @@ std::string read_ref(const std::string& path) {
                                    (S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file") +
                                    "); the cache is damaged (download the model again)");
     if (st.st_size > 256)
-        throw protocol::ModelError(path + ": " + std::to_string(st.st_size) +
-                                   " bytes, not a commit hash; the cache is damaged (download the model again)");
+        throw protocol::ModelError(
+            path + ": " + std::to_string(st.st_size) +
+            " bytes, not a commit hash; the cache is damaged (download the model again)");
     std::ifstream in(path);
     std::string text(256, '\0');
     in.read(&text[0], 256);
@@ -114,7 +115,8 @@ std::string read_ref(const std::string& path) {
 void check_snapshot_inside(const std::string& repo_dir, const std::string& snapshot) {
     struct stat st {};
     if (::lstat(snapshot.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
-        throw protocol::ModelError(snapshot + ": a snapshot must be a folder of the cache, not a symbolic link (to " +
+        throw protocol::ModelError(snapshot +
+                                   ": a snapshot must be a folder of the cache, not a symbolic link (to " +
                                    utf8_for_display(real_path(snapshot)) + "); the cache is damaged");
     const std::string blobs = real_path(repo_dir + "/blobs") + "/";
     int64_t seen = 0;
@@ -135,17 +137,19 @@ void check_snapshot_inside(const std::string& repo_dir, const std::string& snaps
                 // is the model checks' to name).
                 char buf[PATH_MAX];
                 const ssize_t n = ::readlink(path.c_str(), buf, sizeof(buf) - 1);
-                const std::string link = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+                const std::string link =
+                    n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
                 std::error_code ec;
                 const std::string target =
-                    std::filesystem::weakly_canonical(link.empty() || link[0] == '/' ? std::filesystem::path(link)
-                                                                                     : std::filesystem::path(dir) / link,
+                    std::filesystem::weakly_canonical(link.empty() || link[0] == '/'
+                                                          ? std::filesystem::path(link)
+                                                          : std::filesystem::path(dir) / link,
                                                       ec)
                         .string();
                 if (target.compare(0, blobs.size(), blobs) != 0) {
-                    throw protocol::ModelError(path + ": links to " + utf8_for_display(target) +
-                                               ", outside the cache's " + blobs +
-                                               "; the cache is damaged or was tampered with (download the model again)");
+                    throw protocol::ModelError(
+                        path + ": links to " + utf8_for_display(target) + ", outside the cache's " + blobs +
+                        "; the cache is damaged or was tampered with (download the model again)");
                 }
             } else if (S_ISDIR(entry.st_mode) && depth > 0) {
                 walk(path, depth - 1);
@@ -171,10 +175,12 @@ EnvLookup process_env() {
 }
 
 HubCache hub_cache(const EnvLookup& env) {
-    if (std::string v = env_value(env, "HF_HUB_CACHE"); !v.empty()) return {expand_home(v, env), "$HF_HUB_CACHE"};
+    if (std::string v = env_value(env, "HF_HUB_CACHE"); !v.empty())
+        return {expand_home(v, env), "$HF_HUB_CACHE"};
     if (std::string v = env_value(env, "HUGGINGFACE_HUB_CACHE"); !v.empty())
         return {expand_home(v, env), "$HUGGINGFACE_HUB_CACHE"};
-    if (std::string v = env_value(env, "HF_HOME"); !v.empty()) return {expand_home(v, env) + "/hub", "$HF_HOME/hub"};
+    if (std::string v = env_value(env, "HF_HOME"); !v.empty())
+        return {expand_home(v, env) + "/hub", "$HF_HOME/hub"};
     if (std::string v = env_value(env, "XDG_CACHE_HOME"); !v.empty())
         return {expand_home(v, env) + "/huggingface/hub", "$XDG_CACHE_HOME/huggingface/hub"};
     return {home_dir(env) + "/.cache/huggingface/hub", "the default, ~/.cache/huggingface/hub"};
@@ -189,30 +195,31 @@ std::string repo_id_problem(const std::string& name) {
                "'-' or '.'";
     if (name.find("--") != std::string::npos || name.find("..") != std::string::npos)
         return "'--' and '..' are not allowed in a repo id";
-    if (name.size() >= 4 && name.compare(name.size() - 4, 4, ".git") == 0) return "a repo id does not end in .git";
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, ".git") == 0)
+        return "a repo id does not end in .git";
     return {};
 }
 
 std::string find_hub_snapshot(const HubCache& cache, const std::string& repo_id, const std::string& revision,
                               const std::string& source) {
     const std::string rev = revision.empty() ? "main" : revision;
-    if (rev.size() > 255 || rev.find('\0') != std::string::npos || rev[0] == '/' || rev.find("..") != std::string::npos ||
-        rev.find('\\') != std::string::npos || !is_valid_utf8(rev))
+    if (rev.size() > 255 || rev.find('\0') != std::string::npos || rev[0] == '/' ||
+        rev.find("..") != std::string::npos || rev.find('\\') != std::string::npos || !is_valid_utf8(rev))
         throw UsageError("--revision '" + utf8_for_display(rev.substr(0, 80)) +
                          "': expected a branch, a tag or a commit hash (no '..', not starting with '/')");
     std::string folder = "models--" + repo_id;
     folder.replace(folder.find('/'), 1, "--");
     const std::string repo_dir = cache.dir + "/" + folder;
-    const std::string fetch = "huggingface-cli download " + repo_id + (revision.empty() ? "" : " --revision " + rev);
+    const std::string fetch =
+        "huggingface-cli download " + repo_id + (revision.empty() ? "" : " --revision " + rev);
     const std::string how = "; to get it, run `" + fetch + "` (huggingface_hub 1.0 and later: `hf download " +
                             repo_id + (revision.empty() ? "" : " --revision " + rev) +
                             "`) on a machine with network, then copy " + repo_dir +
                             " here or set HF_HUB_CACHE to the cache that holds it";
     const std::string what = source + " " + repo_id + (revision.empty() ? "" : " --revision " + rev);
     if (!is_dir(repo_dir))
-        throw Error(what + ": not found: no folder " + repo_id + " here (" + real_path(".") +
-                        "), and no " + folder + " in the Hugging Face cache " + cache.dir + " (" + cache.from + ")" +
-                        how,
+        throw Error(what + ": not found: no folder " + repo_id + " here (" + real_path(".") + "), and no " +
+                        folder + " in the Hugging Face cache " + cache.dir + " (" + cache.from + ")" + how,
                     kExitNoInput);
 
     std::vector<std::string> snapshots, refs;
@@ -226,8 +233,9 @@ std::string find_hub_snapshot(const HubCache& cache, const std::string& repo_id,
     } else if (is_file(repo_dir + "/refs/" + rev)) {
         commit = read_ref(repo_dir + "/refs/" + rev);
         if (commit.size() != 40 || !is_hex(commit))
-            throw protocol::ModelError(repo_dir + "/refs/" + rev + ": holds '" + utf8_for_display(commit.substr(0, 60)) +
-                                       "', not a commit hash; the cache is damaged (download the model again)");
+            throw protocol::ModelError(
+                repo_dir + "/refs/" + rev + ": holds '" + utf8_for_display(commit.substr(0, 60)) +
+                "', not a commit hash; the cache is damaged (download the model again)");
         via = "refs/" + rev + " -> " + commit;
     } else if (rev.size() >= 7 && rev.size() < 40 && is_hex(rev)) {
         std::vector<std::string> matches;
@@ -244,8 +252,8 @@ std::string find_hub_snapshot(const HubCache& cache, const std::string& repo_id,
     if (commit.empty())
         throw Error(what + ": revision " + rev + " is not in the cache " + repo_dir + ": no refs/" + rev +
                         " (branches and tags there: " + joined(refs) + ") and no snapshot whose commit " +
-                        (is_hex(rev) ? "starts with it" : "it names") + " (snapshots: " + joined(snapshots) + ")" +
-                        how,
+                        (is_hex(rev) ? "starts with it" : "it names") + " (snapshots: " + joined(snapshots) +
+                        ")" + how,
                     kExitNoInput);
     const std::string snapshot = repo_dir + "/snapshots/" + commit;
     check_snapshot_inside(repo_dir, snapshot);
@@ -253,8 +261,9 @@ std::string find_hub_snapshot(const HubCache& cache, const std::string& repo_id,
         throw Error(what + ": " + via + ", but " + snapshot + " is missing (an incomplete download)" + how,
                     kExitNoInput);
     if (!is_model_dir(snapshot))
-        throw Error(what + ": " + snapshot + " has no model_index.json: not a whole diffusers model (were only some of "
-                                             "its files downloaded?)" +
+        throw Error(what + ": " + snapshot +
+                        " has no model_index.json: not a whole diffusers model (were only some of "
+                        "its files downloaded?)" +
                         how,
                     kExitNoInput);
     return real_path(snapshot);
@@ -266,14 +275,16 @@ std::string resolve_model(const std::string& name, const std::string& source, co
     const std::string shown = utf8_for_display(name);
     const auto no_revision = [&](const std::string& what) {
         if (!revision.empty())
-            throw UsageError("--revision " + utf8_for_display(revision) + ": " + source + " " + shown + " is " + what +
+            throw UsageError("--revision " + utf8_for_display(revision) + ": " + source + " " + shown +
+                             " is " + what +
                              "; --revision applies to a Hugging Face repo id (ORG/NAME) found in the cache");
     };
     const bool has_slash = name.find('/') != std::string::npos;
     if (exists(name) && (has_slash || is_model_dir(name))) {  // an existing path always wins
         no_revision("a folder");
         if (!is_model_dir(name))
-            throw UsageError(source + " " + shown + ": no model_index.json there (expected a diffusers model folder)");
+            throw UsageError(source + " " + shown +
+                             ": no model_index.json there (expected a diffusers model folder)");
         return name;
     }
     if (has_slash) {
@@ -281,15 +292,18 @@ std::string resolve_model(const std::string& name, const std::string& source, co
                                std::count(name.begin(), name.end(), '/') > 1;
         if (path_like) {
             no_revision("a folder");
-            throw UsageError(source + " " + shown + ": no model_index.json there (expected a diffusers model folder)");
+            throw UsageError(source + " " + shown +
+                             ": no model_index.json there (expected a diffusers model folder)");
         }
         if (const std::string why = repo_id_problem(name); !why.empty())
-            throw UsageError(source + " '" + shown + "': no such folder, and not a Hugging Face repo id (" + why + ")");
+            throw UsageError(source + " '" + shown + "': no such folder, and not a Hugging Face repo id (" +
+                             why + ")");
         return find_hub_snapshot(hub_cache(env), name, revision, source);
     }
     no_revision("a shipped model's name");
     std::vector<std::string> places;
-    if (const std::string dir = env_value(env, "DP_MODELS_DIR"); !dir.empty()) places.push_back(dir + "/" + name);
+    if (const std::string dir = env_value(env, "DP_MODELS_DIR"); !dir.empty())
+        places.push_back(dir + "/" + name);
     const std::string exe = self_dir();
     places.push_back(exe + "/../share/dp-launch/models/" + name);
     places.push_back(exe + "/../../models/" + name);
@@ -297,8 +311,9 @@ std::string resolve_model(const std::string& name, const std::string& source, co
         if (is_model_dir(p)) return real_path(p);
     std::string searched;
     for (const std::string& p : places) searched += (searched.empty() ? "" : ", ") + p;
-    throw UsageError(source + " " + shown + ": no such model folder, and no shipped model of that name (looked in " +
-                     searched + "; a Hugging Face repo is named ORG/NAME)");
+    throw UsageError(source + " " + shown +
+                     ": no such model folder, and no shipped model of that name (looked in " + searched +
+                     "; a Hugging Face repo is named ORG/NAME)");
 }
 
 std::string self_dir() {

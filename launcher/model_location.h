@@ -44,8 +44,8 @@ std::string find_hub_snapshot(const HubCache& cache, const std::string& repo_id,
 // Hugging Face repo in the cache at `revision` (empty: main). Throws UsageError naming `source`
 // for a malformed name, a revision given with a folder, or a folder without model_index.json;
 // Error with kExitNoInput for a model that is in none of the places (all named).
-std::string resolve_model(const std::string& name, const std::string& source, const std::string& revision = "",
-                          const EnvLookup& env = process_env());
+std::string resolve_model(const std::string& name, const std::string& source,
+                          const std::string& revision = "", const EnvLookup& env = process_env());
 
 // The folder of this executable (/proc/self/exe), where dp-worker and the shipped models are found;
 // "." when it cannot be read.

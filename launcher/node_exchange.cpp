@@ -64,7 +64,9 @@ NodeExchange::NodeExchange(std::string output_dir, int index, int count, double 
     : output_dir_(std::move(output_dir)), index_(index), count_(count), lost_after_s_(lost_after_s) {}
 
 std::string NodeExchange::dir() const { return output_dir_ + kFolder + "/" + job_id_; }
-std::string NodeExchange::state_path(int k) const { return dir() + "/launcher-" + std::to_string(k) + ".state"; }
+std::string NodeExchange::state_path(int k) const {
+    return dir() + "/launcher-" + std::to_string(k) + ".state";
+}
 std::string NodeExchange::records_path(int k) const {
     return dir() + "/launcher-" + std::to_string(k) + ".jsonl";
 }
@@ -97,7 +99,8 @@ void NodeExchange::beat(std::optional<int> exit_code) {
     const double now = now_s();
     if (!exit_code && now - last_beat_ < kBeatEveryS) return;
     last_beat_ = now;
-    nlohmann::json state = {{"job_id", job_id_}, {"launcher", index_}, {"beat", ++beats_}, {"finished", false}};
+    nlohmann::json state = {
+        {"job_id", job_id_}, {"launcher", index_}, {"beat", ++beats_}, {"finished", false}};
     if (exit_code) {
         state["finished"] = true;
         state["exit_code"] = *exit_code;
@@ -190,7 +193,8 @@ std::map<int64_t, nlohmann::json> NodeExchange::read_node_records(const std::str
         if (!is_directory(root + "/" + run)) continue;
         for (const std::string& name : entries(root + "/" + run)) {
             if (name.size() < 6 || name.compare(name.size() - 6, 6, ".jsonl") != 0) continue;
-            for (auto& [index, r] : read_manifest(root + "/" + run + "/" + name)) records[index] = std::move(r);
+            for (auto& [index, r] : read_manifest(root + "/" + run + "/" + name))
+                records[index] = std::move(r);
         }
     }
     return records;

@@ -54,11 +54,12 @@ void check_master_port_free(const std::string& master_addr, int master_port) {
     const bool in_use = bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 && errno == EADDRINUSE;
     close(fd);
     if (in_use)
-        throw UsageError("--master-port " + std::to_string(master_port) +
-                         " is in use on this machine by another program, so rank 0 could not listen on it and "
-                         "the other ranks would talk to that program; choose a free port, or leave --master-port "
-                         "out and dp-launch reserves one (with several nodes, every node's launcher needs the "
-                         "same free port)");
+        throw UsageError(
+            "--master-port " + std::to_string(master_port) +
+            " is in use on this machine by another program, so rank 0 could not listen on it and "
+            "the other ranks would talk to that program; choose a free port, or leave --master-port "
+            "out and dp-launch reserves one (with several nodes, every node's launcher needs the "
+            "same free port)");
 }
 
 PortReservation::PortReservation(const std::string& host) {

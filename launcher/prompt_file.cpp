@@ -26,7 +26,8 @@ namespace {
 // own (strategies' specs name the families; the call-argument table says what each takes).
 const std::string& accepted_keys() {
     static const std::string text = [] {
-        std::string common = "prompt, negative_prompt, seed, steps (or num_inference_steps), width, height, name";
+        std::string common =
+            "prompt, negative_prompt, seed, steps (or num_inference_steps), width, height, name";
         std::vector<std::pair<std::string, std::vector<std::string>>> own;
         for (const strategies::ParallelSpec* spec : strategies::parallel_specs())
             own.emplace_back(spec->display_name, protocol::FamilyArguments(spec->family).names());
@@ -37,7 +38,8 @@ const std::string& accepted_keys() {
             };
             if (!std::all_of(own.begin(), own.end(), takes)) continue;
             common += std::string(", ") + row.name;
-            for (auto& family : own) family.second.erase(std::find(family.second.begin(), family.second.end(), row.name));
+            for (auto& family : own)
+                family.second.erase(std::find(family.second.begin(), family.second.end(), row.name));
         }
         for (const auto& [family, keys] : own) {
             if (keys.empty()) continue;
@@ -62,7 +64,8 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
             out.no_negative_prompt = true;
             continue;
         }
-        if ((key == "seed" || key == "name") && value.is_null()) continue;  // the default: --seed's, the prompt's
+        if ((key == "seed" || key == "name") && value.is_null())
+            continue;  // the default: --seed's, the prompt's
         if (key == "prompt" || key == "negative_prompt" || key == "name") {
             if (!value.is_string()) return type_error("a string");
             const std::string s = value.get<std::string>();
@@ -207,7 +210,8 @@ bool is_trailing_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
 }  // namespace
 
-PromptFileReader::PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check, PromptSink sink)
+PromptFileReader::PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check,
+                                   PromptSink sink)
     : name_(utf8_for_display(name)), format_(format), check_(std::move(check)), sink_(std::move(sink)) {}
 
 void PromptFileReader::limit_passed(const std::string& what) const {
@@ -283,8 +287,10 @@ void PromptFileReader::end_line() {
         if (error.empty() && check_) error = check_(record);
         if (error.empty()) {
             ++file_.valid;
-            if (sink_) sink_(std::move(record));
-            else file_.prompts.push_back(std::move(record));
+            if (sink_)
+                sink_(std::move(record));
+            else
+                file_.prompts.push_back(std::move(record));
         } else {
             invalid(error);
         }

@@ -81,7 +81,8 @@ using PromptSink = std::function<void(PromptRecord&&)>;
 class PromptFileReader {
   public:
     // With `sink`, the valid records go there and PromptFile::prompts stays empty.
-    PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check = {}, PromptSink sink = {});
+    PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check = {},
+                     PromptSink sink = {});
 
     // Throws InputDataError when the input passes kMaxJobPromptBytes or kMaxJobPrompts lines.
     void feed(std::string_view bytes);
@@ -111,7 +112,8 @@ PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bo
 // Reads the prompt file `path` ("-": standard input) as a stream. Throws Error with
 // protocol::kExitNoInput when it cannot be opened or read (a directory included), and
 // InputDataError past the job's limits.
-PromptFile read_prompt_file(const std::string& path, const PromptCheck& check = {}, const PromptSink& sink = {});
+PromptFile read_prompt_file(const std::string& path, const PromptCheck& check = {},
+                            const PromptSink& sink = {});
 
 // When `path` looks like a program rather than a prompt file, what it is ("a .py script", "a
 // script (#!)", "an executable file") and the command that would run it ("python3 train.py",

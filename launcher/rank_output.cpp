@@ -71,7 +71,8 @@ void RankOutput::relay_pieces(RankStream& s, std::string_view data) {
             terminal.show(s.terminal_fd, &s, prefix_ + s.update);
         }
     });
-    if (!s.lines.pending().empty()) terminal.show(s.terminal_fd, &s, prefix_ + std::string(s.lines.pending()));
+    if (!s.lines.pending().empty())
+        terminal.show(s.terminal_fd, &s, prefix_ + std::string(s.lines.pending()));
 }
 
 void RankOutput::relay_line(RankStream& s, std::string_view piece) {

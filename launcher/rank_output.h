@@ -42,7 +42,8 @@ class RankOutput {
     // `prefix`: put before each line shown ("" for none); `shown`: false hides the rank's lines
     // (they are still logged and kept for the failure report); `say` reports a --log-dir write
     // error in dp-launch's own words.
-    void setup(std::string prefix, bool shown, OutputSinks* sinks, std::function<void(const std::string&)> say);
+    void setup(std::string prefix, bool shown, OutputSinks* sinks,
+               std::function<void(const std::string&)> say);
 
     RankStream out, err;
 

@@ -139,8 +139,8 @@ class Job {
             const bool shown = spec.shown_local_ranks.empty() ||
                                std::find(spec.shown_local_ranks.begin(), spec.shown_local_ranks.end(), i) !=
                                    spec.shown_local_ranks.end();
-            r.output.setup(spec.prefix_output ? "[rank " + std::to_string(r.rank) + "] " : std::string(), shown,
-                           &sinks_, [this](const std::string& line) { say(line); });
+            r.output.setup(spec.prefix_output ? "[rank " + std::to_string(r.rank) + "] " : std::string(),
+                           shown, &sinks_, [this](const std::string& line) { say(line); });
         }
         for (const Rank& r : ranks_) live_.push_back(&r);
         if (!spec.log_dir.empty()) open_logs();
@@ -188,12 +188,15 @@ class Job {
     }
 
   private:
-    void say(const std::string& line) { Terminal::instance().write(STDERR_FILENO, "dp-launch: " + line + "\n"); }
+    void say(const std::string& line) {
+        Terminal::instance().write(STDERR_FILENO, "dp-launch: " + line + "\n");
+    }
 
     void open_logs() {
         make_dirs(spec_.log_dir);
         for (Rank& r : ranks_) {
-            for (auto [stream, suffix] : {std::pair{&r.output.out, ".stdout"}, std::pair{&r.output.err, ".stderr"}}) {
+            for (auto [stream, suffix] :
+                 {std::pair{&r.output.out, ".stdout"}, std::pair{&r.output.err, ".stderr"}}) {
                 const std::string path = spec_.log_dir + "/rank_" + std::to_string(r.rank) + suffix;
                 stream->log.reset(open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
                 if (!stream->log) throw IoError(errno_message("--log-dir: cannot open " + path));
@@ -559,7 +562,7 @@ class Job {
     int stopped_rank_ = -1;  // index into ranks_: the rank a hang names
     HangWatch watch_;
     std::vector<const RankLiveness*> live_;  // ranks_, as hang detection reads them
-    int launcher_signal_ = 0;  // the first stop signal dp-launch received
+    int launcher_signal_ = 0;                // the first stop signal dp-launch received
     int sigint_count_ = 0;
     bool grace_armed_ = false;
     OutputSinks sinks_;  // dp-launch's own stdout and stderr, shared by the ranks' output
@@ -569,7 +572,8 @@ class Job {
 
 int run_launch(const LaunchSpec& spec, StatusListener* listener) {
     validate_launch_spec(spec);
-    if (spec.launcher_index() == 0) check_master_port_free(spec.master_addr, spec.master_port);  // Note [port in use]
+    if (spec.launcher_index() == 0)
+        check_master_port_free(spec.master_addr, spec.master_port);  // Note [port in use]
     signal(SIGPIPE, SIG_IGN);
     Rendezvous rendezvous = resolve_rendezvous(spec.master_addr, spec.master_port);
     Job job(spec, rendezvous, listener);

@@ -48,12 +48,14 @@ std::string cuda_visible_devices_problem(const std::string& value) {
     while (std::getline(items, item, ',')) {
         item = trim(item);
         if (item == "-1" || item == "NoDevFiles") return {};
-        const bool index = !item.empty() && item.size() <= 4 && item.find_first_not_of("0123456789") == std::string::npos;
+        const bool index =
+            !item.empty() && item.size() <= 4 && item.find_first_not_of("0123456789") == std::string::npos;
         const bool uuid = (item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0) && item.size() > 4 &&
                           item.size() <= 96 &&
                           item.find_first_not_of("0123456789abcdefABCDEF-/GPUMI", 4) == std::string::npos;
         if (!index && !uuid)
-            return "'" + item.substr(0, 40) + "' is not a device index, a GPU-... or MIG-... UUID, -1 or empty";
+            return "'" + item.substr(0, 40) +
+                   "' is not a device index, a GPU-... or MIG-... UUID, -1 or empty";
     }
     if (!value.empty() && value.back() == ',') return "a trailing ',' names no device";
     return {};

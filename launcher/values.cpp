@@ -181,16 +181,19 @@ std::string gpu_ids_text(const std::vector<int>& ids) {
 }
 
 std::vector<int> parse_block_list(std::string_view text, const std::string& source) {
-    const std::string accepted = "expected distinct transformer block indices separated by commas, e.g. 7,8,9 "
-                                 "(empty: none)";
+    const std::string accepted =
+        "expected distinct transformer block indices separated by commas, e.g. 7,8,9 "
+        "(empty: none)";
     std::vector<int> blocks;
     if (text.empty()) return blocks;
     for (size_t start = 0;;) {
         const size_t comma = text.find(',', start);
-        const std::string_view item = text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
+        const std::string_view item =
+            text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
         int block = 0;
         auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), block);
-        if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || block < 0 || block > 100000)
+        if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || block < 0 ||
+            block > 100000)
             reject(source, text, accepted);
         if (std::find(blocks.begin(), blocks.end(), block) != blocks.end())
             reject(source, text, "block " + std::to_string(block) + " is listed twice; " + accepted);

@@ -29,8 +29,14 @@ const std::vector<CallArgument>& call_arguments() {
     static const std::vector<CallArgument> rows = [] {
         std::vector<CallArgument> r;
         {
-            CallArgument a{"num_inference_steps", CallType::kWhole, 1, 1000,
-                           "--steps,--num-inference-steps,--num_inference_steps", "N", "Denoising steps", {}};
+            CallArgument a{"num_inference_steps",
+                           CallType::kWhole,
+                           1,
+                           1000,
+                           "--steps,--num-inference-steps,--num_inference_steps",
+                           "N",
+                           "Denoising steps",
+                           {}};
             a.families = {{"sd3", 28}, {"flux", 28}, {"flux-schnell", 4}, {"qwen-image", 50}};
             a.universal = true;
             a.alias = "steps";
@@ -38,17 +44,29 @@ const std::vector<CallArgument>& call_arguments() {
             r.push_back(a);
         }
         for (const char* side : {"width", "height"}) {
-            CallArgument a{side, CallType::kWhole, 8, 8192, side[0] == 'w' ? "--width" : "--height", "PX",
-                           side[0] == 'w' ? "Image width" : "Image height", {}};
+            CallArgument a{side,
+                           CallType::kWhole,
+                           8,
+                           8192,
+                           side[0] == 'w' ? "--width" : "--height",
+                           "PX",
+                           side[0] == 'w' ? "Image width" : "Image height",
+                           {}};
             a.families = {{"sd3"}, {"flux"}, {"flux-schnell"}, {"qwen-image"}};
             a.universal = true;
             r.push_back(a);
         }
         {
-            CallArgument a{"guidance_scale", CallType::kNumber, 0, 100, "--guidance-scale,--guidance_scale", "X",
-                           "SD3's classifier-free guidance scale (1 or less: no guidance); FLUX.1-dev's embedded "
-                           "guidance",
-                           {}};
+            CallArgument a{
+                "guidance_scale",
+                CallType::kNumber,
+                0,
+                100,
+                "--guidance-scale,--guidance_scale",
+                "X",
+                "SD3's classifier-free guidance scale (1 or less: no guidance); FLUX.1-dev's embedded "
+                "guidance",
+                {}};
             FamilyUse sd3{"sd3", 7.0};
             sd3.guidance = Guidance::kAbove1;
             FamilyUse schnell{"flux-schnell", 3.5};
@@ -58,11 +76,18 @@ const std::vector<CallArgument>& call_arguments() {
             r.push_back(a);
         }
         {
-            CallArgument a{"true_cfg_scale", CallType::kNumber, 0, 100, "--true-cfg-scale,--true_cfg_scale", "X",
-                           "Qwen-Image's and FLUX.1's classifier-free guidance scale: it runs above 1 for prompts "
-                           "with a negative prompt",
-                           {}};
-            for (auto [family, value] : {std::pair{"flux", 1.0}, {"flux-schnell", 1.0}, {"qwen-image", 4.0}}) {
+            CallArgument a{
+                "true_cfg_scale",
+                CallType::kNumber,
+                0,
+                100,
+                "--true-cfg-scale,--true_cfg_scale",
+                "X",
+                "Qwen-Image's and FLUX.1's classifier-free guidance scale: it runs above 1 for prompts "
+                "with a negative prompt",
+                {}};
+            for (auto [family, value] :
+                 {std::pair{"flux", 1.0}, {"flux-schnell", 1.0}, {"qwen-image", 4.0}}) {
                 FamilyUse use{family, value};
                 use.guidance = Guidance::kAbove1WithNegative;
                 a.families.push_back(use);
@@ -71,58 +96,91 @@ const std::vector<CallArgument>& call_arguments() {
             r.push_back(a);
         }
         {
-            CallArgument a{"max_sequence_length", CallType::kWhole, 1, 1024,
-                           "--max-sequence-length,--max_sequence_length", "N",
-                           "The text encoder's tokens per prompt (diffusers' max_sequence_length); SD3's and FLUX's "
-                           "T5 take at most 512 (SD3 without T5: as many zero positions)",
-                           {}};
-            a.families = {{"sd3", 256, 512}, {"flux", 512, 512}, {"flux-schnell", 256, 512}, {"qwen-image", 512}};
+            CallArgument a{
+                "max_sequence_length",
+                CallType::kWhole,
+                1,
+                1024,
+                "--max-sequence-length,--max_sequence_length",
+                "N",
+                "The text encoder's tokens per prompt (diffusers' max_sequence_length); SD3's and FLUX's "
+                "T5 take at most 512 (SD3 without T5: as many zero positions)",
+                {}};
+            a.families = {
+                {"sd3", 256, 512}, {"flux", 512, 512}, {"flux-schnell", 256, 512}, {"qwen-image", 512}};
             a.model_default = true;
             r.push_back(a);
         }
         {
             // Repeatable on the command line; a prompt line's list replaces the flags' whole list.
-            CallArgument a{"lora", CallType::kAdapters, -1000, 1000, "--lora", "PATH[:SCALE]",
-                           "A LoRA adapter (diffusers/PEFT or kohya safetensors) and its scale (1 when left out); "
-                           "repeat for several, applied together",
-                           {}};
+            CallArgument a{
+                "lora",
+                CallType::kAdapters,
+                -1000,
+                1000,
+                "--lora",
+                "PATH[:SCALE]",
+                "A LoRA adapter (diffusers/PEFT or kohya safetensors) and its scale (1 when left out); "
+                "repeat for several, applied together",
+                {}};
             a.families = {{"sd3"}, {"flux"}, {"flux-schnell"}, {"qwen-image"}};
             a.unit = "an adapter's scale";
             r.push_back(a);
         }
         {
-            CallArgument a{"cache", CallType::kCache, 0, 10, "--cache", "TYPE[:KEY=VALUE,...]",
-                           "A step cache, as diffusers' enable_cache names it: first_block_cache:threshold=T reuses "
-                           "the other blocks' last output while the first block's changes by less than T "
-                           "(relative); taylorseer_cache extrapolates the attentions between computed steps; "
-                           "mag_cache:mag_ratios=flux|FILE skips whole steps by the model's magnitude ratios "
-                           "(mag_cache:calibrate=true measures them); none: every step computed in full",
-                           {}};
+            CallArgument a{
+                "cache",
+                CallType::kCache,
+                0,
+                10,
+                "--cache",
+                "TYPE[:KEY=VALUE,...]",
+                "A step cache, as diffusers' enable_cache names it: first_block_cache:threshold=T reuses "
+                "the other blocks' last output while the first block's changes by less than T "
+                "(relative); taylorseer_cache extrapolates the attentions between computed steps; "
+                "mag_cache:mag_ratios=flux|FILE skips whole steps by the model's magnitude ratios "
+                "(mag_cache:calibrate=true measures them); none: every step computed in full",
+                {}};
             a.families = {{"sd3"}, {"flux"}, {"flux-schnell"}, {"qwen-image"}};
             a.unit = "a first-block threshold";
             r.push_back(a);
         }
         {
-            CallArgument a{"skip_guidance_layers", CallType::kBlocks, 0, kMaxBlockIndex,
-                           "--skip-guidance-layers,--skip_guidance_layers", "BLOCKS",
-                           "Skip-layer guidance: transformer blocks a third branch skips, a comma list such as 7,8,9 "
-                           "(SD3.5 medium's); empty: none",
-                           {}};
+            CallArgument a{
+                "skip_guidance_layers",
+                CallType::kBlocks,
+                0,
+                kMaxBlockIndex,
+                "--skip-guidance-layers,--skip_guidance_layers",
+                "BLOCKS",
+                "Skip-layer guidance: transformer blocks a third branch skips, a comma list such as 7,8,9 "
+                "(SD3.5 medium's); empty: none",
+                {}};
             a.families = {{"sd3"}};
             r.push_back(a);
         }
         {
-            CallArgument a{"skip_layer_guidance_scale", CallType::kNumber, 0, 100,
-                           "--skip-layer-guidance-scale,--skip_layer_guidance_scale", "X",
-                           "How far skip-layer guidance moves the noise away from the skipping branch", {}};
+            CallArgument a{"skip_layer_guidance_scale",
+                           CallType::kNumber,
+                           0,
+                           100,
+                           "--skip-layer-guidance-scale,--skip_layer_guidance_scale",
+                           "X",
+                           "How far skip-layer guidance moves the noise away from the skipping branch",
+                           {}};
             a.families = {{"sd3", 2.8}};
             a.active_with = "skip_guidance_layers";
             r.push_back(a);
         }
         {
-            CallArgument a{"skip_layer_guidance_start", CallType::kNumber, 0, 1,
-                           "--skip-layer-guidance-start,--skip_layer_guidance_start", "F",
-                           "Fraction of the steps after which skip-layer guidance runs (below the stop)", {}};
+            CallArgument a{"skip_layer_guidance_start",
+                           CallType::kNumber,
+                           0,
+                           1,
+                           "--skip-layer-guidance-start,--skip_layer_guidance_start",
+                           "F",
+                           "Fraction of the steps after which skip-layer guidance runs (below the stop)",
+                           {}};
             a.families = {{"sd3", 0.01}};
             a.active_with = "skip_guidance_layers";
             a.below = "skip_layer_guidance_stop";
@@ -131,9 +189,14 @@ const std::vector<CallArgument>& call_arguments() {
             r.push_back(a);
         }
         {
-            CallArgument a{"skip_layer_guidance_stop", CallType::kNumber, 0, 1,
-                           "--skip-layer-guidance-stop,--skip_layer_guidance_stop", "F",
-                           "Fraction of the steps after which skip-layer guidance stops", {}};
+            CallArgument a{"skip_layer_guidance_stop",
+                           CallType::kNumber,
+                           0,
+                           1,
+                           "--skip-layer-guidance-stop,--skip_layer_guidance_stop",
+                           "F",
+                           "Fraction of the steps after which skip-layer guidance stops",
+                           {}};
             a.families = {{"sd3", 0.2}};
             a.active_with = "skip_guidance_layers";
             a.unit = "fractions of the steps";
@@ -160,11 +223,12 @@ std::string CallArgument::expected(double family_max) const {
         case CallType::kBlocks:
             return "a list of distinct transformer block indices, e.g. [7, 8, 9] ([] for none)";
         case CallType::kAdapters:
-            return "a LoRA file's path, {\"path\": PATH, \"scale\": X} with X a number from " + number_text(min) +
-                   " to " + number_text(hi) + ", or a list of them ([] for none)";
+            return "a LoRA file's path, {\"path\": PATH, \"scale\": X} with X a number from " +
+                   number_text(min) + " to " + number_text(hi) + ", or a list of them ([] for none)";
         case CallType::kCache:
             return "first_block_cache:threshold=T with T a number from " + number_text(min) + " to " +
-                   number_text(hi) + ", taylorseer_cache[:KEY=VALUE,...], mag_cache:mag_ratios=flux|FILE[,...], "
+                   number_text(hi) +
+                   ", taylorseer_cache[:KEY=VALUE,...], mag_cache:mag_ratios=flux|FILE[,...], "
                    "mag_cache:calibrate=true, {\"type\": \"first_block_cache\", \"threshold\": T}, or none";
     }
     return {};
@@ -217,7 +281,8 @@ double CallValues::number(std::string_view name) const {
     const CallValue* v = find(name);
     if (v && std::holds_alternative<double>(*v)) return std::get<double>(*v);
     if (v && std::holds_alternative<int64_t>(*v)) return static_cast<double>(std::get<int64_t>(*v));
-    throw InternalError("the call argument '" + std::string(name) + "' is " + (v ? "not a number" : "not set"));
+    throw InternalError("the call argument '" + std::string(name) + "' is " +
+                        (v ? "not a number" : "not set"));
 }
 
 int64_t CallValues::whole(std::string_view name) const {
@@ -312,7 +377,8 @@ std::string call_value_text(const CallValue& value) {
     if (const int64_t* i = std::get_if<int64_t>(&value)) return std::to_string(*i);
     if (const Adapters* adapters = std::get_if<Adapters>(&value)) {
         std::string out;
-        for (const Adapter& a : *adapters) out += (out.empty() ? "" : " ") + a.path + ":" + number_text(a.scale);
+        for (const Adapter& a : *adapters)
+            out += (out.empty() ? "" : " ") + a.path + ":" + number_text(a.scale);
         return out.empty() ? "none" : out;
     }
     if (const StepCache* c = std::get_if<StepCache>(&value)) return c->text();
@@ -321,7 +387,8 @@ std::string call_value_text(const CallValue& value) {
     return out.empty() ? "none" : out;
 }
 
-std::string read_call_value(const CallArgument& row, const nlohmann::json& j, CallValue& out, double family_max) {
+std::string read_call_value(const CallArgument& row, const nlohmann::json& j, CallValue& out,
+                            double family_max) {
     const double hi = family_max > 0 ? family_max : row.max;
     const std::string expected = "expected " + row.expected(family_max);
     switch (row.type) {
@@ -335,7 +402,8 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
         case CallType::kWhole: {
             if (!j.is_number_integer()) return expected;
             // A whole number past int64's range is an unsigned one: out of every row's range.
-            if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return expected;
+            if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+                return expected;
             const int64_t v = j.get<int64_t>();
             if (static_cast<double>(v) < row.min || static_cast<double>(v) > hi) return expected;
             out = v;
@@ -345,7 +413,8 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
             if (!j.is_array()) return expected;
             std::vector<int> blocks;
             for (const nlohmann::json& v : j) {
-                if (!v.is_number_integer() || v.get<int64_t>() < row.min || v.get<int64_t>() > hi) return expected;
+                if (!v.is_number_integer() || v.get<int64_t>() < row.min || v.get<int64_t>() > hi)
+                    return expected;
                 const int b = static_cast<int>(v.get<int64_t>());
                 if (std::find(blocks.begin(), blocks.end(), b) != blocks.end())
                     return "block " + std::to_string(b) + " is listed twice";
@@ -370,13 +439,15 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
                                    v.get<double>() >= row.min && v.get<double>() <= hi) {
                             a.scale = v.get<double>();
                         } else if (key == "sha256" && v.is_string() && v.get<std::string>().size() == 64 &&
-                                   v.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos) {
+                                   v.get<std::string>().find_first_not_of("0123456789abcdef") ==
+                                       std::string::npos) {
                             a.sha256 = v.get<std::string>();
                         } else if (key == "path" || key == "scale" || key == "sha256") {
                             return expected + " (its '" + key + "' is " +
                                    (key == "sha256" ? "not 64 lowercase hex digits" : "not valid") + ")";
                         } else {
-                            return expected + " (unknown key '" + key.substr(0, 40) + "'; an adapter has path, scale "
+                            return expected + " (unknown key '" + key.substr(0, 40) +
+                                   "'; an adapter has path, scale "
                                    "and sha256)";
                         }
                     }
@@ -411,7 +482,8 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
                         // MagCache's ratios as a list: the setting's own text form, numbers and spaces.
                         std::string numbers;
                         for (const nlohmann::json& r : v) {
-                            if (!r.is_number()) return expected + " (its 'mag_ratios' must be a list of numbers)";
+                            if (!r.is_number())
+                                return expected + " (its 'mag_ratios' must be a list of numbers)";
                             char buf[32];
                             std::snprintf(buf, sizeof(buf), "%.9g", r.get<double>());
                             numbers += (numbers.empty() ? "" : " ") + std::string(buf);
@@ -492,7 +564,8 @@ double FamilyArguments::default_number(std::string_view name) const {
     const FamilyArgument* a = find(name);
     if (!a || a->row->type == CallType::kBlocks || a->row->type == CallType::kAdapters ||
         a->row->type == CallType::kCache)
-        throw InternalError("the family '" + family_ + "' has no numeric call argument '" + std::string(name) + "'");
+        throw InternalError("the family '" + family_ + "' has no numeric call argument '" +
+                            std::string(name) + "'");
     if (const double* d = std::get_if<double>(&a->value)) return *d;
     return static_cast<double>(std::get<int64_t>(a->value));
 }
@@ -500,7 +573,8 @@ double FamilyArguments::default_number(std::string_view name) const {
 void FamilyArguments::set_default(std::string_view name, CallValue value) {
     for (FamilyArgument& a : all_)
         if (name == a.row->name) {
-            if (!fits(*a.row, value)) throw InternalError(std::string("a default of the wrong type for ") + a.row->name);
+            if (!fits(*a.row, value))
+                throw InternalError(std::string("a default of the wrong type for ") + a.row->name);
             a.value = std::move(value);
             return;
         }
@@ -522,7 +596,8 @@ CallValues FamilyArguments::completed(const CallValues& values) const {
 bool FamilyArguments::runs_two_branches(const CallValues& values, bool has_negative_prompt) const {
     const FamilyArgument* g = guidance_scale();
     if (!g) return false;
-    const double scale = values.has(g->row->name) ? values.number(g->row->name) : default_number(g->row->name);
+    const double scale =
+        values.has(g->row->name) ? values.number(g->row->name) : default_number(g->row->name);
     if (scale <= 1) return false;
     return g->guidance != Guidance::kAbove1WithNegative || has_negative_prompt;
 }

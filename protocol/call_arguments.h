@@ -25,9 +25,9 @@
 namespace dp::protocol {
 
 enum class CallType {
-    kNumber,  // a finite number
-    kWhole,   // a whole number
-    kBlocks,  // a list of distinct transformer block indices
+    kNumber,    // a finite number
+    kWhole,     // a whole number
+    kBlocks,    // a list of distinct transformer block indices
     kAdapters,  // a list of LoRA adapters (Adapter)
     kCache,     // a step cache (StepCache)
 };
@@ -41,9 +41,9 @@ enum class Guidance {
 
 // One family's use of a row.
 struct FamilyUse {
-    const char* family;  // a model family's id (strategies' ParallelSpec::family or variant_family)
-    double value = 0;    // its default (kBlocks: none, always empty); universal width/height: unused
-    double max = 0;      // 0: the row's max; else this family's own limit
+    const char* family;    // a model family's id (strategies' ParallelSpec::family or variant_family)
+    double value = 0;      // its default (kBlocks: none, always empty); universal width/height: unused
+    double max = 0;        // 0: the row's max; else this family's own limit
     bool ignored = false;  // accepted and ignored, as diffusers does (FLUX.1-schnell's guidance_scale)
     Guidance guidance = Guidance::kNone;
 };
@@ -51,20 +51,21 @@ struct FamilyUse {
 struct CallArgument {
     const char* name;  // diffusers' name: the JSONL key, the job file's and the manifest's
     CallType type;
-    double min, max;   // what any family accepts (kBlocks: the indices)
-    const char* flags;       // "--guidance-scale,--guidance_scale": env DP_GUIDANCE_SCALE, config key guidance_scale
+    double min, max;  // what any family accepts (kBlocks: the indices)
+    const char*
+        flags;  // "--guidance-scale,--guidance_scale": env DP_GUIDANCE_SCALE, config key guidance_scale
     const char* value_name;  // the flag's value in --help: "X"
     const char* help;
     std::vector<FamilyUse> families;
-    bool universal = false;      // every family takes it; requests hold it in a field of their own
+    bool universal = false;       // every family takes it; requests hold it in a field of their own
     const char* alias = nullptr;  // another JSONL key for it ("steps"); a line gives at most one of them
-    bool model_default = false;  // a model folder's generation_defaults.json may set its default
-    bool pixels = true;          // it changes an image's pixels: --resume compares it
-    bool shared_batch = false;   // prompts that differ in it may still share a batch
+    bool model_default = false;   // a model folder's generation_defaults.json may set its default
+    bool pixels = true;           // it changes an image's pixels: --resume compares it
+    bool shared_batch = false;    // prompts that differ in it may still share a batch
     // Its value has an effect only while this kBlocks row is not empty (the skip-layer settings
     // without skipped blocks): the manifest leaves it out and --resume does not compare it then.
     const char* active_with = nullptr;
-    const char* below = nullptr;  // its value must be below this row's (skip_layer_guidance_start)
+    const char* below = nullptr;      // its value must be below this row's (skip_layer_guidance_start)
     const char* below_why = nullptr;  // what a value not below it breaks: "the start must be below the stop"
     const char* unit = nullptr;       // what its values measure, for messages: "fractions of the steps"
 
@@ -86,7 +87,9 @@ struct Adapter {
     std::string path;
     double scale = 1.0;
     std::string sha256;
-    bool operator==(const Adapter& o) const { return path == o.path && scale == o.scale && sha256 == o.sha256; }
+    bool operator==(const Adapter& o) const {
+        return path == o.path && scale == o.scale && sha256 == o.sha256;
+    }
     bool operator!=(const Adapter& o) const { return !(*this == o); }
 };
 using Adapters = std::vector<Adapter>;
@@ -94,7 +97,6 @@ using Adapters = std::vector<Adapter>;
 // "FILE" or "FILE:SCALE" (the flag's form, --lora): the scale is what follows the last ':' when it
 // reads as a number, else the whole text is the path and the scale is 1. An error text, or empty.
 std::string parse_adapter_text(const std::string& text, Adapter& out);
-
 
 // A value of a row: kNumber a double, kWhole an int64_t, kBlocks a list, kAdapters adapters,
 // kCache a step cache.

@@ -9,9 +9,9 @@
 namespace dp::protocol {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;    // main job: some prompts failed or were not run
-inline constexpr int kExitInternal = 1;   // a bug in dp-launch or dp-worker: please report it
-inline constexpr int kExitUsage = 2;      // a flag, DP_* variable or config entry is wrong
+inline constexpr int kExitFailure = 1;     // main job: some prompts failed or were not run
+inline constexpr int kExitInternal = 1;    // a bug in dp-launch or dp-worker: please report it
+inline constexpr int kExitUsage = 2;       // a flag, DP_* variable or config entry is wrong
 inline constexpr int kExitInputData = 65;  // sysexits EX_DATAERR: a prompt file or model is bad
 inline constexpr int kExitNoInput = 66;    // sysexits EX_NOINPUT: the prompt file cannot be read
 inline constexpr int kExitSystem = 71;     // sysexits EX_OSERR: fork, pipe, signalfd, socket failed

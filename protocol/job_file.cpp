@@ -102,8 +102,8 @@ std::string read_path(detail::Fields& f, const std::string& key) {
 }
 
 // The keys of a request that are not call arguments.
-constexpr const char* kRequestFields[] = {"index", "file", "prompt", "negative_prompt", "seed", "steps", "width",
-                                         "height"};
+constexpr const char* kRequestFields[] = {"index", "file",  "prompt", "negative_prompt",
+                                          "seed",  "steps", "width",  "height"};
 
 JobRequest read_request(detail::Fields f, const nlohmann::json& j) {
     JobRequest r;
@@ -133,7 +133,8 @@ JobRequest read_request(detail::Fields f, const nlohmann::json& j) {
     }
     for (const CallValues::Item& item : r.arguments.items()) {
         const CallArgument& row = *item.first;
-        if (row.below && r.arguments.has(row.below) && r.arguments.number(row.name) >= r.arguments.number(row.below))
+        if (row.below && r.arguments.has(row.below) &&
+            r.arguments.number(row.name) >= r.arguments.number(row.below))
             throw InputDataError(f.path(row.name) + ": must be below " + row.below);
     }
     f.no_other_keys();
@@ -151,12 +152,14 @@ void to_json(nlohmann::json& j, const JobRequest& r) {
          {"steps", r.steps},
          {"width", r.width},
          {"height", r.height}};
-    for (const CallValues::Item& item : r.arguments.items()) j[item.first->name] = call_value_json(item.second);
+    for (const CallValues::Item& item : r.arguments.items())
+        j[item.first->name] = call_value_json(item.second);
 }
 
 bool is_variant_name(const std::string& name) {
-    return name.size() <= 64 && name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                                       "0123456789_-") == std::string::npos;
+    return name.size() <= 64 && name.find_first_not_of(
+                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                    "0123456789_-") == std::string::npos;
 }
 
 bool same_batch_settings(const JobRequest& a, const JobRequest& b) {
@@ -167,7 +170,8 @@ bool same_batch_settings(const JobRequest& a, const JobRequest& b) {
     const std::vector<CallValues::Item>& y = b.arguments.items();
     if (x.size() != y.size()) return false;
     for (std::size_t i = 0; i < x.size(); ++i)
-        if (x[i].first != y[i].first || (!x[i].first->shared_batch && x[i].second != y[i].second)) return false;
+        if (x[i].first != y[i].first || (!x[i].first->shared_batch && x[i].second != y[i].second))
+            return false;
     return true;
 }
 
@@ -176,22 +180,22 @@ namespace {
 // Every field of `job` but its requests.
 nlohmann::json settings_json(const JobFile& job) {
     nlohmann::json j = {{"format", kJobFileFormat},
-         {"version", kJobFileVersion},
-         {"dtype", job.dtype},
-         {"device", job.device},
-         {"batch_size", job.batch_size},
-         {"variant", job.variant},
-         {"no_t5", job.no_t5},
-         {"offload", job.offload},
-         {"keep_quantized", job.keep_quantized},
-         {"mesh",
-          {{"dp", job.mesh.dp},
-           {"cfg", job.mesh.cfg},
-           {"ring", job.mesh.ring},
-           {"ulysses", job.mesh.ulysses},
-           {"tp", job.mesh.tp}}},
-         {"collective_timeout_s", job.collective_timeout_s},
-         {"schedule", job.schedule}};
+                        {"version", kJobFileVersion},
+                        {"dtype", job.dtype},
+                        {"device", job.device},
+                        {"batch_size", job.batch_size},
+                        {"variant", job.variant},
+                        {"no_t5", job.no_t5},
+                        {"offload", job.offload},
+                        {"keep_quantized", job.keep_quantized},
+                        {"mesh",
+                         {{"dp", job.mesh.dp},
+                          {"cfg", job.mesh.cfg},
+                          {"ring", job.mesh.ring},
+                          {"ulysses", job.mesh.ulysses},
+                          {"tp", job.mesh.tp}}},
+                        {"collective_timeout_s", job.collective_timeout_s},
+                        {"schedule", job.schedule}};
     if (job.node_timeout_s > 0) j["node_timeout_s"] = job.node_timeout_s;
     put_path(j, "model_dir", job.model_dir);
     j["family"] = job.family;
@@ -249,7 +253,8 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     try {
         family = FamilyArguments(out.family);
     } catch (const InternalError&) {
-        throw InputDataError("family: '" + out.family.substr(0, 40) + "' is not a model family this dp-worker runs");
+        throw InputDataError("family: '" + out.family.substr(0, 40) +
+                             "' is not a model family this dp-worker runs");
     }
     if (f.has("random_weights")) out.random_weights = f.unsigned_integer("random_weights");
     out.output_dir = read_path(f, "output_dir");
@@ -267,9 +272,11 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     if (f.has("component_files")) {
         const nlohmann::json& files = f.object("component_files");
         for (auto it = files.begin(); it != files.end(); ++it) {
-            if (!is_one_of(it.key(), {"transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "vae"}))
-                throw InputDataError("component_files: '" + it.key().substr(0, 40) +
-                                     "': expected transformer, text_encoder, text_encoder_2, text_encoder_3 or vae");
+            if (!is_one_of(it.key(),
+                           {"transformer", "text_encoder", "text_encoder_2", "text_encoder_3", "vae"}))
+                throw InputDataError(
+                    "component_files: '" + it.key().substr(0, 40) +
+                    "': expected transformer, text_encoder, text_encoder_2, text_encoder_3 or vae");
             detail::Fields one(it.value(), "component_files." + it.key());
             out.component_files[it.key()] = read_path(one, "path");
             one.no_other_keys();
@@ -284,7 +291,8 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     if (f.has("schedule")) {
         out.schedule = f.string("schedule");
         if (!is_one_of(out.schedule, {"static", "dynamic"}))
-            throw InputDataError("schedule: '" + out.schedule.substr(0, 40) + "': expected static or dynamic");
+            throw InputDataError("schedule: '" + out.schedule.substr(0, 40) +
+                                 "': expected static or dynamic");
     }
     if (f.has("device_map"))
         out.device_map = read_device_map(detail::Fields(f.object("device_map"), "device_map"));
@@ -301,7 +309,8 @@ void from_json(const nlohmann::json& j, JobFile& job) {
         const std::string where = f.path("requests", i);
         for (const CallValues::Item& item : out.requests[i].arguments.items())
             if (!family.takes(item.first->name))
-                throw InputDataError(where + "." + item.first->name + ": " + out.family + " does not read it");
+                throw InputDataError(where + "." + item.first->name + ": " + out.family +
+                                     " does not read it");
     }
     f.no_other_keys();
     job = std::move(out);

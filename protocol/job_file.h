@@ -24,8 +24,8 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <nlohmann/json_fwd.hpp>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -104,9 +104,10 @@ struct JobFile {
     std::string family;
     std::optional<uint64_t> random_weights;  // set: the model's configs with seeded random weights
     std::string output_dir;
-    std::string dtype = "auto";   // auto (bf16 on a GPU, fp32 on the CPU: the worker resolves it), fp32, bf16, fp16
+    std::string dtype =
+        "auto";  // auto (bf16 on a GPU, fp32 on the CPU: the worker resolves it), fp32, bf16, fp16
     std::string device = "auto";  // auto, cpu, cuda
-    std::string variant;          // weight files of this variant (*.VARIANT.safetensors); empty: the plain ones
+    std::string variant;  // weight files of this variant (*.VARIANT.safetensors); empty: the plain ones
     // Components whose weights come from one file (--transformer FILE, ...): component -> absolute
     // path (Note [component files], launcher/component_files.h).
     std::map<std::string, std::string> component_files;
@@ -124,7 +125,7 @@ struct JobFile {
     // "dynamic" (each takes the next batch from the job's queue when free, costliest first; Note
     // [dynamic schedule] in runtime/worker.cpp). Optional in the file: absent is static.
     std::string schedule = "static";
-    std::vector<JobRequest> requests;            // in the order the ranks split them
+    std::vector<JobRequest> requests;  // in the order the ranks split them
     // The writing dp-launch's id for this run. Every launcher of a multi-node job writes its own;
     // rank 0's is the job's (JoinedEvent), and it is not one of the settings the nodes compare.
     std::string job_id;

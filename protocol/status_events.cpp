@@ -62,7 +62,8 @@ void read(detail::Fields& f, StartEvent& e) {
     if (f.has("dtype")) {
         e.dtype = f.string("dtype");
         if (e.dtype != "fp32" && e.dtype != "bf16" && e.dtype != "fp16")
-            throw InputDataError(f.path("dtype") + " '" + e.dtype.substr(0, 40) + "': expected fp32, bf16 or fp16");
+            throw InputDataError(f.path("dtype") + " '" + e.dtype.substr(0, 40) +
+                                 "': expected fp32, bf16 or fp16");
     }
     if (f.has("schedule")) {
         e.schedule = f.string("schedule");

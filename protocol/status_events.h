@@ -105,8 +105,8 @@ struct JoinedEvent {
     std::string job_id;
 };
 
-using StatusEvent = std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent, HeartbeatEvent, JoinedEvent,
-                                 TakeEvent>;
+using StatusEvent =
+    std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent, HeartbeatEvent, JoinedEvent, TakeEvent>;
 
 // The event as one line, ending in '\n'. Text that is not UTF-8 is replaced, never refused; a
 // message is cut to a few KiB, so that a line always stays far below the launcher's line bound.

@@ -23,21 +23,23 @@ std::string number_text(double v) {
 
 // The ratios MagCache publishes for FLUX.1 (dev and schnell), 28 steps: diffusers' FLUX_MAG_RATIOS.
 const std::vector<float>& flux_mag_ratios() {
-    static const std::vector<float> r = {1.0f,     1.21094f, 1.11719f, 1.07812f, 1.0625f,  1.03906f, 1.03125f,
-                                         1.03906f, 1.02344f, 1.03125f, 1.02344f, 0.98047f, 1.01562f, 1.00781f,
-                                         1.0f,     1.00781f, 1.0f,     1.00781f, 1.0f,     1.0f,     0.99609f,
-                                         0.99609f, 0.98047f, 0.98828f, 0.96484f, 0.95703f, 0.93359f, 0.89062f};
+    static const std::vector<float> r = {
+        1.0f,     1.21094f, 1.11719f, 1.07812f, 1.0625f,  1.03906f, 1.03125f, 1.03906f, 1.02344f, 1.03125f,
+        1.02344f, 0.98047f, 1.01562f, 1.00781f, 1.0f,     1.00781f, 1.0f,     1.00781f, 1.0f,     1.0f,
+        0.99609f, 0.99609f, 0.98047f, 0.98828f, 0.96484f, 0.95703f, 0.93359f, 0.89062f};
     return r;
 }
 
 // A ratio list's values: finite and positive (a magnitude ratio), at most kMaxRatios of them.
 std::string check_ratios(const std::vector<float>& r) {
     if (r.empty()) return "mag_ratios is empty";
-    if (r.size() > kMaxRatios) return "mag_ratios has " + std::to_string(r.size()) + " values (at most " +
-                                      std::to_string(kMaxRatios) + ")";
+    if (r.size() > kMaxRatios)
+        return "mag_ratios has " + std::to_string(r.size()) + " values (at most " +
+               std::to_string(kMaxRatios) + ")";
     for (std::size_t i = 0; i < r.size(); ++i)
         if (!std::isfinite(r[i]) || r[i] <= 0)
-            return "mag_ratios[" + std::to_string(i) + "] = " + number_text(r[i]) + " is not a positive number";
+            return "mag_ratios[" + std::to_string(i) + "] = " + number_text(r[i]) +
+                   " is not a positive number";
     return {};
 }
 
@@ -73,15 +75,17 @@ std::string read_mag_ratios_file(const std::string& path, std::vector<float>& ou
     const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
     const nlohmann::json* list = &j;
     if (j.is_object() && j.contains("mag_ratios")) list = &j["mag_ratios"];
-    const std::string expected = "the mag_ratios file '" + path +
-                                 "' must hold a JSON list of numbers, or an object whose \"mag_ratios\" is one "
-                                 "(as mag_cache:calibrate=true writes it)";
+    const std::string expected =
+        "the mag_ratios file '" + path +
+        "' must hold a JSON list of numbers, or an object whose \"mag_ratios\" is one "
+        "(as mag_cache:calibrate=true writes it)";
     if (j.is_discarded() || !list->is_array()) return expected;
     for (const nlohmann::json& v : *list) {
         if (!v.is_number()) return expected;
         out.push_back(static_cast<float>(v.get<double>()));
     }
-    if (const std::string why = check_ratios(out); !why.empty()) return "the mag_ratios file '" + path + "': " + why;
+    if (const std::string why = check_ratios(out); !why.empty())
+        return "the mag_ratios file '" + path + "': " + why;
     return {};
 }
 
@@ -90,8 +94,9 @@ std::string StepCache::text() const {
     if (taylorseer())
         return type + ":cache_interval=" + std::to_string(cache_interval) +
                ",disable_cache_before_step=" + std::to_string(disable_cache_before_step) +
-               (disable_cache_after_step >= 0 ? ",disable_cache_after_step=" + std::to_string(disable_cache_after_step)
-                                              : std::string()) +
+               (disable_cache_after_step >= 0
+                    ? ",disable_cache_after_step=" + std::to_string(disable_cache_after_step)
+                    : std::string()) +
                ",max_order=" + std::to_string(max_order) +
                ",taylor_factors_dtype=" + (float32_factors ? "float32" : "bfloat16");
     if (mag()) {
@@ -102,7 +107,8 @@ std::string StepCache::text() const {
             std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(r));  // a float32's exact digits
             ratios += (ratios.empty() ? "" : " ") + std::string(buf);
         }
-        return type + ":threshold=" + number_text(threshold) + ",max_skip_steps=" + std::to_string(max_skip_steps) +
+        return type + ":threshold=" + number_text(threshold) +
+               ",max_skip_steps=" + std::to_string(max_skip_steps) +
                ",retention_ratio=" + number_text(retention_ratio) + ",mag_ratios=" + ratios;
     }
     return "none";
@@ -134,11 +140,13 @@ std::vector<float> StepCache::mag_ratios_for(int64_t steps) const {
 
 std::string parse_step_cache(const std::string& text, StepCache& out, double max) {
     out = StepCache{};
-    const std::string accepted =
-        "expected first_block_cache:threshold=T (T from 0 to " + number_text(max) +
-        "), taylorseer_cache[:cache_interval=N,disable_cache_before_step=N,disable_cache_after_step=N,max_order=K,"
-        "taylor_factors_dtype=bfloat16|float32], mag_cache:mag_ratios=flux|FILE[,threshold=T,max_skip_steps=K,"
-        "retention_ratio=R], mag_cache:calibrate=true, or none";
+    const std::string accepted = "expected first_block_cache:threshold=T (T from 0 to " + number_text(max) +
+                                 "), "
+                                 "taylorseer_cache[:cache_interval=N,disable_cache_before_step=N,disable_"
+                                 "cache_after_step=N,max_order=K,"
+                                 "taylor_factors_dtype=bfloat16|float32], "
+                                 "mag_cache:mag_ratios=flux|FILE[,threshold=T,max_skip_steps=K,"
+                                 "retention_ratio=R], mag_cache:calibrate=true, or none";
     if (text == "none" || text.empty()) return {};
     const std::size_t colon = text.find(':');
     const std::string type = text.substr(0, colon);
@@ -155,13 +163,14 @@ std::string parse_step_cache(const std::string& text, StepCache& out, double max
         const std::string item = rest.substr(0, comma);
         rest = comma == std::string::npos ? std::string() : rest.substr(comma + 1);
         const std::size_t eq = item.find('=');
-        const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+        const std::string key = item.substr(0, eq),
+                          value = eq == std::string::npos ? "" : item.substr(eq + 1);
         const auto whole = [&](int64_t lo, int64_t hi, int64_t& field) -> std::string {
             char* end = nullptr;
             const long long v = std::strtoll(value.c_str(), &end, 10);
             if (value.empty() || !end || *end != '\0' || v < lo || v > hi)
-                return key + " '" + value.substr(0, 40) + "' is not a whole number from " + std::to_string(lo) +
-                       " to " + std::to_string(hi);
+                return key + " '" + value.substr(0, 40) + "' is not a whole number from " +
+                       std::to_string(lo) + " to " + std::to_string(hi);
             field = v;
             return {};
         };
@@ -169,8 +178,8 @@ std::string parse_step_cache(const std::string& text, StepCache& out, double max
             char* end = nullptr;
             const double v = std::strtod(value.c_str(), &end);
             if (value.empty() || !end || *end != '\0' || !std::isfinite(v) || v < lo || v > hi)
-                return key + " '" + value.substr(0, 40) + "' is not a number from " + number_text(lo) + " to " +
-                       number_text(hi);
+                return key + " '" + value.substr(0, 40) + "' is not a number from " + number_text(lo) +
+                       " to " + number_text(hi);
             field = v;
             return {};
         };
@@ -185,13 +194,15 @@ std::string parse_step_cache(const std::string& text, StepCache& out, double max
             why = whole(0, 1000000, out.disable_cache_after_step);
         } else if (out.taylorseer() && key == "max_order") {
             why = whole(0, 8, out.max_order);
-        } else if (out.taylorseer() && key == "taylor_factors_dtype" && (value == "bfloat16" || value == "float32")) {
+        } else if (out.taylorseer() && key == "taylor_factors_dtype" &&
+                   (value == "bfloat16" || value == "float32")) {
             out.float32_factors = value == "float32";
         } else if (out.mag() && key == "max_skip_steps") {
             why = whole(0, 1000000, out.max_skip_steps);
         } else if (out.mag() && key == "retention_ratio") {
             why = number(0, 1, out.retention_ratio);
-        } else if (out.mag() && key == "calibrate" && (value == "true" || value == "false" || eq == std::string::npos)) {
+        } else if (out.mag() && key == "calibrate" &&
+                   (value == "true" || value == "false" || eq == std::string::npos)) {
             out.calibrate = value != "false";
         } else if (out.mag() && key == "mag_ratios" && !value.empty()) {
             ratios_given = true;
@@ -202,16 +213,19 @@ std::string parse_step_cache(const std::string& text, StepCache& out, double max
             }
             if (why.empty()) why = check_ratios(out.mag_ratios);
         } else if (out.mag() && key == "num_inference_steps") {
-            return "mag_cache takes no num_inference_steps: dp-launch uses each prompt's own steps, and takes "
-                   "mag_ratios to them as diffusers does; " + accepted;
+            return "mag_cache takes no num_inference_steps: dp-launch uses each prompt's own steps, and "
+                   "takes "
+                   "mag_ratios to them as diffusers does; " +
+                   accepted;
         } else {
             return type + " takes " +
-                   (out.first_block()  ? std::string("threshold=T")
-                    : out.taylorseer() ? std::string("cache_interval, disable_cache_before_step, "
-                                                     "disable_cache_after_step, max_order and taylor_factors_dtype "
-                                                     "(bfloat16 or float32)")
-                                       : std::string("threshold, max_skip_steps, retention_ratio, mag_ratios "
-                                                     "(flux, a file, or the numbers) and calibrate=true")) +
+                   (out.first_block() ? std::string("threshold=T")
+                    : out.taylorseer()
+                        ? std::string("cache_interval, disable_cache_before_step, "
+                                      "disable_cache_after_step, max_order and taylor_factors_dtype "
+                                      "(bfloat16 or float32)")
+                        : std::string("threshold, max_skip_steps, retention_ratio, mag_ratios "
+                                      "(flux, a file, or the numbers) and calibrate=true")) +
                    " (got '" + item.substr(0, 40) + "'); " + accepted;
         }
         if (!why.empty()) return why;

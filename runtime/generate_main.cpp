@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "protocol/call_arguments.h"
-#include "runtime/pipeline/adapters.h"
-#include "strategies/model_config.h"
 #include "runtime/io/errors.h"
 #include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/adapters.h"
 #include "runtime/pipeline/pipeline.h"
+#include "strategies/model_config.h"
 
 namespace {
 double ms_since(std::chrono::steady_clock::time_point t) {
@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
                    "use the folder's configs with random weights of this seed");
     app.add_option("--prompt", request.prompt, "prompt");
     app.add_option_function<std::string>(
-        "--negative-prompt", [&](const std::string& text) { request.negative_prompt = text; }, "negative prompt");
+        "--negative-prompt", [&](const std::string& text) { request.negative_prompt = text; },
+        "negative prompt");
     app.add_option("--seed", request.seed, "seed of the initial noise");
     app.add_option("--steps", request.steps, "denoising steps")->check(CLI::Range(1, 10000));
     // Each family call argument of the table by its flag (--guidance-scale, --true-cfg-scale, ...);
@@ -104,7 +105,8 @@ int main(int argc, char** argv) {
                 options.adapters->apply(adapters, *model.spec, options.model_dir, options.variant);
             adapter_switch_ms = ms_since(start);
             static const char* kHow[] = {"in place", "rebuilt", "at next use"};
-            for (const auto& [component, how] : report.components) switched[component] = kHow[static_cast<int>(how)];
+            for (const auto& [component, how] : report.components)
+                switched[component] = kHow[static_cast<int>(how)];
             switched["weights_in_place"] = report.weights;
         }
         std::vector<double> step_ms;

@@ -15,7 +15,6 @@
 namespace dp::runtime {
 namespace {
 
-
 void append_bytes(png_structp png, png_bytep data, png_size_t size) {
     auto* out = static_cast<std::vector<uint8_t>*>(png_get_io_ptr(png));
     out->insert(out->end(), data, data + size);

@@ -35,7 +35,8 @@ nlohmann::json posting(const protocol::JobFile& job, int rank) {
     for (const nlohmann::json& r : all)
         for (const auto& [key, unused] : r.items()) column_text.emplace(key, std::string());
     for (const nlohmann::json& r : all)
-        for (auto& [key, text] : column_text) text += (r.contains(key) ? r.at(key).dump() : std::string("null")) + "\n";
+        for (auto& [key, text] : column_text)
+            text += (r.contains(key) ? r.at(key).dump() : std::string("null")) + "\n";
     nlohmann::json columns = nlohmann::json::object();
     for (const auto& [key, text] : column_text)
         columns[key] = {{"sha256", sha256_hex(text.data(), text.size())},
@@ -73,7 +74,8 @@ std::string difference(const nlohmann::json& zero, const nlohmann::json& other) 
         const nlohmann::json none = "(none)";
         const nlohmann::json& va = a.contains(k) ? a.at(k) : none;
         const nlohmann::json& vb = b.contains(k) ? b.at(k) : none;
-        if (va != vb) out += (out.empty() ? "" : ", ") + k + " " + shown(vb) + " there, " + shown(va) + " on rank 0";
+        if (va != vb)
+            out += (out.empty() ? "" : ", ") + k + " " + shown(vb) + " there, " + shown(va) + " on rank 0";
     }
     if (zero.at("requests_sha256") != other.at("requests_sha256")) {
         // Which of the prompts' fields differ, with the first prompt's values.
@@ -90,8 +92,9 @@ std::string difference(const nlohmann::json& zero, const nlohmann::json& other) 
             if (a_col.value("sha256", "") == b_col.value("sha256", "")) continue;
             const nlohmann::json va = a_col.contains("first") ? a_col.at("first") : nlohmann::json("(none)");
             const nlohmann::json vb = b_col.contains("first") ? b_col.at("first") : nlohmann::json("(none)");
-            fields += (fields.empty() ? "" : ", ") + k +
-                      (va != vb ? " (first prompt: " + shown(vb) + " there, " + shown(va) + " on rank 0)" : "");
+            fields +=
+                (fields.empty() ? "" : ", ") + k +
+                (va != vb ? " (first prompt: " + shown(vb) + " there, " + shown(va) + " on rank 0)" : "");
         }
         out += std::string(out.empty() ? "" : "; ") + "its prompts differ" +
                (fields.empty() ? std::string() : " in " + fields) + " (" +
@@ -115,7 +118,8 @@ std::string agree_on_job(const protocol::JobFile& job, Communicator& comm) {
             const nlohmann::json other =
                 nlohmann::json::parse(comm.store_get(kPostKey + std::to_string(r)), nullptr, false);
             if (other.is_discarded() || !other.contains("settings")) {
-                verdict = "rank " + std::to_string(r) + " posted an unreadable job (another dp-worker build?)";
+                verdict =
+                    "rank " + std::to_string(r) + " posted an unreadable job (another dp-worker build?)";
                 continue;
             }
             if (const std::string d = difference(mine, other); !d.empty())
@@ -123,15 +127,18 @@ std::string agree_on_job(const protocol::JobFile& job, Communicator& comm) {
         }
         comm.store_set(kVerdictKey, verdict.empty() ? "ok" : verdict);
         if (!verdict.empty())
-            throw protocol::UsageError(verdict + ". Start every node with the same prompt file, flags and "
-                                                 "--output-dir (on storage every node sees)");
+            throw protocol::UsageError(verdict +
+                                       ". Start every node with the same prompt file, flags and "
+                                       "--output-dir (on storage every node sees)");
         return job.job_id;
     }
     const std::string verdict = comm.store_get(kVerdictKey);
     if (verdict != "ok")
-        throw protocol::UsageError(verdict + ". Start every node with the same prompt file, flags and "
-                                             "--output-dir (on storage every node sees)");
-    const nlohmann::json zero = nlohmann::json::parse(comm.store_get(std::string(kPostKey) + "0"), nullptr, false);
+        throw protocol::UsageError(verdict +
+                                   ". Start every node with the same prompt file, flags and "
+                                   "--output-dir (on storage every node sees)");
+    const nlohmann::json zero =
+        nlohmann::json::parse(comm.store_get(std::string(kPostKey) + "0"), nullptr, false);
     return zero.is_discarded() ? std::string() : zero.value("job_id", "");
 }
 

@@ -4,8 +4,8 @@
 
 #include <utility>
 
-#include "runtime/io/errors.h"
 #include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/flux/flux_pipeline.h"
 #include "runtime/models/qwen_image/qwen_image_pipeline.h"
 #include "runtime/models/sd3/sd3_pipeline.h"
@@ -33,7 +33,8 @@ GenerateResult DiffusionPipeline::generate(const GenerateRequest& request) const
     return std::move(generate_batch({request}).front());
 }
 
-std::unique_ptr<DiffusionPipeline> load_pipeline(const PipelineOptions& options, const ParallelContext& parallel) {
+std::unique_ptr<DiffusionPipeline> load_pipeline(const PipelineOptions& options,
+                                                 const ParallelContext& parallel) {
     const std::string path = options.model_dir + "/model_index.json";
     const std::string cls = ConfigJson::from_file(path).string("_class_name", "");
     std::string supported;

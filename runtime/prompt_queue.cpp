@@ -7,20 +7,21 @@
 
 namespace dp::runtime {
 
-PromptQueue::PromptQueue(const protocol::JobFile& job, const strategies::ModelInfo& model, const ParallelContext& parallel,
-                         Communicator& world, const std::string& job_id)
+PromptQueue::PromptQueue(const protocol::JobFile& job, const strategies::ModelInfo& model,
+                         const ParallelContext& parallel, Communicator& world, const std::string& job_id)
     : dynamic_(job.schedule == "dynamic"), world_(world) {
     std::vector<std::size_t> order;
     if (dynamic_) {
         const strategies::CostRules rules = strategies::cost_rules(model.sizes, model.arguments);
         order = strategies::dynamic_order(strategies::prompt_costs(job.requests, rules));
     } else {
-        share_ = strategies::split_between_processes(static_cast<int64_t>(job.requests.size()), parallel.replicas(),
-                                                     parallel.replica());
+        share_ = strategies::split_between_processes(static_cast<int64_t>(job.requests.size()),
+                                                     parallel.replicas(), parallel.replica());
         order.resize(static_cast<std::size_t>(share_.size()));
         std::iota(order.begin(), order.end(), static_cast<std::size_t>(share_.begin));
     }
-    units_ = strategies::work_units(job.requests, strategies::grouped_by_adapters(job.requests, order), job.batch_size);
+    units_ = strategies::work_units(job.requests, strategies::grouped_by_adapters(job.requests, order),
+                                    job.batch_size);
     leader_ = parallel.writes_outputs();
     alone_ = parallel.mesh().degrees().replica_size() == 1;
     const std::string prefix = "dp-schedule/" + (job_id.empty() ? job.job_id : job_id) + "/";

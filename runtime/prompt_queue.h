@@ -13,9 +13,9 @@
 // the same order, as cfg, ring, ulysses and tp need. With prompts of several LoRA adapter sets,
 // each set's units have their own counter, and a replica claims from its current set first
 // (strategies' Note [claims by adapter set]), so that it switches only when its set runs out. A
-// claim when every set is used up ends the replica's work. The keys are under the job's id, so a restarted or resumed job (a new store, its own id)
-// starts its queue afresh. Seeds and settings are per prompt in the job file, so each image is the
-// one a static run makes; only which rank makes it, and when, differ.
+// claim when every set is used up ends the replica's work. The keys are under the job's id, so a restarted or
+// resumed job (a new store, its own id) starts its queue afresh. Seeds and settings are per prompt in the job
+// file, so each image is the one a static run makes; only which rank makes it, and when, differ.
 
 #include <cstddef>
 #include <string>
@@ -34,8 +34,8 @@ class PromptQueue {
     // `model`: the job's model as this rank read it (the cost model's rules); `world`: the job's
     // whole group, whose store every node shares; `job_id`: the job's (rank 0's launcher's, from
     // the job agreement). Orders and cuts the requests; claims nothing yet.
-    PromptQueue(const protocol::JobFile& job, const strategies::ModelInfo& model, const ParallelContext& parallel,
-                Communicator& world, const std::string& job_id);
+    PromptQueue(const protocol::JobFile& job, const strategies::ModelInfo& model,
+                const ParallelContext& parallel, Communicator& world, const std::string& job_id);
 
     bool dynamic() const { return dynamic_; }
     // The static share, [0, 0) under the dynamic schedule.
@@ -56,13 +56,13 @@ class PromptQueue {
     strategies::Range share_;
     std::vector<std::vector<std::size_t>> units_;
     Communicator& world_;
-    bool leader_ = false;      // the replica's first rank: it claims
-    bool alone_ = false;       // a replica of one rank: nobody to hand the claim to
-    std::string counter_key_;  // the job's count of claimed units, a set's: COUNTER_KEY/SET
+    bool leader_ = false;                      // the replica's first rank: it claims
+    bool alone_ = false;                       // a replica of one rank: nobody to hand the claim to
+    std::string counter_key_;                  // the job's count of claimed units, a set's: COUNTER_KEY/SET
     std::vector<strategies::Range> set_runs_;  // each adapter set's units
     std::vector<bool> used_up_;                // the sets this replica found used up
     std::size_t claiming_ = 0;                 // the set it claims from
-    std::string turn_key_;     // this replica's claims, by turn: TURN_KEY + turn
+    std::string turn_key_;                     // this replica's claims, by turn: TURN_KEY + turn
     std::size_t next_static_ = 0;
     long long turn_ = 0;
 };

@@ -44,7 +44,8 @@ void write_all(int fd, const std::string& text) {
 }
 
 [[noreturn]] void on_terminate() {
-    RankFailure f{protocol::kExitInternal, "internal error: std::terminate without an exception (a thread left running)"};
+    RankFailure f{protocol::kExitInternal,
+                  "internal error: std::terminate without an exception (a thread left running)"};
     if (const std::exception_ptr current = std::current_exception()) {
         try {
             std::rethrow_exception(current);
@@ -59,7 +60,8 @@ void write_all(int fd, const std::string& text) {
     try {
         const std::string message = "rank " + std::to_string(g_rank) + ": " + f.message;
         write_all(STDERR_FILENO, "dp-worker: " + message + "\n");
-        if (g_status_fd >= 0) write_all(g_status_fd, protocol::status_line(protocol::RankErrorEvent{g_rank, f.code, message}));
+        if (g_status_fd >= 0)
+            write_all(g_status_fd, protocol::status_line(protocol::RankErrorEvent{g_rank, f.code, message}));
     } catch (...) {
         write_all(STDERR_FILENO, "dp-worker: a thread failed and the failure could not be described\n");
     }
@@ -81,7 +83,8 @@ std::string exhausted_resource(const std::string& what) {
         {"std::bad_alloc", "memory (RAM, or the address-space limit ulimit -v)"},
         {"out of memory", "memory (RAM, or the address-space limit ulimit -v)"},
         {"failed to map segment", "memory (RAM, or the address-space limit ulimit -v)"},
-        {"Resource temporarily unavailable", "threads or processes (ulimit -u), or memory for a thread's stack"},
+        {"Resource temporarily unavailable",
+         "threads or processes (ulimit -u), or memory for a thread's stack"},
         {"EAGAIN", "threads or processes (ulimit -u), or memory for a thread's stack"},
         {"No buffer space available", "socket buffers (the kernel's network memory)"},
     };
@@ -121,8 +124,8 @@ void ensure_open_file_headroom(int world, bool gloo) {
         if (setrlimit(RLIMIT_NOFILE, &limit) == 0) return;
     }
     throw protocol::SystemError("the system refused file descriptors: the open-file limit (ulimit -n) is " +
-                                std::to_string(limit.rlim_max) + ", and this rank of " + std::to_string(world) +
-                                " needs about " + std::to_string(needed) +
+                                std::to_string(limit.rlim_max) + ", and this rank of " +
+                                std::to_string(world) + " needs about " + std::to_string(needed) +
                                 " (its connections to the other ranks); raise it, e.g. ulimit -n " +
                                 std::to_string(std::max<rlim_t>(needed * 2, 1024)) + ", before dp-launch");
 }

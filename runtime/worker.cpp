@@ -17,8 +17,9 @@
 
 #include "protocol/job_file.h"
 #include "protocol/status_events.h"
-#include "runtime/io/errors.h"
 #include "runtime/image_sink.h"
+#include "runtime/io/errors.h"
+#include "runtime/io/tensor_io.h"
 #include "runtime/job_agreement.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/device_mapping.h"
@@ -27,10 +28,9 @@
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/prompt_queue.h"
 #include "runtime/rank_failure.h"
-#include "runtime/io/tensor_io.h"
 #include "strategies/device_map.h"
-#include "strategies/model_config.h"
 #include "strategies/mesh.h"
+#include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
 
 namespace dp::runtime {
@@ -132,8 +132,8 @@ void test_thread_failure() {
 }
 
 // Note [stopping at a step boundary]: SIGTERM, SIGINT or SIGHUP (dp-launch forwards them, e.g. when
-// a scheduler preempts the job or a terminal closes) only sets a flag. The rank checks it between denoising steps and
-// between batches, abandons the prompt it was making (an image is only ever written whole) and
+// a scheduler preempts the job or a terminal closes) only sets a flag. The rank checks it between denoising
+// steps and between batches, abandons the prompt it was making (an image is only ever written whole) and
 // exits 128 + the signal; the launcher's manifest keeps every image reported before, so a
 // --resume run makes the rest.
 volatile sig_atomic_t g_stop_signal = 0;
@@ -284,10 +284,12 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
 
     // The model, read once here (Note [a model is read once]); it must still be the family the
     // launcher read.
-    const auto model = std::make_shared<const strategies::ModelInfo>(strategies::read_model_info(job.model_dir));
+    const auto model =
+        std::make_shared<const strategies::ModelInfo>(strategies::read_model_info(job.model_dir));
     if (model->family != job.family)
-        throw ModelError(job.model_dir + ": the folder's model is now " + model->family_name + " (" + model->family +
-                         "), but dp-launch started the job for " + job.family + "; run dp-launch again");
+        throw ModelError(job.model_dir + ": the folder's model is now " + model->family_name + " (" +
+                         model->family + "), but dp-launch started the job for " + job.family +
+                         "; run dp-launch again");
     PipelineOptions po = pipeline_options(job, model);
     // Adapters only where a prompt asks for them: their state keeps each component's weight files
     // mapped, for switches in place (Note [adapter switches]).
@@ -314,10 +316,11 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
             if (local_rank < count) return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
             if (count == 1) return at::Device(at::kCUDA, 0);
             const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-            throw protocol::UsageError("LOCAL_RANK " + std::to_string(local_rank) + " has no GPU: " +
-                                       std::to_string(count) + " CUDA device(s) are visible (CUDA_VISIBLE_DEVICES=" +
-                                       (visible ? std::string(visible) : "unset") +
-                                       "); start at most that many ranks per node, or give each rank its own GPU");
+            throw protocol::UsageError(
+                "LOCAL_RANK " + std::to_string(local_rank) + " has no GPU: " + std::to_string(count) +
+                " CUDA device(s) are visible (CUDA_VISIBLE_DEVICES=" +
+                (visible ? std::string(visible) : "unset") +
+                "); start at most that many ranks per node, or give each rank its own GPU");
         };
         po.device = (job.device == "cpu" || !cuda) ? at::Device(at::kCPU) : rank_cuda_device();
         po.dtype = run_dtype(job.dtype, po.device.is_cuda());
@@ -412,12 +415,14 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
                 for (const std::string& w : result.warnings)
                     std::cerr << "prompt " << r.index << ": " << w << std::endl;
                 if (env_flag("DP_CACHE_REPORT") && !result.cache_metrics.empty()) {
-                    // Note [first block cache]: each branch's relative change per pass, to choose a threshold by.
+                    // Note [first block cache]: each branch's relative change per pass, to choose a threshold
+                    // by.
                     std::string line = "prompt " + std::to_string(r.index) + ": first-block changes";
                     for (std::size_t b = 0; b < result.cache_metrics.size(); ++b) {
                         if (result.cache_metrics[b].empty()) continue;
                         line += b == 0 ? " (negative branch)" : " (positive branch)";
-                        for (double m : result.cache_metrics[b]) line += " " + (m < 0 ? std::string("-") : std::to_string(m));
+                        for (double m : result.cache_metrics[b])
+                            line += " " + (m < 0 ? std::string("-") : std::to_string(m));
                     }
                     std::cerr << line << std::endl;
                 }
@@ -434,9 +439,8 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
                 if (save_latents)
                     save_safetensors(job.output_dir + "/" + r.file + ".latents.safetensors",
                                      {{"latents", result.latents}}, {{"prompt", r.prompt}});
-                status.send(
-                    protocol::ImageEvent{rank, r.index, r.file, img.sha256, ms, width, height, result.computed_steps,
-                                         result.mag_ratios});
+                status.send(protocol::ImageEvent{rank, r.index, r.file, img.sha256, ms, width, height,
+                                                 result.computed_steps, result.mag_ratios});
             }
         }
     }
@@ -490,8 +494,9 @@ int run_worker(const std::string& job_path) {
     } catch (const std::exception& e) {
         // Not one of our errors: a resource the system refused (Note [resource failures in a
         // rank]), else a broken promise in our code or a library's, never the input.
-        return report_failure(rank, status,
-                              classify_rank_failure(e, protocol::kExitInternal, std::string("internal error: ") + e.what()));
+        return report_failure(
+            rank, status,
+            classify_rank_failure(e, protocol::kExitInternal, std::string("internal error: ") + e.what()));
     }
 }
 
@@ -510,7 +515,8 @@ int check_model(const std::string& job_path) {
         std::cerr << "dp-worker: " << e.what() << std::endl;
         return e.exit_code();
     } catch (const std::exception& e) {
-        const RankFailure f = classify_rank_failure(e, protocol::kExitInternal, std::string("internal error: ") + e.what());
+        const RankFailure f =
+            classify_rank_failure(e, protocol::kExitInternal, std::string("internal error: ") + e.what());
         std::cerr << "dp-worker: " << f.message << std::endl;
         return f.code;
     }

@@ -7,7 +7,8 @@
 #include "runtime/worker.h"
 
 int main(int argc, char** argv) {
-    dp::protocol::open_missing_standard_fds();  // before anything is opened (Note [closed standard descriptors])
+    dp::protocol::open_missing_standard_fds();  // before anything is opened (Note [closed standard
+                                                // descriptors])
     CLI::App app(
         "dp-worker: one rank of dp-launch's main job (dp-launch writes the job file and sets the "
         "environment)");

@@ -59,7 +59,8 @@ Verdict check_image(const uint8_t* rgb, int width, int height, const Scene& expe
                     }
                 const auto best = std::max_element(count.begin(), count.end());
                 if (*best * 2 > window)
-                    filtered[static_cast<std::size_t>(y) * width + x] = static_cast<int>(best - count.begin());
+                    filtered[static_cast<std::size_t>(y) * width + x] =
+                        static_cast<int>(best - count.begin());
             }
         cls.swap(filtered);
     }

@@ -40,19 +40,24 @@ Rates rates_of(const dp::shapes::AdherenceTotals& t) {
 
 nlohmann::json json_of(const dp::shapes::AdherenceTotals& t) {
     const Rates r = rates_of(t);
-    return {{"images", t.images},         {"shapes", t.shapes},         {"background", r.background},
-            {"colour", r.colour},         {"kind", r.kind},             {"position", r.position},
-            {"shapes_right", r.shapes_right}, {"all_right", r.all_right}};
+    return {{"images", t.images},
+            {"shapes", t.shapes},
+            {"background", r.background},
+            {"colour", r.colour},
+            {"kind", r.kind},
+            {"position", r.position},
+            {"shapes_right", r.shapes_right},
+            {"all_right", r.all_right}};
 }
 
 // One line of a group: "two shapes: 12 image(s), background ..., both shapes right ...".
 void print_group(const std::string& name, const dp::shapes::AdherenceTotals& t, bool two) {
     const Rates r = rates_of(t);
-    std::printf("%-26s %4d image(s)  background %5.1f%%  colour %5.1f%%  kind %5.1f%%  position %5.1f%%  %s %5.1f%%  "
-                "all right %5.1f%%\n",
-                (name + ":").c_str(), t.images, 100 * r.background, 100 * r.colour, 100 * r.kind,
-                100 * r.position, two ? "both shapes right" : "shape right", 100 * r.shapes_right,
-                100 * r.all_right);
+    std::printf(
+        "%-26s %4d image(s)  background %5.1f%%  colour %5.1f%%  kind %5.1f%%  position %5.1f%%  %s %5.1f%%  "
+        "all right %5.1f%%\n",
+        (name + ":").c_str(), t.images, 100 * r.background, 100 * r.colour, 100 * r.kind, 100 * r.position,
+        two ? "both shapes right" : "shape right", 100 * r.shapes_right, 100 * r.all_right);
 }
 
 }  // namespace
@@ -76,9 +81,10 @@ int main(int argc, char** argv) {
                    "generator than the trainer's grammar), one per line, and exit")
         ->check(CLI::Range(1, 1000000));
     app.add_flag("--with-family", with_family, "with --print-free: write FAMILY<TAB>PROMPT");
-    app.add_flag("--two-shapes", print_two_shapes,
-                 "with --print-held-out or --print-free: two-shape scenes instead (of (colour, kind) pairs seen "
-                 "in training: a held-out pair is only ever shown alone)");
+    app.add_flag(
+        "--two-shapes", print_two_shapes,
+        "with --print-held-out or --print-free: two-shape scenes instead (of (colour, kind) pairs seen "
+        "in training: a held-out pair is only ever shown alone)");
     app.add_option("--seed", seed, "seed of --print-held-out and --print-free");
     app.add_flag("--json", json, "print the totals as one JSON object");
     app.add_flag("-q,--quiet", quiet, "no line per image");
@@ -127,8 +133,9 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (dir.empty()) {
-        std::cerr << "dp-adherence: OUTPUT_DIR is required (or --print-held-out N, --print-free N); see --help"
-                  << std::endl;
+        std::cerr
+            << "dp-adherence: OUTPUT_DIR is required (or --print-held-out N, --print-free N); see --help"
+            << std::endl;
         return 2;
     }
     std::ifstream manifest(dir + "/manifest.jsonl");

@@ -64,13 +64,15 @@ std::string backdrop(int background, std::mt19937_64& rng) {
 std::string there_is(const Scene& sc, std::mt19937_64& rng) {
     const Shape& a = sc.shapes[0];
     if (sc.shapes.size() == 1) {
-        if (rng() % 2) return "there is " + shape_of(a, rng) + " " + where(a.position, rng) + " " + backdrop(sc.background, rng);
+        if (rng() % 2)
+            return "there is " + shape_of(a, rng) + " " + where(a.position, rng) + " " +
+                   backdrop(sc.background, rng);
         return backdrop(sc.background, rng) + " there is " + shape_of(a, rng) + " " + where(a.position, rng);
     }
     const Shape& b = sc.shapes[1];
     if (rng() % 2)
-        return "there is " + shape_of(a, rng) + " " + where(a.position, rng) + " and " + shape_of(b, rng) + " " +
-               where(b.position, rng) + " " + backdrop(sc.background, rng);
+        return "there is " + shape_of(a, rng) + " " + where(a.position, rng) + " and " + shape_of(b, rng) +
+               " " + where(b.position, rng) + " " + backdrop(sc.background, rng);
     return backdrop(sc.background, rng) + ", there is " + shape_of(a, rng) + " " + where(a.position, rng) +
            " and there is " + shape_of(b, rng) + " " + where(b.position, rng);
 }
@@ -79,7 +81,8 @@ std::string colon(const Scene& sc, std::mt19937_64& rng) {
     const Shape& a = sc.shapes[0];
     const std::string bg = colour_of(sc.background);
     if (sc.shapes.size() == 1) {
-        if (rng() % 2) return where(a.position, rng) + ", " + backdrop(sc.background, rng) + ": " + shape_of(a, rng);
+        if (rng() % 2)
+            return where(a.position, rng) + ", " + backdrop(sc.background, rng) + ": " + shape_of(a, rng);
         return article(bg) + " " + bg + " background: " + shape_of(a, rng) + ", " + where(a.position, rng);
     }
     const Shape& b = sc.shapes[1];
@@ -125,8 +128,10 @@ std::string semicolons(const Scene& sc, std::mt19937_64& rng) {
 std::string sits(const Scene& sc, std::mt19937_64& rng) {
     std::string shapes;
     for (std::size_t i = 0; i < sc.shapes.size(); ++i)
-        shapes += (i ? " and " : "") + shape_of(sc.shapes[i], rng) + " sits " + where(sc.shapes[i].position, rng);
-    return rng() % 2 ? shapes + " " + backdrop(sc.background, rng) : backdrop(sc.background, rng) + ", " + shapes;
+        shapes +=
+            (i ? " and " : "") + shape_of(sc.shapes[i], rng) + " sits " + where(sc.shapes[i].position, rng);
+    return rng() % 2 ? shapes + " " + backdrop(sc.background, rng)
+                     : backdrop(sc.background, rng) + ", " + shapes;
 }
 
 std::string picture(const Scene& sc, std::mt19937_64& rng) {
@@ -141,20 +146,27 @@ std::string picture(const Scene& sc, std::mt19937_64& rng) {
 std::string placed(const Scene& sc, std::mt19937_64& rng) {
     const Shape& a = sc.shapes[0];
     if (sc.shapes.size() == 1) {
-        if (rng() % 2) return shape_of(a, rng) + " placed " + where(a.position, rng) + " " + backdrop(sc.background, rng);
-        return "placed " + where(a.position, rng) + ", " + backdrop(sc.background, rng) + ", " + shape_of(a, rng);
+        if (rng() % 2)
+            return shape_of(a, rng) + " placed " + where(a.position, rng) + " " +
+                   backdrop(sc.background, rng);
+        return "placed " + where(a.position, rng) + ", " + backdrop(sc.background, rng) + ", " +
+               shape_of(a, rng);
     }
     const Shape& b = sc.shapes[1];
-    return backdrop(sc.background, rng) + ", " + shape_of(a, rng) + " placed " + where(a.position, rng) + " and " +
-           shape_of(b, rng) + " placed " + where(b.position, rng);
+    return backdrop(sc.background, rng) + ", " + shape_of(a, rng) + " placed " + where(a.position, rng) +
+           " and " + shape_of(b, rng) + " placed " + where(b.position, rng);
 }
 
 using Writer = std::string (*)(const Scene&, std::mt19937_64&);
 // In free_family's order: no family writes the mark of one before it.
 const std::vector<std::pair<std::string, Writer>>& writers() {
-    static const std::vector<std::pair<std::string, Writer>> all = {
-        {"background_is", background_is}, {"there_is", there_is}, {"colon", colon}, {"semicolons", semicolons},
-        {"sits", sits},                   {"picture", picture},   {"placed", placed}};
+    static const std::vector<std::pair<std::string, Writer>> all = {{"background_is", background_is},
+                                                                    {"there_is", there_is},
+                                                                    {"colon", colon},
+                                                                    {"semicolons", semicolons},
+                                                                    {"sits", sits},
+                                                                    {"picture", picture},
+                                                                    {"placed", placed}};
     return all;
 }
 

@@ -367,18 +367,19 @@ std::optional<Scene> parse_prompt(const std::string& prompt) {
 }
 
 std::vector<std::string> grammar_words() {
-    std::vector<std::string> words = {"a",          "on",     "the",    "at",     "in",     "with",     "and",
-                                      "background", "small",  "large",  "big",    "left",   "right",    "top",
-                                      "bottom",     "centre", "middle", "center", "an", "circle", "square", "triangle", ","};
+    std::vector<std::string> words = {"a",     "on",         "the",    "at",       "in",     "with",
+                                      "and",   "background", "small",  "large",    "big",    "left",
+                                      "right", "top",        "bottom", "centre",   "middle", "center",
+                                      "an",    "circle",     "square", "triangle", ","};
     for (const Colour& c : palette()) words.push_back(c.name);
     for (const std::string& w : free_connective_words()) words.push_back(w);
     return words;
 }
 
 const std::vector<std::string>& free_connective_words() {
-    static const std::vector<std::string> words = {"there", "is",     "that",   "placed", "against", "over",
-                                                   "of",    "colour", "color",  "sits",   "shape",   "to",
-                                                   "near",  "size",   "picture", ";",     ":"};
+    static const std::vector<std::string> words = {"there", "is",     "that",    "placed", "against", "over",
+                                                   "of",    "colour", "color",   "sits",   "shape",   "to",
+                                                   "near",  "size",   "picture", ";",      ":"};
     return words;
 }
 

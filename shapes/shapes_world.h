@@ -69,7 +69,8 @@ std::string describe(const Scene& scene, std::mt19937_64& rng);
 
 // What a prompt asks for: the background and each shape. The prompt must name a background
 // colour ("<colour> background", "background is <colour>" or "background in <colour>") and, for
-// each shape, a colour, a kind, a size and a position; two shapes are joined by "and". nullopt for anything else (the checker cannot judge it).
+// each shape, a colour, a kind, a size and a position; two shapes are joined by "and". nullopt for anything
+// else (the checker cannot judge it).
 std::optional<Scene> parse_prompt(const std::string& prompt);
 
 // The words of a prompt, lower-cased: runs of letters, and each character of `punctuation` as a

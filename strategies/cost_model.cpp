@@ -31,9 +31,9 @@ int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules)
     const int64_t width = request.width > 0 ? request.width : rules.default_side;
     const int64_t height = request.height > 0 ? request.height : rules.default_side;
     if (width <= 0 || height <= 0 || request.steps < 0)
-        throw std::invalid_argument("prompt " + std::to_string(request.index) + ": size " + std::to_string(width) +
-                                    "x" + std::to_string(height) + " and " + std::to_string(request.steps) +
-                                    " steps have no cost");
+        throw std::invalid_argument("prompt " + std::to_string(request.index) + ": size " +
+                                    std::to_string(width) + "x" + std::to_string(height) + " and " +
+                                    std::to_string(request.steps) + " steps have no cost");
     const int64_t tokens = std::max<int64_t>(1, width / rules.pixels_per_token) *
                            std::max<int64_t>(1, height / rules.pixels_per_token);
     return int64_t{request.steps} * tokens * (runs_two_branches(request, rules) ? 2 : 1);
@@ -49,7 +49,8 @@ std::vector<int64_t> prompt_costs(const std::vector<protocol::JobRequest>& reque
 std::vector<std::size_t> dynamic_order(const std::vector<int64_t>& costs) {
     std::vector<std::size_t> order(costs.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return costs[a] > costs[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return costs[a] > costs[b]; });
     return order;
 }
 
@@ -59,7 +60,8 @@ std::vector<std::size_t> grouped_by_adapters(const std::vector<protocol::JobRequ
     std::vector<std::size_t> set_of(order.size());
     for (std::size_t i = 0; i < order.size(); ++i) {
         const protocol::Adapters& mine = requests[order[i]].arguments.adapters("lora");
-        const auto it = std::find_if(sets.begin(), sets.end(), [&](const protocol::Adapters* s) { return *s == mine; });
+        const auto it =
+            std::find_if(sets.begin(), sets.end(), [&](const protocol::Adapters* s) { return *s == mine; });
         set_of[i] = static_cast<std::size_t>(it - sets.begin());
         if (it == sets.end()) sets.push_back(&mine);
     }
@@ -75,7 +77,7 @@ std::vector<std::size_t> grouped_by_adapters(const std::vector<protocol::JobRequ
 }
 
 std::vector<std::vector<std::size_t>> work_units(const std::vector<protocol::JobRequest>& requests,
-                                                    const std::vector<std::size_t>& order, int batch_size) {
+                                                 const std::vector<std::size_t>& order, int batch_size) {
     std::vector<std::vector<std::size_t>> units;
     for (const std::size_t k : order) {
         if (!units.empty()) {
@@ -101,7 +103,8 @@ std::vector<std::size_t> adapter_set_ids(const std::vector<protocol::JobRequest>
             ids.push_back(0);
             continue;
         }
-        const auto it = std::find_if(seen.begin(), seen.end(), [&](const protocol::Adapters* s) { return *s == mine; });
+        const auto it =
+            std::find_if(seen.begin(), seen.end(), [&](const protocol::Adapters* s) { return *s == mine; });
         ids.push_back(static_cast<std::size_t>(it - seen.begin()) + 1);
         if (it == seen.end()) seen.push_back(&mine);
     }
@@ -130,13 +133,15 @@ Makespans makespans(const std::vector<int64_t>& costs, const std::vector<std::ve
     // Each replica's finish time (the earliest, then the lowest replica, on top), its last set and
     // the set it claims from (Note [claims by adapter set]).
     std::vector<std::size_t> unit_sets;
-    for (const std::vector<std::size_t>& unit : units) unit_sets.push_back(unit.empty() ? 0 : set_of(unit.front()));
+    for (const std::vector<std::size_t>& unit : units)
+        unit_sets.push_back(unit.empty() ? 0 : set_of(unit.front()));
     const std::vector<Range> runs = adapter_set_runs(units, unit_sets);
     std::vector<int64_t> claimed(runs.size(), 0);
     std::vector<bool> used_up(runs.size(), false);
     using Free = std::pair<int64_t, int>;
     std::priority_queue<Free, std::vector<Free>, std::greater<Free>> free;
-    std::vector<std::size_t> last(static_cast<std::size_t>(replicas), 0), claiming(static_cast<std::size_t>(replicas));
+    std::vector<std::size_t> last(static_cast<std::size_t>(replicas), 0),
+        claiming(static_cast<std::size_t>(replicas));
     for (int r = 0; r < replicas; ++r) {
         free.push({0, r});
         claiming[static_cast<std::size_t>(r)] = first_claim_set(r, runs.size());
@@ -150,7 +155,8 @@ Makespans makespans(const std::vector<int64_t>& costs, const std::vector<std::ve
             set = next_claim_set(set, used_up);
         }
         if (set >= runs.size()) continue;  // no work left: this replica is done
-        const std::vector<std::size_t>& unit = units[static_cast<std::size_t>(runs[set].begin + claimed[set]++)];
+        const std::vector<std::size_t>& unit =
+            units[static_cast<std::size_t>(runs[set].begin + claimed[set]++)];
         if (!unit.empty() && set_of(unit.front()) != last[static_cast<std::size_t>(next.second)]) {
             last[static_cast<std::size_t>(next.second)] = set_of(unit.front());
             next.first += switch_cost;
@@ -186,8 +192,9 @@ std::size_t next_claim_set(std::size_t current, const std::vector<bool>& used_up
 
 std::string auto_schedule(const Makespans& m) { return m.costs_differ ? "dynamic" : "static"; }
 
-ScheduleChoice choose_schedule(const std::string& requested, const std::vector<protocol::JobRequest>& requests,
-                               const CostRules& rules, int replicas, int batch_size) {
+ScheduleChoice choose_schedule(const std::string& requested,
+                               const std::vector<protocol::JobRequest>& requests, const CostRules& rules,
+                               int replicas, int batch_size) {
     if (requested != "auto" && requested != "static" && requested != "dynamic")
         throw std::invalid_argument("--schedule '" + requested + "': expected auto, static or dynamic");
     ScheduleChoice c;
@@ -205,8 +212,8 @@ ScheduleChoice choose_schedule(const std::string& requested, const std::vector<p
     } else {
         c.schedule = auto_schedule(c.makespans);
         const auto [lo, hi] = std::minmax_element(costs.begin(), costs.end());
-        c.why = c.makespans.costs_differ ? "auto: the prompts' estimated costs differ (" + std::to_string(*lo) +
-                                               " to " + std::to_string(*hi) + ")"
+        c.why = c.makespans.costs_differ ? "auto: the prompts' estimated costs differ (" +
+                                               std::to_string(*lo) + " to " + std::to_string(*hi) + ")"
                                          : "auto: every prompt has the same estimated cost";
     }
     return c;
@@ -218,7 +225,8 @@ std::string describe_schedule(const ScheduleChoice& choice) {
     if (m.static_split > 0 && m.ideal > 0) {
         const int64_t chosen = choice.schedule == "dynamic" ? m.dynamic : m.static_split;
         char figures[128];
-        std::snprintf(figures, sizeof(figures), "; expected makespan %.2fx the static split's, %.2fx the ideal",
+        std::snprintf(figures, sizeof(figures),
+                      "; expected makespan %.2fx the static split's, %.2fx the ideal",
                       static_cast<double>(chosen) / static_cast<double>(m.static_split),
                       static_cast<double>(chosen) / m.ideal);
         text += figures;

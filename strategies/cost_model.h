@@ -63,7 +63,7 @@ std::vector<std::size_t> grouped_by_adapters(const std::vector<protocol::JobRequ
 // (protocol::same_batch_settings), at most `batch_size` long. Each unit lists positions into
 // `requests`.
 std::vector<std::vector<std::size_t>> work_units(const std::vector<protocol::JobRequest>& requests,
-                                                    const std::vector<std::size_t>& order, int batch_size);
+                                                 const std::vector<std::size_t>& order, int batch_size);
 
 // Note [claims by adapter set]: under the dynamic schedule the units of each adapter set are one
 // run (grouped_by_adapters), and each run has its own claim counter. A replica starts on set
@@ -90,9 +90,10 @@ std::size_t next_claim_set(std::size_t current, const std::vector<bool>& used_up
 struct Makespans {
     int64_t total = 0;         // every prompt's cost
     int64_t static_split = 0;  // accelerate's contiguous shares (work_split.h): the costliest share
-    int64_t dynamic = 0;       // list scheduling of `units`: the replica free first claims (Note [claims by adapter set])
-    double ideal = 0;          // total / replicas: no replica ever idle
-    bool costs_differ = false; // some prompt costs more than another
+    int64_t dynamic =
+        0;  // list scheduling of `units`: the replica free first claims (Note [claims by adapter set])
+    double ideal = 0;           // total / replicas: no replica ever idle
+    bool costs_differ = false;  // some prompt costs more than another
 };
 
 // `costs`: every request's cost in the job file's order; `units`: the dynamic schedule's units
@@ -121,8 +122,9 @@ struct ScheduleChoice {
 // `requested` is --schedule's value (auto, static or dynamic); `requests` the job's pending ones in
 // the job file's order; `replicas` the model replicas (dp). Auto is static with one replica (there
 // is nothing to balance). Throws std::invalid_argument for another value of `requested`.
-ScheduleChoice choose_schedule(const std::string& requested, const std::vector<protocol::JobRequest>& requests,
-                               const CostRules& rules, int replicas, int batch_size);
+ScheduleChoice choose_schedule(const std::string& requested,
+                               const std::vector<protocol::JobRequest>& requests, const CostRules& rules,
+                               int replicas, int batch_size);
 
 // "schedule dynamic (auto: ...); expected makespan 0.71x the static split's, 1.02x the ideal".
 std::string describe_schedule(const ScheduleChoice& choice);

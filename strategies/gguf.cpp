@@ -17,34 +17,53 @@ namespace {
 using protocol::ModelError;
 
 constexpr GgmlType kTypes[] = {
-    {0, "F32", 1, 4},      {1, "F16", 1, 2},      {30, "BF16", 1, 2},    {2, "Q4_0", 32, 18},
-    {3, "Q4_1", 32, 20},   {6, "Q5_0", 32, 22},   {7, "Q5_1", 32, 24},   {8, "Q8_0", 32, 34},
-    {10, "Q2_K", 256, 84}, {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
+    {0, "F32", 1, 4},       {1, "F16", 1, 2},       {30, "BF16", 1, 2},     {2, "Q4_0", 32, 18},
+    {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},    {8, "Q8_0", 32, 34},
+    {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
     {14, "Q6_K", 256, 210},
 };
 
 // ggml's names of the types we do not read, for the message that refuses them.
 const char* other_type_name(uint32_t id) {
     switch (id) {
-        case 9: return "Q8_1";
-        case 15: return "Q8_K";
-        case 16: return "IQ2_XXS";
-        case 17: return "IQ2_XS";
-        case 18: return "IQ3_XXS";
-        case 19: return "IQ1_S";
-        case 20: return "IQ4_NL";
-        case 21: return "IQ3_S";
-        case 22: return "IQ2_S";
-        case 23: return "IQ4_XS";
-        case 24: return "I8";
-        case 25: return "I16";
-        case 26: return "I32";
-        case 27: return "I64";
-        case 28: return "F64";
-        case 29: return "IQ1_M";
-        case 34: return "TQ1_0";
-        case 35: return "TQ2_0";
-        default: return nullptr;
+        case 9:
+            return "Q8_1";
+        case 15:
+            return "Q8_K";
+        case 16:
+            return "IQ2_XXS";
+        case 17:
+            return "IQ2_XS";
+        case 18:
+            return "IQ3_XXS";
+        case 19:
+            return "IQ1_S";
+        case 20:
+            return "IQ4_NL";
+        case 21:
+            return "IQ3_S";
+        case 22:
+            return "IQ2_S";
+        case 23:
+            return "IQ4_XS";
+        case 24:
+            return "I8";
+        case 25:
+            return "I16";
+        case 26:
+            return "I32";
+        case 27:
+            return "I64";
+        case 28:
+            return "F64";
+        case 29:
+            return "IQ1_M";
+        case 34:
+            return "TQ1_0";
+        case 35:
+            return "TQ2_0";
+        default:
+            return nullptr;
     }
 }
 
@@ -58,8 +77,8 @@ class Cursor {
     std::size_t offset() const { return at_; }
     const std::byte* need(std::size_t n, const char* what) {
         if (n > size_ - at_)
-            throw ModelError(path_ + ": truncated or corrupt GGUF file (" + what + " at byte " + std::to_string(at_) +
-                             " runs past its " + std::to_string(size_) + " bytes)");
+            throw ModelError(path_ + ": truncated or corrupt GGUF file (" + what + " at byte " +
+                             std::to_string(at_) + " runs past its " + std::to_string(size_) + " bytes)");
         const std::byte* q = p_ + at_;
         at_ += n;
         return q;
@@ -73,7 +92,8 @@ class Cursor {
     std::string string(const char* what) {
         const uint64_t n = number<uint64_t>(what);
         if (n > kMaxStringBytes)
-            throw ModelError(path_ + ": corrupt GGUF file (a " + what + " of " + std::to_string(n) + " bytes)");
+            throw ModelError(path_ + ": corrupt GGUF file (a " + what + " of " + std::to_string(n) +
+                             " bytes)");
         const std::byte* q = need(static_cast<std::size_t>(n), what);
         return std::string(reinterpret_cast<const char*>(q), static_cast<std::size_t>(n));
     }
@@ -83,13 +103,15 @@ class Cursor {
         static const std::size_t kSize[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
         if (type == 8) return string("metadata string");
         if (type == 9) {
-            if (depth > 2) throw ModelError(path_ + ": corrupt GGUF file (arrays nested too deep at '" + key + "')");
+            if (depth > 2)
+                throw ModelError(path_ + ": corrupt GGUF file (arrays nested too deep at '" + key + "')");
             const uint32_t element = number<uint32_t>("array type");
             const uint64_t n = number<uint64_t>("array length");
             if (element < 13 && element != 8 && element != 9) {
                 if (n > (size_ - at_) / kSize[element])
-                    throw ModelError(path_ + ": truncated or corrupt GGUF file (metadata '" + key + "' is an array of " +
-                                     std::to_string(n) + " values, more than the file holds)");
+                    throw ModelError(path_ + ": truncated or corrupt GGUF file (metadata '" + key +
+                                     "' is an array of " + std::to_string(n) +
+                                     " values, more than the file holds)");
                 need(static_cast<std::size_t>(n) * kSize[element], "metadata array");
                 return {};
             }
@@ -141,16 +163,19 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
     file->map_size_ = size;
 
     Cursor c(static_cast<const std::byte*>(map), size, file->path_);
-    if (std::memcmp(c.need(4, "magic"), "GGUF", 4) != 0) throw ModelError(path + ": not a GGUF file (no GGUF magic)");
+    if (std::memcmp(c.need(4, "magic"), "GGUF", 4) != 0)
+        throw ModelError(path + ": not a GGUF file (no GGUF magic)");
     const uint32_t version = c.number<uint32_t>("version");
     if (version != 2 && version != 3)
-        throw ModelError(path + ": GGUF version " + std::to_string(version) + "; dp-launch reads versions 2 and 3");
+        throw ModelError(path + ": GGUF version " + std::to_string(version) +
+                         "; dp-launch reads versions 2 and 3");
     const uint64_t tensor_count = c.number<uint64_t>("tensor count");
     const uint64_t kv_count = c.number<uint64_t>("metadata count");
     // Each entry takes at least 8 bytes: counts beyond the file are corrupt, not a reason to loop.
     if (tensor_count > size / 8 || kv_count > size / 8)
         throw ModelError(path + ": corrupt GGUF file (" + std::to_string(tensor_count) + " tensors and " +
-                         std::to_string(kv_count) + " metadata entries in " + std::to_string(size) + " bytes)");
+                         std::to_string(kv_count) + " metadata entries in " + std::to_string(size) +
+                         " bytes)");
     uint64_t alignment = 32;
     for (uint64_t i = 0; i < kv_count; ++i) {
         const std::string key = c.string("metadata key");
@@ -184,7 +209,8 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
         for (uint32_t d = 0; d < dims; ++d) {
             const uint64_t n = c.number<uint64_t>("dimension");
             if (n == 0 || n > (uint64_t{1} << 40) || elements > (uint64_t{1} << 50) / n)
-                throw ModelError(path + ": tensor '" + p.name + "' has an impossible dimension " + std::to_string(n));
+                throw ModelError(path + ": tensor '" + p.name + "' has an impossible dimension " +
+                                 std::to_string(n));
             elements *= n;
             ne.push_back(static_cast<int64_t>(n));
         }
@@ -193,10 +219,11 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
         p.info.type = ggml_type(type_id);
         if (!p.info.type) {
             const char* known = other_type_name(type_id);
-            throw ModelError(path + ": tensor '" + p.name + "' has ggml type " + std::to_string(type_id) +
-                             (known ? std::string(" (") + known + ")" : std::string(" (unknown)")) +
-                             ", which dp-launch does not read (it reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
-                             "Q8_0 and Q2_K to Q6_K)");
+            throw ModelError(
+                path + ": tensor '" + p.name + "' has ggml type " + std::to_string(type_id) +
+                (known ? std::string(" (") + known + ")" : std::string(" (unknown)")) +
+                ", which dp-launch does not read (it reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+                "Q8_0 and Q2_K to Q6_K)");
         }
         if (ne[0] % p.info.type->block_elements != 0)
             throw ModelError(path + ": tensor '" + p.name + "' has rows of " + std::to_string(ne[0]) +
@@ -213,8 +240,8 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
     }
     const std::size_t data_start = (c.offset() + alignment - 1) / alignment * alignment;
     if (data_start > size)
-        throw ModelError(path + ": truncated GGUF file (its data would start at byte " + std::to_string(data_start) +
-                         " of " + std::to_string(size) + ")");
+        throw ModelError(path + ": truncated GGUF file (its data would start at byte " +
+                         std::to_string(data_start) + " of " + std::to_string(size) + ")");
     const std::size_t data_size = size - data_start;
     for (Pending& p : pending) {
         if (p.offset > data_size || p.info.nbytes > data_size - p.offset)

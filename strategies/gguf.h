@@ -40,7 +40,7 @@ struct GgufTensorInfo {
     std::vector<int64_t> shape;  // torch's order: the row length last
     std::size_t begin = 0;       // offset from the start of the data section
     std::size_t nbytes = 0;
-    int64_t row_bytes = 0;       // bytes of one row (the last dimension)
+    int64_t row_bytes = 0;  // bytes of one row (the last dimension)
 };
 
 class GgufFile {

@@ -75,14 +75,14 @@ constexpr Suffixes kSuffixes[] = {
 // Where a module name of the file points: a component, and the name inside it in the form given.
 struct Target {
     std::string component;
-    std::string module;   // dotted (diffusers' or the original layout's), or underscored (kohya)
-    bool kohya = false;   // `module` has '_' for '.'
+    std::string module;     // dotted (diffusers' or the original layout's), or underscored (kohya)
+    bool kohya = false;     // `module` has '_' for '.'
     bool original = false;  // diffusion_model.: the family's original layout, else diffusers' names
 };
 
 // A base weight and the rows of `up` it takes.
 struct Part {
-    std::string module;  // diffusers' module name, without ".weight"
+    std::string module;                             // diffusers' module name, without ".weight"
     std::vector<std::pair<int64_t, int64_t>> rows;  // empty: all
 };
 
@@ -92,7 +92,8 @@ struct Part {
 // the model's own weights (so small test models map too): qkv in three equal parts, linear1 in q,
 // k, v and the MLP's input. The final modulation holds (shift, scale) where diffusers' norm_out
 // holds (scale, shift): its up halves swap.
-std::vector<Part> flux_original_parts(const std::string& name, const std::map<std::string, std::vector<int64_t>>& w) {
+std::vector<Part> flux_original_parts(const std::string& name,
+                                      const std::map<std::string, std::vector<int64_t>>& w) {
     const auto rows_of = [&](const std::string& module) -> int64_t {
         const auto it = w.find(module + ".weight");
         return it == w.end() || it->second.size() != 2 ? -1 : it->second[0];
@@ -108,7 +109,8 @@ std::vector<Part> flux_original_parts(const std::string& name, const std::map<st
         }
         return parts;
     };
-    static const std::regex double_block(R"(double_blocks\.(\d+)\.(img|txt)_(attn\.qkv|attn\.proj|mlp\.0|mlp\.2|mod\.lin))");
+    static const std::regex double_block(
+        R"(double_blocks\.(\d+)\.(img|txt)_(attn\.qkv|attn\.proj|mlp\.0|mlp\.2|mod\.lin))");
     static const std::regex single_block(R"(single_blocks\.(\d+)\.(linear1|linear2|modulation\.lin))");
     std::smatch m;
     if (std::regex_match(name, m, double_block)) {
@@ -125,7 +127,8 @@ std::vector<Part> flux_original_parts(const std::string& name, const std::map<st
     }
     if (std::regex_match(name, m, single_block)) {
         const std::string b = "single_transformer_blocks." + m[1].str() + ".";
-        if (m[2] == "linear1") return split({b + "attn.to_q", b + "attn.to_k", b + "attn.to_v", b + "proj_mlp"});
+        if (m[2] == "linear1")
+            return split({b + "attn.to_q", b + "attn.to_k", b + "attn.to_v", b + "proj_mlp"});
         if (m[2] == "linear2") return {{b + "proj_out", {}}};
         return {{b + "norm.linear", {}}};
     }
@@ -151,7 +154,8 @@ std::vector<Part> flux_original_parts(const std::string& name, const std::map<st
 
 // kohya's underscored FLUX original names back to dotted ones: "double_blocks_0_img_attn_qkv".
 std::string flux_original_dotted(const std::string& kohya) {
-    static const std::regex double_block(R"(double_blocks_(\d+)_(img|txt)_(attn_qkv|attn_proj|mlp_0|mlp_2|mod_lin))");
+    static const std::regex double_block(
+        R"(double_blocks_(\d+)_(img|txt)_(attn_qkv|attn_proj|mlp_0|mlp_2|mod_lin))");
     static const std::regex single_block(R"(single_blocks_(\d+)_(linear1|linear2|modulation_lin))");
     std::smatch m;
     const auto dotted = [](std::string s) {
@@ -161,7 +165,8 @@ std::string flux_original_dotted(const std::string& kohya) {
     if (std::regex_match(kohya, m, double_block))
         return "double_blocks." + m[1].str() + "." + m[2].str() + "_" + dotted(m[3].str());
     if (std::regex_match(kohya, m, single_block))
-        return "single_blocks." + m[1].str() + "." + (m[2] == "modulation_lin" ? "modulation.lin" : m[2].str());
+        return "single_blocks." + m[1].str() + "." +
+               (m[2] == "modulation_lin" ? "modulation.lin" : m[2].str());
     static const std::map<std::string, std::string> whole = {
         {"img_in", "img_in"},
         {"txt_in", "txt_in"},
@@ -186,12 +191,18 @@ bool target_of(const std::string& name, Target& t) {
         bool kohya, original;
     };
     static const Prefix prefixes[] = {
-        {"transformer.", "transformer", false, false},   {"text_encoder.", "text_encoder", false, false},
-        {"text_encoder_2.", "text_encoder_2", false, false}, {"text_encoder_3.", "text_encoder_3", false, false},
-        {"lora_unet_", "transformer", true, false},      {"lora_transformer_", "transformer", true, false},
-        {"lora_te1_", "text_encoder", true, false},      {"lora_te_", "text_encoder", true, false},
-        {"lora_te2_", "text_encoder_2", true, false},    {"lora_te3_", "text_encoder_3", true, false},
-        {"diffusion_model.", "transformer", false, true}, {"base_model.model.", "transformer", false, false},
+        {"transformer.", "transformer", false, false},
+        {"text_encoder.", "text_encoder", false, false},
+        {"text_encoder_2.", "text_encoder_2", false, false},
+        {"text_encoder_3.", "text_encoder_3", false, false},
+        {"lora_unet_", "transformer", true, false},
+        {"lora_transformer_", "transformer", true, false},
+        {"lora_te1_", "text_encoder", true, false},
+        {"lora_te_", "text_encoder", true, false},
+        {"lora_te2_", "text_encoder_2", true, false},
+        {"lora_te3_", "text_encoder_3", true, false},
+        {"diffusion_model.", "transformer", false, true},
+        {"base_model.model.", "transformer", false, false},
     };
     for (const Prefix& p : prefixes)
         if (starts_with(name, p.prefix)) {
@@ -226,7 +237,8 @@ std::vector<Part> parts_of(const Target& t, const ParallelSpec& spec, const Mode
     if (weights.count(t.module + ".weight")) return {{t.module, {}}};
     // transformers 5 names a bare CLIPTextModel's modules without "text_model." (FLUX's), which its
     // files may still hold, and the other way round.
-    const std::string other = starts_with(t.module, "text_model.") ? t.module.substr(11) : "text_model." + t.module;
+    const std::string other =
+        starts_with(t.module, "text_model.") ? t.module.substr(11) : "text_model." + t.module;
     if (t.component != "transformer" && weights.count(other + ".weight")) return {{other, {}}};
     return {};
 }
@@ -236,7 +248,8 @@ double scalar_value(const SafetensorsFile& file, const std::string& name) {
     const StTensorInfo& info = file.info(name);
     int64_t n = 1;
     for (int64_t d : info.shape) n *= d;
-    if (n != 1) throw ModelError(file.path() + ": '" + name + "' must be one number (the alpha of its LoRA pair)");
+    if (n != 1)
+        throw ModelError(file.path() + ": '" + name + "' must be one number (the alpha of its LoRA pair)");
     const std::byte* p = file.data(name);
     switch (info.dtype) {
         case StDType::kF64: {
@@ -322,12 +335,14 @@ std::map<std::string, PeftConfig> peft_configs(const SafetensorsFile& file) {
         c.given = true;
         const std::string field = key.substr(dot + 1);
         if (field == "r" || field == "lora_alpha") {
-            if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() <= 0) throw bad(key);
+            if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() <= 0)
+                throw bad(key);
             (field == "r" ? c.r : c.alpha) = value.get<double>();
         } else if (field == "use_rslora") {
             c.rslora = value.is_boolean() && value.get<bool>();
         } else if (field == "use_dora" && value.is_boolean() && value.get<bool>()) {
-            throw ModelError(file.path() + ": a DoRA adapter (use_dora); dp-launch runs plain LoRA adapters only");
+            throw ModelError(file.path() +
+                             ": a DoRA adapter (use_dora); dp-launch runs plain LoRA adapters only");
         } else if (field == "rank_pattern") {
             c.rank_pattern = patterns(key, value);
         } else if (field == "alpha_pattern") {
@@ -338,14 +353,15 @@ std::map<std::string, PeftConfig> peft_configs(const SafetensorsFile& file) {
 }
 
 // peft's pattern lookup: the first key that matches the end of the module's name at a dot.
-const double* pattern_value(const std::vector<std::pair<std::string, double>>& pattern, const std::string& module,
-                            const std::string& path) {
+const double* pattern_value(const std::vector<std::pair<std::string, double>>& pattern,
+                            const std::string& module, const std::string& path) {
     for (const auto& [key, value] : pattern) {
         if (module == key || ends_with(module, "." + key)) return &value;
         try {
             if (std::regex_match(module, std::regex("(.*\\.)?(" + key + ")"))) return &value;
         } catch (const std::regex_error&) {
-            throw ModelError(path + ": lora_adapter_metadata pattern '" + key.substr(0, 80) + "' is not a valid pattern");
+            throw ModelError(path + ": lora_adapter_metadata pattern '" + key.substr(0, 80) +
+                             "' is not a valid pattern");
         }
     }
     return nullptr;
@@ -359,7 +375,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-ModelTensors adapter_targets(const std::string& model_dir, const ParallelSpec& spec, const std::string& variant) {
+ModelTensors adapter_targets(const std::string& model_dir, const ParallelSpec& spec,
+                             const std::string& variant) {
     ModelTensors out;
     for (const std::string& component : spec.components) {
         if (component != "transformer" && !starts_with(component, "text_encoder")) continue;
@@ -396,7 +413,8 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
     if (!model_file_exists(path))
         throw protocol::Error(path + ": no such adapter file (--lora or a prompt line's \"lora\")",
                               protocol::kExitNoInput);
-    const std::shared_ptr<SafetensorsFile> file = SafetensorsFile::open(path);  // a valid safetensors file, or 65
+    const std::shared_ptr<SafetensorsFile> file =
+        SafetensorsFile::open(path);  // a valid safetensors file, or 65
     LoraLayout layout;
     layout.path = path;
     std::vector<std::string> names;
@@ -405,8 +423,9 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
     for (const std::string& name : names)
         for (const Refused& r : kRefused)
             if (name.find(r.marker) != std::string::npos)
-                throw ModelError(path + ": a " + r.format + " adapter ('" + name.substr(0, 120) +
-                                 "'); dp-launch runs plain LoRA adapters (lora_A/lora_B or lora_down/lora_up)");
+                throw ModelError(
+                    path + ": a " + r.format + " adapter ('" + name.substr(0, 120) +
+                    "'); dp-launch runs plain LoRA adapters (lora_A/lora_B or lora_down/lora_up)");
 
     // The file's pairs by module name.
     std::map<std::string, Pair> pairs;
@@ -444,8 +463,10 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
                 index[underscored(module)] = module;
                 // kohya names a CLIP encoder's modules with "text_model_" whichever way its files do.
                 if (component != "transformer") {
-                    if (starts_with(module, "text_model.")) index[underscored(module.substr(11))] = module;
-                    else index.emplace("text_model_" + underscored(module), module);
+                    if (starts_with(module, "text_model."))
+                        index[underscored(module.substr(11))] = module;
+                    else
+                        index.emplace("text_model_" + underscored(module), module);
                 }
             }
     }
@@ -475,14 +496,16 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
         mapped.push_back({&p, module, t, std::move(parts)});
     }
     const std::string guess = adapter_family_guess(names);
-    const std::string looks = !guess.empty() && guess != spec.display_name ? "; the adapter looks made for " + guess : "";
+    const std::string looks =
+        !guess.empty() && guess != spec.display_name ? "; the adapter looks made for " + guess : "";
     if (!unmapped.empty()) {
         std::string list;
         for (std::size_t i = 0; i < unmapped.size() && i < 3; ++i)
             list += (i ? ", " : "") + std::string("'") + unmapped[i].substr(0, 120) + "'";
         if (unmapped.size() > 3) list += " and " + std::to_string(unmapped.size() - 3) + " more";
-        throw ModelError(path + ": " + std::to_string(unmapped.size()) + " of its " + std::to_string(names.size()) +
-                         " tensors change no weight of this " + spec.display_name + " model: " + list + looks);
+        throw ModelError(path + ": " + std::to_string(unmapped.size()) + " of its " +
+                         std::to_string(names.size()) + " tensors change no weight of this " +
+                         spec.display_name + " model: " + list + looks);
     }
     for (const Mapped& m : mapped) {
         const Pair& p = *m.pair;
@@ -490,7 +513,8 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
         const std::string& module = m.module;
         const StTensorInfo& down = file->info(p.down);
         const StTensorInfo& up = file->info(p.up);
-        if (down.shape.size() != 2 || up.shape.size() != 2 || down.shape[0] != up.shape[1] || down.shape[0] < 1)
+        if (down.shape.size() != 2 || up.shape.size() != 2 || down.shape[0] != up.shape[1] ||
+            down.shape[0] < 1)
             throw ModelError(path + ": '" + p.down + "' " + shape_text(down.shape) + " and '" + p.up + "' " +
                              shape_text(up.shape) + " are no LoRA pair (down [rank, in], up [out, rank])");
         const int64_t rank = down.shape[0];
@@ -509,11 +533,13 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
             const double config_rank = r ? *r : c.r;
             if (config_rank > 0 && config_rank != static_cast<double>(rank))
                 throw ModelError(path + ": '" + p.down + "' has rank " + std::to_string(rank) +
-                                 " but the adapter's metadata says " + std::to_string(static_cast<int64_t>(config_rank)));
+                                 " but the adapter's metadata says " +
+                                 std::to_string(static_cast<int64_t>(config_rank)));
         }
         if (!std::isfinite(alpha))
             throw ModelError(path + ": the alpha of '" + module.substr(0, 120) + "' is not a finite number");
-        const double alpha_scale = rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
+        const double alpha_scale =
+            rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
         const auto& weights = model.at(t.component);
         int64_t rows_taken = 0;
         for (const Part& part : m.parts) {
@@ -523,14 +549,15 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
             for (const auto& [first, count] : part.rows) rows += count;
             if (part.rows.empty()) rows = up.shape[0];
             if (shape.size() != 2 || shape[1] != down.shape[1] || shape[0] != rows)
-                throw ModelError(path + ": '" + p.up + "' x '" + p.down + "' changes " + t.component + " " + weight +
-                                 " by [" + std::to_string(rows) + ", " + std::to_string(down.shape[1]) +
-                                 "], but the weight is " + shape_text(shape) +
-                                 (looks.empty() ? " (is the adapter made for another size of this model?)" : looks));
+                throw ModelError(
+                    path + ": '" + p.up + "' x '" + p.down + "' changes " + t.component + " " + weight +
+                    " by [" + std::to_string(rows) + ", " + std::to_string(down.shape[1]) +
+                    "], but the weight is " + shape_text(shape) +
+                    (looks.empty() ? " (is the adapter made for another size of this model?)" : looks));
             for (const auto& [first, count] : part.rows)
                 if (first < 0 || first + count > up.shape[0])
-                    throw ModelError(path + ": '" + p.up + "' " + shape_text(up.shape) + " has too few rows for " +
-                                     t.component + " " + weight);
+                    throw ModelError(path + ": '" + p.up + "' " + shape_text(up.shape) +
+                                     " has too few rows for " + t.component + " " + weight);
             rows_taken += rows;
             if (!changed.insert(t.component + "/" + weight).second)
                 throw ModelError(path + ": changes " + t.component + " " + weight + " twice");
@@ -540,7 +567,7 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
             throw ModelError(path + ": '" + p.up + "' has " + std::to_string(up.shape[0]) + " rows but " +
                              t.component + "'s weights it changes take " + std::to_string(rows_taken));
     }
-    layout.format = kohya ? (spec.family == "flux" ? "kohya (FLUX.1)" : "kohya")
+    layout.format = kohya      ? (spec.family == "flux" ? "kohya (FLUX.1)" : "kohya")
                     : original ? "original layout (diffusion_model.)"
                                : "diffusers/PEFT";
     return layout;

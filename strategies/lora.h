@@ -36,7 +36,8 @@ using ModelTensors = std::map<std::string, std::map<std::string, std::vector<int
 // The tensors of the components of `spec` an adapter can change (the transformer and the text
 // encoders, not the VAE) in `model_dir`'s `variant` files, or its config-only tensors.json.
 // Throws protocol::ModelError naming an unreadable header.
-ModelTensors adapter_targets(const std::string& model_dir, const ParallelSpec& spec, const std::string& variant);
+ModelTensors adapter_targets(const std::string& model_dir, const ParallelSpec& spec,
+                             const std::string& variant);
 
 // One change of one base weight by an adapter file.
 struct LoraTerm {
@@ -66,6 +67,5 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
 // The model family an adapter's tensor names look made for ("FLUX.1", "SD3", "Qwen-Image", "a
 // UNet model (SD 1.x / SDXL)"), or empty when they do not say.
 std::string adapter_family_guess(const std::vector<std::string>& tensor_names);
-
 
 }  // namespace dp::strategies

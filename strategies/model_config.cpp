@@ -63,7 +63,8 @@ TransformerShape read_transformer_shape(const std::string& model_dir, const Para
     shape.heads = positive(config, spec.heads_key, d.heads, path);
     shape.head_dim = positive(config, spec.head_dim_key, d.head_dim, path);
     shape.layers = positive(config, spec.layers_key, d.layers, path);
-    for (const auto& [key, fallback] : spec.more_layers_keys) shape.more_layers += positive(config, key, fallback, path);
+    for (const auto& [key, fallback] : spec.more_layers_keys)
+        shape.more_layers += positive(config, key, fallback, path);
     shape.layers += shape.more_layers;
     shape.patch_size = positive(config, spec.patch_size_key, d.patch_size, path);
     shape.in_channels = positive(config, spec.in_channels_key, d.in_channels, path);
@@ -94,7 +95,8 @@ ImageSizeRule read_image_size_rule(const std::string& model_dir, const ParallelS
             std::size_t downsamples = 3;
             if (const auto it = config.find("temperal_downsample"); it != config.end()) {
                 if (!it->is_array() || it->size() > 7)
-                    throw protocol::ModelError(path + ": \"temperal_downsample\" must be a list of up to 7 booleans");
+                    throw protocol::ModelError(
+                        path + ": \"temperal_downsample\" must be a list of up to 7 booleans");
                 downsamples = it->size();
             }
             rule.vae_scale = int64_t{1} << downsamples;
@@ -102,7 +104,8 @@ ImageSizeRule read_image_size_rule(const std::string& model_dir, const ParallelS
             std::size_t blocks = 4;  // diffusers' SD3 VAE: (128, 256, 512, 512)
             if (const auto it = config.find("block_out_channels"); it != config.end()) {
                 if (!it->is_array() || it->empty() || it->size() > 8)
-                    throw protocol::ModelError(path + ": \"block_out_channels\" must be a list of 1 to 8 widths");
+                    throw protocol::ModelError(path +
+                                               ": \"block_out_channels\" must be a list of 1 to 8 widths");
                 blocks = it->size();
             }
             rule.vae_scale = int64_t{1} << (blocks - 1);
@@ -111,11 +114,13 @@ ImageSizeRule read_image_size_rule(const std::string& model_dir, const ParallelS
     const std::string path = model_dir + "/" + spec.transformer + "/config.json";
     const nlohmann::json config = read_object(path);
     const TransformerShape& d = spec.transformer_defaults;
-    rule.patch_size = spec.packed_patch ? spec.packed_patch : positive(config, spec.patch_size_key, d.patch_size, path);
+    rule.patch_size =
+        spec.packed_patch ? spec.packed_patch : positive(config, spec.patch_size_key, d.patch_size, path);
     // The position table's side (SD3Transformer2DModel's pos_embed_max_size, 96 by default, as the
     // worker reads it), or the family's fixed limit.
-    rule.max_patches = spec.max_patches_key.empty() ? spec.max_patches
-                                                    : positive(config, spec.max_patches_key, spec.max_patches, path);
+    rule.max_patches = spec.max_patches_key.empty()
+                           ? spec.max_patches
+                           : positive(config, spec.max_patches_key, spec.max_patches, path);
     rule.default_side = positive(config, spec.sample_size_key, d.sample_size, path) * rule.vae_scale;
     return rule;
 }
@@ -138,8 +143,16 @@ struct ComponentRule {
 const std::vector<ComponentRule>& sd3_components() {
     static const std::vector<ComponentRule> rules = {
         {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
-        {"text_encoder", {"CLIPTextModelWithProjection", "CLIPTextModel"}, true, ComponentRule::kModel, false},
-        {"text_encoder_2", {"CLIPTextModelWithProjection", "CLIPTextModel"}, true, ComponentRule::kModel, false},
+        {"text_encoder",
+         {"CLIPTextModelWithProjection", "CLIPTextModel"},
+         true,
+         ComponentRule::kModel,
+         false},
+        {"text_encoder_2",
+         {"CLIPTextModelWithProjection", "CLIPTextModel"},
+         true,
+         ComponentRule::kModel,
+         false},
         {"tokenizer", {"CLIPTokenizer"}, true, ComponentRule::kBpeTokenizer, false},
         {"tokenizer_2", {"CLIPTokenizer"}, true, ComponentRule::kBpeTokenizer, false},
         {"transformer", {"SD3Transformer2DModel"}, true, ComponentRule::kModel, false},
@@ -204,7 +217,8 @@ std::string component_class(const nlohmann::json& index, const std::string& key,
     if (!it->is_array() || it->size() != 2)
         throw protocol::ModelError(path + ": \"" + key + "\" must be [library, class] or [null, null]");
     if ((*it)[1].is_null()) return {};
-    if (!(*it)[1].is_string()) throw protocol::ModelError(path + ": \"" + key + "\" must name its class as a string");
+    if (!(*it)[1].is_string())
+        throw protocol::ModelError(path + ": \"" + key + "\" must name its class as a string");
     return (*it)[1].get<std::string>();
 }
 
@@ -262,17 +276,17 @@ void check_component_files(const std::string& dir, const ComponentRule& rule, co
 // A text encoder's width (`key` of its config at `encoder_path`) against the transformer's
 // `joint_key`: a problem naming both when they differ. A missing encoder config is reported with
 // its folder.
-void check_width(const std::string& encoder_path, const char* key, int64_t fallback, const nlohmann::json& config,
-                 const char* joint_key, int64_t joint_fallback, const std::string& path, const char* why,
-                 std::vector<std::string>& problems) {
+void check_width(const std::string& encoder_path, const char* key, int64_t fallback,
+                 const nlohmann::json& config, const char* joint_key, int64_t joint_fallback,
+                 const std::string& path, const char* why, std::vector<std::string>& problems) {
     try {
         const nlohmann::json encoder = read_object(encoder_path);
         const int64_t joint = positive(config, joint_key, joint_fallback, path);
         const int64_t width = positive(encoder, key, fallback, encoder_path);
         if (width != joint)
             problems.push_back(encoder_path + ": \"" + key + "\" is " + std::to_string(width) +
-                               " but the transformer's " + joint_key + " is " + std::to_string(joint) + " (" + why +
-                               "); use the text encoder made for this model");
+                               " but the transformer's " + joint_key + " is " + std::to_string(joint) + " (" +
+                               why + "); use the text encoder made for this model");
     } catch (const protocol::ModelError& e) {
         if (model_file_exists(encoder_path)) problems.push_back(e.what());
     }
@@ -299,7 +313,8 @@ void check_transformer_config(const std::string& model_dir, const ParallelSpec& 
         }
         if (!ok)
             problems.push_back(path + ": \"dual_attention_layers\" is " + it->dump().substr(0, 60) +
-                               "; expected a list of distinct block indices from 0 to " + std::to_string(layers - 1));
+                               "; expected a list of distinct block indices from 0 to " +
+                               std::to_string(layers - 1));
     }
     if (spec.family == "qwen-image") {
         // The text encoder's hidden states join the transformer as they are.
@@ -307,7 +322,8 @@ void check_transformer_config(const std::string& model_dir, const ParallelSpec& 
         try {
             const nlohmann::json text_config = read_object(text_path);
             const auto nested = text_config.find("text_config");
-            const nlohmann::json& text = nested != text_config.end() && nested->is_object() ? *nested : text_config;
+            const nlohmann::json& text =
+                nested != text_config.end() && nested->is_object() ? *nested : text_config;
             const int64_t joint = positive(config, "joint_attention_dim", 3584, path);
             const int64_t hidden = positive(text, "hidden_size", 3584, text_path);
             if (hidden != joint)
@@ -320,10 +336,11 @@ void check_transformer_config(const std::string& model_dir, const ParallelSpec& 
         return;
     }
     if (spec.family == "flux") {
-        check_width(model_dir + "/text_encoder_2/config.json", "d_model", 4096, config, "joint_attention_dim", 4096,
-                    path, "T5's embeddings are the transformer's text", problems);
-        check_width(model_dir + "/text_encoder/config.json", "hidden_size", 768, config, "pooled_projection_dim", 768,
-                    path, "CLIP's pooled output conditions every block", problems);
+        check_width(model_dir + "/text_encoder_2/config.json", "d_model", 4096, config, "joint_attention_dim",
+                    4096, path, "T5's embeddings are the transformer's text", problems);
+        check_width(model_dir + "/text_encoder/config.json", "hidden_size", 768, config,
+                    "pooled_projection_dim", 768, path, "CLIP's pooled output conditions every block",
+                    problems);
         return;
     }
     if (!t5) return;
@@ -333,10 +350,11 @@ void check_transformer_config(const std::string& model_dir, const ParallelSpec& 
         const int64_t joint = positive(config, "joint_attention_dim", 4096, path);
         const int64_t d_model = positive(t5_config, "d_model", 512, t5_path);
         if (d_model != joint)
-            problems.push_back(t5_path + ": \"d_model\" is " + std::to_string(d_model) +
-                               " but the transformer's joint_attention_dim is " + std::to_string(joint) +
-                               " (T5's embeddings join the text as they are); use the T5 encoder made for this "
-                               "model, or --no-t5");
+            problems.push_back(
+                t5_path + ": \"d_model\" is " + std::to_string(d_model) +
+                " but the transformer's joint_attention_dim is " + std::to_string(joint) +
+                " (T5's embeddings join the text as they are); use the T5 encoder made for this "
+                "model, or --no-t5");
     } catch (const protocol::ModelError& e) {
         if (model_file_exists(t5_path)) problems.push_back(e.what());  // a missing one is reported already
     }
@@ -363,8 +381,8 @@ bool is_variant(const std::string& model_dir, const ParallelSpec& spec) {
 
 // Note [a model's own defaults]: a model folder may hold generation_defaults.json, a JSON object of
 // call arguments by diffusers' names (the rows marked model_default: "num_inference_steps", the
-// family's guidance keys, "max_sequence_length") that its maker found best: a small model trained for few steps may want
-// another guidance scale than its family's. They replace the family's defaults only; a flag, a
+// family's guidance keys, "max_sequence_length") that its maker found best: a small model trained for few
+// steps may want another guidance scale than its family's. They replace the family's defaults only; a flag, a
 // DP_* variable or a prompt record's key still wins, and the manifest records what ran. diffusers
 // does not read the file, so the same image there needs the same values passed. Keys beginning
 // with "_" are comments; any other key, or a value out of range, is refused naming the file.
@@ -375,16 +393,19 @@ protocol::FamilyArguments call_arguments_for_model(const std::string& model_dir,
     const nlohmann::json defaults = read_object(path);
     std::string accepted;
     for (const protocol::FamilyArgument& arg : a.all())
-        if (arg.row->model_default && !arg.ignored) accepted += (accepted.empty() ? "" : ", ") + std::string(arg.row->name);
+        if (arg.row->model_default && !arg.ignored)
+            accepted += (accepted.empty() ? "" : ", ") + std::string(arg.row->name);
     for (const auto& [key, value] : defaults.items()) {
         if (!key.empty() && key.front() == '_') continue;
         const protocol::FamilyArgument* arg = a.find(key);
         if (!arg || key != arg->row->name || !arg->row->model_default || arg->ignored)
             throw protocol::ModelError(path + ": \"" + key.substr(0, 60) +
-                                       "\" is not a default this model's pipeline takes (it takes " + accepted + ")");
+                                       "\" is not a default this model's pipeline takes (it takes " +
+                                       accepted + ")");
         protocol::CallValue v;
         if (const std::string why = protocol::read_call_value(*arg->row, value, v, arg->max); !why.empty())
-            throw protocol::ModelError(path + ": \"" + key + "\" is " + value.dump().substr(0, 40) + "; " + why);
+            throw protocol::ModelError(path + ": \"" + key + "\" is " + value.dump().substr(0, 40) + "; " +
+                                       why);
         a.set_default(key, std::move(v));
     }
     return a;
@@ -423,20 +444,22 @@ std::vector<std::string> model_folder_problems(const std::string& model_dir, con
         if (std::string(rule.key) == "tokenizer_3") {
             if (!t5) continue;  // no T5 encoder: its tokenizer is not needed
             if (cls.empty()) {
-                problems.push_back(path + ": \"tokenizer_3\" is missing, but text_encoder_3 names a T5 encoder, "
-                                          "which needs a " + or_list(rule.classes) + " (or run with --no-t5)");
+                problems.push_back(path +
+                                   ": \"tokenizer_3\" is missing, but text_encoder_3 names a T5 encoder, "
+                                   "which needs a " +
+                                   or_list(rule.classes) + " (or run with --no-t5)");
                 continue;
             }
         }
         if (cls.empty()) {
             if (rule.required)
-                problems.push_back(path + ": \"" + rule.key + "\" is missing: " + spec.pipeline_class + " needs a " +
-                                   rule.classes.front());
+                problems.push_back(path + ": \"" + rule.key + "\" is missing: " + spec.pipeline_class +
+                                   " needs a " + rule.classes.front());
             continue;
         }
         if (std::find(rule.classes.begin(), rule.classes.end(), cls) == rule.classes.end()) {
-            problems.push_back(path + ": \"" + rule.key + "\" is a " + cls + "; supported: " + or_list(rule.classes) +
-                               (rule.t5 ? " (or run with --no-t5)" : ""));
+            problems.push_back(path + ": \"" + rule.key + "\" is a " + cls + "; supported: " +
+                               or_list(rule.classes) + (rule.t5 ? " (or run with --no-t5)" : ""));
             continue;
         }
         if (std::string(rule.key) == "text_encoder_3") t5 = true;

@@ -48,7 +48,8 @@ void strip_shard_number(std::string& stem) {
 std::vector<std::string> folder_entries(const std::string& dir) {
     std::vector<std::string> names;
     DIR* d = opendir(dir.c_str());
-    if (!d) throw protocol::ModelError(dir + ": cannot open the component folder (" + std::strerror(errno) + ")");
+    if (!d)
+        throw protocol::ModelError(dir + ": cannot open the component folder (" + std::strerror(errno) + ")");
     while (dirent* e = readdir(d)) names.emplace_back(e->d_name);
     closedir(d);
     std::sort(names.begin(), names.end());
@@ -166,16 +167,19 @@ ComponentWeights find_component_weights(const std::string& dir, const std::strin
     const bool plain = others.erase("") > 0;
     std::vector<std::string> variants(others.begin(), others.end());
     if (variant.empty()) {
-        if (variants.empty()) throw protocol::ModelError(dir + ": no *.safetensors weights (only safetensors is supported)");
-        throw protocol::ModelError(dir + ": only variant weights (" + joined(variants) +
-                                   ", e.g. NAME." + variants.front() + ".safetensors), no plain ones; pass --variant " +
+        if (variants.empty())
+            throw protocol::ModelError(dir + ": no *.safetensors weights (only safetensors is supported)");
+        throw protocol::ModelError(dir + ": only variant weights (" + joined(variants) + ", e.g. NAME." +
+                                   variants.front() + ".safetensors), no plain ones; pass --variant " +
                                    variants.front() + " to use them");
     }
     std::string has = plain ? "plain weights (drop --variant to use them)" : "";
-    if (!variants.empty()) has += (has.empty() ? "the variant(s) " : " and the variant(s) ") + joined(variants);
-    throw protocol::ModelError("--variant " + variant + ": " + dir + " has no " + variant + " weights (NAME." +
-                               variant + ".safetensors or NAME.safetensors.index." + variant + ".json)" +
-                               (has.empty() ? "; it has no *.safetensors weights at all" : "; it has " + has));
+    if (!variants.empty())
+        has += (has.empty() ? "the variant(s) " : " and the variant(s) ") + joined(variants);
+    throw protocol::ModelError(
+        "--variant " + variant + ": " + dir + " has no " + variant + " weights (NAME." + variant +
+        ".safetensors or NAME.safetensors.index." + variant + ".json)" +
+        (has.empty() ? "; it has no *.safetensors weights at all" : "; it has " + has));
 }
 
 std::map<std::string, std::string> read_weight_index(const std::string& index_path) {
@@ -184,10 +188,12 @@ std::map<std::string, std::string> read_weight_index(const std::string& index_pa
     try {
         index = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-        throw protocol::ModelError(index_path + ": not valid JSON (" + std::string(e.what()).substr(0, 160) + ")");
+        throw protocol::ModelError(index_path + ": not valid JSON (" + std::string(e.what()).substr(0, 160) +
+                                   ")");
     }
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-        throw protocol::ModelError(index_path + ": expected an object with a \"weight_map\" of tensor -> file");
+        throw protocol::ModelError(index_path +
+                                   ": expected an object with a \"weight_map\" of tensor -> file");
     std::map<std::string, std::string> out;
     for (const auto& [name, file] : index["weight_map"].items()) {
         if (!file.is_string() || file.get<std::string>().empty() ||
@@ -211,8 +217,8 @@ MappedModelFile map_model_file(const std::string& path, std::size_t min_size, co
     const auto size = static_cast<std::size_t>(st.st_size);
     if (size < min_size) {
         ::close(fd);
-        throw protocol::ModelError(path + ": " + too_small + " (" + std::to_string(size) + " bytes, less than " +
-                                   header + ")");
+        throw protocol::ModelError(path + ": " + too_small + " (" + std::to_string(size) +
+                                   " bytes, less than " + header + ")");
     }
     void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     const int err = errno;

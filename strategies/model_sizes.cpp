@@ -96,7 +96,8 @@ std::map<std::string, int64_t> read_safetensors_counts(const std::string& dir, c
             ::close(fd);
         }
         if (!whole) throw std::runtime_error(path + ": corrupt safetensors header");
-        if (!add_header_counts(header, counts, shapes)) throw std::runtime_error(path + ": corrupt safetensors header");
+        if (!add_header_counts(header, counts, shapes))
+            throw std::runtime_error(path + ": corrupt safetensors header");
     }
     return counts;
 }
@@ -111,15 +112,17 @@ std::map<std::string, int64_t> read_tensor_counts(const std::string& dir, const 
     const std::string text = read_model_file(manifest, std::size_t{16} << 20);  // ModelError names it
     std::map<std::string, int64_t> counts;
     if (!add_header_counts(text, counts, shapes) || counts.empty())
-        throw std::runtime_error(manifest +
-                                 ": not a tensor manifest (expected {\"NAME\": {\"dtype\": ..., \"shape\": [...]}, "
-                                 "...}, as scripts/models/make_config_folders.py writes it)");
+        throw std::runtime_error(
+            manifest +
+            ": not a tensor manifest (expected {\"NAME\": {\"dtype\": ..., \"shape\": [...]}, "
+            "...}, as scripts/models/make_config_folders.py writes it)");
     return counts;
 }
 
 }  // namespace
 
-std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir, const std::string& variant) {
+std::map<std::string, int64_t> safetensors_element_counts(const std::string& dir,
+                                                          const std::string& variant) {
     return read_safetensors_counts(dir, variant, nullptr);
 }
 
@@ -127,7 +130,8 @@ std::map<std::string, int64_t> tensor_element_counts(const std::string& dir, con
     return read_tensor_counts(dir, variant, nullptr);
 }
 
-std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir, const std::string& variant) {
+std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir,
+                                                          const std::string& variant) {
     std::map<std::string, std::vector<int64_t>> shapes;
     read_tensor_counts(dir, variant, &shapes);
     return shapes;
@@ -159,7 +163,8 @@ int block_index(const std::string& tensor, const std::string& prefix) {
 
 }  // namespace
 
-std::vector<std::string> components_left_out(const std::string& model_dir, const ParallelSpec& spec, bool no_t5) {
+std::vector<std::string> components_left_out(const std::string& model_dir, const ParallelSpec& spec,
+                                             bool no_t5) {
     if (spec.t5_encoder.empty()) return {};
     if (no_t5) return {spec.t5_encoder};
     nlohmann::json index;
@@ -168,8 +173,9 @@ std::vector<std::string> components_left_out(const std::string& model_dir, const
     } catch (const std::exception&) {
         return {};  // parallel_spec_for_model has named what is wrong with it
     }
-    const bool named = index.is_object() && index.contains(spec.t5_encoder) && index[spec.t5_encoder].is_array() &&
-                       index[spec.t5_encoder].size() == 2 && index[spec.t5_encoder][1].is_string();
+    const bool named = index.is_object() && index.contains(spec.t5_encoder) &&
+                       index[spec.t5_encoder].is_array() && index[spec.t5_encoder].size() == 2 &&
+                       index[spec.t5_encoder][1].is_string();
     if (!named) return {spec.t5_encoder};
     return {};
 }
@@ -208,11 +214,13 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
     return out;
 }
 
-DeviceMapPlan plan_device_map_spec(const std::string& model_dir, const ParallelSpec& spec, int64_t element_bytes,
-                                   const std::string& device_map, const std::string& max_memory,
-                                   const std::vector<DeviceBudget>& default_budgets, const std::string& variant,
-                                   const std::vector<std::string>& left_out) {
-    const std::vector<ComponentSize> sizes = pipeline_component_sizes(model_dir, spec, element_bytes, variant, left_out);
+DeviceMapPlan plan_device_map_spec(const std::string& model_dir, const ParallelSpec& spec,
+                                   int64_t element_bytes, const std::string& device_map,
+                                   const std::string& max_memory,
+                                   const std::vector<DeviceBudget>& default_budgets,
+                                   const std::string& variant, const std::vector<std::string>& left_out) {
+    const std::vector<ComponentSize> sizes =
+        pipeline_component_sizes(model_dir, spec, element_bytes, variant, left_out);
     if (device_map == "balanced" || device_map == "auto")
         return plan_device_map(sizes, max_memory.empty() ? default_budgets : parse_max_memory(max_memory),
                                device_map == "auto" ? DeviceMapMode::kAuto : DeviceMapMode::kBalanced);

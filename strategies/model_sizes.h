@@ -29,7 +29,8 @@ inline constexpr const char* kTensorManifest = "tensors.json";
 // folder when it has neither, or the file that is unreadable or malformed.
 std::map<std::string, int64_t> tensor_element_counts(const std::string& dir, const std::string& variant = "");
 // The same tensors' shapes.
-std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir, const std::string& variant = "");
+std::map<std::string, std::vector<int64_t>> tensor_shapes(const std::string& dir,
+                                                          const std::string& variant = "");
 
 // The components `spec` places whose folder has a tensors.json manifest and no *.safetensors:
 // configs only, which a job runs only with random weights. Empty for a folder with weights.
@@ -45,16 +46,19 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
                                                     const std::vector<std::string>& left_out = {});
 // The components of `spec` a job on `model_dir` does not load: the T5 encoder under --no-t5
 // (`no_t5`), or when model_index.json names none (its folder may still be there).
-std::vector<std::string> components_left_out(const std::string& model_dir, const ParallelSpec& spec, bool no_t5);
+std::vector<std::string> components_left_out(const std::string& model_dir, const ParallelSpec& spec,
+                                             bool no_t5);
 
 // device_map's plan for a model (its family's `spec`, from its ModelInfo) from the user's spec: `device_map`
 // is balanced, auto or a FILE.json (diffusers' hf_device_map style); balanced and auto take their budgets
 // from `max_memory` (DEV=SIZE,...) or, when it is empty, `default_budgets` (the visible GPUs). Throws
 // std::invalid_argument (or std::runtime_error for unreadable weights or model_index.json) saying
 // what is wrong.
-DeviceMapPlan plan_device_map_spec(const std::string& model_dir, const ParallelSpec& spec, int64_t element_bytes,
-                                   const std::string& device_map, const std::string& max_memory,
+DeviceMapPlan plan_device_map_spec(const std::string& model_dir, const ParallelSpec& spec,
+                                   int64_t element_bytes, const std::string& device_map,
+                                   const std::string& max_memory,
                                    const std::vector<DeviceBudget>& default_budgets,
-                                   const std::string& variant = "", const std::vector<std::string>& left_out = {});
+                                   const std::string& variant = "",
+                                   const std::vector<std::string>& left_out = {});
 
 }  // namespace dp::strategies

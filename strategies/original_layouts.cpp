@@ -65,12 +65,15 @@ struct Mapper {
     }
     // `from` (a module ending in '.', or a tensor) to `to`, its fused parts each `width` rows but
     // the last; `swap_halves`: the two halves of its rows in the other order.
-    void place(const std::string& from, const std::vector<const char*>& to, int64_t width, bool swap_halves = false) {
+    void place(const std::string& from, const std::vector<const char*>& to, int64_t width,
+               bool swap_halves = false) {
         place(from, std::vector<std::string>(to.begin(), to.end()), width, swap_halves);
     }
-    void place(const std::string& from, const std::vector<std::string>& to, int64_t width, bool swap_halves = false) {
+    void place(const std::string& from, const std::vector<std::string>& to, int64_t width,
+               bool swap_halves = false) {
         const bool module = ends_with(from, ".");
-        for (const char* suffix : module ? std::vector<const char*>{"weight", "bias"} : std::vector<const char*>{""}) {
+        for (const char* suffix :
+             module ? std::vector<const char*>{"weight", "bias"} : std::vector<const char*>{""}) {
             const std::string source = from + suffix;
             const CheckpointTensor* info = find(source);
             if (!info) continue;
@@ -206,7 +209,8 @@ std::string ldm_vae_name(const std::string& name, int64_t up, bool& squeeze) {
     const std::vector<std::string> p = split_name(name);
     const auto rest = [&](std::size_t from) {
         std::string r;
-        for (std::size_t i = from; i < p.size(); ++i) r += (r.empty() ? "" : ".") + (p[i] == "nin_shortcut" ? "conv_shortcut" : p[i]);
+        for (std::size_t i = from; i < p.size(); ++i)
+            r += (r.empty() ? "" : ".") + (p[i] == "nin_shortcut" ? "conv_shortcut" : p[i]);
         return r;
     };
     squeeze = false;
@@ -219,8 +223,11 @@ std::string ldm_vae_name(const std::string& name, int64_t up, bool& squeeze) {
         if (p[2] == "block_1" || p[2] == "block_2")
             return side + ".mid_block.resnets." + (p[2] == "block_1" ? "0." : "1.") + rest(3);
         if (p[2] == "attn_1" && p.size() == 5) {
-            static const std::map<std::string, std::string> kAttn = {
-                {"norm", "group_norm"}, {"q", "to_q"}, {"k", "to_k"}, {"v", "to_v"}, {"proj_out", "to_out.0"}};
+            static const std::map<std::string, std::string> kAttn = {{"norm", "group_norm"},
+                                                                     {"q", "to_q"},
+                                                                     {"k", "to_k"},
+                                                                     {"v", "to_v"},
+                                                                     {"proj_out", "to_out.0"}};
             const auto it = kAttn.find(p[3]);
             if (it == kAttn.end()) return {};
             squeeze = p[3] != "norm" && p[4] == "weight";
@@ -231,7 +238,8 @@ std::string ldm_vae_name(const std::string& name, int64_t up, bool& squeeze) {
     const bool down = side == "encoder" && p[1] == "down", upward = side == "decoder" && p[1] == "up";
     if ((!down && !upward) || p.size() < 5 || !is_index(p[2])) return {};
     const int64_t k = std::stoll(p[2]);
-    const std::string block = down ? side + ".down_blocks." + p[2] : side + ".up_blocks." + std::to_string(up - 1 - k);
+    const std::string block =
+        down ? side + ".down_blocks." + p[2] : side + ".up_blocks." + std::to_string(up - 1 - k);
     if (p[3] == "block" && p.size() >= 6 && is_index(p[4])) return block + ".resnets." + p[4] + "." + rest(5);
     if ((p[3] == "downsample" || p[3] == "upsample") && p.size() == 6 && p[4] == "conv")
         return block + (down ? ".downsamplers.0.conv." : ".upsamplers.0.conv.") + p[5];
@@ -245,11 +253,12 @@ void map_flux_original(const CheckpointTensors& file, SingleFileLayout& out) {
     Mapper m{file, out, {}};
     const CheckpointTensor* img_in = m.find("img_in.weight");
     if (!img_in || img_in->shape.size() != 2)
-        throw ModelError(out.path + ": a FLUX.1 file in Black Forest Labs' layout must have a 2-D '" + out.prefix +
-                         "img_in.weight' (the model's width comes from it)");
+        throw ModelError(out.path + ": a FLUX.1 file in Black Forest Labs' layout must have a 2-D '" +
+                         out.prefix + "img_in.weight' (the model's width comes from it)");
     const int64_t width = img_in->shape[0];
     for (const FluxModule& f : kFluxTop) m.place(f.from, f.to, width);
-    m.place("final_layer.adaLN_modulation.1.", std::vector<std::string>{"norm_out.linear."}, width, /*swap_halves=*/true);
+    m.place("final_layer.adaLN_modulation.1.", std::vector<std::string>{"norm_out.linear."}, width,
+            /*swap_halves=*/true);
     place_blocks(m, width, "double_blocks.", "transformer_blocks.", kFluxDouble);
     place_blocks(m, width, "single_blocks.", "single_transformer_blocks.", kFluxSingle);
     mark_unplaced(file, out, m.used);
@@ -259,9 +268,11 @@ void map_sd3_original(const CheckpointTensors& file, SingleFileLayout& out) {
     out.layout = "Stability AI's original (SD3)";
     Mapper m{file, out, {}};
     for (const FluxModule& f : kSd3Top) m.place(f.from, f.to, 0);
-    m.place("final_layer.adaLN_modulation.1.", std::vector<std::string>{"norm_out.linear."}, 0, /*swap_halves=*/true);
+    m.place("final_layer.adaLN_modulation.1.", std::vector<std::string>{"norm_out.linear."}, 0,
+            /*swap_halves=*/true);
     // The last block's context modulation (its context stream ends there) is shift then scale.
-    static const FluxModule kContextModulation = {"context_block.adaLN_modulation.1.", {"norm1_context.linear."}};
+    static const FluxModule kContextModulation = {"context_block.adaLN_modulation.1.",
+                                                  {"norm1_context.linear."}};
     place_blocks(m, 0, "joint_blocks.", "transformer_blocks.", kSd3Joint, &kContextModulation);
     mark_unplaced(file, out, m.used);
 }
@@ -280,9 +291,11 @@ void map_ldm_vae(const CheckpointTensors& file, SingleFileLayout& out) {
         }
         std::vector<int64_t> shape = info.shape;
         if (squeeze) {
-            const bool ones = shape.size() >= 3 && std::all_of(shape.begin() + 2, shape.end(), [](int64_t d) { return d == 1; });
+            const bool ones = shape.size() >= 3 &&
+                              std::all_of(shape.begin() + 2, shape.end(), [](int64_t d) { return d == 1; });
             if (!ones)
-                throw ModelError(out.path + ": '" + name + "' must be a 1x1 convolution's weight (the VAE's attention)");
+                throw ModelError(out.path + ": '" + name +
+                                 "' must be a 1x1 convolution's weight (the VAE's attention)");
             shape.resize(2);
         }
         StoredTensor t{name, {}, {}};

@@ -11,10 +11,11 @@ namespace {
 // attention output and the feed-forward output row-parallel. Its relative position bias and its
 // norms stay whole.
 void add_t5_encoder_rules(ParallelSpec& s) {
-    for (const char* column : {".SelfAttention.q", ".SelfAttention.k", ".SelfAttention.v", ".DenseReluDense.wi_0",
-                               ".DenseReluDense.wi_1", ".DenseReluDense.wi"})
+    for (const char* column : {".SelfAttention.q", ".SelfAttention.k", ".SelfAttention.v",
+                               ".DenseReluDense.wi_0", ".DenseReluDense.wi_1", ".DenseReluDense.wi"})
         s.tp_rules.push_back({column, TpSplit::kColumn, {}});
-    for (const char* row : {".SelfAttention.o", ".DenseReluDense.wo"}) s.tp_rules.push_back({row, TpSplit::kRow, {}});
+    for (const char* row : {".SelfAttention.o", ".DenseReluDense.wo"})
+        s.tp_rules.push_back({row, TpSplit::kRow, {}});
 }
 
 // Qwen2.5-VL's language model as Qwen-Image's text encoder (a Qwen2 decoder): q, k, v (by
@@ -22,10 +23,11 @@ void add_t5_encoder_rules(ParallelSpec& s) {
 // projections column-parallel, the attention output and down projection row-parallel. Embeddings
 // and norms stay whole.
 void add_qwen2_decoder_rules(ParallelSpec& s) {
-    for (const char* column : {".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj", ".mlp.gate_proj",
-                               ".mlp.up_proj"})
+    for (const char* column :
+         {".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj", ".mlp.gate_proj", ".mlp.up_proj"})
         s.tp_rules.push_back({column, TpSplit::kColumn, {}});
-    for (const char* row : {".self_attn.o_proj", ".mlp.down_proj"}) s.tp_rules.push_back({row, TpSplit::kRow, {}});
+    for (const char* row : {".self_attn.o_proj", ".mlp.down_proj"})
+        s.tp_rules.push_back({row, TpSplit::kRow, {}});
 }
 
 }  // namespace
@@ -42,8 +44,9 @@ const ParallelSpec& qwen_image_parallel_spec() {
         s.block_prefixes = {"transformer_blocks."};
         // Dual-stream blocks: q, k, v of both streams column-parallel (by heads), the outputs
         // row-parallel, both GELU MLPs column- then row-parallel.
-        for (const char* column : {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
-                                   ".attn.add_v_proj", ".img_mlp.net.0.proj", ".txt_mlp.net.0.proj"})
+        for (const char* column :
+             {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
+              ".attn.add_v_proj", ".img_mlp.net.0.proj", ".txt_mlp.net.0.proj"})
             s.tp_rules.push_back({column, TpSplit::kColumn, {}});
         for (const char* row : {".attn.to_out.0", ".attn.to_add_out", ".img_mlp.net.2", ".txt_mlp.net.2"})
             s.tp_rules.push_back({row, TpSplit::kRow, {}});
@@ -57,8 +60,11 @@ const ParallelSpec& qwen_image_parallel_spec() {
         // parallelism, padded and masked: replicated, each rank would repeat its whole MLPs and
         // projections (Note [Qwen-Image text stream], qwen_image_transformer.h).
         s.streams = {{"image", true}, {"text", true}};
-        s.unloaded_tensors = {{"vae", "encoder."}, {"vae", "quant_conv."}, {"text_encoder", "visual."},
-                              {"text_encoder", "model.visual."}, {"text_encoder", "lm_head."}};
+        s.unloaded_tensors = {{"vae", "encoder."},
+                              {"vae", "quant_conv."},
+                              {"text_encoder", "visual."},
+                              {"text_encoder", "model.visual."},
+                              {"text_encoder", "lm_head."}};
         // QwenImageTransformer2DModel's defaults; 128 latents a side is the pipeline's
         // default_sample_size (1024 pixels).
         s.transformer_defaults.heads = 24;
@@ -91,10 +97,9 @@ const ParallelSpec& sd3_parallel_spec() {
         // Joint attention: q, k, v column-parallel for both streams, the outputs row-parallel;
         // SD3.5's image-only second attention (attn2) split the same way, by the same heads; the
         // MLPs column- then row-parallel. AdaLN, norms and embeddings stay whole.
-        for (const char* column :
-             {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
-              ".attn.add_v_proj", ".attn2.to_q", ".attn2.to_k", ".attn2.to_v", ".ff.net.0.proj",
-              ".ff_context.net.0.proj"})
+        for (const char* column : {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj",
+                                   ".attn.add_k_proj", ".attn.add_v_proj", ".attn2.to_q", ".attn2.to_k",
+                                   ".attn2.to_v", ".ff.net.0.proj", ".ff_context.net.0.proj"})
             s.tp_rules.push_back({column, TpSplit::kColumn, {}});
         for (const char* row :
              {".attn.to_out.0", ".attn.to_add_out", ".attn2.to_out.0", ".ff.net.2", ".ff_context.net.2"})
@@ -135,8 +140,9 @@ const ParallelSpec& flux_parallel_spec() {
         // Double-stream blocks as SD3's joint ones; single-stream blocks: q, k, v and the MLP's
         // input column-parallel, and the one output projection over [attention, MLP]
         // row-parallel over its two segments (width and 4 x width), each split as its producer is.
-        for (const char* column : {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
-                                   ".attn.add_v_proj", ".ff.net.0.proj", ".ff_context.net.0.proj", ".proj_mlp"})
+        for (const char* column :
+             {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
+              ".attn.add_v_proj", ".ff.net.0.proj", ".ff_context.net.0.proj", ".proj_mlp"})
             s.tp_rules.push_back({column, TpSplit::kColumn, {}});
         for (const char* row : {".attn.to_out.0", ".attn.to_add_out", ".ff.net.2", ".ff_context.net.2"})
             s.tp_rules.push_back({row, TpSplit::kRow, {}});
@@ -182,9 +188,7 @@ const ParallelSpec* find_parallel_spec(const std::string& pipeline_class) {
     return nullptr;
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 bool stream_split(const ParallelSpec& spec, const std::string& name) {
     return std::any_of(spec.streams.begin(), spec.streams.end(),

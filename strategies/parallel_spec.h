@@ -37,9 +37,9 @@ struct StreamSpec {
 
 // The transformer's shape facts, from its config.json (read_transformer_shape, model_config.h).
 struct TransformerShape {
-    int64_t heads = 0;     // attention heads
-    int64_t head_dim = 0;  // features per head
-    int64_t layers = 0;    // transformer blocks, of every block prefix
+    int64_t heads = 0;        // attention heads
+    int64_t head_dim = 0;     // features per head
+    int64_t layers = 0;       // transformer blocks, of every block prefix
     int64_t more_layers = 0;  // of them, those of the later prefixes (FLUX's single-stream blocks)
     int64_t patch_size = 0;
     int64_t in_channels = 0;  // latent channels
@@ -48,7 +48,7 @@ struct TransformerShape {
 };
 
 struct ParallelSpec {
-    std::string family;          // "sd3": the id the call-argument table's rows name (protocol/call_arguments.h)
+    std::string family;  // "sd3": the id the call-argument table's rows name (protocol/call_arguments.h)
     std::string display_name;    // how messages name the family: "SD3", "Qwen-Image"
     std::string pipeline_class;  // model_index.json's _class_name, e.g. "StableDiffusion3Pipeline"
     // The components device_map places, in pipeline order (model_index.json keys).

@@ -27,9 +27,9 @@ struct DTypeRow {
     std::size_t size;
 };
 constexpr DTypeRow kDTypes[] = {
-    {StDType::kF64, "F64", 8},   {StDType::kF32, "F32", 4}, {StDType::kF16, "F16", 2},
-    {StDType::kBF16, "BF16", 2}, {StDType::kI64, "I64", 8}, {StDType::kI32, "I32", 4},
-    {StDType::kI16, "I16", 2},   {StDType::kI8, "I8", 1},   {StDType::kU8, "U8", 1},
+    {StDType::kF64, "F64", 8},   {StDType::kF32, "F32", 4},        {StDType::kF16, "F16", 2},
+    {StDType::kBF16, "BF16", 2}, {StDType::kI64, "I64", 8},        {StDType::kI32, "I32", 4},
+    {StDType::kI16, "I16", 2},   {StDType::kI8, "I8", 1},          {StDType::kU8, "U8", 1},
     {StDType::kBool, "BOOL", 1}, {StDType::kF8E4M3, "F8_E4M3", 1}, {StDType::kF8E5M2, "F8_E5M2", 1},
 };
 
@@ -132,7 +132,8 @@ std::map<std::string, StTensorInfo> parse_safetensors_header(const std::string& 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
     file->path_ = path;
-    const MappedModelFile mapped = map_model_file(path, 8, "truncated safetensors file", "its 8-byte header length");
+    const MappedModelFile mapped =
+        map_model_file(path, 8, "truncated safetensors file", "its 8-byte header length");
     void* map = mapped.data;
     const std::size_t size = mapped.size;
     file->map_ = map;

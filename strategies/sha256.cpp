@@ -69,7 +69,8 @@ std::string weights_fingerprint(const std::vector<std::string>& files) {
             throw protocol::Error(path + ": cannot stat (" + std::strerror(errno) + ")", protocol::kExitIo);
         }
         std::string pieces;
-        for (const off_t at : {off_t{0}, std::max<off_t>(0, st.st_size / 2 - kPiece / 2), std::max<off_t>(0, st.st_size - kPiece)}) {
+        for (const off_t at : {off_t{0}, std::max<off_t>(0, st.st_size / 2 - kPiece / 2),
+                               std::max<off_t>(0, st.st_size - kPiece)}) {
             const ssize_t n = ::pread(fd, buf.data(), buf.size(), at);
             if (n < 0) {
                 const std::string why = std::strerror(errno);
@@ -79,9 +80,10 @@ std::string weights_fingerprint(const std::vector<std::string>& files) {
             pieces += sha256_hex(buf.data(), static_cast<std::size_t>(n));
         }
         ::close(fd);
-        summary += path + "\t" + std::to_string(st.st_size) + "\t" +
-                   std::to_string(static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec) + "\t" +
-                   pieces + "\n";
+        summary +=
+            path + "\t" + std::to_string(st.st_size) + "\t" +
+            std::to_string(static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec) +
+            "\t" + pieces + "\n";
     }
     return sha256_hex(summary.data(), summary.size());
 }

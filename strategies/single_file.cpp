@@ -23,7 +23,8 @@ const char* const kPrefixes[] = {"model.diffusion_model.", "diffusion_model.", "
 void map_diffusers(const CheckpointTensors& file, SingleFileLayout& out) {
     out.layout = "diffusers";
     for (const auto& [name, info] : file) {
-        if (!starts_with(name, out.prefix) || name == "scaled_fp8" || ends_with(name, ".scale_weight")) continue;
+        if (!starts_with(name, out.prefix) || name == "scaled_fp8" || ends_with(name, ".scale_weight"))
+            continue;
         StoredTensor t{name, {}, {}};
         if (ends_with(name, ".weight")) {
             const std::string scale = name.substr(0, name.size() - 6) + "scale_weight";
@@ -61,14 +62,16 @@ std::string bundled_encoder(const ParallelSpec& spec, const std::string& compone
 }
 
 // The prefix `component`'s tensors have in the bundle `file`, or empty when it holds none.
-std::string bundle_prefix(const CheckpointTensors& file, const ParallelSpec& spec, const std::string& component) {
+std::string bundle_prefix(const CheckpointTensors& file, const ParallelSpec& spec,
+                          const std::string& component) {
     std::vector<std::string> candidates;
     if (component == spec.transformer) candidates.push_back(kTransformerPrefix);
     if (component == "vae") candidates.assign(std::begin(kVaePrefixes), std::end(kVaePrefixes));
     if (const std::string encoder = bundled_encoder(spec, component); !encoder.empty())
         candidates.push_back("text_encoders." + encoder + ".transformer.");
     for (const std::string& prefix : candidates)
-        if (std::any_of(file.begin(), file.end(), [&](const auto& t) { return starts_with(t.first, prefix); }))
+        if (std::any_of(file.begin(), file.end(),
+                        [&](const auto& t) { return starts_with(t.first, prefix); }))
             return prefix;
     return {};
 }
@@ -83,10 +86,12 @@ std::vector<std::string> bundled_components(const CheckpointTensors& file, const
 
 // Note [bundled files]: CLIP's position_ids and a T5's second name for its embedding are no
 // weights of their own; SD3's CLIP-L from a bundle has the identity for its text projection.
-void text_encoder_fixes(const ParallelSpec& spec, const std::string& component, bool bundle, SingleFileLayout& out) {
+void text_encoder_fixes(const ParallelSpec& spec, const std::string& component, bool bundle,
+                        SingleFileLayout& out) {
     for (auto it = out.tensors.begin(); it != out.tensors.end();) {
         const bool position_ids = ends_with(it->first, "embeddings.position_ids");
-        const bool second_embedding = it->first == "encoder.embed_tokens.weight" && out.tensors.count("shared.weight");
+        const bool second_embedding =
+            it->first == "encoder.embed_tokens.weight" && out.tensors.count("shared.weight");
         if (position_ids || second_embedding) {
             out.shapes.erase(it->first);
             it = out.tensors.erase(it);
@@ -96,8 +101,10 @@ void text_encoder_fixes(const ParallelSpec& spec, const std::string& component, 
     }
     if (bundled_encoder(spec, component) != "clip_l" || spec.family != "sd3") return;
     const auto norm = out.shapes.find("text_model.final_layer_norm.weight");
-    if (norm == out.shapes.end() || norm->second.size() != 1) return;  // single_file_problem names what is missing
-    if (!bundle && out.tensors.count("text_projection.weight")) return;  // a CLIP-L file of its own keeps its projection
+    if (norm == out.shapes.end() || norm->second.size() != 1)
+        return;  // single_file_problem names what is missing
+    if (!bundle && out.tensors.count("text_projection.weight"))
+        return;  // a CLIP-L file of its own keeps its projection
     StoredTensor identity;
     identity.identity = true;
     out.tensors["text_projection.weight"] = identity;
@@ -120,7 +127,8 @@ std::string format_of(const CheckpointTensors& file, const SingleFileLayout& lay
         for (const auto& [dtype, n] : bytes)
             for (uint32_t id = 0; id < 64; ++id)
                 if (const GgmlType* t = ggml_type(id); t && dtype == t->name) {
-                    const double b = 8.0 * static_cast<double>(t->block_bytes) / static_cast<double>(t->block_elements);
+                    const double b =
+                        8.0 * static_cast<double>(t->block_bytes) / static_cast<double>(t->block_elements);
                     if (b < bits) bits = b, main = dtype;
                 }
         std::string others;
@@ -128,9 +136,9 @@ std::string format_of(const CheckpointTensors& file, const SingleFileLayout& lay
             if (dtype != main) others += (others.empty() ? "" : ", ") + dtype;
         return "GGUF " + main + (others.empty() ? "" : " (and " + others + ")");
     }
-    const bool scaled = file.count("scaled_fp8") ||
-                        std::any_of(layout.tensors.begin(), layout.tensors.end(),
-                                    [](const auto& t) { return !t.second.scale.empty(); });
+    const bool scaled =
+        file.count("scaled_fp8") || std::any_of(layout.tensors.begin(), layout.tensors.end(),
+                                                [](const auto& t) { return !t.second.scale.empty(); });
     if (most->first == "F8_E4M3") return scaled ? "scaled fp8 (e4m3)" : "fp8 (e4m3)";
     if (most->first == "F8_E5M2") return scaled ? "scaled fp8 (e5m2)" : "fp8 (e5m2)";
     if (most->first == "BF16") return "bf16";
@@ -146,8 +154,8 @@ void check_scales(const CheckpointTensors& file, const SingleFileLayout& layout)
         int64_t n = 1;
         for (const int64_t d : s.shape) n *= d;
         if (n != 1)
-            throw ModelError(layout.path + ": '" + t.scale + "' must be one number (the scale of '" + t.tensor +
-                             "'), not " + std::to_string(n));
+            throw ModelError(layout.path + ": '" + t.scale + "' must be one number (the scale of '" +
+                             t.tensor + "'), not " + std::to_string(n));
         if (s.dtype != "F32" && s.dtype != "BF16" && s.dtype != "F16")
             throw ModelError(layout.path + ": '" + t.scale + "' has dtype " + s.dtype +
                              "; a weight's scale is F32, BF16 or F16");
@@ -158,7 +166,8 @@ void check_scales(const CheckpointTensors& file, const SingleFileLayout& layout)
 
 CheckpointTensors checkpoint_tensors(const SafetensorsFile& file) {
     CheckpointTensors out;
-    for (const auto& [name, info] : file.tensors()) out[name] = {info.shape, st_dtype_name(info.dtype), info.nbytes};
+    for (const auto& [name, info] : file.tensors())
+        out[name] = {info.shape, st_dtype_name(info.dtype), info.nbytes};
     return out;
 }
 
@@ -182,7 +191,8 @@ SingleFileLayout read_single_file_layout(const std::string& path, const Checkpoi
         if (prefix.empty()) {
             std::string held;
             for (const std::string& c : bundled_components(all, spec)) held += (held.empty() ? "" : ", ") + c;
-            throw ModelError(path + ": holds no " + component + " (it holds " + (held.empty() ? "none of " + spec.display_name + "'s components" : held) + ")");
+            throw ModelError(path + ": holds no " + component + " (it holds " +
+                             (held.empty() ? "none of " + spec.display_name + "'s components" : held) + ")");
         }
         for (const auto& [name, info] : all)
             if (starts_with(name, prefix) || name == "scaled_fp8") part[name] = info;
@@ -222,14 +232,16 @@ SingleFileLayout read_single_file_layout(const std::string& path, const Checkpoi
     for (const auto& [target, t] : out.tensors) {
         if (t.identity || !gguf || !counted.insert(t.tensor).second) continue;
         const CheckpointTensor& info = file.at(t.tensor);
-        if (info.dtype != "F32" && info.dtype != "F16" && info.dtype != "BF16") out.quantized_bytes += info.nbytes;
+        if (info.dtype != "F32" && info.dtype != "F16" && info.dtype != "BF16")
+            out.quantized_bytes += info.nbytes;
     }
     return out;
 }
 
 SingleFileLayout read_single_file_layout(const SafetensorsFile& file, const ParallelSpec& spec,
                                          const std::string& component) {
-    SingleFileLayout layout = read_single_file_layout(file.path(), checkpoint_tensors(file), spec, component, false);
+    SingleFileLayout layout =
+        read_single_file_layout(file.path(), checkpoint_tensors(file), spec, component, false);
     // Scaled fp8: each scale is one number read here (a few bytes each), and must be finite.
     for (const auto& [target, t] : layout.tensors) {
         if (t.scale.empty()) continue;
@@ -253,7 +265,8 @@ SingleFileLayout read_single_file_layout(const SafetensorsFile& file, const Para
     return layout;
 }
 
-SingleFileLayout read_single_file_layout(const GgufFile& file, const ParallelSpec& spec, const std::string& component) {
+SingleFileLayout read_single_file_layout(const GgufFile& file, const ParallelSpec& spec,
+                                         const std::string& component) {
     return read_single_file_layout(file.path(), checkpoint_tensors(file), spec, component, true);
 }
 
@@ -273,7 +286,8 @@ std::string shipped_config_for(const std::string& path) {
     for (const auto& [name, t] : tensors)
         if (!bundle || starts_with(name, kTransformerPrefix)) names.push_back(name);
     const auto has = [&](const std::string& suffix) {
-        return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return ends_with(n, suffix); });
+        return std::any_of(names.begin(), names.end(),
+                           [&](const std::string& n) { return ends_with(n, suffix); });
     };
     const std::string guess = adapter_family_guess(names);
     if (guess == "FLUX.1" && has("double_blocks.0.img_attn.qkv.weight"))
@@ -284,7 +298,9 @@ std::string shipped_config_for(const std::string& path) {
     // SD3 in Stability AI's names: 3.5 medium has the second attention (MMDiT-X), 3.5 large the
     // q/k norms alone, 3 medium neither.
     if (guess == "SD3" && has("joint_blocks.0.x_block.attn.qkv.weight"))
-        return has("x_block.attn2.qkv.weight") ? "sd3.5-medium" : has("x_block.attn.ln_q.weight") ? "sd3.5-large" : "sd3-medium";
+        return has("x_block.attn2.qkv.weight")   ? "sd3.5-medium"
+               : has("x_block.attn.ln_q.weight") ? "sd3.5-large"
+                                                 : "sd3-medium";
     throw ModelError(path + ": cannot tell which model this file is from its tensor names" +
                      (guess.empty() ? std::string() : " (they look made for " + guess + ")") +
                      "; dp-launch reads FLUX.1, SD3 and Qwen-Image from one file: pass the model's "
@@ -306,7 +322,8 @@ std::string single_file_problem(const SingleFileLayout& layout,
     };
     const auto list = [](const std::vector<std::string>& names) {
         std::string s;
-        for (std::size_t i = 0; i < names.size() && i < 4; ++i) s += (i ? ", " : "") + std::string("'") + names[i] + "'";
+        for (std::size_t i = 0; i < names.size() && i < 4; ++i)
+            s += (i ? ", " : "") + std::string("'") + names[i] + "'";
         if (names.size() > 4) s += " and " + std::to_string(names.size() - 4) + " more";
         return s;
     };
@@ -319,8 +336,9 @@ std::string single_file_problem(const SingleFileLayout& layout,
         }
         const std::vector<int64_t>& have = layout.shapes.at(name);
         if (have != shape)
-            return layout.path + ": '" + it->second.tensor + "' gives '" + name + "' the shape " + shape_text(have) +
-                   " but the model's config implies " + shape_text(shape) + " (is the file for another size of the model?)";
+            return layout.path + ": '" + it->second.tensor + "' gives '" + name + "' the shape " +
+                   shape_text(have) + " but the model's config implies " + shape_text(shape) +
+                   " (is the file for another size of the model?)";
     }
     for (const auto& [name, t] : layout.tensors)
         if (!expected.count(name)) extra.push_back(t.tensor);
@@ -329,19 +347,22 @@ std::string single_file_problem(const SingleFileLayout& layout,
         const bool sd3 = layout.layout == "Stability AI's original (SD3)";
         const std::vector<std::pair<std::string, std::string>> blocks =
             sd3 ? std::vector<std::pair<std::string, std::string>>{{"transformer_blocks.", "joint_blocks."}}
-                : std::vector<std::pair<std::string, std::string>>{{"transformer_blocks.", "double_blocks."},
-                                                                   {"single_transformer_blocks.", "single_blocks."}};
+                : std::vector<std::pair<std::string, std::string>>{
+                      {"transformer_blocks.", "double_blocks."},
+                      {"single_transformer_blocks.", "single_blocks."}};
         for (std::string& name : missing)
             for (const auto& [ours, theirs] : blocks)
                 if (starts_with(name, ours)) {
                     const std::size_t dot = name.find('.', ours.size());
-                    name = layout.prefix + theirs + name.substr(ours.size(), dot - ours.size()) + " (" + name + ")";
+                    name = layout.prefix + theirs + name.substr(ours.size(), dot - ours.size()) + " (" +
+                           name + ")";
                     break;
                 }
     }
     if (!missing.empty())
         return layout.path + ": has no tensor for " + list(missing) + " of the model's " +
-               std::to_string(expected.size()) + " (a block missing, or a file for a model with fewer layers?)";
+               std::to_string(expected.size()) +
+               " (a block missing, or a file for a model with fewer layers?)";
     if (!extra.empty())
         return layout.path + ": holds " + list(extra) +
                ", which the model's config has no place for (a file for a model with more layers?)";

@@ -29,7 +29,7 @@ struct StoredTensor {
     std::string tensor;  // the file's tensor
     // The rows of it, as (first, count) ranges taken in order; empty: the whole tensor.
     std::vector<std::pair<int64_t, int64_t>> rows;
-    std::string scale;   // a scalar the stored values are multiplied by (scaled fp8); empty: none
+    std::string scale;  // a scalar the stored values are multiplied by (scaled fp8); empty: none
     // A 1x1 convolution's weight ([out, in, 1, 1], or [out, in, 1]) standing for a linear layer's
     // ([out, in]): the original VAE layout's attention projections.
     bool squeeze = false;
@@ -40,13 +40,14 @@ struct StoredTensor {
 
 struct SingleFileLayout {
     std::string path;
-    std::string layout;  // "diffusers", "Black Forest Labs' original (FLUX.1)", "Stability AI's original (SD3)"
+    std::string
+        layout;  // "diffusers", "Black Forest Labs' original (FLUX.1)", "Stability AI's original (SD3)"
     std::string prefix;  // the prefix the component's keys carry ("model.diffusion_model."), or empty
-    std::string format;  // the stored weights' dtype: "bf16", "fp16", "fp32", "fp8 (e4m3)", "scaled fp8 (e4m3)",
-                         // "GGUF Q4_K (and F32, Q8_0)"
+    std::string format;  // the stored weights' dtype: "bf16", "fp16", "fp32", "fp8 (e4m3)", "scaled fp8
+                         // (e4m3)", "GGUF Q4_K (and F32, Q8_0)"
     bool gguf = false;   // a GGUF file (strategies/gguf.h), else safetensors
     std::size_t quantized_bytes = 0;  // GGUF: bytes of the component's tensors in a quantized type
-    std::map<std::string, StoredTensor> tensors;    // diffusers name -> where the file keeps it
+    std::map<std::string, StoredTensor> tensors;         // diffusers name -> where the file keeps it
     std::map<std::string, std::vector<int64_t>> shapes;  // diffusers name -> its shape
 };
 
@@ -59,7 +60,8 @@ SingleFileLayout read_single_file_layout(const SafetensorsFile& file, const Para
                                          const std::string& component);
 // The same for a GGUF file (Note [gguf]).
 class GgufFile;
-SingleFileLayout read_single_file_layout(const GgufFile& file, const ParallelSpec& spec, const std::string& component);
+SingleFileLayout read_single_file_layout(const GgufFile& file, const ParallelSpec& spec,
+                                         const std::string& component);
 // The file at `path`, a GGUF file when it starts with GGUF's magic, else a safetensors file.
 SingleFileLayout read_single_file_layout(const std::string& path, const ParallelSpec& spec,
                                          const std::string& component);

@@ -75,7 +75,8 @@ std::string describe_head_split(const HeadSplit& s) {
         out +=
             " (tp shards of " + join(s.tp_shares) + ", each over ulysses " + std::to_string(s.ulysses) + ")";
     if (s.even())
-        return out + ": " + std::to_string(s.most()) + (s.most() == 1 ? " head" : " heads") + " each, an even split";
+        return out + ": " + std::to_string(s.most()) + (s.most() == 1 ? " head" : " heads") +
+               " each, an even split";
     const int64_t most = s.most();
     out += ": the ranks hold " + join(s.per_rank) + " heads. Attention waits for the " +
            std::to_string(most) + "-head ranks, so";
@@ -127,7 +128,8 @@ void check_cfg_parallel(const StrategyRequest& r, const ParallelSpec& spec) {
             why += " (" + spec.display_name + "'s negative branch runs only with " + flag +
                    " above 1 and a negative prompt" +
                    (arguments.takes("guidance_scale") && cfg->row->name != std::string("guidance_scale")
-                        ? "; its guidance_scale is embedded in the transformer, one forward per step, nothing to split"
+                        ? "; its guidance_scale is embedded in the transformer, one forward per step, "
+                          "nothing to split"
                         : "") +
                    ")";
         throw UsageError(why);

@@ -5,7 +5,9 @@
 
 namespace dp::strategies {
 
-inline bool starts_with(std::string_view s, std::string_view head) { return s.substr(0, head.size()) == head; }
+inline bool starts_with(std::string_view s, std::string_view head) {
+    return s.substr(0, head.size()) == head;
+}
 inline bool ends_with(std::string_view s, std::string_view tail) {
     return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
 }

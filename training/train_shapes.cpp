@@ -25,10 +25,10 @@
 #include <utility>
 
 #include "runtime/io/errors.h"
-#include "runtime/models/common/clip_tokenizer.h"
-#include "runtime/models/sd3/sd3_transformer.h"
-#include "runtime/models/sd3/sd3_pipeline.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/common/clip_tokenizer.h"
+#include "runtime/models/sd3/sd3_pipeline.h"
+#include "runtime/models/sd3/sd3_transformer.h"
 #include "shapes/adherence.h"
 #include "shapes/shapes_world.h"
 
@@ -207,7 +207,8 @@ std::string add_noise(const std::string& prompt, std::size_t shapes, const Promp
     if (u(rng) < noise.filler) {
         const int n = 1 + static_cast<int>(rng() % 3);
         for (int i = 0; i < n; ++i)
-            kept.insert(kept.begin() + static_cast<std::ptrdiff_t>(rng() % (kept.size() + 1)), filler_word(rng));
+            kept.insert(kept.begin() + static_cast<std::ptrdiff_t>(rng() % (kept.size() + 1)),
+                        filler_word(rng));
     }
     std::string out;
     for (const std::string& w : kept) out += (out.empty() || w == "," ? "" : " ") + w;
@@ -223,7 +224,8 @@ std::vector<int64_t> unseen_token_ids(const fs::path& tokenizer_dir) {
     for (const std::string& w : dp::shapes::grammar_words())
         if (std::find(free.begin(), free.end(), w) == free.end())
             for (int64_t id : tok.tokenize(w)) seen[static_cast<std::size_t>(id)] = true;
-    for (const char* special : {"<|startoftext|>", "<|endoftext|>"}) seen[static_cast<std::size_t>(tok.id_of(special))] = true;
+    for (const char* special : {"<|startoftext|>", "<|endoftext|>"})
+        seen[static_cast<std::size_t>(tok.id_of(special))] = true;
     std::vector<int64_t> unseen;
     for (std::size_t id = 0; id < seen.size(); ++id)
         if (!seen[id]) unseen.push_back(static_cast<int64_t>(id));
@@ -244,7 +246,9 @@ void sample_batch(std::mt19937_64& rng, int n, int size, const PromptNoise& nois
                             .to(at::kFloat)
                             .div(127.5)
                             .sub(1.0));
-        prompts.push_back(u(rng) < 0.1 ? std::string() : add_noise(dp::shapes::describe(scene, rng), scene.shapes.size(), noise, rng));
+        prompts.push_back(u(rng) < 0.1
+                              ? std::string()
+                              : add_noise(dp::shapes::describe(scene, rng), scene.shapes.size(), noise, rng));
     }
 }
 
@@ -300,15 +304,15 @@ std::string read_tokenizer_file(const fs::path& path) {
 void copy_weights(const fs::path& from, const fs::path& staging) {
     for (const char* tokenizer : {"tokenizer", "tokenizer_2"})
         for (const char* file : {"vocab.json", "merges.txt"})
-            if (read_tokenizer_file(from / tokenizer / file) != read_tokenizer_file(staging / tokenizer / file))
+            if (read_tokenizer_file(from / tokenizer / file) !=
+                read_tokenizer_file(staging / tokenizer / file))
                 throw std::runtime_error("--init-from: " + (from / tokenizer / file).string() +
                                          " is not the tokenizer this trainer writes now; train from scratch");
-    for (const auto& [component, file] : {std::pair{"transformer", "diffusion_pytorch_model.safetensors"},
-                                          std::pair{"text_encoder", "model.safetensors"},
-                                          std::pair{"text_encoder_2", "model.safetensors"}}) {
+    for (const auto& [component, file] :
+         {std::pair{"transformer", "diffusion_pytorch_model.safetensors"},
+          std::pair{"text_encoder", "model.safetensors"}, std::pair{"text_encoder_2", "model.safetensors"}}) {
         const fs::path source = from / component / file;
-        if (!fs::is_regular_file(source))
-            throw std::runtime_error("--init-from: no " + source.string());
+        if (!fs::is_regular_file(source)) throw std::runtime_error("--init-from: no " + source.string());
         fs::copy_file(source, staging / component / file, fs::copy_options::overwrite_existing);
     }
 }
@@ -358,9 +362,10 @@ int main(int argc, char** argv) {
                    "put made-up words into this fraction of the training prompts; the tokens the grammar "
                    "never writes keep their initial embeddings (Note [prompt noise])")
         ->check(CLI::Range(0.0, 1.0));
-    app.add_option("--init-from", init_from,
-                   "start from this model folder's weights (one this trainer wrote, with the same architecture "
-                   "options and tokenizer) instead of random ones: a fine-tune")
+    app.add_option(
+           "--init-from", init_from,
+           "start from this model folder's weights (one this trainer wrote, with the same architecture "
+           "options and tokenizer) instead of random ones: a fine-tune")
         ->check(CLI::ExistingDirectory);
     app.add_option("--seed", seed, "seed of weights, scenes and noise");
     app.add_option("--eval-every", eval_every, "evaluate the EMA weights every N steps");
@@ -427,8 +432,9 @@ int main(int argc, char** argv) {
             std::mt19937_64 show(seed + 7);
             for (int i = 0; i < 4; ++i) {
                 const dp::shapes::Scene scene = dp::shapes::random_scene(show, false);
-                std::printf("  a training prompt: \"%s\"\n",
-                            add_noise(dp::shapes::describe(scene, show), scene.shapes.size(), noise, show).c_str());
+                std::printf(
+                    "  a training prompt: \"%s\"\n",
+                    add_noise(dp::shapes::describe(scene, show), scene.shapes.size(), noise, show).c_str());
             }
         }
         std::fflush(stdout);

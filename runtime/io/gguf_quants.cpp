@@ -186,8 +186,8 @@ void q6_k(const Byte* b, float* y) {
 
 }  // namespace
 
-void dequantize_rows(const strategies::GgmlType& type, const std::byte* data, int64_t rows, int64_t row_elements,
-                     float* out) {
+void dequantize_rows(const strategies::GgmlType& type, const std::byte* data, int64_t rows,
+                     int64_t row_elements, float* out) {
     const int64_t n = rows * row_elements;
     const auto* p = reinterpret_cast<const Byte*>(data);
     switch (type.id) {
@@ -209,17 +209,39 @@ void dequantize_rows(const strategies::GgmlType& type, const std::byte* data, in
     }
     void (*block)(const Byte*, float*) = nullptr;
     switch (type.id) {
-        case 2: block = q4_0; break;
-        case 3: block = q4_1; break;
-        case 6: block = q5_0; break;
-        case 7: block = q5_1; break;
-        case 8: block = q8_0; break;
-        case 10: block = q2_k; break;
-        case 11: block = q3_k; break;
-        case 12: block = q45_k<false>; break;
-        case 13: block = q45_k<true>; break;
-        case 14: block = q6_k; break;
-        default: throw std::invalid_argument(std::string("dequantize_rows: ggml type ") + type.name + " has no kernel");
+        case 2:
+            block = q4_0;
+            break;
+        case 3:
+            block = q4_1;
+            break;
+        case 6:
+            block = q5_0;
+            break;
+        case 7:
+            block = q5_1;
+            break;
+        case 8:
+            block = q8_0;
+            break;
+        case 10:
+            block = q2_k;
+            break;
+        case 11:
+            block = q3_k;
+            break;
+        case 12:
+            block = q45_k<false>;
+            break;
+        case 13:
+            block = q45_k<true>;
+            break;
+        case 14:
+            block = q6_k;
+            break;
+        default:
+            throw std::invalid_argument(std::string("dequantize_rows: ggml type ") + type.name +
+                                        " has no kernel");
     }
     const int64_t blocks = n / type.block_elements;
     for (int64_t k = 0; k < blocks; ++k) block(p + k * type.block_bytes, out + k * type.block_elements);

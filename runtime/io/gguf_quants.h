@@ -14,7 +14,7 @@ namespace dp::runtime {
 // `rows` rows of `row_elements` elements of type `type` from `data` (rows * row_elements /
 // block_elements blocks, one after the other) into `out` (rows * row_elements floats).
 // `row_elements` must be whole blocks (strategies::GgufFile checks every tensor so).
-void dequantize_rows(const strategies::GgmlType& type, const std::byte* data, int64_t rows, int64_t row_elements,
-                     float* out);
+void dequantize_rows(const strategies::GgmlType& type, const std::byte* data, int64_t rows,
+                     int64_t row_elements, float* out);
 
 }  // namespace dp::runtime

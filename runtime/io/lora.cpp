@@ -9,9 +9,9 @@
 
 namespace dp::runtime {
 
-std::map<std::string, std::shared_ptr<const WeightDeltas>> load_lora_deltas(const protocol::Adapters& adapters,
-                                                                            const strategies::ParallelSpec& spec,
-                                                                            const strategies::ModelTensors& model) {
+std::map<std::string, std::shared_ptr<const WeightDeltas>> load_lora_deltas(
+    const protocol::Adapters& adapters, const strategies::ParallelSpec& spec,
+    const strategies::ModelTensors& model) {
     std::map<std::string, WeightDeltas> by_component;
     for (const protocol::Adapter& adapter : adapters) {
         const strategies::LoraLayout layout = strategies::read_lora_layout(adapter.path, spec, model);

@@ -16,8 +16,8 @@ namespace dp::runtime {
 // Component -> the changes of its weights by `adapters`, in their order. Throws what
 // strategies::read_lora_layout throws (a missing file, a file of another model, a shape that does
 // not fit), and ModelError naming the file for unreadable tensors.
-std::map<std::string, std::shared_ptr<const WeightDeltas>> load_lora_deltas(const protocol::Adapters& adapters,
-                                                                            const strategies::ParallelSpec& spec,
-                                                                            const strategies::ModelTensors& model);
+std::map<std::string, std::shared_ptr<const WeightDeltas>> load_lora_deltas(
+    const protocol::Adapters& adapters, const strategies::ParallelSpec& spec,
+    const strategies::ModelTensors& model);
 
 }  // namespace dp::runtime

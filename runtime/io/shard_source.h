@@ -22,7 +22,7 @@ namespace dp::runtime {
 // the kernel may drop and read again), never copied. The values are those of the weight
 // dequantized at load, bit for bit.
 struct QuantizedWeight {
-    std::shared_ptr<const void> mapping;  // keeps the file's mapping alive
+    std::shared_ptr<const void> mapping;   // keeps the file's mapping alive
     std::vector<const uint8_t*> row_data;  // each row's first block (its columns' first, when cut)
     const strategies::GgmlType* type = nullptr;
     int64_t rows = 0, columns = 0, row_bytes = 0;
@@ -45,8 +45,9 @@ class ShardSource {
     // The matrix `name` (its slice, with dim >= 0) kept quantized (Note [kept quantized]), or
     // nullptr when this source gives it as a tensor only: take or take_shard it then.
     virtual std::shared_ptr<const QuantizedWeight> take_quantized(const std::string& name,
-                                                                  const std::vector<int64_t>& shape, int64_t dim,
-                                                                  int64_t start, int64_t length) {
+                                                                  const std::vector<int64_t>& shape,
+                                                                  int64_t dim, int64_t start,
+                                                                  int64_t length) {
         (void)name, (void)shape, (void)dim, (void)start, (void)length;
         return nullptr;
     }

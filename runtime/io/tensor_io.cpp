@@ -112,7 +112,8 @@ at::Tensor load_tensor(const std::shared_ptr<SafetensorsFile>& file, const std::
 }
 
 at::Tensor load_tensor_slice(const std::shared_ptr<SafetensorsFile>& file, const std::string& name,
-                             at::ScalarType dtype, at::Device device, int64_t dim, int64_t start, int64_t length) {
+                             at::ScalarType dtype, at::Device device, int64_t dim, int64_t start,
+                             int64_t length) {
     at::Tensor slice = mapped_tensor(file, name).narrow(dim, start, length);
     // A copy of the slice alone: never a view that keeps the whole tensor (or mapping) alive.
     at::Tensor out = slice.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);

@@ -20,7 +20,8 @@ at::Tensor load_tensor(const std::shared_ptr<SafetensorsFile>& file, const std::
 // Its slice [start, start + length) along `dim`, narrowed while it is still the mapping, so only
 // the slice is converted, copied and moved. Always a tensor of its own (contiguous).
 at::Tensor load_tensor_slice(const std::shared_ptr<SafetensorsFile>& file, const std::string& name,
-                             at::ScalarType dtype, at::Device device, int64_t dim, int64_t start, int64_t length);
+                             at::ScalarType dtype, at::Device device, int64_t dim, int64_t start,
+                             int64_t length);
 
 // Writes tensors (any device, contiguous or not) to `path` atomically: a temporary file in the same
 // folder, then a rename.

@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "runtime/io/errors.h"
-#include "strategies/model_files.h"
 #include "runtime/io/gguf_quants.h"
 #include "runtime/io/tensor_io.h"
+#include "strategies/model_files.h"
 
 namespace dp::runtime {
 namespace {
@@ -71,8 +71,8 @@ namespace {
 // of the slice [start, start + length) of dim 0 (a tensor-parallel shard narrows the ranges); any
 // other slice takes every row.
 std::vector<std::pair<int64_t, int64_t>> stored_rows(const strategies::StoredTensor& stored,
-                                                     const std::vector<int64_t>& shape, int64_t dim, int64_t start,
-                                                     int64_t length) {
+                                                     const std::vector<int64_t>& shape, int64_t dim,
+                                                     int64_t start, int64_t length) {
     std::vector<std::pair<int64_t, int64_t>> rows = stored.rows;
     if (rows.empty()) rows = {{0, shape.empty() ? 1 : shape[0]}};
     if (dim != 0) return rows;
@@ -94,21 +94,23 @@ at::Tensor QuantizedWeight::dequantize() const {
     // Rows are independent: dequantized in parallel, each exactly as at load.
     at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r)
-            dequantize_rows(*type, reinterpret_cast<const std::byte*>(row_data[static_cast<std::size_t>(r)]), 1, columns,
-                            values + r * columns);
+            dequantize_rows(*type, reinterpret_cast<const std::byte*>(row_data[static_cast<std::size_t>(r)]),
+                            1, columns, values + r * columns);
     });
     return out.to(device, dtype);
 }
 
 std::shared_ptr<const QuantizedWeight> WeightStore::take_quantized(const std::string& name,
-                                                                   const std::vector<int64_t>& shape, int64_t dim,
-                                                                   int64_t start, int64_t length) {
+                                                                   const std::vector<int64_t>& shape,
+                                                                   int64_t dim, int64_t start,
+                                                                   int64_t length) {
     // Note [kept quantized]: a matrix of a quantized type, whole or cut at block boundaries, that
     // no adapter changes and no trainer keeps; anything else is taken as a tensor.
     if (!keep_quantized_ || !gguf_ || keep_ || shape.size() != 2) return nullptr;
     if (deltas_ && deltas_->count(name)) return nullptr;
     const auto stored = stored_.find(name);
-    if (stored == stored_.end() || stored->second.identity || stored->second.squeeze || !stored->second.scale.empty())
+    if (stored == stored_.end() || stored->second.identity || stored->second.squeeze ||
+        !stored->second.scale.empty())
         return nullptr;
     const auto known = stored_shapes_.find(name);
     if (known == stored_shapes_.end() || known->second != shape) return nullptr;  // take() names the problem
@@ -118,7 +120,8 @@ std::shared_ptr<const QuantizedWeight> WeightStore::take_quantized(const std::st
     const int64_t block = static_cast<int64_t>(info.type->block_elements);
     const int64_t block_bytes = static_cast<int64_t>(info.type->block_bytes);
     if (dim == 1 && (start % block != 0 || length % block != 0)) return nullptr;
-    const std::vector<std::pair<int64_t, int64_t>> rows = stored_rows(stored->second, shape, dim, start, length);
+    const std::vector<std::pair<int64_t, int64_t>> rows =
+        stored_rows(stored->second, shape, dim, start, length);
     auto q = std::make_shared<QuantizedWeight>();
     q->type = info.type;
     q->columns = dim == 1 ? length : shape[1];
@@ -130,7 +133,8 @@ std::shared_ptr<const QuantizedWeight> WeightStore::take_quantized(const std::st
     const std::byte* data = gguf_->data(stored->second.tensor);
     for (const auto& [first, count] : rows) {
         for (int64_t r = first; r < first + count; ++r)
-            q->row_data.push_back(reinterpret_cast<const uint8_t*>(data + r * static_cast<int64_t>(info.row_bytes) + skip));
+            q->row_data.push_back(
+                reinterpret_cast<const uint8_t*>(data + r * static_cast<int64_t>(info.row_bytes) + skip));
         q->rows += count;
     }
     taken_.insert(name);
@@ -153,8 +157,8 @@ at::Tensor WeightStore::gguf_rows(const std::string& tensor, int64_t first, int6
     for (std::size_t i = 1; i + 1 < shape.size(); ++i) inner_rows *= shape[i];
     shape[0] = count;
     at::Tensor out = at::empty(shape, at::kFloat);
-    dequantize_rows(*info.type, gguf_->data(tensor) + first * inner_rows * info.row_bytes, count * inner_rows, row,
-                    out.data_ptr<float>());
+    dequantize_rows(*info.type, gguf_->data(tensor) + first * inner_rows * info.row_bytes, count * inner_rows,
+                    row, out.data_ptr<float>());
     return out;
 }
 
@@ -204,7 +208,8 @@ at::Tensor WeightStore::take(const std::string& name, const std::vector<int64_t>
 
 at::Tensor WeightStore::remember(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
                                  int64_t start, int64_t length, at::Tensor t) {
-    if (shape.size() == 2 && !keep_) remembered_.emplace(name, Taken{t, shape, dim, start, length, dtype_, device_});
+    if (shape.size() == 2 && !keep_)
+        remembered_.emplace(name, Taken{t, shape, dim, start, length, dtype_, device_});
     return t;
 }
 
@@ -216,7 +221,8 @@ at::Tensor WeightStore::take_shard(const std::string& name, const std::vector<in
                             std::to_string(length) + ") of dim " + std::to_string(dim) + " is outside " +
                             shape_text(shape));
     sharded_.insert(name);
-    return remember(name, shape, dim, start, length, keep(name, take_tensor(name, shape, dim, start, length)));
+    return remember(name, shape, dim, start, length,
+                    keep(name, take_tensor(name, shape, dim, start, length)));
 }
 
 at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
@@ -226,7 +232,8 @@ at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<i
     const auto it = deltas_->find(name);
     if (it == deltas_->end()) return base;
     if (shape.size() != 2)
-        throw ModelError(where_ + ": an adapter changes '" + name + "', which is not a matrix " + shape_text(shape));
+        throw ModelError(where_ + ": an adapter changes '" + name + "', which is not a matrix " +
+                         shape_text(shape));
     // Note [adapters change weights at load]: this rank's shard of W + sum(factor * up @ down) is
     // W's shard plus the sum of the shards' products: rows of `up` for a split of the output
     // features (column-parallel), columns of `down` for a split of the input features (row-parallel).
@@ -236,8 +243,9 @@ at::Tensor WeightStore::take_tensor(const std::string& name, const std::vector<i
         const at::Tensor up = dim == 0 ? d.up.narrow(0, start, length) : d.up;
         const at::Tensor down = dim == 1 ? d.down.narrow(1, start, length) : d.down;
         if (up.size(0) != base.size(0) || down.size(1) != base.size(1))
-            throw ModelError(where_ + ": an adapter's change of '" + name + "' is " + std::to_string(d.up.size(0)) +
-                             "x" + std::to_string(d.down.size(1)) + " but the weight is " + shape_text(shape));
+            throw ModelError(where_ + ": an adapter's change of '" + name + "' is " +
+                             std::to_string(d.up.size(0)) + "x" + std::to_string(d.down.size(1)) +
+                             " but the weight is " + shape_text(shape));
         // On the weight's device, in fp32 (as peft's merge computes B @ A in the factors' dtype).
         const at::Tensor term = at::matmul(up.to(base.device()), down.to(base.device())).mul_(d.factor);
         sum = sum.defined() ? sum.add_(term) : term;
@@ -360,11 +368,14 @@ at::Tensor WeightStore::take_stored(const std::string& file, const strategies::S
                          (known == stored_shapes_.end() ? std::string("?") : shape_text(known->second)) +
                          " but the config implies " + shape_text(shape));
     if (stored.identity) {  // Note [bundled files]: not in the file
-        const at::Tensor eye = at::eye(shape.at(0), shape.at(1), at::TensorOptions().dtype(dtype_).device(device_));
+        const at::Tensor eye =
+            at::eye(shape.at(0), shape.at(1), at::TensorOptions().dtype(dtype_).device(device_));
         return dim < 0 ? eye : eye.narrow(dim, start, length).contiguous();
     }
     // A 1x1 convolution's weight stands for a linear layer's: its trailing ones dropped.
-    const auto squeezed = [&](const at::Tensor& t) { return stored.squeeze ? t.reshape({t.size(0), -1}) : t; };
+    const auto squeezed = [&](const at::Tensor& t) {
+        return stored.squeeze ? t.reshape({t.size(0), -1}) : t;
+    };
     // Note [single files]: the rows of the stored tensor this tensor is, in order, and of them the
     // slice asked for (a tensor-parallel shard of its rows narrows the ranges; of its columns,
     // each range's columns).
@@ -380,9 +391,10 @@ at::Tensor WeightStore::take_stored(const std::string& file, const strategies::S
     }
     const bool whole = stored.rows.empty() && dim != 0;
     for (const auto& [first, count] : rows) {
-        at::Tensor t = whole ? (dim < 0 ? load_tensor(shared, stored.tensor, dtype_, device_)
-                                        : load_tensor_slice(shared, stored.tensor, dtype_, device_, dim, start, length))
-                             : load_tensor_slice(shared, stored.tensor, dtype_, device_, 0, first, count);
+        at::Tensor t =
+            whole ? (dim < 0 ? load_tensor(shared, stored.tensor, dtype_, device_)
+                             : load_tensor_slice(shared, stored.tensor, dtype_, device_, dim, start, length))
+                  : load_tensor_slice(shared, stored.tensor, dtype_, device_, 0, first, count);
         if (!whole && dim == 1) t = t.narrow(1, start, length).contiguous();
         pieces.push_back(t);
         if (whole) break;

@@ -45,8 +45,9 @@ class WeightStore : public ShardSource {
     // A component's single file (Note [single files], strategies/single_file.h): each tensor taken
     // by its diffusers name from where `layout` says `file` keeps it (rows of a fused tensor, times
     // its scale), converted to `dtype` as to(dtype) converts it (fp8 included).
-    static WeightStore open_single_file(std::shared_ptr<SafetensorsFile> file, const strategies::SingleFileLayout& layout,
-                                        at::ScalarType dtype, at::Device device);
+    static WeightStore open_single_file(std::shared_ptr<SafetensorsFile> file,
+                                        const strategies::SingleFileLayout& layout, at::ScalarType dtype,
+                                        at::Device device);
     // A GGUF file likewise (Note [gguf]): each tensor dequantized to fp32 from the rows it needs
     // (a tp rank's share only), then converted to `dtype`.
     // `keep_quantized`: matrices of a quantized type are given by take_quantized (Note [kept quantized]).
@@ -62,10 +63,11 @@ class WeightStore : public ShardSource {
     at::Tensor take(const std::string& name, const std::vector<int64_t>& shape) override;
     // Its slice [start, start + length) along `dim`, narrowed before it is converted and moved, so
     // that only the slice becomes resident (tensor-parallel shards).
-    at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
-                          int64_t length) override;
-    std::shared_ptr<const QuantizedWeight> take_quantized(const std::string& name, const std::vector<int64_t>& shape,
-                                                          int64_t dim, int64_t start, int64_t length) override;
+    at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                          int64_t start, int64_t length) override;
+    std::shared_ptr<const QuantizedWeight> take_quantized(const std::string& name,
+                                                          const std::vector<int64_t>& shape, int64_t dim,
+                                                          int64_t start, int64_t length) override;
     // Bytes of every tensor taken so far, as taken (a shard's, in its dtype): what a module holds
     // is the difference across its loading, so no layer can be left out of its count.
     int64_t taken_bytes() const { return taken_bytes_; }
@@ -119,14 +121,15 @@ class WeightStore : public ShardSource {
     // The whole tensor, or with dim >= 0 its slice, converted and on the store's device.
     at::Tensor take_tensor(const std::string& name, const std::vector<int64_t>& shape, int64_t dim = -1,
                            int64_t start = 0, int64_t length = 0);
-    at::Tensor take_base(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
-                         int64_t length);
+    at::Tensor take_base(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                         int64_t start, int64_t length);
     at::Tensor keep(const std::string& name, at::Tensor t);
-    at::Tensor take_stored(const std::string& file, const strategies::StoredTensor& stored, const std::string& name,
-                           const std::vector<int64_t>& shape, int64_t dim, int64_t start, int64_t length);
+    at::Tensor take_stored(const std::string& file, const strategies::StoredTensor& stored,
+                           const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                           int64_t start, int64_t length);
     // `t` as taken; a matrix is remembered for retake().
-    at::Tensor remember(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
-                        int64_t length, at::Tensor t);
+    at::Tensor remember(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                        int64_t start, int64_t length, at::Tensor t);
     WeightStore(at::ScalarType dtype, at::Device device) : dtype_(dtype), device_(device) {}
     std::string where_;
     at::ScalarType dtype_;
@@ -138,7 +141,7 @@ class WeightStore : public ShardSource {
     std::map<std::string, std::shared_ptr<SafetensorsFile>> by_name_;  // tensor -> file holding it
     std::map<std::string, strategies::StoredTensor> stored_;           // a single file's: where in it
     std::map<std::string, std::vector<int64_t>> stored_shapes_;
-    std::shared_ptr<strategies::GgufFile> gguf_;                        // a GGUF single file's
+    std::shared_ptr<strategies::GgufFile> gguf_;  // a GGUF single file's
     bool keep_quantized_ = false;
     // The rows [first, first + count) of GGUF tensor `tensor`, in fp32.
     at::Tensor gguf_rows(const std::string& tensor, int64_t first, int64_t count) const;

@@ -76,15 +76,16 @@ at::Tensor stream_key_bias(int64_t tokens, const at::Tensor& bias, int64_t start
                            const at::TensorOptions& options) {
     if (start + count <= tokens && !bias.defined()) return {};
     const int64_t real = std::max<int64_t>(0, std::min(count, tokens - start));
-    at::Tensor out = bias.defined() ? at::full({bias.size(0), count}, -INFINITY, options)
-                                    : at::zeros({1, count}, options);
+    at::Tensor out =
+        bias.defined() ? at::full({bias.size(0), count}, -INFINITY, options) : at::zeros({1, count}, options);
     if (bias.defined() && real > 0) out.narrow(1, 0, real).copy_(bias.narrow(1, start, real));
     if (real < count) out.narrow(1, real, count - real).fill_(-INFINITY);
     return out;
 }
 
 // Joins per-stream biases over consecutive key ranges; undefined when none adds anything.
-at::Tensor joint_bias(const std::vector<std::pair<at::Tensor, int64_t>>& parts, const at::TensorOptions& options) {
+at::Tensor joint_bias(const std::vector<std::pair<at::Tensor, int64_t>>& parts,
+                      const at::TensorOptions& options) {
     bool any = false;
     int64_t batch = 1;
     for (const auto& [b, n] : parts)
@@ -111,8 +112,8 @@ AttentionOutputs attend(const AttentionInputs& in) {
         if (s1.split() || in.q2.defined())
             throw InternalError("attend: a logits bias needs one stream that is not split");
         AttentionOutputs out;
-        out.out = at::scaled_dot_product_attention(in.q, in.k, in.v, in.logits_bias.to(in.q.scalar_type()), 0.0,
-                                                   false, sdpa_scale);
+        out.out = at::scaled_dot_product_attention(in.q, in.k, in.v, in.logits_bias.to(in.q.scalar_type()),
+                                                   0.0, false, sdpa_scale);
         return out;
     }
     const Ulysses ulysses(g, in.q.size(1));
@@ -123,7 +124,9 @@ AttentionOutputs attend(const AttentionInputs& in) {
     const at::TensorOptions options = in.q.options();
     // The keys and queries each rank attends with: its segment of the split streams, its heads.
     const int64_t seg1 = s1.segment(), seg2 = split2 ? in.shard2->segment() : tokens2;
-    auto second = [&](const at::Tensor& t) { return split2 ? ulysses.tokens_to_heads(t) : ulysses.my_heads(t); };
+    auto second = [&](const at::Tensor& t) {
+        return split2 ? ulysses.tokens_to_heads(t) : ulysses.my_heads(t);
+    };
     auto outputs = [&](const at::Tensor& joint) {
         AttentionOutputs out;
         out.out = ulysses.heads_to_tokens(joint.narrow(2, 0, seg1).contiguous());
@@ -159,7 +162,9 @@ AttentionOutputs attend(const AttentionInputs& in) {
     const at::Tensor queries = has2 ? at::cat({q1, second(in.q2)}, 2) : q1;
     at::Tensor out, lse;
     // lse where finite, else 0: subtracting it never gives -inf - (-inf).
-    auto finite_or_zero = [](const at::Tensor& t) { return at::where(at::isneginf(t), at::zeros_like(t), t); };
+    auto finite_or_zero = [](const at::Tensor& t) {
+        return at::where(at::isneginf(t), at::zeros_like(t), t);
+    };
     auto absorb = [&](const at::Tensor& keys, const at::Tensor& values, const at::Tensor& bias) {
         at::Tensor scores = at::matmul(queries, keys.transpose(-2, -1)) * scale;
         if (bias.defined()) scores = scores + bias.view({bias.size(0), 1, 1, -1}).to(scores.scalar_type());
@@ -185,8 +190,7 @@ AttentionOutputs attend(const AttentionInputs& in) {
         if (start1 < s1.tokens() || (split2 && start2 < tokens2)) {
             std::vector<std::pair<at::Tensor, int64_t>> parts = {
                 {stream_key_bias(s1.tokens(), {}, start1, seg1, options), seg1}};
-            if (split2)
-                parts.emplace_back(stream_key_bias(tokens2, in.bias2, start2, seg2, options), seg2);
+            if (split2) parts.emplace_back(stream_key_bias(tokens2, in.bias2, start2, seg2, options), seg2);
             absorb(block_k, block_v, joint_bias(parts, options));
         }
         if (step + 1 < nr) {

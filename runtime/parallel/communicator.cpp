@@ -50,11 +50,12 @@ c10::intrusive_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::St
         auto go = c10d::ProcessGroupGloo::Options::create(o.timeout);
         // The address given; else on one node everything stays on loopback, and across nodes gloo
         // picks the host's own address.
-        const bool local = o.master_addr.rfind("127.", 0) == 0 || o.master_addr == "localhost" ||
-                           o.master_addr == "::1";
-        go->devices.push_back(!o.local_addr.empty() ? c10d::ProcessGroupGloo::createDeviceForHostname(o.local_addr)
-                              : local               ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                                    : c10d::ProcessGroupGloo::createDefaultDevice());
+        const bool local =
+            o.master_addr.rfind("127.", 0) == 0 || o.master_addr == "localhost" || o.master_addr == "::1";
+        go->devices.push_back(!o.local_addr.empty()
+                                  ? c10d::ProcessGroupGloo::createDeviceForHostname(o.local_addr)
+                              : local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                      : c10d::ProcessGroupGloo::createDefaultDevice());
         return c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world_size, go);
     }
     if (o.backend == "nccl") {
@@ -92,10 +93,11 @@ int listen_on_master_address(const std::string& host, int port) {
                                   inet_pton(AF_INET6, host.c_str(), &numeric) == 1;
     const addrinfo* first = found;
     const bool resolves_to_loopback =
-        first && ((first->ai_family == AF_INET &&
-                   (ntohl(reinterpret_cast<const sockaddr_in*>(first->ai_addr)->sin_addr.s_addr) >> 24) == 127) ||
-                  (first->ai_family == AF_INET6 &&
-                   IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(first->ai_addr)->sin6_addr)));
+        first &&
+        ((first->ai_family == AF_INET &&
+          (ntohl(reinterpret_cast<const sockaddr_in*>(first->ai_addr)->sin_addr.s_addr) >> 24) == 127) ||
+         (first->ai_family == AF_INET6 &&
+          IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(first->ai_addr)->sin6_addr)));
     if (resolves_to_loopback && !loopback_literal) {
         freeaddrinfo(found);
         std::cerr << "dp-worker: MASTER_ADDR " << host
@@ -120,8 +122,9 @@ int listen_on_master_address(const std::string& host, int port) {
     }
     freeaddrinfo(found);
     if (fd < 0)
-        throw CommunicationError("rank 0 cannot listen for the job's store on " + host + ":" + std::to_string(port) +
-                                 ": " + why + " (MASTER_ADDR must be an address of rank 0's host)");
+        throw CommunicationError("rank 0 cannot listen for the job's store on " + host + ":" +
+                                 std::to_string(port) + ": " + why +
+                                 " (MASTER_ADDR must be an address of rank 0's host)");
     return fd;
 }
 
@@ -132,7 +135,8 @@ int listen_on_master_address(const std::string& host, int port) {
 // in the store (dp/joined/RANK) and rank 0 waits for all of them itself, for --node-timeout on a
 // multi-node job: ranks that never joined are named, with their nodes, and the job fails (75)
 // before anything is loaded. A rank whose store never answers gives up after the same time.
-static void await_every_rank(c10d::Store& store, const CommunicatorOptions& o, std::chrono::milliseconds limit) {
+static void await_every_rank(c10d::Store& store, const CommunicatorOptions& o,
+                             std::chrono::milliseconds limit) {
     const auto key = [](int r) { return "dp/joined/" + std::to_string(r); };
     store.set(key(o.rank), std::vector<uint8_t>{1});
     if (o.rank != 0) return;
@@ -148,7 +152,8 @@ static void await_every_rank(c10d::Store& store, const CommunicatorOptions& o, s
     }
     std::string ranks, nodes;
     std::set<int> seen_nodes;
-    for (std::size_t i = 0; i < missing.size() && i < 16; ++i) ranks += (i ? ", " : "") + std::to_string(missing[i]);
+    for (std::size_t i = 0; i < missing.size() && i < 16; ++i)
+        ranks += (i ? ", " : "") + std::to_string(missing[i]);
     if (missing.size() > 16) ranks += " and " + std::to_string(missing.size() - 16) + " more";
     if (o.ranks_per_node > 0)
         for (const int r : missing)
@@ -156,13 +161,15 @@ static void await_every_rank(c10d::Store& store, const CommunicatorOptions& o, s
                 nodes += (nodes.empty() ? "" : ", ") + std::to_string(r / o.ranks_per_node);
     const bool several_nodes = o.join_timeout.count() > 0;
     throw CommunicationError(
-        std::to_string(missing.size()) + " of " + std::to_string(o.world_size) + " ranks never joined the job's store at " +
-        o.master_addr + ":" + std::to_string(o.master_port) + " within " + std::to_string(limit.count() / 1000) +
-        " s" + (several_nodes ? " (--node-timeout)" : "") + ": rank(s) " + ranks +
+        std::to_string(missing.size()) + " of " + std::to_string(o.world_size) +
+        " ranks never joined the job's store at " + o.master_addr + ":" + std::to_string(o.master_port) +
+        " within " + std::to_string(limit.count() / 1000) + " s" +
+        (several_nodes ? " (--node-timeout)" : "") + ": rank(s) " + ranks +
         (several_nodes && !nodes.empty() ? ", on node(s) " + nodes : std::string()) +
-        (several_nodes ? "; start dp-launch there with the same --nnodes, --master-addr and --master-port, or check "
-                         "that it can reach this address"
-                       : "; see their errors"));
+        (several_nodes
+             ? "; start dp-launch there with the same --nnodes, --master-addr and --master-port, or check "
+               "that it can reach this address"
+             : "; see their errors"));
 }
 
 Communicator::Communicator(const CommunicatorOptions& o) : options_(o), impl_(std::make_unique<Impl>()) {
@@ -185,10 +192,10 @@ Communicator::Communicator(const CommunicatorOptions& o) : options_(o), impl_(st
     } catch (const Error&) {
         throw;
     } catch (const std::exception& e) {
-        throw CommunicationError("rank " + std::to_string(o.rank) + ": could not join the job's " + o.backend +
-                                 " group through the store at " + where + " within " +
-                                 std::to_string(join.count() / 1000) + " s" +
-                                 (o.join_timeout.count() > 0 ? " (--node-timeout)" : "") + ": " + first_line(e));
+        throw CommunicationError(
+            "rank " + std::to_string(o.rank) + ": could not join the job's " + o.backend +
+            " group through the store at " + where + " within " + std::to_string(join.count() / 1000) + " s" +
+            (o.join_timeout.count() > 0 ? " (--node-timeout)" : "") + ": " + first_line(e));
     }
 }
 
@@ -249,9 +256,8 @@ void Communicator::finish(const c10::intrusive_ptr<c10d::Work>& work, const char
         throw CommunicationError(std::string(what) + " on group '" + options_.name + "' (rank " +
                                  std::to_string(rank()) + " of " + std::to_string(size()) + ", " +
                                  options_.backend + ") failed or did not complete within its timeout of " +
-                                 std::to_string(options_.timeout.count() / 1000.0).substr(0, 5) +
-                                 " s: " + first_line(e) +
-                                 " (another rank of the group may have died; see its log)");
+                                 std::to_string(options_.timeout.count() / 1000.0).substr(0, 5) + " s: " +
+                                 first_line(e) + " (another rank of the group may have died; see its log)");
     }
 }
 
@@ -262,7 +268,8 @@ void Communicator::store_set(const std::string& key, const std::string& value) {
         impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
     } catch (const std::exception& e) {
         throw CommunicationError("rank " + std::to_string(rank()) + ": cannot write '" + key +
-                                 "' to the job's store: " + first_line(e) + " (rank 0 may have died; see its log)");
+                                 "' to the job's store: " + first_line(e) +
+                                 " (rank 0 may have died; see its log)");
     }
 }
 
@@ -284,7 +291,8 @@ int64_t Communicator::store_add(const std::string& key, int64_t delta) {
         return impl_->store->add(key, delta);
     } catch (const std::exception& e) {
         throw CommunicationError("rank " + std::to_string(rank()) + ": cannot add to '" + key +
-                                 "' in the job's store: " + first_line(e) + " (rank 0 may have died; see its log)");
+                                 "' in the job's store: " + first_line(e) +
+                                 " (rank 0 may have died; see its log)");
     }
 }
 

@@ -24,14 +24,16 @@ at::Device DeviceMapping::device_for(const std::string& label) {
     return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
-std::shared_ptr<DeviceMapping> DeviceMapping::from_plan(const strategies::DeviceMapPlan& plan, const strategies::ParallelSpec& spec,
-                                       std::size_t blocks) {
+std::shared_ptr<DeviceMapping> DeviceMapping::from_plan(const strategies::DeviceMapPlan& plan,
+                                                        const strategies::ParallelSpec& spec,
+                                                        std::size_t blocks) {
     auto mapping = std::make_shared<DeviceMapping>();
     DeviceMapping& m = *mapping;
     m.labels = plan.devices;
     for (const std::string& label : plan.devices) m.devices.push_back(device_for(label));
     auto slot = [&](const std::string& label) {
-        return static_cast<int>(std::find(plan.devices.begin(), plan.devices.end(), label) - plan.devices.begin());
+        return static_cast<int>(std::find(plan.devices.begin(), plan.devices.end(), label) -
+                                plan.devices.begin());
     };
     for (const strategies::Placement& p : plan.placements) {
         if (p.component != spec.transformer) {

@@ -21,8 +21,8 @@
 namespace dp::runtime {
 
 struct DeviceMapping {
-    std::vector<std::string> labels;  // "cuda:1", "cpu:0", ...: the plan's devices
-    std::vector<at::Device> devices;  // what each label runs on ("cpu:N" all run on the CPU)
+    std::vector<std::string> labels;        // "cuda:1", "cpu:0", ...: the plan's devices
+    std::vector<at::Device> devices;        // what each label runs on ("cpu:N" all run on the CPU)
     std::map<std::string, int> components;  // component (model_index.json key) -> slot in labels
     std::vector<int> transformer_blocks;    // block i's slot; the embeddings and head go with block 0
 
@@ -34,8 +34,8 @@ struct DeviceMapping {
 
     // The executor's slots for `plan`: each placement's device, the transformer (spec.transformer)
     // block by block over its `blocks` blocks. Throws UsageError for a device that is not there.
-    static std::shared_ptr<DeviceMapping> from_plan(const strategies::DeviceMapPlan& plan, const strategies::ParallelSpec& spec,
-                                   std::size_t blocks);
+    static std::shared_ptr<DeviceMapping> from_plan(const strategies::DeviceMapPlan& plan,
+                                                    const strategies::ParallelSpec& spec, std::size_t blocks);
 
     // A "kind:N" label as the device it runs on. Throws Error (exit 2) for a CUDA device that is
     // not there.

@@ -46,8 +46,8 @@ class Guidance {
     // model with blocks skipped). Only the rank that runs the positive branch makes it (batched:
     // this rank); `extra` is undefined on the other. Every rank of the cfg group gets `rule` of the
     // three, exchanged in the one gather the branches already need.
-    using Combine3 =
-        std::function<at::Tensor(const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra)>;
+    using Combine3 = std::function<at::Tensor(const at::Tensor& negative, const at::Tensor& positive,
+                                              const at::Tensor& extra)>;
     bool runs_positive() const { return enabled_ && !runs_negative_only(); }
     at::Tensor combine(const at::Tensor& noise, const at::Tensor& extra, const Combine3& rule) const;
 

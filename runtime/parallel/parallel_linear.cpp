@@ -54,7 +54,8 @@ ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int
     const auto take = [&](int64_t dim, int64_t start, int64_t length) {
         l.quantized_ = w.take_quantized(weight, weight_shape, dim, start, length);
         if (!l.quantized_)
-            l.weight_ = dim < 0 ? w.take(weight, weight_shape) : w.take_shard(weight, weight_shape, dim, start, length);
+            l.weight_ = dim < 0 ? w.take(weight, weight_shape)
+                                : w.take_shard(weight, weight_shape, dim, start, length);
     };
     switch (l.split_) {
         case TpSplit::kWhole:
@@ -69,7 +70,8 @@ ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int
             if (l.split_ == TpSplit::kColumnGathered)  // every rank's share, as the all_gather receives them
                 for (int r = 0; r < tp.size; ++r)
                     l.gathered_rows_.push_back(
-                        my_features(name, out, "output features", TensorGroup{nullptr, r, tp.size}, unit).length);
+                        my_features(name, out, "output features", TensorGroup{nullptr, r, tp.size}, unit)
+                            .length);
             break;
         }
         case TpSplit::kRow: {
@@ -83,8 +85,8 @@ ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int
             // segment, in order, matching an input made of the segments' column-parallel slices.
             const int64_t units = std::accumulate(rule.segments.begin(), rule.segments.end(), int64_t{0});
             if (rule.segments.empty() || units <= 0 || in % units != 0)
-                throw ModelError(name + ": the parallel spec's segments do not tile its " + std::to_string(in) +
-                                 " input features");
+                throw ModelError(name + ": the parallel spec's segments do not tile its " +
+                                 std::to_string(in) + " input features");
             std::vector<at::Tensor> parts;
             int64_t begin = 0;
             for (int64_t s : rule.segments) {
@@ -119,7 +121,8 @@ at::Tensor ParallelLinear::operator()(const at::Tensor& x) const {
     }
     if (split_ == TpSplit::kWhole || split_ == TpSplit::kColumn) return at::linear(x, weight_, bias_);
     if (split_ == TpSplit::kColumnGathered) {
-        if (!group_) throw InternalError("a gathered column-parallel layer was loaded without its tensor group");
+        if (!group_)
+            throw InternalError("a gathered column-parallel layer was loaded without its tensor group");
         // The features are gathered along dim 0 (the Communicator's unequal blocks), so the
         // output's features go first and come back last.
         const at::Tensor mine = at::linear(x, weight_, bias_);

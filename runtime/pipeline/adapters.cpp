@@ -15,8 +15,9 @@ void AdapterState::add_component(const std::string& component, Switcher switcher
     switchers_.emplace_back(component, std::move(switcher));
 }
 
-AdapterState::Report AdapterState::apply(const protocol::Adapters& adapters, const strategies::ParallelSpec& spec,
-                                             const std::string& model_dir, const std::string& variant) {
+AdapterState::Report AdapterState::apply(const protocol::Adapters& adapters,
+                                         const strategies::ParallelSpec& spec, const std::string& model_dir,
+                                         const std::string& variant) {
     // The same files at the same scales are the same set (the launcher fills in each file's hash).
     const auto same = [](const protocol::Adapters& a, const protocol::Adapters& b) {
         if (a.size() != b.size()) return false;
@@ -25,8 +26,11 @@ AdapterState::Report AdapterState::apply(const protocol::Adapters& adapters, con
         return true;
     };
     if (same(adapters, current_)) return {};
-    if (!model_) model_ = std::make_shared<const strategies::ModelTensors>(strategies::adapter_targets(model_dir, spec, variant));
-    std::map<std::string, std::shared_ptr<const WeightDeltas>> next = load_lora_deltas(adapters, spec, *model_);
+    if (!model_)
+        model_ = std::make_shared<const strategies::ModelTensors>(
+            strategies::adapter_targets(model_dir, spec, variant));
+    std::map<std::string, std::shared_ptr<const WeightDeltas>> next =
+        load_lora_deltas(adapters, spec, *model_);
     // Each component's weights that the old or the new set changes.
     std::map<std::string, std::set<std::string>> touched;
     for (const auto* set : {&deltas_, &next})

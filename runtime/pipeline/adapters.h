@@ -33,19 +33,20 @@ class AdapterState {
     enum class Switched { kInPlace, kRebuilt, kAtNextUse };
     // Switches `component` to `deltas` for the weights `names` (component_of registers each
     // component it makes).
-    using Switcher = std::function<Switched(std::shared_ptr<const WeightDeltas> deltas, const std::set<std::string>& names)>;
+    using Switcher = std::function<Switched(std::shared_ptr<const WeightDeltas> deltas,
+                                            const std::set<std::string>& names)>;
     void add_component(const std::string& component, Switcher switcher);
 
     struct Report {
         std::map<std::string, Switched> components;  // each component the old or the new set changes
-        std::size_t weights = 0;                      // the weights made again in place
+        std::size_t weights = 0;                     // the weights made again in place
     };
     // Makes `adapters` the current set for the model of `spec` in `model_dir` (its `variant`'s
     // weights, whose shapes are read once): reads their files and switches every component the old
     // or the new set changes. An empty report when the set is the current one. Throws what
     // load_lora_deltas throws, before anything is changed.
-    Report apply(const protocol::Adapters& adapters, const strategies::ParallelSpec& spec, const std::string& model_dir,
-                 const std::string& variant);
+    Report apply(const protocol::Adapters& adapters, const strategies::ParallelSpec& spec,
+                 const std::string& model_dir, const std::string& variant);
 
   private:
     protocol::Adapters current_;

@@ -109,10 +109,12 @@ CallValues FamilyPipeline::arguments_of(const GenerateRequest& request) const {
     const protocol::FamilyArguments& family = model_.arguments;
     for (const CallValues::Item& item : request.arguments.items())
         if (!family.find(item.first->name))
-            throw ModelError(model_.family_name + " does not take " + item.first->name + " (its pipeline takes " +
+            throw ModelError(model_.family_name + " does not take " + item.first->name +
+                             " (its pipeline takes " +
                              [&] {
                                  std::string names;
-                                 for (const std::string& n : family.names()) names += (names.empty() ? "" : ", ") + n;
+                                 for (const std::string& n : family.names())
+                                     names += (names.empty() ? "" : ", ") + n;
                                  return names;
                              }() +
                              ")");
@@ -124,11 +126,11 @@ CallValues FamilyPipeline::arguments_of(const GenerateRequest& request) const {
             for (int b : *blocks)
                 if (b < 0 || b >= n)
                     throw ModelError(std::string(a.row->name) + ": block " + std::to_string(b) +
-                                     " does not exist (the model has " + std::to_string(n) + " blocks, 0 to " +
-                                     std::to_string(n - 1) + ")");
+                                     " does not exist (the model has " + std::to_string(n) +
+                                     " blocks, 0 to " + std::to_string(n - 1) + ")");
             continue;
         }
-        if (std::holds_alternative<protocol::Adapters>(item.second)) continue;  // read when they are applied
+        if (std::holds_alternative<protocol::Adapters>(item.second)) continue;   // read when they are applied
         if (std::holds_alternative<protocol::StepCache>(item.second)) continue;  // its range is the row's
         const double v = values.number(a.row->name);
         const auto shown = [&](double x) {  // as the row's type writes it
@@ -137,11 +139,11 @@ CallValues FamilyPipeline::arguments_of(const GenerateRequest& request) const {
                                                  : protocol::CallValue(x));
         };
         if (v < a.row->min || v > a.max)
-            throw ModelError(std::string(a.row->name) + " " + shown(v) + ": must be " + shown(a.row->min) + " to " +
-                             shown(a.max));
+            throw ModelError(std::string(a.row->name) + " " + shown(v) + ": must be " + shown(a.row->min) +
+                             " to " + shown(a.max));
         if (a.row->below && v >= values.number(a.row->below))
-            throw ModelError(std::string(a.row->name) + " " + shown(v) + ": must be below " + a.row->below + " (" +
-                             shown(values.number(a.row->below)) + ")");
+            throw ModelError(std::string(a.row->name) + " " + shown(v) + ": must be below " + a.row->below +
+                             " (" + shown(values.number(a.row->below)) + ")");
     }
     return values;
 }
@@ -149,12 +151,14 @@ CallValues FamilyPipeline::arguments_of(const GenerateRequest& request) const {
 void FamilyPipeline::apply_adapters(const protocol::Adapters& adapters) const {
     if (!options_.adapters) {
         if (adapters.empty()) return;
-        throw InternalError("this pipeline was loaded without PipelineOptions::adapters, so it takes no adapters");
+        throw InternalError(
+            "this pipeline was loaded without PipelineOptions::adapters, so it takes no adapters");
     }
     options_.adapters->apply(adapters, *model_.spec, options_.model_dir, options_.variant);
 }
 
-void FamilyPipeline::check_batch(const std::vector<GenerateRequest>& batch, const CallValues& arguments) const {
+void FamilyPipeline::check_batch(const std::vector<GenerateRequest>& batch,
+                                 const CallValues& arguments) const {
     const GenerateRequest& r = batch.front();
     const FamilyArgument* cfg = model_.arguments.guidance_scale();
     const bool negative_counts = cfg && cfg->guidance == protocol::Guidance::kAbove1WithNegative;
@@ -260,14 +264,16 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
         at::Tensor guided_noise;
         if (guidance.enabled() && extra_at(i, r.steps, arguments)) {
             at::Tensor extra;
-            if (guidance.runs_positive()) extra = predict_extra(latents, shape, positive, timestep, arguments);
-            guided_noise = guidance.combine(prediction, extra,
-                                            [&](const at::Tensor& n, const at::Tensor& p, const at::Tensor& e) {
-                                                return combine_extra(n, p, e, arguments);
-                                            });
-        } else {
+            if (guidance.runs_positive())
+                extra = predict_extra(latents, shape, positive, timestep, arguments);
             guided_noise = guidance.combine(
-                prediction, [&](const at::Tensor& n, const at::Tensor& p) { return combine(n, p, arguments); });
+                prediction, extra, [&](const at::Tensor& n, const at::Tensor& p, const at::Tensor& e) {
+                    return combine_extra(n, p, e, arguments);
+                });
+        } else {
+            guided_noise = guidance.combine(prediction, [&](const at::Tensor& n, const at::Tensor& p) {
+                return combine(n, p, arguments);
+            });
         }
         latents = scheduler.step(guided_noise, i, latents);
         if (r.on_step) r.on_step(i + 1, r.steps);

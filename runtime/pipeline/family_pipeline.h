@@ -82,12 +82,13 @@ class FamilyPipeline : public DiffusionPipeline {
 
   protected:
     // `options` and `parallel` as the family loaded with (`parallel` must outlive the pipeline).
-    FamilyPipeline(const PipelineOptions& options, const ParallelContext& parallel, strategies::ModelInfo model,
-                   FlowMatchSchedulerConfig scheduler);
+    FamilyPipeline(const PipelineOptions& options, const ParallelContext& parallel,
+                   strategies::ModelInfo model, FlowMatchSchedulerConfig scheduler);
 
     // --- The family's math ---
     // The conditioning of `prompts` (one branch), its tensors on the transformer's device.
-    virtual Conditioning encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const = 0;
+    virtual Conditioning encode(const std::vector<std::string>& prompts,
+                                const protocol::CallValues& arguments) const = 0;
     // The initial latents of one image of width x height pixels.
     virtual LatentShape latents(int width, int height) const = 0;
     // Which sigmas the scheduler gets (shifted as its config says). Default: its own schedule.
@@ -99,7 +100,8 @@ class FamilyPipeline : public DiffusionPipeline {
     // scheduler's `timestep`, one call; `cache`: the step cache its transformer runs its blocks
     // through (Note [first block cache], Note [taylorseer cache]).
     virtual at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
-                               double timestep, const protocol::CallValues& arguments, const StepCaches& cache) const = 0;
+                               double timestep, const protocol::CallValues& arguments,
+                               const StepCaches& cache) const = 0;
     // The guided noise from the two branches' predictions. Default: diffusers' linear guidance at
     // the family's guidance scale.
     virtual at::Tensor combine(const at::Tensor& negative, const at::Tensor& positive,
@@ -107,10 +109,11 @@ class FamilyPipeline : public DiffusionPipeline {
     // An extra prediction from the positive branch's input on some steps (SD3's skip-layer
     // guidance): whether step `step` of `steps` makes one, the prediction, and the rule of three.
     virtual bool extra_at(int step, int steps, const protocol::CallValues& arguments) const;
-    virtual at::Tensor predict_extra(const at::Tensor& latents, const LatentShape& shape, const Conditioning& positive,
-                                     double timestep, const protocol::CallValues& arguments) const;
-    virtual at::Tensor combine_extra(const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra,
+    virtual at::Tensor predict_extra(const at::Tensor& latents, const LatentShape& shape,
+                                     const Conditioning& positive, double timestep,
                                      const protocol::CallValues& arguments) const;
+    virtual at::Tensor combine_extra(const at::Tensor& negative, const at::Tensor& positive,
+                                     const at::Tensor& extra, const protocol::CallValues& arguments) const;
     // The images [n, 3, H, W] in [-1, 1] from the final latents, unpacked [n, C, h, w] and on the
     // decoder's device.
     virtual at::Tensor decode(const at::Tensor& latents) const = 0;

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "runtime/io/errors.h"
 #include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 
 namespace dp::runtime {
 namespace {

@@ -23,7 +23,7 @@ class ParallelContext;
 class AdapterState;
 
 struct PipelineOptions {
-    std::string model_dir;                   // a diffusers folder with model_index.json
+    std::string model_dir;  // a diffusers folder with model_index.json
     // What the caller has read of the folder already (the worker: Note [a model is read once]);
     // nullptr: the pipeline reads it as it loads.
     std::shared_ptr<const strategies::ModelInfo> model;
@@ -101,7 +101,8 @@ class DiffusionPipeline {
     // Several requests that share steps, guidance scale and size, through the model together.
     // Each keeps its own seed and noise. Throws ModelError for a request the model cannot take.
     // Every rank of a replica calls it with the same requests (the parallel layer's contract).
-    virtual std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests) const = 0;
+    virtual std::vector<GenerateResult> generate_batch(
+        const std::vector<GenerateRequest>& requests) const = 0;
     GenerateResult generate(const GenerateRequest& request) const;
 
     virtual int default_width() const = 0;

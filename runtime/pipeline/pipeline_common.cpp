@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "runtime/io/errors.h"
 #include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 #include "runtime/parallel/device_mapping.h"
 #include "strategies/model_config.h"
 
@@ -17,7 +17,8 @@ void require_loadable(const PipelineOptions& o, const strategies::ParallelSpec& 
     if (cls != spec.pipeline_class)
         throw ModelError(index + ": pipeline class '" + cls + "' is not " + spec.pipeline_class);
     if (o.offload && (o.trainable || o.device_map))
-        throw ModelError("offload: not with training or device_map (each component would be built again per use)");
+        throw ModelError(
+            "offload: not with training or device_map (each component would be built again per use)");
     const DeviceMapping* dm = o.device_map.get();
     if (dm && (dm->transformer_blocks.empty() || device_of(o, "transformer") != o.device))
         throw ModelError("device_map: the run's device must be that of transformer block 0");
@@ -47,24 +48,29 @@ at::Device device_of(const PipelineOptions& o, const std::string& component) {
 
 namespace {
 
-WeightStore open_single_file(const std::string& path, const strategies::ParallelSpec& spec, const std::string& component,
-                             at::ScalarType dtype, at::Device device, bool keep_quantized) {
+WeightStore open_single_file(const std::string& path, const strategies::ParallelSpec& spec,
+                             const std::string& component, at::ScalarType dtype, at::Device device,
+                             bool keep_quantized) {
     if (strategies::is_gguf_file(path)) {
         const std::shared_ptr<strategies::GgufFile> file = strategies::GgufFile::open(path);
-        return WeightStore::open_single_file(file, strategies::read_single_file_layout(*file, spec, component), dtype,
-                                             device, keep_quantized);
+        return WeightStore::open_single_file(
+            file, strategies::read_single_file_layout(*file, spec, component), dtype, device, keep_quantized);
     }
     const std::shared_ptr<SafetensorsFile> file = SafetensorsFile::open(path);
-    return WeightStore::open_single_file(file, strategies::read_single_file_layout(*file, spec, component), dtype, device);
+    return WeightStore::open_single_file(file, strategies::read_single_file_layout(*file, spec, component),
+                                         dtype, device);
 }
 
 }  // namespace
 
-WeightStore open_weights(const PipelineOptions& o, const std::string& component, uint64_t salt, at::Device device) {
+WeightStore open_weights(const PipelineOptions& o, const std::string& component, uint64_t salt,
+                         at::Device device) {
     const auto file = o.component_files.find(component);
-    WeightStore w = o.random_weights ? WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, device)
+    WeightStore w = o.random_weights
+                        ? WeightStore::random(*o.random_weights * 1000003ULL + salt, o.dtype, device)
                     : file != o.component_files.end()
-                        ? open_single_file(file->second, *model_info_of(o).spec, component, o.dtype, device, o.keep_quantized)
+                        ? open_single_file(file->second, *model_info_of(o).spec, component, o.dtype, device,
+                                           o.keep_quantized)
                         : WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device, o.variant);
     if (o.adapters) w.set_deltas(o.adapters->deltas(component));
     return w;
@@ -111,7 +117,9 @@ void finish_results(std::vector<GenerateResult>& results, const at::Tensor& imag
 
 at::Tensor pack_latents(const at::Tensor& x) {
     const int64_t b = x.size(0), ch = x.size(1), h = x.size(2), w = x.size(3);
-    return x.view({b, ch, h / 2, 2, w / 2, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({b, (h / 2) * (w / 2), ch * 4});
+    return x.view({b, ch, h / 2, 2, w / 2, 2})
+        .permute({0, 2, 4, 1, 3, 5})
+        .reshape({b, (h / 2) * (w / 2), ch * 4});
 }
 
 at::Tensor unpack_latents(const at::Tensor& x, int64_t h, int64_t w) {

@@ -114,9 +114,10 @@ class Component {
 // PipelineOptions::trainable, its weights are listed there under `name` (a trainer's). `options`
 // must outlive it.
 template <class T, class Build>
-Component<T> component_of(const PipelineOptions* options, const char* name, uint64_t salt, at::Device device,
-                          Build build, std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>*
-                                           parameters = nullptr) {
+Component<T> component_of(
+    const PipelineOptions* options, const char* name, uint64_t salt, at::Device device, Build build,
+    std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>* parameters =
+        nullptr) {
     if (options->check_only) {
         // Note [checking a model before the ranks start]: its weight files opened (headers,
         // offsets, dtypes, shard paths checked), nothing built.

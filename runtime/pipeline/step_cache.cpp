@@ -27,8 +27,8 @@ at::Tensor FirstBlockCache::run(at::Tensor before, at::Tensor after, const Seque
             continue;
         }
         const at::Tensor mine = residual.narrow(0, g.first, g.rows);
-        per_token.push_back(at::stack({(mine - prev).abs().to(at::kFloat).sum({0, 2}),
-                                       prev.abs().to(at::kFloat).sum({0, 2})}));
+        per_token.push_back(at::stack(
+            {(mine - prev).abs().to(at::kFloat).sum({0, 2}), prev.abs().to(at::kFloat).sum({0, 2})}));
     }
     const at::Tensor sums = image.sum_tokens(at::cat(per_token, 0)).cpu();
     const double elements = static_cast<double>(image.tokens()) * static_cast<double>(residual.size(2));
@@ -43,9 +43,12 @@ at::Tensor FirstBlockCache::run(at::Tensor before, at::Tensor after, const Seque
         // The means in the run's dtype, divided in it, as diffusers' 0-d tensors are.
         const double count = elements * static_cast<double>(g.rows);
         const at::Tensor changed = at::scalar_tensor(sums[static_cast<int64_t>(2 * k)].item<double>() / count,
-                                                     at::TensorOptions().dtype(at::kFloat)).to(residual.scalar_type());
-        const at::Tensor last = at::scalar_tensor(sums[static_cast<int64_t>(2 * k + 1)].item<double>() / count,
-                                                  at::TensorOptions().dtype(at::kFloat)).to(residual.scalar_type());
+                                                     at::TensorOptions().dtype(at::kFloat))
+                                       .to(residual.scalar_type());
+        const at::Tensor last =
+            at::scalar_tensor(sums[static_cast<int64_t>(2 * k + 1)].item<double>() / count,
+                              at::TensorOptions().dtype(at::kFloat))
+                .to(residual.scalar_type());
         metrics[k] = (changed / last).item<double>();
         if (metrics[k] > threshold_) compute[static_cast<int64_t>(k)] = 1;
     }
@@ -88,14 +91,20 @@ at::Tensor FirstBlockCache::run(at::Tensor before, at::Tensor after, const Seque
 
 StepCacheRun::StepCacheRun(const protocol::StepCache& setting, const Guidance& guidance, int64_t batch,
                            int64_t steps, Communicator* tensor_group)
-    : setting_(setting), guidance_(guidance), batch_(batch), steps_(steps), tensor_group_(tensor_group),
+    : setting_(setting),
+      guidance_(guidance),
+      batch_(batch),
+      steps_(steps),
+      tensor_group_(tensor_group),
       mag_ratios_(setting.mag() ? setting.mag_ratios_for(steps) : std::vector<float>{}) {}
 
 std::vector<StepCacheRun::BranchRows> StepCacheRun::branches(int64_t first, int64_t count) const {
-    if (guidance_.split() || !guidance_.enabled()) return {{guidance_.runs_negative_only() ? 0 : 1, 0, count}};
+    if (guidance_.split() || !guidance_.enabled())
+        return {{guidance_.runs_negative_only() ? 0 : 1, 0, count}};
     std::vector<BranchRows> out;
     for (int branch = 0; branch < 2; ++branch) {  // batched: the negatives' rows first
-        const int64_t lo = std::max(first, branch * batch_), hi = std::min(first + count, (branch + 1) * batch_);
+        const int64_t lo = std::max(first, branch * batch_),
+                      hi = std::min(first + count, (branch + 1) * batch_);
         if (lo < hi) out.push_back({branch, lo - first, hi - lo});
     }
     return out;
@@ -165,7 +174,8 @@ bool MagCache::computes(MagCacheState& s) const {
     // Note [mag cache]: Python's int(retention_ratio * steps + 0.5); the accumulators in float32.
     const auto retention = static_cast<int64_t>(config_.retention_ratio * static_cast<double>(steps_) + 0.5);
     if (s.pass < retention) return true;
-    const float scale = s.pass < static_cast<int64_t>(ratios_.size()) ? ratios_[static_cast<std::size_t>(s.pass)] : 1.0f;
+    const float scale =
+        s.pass < static_cast<int64_t>(ratios_.size()) ? ratios_[static_cast<std::size_t>(s.pass)] : 1.0f;
     s.ratio = s.ratio * scale;
     s.accumulated += 1;
     s.error = s.error + std::fabs(1.0f - s.ratio);
@@ -234,7 +244,8 @@ TaylorSeerCache::TaylorSeerCache(const protocol::StepCache& config, TaylorSeerSt
 std::vector<at::Tensor> TaylorSeerCache::predict(int64_t id) const {
     const auto it = state_.attentions.find(id);
     if (it == state_.attentions.end() || it->second.last < 0)
-        throw InternalError("TaylorSeer: attention " + std::to_string(id) + " has no factors to extrapolate from");
+        throw InternalError("TaylorSeer: attention " + std::to_string(id) +
+                            " has no factors to extrapolate from");
     const TaylorSeerState::Attention& a = it->second;
     const double offset = static_cast<double>(state_.pass - a.last);
     std::vector<at::Tensor> outputs;
@@ -244,7 +255,8 @@ std::vector<at::Tensor> TaylorSeerCache::predict(int64_t id) const {
         double factorial = 1;
         for (std::size_t order = 0; order < a.factors[i].size(); ++order) {
             if (order > 0) factorial *= static_cast<double>(order);
-            out = out + a.factors[i][order].to(a.dtypes[i]) * (std::pow(offset, static_cast<double>(order)) / factorial);
+            out = out + a.factors[i][order].to(a.dtypes[i]) *
+                            (std::pow(offset, static_cast<double>(order)) / factorial);
         }
         outputs.push_back(out);
     }

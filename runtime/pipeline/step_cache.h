@@ -80,9 +80,9 @@ struct TaylorSeerState {
     int64_t pass = -1;     // the current pass of the state's calls
     int64_t computed = 0;  // passes whose attentions ran, each guidance branch's counted
     struct Attention {
-        int64_t last = -1;                              // the pass its factors were kept at
-        std::vector<std::vector<at::Tensor>> factors;   // per output, per order
-        std::vector<at::ScalarType> dtypes;             // per output
+        int64_t last = -1;                             // the pass its factors were kept at
+        std::vector<std::vector<at::Tensor>> factors;  // per output, per order
+        std::vector<at::ScalarType> dtypes;            // per output
     };
     std::map<int64_t, Attention> attentions;  // by the attention's place in the model
 };
@@ -122,12 +122,12 @@ class TaylorSeerCache {
 //   the batch and the whole sequence of |residual| / (|last residual| + 1e-8), norms over the width
 //   in float32, the sums over the sequence groups (SequenceShard::sum_tokens); the first pass's is 1.
 struct MagCacheState {
-    at::Tensor residual;               // at the last pass computed in full, this rank's shard
-    int64_t pass = 0;                  // the state's passes so far
-    float ratio = 1, error = 0;        // accumulated, float32
-    int64_t accumulated = 0;           // passes accumulated since the last computed
-    int64_t computed = 0;              // passes computed in full
-    std::vector<double> calibration;   // per pass, when calibrating
+    at::Tensor residual;              // at the last pass computed in full, this rank's shard
+    int64_t pass = 0;                 // the state's passes so far
+    float ratio = 1, error = 0;       // accumulated, float32
+    int64_t accumulated = 0;          // passes accumulated since the last computed
+    int64_t computed = 0;             // passes computed in full
+    std::vector<double> calibration;  // per pass, when calibrating
 };
 
 // One transformer call's MagCache over its rows, a branch's state for each group of them.
@@ -171,7 +171,8 @@ class StepCacheRun {
     StepCacheRun(const protocol::StepCache& setting, const Guidance& guidance, int64_t batch, int64_t steps,
                  Communicator* tensor_group);
     // `predict(caches)` for the transformer call on rows [first, first + count) of the model's input.
-    at::Tensor call(int64_t first, int64_t count, const std::function<at::Tensor(const StepCaches&)>& predict);
+    at::Tensor call(int64_t first, int64_t count,
+                    const std::function<at::Tensor(const StepCaches&)>& predict);
     // The passes computed in full, each branch's counted (over the cfg group when the branches are
     // split; every rank of it calls this); -1 without a cache.
     int64_t computed(Communicator* cfg_group, const at::Device& device) const;
@@ -191,9 +192,9 @@ class StepCacheRun {
     const Guidance& guidance_;
     int64_t batch_, steps_;
     Communicator* tensor_group_;
-    std::vector<float> mag_ratios_;                // MagCache's, taken to the steps
-    FirstBlockState branch_[2];                    // negative, positive
-    MagCacheState mag_[2];                         // negative, positive
+    std::vector<float> mag_ratios_;                  // MagCache's, taken to the steps
+    FirstBlockState branch_[2];                      // negative, positive
+    MagCacheState mag_[2];                           // negative, positive
     std::map<int64_t, TaylorSeerState> taylorseer_;  // by the call's first row
 };
 

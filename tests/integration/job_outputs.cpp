@@ -49,8 +49,8 @@ Safetensors open_safetensors(const std::string& path) {
 }
 }  // namespace
 
-std::vector<uint8_t> read_safetensors_tensor(const std::string& path, const std::string& name, std::string* dtype,
-                                             std::vector<int64_t>* shape) {
+std::vector<uint8_t> read_safetensors_tensor(const std::string& path, const std::string& name,
+                                             std::string* dtype, std::vector<int64_t>* shape) {
     const Safetensors f = open_safetensors(path);
     REQUIRE_MESSAGE(f.header.contains(name), path << " has no tensor " << name);
     const auto& info = f.header.at(name);
@@ -97,7 +97,8 @@ float max_latent_difference(const std::string& a, const std::string& b) {
     return worst;
 }
 
-PixelDifference png_against_golden(const std::string& png, const std::string& golden_file, const std::string& tensor) {
+PixelDifference png_against_golden(const std::string& png, const std::string& golden_file,
+                                   const std::string& tensor) {
     int width = 0, height = 0;
     const std::vector<uint8_t> ours = read_png_rgb(png, &width, &height);
     std::vector<int64_t> shape;

@@ -14,7 +14,8 @@ namespace dp::test {
 std::vector<uint8_t> read_png_rgb(const std::string& path, int* width = nullptr, int* height = nullptr);
 // The bytes of tensor `name` in a safetensors file, with its dtype ("U8", "F32", ...) and shape.
 std::vector<uint8_t> read_safetensors_tensor(const std::string& path, const std::string& name,
-                                             std::string* dtype = nullptr, std::vector<int64_t>* shape = nullptr);
+                                             std::string* dtype = nullptr,
+                                             std::vector<int64_t>* shape = nullptr);
 // The string under `key` in a safetensors file's __metadata__.
 std::string read_safetensors_metadata(const std::string& path, const std::string& key);
 // The largest difference of any channel between two PNG files of the same size.
@@ -28,7 +29,8 @@ struct PixelDifference {
     double mean = 0;
     int max = 0;
 };
-PixelDifference png_against_golden(const std::string& png, const std::string& golden_file, const std::string& tensor);
+PixelDifference png_against_golden(const std::string& png, const std::string& golden_file,
+                                   const std::string& tensor);
 // A golden file's fp32 tensor, flat.
 std::vector<float> golden_f32(const std::string& golden_file, const std::string& tensor);
 // The largest difference between two equally long lists of values.

@@ -74,7 +74,8 @@ LaunchResult run_launch(const std::vector<std::string>& args,
                         const std::map<std::string, std::string>& extra_env = {}, double timeout_s = 60);
 // run_launch, and a doctest CHECK that no process of the job is left 5 s after dp-launch exits.
 LaunchResult run_leaving_nothing(const std::vector<std::string>& args,
-                                 const std::map<std::string, std::string>& extra_env = {}, double timeout_s = 120);
+                                 const std::map<std::string, std::string>& extra_env = {},
+                                 double timeout_s = 120);
 
 // Live (non-zombie) processes whose environment contains DP_TEST_MARKER=marker.
 std::vector<pid_t> processes_with_marker(const std::string& marker);

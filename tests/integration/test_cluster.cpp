@@ -19,7 +19,8 @@ std::map<std::string, std::string> rank_env(const std::string& dir, int rank) {
     std::map<std::string, std::string> env;
     std::istringstream in(read_file(dir + "/rank_" + std::to_string(rank) + ".env"));
     for (std::string line; std::getline(in, line);)
-        if (const auto eq = line.find('='); eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+        if (const auto eq = line.find('='); eq != std::string::npos)
+            env[line.substr(0, eq)] = line.substr(eq + 1);
     return env;
 }
 
@@ -38,7 +39,8 @@ std::map<std::string, std::string> slurm_task(int procid, int nnodes, int per_no
 
 }  // namespace
 
-TEST_CASE("srun --ntasks-per-node=2 over 2 nodes: each task is exactly its rank, with torchrun's environment") {
+TEST_CASE(
+    "srun --ntasks-per-node=2 over 2 nodes: each task is exactly its rank, with torchrun's environment") {
     const std::string dir = make_temp_dir();
     for (int procid = 0; procid < 4; ++procid) {
         CAPTURE(procid);
@@ -58,7 +60,9 @@ TEST_CASE("srun --ntasks-per-node=2 over 2 nodes: each task is exactly its rank,
     CHECK_FALSE(file_exists(dir + "/rank_4.env"));
 }
 
-TEST_CASE("srun --ntasks-per-node=1: one dp-launch per node spawns that node's ranks, and a flag given wins, said so") {
+TEST_CASE(
+    "srun --ntasks-per-node=1: one dp-launch per node spawns that node's ranks, and a flag given wins, said "
+    "so") {
     const std::string dir = make_temp_dir();
     LaunchResult r = run_launch({"-n", "2", "--", worker_bin(), "env", dir}, slurm_task(1, 2, 1));
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
@@ -80,13 +84,12 @@ TEST_CASE("srun --ntasks-per-node=1: one dp-launch per node spawns that node's r
 
 TEST_CASE("Open MPI's ranks and a PyTorchJob's PET_* variables are used, and --cluster none ignores them") {
     const std::string dir = make_temp_dir();
-    LaunchResult mpi = run_launch({"--", worker_bin(), "env", dir},
-                                  {{"OMPI_COMM_WORLD_RANK", "3"},
-                                   {"OMPI_COMM_WORLD_SIZE", "4"},
-                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                                   {"MASTER_ADDR", "127.0.0.1"},
-                                   {"MASTER_PORT", "23456"}});
+    LaunchResult mpi = run_launch({"--", worker_bin(), "env", dir}, {{"OMPI_COMM_WORLD_RANK", "3"},
+                                                                     {"OMPI_COMM_WORLD_SIZE", "4"},
+                                                                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                                                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                                                     {"MASTER_ADDR", "127.0.0.1"},
+                                                                     {"MASTER_PORT", "23456"}});
     REQUIRE_MESSAGE(mpi.exit_code == 0, mpi.err);
     auto env = rank_env(dir, 3);
     CHECK(env["RANK"] == "3");

@@ -24,7 +24,8 @@ TEST_CASE("60 images are byte-identical at 1, 2 and 3 processes, whatever each r
         std::ofstream p(dir + "/p.txt");
         for (const char* c : colours)
             for (const char* s : shapes)
-                for (const char* z : sizes) p << "a " << z << " " << c << " " << s << " on a plain background\n";
+                for (const char* z : sizes)
+                    p << "a " << z << " " << c << " " << s << " on a plain background\n";
     }
     std::map<int, std::map<int64_t, std::string>> sha;  // processes -> prompt index -> sha256
     for (int n : {1, 2, 3}) {
@@ -32,10 +33,10 @@ TEST_CASE("60 images are byte-identical at 1, 2 and 3 processes, whatever each r
         const std::string out = dir + "/out" + std::to_string(n);
         // Two intra-op threads for one process, one for each of several (as the launcher splits
         // two cores), set here so that the thread counts differ on any machine.
-        const LaunchResult r =
-            run_launch({"-n", std::to_string(n), "--model", DP_TINY_MODEL, "--steps", "4", "--width", "40",
-                        "--height", "40", "--guidance-scale", "5", "--device", "cpu", "-o", out, dir + "/p.txt"},
-                       {{"OMP_NUM_THREADS", n == 1 ? "2" : "1"}}, 300);
+        const LaunchResult r = run_launch(
+            {"-n", std::to_string(n), "--model", DP_TINY_MODEL, "--steps", "4", "--width", "40", "--height",
+             "40", "--guidance-scale", "5", "--device", "cpu", "-o", out, dir + "/p.txt"},
+            {{"OMP_NUM_THREADS", n == 1 ? "2" : "1"}}, 300);
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
         std::istringstream manifest(read_file(out + "/manifest.jsonl"));
         for (std::string line; std::getline(manifest, line);) {

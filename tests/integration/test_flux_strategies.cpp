@@ -19,10 +19,14 @@ using namespace dp::test;
 
 namespace {
 
-std::string tiny(const std::string& variant) { return std::string(DP_MODELS_DIR) + "/tiny-random-flux-" + variant; }
+std::string tiny(const std::string& variant) {
+    return std::string(DP_MODELS_DIR) + "/tiny-random-flux-" + variant;
+}
 std::string golden_file() { return std::string(DP_GOLDEN_DIR) + "/flux_pipeline.safetensors"; }
 
-nlohmann::json golden_cases() { return nlohmann::json::parse(read_safetensors_metadata(golden_file(), "cases")); }
+nlohmann::json golden_cases() {
+    return nlohmann::json::parse(read_safetensors_metadata(golden_file(), "cases"));
+}
 
 // One JSONL line per prompt of golden case `c`, by diffusers' argument names.
 std::vector<nlohmann::json> lines_of(const nlohmann::json& c) {
@@ -56,7 +60,8 @@ std::map<std::string, long long> reported_bytes(const std::string& err, int rank
     const std::size_t at = err.find(marker);
     if (at == std::string::npos) return out;
     std::istringstream in(err.substr(at + marker.size(), err.find('\n', at) - at - marker.size()));
-    for (std::string item; in >> item;) out[item.substr(0, item.find('='))] = std::stoll(item.substr(item.find('=') + 1));
+    for (std::string item; in >> item;)
+        out[item.substr(0, item.find('='))] = std::stoll(item.substr(item.find('=') + 1));
     return out;
 }
 
@@ -65,12 +70,14 @@ std::map<std::string, long long> reported_bytes(const std::string& err, int rank
 // first has none, under --cfg-parallel too.
 const char* kPrompts =
     "{\"prompt\": \"an owl on a branch\", \"seed\": 1, \"guidance_scale\": 4.0}\n"
-    "{\"prompt\": \"a wooden door\", \"negative_prompt\": \"low quality\", \"true_cfg_scale\": 2.5, \"seed\": 2}\n";
+    "{\"prompt\": \"a wooden door\", \"negative_prompt\": \"low quality\", \"true_cfg_scale\": 2.5, "
+    "\"seed\": 2}\n";
 
 std::vector<std::string> args_for(const std::string& out, const std::vector<std::string>& extra,
                                   const std::string& prompts) {
-    std::vector<std::string> a = {"--model",  tiny("dev"), "--steps", "2",  "--width", "80", "--height", "48",
-                                  "--max-sequence-length", "13", "-o", out, "-q"};
+    std::vector<std::string> a = {
+        "--model", tiny("dev"), "--steps", "2", "--width", "80", "--height", "48", "--max-sequence-length",
+        "13",      "-o",        out,       "-q"};
     a.insert(a.end(), extra.begin(), extra.end());
     a.push_back(prompts);
     return a;
@@ -78,7 +85,8 @@ std::vector<std::string> args_for(const std::string& out, const std::vector<std:
 
 }  // namespace
 
-TEST_CASE("flux: dp-launch -n 1 on the folders saved by diffusers gives FluxPipeline's images, dev and schnell") {
+TEST_CASE(
+    "flux: dp-launch -n 1 on the folders saved by diffusers gives FluxPipeline's images, dev and schnell") {
     const nlohmann::json cases = golden_cases();
     for (const char* variant : {"dev", "schnell"}) {
         CAPTURE(variant);
@@ -88,9 +96,9 @@ TEST_CASE("flux: dp-launch -n 1 on the folders saved by diffusers gives FluxPipe
                 for (const nlohmann::json& line : lines_of(c)) lines.push_back(line);
         REQUIRE(!lines.empty());
         const std::string dir = make_temp_dir();
-        LaunchResult r = run_launch(
-            {"--model", tiny(variant), "-n", "1", "-o", dir + "/out", "-q", write_lines(dir + "/p.jsonl", lines)},
-            {{"DP_SAVE_LATENTS", "1"}}, 180);
+        LaunchResult r = run_launch({"--model", tiny(variant), "-n", "1", "-o", dir + "/out", "-q",
+                                     write_lines(dir + "/p.jsonl", lines)},
+                                    {{"DP_SAVE_LATENTS", "1"}}, 180);
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
         const auto records = read_manifest(dir + "/out");
         REQUIRE(records.size() == lines.size());
@@ -107,10 +115,11 @@ TEST_CASE("flux: dp-launch -n 1 on the folders saved by diffusers gives FluxPipe
             for (const char* other : {"skip_guidance_layers", "no_t5"}) CHECK_FALSE(record.contains(other));
             const std::string file = dir + "/out/" + record.at("file").get<std::string>();
             const PixelDifference d = png_against_golden(file, golden_file(), name + ".image");
-            MESSAGE("FLUX " << variant << " case " << name << " through dp-launch: max |uint8 diff| " << d.max);
+            MESSAGE("FLUX " << variant << " case " << name << " through dp-launch: max |uint8 diff| "
+                            << d.max);
             CHECK(d.within_one >= 0.999);
-            CHECK(max_difference(read_latents(file + ".latents.safetensors"), golden_f32(golden_file(), name + ".latents")) <=
-                  1e-4f);
+            CHECK(max_difference(read_latents(file + ".latents.safetensors"),
+                                 golden_f32(golden_file(), name + ".latents")) <= 1e-4f);
         }
         remove_dir(dir);
     }
@@ -122,30 +131,33 @@ TEST_CASE("flux: --dtype bf16 through dp-launch is within the unit test's tolera
     constexpr int kBf16MaxUint8 = 12;
     const nlohmann::json c = golden_cases().at("bf16");
     const std::string dir = make_temp_dir();
-    LaunchResult r = run_launch({"--model", tiny("dev"), "-n", "1", "--dtype", "bf16", "-o", dir + "/out", "-q",
-                                 write_lines(dir + "/p.jsonl", lines_of(c))},
+    LaunchResult r = run_launch({"--model", tiny("dev"), "-n", "1", "--dtype", "bf16", "-o", dir + "/out",
+                                 "-q", write_lines(dir + "/p.jsonl", lines_of(c))},
                                 {}, 120);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     const auto records = read_manifest(dir + "/out");
     REQUIRE(records.size() == 1);
     CHECK(records[0].at("dtype") == "bf16");
-    const PixelDifference d =
-        png_against_golden(dir + "/out/" + records[0].at("file").get<std::string>(), golden_file(), "bf16.0.image");
+    const PixelDifference d = png_against_golden(dir + "/out/" + records[0].at("file").get<std::string>(),
+                                                 golden_file(), "bf16.0.image");
     MESSAGE("FLUX.1-dev bf16 through dp-launch: mean |uint8 diff| " << d.mean << ", max " << d.max);
     CHECK(d.mean <= kBf16MeanUint8);
     CHECK(d.max <= kBf16MaxUint8);
     remove_dir(dir);
 }
 
-TEST_CASE("flux: ulysses2, ring2, ring3, usp, tp2, tp2 x ulysses2, tp2 x ring2, cfg2, device_map, offload and context "
-          "give the single-process images") {
+TEST_CASE(
+    "flux: ulysses2, ring2, ring3, usp, tp2, tp2 x ulysses2, tp2 x ring2, cfg2, device_map, offload and "
+    "context "
+    "give the single-process images") {
     // device_map auto at these budgets puts the embeddings and the two double blocks on cpu:0 and
     // the two single blocks on cpu:1.
     const std::string budgets = "cpu:0=1500KiB,cpu:1=2MiB";
-    LaunchResult plan =
-        run_launch({"plan", "--model", tiny("dev"), "-n", "1", "--device-map", "auto", "--max-memory", budgets}, {}, 30);
+    LaunchResult plan = run_launch(
+        {"plan", "--model", tiny("dev"), "-n", "1", "--device-map", "auto", "--max-memory", budgets}, {}, 30);
     REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
-    CHECK(plan.out.find("transformer blocks 0-1 (with its embeddings and output head): cpu:0") != std::string::npos);
+    CHECK(plan.out.find("transformer blocks 0-1 (with its embeddings and output head): cpu:0") !=
+          std::string::npos);
     CHECK(plan.out.find("transformer blocks 2-3: cpu:1") != std::string::npos);
 
     const std::string dir = make_temp_dir();
@@ -233,8 +245,8 @@ TEST_CASE("flux: measured communication bytes per strategy equal the closed-form
               {"all_reduce", (S * transformer_reduce + 2 * t5_layers * T * dm) * f},
               {"all_gather", S * B * (2 * 6 * D * L2 + 3 * D * L1) / P * f}});
     // plan says the same, for the same job.
-    LaunchResult p = run_launch({"plan", "--model", tiny("dev"), "-n", "2", "--tp", "2", "--dtype", "fp32", "--width",
-                                 "80", "--height", "48", "--max-sequence-length", "13"},
+    LaunchResult p = run_launch({"plan", "--model", tiny("dev"), "-n", "2", "--tp", "2", "--dtype", "fp32",
+                                 "--width", "80", "--height", "48", "--max-sequence-length", "13"},
                                 {}, 30);
     REQUIRE_MESSAGE(p.exit_code == 0, p.err);
     CHECK(p.out.find("all_reduce: ") != std::string::npos);
@@ -252,11 +264,17 @@ TEST_CASE("flux: what FLUX does not take is refused before anything starts, nami
         std::string says;
     };
     for (const Refused& bad : std::vector<Refused>{
-             {"dev", {"-n", "2", "--cfg-parallel"}, "FLUX.1's negative branch runs only with --true-cfg-scale above 1"},
+             {"dev",
+              {"-n", "2", "--cfg-parallel"},
+              "FLUX.1's negative branch runs only with --true-cfg-scale above 1"},
              {"dev", {"--skip-guidance-layers", "1"}, "FLUX.1 does not take skip_guidance_layers"},
              {"dev", {"--no-t5"}, "--no-t5: FLUX.1's transformer takes T5's embeddings"},
-             {"dev", {"--max-sequence-length", "513"}, "513 is more than FLUX.1's pipeline accepts (1 to 512)"},
-             {"schnell", {"--skip-layer-guidance-scale", "2"}, "FLUX.1-schnell does not take skip_layer_guidance_scale"},
+             {"dev",
+              {"--max-sequence-length", "513"},
+              "513 is more than FLUX.1's pipeline accepts (1 to 512)"},
+             {"schnell",
+              {"--skip-layer-guidance-scale", "2"},
+              "FLUX.1-schnell does not take skip_layer_guidance_scale"},
              {"dev", {"--width", "40"}, "multiples of 16"},
          }) {
         CAPTURE(bad.flags);
@@ -269,25 +287,29 @@ TEST_CASE("flux: what FLUX does not take is refused before anything starts, nami
         CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
     }
     const std::string jsonl = dir + "/p.jsonl";
-    std::ofstream(jsonl, std::ios::binary) << "{\"prompt\": \"a fox\"}\n{\"prompt\": \"a cat\", \"skip_guidance_layers\": [1]}\n";
+    std::ofstream(jsonl, std::ios::binary)
+        << "{\"prompt\": \"a fox\"}\n{\"prompt\": \"a cat\", \"skip_guidance_layers\": [1]}\n";
     LaunchResult r = run_launch({"--model", tiny("dev"), "-o", dir + "/out", "-q", jsonl}, {}, 30);
     CHECK(r.exit_code == 65);
-    CHECK_MESSAGE(r.err.find("p.jsonl:2: key 'skip_guidance_layers': FLUX.1 does not take skip_guidance_layers") !=
-                      std::string::npos,
-                  r.err);
+    CHECK_MESSAGE(
+        r.err.find("p.jsonl:2: key 'skip_guidance_layers': FLUX.1 does not take skip_guidance_layers") !=
+            std::string::npos,
+        r.err);
     remove_dir(dir);
 }
 
-TEST_CASE("flux: FluxPipeline's defaults, dev's (28 steps, guidance 3.5, 512 tokens) and schnell's (4 steps, 256)") {
+TEST_CASE(
+    "flux: FluxPipeline's defaults, dev's (28 steps, guidance 3.5, 512 tokens) and schnell's (4 steps, "
+    "256)") {
     const std::string dir = make_temp_dir();
     const std::string text = dir + "/p.txt";
     std::ofstream(text, std::ios::binary) << "a red fox\n";
     for (const char* variant : {"dev", "schnell"}) {
         CAPTURE(variant);
         const bool dev = std::string(variant) == "dev";
-        LaunchResult r = run_launch(
-            {"--model", tiny(variant), "--width", "16", "--height", "16", "-o", dir + "/" + variant, "-q", text}, {},
-            180);
+        LaunchResult r = run_launch({"--model", tiny(variant), "--width", "16", "--height", "16", "-o",
+                                     dir + "/" + variant, "-q", text},
+                                    {}, 180);
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
         const auto records = read_manifest(dir + "/" + variant);
         REQUIRE(records.size() == 1);
@@ -307,7 +329,8 @@ TEST_CASE("flux: schnell under ulysses2, tp2 x ring2 and device_map gives the si
     const std::string prompts = dir + "/p.txt";
     std::ofstream(prompts, std::ios::binary) << "a red fox in the snow\nthree green dots\n";
     auto args = [&](const std::string& out, const std::vector<std::string>& extra) {
-        std::vector<std::string> a = {"--model", tiny("schnell"), "--width", "80", "--height", "48", "-o", out, "-q"};
+        std::vector<std::string> a = {
+            "--model", tiny("schnell"), "--width", "80", "--height", "48", "-o", out, "-q"};
         a.insert(a.end(), extra.begin(), extra.end());
         a.push_back(prompts);
         return a;

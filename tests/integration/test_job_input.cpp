@@ -56,7 +56,8 @@ TEST_CASE("sizes the model cannot make are refused before any rank starts, namin
     CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
 }
 
-TEST_CASE("a JSONL line's size the model cannot make is an invalid line, and records carry the size asked for") {
+TEST_CASE(
+    "a JSONL line's size the model cannot make is an invalid line, and records carry the size asked for") {
     const std::string dir = make_temp_dir();
     const std::string prompts = write_file(dir + "/p.jsonl", R"({"prompt": "too wide", "width": 512})"
                                                              "\n"
@@ -150,7 +151,8 @@ TEST_CASE("control characters from a prompt file and a model path reach the term
     CHECK(r.err.find('\x1b') == std::string::npos);
     CHECK(r.err.find('\x07') == std::string::npos);
     const std::string lora = dir + "/evil\x1b[31m.safetensors";
-    LaunchResult a = run_launch(tiny(dir + "/out", {"-n", "1", "--lora", lora, write_file(dir + "/p.txt", "one\n")}));
+    LaunchResult a =
+        run_launch(tiny(dir + "/out", {"-n", "1", "--lora", lora, write_file(dir + "/p.txt", "one\n")}));
     CHECK(a.exit_code == 66);
     CHECK_MESSAGE(a.err.find("evil\\x1b[31m.safetensors") != std::string::npos, a.err);
     CHECK(a.err.find('\x1b') == std::string::npos);

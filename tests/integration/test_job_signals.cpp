@@ -3,8 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <dirent.h>
-#include <sys/wait.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -149,7 +149,9 @@ TEST_CASE("with tensor parallelism both ranks go silent when one is stopped: the
     check_nothing_left(launch.marker());
 }
 
-TEST_CASE("the signals batch systems send: SIGUSR1, SIGUSR2, SIGWINCH and SIGCONT change nothing, SIGHUP stops cleanly") {
+TEST_CASE(
+    "the signals batch systems send: SIGUSR1, SIGUSR2, SIGWINCH and SIGCONT change nothing, SIGHUP stops "
+    "cleanly") {
     const std::string dir = make_temp_dir();
     // Slurm's --signal=USR1@N, a user's kill -USR2, a terminal's resize, a resumed job: forwarded
     // or not, every rank carries on and every image is made.

@@ -22,15 +22,21 @@ namespace {
 std::string tiny_flux() { return std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev"; }
 std::string golden_file() { return std::string(DP_GOLDEN_DIR) + "/lora_pipeline.safetensors"; }
 std::string adapter(const std::string& name) { return std::string(DP_GOLDEN_DIR) + "/lora/" + name; }
-nlohmann::json golden_cases() { return nlohmann::json::parse(read_safetensors_metadata(golden_file(), "cases")); }
+nlohmann::json golden_cases() {
+    return nlohmann::json::parse(read_safetensors_metadata(golden_file(), "cases"));
+}
 
 // A JSONL line for golden case `name`, its adapters under "lora".
 nlohmann::json line_of(const std::string& name, bool with_lora = true) {
     const nlohmann::json c = golden_cases().at(name);
-    nlohmann::json line = {{"prompt", c.at("prompt")},         {"seed", c.at("seed")},
-                           {"guidance_scale", c.at("guidance_scale")}, {"width", c.at("width")},
-                           {"height", c.at("height")},         {"num_inference_steps", c.at("steps")},
-                           {"max_sequence_length", c.at("max_sequence_length")}, {"name", name}};
+    nlohmann::json line = {{"prompt", c.at("prompt")},
+                           {"seed", c.at("seed")},
+                           {"guidance_scale", c.at("guidance_scale")},
+                           {"width", c.at("width")},
+                           {"height", c.at("height")},
+                           {"num_inference_steps", c.at("steps")},
+                           {"max_sequence_length", c.at("max_sequence_length")},
+                           {"name", name}};
     if (with_lora) {
         line["lora"] = nlohmann::json::array();
         for (const auto& a : c.at("adapters"))
@@ -55,8 +61,8 @@ void check_image(const std::string& out, const nlohmann::json& record, const std
     const PixelDifference d = png_against_golden(file, golden_file(), golden_name + ".image");
     MESSAGE(golden_name << " through dp-launch: max |uint8 diff| " << d.max);
     CHECK(d.within_one >= 0.999);
-    CHECK(max_difference(read_latents(file + ".latents.safetensors"), golden_f32(golden_file(), golden_name + ".latents")) <=
-          1e-4f);
+    CHECK(max_difference(read_latents(file + ".latents.safetensors"),
+                         golden_f32(golden_file(), golden_name + ".latents")) <= 1e-4f);
 }
 
 }  // namespace
@@ -64,15 +70,15 @@ void check_image(const std::string& out, const nlohmann::json& record, const std
 TEST_CASE("lora: adapters per prompt in one job give diffusers' images, and the manifest names them") {
     const std::string dir = make_temp_dir();
     // Alternating sets, and a line without any: the queue groups them, the images stay each prompt's.
-    const std::vector<nlohmann::json> lines = {line_of("flux_peft"), line_of("flux_kohya"), line_of("flux_peft"),
-                                               [] {
+    const std::vector<nlohmann::json> lines = {line_of("flux_peft"), line_of("flux_kohya"),
+                                               line_of("flux_peft"), [] {
                                                    nlohmann::json l = line_of("flux_peft", false);
                                                    l["name"] = "base";
                                                    return l;
                                                }()};
-    LaunchResult r = run_launch({"--model", tiny_flux(), "-n", "1", "-o", dir + "/out", "-q",
-                                 write_lines(dir + "/p.jsonl", lines)},
-                                {{"DP_SAVE_LATENTS", "1"}}, 240);
+    LaunchResult r = run_launch(
+        {"--model", tiny_flux(), "-n", "1", "-o", dir + "/out", "-q", write_lines(dir + "/p.jsonl", lines)},
+        {{"DP_SAVE_LATENTS", "1"}}, 240);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     const auto records = read_manifest(dir + "/out");
     REQUIRE(records.size() == lines.size());
@@ -82,7 +88,8 @@ TEST_CASE("lora: adapters per prompt in one job give diffusers' images, and the 
         REQUIRE(record.at("status") == "ok");
         if (name == "base") {
             CHECK_FALSE(record.contains("lora"));
-            CHECK(max_difference(read_latents(dir + "/out/" + record.at("file").get<std::string>() + ".latents.safetensors"),
+            CHECK(max_difference(read_latents(dir + "/out/" + record.at("file").get<std::string>() +
+                                              ".latents.safetensors"),
                                  golden_f32(golden_file(), "flux_peft.base_latents")) <= 1e-4f);
             continue;
         }
@@ -101,9 +108,10 @@ TEST_CASE("lora: --lora PATH:SCALE for the whole job over two data-parallel rank
     const std::string dir = make_temp_dir();
     nlohmann::json a = line_of("flux_peft", false), b = a;
     b["name"] = "second";
-    LaunchResult r = run_launch({"--model", tiny_flux(), "-n", "2", "--lora", adapter("flux_peft.safetensors") + ":0.8",
-                                 "-o", dir + "/out", "-q", write_lines(dir + "/p.jsonl", {a, b})},
-                                {{"DP_SAVE_LATENTS", "1"}}, 240);
+    LaunchResult r =
+        run_launch({"--model", tiny_flux(), "-n", "2", "--lora", adapter("flux_peft.safetensors") + ":0.8",
+                    "-o", dir + "/out", "-q", write_lines(dir + "/p.jsonl", {a, b})},
+                   {{"DP_SAVE_LATENTS", "1"}}, 240);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     const auto records = read_manifest(dir + "/out");
     REQUIRE(records.size() == 2);
@@ -115,13 +123,14 @@ TEST_CASE("lora: --lora PATH:SCALE for the whole job over two data-parallel rank
     remove_dir(dir);
 }
 
-TEST_CASE("lora: a missing, truncated or foreign adapter is refused before anything starts, naming the file") {
+TEST_CASE(
+    "lora: a missing, truncated or foreign adapter is refused before anything starts, naming the file") {
     const std::string dir = make_temp_dir();
     const std::string prompts = write_lines(dir + "/p.jsonl", {line_of("flux_peft", false)});
     const auto refused = [&](const std::string& file, int code, const std::string& says) {
         CAPTURE(file);
-        LaunchResult r =
-            run_launch({"--model", tiny_flux(), "-n", "1", "--lora", file, "-o", dir + "/out", "-q", prompts}, {}, 60);
+        LaunchResult r = run_launch(
+            {"--model", tiny_flux(), "-n", "1", "--lora", file, "-o", dir + "/out", "-q", prompts}, {}, 60);
         CHECK(r.exit_code == code);
         CHECK_MESSAGE(r.err.find(file.substr(file.rfind('/') + 1)) != std::string::npos, r.err);
         CHECK_MESSAGE(r.err.find(says) != std::string::npos, r.err);
@@ -140,9 +149,9 @@ TEST_CASE("lora: a missing, truncated or foreign adapter is refused before anyth
     // A line's own bad adapter makes that line invalid (65), naming the key and the file.
     nlohmann::json bad = line_of("flux_peft", false);
     bad["lora"] = dir + "/nowhere.safetensors";
-    LaunchResult r = run_launch({"--model", tiny_flux(), "-n", "1", "-o", dir + "/out", "-q",
-                                 write_lines(dir + "/bad.jsonl", {bad})},
-                                {}, 60);
+    LaunchResult r = run_launch(
+        {"--model", tiny_flux(), "-n", "1", "-o", dir + "/out", "-q", write_lines(dir + "/bad.jsonl", {bad})},
+        {}, 60);
     CHECK(r.exit_code == 65);
     CHECK_MESSAGE(r.err.find("key 'lora'") != std::string::npos, r.err);
     CHECK(r.err.find("nowhere.safetensors") != std::string::npos);

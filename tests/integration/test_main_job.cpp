@@ -346,9 +346,10 @@ TEST_CASE("Ulysses degrees that cannot work are refused before any model is load
     const std::string prompts = write_prompts(dir, "p.txt", "x\n");
     LaunchResult heads = run_launch(job_args(dir + "/out", {"-n", "5", "--ulysses", "5", prompts}));
     CHECK(heads.exit_code == 2);
-    CHECK_MESSAGE(heads.err.find("--tp 1 x --ulysses 5: the model has 4 attention heads, fewer than the 5 ranks") !=
-                      std::string::npos,
-                  heads.err);
+    CHECK_MESSAGE(
+        heads.err.find("--tp 1 x --ulysses 5: the model has 4 attention heads, fewer than the 5 ranks") !=
+            std::string::npos,
+        heads.err);
     CHECK(heads.err.find("tp x ulysses may be at most 4 (1, 2, 4 split them evenly") != std::string::npos);
     LaunchResult world = run_launch(job_args(dir + "/out", {"-n", "2", "--ulysses", "4", prompts}));
     CHECK(world.exit_code == 2);
@@ -356,7 +357,8 @@ TEST_CASE("Ulysses degrees that cannot work are refused before any model is load
 }
 
 TEST_CASE(
-    "tensor parallelism (tp2, tp4, tp3 over 4 heads, tp2 x ulysses2, tp2 x cfg2) gives the single-process images "
+    "tensor parallelism (tp2, tp4, tp3 over 4 heads, tp2 x ulysses2, tp2 x cfg2) gives the single-process "
+    "images "
     "within 1 per channel") {
     expect_single_process_images({{"-n", "2", "--tp", "2"},
                                   {"-n", "4", "--tp", "4"},
@@ -431,8 +433,9 @@ TEST_CASE("measured communication bytes per strategy equal the README's per-step
     // block's text B x 2D/2).
     const long long P = 2;
     CHECK(run({"-n", "2", "--tp", "2"}) ==
-          std::map<std::string, long long>{{"all_reduce", S * B * D * (2 * N * L + 2 * T * (L - 1)) * f},
-                                           {"all_gather", S * B * (6 * D * L + 6 * D * (L - 1) + 2 * D) / P * f}});
+          std::map<std::string, long long>{
+              {"all_reduce", S * B * D * (2 * N * L + 2 * T * (L - 1)) * f},
+              {"all_gather", S * B * (6 * D * L + 6 * D * (L - 1) + 2 * D) / P * f}});
     // Ring R = 2: per block R - 1 sends of this rank's keys and values (B x H x N/R x d each), and
     // one all_gather of the final tokens.
     const long long R = 2;
@@ -606,7 +609,9 @@ TEST_CASE("dp-launch plan shows a device map, or says its budgets are measured w
     CHECK(gpus.out.find("device_map auto: one process; budgets are") != std::string::npos);
 }
 
-TEST_CASE("dp-launch arguments --json lists a model's keys: all of them at their defaults is a valid line, any other key exits 65") {
+TEST_CASE(
+    "dp-launch arguments --json lists a model's keys: all of them at their defaults is a valid line, any "
+    "other key exits 65") {
     const std::string dir = make_temp_dir();
     for (const char* model : {"tiny-random-sd3", "tiny-random-qwen-image", "tiny-random-flux-schnell"}) {
         CAPTURE(model);

@@ -10,10 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <functional>
 #include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,17 +34,17 @@ std::string model_with_fifo(const std::string& dir, const std::string& file) {
 }  // namespace
 
 TEST_CASE("a FIFO in the model folder is refused at once, naming it, never waited on") {
-    for (const std::string file : {"transformer/config.json", "transformer/diffusion_pytorch_model.safetensors",
-                                   "tokenizer/tokenizer.json"}) {
+    for (const std::string file :
+         {"transformer/config.json", "transformer/diffusion_pytorch_model.safetensors",
+          "tokenizer/tokenizer.json"}) {
         CAPTURE(file);
         const std::string dir = make_temp_dir();
         const std::string model = model_with_fifo(dir, file);
         const std::string prompts = dir + "/p.txt";
         REQUIRE(std::system(("echo 'a prompt' > '" + prompts + "'").c_str()) == 0);
-        const LaunchResult r =
-            run_launch({"-n", "2", "--model", model, "--steps", "1", "--width", "16", "--height", "16",
-                        "--device", "cpu", "-o", dir + "/out", prompts},
-                       {}, 60);
+        const LaunchResult r = run_launch({"-n", "2", "--model", model, "--steps", "1", "--width", "16",
+                                           "--height", "16", "--device", "cpu", "-o", dir + "/out", prompts},
+                                          {}, 60);
         // 65: a bad model, to be fixed, even where the other rank first lost its peer (75).
         CHECK_MESSAGE(r.exit_code == 65, r.err);
         CHECK(r.seconds < 30);
@@ -78,8 +78,8 @@ TEST_CASE("weights that make NaN latents give a failed prompt saying so, not a b
     poison_tensor(model + "/transformer/diffusion_pytorch_model.safetensors", "proj_out.bias");
     const std::string prompts = dir + "/p.txt";
     REQUIRE(std::system(("printf 'a prompt\\nanother\\n' > '" + prompts + "'").c_str()) == 0);
-    const LaunchResult r = run_launch({"-n", "1", "--model", model, "--steps", "2", "--width", "16", "--height",
-                                       "16", "--device", "cpu", "-o", dir + "/out", prompts},
+    const LaunchResult r = run_launch({"-n", "1", "--model", model, "--steps", "2", "--width", "16",
+                                       "--height", "16", "--device", "cpu", "-o", dir + "/out", prompts},
                                       {}, 120);
     CHECK(r.exit_code == 1);  // some prompts failed: see the manifest
     std::istringstream manifest(read_file(dir + "/out/manifest.jsonl"));
@@ -99,8 +99,9 @@ namespace {
 // A copy of the tiny model with `mutate` applied to it.
 std::string mutated_model(const std::string& dir, const std::function<void(const std::string&)>& mutate) {
     const std::string model = dir + "/model";
-    REQUIRE(std::system(("rm -rf '" + model + "' && cp -r '" + std::string(DP_TINY_MODEL) + "' '" + model + "'").c_str()) ==
-            0);
+    REQUIRE(
+        std::system(("rm -rf '" + model + "' && cp -r '" + std::string(DP_TINY_MODEL) + "' '" + model + "'")
+                        .c_str()) == 0);
     mutate(model);
     return model;
 }
@@ -164,8 +165,8 @@ TEST_CASE("a model a rank would refuse is refused before any rank starts or any 
     for (const auto& [says, mutate] : cases) {
         CAPTURE(says);
         const std::string model = mutated_model(dir, mutate);
-        const LaunchResult r = run_launch({"-n", "2", "--model", model, "--steps", "1", "--width", "16", "--height",
-                                           "16", "--device", "cpu", "-o", dir + "/out", prompts},
+        const LaunchResult r = run_launch({"-n", "2", "--model", model, "--steps", "1", "--width", "16",
+                                           "--height", "16", "--device", "cpu", "-o", dir + "/out", prompts},
                                           {}, 60);
         INFO(r.err);
         CHECK(r.exit_code == 65);

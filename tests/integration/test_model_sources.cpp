@@ -28,8 +28,8 @@ namespace {
 
 std::vector<std::string> job_args(const std::string& model, const std::string& out,
                                   std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--model", model, "--steps", "2", "--width", "16", "--height", "16",
-                                     "--device", "cpu", "-o", out, "-q"};
+    std::vector<std::string> args = {"--model", model,      "--steps", "2",  "--width", "16", "--height",
+                                     "16",      "--device", "cpu",     "-o", out,       "-q"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
 }
@@ -122,9 +122,10 @@ void round_through_half(const std::string& from, const std::string& to, bool as_
 }
 
 // The weight files of the tiny model, by component.
-const std::vector<std::pair<std::string, std::string>> kWeights = {
-    {"text_encoder", "model"}, {"text_encoder_2", "model"}, {"transformer", "diffusion_pytorch_model"},
-    {"vae", "diffusion_pytorch_model"}};
+const std::vector<std::pair<std::string, std::string>> kWeights = {{"text_encoder", "model"},
+                                                                   {"text_encoder_2", "model"},
+                                                                   {"transformer", "diffusion_pytorch_model"},
+                                                                   {"vae", "diffusion_pytorch_model"}};
 
 // A snapshot of `model` at `commit` in the cache repo `repo`: blobs, and relative symlinks to them.
 void add_snapshot(const std::string& repo, const std::string& commit, const std::string& model) {
@@ -157,9 +158,10 @@ TEST_CASE("a model from a Hugging Face cache snapshot makes the same images as i
     std::ofstream(repo + "/refs/main") << main_commit;
     std::ofstream(repo + "/refs/v2") << v2_commit;
 
-    REQUIRE(run_launch(job_args(DP_TINY_MODEL, dir + "/plain", {"-n", "2", prompts}), {}, 120).exit_code == 0);
-    const LaunchResult r =
-        run_launch(job_args("org/tiny", dir + "/hub_out", {"-n", "2", prompts}), {{"HF_HUB_CACHE", cache}}, 120);
+    REQUIRE(run_launch(job_args(DP_TINY_MODEL, dir + "/plain", {"-n", "2", prompts}), {}, 120).exit_code ==
+            0);
+    const LaunchResult r = run_launch(job_args("org/tiny", dir + "/hub_out", {"-n", "2", prompts}),
+                                      {{"HF_HUB_CACHE", cache}}, 120);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     const auto plain = read_manifest(dir + "/plain"), hub = read_manifest(dir + "/hub_out");
     REQUIRE(hub.size() == 2);
@@ -170,12 +172,14 @@ TEST_CASE("a model from a Hugging Face cache snapshot makes the same images as i
         CHECK(hub[i].at("model") == fs::canonical(repo + "/snapshots/" + main_commit).string());
     }
     // Another revision is another model for --resume; its own run makes the same images.
-    const LaunchResult other = run_launch(job_args("org/tiny", dir + "/hub_out", {"--revision", "v2", "--resume", prompts}),
-                                          {{"HF_HUB_CACHE", cache}}, 120);
+    const LaunchResult other =
+        run_launch(job_args("org/tiny", dir + "/hub_out", {"--revision", "v2", "--resume", prompts}),
+                   {{"HF_HUB_CACHE", cache}}, 120);
     CHECK(other.exit_code == 2);
-    CHECK_MESSAGE(other.err.find("model '" + fs::canonical(repo + "/snapshots/" + main_commit).string() + "' (now '" +
-                                 fs::canonical(repo + "/snapshots/" + v2_commit).string() + "')") != std::string::npos,
-                  other.err);
+    CHECK_MESSAGE(
+        other.err.find("model '" + fs::canonical(repo + "/snapshots/" + main_commit).string() + "' (now '" +
+                       fs::canonical(repo + "/snapshots/" + v2_commit).string() + "')") != std::string::npos,
+        other.err);
     // Not in the cache: 66 before anything starts, naming where it looked and how to fetch it.
     const LaunchResult missing =
         run_launch(job_args("org/absent", dir + "/none", {prompts}), {{"HF_HUB_CACHE", cache}}, 60);
@@ -185,7 +189,8 @@ TEST_CASE("a model from a Hugging Face cache snapshot makes the same images as i
     CHECK_FALSE(file_exists(dir + "/none"));
 }
 
-TEST_CASE("an fp16 weight variant in an fp32 run: converted on load, the images of fp16-rounded fp32 weights") {
+TEST_CASE(
+    "an fp16 weight variant in an fp32 run: converted on load, the images of fp16-rounded fp32 weights") {
     const std::string dir = make_temp_dir();
     const std::string prompts = dir + "/p.txt";
     std::ofstream(prompts) << "a red circle\na green triangle\n";
@@ -200,11 +205,13 @@ TEST_CASE("an fp16 weight variant in an fp32 run: converted on load, the images 
         round_through_half(file, both + "/" + component + "/" + name + ".fp16.safetensors", true);
     }
     const std::map<std::string, std::string> latents = {{"DP_SAVE_LATENTS", "1"}};
-    REQUIRE(run_launch(job_args(rounded, dir + "/a", {"--dtype", "fp32", prompts}), latents, 120).exit_code == 0);
-    const LaunchResult v =
-        run_launch(job_args(both, dir + "/b", {"--dtype", "fp32", "--variant", "fp16", prompts}), latents, 120);
+    REQUIRE(run_launch(job_args(rounded, dir + "/a", {"--dtype", "fp32", prompts}), latents, 120).exit_code ==
+            0);
+    const LaunchResult v = run_launch(
+        job_args(both, dir + "/b", {"--dtype", "fp32", "--variant", "fp16", prompts}), latents, 120);
     REQUIRE_MESSAGE(v.exit_code == 0, v.err);
-    REQUIRE(run_launch(job_args(both, dir + "/c", {"--dtype", "fp32", prompts}), latents, 120).exit_code == 0);
+    REQUIRE(run_launch(job_args(both, dir + "/c", {"--dtype", "fp32", prompts}), latents, 120).exit_code ==
+            0);
     const auto a = read_manifest(dir + "/a"), b = read_manifest(dir + "/b"), c = read_manifest(dir + "/c");
     REQUIRE(b.size() == 2);
     const auto latents_of = [](const std::string& out, const nlohmann::json& r) {
@@ -220,12 +227,14 @@ TEST_CASE("an fp16 weight variant in an fp32 run: converted on load, the images 
     }
 
     // Only the variant's files: refused before any rank starts, naming the variant and the flag.
-    for (const auto& [component, name] : kWeights) fs::remove(both + "/" + component + "/" + name + ".safetensors");
+    for (const auto& [component, name] : kWeights)
+        fs::remove(both + "/" + component + "/" + name + ".safetensors");
     const LaunchResult refused = run_launch(job_args(both, dir + "/d", {prompts}), {}, 60);
     CHECK(refused.exit_code == 65);
-    CHECK_MESSAGE(refused.err.find("only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain ones; pass "
-                                   "--variant fp16") != std::string::npos,
-                  refused.err);
+    CHECK_MESSAGE(
+        refused.err.find("only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain ones; pass "
+                         "--variant fp16") != std::string::npos,
+        refused.err);
     CHECK_FALSE(file_exists(dir + "/d"));
 }
 
@@ -233,10 +242,13 @@ TEST_CASE("--dtype auto on the CPU is fp32: the manifest says so and the images 
     const std::string dir = make_temp_dir();
     const std::string prompts = dir + "/p.txt";
     std::ofstream(prompts) << "a red circle\n";
-    const std::vector<std::string> auto_args = {"--model", DP_TINY_MODEL, "--steps", "2", "--width", "16",
-                                                "--height", "16", "-o", dir + "/auto", "-q", prompts};
+    const std::vector<std::string> auto_args = {"--model", DP_TINY_MODEL, "--steps",  "2",
+                                                "--width", "16",          "--height", "16",
+                                                "-o",      dir + "/auto", "-q",       prompts};
     REQUIRE(run_launch(auto_args, {{"CUDA_VISIBLE_DEVICES", ""}}, 120).exit_code == 0);
-    REQUIRE(run_launch(job_args(DP_TINY_MODEL, dir + "/fp32", {"--dtype", "fp32", prompts}), {}, 120).exit_code == 0);
+    REQUIRE(
+        run_launch(job_args(DP_TINY_MODEL, dir + "/fp32", {"--dtype", "fp32", prompts}), {}, 120).exit_code ==
+        0);
     const auto a = read_manifest(dir + "/auto"), f = read_manifest(dir + "/fp32");
     REQUIRE(a.size() == 1);
     CHECK(a[0].at("dtype") == "fp32");
@@ -253,7 +265,8 @@ TEST_CASE("the new per-prompt settings reach the ranks, and prompts that differ 
 {"prompt": "a red circle", "seed": 3, "skip_guidance_layers": [0], "skip_layer_guidance_start": 0, "skip_layer_guidance_stop": 1}
 {"prompt": "a red circle", "seed": 3}
 )";
-    const LaunchResult batched = run_launch(job_args(DP_TINY_MODEL, dir + "/batched", {"--batch-size", "4", prompts}), {}, 180);
+    const LaunchResult batched =
+        run_launch(job_args(DP_TINY_MODEL, dir + "/batched", {"--batch-size", "4", prompts}), {}, 180);
     REQUIRE_MESSAGE(batched.exit_code == 0, batched.err);
     const LaunchResult single = run_launch(job_args(DP_TINY_MODEL, dir + "/single", {prompts}), {}, 180);
     REQUIRE_MESSAGE(single.exit_code == 0, single.err);

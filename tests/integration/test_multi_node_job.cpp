@@ -34,9 +34,10 @@ std::string prompt_file(const std::string& dir) {
     return path;
 }
 
-std::vector<std::string> job_args(const std::string& out, const std::string& prompts, const std::string& steps = "2") {
-    return {"--model", DP_TINY_MODEL, "--device", "cpu", "--steps", steps, "--width", "16", "--height", "16",
-            "--node-timeout", "4", "-o", out, prompts};
+std::vector<std::string> job_args(const std::string& out, const std::string& prompts,
+                                  const std::string& steps = "2") {
+    return {"--model",  DP_TINY_MODEL, "--device",       "cpu", "--steps", steps, "--width", "16",
+            "--height", "16",          "--node-timeout", "4",   "-o",      out,   prompts};
 }
 
 std::vector<std::string> with(std::vector<std::string> head, const std::vector<std::string>& tail) {
@@ -46,9 +47,10 @@ std::vector<std::string> with(std::vector<std::string> head, const std::vector<s
 
 // Node `node` of a two-node job whose rank 0 listens on 127.0.0.2:port.
 std::vector<std::string> node_args(int node, int port, const std::vector<std::string>& job) {
-    return with({"-n", "2", "--nnodes", "2", "--node-rank", std::to_string(node), "--master-addr", "127.0.0.2",
-                 "--master-port", std::to_string(port), "--local-addr", node == 0 ? "127.0.0.2" : "127.0.0.3"},
-                job);
+    return with(
+        {"-n", "2", "--nnodes", "2", "--node-rank", std::to_string(node), "--master-addr", "127.0.0.2",
+         "--master-port", std::to_string(port), "--local-addr", node == 0 ? "127.0.0.2" : "127.0.0.3"},
+        job);
 }
 
 // A one-node run of the same prompts: the images every layout must reproduce.
@@ -58,7 +60,8 @@ std::map<int64_t, std::string> one_node_images(const std::string& dir, const std
     const LaunchResult r = run_launch(with({"-n", "1", "-q"}, job_args(out, prompts, steps)), {}, 240);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     std::map<int64_t, std::string> sha;
-    for (const nlohmann::json& rec : read_manifest(out)) sha[rec.at("index").get<int64_t>()] = rec.value("sha256", "");
+    for (const nlohmann::json& rec : read_manifest(out))
+        sha[rec.at("index").get<int64_t>()] = rec.value("sha256", "");
     REQUIRE(sha.size() == kPrompts);
     return sha;
 }
@@ -132,7 +135,8 @@ bool node_recorded_image(const std::string& out, int k) {
 
 }  // namespace
 
-TEST_CASE("two nodes on 127.0.0.2 and 127.0.0.3 with 2 ranks each: both exit 0 with one manifest and gallery") {
+TEST_CASE(
+    "two nodes on 127.0.0.2 and 127.0.0.3 with 2 ranks each: both exit 0 with one manifest and gallery") {
     const std::string dir = make_temp_dir();
     const std::string prompts = prompt_file(dir);
     const auto expected = one_node_images(dir, prompts);
@@ -147,8 +151,8 @@ TEST_CASE("two nodes on 127.0.0.2 and 127.0.0.3 with 2 ranks each: both exit 0 w
     check_one_result(out, expected, 4);
     // Both print the job's one summary line: every prompt of the job, not the node's half.
     for (const LaunchResult* r : {&r0, &r1})
-        CHECK_MESSAGE(r->out.find("dp-launch: 10 images, 0 failed, 0 invalid, 0 not run") != std::string::npos,
-                      r->out);
+        CHECK_MESSAGE(
+            r->out.find("dp-launch: 10 images, 0 failed, 0 invalid, 0 not run") != std::string::npos, r->out);
     CHECK(processes_with_marker(node0.marker()).empty());
     CHECK(processes_with_marker(node1.marker()).empty());
 }
@@ -161,7 +165,8 @@ TEST_CASE("simulated Slurm, one dp-launch per node (srun --ntasks-per-node=1): o
     const auto [reserved, job_id] = reserve_for_slurm();
     std::vector<std::unique_ptr<Launch>> nodes;
     for (int node = 0; node < 2; ++node)
-        nodes.push_back(std::make_unique<Launch>(with({"-n", "2"}, job_args(out, prompts)), slurm_task(job_id, node, 1)));
+        nodes.push_back(
+            std::make_unique<Launch>(with({"-n", "2"}, job_args(out, prompts)), slurm_task(job_id, node, 1)));
     for (auto& n : nodes) {
         const LaunchResult r = n->wait(240);
         CHECK_MESSAGE(r.exit_code == 0, r.err);
@@ -187,7 +192,8 @@ TEST_CASE("simulated Slurm, one dp-launch per rank (srun --ntasks-per-node=2): o
     check_one_result(out, expected, 4);
 }
 
-TEST_CASE("a node killed mid-job: the survivor names the prompts not run, and --resume on both completes them") {
+TEST_CASE(
+    "a node killed mid-job: the survivor names the prompts not run, and --resume on both completes them") {
     const std::string dir = make_temp_dir();
     const std::string prompts = prompt_file(dir);
     const std::string out = dir + "/out";
@@ -243,7 +249,8 @@ TEST_CASE("a node started with other settings than node 0 is refused on every no
         CHECK_MESSAGE(r->exit_code == 2, r->err);
         CHECK_MESSAGE(r->err.find("was started with another job than rank 0") != std::string::npos, r->err);
         // Steps are per prompt: named as the prompts' field that differs, with both values.
-        CHECK_MESSAGE(r->err.find("its prompts differ in steps (first prompt: 3 there, 2 on rank 0)") != std::string::npos,
+        CHECK_MESSAGE(r->err.find("its prompts differ in steps (first prompt: 3 there, 2 on rank 0)") !=
+                          std::string::npos,
                       r->err);
         CHECK(r->err.find("loading") == std::string::npos);
     }
@@ -273,7 +280,7 @@ TEST_CASE("a node that never starts is named within --node-timeout, from either 
         INFO(r.err);
         CHECK(r.exit_code == 75);
         CHECK(r.seconds < 4 + 20);
-        CHECK(r.err.find("could not join the job's gloo group through the store at 127.0.0.2:" + std::to_string(port) +
-                         " within 4 s (--node-timeout)") != std::string::npos);
+        CHECK(r.err.find("could not join the job's gloo group through the store at 127.0.0.2:" +
+                         std::to_string(port) + " within 4 s (--node-timeout)") != std::string::npos);
     }
 }

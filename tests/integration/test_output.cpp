@@ -94,7 +94,8 @@ TEST_CASE("64 MB with no newline: the launcher's memory stays bounded and nothin
 }
 
 TEST_CASE("--local-ranks-filter shows only those local ranks' output, as torchrun's") {
-    LaunchResult r = run_launch({"-n", "3", "--local-ranks-filter", "1", "--", "sh", "-c", "echo hello $LOCAL_RANK"});
+    LaunchResult r =
+        run_launch({"-n", "3", "--local-ranks-filter", "1", "--", "sh", "-c", "echo hello $LOCAL_RANK"});
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     CHECK(r.out.find("[rank 1] hello 1\n") != std::string::npos);
     CHECK(r.out.find("[rank 0]") == std::string::npos);

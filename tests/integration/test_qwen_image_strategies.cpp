@@ -28,7 +28,9 @@ nlohmann::json golden_cases() {
     return nlohmann::json::parse(read_safetensors_metadata(golden_file(), "cases"));
 }
 
-std::vector<float> golden_latents(const std::string& name) { return golden_f32(golden_file(), name + ".latents"); }
+std::vector<float> golden_latents(const std::string& name) {
+    return golden_f32(golden_file(), name + ".latents");
+}
 
 PixelDifference against_golden(const std::string& png, const std::string& name) {
     return png_against_golden(png, golden_file(), name + ".image");

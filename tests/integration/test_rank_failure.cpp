@@ -177,24 +177,25 @@ TEST_CASE(
 }
 
 // Note [resource failures in a rank]: real rlimits and real threads.
-TEST_CASE("a rank out of file descriptors exits 71 naming the rank and the limit, and leaves no output folder") {
+TEST_CASE(
+    "a rank out of file descriptors exits 71 naming the rank and the limit, and leaves no output folder") {
     const std::string dir = make_temp_dir();
-    {
-        std::ofstream(dir + "/p.txt") << "a cat\na dog\n";
-    }
+    { std::ofstream(dir + "/p.txt") << "a cat\na dog\n"; }
     // The rank's own limit, soft and hard: dp-launch itself keeps its own.
     const std::string wrapper = dir + "/worker.sh";
     std::ofstream(wrapper) << "#!/bin/sh\nulimit -n 16\nexec '" << DP_WORKER_BIN << "' \"$@\"\n";
     chmod(wrapper.c_str(), 0755);
-    const std::vector<std::string> job = {"-n",     "2",  "--model",  DP_TINY_MODEL, "--steps", "2", "--width",
-                                          "16",     "--height", "16", "-o",           dir + "/out", dir + "/p.txt"};
+    const std::vector<std::string> job = {"-n", "2",          "--model",     DP_TINY_MODEL, "--steps",
+                                          "2",  "--width",    "16",          "--height",    "16",
+                                          "-o", dir + "/out", dir + "/p.txt"};
     std::vector<std::string> limited = job;
     limited.insert(limited.begin(), {"--worker", wrapper});
     const LaunchResult r = run_launch(limited, {}, 120);
     INFO(r.err);
     CHECK(r.exit_code == 71);
     CHECK(r.seconds < 30);  // not the store's timeout
-    CHECK(r.err.find("the system refused file descriptors: the open-file limit (ulimit -n) is 16") != std::string::npos);
+    CHECK(r.err.find("the system refused file descriptors: the open-file limit (ulimit -n) is 16") !=
+          std::string::npos);
     CHECK(r.err.find("dp-worker: rank ") != std::string::npos);
     CHECK(r.out.find("nothing written (the output folder is as it was before the job)") != std::string::npos);
     CHECK_FALSE(file_exists(dir + "/out"));
@@ -207,37 +208,37 @@ TEST_CASE("a rank out of address space exits 71 naming the rank and the limit, n
     // SD3 medium's real sizes with random weights need far more than 6 GB; the libraries map
     // about 3.2 GB, so the rank starts and its first large allocation is refused.
     const std::string dir = make_temp_dir();
-    {
-        std::ofstream(dir + "/p.txt") << "a cat\n";
-    }
+    { std::ofstream(dir + "/p.txt") << "a cat\n"; }
     const std::string wrapper = dir + "/worker.sh";
     std::ofstream(wrapper) << "#!/bin/sh\nulimit -v 6000000\nexec '" << DP_WORKER_BIN << "' \"$@\"\n";
     chmod(wrapper.c_str(), 0755);
-    const LaunchResult r = run_launch({"--worker", wrapper, "-n", "1", "--model", std::string(DP_MODELS_DIR) + "/sd3-medium",
-                                       "--random-weights", "1", "--steps", "1", "--width", "64", "--height", "64", "-o",
-                                       dir + "/out", dir + "/p.txt"},
-                                      {}, 240);
+    const LaunchResult r =
+        run_launch({"--worker", wrapper, "-n", "1", "--model", std::string(DP_MODELS_DIR) + "/sd3-medium",
+                    "--random-weights", "1", "--steps", "1", "--width", "64", "--height", "64", "-o",
+                    dir + "/out", dir + "/p.txt"},
+                   {}, 240);
     INFO(r.err);
     CHECK(r.exit_code == 71);
-    CHECK(r.err.find("rank 0: the system refused memory (RAM, or the address-space limit ulimit -v)") != std::string::npos);
+    CHECK(r.err.find("rank 0: the system refused memory (RAM, or the address-space limit ulimit -v)") !=
+          std::string::npos);
     CHECK(r.err.find("SIGABRT") == std::string::npos);
     CHECK_FALSE(file_exists(dir + "/out"));
 }
 
 TEST_CASE("an exception escaping a rank's thread is reported with its exit code, never an abort") {
     const std::string dir = make_temp_dir();
-    {
-        std::ofstream(dir + "/p.txt") << "a cat\n";
-    }
+    { std::ofstream(dir + "/p.txt") << "a cat\n"; }
     // An existing folder with a file of the user's: kept as it was, only the job's files go.
     mkdir((dir + "/out").c_str(), 0777);
     std::ofstream(dir + "/out/notes.txt") << "mine\n";
     for (const auto& [what, code, says] : std::vector<std::tuple<std::string, int, std::string>>{
-             {"bad_alloc", 71, "rank 0: the system refused memory (RAM, or the address-space limit ulimit -v): std::bad_alloc"},
+             {"bad_alloc", 71,
+              "rank 0: the system refused memory (RAM, or the address-space limit ulimit -v): "
+              "std::bad_alloc"},
              {"runtime", 1, "rank 0: internal error: a library's thread failed"}}) {
         CAPTURE(what);
-        const LaunchResult r = run_launch({"-n", "1", "--model", DP_TINY_MODEL, "--steps", "2", "--width", "16",
-                                           "--height", "16", "-o", dir + "/out", dir + "/p.txt"},
+        const LaunchResult r = run_launch({"-n", "1", "--model", DP_TINY_MODEL, "--steps", "2", "--width",
+                                           "16", "--height", "16", "-o", dir + "/out", dir + "/p.txt"},
                                           {{"DP_TEST_THREAD_THROWS", what}}, 120);
         INFO(r.err);
         CHECK(r.exit_code == code);
@@ -250,7 +251,9 @@ TEST_CASE("an exception escaping a rank's thread is reported with its exit code,
     }
 }
 
-TEST_CASE("more ranks than the machine's memory holds are refused before anything starts, and --force starts them") {
+TEST_CASE(
+    "more ranks than the machine's memory holds are refused before anything starts, and --force starts "
+    "them") {
     // Twice as many ranks as this machine's available memory holds at LibTorch's base alone, under
     // --dry-run, which checks what a job would start and starts nothing.
     long long available_kb = 0;
@@ -262,11 +265,9 @@ TEST_CASE("more ranks than the machine's memory holds are refused before anythin
     REQUIRE(available_kb > 0);
     const std::string ranks = std::to_string(available_kb / (191 * 1024) * 2 + 2);
     const std::string dir = make_temp_dir();
-    {
-        std::ofstream(dir + "/p.txt") << "a cat\n";
-    }
-    const std::vector<std::string> job = {"-n", ranks, "--dry-run", "--model", DP_TINY_MODEL, "--device", "cpu",
-                                          "-o", dir + "/out", dir + "/p.txt"};
+    { std::ofstream(dir + "/p.txt") << "a cat\n"; }
+    const std::vector<std::string> job = {"-n",       ranks, "--dry-run", "--model",    DP_TINY_MODEL,
+                                          "--device", "cpu", "-o",        dir + "/out", dir + "/p.txt"};
     const LaunchResult refused = run_launch(job, {}, 60);
     INFO(refused.err);
     CHECK(refused.exit_code == 2);

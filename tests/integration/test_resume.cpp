@@ -442,7 +442,9 @@ TEST_CASE("a job killed at 20 random moments and resumed each time ends as an un
                     << " runs finished before their kill");
 }
 
-TEST_CASE("--resume after prompts were inserted: the images no record names go to superseded/, --overwrite removes them") {
+TEST_CASE(
+    "--resume after prompts were inserted: the images no record names go to superseded/, --overwrite removes "
+    "them") {
     const std::string dir = make_temp_dir();
     const std::string out = dir + "/out";
     std::ofstream(dir + "/a.txt", std::ios::binary) << "a lighthouse\na red circle\n";
@@ -453,7 +455,8 @@ TEST_CASE("--resume after prompts were inserted: the images no record names go t
     const std::string moved = before[1].at("file");  // "00001-a-red-circle.png": its prompt moves to index 2
     // A line inserted before the others: "a red circle" is now prompt 2, another file.
     std::ofstream(dir + "/a.txt", std::ios::binary) << "a lighthouse\na blue square\na red circle\n";
-    LaunchResult again = run_launch(args_for(out, {"--resume", dir + "/a.txt"}), {{"DP_SAVE_LATENTS", "1"}}, 120);
+    LaunchResult again =
+        run_launch(args_for(out, {"--resume", dir + "/a.txt"}), {{"DP_SAVE_LATENTS", "1"}}, 120);
     REQUIRE_MESSAGE(again.exit_code == 0, again.err);
     CHECK_MESSAGE(again.err.find("1 image(s) of the earlier run that no prompt of this job makes moved to") !=
                       std::string::npos,
@@ -467,14 +470,16 @@ TEST_CASE("--resume after prompts were inserted: the images no record names go t
     CHECK(file_exists(out + "/superseded/" + moved + ".latents.safetensors"));
     // Every PNG left in the folder is one a record names.
     for (const std::string& name : names_in(out))
-        if (name.size() > 4 && name.compare(name.size() - 4, 4, ".png") == 0) CHECK_MESSAGE(listed.count(name), name);
+        if (name.size() > 4 && name.compare(name.size() - 4, 4, ".png") == 0)
+            CHECK_MESSAGE(listed.count(name), name);
     // --overwrite with fewer prompts: the images no prompt makes are removed.
     std::ofstream(dir + "/a.txt", std::ios::binary) << "a lighthouse\n";
     LaunchResult fewer = run_launch(args_for(out, {"--overwrite", dir + "/a.txt"}), {}, 120);
     REQUIRE_MESSAGE(fewer.exit_code == 0, fewer.err);
     CHECK(fewer.err.find("removed") != std::string::npos);
     int pngs = 0;
-    for (const std::string& name : names_in(out)) pngs += name.size() > 4 && name.compare(name.size() - 4, 4, ".png") == 0;
+    for (const std::string& name : names_in(out))
+        pngs += name.size() > 4 && name.compare(name.size() - 4, 4, ".png") == 0;
     CHECK(pngs == 1);
     std::filesystem::remove_all(dir);
 }

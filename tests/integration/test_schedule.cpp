@@ -48,7 +48,9 @@ std::map<int64_t, nlohmann::json> comparable(const std::vector<nlohmann::json>& 
 
 }  // namespace
 
-TEST_CASE("dynamic and static schedules give byte-identical images and manifests at 1, 2, 3 ranks, cfg2 and ulysses2") {
+TEST_CASE(
+    "dynamic and static schedules give byte-identical images and manifests at 1, 2, 3 ranks, cfg2 and "
+    "ulysses2") {
     const std::string dir = make_temp_dir();
     const std::string prompts = uneven_prompts(dir);
     const std::vector<std::vector<std::string>> meshes = {
@@ -62,13 +64,15 @@ TEST_CASE("dynamic and static schedules give byte-identical images and manifests
         for (const std::string schedule : {"static", "dynamic"}) {
             const std::string out = dir + "/" + std::to_string(&mesh - meshes.data()) + schedule;
             std::vector<std::string> args = mesh;
-            for (const char* a : {"--steps", "2", "--width", "16", "--height", "16", "--device", "cpu", "--schedule", schedule.c_str(), "-o",
-                                         out.c_str(), prompts.c_str()})
+            for (const char* a : {"--steps", "2", "--width", "16", "--height", "16", "--device", "cpu",
+                                  "--schedule", schedule.c_str(), "-o", out.c_str(), prompts.c_str()})
                 args.push_back(a);
             const LaunchResult r = run_leaving_nothing(args, {}, 240);
             REQUIRE_MESSAGE(r.exit_code == 0, r.err);
             // Several replicas: the start line names the schedule and why.
-            if (mesh[1] != "1") CHECK(r.err.find("schedule " + schedule + " (--schedule " + schedule + ")") != std::string::npos);
+            if (mesh[1] != "1")
+                CHECK(r.err.find("schedule " + schedule + " (--schedule " + schedule + ")") !=
+                      std::string::npos);
             const std::vector<nlohmann::json> records = read_manifest(out);
             REQUIRE(records.size() == 10);
             std::set<int> ranks;
@@ -78,7 +82,8 @@ TEST_CASE("dynamic and static schedules give byte-identical images and manifests
             }
             manifest[schedule] = comparable(records);
             out_dir[schedule] = out;
-            if (schedule == "static" && mesh[1] == "2" && mesh.size() == 2) CHECK(ranks == std::set<int>{0, 1});
+            if (schedule == "static" && mesh[1] == "2" && mesh.size() == 2)
+                CHECK(ranks == std::set<int>{0, 1});
         }
         CHECK(manifest["static"] == manifest["dynamic"]);
         for (const auto& [index, rec] : manifest["static"]) {
@@ -92,17 +97,21 @@ TEST_CASE("dynamic and static schedules give byte-identical images and manifests
 TEST_CASE("--schedule auto is dynamic for uneven prompts over several replicas and static for even ones") {
     const std::string dir = make_temp_dir();
     const std::string uneven = uneven_prompts(dir);
-    LaunchResult r = run_leaving_nothing({"-n", "2", "--steps", "1", "--width", "16", "--height", "16", "-o", dir + "/a", uneven}, {}, 120);
+    LaunchResult r = run_leaving_nothing(
+        {"-n", "2", "--steps", "1", "--width", "16", "--height", "16", "-o", dir + "/a", uneven}, {}, 120);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    CHECK(r.err.find("schedule dynamic (auto: the prompts' estimated costs differ (32 to 160))") != std::string::npos);
+    CHECK(r.err.find("schedule dynamic (auto: the prompts' estimated costs differ (32 to 160))") !=
+          std::string::npos);
     std::ofstream(dir + "/even.txt") << "a red circle\na blue square\na green ring\n";
     r = run_leaving_nothing({"-n", "2", "--steps", "1", "-o", dir + "/b", dir + "/even.txt"}, {}, 120);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    CHECK(r.err.find("schedule static (auto: every prompt has the same estimated cost)") != std::string::npos);
+    CHECK(r.err.find("schedule static (auto: every prompt has the same estimated cost)") !=
+          std::string::npos);
     // plan over the same file: each schedule's makespan in cost units and auto's pick.
     r = run_launch({"plan", "-n", "2", "--steps", "1", "--width", "16", "--height", "16", uneven});
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    CHECK(r.out.find("schedules: 10 prompt(s) of " + uneven + " over 2 model replica(s)") != std::string::npos);
+    CHECK(r.out.find("schedules: 10 prompt(s) of " + uneven + " over 2 model replica(s)") !=
+          std::string::npos);
     CHECK(r.out.find("  runs: schedule dynamic (auto: ") != std::string::npos);
 }
 
@@ -110,7 +119,8 @@ TEST_CASE("under the dynamic schedule a rank killed mid-job leaves every prompt 
     const std::string dir = make_temp_dir();
     const std::string prompts = uneven_prompts(dir);
     // Rank 1 dies in the middle of its second prompt (2 steps each, 5 for the costly ones).
-    Launch launch({"-n", "2", "--steps", "2", "--width", "16", "--height", "16", "--schedule", "dynamic", "--device", "cpu", "-o", dir + "/out", prompts},
+    Launch launch({"-n", "2", "--steps", "2", "--width", "16", "--height", "16", "--schedule", "dynamic",
+                   "--device", "cpu", "-o", dir + "/out", prompts},
                   {{"DP_TEST_KILL_AT_STEP", "1:7"}});
     const LaunchResult r = launch.wait(120);
     CHECK_MESSAGE(r.exit_code == 128 + SIGKILL, r.err);
@@ -130,15 +140,15 @@ TEST_CASE("under the dynamic schedule a rank killed mid-job leaves every prompt 
     CHECK(processes_with_marker(launch.marker()).empty());
 
     // --resume queues only what is missing; the images are a static run's.
-    const LaunchResult again = run_leaving_nothing({"-n", "2", "--steps", "2", "--width", "16", "--height", "16",
-                                                    "--schedule", "dynamic", "--device", "cpu", "--resume", "-o",
-                                                    dir + "/out", prompts},
-                                                   {}, 120);
+    const LaunchResult again =
+        run_leaving_nothing({"-n", "2", "--steps", "2", "--width", "16", "--height", "16", "--schedule",
+                             "dynamic", "--device", "cpu", "--resume", "-o", dir + "/out", prompts},
+                            {}, 120);
     REQUIRE_MESSAGE(again.exit_code == 0, again.err);
     CHECK(again.out.find("dp-launch: 10 images, 0 failed, 0 invalid, 0 not run") == 0);
     CHECK(again.out.find("(" + std::to_string(ok) + " kept from the earlier run)") != std::string::npos);
-    const LaunchResult whole = run_leaving_nothing({"-n", "1", "--steps", "2", "--width", "16", "--height", "16",
-                                                    "--device", "cpu", "-o", dir + "/static", prompts},
+    const LaunchResult whole = run_leaving_nothing({"-n", "1", "--steps", "2", "--width", "16", "--height",
+                                                    "16", "--device", "cpu", "-o", dir + "/static", prompts},
                                                    {}, 120);
     REQUIRE_MESSAGE(whole.exit_code == 0, whole.err);
     const auto resumed = comparable(read_manifest(dir + "/out"));
@@ -150,21 +160,35 @@ TEST_CASE("under the dynamic schedule a rank killed mid-job leaves every prompt 
     }
 }
 
-TEST_CASE("two nodes under the dynamic schedule take from one queue: each prompt once, with a one-node run's image") {
+TEST_CASE(
+    "two nodes under the dynamic schedule take from one queue: each prompt once, with a one-node run's "
+    "image") {
     const std::string dir = make_temp_dir();
     const std::string prompts = uneven_prompts(dir);
-    const std::vector<std::string> job = {"--steps", "2", "--width", "16", "--height", "16", "--device", "cpu",
-                                          "--node-timeout", "4", prompts};
+    const std::vector<std::string> job = {"--steps",  "2",   "--width",        "16", "--height", "16",
+                                          "--device", "cpu", "--node-timeout", "4",  prompts};
     std::vector<std::string> one = {"-n", "1", "-o", dir + "/one"};
     one.insert(one.end(), job.begin(), job.end());
     const LaunchResult reference = run_leaving_nothing(one, {}, 120);
     REQUIRE_MESSAGE(reference.exit_code == 0, reference.err);
     const dp::launcher::PortReservation reserved("127.0.0.2");
     const auto node = [&](int k) {
-        std::vector<std::string> args = {"-n", "2", "--nnodes", "2", "--node-rank", std::to_string(k),
-                                         "--master-addr", "127.0.0.2", "--master-port", std::to_string(reserved.port()),
-                                         "--local-addr", k == 0 ? "127.0.0.2" : "127.0.0.3", "--schedule", "dynamic",
-                                         "-o", dir + "/out"};
+        std::vector<std::string> args = {"-n",
+                                         "2",
+                                         "--nnodes",
+                                         "2",
+                                         "--node-rank",
+                                         std::to_string(k),
+                                         "--master-addr",
+                                         "127.0.0.2",
+                                         "--master-port",
+                                         std::to_string(reserved.port()),
+                                         "--local-addr",
+                                         k == 0 ? "127.0.0.2" : "127.0.0.3",
+                                         "--schedule",
+                                         "dynamic",
+                                         "-o",
+                                         dir + "/out"};
         args.insert(args.end(), job.begin(), job.end());
         return args;
     };
@@ -174,7 +198,8 @@ TEST_CASE("two nodes under the dynamic schedule take from one queue: each prompt
     REQUIRE_MESSAGE(r0.exit_code == 0, r0.err);
     REQUIRE_MESSAGE(r1.exit_code == 0, r1.err);
     CHECK(r0.out.find("dp-launch: 10 images, 0 failed, 0 invalid, 0 not run") == 0);
-    for (const LaunchResult* r : {&r0, &r1}) CHECK(r->err.find("schedule dynamic (--schedule dynamic)") != std::string::npos);
+    for (const LaunchResult* r : {&r0, &r1})
+        CHECK(r->err.find("schedule dynamic (--schedule dynamic)") != std::string::npos);
     const auto made = comparable(read_manifest(dir + "/out"));
     const auto expected = comparable(read_manifest(dir + "/one"));
     REQUIRE(made.size() == 10);

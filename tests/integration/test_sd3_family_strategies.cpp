@@ -29,15 +29,27 @@ const char* kPrompts =
 
 std::vector<std::string> args_for(const std::string& model, const std::string& out,
                                   const std::vector<std::string>& extra, const std::string& prompts) {
-    std::vector<std::string> a = {"--model", std::string(DP_GOLDEN_DIR) + "/" + model, "--steps", "3", "--width",
-                                  "12", "--height", "10", "--max-sequence-length", "24", "-o", out, "-q"};
+    std::vector<std::string> a = {"--model",
+                                  std::string(DP_GOLDEN_DIR) + "/" + model,
+                                  "--steps",
+                                  "3",
+                                  "--width",
+                                  "12",
+                                  "--height",
+                                  "10",
+                                  "--max-sequence-length",
+                                  "24",
+                                  "-o",
+                                  out,
+                                  "-q"};
     a.insert(a.end(), extra.begin(), extra.end());
     a.push_back(prompts);
     return a;
 }
 
 // Each configuration against one process: final latents within 1e-4, PNGs within 1 per channel.
-void expect_single_process_images(const std::string& model, const std::vector<std::vector<std::string>>& runs) {
+void expect_single_process_images(const std::string& model,
+                                  const std::vector<std::vector<std::string>>& runs) {
     const std::string dir = make_temp_dir();
     const std::string prompts = dir + "/p.txt";
     std::ofstream(prompts, std::ios::binary) << kPrompts;
@@ -78,7 +90,8 @@ const std::vector<std::vector<std::string>> kEveryStrategy = {
 // diffusers' images: at most 1 per channel on at least 99.9% of channels.
 void expect_diffusers_images(const std::string& model, const std::vector<std::string>& extra) {
     const std::string golden = std::string(DP_GOLDEN_DIR) + "/" + model + ".safetensors";
-    const nlohmann::json cases = nlohmann::json::parse(read_safetensors_metadata(golden, "cases")).at("cases");
+    const nlohmann::json cases =
+        nlohmann::json::parse(read_safetensors_metadata(golden, "cases")).at("cases");
     REQUIRE(cases.size() >= 2);
     const std::string dir = make_temp_dir();
     const std::string prompts = dir + "/p.jsonl";
@@ -86,7 +99,8 @@ void expect_diffusers_images(const std::string& model, const std::vector<std::st
         std::ofstream out(prompts, std::ios::binary);
         for (const auto& c : cases) out << c.dump() << "\n";
     }
-    std::vector<std::string> args = {"--model", std::string(DP_GOLDEN_DIR) + "/" + model, "-o", dir + "/out", "-q"};
+    std::vector<std::string> args = {"--model", std::string(DP_GOLDEN_DIR) + "/" + model, "-o", dir + "/out",
+                                     "-q"};
     args.insert(args.end(), extra.begin(), extra.end());
     args.push_back(prompts);
     LaunchResult r = run_launch(args, {}, 180);
@@ -101,7 +115,8 @@ void expect_diffusers_images(const std::string& model, const std::vector<std::st
         const std::vector<uint8_t> ours =
             read_png_rgb(dir + "/out/" + record.at("file").get<std::string>(), &width, &height);
         std::vector<int64_t> shape;
-        const std::vector<uint8_t> theirs = read_safetensors_tensor(golden, "image." + std::to_string(index), nullptr, &shape);
+        const std::vector<uint8_t> theirs =
+            read_safetensors_tensor(golden, "image." + std::to_string(index), nullptr, &shape);
         REQUIRE(shape == std::vector<int64_t>{height, width, 3});
         REQUIRE(ours.size() == theirs.size());
         std::size_t within = 0;
@@ -119,7 +134,9 @@ void expect_diffusers_images(const std::string& model, const std::vector<std::st
 
 }  // namespace
 
-TEST_CASE("dp-launch on the SD3 + T5, SD3.5-medium and SD3.5-large folders saved by diffusers gives diffusers' images") {
+TEST_CASE(
+    "dp-launch on the SD3 + T5, SD3.5-medium and SD3.5-large folders saved by diffusers gives diffusers' "
+    "images") {
     for (const char* model : {"sd3_t5_tiny", "sd35_medium_tiny", "sd35_large_tiny"}) {
         expect_diffusers_images(model, {"-n", "2"});
         // SD3.5-large's 3 heads take tp 2 (2, 1) but not tp 2 x ulysses 2 (a rank would hold none)
@@ -130,11 +147,15 @@ TEST_CASE("dp-launch on the SD3 + T5, SD3.5-medium and SD3.5-large folders saved
     }
 }
 
-TEST_CASE("SD3 with T5: tp2, ulysses2, ring2, ring3, usp, tp2 x ulysses2, cfg2 and device_map give the single-process images") {
+TEST_CASE(
+    "SD3 with T5: tp2, ulysses2, ring2, ring3, usp, tp2 x ulysses2, cfg2 and device_map give the "
+    "single-process images") {
     expect_single_process_images("sd3_t5_tiny", kEveryStrategy);
 }
 
-TEST_CASE("SD3.5-medium's dual attention with skip-layer guidance: every strategy gives the single-process images") {
+TEST_CASE(
+    "SD3.5-medium's dual attention with skip-layer guidance: every strategy gives the single-process "
+    "images") {
     expect_single_process_images("sd35_medium_tiny", kEveryStrategy);
 }
 

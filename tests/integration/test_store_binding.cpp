@@ -46,7 +46,8 @@ std::vector<std::string> listening_addresses(int port) {
             } else {
                 in6_addr a{};
                 for (int w = 0; w < 4; ++w) {
-                    const uint32_t word = static_cast<uint32_t>(std::stoul(hex.substr(8 * w, 8), nullptr, 16));
+                    const uint32_t word =
+                        static_cast<uint32_t>(std::stoul(hex.substr(8 * w, 8), nullptr, 16));
                     std::memcpy(a.s6_addr + 4 * w, &word, 4);
                 }
                 inet_ntop(AF_INET6, &a, text, sizeof(text));
@@ -77,9 +78,7 @@ TEST_CASE("on one node the job's store listens on loopback only, while the job r
     const dp::launcher::PortReservation reserved("127.0.0.1");
     const int port = reserved.port();
     const std::string dir = make_temp_dir();
-    {
-        std::ofstream(dir + "/p.txt") << "one prompt\nanother prompt\n";
-    }
+    { std::ofstream(dir + "/p.txt") << "one prompt\nanother prompt\n"; }
     Launch job({"-n", "2", "--master-port", std::to_string(port), "--model", DP_TINY_MODEL, "--device", "cpu",
                 "--steps", "1000", "--width", "16", "--height", "16", "-o", dir + "/out", dir + "/p.txt"});
     const bool up = wait_until([&] { return !listening_addresses(port).empty(); }, 90);
@@ -93,7 +92,9 @@ TEST_CASE("on one node the job's store listens on loopback only, while the job r
     CHECK(processes_with_marker(job.marker()).empty());
 }
 
-TEST_CASE("a --master-port another program listens on is a usage error before any rank starts or any file is written") {
+TEST_CASE(
+    "a --master-port another program listens on is a usage error before any rank starts or any file is "
+    "written") {
     // A stranger listening on the port, on loopback or on every interface.
     for (const char* where : {"127.0.0.1", "0.0.0.0"}) {
         CAPTURE(where);
@@ -110,24 +111,25 @@ TEST_CASE("a --master-port another program listens on is a usage error before an
         const std::string dir = make_temp_dir();
         const std::string marker = dir + "/ran";
         // Any command: nothing runs.
-        LaunchResult command = run_launch({"-n", "2", "--master-port", port, "--", "sh", "-c", "touch " + marker});
+        LaunchResult command =
+            run_launch({"-n", "2", "--master-port", port, "--", "sh", "-c", "touch " + marker});
         CHECK(command.exit_code == 2);
-        CHECK_MESSAGE(command.err.find("--master-port " + port + " is in use on this machine by another program") !=
-                          std::string::npos,
+        CHECK_MESSAGE(command.err.find("--master-port " + port +
+                                       " is in use on this machine by another program") != std::string::npos,
                       command.err);
         CHECK_FALSE(file_exists(marker));
         // The main job: no output folder either.
-        {
-            std::ofstream(dir + "/p.txt") << "one prompt\n";
-        }
-        LaunchResult job = run_launch({"-n", "2", "--master-port", port, "--model", DP_TINY_MODEL, "--steps", "1",
-                                       "--width", "16", "--height", "16", "-o", dir + "/out", dir + "/p.txt"});
+        { std::ofstream(dir + "/p.txt") << "one prompt\n"; }
+        LaunchResult job =
+            run_launch({"-n", "2", "--master-port", port, "--model", DP_TINY_MODEL, "--steps", "1", "--width",
+                        "16", "--height", "16", "-o", dir + "/out", dir + "/p.txt"});
         CHECK(job.exit_code == 2);
         CHECK(job.err.find("is in use on this machine") != std::string::npos);
         CHECK_FALSE(file_exists(dir + "/out"));
         close(fd);
         // Free again: the same port runs.
-        LaunchResult free = run_launch({"-n", "2", "--master-port", port, "--", "sh", "-c", "touch " + marker});
+        LaunchResult free =
+            run_launch({"-n", "2", "--master-port", port, "--", "sh", "-c", "touch " + marker});
         CHECK_MESSAGE(free.exit_code == 0, free.err);
         CHECK(file_exists(marker));
         remove_dir(dir);

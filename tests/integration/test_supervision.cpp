@@ -266,7 +266,8 @@ TEST_CASE("--timeout stops a command-mode job that runs too long, with exit code
     check_nothing_left(launch.marker());
 }
 
-TEST_CASE("a rank that exits 75 under --timeout: the others get the short settle window, not the job's timeout") {
+TEST_CASE(
+    "a rank that exits 75 under --timeout: the others get the short settle window, not the job's timeout") {
     // Note [a lost peer is a consequence]: the settle window is due before the job's --timeout.
     Launch launch({"-n", "2", "--timeout", "60", "--shutdown-grace", "1", "--", "sh", "-c",
                    "if [ \"$RANK\" = 0 ]; then exit 75; fi; exec sleep 60"});
@@ -310,9 +311,10 @@ TEST_CASE("a rank that waits for the others longer than --rank-timeout is not hu
 TEST_CASE("a rank stopped while it waits for the others is a hang within --rank-timeout, named") {
     const std::string dir = make_temp_dir();
     // Rank 1 finishes its share and stops (SIGSTOP) while waiting; rank 0 still works, then waits.
-    Launch launch({"-n", "2", "--rank-timeout", "1", "--shutdown-grace", "1", "--worker", worker_bin(), "-o",
-                   dir + "/out", prompt_file(dir, 4)},
-                  {{"DP_TEST_FAKE_STOP", "1:0"}, {"DP_TEST_FAKE_STEP_MS", "0:100"}, {"DP_TEST_FAKE_WAIT_S", "0:30"}});
+    Launch launch(
+        {"-n", "2", "--rank-timeout", "1", "--shutdown-grace", "1", "--worker", worker_bin(), "-o",
+         dir + "/out", prompt_file(dir, 4)},
+        {{"DP_TEST_FAKE_STOP", "1:0"}, {"DP_TEST_FAKE_STEP_MS", "0:100"}, {"DP_TEST_FAKE_WAIT_S", "0:30"}});
     LaunchResult r = launch.wait(30);
     INFO(r.err);
     CHECK(r.exit_code == 75);
@@ -324,15 +326,16 @@ TEST_CASE("a rank stopped while it waits for the others is a hang within --rank-
 
 TEST_CASE("every rank waiting past --rank-timeout is a hang: nobody is working") {
     const std::string dir = make_temp_dir();
-    Launch launch({"-n", "2", "--rank-timeout", "0.5", "--shutdown-grace", "1", "--worker", worker_bin(), "-o",
-                   dir + "/out", prompt_file(dir, 2)},
+    Launch launch({"-n", "2", "--rank-timeout", "0.5", "--shutdown-grace", "1", "--worker", worker_bin(),
+                   "-o", dir + "/out", prompt_file(dir, 2)},
                   {{"DP_TEST_FAKE_WAIT_S", "30"}});
     LaunchResult r = launch.wait(30);
     INFO(r.err);
     CHECK(r.exit_code == 75);
     CHECK(r.seconds < 8);
-    CHECK(r.err.find("every running rank has waited for the others for more than --rank-timeout 0.50 s, so none "
-                     "is working: rank ") != std::string::npos);
+    CHECK(r.err.find(
+              "every running rank has waited for the others for more than --rank-timeout 0.50 s, so none "
+              "is working: rank ") != std::string::npos);
     check_nothing_left(launch.marker());
 }
 
@@ -345,8 +348,8 @@ TEST_CASE("a rank stopped while it loads is a hang after --rank-timeout, before 
                              "\"index\":-1,\"step\":0,\"steps\":0}\\n' \"$RANK\" >&\"$DP_STATUS_FD\"\n"
                              "kill -STOP $$\nexec sleep 60\n";
     chmod(script.c_str(), 0755);
-    Launch launch({"-n", "1", "--load-timeout", "600", "--rank-timeout", "1", "--shutdown-grace", "1", "--worker",
-                   script, "-o", dir + "/out", prompt_file(dir, 1)});
+    Launch launch({"-n", "1", "--load-timeout", "600", "--rank-timeout", "1", "--shutdown-grace", "1",
+                   "--worker", script, "-o", dir + "/out", prompt_file(dir, 1)});
     LaunchResult r = launch.wait(30);
     INFO(r.err);
     CHECK(r.exit_code == 75);

@@ -28,7 +28,7 @@ namespace {
 
 struct PtyRun {
     int exit_code = -1;
-    std::string bytes;     // what dp-launch wrote to the terminal, stdout and stderr together
+    std::string bytes;       // what dp-launch wrote to the terminal, stdout and stderr together
     std::vector<double> at;  // at[i]: when bytes[i] was read (monotonic seconds)
     double exited = 0;
 };
@@ -138,30 +138,35 @@ std::string fake_worker(const std::string& dir) {
         dir, "worker.sh",
         "s() { printf '%s\\n' \"$1\" >&3; }\n"
         "s '{\"event\":\"start\",\"rank\":0,\"device\":\"cpu\",\"first\":0,\"count\":3}'\n"
-        "s '{\"event\":\"heartbeat\",\"rank\":0,\"phase\":\"generating\",\"index\":0,\"step\":1,\"steps\":2}'\n"
+        "s "
+        "'{\"event\":\"heartbeat\",\"rank\":0,\"phase\":\"generating\",\"index\":0,\"step\":1,\"steps\":2}'\n"
         "sleep 0.3\n"
-        "img() { printf '" + image + "\\n' $1 $1 >&3; }\n"
-        "img 0; sleep 0.3\n"
-        "echo 'a warning from the worker' >&2; sleep 0.3\n"
-        "img 1; sleep 0.3\n"
-        "echo 'a line on stdout'; sleep 0.3\n"
-        "img 2; sleep 0.3\n");
+        "img() { printf '" +
+            image +
+            "\\n' $1 $1 >&3; }\n"
+            "img 0; sleep 0.3\n"
+            "echo 'a warning from the worker' >&2; sleep 0.3\n"
+            "img 1; sleep 0.3\n"
+            "echo 'a line on stdout'; sleep 0.3\n"
+            "img 2; sleep 0.3\n");
     return worker;
 }
 
 }  // namespace
 
-TEST_CASE("on a terminal a rank's carriage-return updates show prefixed as they come, never mixed with "
-          "another rank's lines") {
+TEST_CASE(
+    "on a terminal a rank's carriage-return updates show prefixed as they come, never mixed with "
+    "another rank's lines") {
     const std::string dir = make_temp_dir();
     // Rank 0 draws a bar in place; rank 1 prints whole lines meanwhile.
-    const std::string prog = script(dir, "bar.sh",
-                                    "if [ \"$RANK\" = 0 ]; then\n"
-                                    "  for i in 1 2 3; do printf '\\rstep %s of 3 ......' $i; sleep 0.4; done\n"
-                                    "  printf '\\rbar done\\n'\n"
-                                    "else\n"
-                                    "  sleep 0.2; echo 'rank one line a'; sleep 0.4; echo 'b'\n"
-                                    "fi\n");
+    const std::string prog =
+        script(dir, "bar.sh",
+               "if [ \"$RANK\" = 0 ]; then\n"
+               "  for i in 1 2 3; do printf '\\rstep %s of 3 ......' $i; sleep 0.4; done\n"
+               "  printf '\\rbar done\\n'\n"
+               "else\n"
+               "  sleep 0.2; echo 'rank one line a'; sleep 0.4; echo 'b'\n"
+               "fi\n");
     const PtyRun run = run_on_pty({"-n", "2", "--", prog});
     INFO(run.bytes);
     REQUIRE(run.exit_code == 0);
@@ -186,12 +191,14 @@ TEST_CASE("on a terminal a rank's carriage-return updates show prefixed as they 
                         std::sregex_iterator()) >= 3);
 }
 
-TEST_CASE("on a terminal the progress bar is erased before a rank's line and erases to the end of the "
-          "line on every redraw") {
+TEST_CASE(
+    "on a terminal the progress bar is erased before a rank's line and erases to the end of the "
+    "line on every redraw") {
     const std::string dir = make_temp_dir();
     const std::string worker = fake_worker(dir);
     std::ofstream(dir + "/prompts.txt") << "one\ntwo\nthree\n";
-    const std::vector<std::string> args = {"-n", "1", "--worker", worker, "-o", dir + "/out", dir + "/prompts.txt"};
+    const std::vector<std::string> args = {"-n", "1",          "--worker",          worker,
+                                           "-o", dir + "/out", dir + "/prompts.txt"};
     const PtyRun run = run_on_pty(args);
     INFO(run.bytes);
     CHECK(run.exit_code == 0);
@@ -214,8 +221,8 @@ TEST_CASE("on a terminal the progress bar is erased before a rank's line and era
     // Every redraw ends with ESC[K.
     const std::regex drawn("ETA \\d+ s");
     int redraws = 0;
-    for (auto it = std::sregex_iterator(run.bytes.begin(), run.bytes.end(), drawn); it != std::sregex_iterator();
-         ++it) {
+    for (auto it = std::sregex_iterator(run.bytes.begin(), run.bytes.end(), drawn);
+         it != std::sregex_iterator(); ++it) {
         ++redraws;
         const std::size_t end = static_cast<std::size_t>(it->position() + it->length());
         CHECK(run.bytes.compare(end, 3, "\x1b[K") == 0);
@@ -223,18 +230,19 @@ TEST_CASE("on a terminal the progress bar is erased before a rank's line and era
     CHECK(redraws >= 4);
     // The summary comes after the bar, on a line of its own.
     CHECK(lines.back().rfind("dp-launch: 3 images, 0 failed", 0) == 0);
-
 }
 
 TEST_CASE("-q on a terminal: from dp-launch only the summary, after the rank's lines") {
     const std::string dir = make_temp_dir();
     std::ofstream(dir + "/prompts.txt") << "one\ntwo\nthree\n";
-    const PtyRun q = run_on_pty({"-n", "1", "-q", "--worker", fake_worker(dir), "-o", dir + "/out",
-                                 dir + "/prompts.txt"});
+    const PtyRun q =
+        run_on_pty({"-n", "1", "-q", "--worker", fake_worker(dir), "-o", dir + "/out", dir + "/prompts.txt"});
     INFO(q.bytes);
     CHECK(q.exit_code == 0);
     const std::string lines = shown(screen_lines(q.bytes));
-    CHECK(lines.rfind("[rank 0] a warning from the worker\n[rank 0] a line on stdout\ndp-launch: 3 images, 0 failed", 0) == 0);
+    CHECK(lines.rfind(
+              "[rank 0] a warning from the worker\n[rank 0] a line on stdout\ndp-launch: 3 images, 0 failed",
+              0) == 0);
     CHECK(lines.find("ETA") == std::string::npos);  // no progress bar
 }
 

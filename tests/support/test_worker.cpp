@@ -67,7 +67,9 @@ void publish(const char* path, const char* data, size_t size) {
     if (written) rename(tmp, path);
 }
 
-void publish(const std::string& path, const std::string& text) { publish(path.c_str(), text.data(), text.size()); }
+void publish(const std::string& path, const std::string& text) {
+    publish(path.c_str(), text.data(), text.size());
+}
 
 void stamp(const char* what) {
     char path[4096];
@@ -158,7 +160,8 @@ int main(int argc, char** argv) {
         g_dir = arg(2);
         pid_t child = fork();
         if (child == 0) wait_forever();
-        publish(g_dir + "/pids_" + std::to_string(g_rank), std::to_string(getpid()) + " " + std::to_string(child) + "\n");
+        publish(g_dir + "/pids_" + std::to_string(g_rank),
+                std::to_string(getpid()) + " " + std::to_string(child) + "\n");
         wait_forever();
     }
     if (mode == "fail-first") {

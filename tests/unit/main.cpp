@@ -16,7 +16,7 @@
 
 int main(int argc, char** argv) {
     setenv("ATEN_CPU_CAPABILITY", "avx2", /*overwrite=*/0);  // LibTorch's own vectorised kernels
-    setenv("MKL_CBWR", "AVX2", 0);                            // MKL's conditional numerical reproducibility
-    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 0);                  // oneDNN (LibTorch's bf16/fp16 matmuls)
+    setenv("MKL_CBWR", "AVX2", 0);                           // MKL's conditional numerical reproducibility
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 0);                 // oneDNN (LibTorch's bf16/fp16 matmuls)
     return doctest::Context(argc, argv).run();
 }

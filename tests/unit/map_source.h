@@ -20,8 +20,8 @@ class MapSource : public dp::runtime::ShardSource {
         if (t.sizes().vec() != shape) throw std::runtime_error(name + ": wrong shape asked for");
         return t;
     }
-    at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim, int64_t start,
-                          int64_t length) override {
+    at::Tensor take_shard(const std::string& name, const std::vector<int64_t>& shape, int64_t dim,
+                          int64_t start, int64_t length) override {
         return take(name, shape).narrow(dim, start, length).contiguous();
     }
 };

@@ -32,7 +32,8 @@ struct StTensor {
 
 // The file `path` holding `tensors`, with `metadata`, less its last `cut` bytes (a truncated file).
 inline std::string write_st_file(const std::string& path, const std::vector<StTensor>& tensors,
-                                 const std::map<std::string, std::string>& metadata = {}, std::size_t cut = 0) {
+                                 const std::map<std::string, std::string>& metadata = {},
+                                 std::size_t cut = 0) {
     nlohmann::json header = nlohmann::json::object();
     std::string data;
     for (const StTensor& t : tensors) {
@@ -59,7 +60,8 @@ inline std::string write_st_file(const std::string& path, const std::vector<StTe
     const std::string h = header.dump();
     std::string bytes(8, '\0');
     const uint64_t len = h.size();
-    for (int i = 0; i < 8; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
+    for (int i = 0; i < 8; ++i)
+        bytes[static_cast<std::size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
     bytes += h + data;
     if (cut) bytes.resize(bytes.size() - cut);
     std::ofstream(path, std::ios::binary) << bytes;

@@ -87,10 +87,11 @@ TEST_CASE("accelerate config yaml: the file accelerate writes sets nodes, ranks,
     CHECK(c.spec.gpu_ids.empty());  // all: CUDA_VISIBLE_DEVICES left alone
     CHECK(c.spec.rdzv_backend == "static");
     // The keys with no meaning here, in one line, printed with the allocation line.
-    CHECK(c.spec.cluster_report == "dp-launch: " + path +
-                                       ": ignored accelerate keys: debug, downcast_bf16, enable_cpu_affinity, "
-                                       "main_training_function, same_network, tpu_env, tpu_use_cluster, "
-                                       "tpu_use_sudo (no meaning for dp-launch)");
+    CHECK(c.spec.cluster_report ==
+          "dp-launch: " + path +
+              ": ignored accelerate keys: debug, downcast_bf16, enable_cpu_affinity, "
+              "main_training_function, same_network, tpu_env, tpu_use_cluster, "
+              "tpu_use_sudo (no meaning for dp-launch)");
 
     // The main job reads mixed_precision as --mixed_precision.
     c = parse({"--config", path, "p.txt"});
@@ -112,9 +113,9 @@ TEST_CASE("accelerate config yaml: flags and DP_* variables win over the file") 
     const std::string path = write_file("override.yaml", kTwoMachines);
     Env env;
     env.vars["DP_MASTER_PORT"] = "30001";
-    CommandLine c = parse({"--config_file", path, "-n", "2", "--machine_rank", "0", "--main_process_ip", "head",
-                           "--", "x"},
-                          env);
+    CommandLine c = parse(
+        {"--config_file", path, "-n", "2", "--machine_rank", "0", "--main_process_ip", "head", "--", "x"},
+        env);
     REQUIRE_MESSAGE(c.action == CommandLine::Action::kLaunch, c.message);
     CHECK(c.spec.num_processes == 2);
     CHECK(c.spec.node_rank == 0);
@@ -161,12 +162,18 @@ TEST_CASE("accelerate config yaml: each refused value names FILE:line, the key a
         std::vector<std::string> parts;
     };
     const std::vector<Case> cases = {
-        {"distributed_type", "DEEPSPEED", 3, {"distributed_type: DEEPSPEED", "RANK, LOCAL_RANK", "MULTI_GPU"}},
+        {"distributed_type",
+         "DEEPSPEED",
+         3,
+         {"distributed_type: DEEPSPEED", "RANK, LOCAL_RANK", "MULTI_GPU"}},
         {"distributed_type", "FSDP", 3, {"FSDP is not supported", "accepted: NO, MULTI_GPU, MULTI_CPU"}},
         {"distributed_type", "MEGATRON_LM", 3, {"Megatron-LM"}},
         {"distributed_type", "XLA", 3, {"CUDA GPUs or CPUs only"}},
         {"distributed_type", "TPU", 3, {"CUDA GPUs or CPUs only"}},
-        {"compute_environment", "AMAZON_SAGEMAKER", 1, {"AMAZON_SAGEMAKER is not supported", "LOCAL_MACHINE"}},
+        {"compute_environment",
+         "AMAZON_SAGEMAKER",
+         1,
+         {"AMAZON_SAGEMAKER is not supported", "LOCAL_MACHINE"}},
         {"num_processes", "7", 13, {"num_processes 7 with num_machines 2", "total over the machines"}},
         {"num_processes", "-1", 13, {"num_processes: '-1'", "whole number from 1"}},
         {"num_processes", "[1, 2]", 13, {"num_processes: expected a whole number"}},
@@ -196,7 +203,14 @@ TEST_CASE("accelerate config yaml: each refused value names FILE:line, the key a
         {"just text\n", "expected a YAML mapping"},
         {"", "expected a YAML mapping"},
         {"a: " + std::string(100, '[') + std::string(100, ']') + "\n", "nested more than 64"},
-        {"a:\n" + [] { std::string s; for (int i = 0; i < 3000; ++i) s += "- "; return s; }() + "x\n", "deep"},
+        {"a:\n" +
+             [] {
+                 std::string s;
+                 for (int i = 0; i < 3000; ++i) s += "- ";
+                 return s;
+             }() +
+             "x\n",
+         "deep"},
     };
     for (const auto& [text, part] : files) {
         const std::string path = write_file("broken.yaml", text);
@@ -208,7 +222,8 @@ TEST_CASE("accelerate config yaml: each refused value names FILE:line, the key a
     }
 }
 
-TEST_CASE("accelerate config yaml: random and truncated files give a usage error or settings, never a crash") {
+TEST_CASE(
+    "accelerate config yaml: random and truncated files give a usage error or settings, never a crash") {
     if (!dp::cli::yaml_config_supported()) return;
     std::mt19937 rng(16);
     const std::string base = kTwoMachines;
@@ -253,15 +268,22 @@ namespace {
 Env slurm_task(int local_rank) {
     Env env;
     env.vars = {
-        {"SLURM_JOB_ID", "1234"},          {"SLURM_STEP_ID", "0"},
-        {"SLURM_NNODES", "2"},             {"SLURM_STEP_NUM_NODES", "2"},
-        {"SLURM_NODEID", "1"},             {"SLURM_PROCID", std::to_string(4 + local_rank)},
+        {"SLURM_JOB_ID", "1234"},
+        {"SLURM_STEP_ID", "0"},
+        {"SLURM_NNODES", "2"},
+        {"SLURM_STEP_NUM_NODES", "2"},
+        {"SLURM_NODEID", "1"},
+        {"SLURM_PROCID", std::to_string(4 + local_rank)},
         {"SLURM_LOCALID", std::to_string(local_rank)},
-        {"SLURM_NTASKS", "8"},             {"SLURM_STEP_NUM_TASKS", "8"},
-        {"SLURM_NTASKS_PER_NODE", "4"},    {"SLURM_TASKS_PER_NODE", "4(x2)"},
+        {"SLURM_NTASKS", "8"},
+        {"SLURM_STEP_NUM_TASKS", "8"},
+        {"SLURM_NTASKS_PER_NODE", "4"},
+        {"SLURM_TASKS_PER_NODE", "4(x2)"},
         {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"},
-        {"SLURM_JOB_NODELIST", "node[01-02]"}, {"SLURM_STEP_NODELIST", "node[01-02]"},
-        {"SLURMD_NODENAME", "node02"},     {"SLURM_GPUS_ON_NODE", "4"},
+        {"SLURM_JOB_NODELIST", "node[01-02]"},
+        {"SLURM_STEP_NODELIST", "node[01-02]"},
+        {"SLURMD_NODENAME", "node02"},
+        {"SLURM_GPUS_ON_NODE", "4"},
         {"SLURM_STEP_GPUS", "4,5,6,7"},
     };
     return env;

@@ -36,7 +36,8 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 
 // A copy of a shipped model folder, with `defaults` as its generation_defaults.json (none when
 // empty).
-std::string model_with_defaults(const std::string& model, const std::string& name, const std::string& defaults) {
+std::string model_with_defaults(const std::string& model, const std::string& name,
+                                const std::string& defaults) {
     namespace fs = std::filesystem;
     const std::string dir = "/tmp/dp_call_arguments_" + std::to_string(getpid()) + "_" + name;
     fs::remove_all(dir);
@@ -67,14 +68,17 @@ std::string read_step_cache(const nlohmann::json& j, dp::protocol::StepCache& ou
 
 }  // namespace
 
-TEST_CASE("Qwen-Image's defaults are QwenImagePipeline's: 50 steps, true_cfg_scale 4, 512 tokens, 1024 px, no negative") {
+TEST_CASE(
+    "Qwen-Image's defaults are QwenImagePipeline's: 50 steps, true_cfg_scale 4, 512 tokens, 1024 px, no "
+    "negative") {
     const JobOptions job = job_on("qwen-image");
     const ModelInfo rules = read_model_info(job.model);
     CHECK(rules.spec->family == "qwen-image");
     CHECK(rules.sizes.multiple() == 16);  // 8 pixels a latent, 2x2 patches
     CHECK(rules.sizes.default_side == 1024);
-    CHECK(rules.sizes.check(1000) == "this model makes sizes that are multiples of 16 from 16 to 98304 pixels "
-                                     "(nearest: 992 or 1008)");
+    CHECK(rules.sizes.check(1000) ==
+          "this model makes sizes that are multiples of 16 from 16 to 98304 pixels "
+          "(nearest: 992 or 1008)");
     PromptRecord p;
     p.prompt = "a cat";
     const dp::protocol::JobRequest q = job_request(p, job, rules);
@@ -106,7 +110,8 @@ TEST_CASE("Qwen-Image's defaults are QwenImagePipeline's: 50 steps, true_cfg_sca
     CHECK_FALSE(job_request(p, set, rules).negative_prompt.has_value());
 }
 
-TEST_CASE("SD3's defaults stay StableDiffusion3Pipeline's, and its negative prompt is \"\" when none is given") {
+TEST_CASE(
+    "SD3's defaults stay StableDiffusion3Pipeline's, and its negative prompt is \"\" when none is given") {
     const JobOptions job = job_on("tiny-random-sd3");
     const ModelInfo rules = read_model_info(job.model);
     PromptRecord p;
@@ -130,8 +135,9 @@ TEST_CASE("a flag or key of another family is refused, naming the family and wha
     qwen.arguments.set("max_sequence_length", int64_t{1024});
     const std::vector<std::string> bad = job_setting_problems(qwen, qwen_rules);
     REQUIRE(bad.size() == 3);
-    CHECK(bad[0] == "--guidance-scale: Qwen-Image does not take guidance_scale (its pipeline takes true_cfg_scale, "
-                    "max_sequence_length, lora, cache; its guidance scale is true_cfg_scale)");
+    CHECK(bad[0] ==
+          "--guidance-scale: Qwen-Image does not take guidance_scale (its pipeline takes true_cfg_scale, "
+          "max_sequence_length, lora, cache; its guidance scale is true_cfg_scale)");
     CHECK(has(bad[1], "--skip-guidance-layers: Qwen-Image does not take skip_guidance_layers"));
     CHECK(bad[2] == "--no-t5: Qwen-Image has no T5 text encoder to leave out");
 
@@ -158,7 +164,8 @@ TEST_CASE("a flag or key of another family is refused, naming the family and wha
     PromptRecord t;
     t.prompt = "x";
     t.arguments.set("true_cfg_scale", 4.0);
-    CHECK(has(prompt_setting_problem(t, job_on("tiny-random-sd3"), sd3_rules), "key 'true_cfg_scale': SD3 does not"));
+    CHECK(has(prompt_setting_problem(t, job_on("tiny-random-sd3"), sd3_rules),
+              "key 'true_cfg_scale': SD3 does not"));
 
     JobOptions both = job_on("qwen-image");
     both.offload = true;
@@ -167,7 +174,8 @@ TEST_CASE("a flag or key of another family is refused, naming the family and wha
     CHECK(has(job_setting_problems(both, qwen_rules)[0], "--offload and --device-map auto: choose one"));
 }
 
-TEST_CASE("JSONL takes diffusers' names: num_inference_steps for steps, true_cfg_scale, a null negative prompt") {
+TEST_CASE(
+    "JSONL takes diffusers' names: num_inference_steps for steps, true_cfg_scale, a null negative prompt") {
     const PromptFile f = parse_prompt_file(
         R"({"prompt": "a", "num_inference_steps": 12, "true_cfg_scale": 2.5, "negative_prompt": null}
 {"prompt": "b", "steps": 3, "num_inference_steps": 4}
@@ -187,7 +195,8 @@ TEST_CASE("JSONL takes diffusers' names: num_inference_steps for steps, true_cfg
     CHECK(has(f.invalid[1].reason, "p.jsonl:3: key 'true_cfg_scale': expected a number from 0 to 100"));
 }
 
-TEST_CASE("FLUX.1-dev's defaults are FluxPipeline's: 28 steps, guidance 3.5 embedded, no true CFG, 512 tokens") {
+TEST_CASE(
+    "FLUX.1-dev's defaults are FluxPipeline's: 28 steps, guidance 3.5 embedded, no true CFG, 512 tokens") {
     const JobOptions job = job_on("flux.1-dev");
     const ModelInfo rules = read_model_info(job.model);
     CHECK(rules.spec->family == "flux");
@@ -225,14 +234,18 @@ TEST_CASE("FLUX.1-dev's defaults are FluxPipeline's: 28 steps, guidance 3.5 embe
     bad.no_t5 = true;
     const std::vector<std::string> problems = job_setting_problems(bad, rules);
     REQUIRE(problems.size() == 3);
-    CHECK(has(problems[0], "--skip-guidance-layers: FLUX.1 does not take skip_guidance_layers (its pipeline takes "
-                           "guidance_scale, true_cfg_scale, max_sequence_length"));
-    CHECK(problems[1] == "--no-t5: FLUX.1's transformer takes T5's embeddings as its whole text; it cannot run "
-                         "without them");
+    CHECK(has(problems[0],
+              "--skip-guidance-layers: FLUX.1 does not take skip_guidance_layers (its pipeline takes "
+              "guidance_scale, true_cfg_scale, max_sequence_length"));
+    CHECK(problems[1] ==
+          "--no-t5: FLUX.1's transformer takes T5's embeddings as its whole text; it cannot run "
+          "without them");
     CHECK(problems[2] == "--max-sequence-length 513 is more than FLUX.1's pipeline accepts (1 to 512)");
 }
 
-TEST_CASE("FLUX.1-schnell: 4 steps and 256 tokens by default, guidance_scale accepted and ignored as diffusers does") {
+TEST_CASE(
+    "FLUX.1-schnell: 4 steps and 256 tokens by default, guidance_scale accepted and ignored as diffusers "
+    "does") {
     const JobOptions job = job_on("flux.1-schnell");
     const ModelInfo rules = read_model_info(job.model);
     CHECK(rules.family_name == "FLUX.1-schnell");
@@ -264,7 +277,9 @@ TEST_CASE("FLUX.1-schnell: 4 steps and 256 tokens by default, guidance_scale acc
               "key 'skip_layer_guidance_scale': FLUX.1-schnell does not take skip_layer_guidance_scale"));
 }
 
-TEST_CASE("a model folder's generation_defaults.json replaces its family's defaults, and a flag or a prompt's key still wins") {
+TEST_CASE(
+    "a model folder's generation_defaults.json replaces its family's defaults, and a flag or a prompt's key "
+    "still wins") {
     JobOptions job;
     job.model = model_with_defaults("tiny-random-sd3", "sd3",
                                     R"({"_comment": "chosen on a validation set", "guidance_scale": 2.5,
@@ -289,7 +304,8 @@ TEST_CASE("a model folder's generation_defaults.json replaces its family's defau
 
     // Qwen-Image's guidance key is true_cfg_scale.
     JobOptions qwen;
-    qwen.model = model_with_defaults("qwen-image", "qwen", R"({"true_cfg_scale": 1.5, "num_inference_steps": 30})");
+    qwen.model =
+        model_with_defaults("qwen-image", "qwen", R"({"true_cfg_scale": 1.5, "num_inference_steps": 30})");
     PromptRecord r;
     r.prompt = "a cat";
     const dp::protocol::JobRequest w = job_request(r, qwen, read_model_info(qwen.model));
@@ -311,12 +327,16 @@ TEST_CASE("a bad generation_defaults.json is refused naming the file, the key an
         return rules_error(sd3);
     };
     CHECK(with(R"({"guidance_scale": 2.5})").empty());
-    CHECK(with(R"({"true_cfg_scale": 2.5})") ==
-          file + ": \"true_cfg_scale\" is not a default this model's pipeline takes (it takes num_inference_steps, "
-                 "guidance_scale, max_sequence_length)");
-    CHECK(with(R"({"guidance_scale": 101})") == file + ": \"guidance_scale\" is 101; expected a number from 0 to 100");
-    CHECK(with(R"({"guidance_scale": "2.5"})") == file + ": \"guidance_scale\" is \"2.5\"; expected a number from 0 to 100");
-    CHECK(with(R"({"guidance_scale": true})") == file + ": \"guidance_scale\" is true; expected a number from 0 to 100");
+    CHECK(with(R"({"true_cfg_scale": 2.5})") == file +
+                                                    ": \"true_cfg_scale\" is not a default this model's "
+                                                    "pipeline takes (it takes num_inference_steps, "
+                                                    "guidance_scale, max_sequence_length)");
+    CHECK(with(R"({"guidance_scale": 101})") ==
+          file + ": \"guidance_scale\" is 101; expected a number from 0 to 100");
+    CHECK(with(R"({"guidance_scale": "2.5"})") ==
+          file + ": \"guidance_scale\" is \"2.5\"; expected a number from 0 to 100");
+    CHECK(with(R"({"guidance_scale": true})") ==
+          file + ": \"guidance_scale\" is true; expected a number from 0 to 100");
     CHECK(with(R"({"num_inference_steps": 2.5})") ==
           file + ": \"num_inference_steps\" is 2.5; expected a whole number from 1 to 1000");
     CHECK(with(R"({"num_inference_steps": 0})") ==
@@ -339,8 +359,9 @@ nlohmann::json listed_arguments(const std::string& model) {
 // The request of a one-line JSONL file, or the reason the line is refused.
 std::string request_of(const nlohmann::json& line, const JobOptions& job, const ModelInfo& model,
                        dp::protocol::JobRequest& out) {
-    const PromptFile f = parse_prompt_file(line.dump() + "\n", "p.jsonl", true,
-                                           [&](const PromptRecord& p) { return prompt_setting_problem(p, job, model); });
+    const PromptFile f = parse_prompt_file(line.dump() + "\n", "p.jsonl", true, [&](const PromptRecord& p) {
+        return prompt_setting_problem(p, job, model);
+    });
     if (!f.invalid.empty()) return f.invalid[0].reason;
     out = job_request(f.prompts.at(0), job, model);
     return "";
@@ -348,7 +369,9 @@ std::string request_of(const nlohmann::json& line, const JobOptions& job, const 
 
 }  // namespace
 
-TEST_CASE("dp-launch arguments: a line with every listed key at its listed default is the line that leaves them out") {
+TEST_CASE(
+    "dp-launch arguments: a line with every listed key at its listed default is the line that leaves them "
+    "out") {
     for (const char* model : {"tiny-random-sd3", "tiny-random-flux-dev", "tiny-random-flux-schnell",
                               "tiny-random-qwen-image", "shapes-sd3", "qwen-image", "flux.1-dev"}) {
         CAPTURE(model);
@@ -359,7 +382,8 @@ TEST_CASE("dp-launch arguments: a line with every listed key at its listed defau
         nlohmann::json full = {{"prompt", "a red circle"}};
         std::set<std::string> names;
         for (const nlohmann::json& a : listed) {
-            for (const char* field : {"name", "type", "default", "min", "max", "flag"}) REQUIRE(a.contains(field));
+            for (const char* field : {"name", "type", "default", "min", "max", "flag"})
+                REQUIRE(a.contains(field));
             CHECK(names.insert(a.at("name").get<std::string>()).second);
             full[a.at("name").get<std::string>()] = a.at("default");
         }
@@ -373,21 +397,23 @@ TEST_CASE("dp-launch arguments: a line with every listed key at its listed defau
         // Any key not listed is refused: another family's, or no one's.
         for (const dp::protocol::CallArgument& row : dp::protocol::call_arguments()) {
             if (names.count(row.name)) continue;
-            nlohmann::json line = {{"prompt", "x"}, {row.name, row.type == dp::protocol::CallType::kBlocks
-                                                                   ? nlohmann::json::array()
-                                                                   : nlohmann::json(row.min)}};
+            nlohmann::json line = {
+                {"prompt", "x"},
+                {row.name, row.type == dp::protocol::CallType::kBlocks ? nlohmann::json::array()
+                                                                       : nlohmann::json(row.min)}};
             CHECK_MESSAGE(!request_of(line, job, info, with_all).empty(), row.name);
         }
-        CHECK(has(request_of({{"prompt", "x"}, {"not_a_key", 1}}, job, info, with_all), "unknown key 'not_a_key'"));
+        CHECK(has(request_of({{"prompt", "x"}, {"not_a_key", 1}}, job, info, with_all),
+                  "unknown key 'not_a_key'"));
         // Past a listed maximum is refused too.
         for (const nlohmann::json& a : listed) {
             if (a.at("max").is_null() || a.at("name") == "seed") continue;
-            const nlohmann::json past =
-                a.at("type") == "list of integers"
-                    ? nlohmann::json::array({a.at("max").get<int64_t>() + 1})
-                    : nlohmann::json(a.at("max").get<double>() * 2 + 1);
+            const nlohmann::json past = a.at("type") == "list of integers"
+                                            ? nlohmann::json::array({a.at("max").get<int64_t>() + 1})
+                                            : nlohmann::json(a.at("max").get<double>() * 2 + 1);
             nlohmann::json line = {{"prompt", "x"}, {a.at("name").get<std::string>(), past}};
-            if (a.at("type") == "integer") line[a.at("name").get<std::string>()] = a.at("max").get<int64_t>() * 2 + 1;
+            if (a.at("type") == "integer")
+                line[a.at("name").get<std::string>()] = a.at("max").get<int64_t>() * 2 + 1;
             CHECK_MESSAGE(!request_of(line, job, info, with_all).empty(), a.at("name"));
         }
     }
@@ -433,32 +459,40 @@ TEST_CASE("a step cache is read as diffusers' configs name it, from the flag's t
     CHECK(read("first_block_cache:threshold=nan", c).find("not a number") != std::string::npos);
     CHECK(read("first_block_cache:threshold=", c).find("not a number") != std::string::npos);
     CHECK(read("first_block_cache:interval=3", c).find("takes threshold=T") != std::string::npos);
-    CHECK(read(nlohmann::json{{"type", "first_block_cache"}, {"speed", 2}}, c).find("speed=2") != std::string::npos);
+    CHECK(read(nlohmann::json{{"type", "first_block_cache"}, {"speed", 2}}, c).find("speed=2") !=
+          std::string::npos);
     // TaylorSeer: diffusers' defaults, its keys, and the passes its schedule computes.
     CHECK(read("taylorseer_cache", c).empty());
-    CHECK(c.text() == "taylorseer_cache:cache_interval=5,disable_cache_before_step=3,max_order=1,"
-                      "taylor_factors_dtype=bfloat16");
+    CHECK(c.text() ==
+          "taylorseer_cache:cache_interval=5,disable_cache_before_step=3,max_order=1,"
+          "taylor_factors_dtype=bfloat16");
     std::vector<bool> passes;
     for (int s = 0; s < 10; ++s) passes.push_back(c.computes(s));
     // Warm-up 0-2; (s - 4) % 5 == 0 after it: 4 and 9 (3 is extrapolated, as Python's -1 % 5 is 4).
     CHECK(passes == std::vector<bool>{true, true, true, false, true, false, false, false, false, true});
-    CHECK(read(nlohmann::json{{"type", "taylorseer_cache"}, {"cache_interval", 2}, {"disable_cache_after_step", 6},
-                              {"max_order", 2}, {"taylor_factors_dtype", "float32"}},
+    CHECK(read(nlohmann::json{{"type", "taylorseer_cache"},
+                              {"cache_interval", 2},
+                              {"disable_cache_after_step", 6},
+                              {"max_order", 2},
+                              {"taylor_factors_dtype", "float32"}},
                c)
               .empty());
     CHECK(c.cache_interval == 2);
     CHECK(c.max_order == 2);
     CHECK(c.float32_factors);
     CHECK(c.computes(6));  // the cool-down
-    CHECK(c.text() == "taylorseer_cache:cache_interval=2,disable_cache_before_step=3,disable_cache_after_step=6,"
-                      "max_order=2,taylor_factors_dtype=float32");
+    CHECK(c.text() ==
+          "taylorseer_cache:cache_interval=2,disable_cache_before_step=3,disable_cache_after_step=6,"
+          "max_order=2,taylor_factors_dtype=float32");
     CHECK(read("taylorseer_cache:cache_interval=0", c).find("cache_interval '0'") != std::string::npos);
-    CHECK(read("taylorseer_cache:threshold=0.1", c).find("taylorseer_cache takes cache_interval") != std::string::npos);
+    CHECK(read("taylorseer_cache:threshold=0.1", c).find("taylorseer_cache takes cache_interval") !=
+          std::string::npos);
     CHECK(read("taylorseer_cache:taylor_factors_dtype=float16", c).find("takes") != std::string::npos);
     CHECK(read(3, c).find("expected first_block_cache") != std::string::npos);
 }
 
-TEST_CASE("MagCache is read with its ratios from flux, a file, a list or the recorded numbers, and calibration") {
+TEST_CASE(
+    "MagCache is read with its ratios from flux, a file, a list or the recorded numbers, and calibration") {
     const auto read = read_step_cache;
     dp::protocol::StepCache c;
     // FLUX.1's published ratios, MagCacheConfig's defaults.
@@ -478,13 +512,17 @@ TEST_CASE("MagCache is read with its ratios from flux, a file, a list or the rec
     // (round(i * 27 / 7), half to even), and to one step the last.
     const std::vector<float> eight = c.mag_ratios_for(8);
     REQUIRE(eight.size() == 8);
-    for (const auto& [i, from] : std::vector<std::pair<int, int>>{{0, 0}, {1, 4}, {2, 8}, {3, 12}, {4, 15}, {5, 19}, {6, 23}, {7, 27}})
+    for (const auto& [i, from] : std::vector<std::pair<int, int>>{
+             {0, 0}, {1, 4}, {2, 8}, {3, 12}, {4, 15}, {5, 19}, {6, 23}, {7, 27}})
         CHECK(eight[static_cast<std::size_t>(i)] == c.mag_ratios[static_cast<std::size_t>(from)]);
     CHECK(c.mag_ratios_for(1) == std::vector<float>{c.mag_ratios.back()});
     CHECK(c.mag_ratios_for(28) == c.mag_ratios);
     // A JSONL object with a list; every key.
-    REQUIRE(read(nlohmann::json{{"type", "mag_cache"}, {"mag_ratios", {1.0, 1.1, 0.9}}, {"threshold", 0.1},
-                                {"max_skip_steps", 2}, {"retention_ratio", 0.5}},
+    REQUIRE(read(nlohmann::json{{"type", "mag_cache"},
+                                {"mag_ratios", {1.0, 1.1, 0.9}},
+                                {"threshold", 0.1},
+                                {"max_skip_steps", 2},
+                                {"retention_ratio", 0.5}},
                  c)
                 .empty());
     CHECK(c.mag_ratios == std::vector<float>{1.0f, 1.1f, 0.9f});
@@ -504,7 +542,10 @@ TEST_CASE("MagCache is read with its ratios from flux, a file, a list or the rec
         std::ofstream(dir + "/" + name) << body;
         return dir + "/" + name;
     };
-    REQUIRE(read("mag_cache:mag_ratios=" + write("calibrated.json", R"({"mag_ratios": [1, 1.25, 0.75], "steps": 3})"), c).empty());
+    REQUIRE(read("mag_cache:mag_ratios=" +
+                     write("calibrated.json", R"({"mag_ratios": [1, 1.25, 0.75], "steps": 3})"),
+                 c)
+                .empty());
     CHECK(c.mag_ratios == std::vector<float>{1.0f, 1.25f, 0.75f});
     REQUIRE(read("mag_cache:mag_ratios=" + write("list.json", "[1, 2]"), c).empty());
     CHECK(c.mag_ratios == std::vector<float>{1.0f, 2.0f});
@@ -517,18 +558,23 @@ TEST_CASE("MagCache is read with its ratios from flux, a file, a list or the rec
     // What is wrong is said, with what to do.
     CHECK(read("mag_cache", c).find("calibrate=true") != std::string::npos);
     CHECK(read("mag_cache:threshold=0.1", c).find("needs the model's magnitude ratios") != std::string::npos);
-    CHECK(read("mag_cache:mag_ratios=" + dir + "/missing.json", c).find("does not exist") != std::string::npos);
-    CHECK(read("mag_cache:mag_ratios=" + write("bad.json", R"({"ratios": 3})"), c).find("JSON list of numbers") !=
+    CHECK(read("mag_cache:mag_ratios=" + dir + "/missing.json", c).find("does not exist") !=
           std::string::npos);
-    CHECK(read("mag_cache:mag_ratios=" + write("text.json", "[1, \"x\"]"), c).find("JSON list") != std::string::npos);
-    CHECK(read("mag_cache:mag_ratios=" + write("negative.json", "[1, -2]"), c).find("mag_ratios[1]") != std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=" + write("bad.json", R"({"ratios": 3})"), c)
+              .find("JSON list of numbers") != std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=" + write("text.json", "[1, \"x\"]"), c).find("JSON list") !=
+          std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=" + write("negative.json", "[1, -2]"), c).find("mag_ratios[1]") !=
+          std::string::npos);
     CHECK(read("mag_cache:mag_ratios=" + write("empty.json", "[]"), c).find("empty") != std::string::npos);
     CHECK(read("mag_cache:mag_ratios=" + dir, c).find("not a regular file") != std::string::npos);
     CHECK(read("mag_cache:mag_ratios=1 nan", c).find("not a positive number") != std::string::npos);
     CHECK(read("mag_cache:mag_ratios=flux,num_inference_steps=28", c).find("each prompt's own steps") !=
           std::string::npos);
-    CHECK(read("mag_cache:mag_ratios=flux,retention_ratio=2", c).find("retention_ratio '2'") != std::string::npos);
-    CHECK(read("mag_cache:mag_ratios=flux,cache_interval=2", c).find("mag_cache takes threshold") != std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=flux,retention_ratio=2", c).find("retention_ratio '2'") !=
+          std::string::npos);
+    CHECK(read("mag_cache:mag_ratios=flux,cache_interval=2", c).find("mag_cache takes threshold") !=
+          std::string::npos);
     CHECK(read(nlohmann::json{{"type", "mag_cache"}, {"mag_ratios", {1, "x"}}}, c).find("list of numbers") !=
           std::string::npos);
 }

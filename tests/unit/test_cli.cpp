@@ -581,9 +581,12 @@ TEST_CASE("every invalid value is a one-line usage error naming its source") {
         {{"--skip-guidance-layers", "7,,8", "p.txt"}, "--skip-guidance-layers '7,,8': expected distinct"},
         {{"--skip-guidance-layers", "-1", "p.txt"}, "--skip-guidance-layers '-1': expected distinct"},
         {{"--revision", "v1", "p.txt"},
-         "--revision v1: --model shapes-sd3 is a shipped model's name; --revision applies to a Hugging Face repo"},
-        {{"--model", "/nonexistent/dir", "--revision", "v1", "p.txt"}, "--revision v1: --model /nonexistent/dir is a folder"},
-        {{"--model", "org/na me", "p.txt"}, "--model 'org/na me': no such folder, and not a Hugging Face repo id"},
+         "--revision v1: --model shapes-sd3 is a shipped model's name; --revision applies to a Hugging Face "
+         "repo"},
+        {{"--model", "/nonexistent/dir", "--revision", "v1", "p.txt"},
+         "--revision v1: --model /nonexistent/dir is a folder"},
+        {{"--model", "org/na me", "p.txt"},
+         "--model 'org/na me': no such folder, and not a Hugging Face repo id"},
         {{"--model", "org--x/name", "p.txt"}, "'--' and '..' are not allowed in a repo id"},
         {{"--device", "tpu", "p.txt"}, "--device 'tpu'"},
         {{"--seed", "-1", "p.txt"}, "--seed '-1'"},
@@ -1084,13 +1087,14 @@ TEST_CASE("torchrun's flags: each one's effect on the launch") {
     CHECK(s.nnodes == 1);
     CHECK(s.master_addr.empty());
     CHECK(s.master_port == 0);
-    std::string m = refused({"--standalone", "--nnodes", "2", "--master-addr", "n0", "--master-port", "1", "--", "x"});
+    std::string m =
+        refused({"--standalone", "--nnodes", "2", "--master-addr", "n0", "--master-port", "1", "--", "x"});
     CHECK(m.find("--standalone") != std::string::npos);
     CHECK(m.find("--nnodes 2") != std::string::npos);
 
     // --rdzv-endpoint sets rank 0's store; it wins over --master-addr, as in torchrun.
-    s = ok({"--rdzv-backend", "c10d", "--rdzv-endpoint", "node7:29400", "--nnodes", "2", "--master-addr", "n0",
-            "--", "x"});
+    s = ok({"--rdzv-backend", "c10d", "--rdzv-endpoint", "node7:29400", "--nnodes", "2", "--master-addr",
+            "n0", "--", "x"});
     CHECK(s.rdzv_backend == "c10d");
     CHECK(s.master_addr == "node7");
     CHECK(s.master_port == 29400);
@@ -1197,7 +1201,8 @@ TEST_CASE("torchrun and accelerate flags and subcommands dp-launch lacks name th
     }
 }
 
-TEST_CASE("dp-launch arguments takes --model, the pipeline options and --json, and no PROMPTS file or command") {
+TEST_CASE(
+    "dp-launch arguments takes --model, the pipeline options and --json, and no PROMPTS file or command") {
     const CommandLine c = parse({"arguments", "--model", "tiny-random-sd3", "--steps", "5", "--json"});
     REQUIRE_MESSAGE(c.action == CommandLine::Action::kArguments, c.message);
     CHECK(c.json);
@@ -1207,12 +1212,13 @@ TEST_CASE("dp-launch arguments takes --model, the pipeline options and --json, a
     const CommandLine plain = parse({"arguments"});  // the built-in default model
     REQUIRE(plain.action == CommandLine::Action::kArguments);
     CHECK_FALSE(plain.json);
-    for (const std::vector<std::string>& bad :
-         {std::vector<std::string>{"arguments", "p.txt"}, std::vector<std::string>{"arguments", "--", "true"}}) {
+    for (const std::vector<std::string>& bad : {std::vector<std::string>{"arguments", "p.txt"},
+                                                std::vector<std::string>{"arguments", "--", "true"}}) {
         const CommandLine r = parse(bad);
         CHECK(r.action == CommandLine::Action::kFail);
         CHECK(r.exit_code == 2);
-        CHECK_MESSAGE(r.message.find("arguments takes no PROMPTS file and no command") != std::string::npos, r.message);
+        CHECK_MESSAGE(r.message.find("arguments takes no PROMPTS file and no command") != std::string::npos,
+                      r.message);
     }
     const CommandLine help = parse({"arguments", "--help"});
     CHECK(help.action == CommandLine::Action::kPrint);
@@ -1220,9 +1226,10 @@ TEST_CASE("dp-launch arguments takes --model, the pipeline options and --json, a
 }
 
 TEST_CASE("CUDA_VISIBLE_DEVICES must name devices as CUDA reads them, anything else is a usage error") {
-    for (const std::string good : {"", "0", "0,1", "3, 1", "GPU-8f1e2a3b-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
-                             "MIG-GPU-8f1e2a3b-1c2d-4e5f-8a9b-0c1d2e3f4a5b/1/0", "MIG-7c4b2a1e-0000-1111-2222-333344445555",
-                             "-1", "0,-1,garbage", "NoDevFiles"}) {
+    for (const std::string good :
+         {"", "0", "0,1", "3, 1", "GPU-8f1e2a3b-1c2d-4e5f-8a9b-0c1d2e3f4a5b",
+          "MIG-GPU-8f1e2a3b-1c2d-4e5f-8a9b-0c1d2e3f4a5b/1/0", "MIG-7c4b2a1e-0000-1111-2222-333344445555",
+          "-1", "0,-1,garbage", "NoDevFiles"}) {
         CAPTURE(good);
         CHECK(dp::launcher::cuda_visible_devices_problem(good).empty());
         FakeEnv env;
@@ -1255,7 +1262,8 @@ TEST_CASE("torchrun's -m MODULE ARGS without --: the module and what follows are
           std::vector<std::string>{"mypkg.train", "--epochs", "3", "--lr=0.1"});
     // Options with values before it are read as options, in either spelling; the module's own
     // flags (-n 7) are its own.
-    const CommandLine d = parse({"--nproc-per-node", "2", "--module", "--master-port=29555", "pkg.main", "-n", "7"});
+    const CommandLine d =
+        parse({"--nproc-per-node", "2", "--module", "--master-port=29555", "pkg.main", "-n", "7"});
     REQUIRE(d.action == CommandLine::Action::kLaunch);
     CHECK(d.spec.num_processes == 2);
     CHECK(d.spec.master_port == 29555);

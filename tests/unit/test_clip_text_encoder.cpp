@@ -9,13 +9,12 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/errors.h"
-#include "runtime/models/common/clip_text_encoder.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/common/clip_text_encoder.h"
 
 using namespace dp::runtime;
 
-namespace {
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("CLIP text encoders match transformers within 1e-4") {
     for (const std::string name : {"clip_l", "clip_g"}) {
@@ -77,14 +76,16 @@ TEST_CASE("CLIPTextModel (no projection) gives transformers' pooler_output withi
     ClipTextConfig without = ClipTextConfig::from_json_file(golden_path("clip_l/config.json"));
     without.projection = false;
     WeightStore projected = WeightStore::open_folder(golden_path("clip_l"), at::kFloat, at::kCPU);
-    CHECK_THROWS_WITH_AS(ClipTextEncoder(without, projected),
-                         doctest::Contains("text_projection.weight but config.json's architectures names CLIPTextModel"),
-                         ModelError);
+    CHECK_THROWS_WITH_AS(
+        ClipTextEncoder(without, projected),
+        doctest::Contains("text_projection.weight but config.json's architectures names CLIPTextModel"),
+        ModelError);
     // And a CLIPTextModelWithProjection config over weights without one: the missing tensor by name.
     ClipTextConfig with = config;
     with.projection = true;
     WeightStore plain = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
-    CHECK_THROWS_WITH_AS(ClipTextEncoder(with, plain), doctest::Contains("text_projection.weight"), ModelError);
+    CHECK_THROWS_WITH_AS(ClipTextEncoder(with, plain), doctest::Contains("text_projection.weight"),
+                         ModelError);
 }
 
 TEST_CASE("a config that disagrees with the weights, or is unsupported, is refused by name") {

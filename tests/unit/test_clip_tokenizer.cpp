@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "runtime/io/errors.h"
-#include "runtime/models/common/clip_tokenizer.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/common/clip_tokenizer.h"
 #include "shapes/shapes_world.h"
 
 using namespace dp::runtime;
@@ -101,11 +101,23 @@ TEST_CASE(
 
 TEST_CASE("fuzz: 3000 random byte strings encode to max_length ids in the vocabulary, or a clean error") {
     const ClipTokenizer tok = ClipTokenizer::from_folder(kFolder);
-    const int64_t vocab =
-        static_cast<int64_t>(nlohmann::json::parse(slurp(kFolder + "/vocab.json")).size());
+    const int64_t vocab = static_cast<int64_t>(nlohmann::json::parse(slurp(kFolder + "/vocab.json")).size());
     std::mt19937_64 rng(7);
-    const std::string pieces[] = {"a", " ", "<|startoftext|>", "<|endoftext|>", "\xf0\x9f\x98\x80", "\xe2\x80\x8b",
-                                  "\xff", "\xc3", "\xed\xa0\x80", "!", "\t\n", "ABC", "\xe4\xb8\xad", "'s", "123"};
+    const std::string pieces[] = {"a",
+                                  " ",
+                                  "<|startoftext|>",
+                                  "<|endoftext|>",
+                                  "\xf0\x9f\x98\x80",
+                                  "\xe2\x80\x8b",
+                                  "\xff",
+                                  "\xc3",
+                                  "\xed\xa0\x80",
+                                  "!",
+                                  "\t\n",
+                                  "ABC",
+                                  "\xe4\xb8\xad",
+                                  "'s",
+                                  "123"};
     int encoded = 0, refused = 0;
     for (int i = 0; i < 3000; ++i) {
         std::string text;

@@ -99,23 +99,28 @@ TEST_CASE("compare refuses what it cannot compare, saying why") {
     o.b = golden("run_b");
     o.gallery = dir + "/pairs.html";
     std::ostringstream out;
-    CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains("no manifest.jsonl"), dp::launcher::UsageError);
+    CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains("no manifest.jsonl"),
+                         dp::launcher::UsageError);
     // A manifest that names a damaged PNG.
     std::filesystem::create_directories(dir + "/bad");
-    std::ofstream(dir + "/bad/manifest.jsonl") << R"({"index": 0, "status": "ok", "file": "00000.png"})" << "\n";
+    std::ofstream(dir + "/bad/manifest.jsonl") << R"({"index": 0, "status": "ok", "file": "00000.png"})"
+                                               << "\n";
     std::ofstream(dir + "/bad/00000.png") << "not a png";
     o.a = dir + "/bad";
     CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains("00000.png"), dp::launcher::InputDataError);
     // No index in both.
-    std::ofstream(dir + "/bad/manifest.jsonl") << R"({"index": 9, "status": "ok", "file": "00000.png"})" << "\n";
+    std::ofstream(dir + "/bad/manifest.jsonl") << R"({"index": 9, "status": "ok", "file": "00000.png"})"
+                                               << "\n";
     CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains("no prompt index has an image in both"),
                          dp::launcher::UsageError);
     // The command line: two folders, the budgets' ranges.
-    const CommandLine ok = parse_command_line({"compare", "a", "b", "--min-psnr", "30", "--min-ssim", "0.95"}, no_env);
+    const CommandLine ok =
+        parse_command_line({"compare", "a", "b", "--min-psnr", "30", "--min-ssim", "0.95"}, no_env);
     CHECK(ok.action == CommandLine::Action::kCompare);
     CHECK(ok.compare.min_psnr == 30.0);
     CHECK(ok.compare.min_ssim == 0.95);
     CHECK(parse_command_line({"compare", "a"}, no_env).action == CommandLine::Action::kFail);
-    CHECK(parse_command_line({"compare", "a", "b", "--min-ssim", "2"}, no_env).action == CommandLine::Action::kFail);
+    CHECK(parse_command_line({"compare", "a", "b", "--min-ssim", "2"}, no_env).action ==
+          CommandLine::Action::kFail);
     std::filesystem::remove_all(dir);
 }

@@ -61,8 +61,9 @@ TEST_CASE("a prompt costs steps x image tokens, twice with classifier-free guida
     CHECK(prompt_cost(q, qwen) == 50 * 4096 * 2);
     q.arguments.set("true_cfg_scale", 1.0);
     CHECK(prompt_cost(q, qwen) == 50 * 4096);
-    CHECK_THROWS_AS(prompt_cost(request(0, 1, 0, 0), cost_rules(ImageSizeRule{}, dp::protocol::FamilyArguments("sd3"))),
-                    std::invalid_argument);
+    CHECK_THROWS_AS(
+        prompt_cost(request(0, 1, 0, 0), cost_rules(ImageSizeRule{}, dp::protocol::FamilyArguments("sd3"))),
+        std::invalid_argument);
 }
 
 TEST_CASE("the dynamic order is the costliest first, equal costs in the job's order") {
@@ -73,13 +74,13 @@ TEST_CASE("the dynamic order is the costliest first, equal costs in the job's or
 
 TEST_CASE("dynamic units batch consecutive prompts of the order that share their settings") {
     // Positions 0, 2, 3 are alike (8 steps); 1 has 32 steps; 4 is another size.
-    const std::vector<JobRequest> requests = {request(0, 8, 32, 32), request(1, 32, 32, 32), request(2, 8, 32, 32),
-                                              request(3, 8, 32, 32), request(4, 8, 64, 32)};
+    const std::vector<JobRequest> requests = {request(0, 8, 32, 32), request(1, 32, 32, 32),
+                                              request(2, 8, 32, 32), request(3, 8, 32, 32),
+                                              request(4, 8, 64, 32)};
     const std::vector<int64_t> costs = prompt_costs(requests, shapes_rules());
     const std::vector<std::size_t> order = dynamic_order(costs);
     CHECK(order == std::vector<std::size_t>{1, 4, 0, 2, 3});
-    CHECK(work_units(requests, order, 1) ==
-          std::vector<std::vector<std::size_t>>{{1}, {4}, {0}, {2}, {3}});
+    CHECK(work_units(requests, order, 1) == std::vector<std::vector<std::size_t>>{{1}, {4}, {0}, {2}, {3}});
     CHECK(work_units(requests, order, 2) == std::vector<std::vector<std::size_t>>{{1}, {4}, {0, 2}, {3}});
     CHECK(work_units(requests, order, 8) == std::vector<std::vector<std::size_t>>{{1}, {4}, {0, 2, 3}});
 }
@@ -155,7 +156,8 @@ TEST_CASE("makespans count a replica's switch to another adapter set") {
     CHECK(adapter_set_ids(requests) == std::vector<std::size_t>{0, 1, 2, 1});
 }
 
-TEST_CASE("claims by adapter set: each set's run, the first set by replica, the next one in order and round") {
+TEST_CASE(
+    "claims by adapter set: each set's run, the first set by replica, the next one in order and round") {
     const std::vector<std::vector<std::size_t>> units = {{0}, {1}, {2}, {3}, {4}};
     const std::vector<Range> runs = adapter_set_runs(units, {0, 0, 2, 1, 1});
     REQUIRE(runs.size() == 3);

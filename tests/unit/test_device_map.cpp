@@ -201,7 +201,9 @@ TEST_CASE("component sizes follow the spec: its components, block prefixes and u
     std::system(("rm -rf '" + model + "'").c_str());
 }
 
-TEST_CASE("T5's encoder is placed where the job loads it: not under --no-t5, nor when model_index.json names none") {
+TEST_CASE(
+    "T5's encoder is placed where the job loads it: not under --no-t5, nor when model_index.json names "
+    "none") {
     const std::string model = "/tmp/dp_t5_sizes_test_" + std::to_string(getpid());
     write_safetensors_header(component_dir(model, "text_encoder") + "/model.safetensors", {{"a", {10}}});
     write_safetensors_header(component_dir(model, "text_encoder_2") + "/model.safetensors", {{"b", {3}}});
@@ -212,10 +214,12 @@ TEST_CASE("T5's encoder is placed where the job loads it: not under --no-t5, nor
     const ParallelSpec& sd3 = sd3_parallel_spec();
     auto names = [&](const std::vector<std::string>& left_out) {
         std::vector<std::string> out;
-        for (const ComponentSize& c : pipeline_component_sizes(model, sd3, 2, "", left_out)) out.push_back(c.name);
+        for (const ComponentSize& c : pipeline_component_sizes(model, sd3, 2, "", left_out))
+            out.push_back(c.name);
         return out;
     };
-    const std::vector<std::string> with_t5 = {"text_encoder", "text_encoder_2", "text_encoder_3", "transformer"};
+    const std::vector<std::string> with_t5 = {"text_encoder", "text_encoder_2", "text_encoder_3",
+                                              "transformer"};
     const std::vector<std::string> without = {"text_encoder", "text_encoder_2", "transformer"};
     std::ofstream(model + "/model_index.json")
         << R"({"_class_name": "StableDiffusion3Pipeline", "text_encoder_3": ["transformers", "T5EncoderModel"]})";
@@ -243,7 +247,8 @@ TEST_CASE("the shipped tiny model's sizes: two transformer blocks, and the bytes
     CHECK(sizes[2].name == "transformer");
     CHECK(sizes[2].bytes == 516368);
     CHECK(sizes[2].block_bytes.size() == 2);
-    CHECK_THROWS_WITH_AS(plan_device_map_spec(model, parallel_spec_for_model(model), 4, "balanced", "cpu:0=300KB,cpu:1=300KB", {}),
+    CHECK_THROWS_WITH_AS(plan_device_map_spec(model, parallel_spec_for_model(model), 4, "balanced",
+                                              "cpu:0=300KB,cpu:1=300KB", {}),
                          doctest::Contains("transformer (516368 bytes) fits on no device"),
                          std::invalid_argument);
 }

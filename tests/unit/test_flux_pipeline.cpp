@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/errors.h"
-#include "runtime/pipeline/pipeline_common.h"
+#include "runtime/io/tensor_io.h"
 #include "runtime/models/flux/flux_pipeline.h"
 #include "runtime/parallel/parallel_context.h"
-#include "runtime/io/tensor_io.h"
+#include "runtime/pipeline/pipeline_common.h"
 
 using namespace dp::runtime;
 

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "runtime/io/errors.h"
+#include "runtime/io/tensor_io.h"
 #include "runtime/models/flux/flux_transformer.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/parallel_context.h"
-#include "runtime/io/tensor_io.h"
 #include "strategies/mesh.h"
 #include "unit/ranks_as_threads.h"
 

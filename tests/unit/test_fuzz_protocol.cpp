@@ -21,26 +21,34 @@ namespace {
 // out of every range, or a string's bytes replaced by ones that are not UTF-8.
 std::string mutate(std::string text, std::mt19937_64& rng) {
     auto pick = [&](std::size_t n) { return n == 0 ? 0 : static_cast<std::size_t>(rng() % n); };
-    static const char* numbers[] = {"1e309", "-1e309", "-1", "0", "1e19", "18446744073709551616", "-0.5",
-                                    "9223372036854775808", "nan", "1.5"};
+    static const char* numbers[] = {
+        "1e309", "-1e309", "-1", "0", "1e19", "18446744073709551616", "-0.5", "9223372036854775808",
+        "nan",   "1.5"};
     switch (rng() % 7) {
         case 0:
             if (!text.empty()) text[pick(text.size())] ^= static_cast<char>(1 + rng() % 255);
             break;
-        case 1: text.insert(pick(text.size() + 1), 1, static_cast<char>(rng() % 256)); break;
+        case 1:
+            text.insert(pick(text.size() + 1), 1, static_cast<char>(rng() % 256));
+            break;
         case 2:
             if (!text.empty()) text.erase(pick(text.size()), 1 + pick(8));
             break;
-        case 3: text.resize(pick(text.size() + 1)); break;
+        case 3:
+            text.resize(pick(text.size() + 1));
+            break;
         case 4: {  // a number -> one of the hostile ones
             std::vector<std::size_t> starts;
             for (std::size_t i = 1; i < text.size(); ++i)
-                if ((text[i] >= '0' && text[i] <= '9') && (text[i - 1] == ':' || text[i - 1] == ' ' || text[i - 1] == '['))
+                if ((text[i] >= '0' && text[i] <= '9') &&
+                    (text[i - 1] == ':' || text[i - 1] == ' ' || text[i - 1] == '['))
                     starts.push_back(i);
             if (starts.empty()) break;
             const std::size_t at = starts[pick(starts.size())];
             std::size_t end = at;
-            while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
+            while (end < text.size() &&
+                   (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.'))
+                ++end;
             text.replace(at, end - at, numbers[pick(std::size(numbers))]);
             break;
         }

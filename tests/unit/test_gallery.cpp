@@ -47,11 +47,17 @@ std::vector<nlohmann::json> run_of(int n) {
     std::vector<nlohmann::json> records;
     for (int i = 0; i < n; ++i) {
         if (i % 3 == 1)
-            records.push_back({{"index", i}, {"prompt", "p" + std::to_string(i)}, {"status", "failed"},
+            records.push_back({{"index", i},
+                               {"prompt", "p" + std::to_string(i)},
+                               {"status", "failed"},
                                {"error", "reason <" + std::to_string(i) + ">"}});
         else
-            records.push_back({{"index", i}, {"prompt", "p" + std::to_string(i)}, {"status", "ok"},
-                               {"file", "img-" + std::to_string(i) + ".png"}, {"width", 32}, {"height", 32}});
+            records.push_back({{"index", i},
+                               {"prompt", "p" + std::to_string(i)},
+                               {"status", "ok"},
+                               {"file", "img-" + std::to_string(i) + ".png"},
+                               {"width", 32},
+                               {"height", 32}});
     }
     return records;
 }
@@ -102,7 +108,8 @@ TEST_CASE("the gallery: one card per record, text escaped, no external resources
     CHECK_FALSE(dir.has("page-2.html"));
 }
 
-TEST_CASE("the gallery of a long run: pages of a few cards, the prompts without an image first on the index") {
+TEST_CASE(
+    "the gallery of a long run: pages of a few cards, the prompts without an image first on the index") {
     const GalleryDir dir;
     const std::vector<nlohmann::json> records = run_of(10);  // 3 failed: 1, 4, 7
     GallerySummary s;

@@ -39,13 +39,13 @@ struct GgufTensor {
     std::string name;
     std::vector<uint64_t> ne;  // ggml's order: the row length first
     uint32_t type;
-    uint64_t bytes;            // data bytes written for it
+    uint64_t bytes;  // data bytes written for it
 };
 
 // A GGUF file of `tensors` (their data zeros, laid out one after the other at `alignment`), with
 // a string, a uint32 and an array of strings as metadata.
-std::string write_gguf(const std::string& name, const std::vector<GgufTensor>& tensors, uint32_t alignment = 32,
-                       std::size_t cut = 0, uint32_t version = 3) {
+std::string write_gguf(const std::string& name, const std::vector<GgufTensor>& tensors,
+                       uint32_t alignment = 32, std::size_t cut = 0, uint32_t version = 3) {
     Bytes h;
     h.b = "GGUF";
     h.num<uint32_t>(version).num<uint64_t>(tensors.size()).num<uint64_t>(alignment == 32 ? 3 : 4);
@@ -80,10 +80,11 @@ std::string refusal(const std::string& path) {
 }  // namespace
 
 TEST_CASE("a GGUF file: tensor shapes in torch's order, each type's bytes, string metadata, the alignment") {
-    const std::string path = write_gguf("ok.gguf", {{"a.weight", {256, 3}, 12, 3 * 144},   // Q4_K [3, 256]
-                                                    {"b.weight", {64, 2}, 8, 2 * 2 * 34},   // Q8_0 [2, 64]
-                                                    {"c.bias", {5}, 0, 20},                 // F32 [5]
-                                                    {"d.weight", {32, 4, 2}, 2, 2 * 4 * 18}},  // Q4_0 [2, 4, 32]
+    const std::string path = write_gguf("ok.gguf",
+                                        {{"a.weight", {256, 3}, 12, 3 * 144},       // Q4_K [3, 256]
+                                         {"b.weight", {64, 2}, 8, 2 * 2 * 34},      // Q8_0 [2, 64]
+                                         {"c.bias", {5}, 0, 20},                    // F32 [5]
+                                         {"d.weight", {32, 4, 2}, 2, 2 * 4 * 18}},  // Q4_0 [2, 4, 32]
                                         64);
     const auto f = GgufFile::open(path);
     CHECK(is_gguf_file(path));
@@ -96,11 +97,12 @@ TEST_CASE("a GGUF file: tensor shapes in torch's order, each type's bytes, strin
     CHECK(f->info("d.weight").shape == std::vector<int64_t>{2, 4, 32});
     CHECK(f->metadata().at("general.architecture") == "flux");
     CHECK(f->data("b.weight") - f->data("a.weight") == 448);  // 432 bytes rounded up to the alignment 64
-    CHECK_FALSE(is_gguf_file(dp::test::write_st_file(dp::test::scratch_path("gguf", "x.safetensors"), {{"t", {1}}})));
+    CHECK_FALSE(
+        is_gguf_file(dp::test::write_st_file(dp::test::scratch_path("gguf", "x.safetensors"), {{"t", {1}}})));
     // Every type we read has the block size ggml gives it.
     const std::vector<std::pair<uint32_t, std::pair<int64_t, int64_t>>> sizes = {
-        {0, {1, 4}},      {1, {1, 2}},      {30, {1, 2}},     {2, {32, 18}},    {3, {32, 20}},
-        {6, {32, 22}},    {7, {32, 24}},    {8, {32, 34}},    {10, {256, 84}},  {11, {256, 110}},
+        {0, {1, 4}},      {1, {1, 2}},      {30, {1, 2}},    {2, {32, 18}},   {3, {32, 20}},
+        {6, {32, 22}},    {7, {32, 24}},    {8, {32, 34}},   {10, {256, 84}}, {11, {256, 110}},
         {12, {256, 144}}, {13, {256, 176}}, {14, {256, 210}}};
     for (const auto& [id, size] : sizes) {
         CAPTURE(id);
@@ -116,7 +118,8 @@ TEST_CASE("a GGUF file that is wrong is refused, naming the file and what is wro
     const std::string whole = write_gguf("whole.gguf", two);
     REQUIRE(refusal(whole).empty());
     // Truncated anywhere: in the data, in the tensor infos, in the metadata, in the counts.
-    for (std::size_t cut : {std::size_t{30}, std::size_t{200}, std::size_t{260}, std::size_t{290}, std::size_t{400}}) {
+    for (std::size_t cut :
+         {std::size_t{30}, std::size_t{200}, std::size_t{260}, std::size_t{290}, std::size_t{400}}) {
         CAPTURE(cut);
         const std::string path = write_gguf("cut.gguf", two, 32, cut);
         const std::string why = refusal(path);
@@ -127,8 +130,9 @@ TEST_CASE("a GGUF file that is wrong is refused, naming the file and what is wro
     const std::string iq = refusal(write_gguf("iq.gguf", {{"x.weight", {256, 1}, 19, 50}}));
     CHECK(iq.find("'x.weight'") != std::string::npos);
     CHECK(iq.find("ggml type 19 (IQ1_S)") != std::string::npos);
-    CHECK(refusal(write_gguf("unknown.gguf", {{"x.weight", {32, 1}, 99, 34}})).find("ggml type 99 (unknown)") !=
-          std::string::npos);
+    CHECK(
+        refusal(write_gguf("unknown.gguf", {{"x.weight", {32, 1}, 99, 34}})).find("ggml type 99 (unknown)") !=
+        std::string::npos);
     // Rows that are not whole blocks.
     CHECK(refusal(write_gguf("rows.gguf", {{"x.weight", {48, 2}, 8, 136}})).find("not whole Q8_0 blocks") !=
           std::string::npos);
@@ -147,8 +151,8 @@ TEST_CASE("a GGUF file that is wrong is refused, naming the file and what is wro
         return refusal(path);
     };
     CHECK(mutated("count.gguf", 8, uint64_t{1} << 60).find("corrupt") != std::string::npos);  // tensor count
-    CHECK(mutated("kv.gguf", 16, uint64_t{1} << 60).find("corrupt") != std::string::npos);    // metadata count
-    CHECK(mutated("key.gguf", 24, uint64_t{1} << 40).find("corrupt") != std::string::npos);   // a key's length
+    CHECK(mutated("kv.gguf", 16, uint64_t{1} << 60).find("corrupt") != std::string::npos);   // metadata count
+    CHECK(mutated("key.gguf", 24, uint64_t{1} << 40).find("corrupt") != std::string::npos);  // a key's length
     std::string magic = bytes;
     magic[0] = 'X';
     const std::string no_magic = dp::test::scratch_path("gguf", "magic.gguf");
@@ -161,13 +165,15 @@ TEST_CASE("a GGUF file that is wrong is refused, naming the file and what is wro
 }
 
 TEST_CASE("a FLUX.1 GGUF file in Black Forest Labs' names maps as its safetensors twin does") {
-    const std::string path = write_gguf("flux.gguf", {{"img_in.weight", {64, 8}, 8, 8 * 2 * 34},
-                                                      {"img_in.bias", {8}, 0, 32},
-                                                      {"double_blocks.0.img_attn.qkv.weight", {256, 24}, 12, 24 * 144}});
+    const std::string path =
+        write_gguf("flux.gguf", {{"img_in.weight", {64, 8}, 8, 8 * 2 * 34},
+                                 {"img_in.bias", {8}, 0, 32},
+                                 {"double_blocks.0.img_attn.qkv.weight", {256, 24}, 12, 24 * 144}});
     const SingleFileLayout l = read_single_file_layout(path, flux_parallel_spec(), "transformer");
     CHECK(l.gguf);
     CHECK(l.layout == "Black Forest Labs' original (FLUX.1)");
     CHECK(l.format == "GGUF Q4_K (and F32, Q8_0)");
     CHECK(l.shapes.at("transformer_blocks.0.attn.to_v.weight") == std::vector<int64_t>{8, 256});
-    CHECK(l.tensors.at("transformer_blocks.0.attn.to_v.weight").rows == std::vector<std::pair<int64_t, int64_t>>{{16, 8}});
+    CHECK(l.tensors.at("transformer_blocks.0.attn.to_v.weight").rows ==
+          std::vector<std::pair<int64_t, int64_t>>{{16, 8}});
 }

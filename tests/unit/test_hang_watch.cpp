@@ -85,8 +85,11 @@ TEST_CASE("each phase is looked at after --rank-timeout, a loading one given --l
     CHECK_FALSE(HangWatch({60, 10, 0, false}, t0).silence_deadline(rank_heard(0, 5, RankPhase::kGenerating)));
 }
 
-TEST_CASE("the next deadline is the earliest of the job's --timeout and every rank's silence, a passed one looked at again") {
-    std::vector<RankLiveness> ranks = {rank_heard(0, 8, RankPhase::kGenerating), rank_heard(1, 2, RankPhase::kGenerating),
+TEST_CASE(
+    "the next deadline is the earliest of the job's --timeout and every rank's silence, a passed one looked "
+    "at again") {
+    std::vector<RankLiveness> ranks = {rank_heard(0, 8, RankPhase::kGenerating),
+                                       rank_heard(1, 2, RankPhase::kGenerating),
                                        rank_heard(2, 3, RankPhase::kWaiting)};
     CHECK(HangWatch({60, 10, 0, true}, t0).next_deadline(view(ranks), at(1)) == at(12));
     CHECK(HangWatch({60, 10, 7, true}, t0).next_deadline(view(ranks), at(1)) == at(7));
@@ -98,23 +101,28 @@ TEST_CASE("the next deadline is the earliest of the job's --timeout and every ra
     CHECK(HangWatch({60, 10, 0, true}, t0).next_deadline(view(ranks), at(14)) == at(14) + kRecheckInterval);
 }
 
-TEST_CASE("a stopped rank is a hang in every phase, a waiting one only when stopped or when every rank waits") {
+TEST_CASE(
+    "a stopped rank is a hang in every phase, a waiting one only when stopped or when every rank waits") {
     const HangWatch watch({60, 10, 0, true}, t0);
     // Rank 1 waits past --rank-timeout while rank 0 works: not a hang, unless rank 1 is stopped.
-    std::vector<RankLiveness> ranks = {rank_heard(0, 19, RankPhase::kGenerating), rank_heard(1, 2, RankPhase::kWaiting)};
+    std::vector<RankLiveness> ranks = {rank_heard(0, 19, RankPhase::kGenerating),
+                                       rank_heard(1, 2, RankPhase::kWaiting)};
     CHECK_FALSE(watch.check(view(ranks), at(20), states({})));
     auto v = watch.check(view(ranks), at(20), states({{1001, kStopped}}));
     REQUIRE(v);
     CHECK(v->index == 1);
-    CHECK(v->message == "rank 1 hung while waiting for the other ranks: no heartbeat for 18.00 s (--rank-timeout "
-                        "10.00 s); " + kStopped);
+    CHECK(v->message ==
+          "rank 1 hung while waiting for the other ranks: no heartbeat for 18.00 s (--rank-timeout "
+          "10.00 s); " +
+              kStopped);
     // Every rank waiting past --rank-timeout: nobody works; the one waiting longest is named.
     ranks[0] = rank_heard(0, 1, RankPhase::kWaiting);
     v = watch.check(view(ranks), at(20), states({}));
     REQUIRE(v);
     CHECK(v->index == 0);
-    CHECK(v->message == "every running rank has waited for the others for more than --rank-timeout 10.00 s, so none "
-                        "is working: rank 0 has waited longest (19.00 s); its process is sleeping");
+    CHECK(v->message ==
+          "every running rank has waited for the others for more than --rank-timeout 10.00 s, so none "
+          "is working: rank 0 has waited longest (19.00 s); its process is sleeping");
     CHECK_FALSE(watch.check(view(ranks), at(11.5), states({})));  // rank 1 within its allowance
     // Not when other nodes' ranks may still work, nor when one of them has left.
     CHECK_FALSE(HangWatch({60, 10, 0, true, false}, t0).check(view(ranks), at(20), states({})));
@@ -125,8 +133,9 @@ TEST_CASE("a stopped rank is a hang in every phase, a waiting one only when stop
     CHECK_FALSE(watch.check(view(loading), at(30), states({})));
     v = watch.check(view(loading), at(30), states({{1000, kStopped}}));
     REQUIRE(v);
-    CHECK(v->message == "rank 0 hung while loading the model: no heartbeat for 30.00 s (--rank-timeout 10.00 s); " +
-                            kStopped);
+    CHECK(v->message ==
+          "rank 0 hung while loading the model: no heartbeat for 30.00 s (--rank-timeout 10.00 s); " +
+              kStopped);
     v = watch.check(view(loading), at(61), states({}));
     REQUIRE(v);
     CHECK(v->message.find("(--load-timeout 60.00 s)") != std::string::npos);
@@ -134,23 +143,25 @@ TEST_CASE("a stopped rank is a hang in every phase, a waiting one only when stop
 
 TEST_CASE("a hang names the rank silent longest, its phase, its allowance and state, and the others silent") {
     const HangWatch watch({60, 10, 0, true}, t0);
-    const std::vector<RankLiveness> ranks = {rank_heard(0, 8, RankPhase::kGenerating),
-                                             rank_heard(1, 2, RankPhase::kGenerating),
-                                             rank_heard(2, 4, RankPhase::kGenerating), rank_heard(3, 0, RankPhase::kWaiting)};
+    const std::vector<RankLiveness> ranks = {
+        rank_heard(0, 8, RankPhase::kGenerating), rank_heard(1, 2, RankPhase::kGenerating),
+        rank_heard(2, 4, RankPhase::kGenerating), rank_heard(3, 0, RankPhase::kWaiting)};
     CHECK_FALSE(watch.check(view(ranks), at(11.9), states({})));  // rank 1's deadline is 12
     const auto v = watch.check(view(ranks), at(15), states({}));
     REQUIRE(v);
     CHECK(v->kind == HangKind::kHang);
     CHECK(v->index == 1);
-    CHECK(v->message == "rank 1 hung while " + dp::protocol::describe(*ranks[1].beat) +
-                            ": no heartbeat for 13.00 s (--rank-timeout 10.00 s); its process is sleeping; also "
-                            "silent: rank(s) 2");
+    CHECK(v->message ==
+          "rank 1 hung while " + dp::protocol::describe(*ranks[1].beat) +
+              ": no heartbeat for 13.00 s (--rank-timeout 10.00 s); its process is sleeping; also "
+              "silent: rank(s) 2");
     // Before its first heartbeat it is --load-timeout's.
     const std::vector<RankLiveness> starting = {rank_heard(5, 0)};
     const auto s = watch.check(view(starting), at(61), [](pid_t) { return std::string(); });
     REQUIRE(s);
-    CHECK(s->message == "rank 5 hung while starting (no heartbeat yet): no heartbeat for 61.00 s (--load-timeout "
-                        "60.00 s)");
+    CHECK(s->message ==
+          "rank 5 hung while starting (no heartbeat yet): no heartbeat for 61.00 s (--load-timeout "
+          "60.00 s)");
 }
 
 TEST_CASE("a stopped process is named before a rank silent longer, whatever their order") {

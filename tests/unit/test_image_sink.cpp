@@ -6,8 +6,8 @@
 
 #include <cstdio>
 
-#include "runtime/io/errors.h"
 #include "runtime/image_sink.h"
+#include "runtime/io/errors.h"
 #include "strategies/work_split.h"
 
 using namespace dp::runtime;

@@ -40,7 +40,8 @@ std::vector<std::string> agree(const std::vector<JobFile>& jobs) {
     std::vector<std::string> out(jobs.size());
     dp::test::run_ranks(static_cast<int>(jobs.size()), [&](int rank, dp::runtime::Communicator& comm) {
         try {
-            out[static_cast<std::size_t>(rank)] = "id " + dp::runtime::agree_on_job(jobs[static_cast<std::size_t>(rank)], comm);
+            out[static_cast<std::size_t>(rank)] =
+                "id " + dp::runtime::agree_on_job(jobs[static_cast<std::size_t>(rank)], comm);
         } catch (const dp::protocol::UsageError& e) {
             out[static_cast<std::size_t>(rank)] = std::string("usage: ") + e.what();
         }
@@ -100,5 +101,6 @@ TEST_CASE("the joined event carries the job id through its one serialisation") {
     const auto& joined = std::get<dp::protocol::JoinedEvent>(*back);
     CHECK(joined.rank == 4);
     CHECK(joined.job_id == "host-12-34");
-    CHECK_THROWS_AS(dp::protocol::parse_status_line(R"({"event":"joined","rank":1})"), dp::protocol::InputDataError);
+    CHECK_THROWS_AS(dp::protocol::parse_status_line(R"({"event":"joined","rank":1})"),
+                    dp::protocol::InputDataError);
 }

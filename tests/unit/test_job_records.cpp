@@ -25,7 +25,9 @@ std::vector<std::string> entries_of(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("job records: set, replaced, read back in index order and counted by status, from a scratch file no one sees") {
+TEST_CASE(
+    "job records: set, replaced, read back in index order and counted by status, from a scratch file no one "
+    "sees") {
     char name[] = "/tmp/dp-records-test-XXXXXX";
     REQUIRE(mkdtemp(name) != nullptr);
     const std::string dir = name;
@@ -33,7 +35,8 @@ TEST_CASE("job records: set, replaced, read back in index order and counted by s
         JobRecords records(dir);
         CHECK(entries_of(dir).empty());  // unlinked at once: nothing is left however the job ends
         for (int i : {4, 0, 2, 1}) {
-            records.set({{"index", i}, {"prompt", "p\"" + std::to_string(i) + "\u00e9"}, {"status", "pending"}});
+            records.set(
+                {{"index", i}, {"prompt", "p\"" + std::to_string(i) + "\u00e9"}, {"status", "pending"}});
             records.set_request(i, "{\"index\":" + std::to_string(i) + "}");
         }
         records.set({{"index", 3}, {"line", 4}, {"status", "invalid"}, {"error", "empty"}});
@@ -64,8 +67,8 @@ TEST_CASE("job records: set, replaced, read back in index order and counted by s
             statuses.push_back(s);
         });
         CHECK(order == std::vector<int64_t>{0, 1, 2, 3, 4});
-        CHECK(statuses == std::vector<Status>{Status::kPending, Status::kPending, Status::kOk, Status::kInvalid,
-                                              Status::kFailed});
+        CHECK(statuses == std::vector<Status>{Status::kPending, Status::kPending, Status::kOk,
+                                              Status::kInvalid, Status::kFailed});
         std::vector<std::string> errors;
         records.for_each([&](int64_t i, const nlohmann::json& r) {
             CHECK(r.at("index") == i);

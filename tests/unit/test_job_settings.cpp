@@ -46,14 +46,16 @@ std::string tiny_with_t5(const std::string& name) {
     std::ofstream(dir + "/model_index.json") << index.dump(2);
     fs::create_directories(dir + "/text_encoder_3");
     fs::create_directories(dir + "/tokenizer_3");
-    std::ofstream(dir + "/text_encoder_3/config.json") << R"({"architectures": ["T5EncoderModel"], "d_model": 32})";
+    std::ofstream(dir + "/text_encoder_3/config.json")
+        << R"({"architectures": ["T5EncoderModel"], "d_model": 32})";
     fs::copy_file(dir + "/text_encoder/model.safetensors", dir + "/text_encoder_3/model.safetensors");
     std::ofstream(dir + "/tokenizer_3/spiece.model") << "sentencepiece";
     return dir;
 }
 
 std::vector<std::string> problems(const std::string& model, dp::strategies::ModelNeeds needs = {}) {
-    return dp::strategies::model_folder_problems(model, dp::strategies::parallel_spec_for_model(model), needs);
+    return dp::strategies::model_folder_problems(model, dp::strategies::parallel_spec_for_model(model),
+                                                 needs);
 }
 
 std::string joined(const std::vector<std::string>& items) {
@@ -70,7 +72,8 @@ void edit_json(const std::string& path, const std::function<void(nlohmann::json&
 
 }  // namespace
 
-TEST_CASE("JSONL keys for the new settings: accepted in range, each bad value an invalid line naming its key") {
+TEST_CASE(
+    "JSONL keys for the new settings: accepted in range, each bad value an invalid line naming its key") {
     const PromptFile f = parse_prompt_file(
         R"({"prompt": "a", "max_sequence_length": 77, "skip_guidance_layers": [7, 8, 9], "skip_layer_guidance_scale": 3.5, "skip_layer_guidance_start": 0.1, "skip_layer_guidance_stop": 0.5}
 {"prompt": "b", "skip_guidance_layers": []}
@@ -102,7 +105,8 @@ TEST_CASE("JSONL keys for the new settings: accepted in range, each bad value an
         "p.jsonl:8: key 'skip_layer_guidance_start': expected a number from 0 to 1",
         "p.jsonl:9: key 'skip_layer_guidance_scale': expected a number from 0 to 100",
         "p.jsonl:10: key 'skip_layer_guidance_stop': expected a number from 0 to 1"};
-    for (std::size_t i = 0; i < expected.size(); ++i) CHECK_MESSAGE(has(f.invalid[i].reason, expected[i]), f.invalid[i].reason);
+    for (std::size_t i = 0; i < expected.size(); ++i)
+        CHECK_MESSAGE(has(f.invalid[i].reason, expected[i]), f.invalid[i].reason);
 }
 
 TEST_CASE("a request takes the prompt's own settings, else the job's, checked against the model's blocks") {
@@ -127,7 +131,8 @@ TEST_CASE("a request takes the prompt's own settings, else the job's, checked ag
     p.arguments.set("skip_guidance_layers", std::vector<int>{});
     CHECK(job_request(p, job, rules).arguments.whole("max_sequence_length") == 7);
     CHECK(job_request(p, job, rules).arguments.blocks("skip_guidance_layers").empty());
-    p.arguments.set("max_sequence_length", int64_t{513});  // the parser takes up to 1024 (Qwen-Image's); SD3's T5 takes 512
+    p.arguments.set("max_sequence_length",
+                    int64_t{513});  // the parser takes up to 1024 (Qwen-Image's); SD3's T5 takes 512
     CHECK(prompt_setting_problem(p, job, rules) ==
           "key 'max_sequence_length': 513 is more than SD3's pipeline accepts (1 to 512)");
     p.arguments.set("max_sequence_length", int64_t{7});
@@ -140,8 +145,10 @@ TEST_CASE("a request takes the prompt's own settings, else the job's, checked ag
     const std::vector<std::string> bad = job_setting_problems(job, rules);
     REQUIRE(bad.size() == 2);
     CHECK(bad[0] == "--skip-guidance-layers 0,2: block 2 is not one of the transformer's 2 blocks (0 to 1)");
-    CHECK(has(bad[1], "--skip-layer-guidance-start 0.5 and --skip-layer-guidance-stop 0.5: the start must be below"));
-    CHECK_THROWS_WITH_AS(check_job(job, rules), doctest::Contains("block 2 is not one of"), dp::protocol::UsageError);
+    CHECK(has(bad[1],
+              "--skip-layer-guidance-start 0.5 and --skip-layer-guidance-stop 0.5: the start must be below"));
+    CHECK_THROWS_WITH_AS(check_job(job, rules), doctest::Contains("block 2 is not one of"),
+                         dp::protocol::UsageError);
     p.arguments.set("skip_guidance_layers", std::vector<int>{5});
     CHECK(prompt_setting_problem(p, job, rules) ==
           "key 'skip_guidance_layers': block 5 is not one of the transformer's 2 blocks (0 to 1)");
@@ -149,7 +156,8 @@ TEST_CASE("a request takes the prompt's own settings, else the job's, checked ag
     p.arguments.erase("skip_layer_guidance_stop");
     p.arguments.set("skip_layer_guidance_start", 0.9);  // over the job's stop of 0.5
     CHECK(prompt_setting_problem(p, job, rules) ==
-          "skip_layer_guidance_start 0.9 and skip_layer_guidance_stop 0.5 (the job's): the start must be below the stop");
+          "skip_layer_guidance_start 0.9 and skip_layer_guidance_stop 0.5 (the job's): the start must be "
+          "below the stop");
 }
 
 TEST_CASE("requests batch together only when every setting that shapes the batch agrees") {
@@ -165,15 +173,33 @@ TEST_CASE("requests batch together only when every setting that shapes the batch
         CAPTURE(field);
         dp::protocol::JobRequest c = a;
         switch (field) {
-            case 0: c.steps = 3; break;
-            case 1: c.arguments.set("guidance_scale", 2.0); break;
-            case 2: c.width = 16; break;
-            case 3: c.height = 16; break;
-            case 4: c.arguments.set("max_sequence_length", int64_t{77}); break;
-            case 5: c.arguments.set("skip_guidance_layers", std::vector<int>{7}); break;
-            case 6: c.arguments.set("skip_layer_guidance_scale", 3.0); break;
-            case 7: c.arguments.set("skip_layer_guidance_start", 0.05); break;
-            case 8: c.arguments.set("skip_layer_guidance_stop", 0.3); break;
+            case 0:
+                c.steps = 3;
+                break;
+            case 1:
+                c.arguments.set("guidance_scale", 2.0);
+                break;
+            case 2:
+                c.width = 16;
+                break;
+            case 3:
+                c.height = 16;
+                break;
+            case 4:
+                c.arguments.set("max_sequence_length", int64_t{77});
+                break;
+            case 5:
+                c.arguments.set("skip_guidance_layers", std::vector<int>{7});
+                break;
+            case 6:
+                c.arguments.set("skip_layer_guidance_scale", 3.0);
+                break;
+            case 7:
+                c.arguments.set("skip_layer_guidance_start", 0.05);
+                break;
+            case 8:
+                c.arguments.set("skip_layer_guidance_stop", 0.3);
+                break;
         }
         CHECK_FALSE(dp::protocol::same_batch_settings(a, c));
     }
@@ -208,15 +234,18 @@ TEST_CASE("the manifest records the new settings, and --resume treats a change a
     CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32"), &sd3).empty());
     r.arguments.set("skip_guidance_layers", std::vector<int>{7, 8});
     CHECK(pixel_setting_differences(had, pending_record(r, 1, job, "fp32"), &sd3) ==
-          std::vector<std::string>{"skip_guidance_layers [] (now [7,8])", "skip_layer_guidance_scale 2.8 (now 4.0)"});
+          std::vector<std::string>{"skip_guidance_layers [] (now [7,8])",
+                                   "skip_layer_guidance_scale 2.8 (now 4.0)"});
     JobOptions other = job;
     other.variant = "fp16";
     other.no_t5 = true;
     CHECK(pixel_setting_differences(had, pending_record(q, 1, other, "bf16"), &sd3) ==
-          std::vector<std::string>{"variant '' (now 'fp16')", "dtype 'fp32' (now 'bf16')", "no_t5 false (now true)"});
+          std::vector<std::string>{"variant '' (now 'fp16')", "dtype 'fp32' (now 'bf16')",
+                                   "no_t5 false (now true)"});
 }
 
-TEST_CASE("--resume sees another adapter file, scale or set as other pixels, and no adapters are not recorded") {
+TEST_CASE(
+    "--resume sees another adapter file, scale or set as other pixels, and no adapters are not recorded") {
     JobOptions job;
     job.model = "m";
     dp::protocol::JobRequest q;
@@ -235,12 +264,13 @@ TEST_CASE("--resume sees another adapter file, scale or set as other pixels, and
     CHECK(pixel_setting_differences(with, with, &flux).empty());
     CHECK(pixel_setting_differences(none, with, &flux).size() == 1);
     for (const dp::protocol::Adapters& other :
-         {dp::protocol::Adapters{{"/m/style.safetensors", 0.8, hash_b}},   // the file changed
-          dp::protocol::Adapters{{"/m/style.safetensors", 0.5, hash_a}},   // its scale
+         {dp::protocol::Adapters{{"/m/style.safetensors", 0.8, hash_b}},  // the file changed
+          dp::protocol::Adapters{{"/m/style.safetensors", 0.5, hash_a}},  // its scale
           dp::protocol::Adapters{{"/m/style.safetensors", 0.8, hash_a}, {"/m/b.safetensors", 1.0, hash_b}}}) {
         dp::protocol::JobRequest changed = q;
         changed.arguments.set("lora", other);
-        const std::vector<std::string> d = pixel_setting_differences(with, pending_record(changed, 1, job, "fp32"), &flux);
+        const std::vector<std::string> d =
+            pixel_setting_differences(with, pending_record(changed, 1, job, "fp32"), &flux);
         REQUIRE(d.size() == 1);
         CHECK(d[0].rfind("lora ", 0) == 0);
     }
@@ -251,7 +281,8 @@ TEST_CASE("--dtype auto: bf16 on a GPU, fp32 on the CPU, as the devices the rank
     CHECK(job.dtype == "auto");
     job.device = "cpu";
     CHECK(expected_dtype(job, std::nullopt) == "fp32");
-    CHECK(describe_dtype(job, std::nullopt) == "auto: bf16 on a GPU, fp32 on the CPU; fp32 here (--device cpu)");
+    CHECK(describe_dtype(job, std::nullopt) ==
+          "auto: bf16 on a GPU, fp32 on the CPU; fp32 here (--device cpu)");
     job.device = "cuda";
     CHECK(expected_dtype(job, std::nullopt) == "bf16");
     job.device_map = "balanced";
@@ -266,7 +297,8 @@ TEST_CASE("--dtype auto: bf16 on a GPU, fp32 on the CPU, as the devices the rank
     CHECK(describe_dtype(job, plan) == "fp16");
 }
 
-TEST_CASE("the model folder's components are checked before anything starts, T5 and dual attention included") {
+TEST_CASE(
+    "the model folder's components are checked before anything starts, T5 and dual attention included") {
     const std::string tiny = resolve_model("tiny-random-sd3", "--model");
     CHECK(problems(tiny).empty());
     const std::string model = tiny_with_t5("t5");
@@ -280,21 +312,27 @@ TEST_CASE("the model folder's components are checked before anything starts, T5 
 
     fs::remove(model + "/tokenizer_3/spiece.model");
     CHECK(has(joined(problems(model)), model + "/tokenizer_3/spiece.model: cannot open"));
-    CHECK(problems(model, {"", true, false}).empty());  // --no-t5: T5 needs nothing
+    CHECK(problems(model, {"", true, false}).empty());             // --no-t5: T5 needs nothing
     std::ofstream(model + "/tokenizer_3/tokenizer.json") << "{}";  // as transformers 5 saves it: enough
     CHECK_MESSAGE(problems(model).empty(), joined(problems(model)));
     fs::remove(model + "/tokenizer_3/tokenizer.json");
-    edit_json(model + "/model_index.json", [](auto& j) { j["tokenizer_3"] = {"transformers", "T5Whatever"}; });
-    CHECK(has(joined(problems(model)), "\"tokenizer_3\" is a T5Whatever; supported: T5TokenizerFast or T5Tokenizer "
-                                       "(or run with --no-t5)"));
+    edit_json(model + "/model_index.json", [](auto& j) {
+        j["tokenizer_3"] = {"transformers", "T5Whatever"};
+    });
+    CHECK(has(joined(problems(model)),
+              "\"tokenizer_3\" is a T5Whatever; supported: T5TokenizerFast or T5Tokenizer "
+              "(or run with --no-t5)"));
     edit_json(model + "/model_index.json", [](auto& j) { j["tokenizer_3"] = {nullptr, nullptr}; });
     CHECK(has(joined(problems(model)), "\"tokenizer_3\" is missing, but text_encoder_3 names a T5 encoder"));
-    edit_json(model + "/model_index.json", [](auto& j) { j["tokenizer_3"] = {"transformers", "T5Tokenizer"}; });
+    edit_json(model + "/model_index.json", [](auto& j) {
+        j["tokenizer_3"] = {"transformers", "T5Tokenizer"};
+    });
     std::ofstream(model + "/tokenizer_3/spiece.model") << "x";
     CHECK(problems(model).empty());
     edit_json(model + "/text_encoder_3/config.json", [](auto& j) { j["d_model"] = 4096; });
-    CHECK(has(joined(problems(model)), "text_encoder_3/config.json: \"d_model\" is 4096 but the transformer's "
-                                       "joint_attention_dim is 32"));
+    CHECK(has(joined(problems(model)),
+              "text_encoder_3/config.json: \"d_model\" is 4096 but the transformer's "
+              "joint_attention_dim is 32"));
     CHECK(problems(model, {"", true, false}).empty());
 
     edit_json(model + "/transformer/config.json", [](auto& j) { j["dual_attention_layers"] = {0, 1}; });
@@ -302,20 +340,29 @@ TEST_CASE("the model folder's components are checked before anything starts, T5 
     edit_json(model + "/transformer/config.json", [](auto& j) { j["dual_attention_layers"] = {0, 2}; });
     CHECK(has(joined(problems(model, {"", true, false})),
               "\"dual_attention_layers\" is [0,2]; expected a list of distinct block indices from 0 to 1"));
-    edit_json(model + "/transformer/config.json", [](auto& j) { j["dual_attention_layers"] = nlohmann::json::array(); });
+    edit_json(model + "/transformer/config.json",
+              [](auto& j) { j["dual_attention_layers"] = nlohmann::json::array(); });
 
     edit_json(model + "/model_index.json", [](auto& j) { j["vae"] = {"diffusers", "AutoencoderTiny"}; });
-    CHECK(has(joined(problems(model, {"", true, false})), "\"vae\" is a AutoencoderTiny; supported: AutoencoderKL"));
+    CHECK(has(joined(problems(model, {"", true, false})),
+              "\"vae\" is a AutoencoderTiny; supported: AutoencoderKL"));
     edit_json(model + "/model_index.json", [](auto& j) { j["vae"] = {"diffusers", "AutoencoderKL"}; });
     fs::remove_all(model + "/vae");
-    CHECK(has(joined(problems(model, {"", true, false})), model + "/vae: missing (model_index.json names a AutoencoderKL there)"));
-    edit_json(model + "/model_index.json", [](auto& j) { j.erase("text_encoder_2"); j["vae"] = {nullptr, nullptr}; });
+    CHECK(has(joined(problems(model, {"", true, false})),
+              model + "/vae: missing (model_index.json names a AutoencoderKL there)"));
+    edit_json(model + "/model_index.json", [](auto& j) {
+        j.erase("text_encoder_2");
+        j["vae"] = {nullptr, nullptr};
+    });
     CHECK(joined(problems(model, {"", true, false})) ==
-          model + "/model_index.json: \"text_encoder_2\" is missing: StableDiffusion3Pipeline needs a "
-                  "CLIPTextModelWithProjection\n");
+          model +
+              "/model_index.json: \"text_encoder_2\" is missing: StableDiffusion3Pipeline needs a "
+              "CLIPTextModelWithProjection\n");
 }
 
-TEST_CASE("weight variants in every component: only-variant folders name --variant, a missing variant names what is there") {
+TEST_CASE(
+    "weight variants in every component: only-variant folders name --variant, a missing variant names what "
+    "is there") {
     const std::string base = scratch("variants");
     const std::string model = base + "/model";
     fs::copy(resolve_model("tiny-random-sd3", "--model"), model, fs::copy_options::recursive);
@@ -326,8 +373,10 @@ TEST_CASE("weight variants in every component: only-variant folders name --varia
                    model + "/" + c + "/diffusion_pytorch_model.fp16.safetensors");
     const std::vector<std::string> plain = problems(model);
     REQUIRE(plain.size() == 4);
-    CHECK(plain[0] == model + "/text_encoder: only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain ones; "
-                              "pass --variant fp16 to use them");
+    CHECK(plain[0] ==
+          model +
+              "/text_encoder: only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain ones; "
+              "pass --variant fp16 to use them");
     CHECK(problems(model, {"fp16", false, false}).empty());
     CHECK(problems(model, {"", false, true}).empty());  // random weights read no weight files
     const std::vector<std::string> bf16 = problems(model, {"bf16", false, false});
@@ -351,7 +400,8 @@ TEST_CASE("weight variants in every component: only-variant folders name --varia
     CHECK_FALSE(fs::exists(job.output_dir));
     job.arguments.set("skip_guidance_layers", std::vector<int>{9});
     job.variant = "fp16";
-    CHECK_THROWS_WITH_AS(run_job(launch, job), doctest::Contains("--skip-guidance-layers 9: block 9 is not one"),
+    CHECK_THROWS_WITH_AS(run_job(launch, job),
+                         doctest::Contains("--skip-guidance-layers 9: block 9 is not one"),
                          dp::protocol::UsageError);
     CHECK_FALSE(fs::exists(job.output_dir));
 }

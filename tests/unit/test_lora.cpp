@@ -30,7 +30,9 @@ using namespace dp::runtime;
 
 namespace {
 
-std::shared_ptr<SafetensorsFile> golden() { return SafetensorsFile::open(golden_path("lora_pipeline.safetensors")); }
+std::shared_ptr<SafetensorsFile> golden() {
+    return SafetensorsFile::open(golden_path("lora_pipeline.safetensors"));
+}
 
 nlohmann::json cases() { return nlohmann::json::parse(golden()->metadata().at("cases")); }
 
@@ -42,7 +44,8 @@ GenerateRequest request_of(const nlohmann::json& c) {
     GenerateRequest r = dp::test::golden_request(c);
     dp::protocol::Adapters adapters;
     for (const auto& a : c.at("adapters"))
-        adapters.push_back({golden_path("lora/" + a.at("file").get<std::string>()), a.at("scale").get<double>(), ""});
+        adapters.push_back(
+            {golden_path("lora/" + a.at("file").get<std::string>()), a.at("scale").get<double>(), ""});
     r.arguments.set("lora", adapters);
     return r;
 }
@@ -71,10 +74,12 @@ TEST_CASE("an adapter changes a weight by factor * up @ down, whole and in eithe
     CHECK(at::allclose(store.take("layer.weight", {6, 10}), expected, 1e-6, 1e-6));
     WeightStore rows = WeightStore::open_file(path, at::kFloat, at::kCPU);
     rows.set_deltas(deltas);
-    CHECK(at::allclose(rows.take_shard("layer.weight", {6, 10}, 0, 2, 3), expected.narrow(0, 2, 3), 1e-6, 1e-6));
+    CHECK(at::allclose(rows.take_shard("layer.weight", {6, 10}, 0, 2, 3), expected.narrow(0, 2, 3), 1e-6,
+                       1e-6));
     WeightStore cols = WeightStore::open_file(path, at::kFloat, at::kCPU);
     cols.set_deltas(deltas);
-    CHECK(at::allclose(cols.take_shard("layer.weight", {6, 10}, 1, 4, 5), expected.narrow(1, 4, 5), 1e-6, 1e-6));
+    CHECK(at::allclose(cols.take_shard("layer.weight", {6, 10}, 1, 4, 5), expected.narrow(1, 4, 5), 1e-6,
+                       1e-6));
     // The base is never written: the file's weight, taken again without adapters, is unchanged.
     WeightStore plain = WeightStore::open_file(path, at::kFloat, at::kCPU);
     CHECK(at::equal(plain.take("layer.weight", {6, 10}), w));
@@ -88,10 +93,13 @@ TEST_CASE("an adapter changes a weight by factor * up @ down, whole and in eithe
     CHECK_THROWS_WITH_AS(s.check_all_taken(), doctest::Contains("other.weight"), ModelError);
 }
 
-TEST_CASE("a switch makes again, in place, only the weights the adapters change, and only where the module holds them") {
+TEST_CASE(
+    "a switch makes again, in place, only the weights the adapters change, and only where the module holds "
+    "them") {
     const std::string path = "/tmp/dp_lora_switch_" + std::to_string(getpid()) + ".safetensors";
     const at::Tensor w = seeded({6, 10}, 1), other = seeded({4, 6}, 2);
-    save_safetensors(path, {{"layer.weight", w}, {"other.weight", other}, {"fused.weight", seeded({6, 10}, 3)}});
+    save_safetensors(path,
+                     {{"layer.weight", w}, {"other.weight", other}, {"fused.weight", seeded({6, 10}, 3)}});
     const at::Tensor up = seeded({6, 3}, 4), down = seeded({3, 10}, 5);
     auto first = std::make_shared<WeightDeltas>();
     (*first)["layer.weight"] = {{down, up, 0.5}};
@@ -128,7 +136,9 @@ TEST_CASE("a switch makes again, in place, only the weights the adapters change,
     std::remove(path.c_str());
 }
 
-TEST_CASE("adapters made by peft and saved by diffusers give diffusers' images, switched per request without drift") {
+TEST_CASE(
+    "adapters made by peft and saved by diffusers give diffusers' images, switched per request without "
+    "drift") {
     const auto file = golden();
     const nlohmann::json all = cases();
     std::map<std::string, std::vector<std::string>> by_family;
@@ -140,8 +150,9 @@ TEST_CASE("adapters made by peft and saved by diffusers give diffusers' images, 
         const auto pipeline = load_pipeline(options, ParallelContext::single());
         {  // Every component's changed weights are made again in place, none built again whole.
             const dp::strategies::ModelInfo model = dp::strategies::read_model_info(options.model_dir);
-            const AdapterState::Report report = options.adapters->apply(
-                request_of(all.at(names.back())).arguments.adapters("lora"), *model.spec, options.model_dir, "");
+            const AdapterState::Report report =
+                options.adapters->apply(request_of(all.at(names.back())).arguments.adapters("lora"),
+                                        *model.spec, options.model_dir, "");
             CHECK_FALSE(report.components.empty());
             CHECK(report.weights > 0);
             for (const auto& [component, how] : report.components) {
@@ -160,7 +171,8 @@ TEST_CASE("adapters made by peft and saved by diffusers give diffusers' images, 
             const at::Tensor mine = out.latents.reshape(ref.sizes());
             const double diff = (mine - ref).abs().max().item<double>();
             const double effect = (base - ref).abs().max().item<double>();
-            MESSAGE(name << ": max |latent diff| " << diff << " against diffusers; the adapters move them by " << effect);
+            MESSAGE(name << ": max |latent diff| " << diff << " against diffusers; the adapters move them by "
+                         << effect);
             CHECK(effect > 0.05);  // the adapters change the image
             CHECK(diff <= 1e-4);
             const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
@@ -189,7 +201,8 @@ TEST_CASE("an adapter gives the single-process image under tp2, ulysses2, ring2 
         const nlohmann::json& c = all.at(name);
         const std::string folder = folder_of(c);
         const GenerateRequest request = request_of(c);
-        const at::Tensor alone = load_pipeline(options_for(folder), ParallelContext::single())->generate(request).latents;
+        const at::Tensor alone =
+            load_pipeline(options_for(folder), ParallelContext::single())->generate(request).latents;
         std::vector<dp::strategies::MeshDegrees> layouts(3);
         layouts[0].tp = 2;
         layouts[1].ulysses = 2;
@@ -224,7 +237,8 @@ TEST_CASE("with offload, each use builds its component with the request's adapte
         CAPTURE(name);
         const nlohmann::json& c = all.at(name);
         const GenerateRequest request = request_of(c);
-        const at::Tensor kept = load_pipeline(options_for(folder_of(c)), ParallelContext::single())->generate(request).latents;
+        const at::Tensor kept =
+            load_pipeline(options_for(folder_of(c)), ParallelContext::single())->generate(request).latents;
         PipelineOptions o = options_for(folder_of(c));
         o.offload = true;
         const auto pipeline = load_pipeline(o, ParallelContext::single());
@@ -232,7 +246,8 @@ TEST_CASE("with offload, each use builds its component with the request's adapte
         GenerateRequest plain = request;
         plain.arguments.set("lora", dp::protocol::Adapters{});
         const at::Tensor base = load_tensor(golden(), std::string(name) + ".base_latents", at::kFloat);
-        CHECK((pipeline->generate(plain).latents.reshape(base.sizes()) - base).abs().max().item<double>() <= 1e-4);
+        CHECK((pipeline->generate(plain).latents.reshape(base.sizes()) - base).abs().max().item<double>() <=
+              1e-4);
     }
 }
 
@@ -266,7 +281,9 @@ TEST_CASE("the dynamic queue: a replica claims the units of its current adapter 
                 group.barrier();
             }
         });
-        const auto is_a = [&](std::size_t k) { return job.requests[k].arguments.adapters("lora").front().path == "a.safetensors"; };
+        const auto is_a = [&](std::size_t k) {
+            return job.requests[k].arguments.adapters("lora").front().path == "a.safetensors";
+        };
         std::vector<std::size_t> all;
         for (const auto& m : made) all.insert(all.end(), m.begin(), m.end());
         std::sort(all.begin(), all.end());

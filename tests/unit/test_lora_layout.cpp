@@ -68,7 +68,8 @@ const LoraTerm& term(const LoraLayout& l, const std::string& weight) {
     return l.terms.front();
 }
 
-std::string error_of(const std::string& path, const ParallelSpec& spec, const ModelTensors& model, int* code = nullptr) {
+std::string error_of(const std::string& path, const ParallelSpec& spec, const ModelTensors& model,
+                     int* code = nullptr) {
     try {
         read_lora_layout(path, spec, model);
     } catch (const dp::protocol::Error& e) {
@@ -81,19 +82,21 @@ std::string error_of(const std::string& path, const ParallelSpec& spec, const Mo
 }  // namespace
 
 TEST_CASE("a diffusers/PEFT adapter: each pair changes its weight, alpha / r from the header's metadata") {
-    const nlohmann::json meta = {{"transformer.r", 4}, {"transformer.lora_alpha", 8},
+    const nlohmann::json meta = {{"transformer.r", 4},
+                                 {"transformer.lora_alpha", 8},
                                  {"transformer.alpha_pattern", {{"^transformer_blocks.1.attn.to_q", 2}}},
-                                 {"text_encoder.r", 2}, {"text_encoder.lora_alpha", 1}};
-    const std::string path = write_file(
-        "peft.safetensors",
-        {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 8}},
-         {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", {8, 4}},
-         {"transformer.transformer_blocks.1.attn.to_q.lora_A.weight", {4, 8}},
-         {"transformer.transformer_blocks.1.attn.to_q.lora_B.weight", {8, 4}},
-         // transformers 5's bare CLIPTextModel names (no text_model.), files with them
-         {"text_encoder.encoder.layers.0.self_attn.q_proj.lora_A.weight", {2, 4}},
-         {"text_encoder.encoder.layers.0.self_attn.q_proj.lora_B.weight", {4, 2}}},
-        {{"format", "pt"}, {"lora_adapter_metadata", meta.dump()}});
+                                 {"text_encoder.r", 2},
+                                 {"text_encoder.lora_alpha", 1}};
+    const std::string path =
+        write_file("peft.safetensors",
+                   {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 8}},
+                    {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", {8, 4}},
+                    {"transformer.transformer_blocks.1.attn.to_q.lora_A.weight", {4, 8}},
+                    {"transformer.transformer_blocks.1.attn.to_q.lora_B.weight", {8, 4}},
+                    // transformers 5's bare CLIPTextModel names (no text_model.), files with them
+                    {"text_encoder.encoder.layers.0.self_attn.q_proj.lora_A.weight", {2, 4}},
+                    {"text_encoder.encoder.layers.0.self_attn.q_proj.lora_B.weight", {4, 2}}},
+                   {{"format", "pt"}, {"lora_adapter_metadata", meta.dump()}});
     const LoraLayout l = read_lora_layout(path, flux_parallel_spec(), flux_model());
     CHECK(l.format == "diffusers/PEFT");
     REQUIRE(l.terms.size() == 3);
@@ -104,16 +107,17 @@ TEST_CASE("a diffusers/PEFT adapter: each pair changes its weight, alpha / r fro
     CHECK(q0.rank == 4);
     CHECK(q0.alpha_scale == doctest::Approx(2.0));  // 8 / 4
     CHECK(q0.up_rows.empty());
-    CHECK(term(l, "transformer_blocks.1.attn.to_q.weight").alpha_scale == doctest::Approx(0.5));  // pattern: 2 / 4
+    CHECK(term(l, "transformer_blocks.1.attn.to_q.weight").alpha_scale ==
+          doctest::Approx(0.5));  // pattern: 2 / 4
     const LoraTerm& clip = term(l, "text_model.encoder.layers.0.self_attn.q_proj.weight");
     CHECK(clip.component == "text_encoder");
     CHECK(clip.alpha_scale == doctest::Approx(0.5));  // 1 / 2
 }
 
 TEST_CASE("without metadata an adapter's alpha is its rank, as diffusers loads it") {
-    const std::string path = write_file("bare.safetensors",
-                                        {{"transformer.transformer_blocks.0.ff.net.2.lora_A.weight", {3, 32}},
-                                         {"transformer.transformer_blocks.0.ff.net.2.lora_B.weight", {8, 3}}});
+    const std::string path =
+        write_file("bare.safetensors", {{"transformer.transformer_blocks.0.ff.net.2.lora_A.weight", {3, 32}},
+                                        {"transformer.transformer_blocks.0.ff.net.2.lora_B.weight", {8, 3}}});
     const LoraLayout l = read_lora_layout(path, flux_parallel_spec(), flux_model());
     REQUIRE(l.terms.size() == 1);
     CHECK(l.terms[0].alpha_scale == 1.0);
@@ -121,24 +125,24 @@ TEST_CASE("without metadata an adapter's alpha is its rank, as diffusers loads i
 }
 
 TEST_CASE("a kohya FLUX.1 adapter in Black Forest Labs' names: fused projections take row ranges of one up") {
-    const std::string path = write_file(
-        "kohya.safetensors",
-        {{"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight", {4, 8}},
-         {"lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight", {24, 4}},
-         {"lora_unet_double_blocks_0_img_attn_qkv.alpha", {}, "F32", 2.0f},
-         {"lora_unet_double_blocks_1_txt_attn_qkv.lora_down.weight", {2, 8}},
-         {"lora_unet_double_blocks_1_txt_attn_qkv.lora_up.weight", {24, 2}},
-         {"lora_unet_double_blocks_1_txt_attn_qkv.alpha", {}, "BF16", 3.0f},
-         {"lora_unet_single_blocks_1_linear1.lora_down.weight", {4, 8}},
-         {"lora_unet_single_blocks_1_linear1.lora_up.weight", {56, 4}},
-         {"lora_unet_single_blocks_0_linear2.lora_down.weight", {4, 40}},
-         {"lora_unet_single_blocks_0_linear2.lora_up.weight", {8, 4}},
-         {"lora_unet_double_blocks_0_img_mlp_0.lora_down.weight", {4, 8}},
-         {"lora_unet_double_blocks_0_img_mlp_0.lora_up.weight", {32, 4}},
-         {"lora_unet_final_layer_adaLN_modulation_1.lora_down.weight", {4, 8}},
-         {"lora_unet_final_layer_adaLN_modulation_1.lora_up.weight", {16, 4}},
-         {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj.lora_down.weight", {2, 4}},
-         {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj.lora_up.weight", {4, 2}}});
+    const std::string path =
+        write_file("kohya.safetensors",
+                   {{"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight", {4, 8}},
+                    {"lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight", {24, 4}},
+                    {"lora_unet_double_blocks_0_img_attn_qkv.alpha", {}, "F32", 2.0f},
+                    {"lora_unet_double_blocks_1_txt_attn_qkv.lora_down.weight", {2, 8}},
+                    {"lora_unet_double_blocks_1_txt_attn_qkv.lora_up.weight", {24, 2}},
+                    {"lora_unet_double_blocks_1_txt_attn_qkv.alpha", {}, "BF16", 3.0f},
+                    {"lora_unet_single_blocks_1_linear1.lora_down.weight", {4, 8}},
+                    {"lora_unet_single_blocks_1_linear1.lora_up.weight", {56, 4}},
+                    {"lora_unet_single_blocks_0_linear2.lora_down.weight", {4, 40}},
+                    {"lora_unet_single_blocks_0_linear2.lora_up.weight", {8, 4}},
+                    {"lora_unet_double_blocks_0_img_mlp_0.lora_down.weight", {4, 8}},
+                    {"lora_unet_double_blocks_0_img_mlp_0.lora_up.weight", {32, 4}},
+                    {"lora_unet_final_layer_adaLN_modulation_1.lora_down.weight", {4, 8}},
+                    {"lora_unet_final_layer_adaLN_modulation_1.lora_up.weight", {16, 4}},
+                    {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj.lora_down.weight", {2, 4}},
+                    {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj.lora_up.weight", {4, 2}}});
     const LoraLayout l = read_lora_layout(path, flux_parallel_spec(), flux_model());
     CHECK(l.format == "kohya (FLUX.1)");
     CHECK(l.terms.size() == 3 + 3 + 4 + 1 + 1 + 1 + 1);
@@ -150,7 +154,8 @@ TEST_CASE("a kohya FLUX.1 adapter in Black Forest Labs' names: fused projections
           "lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight");
     CHECK(term(l, "transformer_blocks.0.attn.to_q.weight").alpha_scale == doctest::Approx(0.5));  // 2 / 4
     CHECK(term(l, "transformer_blocks.1.attn.add_k_proj.weight").up_rows == Rows{{8, 8}});
-    CHECK(term(l, "transformer_blocks.1.attn.add_k_proj.weight").alpha_scale == doctest::Approx(1.5));  // 3 / 2
+    CHECK(term(l, "transformer_blocks.1.attn.add_k_proj.weight").alpha_scale ==
+          doctest::Approx(1.5));  // 3 / 2
     CHECK(term(l, "single_transformer_blocks.1.proj_mlp.weight").up_rows == Rows{{24, 32}});
     CHECK(term(l, "single_transformer_blocks.0.proj_out.weight").up_rows.empty());
     CHECK(term(l, "transformer_blocks.0.ff.net.0.proj.weight").alpha_scale == 1.0);  // no alpha: its rank
@@ -169,10 +174,11 @@ TEST_CASE("an adapter file that cannot run is refused naming the file and what i
         CHECK(why.find("nowhere.safetensors") != std::string::npos);
     }
     SUBCASE("truncated: 65") {
-        const std::string path = write_file("cut.safetensors",
-                                            {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 8}},
-                                             {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", {8, 4}}},
-                                            {}, 10);
+        const std::string path =
+            write_file("cut.safetensors",
+                       {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 8}},
+                        {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", {8, 4}}},
+                       {}, 10);
         const std::string why = error_of(path, flux, model, &code);
         CHECK(code == 65);
         CHECK(why.find("cut.safetensors") != std::string::npos);
@@ -184,10 +190,10 @@ TEST_CASE("an adapter file that cannot run is refused naming the file and what i
         CHECK(code == 65);
     }
     SUBCASE("DoRA, LoKr and LoHa by name") {
-        for (const auto& [key, format] :
-             std::vector<std::pair<std::string, std::string>>{{"lora_unet_double_blocks_0_img_attn_qkv.dora_scale", "DoRA"},
-                                                              {"lora_unet_double_blocks_0_img_attn_qkv.lokr_w1", "LoKr"},
-                                                              {"lora_unet_double_blocks_0_img_attn_qkv.hada_w1_a", "LoHa"}}) {
+        for (const auto& [key, format] : std::vector<std::pair<std::string, std::string>>{
+                 {"lora_unet_double_blocks_0_img_attn_qkv.dora_scale", "DoRA"},
+                 {"lora_unet_double_blocks_0_img_attn_qkv.lokr_w1", "LoKr"},
+                 {"lora_unet_double_blocks_0_img_attn_qkv.hada_w1_a", "LoHa"}}) {
             const std::string path = write_file("other.safetensors", {{key, {4, 8}}});
             const std::string why = error_of(path, flux, model, &code);
             CHECK_MESSAGE(why.find(format) != std::string::npos, why);
@@ -195,36 +201,37 @@ TEST_CASE("an adapter file that cannot run is refused naming the file and what i
         }
     }
     SUBCASE("keys of another family: the first are named, and the family it looks made for") {
-        const std::string path = write_file("qwen.safetensors",
-                                            {{"transformer.transformer_blocks.0.img_mlp.net.0.proj.lora_A.weight", {4, 8}},
-                                             {"transformer.transformer_blocks.0.img_mlp.net.0.proj.lora_B.weight", {32, 4}}});
+        const std::string path =
+            write_file("qwen.safetensors",
+                       {{"transformer.transformer_blocks.0.img_mlp.net.0.proj.lora_A.weight", {4, 8}},
+                        {"transformer.transformer_blocks.0.img_mlp.net.0.proj.lora_B.weight", {32, 4}}});
         const std::string why = error_of(path, flux, model, &code);
         CHECK(code == 65);
         CHECK(why.find("img_mlp.net.0.proj") != std::string::npos);
         CHECK(why.find("looks made for Qwen-Image") != std::string::npos);
     }
     SUBCASE("a shape that does not fit its weight (another size of the model)") {
-        const std::string path = write_file("wide.safetensors",
-                                            {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 16}},
-                                             {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", {16, 4}}});
+        const std::string path = write_file(
+            "wide.safetensors", {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 16}},
+                                 {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", {16, 4}}});
         const std::string why = error_of(path, flux, model, &code);
         CHECK(code == 65);
         CHECK(why.find("[8, 8]") != std::string::npos);
     }
     SUBCASE("a pair whose ranks disagree, and a lone half") {
-        const std::string path = write_file("odd.safetensors",
-                                            {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 8}},
-                                             {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", {8, 3}}});
+        const std::string path = write_file(
+            "odd.safetensors", {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 8}},
+                                {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", {8, 3}}});
         CHECK(error_of(path, flux, model).find("no LoRA pair") != std::string::npos);
-        const std::string lone = write_file("lone.safetensors",
-                                            {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 8}}});
+        const std::string lone = write_file(
+            "lone.safetensors", {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 8}}});
         CHECK(error_of(lone, flux, model).find("lora_A") != std::string::npos);
     }
     SUBCASE("an alpha that is not finite") {
-        const std::string path = write_file("nan.safetensors",
-                                            {{"lora_unet_double_blocks_0_img_mlp_0.lora_down.weight", {4, 8}},
-                                             {"lora_unet_double_blocks_0_img_mlp_0.lora_up.weight", {32, 4}},
-                                             {"lora_unet_double_blocks_0_img_mlp_0.alpha", {}, "F32", NAN}});
+        const std::string path =
+            write_file("nan.safetensors", {{"lora_unet_double_blocks_0_img_mlp_0.lora_down.weight", {4, 8}},
+                                           {"lora_unet_double_blocks_0_img_mlp_0.lora_up.weight", {32, 4}},
+                                           {"lora_unet_double_blocks_0_img_mlp_0.alpha", {}, "F32", NAN}});
         CHECK(error_of(path, flux, model).find("not a finite number") != std::string::npos);
     }
 }
@@ -249,13 +256,15 @@ TEST_CASE("the flag's PATH:SCALE and a prompt line's lora key read as the call-a
     CallValue v;
     CHECK(read_call_value(row, nlohmann::json("a.safetensors"), v).empty());
     CHECK(std::get<Adapters>(v) == Adapters{{"a.safetensors", 1.0, ""}});
-    CHECK(read_call_value(row, nlohmann::json::parse(R"([{"path": "a.safetensors", "scale": 0.5}, "b.safetensors"])"), v)
+    CHECK(read_call_value(
+              row, nlohmann::json::parse(R"([{"path": "a.safetensors", "scale": 0.5}, "b.safetensors"])"), v)
               .empty());
     CHECK(std::get<Adapters>(v) == Adapters{{"a.safetensors", 0.5, ""}, {"b.safetensors", 1.0, ""}});
     CHECK(read_call_value(row, nlohmann::json::array(), v).empty());
     CHECK(std::get<Adapters>(v).empty());
-    for (const char* bad : {R"(3)", R"({"scale": 1})", R"({"path": "a", "weight": 1})", R"({"path": "a", "scale": "x"})",
-                            R"({"path": ""})", R"([["a"]])", R"({"path": "a", "sha256": "XYZ"})"})
+    for (const char* bad :
+         {R"(3)", R"({"scale": 1})", R"({"path": "a", "weight": 1})", R"({"path": "a", "scale": "x"})",
+          R"({"path": ""})", R"([["a"]])", R"({"path": "a", "sha256": "XYZ"})"})
         CHECK_MESSAGE(!read_call_value(row, nlohmann::json::parse(bad), v).empty(), bad);
     // JSON out and back: the job file's and the manifest's form
     const Adapters with_hash{{"/m/a.safetensors", 0.5, std::string(64, 'a')}};

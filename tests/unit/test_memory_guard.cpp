@@ -19,7 +19,8 @@ namespace {
 
 // What check_memory_fits says for `ranks` CPU ranks of the tiny SD3 model at tp `tp` with
 // `available` bytes; "" when it lets them start.
-std::string verdict(int ranks, int tp, int64_t available, bool force = false, const std::string& device = "cpu") {
+std::string verdict(int ranks, int tp, int64_t available, bool force = false,
+                    const std::string& device = "cpu") {
     LaunchSpec launch;
     launch.num_processes = ranks;
     JobOptions job;
@@ -40,7 +41,8 @@ std::string verdict(int ranks, int tp, int64_t available, bool force = false, co
 
 }  // namespace
 
-TEST_CASE("the memory guard refuses ranks that need more than is available, naming the figures and what fits") {
+TEST_CASE(
+    "the memory guard refuses ranks that need more than is available, naming the figures and what fits") {
     const int64_t base = kSharedLibraryBytes + kRankBaseBytes;
     CHECK(verdict(1, 1, 64LL << 30).empty());
     CHECK(verdict(300, 1, 64LL << 30).empty());  // 198 MiB + 300 x (191 MiB + 1.4 MiB of weights) < 64 GiB
@@ -49,7 +51,8 @@ TEST_CASE("the memory guard refuses ranks that need more than is available, nami
     CHECK(refused.find("300 rank(s) on this machine would need about 56.") != std::string::npos);
     CHECK(refused.find("of weights in fp32 and about 191 MiB of LibTorch's own") != std::string::npos);
     // (23 GiB - 198 MiB) / 192.4 MiB = 121.3
-    CHECK(refused.find("and 23.0 GiB is available; start at most 121 rank(s) here (-n 121)") != std::string::npos);
+    CHECK(refused.find("and 23.0 GiB is available; start at most 121 rank(s) here (-n 121)") !=
+          std::string::npos);
     CHECK(refused.find("--force") != std::string::npos);
     // Exactly at the edge: one rank's base fits, two do not.
     CHECK(verdict(1, 1, base + (4LL << 20)).empty());
@@ -66,8 +69,8 @@ TEST_CASE("the memory guard counts the transformer and the tp-split components a
     int64_t whole = 0, split = 0;
     for (const auto& c : dp::strategies::pipeline_component_sizes(dir, *model.spec, 4)) {
         const bool by_tp = c.name == model.spec->transformer ||
-                           std::find(model.spec->tp_components.begin(), model.spec->tp_components.end(), c.name) !=
-                               model.spec->tp_components.end();
+                           std::find(model.spec->tp_components.begin(), model.spec->tp_components.end(),
+                                     c.name) != model.spec->tp_components.end();
         (by_tp ? split : whole) += c.bytes;
     }
     REQUIRE(split > 0);

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -37,7 +37,8 @@ TEST_CASE("a FIFO, a folder or a device is refused at once, naming the path") {
     const auto start = std::chrono::steady_clock::now();
     for (const std::string& path : {fifo, dir, std::string("/dev/zero")}) {
         CAPTURE(path);
-        CHECK_THROWS_WITH_AS(read_model_file(path), doctest::Contains((path + ": not a regular file").c_str()),
+        CHECK_THROWS_WITH_AS(read_model_file(path),
+                             doctest::Contains((path + ": not a regular file").c_str()),
                              dp::protocol::ModelError);
         CHECK_THROWS_AS(open_model_file(path), dp::protocol::ModelError);
         CHECK(model_file_exists(path));
@@ -52,7 +53,8 @@ TEST_CASE("a regular model file is read whole, within its size limit") {
     const std::string path = dir + "/model_index.json";
     std::ofstream(path) << "{\"_class_name\": \"StableDiffusion3Pipeline\"}";
     CHECK(read_model_file(path) == "{\"_class_name\": \"StableDiffusion3Pipeline\"}");
-    CHECK_THROWS_WITH_AS(read_model_file(path, 10), doctest::Contains("larger than"), dp::protocol::ModelError);
+    CHECK_THROWS_WITH_AS(read_model_file(path, 10), doctest::Contains("larger than"),
+                         dp::protocol::ModelError);
     CHECK_THROWS_WITH_AS(read_model_file(dir + "/missing.json"), doctest::Contains("cannot open"),
                          dp::protocol::ModelError);
     CHECK_FALSE(model_file_exists(dir + "/missing.json"));
@@ -80,8 +82,9 @@ void write_weights(const std::string& path, const std::map<std::string, std::vec
             n *= d;
             dims += (dims.empty() ? "" : ",") + std::to_string(d);
         }
-        header += (header.size() > 1 ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"F32\",\"shape\":[" +
-                  dims + "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + 4 * n) + "]}";
+        header += (header.size() > 1 ? "," : "") + std::string("\"") + name +
+                  "\":{\"dtype\":\"F32\",\"shape\":[" + dims + "],\"data_offsets\":[" +
+                  std::to_string(offset) + "," + std::to_string(offset + 4 * n) + "]}";
         offset += 4 * n;
     }
     header += "}";
@@ -143,21 +146,23 @@ TEST_CASE("a component's weights for a variant: one file or an index, and errors
     // Both files hold the same tensor: a count over "every *.safetensors" would say 12.
     CHECK(safetensors_element_counts(dir, "fp16").at("w") == 6);
     CHECK(safetensors_element_counts(dir).size() == 1);
-    CHECK(refusal(dir, "bf16") == "--variant bf16: " + dir +
-                                      " has no bf16 weights (NAME.bf16.safetensors or NAME.safetensors.index.bf16.json); "
-                                      "it has plain weights (drop --variant to use them) and the variant(s) fp16");
+    CHECK(refusal(dir, "bf16") ==
+          "--variant bf16: " + dir +
+              " has no bf16 weights (NAME.bf16.safetensors or NAME.safetensors.index.bf16.json); "
+              "it has plain weights (drop --variant to use them) and the variant(s) fp16");
 
     // Only a variant's files: the plain run is refused, naming the variant and the flag.
     std::remove((dir + "/diffusion_pytorch_model.safetensors").c_str());
-    CHECK(refusal(dir, "") == dir + ": only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain ones; "
-                                    "pass --variant fp16 to use them");
+    CHECK(refusal(dir, "") == dir +
+                                  ": only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain ones; "
+                                  "pass --variant fp16 to use them");
 
     // Sharded: the variant's index wins over its shards, and counts come from the shards it names.
     const std::string sharded = fresh_dir("sharded");
     write_weights(sharded + "/diffusion_pytorch_model.fp16-00001-of-00002.safetensors", {{"a", {4}}});
     write_weights(sharded + "/diffusion_pytorch_model.fp16-00002-of-00002.safetensors", {{"b", {5}}});
-    CHECK_THROWS_WITH_AS(find_component_weights(sharded, "fp16"), doctest::Contains("but no *.safetensors.index.fp16.json"),
-                         dp::protocol::ModelError);
+    CHECK_THROWS_WITH_AS(find_component_weights(sharded, "fp16"),
+                         doctest::Contains("but no *.safetensors.index.fp16.json"), dp::protocol::ModelError);
     std::ofstream(sharded + "/diffusion_pytorch_model.safetensors.index.fp16.json")
         << R"({"metadata": {}, "weight_map": {"a": "diffusion_pytorch_model.fp16-00001-of-00002.safetensors",
                                                "b": "diffusion_pytorch_model.fp16-00002-of-00002.safetensors"}})";
@@ -165,11 +170,12 @@ TEST_CASE("a component's weights for a variant: one file or an index, and errors
           sharded + "/diffusion_pytorch_model.safetensors.index.fp16.json");
     const auto counts = safetensors_element_counts(sharded, "fp16");
     CHECK(counts == std::map<std::string, int64_t>{{"a", 4}, {"b", 5}});
-    CHECK(refusal(sharded, "") == sharded + ": only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain "
-                                            "ones; pass --variant fp16 to use them");
+    CHECK(refusal(sharded, "") == sharded +
+                                      ": only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain "
+                                      "ones; pass --variant fp16 to use them");
     std::ofstream(sharded + "/bad.safetensors.index.json") << R"({"weight_map": {"a": "../x.safetensors"}})";
-    CHECK_THROWS_WITH_AS(safetensors_element_counts(sharded, ""), doctest::Contains("maps to a bad file name"),
-                         dp::protocol::ModelError);
+    CHECK_THROWS_WITH_AS(safetensors_element_counts(sharded, ""),
+                         doctest::Contains("maps to a bad file name"), dp::protocol::ModelError);
 
     const std::string empty = fresh_dir("empty");
     CHECK(refusal(empty, "") == empty + ": no *.safetensors weights (only safetensors is supported)");
@@ -194,6 +200,6 @@ TEST_CASE("a symlink to a regular file is a model file, and one to a missing blo
                          dp::protocol::ModelError);
     // A symlink to a folder or a FIFO is still no model file.
     REQUIRE(symlink("../blobs", (dir + "/snap/dir.json").c_str()) == 0);
-    CHECK_THROWS_WITH_AS(check_model_file(dir + "/snap/dir.json"), doctest::Contains("not a regular file (a folder)"),
-                         dp::protocol::ModelError);
+    CHECK_THROWS_WITH_AS(check_model_file(dir + "/snap/dir.json"),
+                         doctest::Contains("not a regular file (a folder)"), dp::protocol::ModelError);
 }

@@ -122,8 +122,8 @@ TEST_CASE("repo ids: ORG/NAME of letters, digits, '-', '_' and '.', as huggingfa
         CAPTURE(ok);
         CHECK(dp::launcher::repo_id_problem(ok).empty());
     }
-    for (const char* bad : {"a", "a/b/c", "/b", "a/", "a b/c", "a/-b", "a/b.", "a--b/c", "a/b..c", "a/b.git",
-                            "\xc3\xa9/b"}) {
+    for (const char* bad :
+         {"a", "a/b/c", "/b", "a/", "a b/c", "a/-b", "a/b.", "a--b/c", "a/b..c", "a/b.git", "\xc3\xa9/b"}) {
         CAPTURE(bad);
         CHECK_FALSE(dp::launcher::repo_id_problem(bad).empty());
     }
@@ -139,9 +139,9 @@ TEST_CASE("--model ORG/NAME: the snapshot a branch, a tag or a commit names, as 
     };
     CHECK(find("") == snapshots + kMain);
     CHECK(find("main") == snapshots + kMain);
-    CHECK(find("v2") == snapshots + kV2);          // a second revision: another snapshot
-    CHECK(find("refs/pr/1") == snapshots + kV2);   // refs may nest, as pull requests' do
-    CHECK(find(kOther) == snapshots + kOther);     // a whole commit needs no ref
+    CHECK(find("v2") == snapshots + kV2);              // a second revision: another snapshot
+    CHECK(find("refs/pr/1") == snapshots + kV2);       // refs may nest, as pull requests' do
+    CHECK(find(kOther) == snapshots + kOther);         // a whole commit needs no ref
     CHECK(find(kV2.substr(0, 7)) == snapshots + kV2);  // a unique prefix of 7 or more
     // The folder the job file gets is real, though its files are symlinks into blobs/.
     struct stat st {};
@@ -157,7 +157,9 @@ TEST_CASE("--model ORG/NAME: the snapshot a branch, a tag or a commit names, as 
     CHECK(dp::strategies::pipeline_component_sizes(model, spec, 4).size() == 4);
 
     // Through the command line, with --revision.
-    const auto parse = [&](std::vector<std::string> args) { return dp::cli::parse_command_line(args, env.lookup()); };
+    const auto parse = [&](std::vector<std::string> args) {
+        return dp::cli::parse_command_line(args, env.lookup());
+    };
     const dp::cli::CommandLine c = parse({"--model", "org/tiny-sd3", "--revision", "v2", "p.txt"});
     REQUIRE_MESSAGE(c.action == dp::cli::CommandLine::Action::kLaunch, c.message);
     CHECK(c.job->model == snapshots + kV2);
@@ -179,7 +181,8 @@ TEST_CASE("an existing path always wins over the cache") {
     CHECK(resolve_model("org/tiny-sd3", "--model", "", env.lookup()) == "org/tiny-sd3");
     std::string message;
     CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", "v2", env.lookup()); }, message) == 2);
-    CHECK(has(message, "--revision v2: --model org/tiny-sd3 is a folder; --revision applies to a Hugging Face repo"));
+    CHECK(has(message,
+              "--revision v2: --model org/tiny-sd3 is a folder; --revision applies to a Hugging Face repo"));
     fs::current_path(before);
     fs::remove_all(here);
     fs::remove_all(cache);
@@ -205,9 +208,12 @@ TEST_CASE("not in the cache: exit 66, every place looked at, and how to fetch it
     CHECK(has(m, "`huggingface-cli download org/tiny-sd3 --revision v9`"));
 
     // Too short a prefix is no commit; an ambiguous one is a usage error that lists the matches.
-    CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", kMain.substr(0, 6), env.lookup()); }, m) == 66);
-    CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", kMain.substr(0, 7), env.lookup()); }, m) == 2);
-    CHECK_MESSAGE(has(m, "several snapshots of org/tiny-sd3 start with it (" + kMain + ", " + kOther + ")"), m);
+    CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", kMain.substr(0, 6), env.lookup()); },
+                       m) == 66);
+    CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", kMain.substr(0, 7), env.lookup()); },
+                       m) == 2);
+    CHECK_MESSAGE(has(m, "several snapshots of org/tiny-sd3 start with it (" + kMain + ", " + kOther + ")"),
+                  m);
 
     // A ref whose snapshot was never downloaded, a snapshot without model_index.json.
     std::ofstream(repo + "/refs/gone") << std::string(40, 'e');
@@ -229,21 +235,25 @@ TEST_CASE("not in the cache: exit 66, every place looked at, and how to fetch it
     CHECK(has(m, "no such folder, and not a Hugging Face repo id"));
 
     // Through the command line: the exit code and the message as they are.
-    const dp::cli::CommandLine c = dp::cli::parse_command_line({"--model", "org/other", "p.txt"}, env.lookup());
+    const dp::cli::CommandLine c =
+        dp::cli::parse_command_line({"--model", "org/other", "p.txt"}, env.lookup());
     CHECK(c.action == dp::cli::CommandLine::Action::kFail);
     CHECK(c.exit_code == 66);
     CHECK(has(c.message, "huggingface-cli download org/other"));
     // A broken symlink into blobs/ is named by the model checks.
     fs::remove(repo + "/blobs/" + kMain.substr(0, 8) + "-transformer_config.json");
     const std::string model = resolve_model("org/tiny-sd3", "--model", "", env.lookup());
-    const auto problems = dp::strategies::model_folder_problems(model, dp::strategies::sd3_parallel_spec(), {});
+    const auto problems =
+        dp::strategies::model_folder_problems(model, dp::strategies::sd3_parallel_spec(), {});
     REQUIRE(problems.size() == 1);
     CHECK_MESSAGE(has(problems[0], "transformer/config.json: a symlink to ../../../blobs/"), problems[0]);
     CHECK(has(problems[0], "which is missing (an incomplete download?"));
     fs::remove_all(cache);
 }
 
-TEST_CASE("the cache stays inside itself: refs are small plain files, snapshots its own folders, links into blobs/") {
+TEST_CASE(
+    "the cache stays inside itself: refs are small plain files, snapshots its own folders, links into "
+    "blobs/") {
     const std::string cache = make_cache("inside");
     Env env;
     env.vars["HF_HUB_CACHE"] = cache;
@@ -253,7 +263,8 @@ TEST_CASE("the cache stays inside itself: refs are small plain files, snapshots 
     std::ofstream(cache + "/secret") << std::string(40, 'a');
     fs::create_symlink(cache + "/secret", repo + "/refs/linked");
     CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", "linked", env.lookup()); }, m) == 65);
-    CHECK_MESSAGE(has(m, "a ref must be a plain file holding a commit hash (this one is a symbolic link)"), m);
+    CHECK_MESSAGE(has(m, "a ref must be a plain file holding a commit hash (this one is a symbolic link)"),
+                  m);
     CHECK_FALSE(has(m, std::string(40, 'a')));
     // A 200 MB ref is refused by its size, not read.
     { std::ofstream(repo + "/refs/huge") << ""; }
@@ -273,7 +284,9 @@ TEST_CASE("the cache stays inside itself: refs are small plain files, snapshots 
     fs::remove(link);
     fs::create_symlink(outside + "/transformer/config.json", link);
     CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", kOther, env.lookup()); }, m) == 65);
-    CHECK_MESSAGE(has(m, "transformer/config.json: links to " + real(outside) + "/transformer/config.json, outside the cache's"), m);
+    CHECK_MESSAGE(has(m, "transformer/config.json: links to " + real(outside) +
+                             "/transformer/config.json, outside the cache's"),
+                  m);
     // The untouched revision still resolves.
     CHECK(exit_code_of([&] { resolve_model("org/tiny-sd3", "--model", "main", env.lookup()); }, m) == 0);
     fs::remove_all(outside);

@@ -24,13 +24,11 @@
 #include "unit/ranks_as_threads.h"
 
 using namespace dp::runtime;
-using dp::test::MapSource;
 using dp::strategies::Mesh;
 using dp::strategies::MeshDegrees;
+using dp::test::MapSource;
 
 namespace {
-
-
 
 enum class Second { kNone, kReplicated, kSplit };
 
@@ -45,14 +43,16 @@ at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     if (!q2.defined()) return at::scaled_dot_product_attention(q, k, v);
     const int64_t b = q.size(0), n = q.size(2);
     at::Tensor bias = at::cat({at::zeros({b, n}), bias2.expand({b, bias2.size(1)})}, 1).view({b, 1, 1, -1});
-    return at::scaled_dot_product_attention(at::cat({q, q2}, 2), at::cat({k, k2}, 2), at::cat({v, v2}, 2), bias);
+    return at::scaled_dot_product_attention(at::cat({q, q2}, 2), at::cat({k, k2}, 2), at::cat({v, v2}, 2),
+                                            bias);
 }
 
 // Runs attend() on every rank of a ring x ulysses mesh and compares each rank's gathered outputs
 // with whole-sequence attention. Returns the largest difference over ranks and streams.
 double attend_difference(const AttendCase& c, bool drop_bias = false) {
     const int64_t batch = 2, heads = 12, tokens = 13, head_dim = 8, text = c.second == Second::kSplit ? 7 : 5;
-    const at::Tensor q = seeded({batch, heads, tokens, head_dim}, 1), k = seeded({batch, heads, tokens, head_dim}, 2),
+    const at::Tensor q = seeded({batch, heads, tokens, head_dim}, 1),
+                     k = seeded({batch, heads, tokens, head_dim}, 2),
                      v = seeded({batch, heads, tokens, head_dim}, 3);
     at::Tensor q2, k2, v2, bias2;
     if (c.second != Second::kNone) {
@@ -94,7 +94,8 @@ double attend_difference(const AttendCase& c, bool drop_bias = false) {
         if (!drop_bias) in.bias2 = bias2;
         const AttentionOutputs out = attend(in);
         double diff = max_diff(image.gather(out.out, 2), expected.narrow(2, 0, tokens));
-        if (c.second == Second::kReplicated) diff = std::max(diff, max_diff(out.out2, expected.narrow(2, tokens, text)));
+        if (c.second == Second::kReplicated)
+            diff = std::max(diff, max_diff(out.out2, expected.narrow(2, tokens, text)));
         if (c.second == Second::kSplit)
             diff = std::max(diff, max_diff(words.gather(out.out2, 2), expected.narrow(2, tokens, text)));
         (void)rank;
@@ -108,7 +109,8 @@ double attend_difference(const AttendCase& c, bool drop_bias = false) {
 
 TEST_CASE("attend() over 2, 3 and 4 ranks equals whole-sequence attention: Ulysses, Ring and USP") {
     for (Second second : {Second::kNone, Second::kReplicated, Second::kSplit})
-        for (const auto& [u, r] : std::vector<std::pair<int, int>>{{2, 1}, {3, 1}, {4, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 2}}) {
+        for (const auto& [u, r] :
+             std::vector<std::pair<int, int>>{{2, 1}, {3, 1}, {4, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 2}}) {
             CAPTURE(u);
             CAPTURE(r);
             CAPTURE(static_cast<int>(second));
@@ -134,9 +136,12 @@ namespace {
 // when any output is not finite).
 double masked_segment_difference(int ulysses, int ring, at::ScalarType dtype) {
     const int64_t batch = 2, heads = 4, tokens = 2, text = 6, head_dim = 8;
-    const at::Tensor q = seeded({batch, heads, tokens, head_dim}, 21), k = seeded({batch, heads, tokens, head_dim}, 22),
-                     v = seeded({batch, heads, tokens, head_dim}, 23), q2 = seeded({batch, heads, text, head_dim}, 24),
-                     k2 = seeded({batch, heads, text, head_dim}, 25), v2 = seeded({batch, heads, text, head_dim}, 26);
+    const at::Tensor q = seeded({batch, heads, tokens, head_dim}, 21),
+                     k = seeded({batch, heads, tokens, head_dim}, 22),
+                     v = seeded({batch, heads, tokens, head_dim}, 23),
+                     q2 = seeded({batch, heads, text, head_dim}, 24),
+                     k2 = seeded({batch, heads, text, head_dim}, 25),
+                     v2 = seeded({batch, heads, text, head_dim}, 26);
     at::Tensor bias2 = at::zeros({batch, text});
     bias2[0][4] = -INFINITY;
     bias2[0][5] = -INFINITY;
@@ -152,13 +157,16 @@ double masked_segment_difference(int ulysses, int ring, at::ScalarType dtype) {
         const ParallelContext parallel(group, Mesh(world, degrees));
         const SequenceShard image(tokens, parallel.sequence()), words(text, parallel.sequence());
         AttentionInputs in;
-        in.q = image.shard(q, 2).to(dtype), in.k = image.shard(k, 2).to(dtype), in.v = image.shard(v, 2).to(dtype);
+        in.q = image.shard(q, 2).to(dtype), in.k = image.shard(k, 2).to(dtype),
+        in.v = image.shard(v, 2).to(dtype);
         in.shard = &image;
-        in.q2 = words.shard(q2, 2).to(dtype), in.k2 = words.shard(k2, 2).to(dtype), in.v2 = words.shard(v2, 2).to(dtype);
+        in.q2 = words.shard(q2, 2).to(dtype), in.k2 = words.shard(k2, 2).to(dtype),
+        in.v2 = words.shard(v2, 2).to(dtype);
         in.shard2 = &words;
         in.bias2 = bias2;
         const AttentionOutputs out = attend(in);
-        const at::Tensor got = at::cat({image.gather(out.out, 2), words.gather(out.out2, 2)}, 2).to(at::kFloat);
+        const at::Tensor got =
+            at::cat({image.gather(out.out, 2), words.gather(out.out2, 2)}, 2).to(at::kFloat);
         const double diff = at::isfinite(got).all().item<bool>() ? max_diff(got, expected) : INFINITY;
         const std::lock_guard<std::mutex> lock(m);
         worst = std::max(worst, diff);
@@ -168,7 +176,8 @@ double masked_segment_difference(int ulysses, int ring, at::ScalarType dtype) {
 
 }  // namespace
 
-TEST_CASE("attend() with a ring segment whose keys are all masked for a prompt: finite, and equal to one rank") {
+TEST_CASE(
+    "attend() with a ring segment whose keys are all masked for a prompt: finite, and equal to one rank") {
     for (const auto& [u, r] : std::vector<std::pair<int, int>>{{1, 3}, {2, 2}, {3, 1}, {1, 1}}) {
         CAPTURE(u);
         CAPTURE(r);
@@ -188,12 +197,14 @@ TEST_CASE("SequenceShard pads, splits and gathers any length, and splits rotary 
         const at::Tensor mine = shard.shard(x);
         if (!at::equal(mine, at::constant_pad_nd(x, {0, 0, 0, 2}).narrow(1, 3 * rank, 3)))
             throw std::runtime_error("rank " + std::to_string(rank) + " holds the wrong block");
-        if (!at::equal(shard.gather(mine), x)) throw std::runtime_error("gather does not give the whole back");
+        if (!at::equal(shard.gather(mine), x))
+            throw std::runtime_error("gather does not give the whole back");
         const at::Tensor ids = at::arange(21, at::kLong).view({7, 3});  // [tokens, axes]
         if (!at::equal(shard.shard(ids, 0), at::constant_pad_nd(ids, {0, 0, 0, 2}).narrow(0, 3 * rank, 3)))
             throw std::runtime_error("rotary ids are not split like the tokens");
         const at::Tensor real = shard.real_tokens(6, 3, at::kCPU);
-        if (!at::equal(real, at::tensor({1, 0, 0}, at::kLong).to(at::kBool))) throw std::runtime_error("wrong real-token mask");
+        if (!at::equal(real, at::tensor({1, 0, 0}, at::kLong).to(at::kBool)))
+            throw std::runtime_error("wrong real-token mask");
     };
     CHECK_NOTHROW(dp::test::run_ranks(3, rank_body));
 }
@@ -218,8 +229,10 @@ double linear_difference(dp::strategies::TpSplit split, std::vector<int64_t> seg
         const ParallelLinear layer = ParallelLinear::load(mine, "l", in, out, rule, {&group, rank, tp});
         at::Tensor input = x, want = expected;
         if (split == dp::strategies::TpSplit::kColumn) want = expected.narrow(-1, rank * out / tp, out / tp);
-        if (split == dp::strategies::TpSplit::kRow || naive_input) input = x.narrow(-1, rank * in / tp, in / tp);
-        if (split == dp::strategies::TpSplit::kRowSegments && !naive_input) {  // this rank's slice of each segment
+        if (split == dp::strategies::TpSplit::kRow || naive_input)
+            input = x.narrow(-1, rank * in / tp, in / tp);
+        if (split == dp::strategies::TpSplit::kRowSegments &&
+            !naive_input) {  // this rank's slice of each segment
             std::vector<at::Tensor> parts;
             int64_t begin = 0, units = 0;
             for (int64_t s : segments) units += s;
@@ -252,8 +265,9 @@ TEST_CASE("ParallelLinear column, row and segmented splits equal at::linear on t
     MapSource source;
     source.tensors["l.weight"] = seeded({12, 10}, 1);
     source.tensors["l.bias"] = seeded({12}, 2);
-    CHECK_THROWS_WITH_AS(ParallelLinear::load(source, "l", 10, 12, {".l", TpSplit::kRow, {}}, {nullptr, 0, 3}),
-                         doctest::Contains("do not divide by the tensor-parallel degree 3"), ModelError);
+    CHECK_THROWS_WITH_AS(
+        ParallelLinear::load(source, "l", 10, 12, {".l", TpSplit::kRow, {}}, {nullptr, 0, 3}),
+        doctest::Contains("do not divide by the tensor-parallel degree 3"), ModelError);
 }
 
 TEST_CASE("a tensor-parallel shard is narrowed before it is converted: only the shard is resident") {
@@ -286,14 +300,16 @@ TEST_CASE("SD3's parallel spec names exactly the tensors its loader shards") {
         const ParallelContext parallel =
             ParallelContext::from_groups(Mesh(2, degrees), 1, nullptr, nullptr, nullptr, nullptr);
         WeightStore weights = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
-        const Sd3Transformer shard(Sd3TransformerConfig::from_json_file(dir + "/config.json"), weights, parallel);
+        const Sd3Transformer shard(Sd3TransformerConfig::from_json_file(dir + "/config.json"), weights,
+                                   parallel);
         weights.check_all_taken();
         CHECK(!expected.empty());
         CHECK(weights.sharded() == expected);
     }
 }
 
-TEST_CASE("guidance's prediction: one call per branch on the CPU, one batched call elsewhere, the same rows") {
+TEST_CASE(
+    "guidance's prediction: one call per branch on the CPU, one batched call elsewhere, the same rows") {
     const at::Tensor rows = seeded({4, 3}, 13);  // [negative; positive], two prompts each
     std::vector<std::pair<int64_t, int64_t>> calls;
     const Guidance::Model model = [&](int64_t first, int64_t count) {
@@ -313,7 +329,9 @@ TEST_CASE("guidance's prediction: one call per branch on the CPU, one batched ca
 
 TEST_CASE("guidance split over a cfg group equals both branches as one batch") {
     const at::Tensor negative = seeded({2, 4, 3, 3}, 11), positive = seeded({2, 4, 3, 3}, 12);
-    const Guidance::Combine rule = [](const at::Tensor& n, const at::Tensor& p) { return linear_guidance(n, p, 4.5); };
+    const Guidance::Combine rule = [](const at::Tensor& n, const at::Tensor& p) {
+        return linear_guidance(n, p, 4.5);
+    };
     const at::Tensor batched = Guidance(true, nullptr).combine(at::cat({negative, positive}, 0), rule);
     CHECK(max_diff(batched, negative + 4.5 * (positive - negative)) < 1e-6);
     std::mutex m;
@@ -321,7 +339,8 @@ TEST_CASE("guidance split over a cfg group equals both branches as one batch") {
     dp::test::run_ranks(2, [&](int rank, Communicator& group) {
         const Guidance g(true, &group);
         if (!g.split() || g.runs_negative_only() != (rank == 0)) throw std::runtime_error("wrong branch");
-        if (g.model_input(negative).size(0) != 2) throw std::runtime_error("a split branch doubles its input");
+        if (g.model_input(negative).size(0) != 2)
+            throw std::runtime_error("a split branch doubles its input");
         const at::Tensor r = g.combine(rank == 0 ? negative : positive, rule);
         const std::lock_guard<std::mutex> lock(m);
         got[static_cast<std::size_t>(rank)] = r;

@@ -72,10 +72,10 @@ TEST_CASE("SD3's tensor parallelism: column weights and biases split, row weight
         CHECK(tp_splits_tensor(sd3, name + ".bias"));
     }
     for (const char* whole :
-         {"transformer_blocks.0.attn.norm_q.weight",
-          "transformer_blocks.0.attn.norm_added_k.weight", "pos_embed.proj.weight", "pos_embed.pos_embed",
-          "time_text_embed.timestep_embedder.linear_1.weight", "time_text_embed.text_embedder.linear_2.bias",
-          "context_embedder.weight", "norm_out.linear.weight", "proj_out.weight", "proj_out.bias",
+         {"transformer_blocks.0.attn.norm_q.weight", "transformer_blocks.0.attn.norm_added_k.weight",
+          "pos_embed.proj.weight", "pos_embed.pos_embed", "time_text_embed.timestep_embedder.linear_1.weight",
+          "time_text_embed.text_embedder.linear_2.bias", "context_embedder.weight", "norm_out.linear.weight",
+          "proj_out.weight", "proj_out.bias",
           // Not a tensor of a split layer: another layer whose name only starts alike, or no suffix.
           "transformer_blocks.0.attn.to_qk.weight", "transformer_blocks.0.attn.to_q",
           "transformer_blocks.0.ff.net.2.weight_scale"}) {
@@ -106,7 +106,8 @@ TEST_CASE("a model folder's family comes from model_index.json's _class_name, or
     const std::string sd3 =
         model_folder("sd3", {{"model_index.json", R"({"_class_name": "StableDiffusion3Pipeline"})"}});
     CHECK(&parallel_spec_for_model(sd3) == &sd3_parallel_spec());
-    const std::string qwen = model_folder("qwen", {{"model_index.json", R"({"_class_name": "QwenImagePipeline"})"}});
+    const std::string qwen =
+        model_folder("qwen", {{"model_index.json", R"({"_class_name": "QwenImagePipeline"})"}});
     CHECK(&parallel_spec_for_model(qwen) == &qwen_image_parallel_spec());
     CHECK(&parallel_spec_for_model(dp::launcher::resolve_model("tiny-random-sd3", "--model")) ==
           &sd3_parallel_spec());
@@ -115,11 +116,12 @@ TEST_CASE("a model folder's family comes from model_index.json's _class_name, or
     CHECK(&parallel_spec_for_model(flux) == &flux_parallel_spec());
     const std::string kontext =
         model_folder("kontext", {{"model_index.json", R"({"_class_name": "FluxKontextPipeline"})"}});
-    CHECK_THROWS_WITH_AS(parallel_spec_for_model(kontext),
-                         (kontext + "/model_index.json: _class_name FluxKontextPipeline is not supported (supported: "
-                                    "StableDiffusion3Pipeline, QwenImagePipeline, FluxPipeline)")
-                             .c_str(),
-                         dp::protocol::ModelError);
+    CHECK_THROWS_WITH_AS(
+        parallel_spec_for_model(kontext),
+        (kontext + "/model_index.json: _class_name FluxKontextPipeline is not supported (supported: "
+                   "StableDiffusion3Pipeline, QwenImagePipeline, FluxPipeline)")
+            .c_str(),
+        dp::protocol::ModelError);
     for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
              {"{", "model_index.json: not valid JSON"},
              {"[1]", "model_index.json: expected a JSON object"},

@@ -62,7 +62,8 @@ TEST_CASE("plan: the transformer parameters tensor parallelism splits, in closed
     // all at fp32) stays whole.
     const long long D = 32, qkv = 6 * (D * D + D), up = 4 * D * D + 4 * D, out = D * D, down = 4 * D * D;
     const long long ada = 6 * D * D + 6 * D, ada_last = 2 * D * D + 2 * D;
-    const long long split = (qkv + 2 * up + 2 * out + 2 * down + 2 * ada) + (qkv + up + out + down + ada + ada_last);
+    const long long split =
+        (qkv + 2 * up + 2 * out + 2 * down + 2 * ada) + (qkv + up + out + down + ada + ada_last);
     const long long all = 516368 / 4;
     for (int tp : {1, 2, 4}) {
         CAPTURE(tp);
@@ -113,7 +114,8 @@ TransformerCounts sd3_transformer_counts(const nlohmann::json& c) {
     TransformerCounts t;
     t.total = max * max * d + linear(in * p * p, d) + linear(256, d) + linear(d, d) +
               linear(c["pooled_projection_dim"].get<long long>(), d) + linear(d, d) +
-              linear(c["joint_attention_dim"].get<long long>(), d) + linear(d, 2 * d) + linear(d, p * p * out);
+              linear(c["joint_attention_dim"].get<long long>(), d) + linear(d, 2 * d) +
+              linear(d, p * p * out);
     for (long long i = 0; i < layers; ++i) {
         const bool last = i == layers - 1, two = dual.count(i) > 0;
         // AdaLN: 6 modulations (9 with attn2), the text's 6, or 2 in the last block (context pre-only).
@@ -150,8 +152,9 @@ std::pair<long long, long long> t5_encoder_counts(const nlohmann::json& c) {
     const long long d = c["d_model"], inner = c["num_heads"].get<long long>() * c["d_kv"].get<long long>();
     const long long ff = c["d_ff"], layers = c["num_layers"];
     const long long matrices = 4 * d * inner + 3 * d * ff;
-    const long long total = c["vocab_size"].get<long long>() * d + layers * (matrices + 2 * d) +
-                            c["relative_attention_num_buckets"].get<long long>() * c["num_heads"].get<long long>() + d;
+    const long long total =
+        c["vocab_size"].get<long long>() * d + layers * (matrices + 2 * d) +
+        c["relative_attention_num_buckets"].get<long long>() * c["num_heads"].get<long long>() + d;
     return {total, layers * matrices};
 }
 
@@ -203,7 +206,8 @@ std::string plan_of(const std::string& model, int tp, const std::vector<std::str
     job.tp = tp;
     for (std::size_t i = 0; i < flags.size(); ++i) {
         if (flags[i] == "--no-t5") job.no_t5 = true;
-        if (flags[i] == "--max-sequence-length") job.arguments.set("max_sequence_length", int64_t{std::stoi(flags[++i])});
+        if (flags[i] == "--max-sequence-length")
+            job.arguments.set("max_sequence_length", int64_t{std::stoi(flags[++i])});
     }
     return dp::cli::describe_plan(launch, job);
 }
@@ -227,7 +231,8 @@ TEST_CASE("config-only folders: every tensor manifest agrees with its config, in
             CHECK(sum_counts(transformer, "transformer_blocks." + std::to_string(i) + ".") == t.blocks[i]);
         }
         CHECK(transformer.count("transformer_blocks.0.attn.norm_q.weight") == (tc["qk_norm"] == "rms_norm"));
-        CHECK(transformer.count("transformer_blocks.0.attn2.to_q.weight") == !tc["dual_attention_layers"].empty());
+        CHECK(transformer.count("transformer_blocks.0.attn2.to_q.weight") ==
+              !tc["dual_attention_layers"].empty());
         CHECK(transformer.at("pos_embed.pos_embed") ==
               tc["pos_embed_max_size"].get<long long>() * tc["pos_embed_max_size"].get<long long>() *
                   tc["num_attention_heads"].get<long long>() * tc["attention_head_dim"].get<long long>());
@@ -281,7 +286,8 @@ TEST_CASE("plan: the shipped config-only folders at real size, per rank and per 
         // At the default 1024x1024: 4096 image tokens, 333 text tokens (CLIP's 77 and T5's 256, the
         // default max_sequence_length); tp 2's all-reduces: two per block on the image, two on the text
         // but in the last block, for both guidance branches, of width D at 2 bytes.
-        const long long d = tc["num_attention_heads"].get<long long>() * tc["attention_head_dim"].get<long long>();
+        const long long d =
+            tc["num_attention_heads"].get<long long>() * tc["attention_head_dim"].get<long long>();
         const long long layers = tc["num_layers"];
         const std::string p = plan_of(model, 2);
         CHECK(has(p, " px -> 4096 image tokens, 333 text tokens\n"));
@@ -289,7 +295,8 @@ TEST_CASE("plan: the shipped config-only folders at real size, per rank and per 
         CHECK(has(p, bytes_in(2 * d * (2 * 4096 * layers + 2 * 333 * (layers - 1)) * 2) + "\n"));
         // Without T5 its positions are one constant token (Note [constant text tail]): 78.
         CHECK(has(plan_of(model, 2, {"--no-t5"}), " px -> 4096 image tokens, 78 text tokens\n"));
-        CHECK(has(plan_of(model, 2, {"--max-sequence-length", "77"}), " px -> 4096 image tokens, 154 text tokens\n"));
+        CHECK(has(plan_of(model, 2, {"--max-sequence-length", "77"}),
+                  " px -> 4096 image tokens, 154 text tokens\n"));
     }
     // SD3.5 large at bf16 under tp 2: 7.7 GiB of the transformer a rank (AdaLN split too), 13.9
     // GiB with T5's half, 9.3 GiB without T5.
@@ -321,8 +328,8 @@ TEST_CASE("a config-only folder runs only with --random-weights") {
     } catch (const std::exception& e) {
         CHECK_FALSE(has(e.what(), "configs only"));
     }
-    CHECK(dp::strategies::components_without_weights(dp::launcher::resolve_model("tiny-random-sd3", "--model"),
-                                                     dp::strategies::sd3_parallel_spec())
+    CHECK(dp::strategies::components_without_weights(
+              dp::launcher::resolve_model("tiny-random-sd3", "--model"), dp::strategies::sd3_parallel_spec())
               .empty());
 }
 
@@ -345,29 +352,35 @@ TEST_CASE("plan says what --dtype auto means and warns about what the job would 
     job.arguments.set("skip_guidance_layers", std::vector<int>{2});
     job.width = 4000;
     p = dp::cli::describe_plan(launch, job);
-    CHECK(has(p, "transformer parameters per rank (bf16): 252.1 KiB (258184)"));  // counted from the plain files
+    CHECK(has(p,
+              "transformer parameters per rank (bf16): 252.1 KiB (258184)"));  // counted from the plain files
     CHECK(has(p, "warning: the job would refuse this: --variant fp16: " + job.model +
                      "/transformer has no fp16 weights"));
-    CHECK(has(p, "warning: the job would refuse this: --width 4000: this model makes sizes that are multiples of"));
-    CHECK(has(p, "warning: the job would refuse this: --skip-guidance-layers 2: block 2 is not one of the "
-                 "transformer's 2 blocks (0 to 1)\n"));
+    CHECK(has(
+        p, "warning: the job would refuse this: --width 4000: this model makes sizes that are multiples of"));
+    CHECK(has(p,
+              "warning: the job would refuse this: --skip-guidance-layers 2: block 2 is not one of the "
+              "transformer's 2 blocks (0 to 1)\n"));
 }
 
-TEST_CASE("plan: Qwen-Image at real size, with the modulations and the text encoder split by tp, in closed form") {
+TEST_CASE(
+    "plan: Qwen-Image at real size, with the modulations and the text encoder split by tp, in closed form") {
     // QwenImageTransformer2DModel's parameters from its config, by diffusers' layer list: what tp
     // splits (q, k, v of both streams and the MLPs' inputs by columns with their biases, both
     // modulations too; the attention outputs and MLP outputs by rows, their biases whole) and what
     // stays whole (embeddings, norms, the output head).
     const std::string model = dp::launcher::resolve_model("qwen-image", "--model");
     const nlohmann::json tc = config_of(model, "transformer/config.json");
-    const long long d = tc["num_attention_heads"].get<long long>() * tc["attention_head_dim"].get<long long>();
-    const long long joint = tc["joint_attention_dim"], layers = tc["num_layers"], hd = tc["attention_head_dim"];
+    const long long d =
+        tc["num_attention_heads"].get<long long>() * tc["attention_head_dim"].get<long long>();
+    const long long joint = tc["joint_attention_dim"], layers = tc["num_layers"],
+                    hd = tc["attention_head_dim"];
     const long long out = tc["patch_size"].get<long long>() * tc["patch_size"].get<long long>() *
                           tc["out_channels"].get<long long>();
     const long long whole_top = linear(tc["in_channels"], d) + joint + linear(joint, d) + linear(256, d) +
                                 linear(d, d) + linear(d, 2 * d) + linear(d, out);
-    const long long split_block = 2 * linear(d, 6 * d) + 6 * linear(d, d) + 2 * linear(d, 4 * d) + 2 * d * d +
-                                  2 * 4 * d * d;
+    const long long split_block =
+        2 * linear(d, 6 * d) + 6 * linear(d, d) + 2 * linear(d, 4 * d) + 2 * d * d + 2 * 4 * d * d;
     const long long whole_block = 2 * d + 2 * d + 4 * hd;  // the row-parallel biases, the four qk-norms
     const long long whole = whole_top + layers * whole_block, split = layers * split_block;
     CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/transformer")) == whole + split);
@@ -376,7 +389,8 @@ TEST_CASE("plan: Qwen-Image at real size, with the modulations and the text enco
     // by rows; embeddings and norms whole. The vision tower and lm_head are never loaded.
     const nlohmann::json text = config_of(model, "text_encoder/config.json")["text_config"];
     const long long h = text["hidden_size"], inter = text["intermediate_size"], vocab = text["vocab_size"];
-    const long long kv = text["num_key_value_heads"].get<long long>() * (h / text["num_attention_heads"].get<long long>());
+    const long long kv =
+        text["num_key_value_heads"].get<long long>() * (h / text["num_attention_heads"].get<long long>());
     const long long text_split = text["num_hidden_layers"].get<long long>() *
                                  (linear(h, h) + 2 * linear(h, kv) + h * h + 3 * h * inter);
     const long long text_whole = vocab * h + text["num_hidden_layers"].get<long long>() * 2 * h + h;
@@ -394,7 +408,9 @@ TEST_CASE("plan: Qwen-Image at real size, with the modulations and the text enco
     CHECK(has(plan_of(model, 1), " px -> 4096 image tokens, up to 512 text tokens\n"));
 }
 
-TEST_CASE("plan: FLUX.1 at real size, double and single blocks split by tp (the single blocks' output by segments)") {
+TEST_CASE(
+    "plan: FLUX.1 at real size, double and single blocks split by tp (the single blocks' output by "
+    "segments)") {
     // FluxTransformer2DModel's parameters from its config, by diffusers' layer list. Split: both
     // streams' q, k, v and MLP inputs, the single blocks' q, k, v and proj_mlp (by columns, with
     // their biases), every modulation (norm1, norm1_context, norm: gathered), the attention and MLP
@@ -411,8 +427,8 @@ TEST_CASE("plan: FLUX.1 at real size, double and single blocks split by tp (the 
                                     (guidance ? 2 : 1) * (linear(256, d) + linear(d, d)) +
                                     linear(tc["pooled_projection_dim"], d) + linear(d, d) + linear(d, 2 * d) +
                                     linear(d, tc["in_channels"]);
-        const long long split_double = 2 * linear(d, 6 * d) + 6 * linear(d, d) + 2 * linear(d, 4 * d) +
-                                       2 * d * d + 2 * 4 * d * d;
+        const long long split_double =
+            2 * linear(d, 6 * d) + 6 * linear(d, d) + 2 * linear(d, 4 * d) + 2 * d * d + 2 * 4 * d * d;
         const long long whole_double = 4 * d + 4 * hd;
         const long long split_single = linear(d, 3 * d) + 3 * linear(d, d) + linear(d, 4 * d) + 5 * d * d;
         const long long whole_single = d + 2 * hd;

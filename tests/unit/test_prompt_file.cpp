@@ -274,15 +274,39 @@ TEST_CASE("a file name that is not UTF-8 is shown with U+FFFD in messages, and t
     CHECK(f.invalid[0].reason.find(utf8_for_display(path) + ":2: not valid UTF-8") == 0);
 }
 
-TEST_CASE("fuzz: 3000 random prompt files, fed in random pieces, parse into valid and invalid lines, or a clean error") {
+TEST_CASE(
+    "fuzz: 3000 random prompt files, fed in random pieces, parse into valid and invalid lines, or a clean "
+    "error") {
     std::mt19937_64 rng(11);
-    const std::string pieces[] = {"{", "}", "\"prompt\"", ":", "\"", ",", "\"seed\": ", "1e309", "-1", "\n", "\r\n",
-                                  "\"steps\": 4", "\"width\": 33", "[", "]", "null", "true", "\xef\xbb\xbf", "\xff",
-                                  "\"name\": \"../../x\"", "  ", "a red circle", "\\u0000", "\"prompt\": \"p\""};
+    const std::string pieces[] = {"{",
+                                  "}",
+                                  "\"prompt\"",
+                                  ":",
+                                  "\"",
+                                  ",",
+                                  "\"seed\": ",
+                                  "1e309",
+                                  "-1",
+                                  "\n",
+                                  "\r\n",
+                                  "\"steps\": 4",
+                                  "\"width\": 33",
+                                  "[",
+                                  "]",
+                                  "null",
+                                  "true",
+                                  "\xef\xbb\xbf",
+                                  "\xff",
+                                  "\"name\": \"../../x\"",
+                                  "  ",
+                                  "a red circle",
+                                  "\\u0000",
+                                  "\"prompt\": \"p\""};
     for (int i = 0; i < 3000; ++i) {
         std::string text;
         for (int n = static_cast<int>(rng() % 60); n > 0; --n)
-            text += rng() % 4 == 0 ? std::string(1, static_cast<char>(rng() % 256)) : pieces[rng() % std::size(pieces)];
+            text += rng() % 4 == 0 ? std::string(1, static_cast<char>(rng() % 256))
+                                   : pieces[rng() % std::size(pieces)];
         const PromptFormat format = rng() % 2 ? PromptFormat::kJsonl : PromptFormat::kText;
         try {
             PromptFileReader reader("fuzz.jsonl", format);
@@ -318,19 +342,23 @@ TEST_CASE("with a sink, each valid record goes there as it is read and none is h
     CHECK(f.total == 5);
     REQUIRE(f.invalid.size() == 1);
     CHECK(f.invalid[0].index == 3);
-    CHECK(seen == std::vector<std::pair<int64_t, std::string>>{{0, "first"}, {1, "{bad"}, {2, "second"}, {4, "third"}});
+    CHECK(seen == std::vector<std::pair<int64_t, std::string>>{
+                      {0, "first"}, {1, "{bad"}, {2, "second"}, {4, "third"}});
     // Without one, the same records are in `prompts`.
     const PromptFile held = parse_prompt_file(text, "p.txt", false);
     CHECK(held.valid == 4);
     CHECK(held.prompts.size() == 4);
 }
 
-TEST_CASE("what dp-launch prints of a file's text cannot drive the terminal: control characters are escaped") {
+TEST_CASE(
+    "what dp-launch prints of a file's text cannot drive the terminal: control characters are escaped") {
     using dp::launcher::terminal_safe;
     CHECK(terminal_safe("key '\x1b]0;title\x07'") == "key '\\x1b]0;title\\x07'");
     CHECK(terminal_safe("\x1b[2Jclear") == "\\x1b[2Jclear");
-    CHECK(terminal_safe("a\x7f" "b") == "a\\x7fb");
-    CHECK(terminal_safe("c1 \xc2\x9b" "31m") == "c1 \\u009b31m");  // the 8-bit CSI
+    CHECK(terminal_safe("a\x7f"
+                        "b") == "a\\x7fb");
+    CHECK(terminal_safe("c1 \xc2\x9b"
+                        "31m") == "c1 \\u009b31m");  // the 8-bit CSI
     CHECK(terminal_safe("two\nlines\tand a tab, caf\xc3\xa9") == "two\nlines\tand a tab, caf\xc3\xa9");
     CHECK(terminal_safe("bad \xff byte") == "bad \xEF\xBF\xBD byte");
     CHECK(terminal_safe(std::string("nul\0here", 8)) == "nul\\x00here");

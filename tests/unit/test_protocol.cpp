@@ -203,10 +203,13 @@ TEST_CASE("a job file that is not one this build reads is refused, naming the fi
              {edited([](auto& j) { j.erase("family"); }), path + ": family: missing (expected a string)"},
              {edited([](auto& j) { j["requests"][0]["negative_prompt"] = 3; }),
               path + ": requests[0].negative_prompt: expected a string or null"},
-             {edited([](auto& j) { j["requests"][1]["skip_guidance_layers"] = {7, 7}; }),
+             {edited([](auto& j) {
+                  j["requests"][1]["skip_guidance_layers"] = {7, 7};
+              }),
               path + ": requests[1].skip_guidance_layers: block 7 is listed twice"},
              {edited([](auto& j) { j["requests"][1]["skip_guidance_layers"] = {"7"}; }),
-              path + ": requests[1].skip_guidance_layers: expected a list of distinct transformer block indices"},
+              path + ": requests[1].skip_guidance_layers: expected a list of distinct transformer block "
+                     "indices"},
              {edited([](auto& j) { j["requests"][0]["skip_layer_guidance_start"] = 0.5; }),
               path + ": requests[0].skip_layer_guidance_start: must be below skip_layer_guidance_stop"},
              {edited([](auto& j) { j["requests"][0]["skip_layer_guidance_stop"] = 1.5; }),
@@ -260,10 +263,12 @@ TEST_CASE("every status event round-trips field by field, as one line") {
     CHECK(s.count == 12);
     CHECK(s.dtype == "bf16");
     // An older rank's start event has no dtype; another value is refused.
-    CHECK(std::get<StartEvent>(*parse_status_line(status_line(StartEvent{0, "cpu", 0, 1, "", ""}))).dtype.empty());
+    CHECK(std::get<StartEvent>(*parse_status_line(status_line(StartEvent{0, "cpu", 0, 1, "", ""})))
+              .dtype.empty());
     bool refused = false;
     try {
-        parse_status_line(R"({"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 1, "dtype": "auto"})");
+        parse_status_line(
+            R"({"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 1, "dtype": "auto"})");
     } catch (const InputDataError& e) {
         refused = std::string(e.what()) == "status event 'start': dtype 'auto': expected fp32, bf16 or fp16";
     }
@@ -303,8 +308,10 @@ TEST_CASE("the dynamic schedule's start and take events round-trip, and bad fiel
         }
         return std::string("accepted");
     };
-    CHECK(refusal(R"({"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 0, "schedule": "greedy"})") ==
-          "status event 'start': schedule 'greedy': expected static or dynamic");
+    CHECK(
+        refusal(
+            R"({"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 0, "schedule": "greedy"})") ==
+        "status event 'start': schedule 'greedy': expected static or dynamic");
     CHECK(refusal(R"({"event": "take", "rank": 0, "indices": [1, -2]})") ==
           "status event 'take': indices[1]: expected a prompt index (an integer >= 0)");
     CHECK(refusal(R"({"event": "take", "rank": 0})").find("indices") != std::string::npos);
@@ -379,7 +386,8 @@ TEST_CASE("the job file written a request at a time: one line per request, repla
     {
         dp::protocol::JobFileWriter writer(path, job);
         writer.add(job.requests[0]);
-        for (std::size_t i = 1; i < job.requests.size(); ++i) writer.add_line(dp::protocol::request_line(job.requests[i]));
+        for (std::size_t i = 1; i < job.requests.size(); ++i)
+            writer.add_line(dp::protocol::request_line(job.requests[i]));
         writer.commit();
     }
     check_same(job, read_job_file(path));
@@ -389,7 +397,10 @@ TEST_CASE("the job file written a request at a time: one line per request, repla
     CHECK(lines == job.requests.size() + 2);  // the settings, a line per request, the end
     JobFile empty = job;
     empty.requests.clear();
-    { dp::protocol::JobFileWriter writer(path, empty); writer.commit(); }
+    {
+        dp::protocol::JobFileWriter writer(path, empty);
+        writer.commit();
+    }
     check_same(empty, read_job_file(path));
     std::remove(path.c_str());
 }

@@ -11,9 +11,9 @@
 #include <set>
 
 #include "runtime/io/errors.h"
+#include "runtime/io/tensor_io.h"
 #include "runtime/models/common/qwen2_text_encoder.h"
 #include "runtime/parallel/communicator.h"
-#include "runtime/io/tensor_io.h"
 #include "strategies/model_sizes.h"
 #include "unit/ranks_as_threads.h"
 

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/errors.h"
-#include "runtime/models/common/qwen2_tokenizer.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/common/qwen2_tokenizer.h"
 
 using namespace dp::runtime;
 namespace fs = std::filesystem;

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/errors.h"
-#include "runtime/models/qwen_image/qwen_image_pipeline.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/qwen_image/qwen_image_pipeline.h"
 
 using namespace dp::runtime;
 
@@ -37,7 +37,8 @@ struct Difference {
     double latents = 0;  // max |final latent difference|
 };
 
-Difference against(const GenerateResult& out, const std::shared_ptr<SafetensorsFile>& golden, const std::string& name) {
+Difference against(const GenerateResult& out, const std::shared_ptr<SafetensorsFile>& golden,
+                   const std::string& name) {
     const at::Tensor ref_image = load_tensor(golden, name + ".image", at::kByte);
     const at::Tensor ref_latents = load_tensor(golden, name + ".latents", at::kFloat);
     REQUIRE(out.image.sizes() == ref_image.sizes());
@@ -47,12 +48,14 @@ Difference against(const GenerateResult& out, const std::shared_ptr<SafetensorsF
     d.mean = diff.to(at::kDouble).mean().item<double>();
     d.max = diff.max().item<int>();
     d.latents = (out.latents.reshape(ref_latents.sizes()) - ref_latents).abs().max().item<double>();
-    MESSAGE(name << ": " << d.within_one * 100 << "% of channels within 1, mean |uint8 diff| " << d.mean << ", max "
-                 << d.max << ", max |latent diff| " << d.latents);
+    MESSAGE(name << ": " << d.within_one * 100 << "% of channels within 1, mean |uint8 diff| " << d.mean
+                 << ", max " << d.max << ", max |latent diff| " << d.latents);
     return d;
 }
 
-std::shared_ptr<SafetensorsFile> golden() { return SafetensorsFile::open(golden_path("qwen_image_pipeline.safetensors")); }
+std::shared_ptr<SafetensorsFile> golden() {
+    return SafetensorsFile::open(golden_path("qwen_image_pipeline.safetensors"));
+}
 
 nlohmann::json cases() { return nlohmann::json::parse(golden()->metadata().at("cases")); }
 
@@ -105,7 +108,9 @@ TEST_CASE("Qwen-Image: bf16 within the measured tolerance of diffusers' bf16") {
     CHECK(d.latents <= kBf16Latents);
 }
 
-TEST_CASE("Qwen-Image: prompts of different lengths batched equal each alone, and the negative branch only with a negative prompt") {
+TEST_CASE(
+    "Qwen-Image: prompts of different lengths batched equal each alone, and the negative branch only with a "
+    "negative prompt") {
     PipelineOptions options;
     options.model_dir = tiny_qwen_image();
     const auto pipeline = QwenImagePipeline::load(options);

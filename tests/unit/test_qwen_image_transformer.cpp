@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "runtime/io/errors.h"
+#include "runtime/io/tensor_io.h"
 #include "runtime/models/qwen_image/qwen_image_transformer.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/parallel_context.h"
-#include "runtime/io/tensor_io.h"
 #include "strategies/mesh.h"
 #include "unit/ranks_as_threads.h"
 
@@ -201,7 +201,8 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("Qwen-Image's tp shards split attention, MLPs and both modulations, and device_map places the blocks") {
+TEST_CASE(
+    "Qwen-Image's tp shards split attention, MLPs and both modulations, and device_map places the blocks") {
     const QwenImageTransformerConfig c = golden_config();
     const int64_t d = c.inner_dim(), layers = c.num_layers, p = c.patch_size;
     // Counted from the config alone: what tensor parallelism splits, and what stays whole.

@@ -4,8 +4,8 @@
 #include "unit/doctest_torch.h"
 
 #include "runtime/io/errors.h"
-#include "runtime/models/common/qwen_image_vae.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/common/qwen_image_vae.h"
 
 using namespace dp::runtime;
 

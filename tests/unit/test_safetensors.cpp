@@ -76,7 +76,9 @@ TEST_CASE("a tensor aliasing the mapping keeps the file mapped after the file ob
     CHECK(x.sum().item<float>() == doctest::Approx(7000.0f));
 }
 
-TEST_CASE("weights load 64-byte aligned wherever the file puts them, and compute the same (Note [Weights are 64-byte aligned])") {
+TEST_CASE(
+    "weights load 64-byte aligned wherever the file puts them, and compute the same (Note [Weights are "
+    "64-byte aligned])") {
     // A [64, 64] weight whose data starts at every 4-byte offset modulo 64 of the mapping; one row
     // through it (MKL's gemv, the path whose sums depend on the operand's alignment) must give the
     // bits of the same weight in a fresh tensor.
@@ -88,10 +90,12 @@ TEST_CASE("weights load 64-byte aligned wherever the file puts them, and compute
     std::set<std::uintptr_t> starts;
     for (std::size_t start = 0; start < 64; start += 4) {
         const std::size_t pad = (start + 64 - (8 + header.size()) % 64) % 64;  // the data at `start` mod 64
-        const std::string path = write_bytes("aligned.safetensors", raw_file(header + std::string(pad, ' '), data));
+        const std::string path =
+            write_bytes("aligned.safetensors", raw_file(header + std::string(pad, ' '), data));
         auto file = SafetensorsFile::open(path);
         starts.insert(reinterpret_cast<std::uintptr_t>(file->data("w")) % 64);
-        for (const at::Tensor& t : {load_tensor(file, "w", at::kFloat), load_tensor_slice(file, "w", at::kFloat, at::kCPU, 0, 0, 64)}) {
+        for (const at::Tensor& t : {load_tensor(file, "w", at::kFloat),
+                                    load_tensor_slice(file, "w", at::kFloat, at::kCPU, 0, 0, 64)}) {
             CAPTURE(start);
             CHECK(reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 64 == 0);
             CHECK(at::equal(t, w));

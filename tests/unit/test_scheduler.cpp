@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/errors.h"
-#include "runtime/pipeline/flow_match_scheduler.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/pipeline/flow_match_scheduler.h"
 
 using namespace dp::runtime;
 
@@ -93,7 +93,8 @@ TEST_CASE("explicit sigmas as QwenImagePipeline passes them: dynamic mu from the
     int checked = 0;
     for (const auto& [name, c] : cases.items()) {
         CAPTURE(name);
-        const FlowMatchSchedulerConfig config = FlowMatchSchedulerConfig::from_json_text(c["config"].dump(), name);
+        const FlowMatchSchedulerConfig config =
+            FlowMatchSchedulerConfig::from_json_text(c["config"].dump(), name);
         FlowMatchEulerScheduler s(config);
         const int steps = c["steps"].get<int>();
         std::vector<double> sigmas;

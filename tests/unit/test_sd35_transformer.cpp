@@ -12,10 +12,10 @@
 #include <set>
 
 #include "runtime/io/errors.h"
+#include "runtime/io/tensor_io.h"
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/parallel_context.h"
-#include "runtime/io/tensor_io.h"
 #include "strategies/model_sizes.h"
 #include "strategies/parallel_spec.h"
 #include "unit/ranks_as_threads.h"
@@ -25,7 +25,6 @@ using dp::strategies::Mesh;
 using dp::strategies::MeshDegrees;
 
 namespace {
-
 
 // The golden dual-attention transformer's folder, and the inputs and outputs diffusers gave.
 const std::string& sd35_dir() {

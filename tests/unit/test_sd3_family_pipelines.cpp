@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/errors.h"
-#include "runtime/models/sd3/sd3_pipeline.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/sd3/sd3_pipeline.h"
 
 using namespace dp::runtime;
 
@@ -32,7 +32,8 @@ GenerateRequest request_of(const nlohmann::json& c) {
     r.width = c.at("width").get<int>();
     r.height = c.at("height").get<int>();
     r.arguments.set("max_sequence_length", int64_t{c.value("max_sequence_length", 256)});
-    r.arguments.set("skip_guidance_layers", std::vector<int>(c.value("skip_guidance_layers", std::vector<int>{})));
+    r.arguments.set("skip_guidance_layers",
+                    std::vector<int>(c.value("skip_guidance_layers", std::vector<int>{})));
     r.arguments.set("skip_layer_guidance_scale", c.value("skip_layer_guidance_scale", 2.8));
     r.arguments.set("skip_layer_guidance_start", c.value("skip_layer_guidance_start", 0.01));
     r.arguments.set("skip_layer_guidance_stop", c.value("skip_layer_guidance_stop", 0.2));
@@ -59,9 +60,10 @@ void expect_golden_pipeline(const std::string& name) {
         const double within_one = diff.le(1).to(at::kDouble).mean().item<double>();
         const double latent_diff = (out.latents - ref_latents).abs().max().item<double>();
         MESSAGE(name << " case " << i << " (" << r.width << "x" << r.height << ", " << r.steps << " steps, "
-                     << r.arguments.blocks("skip_guidance_layers").size() << " skipped layers): max |uint8 diff| "
-                     << diff.max().item<int>() << ", channels within 1: " << within_one * 100
-                     << "%, max |latent diff| " << latent_diff);
+                     << r.arguments.blocks("skip_guidance_layers").size()
+                     << " skipped layers): max |uint8 diff| " << diff.max().item<int>()
+                     << ", channels within 1: " << within_one * 100 << "%, max |latent diff| "
+                     << latent_diff);
         CHECK(within_one >= 0.999);
         CHECK(latent_diff <= 1e-4);
     }
@@ -102,9 +104,8 @@ TEST_CASE("SD3 with its T5 encoder gives diffusers' images, over-long prompts tr
     PipelineOptions options;
     options.model_dir = golden_path("sd3_t5_tiny");
     const auto pipeline = Sd3Pipeline::load(options);
-    GenerateRequest r = request_of(
-        nlohmann::json::parse(SafetensorsFile::open(golden_path("sd3_t5_tiny.safetensors"))->metadata().at("cases"))
-            ["cases"][1]);
+    GenerateRequest r = request_of(nlohmann::json::parse(
+        SafetensorsFile::open(golden_path("sd3_t5_tiny.safetensors"))->metadata().at("cases"))["cases"][1]);
     r.steps = 1;
     const GenerateResult out = pipeline->generate(r);
     REQUIRE(out.warnings.size() == 1);
@@ -113,13 +114,19 @@ TEST_CASE("SD3 with its T5 encoder gives diffusers' images, over-long prompts tr
     CHECK_THROWS_WITH_AS(pipeline->generate(r), doctest::Contains("must be 1 to 512"), ModelError);
 }
 
-TEST_CASE("SD3.5-medium's shape (dual attention, qk-norm), with and without skip-layer guidance, gives diffusers' images") {
+TEST_CASE(
+    "SD3.5-medium's shape (dual attention, qk-norm), with and without skip-layer guidance, gives diffusers' "
+    "images") {
     expect_golden_pipeline("sd35_medium_tiny");
 }
 
-TEST_CASE("SD3.5-large's shape (an odd head count) gives diffusers' images") { expect_golden_pipeline("sd35_large_tiny"); }
+TEST_CASE("SD3.5-large's shape (an odd head count) gives diffusers' images") {
+    expect_golden_pipeline("sd35_large_tiny");
+}
 
-TEST_CASE("skip-layer guidance: blocks that do not exist are refused, and it changes the image only inside its window") {
+TEST_CASE(
+    "skip-layer guidance: blocks that do not exist are refused, and it changes the image only inside its "
+    "window") {
     PipelineOptions options;
     options.model_dir = golden_path("sd35_medium_tiny");
     const auto pipeline = Sd3Pipeline::load(options);
@@ -130,8 +137,8 @@ TEST_CASE("skip-layer guidance: blocks that do not exist are refused, and it cha
     r.width = r.height = 16;
     const at::Tensor plain = pipeline->generate(r).latents;
     r.arguments.set("skip_guidance_layers", std::vector<int>{3});
-    CHECK_THROWS_WITH_AS(pipeline->generate(r), doctest::Contains("block 3 does not exist (the model has 3 blocks"),
-                         ModelError);
+    CHECK_THROWS_WITH_AS(pipeline->generate(r),
+                         doctest::Contains("block 3 does not exist (the model has 3 blocks"), ModelError);
     r.arguments.set("skip_guidance_layers", std::vector<int>{1});
     r.arguments.set("skip_layer_guidance_start", 0.5);  // no step strictly inside (1.5, 1.8)
     r.arguments.set("skip_layer_guidance_stop", 0.6);
@@ -141,7 +148,8 @@ TEST_CASE("skip-layer guidance: blocks that do not exist are refused, and it cha
     CHECK_FALSE(at::allclose(pipeline->generate(r).latents, plain));
 }
 
-TEST_CASE("--no-t5 runs a T5 folder without its encoder: zeros in T5's place, as diffusers' text_encoder_3=None") {
+TEST_CASE(
+    "--no-t5 runs a T5 folder without its encoder: zeros in T5's place, as diffusers' text_encoder_3=None") {
     PipelineOptions options;
     options.model_dir = golden_path("sd3_t5_tiny");
     GenerateRequest r;

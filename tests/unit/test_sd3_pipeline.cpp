@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "runtime/io/errors.h"
-#include "runtime/models/sd3/sd3_pipeline.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/sd3/sd3_pipeline.h"
 
 using namespace dp::runtime;
 
@@ -43,9 +43,9 @@ TEST_CASE("the C++ pipeline gives diffusers' image for the same weights, prompt 
         const double within_one = diff.le(1).all(-1).to(at::kDouble).mean().item<double>();
         const double latent_diff = (out.latents - ref_latents).abs().max().item<double>();
         MESSAGE("case " << i << " (" << r.width << "x" << r.height << ", " << r.steps << " steps, guidance "
-                        << r.arguments.number("guidance_scale") << "): max |uint8 diff| " << diff.max().item<int>()
-                        << ", pixels within 1: " << within_one * 100 << "%, max |latent diff| "
-                        << latent_diff);
+                        << r.arguments.number("guidance_scale") << "): max |uint8 diff| "
+                        << diff.max().item<int>() << ", pixels within 1: " << within_one * 100
+                        << "%, max |latent diff| " << latent_diff);
         CHECK(within_one >= 0.999);
         CHECK(latent_diff <= 1e-4);
         CHECK(out.warnings.size() == (i == 1 ? 1u : 0u));
@@ -111,12 +111,14 @@ TEST_CASE("broken model folders: each error names the file and what is wrong") {
                   "\"text_encoder_3\": [\"transformers\", \"T5EncoderModel\"]");
     write_file(dir + "/model_index.json", index);
     // Every problem at once: the encoder's folder, and the tokenizer it needs.
-    CHECK_MESSAGE(load_error(dir).find(dir + "/text_encoder_3: missing (model_index.json names a T5EncoderModel there)") !=
+    CHECK_MESSAGE(load_error(dir).find(
+                      dir + "/text_encoder_3: missing (model_index.json names a T5EncoderModel there)") !=
                       std::string::npos,
                   load_error(dir));
-    CHECK_MESSAGE(load_error(dir).find("\"tokenizer_3\" is missing, but text_encoder_3 names a T5 encoder, which needs "
-                                       "a T5TokenizerFast or T5Tokenizer (or run with --no-t5)") != std::string::npos,
-                  load_error(dir));
+    CHECK_MESSAGE(
+        load_error(dir).find("\"tokenizer_3\" is missing, but text_encoder_3 names a T5 encoder, which needs "
+                             "a T5TokenizerFast or T5Tokenizer (or run with --no-t5)") != std::string::npos,
+        load_error(dir));
 
     dir = copy_model("shape");
     std::string config = read_text_file(dir + "/transformer/config.json");

@@ -3,8 +3,8 @@
 #include "unit/doctest_torch.h"
 
 #include "runtime/io/errors.h"
-#include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/sd3/sd3_transformer.h"
 
 using namespace dp::runtime;
 

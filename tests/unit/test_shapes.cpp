@@ -33,7 +33,7 @@ TEST_CASE("every prompt the grammar writes parses back to the scene it describes
         CHECK(*parsed == scene);
         phrasings.insert(prompt);
     }
-    CHECK(two > 15000);                // both one- and two-shape scenes
+    CHECK(two > 15000);               // both one- and two-shape scenes
     CHECK(phrasings.size() > 50000);  // orders, paraphrases and attributes vary
 }
 

@@ -29,8 +29,10 @@ std::vector<std::string> words_of(const std::string& prompt) {
         }
         if (!word.empty()) words.push_back(word);
         word.clear();
-        if (ch == ',' || ch == ';' || ch == ':') words.emplace_back(1, ch);
-        else if (ch != ' ') words.emplace_back("?");
+        if (ch == ',' || ch == ';' || ch == ':')
+            words.emplace_back(1, ch);
+        else if (ch != ' ')
+            words.emplace_back("?");
     }
     return words;
 }
@@ -77,9 +79,12 @@ TEST_CASE("the trainer's grammar writes its phrases in any order, with the token
         const std::vector<std::string> w = words_of(prompt);
         const auto bg = std::find(w.begin(), w.end(), "background");
         REQUIRE(bg != w.end());
-        if (bg - w.begin() <= 3) ++background_first;
-        else if (w.end() - bg == 1) ++background_last;
-        else ++background_middle;
+        if (bg - w.begin() <= 3)
+            ++background_first;
+        else if (w.end() - bg == 1)
+            ++background_last;
+        else
+            ++background_middle;
         an_orange += prompt.find("an orange") != std::string::npos;
         colour_after_background += prompt.find("background in ") != std::string::npos;
         for (const char* kind : {"circle in ", "square in ", "triangle in "})
@@ -202,7 +207,9 @@ TEST_CASE("the committed free evaluation set is what the fixed generator writes,
 }
 
 TEST_CASE("the totals count images whose every shape is right, and those right in everything") {
-    const Scene scene{0, {{1, Kind::kCircle, Size::kSmall, Position::kLeft}, {2, Kind::kSquare, Size::kSmall, Position::kRight}}};
+    const Scene scene{0,
+                      {{1, Kind::kCircle, Size::kSmall, Position::kLeft},
+                       {2, Kind::kSquare, Size::kSmall, Position::kRight}}};
     AdherenceTotals t;
     std::vector<uint8_t> rgb = render(scene, 32);
     t.add(check_image(rgb.data(), 32, 32, scene));

@@ -25,8 +25,8 @@ namespace {
 
 // A FLUX.1-like transformer in Black Forest Labs' names: width 8, an MLP of 32, `doubles` double
 // and `singles` single blocks, under `prefix`, its weights in `dtype` (scaled: a scale_weight each).
-std::vector<StTensor> bfl_flux(const std::string& prefix, int doubles, int singles, const std::string& dtype = "BF16",
-                               bool scaled = false) {
+std::vector<StTensor> bfl_flux(const std::string& prefix, int doubles, int singles,
+                               const std::string& dtype = "BF16", bool scaled = false) {
     std::vector<StTensor> t;
     const auto linear = [&](const std::string& name, int64_t out, int64_t in) {
         t.push_back({prefix + name + ".weight", {out, in}, dtype, 0});
@@ -115,24 +115,28 @@ using Rows = std::vector<std::pair<int64_t, int64_t>>;
 }  // namespace
 
 TEST_CASE("FLUX.1's original layout: fused rows split at the file's own width, the final halves swapped") {
-    const std::string path = dp::test::write_st_file(path_of("bfl.safetensors"), bfl_flux("model.diffusion_model.", 2, 2));
+    const std::string path =
+        dp::test::write_st_file(path_of("bfl.safetensors"), bfl_flux("model.diffusion_model.", 2, 2));
     const SingleFileLayout l = layout_of(path);
     CHECK(l.layout == "Black Forest Labs' original (FLUX.1)");
     CHECK(l.prefix == "model.diffusion_model.");
     CHECK(l.format == "bf16");
     const std::string p = "model.diffusion_model.";
-    CHECK(l.tensors.at("transformer_blocks.1.attn.to_q.weight").tensor == p + "double_blocks.1.img_attn.qkv.weight");
+    CHECK(l.tensors.at("transformer_blocks.1.attn.to_q.weight").tensor ==
+          p + "double_blocks.1.img_attn.qkv.weight");
     CHECK(l.tensors.at("transformer_blocks.1.attn.to_q.weight").rows == Rows{{0, 8}});
     CHECK(l.tensors.at("transformer_blocks.1.attn.to_k.bias").rows == Rows{{8, 8}});
     CHECK(l.tensors.at("transformer_blocks.1.attn.add_v_proj.weight").rows == Rows{{16, 8}});
-    CHECK(l.tensors.at("transformer_blocks.1.attn.add_v_proj.weight").tensor == p + "double_blocks.1.txt_attn.qkv.weight");
+    CHECK(l.tensors.at("transformer_blocks.1.attn.add_v_proj.weight").tensor ==
+          p + "double_blocks.1.txt_attn.qkv.weight");
     CHECK(l.tensors.at("single_transformer_blocks.0.attn.to_v.weight").rows == Rows{{16, 8}});
     CHECK(l.tensors.at("single_transformer_blocks.0.proj_mlp.weight").rows == Rows{{24, 32}});
     CHECK(l.shapes.at("single_transformer_blocks.0.proj_mlp.weight") == std::vector<int64_t>{32, 8});
     CHECK(l.tensors.at("norm_out.linear.weight").rows == Rows{{8, 8}, {0, 8}});
     CHECK(l.tensors.at("transformer_blocks.0.attn.norm_added_k.weight").tensor ==
           p + "double_blocks.0.txt_attn.norm.key_norm.scale");
-    CHECK(l.tensors.at("time_text_embed.guidance_embedder.linear_2.weight").tensor == p + "guidance_in.out_layer.weight");
+    CHECK(l.tensors.at("time_text_embed.guidance_embedder.linear_2.weight").tensor ==
+          p + "guidance_in.out_layer.weight");
     CHECK(l.tensors.at("x_embedder.weight").rows.empty());
     // Every tensor of the model is placed, with its shape.
     CHECK(single_file_problem(l, diffusers_flux(2, 2)).empty());
@@ -143,7 +147,8 @@ TEST_CASE("FLUX.1's original layout: fused rows split at the file's own width, t
 }
 
 TEST_CASE("fp8 and ComfyUI's scaled fp8: the format, and each weight's scale") {
-    const std::string fp8 = dp::test::write_st_file(path_of("fp8.safetensors"), bfl_flux("", 1, 1, "F8_E4M3"));
+    const std::string fp8 =
+        dp::test::write_st_file(path_of("fp8.safetensors"), bfl_flux("", 1, 1, "F8_E4M3"));
     const SingleFileLayout a = layout_of(fp8);
     CHECK(a.format == "fp8 (e4m3)");
     CHECK(a.tensors.at("transformer_blocks.0.attn.to_q.weight").scale.empty());
@@ -151,7 +156,8 @@ TEST_CASE("fp8 and ComfyUI's scaled fp8: the format, and each weight's scale") {
     tensors.push_back({"scaled_fp8", {0}, "F8_E4M3", 0});
     const SingleFileLayout b = layout_of(dp::test::write_st_file(path_of("scaled.safetensors"), tensors));
     CHECK(b.format == "scaled fp8 (e4m3)");
-    CHECK(b.tensors.at("transformer_blocks.0.attn.to_k.weight").scale == "double_blocks.0.img_attn.qkv.scale_weight");
+    CHECK(b.tensors.at("transformer_blocks.0.attn.to_k.weight").scale ==
+          "double_blocks.0.img_attn.qkv.scale_weight");
     CHECK(b.tensors.at("transformer_blocks.0.attn.to_k.bias").scale.empty());
     CHECK(single_file_problem(b, diffusers_flux(1, 1)).empty());
     // A scale that is not a finite number is refused, naming it (F32 and BF16 alike).
@@ -183,19 +189,21 @@ TEST_CASE("a file that does not fit the model is named with what is wrong") {
     CHECK(missing.find(path) == 0);
     CHECK(missing.find("double_blocks.1") != std::string::npos);
     // A model with fewer blocks than the file: the extra ones are named.
-    const std::string extra = single_file_problem(layout_of(dp::test::write_st_file(path_of("more.safetensors"), tensors)),
-                                                  diffusers_flux(1, 2));
+    const std::string extra = single_file_problem(
+        layout_of(dp::test::write_st_file(path_of("more.safetensors"), tensors)), diffusers_flux(1, 2));
     CHECK(extra.find("double_blocks.1.") != std::string::npos);
     CHECK(extra.find("no place") != std::string::npos);
     // Another width: the shape is named with the config's.
     std::map<std::string, std::vector<int64_t>> wider = diffusers_flux(2, 2);
     wider["x_embedder.weight"] = {16, 64};
-    const std::string shape = single_file_problem(layout_of(dp::test::write_st_file(path_of("w.safetensors"), tensors)), wider);
+    const std::string shape =
+        single_file_problem(layout_of(dp::test::write_st_file(path_of("w.safetensors"), tensors)), wider);
     CHECK(shape.find("'img_in.weight'") != std::string::npos);
     CHECK(shape.find("[16, 64]") != std::string::npos);
     // An SD3 checkpoint for a FLUX.1 model: the family its names look made for.
-    const std::string sd3 = dp::test::write_st_file(
-        path_of("sd3.safetensors"), {{"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight", {24, 8}}});
+    const std::string sd3 =
+        dp::test::write_st_file(path_of("sd3.safetensors"),
+                                {{"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight", {24, 8}}});
     CHECK_THROWS_WITH_AS(layout_of(sd3), doctest::Contains("look made for SD3"), dp::protocol::ModelError);
     // A truncated file is no valid safetensors file (65, naming it).
     const std::string cut = dp::test::write_st_file(path_of("cut.safetensors"), tensors, {}, 100);
@@ -216,8 +224,9 @@ TEST_CASE("a component file in diffusers' or transformers' own names maps name f
     CHECK(l.layout == "diffusers");
     CHECK(l.format == "fp32");
     CHECK(l.tensors.at("text_model.final_layer_norm.weight").tensor == "text_model.final_layer_norm.weight");
-    std::map<std::string, std::vector<int64_t>> expected = {{"text_model.embeddings.token_embedding.weight", {10, 4}},
-                                                            {"text_model.final_layer_norm.weight", {4}}};
+    std::map<std::string, std::vector<int64_t>> expected = {
+        {"text_model.embeddings.token_embedding.weight", {10, 4}},
+        {"text_model.final_layer_norm.weight", {4}}};
     CHECK(single_file_problem(l, expected).empty());
     expected["text_model.final_layer_norm.bias"] = {4};
     CHECK(single_file_problem(l, expected).find("text_model.final_layer_norm.bias") != std::string::npos);
@@ -257,7 +266,8 @@ std::vector<StTensor> stability_sd3(const std::string& prefix) {
             linear(p + "context_block.mlp.fc1", 32, 8);
             linear(p + "context_block.mlp.fc2", 8, 32);
         }
-        for (const char* n : {"x_block.attn.ln_q", "x_block.attn.ln_k", "context_block.attn.ln_q", "context_block.attn.ln_k"})
+        for (const char* n :
+             {"x_block.attn.ln_q", "x_block.attn.ln_k", "context_block.attn.ln_q", "context_block.attn.ln_k"})
             t.push_back({prefix + p + n + ".weight", {4}, "BF16", 1});
         if (b == 0) {
             linear(p + "x_block.attn2.qkv", 24, 8);
@@ -304,7 +314,8 @@ std::map<std::string, std::vector<int64_t>> diffusers_sd3() {
         for (const char* n : {"attn.norm_q", "attn.norm_k", "attn.norm_added_q", "attn.norm_added_k"})
             m[p + n + ".weight"] = {4};
         if (b == 0) {
-            for (const char* n : {"attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"}) linear(p + n, 8, 8);
+            for (const char* n : {"attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"})
+                linear(p + n, 8, 8);
             m[p + "attn2.norm_q.weight"] = {4};
             m[p + "attn2.norm_k.weight"] = {4};
         }
@@ -320,8 +331,11 @@ SingleFileLayout sd3_layout_of(const std::string& path, const std::string& compo
 
 }  // namespace
 
-TEST_CASE("SD3 in Stability AI's layout: q, k, v in equal thirds, the last context and final modulations' halves swapped") {
-    const std::string path = dp::test::write_st_file(path_of("sd35.safetensors"), stability_sd3("model.diffusion_model."));
+TEST_CASE(
+    "SD3 in Stability AI's layout: q, k, v in equal thirds, the last context and final modulations' halves "
+    "swapped") {
+    const std::string path =
+        dp::test::write_st_file(path_of("sd35.safetensors"), stability_sd3("model.diffusion_model."));
     const SingleFileLayout l = sd3_layout_of(path);
     CHECK(l.layout == "Stability AI's original (SD3)");
     CHECK(l.prefix == "model.diffusion_model.");
@@ -330,10 +344,13 @@ TEST_CASE("SD3 in Stability AI's layout: q, k, v in equal thirds, the last conte
     CHECK(l.tensors.at("pos_embed.proj.weight").tensor == p + "x_embedder.proj.weight");
     CHECK(l.tensors.at("transformer_blocks.0.attn.to_q.weight").rows == Rows{{0, 8}});
     CHECK(l.tensors.at("transformer_blocks.0.attn.to_v.bias").rows == Rows{{16, 8}});
-    CHECK(l.tensors.at("transformer_blocks.1.attn.add_k_proj.weight").tensor == p + "joint_blocks.1.context_block.attn.qkv.weight");
+    CHECK(l.tensors.at("transformer_blocks.1.attn.add_k_proj.weight").tensor ==
+          p + "joint_blocks.1.context_block.attn.qkv.weight");
     CHECK(l.tensors.at("transformer_blocks.1.attn.add_k_proj.weight").rows == Rows{{8, 8}});
-    CHECK(l.tensors.at("transformer_blocks.0.attn2.to_k.weight").tensor == p + "joint_blocks.0.x_block.attn2.qkv.weight");
-    CHECK(l.tensors.at("transformer_blocks.0.attn2.norm_q.weight").tensor == p + "joint_blocks.0.x_block.attn2.ln_q.weight");
+    CHECK(l.tensors.at("transformer_blocks.0.attn2.to_k.weight").tensor ==
+          p + "joint_blocks.0.x_block.attn2.qkv.weight");
+    CHECK(l.tensors.at("transformer_blocks.0.attn2.norm_q.weight").tensor ==
+          p + "joint_blocks.0.x_block.attn2.ln_q.weight");
     CHECK(l.tensors.at("transformer_blocks.0.attn.norm_added_k.weight").tensor ==
           p + "joint_blocks.0.context_block.attn.ln_k.weight");
     // Only the last block's context modulation is stored shift first; the others as diffusers.
@@ -341,7 +358,8 @@ TEST_CASE("SD3 in Stability AI's layout: q, k, v in equal thirds, the last conte
     CHECK(l.tensors.at("transformer_blocks.1.norm1_context.linear.weight").rows == Rows{{8, 8}, {0, 8}});
     CHECK(l.tensors.at("transformer_blocks.1.norm1_context.linear.bias").rows == Rows{{8, 8}, {0, 8}});
     CHECK(l.tensors.at("norm_out.linear.weight").rows == Rows{{8, 8}, {0, 8}});
-    CHECK(l.tensors.at("time_text_embed.text_embedder.linear_1.weight").tensor == p + "y_embedder.mlp.0.weight");
+    CHECK(l.tensors.at("time_text_embed.text_embedder.linear_1.weight").tensor ==
+          p + "y_embedder.mlp.0.weight");
     CHECK(single_file_problem(l, diffusers_sd3()).empty());
     // The model it names: 3.5 medium (the second attention).
     CHECK(shipped_config_for(path) == "sd3.5-medium");
@@ -350,7 +368,8 @@ TEST_CASE("SD3 in Stability AI's layout: q, k, v in equal thirds, the last conte
     for (const StTensor& t : stability_sd3(p))
         if (t.name.find("joint_blocks.0.") == std::string::npos) without.push_back(t);
     const std::string missing = single_file_problem(
-        sd3_layout_of(dp::test::write_st_file(path_of("sd35_missing.safetensors"), without)), diffusers_sd3());
+        sd3_layout_of(dp::test::write_st_file(path_of("sd35_missing.safetensors"), without)),
+        diffusers_sd3());
     CHECK(missing.find(p + "joint_blocks.0 (transformer_blocks.0.") != std::string::npos);
     // q, k, v rows that are no three equal parts.
     std::vector<StTensor> odd = stability_sd3("");
@@ -388,7 +407,8 @@ TEST_CASE("a whole SD3 pipeline in one file: each component from its own prefix"
     CHECK(clip_l.prefix == l);
     CHECK(clip_l.tensors.at("text_projection.weight").identity);
     CHECK(clip_l.shapes.at("text_projection.weight") == std::vector<int64_t>{4, 4});
-    CHECK(clip_l.tensors.at("text_model.final_layer_norm.weight").tensor == l + "text_model.final_layer_norm.weight");
+    CHECK(clip_l.tensors.at("text_model.final_layer_norm.weight").tensor ==
+          l + "text_model.final_layer_norm.weight");
     CHECK(clip_l.tensors.count("text_model.embeddings.position_ids") == 0);
     CHECK(clip_l.format == "bf16");
     // CLIP-G keeps the file's projection.
@@ -409,28 +429,35 @@ TEST_CASE("a whole SD3 pipeline in one file: each component from its own prefix"
           "first_stage_model.decoder.up.0.block.0.nin_shortcut.weight");
     CHECK(!vae.tensors.at("decoder.up_blocks.0.resnets.0.conv_shortcut.weight").squeeze);
     // A file with the transformer alone gives no other component; a bundle without one names what it holds.
-    CHECK(bundled_components(dp::test::write_st_file(path_of("sd35_only.safetensors"), stability_sd3("model.diffusion_model.")),
+    CHECK(bundled_components(dp::test::write_st_file(path_of("sd35_only.safetensors"),
+                                                     stability_sd3("model.diffusion_model.")),
                              sd3_parallel_spec())
               .empty());
     std::vector<StTensor> no_t5;
     for (const StTensor& x : t)
         if (x.name.rfind(t5, 0) != 0) no_t5.push_back(x);
     const std::string partial = dp::test::write_st_file(path_of("sd35_no_t5.safetensors"), no_t5);
-    CHECK_THROWS_WITH_AS(sd3_layout_of(partial, "text_encoder_3"),
-                         doctest::Contains("holds no text_encoder_3 (it holds text_encoder, text_encoder_2, transformer, vae)"),
-                         dp::protocol::ModelError);
+    CHECK_THROWS_WITH_AS(
+        sd3_layout_of(partial, "text_encoder_3"),
+        doctest::Contains(
+            "holds no text_encoder_3 (it holds text_encoder, text_encoder_2, transformer, vae)"),
+        dp::protocol::ModelError);
 }
 
-TEST_CASE("the original VAE layout maps as diffusers' converter maps it: reversed up blocks, samplers, 1x1 attention") {
+TEST_CASE(
+    "the original VAE layout maps as diffusers' converter maps it: reversed up blocks, samplers, 1x1 "
+    "attention") {
     // scripts/golden/golden_sd3_single_file.py: a two-block AutoencoderKL in the original layout,
     // each tensor with the diffusers name diffusers' convert_ldm_vae_checkpoint gave it.
     std::ifstream in(std::string(DP_GOLDEN_DIR) + "/sd3_single_file/vae_ldm_2blocks.json");
     const nlohmann::json golden = nlohmann::json::parse(in);
     std::vector<StTensor> tensors;
     for (const auto& [name, t] : golden.at("tensors").items())
-        tensors.push_back({"first_stage_model." + name, t.at("shape").get<std::vector<int64_t>>(), "BF16", 0});
+        tensors.push_back(
+            {"first_stage_model." + name, t.at("shape").get<std::vector<int64_t>>(), "BF16", 0});
     tensors.push_back({"model.diffusion_model.pos_embed", {1, 4, 8}, "BF16", 0});
-    const SingleFileLayout l = sd3_layout_of(dp::test::write_st_file(path_of("vae2.safetensors"), tensors), "vae");
+    const SingleFileLayout l =
+        sd3_layout_of(dp::test::write_st_file(path_of("vae2.safetensors"), tensors), "vae");
     int checked = 0, squeezed = 0;
     for (const auto& [name, t] : golden.at("tensors").items()) {
         CAPTURE(name);

@@ -17,10 +17,10 @@
 #include "runtime/io/tensor_io.h"
 #include "runtime/io/weights.h"
 #include "runtime/models/flux/flux_transformer.h"
-#include "strategies/single_file.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline.h"
 #include "strategies/mesh.h"
+#include "strategies/single_file.h"
 #include "unit/golden_request.h"
 #include "unit/ranks_as_threads.h"
 
@@ -28,11 +28,15 @@ using namespace dp::runtime;
 
 namespace {
 
-std::shared_ptr<SafetensorsFile> golden() { return SafetensorsFile::open(golden_path("single_file_pipeline.safetensors")); }
+std::shared_ptr<SafetensorsFile> golden() {
+    return SafetensorsFile::open(golden_path("single_file_pipeline.safetensors"));
+}
 
 nlohmann::json cases() { return nlohmann::json::parse(golden()->metadata().at("cases")); }
 
-std::string root_path(const std::string& relative) { return std::string(DP_GOLDEN_DIR) + "/../../../" + relative; }
+std::string root_path(const std::string& relative) {
+    return std::string(DP_GOLDEN_DIR) + "/../../../" + relative;
+}
 
 GenerateRequest request_of(const nlohmann::json& c) {
     GenerateRequest r;
@@ -55,21 +59,24 @@ PipelineOptions options_for(const nlohmann::json& c) {
 
 }  // namespace
 
-TEST_CASE("a FLUX.1 transformer from one file in Black Forest Labs' layout gives diffusers' from_single_file image") {
+TEST_CASE(
+    "a FLUX.1 transformer from one file in Black Forest Labs' layout gives diffusers' from_single_file "
+    "image") {
     const auto file = golden();
     const nlohmann::json all = cases();
     int checked = 0;
     for (const std::string name : {"bfl_bf16", "bfl_fp8", "bfl_scaled_fp8"}) {
         CAPTURE(name);
         const nlohmann::json& c = all.at(name);
-        const GenerateResult out = load_pipeline(options_for(c), ParallelContext::single())->generate(request_of(c));
+        const GenerateResult out =
+            load_pipeline(options_for(c), ParallelContext::single())->generate(request_of(c));
         REQUIRE(out.error.empty());
         const at::Tensor ref = load_tensor(file, name + ".latents", at::kFloat);
         const at::Tensor folder = load_tensor(file, "folder.latents", at::kFloat);
         const double diff = (out.latents.reshape(ref.sizes()) - ref).abs().max().item<double>();
         const double effect = (folder - ref).abs().max().item<double>();
-        MESSAGE(name << ": max |latent diff| " << diff << " against diffusers; the stored precision moves them by "
-                     << effect);
+        MESSAGE(name << ": max |latent diff| " << diff
+                     << " against diffusers; the stored precision moves them by " << effect);
         CHECK(effect > 1e-3);  // the file's rounding shows: the weights came from it, not the folder
         CHECK(diff <= 1e-4);
         const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
@@ -86,7 +93,8 @@ TEST_CASE("a transformer from one file gives the single-process image under tp2 
         CAPTURE(name);
         const nlohmann::json& c = all.at(name);
         const GenerateRequest request = request_of(c);
-        const at::Tensor alone = load_pipeline(options_for(c), ParallelContext::single())->generate(request).latents;
+        const at::Tensor alone =
+            load_pipeline(options_for(c), ParallelContext::single())->generate(request).latents;
         std::vector<dp::strategies::MeshDegrees> layouts(2);
         layouts[0].tp = 2;
         layouts[1].ulysses = 2;
@@ -96,7 +104,8 @@ TEST_CASE("a transformer from one file gives the single-process image under tp2 
             std::vector<at::Tensor> out(2);
             dp::test::run_ranks(2, [&](int rank, Communicator& group) {
                 const ParallelContext parallel(group, dp::strategies::Mesh(2, degrees));
-                out[static_cast<std::size_t>(rank)] = load_pipeline(options_for(c), parallel)->generate(request).latents;
+                out[static_cast<std::size_t>(rank)] =
+                    load_pipeline(options_for(c), parallel)->generate(request).latents;
             });
             for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= 1e-5);
         }
@@ -126,21 +135,24 @@ TEST_CASE("GGUF blocks of every type dequantize to the values gguf-py gives, to 
     CHECK(checked == 12);
 }
 
-TEST_CASE("a FLUX.1 transformer from GGUF files (Q8_0, Q4_K, Q6_K) gives ggml's exact image, and diffusers' within its fp16") {
+TEST_CASE(
+    "a FLUX.1 transformer from GGUF files (Q8_0, Q4_K, Q6_K) gives ggml's exact image, and diffusers' within "
+    "its fp16") {
     const auto file = SafetensorsFile::open(golden_path("gguf_pipeline.safetensors"));
     const nlohmann::json all = nlohmann::json::parse(file->metadata().at("cases"));
     for (const std::string name : {"q8_0", "q4_k", "q6_k"}) {
         CAPTURE(name);
         const nlohmann::json& c = all.at(name);
-        const GenerateResult out = load_pipeline(options_for(c), ParallelContext::single())->generate(request_of(c));
+        const GenerateResult out =
+            load_pipeline(options_for(c), ParallelContext::single())->generate(request_of(c));
         REQUIRE(out.error.empty());
         const at::Tensor exact = load_tensor(file, name + "_exact.latents", at::kFloat);
         const at::Tensor diffusers = load_tensor(file, name + ".latents", at::kFloat);
         const at::Tensor mine = out.latents.reshape(exact.sizes());
         const double to_exact = (mine - exact).abs().max().item<double>();
         const double to_diffusers = (mine - diffusers).abs().max().item<double>();
-        MESSAGE(name << ": max |latent diff| " << to_exact << " against the exact dequantization, " << to_diffusers
-                     << " against diffusers (which dequantizes in fp16)");
+        MESSAGE(name << ": max |latent diff| " << to_exact << " against the exact dequantization, "
+                     << to_diffusers << " against diffusers (which dequantizes in fp16)");
         CHECK(to_exact <= 1e-4);
         CHECK(to_diffusers <= 3e-3);
         const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
@@ -152,37 +164,45 @@ TEST_CASE("a GGUF Q4_K transformer gives the single-process image under tp2, and
     const auto gguf = SafetensorsFile::open(golden_path("gguf_pipeline.safetensors"));
     const nlohmann::json q4 = nlohmann::json::parse(gguf->metadata().at("cases")).at("q4_k");
     const nlohmann::json fp8 = cases().at("bfl_fp8");
-    for (const auto& [c, degrees] : {std::pair<nlohmann::json, dp::strategies::MeshDegrees>{q4, [] {
-                                         dp::strategies::MeshDegrees d;
-                                         d.tp = 2;
-                                         return d;
-                                     }()},
-                                     {fp8, [] {
-                                          dp::strategies::MeshDegrees d;
-                                          d.ulysses = 2;
-                                          return d;
-                                      }()}}) {
+    for (const auto& [c, degrees] :
+         {std::pair<nlohmann::json, dp::strategies::MeshDegrees>{q4,
+                                                                 [] {
+                                                                     dp::strategies::MeshDegrees d;
+                                                                     d.tp = 2;
+                                                                     return d;
+                                                                 }()},
+          {fp8, [] {
+               dp::strategies::MeshDegrees d;
+               d.ulysses = 2;
+               return d;
+           }()}}) {
         CAPTURE(c.at("file").get<std::string>());
         const GenerateRequest request = request_of(c);
-        const at::Tensor alone = load_pipeline(options_for(c), ParallelContext::single())->generate(request).latents;
+        const at::Tensor alone =
+            load_pipeline(options_for(c), ParallelContext::single())->generate(request).latents;
         std::vector<at::Tensor> out(2);
         dp::test::run_ranks(2, [&](int rank, Communicator& group) {
             const ParallelContext parallel(group, dp::strategies::Mesh(2, degrees));
-            out[static_cast<std::size_t>(rank)] = load_pipeline(options_for(c), parallel)->generate(request).latents;
+            out[static_cast<std::size_t>(rank)] =
+                load_pipeline(options_for(c), parallel)->generate(request).latents;
         });
         for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= 1e-5);
     }
 }
 
-TEST_CASE("GGUF weights kept quantized: the image of the weights dequantized at load, to the bit, in a fraction of the memory") {
+TEST_CASE(
+    "GGUF weights kept quantized: the image of the weights dequantized at load, to the bit, in a fraction of "
+    "the memory") {
     const auto gguf = SafetensorsFile::open(golden_path("gguf_pipeline.safetensors"));
     const nlohmann::json q4 = nlohmann::json::parse(gguf->metadata().at("cases")).at("q4_k");
     // The transformer alone: what it holds, both ways.
     const std::string path = root_path(q4.at("file").get<std::string>());
     const std::string folder = std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev";
-    const FluxTransformerConfig config = FluxTransformerConfig::from_json_file(folder + "/transformer/config.json");
+    const FluxTransformerConfig config =
+        FluxTransformerConfig::from_json_file(folder + "/transformer/config.json");
     const auto file = dp::strategies::GgufFile::open(path);
-    const auto layout = dp::strategies::read_single_file_layout(*file, dp::strategies::flux_parallel_spec(), "transformer");
+    const auto layout =
+        dp::strategies::read_single_file_layout(*file, dp::strategies::flux_parallel_spec(), "transformer");
     REQUIRE(layout.quantized_bytes > 0);
     int64_t bytes[2] = {0, 0};
     for (const bool keep : {false, true}) {
@@ -191,13 +211,14 @@ TEST_CASE("GGUF weights kept quantized: the image of the weights dequantized at 
         w.check_all_taken();
     }
     MESSAGE("tiny FLUX.1 transformer from Q4_K: " << bytes[0] << " bytes dequantized at load, " << bytes[1]
-                                                   << " kept quantized");
+                                                  << " kept quantized");
     CHECK(bytes[1] * 3 < bytes[0]);  // Q4_K is 4.5 bits a weight against fp32's 32, less what stays F32
     // The pipeline: the same latents, to the bit, alone and under tp2 (each rank's rows of blocks).
     const GenerateRequest request = request_of(q4);
     PipelineOptions load_time = options_for(q4), kept = options_for(q4);
     kept.keep_quantized = true;
-    const at::Tensor reference = load_pipeline(load_time, ParallelContext::single())->generate(request).latents;
+    const at::Tensor reference =
+        load_pipeline(load_time, ParallelContext::single())->generate(request).latents;
     const GenerateResult alone = load_pipeline(kept, ParallelContext::single())->generate(request);
     REQUIRE(alone.error.empty());
     CHECK(at::equal(alone.latents, reference));
@@ -219,27 +240,33 @@ namespace {
 PipelineOptions file_options(const nlohmann::json& c, const std::vector<std::string>& components) {
     PipelineOptions o;
     o.model_dir = root_path(c.at("folder").get<std::string>());
-    for (const std::string& component : components) o.component_files[component] = root_path(c.at("file").get<std::string>());
+    for (const std::string& component : components)
+        o.component_files[component] = root_path(c.at("file").get<std::string>());
     return o;
 }
 
-void check_against(const GenerateResult& out, const std::shared_ptr<SafetensorsFile>& file, const std::string& name,
-                   const std::string& folder_case) {
+void check_against(const GenerateResult& out, const std::shared_ptr<SafetensorsFile>& file,
+                   const std::string& name, const std::string& folder_case) {
     REQUIRE(out.error.empty());
     const at::Tensor ref = load_tensor(file, name + ".latents", at::kFloat);
     const at::Tensor folder = load_tensor(file, folder_case + ".latents", at::kFloat);
     const double diff = (out.latents.reshape(ref.sizes()) - ref).abs().max().item<double>();
     const double effect = (folder - ref).abs().max().item<double>();
-    MESSAGE(name << ": max |latent diff| " << diff << " against diffusers; the file's bf16 moves them by " << effect);
+    MESSAGE(name << ": max |latent diff| " << diff << " against diffusers; the file's bf16 moves them by "
+                 << effect);
     CHECK(effect > 1e-3);  // the weights came from the file, not the folder
     CHECK(diff <= 1e-4);
     const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
-    CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt)).abs().le(1).to(at::kDouble).mean().item<double>() >= 0.999);
+    CHECK(
+        (out.image.to(at::kInt) - ref_image.to(at::kInt)).abs().le(1).to(at::kDouble).mean().item<double>() >=
+        0.999);
 }
 
 }  // namespace
 
-TEST_CASE("SD3.5 in Stability AI's layout, the transformer alone and the whole pipeline in one file, gives diffusers' from_single_file image") {
+TEST_CASE(
+    "SD3.5 in Stability AI's layout, the transformer alone and the whole pipeline in one file, gives "
+    "diffusers' from_single_file image") {
     const auto file = SafetensorsFile::open(golden_path("sd3_single_file_pipeline.safetensors"));
     const nlohmann::json all = nlohmann::json::parse(file->metadata().at("cases"));
     const nlohmann::json& alone = all.at("stability");
@@ -256,9 +283,12 @@ TEST_CASE("SD3.5 in Stability AI's layout, the transformer alone and the whole p
                   file, "stability_all", "folder");
 }
 
-TEST_CASE("a Qwen-Image transformer from one file (ComfyUI's split files) gives diffusers' from_single_file image with true CFG") {
+TEST_CASE(
+    "a Qwen-Image transformer from one file (ComfyUI's split files) gives diffusers' from_single_file image "
+    "with true CFG") {
     const auto file = SafetensorsFile::open(golden_path("qwen_single_file_pipeline.safetensors"));
     const nlohmann::json c = nlohmann::json::parse(file->metadata().at("cases")).at("qwen_bf16");
-    check_against(load_pipeline(file_options(c, {"transformer"}), ParallelContext::single())->generate(dp::test::golden_request(c)),
+    check_against(load_pipeline(file_options(c, {"transformer"}), ParallelContext::single())
+                      ->generate(dp::test::golden_request(c)),
                   file, "qwen_bf16", "qwen_folder");
 }

@@ -23,16 +23,22 @@ using namespace dp::runtime;
 
 namespace {
 
-std::shared_ptr<SafetensorsFile> golden() { return SafetensorsFile::open(golden_path("step_cache_pipeline.safetensors")); }
+std::shared_ptr<SafetensorsFile> golden() {
+    return SafetensorsFile::open(golden_path("step_cache_pipeline.safetensors"));
+}
 nlohmann::json cases() { return nlohmann::json::parse(golden()->metadata().at("cases")); }
-std::shared_ptr<SafetensorsFile> mag_golden() { return SafetensorsFile::open(golden_path("mag_cache_pipeline.safetensors")); }
+std::shared_ptr<SafetensorsFile> mag_golden() {
+    return SafetensorsFile::open(golden_path("mag_cache_pipeline.safetensors"));
+}
 nlohmann::json mag_cases() { return nlohmann::json::parse(mag_golden()->metadata().at("cases")); }
 // The case's call with its cache.
 GenerateRequest request_of(const nlohmann::json& c) {
     GenerateRequest r = dp::test::golden_request(c);
     if (!c.at("cache").is_null()) {  // as a prompt line's "cache" object
         dp::protocol::CallValue cache;
-        REQUIRE(dp::protocol::read_call_value(*dp::protocol::find_call_argument("cache"), c.at("cache"), cache).empty());
+        REQUIRE(
+            dp::protocol::read_call_value(*dp::protocol::find_call_argument("cache"), c.at("cache"), cache)
+                .empty());
         r.arguments.set("cache", cache);
     }
     return r;
@@ -84,14 +90,15 @@ TEST_CASE("the first-block cache gives diffusers' cached images, deciding as its
     for (const std::string name : {"flux", "qwen"}) {
         CAPTURE(name);
         const nlohmann::json& c = all.at(name + "_cached");
-        const GenerateResult out = load_pipeline(options_of(c), ParallelContext::single())->generate(request_of(c));
+        const GenerateResult out =
+            load_pipeline(options_of(c), ParallelContext::single())->generate(request_of(c));
         REQUIRE(out.error.empty());
         const at::Tensor ref = load_tensor(file, name + "_cached.latents", at::kFloat);
         const at::Tensor uncached = load_tensor(file, name + "_uncached.latents", at::kFloat);
         const double diff = (out.latents.reshape(ref.sizes()) - ref).abs().max().item<double>();
         const double effect = (uncached - ref).abs().max().item<double>();
-        MESSAGE(name << ": max |latent diff| " << diff << " against diffusers' cached run; the cache moves them by "
-                     << effect);
+        MESSAGE(name << ": max |latent diff| " << diff
+                     << " against diffusers' cached run; the cache moves them by " << effect);
         CHECK(diff <= 1e-4);
         CHECK(effect > 1e-2);  // the cache skipped passes: without it the latents are others
         CHECK(out.computed_steps == c.at("computed_steps").get<int64_t>());
@@ -115,21 +122,30 @@ TEST_CASE("the first-block cache gives diffusers' cached images, deciding as its
             }
         }
         const at::Tensor ref_image = load_tensor(file, name + "_cached.image", at::kByte);
-        CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt)).abs().le(1).to(at::kDouble).mean().item<double>() >= 0.999);
+        CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt))
+                  .abs()
+                  .le(1)
+                  .to(at::kDouble)
+                  .mean()
+                  .item<double>() >= 0.999);
     }
 }
 
-TEST_CASE("the first-block cache decides as one process does under ulysses2 and ring2 (uneven shards), tp2 and cfg2") {
+TEST_CASE(
+    "the first-block cache decides as one process does under ulysses2 and ring2 (uneven shards), tp2 and "
+    "cfg2") {
     const nlohmann::json all = cases();
     // FLUX at 48x48: 9 image tokens, over two ranks 5 and 4 (the text's too are split).
     nlohmann::json flux = all.at("flux_cached");
     flux["width"] = 48, flux["height"] = 48;
     const GenerateRequest request = request_of(flux);
-    const GenerateResult alone = load_pipeline(options_of(flux), ParallelContext::single())->generate(request);
+    const GenerateResult alone =
+        load_pipeline(options_of(flux), ParallelContext::single())->generate(request);
     MESSAGE("FLUX 48x48: " << alone.computed_steps << " of 8 passes computed in full");
     CHECK(alone.computed_steps > 1);
     CHECK(alone.computed_steps < 8);
-    for (const dp::strategies::MeshDegrees& d : {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)}) {
+    for (const dp::strategies::MeshDegrees& d :
+         {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)}) {
         CAPTURE(d.ulysses);
         CAPTURE(d.ring);
         CAPTURE(d.tp);
@@ -183,7 +199,8 @@ TEST_CASE("TaylorSeer gives diffusers' cached images, each branch with its own f
             const nlohmann::json& c = all.at(key);
             const GenerateRequest request = request_of(c);
             REQUIRE(request.arguments.cache("cache").taylorseer());
-            const GenerateResult out = load_pipeline(options_of(c), ParallelContext::single())->generate(request);
+            const GenerateResult out =
+                load_pipeline(options_of(c), ParallelContext::single())->generate(request);
             REQUIRE(out.error.empty());
             const at::Tensor ref = load_tensor(file, key + ".latents", at::kFloat);
             const at::Tensor uncached = load_tensor(file, name + "_uncached.latents", at::kFloat);
@@ -204,8 +221,12 @@ TEST_CASE("TaylorSeer gives diffusers' cached images, each branch with its own f
                 CHECK(diff <= 1e-3 * scale);
             }
             const at::Tensor ref_image = load_tensor(file, key + ".image", at::kByte);
-            CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt)).abs().le(1).to(at::kDouble).mean().item<double>() >=
-                  0.999);
+            CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt))
+                      .abs()
+                      .le(1)
+                      .to(at::kDouble)
+                      .mean()
+                      .item<double>() >= 0.999);
         }
     }
     // The schedule alone decides, so every strategy extrapolates the same passes: ulysses2 and ring2
@@ -213,21 +234,26 @@ TEST_CASE("TaylorSeer gives diffusers' cached images, each branch with its own f
     // to the neighbouring bfloat16 to amplify the strategies' own).
     nlohmann::json flux = all.at("flux_taylorseer_float32");
     flux["width"] = 48, flux["height"] = 48;
-    const GenerateResult alone = load_pipeline(options_of(flux), ParallelContext::single())->generate(request_of(flux));
-    for (const dp::strategies::MeshDegrees& d : {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)})
+    const GenerateResult alone =
+        load_pipeline(options_of(flux), ParallelContext::single())->generate(request_of(flux));
+    for (const dp::strategies::MeshDegrees& d :
+         {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)})
         for (const GenerateResult& r : on_two_ranks(options_of(flux), request_of(flux), d)) {
             CHECK(r.computed_steps == alone.computed_steps);
             CHECK((r.latents - alone.latents).abs().max().item<double>() <= 1e-5);
         }
     const nlohmann::json& qwen = all.at("qwen_taylorseer_float32");
-    const GenerateResult both = load_pipeline(options_of(qwen), ParallelContext::single())->generate(request_of(qwen));
+    const GenerateResult both =
+        load_pipeline(options_of(qwen), ParallelContext::single())->generate(request_of(qwen));
     for (const GenerateResult& r : on_two_ranks(options_of(qwen), request_of(qwen), degrees(1, 1, 1, 2))) {
         CHECK(r.computed_steps == both.computed_steps);
         CHECK((r.latents - both.latents).abs().max().item<double>() <= 1e-5);
     }
 }
 
-TEST_CASE("MagCache gives diffusers' cached images and passes, on FLUX.1's published ratios and on calibrated ones") {
+TEST_CASE(
+    "MagCache gives diffusers' cached images and passes, on FLUX.1's published ratios and on calibrated "
+    "ones") {
     const auto file = mag_golden();
     const nlohmann::json all = mag_cases();
     for (const std::string name : {"flux", "qwen"}) {
@@ -244,15 +270,22 @@ TEST_CASE("MagCache gives diffusers' cached images and passes, on FLUX.1's publi
         const GenerateResult out = load_pipeline(options_of(c), ParallelContext::single())->generate(request);
         REQUIRE(out.error.empty());
         const at::Tensor ref = load_tensor(file, key + ".latents", at::kFloat);
-        const at::Tensor uncached = load_tensor(file, name + "_calibrate.latents", at::kFloat);  // nothing skipped
+        const at::Tensor uncached =
+            load_tensor(file, name + "_calibrate.latents", at::kFloat);  // nothing skipped
         const double diff = (out.latents.reshape(ref.sizes()) - ref).abs().max().item<double>();
         const double effect = (uncached - ref).abs().max().item<double>();
-        MESSAGE(key << ": max |latent diff| " << diff << " against diffusers; the cache moves them by " << effect);
+        MESSAGE(key << ": max |latent diff| " << diff << " against diffusers; the cache moves them by "
+                    << effect);
         CHECK(diff <= 1e-4);
         CHECK(effect > 1e-2);
         CHECK(out.computed_steps == c.at("computed_steps").get<int64_t>());
         const at::Tensor ref_image = load_tensor(file, key + ".image", at::kByte);
-        CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt)).abs().le(1).to(at::kDouble).mean().item<double>() >= 0.999);
+        CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt))
+                  .abs()
+                  .le(1)
+                  .to(at::kDouble)
+                  .mean()
+                  .item<double>() >= 0.999);
     }
 }
 
@@ -279,14 +312,17 @@ TEST_CASE("MagCache calibration computes every pass and measures diffusers' rati
         // Each branch measures its own; cfg2 reports the positive one's from both ranks.
         for (const GenerateResult& r : on_two_ranks(options_of(c), request, degrees(1, 1, 1, 2))) {
             REQUIRE(r.mag_ratios.size() == out.mag_ratios.size());
-            for (std::size_t s = 0; s < theirs.size(); ++s) CHECK(r.mag_ratios[s] == doctest::Approx(out.mag_ratios[s]).epsilon(1e-6));
+            for (std::size_t s = 0; s < theirs.size(); ++s)
+                CHECK(r.mag_ratios[s] == doctest::Approx(out.mag_ratios[s]).epsilon(1e-6));
         }
     }
     // Uneven shards: 9 image tokens over two ranks; the sums over the whole sequence give one ratio.
     nlohmann::json flux = all.at("flux_calibrate");
     flux["width"] = 48, flux["height"] = 48;
-    const GenerateResult alone = load_pipeline(options_of(flux), ParallelContext::single())->generate(request_of(flux));
-    for (const dp::strategies::MeshDegrees& d : {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)})
+    const GenerateResult alone =
+        load_pipeline(options_of(flux), ParallelContext::single())->generate(request_of(flux));
+    for (const dp::strategies::MeshDegrees& d :
+         {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)})
         for (const GenerateResult& r : on_two_ranks(options_of(flux), request_of(flux), d)) {
             CAPTURE(d.ulysses);
             CAPTURE(d.ring);
@@ -296,14 +332,18 @@ TEST_CASE("MagCache calibration computes every pass and measures diffusers' rati
         }
 }
 
-TEST_CASE("MagCache skips the same passes under ulysses2 and ring2 (uneven shards), tp2 and cfg2, and on SD3's batched branches") {
+TEST_CASE(
+    "MagCache skips the same passes under ulysses2 and ring2 (uneven shards), tp2 and cfg2, and on SD3's "
+    "batched branches") {
     const nlohmann::json all = mag_cases();
     nlohmann::json flux = all.at("flux_mag");
     flux["width"] = 48, flux["height"] = 48;
     const GenerateRequest request = request_of(flux);
-    const GenerateResult alone = load_pipeline(options_of(flux), ParallelContext::single())->generate(request);
+    const GenerateResult alone =
+        load_pipeline(options_of(flux), ParallelContext::single())->generate(request);
     CHECK(alone.computed_steps == flux.at("computed_steps").get<int64_t>());  // the ratios alone decide
-    for (const dp::strategies::MeshDegrees& d : {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)})
+    for (const dp::strategies::MeshDegrees& d :
+         {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)})
         for (const GenerateResult& r : on_two_ranks(options_of(flux), request, d)) {
             CAPTURE(d.ulysses);
             CAPTURE(d.ring);
@@ -311,7 +351,8 @@ TEST_CASE("MagCache skips the same passes under ulysses2 and ring2 (uneven shard
             CHECK((r.latents - alone.latents).abs().max().item<double>() <= 1e-5);
         }
     const nlohmann::json& qwen = all.at("qwen_mag");
-    const GenerateResult both = load_pipeline(options_of(qwen), ParallelContext::single())->generate(request_of(qwen));
+    const GenerateResult both =
+        load_pipeline(options_of(qwen), ParallelContext::single())->generate(request_of(qwen));
     for (const GenerateResult& r : on_two_ranks(options_of(qwen), request_of(qwen), degrees(1, 1, 1, 2))) {
         CHECK(r.computed_steps == both.computed_steps);
         CHECK((r.latents - both.latents).abs().max().item<double>() <= 1e-5);
@@ -331,8 +372,9 @@ TEST_CASE("MagCache skips the same passes under ulysses2 and ring2 (uneven shard
     CHECK(calibrated.mag_ratios.size() == 6);
     // Ratios of exactly 1 and no limit on skipping: after the retention step (int(0.5 * 6 + 0.5) = 3)
     // every pass reuses the residual of pass 2.
-    REQUIRE(dp::protocol::parse_step_cache("mag_cache:mag_ratios=1 1 1 1 1 1,max_skip_steps=100,retention_ratio=0.5",
-                                           cache, 10).empty());
+    REQUIRE(dp::protocol::parse_step_cache(
+                "mag_cache:mag_ratios=1 1 1 1 1 1,max_skip_steps=100,retention_ratio=0.5", cache, 10)
+                .empty());
     r.arguments.set("cache", cache);
     const GenerateResult skipped = pipeline->generate(r);
     CHECK(skipped.computed_steps == 6);

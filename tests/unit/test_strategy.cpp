@@ -263,12 +263,13 @@ TEST_CASE("FLUX.1 splits CFG only where true CFG runs: its distilled guidance ha
     const ParallelSpec& flux = flux_parallel_spec();
     StrategyRequest r = on_world(2);
     r.cfg_parallel = true;  // true_cfg_scale's default, 1.0: no negative branch
-    CHECK_THROWS_WITH_AS(resolve_strategy(r, flux, 24),
-                         "--cfg-parallel with --true-cfg-scale 1.00: there is no guidance to split at a scale of 1 "
-                         "or less (FLUX.1's negative branch runs only with --true-cfg-scale above 1 and a negative "
-                         "prompt; its guidance_scale is embedded in the transformer, one forward per step, nothing "
-                         "to split)",
-                         dp::protocol::UsageError);
+    CHECK_THROWS_WITH_AS(
+        resolve_strategy(r, flux, 24),
+        "--cfg-parallel with --true-cfg-scale 1.00: there is no guidance to split at a scale of 1 "
+        "or less (FLUX.1's negative branch runs only with --true-cfg-scale above 1 and a negative "
+        "prompt; its guidance_scale is embedded in the transformer, one forward per step, nothing "
+        "to split)",
+        dp::protocol::UsageError);
     r.cfg_scale = 4.0;  // --true-cfg-scale 4
     check_degrees(resolve_strategy(r, flux, 24).degrees, degrees(1, 2, 1, 1, 1));
     r = on_world(8);
@@ -339,7 +340,8 @@ TEST_CASE("the launcher resolves with the model's own spec and heads") {
     CHECK(resolved.ulysses == 1);
     CHECK(resolved.dp == 1);
     launch.num_processes = 4;
-    const ResolvedStrategy r = dp::launcher::resolve_job_strategy(launch, job, dp::strategies::read_model_info(job.model));
+    const ResolvedStrategy r =
+        dp::launcher::resolve_job_strategy(launch, job, dp::strategies::read_model_info(job.model));
     check_degrees(r.degrees, degrees(1, 1, 1, 4, 1));
     job.strategy.clear();
     job.tp = 5;
@@ -349,7 +351,8 @@ TEST_CASE("the launcher resolves with the model's own spec and heads") {
                          dp::protocol::UsageError);
     job.tp = 3;  // 4 heads over 3 ranks: 2, 1, 1
     launch.num_processes = 3;
-    const ResolvedStrategy uneven = dp::launcher::resolve_job_strategy(launch, job, dp::strategies::read_model_info(job.model));
+    const ResolvedStrategy uneven =
+        dp::launcher::resolve_job_strategy(launch, job, dp::strategies::read_model_info(job.model));
     check_degrees(uneven.degrees, degrees(1, 1, 1, 1, 3));
     REQUIRE(uneven.notes.size() == 1);
     CHECK(uneven.notes[0].find("the ranks hold 2, 1, 1 heads") != std::string::npos);

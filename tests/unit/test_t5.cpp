@@ -8,14 +8,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
-#include <random>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "runtime/io/errors.h"
+#include "runtime/io/tensor_io.h"
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
 #include "runtime/parallel/communicator.h"
-#include "runtime/io/tensor_io.h"
 #include "strategies/model_sizes.h"
 #include "unit/ranks_as_threads.h"
 
@@ -30,7 +30,6 @@ std::vector<int64_t> ids_of(const at::Tensor& t) {
     const at::Tensor c = t.to(at::kLong).contiguous();
     return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
 }
-
 
 // A fresh folder under /tmp, removed (with its files) when the test ends.
 struct TempDir {
@@ -195,11 +194,14 @@ TEST_CASE("T5 encoder matches transformers in fp32, bf16 and fp16 (fp16 keeps wo
     }
 }
 
-TEST_CASE("T5's other feed-forwards (v1.0 relu, gated-silu, gelu) match transformers, and relu is the default") {
+TEST_CASE(
+    "T5's other feed-forwards (v1.0 relu, gated-silu, gelu) match transformers, and relu is the default") {
     auto golden = SafetensorsFile::open(golden_path("t5_feed_forwards.safetensors"));
     const at::Tensor ids = load_tensor(golden, "input_ids", at::kLong);
-    for (const auto& [kind, folder] : std::vector<std::pair<std::string, std::string>>{
-             {"relu", "t5_encoder_relu"}, {"gated-silu", "t5_encoder_gated_silu"}, {"gelu", "t5_encoder_gelu"}}) {
+    for (const auto& [kind, folder] :
+         std::vector<std::pair<std::string, std::string>>{{"relu", "t5_encoder_relu"},
+                                                          {"gated-silu", "t5_encoder_gated_silu"},
+                                                          {"gelu", "t5_encoder_gelu"}}) {
         CAPTURE(kind);
         const std::string dir = golden_path(folder);
         const T5Config config = T5Config::from_json_file(dir + "/config.json");
@@ -308,7 +310,9 @@ TEST_CASE("T5 config errors name the file and key") {
                          doctest::Contains("/nonexistent/config.json"), ModelError);
 }
 
-TEST_CASE("T5 encoder over 2 and 3 tensor-parallel ranks (uneven heads) equals one process and keeps its share of the split layers") {
+TEST_CASE(
+    "T5 encoder over 2 and 3 tensor-parallel ranks (uneven heads) equals one process and keeps its share of "
+    "the split layers") {
     auto golden = SafetensorsFile::open(golden_path("t5_encoder.safetensors"));
     const at::Tensor ids = load_tensor(golden, "input_ids", at::kLong);
     const T5Config config = T5Config::from_json_file(kEncoder + "/config.json");
@@ -321,39 +325,45 @@ TEST_CASE("T5 encoder over 2 and 3 tensor-parallel ranks (uneven heads) equals o
         if (dp::strategies::tp_splits_tensor(spec, tensor)) split.insert(tensor);
     CHECK(split.size() == 7 * static_cast<std::size_t>(config.num_layers));
     for (const int tp : {2, 3}) {  // 4 heads and 48 features as 2, 1, 1 and 16 each
-    CAPTURE(tp);
-    std::mutex m;
-    std::vector<at::Tensor> got(static_cast<std::size_t>(tp));
-    std::vector<int64_t> bytes(static_cast<std::size_t>(tp));
-    std::vector<std::set<std::string>> sharded(static_cast<std::size_t>(tp));
-    dp::test::run_ranks(tp, [&](int rank, Communicator& group) {
-        WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-        const T5Encoder encoder(config, weights, TensorGroup{&group, rank, tp});
-        weights.check_all_taken();
-        const at::Tensor out = encoder.forward(ids);
-        const std::lock_guard<std::mutex> lock(m);
-        got[static_cast<std::size_t>(rank)] = out;
-        bytes[static_cast<std::size_t>(rank)] = encoder.parameter_bytes();
-        sharded[static_cast<std::size_t>(rank)] = weights.sharded();
-    });
-    for (int r = 0; r < tp; ++r) {
-        CAPTURE(r);
-        CHECK(max_diff(got[static_cast<std::size_t>(r)], expected) < 1e-5);
-        CHECK(sharded[static_cast<std::size_t>(r)] == split);
-        CHECK(bytes[static_cast<std::size_t>(r)] < whole.parameter_bytes());
-    }
+        CAPTURE(tp);
+        std::mutex m;
+        std::vector<at::Tensor> got(static_cast<std::size_t>(tp));
+        std::vector<int64_t> bytes(static_cast<std::size_t>(tp));
+        std::vector<std::set<std::string>> sharded(static_cast<std::size_t>(tp));
+        dp::test::run_ranks(tp, [&](int rank, Communicator& group) {
+            WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
+            const T5Encoder encoder(config, weights, TensorGroup{&group, rank, tp});
+            weights.check_all_taken();
+            const at::Tensor out = encoder.forward(ids);
+            const std::lock_guard<std::mutex> lock(m);
+            got[static_cast<std::size_t>(rank)] = out;
+            bytes[static_cast<std::size_t>(rank)] = encoder.parameter_bytes();
+            sharded[static_cast<std::size_t>(rank)] = weights.sharded();
+        });
+        for (int r = 0; r < tp; ++r) {
+            CAPTURE(r);
+            CHECK(max_diff(got[static_cast<std::size_t>(r)], expected) < 1e-5);
+            CHECK(sharded[static_cast<std::size_t>(r)] == split);
+            CHECK(bytes[static_cast<std::size_t>(r)] < whole.parameter_bytes());
+        }
     }
     WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-    CHECK_THROWS_WITH_AS(T5Encoder(config, weights, TensorGroup{nullptr, 0, 5}),
-                         doctest::Contains("4 attention heads over a tensor-parallel degree of 5: a rank would hold none"),
-                         ModelError);
+    CHECK_THROWS_WITH_AS(
+        T5Encoder(config, weights, TensorGroup{nullptr, 0, 5}),
+        doctest::Contains("4 attention heads over a tensor-parallel degree of 5: a rank would hold none"),
+        ModelError);
 }
 
-TEST_CASE("T5 tokenizer takes any bytes without crashing: invalid UTF-8, NULs, lone surrogates, long inputs") {
+TEST_CASE(
+    "T5 tokenizer takes any bytes without crashing: invalid UTF-8, NULs, lone surrogates, long inputs") {
     const T5Tokenizer tok = T5Tokenizer::from_folder(golden_path("t5_tokenizer"));
     std::mt19937_64 rng(7);
-    std::vector<std::string> inputs = {std::string("\xff\xfe\x80", 3), std::string("a\0b", 3), "\xed\xa0\x80",
-                                       "\xc3", "\xf4\x90\x80\x80", std::string(20000, ' '),
+    std::vector<std::string> inputs = {std::string("\xff\xfe\x80", 3),
+                                       std::string("a\0b", 3),
+                                       "\xed\xa0\x80",
+                                       "\xc3",
+                                       "\xf4\x90\x80\x80",
+                                       std::string(20000, ' '),
                                        std::string(5000, 'x') + "</s" + std::string(5000, '>')};
     for (int i = 0; i < 300; ++i) {
         std::string s(rng() % 64, '\0');

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/io/errors.h"
+#include "runtime/io/tensor_io.h"
 #include "runtime/io/weights.h"
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/parallel/attention.h"
@@ -26,20 +27,17 @@
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "runtime/parallel/sequence_shard.h"
-#include "runtime/io/tensor_io.h"
 #include "strategies/mesh.h"
 #include "unit/map_source.h"
 #include "unit/ranks_as_threads.h"
 
 using namespace dp::runtime;
-using dp::test::MapSource;
 using dp::strategies::Mesh;
 using dp::strategies::MeshDegrees;
 using dp::strategies::TpSplit;
+using dp::test::MapSource;
 
 namespace {
-
-
 
 // The largest of the values each rank reports.
 class Worst {

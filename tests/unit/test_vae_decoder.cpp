@@ -3,8 +3,8 @@
 #include "unit/doctest_torch.h"
 
 #include "runtime/io/errors.h"
-#include "runtime/models/common/vae_decoder.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/common/vae_decoder.h"
 
 using namespace dp::runtime;
 

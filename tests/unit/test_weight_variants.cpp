@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "runtime/io/errors.h"
-#include "runtime/models/common/clip_text_encoder.h"
-#include "runtime/io/weights.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/io/weights.h"
+#include "runtime/models/common/clip_text_encoder.h"
 
 using namespace dp::runtime;
 
@@ -32,14 +32,15 @@ std::string scratch(const std::string& name) {
 std::vector<std::pair<std::string, at::Tensor>> clip_l_tensors(at::ScalarType dtype) {
     auto file = SafetensorsFile::open(golden_path("clip_l/model.safetensors"));
     std::vector<std::pair<std::string, at::Tensor>> out;
-    for (const auto& [name, info] : file->tensors()) out.emplace_back(name, load_tensor(file, name, at::kFloat).to(dtype));
+    for (const auto& [name, info] : file->tensors())
+        out.emplace_back(name, load_tensor(file, name, at::kFloat).to(dtype));
     return out;
 }
 
-
 }  // namespace
 
-TEST_CASE("an fp16 variant of a component in an fp32 run: converted on load, the same as fp16-rounded weights") {
+TEST_CASE(
+    "an fp16 variant of a component in an fp32 run: converted on load, the same as fp16-rounded weights") {
     const std::string dir = scratch("clip_fp16");
     REQUIRE(std::system(("cp '" + golden_path("clip_l/config.json") + "' '" + dir + "/'").c_str()) == 0);
     // The plain files: fp32 weights that went through fp16 once. The fp16 variant: the same values,
@@ -48,7 +49,9 @@ TEST_CASE("an fp16 variant of a component in an fp32 run: converted on load, the
     for (auto& [name, t] : clip_l_tensors(at::kHalf)) rounded.emplace_back(name, t.to(at::kFloat));
     save_safetensors(dir + "/model.safetensors", rounded);
     save_safetensors(dir + "/model.fp16.safetensors", clip_l_tensors(at::kHalf));
-    REQUIRE(SafetensorsFile::open(dir + "/model.fp16.safetensors")->info("text_projection.weight").shape.size() == 2);
+    REQUIRE(
+        SafetensorsFile::open(dir + "/model.fp16.safetensors")->info("text_projection.weight").shape.size() ==
+        2);
 
     const ClipTextConfig config = ClipTextConfig::from_json_file(dir + "/config.json");
     WeightStore plain = WeightStore::open_folder(dir, at::kFloat, at::kCPU);
@@ -80,8 +83,8 @@ TEST_CASE("a sharded variant is read through its index, and bf16 storage in an f
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         const bool one = i % 2 == 0;
         (one ? first : second).push_back(tensors[i]);
-        index["weight_map"][tensors[i].first] = one ? "model.bf16-00001-of-00002.safetensors"
-                                                    : "model.bf16-00002-of-00002.safetensors";
+        index["weight_map"][tensors[i].first] =
+            one ? "model.bf16-00001-of-00002.safetensors" : "model.bf16-00002-of-00002.safetensors";
     }
     save_safetensors(dir + "/model.bf16-00001-of-00002.safetensors", first);
     save_safetensors(dir + "/model.bf16-00002-of-00002.safetensors", second);
@@ -95,11 +98,13 @@ TEST_CASE("a sharded variant is read through its index, and bf16 storage in an f
     }
     store.check_all_taken();
     // Only the variant is there: a plain run is refused, naming it and the flag.
-    CHECK_THROWS_WITH_AS(WeightStore::open_folder(dir, at::kFloat, at::kCPU),
-                         doctest::Contains("only variant weights (bf16, e.g. NAME.bf16.safetensors), no plain ones; "
-                                           "pass --variant bf16"),
-                         ModelError);
+    CHECK_THROWS_WITH_AS(
+        WeightStore::open_folder(dir, at::kFloat, at::kCPU),
+        doctest::Contains("only variant weights (bf16, e.g. NAME.bf16.safetensors), no plain ones; "
+                          "pass --variant bf16"),
+        ModelError);
     CHECK_THROWS_WITH_AS(WeightStore::open_folder(dir, at::kFloat, at::kCPU, "fp16"),
-                         doctest::Contains(("--variant fp16: " + dir + " has no fp16 weights").c_str()), ModelError);
+                         doctest::Contains(("--variant fp16: " + dir + " has no fp16 weights").c_str()),
+                         ModelError);
     std::system(("rm -rf '" + dir + "'").c_str());
 }

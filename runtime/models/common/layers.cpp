@@ -43,7 +43,8 @@ RMSNorm RMSNorm::load(WeightStore& w, const std::string& prefix, int64_t dim, do
     return n;
 }
 
-RMSNorm RMSNorm::load_weight(WeightStore& w, const std::string& name, int64_t dim, double eps, RmsRounding rounding) {
+RMSNorm RMSNorm::load_weight(WeightStore& w, const std::string& name, int64_t dim, double eps,
+                             RmsRounding rounding) {
     RMSNorm n;
     n.eps = eps;
     n.rounding = rounding;
@@ -62,7 +63,8 @@ at::Tensor RMSNorm::operator()(const at::Tensor& x) const {
     const at::Tensor var = x.to(at::kFloat).pow(2).mean(-1, true);
     at::Tensor y = x * at::rsqrt(var + eps);
     if (!weight.defined()) return y.to(x.scalar_type());
-    if (rounding == RmsRounding::kTorch) return (y.to(at::kFloat) * weight.to(at::kFloat)).to(x.scalar_type());
+    if (rounding == RmsRounding::kTorch)
+        return (y.to(at::kFloat) * weight.to(at::kFloat)).to(x.scalar_type());
     if (half_weight) y = y.to(weight.scalar_type());
     if (rounding == RmsRounding::kT5) return weight * y;
     return (y * weight).to(x.scalar_type());
@@ -84,7 +86,8 @@ at::Tensor rope_frequencies(int64_t dim, double theta, const at::TensorOptions& 
 
 ParallelLinear LinearLoader::operator()(const std::string& name, int64_t in, int64_t out, int64_t unit,
                                         bool bias) const {
-    return ParallelLinear::load(weights_, name, in, out, strategies::tp_rule_for_layer(spec_, name), tp_, bias, unit);
+    return ParallelLinear::load(weights_, name, in, out, strategies::tp_rule_for_layer(spec_, name), tp_,
+                                bias, unit);
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
@@ -119,7 +122,8 @@ void prepare_transformer_load(const DeviceMapping* mapping, WeightStore& w, int6
     if (mapping) w.set_device(mapping->devices[static_cast<std::size_t>(mapping->transformer_blocks[0])]);
     if (heads < tp.size)
         throw ModelError("--tp " + std::to_string(tp.size) + ": the model has " + std::to_string(heads) +
-                         " attention heads, so a rank would hold none; tp may be at most " + std::to_string(heads));
+                         " attention heads, so a rank would hold none; tp may be at most " +
+                         std::to_string(heads));
 }
 
 at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {

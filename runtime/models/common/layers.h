@@ -45,8 +45,8 @@ struct RMSNorm {
     double eps = 1e-6;
     RmsRounding rounding = RmsRounding::kDiffusers;
 
-    static RMSNorm load(WeightStore& w, const std::string& prefix, int64_t dim, double eps, bool affine = true,
-                        RmsRounding rounding = RmsRounding::kDiffusers);
+    static RMSNorm load(WeightStore& w, const std::string& prefix, int64_t dim, double eps,
+                        bool affine = true, RmsRounding rounding = RmsRounding::kDiffusers);
     // `name` itself is the weight (transformers' layer_norm.weight), not `prefix`.weight.
     static RMSNorm load_weight(WeightStore& w, const std::string& name, int64_t dim, double eps,
                                RmsRounding rounding);
@@ -105,8 +105,8 @@ struct DeviceMapping;
 // A transformer's place in the run, checked before it loads: device_map (when set) places exactly
 // its `layers` blocks, and its weights then start on block 0's device; tp leaves every rank at
 // least one of its `heads`. Throws ModelError naming what does not fit.
-void prepare_transformer_load(const DeviceMapping* mapping, WeightStore& weights, int64_t layers, int64_t heads,
-                              const TensorGroup& tp);
+void prepare_transformer_load(const DeviceMapping* mapping, WeightStore& weights, int64_t layers,
+                              int64_t heads, const TensorGroup& tp);
 
 // Multi-head attention over [batch, heads, seq, head_dim] tensors (softmax(q k^T / sqrt(d)) v).
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal = false);

@@ -25,8 +25,8 @@ DualStreamBlock::DualStreamBlock(const LinearLoader& linear, const std::string& 
     text_modulation_ = linear(b + layout.text_modulation, d, (context_pre_only ? 2 : 6) * d);
     // The attention projections by whole heads, unevenly where tp does not divide them (Note
     // [uneven heads]).
-    const auto attention = [&](const std::string& a, const char* q, const char* k, const char* v, const char* out,
-                               const char* norm_q, const char* norm_k) {
+    const auto attention = [&](const std::string& a, const char* q, const char* k, const char* v,
+                               const char* out, const char* norm_q, const char* norm_k) {
         Attention at;
         at.to_q = linear(a + q, d, d, hd);
         at.to_k = linear(a + k, d, d, hd);
@@ -42,7 +42,8 @@ DualStreamBlock::DualStreamBlock(const LinearLoader& linear, const std::string& 
     text_ = attention(b + ".attn", ".add_q_proj", ".add_k_proj", ".add_v_proj", nullptr, ".norm_added_q",
                       ".norm_added_k");
     if (!context_pre_only) to_add_out_ = linear(b + ".attn.to_add_out", d, d, hd);
-    if (image_attention) attn2_ = attention(b + ".attn2", ".to_q", ".to_k", ".to_v", ".to_out.0", ".norm_q", ".norm_k");
+    if (image_attention)
+        attn2_ = attention(b + ".attn2", ".to_q", ".to_k", ".to_v", ".to_out.0", ".norm_q", ".norm_k");
     mlp_.in = linear(b + layout.image_mlp + ".net.0.proj", d, 4 * d);
     mlp_.out = linear(b + layout.image_mlp + ".net.2", 4 * d, d);
     if (!context_pre_only) {
@@ -60,15 +61,17 @@ void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& 
     std::vector<at::Tensor> mc;
     at::Tensor nctx;
     if (context_pre_only_) {
-        const std::vector<at::Tensor> sc = text_modulation_(temb_act.to(ctx.scalar_type())).chunk(2, 1);  // scale, shift
+        const std::vector<at::Tensor> sc =
+            text_modulation_(temb_act.to(ctx.scalar_type())).chunk(2, 1);  // scale, shift
         nctx = modulate(plain_layer_norm(ctx, kEps), sc[1], sc[0]);
     } else {
         mc = text_modulation_(temb_act).chunk(6, 1);
         nctx = modulate(plain_layer_norm(ctx, kEps), mc[0], mc[1]);
     }
     // q and k normed, then rotated, as diffusers orders them.
-    const auto project = [&](const Attention& a, const at::Tensor& in, const std::function<at::Tensor(const at::Tensor&)>& rotate,
-                             at::Tensor& q, at::Tensor& k, at::Tensor& v) {
+    const auto project = [&](const Attention& a, const at::Tensor& in,
+                             const std::function<at::Tensor(const at::Tensor&)>& rotate, at::Tensor& q,
+                             at::Tensor& k, at::Tensor& v) {
         q = split_heads(a.to_q(in), s.heads);
         k = split_heads(a.to_k(in), s.heads);
         v = split_heads(a.to_v(in), s.heads);

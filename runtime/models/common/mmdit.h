@@ -23,12 +23,12 @@ class TaylorSeerCache;
 
 // What a family's checkpoints call a block's parts, and how the block rounds.
 struct DualStreamLayout {
-    std::string image_modulation = ".norm1.linear";  // Qwen-Image: ".img_mod.1"
+    std::string image_modulation = ".norm1.linear";         // Qwen-Image: ".img_mod.1"
     std::string text_modulation = ".norm1_context.linear";  // ".txt_mod.1"
-    std::string image_mlp = ".ff";                   // ".img_mlp"
-    std::string text_mlp = ".ff_context";            // ".txt_mlp"
-    bool qk_norm = true;                             // RMS norms on q and k of both streams
-    RmsRounding qk_rounding = RmsRounding::kDiffusers;  // FLUX's are torch.nn.RMSNorm
+    std::string image_mlp = ".ff";                          // ".img_mlp"
+    std::string text_mlp = ".ff_context";                   // ".txt_mlp"
+    bool qk_norm = true;                                    // RMS norms on q and k of both streams
+    RmsRounding qk_rounding = RmsRounding::kDiffusers;      // FLUX's are torch.nn.RMSNorm
     // After the block, in fp16 (as diffusers): none (SD3), the text stream when it changed (FLUX),
     // or both streams (Qwen-Image).
     enum class Clamp { kNone, kText, kBoth } clamp = Clamp::kNone;
@@ -37,14 +37,14 @@ struct DualStreamLayout {
 // One forward's place in the model: this rank's heads, the streams' shards, the text's key bias
 // and the rotary positions of each stream.
 struct DualStreamStep {
-    int64_t heads = 0;                    // this rank's share of the attention heads
+    int64_t heads = 0;                     // this rank's share of the attention heads
     const SequenceShard* image = nullptr;  // the image tokens' split (required)
     const SequenceShard* text = nullptr;   // the text's split; nullptr: replicated on every rank
-    at::Tensor text_bias;                 // attend()'s bias2 over all text keys, or undefined
+    at::Tensor text_bias;                  // attend()'s bias2 over all text keys, or undefined
     // Applied to each stream's q and k after their norms, [B, H, S, head_dim] -> the same; empty:
     // no rotary positions.
     std::function<at::Tensor(const at::Tensor&)> rotate_image, rotate_text;
-    bool last = false;                    // the model's last block: the text's output feeds nothing
+    bool last = false;  // the model's last block: the text's output feeds nothing
     // Note [taylorseer cache]: the call's TaylorSeer (nullptr: none) and this block's attention's
     // place in the model.
     TaylorSeerCache* taylorseer = nullptr;
@@ -59,13 +59,15 @@ class DualStreamBlock {
     // keys and values (SD3's last block: a 2 x width modulation, no text output layers);
     // `image_attention`: SD3.5's attn2 (a 9 x width image modulation).
     DualStreamBlock(const LinearLoader& linear, const std::string& prefix, int64_t width, int64_t head_dim,
-                    const DualStreamLayout& layout, bool context_pre_only = false, bool image_attention = false);
+                    const DualStreamLayout& layout, bool context_pre_only = false,
+                    bool image_attention = false);
 
     // One block on this rank's image tokens `x` [B, n, width] and text `ctx` [B, t, width] (its
     // block when split), with the conditioning `temb_act` [B, width] (after SiLU). Updates both;
     // the text is left as it was where its output feeds nothing. Every rank of the sequence and
     // tensor groups calls it with the same shapes.
-    void forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& temb_act, const DualStreamStep& step) const;
+    void forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& temb_act,
+                 const DualStreamStep& step) const;
 
   private:
     struct Attention {

@@ -5,8 +5,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "runtime/io/errors.h"
 #include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/layers.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/sequence_shard.h"
@@ -152,7 +152,8 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
         l.k = linear(p + "self_attn.k_proj", d, kv * hd, true, hd);
         l.v = linear(p + "self_attn.v_proj", d, kv * hd, true, hd);
         l.o = linear(p + "self_attn.o_proj", heads * hd, d, false, group * hd);
-        l.post_attention_norm = RMSNorm::load(w, p + "post_attention_layernorm", d, eps, true, RmsRounding::kQwen2);
+        l.post_attention_norm =
+            RMSNorm::load(w, p + "post_attention_layernorm", d, eps, true, RmsRounding::kQwen2);
         l.gate = linear(p + "mlp.gate_proj", d, ff, false, 1);
         l.up = linear(p + "mlp.up_proj", d, ff, false, 1);
         l.down = linear(p + "mlp.down_proj", ff, d, false, 1);

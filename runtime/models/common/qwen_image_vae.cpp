@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "runtime/io/errors.h"
 #include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 
 namespace dp::runtime {
 

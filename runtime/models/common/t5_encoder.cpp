@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "runtime/io/errors.h"
 #include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 #include "runtime/models/common/layers.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/sequence_shard.h"
@@ -80,9 +80,10 @@ T5Config T5Config::from_json_text(const std::string& text, const std::string& pa
     cfg.feed_forward_proj = c.string("feed_forward_proj", "relu");  // transformers' default (T5 v1.0)
     const std::string act = cfg.activation();
     if (act != "relu" && act != "gelu" && act != "gelu_new" && act != "silu")
-        c.fail("feed_forward_proj", "is '" + cfg.feed_forward_proj +
-                                        "'; supported: gated-gelu (T5 v1.1, T5-XXL), relu (T5 v1.0), or ACT and "
-                                        "gated-ACT for ACT relu, gelu, gelu_new, silu");
+        c.fail("feed_forward_proj",
+               "is '" + cfg.feed_forward_proj +
+                   "'; supported: gated-gelu (T5 v1.1, T5-XXL), relu (T5 v1.0), or ACT and "
+                   "gated-ACT for ACT relu, gelu, gelu_new, silu");
     if (c.boolean("is_decoder", false)) c.fail("is_decoder", "is true; only T5's encoder is supported");
     // Below 2 exact distances per direction, the logarithmic bins would divide by log(1).
     if (cfg.relative_attention_num_buckets / 4 < 2 ||
@@ -124,7 +125,9 @@ T5Encoder::T5Encoder(const T5Config& config, WeightStore& w, const TensorGroup& 
     // T5LayerNorm: the mean square in fp32; a half-precision weight brings the result back to its
     // dtype before the scale (Note [T5 dtypes]).
     const double eps = config.layer_norm_epsilon;
-    auto norm = [&](const std::string& name) { return RMSNorm::load_weight(w, name, d, eps, RmsRounding::kT5); };
+    auto norm = [&](const std::string& name) {
+        return RMSNorm::load_weight(w, name, d, eps, RmsRounding::kT5);
+    };
     const at::ScalarType run_dtype = w.dtype();
     for (int64_t i = 0; i < config.num_layers; ++i) {
         const std::string p = "encoder.block." + std::to_string(i) + ".layer.";

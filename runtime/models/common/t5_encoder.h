@@ -64,7 +64,7 @@ class T5Encoder {
 
   private:
     struct Block {
-        RMSNorm attention_norm, ff_norm;  // T5LayerNorm (RmsRounding::kT5)
+        RMSNorm attention_norm, ff_norm;            // T5LayerNorm (RmsRounding::kT5)
         ParallelLinear q, k, v, o, wi_0, wi_1, wo;  // wi_0 is v1.0's wi when not gated; wi_1 then absent
     };
     T5Config config_;

@@ -2,8 +2,8 @@
 
 #include <ATen/ATen.h>
 
-#include "runtime/io/errors.h"
 #include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 
 namespace dp::runtime {
 

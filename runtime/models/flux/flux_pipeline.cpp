@@ -75,20 +75,18 @@ std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const
     const Components* self = c.get();
     const PipelineOptions* opts = &self->options;
     // The transformer's device is block 0's, which require_loadable checks is the run's.
-    c->text_encoder = component_of<ClipTextEncoder>(opts, "text_encoder", 21, device_of(o, "text_encoder"),
-                                                    [self](WeightStore& w) {
-                                                        return std::make_unique<ClipTextEncoder>(self->text_config, w);
-                                                    });
-    c->text_encoder_2 =
-        component_of<T5Encoder>(opts, "text_encoder_2", 22, device_of(o, "text_encoder_2"), [self, &spec](WeightStore& w) {
+    c->text_encoder = component_of<ClipTextEncoder>(
+        opts, "text_encoder", 21, device_of(o, "text_encoder"),
+        [self](WeightStore& w) { return std::make_unique<ClipTextEncoder>(self->text_config, w); });
+    c->text_encoder_2 = component_of<T5Encoder>(
+        opts, "text_encoder_2", 22, device_of(o, "text_encoder_2"), [self, &spec](WeightStore& w) {
             return std::make_unique<T5Encoder>(self->t5_config, w, self->parallel->tensor(), spec);
         });
-    c->transformer = component_of<FluxTransformer>(opts, "transformer", 23, device_of(o, "transformer"),
-                                                   [self](WeightStore& w) {
-                                                       return std::make_unique<FluxTransformer>(
-                                                           self->transformer_config, w, *self->parallel,
-                                                           self->options.device_map);
-                                                   });
+    c->transformer = component_of<FluxTransformer>(
+        opts, "transformer", 23, device_of(o, "transformer"), [self](WeightStore& w) {
+            return std::make_unique<FluxTransformer>(self->transformer_config, w, *self->parallel,
+                                                     self->options.device_map);
+        });
     c->vae = component_of<VaeDecoder>(opts, "vae", 24, device_of(o, "vae"), [self](WeightStore& w) {
         return std::make_unique<VaeDecoder>(self->vae_config, w);
     });
@@ -167,8 +165,10 @@ FluxPromptEmbeddings FluxPipeline::encode_prompts(const std::vector<std::string>
     return e;
 }
 
-Conditioning FluxPipeline::encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const {
-    FluxPromptEmbeddings e = encode_prompts(prompts, static_cast<int>(arguments.whole("max_sequence_length")));
+Conditioning FluxPipeline::encode(const std::vector<std::string>& prompts,
+                                  const protocol::CallValues& arguments) const {
+    FluxPromptEmbeddings e =
+        encode_prompts(prompts, static_cast<int>(arguments.whole("max_sequence_length")));
     Conditioning c;
     c.text = std::move(e.sequence);
     c.pooled = std::move(e.pooled);
@@ -183,16 +183,17 @@ LatentShape FluxPipeline::latents(int width, int height) const {
 
 std::shared_ptr<const void> FluxPipeline::hold_transformer() const { return c_->transformer.use(); }
 
-at::Tensor FluxPipeline::predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
-                                 double timestep, const protocol::CallValues& arguments, const StepCaches& cache) const {
+at::Tensor FluxPipeline::predict(const at::Tensor& latents, const LatentShape& shape,
+                                 const Conditioning& text, double timestep,
+                                 const protocol::CallValues& arguments, const StepCaches& cache) const {
     const FluxTransformerConfig& tc = c_->transformer_config;
     const int64_t rows = latents.size(0);
     const at::TensorOptions on_device = at::TensorOptions().device(latents.device());
     // diffusers: the timestep in the latents' dtype, then / 1000; dev's guidance scale in fp32.
     const at::Tensor t = at::full({rows}, timestep, on_device.dtype(options().dtype)) / 1000;
-    const at::Tensor embedded = tc.guidance_embeds
-                                    ? at::full({rows}, arguments.number("guidance_scale"), on_device.dtype(at::kFloat))
-                                    : at::Tensor();
+    const at::Tensor embedded =
+        tc.guidance_embeds ? at::full({rows}, arguments.number("guidance_scale"), on_device.dtype(at::kFloat))
+                           : at::Tensor();
     return c_->transformer.use()->forward(latents, text.text, text.pooled, t, embedded, shape.height / 2,
                                           shape.width / 2, &cache);
 }

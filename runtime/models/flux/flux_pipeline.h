@@ -49,12 +49,14 @@ class FluxPipeline : public FamilyPipeline {
     struct Components;
     FluxPipeline(std::unique_ptr<Components> c, strategies::ModelInfo model);
 
-    Conditioning encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const override;
+    Conditioning encode(const std::vector<std::string>& prompts,
+                        const protocol::CallValues& arguments) const override;
     LatentShape latents(int width, int height) const override;
     SigmaSchedule sigma_schedule() const override { return SigmaSchedule::kEvenlySpaced; }
     std::shared_ptr<const void> hold_transformer() const override;
-    at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text, double timestep,
-                       const protocol::CallValues& arguments, const StepCaches& cache) const override;
+    at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
+                       double timestep, const protocol::CallValues& arguments,
+                       const StepCaches& cache) const override;
     at::Tensor decode(const at::Tensor& latents) const override;
 
     std::unique_ptr<Components> c_;

@@ -6,8 +6,8 @@
 
 #include <set>
 
-#include "runtime/io/errors.h"
 #include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/sequence_shard.h"
@@ -135,7 +135,8 @@ FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStor
     const int64_t loaded_before = w.taken_bytes();
     const strategies::ParallelSpec& spec = strategies::flux_parallel_spec();
     if (!strategies::stream_split(spec, "text"))
-        throw InternalError("FLUX.1's single blocks run text and image as one stream: its spec must split the text");
+        throw InternalError(
+            "FLUX.1's single blocks run text and image as one stream: its spec must split the text");
     // The MLPs' and modulations' features as evenly as tp allows; attention by whole heads.
     const LinearLoader linear(w, spec, tp);
     auto place = [&](int64_t block) {
@@ -202,9 +203,9 @@ at::Tensor FluxTransformer::conditioning(const at::Tensor& timestep, const at::T
 // one stream; split, as the two streams it holds, each by its own shard. The text's rotation is
 // the identity (cos 1, sin 0): x * 1 + rotated * 0 is x exactly.
 at::Tensor FluxTransformer::single_blocks(const at::Tensor& x, const at::Tensor& ctx, at::Tensor& temb_act,
-                                          const at::Tensor& cos, const at::Tensor& sin, const SequenceShard& image,
-                                          const SequenceShard& words, BlockPlacement& placement,
-                                          TaylorSeerCache* taylorseer) const {
+                                          const at::Tensor& cos, const at::Tensor& sin,
+                                          const SequenceShard& image, const SequenceShard& words,
+                                          BlockPlacement& placement, TaylorSeerCache* taylorseer) const {
     const int64_t nt = ctx.size(1), ni = x.size(1), hd = config_.attention_head_dim;
     const int64_t heads = parallel_->tensor().share(config_.num_attention_heads);
     const std::size_t blocks = double_blocks_.size() + single_blocks_.size();
@@ -225,32 +226,35 @@ at::Tensor FluxTransformer::single_blocks(const at::Tensor& x, const at::Tensor&
         if (taylorseer && taylorseer->extrapolates()) {  // Note [taylorseer cache]
             attn = taylorseer->predict(id).at(0);
         } else {
-        const at::Tensor q = apply_flux_rope(blk.norm_q(split_heads(blk.to_q(h), heads)), joint_cos, joint_sin);
-        const at::Tensor k = apply_flux_rope(blk.norm_k(split_heads(blk.to_k(h), heads)), joint_cos, joint_sin);
-        const at::Tensor v = split_heads(blk.to_v(h), heads);
-        AttentionInputs in;
-        if (!image.split()) {
-            in.q = q, in.k = k, in.v = v;
-            in.shard = &stream;
-            attn = merge_heads(attend(in).out);
-            if (last) attn = attn.narrow(1, nt, ni);
-        } else {
-            in.q = q.narrow(2, nt, ni), in.k = k.narrow(2, nt, ni), in.v = v.narrow(2, nt, ni);
-            in.q2 = q.narrow(2, 0, nt), in.k2 = k.narrow(2, 0, nt), in.v2 = v.narrow(2, 0, nt);
-            in.shard = &image;
-            in.shard2 = &words;
-            in.want_out2 = !last;
-            const AttentionOutputs o = attend(in);
-            attn = last ? merge_heads(o.out) : at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1);
-        }
-        if (taylorseer) taylorseer->update(id, {attn});
+            const at::Tensor q =
+                apply_flux_rope(blk.norm_q(split_heads(blk.to_q(h), heads)), joint_cos, joint_sin);
+            const at::Tensor k =
+                apply_flux_rope(blk.norm_k(split_heads(blk.to_k(h), heads)), joint_cos, joint_sin);
+            const at::Tensor v = split_heads(blk.to_v(h), heads);
+            AttentionInputs in;
+            if (!image.split()) {
+                in.q = q, in.k = k, in.v = v;
+                in.shard = &stream;
+                attn = merge_heads(attend(in).out);
+                if (last) attn = attn.narrow(1, nt, ni);
+            } else {
+                in.q = q.narrow(2, nt, ni), in.k = k.narrow(2, nt, ni), in.v = v.narrow(2, nt, ni);
+                in.q2 = q.narrow(2, 0, nt), in.k2 = k.narrow(2, 0, nt), in.v2 = v.narrow(2, 0, nt);
+                in.shard = &image;
+                in.shard2 = &words;
+                in.want_out2 = !last;
+                const AttentionOutputs o = attend(in);
+                attn = last ? merge_heads(o.out) : at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1);
+            }
+            if (taylorseer) taylorseer->update(id, {attn});
         }
         const at::Tensor gate = m[2].unsqueeze(1);
         if (last) {
             const at::Tensor mlp = at::gelu(blk.proj_mlp(h.narrow(1, nt, ni)), "tanh");
             out = joint.narrow(1, nt, ni) + gate * blk.proj_out(at::cat({attn, mlp}, 2));
         } else {
-            joint = clamp_half(joint + gate * blk.proj_out(at::cat({attn, at::gelu(blk.proj_mlp(h), "tanh")}, 2)));
+            joint = clamp_half(joint +
+                               gate * blk.proj_out(at::cat({attn, at::gelu(blk.proj_mlp(h), "tanh")}, 2)));
         }
     }
     return clamp_half(out);
@@ -318,7 +322,8 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
             step.attention = static_cast<int64_t>(i);
             double_blocks_[i].forward(x, ctx, temb_act, step);
         }
-        return single_blocks(x, ctx, temb_act, cos, sin, image, words, placement, cache ? cache->taylorseer : nullptr);
+        return single_blocks(x, ctx, temb_act, cos, sin, image, words, placement,
+                             cache ? cache->taylorseer : nullptr);
     };
     if (cache && cache->first_block && !double_blocks_.empty()) {
         // Note [first block cache]: the first double block, then the others or their last residual.

@@ -3,9 +3,9 @@
 // by the pipeline (patch_size 1 here), T5's text projected to the model width, a conditioning of
 // the timestep, dev's distilled guidance scale and CLIP's pooled output, double-stream blocks (the
 // shared DualStreamBlock, mmdit.h: per stream adaLN-Zero, RMS qk-norm, one joint attention over
-// [text, image], gated residuals, GELU(tanh) MLPs), single-stream blocks (one stream over [text, image]: adaLN-Zero, attention in
-// parallel with a 4x MLP, one output projection over both), a 3-axis rotary embedding from position
-// ids, and an AdaLayerNormContinuous output head.
+// [text, image], gated residuals, GELU(tanh) MLPs), single-stream blocks (one stream over [text, image]:
+// adaLN-Zero, attention in parallel with a 4x MLP, one output projection over both), a 3-axis rotary
+// embedding from position ids, and an AdaLayerNormContinuous output head.
 //
 // Note [FLUX text stream]: under context parallelism the text is split over the sequence groups like
 // the image (its own SequenceShard, padded, the padding masked as keys by attend()), not replicated
@@ -95,8 +95,8 @@ class FluxTransformer {
     // forward with the same inputs and gets the same output. Throws ModelError for inputs that do
     // not fit the config.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
-                       const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h,
-                       int64_t grid_w, const StepCaches* cache = nullptr) const;
+                       const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h, int64_t grid_w,
+                       const StepCaches* cache = nullptr) const;
 
     const FluxTransformerConfig& config() const { return config_; }
 
@@ -109,9 +109,10 @@ class FluxTransformer {
                             int64_t batch) const;
     // The single blocks over this rank's [text; image] tokens (Note [FLUX single blocks, one
     // stream]): returns the image tokens after the last one.
-    at::Tensor single_blocks(const at::Tensor& x, const at::Tensor& ctx, at::Tensor& temb_act, const at::Tensor& cos,
-                             const at::Tensor& sin, const SequenceShard& image, const SequenceShard& words,
-                             BlockPlacement& placement, TaylorSeerCache* taylorseer) const;
+    at::Tensor single_blocks(const at::Tensor& x, const at::Tensor& ctx, at::Tensor& temb_act,
+                             const at::Tensor& cos, const at::Tensor& sin, const SequenceShard& image,
+                             const SequenceShard& words, BlockPlacement& placement,
+                             TaylorSeerCache* taylorseer) const;
 
     const ParallelContext* parallel_;
     std::shared_ptr<const DeviceMapping> mapping_;

@@ -22,7 +22,8 @@ namespace {
 // QwenImagePipeline's prompt template, and the tokens of its system part that are dropped from
 // the hidden states (diffusers hard-codes 34: the real tokenizer's count for that part).
 constexpr const char* kTemplatePrefix =
-    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, spatial "
+    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
+    "spatial "
     "relationships of the objects and background:<|im_end|>\n<|im_start|>user\n";
 constexpr const char* kTemplateSuffix = "<|im_end|>\n<|im_start|>assistant\n";
 constexpr int64_t kTemplateDrop = 34;
@@ -55,7 +56,8 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
     return load(o, ParallelContext::single());
 }
 
-std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions& o, const ParallelContext& parallel) {
+std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions& o,
+                                                           const ParallelContext& parallel) {
     const std::string& dir = o.model_dir;
     const strategies::ParallelSpec& spec = strategies::qwen_image_parallel_spec();
     require_loadable(o, spec);
@@ -75,10 +77,11 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
         opts, "text_encoder", 11, device_of(o, "text_encoder"), [self, &spec](WeightStore& w) {
             return std::make_unique<Qwen2TextEncoder>(self->text_config, w, self->parallel->tensor(), spec);
         });
-    c->transformer = component_of<QwenImageTransformer>(opts, "transformer", 12, o.device, [self](WeightStore& w) {
-        return std::make_unique<QwenImageTransformer>(self->transformer_config, w, *self->parallel,
-                                                      self->options.device_map);
-    });
+    c->transformer =
+        component_of<QwenImageTransformer>(opts, "transformer", 12, o.device, [self](WeightStore& w) {
+            return std::make_unique<QwenImageTransformer>(self->transformer_config, w, *self->parallel,
+                                                          self->options.device_map);
+        });
     c->vae = component_of<QwenImageVaeDecoder>(opts, "vae", 13, device_of(o, "vae"), [self](WeightStore& w) {
         return std::make_unique<QwenImageVaeDecoder>(self->vae_config, w);
     });
@@ -89,12 +92,14 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
     const int64_t hidden = c->text_config.hidden_size;
     if (hidden != t.joint_attention_dim)
         throw ModelError(dir + ": the text encoder's hidden_size is " + std::to_string(hidden) +
-                         " but transformer/config.json joint_attention_dim is " + std::to_string(t.joint_attention_dim));
+                         " but transformer/config.json joint_attention_dim is " +
+                         std::to_string(t.joint_attention_dim));
     const int64_t z = c->vae_config.z_dim;
     if (t.patch_size != 2 || t.in_channels != z * 4 || t.out_channels != z)
         throw ModelError(dir + ": the transformer takes " + std::to_string(t.in_channels) + " channels in " +
-                         std::to_string(t.patch_size) + "x" + std::to_string(t.patch_size) + " patches and makes " +
-                         std::to_string(t.out_channels) + ", but the pipeline packs the VAE's " + std::to_string(z) +
+                         std::to_string(t.patch_size) + "x" + std::to_string(t.patch_size) +
+                         " patches and makes " + std::to_string(t.out_channels) +
+                         ", but the pipeline packs the VAE's " + std::to_string(z) +
                          " latent channels in 2x2 patches (in_channels " + std::to_string(z * 4) +
                          ", out_channels " + std::to_string(z) + ")");
     return std::unique_ptr<QwenImagePipeline>(new QwenImagePipeline(std::move(c), std::move(model)));
@@ -131,8 +136,9 @@ Conditioning QwenImagePipeline::encode_prompts(const std::vector<std::string>& p
                              std::to_string(kTemplateDrop) + ": this tokenizer is not Qwen2's");
         const int64_t kept = static_cast<int64_t>(ids.size()) - kTemplateDrop;
         if (kept > max_sequence_length)
-            e.warnings[k] = "the prompt's text was cut to max_sequence_length " + std::to_string(max_sequence_length) +
-                              " tokens (" + std::to_string(kept - max_sequence_length) + " tokens dropped)";
+            e.warnings[k] = "the prompt's text was cut to max_sequence_length " +
+                            std::to_string(max_sequence_length) + " tokens (" +
+                            std::to_string(kept - max_sequence_length) + " tokens dropped)";
         lengths.push_back(std::min<int64_t>(kept, max_sequence_length));
         longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
         rows.push_back(std::move(ids));
@@ -148,7 +154,8 @@ Conditioning QwenImagePipeline::encode_prompts(const std::vector<std::string>& p
     const at::Device device = device_of(c.options, "text_encoder");
     const at::Tensor input = at::tensor(ids, at::kLong).view({n, longest}).to(device);
     const at::Tensor input_mask = at::tensor(mask, at::kLong).view({n, longest}).to(device);
-    const at::Tensor hidden = to_transformer(c.text_encoder.use()->forward(input, input_mask), "text_encoder");
+    const at::Tensor hidden =
+        to_transformer(c.text_encoder.use()->forward(input, input_mask), "text_encoder");
     // Each prompt's own tokens after the template's first ones, zero-padded to the longest.
     const int64_t width = *std::max_element(lengths.begin(), lengths.end());
     e.text = at::zeros({n, width, hidden.size(-1)}, hidden.options());
@@ -180,13 +187,15 @@ LatentShape QwenImagePipeline::latents(int width, int height) const {
 
 std::shared_ptr<const void> QwenImagePipeline::hold_transformer() const { return c_->transformer.use(); }
 
-at::Tensor QwenImagePipeline::predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
-                                      double timestep, const protocol::CallValues&, const StepCaches& cache) const {
+at::Tensor QwenImagePipeline::predict(const at::Tensor& latents, const LatentShape& shape,
+                                      const Conditioning& text, double timestep, const protocol::CallValues&,
+                                      const StepCaches& cache) const {
     // diffusers: the timestep in the latents' dtype, then / 1000.
-    const at::Tensor t =
-        at::full({latents.size(0)}, timestep, at::TensorOptions().dtype(options().dtype).device(latents.device())) /
-        1000;
-    return c_->transformer.use()->forward(latents, text.text, text.mask, t, shape.height / 2, shape.width / 2, &cache);
+    const at::Tensor t = at::full({latents.size(0)}, timestep,
+                                  at::TensorOptions().dtype(options().dtype).device(latents.device())) /
+                         1000;
+    return c_->transformer.use()->forward(latents, text.text, text.mask, t, shape.height / 2, shape.width / 2,
+                                          &cache);
 }
 
 at::Tensor QwenImagePipeline::combine(const at::Tensor& negative, const at::Tensor& positive,
@@ -194,6 +203,8 @@ at::Tensor QwenImagePipeline::combine(const at::Tensor& negative, const at::Tens
     return true_cfg_guidance(negative, positive, guidance_scale(arguments));
 }
 
-at::Tensor QwenImagePipeline::decode(const at::Tensor& latents) const { return c_->vae.use()->decode(latents); }
+at::Tensor QwenImagePipeline::decode(const at::Tensor& latents) const {
+    return c_->vae.use()->decode(latents);
+}
 
 }  // namespace dp::runtime

@@ -22,7 +22,8 @@ class QwenImagePipeline : public FamilyPipeline {
     // Loads every component of `options.model_dir`, the transformer and the text encoder as this
     // rank's share of the mesh (`parallel` must outlive the pipeline). Throws ModelError naming what
     // is missing, corrupt, inconsistent or unsupported.
-    static std::unique_ptr<QwenImagePipeline> load(const PipelineOptions& options, const ParallelContext& parallel);
+    static std::unique_ptr<QwenImagePipeline> load(const PipelineOptions& options,
+                                                   const ParallelContext& parallel);
     static std::unique_ptr<QwenImagePipeline> load(const PipelineOptions& options);  // one process
     ~QwenImagePipeline() override;
 
@@ -41,12 +42,14 @@ class QwenImagePipeline : public FamilyPipeline {
     struct Components;
     QwenImagePipeline(std::unique_ptr<Components> c, strategies::ModelInfo model);
 
-    Conditioning encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const override;
+    Conditioning encode(const std::vector<std::string>& prompts,
+                        const protocol::CallValues& arguments) const override;
     LatentShape latents(int width, int height) const override;
     SigmaSchedule sigma_schedule() const override { return SigmaSchedule::kEvenlySpaced; }
     std::shared_ptr<const void> hold_transformer() const override;
-    at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text, double timestep,
-                       const protocol::CallValues& arguments, const StepCaches& cache) const override;
+    at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
+                       double timestep, const protocol::CallValues& arguments,
+                       const StepCaches& cache) const override;
     // true_cfg_guidance at the family's guidance scale.
     at::Tensor combine(const at::Tensor& negative, const at::Tensor& positive,
                        const protocol::CallValues& arguments) const override;

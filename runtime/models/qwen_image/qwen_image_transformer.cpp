@@ -6,8 +6,8 @@
 
 #include <cmath>
 
-#include "runtime/io/errors.h"
 #include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/sequence_shard.h"
@@ -69,7 +69,6 @@ at::Tensor apply_qwen_rope(const at::Tensor& x, const at::Tensor& rotation) {
     const at::Tensor xc = at::view_as_complex(x.to(at::kFloat).contiguous().view(pairs));
     return at::view_as_real(xc * rotation).flatten(-2).to(x.scalar_type());
 }
-
 
 QwenImageTransformerConfig QwenImageTransformerConfig::from_json_text(const std::string& text,
                                                                       const std::string& path) {
@@ -204,8 +203,10 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
 
     const QwenRope rope = qwen_image_rope(c.axes_dims_rope, grid_h, grid_w, tokens);
     // Each position's rotation as one complex number per frequency, this rank's block of them.
-    at::Tensor image_rot = at::complex(image.shard(rope.image_cos, 0), image.shard(rope.image_sin, 0)).to(device);
-    at::Tensor text_rot = at::complex(words.shard(rope.text_cos, 0), words.shard(rope.text_sin, 0)).to(device);
+    at::Tensor image_rot =
+        at::complex(image.shard(rope.image_cos, 0), image.shard(rope.image_sin, 0)).to(device);
+    at::Tensor text_rot =
+        at::complex(words.shard(rope.text_cos, 0), words.shard(rope.text_sin, 0)).to(device);
 
     DualStreamStep step;
     step.heads = heads;

@@ -80,19 +80,29 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
     Components* self = c.get();
     const PipelineOptions* opts = &self->options;
     auto* params = &self->parameters;
-    c->text_encoder = component_of<ClipTextEncoder>(opts, "text_encoder", 1, device_of(o, "text_encoder"),
+    c->text_encoder = component_of<ClipTextEncoder>(
+        opts, "text_encoder", 1, device_of(o, "text_encoder"),
         [self](WeightStore& w) { return std::make_unique<ClipTextEncoder>(self->text_config, w); }, params);
-    c->text_encoder_2 = component_of<ClipTextEncoder>(opts, "text_encoder_2", 2, device_of(o, "text_encoder_2"),
+    c->text_encoder_2 = component_of<ClipTextEncoder>(
+        opts, "text_encoder_2", 2, device_of(o, "text_encoder_2"),
         [self](WeightStore& w) { return std::make_unique<ClipTextEncoder>(self->text_config_2, w); }, params);
     if (t5)
-        c->text_encoder_3 = component_of<T5Encoder>(opts, "text_encoder_3", 5, device_of(o, "text_encoder_3"),
-            [self](WeightStore& w) { return std::make_unique<T5Encoder>(self->t5_config, w, self->parallel->tensor()); },
+        c->text_encoder_3 = component_of<T5Encoder>(
+            opts, "text_encoder_3", 5, device_of(o, "text_encoder_3"),
+            [self](WeightStore& w) {
+                return std::make_unique<T5Encoder>(self->t5_config, w, self->parallel->tensor());
+            },
             params);
-    c->transformer = component_of<Sd3Transformer>(opts, "transformer", 3, o.device, [self](WeightStore& w) {
-        return std::make_unique<Sd3Transformer>(self->transformer_config, w, *self->parallel, self->options.device_map);
-    }, params);
+    c->transformer = component_of<Sd3Transformer>(
+        opts, "transformer", 3, o.device,
+        [self](WeightStore& w) {
+            return std::make_unique<Sd3Transformer>(self->transformer_config, w, *self->parallel,
+                                                    self->options.device_map);
+        },
+        params);
     if (c->has_vae) {
-        c->vae = component_of<VaeDecoder>(opts, "vae", 4, device_of(o, "vae"),
+        c->vae = component_of<VaeDecoder>(
+            opts, "vae", 4, device_of(o, "vae"),
             [self](WeightStore& w) { return std::make_unique<VaeDecoder>(self->vae_config, w); }, params);
         c->vae_scale = c->vae_config.scale_factor();
     }
@@ -106,9 +116,10 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
                          std::to_string(t.pooled_projection_dim));
     const int64_t channels = c->has_vae ? c->vae_config.latent_channels : 3;
     if (t.in_channels != channels || t.out_channels != channels)
-        throw ModelError(
-            dir + ": the transformer works on " + std::to_string(t.in_channels) + " channels but " +
-            (c->has_vae ? "the VAE's latents have " : "pixel space (no VAE) has ") + std::to_string(channels));
+        throw ModelError(dir + ": the transformer works on " + std::to_string(t.in_channels) +
+                         " channels but " +
+                         (c->has_vae ? "the VAE's latents have " : "pixel space (no VAE) has ") +
+                         std::to_string(channels));
     if (!c->has_vae && t.out_channels != 3)
         throw ModelError(dir + ": a pipeline without a VAE must produce 3 channels");
     return std::unique_ptr<Sd3Pipeline>(new Sd3Pipeline(std::move(c), std::move(model)));
@@ -148,7 +159,8 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
     std::vector<at::Tensor> hidden, pooled;
     for (int which = 0; which < 2; ++which) {
         const ClipTokenizer& tok = which == 0 ? *c.tokenizer : *c.tokenizer_2;
-        const std::shared_ptr<const ClipTextEncoder> enc = which == 0 ? c.text_encoder.use() : c.text_encoder_2.use();
+        const std::shared_ptr<const ClipTextEncoder> enc =
+            which == 0 ? c.text_encoder.use() : c.text_encoder_2.use();
         std::vector<int64_t> ids;
         for (std::size_t k = 0; k < prompts.size(); ++k) {
             const ClipEncoding one = tok.encode(prompts[k]);
@@ -179,9 +191,10 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
         if (one.dropped_tokens > 0) {
             std::string& warning = e.truncation[k];
             if (!warning.empty()) warning += "; ";
-            warning += "The following part of your input was truncated because `max_sequence_length` is set to " +
-                       std::to_string(max_sequence_length) + " tokens (" + std::to_string(one.dropped_tokens) +
-                       " tokens dropped): " + c.tokenizer_3->decode(one.truncated);
+            warning +=
+                "The following part of your input was truncated because `max_sequence_length` is set to " +
+                std::to_string(max_sequence_length) + " tokens (" + std::to_string(one.dropped_tokens) +
+                " tokens dropped): " + c.tokenizer_3->decode(one.truncated);
         }
         ids.insert(ids.end(), one.ids.begin(), one.ids.end());
     }
@@ -203,8 +216,8 @@ Sd3Pipeline::parameters() const {
     return c_->parameters;
 }
 
-
-Conditioning Sd3Pipeline::encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const {
+Conditioning Sd3Pipeline::encode(const std::vector<std::string>& prompts,
+                                 const protocol::CallValues& arguments) const {
     PromptEmbeddings e = encode_prompts(prompts, static_cast<int>(arguments.whole("max_sequence_length")));
     Conditioning c;
     c.text = std::move(e.sequence);
@@ -247,14 +260,16 @@ bool Sd3Pipeline::extra_at(int step, int steps, const protocol::CallValues& argu
            step < steps * arguments.number("skip_layer_guidance_stop");
 }
 
-at::Tensor Sd3Pipeline::predict_extra(const at::Tensor& latents, const LatentShape&, const Conditioning& positive,
-                                      double timestep, const protocol::CallValues& arguments) const {
-    return c_->transformer.use()->forward(latents, positive.text, positive.pooled, timesteps(timestep, latents),
-                                          positive.tail_repeats, arguments.blocks("skip_guidance_layers"));
+at::Tensor Sd3Pipeline::predict_extra(const at::Tensor& latents, const LatentShape&,
+                                      const Conditioning& positive, double timestep,
+                                      const protocol::CallValues& arguments) const {
+    return c_->transformer.use()->forward(latents, positive.text, positive.pooled,
+                                          timesteps(timestep, latents), positive.tail_repeats,
+                                          arguments.blocks("skip_guidance_layers"));
 }
 
-at::Tensor Sd3Pipeline::combine_extra(const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra,
-                                      const protocol::CallValues& arguments) const {
+at::Tensor Sd3Pipeline::combine_extra(const at::Tensor& negative, const at::Tensor& positive,
+                                      const at::Tensor& extra, const protocol::CallValues& arguments) const {
     return linear_guidance(negative, positive, guidance_scale(arguments)) +
            (positive - extra) * arguments.number("skip_layer_guidance_scale");
 }

@@ -32,13 +32,13 @@ class Sd3Pipeline : public FamilyPipeline {
     // Loads every component of `options.model_dir`, the transformer as this rank's shard of the
     // mesh (`parallel` must outlive the pipeline). Throws ModelError naming what is missing,
     // corrupt, inconsistent or unsupported.
-    static std::unique_ptr<Sd3Pipeline> load(const PipelineOptions& options,
-                                             const ParallelContext& parallel);
+    static std::unique_ptr<Sd3Pipeline> load(const PipelineOptions& options, const ParallelContext& parallel);
     static std::unique_ptr<Sd3Pipeline> load(const PipelineOptions& options);  // one process
     ~Sd3Pipeline() override;
 
     // The embeddings of `prompts` (no inference guard: a trainer gets gradients through them).
-    PromptEmbeddings encode_prompts(const std::vector<std::string>& prompts, int max_sequence_length = 256) const;
+    PromptEmbeddings encode_prompts(const std::vector<std::string>& prompts,
+                                    int max_sequence_length = 256) const;
     // Throws InternalError with PipelineOptions::offload (nothing is kept).
     const Sd3Transformer& transformer() const;
     // With PipelineOptions::trainable: each component's weights by name ("transformer", ...).
@@ -53,16 +53,19 @@ class Sd3Pipeline : public FamilyPipeline {
     struct Components;
     Sd3Pipeline(std::unique_ptr<Components> c, strategies::ModelInfo model);
 
-    Conditioning encode(const std::vector<std::string>& prompts, const protocol::CallValues& arguments) const override;
+    Conditioning encode(const std::vector<std::string>& prompts,
+                        const protocol::CallValues& arguments) const override;
     LatentShape latents(int width, int height) const override;
     std::shared_ptr<const void> hold_transformer() const override;
-    at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text, double timestep,
-                       const protocol::CallValues& arguments, const StepCaches& cache) const override;
+    at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
+                       double timestep, const protocol::CallValues& arguments,
+                       const StepCaches& cache) const override;
     // Skip-layer guidance, as diffusers: on the steps strictly inside (start, stop) x steps, the
     // positive branch once more with the blocks skipped, and the noise moved away from it.
     bool extra_at(int step, int steps, const protocol::CallValues& arguments) const override;
-    at::Tensor predict_extra(const at::Tensor& latents, const LatentShape& shape, const Conditioning& positive,
-                             double timestep, const protocol::CallValues& arguments) const override;
+    at::Tensor predict_extra(const at::Tensor& latents, const LatentShape& shape,
+                             const Conditioning& positive, double timestep,
+                             const protocol::CallValues& arguments) const override;
     at::Tensor combine_extra(const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra,
                              const protocol::CallValues& arguments) const override;
     at::Tensor decode(const at::Tensor& latents) const override;

@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/io/config_json.h"
+#include "runtime/io/errors.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/sequence_shard.h"
-#include "runtime/io/errors.h"
-#include "runtime/io/config_json.h"
 
 namespace dp::runtime {
 namespace {
@@ -165,9 +165,8 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
 }
 
 at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,
-                                   const at::Tensor& pooled, const at::Tensor& timestep,
-                                   int64_t tail_repeats, const std::vector<int>& skip_layers,
-                                   const StepCaches* cache) const {
+                                   const at::Tensor& pooled, const at::Tensor& timestep, int64_t tail_repeats,
+                                   const std::vector<int>& skip_layers, const StepCaches* cache) const {
     // With tensor parallelism this rank holds its share of the attention heads.
     const int64_t p = config_.patch_size, heads = parallel_->tensor().share(config_.num_attention_heads);
     const int64_t batch = latents.size(0), height = latents.size(2), width = latents.size(3);

@@ -39,8 +39,8 @@ struct Sd3TransformerConfig {
     int64_t joint_attention_dim = 4096;
     int64_t caption_projection_dim = 1152;
     int64_t pooled_projection_dim = 2048;
-    int64_t pos_embed_max_size = 96;  // the position table's side (SD3.5: 384 medium, 192 large)
-    bool qk_rms_norm = false;         // qk_norm "rms_norm"
+    int64_t pos_embed_max_size = 96;             // the position table's side (SD3.5: 384 medium, 192 large)
+    bool qk_rms_norm = false;                    // qk_norm "rms_norm"
     std::vector<int64_t> dual_attention_layers;  // blocks with attn2 (SD3.5), ascending, each once
 
     int64_t inner_dim() const { return num_attention_heads * attention_head_dim; }
@@ -101,7 +101,6 @@ class Sd3Transformer {
 at::Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid, int64_t base_size);
 // The same table's centre crop for a height x width patch grid, as diffusers' PatchEmbed crops
 // it: [height * width, dim], built without the whole table.
-at::Tensor sincos_pos_embed_crop(int64_t dim, int64_t grid, int64_t base_size, int64_t height,
-                                 int64_t width);
+at::Tensor sincos_pos_embed_crop(int64_t dim, int64_t grid, int64_t base_size, int64_t height, int64_t width);
 
 }  // namespace dp::runtime
