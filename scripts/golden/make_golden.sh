@@ -15,7 +15,7 @@ trap 'rm -rf "$wheels"' EXIT
 # The CPU code paths the tests pin (Note [Tests pin the CPU code paths], tests/unit/main.cpp), so
 # that the golden tensors are what any of our machines computes, not what this one's widest
 # instruction set does.
-export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2}
+export ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-avx2} MKL_CBWR=${MKL_CBWR:-AVX2,STRICT}
 export ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-AVX2}
 export DP_CLIP_BPE_GZ="$wheels/open_clip/bpe_simple_vocab_16e6.txt.gz"
 "$venv/bin/python" "$root/scripts/golden/make_golden.py" "$@"
