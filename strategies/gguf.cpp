@@ -135,6 +135,56 @@ class Cursor {
     const std::string& path_;
 };
 
+// A tensor's entry of the header, before the data section's start is known.
+struct PendingTensor {
+    std::string name;
+    GgufTensorInfo info;
+    uint64_t offset;
+};
+
+// The next tensor entry at `c`, checked: its dimensions, a type dp-launch reads, whole blocks per
+// row and an offset on the file's alignment. Throws ModelError naming `path` and the tensor.
+PendingTensor read_tensor_info(Cursor& c, const std::string& path, uint64_t alignment) {
+    PendingTensor p;
+    p.name = c.string("tensor name");
+    const uint32_t dims = c.number<uint32_t>("dimension count");
+    if (dims < 1 || dims > kMaxDims)
+        throw ModelError(path + ": tensor '" + p.name + "' has " + std::to_string(dims) +
+                         " dimensions; GGUF allows 1 to 4");
+    std::vector<int64_t> ne;
+    uint64_t elements = 1;
+    for (uint32_t d = 0; d < dims; ++d) {
+        const uint64_t n = c.number<uint64_t>("dimension");
+        if (n == 0 || n > (uint64_t{1} << 40) || elements > (uint64_t{1} << 50) / n)
+            throw ModelError(path + ": tensor '" + p.name + "' has an impossible dimension " +
+                             std::to_string(n));
+        elements *= n;
+        ne.push_back(static_cast<int64_t>(n));
+    }
+    const uint32_t type_id = c.number<uint32_t>("tensor type");
+    p.offset = c.number<uint64_t>("tensor offset");
+    p.info.type = ggml_type(type_id);
+    if (!p.info.type) {
+        const char* known = other_type_name(type_id);
+        throw ModelError(path + ": tensor '" + p.name + "' has ggml type " + std::to_string(type_id) +
+                         (known ? std::string(" (") + known + ")" : std::string(" (unknown)")) +
+                         ", which dp-launch does not read (it reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+                         "Q8_0 and Q2_K to Q6_K)");
+    }
+    if (ne[0] % p.info.type->block_elements != 0)
+        throw ModelError(path + ": tensor '" + p.name + "' has rows of " + std::to_string(ne[0]) +
+                         " elements, not whole " + p.info.type->name + " blocks of " +
+                         std::to_string(p.info.type->block_elements));
+    p.info.row_bytes = ne[0] / p.info.type->block_elements * p.info.type->block_bytes;
+    p.info.nbytes = static_cast<std::size_t>(elements / static_cast<uint64_t>(ne[0])) *
+                    static_cast<std::size_t>(p.info.row_bytes);
+    p.info.shape.assign(ne.rbegin(), ne.rend());
+    if (p.offset % alignment != 0)
+        throw ModelError(path + ": tensor '" + p.name + "' starts at offset " + std::to_string(p.offset) +
+                         ", not a multiple of the file's alignment " + std::to_string(alignment));
+    return p;
+}
+
 }  // namespace
 
 const GgmlType* ggml_type(uint32_t id) {
@@ -191,59 +241,14 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
         std::string text = c.value(type, key);
         if (type == 8) file->metadata_[key] = std::move(text);
     }
-    struct Pending {
-        std::string name;
-        GgufTensorInfo info;
-        uint64_t offset;
-    };
-    std::vector<Pending> pending;
-    for (uint64_t i = 0; i < tensor_count; ++i) {
-        Pending p;
-        p.name = c.string("tensor name");
-        const uint32_t dims = c.number<uint32_t>("dimension count");
-        if (dims < 1 || dims > kMaxDims)
-            throw ModelError(path + ": tensor '" + p.name + "' has " + std::to_string(dims) +
-                             " dimensions; GGUF allows 1 to 4");
-        std::vector<int64_t> ne;
-        uint64_t elements = 1;
-        for (uint32_t d = 0; d < dims; ++d) {
-            const uint64_t n = c.number<uint64_t>("dimension");
-            if (n == 0 || n > (uint64_t{1} << 40) || elements > (uint64_t{1} << 50) / n)
-                throw ModelError(path + ": tensor '" + p.name + "' has an impossible dimension " +
-                                 std::to_string(n));
-            elements *= n;
-            ne.push_back(static_cast<int64_t>(n));
-        }
-        const uint32_t type_id = c.number<uint32_t>("tensor type");
-        p.offset = c.number<uint64_t>("tensor offset");
-        p.info.type = ggml_type(type_id);
-        if (!p.info.type) {
-            const char* known = other_type_name(type_id);
-            throw ModelError(
-                path + ": tensor '" + p.name + "' has ggml type " + std::to_string(type_id) +
-                (known ? std::string(" (") + known + ")" : std::string(" (unknown)")) +
-                ", which dp-launch does not read (it reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
-                "Q8_0 and Q2_K to Q6_K)");
-        }
-        if (ne[0] % p.info.type->block_elements != 0)
-            throw ModelError(path + ": tensor '" + p.name + "' has rows of " + std::to_string(ne[0]) +
-                             " elements, not whole " + p.info.type->name + " blocks of " +
-                             std::to_string(p.info.type->block_elements));
-        p.info.row_bytes = ne[0] / p.info.type->block_elements * p.info.type->block_bytes;
-        p.info.nbytes = static_cast<std::size_t>(elements / static_cast<uint64_t>(ne[0])) *
-                        static_cast<std::size_t>(p.info.row_bytes);
-        p.info.shape.assign(ne.rbegin(), ne.rend());
-        if (p.offset % alignment != 0)
-            throw ModelError(path + ": tensor '" + p.name + "' starts at offset " + std::to_string(p.offset) +
-                             ", not a multiple of the file's alignment " + std::to_string(alignment));
-        pending.push_back(std::move(p));
-    }
+    std::vector<PendingTensor> pending;
+    for (uint64_t i = 0; i < tensor_count; ++i) pending.push_back(read_tensor_info(c, path, alignment));
     const std::size_t data_start = (c.offset() + alignment - 1) / alignment * alignment;
     if (data_start > size)
         throw ModelError(path + ": truncated GGUF file (its data would start at byte " +
                          std::to_string(data_start) + " of " + std::to_string(size) + ")");
     const std::size_t data_size = size - data_start;
-    for (Pending& p : pending) {
+    for (PendingTensor& p : pending) {
         if (p.offset > data_size || p.info.nbytes > data_size - p.offset)
             throw ModelError(path + ": truncated or corrupt GGUF file (tensor '" + p.name + "' needs bytes " +
                              std::to_string(p.offset) + " to " + std::to_string(p.offset + p.info.nbytes) +
