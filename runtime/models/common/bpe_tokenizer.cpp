@@ -201,35 +201,8 @@ BpeTokenizer BpeTokenizer::build(const std::string& vocab_json, const std::strin
                              " tokenizer: " + u_errorName(status));
     }
     t.patterns_ = std::move(patterns);
-
-    const nlohmann::json vocab = parse_json(vocab_json, where + "/vocab.json");
-    if (!vocab.is_object() || vocab.empty())
-        throw ModelError(where + "/vocab.json: expected an object of token -> id");
-    for (const auto& [token, id] : vocab.items()) {
-        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 24))
-            throw ModelError(where + "/vocab.json: token '" + token.substr(0, 40) + "' has a bad id");
-        t.vocab_[token] = id.get<int64_t>();
-    }
-    t.id_to_token_.resize(t.vocab_.size());
-    for (const auto& [token, id] : t.vocab_) {
-        if (static_cast<std::size_t>(id) >= t.id_to_token_.size())
-            t.id_to_token_.resize(static_cast<std::size_t>(id) + 1);
-        t.id_to_token_[static_cast<std::size_t>(id)] = token;
-    }
-
-    std::istringstream merges(merges_txt);
-    int rank = 0, line_no = 0;
-    for (std::string line; std::getline(merges, line);) {
-        ++line_no;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-        const auto space = line.find(' ');
-        if (space == std::string::npos || space == 0 || space + 1 >= line.size() ||
-            line.find(' ', space + 1) != std::string::npos)
-            throw ModelError(where + "/merges.txt:" + std::to_string(line_no) +
-                             ": expected two symbols separated by one space");
-        t.merge_rank_.emplace(line, rank++);
-    }
+    t.read_vocab(vocab_json, where);
+    t.read_merges(merges_txt, where);
 
     nlohmann::json config = nlohmann::json::object();
     const std::string config_file = where + "/tokenizer_config.json";
@@ -250,52 +223,94 @@ BpeTokenizer BpeTokenizer::build(const std::string& vocab_json, const std::strin
             added.push_back(added_token(entry, nlohmann::json(id), config_file));
         }
     }
+    t.add_tokens(added, where);
+    t.read_special_tokens(config, where);
+    return t;
+}
+
+void BpeTokenizer::read_vocab(const std::string& vocab_json, const std::string& where) {
+    const nlohmann::json vocab = parse_json(vocab_json, where + "/vocab.json");
+    if (!vocab.is_object() || vocab.empty())
+        throw ModelError(where + "/vocab.json: expected an object of token -> id");
+    for (const auto& [token, id] : vocab.items()) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 24))
+            throw ModelError(where + "/vocab.json: token '" + token.substr(0, 40) + "' has a bad id");
+        vocab_[token] = id.get<int64_t>();
+    }
+    id_to_token_.resize(vocab_.size());
+    for (const auto& [token, id] : vocab_) {
+        if (static_cast<std::size_t>(id) >= id_to_token_.size())
+            id_to_token_.resize(static_cast<std::size_t>(id) + 1);
+        id_to_token_[static_cast<std::size_t>(id)] = token;
+    }
+}
+
+void BpeTokenizer::read_merges(const std::string& merges_txt, const std::string& where) {
+    std::istringstream merges(merges_txt);
+    int rank = 0, line_no = 0;
+    for (std::string line; std::getline(merges, line);) {
+        ++line_no;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+        const auto space = line.find(' ');
+        if (space == std::string::npos || space == 0 || space + 1 >= line.size() ||
+            line.find(' ', space + 1) != std::string::npos)
+            throw ModelError(where + "/merges.txt:" + std::to_string(line_no) +
+                             ": expected two symbols separated by one space");
+        merge_rank_.emplace(line, rank++);
+    }
+}
+
+void BpeTokenizer::add_literal(const std::string& content, int64_t id) {
+    if (std::none_of(literals_.begin(), literals_.end(),
+                     [&](const Literal& l) { return l.first == content; }))
+        literals_.emplace_back(content, id);
+}
+
+void BpeTokenizer::add_tokens(const std::vector<Literal>& added, const std::string& where) {
     // Added tokens join the vocabulary (after it in Qwen2's files); a clash is a broken folder.
     for (const auto& [content, id] : added) {
-        const auto have = t.vocab_.find(content);
-        if (have != t.vocab_.end()) {
+        const auto have = vocab_.find(content);
+        if (have != vocab_.end()) {
             if (have->second != id)
                 throw ModelError(where + ": added token '" + content.substr(0, 40) + "' has id " +
                                  std::to_string(id) + " in one file and " + std::to_string(have->second) +
                                  " in another");
             continue;
         }
-        if (static_cast<std::size_t>(id) >= t.id_to_token_.size())
-            t.id_to_token_.resize(static_cast<std::size_t>(id) + 1);
-        if (!t.id_to_token_[static_cast<std::size_t>(id)].empty())
+        if (static_cast<std::size_t>(id) >= id_to_token_.size())
+            id_to_token_.resize(static_cast<std::size_t>(id) + 1);
+        if (!id_to_token_[static_cast<std::size_t>(id)].empty())
             throw ModelError(where + ": added token '" + content.substr(0, 40) + "' takes id " +
                              std::to_string(id) + ", which is already '" +
-                             t.id_to_token_[static_cast<std::size_t>(id)].substr(0, 40) + "'");
-        t.id_to_token_[static_cast<std::size_t>(id)] = content;
-        t.vocab_[content] = id;
-        if (std::none_of(t.literals_.begin(), t.literals_.end(),
-                         [&](const Literal& l) { return l.first == content; }))
-            t.literals_.emplace_back(content, id);
+                             id_to_token_[static_cast<std::size_t>(id)].substr(0, 40) + "'");
+        id_to_token_[static_cast<std::size_t>(id)] = content;
+        vocab_[content] = id;
+        add_literal(content, id);
     }
+}
 
+void BpeTokenizer::read_special_tokens(const nlohmann::json& config, const std::string& where) {
     // The special tokens the config names (a null one is the flavour's default); "" means none.
     auto special = [&](const char* key, const std::string& fallback) -> int64_t {
         std::string content = config.contains(key) ? token_content(config[key]) : "";
         if (content.empty()) content = fallback;
         if (content.empty()) return -1;
-        auto it = t.vocab_.find(content);
-        if (it == t.vocab_.end())
+        auto it = vocab_.find(content);
+        if (it == vocab_.end())
             throw ModelError(where + ": " + key + " '" + content +
                              "' is not in vocab.json or the added tokens");
         // Every special token written literally in a prompt is that token, as in transformers (even a
         // pad token of "!", which SD3's second tokenizer uses).
-        if (std::none_of(t.literals_.begin(), t.literals_.end(),
-                         [&](const Literal& l) { return l.first == content; }))
-            t.literals_.emplace_back(content, it->second);
+        add_literal(content, it->second);
         return it->second;
     };
-    t.bos_id_ = special("bos_token", flavor.bos_token);
-    t.eos_id_ = special("eos_token", flavor.eos_token);
-    t.pad_id_ = special("pad_token", flavor.pad_token);
-    if (flavor.model_has_unk) t.unk_id_ = special("unk_token", flavor.unk_token);
+    bos_id_ = special("bos_token", flavor_.bos_token);
+    eos_id_ = special("eos_token", flavor_.eos_token);
+    pad_id_ = special("pad_token", flavor_.pad_token);
+    if (flavor_.model_has_unk) unk_id_ = special("unk_token", flavor_.unk_token);
     if (config.contains("model_max_length") && config["model_max_length"].is_number_integer())
-        t.configured_max_length_ = std::max<int64_t>(0, config["model_max_length"].get<int64_t>());
-    return t;
+        configured_max_length_ = std::max<int64_t>(0, config["model_max_length"].get<int64_t>());
 }
 
 int64_t BpeTokenizer::id_of(const std::string& token) const {

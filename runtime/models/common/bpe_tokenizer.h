@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -79,6 +80,14 @@ class BpeTokenizer {
     static BpeTokenizer build(const std::string& vocab_json, const std::string& merges_txt,
                               const std::string& config_json, std::vector<Literal> added,
                               const std::string& where, const BpeFlavor& flavor, bool ignore_merges);
+    // build's steps: vocab.json, merges.txt, the added tokens and the config's special tokens.
+    // Each throws ModelError naming the file.
+    void read_vocab(const std::string& vocab_json, const std::string& where);
+    void read_merges(const std::string& merges_txt, const std::string& where);
+    void add_tokens(const std::vector<Literal>& added, const std::string& where);
+    void read_special_tokens(const nlohmann::json& config, const std::string& where);
+    // `content` matched literally in raw text as `id`, unless it is already.
+    void add_literal(const std::string& content, int64_t id);
     void bpe(const std::string& piece, std::vector<int64_t>& out) const;
     void tokenize_span(const std::string& span, std::vector<int64_t>& out) const;
 
