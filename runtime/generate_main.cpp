@@ -26,6 +26,51 @@ long peak_rss_kb() {
     getrusage(RUSAGE_SELF, &u);
     return u.ru_maxrss;
 }
+// `text`, a flag's value, as `row`'s value of `request` (a repeated --lora adds one). Throws
+// CLI::ValidationError saying what is expected.
+void set_call_argument(dp::runtime::GenerateRequest& request, const dp::protocol::CallArgument& row,
+                       const std::string& text) {
+    nlohmann::json value;
+    try {
+        if (row.type == dp::protocol::CallType::kBlocks) {
+            value = nlohmann::json::array();
+            for (std::size_t at = 0; at < text.size();) {
+                const std::size_t comma = std::min(text.find(',', at), text.size());
+                value.push_back(std::stoll(text.substr(at, comma - at)));
+                at = comma + 1;
+            }
+        } else if (row.type == dp::protocol::CallType::kAdapters) {
+            dp::protocol::Adapter a;
+            if (const std::string why = dp::protocol::parse_adapter_text(text, a); !why.empty())
+                throw CLI::ValidationError(row.long_flag(), why);
+            value = dp::protocol::call_value_json(dp::protocol::Adapters{a});
+            if (const auto* had = request.arguments.find(row.name))  // repeatable: adds one
+                value.insert(value.begin(), dp::protocol::call_value_json(*had).begin(),
+                             dp::protocol::call_value_json(*had).end());
+        } else if (row.type == dp::protocol::CallType::kCache) {
+            value = text;
+        } else {
+            value = nlohmann::json::parse(text);
+        }
+    } catch (const std::exception&) {
+        throw CLI::ValidationError(row.long_flag(), "expected " + row.expected());
+    }
+    dp::protocol::CallValue v;
+    if (const std::string why = dp::protocol::read_call_value(row, value, v); !why.empty())
+        throw CLI::ValidationError(row.long_flag(), why);
+    request.arguments.set(row, std::move(v));
+}
+
+// Each family call argument of the table by its flag (--guidance-scale, --true-cfg-scale, ...);
+// left out, the model's default.
+void add_call_argument_flags(CLI::App& app, dp::runtime::GenerateRequest& request) {
+    for (const dp::protocol::CallArgument& row : dp::protocol::call_arguments()) {
+        if (row.universal) continue;
+        app.add_option_function<std::string>(
+            row.long_flag(),
+            [&request, &row](const std::string& text) { set_call_argument(request, row, text); }, row.help);
+    }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,45 +91,7 @@ int main(int argc, char** argv) {
         "negative prompt");
     app.add_option("--seed", request.seed, "seed of the initial noise");
     app.add_option("--steps", request.steps, "denoising steps")->check(CLI::Range(1, 10000));
-    // Each family call argument of the table by its flag (--guidance-scale, --true-cfg-scale, ...);
-    // left out, the model's default.
-    for (const dp::protocol::CallArgument& row : dp::protocol::call_arguments()) {
-        if (row.universal) continue;
-        app.add_option_function<std::string>(
-            row.long_flag(),
-            [&request, &row](const std::string& text) {
-                nlohmann::json value;
-                try {
-                    if (row.type == dp::protocol::CallType::kBlocks) {
-                        value = nlohmann::json::array();
-                        for (std::size_t at = 0; at < text.size();) {
-                            const std::size_t comma = std::min(text.find(',', at), text.size());
-                            value.push_back(std::stoll(text.substr(at, comma - at)));
-                            at = comma + 1;
-                        }
-                    } else if (row.type == dp::protocol::CallType::kAdapters) {
-                        dp::protocol::Adapter a;
-                        if (const std::string why = dp::protocol::parse_adapter_text(text, a); !why.empty())
-                            throw CLI::ValidationError(row.long_flag(), why);
-                        value = dp::protocol::call_value_json(dp::protocol::Adapters{a});
-                        if (const auto* had = request.arguments.find(row.name))  // repeatable: adds one
-                            value.insert(value.begin(), dp::protocol::call_value_json(*had).begin(),
-                                         dp::protocol::call_value_json(*had).end());
-                    } else if (row.type == dp::protocol::CallType::kCache) {
-                        value = text;
-                    } else {
-                        value = nlohmann::json::parse(text);
-                    }
-                } catch (const std::exception&) {
-                    throw CLI::ValidationError(row.long_flag(), "expected " + row.expected());
-                }
-                dp::protocol::CallValue v;
-                if (const std::string why = dp::protocol::read_call_value(row, value, v); !why.empty())
-                    throw CLI::ValidationError(row.long_flag(), why);
-                request.arguments.set(row, std::move(v));
-            },
-            row.help);
-    }
+    add_call_argument_flags(app, request);
     app.add_option("--width", request.width, "width in pixels (default: the model's)");
     app.add_option("--height", request.height, "height in pixels (default: the model's)");
     app.add_option("--dtype", dtype, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
