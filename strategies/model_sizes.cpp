@@ -14,22 +14,21 @@
 
 #include "strategies/model_config.h"
 #include "strategies/model_files.h"
+#include "strategies/safetensors.h"
 
 namespace dp::strategies {
 namespace {
-
-constexpr uint64_t kMaxHeaderBytes = 100ULL << 20;
 
 bool is_dir(const std::string& path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// Adds each tensor's element count (and with `shapes`, its shape) from a safetensors header's JSON
-// (or a tensor manifest, which has the same layout): false when it is not such JSON or a shape is
-// not a list of sizes.
-bool add_header_counts(const std::string& header, std::map<std::string, int64_t>& counts,
-                       std::map<std::string, std::vector<int64_t>>* shapes = nullptr) {
+// Adds each tensor's element count (and with `shapes`, its shape) from a config-only folder's tensor
+// manifest (a safetensors header's JSON without the data offsets): false when it is not such JSON
+// or a shape is not a list of sizes.
+bool add_manifest_counts(const std::string& header, std::map<std::string, int64_t>& counts,
+                         std::map<std::string, std::vector<int64_t>>* shapes = nullptr) {
     try {
         const nlohmann::json h = nlohmann::json::parse(header);
         if (!h.is_object()) return false;
@@ -78,27 +77,15 @@ std::map<std::string, int64_t> read_safetensors_counts(const std::string& dir, c
     } else {
         for (const auto& [tensor, shard] : read_weight_index(weights.index)) files.insert(dir + "/" + shard);
     }
+    // Each file's header through the one safetensors reader (its shapes and offsets checked).
     std::map<std::string, int64_t> counts;
-    for (const std::string& path : files) {
-        std::string header;
-        bool whole = false;
-        {
-            const int fd = open_model_file(path);  // a regular file: a FIFO would block here
-            unsigned char len_bytes[8] = {};
-            uint64_t len = 0;
-            if (::pread(fd, len_bytes, 8, 0) == 8) {
-                for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
-                if (len <= kMaxHeaderBytes) {
-                    header.assign(len, '\0');
-                    whole = ::pread(fd, header.data(), len, 8) == static_cast<ssize_t>(len);
-                }
-            }
-            ::close(fd);
+    for (const std::string& path : files)
+        for (const auto& [name, info] : SafetensorsFile::open(path)->tensors()) {
+            int64_t n = 1;
+            for (const int64_t d : info.shape) n *= d;
+            counts[name] = n;
+            if (shapes) (*shapes)[name] = info.shape;
         }
-        if (!whole) throw std::runtime_error(path + ": corrupt safetensors header");
-        if (!add_header_counts(header, counts, shapes))
-            throw std::runtime_error(path + ": corrupt safetensors header");
-    }
     return counts;
 }
 
@@ -111,7 +98,7 @@ std::map<std::string, int64_t> read_tensor_counts(const std::string& dir, const 
                                  " (the tensor list of a config-only folder)");
     const std::string text = read_model_file(manifest, std::size_t{16} << 20);  // ModelError names it
     std::map<std::string, int64_t> counts;
-    if (!add_header_counts(text, counts, shapes) || counts.empty())
+    if (!add_manifest_counts(text, counts, shapes) || counts.empty())
         throw std::runtime_error(
             manifest +
             ": not a tensor manifest (expected {\"NAME\": {\"dtype\": ..., \"shape\": [...]}, "
