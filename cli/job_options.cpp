@@ -9,7 +9,7 @@
 #include "launcher/prompt_file.h"
 #include "protocol/call_arguments.h"
 #include "protocol/job_file.h"
-#include "strategies/parallel_spec.h"
+#include "strategies/family.h"
 
 namespace dp::cli {
 
@@ -56,14 +56,18 @@ std::string described_default(const CallArgument& a) {
     if (a.type == CallType::kBlocks || a.type == CallType::kAdapters || a.type == CallType::kCache)
         return "none";
     std::string out;
-    for (const strategies::ParallelSpec* spec : strategies::parallel_specs()) {
-        const protocol::FamilyUse* base = nullptr;
-        const protocol::FamilyUse* variant = nullptr;
-        for (const protocol::FamilyUse& use : a.families) {
-            if (use.ignored) continue;
-            if (spec->family == use.family) base = &use;
-            if (!spec->variant_family.empty() && spec->variant_family == use.family) variant = &use;
-        }
+    for (const strategies::FamilyFacts* family : strategies::families()) {
+        const strategies::ParallelSpec* spec = &family->spec;
+        // The family's (and its variant's) use of the row, unless it ignores it.
+        const auto use_in =
+            [&](const std::vector<protocol::ArgumentUse>& uses) -> const protocol::ArgumentUse* {
+            for (const protocol::ArgumentUse& use : uses)
+                if (use.name == std::string_view(a.name) && !use.ignored) return &use;
+            return nullptr;
+        };
+        const protocol::ArgumentUse* base = use_in(family->arguments);
+        const protocol::ArgumentUse* variant =
+            spec->variant_family.empty() ? nullptr : use_in(family->variant_arguments);
         const auto add = [&](const std::string& name, double value) {
             out += (out.empty() ? "" : ", ") + name + " " + default_text(a, value);
         };

@@ -5,6 +5,7 @@
 #include "launcher/errors.h"
 #include "launcher/system_info.h"
 #include "launcher/values.h"
+#include "strategies/family.h"
 #include "strategies/model_config.h"
 
 namespace dp::launcher {
@@ -24,9 +25,12 @@ std::string joined(const std::vector<std::string>& items, const std::string& sep
 
 // Whether some family reads `row` as its classifier-free guidance scale.
 bool is_a_guidance_scale(const CallArgument& row) {
-    return std::any_of(row.families.begin(), row.families.end(), [](const protocol::FamilyUse& use) {
-        return use.guidance != protocol::Guidance::kNone;
-    });
+    for (const strategies::FamilyFacts* family : strategies::families())
+        for (const auto* uses : {&family->arguments, &family->variant_arguments})
+            for (const protocol::ArgumentUse& use : *uses)
+                if (use.name == std::string_view(row.name) && use.guidance != protocol::Guidance::kNone)
+                    return true;
+    return false;
 }
 
 // Why the model's pipeline does not take `row`, or empty when it does (or accepts and ignores it).

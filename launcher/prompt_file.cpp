@@ -17,7 +17,7 @@
 #include "launcher/unique_fd.h"
 #include "launcher/values.h"
 #include "protocol/call_arguments.h"
-#include "strategies/parallel_spec.h"
+#include "strategies/family.h"
 
 namespace dp::launcher {
 namespace {
@@ -30,7 +30,7 @@ const std::string& accepted_keys() {
             "prompt, negative_prompt, seed, steps (or num_inference_steps), width, height, name";
         std::vector<std::pair<std::string, std::vector<std::string>>> own;
         for (const strategies::ParallelSpec* spec : strategies::parallel_specs())
-            own.emplace_back(spec->display_name, protocol::FamilyArguments(spec->family).names());
+            own.emplace_back(spec->display_name, strategies::family_arguments(spec->family).names());
         for (const protocol::CallArgument& row : protocol::call_arguments()) {
             if (row.universal) continue;
             const auto takes = [&](const auto& family) {

@@ -22,185 +22,77 @@ std::string number_text(double v) {
 }  // namespace
 
 const std::vector<CallArgument>& call_arguments() {
-    // The families: "sd3" (StableDiffusion3Pipeline), "flux" (FluxPipeline, FLUX.1-dev),
-    // "flux-schnell" (FLUX.1-schnell: a transformer without guidance_embeds), "qwen-image"
-    // (QwenImagePipeline). Defaults are diffusers' for each pipeline, but for schnell's steps and
-    // tokens, which are those it was distilled for.
+    // Which families take a row, and at which default, each family declares in its facts file
+    // (strategies/families/; Note [a family in one place]).
     static const std::vector<CallArgument> rows = [] {
         std::vector<CallArgument> r;
+        const auto add = [&r](const char* name, CallType type, double min, double max, const char* flags,
+                              const char* value_name, const char* help) -> CallArgument& {
+            r.push_back(CallArgument{name, type, min, max, flags, value_name, help});
+            return r.back();
+        };
         {
-            CallArgument a{"num_inference_steps",
-                           CallType::kWhole,
-                           1,
-                           1000,
-                           "--steps,--num-inference-steps,--num_inference_steps",
-                           "N",
-                           "Denoising steps",
-                           {}};
-            a.families = {{"sd3", 28}, {"flux", 28}, {"flux-schnell", 4}, {"qwen-image", 50}};
+            CallArgument& a =
+                add("num_inference_steps", CallType::kWhole, 1, 1000,
+                    "--steps,--num-inference-steps,--num_inference_steps", "N", "Denoising steps");
             a.universal = true;
             a.alias = "steps";
             a.model_default = true;
-            r.push_back(a);
         }
-        for (const char* side : {"width", "height"}) {
-            CallArgument a{side,
-                           CallType::kWhole,
-                           8,
-                           8192,
-                           side[0] == 'w' ? "--width" : "--height",
-                           "PX",
-                           side[0] == 'w' ? "Image width" : "Image height",
-                           {}};
-            a.families = {{"sd3"}, {"flux"}, {"flux-schnell"}, {"qwen-image"}};
-            a.universal = true;
-            r.push_back(a);
-        }
+        add("width", CallType::kWhole, 8, 8192, "--width", "PX", "Image width").universal = true;
+        add("height", CallType::kWhole, 8, 8192, "--height", "PX", "Image height").universal = true;
+        add("guidance_scale", CallType::kNumber, 0, 100, "--guidance-scale,--guidance_scale", "X",
+            "SD3's classifier-free guidance scale (1 or less: no guidance); FLUX.1-dev's embedded guidance")
+            .model_default = true;
+        add("true_cfg_scale", CallType::kNumber, 0, 100, "--true-cfg-scale,--true_cfg_scale", "X",
+            "Qwen-Image's and FLUX.1's classifier-free guidance scale: it runs above 1 for prompts with a "
+            "negative prompt")
+            .model_default = true;
+        add("max_sequence_length", CallType::kWhole, 1, 1024, "--max-sequence-length,--max_sequence_length",
+            "N",
+            "The text encoder's tokens per prompt (diffusers' max_sequence_length); SD3's and FLUX's T5 take "
+            "at "
+            "most 512 (SD3 without T5: as many zero positions)")
+            .model_default = true;
+        // Repeatable on the command line; a prompt line's list replaces the flags' whole list.
+        add("lora", CallType::kAdapters, -1000, 1000, "--lora", "PATH[:SCALE]",
+            "A LoRA adapter (diffusers/PEFT or kohya safetensors) and its scale (1 when left out); repeat "
+            "for "
+            "several, applied together")
+            .unit = "an adapter's scale";
+        add("cache", CallType::kCache, 0, 10, "--cache", "TYPE[:KEY=VALUE,...]",
+            "A step cache, as diffusers' enable_cache names it: first_block_cache:threshold=T reuses the "
+            "other "
+            "blocks' last output while the first block's changes by less than T (relative); taylorseer_cache "
+            "extrapolates the attentions between computed steps; mag_cache:mag_ratios=flux|FILE skips whole "
+            "steps by the model's magnitude ratios (mag_cache:calibrate=true measures them); none: every "
+            "step "
+            "computed in full")
+            .unit = "a first-block threshold";
+        add("skip_guidance_layers", CallType::kBlocks, 0, kMaxBlockIndex,
+            "--skip-guidance-layers,--skip_guidance_layers", "BLOCKS",
+            "Skip-layer guidance: transformer blocks a third branch skips, a comma list such as 7,8,9 (SD3.5 "
+            "medium's); empty: none");
+        add("skip_layer_guidance_scale", CallType::kNumber, 0, 100,
+            "--skip-layer-guidance-scale,--skip_layer_guidance_scale", "X",
+            "How far skip-layer guidance moves the noise away from the skipping branch")
+            .active_with = "skip_guidance_layers";
         {
-            CallArgument a{
-                "guidance_scale",
-                CallType::kNumber,
-                0,
-                100,
-                "--guidance-scale,--guidance_scale",
-                "X",
-                "SD3's classifier-free guidance scale (1 or less: no guidance); FLUX.1-dev's embedded "
-                "guidance",
-                {}};
-            FamilyUse sd3{"sd3", 7.0};
-            sd3.guidance = Guidance::kAbove1;
-            FamilyUse schnell{"flux-schnell", 3.5};
-            schnell.ignored = true;  // its transformer has no guidance embedding
-            a.families = {sd3, {"flux", 3.5}, schnell};
-            a.model_default = true;
-            r.push_back(a);
-        }
-        {
-            CallArgument a{
-                "true_cfg_scale",
-                CallType::kNumber,
-                0,
-                100,
-                "--true-cfg-scale,--true_cfg_scale",
-                "X",
-                "Qwen-Image's and FLUX.1's classifier-free guidance scale: it runs above 1 for prompts "
-                "with a negative prompt",
-                {}};
-            for (auto [family, value] :
-                 {std::pair{"flux", 1.0}, {"flux-schnell", 1.0}, {"qwen-image", 4.0}}) {
-                FamilyUse use{family, value};
-                use.guidance = Guidance::kAbove1WithNegative;
-                a.families.push_back(use);
-            }
-            a.model_default = true;
-            r.push_back(a);
-        }
-        {
-            CallArgument a{
-                "max_sequence_length",
-                CallType::kWhole,
-                1,
-                1024,
-                "--max-sequence-length,--max_sequence_length",
-                "N",
-                "The text encoder's tokens per prompt (diffusers' max_sequence_length); SD3's and FLUX's "
-                "T5 take at most 512 (SD3 without T5: as many zero positions)",
-                {}};
-            a.families = {
-                {"sd3", 256, 512}, {"flux", 512, 512}, {"flux-schnell", 256, 512}, {"qwen-image", 512}};
-            a.model_default = true;
-            r.push_back(a);
-        }
-        {
-            // Repeatable on the command line; a prompt line's list replaces the flags' whole list.
-            CallArgument a{
-                "lora",
-                CallType::kAdapters,
-                -1000,
-                1000,
-                "--lora",
-                "PATH[:SCALE]",
-                "A LoRA adapter (diffusers/PEFT or kohya safetensors) and its scale (1 when left out); "
-                "repeat for several, applied together",
-                {}};
-            a.families = {{"sd3"}, {"flux"}, {"flux-schnell"}, {"qwen-image"}};
-            a.unit = "an adapter's scale";
-            r.push_back(a);
-        }
-        {
-            CallArgument a{
-                "cache",
-                CallType::kCache,
-                0,
-                10,
-                "--cache",
-                "TYPE[:KEY=VALUE,...]",
-                "A step cache, as diffusers' enable_cache names it: first_block_cache:threshold=T reuses "
-                "the other blocks' last output while the first block's changes by less than T "
-                "(relative); taylorseer_cache extrapolates the attentions between computed steps; "
-                "mag_cache:mag_ratios=flux|FILE skips whole steps by the model's magnitude ratios "
-                "(mag_cache:calibrate=true measures them); none: every step computed in full",
-                {}};
-            a.families = {{"sd3"}, {"flux"}, {"flux-schnell"}, {"qwen-image"}};
-            a.unit = "a first-block threshold";
-            r.push_back(a);
-        }
-        {
-            CallArgument a{
-                "skip_guidance_layers",
-                CallType::kBlocks,
-                0,
-                kMaxBlockIndex,
-                "--skip-guidance-layers,--skip_guidance_layers",
-                "BLOCKS",
-                "Skip-layer guidance: transformer blocks a third branch skips, a comma list such as 7,8,9 "
-                "(SD3.5 medium's); empty: none",
-                {}};
-            a.families = {{"sd3"}};
-            r.push_back(a);
-        }
-        {
-            CallArgument a{"skip_layer_guidance_scale",
-                           CallType::kNumber,
-                           0,
-                           100,
-                           "--skip-layer-guidance-scale,--skip_layer_guidance_scale",
-                           "X",
-                           "How far skip-layer guidance moves the noise away from the skipping branch",
-                           {}};
-            a.families = {{"sd3", 2.8}};
-            a.active_with = "skip_guidance_layers";
-            r.push_back(a);
-        }
-        {
-            CallArgument a{"skip_layer_guidance_start",
-                           CallType::kNumber,
-                           0,
-                           1,
-                           "--skip-layer-guidance-start,--skip_layer_guidance_start",
-                           "F",
-                           "Fraction of the steps after which skip-layer guidance runs (below the stop)",
-                           {}};
-            a.families = {{"sd3", 0.01}};
+            CallArgument& a =
+                add("skip_layer_guidance_start", CallType::kNumber, 0, 1,
+                    "--skip-layer-guidance-start,--skip_layer_guidance_start", "F",
+                    "Fraction of the steps after which skip-layer guidance runs (below the stop)");
             a.active_with = "skip_guidance_layers";
             a.below = "skip_layer_guidance_stop";
             a.below_why = "the start must be below the stop";
             a.unit = "fractions of the steps";
-            r.push_back(a);
         }
         {
-            CallArgument a{"skip_layer_guidance_stop",
-                           CallType::kNumber,
-                           0,
-                           1,
-                           "--skip-layer-guidance-stop,--skip_layer_guidance_stop",
-                           "F",
-                           "Fraction of the steps after which skip-layer guidance stops",
-                           {}};
-            a.families = {{"sd3", 0.2}};
+            CallArgument& a = add("skip_layer_guidance_stop", CallType::kNumber, 0, 1,
+                                  "--skip-layer-guidance-stop,--skip_layer_guidance_stop", "F",
+                                  "Fraction of the steps after which skip-layer guidance stops");
             a.active_with = "skip_guidance_layers";
             a.unit = "fractions of the steps";
-            r.push_back(a);
         }
         return r;
     }();
@@ -511,23 +403,32 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
 
 // --- FamilyArguments ---
 
-FamilyArguments::FamilyArguments(const std::string& family) : family_(family) {
-    for (const CallArgument& row : call_arguments())
-        for (const FamilyUse& use : row.families) {
-            if (family != use.family) continue;
-            FamilyArgument a;
-            a.row = &row;
-            a.max = use.max > 0 ? use.max : row.max;
-            a.ignored = use.ignored;
-            a.guidance = use.guidance;
-            if (row.type == CallType::kNumber) a.value = use.value;
-            if (row.type == CallType::kWhole) a.value = static_cast<int64_t>(use.value);
-            if (row.type == CallType::kBlocks) a.value = std::vector<int>{};
-            if (row.type == CallType::kAdapters) a.value = Adapters{};
-            if (row.type == CallType::kCache) a.value = StepCache{};
-            all_.push_back(a);
-        }
-    if (all_.empty()) throw InternalError("no call argument names the model family '" + family + "'");
+FamilyArguments::FamilyArguments(std::string family, const std::vector<ArgumentUse>& uses)
+    : family_(std::move(family)) {
+    for (const ArgumentUse& use : uses) {
+        const CallArgument* row = find_call_argument(use.name);
+        if (!row || row->name != std::string_view(use.name))
+            throw InternalError("the model family '" + family_ + "' takes '" + use.name +
+                                "', which is no call argument's name");
+    }
+    for (const CallArgument& row : call_arguments()) {
+        const auto use = std::find_if(uses.begin(), uses.end(), [&](const ArgumentUse& u) {
+            return row.name == std::string_view(u.name);
+        });
+        if (use == uses.end() && !row.universal) continue;  // every family takes the universal ones
+        const ArgumentUse declared = use == uses.end() ? ArgumentUse{row.name} : *use;
+        FamilyArgument a;
+        a.row = &row;
+        a.max = declared.max > 0 ? declared.max : row.max;
+        a.ignored = declared.ignored;
+        a.guidance = declared.guidance;
+        if (row.type == CallType::kNumber) a.value = declared.value;
+        if (row.type == CallType::kWhole) a.value = static_cast<int64_t>(declared.value);
+        if (row.type == CallType::kBlocks) a.value = std::vector<int>{};
+        if (row.type == CallType::kAdapters) a.value = Adapters{};
+        if (row.type == CallType::kCache) a.value = StepCache{};
+        all_.push_back(a);
+    }
     std::stable_partition(all_.begin(), all_.end(), [](const FamilyArgument& a) { return a.row->universal; });
 }
 

@@ -39,9 +39,11 @@ enum class Guidance {
     kAbove1WithNegative,  // ... and a negative prompt is given (FLUX's and Qwen-Image's true CFG)
 };
 
-// One family's use of a row.
-struct FamilyUse {
-    const char* family;    // a model family's id (strategies' ParallelSpec::family or variant_family)
+// A family's use of a row, as the family declares it in its facts file (Note [a family in one
+// place], strategies/families/): the rows its pipeline takes, at which default. Every family takes
+// the universal rows; it declares one to give its default.
+struct ArgumentUse {
+    const char* name;      // the row's
     double value = 0;      // its default (kBlocks: none, always empty); universal width/height: unused
     double max = 0;        // 0: the row's max; else this family's own limit
     bool ignored = false;  // accepted and ignored, as diffusers does (FLUX.1-schnell's guidance_scale)
@@ -56,7 +58,6 @@ struct CallArgument {
         flags;  // "--guidance-scale,--guidance_scale": env DP_GUIDANCE_SCALE, config key guidance_scale
     const char* value_name;  // the flag's value in --help: "X"
     const char* help;
-    std::vector<FamilyUse> families;
     bool universal = false;       // every family takes it; requests hold it in a field of their own
     const char* alias = nullptr;  // another JSONL key for it ("steps"); a line gives at most one of them
     bool model_default = false;   // a model folder's generation_defaults.json may set its default
@@ -156,8 +157,9 @@ struct FamilyArgument {
 class FamilyArguments {
   public:
     FamilyArguments() = default;
-    // The rows `family` uses. Throws InternalError for a family no row names.
-    explicit FamilyArguments(const std::string& family);
+    // The rows family `family` declares it takes (`uses`) and the universal ones, in the table's
+    // order, universal ones first. Throws InternalError for a use that names no row.
+    FamilyArguments(std::string family, const std::vector<ArgumentUse>& uses);
 
     const std::string& family() const { return family_; }
     // Every row the family accepts, universal ones first, ignored ones included.

@@ -249,13 +249,6 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     JobFile out;
     out.model_dir = read_path(f, "model_dir");
     out.family = f.string("family");
-    FamilyArguments family;
-    try {
-        family = FamilyArguments(out.family);
-    } catch (const InternalError&) {
-        throw InputDataError("family: '" + out.family.substr(0, 40) +
-                             "' is not a model family this dp-worker runs");
-    }
     if (f.has("random_weights")) out.random_weights = f.unsigned_integer("random_weights");
     out.output_dir = read_path(f, "output_dir");
     out.dtype = f.string("dtype");
@@ -304,14 +297,6 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     const nlohmann::json& requests = f.array("requests");
     for (std::size_t i = 0; i < requests.size(); ++i)
         out.requests.push_back(read_request(detail::Fields(requests[i], f.path("requests", i)), requests[i]));
-    // Each request holds only call arguments its family reads (one it leaves out is the model's default).
-    for (std::size_t i = 0; i < out.requests.size(); ++i) {
-        const std::string where = f.path("requests", i);
-        for (const CallValues::Item& item : out.requests[i].arguments.items())
-            if (!family.takes(item.first->name))
-                throw InputDataError(where + "." + item.first->name + ": " + out.family +
-                                     " does not read it");
-    }
     f.no_other_keys();
     job = std::move(out);
 }
@@ -369,14 +354,16 @@ void write_job_file(const std::string& path, const JobFile& job) {
     writer.commit();
 }
 
-JobFile read_job_file(const std::string& path) {
+JobFile read_job_file(const std::string& path, const std::function<void(const JobFile&)>& check) {
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw Error("--job " + path + ": cannot read the job file: " + std::strerror(errno), kExitNoInput);
     std::ostringstream text;
     text << in.rdbuf();
     try {
-        return nlohmann::json::parse(text.str()).get<JobFile>();
+        JobFile job = nlohmann::json::parse(text.str()).get<JobFile>();
+        if (check) check(job);
+        return job;
     } catch (const nlohmann::json::parse_error& e) {
         throw InputDataError(path + ": not a dp-launch job file (not JSON: " + e.what() + ")");
     } catch (const InputDataError& e) {

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -165,7 +166,9 @@ class JobFileWriter {
     bool first_ = true;
 };
 // Throws Error (kExitNoInput) when `path` cannot be read, InputDataError "PATH: KEY: why" when it
-// is not a job file this build reads.
-JobFile read_job_file(const std::string& path);
+// is not a job file this build reads. `check` (when given) checks what the contract leaves to the
+// reader's side, the model family and the call arguments it takes (strategies::check_job_family),
+// its InputDataError named "PATH: ..." as the others.
+JobFile read_job_file(const std::string& path, const std::function<void(const JobFile&)>& check = nullptr);
 
 }  // namespace dp::protocol

@@ -1,15 +1,16 @@
-// The registry of pipelines: model_index.json's _class_name -> the family that loads it. A new
-// model family adds one line here (and its parallel spec in strategies/).
+// The registry of pipelines: a model family (its id in strategies' facts, which name its pipeline
+// class) -> the code that loads it. A new model family adds one line here, and its facts file in
+// strategies/families/ (Note [a family in one place]).
 #include <ATen/core/Tensor.h>
 
 #include <utility>
 
-#include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
 #include "runtime/models/flux/flux_pipeline.h"
 #include "runtime/models/qwen_image/qwen_image_pipeline.h"
 #include "runtime/models/sd3/sd3_pipeline.h"
 #include "runtime/pipeline/pipeline.h"
+#include "strategies/model_config.h"
 
 namespace dp::runtime {
 namespace {
@@ -22,9 +23,9 @@ std::unique_ptr<DiffusionPipeline> load_as(const PipelineOptions& o, const Paral
 }
 
 const std::pair<const char*, Loader> kPipelines[] = {
-    {"StableDiffusion3Pipeline", &load_as<Sd3Pipeline>},
-    {"QwenImagePipeline", &load_as<QwenImagePipeline>},
-    {"FluxPipeline", &load_as<FluxPipeline>},
+    {"sd3", &load_as<Sd3Pipeline>},
+    {"qwen-image", &load_as<QwenImagePipeline>},
+    {"flux", &load_as<FluxPipeline>},
 };
 
 }  // namespace
@@ -35,14 +36,13 @@ GenerateResult DiffusionPipeline::generate(const GenerateRequest& request) const
 
 std::unique_ptr<DiffusionPipeline> load_pipeline(const PipelineOptions& options,
                                                  const ParallelContext& parallel) {
-    const std::string path = options.model_dir + "/model_index.json";
-    const std::string cls = ConfigJson::from_file(path).string("_class_name", "");
-    std::string supported;
-    for (const auto& [name, load] : kPipelines) {
-        if (cls == name) return load(options, parallel);
-        supported += (supported.empty() ? "" : ", ") + std::string(name);
-    }
-    throw ModelError(path + ": pipeline class '" + cls + "' is not supported (supported: " + supported + ")");
+    // The family model_index.json names (a ModelError naming the file and the supported classes).
+    const strategies::ParallelSpec& spec =
+        options.model ? *options.model->spec : strategies::parallel_spec_for_model(options.model_dir);
+    for (const auto& [family, load] : kPipelines)
+        if (spec.family == family) return load(options, parallel);
+    throw InternalError(spec.display_name +
+                        " has facts in strategies/families/ but no pipeline in this build");
 }
 
 }  // namespace dp::runtime

@@ -271,6 +271,154 @@ PipelineOptions pipeline_options(const JobFile& job, std::shared_ptr<const strat
     return po;
 }
 
+// This rank's device, dtype and device_map for `job` (Note [a model is read once]: `model` read
+// once by the caller). Throws UsageError for a device the rank does not have.
+void place_rank(const JobFile& job, int world, int local_rank, const strategies::ModelInfo& model,
+                PipelineOptions& po) {
+    const bool cuda = at::hasCUDA();
+    if (job.device_map && world != 1)
+        throw protocol::UsageError("--device-map runs one process over several devices; the world has " +
+                                   std::to_string(world) + " ranks");
+    if (job.device_map) {
+        po.dtype = run_dtype(job.dtype, device_map_on_gpus(job));
+        po.device_map = make_device_mapping(job, model, po.dtype == at::kFloat ? 4 : 2);
+        po.device =
+            po.device_map->devices[static_cast<std::size_t>(po.device_map->transformer_blocks.front())];
+    }
+    if (job.device == "cuda" && !cuda)
+        throw protocol::UsageError(
+            "--device cuda: no CUDA device is available to this rank; use --device cpu or auto");
+    if (po.device_map) return;
+    // The rank's GPU: cuda:LOCAL_RANK, or cuda:0 when the launcher gave this rank one device of its
+    // own (CUDA_VISIBLE_DEVICES naming only its GPU, as with one scheduler task per rank).
+    auto rank_cuda_device = [&]() {
+        const int count = static_cast<int>(at::getNumGPUs());
+        if (local_rank < count) return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+        if (count == 1) return at::Device(at::kCUDA, 0);
+        const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+        throw protocol::UsageError(
+            "LOCAL_RANK " + std::to_string(local_rank) + " has no GPU: " + std::to_string(count) +
+            " CUDA device(s) are visible (CUDA_VISIBLE_DEVICES=" +
+            (visible ? std::string(visible) : "unset") +
+            "); start at most that many ranks per node, or give each rank its own GPU");
+    };
+    po.device = (job.device == "cpu" || !cuda) ? at::Device(at::kCPU) : rank_cuda_device();
+    po.dtype = run_dtype(job.dtype, po.device.is_cuda());
+}
+
+// The rendezvous of rank `rank` of `world` from torchrun's environment and the job's timeouts.
+CommunicatorOptions communicator_options(const JobFile& job, int rank, int world, const at::Device& device) {
+    CommunicatorOptions co;
+    co.rank = rank;
+    co.world_size = world;
+    if (const char* addr = std::getenv("MASTER_ADDR")) co.master_addr = addr;
+    co.master_port = env_int("MASTER_PORT", 29500, 1, 65535);
+    co.backend = device.is_cuda() ? "nccl" : "gloo";
+    co.timeout = std::chrono::milliseconds(static_cast<int64_t>(job.collective_timeout_s * 1000));
+    if (const char* addr = std::getenv("DP_LOCAL_ADDR")) co.local_addr = addr;
+    // Note [a node that never arrives]: a multi-node job's ranks join within --node-timeout.
+    co.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(job.node_timeout_s * 1000));
+    co.ranks_per_node = env_int("LOCAL_WORLD_SIZE", 0, 0, 1 << 20);
+    return co;
+}
+
+// A rank's prompts through its pipeline: each batch the queue gives it generated, its images
+// written (by the replica's writer) and reported on the status channel.
+class RankWork {
+  public:
+    RankWork(const JobFile& job, int rank, StatusChannel& status, bool writer)
+        : job_(job), rank_(rank), status_(status), writer_(writer), kill_switch_(rank) {}
+
+    // One unit of the queue: positions into the job's requests that share a batch.
+    void run(const DiffusionPipeline& pipeline, const std::vector<std::size_t>& unit, bool dynamic) {
+        std::vector<const JobRequest*> group;
+        for (const std::size_t k : unit) group.push_back(&job_.requests[k]);
+        const JobRequest& first = *group.front();
+        if (dynamic) {
+            protocol::TakeEvent take{rank_, {}};
+            for (const JobRequest* r : group) take.indices.push_back(r->index);
+            status_.send(take);
+        }
+        stop_if_asked(rank_, "before prompt " + std::to_string(first.index));
+        status_.send(
+            protocol::HeartbeatEvent{rank_, protocol::RankPhase::kGenerating, first.index, 0, first.steps});
+        std::vector<GenerateRequest> requests;
+        for (const JobRequest* r : group) {
+            requests.push_back(generate_request(*r));
+            const bool first_of_batch = r == group.front();
+            requests.back().on_step = [this, &first, first_of_batch](int step, int steps) {
+                if (kill_switch_.armed()) kill_switch_.step();
+                if (!first_of_batch) return;  // one heartbeat per step of the batch
+                status_.send(protocol::HeartbeatEvent{rank_, protocol::RankPhase::kGenerating, first.index,
+                                                      step, steps});
+                stop_if_asked(rank_, "after step " + std::to_string(step) + " of " + std::to_string(steps) +
+                                         " of prompt " + std::to_string(first.index) + " (abandoned)");
+            };
+        }
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<GenerateResult> results;
+        try {
+            results = pipeline.generate_batch(requests);
+        } catch (const Error& e) {
+            if (!is_prompt_error(e)) throw;
+            for (const JobRequest* r : group) fail(*r, e.what());
+            return;
+        }
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
+            static_cast<double>(group.size());
+        for (std::size_t k = 0; k < group.size(); ++k) write(*group[k], results[k], ms);
+    }
+    int failed() const { return failed_; }
+
+  private:
+    void fail(const JobRequest& r, const std::string& why) {
+        if (!writer_) return;
+        ++failed_;
+        std::cerr << "prompt " << r.index << ": " << why << std::endl;
+        status_.send(protocol::FailedEvent{rank_, r.index, why});
+    }
+
+    // One result: its image file and event, or its failure; the writer's only.
+    void write(const JobRequest& r, const GenerateResult& result, double ms) {
+        if (!writer_) return;
+        for (const std::string& w : result.warnings)
+            std::cerr << "prompt " << r.index << ": " << w << std::endl;
+        if (env_flag("DP_CACHE_REPORT") && !result.cache_metrics.empty()) {
+            // Note [first block cache]: each branch's relative change per pass, to choose a threshold by.
+            std::string line = "prompt " + std::to_string(r.index) + ": first-block changes";
+            for (std::size_t b = 0; b < result.cache_metrics.size(); ++b) {
+                if (result.cache_metrics[b].empty()) continue;
+                line += b == 0 ? " (negative branch)" : " (positive branch)";
+                for (double m : result.cache_metrics[b])
+                    line += " " + (m < 0 ? std::string("-") : std::to_string(m));
+            }
+            std::cerr << line << std::endl;
+        }
+        if (!result.error.empty()) return fail(r, result.error);  // no valid image: not a black PNG
+        const int width = static_cast<int>(result.image.size(1));
+        const int height = static_cast<int>(result.image.size(0));
+        const WrittenImage img = write_png_atomically(job_.output_dir + "/" + r.file,
+                                                      result.image.data_ptr<uint8_t>(), width, height);
+        // DP_SAVE_LATENTS=1: each image's final latents (fp32, before decoding) beside it, as
+        // NAME.png.latents.safetensors, to compare runs more finely than by pixels.
+        if (save_latents_)
+            save_safetensors(job_.output_dir + "/" + r.file + ".latents.safetensors",
+                             {{"latents", result.latents}}, {{"prompt", r.prompt}});
+        status_.send(protocol::ImageEvent{rank_, r.index, r.file, img.sha256, ms, width, height,
+                                          result.computed_steps, result.mag_ratios});
+    }
+
+    const JobFile& job_;
+    const int rank_;
+    StatusChannel& status_;
+    const bool writer_;
+    const bool save_latents_ = env_flag("DP_SAVE_LATENTS");
+    TestKillSwitch kill_switch_;
+    int failed_ = 0;
+};
+
+// The rank's work once the job file is read. Returns its exit code; throws for what ends it.
 int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     const int world = env_int("WORLD_SIZE", 1, 1, 1 << 24);
     const int local_rank = env_int("LOCAL_RANK", 0, 0, 1 << 24);
@@ -295,48 +443,9 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     // mapped, for switches in place (Note [adapter switches]).
     for (const protocol::JobRequest& r : job.requests)
         if (!r.arguments.adapters("lora").empty()) po.adapters = std::make_shared<AdapterState>();
-    const bool cuda = at::hasCUDA();
-    if (job.device_map && world != 1)
-        throw protocol::UsageError("--device-map runs one process over several devices; the world has " +
-                                   std::to_string(world) + " ranks");
-    if (job.device_map) {
-        po.dtype = run_dtype(job.dtype, device_map_on_gpus(job));
-        po.device_map = make_device_mapping(job, *model, po.dtype == at::kFloat ? 4 : 2);
-        po.device =
-            po.device_map->devices[static_cast<std::size_t>(po.device_map->transformer_blocks.front())];
-    }
-    if (job.device == "cuda" && !cuda)
-        throw protocol::UsageError(
-            "--device cuda: no CUDA device is available to this rank; use --device cpu or auto");
-    if (!po.device_map) {
-        // The rank's GPU: cuda:LOCAL_RANK, or cuda:0 when the launcher gave this rank one device of its
-        // own (CUDA_VISIBLE_DEVICES naming only its GPU, as with one scheduler task per rank).
-        auto rank_cuda_device = [&]() {
-            const int count = static_cast<int>(at::getNumGPUs());
-            if (local_rank < count) return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
-            if (count == 1) return at::Device(at::kCUDA, 0);
-            const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-            throw protocol::UsageError(
-                "LOCAL_RANK " + std::to_string(local_rank) + " has no GPU: " + std::to_string(count) +
-                " CUDA device(s) are visible (CUDA_VISIBLE_DEVICES=" +
-                (visible ? std::string(visible) : "unset") +
-                "); start at most that many ranks per node, or give each rank its own GPU");
-        };
-        po.device = (job.device == "cpu" || !cuda) ? at::Device(at::kCPU) : rank_cuda_device();
-        po.dtype = run_dtype(job.dtype, po.device.is_cuda());
-    }
+    place_rank(job, world, local_rank, *model, po);
 
-    CommunicatorOptions co;
-    co.rank = rank;
-    co.world_size = world;
-    if (const char* addr = std::getenv("MASTER_ADDR")) co.master_addr = addr;
-    co.master_port = env_int("MASTER_PORT", 29500, 1, 65535);
-    co.backend = po.device.is_cuda() ? "nccl" : "gloo";
-    co.timeout = std::chrono::milliseconds(static_cast<int64_t>(job.collective_timeout_s * 1000));
-    if (const char* addr = std::getenv("DP_LOCAL_ADDR")) co.local_addr = addr;
-    // Note [a node that never arrives]: a multi-node job's ranks join within --node-timeout.
-    co.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(job.node_timeout_s * 1000));
-    co.ranks_per_node = env_int("LOCAL_WORLD_SIZE", 0, 0, 1 << 20);
+    const CommunicatorOptions co = communicator_options(job, rank, world, po.device);
     ensure_open_file_headroom(world, co.backend == "gloo");  // Note [resource failures in a rank]
     test_thread_failure();
     Communicator comm(co);
@@ -352,97 +461,15 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     degrees.tp = job.mesh.tp;
     // Every rank forms its sub-groups here, in the same order, so none waits on another.
     const ParallelContext parallel(comm, strategies::Mesh(world, degrees));
-    const bool writer = parallel.writes_outputs();
     PromptQueue queue(job, *model, parallel, comm, job_id);
-    // DP_SAVE_LATENTS=1: each image's final latents (fp32, before decoding) beside it, as
-    // NAME.png.latents.safetensors, to compare runs more finely than by pixels.
-    const bool save_latents = env_flag("DP_SAVE_LATENTS");
-    TestKillSwitch kill_switch(rank);
+    RankWork work(job, rank, status, parallel.writes_outputs());
     status.send(protocol::StartEvent{rank, po.device.str(), queue.share().begin, queue.share().size(),
                                      dtype_name(po.dtype), job.schedule});
-
-    int failed = 0;
     if (queue.has_work()) {
         status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kLoading, -1, 0, 0});
         const auto pipeline = load_pipeline(po, parallel);
-        while (const std::vector<std::size_t>* unit = queue.next()) {
-            // A batch: consecutive requests that can share the model's shapes.
-            std::vector<const JobRequest*> group;
-            for (const std::size_t k : *unit) group.push_back(&job.requests[k]);
-            const JobRequest& first = *group.front();
-            if (queue.dynamic()) {
-                protocol::TakeEvent take{rank, {}};
-                for (const JobRequest* r : group) take.indices.push_back(r->index);
-                status.send(take);
-            }
-            stop_if_asked(rank, "before prompt " + std::to_string(first.index));
-            status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kGenerating, first.index, 0,
-                                                 first.steps});
-            std::vector<GenerateRequest> requests;
-            for (const JobRequest* r : group) {
-                requests.push_back(generate_request(*r));
-                const bool first_of_batch = r == group.front();
-                requests.back().on_step = [&, first_of_batch](int step, int steps) {
-                    if (kill_switch.armed()) kill_switch.step();
-                    if (!first_of_batch) return;  // one heartbeat per step of the batch
-                    status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kGenerating, first.index,
-                                                         step, steps});
-                    stop_if_asked(rank, "after step " + std::to_string(step) + " of " +
-                                            std::to_string(steps) + " of prompt " +
-                                            std::to_string(first.index) + " (abandoned)");
-                };
-            }
-            const auto start = std::chrono::steady_clock::now();
-            std::vector<GenerateResult> results;
-            try {
-                results = pipeline->generate_batch(requests);
-            } catch (const Error& e) {
-                if (!is_prompt_error(e)) throw;
-                for (const JobRequest* r : group) {
-                    if (!writer) break;
-                    ++failed;
-                    std::cerr << "prompt " << r->index << ": " << e.what() << std::endl;
-                    status.send(protocol::FailedEvent{rank, r->index, e.what()});
-                }
-                continue;
-            }
-            const double ms =
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
-                static_cast<double>(group.size());
-            for (std::size_t k = 0; k < group.size() && writer; ++k) {
-                const JobRequest& r = *group[k];
-                const GenerateResult& result = results[k];
-                for (const std::string& w : result.warnings)
-                    std::cerr << "prompt " << r.index << ": " << w << std::endl;
-                if (env_flag("DP_CACHE_REPORT") && !result.cache_metrics.empty()) {
-                    // Note [first block cache]: each branch's relative change per pass, to choose a threshold
-                    // by.
-                    std::string line = "prompt " + std::to_string(r.index) + ": first-block changes";
-                    for (std::size_t b = 0; b < result.cache_metrics.size(); ++b) {
-                        if (result.cache_metrics[b].empty()) continue;
-                        line += b == 0 ? " (negative branch)" : " (positive branch)";
-                        for (double m : result.cache_metrics[b])
-                            line += " " + (m < 0 ? std::string("-") : std::to_string(m));
-                    }
-                    std::cerr << line << std::endl;
-                }
-                if (!result.error.empty()) {  // no valid image: a failed prompt, not a black PNG
-                    ++failed;
-                    std::cerr << "prompt " << r.index << ": " << result.error << std::endl;
-                    status.send(protocol::FailedEvent{rank, r.index, result.error});
-                    continue;
-                }
-                const int width = static_cast<int>(result.image.size(1));
-                const int height = static_cast<int>(result.image.size(0));
-                const WrittenImage img = write_png_atomically(
-                    job.output_dir + "/" + r.file, result.image.data_ptr<uint8_t>(), width, height);
-                if (save_latents)
-                    save_safetensors(job.output_dir + "/" + r.file + ".latents.safetensors",
-                                     {{"latents", result.latents}}, {{"prompt", r.prompt}});
-                status.send(protocol::ImageEvent{rank, r.index, r.file, img.sha256, ms, width, height,
-                                                 result.computed_steps, result.mag_ratios});
-            }
-        }
+        while (const std::vector<std::size_t>* unit = queue.next())
+            work.run(*pipeline, *unit, queue.dynamic());
     }
     // Every rank, with prompts or without, meets the others before leaving.
     stop_if_asked(rank, "after its share");
@@ -462,7 +489,8 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     // A prompt that failed is in the manifest and makes dp-launch exit 1; the rank itself did
     // its job, so it exits 0 (a non-zero exit would stop the group, or restart it with
     // --max-restarts).
-    if (failed > 0) std::cerr << "rank " << rank << ": " << failed << " prompt(s) failed" << std::endl;
+    if (work.failed() > 0)
+        std::cerr << "rank " << rank << ": " << work.failed() << " prompt(s) failed" << std::endl;
     return protocol::kExitOk;
 }
 
@@ -487,7 +515,7 @@ int run_worker(const std::string& job_path) {
         const int status_fd = env_int("DP_STATUS_FD", -1, -1, 1 << 20);
         status.emplace(status_fd);
         install_rank_terminate_handler(rank, status_fd);
-        const JobFile job = protocol::read_job_file(job_path);
+        const JobFile job = protocol::read_job_file(job_path, strategies::check_job_family);
         return run_rank(job, rank, *status);
     } catch (const Error& e) {
         return report_failure(rank, status, classify_rank_failure(e, e.exit_code(), e.what()));
@@ -503,7 +531,7 @@ int run_worker(const std::string& job_path) {
 int check_model(const std::string& job_path) {
     // Note [checking a model before the ranks start]: the pipeline's own load, in check mode.
     try {
-        const JobFile job = protocol::read_job_file(job_path);
+        const JobFile job = protocol::read_job_file(job_path, strategies::check_job_family);
         PipelineOptions po = pipeline_options(
             job, std::make_shared<const strategies::ModelInfo>(strategies::read_model_info(job.model_dir)));
         po.device = at::Device(at::kCPU);

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "protocol/errors.h"
+#include "strategies/family.h"
 #include "strategies/model_files.h"
 #include "strategies/model_sizes.h"
 #include "strategies/safetensors.h"
@@ -80,109 +81,6 @@ struct Target {
     bool original = false;  // diffusion_model.: the family's original layout, else diffusers' names
 };
 
-// A base weight and the rows of `up` it takes.
-struct Part {
-    std::string module;                             // diffusers' module name, without ".weight"
-    std::vector<std::pair<int64_t, int64_t>> rows;  // empty: all
-};
-
-// Note [FLUX original names]: Black Forest Labs' FluxTransformer layout, as diffusers' FLUX
-// converters map it (double_blocks.N -> transformer_blocks.N, single_blocks.N ->
-// single_transformer_blocks.N). A fused projection's up rows split in its parts' widths, read from
-// the model's own weights (so small test models map too): qkv in three equal parts, linear1 in q,
-// k, v and the MLP's input. The final modulation holds (shift, scale) where diffusers' norm_out
-// holds (scale, shift): its up halves swap.
-std::vector<Part> flux_original_parts(const std::string& name,
-                                      const std::map<std::string, std::vector<int64_t>>& w) {
-    const auto rows_of = [&](const std::string& module) -> int64_t {
-        const auto it = w.find(module + ".weight");
-        return it == w.end() || it->second.size() != 2 ? -1 : it->second[0];
-    };
-    const auto split = [&](const std::vector<std::string>& modules) {
-        std::vector<Part> parts;
-        int64_t first = 0;
-        for (const std::string& m : modules) {
-            const int64_t n = rows_of(m);
-            if (n < 0) return std::vector<Part>{};
-            parts.push_back({m, {{first, n}}});
-            first += n;
-        }
-        return parts;
-    };
-    static const std::regex double_block(
-        R"(double_blocks\.(\d+)\.(img|txt)_(attn\.qkv|attn\.proj|mlp\.0|mlp\.2|mod\.lin))");
-    static const std::regex single_block(R"(single_blocks\.(\d+)\.(linear1|linear2|modulation\.lin))");
-    std::smatch m;
-    if (std::regex_match(name, m, double_block)) {
-        const std::string b = "transformer_blocks." + m[1].str() + ".";
-        const bool img = m[2] == "img";
-        const std::string what = m[3];
-        if (what == "attn.qkv")
-            return img ? split({b + "attn.to_q", b + "attn.to_k", b + "attn.to_v"})
-                       : split({b + "attn.add_q_proj", b + "attn.add_k_proj", b + "attn.add_v_proj"});
-        if (what == "attn.proj") return {{b + (img ? "attn.to_out.0" : "attn.to_add_out"), {}}};
-        if (what == "mlp.0") return {{b + (img ? "ff.net.0.proj" : "ff_context.net.0.proj"), {}}};
-        if (what == "mlp.2") return {{b + (img ? "ff.net.2" : "ff_context.net.2"), {}}};
-        return {{b + (img ? "norm1.linear" : "norm1_context.linear"), {}}};
-    }
-    if (std::regex_match(name, m, single_block)) {
-        const std::string b = "single_transformer_blocks." + m[1].str() + ".";
-        if (m[2] == "linear1")
-            return split({b + "attn.to_q", b + "attn.to_k", b + "attn.to_v", b + "proj_mlp"});
-        if (m[2] == "linear2") return {{b + "proj_out", {}}};
-        return {{b + "norm.linear", {}}};
-    }
-    static const std::map<std::string, std::string> whole = {
-        {"img_in", "x_embedder"},
-        {"txt_in", "context_embedder"},
-        {"time_in.in_layer", "time_text_embed.timestep_embedder.linear_1"},
-        {"time_in.out_layer", "time_text_embed.timestep_embedder.linear_2"},
-        {"vector_in.in_layer", "time_text_embed.text_embedder.linear_1"},
-        {"vector_in.out_layer", "time_text_embed.text_embedder.linear_2"},
-        {"guidance_in.in_layer", "time_text_embed.guidance_embedder.linear_1"},
-        {"guidance_in.out_layer", "time_text_embed.guidance_embedder.linear_2"},
-        {"final_layer.linear", "proj_out"},
-    };
-    if (const auto it = whole.find(name); it != whole.end()) return {{it->second, {}}};
-    if (name == "final_layer.adaLN_modulation.1") {
-        const int64_t n = rows_of("norm_out.linear");
-        if (n < 2 || n % 2) return {};
-        return {{"norm_out.linear", {{n / 2, n / 2}, {0, n / 2}}}};
-    }
-    return {};
-}
-
-// kohya's underscored FLUX original names back to dotted ones: "double_blocks_0_img_attn_qkv".
-std::string flux_original_dotted(const std::string& kohya) {
-    static const std::regex double_block(
-        R"(double_blocks_(\d+)_(img|txt)_(attn_qkv|attn_proj|mlp_0|mlp_2|mod_lin))");
-    static const std::regex single_block(R"(single_blocks_(\d+)_(linear1|linear2|modulation_lin))");
-    std::smatch m;
-    const auto dotted = [](std::string s) {
-        std::replace(s.begin(), s.end(), '_', '.');
-        return s;
-    };
-    if (std::regex_match(kohya, m, double_block))
-        return "double_blocks." + m[1].str() + "." + m[2].str() + "_" + dotted(m[3].str());
-    if (std::regex_match(kohya, m, single_block))
-        return "single_blocks." + m[1].str() + "." +
-               (m[2] == "modulation_lin" ? "modulation.lin" : m[2].str());
-    static const std::map<std::string, std::string> whole = {
-        {"img_in", "img_in"},
-        {"txt_in", "txt_in"},
-        {"time_in_in_layer", "time_in.in_layer"},
-        {"time_in_out_layer", "time_in.out_layer"},
-        {"vector_in_in_layer", "vector_in.in_layer"},
-        {"vector_in_out_layer", "vector_in.out_layer"},
-        {"guidance_in_in_layer", "guidance_in.in_layer"},
-        {"guidance_in_out_layer", "guidance_in.out_layer"},
-        {"final_layer_linear", "final_layer.linear"},
-        {"final_layer_adaLN_modulation_1", "final_layer.adaLN_modulation.1"},
-    };
-    const auto it = whole.find(kohya);
-    return it == whole.end() ? std::string() : it->second;
-}
-
 // Where the file's module name `name` points, by its prefix; false when no prefix or form fits.
 bool target_of(const std::string& name, Target& t) {
     struct Prefix {
@@ -214,24 +112,25 @@ bool target_of(const std::string& name, Target& t) {
 }
 
 // The base weights module `t` changes in `model`, or empty when it names none.
-std::vector<Part> parts_of(const Target& t, const ParallelSpec& spec, const ModelTensors& model,
-                           const std::map<std::string, std::map<std::string, std::string>>& by_underscored) {
+std::vector<LoraPart> parts_of(
+    const Target& t, const FamilyFacts& family, const ModelTensors& model,
+    const std::map<std::string, std::map<std::string, std::string>>& by_underscored) {
     const auto comp = model.find(t.component);
     if (comp == model.end()) return {};
     const auto& weights = comp->second;
-    const bool flux = spec.family == "flux";
+    const bool original_names = family.lora_original_parts && t.component == "transformer";
     if (t.kohya) {
-        if (flux && t.component == "transformer") {
-            const std::string original = flux_original_dotted(t.module);
-            if (!original.empty()) return flux_original_parts(original, weights);
+        if (original_names && family.lora_kohya_original) {
+            const std::string original = family.lora_kohya_original(t.module);
+            if (!original.empty()) return family.lora_original_parts(original, weights);
         }
         const auto& index = by_underscored.at(t.component);
         const auto it = index.find(t.module);
         if (it != index.end()) return {{it->second, {}}};
         return {};
     }
-    if (t.original && flux) {
-        std::vector<Part> parts = flux_original_parts(t.module, weights);
+    if (t.original && family.lora_original_parts) {
+        std::vector<LoraPart> parts = family.lora_original_parts(t.module, weights);
         if (!parts.empty()) return parts;
     }
     if (weights.count(t.module + ".weight")) return {{t.module, {}}};
@@ -394,7 +293,7 @@ ModelTensors adapter_targets(const std::string& model_dir, const ParallelSpec& s
 }
 
 std::string adapter_family_guess(const std::vector<std::string>& names) {
-    const auto any = [&](std::initializer_list<const char*> markers) {
+    const auto any = [&](const std::vector<const char*>& markers) {
         for (const std::string& n : names)
             for (const char* m : markers)
                 if (n.find(m) != std::string::npos) return true;
@@ -403,41 +302,26 @@ std::string adapter_family_guess(const std::vector<std::string>& names) {
     if (any({"down_blocks", "up_blocks", "mid_block", "input_blocks", "output_blocks", "lora_unet_down",
              "lora_unet_up", "lora_unet_mid"}))
         return "a UNet model (SD 1.x / SDXL)";
-    if (any({"single_transformer_blocks", "double_blocks", "single_blocks"})) return "FLUX.1";
-    if (any({"img_mlp", "txt_mlp", "img_mod", "txt_mod"})) return "Qwen-Image";
-    if (any({"joint_blocks", "context_block", "x_block"})) return "SD3";
+    std::vector<const FamilyFacts*> order = families();
+    std::stable_sort(order.begin(), order.end(), [](const FamilyFacts* a, const FamilyFacts* b) {
+        return a->guess_order < b->guess_order;
+    });
+    for (const FamilyFacts* f : order)
+        if (!f->name_markers.empty() && any(f->name_markers)) return f->spec.display_name;
     return {};
 }
 
-LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, const ModelTensors& model) {
-    if (!model_file_exists(path))
-        throw protocol::Error(path + ": no such adapter file (--lora or a prompt line's \"lora\")",
-                              protocol::kExitNoInput);
-    const std::shared_ptr<SafetensorsFile> file =
-        SafetensorsFile::open(path);  // a valid safetensors file, or 65
-    LoraLayout layout;
-    layout.path = path;
-    std::vector<std::string> names;
-    for (const auto& [name, info] : file->tensors()) names.push_back(name);
-    if (names.empty()) throw ModelError(path + ": holds no tensors (is it a LoRA adapter?)");
-    for (const std::string& name : names)
-        for (const Refused& r : kRefused)
-            if (name.find(r.marker) != std::string::npos)
-                throw ModelError(
-                    path + ": a " + r.format + " adapter ('" + name.substr(0, 120) +
-                    "'); dp-launch runs plain LoRA adapters (lora_A/lora_B or lora_down/lora_up)");
+namespace {
 
-    // The file's pairs by module name.
-    std::map<std::string, Pair> pairs;
-    std::vector<std::string> strays;
-    std::set<std::string> forms;
+// The file's LoRA pairs by module name, and the tensors that belong to no complete pair.
+void pair_tensors(const std::vector<std::string>& names, std::map<std::string, Pair>& pairs,
+                  std::vector<std::string>& strays) {
     for (const std::string& name : names) {
         bool placed = false;
         for (const Suffixes& s : kSuffixes) {
             if (ends_with(name, s.down)) {
                 pairs[name.substr(0, name.size() - std::strlen(s.down))].down = name;
                 placed = true;
-                forms.insert(s.down);
             } else if (ends_with(name, s.up)) {
                 pairs[name.substr(0, name.size() - std::strlen(s.up))].up = name;
                 placed = true;
@@ -453,7 +337,10 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
     for (const auto& [module, p] : pairs)
         if (p.down.empty() || p.up.empty())
             strays.push_back(p.down.empty() && p.up.empty() ? p.alpha : (p.down.empty() ? p.up : p.down));
+}
 
+// Each component's 2-D weights by their underscored module names (kohya's), to the dotted ones.
+std::map<std::string, std::map<std::string, std::string>> underscored_modules(const ModelTensors& model) {
     std::map<std::string, std::map<std::string, std::string>> by_underscored;
     for (const auto& [component, weights] : model) {
         auto& index = by_underscored[component];
@@ -470,23 +357,122 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
                 }
             }
     }
+    return by_underscored;
+}
+
+// A pair of the file and the base weights it changes.
+struct Mapped {
+    const Pair* pair;
+    std::string module;
+    Target target;
+    std::vector<LoraPart> parts;
+};
+
+// alpha / rank of pair `m` (use_rslora: alpha / sqrt(rank)): kohya's scalar, peft's config (with
+// its patterns), else diffusers' default (alpha = rank). Throws ModelError naming the file.
+double alpha_scale(const SafetensorsFile& file, const Mapped& m, int64_t rank,
+                   const std::map<std::string, PeftConfig>& configs) {
+    const std::string& path = file.path();
+    const Pair& p = *m.pair;
+    double alpha = static_cast<double>(rank);
+    bool rslora = false;
+    const auto config = configs.find(m.target.component);
+    if (!p.alpha.empty()) {
+        alpha = scalar_value(file, p.alpha);
+    } else if (config != configs.end() && config->second.given) {
+        const PeftConfig& c = config->second;
+        const double* a = pattern_value(c.alpha_pattern, m.target.module, path);
+        alpha = a ? *a : (c.alpha > 0 ? c.alpha : static_cast<double>(rank));
+        rslora = c.rslora;
+        const double* r = pattern_value(c.rank_pattern, m.target.module, path);
+        const double config_rank = r ? *r : c.r;
+        if (config_rank > 0 && config_rank != static_cast<double>(rank))
+            throw ModelError(path + ": '" + p.down + "' has rank " + std::to_string(rank) +
+                             " but the adapter's metadata says " +
+                             std::to_string(static_cast<int64_t>(config_rank)));
+    }
+    if (!std::isfinite(alpha))
+        throw ModelError(path + ": the alpha of '" + m.module.substr(0, 120) + "' is not a finite number");
+    return rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
+}
+
+// The terms of pair `m` into `layout`, each part's shape checked against its weight; `changed`
+// holds the weights changed so far. `looks`: what the adapter looks made for, for messages.
+void add_terms(const SafetensorsFile& file, const Mapped& m, const ModelTensors& model,
+               const std::map<std::string, PeftConfig>& configs, const std::string& looks,
+               std::set<std::string>& changed, LoraLayout& layout) {
+    const std::string& path = file.path();
+    const Pair& p = *m.pair;
+    const Target& t = m.target;
+    const StTensorInfo& down = file.info(p.down);
+    const StTensorInfo& up = file.info(p.up);
+    if (down.shape.size() != 2 || up.shape.size() != 2 || down.shape[0] != up.shape[1] || down.shape[0] < 1)
+        throw ModelError(path + ": '" + p.down + "' " + shape_text(down.shape) + " and '" + p.up + "' " +
+                         shape_text(up.shape) + " are no LoRA pair (down [rank, in], up [out, rank])");
+    const int64_t rank = down.shape[0];
+    const double scale = alpha_scale(file, m, rank, configs);
+    const auto& weights = model.at(t.component);
+    int64_t rows_taken = 0;
+    for (const LoraPart& part : m.parts) {
+        const std::string weight = part.module + ".weight";
+        const std::vector<int64_t>& shape = weights.at(weight);
+        int64_t rows = 0;
+        for (const auto& [first, count] : part.rows) rows += count;
+        if (part.rows.empty()) rows = up.shape[0];
+        if (shape.size() != 2 || shape[1] != down.shape[1] || shape[0] != rows)
+            throw ModelError(
+                path + ": '" + p.up + "' x '" + p.down + "' changes " + t.component + " " + weight + " by [" +
+                std::to_string(rows) + ", " + std::to_string(down.shape[1]) + "], but the weight is " +
+                shape_text(shape) +
+                (looks.empty() ? " (is the adapter made for another size of this model?)" : looks));
+        for (const auto& [first, count] : part.rows)
+            if (first < 0 || first + count > up.shape[0])
+                throw ModelError(path + ": '" + p.up + "' " + shape_text(up.shape) +
+                                 " has too few rows for " + t.component + " " + weight);
+        rows_taken += rows;
+        if (!changed.insert(t.component + "/" + weight).second)
+            throw ModelError(path + ": changes " + t.component + " " + weight + " twice");
+        layout.terms.push_back({t.component, weight, p.down, p.up, part.rows, rank, scale});
+    }
+    if (rows_taken != up.shape[0])
+        throw ModelError(path + ": '" + p.up + "' has " + std::to_string(up.shape[0]) + " rows but " +
+                         t.component + "'s weights it changes take " + std::to_string(rows_taken));
+}
+
+}  // namespace
+
+LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, const ModelTensors& model) {
+    if (!model_file_exists(path))
+        throw protocol::Error(path + ": no such adapter file (--lora or a prompt line's \"lora\")",
+                              protocol::kExitNoInput);
+    const std::shared_ptr<SafetensorsFile> file =
+        SafetensorsFile::open(path);  // a valid safetensors file, or 65
+    const FamilyFacts& family = facts_of(spec);
+    LoraLayout layout;
+    layout.path = path;
+    std::vector<std::string> names;
+    for (const auto& [name, info] : file->tensors()) names.push_back(name);
+    if (names.empty()) throw ModelError(path + ": holds no tensors (is it a LoRA adapter?)");
+    for (const std::string& name : names)
+        for (const Refused& r : kRefused)
+            if (name.find(r.marker) != std::string::npos)
+                throw ModelError(
+                    path + ": a " + r.format + " adapter ('" + name.substr(0, 120) +
+                    "'); dp-launch runs plain LoRA adapters (lora_A/lora_B or lora_down/lora_up)");
+
+    std::map<std::string, Pair> pairs;
+    std::vector<std::string> unmapped;
+    pair_tensors(names, pairs, unmapped);
+    const auto by_underscored = underscored_modules(model);
     const std::map<std::string, PeftConfig> configs = peft_configs(*file);
-    bool kohya = false, original = false;
-    std::vector<std::string> unmapped = strays;
-    std::set<std::string> changed;  // component/weight: a weight changed twice by one file is a mistake
     // First where each pair points: keys of another model are named before any shape is compared.
-    struct Mapped {
-        const Pair* pair;
-        std::string module;
-        Target target;
-        std::vector<Part> parts;
-    };
+    bool kohya = false, original = false;
     std::vector<Mapped> mapped;
     for (const auto& [module, p] : pairs) {
         if (p.down.empty() || p.up.empty()) continue;
         Target t;
-        std::vector<Part> parts;
-        if (target_of(module, t)) parts = parts_of(t, spec, model, by_underscored);
+        std::vector<LoraPart> parts;
+        if (target_of(module, t)) parts = parts_of(t, family, model, by_underscored);
         if (parts.empty()) {
             unmapped.push_back(p.up);
             continue;
@@ -507,67 +493,9 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
                          std::to_string(names.size()) + " tensors change no weight of this " +
                          spec.display_name + " model: " + list + looks);
     }
-    for (const Mapped& m : mapped) {
-        const Pair& p = *m.pair;
-        const Target& t = m.target;
-        const std::string& module = m.module;
-        const StTensorInfo& down = file->info(p.down);
-        const StTensorInfo& up = file->info(p.up);
-        if (down.shape.size() != 2 || up.shape.size() != 2 || down.shape[0] != up.shape[1] ||
-            down.shape[0] < 1)
-            throw ModelError(path + ": '" + p.down + "' " + shape_text(down.shape) + " and '" + p.up + "' " +
-                             shape_text(up.shape) + " are no LoRA pair (down [rank, in], up [out, rank])");
-        const int64_t rank = down.shape[0];
-        // alpha: kohya's scalar; peft's config (with its patterns); else diffusers' default.
-        double alpha = static_cast<double>(rank);
-        bool rslora = false;
-        const auto config = configs.find(t.component);
-        if (!p.alpha.empty()) {
-            alpha = scalar_value(*file, p.alpha);
-        } else if (config != configs.end() && config->second.given) {
-            const PeftConfig& c = config->second;
-            const double* a = pattern_value(c.alpha_pattern, t.module, path);
-            alpha = a ? *a : (c.alpha > 0 ? c.alpha : static_cast<double>(rank));
-            rslora = c.rslora;
-            const double* r = pattern_value(c.rank_pattern, t.module, path);
-            const double config_rank = r ? *r : c.r;
-            if (config_rank > 0 && config_rank != static_cast<double>(rank))
-                throw ModelError(path + ": '" + p.down + "' has rank " + std::to_string(rank) +
-                                 " but the adapter's metadata says " +
-                                 std::to_string(static_cast<int64_t>(config_rank)));
-        }
-        if (!std::isfinite(alpha))
-            throw ModelError(path + ": the alpha of '" + module.substr(0, 120) + "' is not a finite number");
-        const double alpha_scale =
-            rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
-        const auto& weights = model.at(t.component);
-        int64_t rows_taken = 0;
-        for (const Part& part : m.parts) {
-            const std::string weight = part.module + ".weight";
-            const std::vector<int64_t>& shape = weights.at(weight);
-            int64_t rows = 0;
-            for (const auto& [first, count] : part.rows) rows += count;
-            if (part.rows.empty()) rows = up.shape[0];
-            if (shape.size() != 2 || shape[1] != down.shape[1] || shape[0] != rows)
-                throw ModelError(
-                    path + ": '" + p.up + "' x '" + p.down + "' changes " + t.component + " " + weight +
-                    " by [" + std::to_string(rows) + ", " + std::to_string(down.shape[1]) +
-                    "], but the weight is " + shape_text(shape) +
-                    (looks.empty() ? " (is the adapter made for another size of this model?)" : looks));
-            for (const auto& [first, count] : part.rows)
-                if (first < 0 || first + count > up.shape[0])
-                    throw ModelError(path + ": '" + p.up + "' " + shape_text(up.shape) +
-                                     " has too few rows for " + t.component + " " + weight);
-            rows_taken += rows;
-            if (!changed.insert(t.component + "/" + weight).second)
-                throw ModelError(path + ": changes " + t.component + " " + weight + " twice");
-            layout.terms.push_back({t.component, weight, p.down, p.up, part.rows, rank, alpha_scale});
-        }
-        if (rows_taken != up.shape[0])
-            throw ModelError(path + ": '" + p.up + "' has " + std::to_string(up.shape[0]) + " rows but " +
-                             t.component + "'s weights it changes take " + std::to_string(rows_taken));
-    }
-    layout.format = kohya      ? (spec.family == "flux" ? "kohya (FLUX.1)" : "kohya")
+    std::set<std::string> changed;  // component/weight: a weight changed twice by one file is a mistake
+    for (const Mapped& m : mapped) add_terms(*file, m, model, configs, looks, changed, layout);
+    layout.format = kohya      ? family.kohya_format
                     : original ? "original layout (diffusion_model.)"
                                : "diffusers/PEFT";
     return layout;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "protocol/errors.h"
+#include "strategies/family.h"
 #include "strategies/model_files.h"
 
 namespace dp::strategies {
@@ -130,73 +131,6 @@ ImageSizeRule read_image_size_rule(const std::string& model_dir, const ParallelS
 namespace dp::strategies {
 namespace {
 
-// What a component of model_index.json must be, for a family's pipeline.
-struct ComponentRule {
-    const char* key;
-    std::vector<std::string> classes;  // accepted class names, the first the one to name
-    bool required;                     // false: [null, null] or absent is fine
-    enum Files { kModel, kScheduler, kBpeTokenizer, kT5Tokenizer } files;
-    bool t5;  // part of the T5 text encoder: nothing is needed of it with no_t5
-};
-
-// StableDiffusion3Pipeline's components, as the worker's pipeline loads them.
-const std::vector<ComponentRule>& sd3_components() {
-    static const std::vector<ComponentRule> rules = {
-        {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
-        {"text_encoder",
-         {"CLIPTextModelWithProjection", "CLIPTextModel"},
-         true,
-         ComponentRule::kModel,
-         false},
-        {"text_encoder_2",
-         {"CLIPTextModelWithProjection", "CLIPTextModel"},
-         true,
-         ComponentRule::kModel,
-         false},
-        {"tokenizer", {"CLIPTokenizer"}, true, ComponentRule::kBpeTokenizer, false},
-        {"tokenizer_2", {"CLIPTokenizer"}, true, ComponentRule::kBpeTokenizer, false},
-        {"transformer", {"SD3Transformer2DModel"}, true, ComponentRule::kModel, false},
-        {"vae", {"AutoencoderKL"}, false, ComponentRule::kModel, false},
-        {"text_encoder_3", {"T5EncoderModel"}, false, ComponentRule::kModel, true},
-        {"tokenizer_3", {"T5TokenizerFast", "T5Tokenizer"}, false, ComponentRule::kT5Tokenizer, true},
-    };
-    return rules;
-}
-
-// QwenImagePipeline's components, as the worker's pipeline loads them.
-const std::vector<ComponentRule>& qwen_image_components() {
-    static const std::vector<ComponentRule> rules = {
-        {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
-        {"text_encoder", {"Qwen2_5_VLForConditionalGeneration"}, true, ComponentRule::kModel, false},
-        {"tokenizer", {"Qwen2Tokenizer", "Qwen2TokenizerFast"}, true, ComponentRule::kBpeTokenizer, false},
-        {"transformer", {"QwenImageTransformer2DModel"}, true, ComponentRule::kModel, false},
-        {"vae", {"AutoencoderKLQwenImage"}, true, ComponentRule::kModel, false},
-    };
-    return rules;
-}
-
-// FluxPipeline's components, as the worker's pipeline loads them (no image encoder: text to image).
-const std::vector<ComponentRule>& flux_components() {
-    static const std::vector<ComponentRule> rules = {
-        {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
-        {"text_encoder", {"CLIPTextModel"}, true, ComponentRule::kModel, false},
-        {"text_encoder_2", {"T5EncoderModel"}, true, ComponentRule::kModel, false},
-        {"tokenizer", {"CLIPTokenizer"}, true, ComponentRule::kBpeTokenizer, false},
-        {"tokenizer_2", {"T5TokenizerFast", "T5Tokenizer"}, true, ComponentRule::kT5Tokenizer, false},
-        {"transformer", {"FluxTransformer2DModel"}, true, ComponentRule::kModel, false},
-        {"vae", {"AutoencoderKL"}, true, ComponentRule::kModel, false},
-    };
-    return rules;
-}
-
-// The rules of `spec`'s family, or nullptr for a family without any.
-const std::vector<ComponentRule>* components_of(const ParallelSpec& spec) {
-    if (spec.family == "sd3") return &sd3_components();
-    if (spec.family == "qwen-image") return &qwen_image_components();
-    if (spec.family == "flux") return &flux_components();
-    return nullptr;
-}
-
 std::string or_list(const std::vector<std::string>& items) {
     std::string out;
     for (std::size_t i = 0; i < items.size(); ++i)
@@ -273,22 +207,26 @@ void check_component_files(const std::string& dir, const ComponentRule& rule, co
     }
 }
 
-// A text encoder's width (`key` of its config at `encoder_path`) against the transformer's
-// `joint_key`: a problem naming both when they differ. A missing encoder config is reported with
-// its folder.
-void check_width(const std::string& encoder_path, const char* key, int64_t fallback,
-                 const nlohmann::json& config, const char* joint_key, int64_t joint_fallback,
-                 const std::string& path, const char* why, std::vector<std::string>& problems) {
+// A text encoder's width against the transformer's (`rule`): a problem naming both when they
+// differ. A missing encoder config is reported with its folder.
+void check_width(const std::string& model_dir, const WidthRule& rule, const nlohmann::json& config,
+                 const std::string& path, std::vector<std::string>& problems) {
+    const std::string encoder_path = model_dir + "/" + rule.component + "/config.json";
     try {
-        const nlohmann::json encoder = read_object(encoder_path);
-        const int64_t joint = positive(config, joint_key, joint_fallback, path);
-        const int64_t width = positive(encoder, key, fallback, encoder_path);
+        const nlohmann::json encoder_config = read_object(encoder_path);
+        const auto nested = rule.nested ? encoder_config.find(rule.nested) : encoder_config.end();
+        const nlohmann::json& encoder =
+            nested != encoder_config.end() && nested->is_object() ? *nested : encoder_config;
+        const int64_t joint = positive(config, rule.joint_key, rule.joint_fallback, path);
+        const int64_t width = positive(encoder, rule.key, rule.fallback, encoder_path);
         if (width != joint)
-            problems.push_back(encoder_path + ": \"" + key + "\" is " + std::to_string(width) +
-                               " but the transformer's " + joint_key + " is " + std::to_string(joint) + " (" +
-                               why + "); use the text encoder made for this model");
+            problems.push_back(encoder_path + ": \"" + rule.key + "\" is " + std::to_string(width) +
+                               " but the transformer's " + rule.joint_key + " is " + std::to_string(joint) +
+                               (rule.why ? std::string(" (") + rule.why + ")" : std::string()) + "; " +
+                               rule.advice);
     } catch (const protocol::ModelError& e) {
-        if (model_file_exists(encoder_path)) problems.push_back(e.what());
+        if (model_file_exists(encoder_path))
+            problems.push_back(e.what());  // a missing one is reported already
     }
 }
 
@@ -316,48 +254,8 @@ void check_transformer_config(const std::string& model_dir, const ParallelSpec& 
                                "; expected a list of distinct block indices from 0 to " +
                                std::to_string(layers - 1));
     }
-    if (spec.family == "qwen-image") {
-        // The text encoder's hidden states join the transformer as they are.
-        const std::string text_path = model_dir + "/text_encoder/config.json";
-        try {
-            const nlohmann::json text_config = read_object(text_path);
-            const auto nested = text_config.find("text_config");
-            const nlohmann::json& text =
-                nested != text_config.end() && nested->is_object() ? *nested : text_config;
-            const int64_t joint = positive(config, "joint_attention_dim", 3584, path);
-            const int64_t hidden = positive(text, "hidden_size", 3584, text_path);
-            if (hidden != joint)
-                problems.push_back(text_path + ": \"hidden_size\" is " + std::to_string(hidden) +
-                                   " but the transformer's joint_attention_dim is " + std::to_string(joint) +
-                                   "; use the text encoder made for this model");
-        } catch (const protocol::ModelError& e) {
-            if (model_file_exists(text_path)) problems.push_back(e.what());
-        }
-        return;
-    }
-    if (spec.family == "flux") {
-        check_width(model_dir + "/text_encoder_2/config.json", "d_model", 4096, config, "joint_attention_dim",
-                    4096, path, "T5's embeddings are the transformer's text", problems);
-        check_width(model_dir + "/text_encoder/config.json", "hidden_size", 768, config,
-                    "pooled_projection_dim", 768, path, "CLIP's pooled output conditions every block",
-                    problems);
-        return;
-    }
-    if (!t5) return;
-    const std::string t5_path = model_dir + "/text_encoder_3/config.json";
-    try {
-        const nlohmann::json t5_config = read_object(t5_path);
-        const int64_t joint = positive(config, "joint_attention_dim", 4096, path);
-        const int64_t d_model = positive(t5_config, "d_model", 512, t5_path);
-        if (d_model != joint)
-            problems.push_back(
-                t5_path + ": \"d_model\" is " + std::to_string(d_model) +
-                " but the transformer's joint_attention_dim is " + std::to_string(joint) +
-                " (T5's embeddings join the text as they are); use the T5 encoder made for this "
-                "model, or --no-t5");
-    } catch (const protocol::ModelError& e) {
-        if (model_file_exists(t5_path)) problems.push_back(e.what());  // a missing one is reported already
-    }
+    for (const WidthRule& rule : facts_of(spec).widths)
+        if (!rule.t5 || t5) check_width(model_dir, rule, config, path, problems);
 }
 
 }  // namespace
@@ -387,7 +285,7 @@ bool is_variant(const std::string& model_dir, const ParallelSpec& spec) {
 // does not read the file, so the same image there needs the same values passed. Keys beginning
 // with "_" are comments; any other key, or a value out of range, is refused naming the file.
 protocol::FamilyArguments call_arguments_for_model(const std::string& model_dir, const ParallelSpec& spec) {
-    protocol::FamilyArguments a(family_for_model(model_dir, spec));
+    protocol::FamilyArguments a = family_arguments(family_for_model(model_dir, spec));
     const std::string path = model_dir + "/" + kGenerationDefaultsFile;
     if (!model_file_exists(path)) return a;
     const nlohmann::json defaults = read_object(path);
@@ -429,10 +327,8 @@ std::vector<std::string> model_folder_problems(const std::string& model_dir, con
     } catch (const protocol::ModelError& e) {
         return {e.what()};
     }
-    const std::vector<ComponentRule>* rules = components_of(spec);
-    if (!rules) return problems;
     bool t5 = false;
-    for (const ComponentRule& rule : *rules) {
+    for (const ComponentRule& rule : facts_of(spec).components) {
         std::string cls;
         try {
             cls = component_class(index, rule.key, path);
@@ -441,13 +337,12 @@ std::vector<std::string> model_folder_problems(const std::string& model_dir, con
             continue;
         }
         if (rule.t5 && needs.no_t5) continue;
-        if (std::string(rule.key) == "tokenizer_3") {
+        if (rule.t5 && rule.files == ComponentRule::kT5Tokenizer) {
             if (!t5) continue;  // no T5 encoder: its tokenizer is not needed
             if (cls.empty()) {
-                problems.push_back(path +
-                                   ": \"tokenizer_3\" is missing, but text_encoder_3 names a T5 encoder, "
-                                   "which needs a " +
-                                   or_list(rule.classes) + " (or run with --no-t5)");
+                problems.push_back(path + ": \"" + rule.key + "\" is missing, but " + spec.t5_encoder +
+                                   " names a T5 encoder, which needs a " + or_list(rule.classes) +
+                                   " (or run with --no-t5)");
                 continue;
             }
         }
@@ -462,7 +357,7 @@ std::vector<std::string> model_folder_problems(const std::string& model_dir, con
                                or_list(rule.classes) + (rule.t5 ? " (or run with --no-t5)" : ""));
             continue;
         }
-        if (std::string(rule.key) == "text_encoder_3") t5 = true;
+        if (rule.key == spec.t5_encoder) t5 = true;
         const std::string dir = model_dir + "/" + rule.key;
         if (!is_folder(dir)) {
             problems.push_back(dir + ": missing (model_index.json names a " + cls + " there)");
@@ -488,6 +383,21 @@ ModelInfo read_model_info(const std::string& model_dir) {
     m.sizes = read_image_size_rule(model_dir, *m.spec);
     m.arguments = call_arguments_for_model(model_dir, *m.spec);
     return m;
+}
+
+void check_job_family(const protocol::JobFile& job) {
+    protocol::FamilyArguments family;
+    try {
+        family = family_arguments(job.family);
+    } catch (const protocol::InternalError&) {
+        throw protocol::InputDataError("family: '" + job.family.substr(0, 40) +
+                                       "' is not a model family this dp-worker runs");
+    }
+    for (std::size_t i = 0; i < job.requests.size(); ++i)
+        for (const protocol::CallValues::Item& item : job.requests[i].arguments.items())
+            if (!family.takes(item.first->name))
+                throw protocol::InputDataError("requests[" + std::to_string(i) + "]." + item.first->name +
+                                               ": " + job.family + " does not read it");
 }
 
 }  // namespace dp::strategies

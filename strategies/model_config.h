@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "protocol/call_arguments.h"
+#include "protocol/job_file.h"
 #include "strategies/parallel_spec.h"
 
 namespace dp::strategies {
@@ -94,5 +95,10 @@ struct ModelInfo {
 
 // Throws protocol::ModelError naming the file that cannot be read or is not supported.
 ModelInfo read_model_info(const std::string& model_dir);
+
+// What a job file's reader checks of its family (protocol::read_job_file's `check`): the family is
+// one this build runs, and each request holds only call arguments it reads (one it leaves out is
+// the model's default). Throws protocol::InputDataError naming the key.
+void check_job_family(const protocol::JobFile& job);
 
 }  // namespace dp::strategies

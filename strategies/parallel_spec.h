@@ -107,14 +107,21 @@ struct ParallelSpec {
     int64_t max_patches = 96;
 };
 
-// The SD3 / SD3.5 family (StableDiffusion3Pipeline).
-const ParallelSpec& sd3_parallel_spec();
-// Qwen-Image (QwenImagePipeline): its Qwen2.5-VL text encoder, dual-stream transformer and VAE.
-const ParallelSpec& qwen_image_parallel_spec();
-// FLUX.1 dev and schnell (FluxPipeline): CLIP-L's pooled output and T5, the double- and
-// single-stream transformer, the 16-channel VAE.
-const ParallelSpec& flux_parallel_spec();
-// Every family's spec.
+// The tensor-parallel rules of the text encoders several families share, added to a family's
+// spec: T5's encoder (SD3's text_encoder_3, FLUX's text_encoder_2), split like any transformer (q,
+// k, v and the gated feed-forward's input projections column-parallel, by heads and features; the
+// attention output and the feed-forward output row-parallel; its relative position bias and norms
+// whole), and Qwen2.5-VL's language model as Qwen-Image's text encoder (q, k, v by key-value head
+// groups, so that each rank keeps whole GQA groups, and SwiGLU's gate and up projections
+// column-parallel; the attention output and down projection row-parallel; embeddings and norms
+// whole).
+void add_t5_encoder_rules(ParallelSpec& spec);
+void add_qwen2_decoder_rules(ParallelSpec& spec);
+// A spec of those rules alone: the encoders' own, whichever family loads them.
+const ParallelSpec& t5_encoder_spec();
+const ParallelSpec& qwen2_decoder_spec();
+// Every family's spec, in the registry's order (strategies/families/registry.cpp; a family's
+// facts, strategies/family.h).
 const std::vector<const ParallelSpec*>& parallel_specs();
 // The spec whose pipeline_class is `pipeline_class`, or nullptr.
 const ParallelSpec* find_parallel_spec(const std::string& pipeline_class);

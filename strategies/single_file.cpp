@@ -7,6 +7,7 @@
 #include <set>
 
 #include "protocol/errors.h"
+#include "strategies/family.h"
 #include "strategies/gguf.h"
 #include "strategies/lora.h"
 #include "strategies/original_layouts.h"
@@ -52,13 +53,9 @@ bool is_bundle(const CheckpointTensors& file) {
 
 // The text encoder a family's `component` is in such files ("clip_l"), or empty.
 std::string bundled_encoder(const ParallelSpec& spec, const std::string& component) {
-    static const std::map<std::string, std::map<std::string, std::string>> kEncoders = {
-        {"sd3", {{"text_encoder", "clip_l"}, {"text_encoder_2", "clip_g"}, {"text_encoder_3", "t5xxl"}}},
-        {"flux", {{"text_encoder", "clip_l"}, {"text_encoder_2", "t5xxl"}}}};
-    const auto family = kEncoders.find(spec.family);
-    if (family == kEncoders.end()) return {};
-    const auto it = family->second.find(component);
-    return it == family->second.end() ? std::string() : it->second;
+    const std::map<std::string, std::string>& encoders = facts_of(spec).bundled_encoders;
+    const auto it = encoders.find(component);
+    return it == encoders.end() ? std::string() : it->second;
 }
 
 // The prefix `component`'s tensors have in the bundle `file`, or empty when it holds none.
@@ -85,7 +82,8 @@ std::vector<std::string> bundled_components(const CheckpointTensors& file, const
 }
 
 // Note [bundled files]: CLIP's position_ids and a T5's second name for its embedding are no
-// weights of their own; SD3's CLIP-L from a bundle has the identity for its text projection.
+// weights of their own; a CLIP-L the family takes unprojected (SD3's) has the identity for its text
+// projection from a bundle.
 void text_encoder_fixes(const ParallelSpec& spec, const std::string& component, bool bundle,
                         SingleFileLayout& out) {
     for (auto it = out.tensors.begin(); it != out.tensors.end();) {
@@ -99,7 +97,7 @@ void text_encoder_fixes(const ParallelSpec& spec, const std::string& component, 
             ++it;
         }
     }
-    if (bundled_encoder(spec, component) != "clip_l" || spec.family != "sd3") return;
+    if (component != facts_of(spec).identity_projection) return;
     const auto norm = out.shapes.find("text_model.final_layer_norm.weight");
     if (norm == out.shapes.end() || norm->second.size() != 1)
         return;  // single_file_problem names what is missing
@@ -215,11 +213,10 @@ SingleFileLayout read_single_file_layout(const std::string& path, const Checkpoi
         return std::any_of(names.begin(), names.end(),
                            [&](const std::string& n) { return n.find(marker) != std::string::npos; });
     };
-    if (component == spec.transformer && spec.family == "flux" &&
-        file.count(out.prefix + "double_blocks.0.img_attn.qkv.weight")) {
-        map_flux_original(file, out);
-    } else if (component == spec.transformer && spec.family == "sd3" && has_name("joint_blocks.")) {
-        map_sd3_original(file, out);
+    const FamilyFacts& family = facts_of(spec);
+    if (component == spec.transformer && family.is_original_transformer &&
+        family.is_original_transformer(file, out.prefix)) {
+        family.map_original_transformer(file, out);
     } else if (component == "vae" && (has_name("decoder.up.") || has_name("encoder.down."))) {
         map_ldm_vae(file, out);
     } else {
@@ -285,26 +282,22 @@ std::string shipped_config_for(const std::string& path) {
     const bool bundle = is_bundle(tensors);
     for (const auto& [name, t] : tensors)
         if (!bundle || starts_with(name, kTransformerPrefix)) names.push_back(name);
-    const auto has = [&](const std::string& suffix) {
-        return std::any_of(names.begin(), names.end(),
-                           [&](const std::string& n) { return ends_with(n, suffix); });
-    };
     const std::string guess = adapter_family_guess(names);
-    if (guess == "FLUX.1" && has("double_blocks.0.img_attn.qkv.weight"))
-        return has("guidance_in.in_layer.weight") ? "flux.1-dev" : "flux.1-schnell";
-    if (guess == "FLUX.1" && has("transformer_blocks.0.attn.to_q.weight"))
-        return has("guidance_embedder.linear_1.weight") ? "flux.1-dev" : "flux.1-schnell";
-    if (guess == "Qwen-Image") return "qwen-image";
-    // SD3 in Stability AI's names: 3.5 medium has the second attention (MMDiT-X), 3.5 large the
-    // q/k norms alone, 3 medium neither.
-    if (guess == "SD3" && has("joint_blocks.0.x_block.attn.qkv.weight"))
-        return has("x_block.attn2.qkv.weight")   ? "sd3.5-medium"
-               : has("x_block.attn.ln_q.weight") ? "sd3.5-large"
-                                                 : "sd3-medium";
+    std::vector<std::string> readable;  // the families with shipped configs
+    for (const FamilyFacts* f : families()) {
+        if (!f->shipped_config) continue;
+        readable.push_back(f->spec.display_name);
+        if (f->spec.display_name != guess) continue;
+        if (std::string config = f->shipped_config(names); !config.empty()) return config;
+    }
+    std::string list;
+    for (std::size_t i = 0; i < readable.size(); ++i)
+        list += (i == 0 ? "" : i + 1 == readable.size() ? " and " : ", ") + readable[i];
     throw ModelError(path + ": cannot tell which model this file is from its tensor names" +
                      (guess.empty() ? std::string() : " (they look made for " + guess + ")") +
-                     "; dp-launch reads FLUX.1, SD3 and Qwen-Image from one file: pass the model's "
-                     "diffusers folder as --model and the file as --transformer FILE, or --config FOLDER");
+                     "; dp-launch reads " + list +
+                     " from one file: pass the model's diffusers folder as --model and the file as "
+                     "--transformer FILE, or --config FOLDER");
 }
 
 SingleFileLayout read_single_file_layout(const std::string& path, const ParallelSpec& spec,

@@ -7,6 +7,7 @@
 
 #include "protocol/call_arguments.h"
 #include "protocol/errors.h"
+#include "strategies/family.h"
 
 namespace dp::strategies {
 
@@ -116,7 +117,7 @@ void check_cfg_parallel(const StrategyRequest& r, const ParallelSpec& spec) {
         throw UsageError("--cfg-parallel: the world has " + std::to_string(r.world) +
                          " ranks; CFG parallelism pairs them, so it needs an even number (try -n " +
                          std::to_string(r.num_processes + 1) + ")");
-    const protocol::FamilyArguments arguments(spec.family);
+    const protocol::FamilyArguments arguments = family_arguments(spec.family);
     const protocol::FamilyArgument* cfg = arguments.guidance_scale();
     if (!cfg) return;
     const double scale = r.cfg_scale.value_or(arguments.default_number(cfg->row->name));

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,16 +64,16 @@ class BlockPlacement {
         if (mapping_) slot_ = head_ = mapping_->transformer_blocks.front();
     }
     // Before block `block` runs: `activations` moved to its device.
-    void enter(std::size_t block, std::initializer_list<at::Tensor*> activations) {
+    void enter(std::size_t block, const std::vector<at::Tensor*>& activations) {
         if (mapping_) move_to(mapping_->transformer_blocks[block], activations);
     }
     // After the last block: `activations` back on the head's device.
-    void leave(std::initializer_list<at::Tensor*> activations) {
+    void leave(const std::vector<at::Tensor*>& activations) {
         if (mapping_) move_to(head_, activations);
     }
 
   private:
-    void move_to(int slot, std::initializer_list<at::Tensor*> activations) {
+    void move_to(int slot, const std::vector<at::Tensor*>& activations) {
         if (slot == slot_) return;
         for (at::Tensor* t : activations) *t = mapping_->move(*t, slot_, slot);
         slot_ = slot;

@@ -11,6 +11,7 @@
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/guidance.h"
 #include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/block_runner.h"
 #include "runtime/pipeline/pipeline_common.h"
 
 namespace dp::runtime {
@@ -179,6 +180,50 @@ void FamilyPipeline::check_batch(const std::vector<GenerateRequest>& batch,
     }
 }
 
+FamilyPipeline::BranchTexts FamilyPipeline::encode_branches(const std::vector<GenerateRequest>& batch,
+                                                            const CallValues& arguments,
+                                                            const Guidance& guidance,
+                                                            std::vector<GenerateResult>& results) const {
+    auto encode_branch = [&](bool negative) {
+        std::vector<std::string> prompts;
+        for (const GenerateRequest& one : batch)
+            prompts.push_back(negative ? one.negative_prompt.value_or("") : one.prompt);
+        Conditioning c = encode(prompts, arguments);
+        for (std::size_t k = 0; k < batch.size() && k < c.warnings.size(); ++k)
+            if (!c.warnings[k].empty())
+                results[k].warnings.push_back((negative ? "negative prompt: " : "") + c.warnings[k]);
+        return c;
+    };
+    // Batched here (negatives first), or one per rank of the cfg group (rank 0 the negative one),
+    // each rank encoding only its branch.
+    BranchTexts out;
+    if (guidance.split()) {
+        out.text = out.positive = encode_branch(guidance.runs_negative_only());
+    } else {
+        out.text = out.positive = encode_branch(false);
+        if (guidance.enabled()) out.text = Conditioning::join(encode_branch(true), out.positive);
+    }
+    for (Conditioning* c : {&out.text, &out.positive})  // diffusers drops a mask of all ones
+        if (c->mask.defined() && c->mask.all().item<bool>()) c->mask = at::Tensor();
+    return out;
+}
+
+at::Tensor FamilyPipeline::initial_latents(const std::vector<GenerateRequest>& batch,
+                                           const LatentShape& shape) const {
+    // Drawn on CPU from a generator seeded per request, exactly as diffusers' randn_tensor with
+    // generator=torch.Generator("cpu").manual_seed(seed), so an image does not depend on what else
+    // is in its batch, nor on the device or the world.
+    std::vector<at::Tensor> noise;
+    for (const GenerateRequest& one : batch) {
+        at::Generator gen = at::detail::createCPUGenerator(one.seed);
+        noise.push_back(at::randn({1, shape.channels, shape.height, shape.width}, gen,
+                                  at::TensorOptions().dtype(options_.dtype)));
+    }
+    at::Tensor latents = at::cat(noise, 0);
+    if (shape.packed) latents = pack_latents(latents);
+    return latents.to(options_.device);
+}
+
 std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
     c10::InferenceMode inference;  // no autograd bookkeeping on any tensor made here
     if (batch.empty()) return {};
@@ -198,43 +243,12 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
             out.warnings.push_back("a negative prompt is given but " + std::string(cfg->row->name) + " is " +
                                    std::to_string(guidance_scale(arguments)).substr(0, 4) +
                                    ": classifier-free guidance runs only above 1");
-    auto encode_branch = [&](bool negative) {
-        std::vector<std::string> prompts;
-        for (const GenerateRequest& one : batch)
-            prompts.push_back(negative ? one.negative_prompt.value_or("") : one.prompt);
-        Conditioning c = encode(prompts, arguments);
-        for (std::size_t k = 0; k < batch.size() && k < c.warnings.size(); ++k)
-            if (!c.warnings[k].empty())
-                results[k].warnings.push_back((negative ? "negative prompt: " : "") + c.warnings[k]);
-        return c;
-    };
-    // Batched here (negatives first), or one per rank of the cfg group (rank 0 the negative one),
-    // each rank encoding only its branch. `positive` is the positive branch's own (an extra
-    // prediction's input), where this rank has it.
+    // `positive` is the positive branch's own (an extra prediction's input), where this rank has it.
     const Guidance guidance(guided, parallel_->cfg());
-    Conditioning text, positive;
-    if (guidance.split()) {
-        text = positive = encode_branch(guidance.runs_negative_only());
-    } else {
-        text = positive = encode_branch(false);
-        if (guidance.enabled()) text = Conditioning::join(encode_branch(true), positive);
-    }
-    for (Conditioning* c : {&text, &positive})  // diffusers drops a mask of all ones
-        if (c->mask.defined() && c->mask.all().item<bool>()) c->mask = at::Tensor();
-
-    // The initial noise: drawn on CPU from a generator seeded per request, exactly as diffusers'
-    // randn_tensor with generator=torch.Generator("cpu").manual_seed(seed), so an image does not
-    // depend on what else is in its batch, nor on the device or the world.
+    const BranchTexts branches = encode_branches(batch, arguments, guidance, results);
+    const Conditioning &text = branches.text, &positive = branches.positive;
     const LatentShape shape = latents(width, height);
-    std::vector<at::Tensor> noise;
-    for (const GenerateRequest& one : batch) {
-        at::Generator gen = at::detail::createCPUGenerator(one.seed);
-        noise.push_back(at::randn({1, shape.channels, shape.height, shape.width}, gen,
-                                  at::TensorOptions().dtype(options_.dtype)));
-    }
-    at::Tensor latents = at::cat(noise, 0);
-    if (shape.packed) latents = pack_latents(latents);
-    latents = latents.to(options_.device);
+    at::Tensor latents = initial_latents(batch, shape);
 
     // The sigmas: the scheduler's own, or numpy.linspace(1, 1 / steps, steps) (FLUX, Qwen-Image);
     // the dynamic shift, where the config has it, from the image's tokens.
@@ -258,7 +272,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
             guidance.predict(model_in.size(0), options_.device.is_cpu(), [&](int64_t first, int64_t count) {
                 return cache.call(first, count, [&](const StepCaches& caches) {
                     return predict(model_in.narrow(0, first, count), shape, text.rows(first, count), timestep,
-                                   arguments, caches);
+                                   arguments, BlockRunner(caches));
                 });
             });
         at::Tensor guided_noise;

@@ -30,7 +30,8 @@
 namespace dp::runtime {
 
 class ParallelContext;
-struct StepCaches;
+class BlockRunner;
+class Guidance;
 
 // One guidance branch's text conditioning of a batch, batch first: what a family's encode makes of
 // its prompts, and what its predict takes.
@@ -97,11 +98,11 @@ class FamilyPipeline : public DiffusionPipeline {
     // loop lets go of it, before the decoder is built.
     virtual std::shared_ptr<const void> hold_transformer() const = 0;
     // The transformer's noise prediction for `latents` (the model's input rows, of `shape`) at the
-    // scheduler's `timestep`, one call; `cache`: the step cache its transformer runs its blocks
-    // through (Note [first block cache], Note [taylorseer cache]).
+    // scheduler's `timestep`, one call; `blocks`: what its transformer runs its blocks through
+    // (Note [block runner]).
     virtual at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
                                double timestep, const protocol::CallValues& arguments,
-                               const StepCaches& cache) const = 0;
+                               const BlockRunner& blocks) const = 0;
     // The guided noise from the two branches' predictions. Default: diffusers' linear guidance at
     // the family's guidance scale.
     virtual at::Tensor combine(const at::Tensor& negative, const at::Tensor& positive,
@@ -132,6 +133,17 @@ class FamilyPipeline : public DiffusionPipeline {
     // Builds again the components `adapters` (the batch's) change, when they are not the current
     // set (Note [adapter switches]).
     void apply_adapters(const protocol::Adapters& adapters) const;
+    // Each guidance branch's conditioning as this rank runs it: `text` the model's input rows (both
+    // branches batched, negatives first, or this rank's one), `positive` the positive branch's own.
+    // Truncation warnings go to `results`.
+    struct BranchTexts {
+        Conditioning text, positive;
+    };
+    BranchTexts encode_branches(const std::vector<GenerateRequest>& batch,
+                                const protocol::CallValues& arguments, const Guidance& guidance,
+                                std::vector<GenerateResult>& results) const;
+    // The batch's initial latents on the run's device, each prompt's noise from its own seed.
+    at::Tensor initial_latents(const std::vector<GenerateRequest>& batch, const LatentShape& shape) const;
     // Throws ModelError unless the batch shares what one pass through the model needs.
     void check_batch(const std::vector<GenerateRequest>& batch, const protocol::CallValues& arguments) const;
 

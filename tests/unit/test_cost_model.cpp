@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "strategies/cost_model.h"
+#include "strategies/family.h"
 #include "strategies/parallel_spec.h"
 
 using namespace dp::strategies;
@@ -29,7 +30,7 @@ CostRules shapes_rules() {
     sizes.vae_scale = 1;
     sizes.patch_size = 4;
     sizes.default_side = 32;
-    return cost_rules(sizes, dp::protocol::FamilyArguments("sd3"));
+    return cost_rules(sizes, dp::strategies::family_arguments("sd3"));
 }
 
 }  // namespace
@@ -47,11 +48,11 @@ TEST_CASE("a prompt costs steps x image tokens, twice with classifier-free guida
     latent.vae_scale = 8;
     latent.patch_size = 2;
     latent.default_side = 1024;
-    const CostRules sd3 = cost_rules(latent, dp::protocol::FamilyArguments("sd3"));
+    const CostRules sd3 = cost_rules(latent, dp::strategies::family_arguments("sd3"));
     CHECK(prompt_cost(request(0, 28, 0, 0), sd3) == 28 * 4096 * 2);
 
     // Qwen-Image's true CFG runs its second branch only with a negative prompt given.
-    const CostRules qwen = cost_rules(latent, dp::protocol::FamilyArguments("qwen-image"));
+    const CostRules qwen = cost_rules(latent, dp::strategies::family_arguments("qwen-image"));
     CHECK(qwen.arguments.guidance_scale()->row->name == std::string("true_cfg_scale"));
     JobRequest q = request(0, 50, 1024, 1024, 1.0);
     q.arguments = {};
@@ -61,9 +62,9 @@ TEST_CASE("a prompt costs steps x image tokens, twice with classifier-free guida
     CHECK(prompt_cost(q, qwen) == 50 * 4096 * 2);
     q.arguments.set("true_cfg_scale", 1.0);
     CHECK(prompt_cost(q, qwen) == 50 * 4096);
-    CHECK_THROWS_AS(
-        prompt_cost(request(0, 1, 0, 0), cost_rules(ImageSizeRule{}, dp::protocol::FamilyArguments("sd3"))),
-        std::invalid_argument);
+    CHECK_THROWS_AS(prompt_cost(request(0, 1, 0, 0),
+                                cost_rules(ImageSizeRule{}, dp::strategies::family_arguments("sd3"))),
+                    std::invalid_argument);
 }
 
 TEST_CASE("the dynamic order is the costliest first, equal costs in the job's order") {

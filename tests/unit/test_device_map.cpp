@@ -10,6 +10,7 @@
 
 #include "launcher/job.h"
 #include "strategies/device_map.h"
+#include "strategies/family.h"
 #include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
 
@@ -165,7 +166,7 @@ TEST_CASE("component sizes follow the spec: its components, block prefixes and u
                               {"transformer_blocks.1.attn.to_q.weight", {4, 2}},
                               {"transformer_blocks.1.norm1.linear.bias", {3}},
                               {"single_transformer_blocks.0.proj_out.weight", {5}}});
-    const ParallelSpec& sd3 = sd3_parallel_spec();
+    const ParallelSpec& sd3 = family_spec("sd3");
     // No VAE folder: a pixel-space model, and the VAE is optional.
     std::vector<ComponentSize> sizes = pipeline_component_sizes(model, sd3, 2);
     REQUIRE(sizes.size() == 3);
@@ -211,7 +212,7 @@ TEST_CASE(
                              {{"encoder.block.0.layer.0.SelfAttention.q.weight", {8, 8}}});
     write_safetensors_header(component_dir(model, "transformer") + "/m.safetensors",
                              {{"transformer_blocks.0.attn.to_q.weight", {2, 2}}});
-    const ParallelSpec& sd3 = sd3_parallel_spec();
+    const ParallelSpec& sd3 = family_spec("sd3");
     auto names = [&](const std::vector<std::string>& left_out) {
         std::vector<std::string> out;
         for (const ComponentSize& c : pipeline_component_sizes(model, sd3, 2, "", left_out))

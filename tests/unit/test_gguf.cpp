@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "protocol/errors.h"
+#include "strategies/family.h"
 #include "strategies/gguf.h"
 #include "strategies/parallel_spec.h"
 #include "strategies/single_file.h"
@@ -169,7 +170,7 @@ TEST_CASE("a FLUX.1 GGUF file in Black Forest Labs' names maps as its safetensor
         write_gguf("flux.gguf", {{"img_in.weight", {64, 8}, 8, 8 * 2 * 34},
                                  {"img_in.bias", {8}, 0, 32},
                                  {"double_blocks.0.img_attn.qkv.weight", {256, 24}, 12, 24 * 144}});
-    const SingleFileLayout l = read_single_file_layout(path, flux_parallel_spec(), "transformer");
+    const SingleFileLayout l = read_single_file_layout(path, family_spec("flux"), "transformer");
     CHECK(l.gguf);
     CHECK(l.layout == "Black Forest Labs' original (FLUX.1)");
     CHECK(l.format == "GGUF Q4_K (and F32, Q8_0)");

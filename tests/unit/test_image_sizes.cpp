@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "strategies/family.h"
 #include "strategies/model_config.h"
 #include "strategies/parallel_spec.h"
 
@@ -30,7 +31,7 @@ std::string model_folder(const std::string& name, const std::string& vae_entry, 
 }  // namespace
 
 TEST_CASE("the size rule: VAE scale x patch, the position table, and the default size") {
-    const auto& spec = dp::strategies::sd3_parallel_spec();
+    const auto& spec = dp::strategies::family_spec("sd3");
     // SD3's VAE leaves block_out_channels to its default of 4 blocks (scale 8); patch 2, table 96.
     const std::string sd3 =
         model_folder("sd3", R"(["diffusers", "AutoencoderKL"])", "{}", R"({"sample_size": 128})");

@@ -19,6 +19,7 @@
 #include "launcher/prompt_file.h"
 #include "protocol/errors.h"
 #include "protocol/job_file.h"
+#include "strategies/family.h"
 #include "strategies/model_config.h"
 
 namespace fs = std::filesystem;
@@ -164,7 +165,7 @@ TEST_CASE("requests batch together only when every setting that shapes the batch
     dp::protocol::JobRequest a;
     a.prompt = "a";
     a.seed = 1;
-    a.arguments = dp::protocol::FamilyArguments("sd3").defaults();
+    a.arguments = dp::strategies::family_arguments("sd3").defaults();
     dp::protocol::JobRequest b = a;
     b.prompt = "b";  // prompt, seed and file are each request's own
     b.seed = 2;
@@ -211,7 +212,7 @@ TEST_CASE("the manifest records the new settings, and --resume treats a change a
     dp::protocol::JobRequest q;
     q.prompt = "a";
     q.steps = 2;
-    const dp::protocol::FamilyArguments sd3("sd3");
+    const dp::protocol::FamilyArguments sd3 = dp::strategies::family_arguments("sd3");
     q.arguments = sd3.defaults();
     nlohmann::json had = pending_record(q, 1, job, "fp32");
     CHECK(had["max_sequence_length"] == 256);
@@ -251,7 +252,7 @@ TEST_CASE(
     dp::protocol::JobRequest q;
     q.prompt = "a";
     q.steps = 2;
-    const dp::protocol::FamilyArguments flux("flux");
+    const dp::protocol::FamilyArguments flux = dp::strategies::family_arguments("flux");
     q.arguments = flux.defaults();
     const nlohmann::json none = pending_record(q, 1, job, "fp32");
     CHECK_FALSE(none.contains("lora"));

@@ -20,6 +20,7 @@
 #include "protocol/errors.h"
 #include "protocol/job_file.h"
 #include "strategies/cost_model.h"
+#include "strategies/family.h"
 #include "strategies/lora.h"
 #include "strategies/parallel_spec.h"
 #include "unit/st_writer.h"
@@ -97,7 +98,7 @@ TEST_CASE("a diffusers/PEFT adapter: each pair changes its weight, alpha / r fro
                     {"text_encoder.encoder.layers.0.self_attn.q_proj.lora_A.weight", {2, 4}},
                     {"text_encoder.encoder.layers.0.self_attn.q_proj.lora_B.weight", {4, 2}}},
                    {{"format", "pt"}, {"lora_adapter_metadata", meta.dump()}});
-    const LoraLayout l = read_lora_layout(path, flux_parallel_spec(), flux_model());
+    const LoraLayout l = read_lora_layout(path, family_spec("flux"), flux_model());
     CHECK(l.format == "diffusers/PEFT");
     REQUIRE(l.terms.size() == 3);
     const LoraTerm& q0 = term(l, "transformer_blocks.0.attn.to_q.weight");
@@ -118,7 +119,7 @@ TEST_CASE("without metadata an adapter's alpha is its rank, as diffusers loads i
     const std::string path =
         write_file("bare.safetensors", {{"transformer.transformer_blocks.0.ff.net.2.lora_A.weight", {3, 32}},
                                         {"transformer.transformer_blocks.0.ff.net.2.lora_B.weight", {8, 3}}});
-    const LoraLayout l = read_lora_layout(path, flux_parallel_spec(), flux_model());
+    const LoraLayout l = read_lora_layout(path, family_spec("flux"), flux_model());
     REQUIRE(l.terms.size() == 1);
     CHECK(l.terms[0].alpha_scale == 1.0);
     CHECK(l.terms[0].rank == 3);
@@ -143,7 +144,7 @@ TEST_CASE("a kohya FLUX.1 adapter in Black Forest Labs' names: fused projections
                     {"lora_unet_final_layer_adaLN_modulation_1.lora_up.weight", {16, 4}},
                     {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj.lora_down.weight", {2, 4}},
                     {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj.lora_up.weight", {4, 2}}});
-    const LoraLayout l = read_lora_layout(path, flux_parallel_spec(), flux_model());
+    const LoraLayout l = read_lora_layout(path, family_spec("flux"), flux_model());
     CHECK(l.format == "kohya (FLUX.1)");
     CHECK(l.terms.size() == 3 + 3 + 4 + 1 + 1 + 1 + 1);
     using Rows = std::vector<std::pair<int64_t, int64_t>>;
@@ -165,7 +166,7 @@ TEST_CASE("a kohya FLUX.1 adapter in Black Forest Labs' names: fused projections
 }
 
 TEST_CASE("an adapter file that cannot run is refused naming the file and what is wrong") {
-    const ParallelSpec& flux = flux_parallel_spec();
+    const ParallelSpec& flux = family_spec("flux");
     const ModelTensors model = flux_model();
     int code = 0;
     SUBCASE("missing: 66") {

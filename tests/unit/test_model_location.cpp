@@ -19,6 +19,7 @@
 #include "launcher/errors.h"
 #include "launcher/model_location.h"
 #include "protocol/errors.h"
+#include "strategies/family.h"
 #include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
 
@@ -244,7 +245,7 @@ TEST_CASE("not in the cache: exit 66, every place looked at, and how to fetch it
     fs::remove(repo + "/blobs/" + kMain.substr(0, 8) + "-transformer_config.json");
     const std::string model = resolve_model("org/tiny-sd3", "--model", "", env.lookup());
     const auto problems =
-        dp::strategies::model_folder_problems(model, dp::strategies::sd3_parallel_spec(), {});
+        dp::strategies::model_folder_problems(model, dp::strategies::family_spec("sd3"), {});
     REQUIRE(problems.size() == 1);
     CHECK_MESSAGE(has(problems[0], "transformer/config.json: a symlink to ../../../blobs/"), problems[0]);
     CHECK(has(problems[0], "which is missing (an incomplete download?"));

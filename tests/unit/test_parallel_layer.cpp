@@ -18,6 +18,7 @@
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "runtime/parallel/sequence_shard.h"
+#include "strategies/family.h"
 #include "strategies/model_sizes.h"
 #include "strategies/parallel_spec.h"
 #include "unit/map_source.h"
@@ -288,7 +289,7 @@ TEST_CASE("a tensor-parallel shard is narrowed before it is converted: only the 
 }
 
 TEST_CASE("SD3's parallel spec names exactly the tensors its loader shards") {
-    const dp::strategies::ParallelSpec& spec = dp::strategies::sd3_parallel_spec();
+    const dp::strategies::ParallelSpec& spec = dp::strategies::family_spec("sd3");
     for (const std::string name : {"sd3_transformer", "sd3_transformer_qknorm"}) {
         CAPTURE(name);
         const std::string dir = golden_path(name);

@@ -11,6 +11,7 @@
 
 #include "launcher/job.h"
 #include "protocol/errors.h"
+#include "strategies/family.h"
 #include "strategies/model_config.h"
 #include "strategies/parallel_spec.h"
 
@@ -47,7 +48,7 @@ std::vector<int64_t> facts(const TransformerShape& s) {
 }  // namespace
 
 TEST_CASE("SD3's tensor parallelism: column weights and biases split, row weights split, the rest whole") {
-    const ParallelSpec& sd3 = sd3_parallel_spec();
+    const ParallelSpec& sd3 = family_spec("sd3");
     for (const char* layer : {"attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj",
                               "attn.add_v_proj", "ff.net.0.proj", "ff_context.net.0.proj"}) {
         CAPTURE(layer);
@@ -86,8 +87,8 @@ TEST_CASE("SD3's tensor parallelism: column weights and biases split, row weight
 }
 
 TEST_CASE("a family's spec is found by its pipeline class, and its lists name its own components") {
-    CHECK(find_parallel_spec("StableDiffusion3Pipeline") == &sd3_parallel_spec());
-    CHECK(find_parallel_spec("FluxPipeline") == &flux_parallel_spec());
+    CHECK(find_parallel_spec("StableDiffusion3Pipeline") == &family_spec("sd3"));
+    CHECK(find_parallel_spec("FluxPipeline") == &family_spec("flux"));
     CHECK(find_parallel_spec("FluxImg2ImgPipeline") == nullptr);
     CHECK(find_parallel_spec("") == nullptr);
     for (const ParallelSpec* spec : parallel_specs()) {
@@ -105,15 +106,15 @@ TEST_CASE("a family's spec is found by its pipeline class, and its lists name it
 TEST_CASE("a model folder's family comes from model_index.json's _class_name, or a clear error") {
     const std::string sd3 =
         model_folder("sd3", {{"model_index.json", R"({"_class_name": "StableDiffusion3Pipeline"})"}});
-    CHECK(&parallel_spec_for_model(sd3) == &sd3_parallel_spec());
+    CHECK(&parallel_spec_for_model(sd3) == &family_spec("sd3"));
     const std::string qwen =
         model_folder("qwen", {{"model_index.json", R"({"_class_name": "QwenImagePipeline"})"}});
-    CHECK(&parallel_spec_for_model(qwen) == &qwen_image_parallel_spec());
+    CHECK(&parallel_spec_for_model(qwen) == &family_spec("qwen-image"));
     CHECK(&parallel_spec_for_model(dp::launcher::resolve_model("tiny-random-sd3", "--model")) ==
-          &sd3_parallel_spec());
+          &family_spec("sd3"));
     const std::string flux =
         model_folder("flux", {{"model_index.json", R"({"_class_name": "FluxPipeline"})"}});
-    CHECK(&parallel_spec_for_model(flux) == &flux_parallel_spec());
+    CHECK(&parallel_spec_for_model(flux) == &family_spec("flux"));
     const std::string kontext =
         model_folder("kontext", {{"model_index.json", R"({"_class_name": "FluxKontextPipeline"})"}});
     CHECK_THROWS_WITH_AS(
@@ -142,7 +143,7 @@ TEST_CASE("a model folder's family comes from model_index.json's _class_name, or
 }
 
 TEST_CASE("the transformer's shape through the spec's keys, with the family's defaults for absent keys") {
-    const ParallelSpec& sd3 = sd3_parallel_spec();
+    const ParallelSpec& sd3 = family_spec("sd3");
     const TransformerShape tiny =
         read_transformer_shape(dp::launcher::resolve_model("tiny-random-sd3", "--model"), sd3);
     CHECK(facts(tiny) == std::vector<int64_t>{4, 8, 2, 1, 4, 32});

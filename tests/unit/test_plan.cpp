@@ -84,6 +84,7 @@ TEST_CASE("plan: the transformer parameters tensor parallelism splits, in closed
 
 #include "launcher/job.h"
 #include "protocol/errors.h"
+#include "strategies/family.h"
 #include "strategies/model_files.h"
 #include "strategies/model_sizes.h"
 
@@ -329,7 +330,7 @@ TEST_CASE("a config-only folder runs only with --random-weights") {
         CHECK_FALSE(has(e.what(), "configs only"));
     }
     CHECK(dp::strategies::components_without_weights(
-              dp::launcher::resolve_model("tiny-random-sd3", "--model"), dp::strategies::sd3_parallel_spec())
+              dp::launcher::resolve_model("tiny-random-sd3", "--model"), dp::strategies::family_spec("sd3"))
               .empty());
 }
 

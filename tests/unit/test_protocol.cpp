@@ -14,6 +14,7 @@
 #include "protocol/errors.h"
 #include "protocol/job_file.h"
 #include "protocol/status_events.h"
+#include "strategies/model_config.h"
 
 using namespace dp::protocol;
 
@@ -118,13 +119,14 @@ std::string temp_path(const std::string& name) {
     return "/tmp/dp-protocol-test-" + std::to_string(getpid()) + "-" + name;
 }
 
-// The message read_job_file gives for a file with `text`.
+// The message read_job_file gives for a file with `text`, checked as the worker checks it (its
+// family's call arguments).
 std::string refusal(const std::string& text) {
     const std::string path = temp_path("bad.json");
     std::ofstream(path, std::ios::binary) << text;
     std::string message;
     try {
-        read_job_file(path);
+        read_job_file(path, dp::strategies::check_job_family);
         message = "(accepted)";
     } catch (const InputDataError& e) {
         message = e.what();

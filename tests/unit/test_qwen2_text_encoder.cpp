@@ -14,6 +14,7 @@
 #include "runtime/io/tensor_io.h"
 #include "runtime/models/common/qwen2_text_encoder.h"
 #include "runtime/parallel/communicator.h"
+#include "strategies/family.h"
 #include "strategies/model_sizes.h"
 #include "unit/ranks_as_threads.h"
 
@@ -189,7 +190,7 @@ TEST_CASE(
     WeightStore whole_weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
     const Qwen2TextEncoder whole(config, whole_weights);
     const at::Tensor expected = whole.forward(ids, mask);
-    const dp::strategies::ParallelSpec& spec = dp::strategies::qwen_image_parallel_spec();
+    const dp::strategies::ParallelSpec& spec = dp::strategies::family_spec("qwen-image");
     std::set<std::string> split;
     auto unloaded = [&](const std::string& tensor) {  // the vision tower's MLP matches the rules' suffixes
         for (const auto& [component, prefix] : spec.unloaded_tensors)

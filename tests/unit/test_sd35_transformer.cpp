@@ -16,6 +16,7 @@
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/parallel_context.h"
+#include "strategies/family.h"
 #include "strategies/model_sizes.h"
 #include "strategies/parallel_spec.h"
 #include "unit/ranks_as_threads.h"
@@ -160,7 +161,7 @@ TEST_CASE("dual_attention_layers: block indices, in any order, or a clear error 
 }
 
 TEST_CASE("SD3's parallel spec splits attn2 like attn and names exactly what the loader shards") {
-    const dp::strategies::ParallelSpec& spec = dp::strategies::sd3_parallel_spec();
+    const dp::strategies::ParallelSpec& spec = dp::strategies::family_spec("sd3");
     std::set<std::string> expected;
     for (const auto& [tensor, count] : dp::strategies::safetensors_element_counts(sd35_dir()))
         if (dp::strategies::tp_splits_tensor(spec, tensor)) expected.insert(tensor);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "protocol/errors.h"
+#include "strategies/family.h"
 #include "strategies/parallel_spec.h"
 #include "strategies/safetensors.h"
 #include "strategies/single_file.h"
@@ -105,7 +106,7 @@ std::map<std::string, std::vector<int64_t>> diffusers_flux(int doubles, int sing
 }
 
 SingleFileLayout layout_of(const std::string& path, const std::string& component = "transformer") {
-    return read_single_file_layout(*SafetensorsFile::open(path), flux_parallel_spec(), component);
+    return read_single_file_layout(*SafetensorsFile::open(path), family_spec("flux"), component);
 }
 
 std::string path_of(const std::string& name) { return dp::test::scratch_path("single_file", name); }
@@ -326,7 +327,7 @@ std::map<std::string, std::vector<int64_t>> diffusers_sd3() {
 }
 
 SingleFileLayout sd3_layout_of(const std::string& path, const std::string& component = "transformer") {
-    return read_single_file_layout(*SafetensorsFile::open(path), sd3_parallel_spec(), component);
+    return read_single_file_layout(*SafetensorsFile::open(path), family_spec("sd3"), component);
 }
 
 }  // namespace
@@ -396,7 +397,7 @@ TEST_CASE("a whole SD3 pipeline in one file: each component from its own prefix"
     t.push_back({"first_stage_model.decoder.mid.attn_1.norm.weight", {4}, "BF16", 0});
     t.push_back({"first_stage_model.decoder.up.0.block.0.nin_shortcut.weight", {4, 8, 1, 1}, "BF16", 0});
     const std::string path = dp::test::write_st_file(path_of("sd35_all.safetensors"), t);
-    CHECK(bundled_components(path, sd3_parallel_spec()) ==
+    CHECK(bundled_components(path, family_spec("sd3")) ==
           std::vector<std::string>{"text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae"});
     // The transformer: its prefix's tensors alone.
     const SingleFileLayout tr = sd3_layout_of(path);
@@ -431,7 +432,7 @@ TEST_CASE("a whole SD3 pipeline in one file: each component from its own prefix"
     // A file with the transformer alone gives no other component; a bundle without one names what it holds.
     CHECK(bundled_components(dp::test::write_st_file(path_of("sd35_only.safetensors"),
                                                      stability_sd3("model.diffusion_model.")),
-                             sd3_parallel_spec())
+                             family_spec("sd3"))
               .empty());
     std::vector<StTensor> no_t5;
     for (const StTensor& x : t)

@@ -19,6 +19,7 @@
 #include "runtime/models/flux/flux_transformer.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline.h"
+#include "strategies/family.h"
 #include "strategies/mesh.h"
 #include "strategies/single_file.h"
 #include "unit/golden_request.h"
@@ -202,7 +203,7 @@ TEST_CASE(
         FluxTransformerConfig::from_json_file(folder + "/transformer/config.json");
     const auto file = dp::strategies::GgufFile::open(path);
     const auto layout =
-        dp::strategies::read_single_file_layout(*file, dp::strategies::flux_parallel_spec(), "transformer");
+        dp::strategies::read_single_file_layout(*file, dp::strategies::family_spec("flux"), "transformer");
     REQUIRE(layout.quantized_bytes > 0);
     int64_t bytes[2] = {0, 0};
     for (const bool keep : {false, true}) {
@@ -276,7 +277,7 @@ TEST_CASE(
     // Every component from the one file: CLIP-L's projection the identity, as diffusers makes it.
     const nlohmann::json& whole = all.at("stability_all");
     const std::vector<std::string> components = dp::strategies::bundled_components(
-        root_path(whole.at("file").get<std::string>()), dp::strategies::sd3_parallel_spec());
+        root_path(whole.at("file").get<std::string>()), dp::strategies::family_spec("sd3"));
     CHECK(components.size() == 5);
     check_against(load_pipeline(file_options(whole, components), ParallelContext::single())
                       ->generate(dp::test::golden_request(whole)),

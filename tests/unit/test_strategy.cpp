@@ -8,6 +8,7 @@
 
 #include "launcher/job.h"
 #include "protocol/errors.h"
+#include "strategies/family.h"
 #include "strategies/mesh.h"
 #include "strategies/model_config.h"
 #include "strategies/parallel_spec.h"
@@ -68,7 +69,7 @@ void check_degrees(const MeshDegrees& got, const MeshDegrees& want) {
 }  // namespace
 
 TEST_CASE("explicit degrees pass through with dp filled from the world") {
-    const ParallelSpec& sd3 = sd3_parallel_spec();
+    const ParallelSpec& sd3 = family_spec("sd3");
     StrategyRequest r = on_world(8);
     check_degrees(resolve_strategy(r, sd3, 4).degrees, degrees(8, 1, 1, 1, 1));
     r.ulysses = 2;
@@ -88,7 +89,7 @@ TEST_CASE("explicit degrees pass through with dp filled from the world") {
 }
 
 TEST_CASE("--strategy context is Ulysses as far as the heads divide by the ranks, Ring over the rest") {
-    const ParallelSpec& sd3 = sd3_parallel_spec();
+    const ParallelSpec& sd3 = family_spec("sd3");
     struct Case {
         int world;
         bool cfg;
@@ -122,7 +123,7 @@ TEST_CASE("--strategy context is Ulysses as far as the heads divide by the ranks
 }
 
 TEST_CASE("--strategy tensor is tp over the ranks, device-map is device_map auto, data changes nothing") {
-    const ParallelSpec& sd3 = sd3_parallel_spec();
+    const ParallelSpec& sd3 = family_spec("sd3");
     StrategyRequest r = on_world(4);
     r.strategy = "tensor";
     check_degrees(resolve_strategy(r, sd3, 4).degrees, degrees(1, 1, 1, 1, 4));
@@ -227,7 +228,7 @@ TEST_CASE("every refusal is a usage error (exit 2) that names the flags and what
         CAPTURE(c.flags);
         bool refused = false;
         try {
-            resolve_strategy(request(c.world, c.flags), sd3_parallel_spec(), c.heads);
+            resolve_strategy(request(c.world, c.flags), family_spec("sd3"), c.heads);
         } catch (const dp::protocol::UsageError& e) {
             refused = true;
             CHECK(std::string(e.what()) == c.message);
@@ -236,16 +237,16 @@ TEST_CASE("every refusal is a usage error (exit 2) that names the flags and what
         CHECK_MESSAGE(refused, "accepted");
     }
     // The same flags on a world they fit are accepted.
-    CHECK_NOTHROW(resolve_strategy(request(1, two_devices + " --device cpu"), sd3_parallel_spec(), 4));
-    CHECK_NOTHROW(resolve_strategy(request(8, "--tp 2 --ulysses 4"), sd3_parallel_spec(), 24));
-    CHECK_NOTHROW(resolve_strategy(request(8, "--tp 2 --ulysses 4"), sd3_parallel_spec(), 8));  // 1 head each
-    CHECK_NOTHROW(resolve_strategy(request(3, "--tp 3"), sd3_parallel_spec(), 4));  // 2, 1, 1 heads
+    CHECK_NOTHROW(resolve_strategy(request(1, two_devices + " --device cpu"), family_spec("sd3"), 4));
+    CHECK_NOTHROW(resolve_strategy(request(8, "--tp 2 --ulysses 4"), family_spec("sd3"), 24));
+    CHECK_NOTHROW(resolve_strategy(request(8, "--tp 2 --ulysses 4"), family_spec("sd3"), 8));  // 1 head each
+    CHECK_NOTHROW(resolve_strategy(request(3, "--tp 3"), family_spec("sd3"), 4));  // 2, 1, 1 heads
     CHECK_NOTHROW(
-        resolve_strategy(request(4, "--cfg-parallel --guidance-scale 1.01"), sd3_parallel_spec(), 4));
+        resolve_strategy(request(4, "--cfg-parallel --guidance-scale 1.01"), family_spec("sd3"), 4));
 }
 
 TEST_CASE("a family without a negative guidance branch refuses --cfg-parallel, and runs without it") {
-    ParallelSpec unguided = sd3_parallel_spec();
+    ParallelSpec unguided = family_spec("sd3");
     unguided.pipeline_class = "FluxPipeline";
     unguided.guidance_branches = false;
     StrategyRequest r = on_world(2);
@@ -256,11 +257,11 @@ TEST_CASE("a family without a negative guidance branch refuses --cfg-parallel, a
                          dp::protocol::UsageError);
     r.cfg_parallel = false;
     check_degrees(resolve_strategy(r, unguided, 4).degrees, degrees(2, 1, 1, 1, 1));
-    check_degrees(resolve_strategy(on_world(2), sd3_parallel_spec(), 4).degrees, degrees(2, 1, 1, 1, 1));
+    check_degrees(resolve_strategy(on_world(2), family_spec("sd3"), 4).degrees, degrees(2, 1, 1, 1, 1));
 }
 
 TEST_CASE("FLUX.1 splits CFG only where true CFG runs: its distilled guidance has no negative branch") {
-    const ParallelSpec& flux = flux_parallel_spec();
+    const ParallelSpec& flux = family_spec("flux");
     StrategyRequest r = on_world(2);
     r.cfg_parallel = true;  // true_cfg_scale's default, 1.0: no negative branch
     CHECK_THROWS_WITH_AS(
@@ -282,7 +283,7 @@ TEST_CASE("FLUX.1 splits CFG only where true CFG runs: its distilled guidance ha
 // Over every small request: what is accepted is a mesh of the world that leaves every rank at
 // least one head and whose dp is the one asked for; what is refused is a usage error.
 TEST_CASE("every accepted request is a mesh of the world, and every refusal a usage error") {
-    const ParallelSpec& sd3 = sd3_parallel_spec();
+    const ParallelSpec& sd3 = family_spec("sd3");
     int accepted = 0, refused = 0;
     for (int world = 1; world <= 12; ++world)
         for (const char* strategy : {"", "context", "tensor", "device-map"})
@@ -363,7 +364,7 @@ namespace {
 // The notes of a request on `world` ranks over `heads` heads, one per line.
 std::string notes_of(int world, const std::string& flags, int heads) {
     std::string out;
-    for (const std::string& n : resolve_strategy(request(world, flags), sd3_parallel_spec(), heads).notes)
+    for (const std::string& n : resolve_strategy(request(world, flags), family_spec("sd3"), heads).notes)
         out += n + "\n";
     return out;
 }
@@ -391,7 +392,7 @@ TEST_CASE("shares of units over ranks are as even as possible, the first ranks o
 
 TEST_CASE(
     "SD3.5-large's 38 heads: tensor and Ulysses take 4 and 8 ranks with uneven heads, context picks USP") {
-    const ParallelSpec& sd3 = sd3_parallel_spec();
+    const ParallelSpec& sd3 = family_spec("sd3");
     struct Case {
         int world;
         std::string flags;

@@ -16,6 +16,7 @@
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
 #include "runtime/parallel/communicator.h"
+#include "strategies/family.h"
 #include "strategies/model_sizes.h"
 #include "unit/ranks_as_threads.h"
 
@@ -319,7 +320,7 @@ TEST_CASE(
     WeightStore whole_weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
     const T5Encoder whole(config, whole_weights);
     const at::Tensor expected = whole.forward(ids);
-    const dp::strategies::ParallelSpec& spec = dp::strategies::sd3_parallel_spec();
+    const dp::strategies::ParallelSpec& spec = dp::strategies::family_spec("sd3");
     std::set<std::string> split;
     for (const auto& [tensor, count] : dp::strategies::safetensors_element_counts(kEncoder))
         if (dp::strategies::tp_splits_tensor(spec, tensor)) split.insert(tensor);

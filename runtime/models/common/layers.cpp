@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "runtime/io/errors.h"
-#include "runtime/parallel/device_mapping.h"
 
 namespace dp::runtime {
 
@@ -113,18 +112,6 @@ at::Tensor adaln::plain_layer_norm(const at::Tensor& x, double eps) {
 }
 
 at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out(at::gelu(in(x), "tanh")); }
-
-void prepare_transformer_load(const DeviceMapping* mapping, WeightStore& w, int64_t layers, int64_t heads,
-                              const TensorGroup& tp) {
-    if (mapping && static_cast<int64_t>(mapping->transformer_blocks.size()) != layers)
-        throw ModelError("device_map places " + std::to_string(mapping->transformer_blocks.size()) +
-                         " transformer blocks but the model has " + std::to_string(layers));
-    if (mapping) w.set_device(mapping->devices[static_cast<std::size_t>(mapping->transformer_blocks[0])]);
-    if (heads < tp.size)
-        throw ModelError("--tp " + std::to_string(tp.size) + ": the model has " + std::to_string(heads) +
-                         " attention heads, so a rank would hold none; tp may be at most " +
-                         std::to_string(heads));
-}
 
 at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {
     const int64_t half = dim / 2;

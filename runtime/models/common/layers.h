@@ -100,14 +100,6 @@ at::Tensor plain_layer_norm(const at::Tensor& x, double eps = 1e-6);
 // the frequencies and the product in fp32, [B, dim] fp32.
 at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim);
 
-struct DeviceMapping;
-
-// A transformer's place in the run, checked before it loads: device_map (when set) places exactly
-// its `layers` blocks, and its weights then start on block 0's device; tp leaves every rank at
-// least one of its `heads`. Throws ModelError naming what does not fit.
-void prepare_transformer_load(const DeviceMapping* mapping, WeightStore& weights, int64_t layers,
-                              int64_t heads, const TensorGroup& tp);
-
 // Multi-head attention over [batch, heads, seq, head_dim] tensors (softmax(q k^T / sqrt(d)) v).
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal = false);
 

@@ -1,6 +1,6 @@
 #include "runtime/models/common/mmdit.h"
 
-#include "runtime/pipeline/step_cache.h"
+#include "runtime/pipeline/block_runner.h"
 
 #include <ATen/ATen.h>
 
@@ -85,14 +85,8 @@ void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& 
         }
     };
     const bool text_out = !context_pre_only_ && !s.last;
-    // The joint attention's outputs after their projections: run, or (Note [taylorseer cache])
-    // extrapolated.
-    at::Tensor attn_x, attn_ctx;
-    if (s.taylorseer && s.taylorseer->extrapolates()) {
-        const std::vector<at::Tensor> kept = s.taylorseer->predict(s.attention);
-        attn_x = kept.at(0);
-        if (text_out) attn_ctx = kept.at(1);
-    } else {
+    // The joint attention's outputs after their projections: [image, text (when it goes on)].
+    const auto joint_attention = [&] {
         AttentionInputs in;
         project(image_, nx, s.rotate_image, in.q, in.k, in.v);
         project(text_, nctx, s.rotate_text, in.q2, in.k2, in.v2);
@@ -101,12 +95,13 @@ void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& 
         in.bias2 = s.text_bias;
         in.want_out2 = text_out;
         const AttentionOutputs o = attend(in);
-        attn_x = image_.to_out(merge_heads(o.out));
-        if (text_out) attn_ctx = to_add_out_(merge_heads(o.out2));
-        if (s.taylorseer)
-            s.taylorseer->update(s.attention, text_out ? std::vector<at::Tensor>{attn_x, attn_ctx}
-                                                       : std::vector<at::Tensor>{attn_x});
-    }
+        std::vector<at::Tensor> out{image_.to_out(merge_heads(o.out))};
+        if (text_out) out.push_back(to_add_out_(merge_heads(o.out2)));
+        return out;
+    };
+    const std::vector<at::Tensor> attn = s.block ? s.block->attention(joint_attention) : joint_attention();
+    const at::Tensor& attn_x = attn.at(0);
+    const at::Tensor attn_ctx = text_out ? attn.at(1) : at::Tensor();
 
     x = x + m[2].unsqueeze(1) * attn_x;
     if (image_attention_) {  // SD3.5's attn2: the image tokens alone, split as attn's are

@@ -19,7 +19,7 @@
 namespace dp::runtime {
 
 class SequenceShard;
-class TaylorSeerCache;
+class BlockContext;
 
 // What a family's checkpoints call a block's parts, and how the block rounds.
 struct DualStreamLayout {
@@ -45,10 +45,9 @@ struct DualStreamStep {
     // no rotary positions.
     std::function<at::Tensor(const at::Tensor&)> rotate_image, rotate_text;
     bool last = false;  // the model's last block: the text's output feeds nothing
-    // Note [taylorseer cache]: the call's TaylorSeer (nullptr: none) and this block's attention's
-    // place in the model.
-    TaylorSeerCache* taylorseer = nullptr;
-    int64_t attention = 0;
+    // The block's place in the pass (Note [block runner]): its attention runs through it; nullptr:
+    // run directly.
+    const BlockContext* block = nullptr;
 };
 
 class DualStreamBlock {

@@ -66,7 +66,7 @@ class Qwen2TextEncoder {
     // inputs. Tensors are read under model.* (transformers 4's and 5's save_pretrained) or
     // model.language_model.* (transformers 5's module names), whichever the store holds.
     Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& weights, const TensorGroup& tp = {},
-                     const strategies::ParallelSpec& spec = strategies::qwen_image_parallel_spec());
+                     const strategies::ParallelSpec& spec = strategies::qwen2_decoder_spec());
 
     // ids [B, L] int64 and mask [B, L] (1 real, 0 pad; undefined: all real), on any device ->
     // hidden_states[-1] [B, L, hidden_size] on the weights' device, in the run's dtype. Outputs at

@@ -50,7 +50,7 @@ class T5Encoder {
     // rank of the group then calls forward with the same ids. The embedding may be stored as
     // shared.weight, encoder.embed_tokens.weight or both (tied); a full T5's decoder is skipped.
     T5Encoder(const T5Config& config, WeightStore& weights, const TensorGroup& tp = {},
-              const strategies::ParallelSpec& spec = strategies::sd3_parallel_spec());
+              const strategies::ParallelSpec& spec = strategies::t5_encoder_spec());
 
     // input_ids [B, T] int64 (any device) -> last_hidden_state [B, T, d_model] on the weights'
     // device, in the run's dtype.

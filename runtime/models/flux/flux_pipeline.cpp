@@ -1,7 +1,5 @@
 #include "runtime/models/flux/flux_pipeline.h"
 
-#include "runtime/pipeline/step_cache.h"
-
 #include <ATen/ATen.h>
 
 #include "runtime/io/config_json.h"
@@ -14,6 +12,7 @@
 #include "runtime/models/flux/flux_transformer.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline_common.h"
+#include "strategies/family.h"
 #include "strategies/parallel_spec.h"
 
 namespace dp::runtime {
@@ -52,7 +51,7 @@ std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o) {
 
 std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const ParallelContext& parallel) {
     const std::string& dir = o.model_dir;
-    const strategies::ParallelSpec& spec = strategies::flux_parallel_spec();
+    const strategies::ParallelSpec& spec = strategies::family_spec("flux");
     if (o.no_t5) throw ModelError("--no-t5: FLUX.1's text is T5's alone; it cannot run without it");
     require_loadable(o, spec);
     strategies::ModelInfo model = model_info_of(o);
@@ -185,7 +184,7 @@ std::shared_ptr<const void> FluxPipeline::hold_transformer() const { return c_->
 
 at::Tensor FluxPipeline::predict(const at::Tensor& latents, const LatentShape& shape,
                                  const Conditioning& text, double timestep,
-                                 const protocol::CallValues& arguments, const StepCaches& cache) const {
+                                 const protocol::CallValues& arguments, const BlockRunner& blocks) const {
     const FluxTransformerConfig& tc = c_->transformer_config;
     const int64_t rows = latents.size(0);
     const at::TensorOptions on_device = at::TensorOptions().device(latents.device());
@@ -195,7 +194,7 @@ at::Tensor FluxPipeline::predict(const at::Tensor& latents, const LatentShape& s
         tc.guidance_embeds ? at::full({rows}, arguments.number("guidance_scale"), on_device.dtype(at::kFloat))
                            : at::Tensor();
     return c_->transformer.use()->forward(latents, text.text, text.pooled, t, embedded, shape.height / 2,
-                                          shape.width / 2, &cache);
+                                          shape.width / 2, blocks);
 }
 
 at::Tensor FluxPipeline::decode(const at::Tensor& latents) const {

@@ -56,7 +56,7 @@ class FluxPipeline : public FamilyPipeline {
     std::shared_ptr<const void> hold_transformer() const override;
     at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
                        double timestep, const protocol::CallValues& arguments,
-                       const StepCaches& cache) const override;
+                       const BlockRunner& blocks) const override;
     at::Tensor decode(const at::Tensor& latents) const override;
 
     std::unique_ptr<Components> c_;

@@ -1,7 +1,5 @@
 #include "runtime/models/flux/flux_transformer.h"
 
-#include "runtime/pipeline/step_cache.h"
-
 #include <ATen/ATen.h>
 
 #include <set>
@@ -9,8 +7,8 @@
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
 #include "runtime/parallel/attention.h"
-#include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/sequence_shard.h"
+#include "strategies/family.h"
 
 namespace dp::runtime {
 namespace {
@@ -97,7 +95,7 @@ FluxTransformerConfig FluxTransformerConfig::from_json_text(const std::string& t
                    "pooled_projection_dim, guidance_embeds and axes_dims_rope are supported");
     }
     FluxTransformerConfig cfg;
-    const strategies::ParallelSpec& spec = strategies::flux_parallel_spec();
+    const strategies::ParallelSpec& spec = strategies::family_spec("flux");
     const strategies::TransformerShape& shape = spec.transformer_defaults;
     cfg.patch_size = c.integer("patch_size", shape.patch_size, 1, 64);
     if (cfg.patch_size != 1)
@@ -127,22 +125,19 @@ FluxTransformerConfig FluxTransformerConfig::from_json_file(const std::string& p
 FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStore& w,
                                  const ParallelContext& parallel,
                                  std::shared_ptr<const DeviceMapping> mapping)
-    : parallel_(&parallel), mapping_(std::move(mapping)), config_(config) {
+    : parallel_(&parallel),
+      config_(config),
+      devices_(std::move(mapping), w, static_cast<std::size_t>(config.num_layers + config.num_single_layers),
+               config.num_attention_heads, parallel.tensor()) {
     const int64_t d = config.inner_dim(), hd = config.attention_head_dim;
     const TensorGroup tp = parallel.tensor();
-    prepare_transformer_load(mapping_.get(), w, config.num_layers + config.num_single_layers,
-                             config.num_attention_heads, tp);
     const int64_t loaded_before = w.taken_bytes();
-    const strategies::ParallelSpec& spec = strategies::flux_parallel_spec();
+    const strategies::ParallelSpec& spec = strategies::family_spec("flux");
     if (!strategies::stream_split(spec, "text"))
         throw InternalError(
             "FLUX.1's single blocks run text and image as one stream: its spec must split the text");
     // The MLPs' and modulations' features as evenly as tp allows; attention by whole heads.
     const LinearLoader linear(w, spec, tp);
-    auto place = [&](int64_t block) {
-        if (mapping_)
-            w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[block])]);
-    };
     x_embedder_ = linear("x_embedder", config.in_channels, d);
     context_embedder_ = linear("context_embedder", config.joint_attention_dim, d);
     time_1_ = linear("time_text_embed.timestep_embedder.linear_1", 256, d);
@@ -156,13 +151,13 @@ FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStor
     DualStreamLayout layout;
     layout.qk_rounding = RmsRounding::kTorch;       // torch.nn.RMSNorm
     layout.clamp = DualStreamLayout::Clamp::kText;  // as diffusers: the text stream only
-    for (int64_t i = 0; i < config.num_layers; ++i) {
-        place(i);
-        double_blocks_.emplace_back(linear, spec.block_prefixes[0] + std::to_string(i), d, hd, layout);
-    }
-    for (int64_t i = 0; i < config.num_single_layers; ++i) {
-        place(config.num_layers + i);
-        const std::string b = spec.block_prefixes[1] + std::to_string(i);
+    devices_.load_blocks(w, [&](std::size_t block) {
+        const auto i = static_cast<int64_t>(block);
+        if (i < config.num_layers) {
+            double_blocks_.emplace_back(linear, spec.block_prefixes[0] + std::to_string(i), d, hd, layout);
+            return;
+        }
+        const std::string b = spec.block_prefixes[1] + std::to_string(i - config.num_layers);
         FluxSingleBlock blk;
         blk.norm = linear(b + ".norm.linear", d, 3 * d);
         blk.to_q = linear(b + ".attn.to_q", d, d, hd);
@@ -175,8 +170,7 @@ FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStor
         blk.norm_q = RMSNorm::load(w, b + ".attn.norm_q", hd, kEps, true, RmsRounding::kTorch);
         blk.norm_k = RMSNorm::load(w, b + ".attn.norm_k", hd, kEps, true, RmsRounding::kTorch);
         single_blocks_.push_back(std::move(blk));
-    }
-    place(0);
+    });
     norm_out_ = linear("norm_out.linear", d, 2 * d);
     proj_out_ = linear("proj_out", d, config.patch_size * config.patch_size * config.out_channels);
     parameter_bytes_ = w.taken_bytes() - loaded_before;
@@ -202,68 +196,54 @@ at::Tensor FluxTransformer::conditioning(const at::Tensor& timestep, const at::T
 // block then its image block, one tensor for the per-token layers. Unsplit, attend() takes it as
 // one stream; split, as the two streams it holds, each by its own shard. The text's rotation is
 // the identity (cos 1, sin 0): x * 1 + rotated * 0 is x exactly.
-at::Tensor FluxTransformer::single_blocks(const at::Tensor& x, const at::Tensor& ctx, at::Tensor& temb_act,
-                                          const at::Tensor& cos, const at::Tensor& sin,
-                                          const SequenceShard& image, const SequenceShard& words,
-                                          BlockPlacement& placement, TaylorSeerCache* taylorseer) const {
-    const int64_t nt = ctx.size(1), ni = x.size(1), hd = config_.attention_head_dim;
+void FluxTransformer::single_block(const BlockContext& block, OneStream& stream, const at::Tensor& temb_act,
+                                   const SequenceShard& image_shard, const SequenceShard& words,
+                                   at::Tensor& image) const {
+    const FluxSingleBlock& blk = single_blocks_[block.index() - double_blocks_.size()];
+    const int64_t nt = stream.text, ni = stream.tokens.size(1) - nt;
     const int64_t heads = parallel_->tensor().share(config_.num_attention_heads);
-    const std::size_t blocks = double_blocks_.size() + single_blocks_.size();
-    at::Tensor joint = at::cat({ctx, x}, 1);
-    at::Tensor joint_cos = at::cat({at::ones({nt, hd}, cos.options()), cos}, 0);
-    at::Tensor joint_sin = at::cat({at::zeros({nt, hd}, sin.options()), sin}, 0);
-    const SequenceShard stream(nt + ni, parallel_->sequence());  // unsplit: the one stream
-    at::Tensor out = x;
-    for (std::size_t i = 0; i < single_blocks_.size(); ++i) {
-        const FluxSingleBlock& blk = single_blocks_[i];
-        const std::size_t block = double_blocks_.size() + i;
-        const bool last = block + 1 == blocks;  // the image alone: its text feeds nothing
-        placement.enter(block, {&joint, &temb_act, &joint_cos, &joint_sin});
-        const std::vector<at::Tensor> m = blk.norm(temb_act).chunk(3, 1);  // shift, scale, gate
-        const at::Tensor h = modulate(plain_layer_norm(joint, kEps), m[0], m[1]);
-        at::Tensor attn;  // the stream's output: [text; image], or the image's on the last block
-        const int64_t id = static_cast<int64_t>(block);
-        if (taylorseer && taylorseer->extrapolates()) {  // Note [taylorseer cache]
-            attn = taylorseer->predict(id).at(0);
-        } else {
-            const at::Tensor q =
-                apply_flux_rope(blk.norm_q(split_heads(blk.to_q(h), heads)), joint_cos, joint_sin);
-            const at::Tensor k =
-                apply_flux_rope(blk.norm_k(split_heads(blk.to_k(h), heads)), joint_cos, joint_sin);
-            const at::Tensor v = split_heads(blk.to_v(h), heads);
-            AttentionInputs in;
-            if (!image.split()) {
-                in.q = q, in.k = k, in.v = v;
-                in.shard = &stream;
-                attn = merge_heads(attend(in).out);
-                if (last) attn = attn.narrow(1, nt, ni);
-            } else {
-                in.q = q.narrow(2, nt, ni), in.k = k.narrow(2, nt, ni), in.v = v.narrow(2, nt, ni);
-                in.q2 = q.narrow(2, 0, nt), in.k2 = k.narrow(2, 0, nt), in.v2 = v.narrow(2, 0, nt);
-                in.shard = &image;
-                in.shard2 = &words;
-                in.want_out2 = !last;
-                const AttentionOutputs o = attend(in);
-                attn = last ? merge_heads(o.out) : at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1);
-            }
-            if (taylorseer) taylorseer->update(id, {attn});
+    const bool last = block.last();  // the image alone: its text feeds nothing
+    at::Tensor& joint = stream.tokens;
+    const std::vector<at::Tensor> m = blk.norm(temb_act).chunk(3, 1);  // shift, scale, gate
+    const at::Tensor h = modulate(plain_layer_norm(joint, kEps), m[0], m[1]);
+    // The stream's attention output: [text; image], or the image's on the last block.
+    const at::Tensor attn = block.attention([&] {
+        const at::Tensor q =
+            apply_flux_rope(blk.norm_q(split_heads(blk.to_q(h), heads)), stream.cos, stream.sin);
+        const at::Tensor k =
+            apply_flux_rope(blk.norm_k(split_heads(blk.to_k(h), heads)), stream.cos, stream.sin);
+        const at::Tensor v = split_heads(blk.to_v(h), heads);
+        AttentionInputs in;
+        if (!image_shard.split()) {
+            const SequenceShard one(nt + ni, parallel_->sequence());  // unsplit: the one stream
+            in.q = q, in.k = k, in.v = v;
+            in.shard = &one;
+            const at::Tensor out = merge_heads(attend(in).out);
+            return std::vector<at::Tensor>{last ? out.narrow(1, nt, ni) : out};
         }
-        const at::Tensor gate = m[2].unsqueeze(1);
-        if (last) {
-            const at::Tensor mlp = at::gelu(blk.proj_mlp(h.narrow(1, nt, ni)), "tanh");
-            out = joint.narrow(1, nt, ni) + gate * blk.proj_out(at::cat({attn, mlp}, 2));
-        } else {
-            joint = clamp_half(joint +
-                               gate * blk.proj_out(at::cat({attn, at::gelu(blk.proj_mlp(h), "tanh")}, 2)));
-        }
+        in.q = q.narrow(2, nt, ni), in.k = k.narrow(2, nt, ni), in.v = v.narrow(2, nt, ni);
+        in.q2 = q.narrow(2, 0, nt), in.k2 = k.narrow(2, 0, nt), in.v2 = v.narrow(2, 0, nt);
+        in.shard = &image_shard;
+        in.shard2 = &words;
+        in.want_out2 = !last;
+        const AttentionOutputs o = attend(in);
+        return std::vector<at::Tensor>{last ? merge_heads(o.out)
+                                            : at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1)};
+    })[0];
+    const at::Tensor gate = m[2].unsqueeze(1);
+    if (last) {
+        const at::Tensor mlp = at::gelu(blk.proj_mlp(h.narrow(1, nt, ni)), "tanh");
+        image = clamp_half(joint.narrow(1, nt, ni) + gate * blk.proj_out(at::cat({attn, mlp}, 2)));
+    } else {
+        joint =
+            clamp_half(joint + gate * blk.proj_out(at::cat({attn, at::gelu(blk.proj_mlp(h), "tanh")}, 2)));
     }
-    return clamp_half(out);
 }
 
 at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                     const at::Tensor& pooled, const at::Tensor& timestep,
                                     const at::Tensor& guidance, int64_t grid_h, int64_t grid_w,
-                                    const StepCaches* cache) const {
+                                    const BlockRunner& runner) const {
     const FluxTransformerConfig& c = config_;
     if (grid_h < 1 || grid_w < 1 || !latents.defined() || latents.dim() != 3 ||
         latents.size(1) != grid_h * grid_w || latents.size(2) != c.in_channels)
@@ -307,45 +287,38 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
     const FluxRope rope = flux_image_rope(c.axes_dims_rope, grid_h, grid_w);
     at::Tensor cos = image.shard(rope.cos, 0).to(device), sin = image.shard(rope.sin, 0).to(device);
 
-    BlockPlacement placement(mapping_.get());
-    const std::size_t blocks = double_blocks_.size() + single_blocks_.size();
     DualStreamStep step;
     step.heads = heads;
     step.image = &image;
     step.text = &words;
     step.rotate_image = [&](const at::Tensor& q) { return apply_flux_rope(q, cos, sin); };
-    step.taylorseer = cache ? cache->taylorseer : nullptr;
-    const auto run_blocks = [&](std::size_t from) {
-        for (std::size_t i = from; i < double_blocks_.size(); ++i) {
-            placement.enter(i, {&x, &ctx, &temb_act, &cos, &sin});
-            step.last = i + 1 == blocks;  // the text's output then feeds nothing
-            step.attention = static_cast<int64_t>(i);
-            double_blocks_[i].forward(x, ctx, temb_act, step);
+    OneStream one;  // the single blocks' [text; image], made as the pass enters the first of them
+    const std::size_t doubles = double_blocks_.size();
+    BlockPass pass;
+    pass.blocks = doubles + single_blocks_.size();
+    pass.image = &x;
+    pass.image_shard = &image;
+    pass.conditioning = &temb_act;
+    pass.activations = {&ctx, &cos, &sin, &one.tokens, &one.cos, &one.sin};
+    runner.run(pass, devices_, [&](const BlockContext& block) {
+        if (block.index() < doubles) {
+            step.last = block.last();  // the text's output then feeds nothing
+            step.block = &block;
+            double_blocks_[block.index()].forward(x, ctx, temb_act, step);
+            if (block.last()) x = clamp_half(x);  // no single blocks: as after them
+            return;
         }
-        return single_blocks(x, ctx, temb_act, cos, sin, image, words, placement,
-                             cache ? cache->taylorseer : nullptr);
-    };
-    if (cache && cache->first_block && !double_blocks_.empty()) {
-        // Note [first block cache]: the first double block, then the others or their last residual.
-        placement.enter(0, {&x, &ctx, &temb_act, &cos, &sin});
-        step.last = blocks == 1;
-        step.attention = 0;
-        const at::Tensor before = x;
-        double_blocks_[0].forward(x, ctx, temb_act, step);
-        x = cache->first_block->run(before, x, image, [&](const at::Tensor& first) {
-            x = first;
-            return run_blocks(1);
-        });
-    } else if (cache && cache->mag) {  // Note [mag cache]: every block, or the last residual
-        x = cache->mag->run(x, image, [&](const at::Tensor& in) {
-            x = in;
-            return run_blocks(0);
-        });
-    } else {
-        x = run_blocks(0);
-    }
+        if (block.index() == doubles) {  // one stream from here: the text, then the image
+            const int64_t nt = ctx.size(1), hd = c.attention_head_dim;
+            one.text = nt;
+            one.tokens = at::cat({ctx, x}, 1);
+            one.cos = at::cat({at::ones({nt, hd}, cos.options()), cos}, 0);
+            one.sin = at::cat({at::zeros({nt, hd}, sin.options()), sin}, 0);
+            x = ctx = cos = sin = at::Tensor();  // the one stream holds them now
+        }
+        single_block(block, one, temb_act, image, words, x);
+    });
 
-    placement.leave({&x, &temb_act});
     const std::vector<at::Tensor> sc = norm_out_(temb_act).chunk(2, 1);  // scale, shift
     return image.gather(proj_out_(modulate(plain_layer_norm(x, kEps), sc[1], sc[0])));
 }

@@ -28,19 +28,16 @@
 #include "runtime/models/common/mmdit.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
+#include "runtime/pipeline/block_runner.h"
 
 namespace dp::runtime {
 
-struct StepCaches;  // runtime/pipeline/step_cache.h
-class TaylorSeerCache;
-
 struct DeviceMapping;
-class BlockPlacement;
 class SequenceShard;
 
 // diffusers' config.json of FluxTransformer2DModel. The shape the strategies also read (heads, head
 // size, layers, patch, channels) defaults to FLUX.1's parallel spec
-// (strategies::flux_parallel_spec()). Refused with a ModelError naming the key: patch_size other than
+// (strategies::family_spec("flux")). Refused with a ModelError naming the key: patch_size other than
 // 1 (FluxPipeline packs 2 x 2 itself), axes_dims_rope not 3 even integers summing to
 // attention_head_dim, and any other key set (non-null, non-false) that FLUX.1's text-to-image
 // transformer does not have.
@@ -96,7 +93,7 @@ class FluxTransformer {
     // not fit the config.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
                        const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h, int64_t grid_w,
-                       const StepCaches* cache = nullptr) const;
+                       const BlockRunner& blocks = BlockRunner()) const;
 
     const FluxTransformerConfig& config() const { return config_; }
 
@@ -107,16 +104,20 @@ class FluxTransformer {
   private:
     at::Tensor conditioning(const at::Tensor& timestep, const at::Tensor& guidance, const at::Tensor& pooled,
                             int64_t batch) const;
-    // The single blocks over this rank's [text; image] tokens (Note [FLUX single blocks, one
-    // stream]): returns the image tokens after the last one.
-    at::Tensor single_blocks(const at::Tensor& x, const at::Tensor& ctx, at::Tensor& temb_act,
-                             const at::Tensor& cos, const at::Tensor& sin, const SequenceShard& image,
-                             const SequenceShard& words, BlockPlacement& placement,
-                             TaylorSeerCache* taylorseer) const;
+    // This rank's [text; image] tokens through the single blocks (Note [FLUX single blocks, one
+    // stream]), and their rotary tables.
+    struct OneStream {
+        at::Tensor tokens, cos, sin;
+        int64_t text = 0;  // its first tokens, the text's
+    };
+    // Single block `block` (its place among all blocks) on `stream`; on the model's last block,
+    // `image` becomes the image tokens after it.
+    void single_block(const BlockContext& block, OneStream& stream, const at::Tensor& temb_act,
+                      const SequenceShard& image_shard, const SequenceShard& words, at::Tensor& image) const;
 
     const ParallelContext* parallel_;
-    std::shared_ptr<const DeviceMapping> mapping_;
     FluxTransformerConfig config_;
+    BlockDevices devices_;
     ParallelLinear x_embedder_, context_embedder_;
     ParallelLinear time_1_, time_2_, guidance_1_, guidance_2_, text_1_, text_2_;
     std::vector<DualStreamBlock> double_blocks_;

@@ -1,7 +1,5 @@
 #include "runtime/models/qwen_image/qwen_image_pipeline.h"
 
-#include "runtime/pipeline/step_cache.h"
-
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 #include "runtime/models/qwen_image/qwen_image_transformer.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline_common.h"
+#include "strategies/family.h"
 #include "strategies/parallel_spec.h"
 
 namespace dp::runtime {
@@ -59,7 +58,7 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
 std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions& o,
                                                            const ParallelContext& parallel) {
     const std::string& dir = o.model_dir;
-    const strategies::ParallelSpec& spec = strategies::qwen_image_parallel_spec();
+    const strategies::ParallelSpec& spec = strategies::family_spec("qwen-image");
     require_loadable(o, spec);
     strategies::ModelInfo model = model_info_of(o);
 
@@ -189,13 +188,13 @@ std::shared_ptr<const void> QwenImagePipeline::hold_transformer() const { return
 
 at::Tensor QwenImagePipeline::predict(const at::Tensor& latents, const LatentShape& shape,
                                       const Conditioning& text, double timestep, const protocol::CallValues&,
-                                      const StepCaches& cache) const {
+                                      const BlockRunner& blocks) const {
     // diffusers: the timestep in the latents' dtype, then / 1000.
     const at::Tensor t = at::full({latents.size(0)}, timestep,
                                   at::TensorOptions().dtype(options().dtype).device(latents.device())) /
                          1000;
     return c_->transformer.use()->forward(latents, text.text, text.mask, t, shape.height / 2, shape.width / 2,
-                                          &cache);
+                                          blocks);
 }
 
 at::Tensor QwenImagePipeline::combine(const at::Tensor& negative, const at::Tensor& positive,

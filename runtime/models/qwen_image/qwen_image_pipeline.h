@@ -49,7 +49,7 @@ class QwenImagePipeline : public FamilyPipeline {
     std::shared_ptr<const void> hold_transformer() const override;
     at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
                        double timestep, const protocol::CallValues& arguments,
-                       const StepCaches& cache) const override;
+                       const BlockRunner& blocks) const override;
     // true_cfg_guidance at the family's guidance scale.
     at::Tensor combine(const at::Tensor& negative, const at::Tensor& positive,
                        const protocol::CallValues& arguments) const override;

@@ -1,7 +1,5 @@
 #include "runtime/models/qwen_image/qwen_image_transformer.h"
 
-#include "runtime/pipeline/step_cache.h"
-
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -9,8 +7,8 @@
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
 #include "runtime/parallel/attention.h"
-#include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/sequence_shard.h"
+#include "strategies/family.h"
 
 namespace dp::runtime {
 namespace {
@@ -78,7 +76,7 @@ QwenImageTransformerConfig QwenImageTransformerConfig::from_json_text(const std:
         throw ModelError(path + ": transformer class '" + cls +
                          "' is not supported (supported: QwenImageTransformer2DModel)");
     QwenImageTransformerConfig cfg;
-    const strategies::TransformerShape& shape = strategies::qwen_image_parallel_spec().transformer_defaults;
+    const strategies::TransformerShape& shape = strategies::family_spec("qwen-image").transformer_defaults;
     cfg.patch_size = c.integer("patch_size", shape.patch_size, 1, 64);
     cfg.in_channels = c.integer("in_channels", shape.in_channels, 1, 1 << 16);
     // diffusers: absent is 16, null is in_channels.
@@ -127,12 +125,14 @@ QwenImageTransformerConfig QwenImageTransformerConfig::from_json_file(const std:
 QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& config, WeightStore& w,
                                            const ParallelContext& parallel,
                                            std::shared_ptr<const DeviceMapping> mapping)
-    : parallel_(&parallel), mapping_(std::move(mapping)), config_(config) {
+    : parallel_(&parallel),
+      config_(config),
+      devices_(std::move(mapping), w, static_cast<std::size_t>(config.num_layers), config.num_attention_heads,
+               parallel.tensor()) {
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
     const TensorGroup tp = parallel.tensor();
-    prepare_transformer_load(mapping_.get(), w, config.num_layers, config.num_attention_heads, tp);
     const int64_t loaded_before = w.taken_bytes();
-    const strategies::ParallelSpec& spec = strategies::qwen_image_parallel_spec();
+    const strategies::ParallelSpec& spec = strategies::family_spec("qwen-image");
     text_split_ = strategies::stream_split(spec, "text");
     // The MLPs' and modulations' features as evenly as tp allows; attention by whole heads,
     // unevenly where tp does not divide them (Note [uneven heads]).
@@ -148,12 +148,9 @@ QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& con
     layout.image_mlp = ".img_mlp";
     layout.text_mlp = ".txt_mlp";
     layout.clamp = DualStreamLayout::Clamp::kBoth;  // as diffusers: keep fp16 activations finite
-    for (int64_t i = 0; i < config.num_layers; ++i) {
-        if (mapping_)
-            w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[i])]);
+    devices_.load_blocks(w, [&](std::size_t i) {
         blocks_.emplace_back(linear, spec.block_prefixes.front() + std::to_string(i), d, hd, layout);
-    }
-    if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
+    });
     norm_out_ = linear("norm_out.linear", d, 2 * d);
     proj_out_ = linear("proj_out", d, p * p * config.out_channels);
     parameter_bytes_ = w.taken_bytes() - loaded_before;
@@ -161,7 +158,7 @@ QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& con
 
 at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                          const at::Tensor& text_mask, const at::Tensor& timestep,
-                                         int64_t grid_h, int64_t grid_w, const StepCaches* cache) const {
+                                         int64_t grid_h, int64_t grid_w, const BlockRunner& runner) const {
     const QwenImageTransformerConfig& c = config_;
     if (grid_h < 1 || grid_w < 1 || latents.dim() != 3 || latents.size(1) != grid_h * grid_w ||
         latents.size(2) != c.in_channels)
@@ -214,34 +211,18 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
     step.text = text_split_ ? &words : nullptr;
     step.rotate_image = [&](const at::Tensor& q) { return apply_qwen_rope(q, image_rot); };
     step.rotate_text = [&](const at::Tensor& q) { return apply_qwen_rope(q, text_rot); };
-    step.taylorseer = cache ? cache->taylorseer : nullptr;
-    BlockPlacement placement(mapping_.get());
-    const auto run_block = [&](std::size_t block) {
-        placement.enter(block, {&x, &ctx, &temb_act, &text_bias, &image_rot, &text_rot});
-        step.text_bias = text_bias;
-        step.last = block + 1 == blocks_.size();  // its text output feeds nothing
-        step.attention = static_cast<int64_t>(block);
-        blocks_[block].forward(x, ctx, temb_act, step);
-    };
-    if (cache && cache->first_block && !blocks_.empty()) {  // Note [first block cache]
-        const at::Tensor before = x;
-        run_block(0);
-        x = cache->first_block->run(before, x, image, [&](const at::Tensor& first) {
-            x = first;
-            for (std::size_t block = 1; block < blocks_.size(); ++block) run_block(block);
-            return x;
-        });
-    } else if (cache && cache->mag) {  // Note [mag cache]
-        x = cache->mag->run(x, image, [&](const at::Tensor& in) {
-            x = in;
-            for (std::size_t block = 0; block < blocks_.size(); ++block) run_block(block);
-            return x;
-        });
-    } else {
-        for (std::size_t block = 0; block < blocks_.size(); ++block) run_block(block);
-    }
-
-    placement.leave({&x, &temb_act});
+    BlockPass pass;
+    pass.blocks = blocks_.size();
+    pass.image = &x;
+    pass.image_shard = &image;
+    pass.conditioning = &temb_act;
+    pass.activations = {&ctx, &text_bias, &image_rot, &text_rot};
+    runner.run(pass, devices_, [&](const BlockContext& block) {
+        step.text_bias = text_bias;  // moved with the block, under device_map
+        step.last = block.last();    // its text output feeds nothing
+        step.block = &block;
+        blocks_[block.index()].forward(x, ctx, temb_act, step);
+    });
     const std::vector<at::Tensor> sc = norm_out_(temb_act).chunk(2, 1);  // scale, shift
     return image.gather(proj_out_(modulate(plain_layer_norm(x), sc[1], sc[0])));
 }

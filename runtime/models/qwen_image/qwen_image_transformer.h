@@ -29,16 +29,15 @@
 #include "runtime/models/common/mmdit.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
+#include "runtime/pipeline/block_runner.h"
 
 namespace dp::runtime {
-
-struct StepCaches;  // runtime/pipeline/step_cache.h
 
 struct DeviceMapping;
 
 // diffusers' config.json of QwenImageTransformer2DModel. The shape the strategies also read (heads,
 // head size, layers, patch, channels) defaults to Qwen-Image's parallel spec
-// (strategies::qwen_image_parallel_spec().transformer_defaults). Refused with a ModelError naming
+// (strategies::family_spec("qwen-image").transformer_defaults). Refused with a ModelError naming
 // the key: guidance_embeds, zero_cond_t, use_additional_t_cond, use_layer3d_rope set to true (the
 // Edit and Layered variants; diffusers has no guidance embedder for the first).
 struct QwenImageTransformerConfig {
@@ -80,7 +79,7 @@ class QwenImageTransformer {
     // output. Throws ModelError for shapes that do not fit the config.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& text_mask,
                        const at::Tensor& timestep, int64_t grid_h, int64_t grid_w,
-                       const StepCaches* cache = nullptr) const;
+                       const BlockRunner& blocks = BlockRunner()) const;
 
     const QwenImageTransformerConfig& config() const { return config_; }
 
@@ -90,8 +89,8 @@ class QwenImageTransformer {
 
   private:
     const ParallelContext* parallel_;
-    std::shared_ptr<const DeviceMapping> mapping_;
     QwenImageTransformerConfig config_;
+    BlockDevices devices_;
     ParallelLinear img_in_, txt_in_, time_1_, time_2_;
     RMSNorm txt_norm_;
     std::vector<DualStreamBlock> blocks_;

@@ -1,7 +1,5 @@
 #include "runtime/models/sd3/sd3_pipeline.h"
 
-#include "runtime/pipeline/step_cache.h"
-
 #include <ATen/ATen.h>
 
 #include "runtime/io/config_json.h"
@@ -15,6 +13,7 @@
 #include "runtime/parallel/guidance.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline_common.h"
+#include "strategies/family.h"
 #include "strategies/model_config.h"
 #include "strategies/parallel_spec.h"
 
@@ -57,7 +56,7 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
 std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const ParallelContext& parallel) {
     const std::string& dir = o.model_dir;
     const ConfigJson index = ConfigJson::from_file(dir + "/model_index.json");
-    require_loadable(o, strategies::sd3_parallel_spec());
+    require_loadable(o, strategies::family_spec("sd3"));
     strategies::ModelInfo model = model_info_of(o);
     const bool t5 = !component_class(index, "text_encoder_3").empty() && !o.no_t5;
     auto c = std::make_unique<Components>();
@@ -249,9 +248,10 @@ at::Tensor timesteps(double timestep, const at::Tensor& latents) {
 }  // namespace
 
 at::Tensor Sd3Pipeline::predict(const at::Tensor& latents, const LatentShape&, const Conditioning& text,
-                                double timestep, const protocol::CallValues&, const StepCaches& cache) const {
+                                double timestep, const protocol::CallValues&,
+                                const BlockRunner& blocks) const {
     return c_->transformer.use()->forward(latents, text.text, text.pooled, timesteps(timestep, latents),
-                                          text.tail_repeats, {}, &cache);
+                                          text.tail_repeats, {}, blocks);
 }
 
 bool Sd3Pipeline::extra_at(int step, int steps, const protocol::CallValues& arguments) const {

@@ -59,7 +59,7 @@ class Sd3Pipeline : public FamilyPipeline {
     std::shared_ptr<const void> hold_transformer() const override;
     at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
                        double timestep, const protocol::CallValues& arguments,
-                       const StepCaches& cache) const override;
+                       const BlockRunner& blocks) const override;
     // Skip-layer guidance, as diffusers: on the steps strictly inside (start, stop) x steps, the
     // positive branch once more with the blocks skipped, and the noise moved away from it.
     bool extra_at(int step, int steps, const protocol::CallValues& arguments) const override;

@@ -1,7 +1,5 @@
 #include "runtime/models/sd3/sd3_transformer.h"
 
-#include "runtime/pipeline/step_cache.h"
-
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -10,8 +8,8 @@
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
 #include "runtime/parallel/attention.h"
-#include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/sequence_shard.h"
+#include "strategies/family.h"
 
 namespace dp::runtime {
 namespace {
@@ -74,7 +72,7 @@ Sd3TransformerConfig Sd3TransformerConfig::from_json_text(const std::string& tex
         throw ModelError(path + ": transformer class '" + cls +
                          "' is not supported (supported: SD3Transformer2DModel)");
     Sd3TransformerConfig cfg;
-    const strategies::TransformerShape& shape = strategies::sd3_parallel_spec().transformer_defaults;
+    const strategies::TransformerShape& shape = strategies::family_spec("sd3").transformer_defaults;
     cfg.sample_size = shape.sample_size;
     cfg.patch_size = shape.patch_size;
     cfg.in_channels = shape.in_channels;
@@ -125,13 +123,15 @@ Sd3TransformerConfig Sd3TransformerConfig::from_json_file(const std::string& pat
 
 Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& w,
                                const ParallelContext& parallel, std::shared_ptr<const DeviceMapping> mapping)
-    : parallel_(&parallel), mapping_(std::move(mapping)), config_(config) {
+    : parallel_(&parallel),
+      config_(config),
+      devices_(std::move(mapping), w, static_cast<std::size_t>(config.num_layers), config.num_attention_heads,
+               parallel.tensor()) {
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
     const TensorGroup tp = parallel.tensor();
-    prepare_transformer_load(mapping_.get(), w, config.num_layers, config.num_attention_heads, tp);
     const int64_t loaded_before = w.taken_bytes();
     // Every linear layer as SD3's parallel spec splits it; the MLPs' features as evenly as tp allows.
-    const strategies::ParallelSpec& spec = strategies::sd3_parallel_spec();
+    const strategies::ParallelSpec& spec = strategies::family_spec("sd3");
     text_split_ = strategies::stream_split(spec, "text");
     const LinearLoader linear(w, spec, tp);
     patch_weight_ = w.take("pos_embed.proj.weight", {d, config.in_channels, p, p});
@@ -151,14 +151,12 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
     context_embedder_ = linear("context_embedder", config.joint_attention_dim, d);
     DualStreamLayout layout;
     layout.qk_norm = config.qk_rms_norm;
-    for (int64_t i = 0; i < config.num_layers; ++i) {
-        if (mapping_)
-            w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[i])]);
+    devices_.load_blocks(w, [&](std::size_t block) {
+        const auto i = static_cast<int64_t>(block);
         // The last block's text only gives keys and values; SD3.5's MMDiT-X blocks add attn2.
         blocks_.emplace_back(linear, spec.block_prefixes.front() + std::to_string(i), d, hd, layout,
                              /*context_pre_only=*/i == config.num_layers - 1, config.dual_attention(i));
-    }
-    if (mapping_) w.set_device(mapping_->devices[static_cast<std::size_t>(mapping_->transformer_blocks[0])]);
+    });
     norm_out_ = linear("norm_out.linear", d, 2 * d);
     proj_out_ = linear("proj_out", d, p * p * config.out_channels);
     parameter_bytes_ = w.taken_bytes() - loaded_before;
@@ -166,7 +164,7 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
 
 at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                    const at::Tensor& pooled, const at::Tensor& timestep, int64_t tail_repeats,
-                                   const std::vector<int>& skip_layers, const StepCaches* cache) const {
+                                   const std::vector<int>& skip_layers, const BlockRunner& runner) const {
     // With tensor parallelism this rank holds its share of the attention heads.
     const int64_t p = config_.patch_size, heads = parallel_->tensor().share(config_.num_attention_heads);
     const int64_t batch = latents.size(0), height = latents.size(2), width = latents.size(3);
@@ -238,39 +236,18 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
         step.text_bias.narrow(1, text.size(1) - 1, 1).fill_(std::log(static_cast<double>(tail_repeats)));
     }
 
-    step.taylorseer = cache && skip_layers.empty() ? cache->taylorseer : nullptr;
-    BlockPlacement placement(mapping_.get());
-    const auto run_blocks = [&](std::size_t from) {
-        for (std::size_t block = from; block < blocks_.size(); ++block) {
-            if (skipped[block]) continue;  // as diffusers: neither stream changes
-            placement.enter(block, {&x, &ctx, &temb_act});
-            step.last = block + 1 == blocks_.size();
-            step.attention = static_cast<int64_t>(block);
-            blocks_[block].forward(x, ctx, temb_act, step);
-        }
-    };
-    if (cache && cache->first_block && !blocks_.empty() && !skipped[0]) {  // Note [first block cache]
-        const at::Tensor before = x;
-        placement.enter(0, {&x, &ctx, &temb_act});
-        step.last = blocks_.size() == 1;
-        step.attention = 0;
-        blocks_[0].forward(x, ctx, temb_act, step);
-        x = cache->first_block->run(before, x, image, [&](const at::Tensor& first) {
-            x = first;
-            run_blocks(1);
-            return x;
-        });
-    } else if (cache && cache->mag && skip_layers.empty()) {  // Note [mag cache]: its branches batched
-        x = cache->mag->run(x, image, [&](const at::Tensor& in) {
-            x = in;
-            run_blocks(0);
-            return x;
-        });
-    } else {
-        run_blocks(0);
-    }
-
-    placement.leave({&x, &temb_act});
+    BlockPass pass;
+    pass.blocks = blocks_.size();
+    pass.image = &x;
+    pass.image_shard = &image;
+    pass.conditioning = &temb_act;
+    pass.activations = {&ctx};
+    pass.skipped = skipped;
+    runner.run(pass, devices_, [&](const BlockContext& block) {
+        step.last = block.last();
+        step.block = &block;
+        blocks_[block.index()].forward(x, ctx, temb_act, step);
+    });
     const std::vector<at::Tensor> sc = norm_out_(temb_act.to(x.scalar_type())).chunk(2, 1);  // scale, shift
     x = image.gather(proj_out_(modulate(plain_layer_norm(x), sc[1], sc[0])));
     // Unpatchify: [B, gh, gw, p, p, C] -> [B, C, gh * p, gw * p].

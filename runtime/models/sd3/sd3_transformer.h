@@ -18,16 +18,15 @@
 #include "runtime/models/common/mmdit.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
+#include "runtime/pipeline/block_runner.h"
 
 namespace dp::runtime {
-
-struct StepCaches;  // runtime/pipeline/step_cache.h
 
 struct DeviceMapping;
 
 // diffusers' config.json of SD3Transformer2DModel. The shape the strategies also read (heads,
 // head size, layers, patch, channels, sample size) defaults to SD3's parallel spec
-// (strategies::sd3_parallel_spec().transformer_defaults), written there once.
+// (strategies::family_spec("sd3").transformer_defaults), written there once.
 struct Sd3TransformerConfig {
     int64_t sample_size = 0;
     int64_t patch_size = 0;
@@ -73,7 +72,8 @@ class Sd3Transformer {
     // forward with the same inputs and gets the same output.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
                        const at::Tensor& timestep, int64_t tail_repeats = 1,
-                       const std::vector<int>& skip_layers = {}, const StepCaches* cache = nullptr) const;
+                       const std::vector<int>& skip_layers = {},
+                       const BlockRunner& blocks = BlockRunner()) const;
 
     const Sd3TransformerConfig& config() const { return config_; }
 
@@ -83,8 +83,8 @@ class Sd3Transformer {
 
   private:
     const ParallelContext* parallel_;
-    std::shared_ptr<const DeviceMapping> mapping_;
     Sd3TransformerConfig config_;
+    BlockDevices devices_;
     at::Tensor patch_weight_, patch_bias_;  // Conv2d(in, inner, kernel = stride = patch)
     // The checkpoint's position table [1, max * max, inner]; undefined when it stores none, and
     // the crop is built from pos_embed_1d_ (Note [position table from its axis]).

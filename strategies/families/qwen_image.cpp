@@ -1,0 +1,96 @@
+// Qwen-Image (QwenImagePipeline): what the launcher side knows of the family (Note [a family in
+// one place], strategies/family.h). Its math is runtime/models/qwen_image/.
+#include "strategies/family.h"
+
+namespace dp::strategies {
+namespace {
+
+ParallelSpec spec() {
+    ParallelSpec s;
+    s.family = "qwen-image";
+    s.display_name = "Qwen-Image";
+    s.pipeline_class = "QwenImagePipeline";
+    s.components = {"text_encoder", "transformer", "vae"};
+    s.tp_components = {"text_encoder"};
+    s.offload = true;
+    s.block_prefixes = {"transformer_blocks."};
+    // Dual-stream blocks: q, k, v of both streams column-parallel (by heads), the outputs
+    // row-parallel, both GELU MLPs column- then row-parallel.
+    for (const char* column :
+         {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
+          ".attn.add_v_proj", ".img_mlp.net.0.proj", ".txt_mlp.net.0.proj"})
+        s.tp_rules.push_back({column, TpSplit::kColumn, {}});
+    for (const char* row : {".attn.to_out.0", ".attn.to_add_out", ".img_mlp.net.2", ".txt_mlp.net.2"})
+        s.tp_rules.push_back({row, TpSplit::kRow, {}});
+    // Each stream's modulation (6 x width per block from the timestep alone): a third of the
+    // transformer's weights for one row per prompt; split and gathered, where diffusers' TP keeps
+    // them whole.
+    for (const char* gathered : {".img_mod.1", ".txt_mod.1"})
+        s.tp_rules.push_back({gathered, TpSplit::kColumnGathered, {}});
+    add_qwen2_decoder_rules(s);
+    // The text (up to 1024 tokens, of any length) is split like the image under context
+    // parallelism, padded and masked: replicated, each rank would repeat its whole MLPs and
+    // projections (Note [Qwen-Image text stream], qwen_image_transformer.h).
+    s.streams = {{"image", true}, {"text", true}};
+    s.unloaded_tensors = {{"vae", "encoder."},
+                          {"vae", "quant_conv."},
+                          {"text_encoder", "visual."},
+                          {"text_encoder", "model.visual."},
+                          {"text_encoder", "lm_head."}};
+    // QwenImageTransformer2DModel's defaults; 128 latents a side is the pipeline's
+    // default_sample_size (1024 pixels).
+    // heads, head_dim, layers, of them later blocks (from more_layers_keys), patch_size, in_channels,
+    // sample_size
+    s.transformer_defaults = {24, 128, 60, 0, 2, 64, 128};
+    s.vae_scale_key = "temperal_downsample";
+    // Its RoPE tables hold 4096 positions: half a side's patches from the centre, then up to 1024
+    // text positions after them.
+    s.max_patches_key.clear();
+    s.max_patches = 2 * (4096 - 1024);
+    return s;
+}
+
+// Qwen-Image's checkpoints (ComfyUI's split files among them) keep diffusers' own names.
+std::string shipped_config(const std::vector<std::string>&) { return "qwen-image"; }
+
+}  // namespace
+
+const FamilyFacts& qwen_image_family() {
+    static const FamilyFacts facts = [] {
+        FamilyFacts f;
+        f.spec = spec();
+        // QwenImagePipeline's defaults: true CFG at 4 with a negative prompt.
+        protocol::ArgumentUse true_cfg{"true_cfg_scale", 4.0};
+        true_cfg.guidance = protocol::Guidance::kAbove1WithNegative;
+        f.arguments = {
+            {"num_inference_steps", 50}, true_cfg, {"max_sequence_length", 512}, {"lora"}, {"cache"}};
+        f.components = {
+            {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
+            {"text_encoder", {"Qwen2_5_VLForConditionalGeneration"}, true, ComponentRule::kModel, false},
+            {"tokenizer",
+             {"Qwen2Tokenizer", "Qwen2TokenizerFast"},
+             true,
+             ComponentRule::kBpeTokenizer,
+             false},
+            {"transformer", {"QwenImageTransformer2DModel"}, true, ComponentRule::kModel, false},
+            {"vae", {"AutoencoderKLQwenImage"}, true, ComponentRule::kModel, false},
+        };
+        // The text encoder's hidden states join the transformer as they are.
+        WidthRule text{"text_encoder",
+                       "hidden_size",
+                       3584,
+                       "joint_attention_dim",
+                       3584,
+                       nullptr,
+                       "use the text encoder made for this model"};
+        text.nested = "text_config";
+        f.widths = {text};
+        f.name_markers = {"img_mlp", "txt_mlp", "img_mod", "txt_mod"};
+        f.guess_order = 2;  // FLUX.1's original names have img_mlp too
+        f.shipped_config = &shipped_config;
+        return f;
+    }();
+    return facts;
+}
+
+}  // namespace dp::strategies

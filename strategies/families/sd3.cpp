@@ -1,0 +1,170 @@
+// SD3 and SD3.5 (StableDiffusion3Pipeline): what the launcher side knows of the family (Note [a
+// family in one place], strategies/family.h). Its math is runtime/models/sd3/.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "strategies/family.h"
+#include "strategies/model_files.h"
+#include "strategies/original_layouts.h"
+#include "strategies/text.h"
+
+namespace dp::strategies {
+namespace {
+
+ParallelSpec spec() {
+    ParallelSpec s;
+    s.family = "sd3";
+    s.display_name = "SD3";
+    s.pipeline_class = "StableDiffusion3Pipeline";
+    s.components = {"text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae"};
+    s.t5_encoder = "text_encoder_3";
+    s.tp_components = {"text_encoder_3"};
+    s.offload = true;
+    s.block_prefixes = {"transformer_blocks."};
+    // Joint attention: q, k, v column-parallel for both streams, the outputs row-parallel; SD3.5's
+    // image-only second attention (attn2) split the same way, by the same heads; the MLPs column-
+    // then row-parallel. AdaLN, norms and embeddings stay whole.
+    for (const char* column : {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj",
+                               ".attn.add_k_proj", ".attn.add_v_proj", ".attn2.to_q", ".attn2.to_k",
+                               ".attn2.to_v", ".ff.net.0.proj", ".ff_context.net.0.proj"})
+        s.tp_rules.push_back({column, TpSplit::kColumn, {}});
+    for (const char* row :
+         {".attn.to_out.0", ".attn.to_add_out", ".attn2.to_out.0", ".ff.net.2", ".ff_context.net.2"})
+        s.tp_rules.push_back({row, TpSplit::kRow, {}});
+    // AdaLN's modulations (6 x width per block and stream, 9 x with attn2): a third of the
+    // transformer's weights, for outputs of one row per prompt; split and gathered.
+    for (const char* gathered : {".norm1.linear", ".norm1_context.linear"})
+        s.tp_rules.push_back({gathered, TpSplit::kColumnGathered, {}});
+    add_t5_encoder_rules(s);
+    s.streams = {{"image", true}, {"text", false}};
+    s.optional_components = {"text_encoder_3", "vae"};
+    s.unloaded_tensors = {{"vae", "encoder."}, {"vae", "quant_conv."}};
+    // SD3Transformer2DModel's defaults.
+    // heads, head_dim, layers, of them later blocks (from more_layers_keys), patch_size, in_channels,
+    // sample_size
+    s.transformer_defaults = {18, 64, 18, 0, 2, 16, 128};
+    return s;
+}
+
+// SD3's original names, as Stability AI publish sd3_medium, sd3.5_medium and sd3.5_large, and where
+// each goes in diffusers' SD3Transformer2DModel. The fused q, k, v rows are three equal parts.
+const std::vector<ModuleRename> kSd3Top = {
+    {"pos_embed", {"pos_embed.pos_embed"}},
+    {"x_embedder.proj.", {"pos_embed.proj."}},
+    {"context_embedder.", {"context_embedder."}},
+    {"t_embedder.mlp.0.", {"time_text_embed.timestep_embedder.linear_1."}},
+    {"t_embedder.mlp.2.", {"time_text_embed.timestep_embedder.linear_2."}},
+    {"y_embedder.mlp.0.", {"time_text_embed.text_embedder.linear_1."}},
+    {"y_embedder.mlp.2.", {"time_text_embed.text_embedder.linear_2."}},
+    {"final_layer.linear.", {"proj_out."}},
+};
+const std::vector<ModuleRename> kSd3Joint = {
+    {"x_block.attn.qkv.", {"attn.to_q.", "attn.to_k.", "attn.to_v."}},
+    {"context_block.attn.qkv.", {"attn.add_q_proj.", "attn.add_k_proj.", "attn.add_v_proj."}},
+    {"x_block.attn.ln_q.weight", {"attn.norm_q.weight"}},
+    {"x_block.attn.ln_k.weight", {"attn.norm_k.weight"}},
+    {"context_block.attn.ln_q.weight", {"attn.norm_added_q.weight"}},
+    {"context_block.attn.ln_k.weight", {"attn.norm_added_k.weight"}},
+    {"x_block.attn.proj.", {"attn.to_out.0."}},
+    {"context_block.attn.proj.", {"attn.to_add_out."}},
+    {"x_block.attn2.qkv.", {"attn2.to_q.", "attn2.to_k.", "attn2.to_v."}},
+    {"x_block.attn2.ln_q.weight", {"attn2.norm_q.weight"}},
+    {"x_block.attn2.ln_k.weight", {"attn2.norm_k.weight"}},
+    {"x_block.attn2.proj.", {"attn2.to_out.0."}},
+    {"x_block.adaLN_modulation.1.", {"norm1.linear."}},
+    {"x_block.mlp.fc1.", {"ff.net.0.proj."}},
+    {"x_block.mlp.fc2.", {"ff.net.2."}},
+    {"context_block.mlp.fc1.", {"ff_context.net.0.proj."}},
+    {"context_block.mlp.fc2.", {"ff_context.net.2."}},
+};
+
+bool is_original(const CheckpointTensors& file, const std::string&) {
+    return std::any_of(file.begin(), file.end(),
+                       [](const auto& t) { return t.first.find("joint_blocks.") != std::string::npos; });
+}
+
+void map_original(const CheckpointTensors& file, SingleFileLayout& out) {
+    out.layout = "Stability AI's original (SD3)";
+    LayoutMapper m{file, out, {}};
+    for (const ModuleRename& f : kSd3Top) m.place(f, 0);
+    m.place("final_layer.adaLN_modulation.1.", {"norm_out.linear."}, 0, /*swap_halves=*/true);
+    // The last block's context modulation (its context stream ends there) is shift then scale.
+    static const ModuleRename kContextModulation = {"context_block.adaLN_modulation.1.",
+                                                    {"norm1_context.linear."}};
+    place_blocks(m, 0, "joint_blocks.", "transformer_blocks.", kSd3Joint, &kContextModulation);
+    mark_unplaced(m);
+}
+
+// SD3 in Stability AI's names: 3.5 medium has the second attention (MMDiT-X), 3.5 large the q/k
+// norms alone, 3 medium neither.
+std::string shipped_config(const std::vector<std::string>& names) {
+    const auto has = [&](const std::string& suffix) {
+        return std::any_of(names.begin(), names.end(),
+                           [&](const std::string& n) { return ends_with(n, suffix); });
+    };
+    if (!has("joint_blocks.0.x_block.attn.qkv.weight")) return {};
+    return has("x_block.attn2.qkv.weight")   ? "sd3.5-medium"
+           : has("x_block.attn.ln_q.weight") ? "sd3.5-large"
+                                             : "sd3-medium";
+}
+
+}  // namespace
+
+const FamilyFacts& sd3_family() {
+    static const FamilyFacts facts = [] {
+        FamilyFacts f;
+        f.spec = spec();
+        // StableDiffusion3Pipeline's defaults.
+        protocol::ArgumentUse guidance{"guidance_scale", 7.0};
+        guidance.guidance = protocol::Guidance::kAbove1;
+        f.arguments = {{"num_inference_steps", 28},
+                       guidance,
+                       {"max_sequence_length", 256, 512},
+                       {"lora"},
+                       {"cache"},
+                       {"skip_guidance_layers"},
+                       {"skip_layer_guidance_scale", 2.8},
+                       {"skip_layer_guidance_start", 0.01},
+                       {"skip_layer_guidance_stop", 0.2}};
+        f.components = {
+            {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
+            {"text_encoder",
+             {"CLIPTextModelWithProjection", "CLIPTextModel"},
+             true,
+             ComponentRule::kModel,
+             false},
+            {"text_encoder_2",
+             {"CLIPTextModelWithProjection", "CLIPTextModel"},
+             true,
+             ComponentRule::kModel,
+             false},
+            {"tokenizer", {"CLIPTokenizer"}, true, ComponentRule::kBpeTokenizer, false},
+            {"tokenizer_2", {"CLIPTokenizer"}, true, ComponentRule::kBpeTokenizer, false},
+            {"transformer", {"SD3Transformer2DModel"}, true, ComponentRule::kModel, false},
+            {"vae", {"AutoencoderKL"}, false, ComponentRule::kModel, false},
+            {"text_encoder_3", {"T5EncoderModel"}, false, ComponentRule::kModel, true},
+            {"tokenizer_3", {"T5TokenizerFast", "T5Tokenizer"}, false, ComponentRule::kT5Tokenizer, true},
+        };
+        WidthRule t5{"text_encoder_3",
+                     "d_model",
+                     512,
+                     "joint_attention_dim",
+                     4096,
+                     "T5's embeddings join the text as they are",
+                     "use the T5 encoder made for this model, or --no-t5"};
+        t5.t5 = true;
+        f.widths = {t5};
+        f.bundled_encoders = {
+            {"text_encoder", "clip_l"}, {"text_encoder_2", "clip_g"}, {"text_encoder_3", "t5xxl"}};
+        f.identity_projection = "text_encoder";
+        f.is_original_transformer = &is_original;
+        f.map_original_transformer = &map_original;
+        f.name_markers = {"joint_blocks", "context_block", "x_block"};
+        f.guess_order = 3;
+        f.shipped_config = &shipped_config;
+        return f;
+    }();
+    return facts;
+}
+
+}  // namespace dp::strategies
