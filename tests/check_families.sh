@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Note [a family in one place] (strategies/family.h), checked on the sources under ROOT (default:
+# this checkout): a model family is named in code only in its facts file
+# (strategies/families/<family>.cpp), its folder (runtime/models/<family>/) and the two registries
+# (strategies/families/registry.cpp, runtime/pipeline_registry.cpp). For each family it counts the
+# files outside those that name it (its id as a string, its pipeline class, its C++ classes and
+# facts function, an include of its folder), comments left out, and exits 1 listing them.
+# docs/models.md ("Adding a family") says what a new family touches.
+set -uo pipefail
+root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+cd "$root" || exit 2
+# A named exception, with its reason: FLUX.1's published MagCache ratios are a preset of the
+# --cache syntax (mag_ratios=flux), which protocol/ parses and the records write as numbers.
+exceptions=("flux protocol/step_cache_setting.cpp")
+
+# id|folder|facts file|pattern (extended regex)
+families=(
+    'sd3|sd3|sd3|"sd3"|StableDiffusion3Pipeline|Sd3Pipeline|Sd3Transformer|sd3_family|models/sd3/'
+    'flux|flux|flux|"flux"|"flux-schnell"|FluxPipeline|FluxTransformer|flux_family|models/flux/'
+    'qwen-image|qwen_image|qwen_image|"qwen-image"|QwenImagePipeline|QwenImageTransformer|qwen_image_family|models/qwen_image/'
+)
+status=0
+for entry in "${families[@]}"; do
+    IFS='|' read -r id folder facts pattern <<<"$entry"
+    pattern=${entry#*|*|*|}
+    outside=()
+    while IFS= read -r file; do
+        case $file in
+            strategies/families/"$facts".cpp | strategies/families/registry.cpp | runtime/pipeline_registry.cpp) continue ;;
+            runtime/models/"$folder"/*) continue ;;
+        esac
+        skip=0
+        for e in "${exceptions[@]}"; do [[ $e == "$id $file" ]] && skip=1; done
+        [[ $skip == 1 ]] && continue
+        # Code only: each line's // comment removed, lines that are comments passed over.
+        if sed -e 's|//.*$||' "$file" | grep -qE "$pattern"; then outside+=("$file"); fi
+    done < <(find cli launcher protocol strategies runtime \( -name '*.cpp' -o -name '*.h' \) 2>/dev/null | sort)
+    echo "$id: ${#outside[@]} file(s) outside its facts file, its folder and the registries"
+    for f in "${outside[@]}"; do
+        echo "  $f: $(sed -e 's|//.*$||' "$f" | grep -noE "$pattern" | head -3 | tr '\n' ' ')"
+        status=1
+    done
+done
+exit $status
