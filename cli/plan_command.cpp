@@ -13,6 +13,7 @@
 #include "launcher/errors.h"
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
+#include "strategies/config_file.h"
 #include "strategies/cost_model.h"
 #include "strategies/mesh.h"
 #include "strategies/model_config.h"
@@ -23,24 +24,6 @@
 namespace dp::cli {
 using namespace dp::launcher;
 namespace {
-
-nlohmann::json read_json(const std::string& path) {
-    if (!strategies::model_file_exists(path)) throw InputDataError(path + ": cannot read");
-    const std::string text = strategies::read_model_file(path);  // a FIFO or device is refused
-    try {
-        return nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        throw InputDataError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 120) + ")");
-    }
-}
-
-// An optional config: an empty object when the file is absent (a model without a VAE or tokenizer
-// folder), else read_json's result.
-nlohmann::json read_json_if_present(const std::string& path) {
-    if (!strategies::model_file_exists(path)) return nlohmann::json::object();
-    const nlohmann::json j = read_json(path);
-    return j.is_object() ? j : nlohmann::json::object();
-}
 
 std::string bytes_text(long long b) {
     char buf[64];
@@ -188,12 +171,14 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested)
     if (spec.family == "sd3") {
         // CLIP's tokens, then T5's max_sequence_length; without T5 (none in the folder, or --no-t5)
         // one that stands for its zero positions (the worker's Note [constant text tail]).
-        const nlohmann::json tok = read_json_if_present(job.model + "/tokenizer/tokenizer_config.json");
+        const nlohmann::json tok =
+            strategies::read_config_object_if_present(job.model + "/tokenizer/tokenizer_config.json");
         const long long clip_length =
             tok.contains("model_max_length") && tok["model_max_length"].is_number_integer()
                 ? tok["model_max_length"].get<long long>()
                 : 77;
-        const nlohmann::json index = read_json_if_present(job.model + "/model_index.json");
+        const nlohmann::json index =
+            strategies::read_config_object_if_present(job.model + "/model_index.json");
         const bool t5 = !job.no_t5 && index.contains("text_encoder_3") &&
                         index["text_encoder_3"].is_array() && index["text_encoder_3"].size() == 2 &&
                         index["text_encoder_3"][1].is_string();
