@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -45,16 +46,6 @@ namespace {
 
 constexpr std::size_t kMaxListedInvalid = 20;
 constexpr std::size_t kRequestsPerPiece = 4096;
-
-void make_dirs(const std::string& path) {
-    for (std::size_t i = 1; i <= path.size(); ++i) {
-        if (i == path.size() || path[i] == '/') {
-            const std::string part = path.substr(0, i);
-            if (mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
-                throw IoError(errno_message("--output-dir " + path + ": cannot create " + part));
-        }
-    }
-}
 
 // The host name as a part of a file name.
 std::string host_for_file_name() {
@@ -97,8 +88,10 @@ void set_aside_superseded(const std::map<int64_t, nlohmann::json>& earlier, cons
                 if (::unlink(path.c_str()) != 0)
                     throw IoError(path + ": cannot remove it (" + std::strerror(errno) + ")");
             } else {
-                make_dirs(job.output_dir + "/superseded");
-                const std::string to = job.output_dir + "/superseded/" + file;
+                const std::string folder = job.output_dir + "/superseded", to = folder + "/" + file;
+                std::error_code failed;
+                std::filesystem::create_directories(folder, failed);
+                if (failed) throw IoError(folder + ": cannot create it (" + failed.message() + ")");
                 if (::rename(path.c_str(), to.c_str()) != 0)
                     throw IoError(path + ": cannot move it to " + to + " (" + std::strerror(errno) + ")");
             }
@@ -393,7 +386,10 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const JobMonitor::FolderBefore before{exists(job.output_dir), exists(job.output_dir + "/manifest.jsonl"),
                                           exists(job.output_dir + "/index.html"),
                                           exists(job.output_dir + "/.dp-lock")};
-    make_dirs(job.output_dir);
+    std::error_code failed;
+    std::filesystem::create_directories(job.output_dir, failed);
+    if (failed)
+        throw IoError("--output-dir " + job.output_dir + ": cannot create it (" + failed.message() + ")");
     // With several launchers, launcher 0 is the job's writer: it alone locks the folder, checks for
     // earlier outputs, clears leftovers and writes the manifest (Note [one job, several launchers]).
     const bool writer = launch.launcher_index() == 0;

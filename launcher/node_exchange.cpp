@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -74,9 +75,10 @@ std::string NodeExchange::records_path(int k) const {
 void NodeExchange::set_job_id(const std::string& id) {
     if (!job_id_.empty() || id.empty()) return;
     job_id_ = id;
-    for (const std::string& d : {output_dir_ + kFolder, dir()})
-        if (mkdir(d.c_str(), 0777) != 0 && errno != EEXIST)
-            throw IoError(errno_message("cannot create " + d + " (the launchers' shared files)"));
+    std::error_code failed;
+    std::filesystem::create_directories(dir(), failed);
+    if (failed)
+        throw IoError("cannot create " + dir() + " (the launchers' shared files): " + failed.message());
     if (index_ == 0) return;  // launcher 0's records go to manifest.jsonl
     const std::string path = records_path(index_);
     write_file_atomically(path, "");
