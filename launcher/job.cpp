@@ -478,10 +478,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     // The job file goes when the job ends, however it ends.
     struct RemoveOnExit {
         std::string path;
-        ~RemoveOnExit() {
-            std::remove(path.c_str());
-            std::remove((path + ".tmp." + std::to_string(getpid())).c_str());
-        }
+        ~RemoveOnExit() { std::remove(path.c_str()); }  // a rewrite's temporary file goes with its writer
     } job_file_owner{job_path};
     std::vector<int64_t> order;  // the pending prompts in the job file's order
     order.reserve(job_file.requests.size());

@@ -6,10 +6,10 @@
 #include <map>
 #include <set>
 
-#include "launcher/atomic_file.h"
 #include "launcher/errors.h"
 #include "launcher/gallery.h"
 #include "launcher/terminal.h"
+#include "protocol/atomic_file.h"
 #include "protocol/errors.h"
 #include "protocol/status_events.h"
 
@@ -39,7 +39,7 @@ JobMonitor::JobMonitor(const LaunchSpec& launch, const JobOptions& job, JobRecor
     if (!writer()) return;
     kept_ = records_.count(JobRecords::Status::kOk);
     // Whole or not at all: a job killed now leaves the earlier run's manifest, or this one.
-    AtomicFile manifest(manifest_path_);
+    protocol::AtomicFile manifest(manifest_path_);
     records_.for_each_index([&](int64_t index, JobRecords::Status status) {
         if (status == JobRecords::Status::kPending) return;
         manifest.write(records_.record_line(index));
@@ -208,7 +208,7 @@ int JobMonitor::finish(int code) {
     manifest_.close();
     try {
         // Sorted by index, a record at a time (Note [records on disk]).
-        AtomicFile manifest(manifest_path_);
+        protocol::AtomicFile manifest(manifest_path_);
         records_.for_each_index([&](int64_t index, JobRecords::Status) {
             manifest.write(records_.record_line(index));
             manifest.write("\n");
@@ -301,7 +301,7 @@ void JobMonitor::write_mag_ratios() {
     for (double& v : mean) v /= static_cast<double>(best->second.second);
     const std::string path = job_.output_dir + "/mag_ratios.json";
     try {
-        AtomicFile file(path);
+        protocol::AtomicFile file(path);
         file.write(nlohmann::json({{"mag_ratios", mean},
                                    {"steps", best->first},
                                    {"images", best->second.second},

@@ -1,11 +1,8 @@
 #include "protocol/job_file.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -318,49 +315,22 @@ void from_json(const nlohmann::json& j, JobFile& job) {
 
 std::string request_line(const JobRequest& request) { return nlohmann::json(request).dump(); }
 
-JobFileWriter::JobFileWriter(std::string path, const JobFile& header)
-    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())) {
+JobFileWriter::JobFileWriter(std::string path, const JobFile& header) : file_(std::move(path)) {
     std::string head = settings_json(header).dump();  // an object with the format and version: never "{}"
     head.back() = ',';
     head += "\"requests\":[";
-    out_ = std::fopen(tmp_.c_str(), "wbe");
-    if (!out_) throw IoError("cannot write the job file " + tmp_ + ": " + std::strerror(errno));
-    if (std::fwrite(head.data(), 1, head.size(), out_) != head.size()) {
-        const std::string why = std::strerror(errno);
-        std::fclose(out_);
-        out_ = nullptr;
-        std::remove(tmp_.c_str());
-        throw IoError("cannot write the job file " + tmp_ + ": " + why);
-    }
-}
-
-JobFileWriter::~JobFileWriter() {
-    if (!out_) return;
-    std::fclose(out_);
-    std::remove(tmp_.c_str());
+    file_.write(head);
 }
 
 void JobFileWriter::add_line(std::string_view line) {
-    const char* separator = first_ ? "\n" : ",\n";
+    file_.write(first_ ? "\n" : ",\n");
     first_ = false;
-    if (std::fputs(separator, out_) < 0 || std::fwrite(line.data(), 1, line.size(), out_) != line.size())
-        throw IoError("cannot write the job file " + tmp_ + ": " + std::strerror(errno));
+    file_.write(line);
 }
 
 void JobFileWriter::commit() {
-    const bool written = std::fputs("\n]}\n", out_) >= 0;
-    const int err = errno;
-    const bool closed = std::fclose(out_) == 0;
-    out_ = nullptr;
-    if (!written || !closed) {
-        std::remove(tmp_.c_str());
-        throw IoError("cannot write the job file " + tmp_ + ": " + std::strerror(written ? errno : err));
-    }
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-        const std::string why = std::strerror(errno);
-        std::remove(tmp_.c_str());
-        throw IoError("cannot rename " + tmp_ + " to " + path_ + ": " + why);
-    }
+    file_.write("\n]}\n");
+    file_.commit();
 }
 
 void write_job_file(const std::string& path, const JobFile& job) {

@@ -23,7 +23,6 @@
 // only.
 
 #include <cstdint>
-#include <cstdio>
 #include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -31,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "protocol/atomic_file.h"
 #include "protocol/call_arguments.h"
 
 namespace dp::protocol {
@@ -137,7 +137,7 @@ void to_json(nlohmann::json& j, const JobFile& job);
 // unknown, and a file of another format or version.
 void from_json(const nlohmann::json& j, JobFile& job);
 
-// Writes `job` to `path` through a temporary file and a rename. Throws IoError.
+// Writes `job` to `path` through a temporary file and a rename (Note [atomic file]). Throws IoError.
 void write_job_file(const std::string& path, const JobFile& job);
 
 // A request as the job file holds it: one line of JSON (to_json's), no newline.
@@ -150,9 +150,6 @@ std::string request_line(const JobRequest& request);
 class JobFileWriter {
   public:
     JobFileWriter(std::string path, const JobFile& header);
-    JobFileWriter(const JobFileWriter&) = delete;
-    JobFileWriter& operator=(const JobFileWriter&) = delete;
-    ~JobFileWriter();
 
     void add(const JobRequest& request) { add_line(request_line(request)); }
     // `line`: request_line's text of a request.
@@ -160,8 +157,7 @@ class JobFileWriter {
     void commit();
 
   private:
-    std::string path_, tmp_;
-    std::FILE* out_ = nullptr;
+    AtomicFile file_;  // Note [atomic file]
     bool first_ = true;
 };
 // Throws Error (kExitNoInput) when `path` cannot be read, InputDataError "PATH: KEY: why" when it

@@ -23,6 +23,7 @@
 #include "integration/launch_harness.h"
 #include "launcher/manifest.h"
 #include "launcher/output_folder.h"
+#include "protocol/atomic_file.h"
 #include "protocol/errors.h"
 #include "strategies/sha256.h"
 
@@ -227,7 +228,7 @@ TEST_CASE("a manifest on a full disk: every record is whole, or absent") {
     CHECK(read_file(path).back() == '\n');
     CHECK(dp::launcher::read_manifest(path).size() == static_cast<std::size_t>(written));
     // The gallery or the sorted manifest on the same full disk: refused, no temporary file left.
-    CHECK_THROWS_AS(dp::launcher::write_file_atomically(fs.dir() + "/index.html", std::string(64 << 10, 'x')),
+    CHECK_THROWS_AS(dp::protocol::write_file_atomically(fs.dir() + "/index.html", std::string(64 << 10, 'x')),
                     dp::protocol::IoError);
     CHECK(join(leftovers_in(fs.dir())).empty());
 }
