@@ -260,6 +260,319 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::ModelInf
     return f;
 }
 
+// Refuses, before anything starts, what the flags and the model cannot run together (Note
+// [component files], a config-only folder), and what the model cannot run: a flag's setting is a
+// usage error, the folder's own problems are the model's. Says the mesh unless quiet.
+void refuse_before_start(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
+                         const strategies::ResolvedStrategy& strategy) {
+    for (const auto& [flag, component] : component_file_flags())
+        if (job.random_weights && job.component_files.count(component))
+            throw UsageError(std::string(flag) +
+                             " and --random-weights: random weights replace every weight, the "
+                             "file's too; give one or the other");
+    if (!job.random_weights) check_has_weights(job.model, *model.spec, job.component_files);
+    if (!launch.quiet && strategy.degrees.replica_size() > 1) {
+        std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
+                  << std::endl;
+        for (const std::string& note : strategy.notes) std::cerr << "dp-launch: " << note << std::endl;
+    }
+    check_job(job, model);
+}
+
+// The component files, checked before anything starts (Note [component files]).
+struct CheckedComponents {
+    nlohmann::json records = nlohmann::json::object();  // component -> path, sha256, format: every record's
+    std::map<std::string, std::string> paths;           // component -> absolute path: the job file's
+};
+
+// check_component_files with their SHA-256; --keep-quantized without a GGUF file is refused.
+CheckedComponents check_components(const JobOptions& job, const strategies::ModelInfo& model) {
+    CheckedComponents out;
+    bool gguf = false;
+    for (const ComponentFile& c :
+         check_component_files(job.component_files, model, job.variant, true, job.model_file)) {
+        out.records[c.component] = {{"path", c.path}, {"sha256", c.sha256}, {"format", c.format}};
+        out.paths[c.component] = c.path;
+        gguf = gguf || c.quantized_bytes > 0;
+    }
+    if (job.keep_quantized && !gguf)
+        throw UsageError(
+            "--keep-quantized keeps a GGUF file's quantized weights, and no component comes from one "
+            "(give --model FILE.gguf or --transformer FILE.gguf, or leave it out)");
+    return out;
+}
+
+// What every prompt's record holds beside its request: the run's precision, the component files
+// and the weights' fingerprint (Note [weights fingerprint]; empty: none).
+struct RecordSettings {
+    std::string dtype;
+    nlohmann::json components;
+    std::string weights;
+};
+
+// The prompt file read once: each valid prompt's record and request go to `records` as it is read
+// (Note [records on disk]), its settings to `requests`, without its texts (prompt, file), which
+// are in `records`; invalid lines are listed in the result. A prompt line's adapters are checked
+// and resolved through `adapters`.
+PromptFile read_job_prompts(const JobOptions& job, const strategies::ModelInfo& model, AdapterFiles& adapters,
+                            const RecordSettings& settings, JobRecords& records,
+                            std::vector<protocol::JobRequest>& requests) {
+    // Gathered in pieces, then moved into one vector of the exact size, so that no growth holds
+    // two copies.
+    std::vector<std::vector<protocol::JobRequest>> pieces;
+    const PromptFile file = read_prompt_file(
+        job.prompts,
+        [&](const PromptRecord& p) {
+            std::string why = prompt_setting_problem(p, job, model);
+            if (why.empty() && p.arguments.has("lora")) {
+                why = adapters.problem(p.arguments.adapters("lora"));
+                if (!why.empty()) why = "key 'lora': " + why;
+            }
+            return why;
+        },
+        [&](PromptRecord&& p) {
+            protocol::JobRequest q = job_request(p, job, model);
+            adapters.resolve(q.arguments);
+            nlohmann::json record = pending_record(q, p.line, job, settings.dtype, settings.components);
+            if (!settings.weights.empty()) record["weights"] = settings.weights;
+            records.set(std::move(record));
+            records.set_request(p.index, protocol::request_line(q));
+            std::string().swap(q.prompt);
+            std::string().swap(q.file);
+            if (q.negative_prompt) q.negative_prompt = std::string();  // given or not is what counts
+            if (pieces.empty() || pieces.back().size() == kRequestsPerPiece)
+                pieces.emplace_back().reserve(kRequestsPerPiece);
+            pieces.back().push_back(std::move(q));
+        });
+    requests.reserve(static_cast<std::size_t>(file.valid));
+    for (std::vector<protocol::JobRequest>& piece : pieces) {
+        for (protocol::JobRequest& q : piece) requests.push_back(std::move(q));
+        std::vector<protocol::JobRequest>().swap(piece);
+    }
+    return file;
+}
+
+// The job before its output folder: its file's settings and requests, and every prompt's record.
+struct PreparedJob {
+    JobRecords records;
+    protocol::JobFile job_file;  // its requests keep each index and the settings the schedule reads
+    PromptFile file;             // the invalid lines and the count of valid ones
+};
+
+// Everything that is checked and read before the output folder is touched: the refusals, the
+// adapter and component files, the memory the ranks need, then the prompt file.
+PreparedJob prepare_job(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
+                        const strategies::ResolvedStrategy& strategy) {
+    refuse_before_start(launch, job, model, strategy);
+    // Every adapter file, read once before anything starts (Note [adapter files are checked first]).
+    AdapterFiles adapters(model, job.variant);
+    adapters.check(job.arguments.adapters("lora"), "--lora");
+    // Every component file too (Note [component files]); the records name each.
+    const CheckedComponents components = check_components(job, model);
+    // Every prompt's settings, resolved once here so that every rank and the manifest agree.
+    RecordSettings settings{expected_dtype(job, strategy.device_map_plan), components.records, ""};
+    check_memory_fits(launch, job, model, strategy, settings.dtype);  // Note [memory guard]
+    if (!job.random_weights) settings.weights = weights_fingerprint_of(job, model);
+    PreparedJob prepared{JobRecords(local_temp_dir()), job_file_for(job, model, strategy), {}};
+    if (launch.launcher_count() > 1)
+        prepared.job_file.node_timeout_s = launch.node_timeout_s;  // Note [a node that never arrives]
+    prepared.job_file.component_files = components.paths;
+    prepared.file =
+        read_job_prompts(job, model, adapters, settings, prepared.records, prepared.job_file.requests);
+    return prepared;
+}
+
+// The prompt file's name in messages.
+std::string prompts_name(const JobOptions& job) {
+    return job.prompts == "-" ? "<stdin>" : utf8_for_display(job.prompts);
+}
+
+// When nothing starts for the prompt file, says why and returns the exit code: invalid lines
+// without --skip-invalid (65, listing them), or no valid prompt (0). nullopt: the job goes on.
+std::optional<int> stop_for_prompt_file(const JobOptions& job, const PromptFile& file) {
+    const std::string name = prompts_name(job);
+    if (!file.invalid.empty() && !job.skip_invalid) {
+        std::string text =
+            "dp-launch: " + name + " has " + std::to_string(file.invalid.size()) +
+            " invalid line(s); nothing was started (fix them, or pass --skip-invalid to run the rest):\n";
+        for (std::size_t i = 0; i < file.invalid.size() && i < kMaxListedInvalid; ++i)
+            text += "  " + file.invalid[i].reason + "\n";
+        if (file.invalid.size() > kMaxListedInvalid)
+            text += "  ... and " + std::to_string(file.invalid.size() - kMaxListedInvalid) + " more\n";
+        std::cerr << terminal_safe(text) << std::flush;
+        return kExitInputData;
+    }
+    if (file.valid == 0) {
+        std::cout << "dp-launch: nothing to do: " << name << " has no prompts"
+                  << (file.invalid.empty() ? "" : " that are valid") << std::endl;
+        return kExitOk;
+    }
+    return std::nullopt;
+}
+
+// The output folder as this job found and claimed it.
+struct ClaimedFolder {
+    JobMonitor::FolderBefore before;  // Note [a failed start-up leaves no trace]
+    OutputLock lock;                  // launcher 0's, held until the job ends (Note [output folder lock])
+    // With --overwrite or --resume, the earlier run's records: its manifest's, and those the
+    // launchers of a killed multi-node run recorded and no manifest holds.
+    std::map<int64_t, nlohmann::json> earlier;
+};
+
+// Makes the output folder; the writing launcher locks it, from before the check for earlier
+// outputs, so that no other job writes there meanwhile.
+ClaimedFolder claim_output_folder(const JobOptions& job, bool writer) {
+    ClaimedFolder folder;
+    folder.before = {exists(job.output_dir), exists(job.output_dir + "/manifest.jsonl"),
+                     exists(job.output_dir + "/index.html"), exists(job.output_dir + "/.dp-lock")};
+    std::error_code failed;
+    std::filesystem::create_directories(job.output_dir, failed);
+    if (failed)
+        throw IoError("--output-dir " + job.output_dir + ": cannot create it (" + failed.message() + ")");
+    if (writer) folder.lock = OutputLock::acquire(job.output_dir);
+    if (!job.overwrite && !job.resume) return folder;
+    folder.earlier = read_manifest(job.output_dir + "/manifest.jsonl");
+    for (auto& [index, r] : NodeExchange::read_node_records(job.output_dir)) {
+        const auto it = folder.earlier.find(index);
+        if (it == folder.earlier.end() || it->second.value("status", "") != "ok")
+            folder.earlier[index] = std::move(r);
+    }
+    return folder;
+}
+
+// Refuses images, a manifest or a gallery already in the folder, unless `replace` (--overwrite,
+// --resume, or a launcher that makes what launcher 0 decided).
+void refuse_clashes(const JobOptions& job, const JobRecords& records, bool replace) {
+    if (replace) return;
+    std::vector<std::string> clashes;
+    records.for_each_index([&](int64_t index, JobRecords::Status status) {
+        if (status != JobRecords::Status::kPending) return;
+        const std::string path = job.output_dir + "/" + records.record(index).value("file", "");
+        if (exists(path)) clashes.push_back(path);
+    });
+    for (const char* own : {"/manifest.jsonl", "/index.html"})
+        if (exists(job.output_dir + own)) clashes.push_back(job.output_dir + own);
+    if (!clashes.empty())
+        throw UsageError(clashes.front() +
+                         (clashes.size() > 1 ? " and " + std::to_string(clashes.size() - 1) + " more" : "") +
+                         " already exist; pass --overwrite to replace them, --resume to make only the images "
+                         "that are missing, or choose another --output-dir");
+}
+
+// The records of this run against the earlier one's: --resume keeps the earlier images it may
+// (images_to_keep) and drops their requests, keeping the others in the prompt file's order; the
+// invalid lines get their records; the writer sets aside what no prompt makes now (Note
+// [superseded images]).
+void settle_earlier_run(const JobOptions& job, const strategies::ModelInfo& model,
+                        const std::map<int64_t, nlohmann::json>& earlier, bool writer,
+                        PreparedJob& prepared) {
+    JobRecords& records = prepared.records;
+    if (job.resume) {
+        for (auto& [index, kept] : images_to_keep(earlier, records, job.output_dir, model.arguments))
+            records.set(kept);
+        std::vector<protocol::JobRequest>& requests = prepared.job_file.requests;
+        requests.erase(std::remove_if(requests.begin(), requests.end(),
+                                      [&](const protocol::JobRequest& q) {
+                                          return records.status(q.index) != JobRecords::Status::kPending;
+                                      }),
+                       requests.end());
+    }
+    for (const InvalidPrompt& bad : prepared.file.invalid)
+        records.set({{"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}});
+    if (writer && (job.resume || job.overwrite)) set_aside_superseded(earlier, records, job);
+}
+
+// How the replicas share the pending prompts (Note [dynamic schedule], runtime/worker.cpp), said
+// unless quiet.
+void choose_job_schedule(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
+                         const strategies::ResolvedStrategy& strategy, protocol::JobFile& job_file) {
+    const strategies::ScheduleChoice schedule = strategies::choose_schedule(
+        job.schedule, job_file.requests, strategies::cost_rules(model.sizes, model.arguments),
+        strategy.degrees.dp, job.batch_size);
+    job_file.schedule = schedule.schedule;
+    if (!launch.quiet && strategy.degrees.dp > 1 && !job_file.requests.empty())
+        std::cerr << "dp-launch: " << strategies::describe_schedule(schedule) << std::endl;
+}
+
+// This run's id: host, pid and start time (rank 0's launcher's is the one every launcher uses,
+// Note [one job, several launchers]).
+std::string new_job_id() {
+    return host_for_file_name() + "-" + std::to_string(getpid()) + "-" +
+           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count());
+}
+
+// --overwrite: the earlier run's images that this job does not make again would be listed nowhere.
+// A file's name starts with its prompt's index (image_file_name), so only that prompt makes it.
+void remove_unmade_earlier_images(const JobOptions& job, const std::map<int64_t, nlohmann::json>& earlier,
+                                  const JobRecords& records) {
+    for (const auto& [index, r] : earlier) {
+        const std::string f = r.value("file", "");
+        const bool made = records.status(index) == JobRecords::Status::kPending &&
+                          records.record(index).value("file", "") == f;
+        if (!f.empty() && f[0] != '.' && f.find('/') == std::string::npos && !made)
+            std::remove((job.output_dir + "/" + f).c_str());
+    }
+}
+
+// Writes the job file at `path`: `job_file`'s settings and its requests' lines from `records`, and
+// returns their indices in that order, the one the ranks' start events refer to.
+std::vector<int64_t> write_requests(const std::string& path, const protocol::JobFile& job_file,
+                                    const JobRecords& records) {
+    std::vector<int64_t> order;
+    order.reserve(job_file.requests.size());
+    protocol::JobFileWriter writer(path, job_file);
+    for (const protocol::JobRequest& q : job_file.requests) {
+        writer.add_line(records.request_line(q.index));
+        order.push_back(q.index);
+    }
+    writer.commit();
+    return order;
+}
+
+// Starts the prepared job's ranks in its claimed folder, follows them to the end and returns
+// dp-launch's exit code (--dry-run: prints what would start, and 0).
+int start_job(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
+              const strategies::ResolvedStrategy& strategy, PreparedJob prepared,
+              const ClaimedFolder& folder) {
+    const bool writer = launch.launcher_index() == 0;
+    protocol::JobFile& job_file = prepared.job_file;
+    choose_job_schedule(launch, job, model, strategy, job_file);
+    job_file.job_id = new_job_id();
+    // Launcher 0's job file is in the output folder; another node's on its own disk, where launcher
+    // 0's clearing of leftovers cannot reach it.
+    const std::string job_path = (writer ? job.output_dir + "/.dp-job-" : local_temp_dir() + "/dp-job-") +
+                                 std::to_string(getpid()) + ".json";
+    LaunchSpec spec = launch;
+    spec.command = {job.worker.empty() ? self_dir() + "/dp-worker" : job.worker, "--job", job_path};
+    if (launch.dry_run) {
+        std::cout << job_file.requests.size() << " prompt(s) from " << prompts_name(job) << " over "
+                  << spec.world_size() << " rank(s); images to " << job.output_dir << "/\n"
+                  << describe_dry_run(spec) << std::flush;
+        return kExitOk;
+    }
+    if (writer) remove_leftovers(job.output_dir);  // of killed runs: ours is the only job here now
+    if (job.overwrite && writer) remove_unmade_earlier_images(job, folder.earlier, prepared.records);
+    // The job file goes when the job ends, however it ends.
+    struct RemoveOnExit {
+        std::string path;
+        ~RemoveOnExit() { std::remove(path.c_str()); }  // a rewrite's temporary file goes with its writer
+    } job_file_owner{job_path};
+    std::vector<int64_t> order = write_requests(job_path, job_file, prepared.records);
+    std::vector<protocol::JobRequest>().swap(job_file.requests);
+    const bool nothing_to_make = order.empty();
+    JobMonitor monitor(launch, job, std::move(prepared.records), std::move(job_file), std::move(order),
+                       job_path);
+    monitor.set_folder_before(folder.before);
+    const int code = nothing_to_make ? kExitOk : run_launch(spec, &monitor);
+    const int result = monitor.finish(code);
+    if (monitor.left_no_trace() && !folder.before.existed) {  // Note [a failed start-up leaves no trace]
+        std::remove(job_path.c_str());
+        ::rmdir(job.output_dir.c_str());  // only when nothing else is in it
+    }
+    return result;
+}
 }  // namespace
 
 void check_model_with_worker(const LaunchSpec& launch, const JobOptions& job,
@@ -279,100 +592,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     const strategies::ModelInfo model = strategies::read_model_info(requested.model);
     const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested, model);
     const JobOptions job = with_strategy(requested, strategy);
-    for (const auto& [flag, component] : component_file_flags())
-        if (job.random_weights && job.component_files.count(component))
-            throw UsageError(std::string(flag) +
-                             " and --random-weights: random weights replace every weight, the "
-                             "file's too; give one or the other");
-    if (!job.random_weights) check_has_weights(job.model, *model.spec, job.component_files);
-    if (!launch.quiet && strategy.degrees.replica_size() > 1) {
-        std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
-                  << std::endl;
-        for (const std::string& note : strategy.notes) std::cerr << "dp-launch: " << note << std::endl;
-    }
-    const std::string name = job.prompts == "-" ? "<stdin>" : utf8_for_display(job.prompts);
-    // What the model cannot run is refused here, before anything starts: a flag's setting is a
-    // usage error, a JSONL line's makes that line invalid, the folder's own problems are the model's.
-    check_job(job, model);
-    // Every adapter file, read once before anything starts (Note [adapter files are checked first]).
-    AdapterFiles adapters(model, job.variant);
-    adapters.check(job.arguments.adapters("lora"), "--lora");
-    // Every component file too (Note [component files]); the records name each.
-    nlohmann::json components = nlohmann::json::object();
-    std::map<std::string, std::string> component_paths;
-    bool gguf = false;
-    for (const ComponentFile& c :
-         check_component_files(job.component_files, model, job.variant, true, job.model_file)) {
-        components[c.component] = {{"path", c.path}, {"sha256", c.sha256}, {"format", c.format}};
-        component_paths[c.component] = c.path;
-        gguf = gguf || c.quantized_bytes > 0;
-    }
-    if (job.keep_quantized && !gguf)
-        throw UsageError(
-            "--keep-quantized keeps a GGUF file's quantized weights, and no component comes from one "
-            "(give --model FILE.gguf or --transformer FILE.gguf, or leave it out)");
-    // Every prompt's settings, resolved once here so that every rank and the manifest agree; each
-    // prompt's record and request go to `records` as it is read (Note [records on disk]).
-    const std::string dtype = expected_dtype(job, strategy.device_map_plan);
-    check_memory_fits(launch, job, model, strategy, dtype);  // Note [memory guard]
-    const std::string weights = job.random_weights ? std::string() : weights_fingerprint_of(job, model);
-    JobRecords records(local_temp_dir());
-    protocol::JobFile job_file = job_file_for(job, model, strategy);
-    if (launch.launcher_count() > 1)
-        job_file.node_timeout_s = launch.node_timeout_s;  // Note [a node that never arrives]
-    job_file.component_files = component_paths;
-    // job_file.requests keeps each request's index and the settings the schedule is chosen by,
-    // not its texts (prompt, file), which are in `records`. Gathered in pieces, then moved into
-    // one vector of the exact size, so that no growth holds two copies.
-    std::vector<std::vector<protocol::JobRequest>> pieces;
-    const PromptFile file = read_prompt_file(
-        job.prompts,
-        [&](const PromptRecord& p) {
-            std::string why = prompt_setting_problem(p, job, model);
-            if (why.empty() && p.arguments.has("lora")) {
-                why = adapters.problem(p.arguments.adapters("lora"));
-                if (!why.empty()) why = "key 'lora': " + why;
-            }
-            return why;
-        },
-        [&](PromptRecord&& p) {
-            protocol::JobRequest q = job_request(p, job, model);
-            adapters.resolve(q.arguments);
-            nlohmann::json record = pending_record(q, p.line, job, dtype, components);
-            if (!weights.empty()) record["weights"] = weights;
-            records.set(std::move(record));
-            records.set_request(p.index, protocol::request_line(q));
-            std::string().swap(q.prompt);
-            std::string().swap(q.file);
-            if (q.negative_prompt) q.negative_prompt = std::string();  // given or not is what counts
-            if (pieces.empty() || pieces.back().size() == kRequestsPerPiece)
-                pieces.emplace_back().reserve(kRequestsPerPiece);
-            pieces.back().push_back(std::move(q));
-        });
-    job_file.requests.reserve(static_cast<std::size_t>(file.valid));
-    for (std::vector<protocol::JobRequest>& piece : pieces) {
-        for (protocol::JobRequest& q : piece) job_file.requests.push_back(std::move(q));
-        std::vector<protocol::JobRequest>().swap(piece);
-    }
-
-    if (!file.invalid.empty() && !job.skip_invalid) {
-        std::string text =
-            "dp-launch: " + name + " has " + std::to_string(file.invalid.size()) +
-            " invalid line(s); nothing was started (fix them, or pass --skip-invalid to run the rest):\n";
-        for (std::size_t i = 0; i < file.invalid.size() && i < kMaxListedInvalid; ++i)
-            text += "  " + file.invalid[i].reason + "\n";
-        if (file.invalid.size() > kMaxListedInvalid)
-            text += "  ... and " + std::to_string(file.invalid.size() - kMaxListedInvalid) + " more\n";
-        std::cerr << terminal_safe(text) << std::flush;
-        return kExitInputData;
-    }
-    if (file.valid == 0) {
-        std::cout << "dp-launch: nothing to do: " << name << " has no prompts"
-                  << (file.invalid.empty() ? "" : " that are valid") << std::endl;
-        return kExitOk;
-    }
-
-    std::vector<std::string> clashes;
+    PreparedJob prepared = prepare_job(launch, job, model, strategy);
+    if (const std::optional<int> code = stop_for_prompt_file(job, prepared.file)) return *code;
     if (job.overwrite && job.resume)
         throw UsageError(
             "--overwrite and --resume: choose one (--overwrite makes every image again, "
@@ -382,125 +603,14 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         check_master_port_free(launch.master_addr, launch.master_port);
     // Note [checking a model before the ranks start]: before the folder is made.
     if (!launch.dry_run) check_model_with_worker(launch, job, model, strategy);
-    // Note [a failed start-up leaves no trace]: what the folder held before.
-    const JobMonitor::FolderBefore before{exists(job.output_dir), exists(job.output_dir + "/manifest.jsonl"),
-                                          exists(job.output_dir + "/index.html"),
-                                          exists(job.output_dir + "/.dp-lock")};
-    std::error_code failed;
-    std::filesystem::create_directories(job.output_dir, failed);
-    if (failed)
-        throw IoError("--output-dir " + job.output_dir + ": cannot create it (" + failed.message() + ")");
     // With several launchers, launcher 0 is the job's writer: it alone locks the folder, checks for
-    // earlier outputs, clears leftovers and writes the manifest (Note [one job, several launchers]).
+    // earlier outputs, clears leftovers and writes the manifest (Note [one job, several launchers]);
+    // the others make what launcher 0 decided, and a different decision is refused by the ranks.
     const bool writer = launch.launcher_index() == 0;
-    // Held until the job ends, from before the check for earlier outputs: no other job writes
-    // here meanwhile (Note [output folder lock]).
-    const OutputLock lock = writer ? OutputLock::acquire(job.output_dir) : OutputLock();
-    const std::string manifest_path = job.output_dir + "/manifest.jsonl";
-    std::map<int64_t, nlohmann::json> earlier;
-    if (job.overwrite || job.resume) {
-        earlier = read_manifest(manifest_path);
-        // What the launchers of a killed multi-node run recorded and no manifest holds.
-        for (auto& [index, r] : NodeExchange::read_node_records(job.output_dir)) {
-            const auto it = earlier.find(index);
-            if (it == earlier.end() || it->second.value("status", "") != "ok") earlier[index] = std::move(r);
-        }
-    }
-    // The others make what launcher 0 decided; a different decision is refused by the ranks.
-    const bool replace = job.overwrite || job.resume || !writer;
-    if (!replace)
-        records.for_each_index([&](int64_t index, JobRecords::Status status) {
-            if (status != JobRecords::Status::kPending) return;
-            const std::string path = job.output_dir + "/" + records.record(index).value("file", "");
-            if (exists(path)) clashes.push_back(path);
-        });
-    for (const char* own : {"/manifest.jsonl", "/index.html"})
-        if (!replace && exists(job.output_dir + own)) clashes.push_back(job.output_dir + own);
-    if (!clashes.empty())
-        throw UsageError(clashes.front() +
-                         (clashes.size() > 1 ? " and " + std::to_string(clashes.size() - 1) + " more" : "") +
-                         " already exist; pass --overwrite to replace them, --resume to make only the images "
-                         "that are missing, or choose another --output-dir");
-    if (job.resume) {
-        for (auto& [index, kept] : images_to_keep(earlier, records, job.output_dir, model.arguments))
-            records.set(kept);
-        // The requests stay in the prompt file's order.
-        job_file.requests.erase(std::remove_if(job_file.requests.begin(), job_file.requests.end(),
-                                               [&](const protocol::JobRequest& q) {
-                                                   return records.status(q.index) !=
-                                                          JobRecords::Status::kPending;
-                                               }),
-                                job_file.requests.end());
-    }
-    for (const InvalidPrompt& bad : file.invalid)
-        records.set({{"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}});
-    if (writer && (job.resume || job.overwrite)) set_aside_superseded(earlier, records, job);
-
-    // How the replicas share the pending prompts (Note [dynamic schedule], runtime/worker.cpp).
-    const strategies::ScheduleChoice schedule = strategies::choose_schedule(
-        job.schedule, job_file.requests, strategies::cost_rules(model.sizes, model.arguments),
-        strategy.degrees.dp, job.batch_size);
-    job_file.schedule = schedule.schedule;
-    if (!launch.quiet && strategy.degrees.dp > 1 && !job_file.requests.empty())
-        std::cerr << "dp-launch: " << strategies::describe_schedule(schedule) << std::endl;
-
-    // The job's id: rank 0's launcher's is the one every launcher uses (Note [one job, several launchers]).
-    job_file.job_id = host_for_file_name() + "-" + std::to_string(getpid()) + "-" +
-                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::system_clock::now().time_since_epoch())
-                                         .count());
-    // Launcher 0's job file is in the output folder; another node's on its own disk, where launcher
-    // 0's clearing of leftovers cannot reach it.
-    const std::string job_path = (writer ? job.output_dir + "/.dp-job-" : local_temp_dir() + "/dp-job-") +
-                                 std::to_string(getpid()) + ".json";
-    LaunchSpec spec = launch;
-    const std::string worker = job.worker.empty() ? self_dir() + "/dp-worker" : job.worker;
-    spec.command = {worker, "--job", job_path};
-    if (launch.dry_run) {
-        std::cout << job_file.requests.size() << " prompt(s) from " << name << " over " << spec.world_size()
-                  << " rank(s); images to " << job.output_dir << "/\n"
-                  << describe_dry_run(spec) << std::flush;
-        return kExitOk;
-    }
-
-    if (writer) remove_leftovers(job.output_dir);  // of killed runs: ours is the only job here now
-    if (job.overwrite && writer) {
-        // The earlier run's images that this job does not make again would be listed nowhere. A
-        // file's name starts with its prompt's index (image_file_name), so only that prompt makes it.
-        for (const auto& [index, r] : earlier) {
-            const std::string f = r.value("file", "");
-            const bool made = records.status(index) == JobRecords::Status::kPending &&
-                              records.record(index).value("file", "") == f;
-            if (!f.empty() && f[0] != '.' && f.find('/') == std::string::npos && !made)
-                std::remove((job.output_dir + "/" + f).c_str());
-        }
-    }
-    // The job file goes when the job ends, however it ends.
-    struct RemoveOnExit {
-        std::string path;
-        ~RemoveOnExit() { std::remove(path.c_str()); }  // a rewrite's temporary file goes with its writer
-    } job_file_owner{job_path};
-    std::vector<int64_t> order;  // the pending prompts in the job file's order
-    order.reserve(job_file.requests.size());
-    {
-        protocol::JobFileWriter writer(job_path, job_file);
-        for (const protocol::JobRequest& q : job_file.requests) {
-            writer.add_line(records.request_line(q.index));
-            order.push_back(q.index);
-        }
-        writer.commit();
-    }
-    std::vector<protocol::JobRequest>().swap(job_file.requests);
-    const bool nothing_to_make = order.empty();
-    JobMonitor monitor(launch, job, std::move(records), std::move(job_file), std::move(order), job_path);
-    monitor.set_folder_before(before);
-    const int code = nothing_to_make ? kExitOk : run_launch(spec, &monitor);
-    const int result = monitor.finish(code);
-    if (monitor.left_no_trace() && !before.existed) {  // Note [a failed start-up leaves no trace]
-        std::remove(job_path.c_str());
-        ::rmdir(job.output_dir.c_str());  // only when nothing else is in it
-    }
-    return result;
+    const ClaimedFolder folder = claim_output_folder(job, writer);
+    refuse_clashes(job, prepared.records, job.overwrite || job.resume || !writer);
+    settle_earlier_run(job, model, folder.earlier, writer, prepared);
+    return start_job(launch, job, model, strategy, std::move(prepared), folder);
 }
 
 }  // namespace dp::launcher
