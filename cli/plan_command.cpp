@@ -11,8 +11,10 @@
 #include "launcher/adapter_files.h"
 #include "launcher/component_files.h"
 #include "launcher/errors.h"
+#include "launcher/job.h"
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
+#include "launcher/resolved_job.h"
 #include "strategies/cost_model.h"
 #include "strategies/mesh.h"
 #include "strategies/model_config.h"
@@ -51,7 +53,10 @@ auto with_variant_or_plain(const JobOptions& job, const Count& count) {
 }
 
 // The expected makespan of each schedule over the prompts of job.prompts (docs/strategies.md, "Schedules").
-std::string schedule_plan(const JobOptions& job, const strategies::ModelInfo& model, int replicas) {
+std::string schedule_plan(const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    const int replicas = resolved.degrees().dp;
     const PromptFile file = read_prompt_file(
         job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, model); });
     std::vector<protocol::JobRequest> requests;
@@ -99,8 +104,9 @@ struct PlanPrompt {
     long long width = 0, height = 0, image_tokens = 0, text_tokens = 0;
 };
 
-PlanPrompt plan_prompt(const JobOptions& job, const strategies::ModelInfo& model,
-                       const std::vector<std::string>& left_out) {
+PlanPrompt plan_prompt(const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
     PlanPrompt p;
     p.width = job.width ? job.width : model.sizes.default_side;
     p.height = job.height ? job.height : model.sizes.default_side;
@@ -110,25 +116,24 @@ PlanPrompt plan_prompt(const JobOptions& job, const strategies::ModelInfo& model
     const long long max_sequence = static_cast<long long>(
         job.arguments.has("max_sequence_length") ? job.arguments.number("max_sequence_length")
                                                  : model.arguments.default_number("max_sequence_length"));
-    p.text_tokens = strategies::plan_text_tokens(model, max_sequence, left_out);
+    p.text_tokens = strategies::plan_text_tokens(model, max_sequence, resolved.left_out);
     return p;
 }
 
 // The model's transformer, the prompt's tokens and the run's precision.
-void describe_model(std::ostream& out, const JobOptions& job, const strategies::ModelInfo& model,
-                    const PlanPrompt& prompt, const strategies::ResolvedStrategy& strategy) {
-    const strategies::TransformerShape& shape = model.shape;
-    out << "model: " << job.model << "\n  transformer: " << shape.layers << " blocks, width " << shape.width()
-        << ", " << shape.heads << " heads of " << shape.head_dim << "; " << prompt.width << "x"
-        << prompt.height << " px -> " << prompt.image_tokens << " image tokens, "
-        << (strategies::stream_split(*model.spec, "text") ? "up to " : "") << prompt.text_tokens
-        << " text tokens\n  precision: " << describe_dtype(job, strategy.device_map_plan) << "\n";
+void describe_model(std::ostream& out, const ResolvedJob& resolved, const PlanPrompt& prompt) {
+    const strategies::TransformerShape& shape = resolved.model.shape;
+    out << "model: " << resolved.options.model << "\n  transformer: " << shape.layers << " blocks, width "
+        << shape.width() << ", " << shape.heads << " heads of " << shape.head_dim << "; " << prompt.width
+        << "x" << prompt.height << " px -> " << prompt.image_tokens << " image tokens, "
+        << (strategies::stream_split(*resolved.model.spec, "text") ? "up to " : "") << prompt.text_tokens
+        << " text tokens\n  precision: " << describe_dtype(resolved.options, resolved.strategy) << "\n";
 }
 
 // The world, each rank's place in the mesh and role, device_map's placement, the sub-groups and
 // the strategy's notes.
-void describe_mesh(std::ostream& out, const LaunchSpec& launch, const JobOptions& job,
-                   const strategies::ResolvedStrategy& strategy) {
+void describe_mesh(std::ostream& out, const LaunchSpec& launch, const ResolvedJob& resolved) {
+    const strategies::ResolvedStrategy& strategy = resolved.strategy;
     const int world = launch.world_size();
     const strategies::MeshDegrees& deg = strategy.degrees;
     const strategies::Mesh mesh(world, deg);
@@ -144,9 +149,9 @@ void describe_mesh(std::ostream& out, const LaunchSpec& launch, const JobOptions
             << (deg.cfg > 1 ? (c[1] == 0 ? ", negative branch" : ", positive branch") : "")
             << (mesh.writes_outputs(r) ? ", writes the images" : "") << "\n";
     }
-    if (!job.device_map.empty()) {
+    if (!resolved.device_map().empty()) {
         const auto& plan = strategy.device_map_plan;
-        out << "device_map " << job.device_map << ": one process"
+        out << "device_map " << resolved.device_map() << ": one process"
             << (plan ? ", components and blocks placed:\n" + strategies::describe_device_map(*plan)
                      : "; budgets are each visible GPU's free memory when the job starts (pass "
                        "--max-memory cuda:0=SIZE,cuda:1=SIZE to see the placement here)\n");
@@ -179,8 +184,10 @@ struct TransformerElements {
     long long per_rank() const { return even() ? whole + split / tp : whole + split * heads_tp / heads; }
 };
 
-TransformerElements transformer_elements(const JobOptions& job, const strategies::ModelInfo& model,
-                                         const strategies::MeshDegrees& deg) {
+TransformerElements transformer_elements(const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    const strategies::MeshDegrees& deg = resolved.degrees();
     TransformerElements t;
     t.heads = model.shape.heads;
     t.tp = deg.tp;
@@ -235,12 +242,13 @@ struct RankWeight {
 // What a rank's weights come to, in pipeline order: its transformer share (`transformer_bytes`)
 // and every other component whole or its tp share, without the tensors the pipeline never loads
 // (scripts/bench/sd35_large_memory.sh compares a rank's peak RSS with it).
-std::vector<RankWeight> rank_weights(const JobOptions& job, const strategies::ModelInfo& model, int tp,
-                                     long long transformer_bytes, long long f,
-                                     const std::vector<std::string>& left_out) {
+std::vector<RankWeight> rank_weights(const ResolvedJob& resolved, long long transformer_bytes, long long f) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
     const strategies::ParallelSpec& spec = *model.spec;
+    const int tp = resolved.degrees().tp;
     const std::vector<strategies::ComponentSize> sizes = read_counts(job, [&](const std::string& variant) {
-        return strategies::pipeline_component_sizes(job.model, spec, f, variant, left_out);
+        return strategies::pipeline_component_sizes(job.model, spec, f, variant, resolved.left_out);
     });
     std::vector<RankWeight> out;
     for (const strategies::ComponentSize& c : sizes) {
@@ -269,8 +277,11 @@ void describe_rank_weights(std::ostream& out, const std::vector<RankWeight>& wei
 // Components from one file each (Note [component files]): checked as a job checks them (without
 // their SHA-256), with their layout and format, and for GGUF which way its weights run (Note [kept
 // quantized]).
-void describe_component_files(std::ostream& out, const JobOptions& job, const strategies::ModelInfo& model,
-                              int tp, const std::string& dtype) {
+void describe_component_files(std::ostream& out, const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    const std::string& dtype = resolved.dtype;
+    const int tp = resolved.degrees().tp;
     for (const ComponentFile& c :
          check_component_files(job.component_files, model, job.variant, /*hash=*/false, job.model_file)) {
         out << "component file: " << c.component << " from " << utf8_for_display(c.path) << " (" << c.layout
@@ -299,9 +310,10 @@ void describe_component_files(std::ostream& out, const JobOptions& job, const st
 
 // The bytes each rank sends per denoising step, for one prompt (Note [step traffic];
 // docs/strategies.md, "Strategy guide").
-void describe_step_traffic(std::ostream& out, const JobOptions& job, const strategies::ModelInfo& model,
-                           const strategies::MeshDegrees& deg, const PlanPrompt& prompt,
+void describe_step_traffic(std::ostream& out, const ResolvedJob& resolved, const PlanPrompt& prompt,
                            const std::map<std::string, int64_t>& transformer_counts, long long f) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
     strategies::StepTrafficInput step;
     step.image_tokens = prompt.image_tokens;
     step.text_tokens = prompt.text_tokens;
@@ -310,7 +322,7 @@ void describe_step_traffic(std::ostream& out, const JobOptions& job, const strat
     step.branches = guided && !job.cfg_parallel ? 2 : 1;
     step.element_bytes = f;
     const std::map<std::string, int64_t> traffic =
-        strategies::step_traffic(*model.spec, model.shape, deg, transformer_counts, step);
+        strategies::step_traffic(*model.spec, model.shape, resolved.degrees(), transformer_counts, step);
     out << "estimated bytes sent per rank per denoising step, per prompt:";
     if (traffic.empty()) out << " none";
     for (const auto& [kind, bytes] : traffic) out << "\n  " << kind << ": " << bytes_text(bytes);
@@ -321,20 +333,19 @@ void describe_step_traffic(std::ostream& out, const JobOptions& job, const strat
 // settings' problems, then what a rank would refuse, checked as a job checks it before its ranks
 // start (Note [checking a model before the ranks start]); a folder of configs only (a plan for
 // weights one does not have yet) has nothing a rank could load.
-std::vector<std::string> job_refusals(const LaunchSpec& launch, const JobOptions& job,
-                                      const strategies::ModelInfo& model,
-                                      const strategies::ResolvedStrategy& strategy) {
-    std::vector<std::string> refusals = model_problems(job, model);
+std::vector<std::string> job_refusals(const LaunchSpec& launch, const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    std::vector<std::string> refusals = model_problems(job, resolved.model);
     try {
-        const std::vector<std::string> more = job_setting_problems(job, model);
+        const std::vector<std::string> more = job_setting_problems(resolved);
         refusals.insert(refusals.end(), more.begin(), more.end());
     } catch (const Error& e) {
         refusals.push_back(e.what());
     }
     if (refusals.empty() && !job.random_weights && job.component_files.empty() &&
-        strategies::components_without_weights(job.model, *model.spec).empty()) {
+        strategies::components_without_weights(job.model, *resolved.model.spec).empty()) {
         try {
-            check_model_with_worker(launch, job, model, strategy);
+            check_model_with_worker(launch, resolved);
         } catch (const Error& e) {
             refusals.push_back(e.what());
         }
@@ -347,9 +358,12 @@ std::vector<std::string> job_refusals(const LaunchSpec& launch, const JobOptions
 // switches], runtime/pipeline/adapters.h); a component whose rank keeps a changed weight only as a
 // fused copy (a row-parallel layer over segments, under tp) is built again whole. Measured
 // figures: docs/benchmarks.md, "LoRA adapter switches".
-std::string adapter_plan(const JobOptions& job, const strategies::ModelInfo& model,
-                         const std::map<std::string, long long>& component_rank_bytes, int tp,
+std::string adapter_plan(const ResolvedJob& resolved,
+                         const std::map<std::string, long long>& component_rank_bytes,
                          long long element_bytes) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    const int tp = resolved.degrees().tp;
     const protocol::Adapters& adapters = job.arguments.adapters("lora");
     if (adapters.empty()) return {};
     AdapterFiles files(model, job.variant);
@@ -403,32 +417,26 @@ std::string adapter_plan(const JobOptions& job, const strategies::ModelInfo& mod
 
 }  // namespace
 
-std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested) {
-    const strategies::ModelInfo model = strategies::read_model_info(requested.model);  // read once
-    const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested, model);
-    const JobOptions job = with_strategy(requested, strategy);
-    const strategies::MeshDegrees& deg = strategy.degrees;
-    const std::vector<std::string> left_out =
-        strategies::components_left_out(job.model, *model.spec, job.no_t5);
-    const PlanPrompt prompt = plan_prompt(job, model, left_out);
-    const std::string dtype = expected_dtype(job, strategy.device_map_plan);
-    const long long f = dtype == "fp32" ? 4 : 2;
+std::string describe_plan(const LaunchSpec& launch, const JobOptions& options) {
+    const ResolvedJob resolved = resolve_job(launch, options);  // the model read once
+    const strategies::MeshDegrees& deg = resolved.degrees();
+    const PlanPrompt prompt = plan_prompt(resolved);
+    const long long f = resolved.dtype == "fp32" ? 4 : 2;
 
     std::ostringstream out;
-    describe_model(out, job, model, prompt, strategy);
-    describe_mesh(out, launch, job, strategy);
-    const TransformerElements transformer = transformer_elements(job, model, deg);
-    describe_transformer_parameters(out, transformer, dtype, f);
-    const std::vector<RankWeight> weights =
-        rank_weights(job, model, deg.tp, transformer.per_rank() * f, f, left_out);
-    describe_rank_weights(out, weights, deg.tp, dtype);
+    describe_model(out, resolved, prompt);
+    describe_mesh(out, launch, resolved);
+    const TransformerElements transformer = transformer_elements(resolved);
+    describe_transformer_parameters(out, transformer, resolved.dtype, f);
+    const std::vector<RankWeight> weights = rank_weights(resolved, transformer.per_rank() * f, f);
+    describe_rank_weights(out, weights, deg.tp, resolved.dtype);
     std::map<std::string, long long> component_rank_bytes;
     for (const RankWeight& w : weights) component_rank_bytes[w.component] = w.bytes;
-    out << adapter_plan(job, model, component_rank_bytes, deg.tp, f);
-    describe_component_files(out, job, model, deg.tp, dtype);
-    describe_step_traffic(out, job, model, deg, prompt, transformer.counts, f);
-    if (!job.prompts.empty()) out << schedule_plan(job, model, deg.dp);
-    for (const std::string& why : job_refusals(launch, job, model, strategy))
+    out << adapter_plan(resolved, component_rank_bytes, f);
+    describe_component_files(out, resolved);
+    describe_step_traffic(out, resolved, prompt, transformer.counts, f);
+    if (!options.prompts.empty()) out << schedule_plan(resolved);
+    for (const std::string& why : job_refusals(launch, resolved))
         out << "warning: the job would refuse this: " << why << "\n";
     return out.str();
 }

@@ -133,79 +133,6 @@ bool exists(const std::string& path) {
     return stat(path.c_str(), &st) == 0;
 }
 
-}  // namespace
-
-strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const JobOptions& job,
-                                             const strategies::ModelInfo& model) {
-    strategies::StrategyRequest r;
-    r.world = launch.world_size();
-    r.num_processes = launch.num_processes;
-    r.strategy = job.strategy;
-    r.cfg_parallel = job.cfg_parallel;
-    // The job's guidance scale, else the model's own default (its folder's, else its family's).
-    r.cfg_scale = cfg_scale_setting(job, model.arguments);
-    if (const protocol::FamilyArgument* cfg = model.arguments.guidance_scale(); cfg && !r.cfg_scale)
-        r.cfg_scale = model.arguments.default_number(cfg->row->name);
-    r.ulysses = job.ulysses;
-    r.ring = job.ring;
-    r.tp = job.tp;
-    r.dp = job.dp;
-    r.device_map = job.device_map;
-    r.max_memory = job.max_memory;
-    r.device = job.device;
-    return r;
-}
-
-strategies::ResolvedStrategy resolve_job_strategy(const LaunchSpec& launch, const JobOptions& job,
-                                                  const strategies::ModelInfo& model) {
-    strategies::ResolvedStrategy resolved = strategies::resolve_strategy(
-        strategy_request(launch, job, model), *model.spec, static_cast<int>(model.shape.heads));
-    // Planned once, here (every error now, before anything starts), when the budgets are known.
-    resolved.device_map_plan = plan_device_map_for(with_strategy(job, resolved), model);
-    return resolved;
-}
-
-JobOptions with_strategy(JobOptions job, const strategies::ResolvedStrategy& resolved) {
-    job.dp = resolved.degrees.dp;
-    job.ring = resolved.degrees.ring;
-    job.ulysses = resolved.degrees.ulysses;
-    job.tp = resolved.degrees.tp;
-    job.device_map = resolved.device_map;
-    return job;
-}
-
-JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job) {
-    return with_strategy(job, resolve_job_strategy(launch, job, strategies::read_model_info(job.model)));
-}
-
-std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job,
-                                                             const strategies::ModelInfo& model) {
-    if (job.device_map.empty()) return std::nullopt;
-    const bool file = job.device_map != "balanced" && job.device_map != "auto";
-    if (!file && job.max_memory.empty()) return std::nullopt;  // the GPUs' memory: the worker's
-    try {
-        const auto plan_at = [&](int64_t element_bytes) {
-            return strategies::plan_device_map_spec(
-                job.model, *model.spec, element_bytes, job.device_map, job.max_memory, {}, job.variant,
-                strategies::components_left_out(job.model, *model.spec, job.no_t5));
-        };
-        if (job.dtype != "auto") return plan_at(job.dtype == "fp32" ? 4 : 2);
-        // --dtype auto is fp32 on CPU devices and bf16 on GPUs: the devices say which.
-        strategies::DeviceMapPlan devices;
-        if (!job.max_memory.empty()) {
-            for (const strategies::DeviceBudget& b : strategies::parse_max_memory(job.max_memory))
-                devices.devices.push_back(b.device);
-        } else {
-            devices = plan_at(4);  // a FILE.json: no budgets to exceed
-        }
-        return plan_at(expected_dtype(job, devices) == "fp32" ? 4 : 2);
-    } catch (const std::exception& e) {
-        throw UsageError("--device-map " + job.device_map + ": " + e.what());
-    }
-}
-
-namespace {
-
 // A config-only folder of a real model (models/README.md) makes images only from random weights.
 void check_has_weights(const std::string& model, const strategies::ParallelSpec& spec,
                        const std::map<std::string, std::string>& files) {
@@ -234,12 +161,12 @@ protocol::DeviceMapPlan to_protocol(const strategies::DeviceMapPlan& plan) {
     return out;
 }
 
-// What every rank is told: `job` (through `strategy`) without its requests.
-protocol::JobFile job_file_for(const JobOptions& job, const strategies::ModelInfo& model,
-                               const strategies::ResolvedStrategy& strategy) {
+// What every rank is told: `resolved` without its requests.
+protocol::JobFile job_file_for(const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
     protocol::JobFile f;
     f.model_dir = job.model;
-    f.family = model.family;
+    f.family = resolved.model.family;
     f.random_weights = job.random_weights;
     f.output_dir = job.output_dir;
     f.dtype = job.dtype;
@@ -249,13 +176,13 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::ModelInf
     f.no_t5 = job.no_t5;
     f.offload = job.offload;
     f.keep_quantized = job.keep_quantized;
-    const strategies::MeshDegrees& d = strategy.degrees;
+    const strategies::MeshDegrees& d = resolved.degrees();
     f.mesh = {d.dp, d.cfg, d.ring, d.ulysses, d.tp};
     f.collective_timeout_s = job.collective_timeout_s;
-    if (!job.device_map.empty()) {
-        f.device_map = protocol::DeviceMapRequest{job.device_map, job.max_memory, std::nullopt};
+    if (!resolved.device_map().empty()) {
+        f.device_map = protocol::DeviceMapRequest{resolved.device_map(), job.max_memory, std::nullopt};
         // The launcher's plan when it could make one; else the worker plans from its GPUs.
-        if (strategy.device_map_plan) f.device_map->plan = to_protocol(*strategy.device_map_plan);
+        if (const auto& plan = resolved.strategy.device_map_plan) f.device_map->plan = to_protocol(*plan);
     }
     return f;
 }
@@ -263,20 +190,21 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::ModelInf
 // Refuses, before anything starts, what the flags and the model cannot run together (Note
 // [component files], a config-only folder), and what the model cannot run: a flag's setting is a
 // usage error, the folder's own problems are the model's. Says the mesh unless quiet.
-void refuse_before_start(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
-                         const strategies::ResolvedStrategy& strategy) {
+void refuse_before_start(const LaunchSpec& launch, const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ResolvedStrategy& strategy = resolved.strategy;
     for (const auto& [flag, component] : component_file_flags())
         if (job.random_weights && job.component_files.count(component))
             throw UsageError(std::string(flag) +
                              " and --random-weights: random weights replace every weight, the "
                              "file's too; give one or the other");
-    if (!job.random_weights) check_has_weights(job.model, *model.spec, job.component_files);
+    if (!job.random_weights) check_has_weights(job.model, *resolved.model.spec, job.component_files);
     if (!launch.quiet && strategy.degrees.replica_size() > 1) {
         std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
                   << std::endl;
         for (const std::string& note : strategy.notes) std::cerr << "dp-launch: " << note << std::endl;
     }
-    check_job(job, model);
+    check_job(resolved);
 }
 
 // The component files, checked before anything starts (Note [component files]).
@@ -361,19 +289,20 @@ struct PreparedJob {
 
 // Everything that is checked and read before the output folder is touched: the refusals, the
 // adapter and component files, the memory the ranks need, then the prompt file.
-PreparedJob prepare_job(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
-                        const strategies::ResolvedStrategy& strategy) {
-    refuse_before_start(launch, job, model, strategy);
+PreparedJob prepare_job(const LaunchSpec& launch, const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    refuse_before_start(launch, resolved);
     // Every adapter file, read once before anything starts (Note [adapter files are checked first]).
     AdapterFiles adapters(model, job.variant);
     adapters.check(job.arguments.adapters("lora"), "--lora");
     // Every component file too (Note [component files]); the records name each.
     const CheckedComponents components = check_components(job, model);
     // Every prompt's settings, resolved once here so that every rank and the manifest agree.
-    RecordSettings settings{expected_dtype(job, strategy.device_map_plan), components.records, ""};
-    check_memory_fits(launch, job, model, strategy, settings.dtype);  // Note [memory guard]
+    RecordSettings settings{resolved.dtype, components.records, ""};
+    check_memory_fits(launch, resolved);  // Note [memory guard]
     if (!job.random_weights) settings.weights = weights_fingerprint_of(job, model);
-    PreparedJob prepared{JobRecords(local_temp_dir()), job_file_for(job, model, strategy), {}};
+    PreparedJob prepared{JobRecords(local_temp_dir()), job_file_for(resolved), {}};
     if (launch.launcher_count() > 1)
         prepared.job_file.node_timeout_s = launch.node_timeout_s;  // Note [a node that never arrives]
     prepared.job_file.component_files = components.paths;
@@ -484,13 +413,12 @@ void settle_earlier_run(const JobOptions& job, const strategies::ModelInfo& mode
 
 // How the replicas share the pending prompts (Note [dynamic schedule], runtime/worker.cpp), said
 // unless quiet.
-void choose_job_schedule(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
-                         const strategies::ResolvedStrategy& strategy, protocol::JobFile& job_file) {
+void choose_job_schedule(const LaunchSpec& launch, const ResolvedJob& job, protocol::JobFile& job_file) {
     const strategies::ScheduleChoice schedule = strategies::choose_schedule(
-        job.schedule, job_file.requests, strategies::cost_rules(model.sizes, model.arguments),
-        strategy.degrees.dp, job.batch_size);
+        job.options.schedule, job_file.requests, strategies::cost_rules(job.model.sizes, job.model.arguments),
+        job.degrees().dp, job.options.batch_size);
     job_file.schedule = schedule.schedule;
-    if (!launch.quiet && strategy.degrees.dp > 1 && !job_file.requests.empty())
+    if (!launch.quiet && job.degrees().dp > 1 && !job_file.requests.empty())
         std::cerr << "dp-launch: " << strategies::describe_schedule(schedule) << std::endl;
 }
 
@@ -533,12 +461,12 @@ std::vector<int64_t> write_requests(const std::string& path, const protocol::Job
 
 // Starts the prepared job's ranks in its claimed folder, follows them to the end and returns
 // dp-launch's exit code (--dry-run: prints what would start, and 0).
-int start_job(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
-              const strategies::ResolvedStrategy& strategy, PreparedJob prepared,
+int start_job(const LaunchSpec& launch, const ResolvedJob& resolved, PreparedJob prepared,
               const ClaimedFolder& folder) {
+    const JobOptions& job = resolved.options;
     const bool writer = launch.launcher_index() == 0;
     protocol::JobFile& job_file = prepared.job_file;
-    choose_job_schedule(launch, job, model, strategy, job_file);
+    choose_job_schedule(launch, resolved, job_file);
     job_file.job_id = new_job_id();
     // Launcher 0's job file is in the output folder; another node's on its own disk, where launcher
     // 0's clearing of leftovers cannot reach it.
@@ -575,24 +503,21 @@ int start_job(const LaunchSpec& launch, const JobOptions& job, const strategies:
 }
 }  // namespace
 
-void check_model_with_worker(const LaunchSpec& launch, const JobOptions& job,
-                             const strategies::ModelInfo& model,
-                             const strategies::ResolvedStrategy& strategy) {
+void check_model_with_worker(const LaunchSpec& launch, const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
     // With our own dp-worker: a --worker of one's own may not take --check; without one beside
     // dp-launch (a test of the launcher's library) there is nothing to check with.
     const std::string worker = self_dir() + "/dp-worker";
     if (!job.worker.empty() || ::access(worker.c_str(), X_OK) != 0) return;
-    protocol::JobFile f = job_file_for(job, model, strategy);
+    protocol::JobFile f = job_file_for(resolved);
     f.component_files = job.component_files;  // as given: the check runs in this directory
     check_model_before_ranks(worker, f, local_temp_dir(), launch.load_timeout_s);
 }
 
-int run_job(const LaunchSpec& launch, const JobOptions& requested) {
-    // The model is read here, once (Note [a model is read once], strategies/model_config.h).
-    const strategies::ModelInfo model = strategies::read_model_info(requested.model);
-    const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested, model);
-    const JobOptions job = with_strategy(requested, strategy);
-    PreparedJob prepared = prepare_job(launch, job, model, strategy);
+int run_job(const LaunchSpec& launch, const JobOptions& options) {
+    const ResolvedJob resolved = resolve_job(launch, options);  // Note [a job is resolved once]
+    const JobOptions& job = resolved.options;
+    PreparedJob prepared = prepare_job(launch, resolved);
     if (const std::optional<int> code = stop_for_prompt_file(job, prepared.file)) return *code;
     if (job.overwrite && job.resume)
         throw UsageError(
@@ -602,15 +527,15 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     if (launch.launcher_index() == 0 && !launch.dry_run)
         check_master_port_free(launch.master_addr, launch.master_port);
     // Note [checking a model before the ranks start]: before the folder is made.
-    if (!launch.dry_run) check_model_with_worker(launch, job, model, strategy);
+    if (!launch.dry_run) check_model_with_worker(launch, resolved);
     // With several launchers, launcher 0 is the job's writer: it alone locks the folder, checks for
     // earlier outputs, clears leftovers and writes the manifest (Note [one job, several launchers]);
     // the others make what launcher 0 decided, and a different decision is refused by the ranks.
     const bool writer = launch.launcher_index() == 0;
     const ClaimedFolder folder = claim_output_folder(job, writer);
     refuse_clashes(job, prepared.records, job.overwrite || job.resume || !writer);
-    settle_earlier_run(job, model, folder.earlier, writer, prepared);
-    return start_job(launch, job, model, strategy, std::move(prepared), folder);
+    settle_earlier_run(job, resolved.model, folder.earlier, writer, prepared);
+    return start_job(launch, resolved, std::move(prepared), folder);
 }
 
 }  // namespace dp::launcher

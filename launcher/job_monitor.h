@@ -13,7 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/job.h"
+#include "launcher/job_options.h"
+#include "launcher/launch_spec.h"
 #include "launcher/manifest.h"
 #include "launcher/node_exchange.h"
 #include "launcher/supervisor.h"
