@@ -161,6 +161,13 @@ protocol::DeviceMapPlan to_protocol(const strategies::DeviceMapPlan& plan) {
     return out;
 }
 
+// A diagnostics switch of dp-launch's environment, read as dp-worker has read it from its own: set,
+// not empty and not "0".
+bool env_switch(const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v && std::string(v) != "0";
+}
+
 // What every rank is told: `resolved` without its requests.
 protocol::JobFile job_file_for(const ResolvedJob& resolved) {
     const JobOptions& job = resolved.options;
@@ -179,6 +186,9 @@ protocol::JobFile job_file_for(const ResolvedJob& resolved) {
     const strategies::MeshDegrees& d = resolved.degrees();
     f.mesh = {d.dp, d.cfg, d.ring, d.ulysses, d.tp};
     f.collective_timeout_s = job.collective_timeout_s;
+    f.save_latents = env_switch("DP_SAVE_LATENTS");
+    f.cache_report = env_switch("DP_CACHE_REPORT");
+    f.comm_report = env_switch("DP_COMM_REPORT");
     if (!resolved.device_map().empty()) {
         f.device_map = protocol::DeviceMapRequest{resolved.device_map(), job.max_memory, std::nullopt};
         // The launcher's plan when it could make one; else the worker plans from its GPUs.

@@ -174,6 +174,13 @@ bool same_batch_settings(const JobRequest& a, const JobRequest& b) {
 
 namespace {
 
+// The optional diagnostics switches of a job file, by key.
+const std::pair<const char*, bool JobFile::*> kDiagnostics[] = {
+    {"save_latents", &JobFile::save_latents},
+    {"cache_report", &JobFile::cache_report},
+    {"comm_report", &JobFile::comm_report},
+};
+
 // Every field of `job` but its requests.
 nlohmann::json settings_json(const JobFile& job) {
     nlohmann::json j = {{"format", kJobFileFormat},
@@ -194,6 +201,8 @@ nlohmann::json settings_json(const JobFile& job) {
                         {"collective_timeout_s", job.collective_timeout_s},
                         {"schedule", job.schedule}};
     if (job.node_timeout_s > 0) j["node_timeout_s"] = job.node_timeout_s;
+    for (const auto& [key, field] : kDiagnostics)
+        if (job.*field) j[key] = true;
     put_path(j, "model_dir", job.model_dir);
     j["family"] = job.family;
     put_path(j, "output_dir", job.output_dir);
@@ -282,6 +291,8 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     out.no_t5 = f.boolean("no_t5");
     out.offload = f.boolean("offload");
     if (f.has("keep_quantized")) out.keep_quantized = f.boolean("keep_quantized");
+    for (const auto& [key, field] : kDiagnostics)
+        if (f.has(key)) out.*field = f.boolean(key);
     read_mesh(detail::Fields(f.object("mesh"), "mesh"), out.mesh);
     out.collective_timeout_s = f.number("collective_timeout_s", 0.001, 7 * 24 * 3600.0);
     if (f.has("node_timeout_s")) out.node_timeout_s = f.number("node_timeout_s", 0, 7 * 24 * 3600.0);

@@ -19,8 +19,8 @@
 //                  arguments by name (call_arguments.h)...}, ...]}
 //
 // random_weights, schedule and device_map are optional; so is device_map.plan (absent: the budgets are the
-// worker's visible GPUs' free memory, which only the worker can measure). std and nlohmann/json
-// only.
+// worker's visible GPUs' free memory, which only the worker can measure); so are the diagnostics
+// "save_latents", "cache_report" and "comm_report" (absent: false). std and nlohmann/json only.
 
 #include <cstdint>
 #include <map>
@@ -126,6 +126,13 @@ struct JobFile {
     // [dynamic schedule] in runtime/worker.cpp). Optional in the file: absent is static.
     std::string schedule = "static";
     std::vector<JobRequest> requests;  // in the order the ranks split them
+    // Diagnostics, optional in the file (absent: false), which the launcher sets from its own
+    // environment as the worker read them from its own: each image's final latents beside it
+    // (DP_SAVE_LATENTS), each image's step-cache report (DP_CACHE_REPORT), each rank's bytes sent
+    // per collective kind (DP_COMM_REPORT). Written only when set.
+    bool save_latents = false;
+    bool cache_report = false;
+    bool comm_report = false;
     // The writing dp-launch's id for this run. Every launcher of a multi-node job writes its own;
     // rank 0's is the job's (JoinedEvent), and it is not one of the settings the nodes compare.
     std::string job_id;
