@@ -78,9 +78,14 @@ std::string refused_distributed_type(const std::string& type) {
     return "unknown";
 }
 
+// Reads accelerate's mapping a key at a time into `out`: the keys with a meaning here as dp-launch's
+// config entries (each naming its line), the rest listed as ignored.
 struct Reader {
     const std::string& path;
+    const std::function<std::string(const std::string&)>& dp_key;
     AccelerateConfig out;
+    int total_processes = -1, machines = 1, machine_rank = 0;
+    YAML::Node processes_node, rank_node;
 
     std::string where(const YAML::Node& node, const std::string& key) const {
         return line_of(path, node.Mark()) + ": " + key;
@@ -103,12 +108,109 @@ struct Reader {
              const std::string& name) {
         out.entries.push_back({key, text, where(node, name)});
     }
+
+    // One key of the mapping (`v` not null). Throws UsageError naming its line.
+    void read(const std::string& key, const YAML::Node& v);
+    // The checks across keys (machine_rank below num_machines), and num_processes per machine.
+    void finish();
+
+  private:
+    void read_compute_environment(const YAML::Node& v, const std::string& key) const;
+    void read_distributed_type(const YAML::Node& v, const std::string& key);
+    void read_mixed_precision(const YAML::Node& v, const std::string& key);
+    void read_gpu_ids(const YAML::Node& v, const std::string& key);
 };
 
-}  // namespace
+void Reader::read(const std::string& key, const YAML::Node& v) {
+    if (key == "compute_environment") {
+        read_compute_environment(v, key);
+    } else if (key == "distributed_type") {
+        read_distributed_type(v, key);
+    } else if (key == "num_processes") {
+        total_processes = whole(v, key, 1);
+        processes_node = v;
+    } else if (key == "num_machines") {
+        machines = whole(v, key, 1);
+        add("nnodes", std::to_string(machines), v, key);
+    } else if (key == "machine_rank") {
+        machine_rank = whole(v, key, 0);
+        rank_node = v;
+        add("node_rank", std::to_string(machine_rank), v, key);
+    } else if (key == "main_process_ip") {
+        add("master_addr", scalar(v, key, "a host name or address"), v, key);
+    } else if (key == "main_process_port") {
+        add("master_port", std::to_string(whole(v, key, 1)), v, key);
+    } else if (key == "mixed_precision") {
+        read_mixed_precision(v, key);
+    } else if (key == "gpu_ids") {
+        read_gpu_ids(v, key);
+    } else if (key == "use_cpu") {
+        if (launcher::parse_bool(scalar(v, key, "true or false"), where(v, key)))
+            add("device", "cpu", v, key);
+    } else if (key == "rdzv_backend") {
+        add("rdzv_backend", scalar(v, key, "static or c10d"), v, key);
+    } else if (const std::string dp = dp_key(key); !dp.empty()) {
+        add(dp, scalar(v, key, "a string, number or boolean"), v, key);
+    } else {
+        out.ignored.push_back(key);
+    }
+}
 
-AccelerateConfig parse_accelerate_config(const std::string& text, const std::string& path,
-                                         const std::function<std::string(const std::string&)>& dp_key) {
+void Reader::read_compute_environment(const YAML::Node& v, const std::string& key) const {
+    const std::string env = scalar(v, key, "LOCAL_MACHINE");
+    if (env != "LOCAL_MACHINE")
+        throw UsageError(where(v, key) + ": " + env +
+                         " is not supported: dp-launch runs on this machine or in a Slurm, MPI or "
+                         "Kubernetes allocation (accepted: LOCAL_MACHINE)");
+}
+
+void Reader::read_distributed_type(const YAML::Node& v, const std::string& key) {
+    const std::string type = scalar(v, key, "NO, MULTI_GPU or MULTI_CPU");
+    if (type == "MULTI_CPU") {
+        add("device", "cpu", v, key);
+    } else if (type != "NO" && type != "MULTI_GPU") {
+        const std::string why = refused_distributed_type(type);
+        throw UsageError(where(v, key) + ": " + type + " is not supported" +
+                         (why == "unknown" ? "" : ": " + why) + " (accepted: NO, MULTI_GPU, MULTI_CPU)");
+    }
+}
+
+void Reader::read_mixed_precision(const YAML::Node& v, const std::string& key) {
+    const std::string mp = scalar(v, key, "no, fp16 or bf16");
+    if (mp != "no" && mp != "fp16" && mp != "bf16")
+        throw UsageError(where(v, key) + ": '" + mp + "': accepted: no, fp16, bf16" +
+                         (mp == "fp8" ? " (dp-launch's ranks compute in fp32, bf16 or fp16)" : ""));
+    add("mixed_precision", mp, v, key);
+}
+
+void Reader::read_gpu_ids(const YAML::Node& v, const std::string& key) {
+    std::string ids;
+    if (v.IsSequence()) {
+        for (const auto& id : v) ids += (ids.empty() ? "" : ",") + scalar(id, key, "a GPU index");
+    } else {
+        ids = scalar(v, key, "all, or GPU indices such as 0,1");
+    }
+    add("gpu_ids", ids, v, key);
+}
+
+void Reader::finish() {
+    if (machine_rank >= machines)
+        throw UsageError(where(rank_node, "machine_rank") + " " + std::to_string(machine_rank) +
+                         ": must be below num_machines " + std::to_string(machines) + " (accepted: 0 to " +
+                         std::to_string(machines - 1) + ")");
+    if (total_processes <= 0) return;
+    // accelerate's num_processes counts every machine's processes.
+    if (total_processes % machines != 0)
+        throw UsageError(where(processes_node, "num_processes") + " " + std::to_string(total_processes) +
+                         " with num_machines " + std::to_string(machines) +
+                         ": accelerate's num_processes is the total over the machines, so it must be a "
+                         "multiple of num_machines (or give -n, the processes per node)");
+    add("num_processes", std::to_string(total_processes / machines), processes_node, "num_processes");
+}
+
+// `text` as a YAML mapping. Throws UsageError naming the line that is not YAML, too deep, or a
+// document that is no mapping.
+YAML::Node load_mapping(const std::string& text, const std::string& path) {
     check_flow_depth(text, path);
     YAML::Node doc;
     try {
@@ -122,92 +224,26 @@ AccelerateConfig parse_accelerate_config(const std::string& text, const std::str
         throw UsageError(path +
                          ": expected a YAML mapping of accelerate's keys, as `accelerate config` writes "
                          "(e.g. num_processes: 4), or a JSON object of dp-launch options");
-    Reader r{path, {}};
-    int total_processes = -1, machines = 1;
-    int machine_rank = 0;
-    YAML::Node processes_node, rank_node;
+    return doc;
+}
+
+}  // namespace
+
+AccelerateConfig parse_accelerate_config(const std::string& text, const std::string& path,
+                                         const std::function<std::string(const std::string&)>& dp_key) {
+    const YAML::Node doc = load_mapping(text, path);
+    Reader r{path, dp_key, {}};
     try {
         for (const auto& item : doc) {
             const YAML::Node& k = item.first;
-            const YAML::Node& v = item.second;
             if (!k.IsScalar()) throw UsageError(line_of(path, k.Mark()) + ": a key must be a plain name");
-            const std::string key = k.Scalar();
-            if (v.IsNull()) continue;  // accelerate writes null for what is unset
-            if (key == "compute_environment") {
-                const std::string env = r.scalar(v, key, "LOCAL_MACHINE");
-                if (env != "LOCAL_MACHINE")
-                    throw UsageError(
-                        r.where(v, key) + ": " + env +
-                        " is not supported: dp-launch runs on this machine or in a Slurm, MPI or "
-                        "Kubernetes allocation (accepted: LOCAL_MACHINE)");
-            } else if (key == "distributed_type") {
-                const std::string type = r.scalar(v, key, "NO, MULTI_GPU or MULTI_CPU");
-                if (type == "MULTI_CPU") {
-                    r.add("device", "cpu", v, key);
-                } else if (type != "NO" && type != "MULTI_GPU") {
-                    const std::string why = refused_distributed_type(type);
-                    throw UsageError(r.where(v, key) + ": " + type + " is not supported" +
-                                     (why == "unknown" ? "" : ": " + why) +
-                                     " (accepted: NO, MULTI_GPU, MULTI_CPU)");
-                }
-            } else if (key == "num_processes") {
-                total_processes = r.whole(v, key, 1);
-                processes_node = v;
-            } else if (key == "num_machines") {
-                machines = r.whole(v, key, 1);
-                r.add("nnodes", std::to_string(machines), v, key);
-            } else if (key == "machine_rank") {
-                machine_rank = r.whole(v, key, 0);
-                rank_node = v;
-                r.add("node_rank", std::to_string(machine_rank), v, key);
-            } else if (key == "main_process_ip") {
-                r.add("master_addr", r.scalar(v, key, "a host name or address"), v, key);
-            } else if (key == "main_process_port") {
-                r.add("master_port", std::to_string(r.whole(v, key, 1)), v, key);
-            } else if (key == "mixed_precision") {
-                const std::string mp = r.scalar(v, key, "no, fp16 or bf16");
-                if (mp != "no" && mp != "fp16" && mp != "bf16")
-                    throw UsageError(
-                        r.where(v, key) + ": '" + mp + "': accepted: no, fp16, bf16" +
-                        (mp == "fp8" ? " (dp-launch's ranks compute in fp32, bf16 or fp16)" : ""));
-                r.add("mixed_precision", mp, v, key);
-            } else if (key == "gpu_ids") {
-                std::string ids;
-                if (v.IsSequence()) {
-                    for (const auto& id : v)
-                        ids += (ids.empty() ? "" : ",") + r.scalar(id, key, "a GPU index");
-                } else {
-                    ids = r.scalar(v, key, "all, or GPU indices such as 0,1");
-                }
-                r.add("gpu_ids", ids, v, key);
-            } else if (key == "use_cpu") {
-                if (launcher::parse_bool(r.scalar(v, key, "true or false"), r.where(v, key)))
-                    r.add("device", "cpu", v, key);
-            } else if (key == "rdzv_backend") {
-                r.add("rdzv_backend", r.scalar(v, key, "static or c10d"), v, key);
-            } else if (const std::string dp = dp_key(key); !dp.empty()) {
-                r.add(dp, r.scalar(v, key, "a string, number or boolean"), v, key);
-            } else {
-                r.out.ignored.push_back(key);
-            }
+            if (!item.second.IsNull())
+                r.read(k.Scalar(), item.second);  // accelerate writes null for what is unset
         }
     } catch (const YAML::Exception& e) {
         throw UsageError(line_of(path, e.mark) + ": not a readable accelerate config (" + e.msg + ")");
     }
-    if (machine_rank >= machines)
-        throw UsageError(r.where(rank_node, "machine_rank") + " " + std::to_string(machine_rank) +
-                         ": must be below num_machines " + std::to_string(machines) + " (accepted: 0 to " +
-                         std::to_string(machines - 1) + ")");
-    if (total_processes > 0) {
-        // accelerate's num_processes counts every machine's processes.
-        if (total_processes % machines != 0)
-            throw UsageError(r.where(processes_node, "num_processes") + " " +
-                             std::to_string(total_processes) + " with num_machines " +
-                             std::to_string(machines) +
-                             ": accelerate's num_processes is the total over the machines, so it must be a "
-                             "multiple of num_machines (or give -n, the processes per node)");
-        r.add("num_processes", std::to_string(total_processes / machines), processes_node, "num_processes");
-    }
+    r.finish();
     return std::move(r.out);
 }
 

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "launcher/job.h"
+#include "launcher/job_options.h"
 
 namespace dp::cli {
 

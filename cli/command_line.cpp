@@ -170,160 +170,183 @@ std::vector<std::string> with_module_command(const std::vector<std::string>& arg
     return args;
 }
 
-}  // namespace
-
-CommandLine parse_command_line(const std::vector<std::string>& given, const EnvLookup& env) {
-    CommandLine result;
-    result.exit_code = launcher::kExitUsage;
-    const std::vector<std::string> args = with_module_command(given);
-
-    // Everything after the first "--" is the command, untouched by option parsing.
-    auto dashes = std::find(args.begin(), args.end(), "--");
-    std::vector<std::string> options(args.begin(), dashes);
-    RawLaunchOptions raw;
-    if (dashes != args.end()) raw.command.assign(dashes + 1, args.end());
-    raw.accelerate_total = accelerate_total(options);
-    if (const std::string why = unsupported_usage(options); !why.empty()) {
-        result.message = why;
-        return result;
-    }
-
-    CLI::App app(
+// dp-launch's CLI11 app: the launch and pipeline options, the subcommands, and where each puts
+// what it reads (`result`'s --json and compare fields, the stray words).
+struct CommandApp {
+    CLI::App app{
         "dp-launch: start a command once per rank, torchrun-compatible, and supervise it.\n"
         "Usage: dp-launch [OPTIONS] [PIPELINE OPTIONS] PROMPTS\n"
         "       dp-launch [OPTIONS] -- COMMAND [ARGS...]\n"
         "       dp-launch plan [OPTIONS] [PIPELINE OPTIONS]\n"
         "       dp-launch arguments [--model M] [PIPELINE OPTIONS] [--json]\n"
         "       dp-launch env [--json]",
-        "dp-launch");
+        "dp-launch"};
+    std::vector<std::string> stray;  // words that are no option: a PROMPTS file, or a mistake
+    CLI::App* env = nullptr;
+    CLI::App* plan = nullptr;
+    CLI::App* arguments = nullptr;
+    CLI::App* compare = nullptr;
+    std::vector<std::string> runs;  // compare's two folders
+    double min_psnr = 0, min_ssim = 0;
+    CLI::Option* psnr = nullptr;
+    CLI::Option* ssim = nullptr;
+
+    CommandApp(RawLaunchOptions& raw, CommandLine& result);
+};
+
+CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result) {
     app.formatter(std::make_shared<HelpFormatter>());
     app.footer(kExamples);
     app.set_version_flag("--version", std::string("dp-launch ") + launcher::kVersion);
     add_launch_options(app, raw);
-    std::vector<std::string> stray;
-    app.add_option("args", stray)->group("");  // reported below with a hint, not as CLI11's error
-    CLI::App* env_cmd =
-        app.add_subcommand("env", "Print the version, OS, CPUs, LibTorch, CUDA, NCCL and GPUs");
-    env_cmd->add_flag("--json", result.json, "Print JSON");
-    CLI::App* plan_cmd = app.add_subcommand(
+    app.add_option("args", stray)->group("");  // reported with a hint, not as CLI11's error
+    env = app.add_subcommand("env", "Print the version, OS, CPUs, LibTorch, CUDA, NCCL and GPUs");
+    env->add_flag("--json", result.json, "Print JSON");
+    plan = app.add_subcommand(
         "plan",
         "Print the mesh, each rank's role, the sub-groups, per-rank parameter bytes and the "
         "bytes sent per step for these options, without running anything");
-    plan_cmd->fallthrough();  // the launch and pipeline options belong to the main app
-    CLI::App* arguments_cmd = app.add_subcommand("arguments",
-                                                 "Print the call arguments --model's pipeline takes: each "
-                                                 "JSONL key of a prompt line, its type, range, "
-                                                 "default, flag and what it does");
-    arguments_cmd->add_flag("--json", result.json, "Print JSON: an array of objects, one per key");
-    arguments_cmd->fallthrough();
-    CLI::App* compare_cmd = app.add_subcommand(
+    plan->fallthrough();  // the launch and pipeline options belong to the main app
+    arguments = app.add_subcommand("arguments",
+                                   "Print the call arguments --model's pipeline takes: each "
+                                   "JSONL key of a prompt line, its type, range, "
+                                   "default, flag and what it does");
+    arguments->add_flag("--json", result.json, "Print JSON: an array of objects, one per key");
+    arguments->fallthrough();
+    compare = app.add_subcommand(
         "compare",
         "Pair the images of two output folders by prompt index and print each pair's PSNR and SSIM, their "
         "mean "
         "and worst; write the pairs side by side; exit 1 when a pair falls below --min-psnr or --min-ssim");
-    std::vector<std::string> runs;
-    compare_cmd->add_option("runs", runs, "RUN_A RUN_B: two output folders (each with its manifest.jsonl)")
+    compare->add_option("runs", runs, "RUN_A RUN_B: two output folders (each with its manifest.jsonl)")
         ->expected(2)
         ->required();
-    double min_psnr = 0, min_ssim = 0;
-    CLI::Option* psnr_opt =
-        compare_cmd->add_option("--min-psnr", min_psnr, "Exit 1 when a pair's PSNR (dB) is below X")
-            ->check(CLI::Range(0.0, 1000.0));
-    CLI::Option* ssim_opt =
-        compare_cmd->add_option("--min-ssim", min_ssim, "Exit 1 when a pair's SSIM is below X")
-            ->check(CLI::Range(-1.0, 1.0));
-    compare_cmd->add_option("--gallery", result.compare.gallery,
-                            "Where the page of pairs goes (default RUN_B/compare.html)");
-    compare_cmd->add_flag("--json", result.compare.json,
-                          "Print one JSON object per pair, then the summary's");
+    psnr = compare->add_option("--min-psnr", min_psnr, "Exit 1 when a pair's PSNR (dB) is below X")
+               ->check(CLI::Range(0.0, 1000.0));
+    ssim = compare->add_option("--min-ssim", min_ssim, "Exit 1 when a pair's SSIM is below X")
+               ->check(CLI::Range(-1.0, 1.0));
+    compare->add_option("--gallery", result.compare.gallery,
+                        "Where the page of pairs goes (default RUN_B/compare.html)");
+    compare->add_flag("--json", result.compare.json, "Print one JSON object per pair, then the summary's");
+}
 
+// Sets `result` to what dp-launch says and does when `r` fails with `message`: a usage error.
+CommandLine& usage_error(CommandLine& r, std::string message) {
+    r.action = CommandLine::Action::kFail;
+    r.message = std::move(message);
+    r.exit_code = launcher::kExitUsage;
+    return r;
+}
+
+// Sets `r` to print `text` to stdout and exit 0 (--help, --version).
+CommandLine& print(CommandLine& r, std::string text) {
+    r.action = CommandLine::Action::kPrint;
+    r.message = std::move(text);
+    r.exit_code = 0;
+    return r;
+}
+
+// Parses `options` (argv before "--"); false when `result` is already the answer: --help,
+// --version or CLI11's parse error.
+bool parse_options(CommandApp& c, const std::vector<std::string>& options, CommandLine& result) {
     try {
         std::vector<std::string> reversed(options.rbegin(), options.rend());  // CLI11 takes argv reversed
-        app.parse(reversed);
+        c.app.parse(reversed);
+        return true;
     } catch (const CLI::CallForHelp&) {
-        result.action = CommandLine::Action::kPrint;
-        result.message = env_cmd->parsed()         ? env_cmd->help()
-                         : arguments_cmd->parsed() ? arguments_cmd->help()
-                         : compare_cmd->parsed()   ? compare_cmd->help()
-                                                   : app.help();
-        result.exit_code = 0;
-        return result;
+        print(result, c.env->parsed()         ? c.env->help()
+                      : c.arguments->parsed() ? c.arguments->help()
+                      : c.compare->parsed()   ? c.compare->help()
+                                              : c.app.help());
     } catch (const CLI::CallForVersion& e) {
-        result.action = CommandLine::Action::kPrint;
-        result.message = std::string(e.what()) + "\n";
-        result.exit_code = 0;
-        return result;
+        print(result, std::string(e.what()) + "\n");
     } catch (const CLI::ParseError& e) {
-        result.message = one_line(e.what()) + " (see dp-launch --help)";
-        return result;
+        usage_error(result, one_line(e.what()) + " (see dp-launch --help)");
     }
+    return false;
+}
 
-    if (env_cmd->parsed()) {
+// `compare RUN_A RUN_B [...]`, from what the app read.
+CommandLine& compare_command(const CommandApp& c, const RawLaunchOptions& raw, CommandLine& result) {
+    if (!c.stray.empty() || !raw.command.empty())
+        return usage_error(result,
+                           "compare takes two output folders: dp-launch compare RUN_A RUN_B [--min-psnr X] "
+                           "[--min-ssim Y]");
+    result.compare.a = c.runs.at(0);
+    result.compare.b = c.runs.at(1);
+    if (c.psnr->count()) result.compare.min_psnr = c.min_psnr;
+    if (c.ssim->count()) result.compare.min_ssim = c.min_ssim;
+    result.action = CommandLine::Action::kCompare;
+    result.exit_code = 0;
+    return result;
+}
+
+// What is wrong with the stray words (at most one PROMPTS file, for the main job, plan or
+// arguments), with a hint: a program given as PROMPTS is shown run after "--". Empty: nothing.
+// `after_dashes`: argv has a "--" (with or without a command after it).
+std::string stray_problem(const CommandApp& c, const std::vector<std::string>& options,
+                          const RawLaunchOptions& raw, bool after_dashes) {
+    const bool plan = c.plan->parsed(), arguments = c.arguments->parsed();
+    const std::vector<std::string>& stray = c.stray;
+    if (arguments && (!stray.empty() || !raw.command.empty()))
+        return "arguments takes no PROMPTS file and no command: dp-launch arguments --model M [--json]";
+    if (stray.size() > 1 || (!stray.empty() && after_dashes))
+        return "unexpected argument '" + stray.back().substr(0, 80) +
+               "': give one PROMPTS file, or put a command after --, e.g. dp-launch -n 2 -- " +
+               stray.front().substr(0, 80);
+    if (plan || stray.empty() || stray.front() == "-") return {};
+    const auto program = launcher::guess_program(stray.front());
+    if (!program) return {};
+    std::vector<std::string> meant;
+    for (const std::string& arg : options)
+        if (arg != stray.front()) meant.push_back(arg);
+    meant.push_back("--");
+    meant.insert(meant.end(), program->command.begin(), program->command.end());
+    return launcher::utf8_for_display(stray.front()) + " is " + program->what +
+           ", not a prompt file; to run it once per rank, put it after --: dp-launch " + shell_words(meant);
+}
+
+}  // namespace
+
+CommandLine parse_command_line(const std::vector<std::string>& given, const EnvLookup& env) {
+    CommandLine result;
+    const std::vector<std::string> args = with_module_command(given);
+    // Everything after the first "--" is the command, untouched by option parsing.
+    const auto dashes = std::find(args.begin(), args.end(), "--");
+    const std::vector<std::string> options(args.begin(), dashes);
+    RawLaunchOptions raw;
+    if (dashes != args.end()) raw.command.assign(dashes + 1, args.end());
+    raw.accelerate_total = accelerate_total(options);
+    if (const std::string why = unsupported_usage(options); !why.empty()) return usage_error(result, why);
+
+    CommandApp c(raw, result);
+    if (!parse_options(c, options, result)) return result;
+    if (c.env->parsed()) {
         result.action = CommandLine::Action::kEnv;
-        result.exit_code = 0;
         return result;
     }
-    if (compare_cmd->parsed()) {
-        if (!stray.empty() || !raw.command.empty()) {
-            result.message =
-                "compare takes two output folders: dp-launch compare RUN_A RUN_B [--min-psnr X] [--min-ssim "
-                "Y]";
-            return result;
-        }
-        result.compare.a = runs.at(0);
-        result.compare.b = runs.at(1);
-        if (psnr_opt->count()) result.compare.min_psnr = min_psnr;
-        if (ssim_opt->count()) result.compare.min_ssim = min_ssim;
-        result.action = CommandLine::Action::kCompare;
-        result.exit_code = 0;
-        return result;
-    }
+    if (c.compare->parsed()) return compare_command(c, raw, result);
+    if (const std::string why = stray_problem(c, options, raw, dashes != args.end()); !why.empty())
+        return usage_error(result, why);
     // `plan` resolves the same options as the main job; a PROMPTS file is optional (given: the
     // schedules' expected makespans over its prompts).
-    const bool plan = plan_cmd->parsed();
-    const bool arguments = arguments_cmd->parsed();
-    if (arguments && (!stray.empty() || !raw.command.empty())) {
-        result.message =
-            "arguments takes no PROMPTS file and no command: dp-launch arguments --model M [--json]";
-        return result;
-    }
-    const bool job_mode = plan || arguments || (raw.command.empty() && !stray.empty());
-    if (stray.size() > 1 || (!stray.empty() && dashes != args.end())) {
-        result.message = "unexpected argument '" + stray.back().substr(0, 80) +
-                         "': give one PROMPTS file, or put a command after --, e.g. dp-launch -n 2 -- " +
-                         stray.front().substr(0, 80);
-        return result;
-    }
-    if (job_mode && !plan && !arguments && stray.front() != "-") {
-        if (const auto program = launcher::guess_program(stray.front())) {
-            std::vector<std::string> meant;
-            for (const std::string& arg : options)
-                if (arg != stray.front()) meant.push_back(arg);
-            meant.push_back("--");
-            meant.insert(meant.end(), program->command.begin(), program->command.end());
-            result.message = launcher::utf8_for_display(stray.front()) + " is " + program->what +
-                             ", not a prompt file; to run it once per rank, put it after --: dp-launch " +
-                             shell_words(meant);
-            return result;
-        }
-    }
+    const bool job_mode =
+        c.plan->parsed() || c.arguments->parsed() || (raw.command.empty() && !c.stray.empty());
     try {
         result.spec = resolve_launch_spec(raw, env, /*require_command=*/!job_mode);
         if (job_mode) {
-            result.job = resolve_job_options(raw, env, stray.empty() ? "" : stray.front());
+            result.job = resolve_job_options(raw, env, c.stray.empty() ? "" : c.stray.front());
         } else if (const std::string set = first_job_option_flag(raw); !set.empty()) {
-            result.message = set + " is a pipeline option: it needs a PROMPTS file, not a command after --";
-            return result;
+            return usage_error(
+                result, set + " is a pipeline option: it needs a PROMPTS file, not a command after --");
         }
     } catch (const launcher::Error& e) {
-        result.message = e.what();
-        result.exit_code = e.exit_code();
+        usage_error(result, e.what()).exit_code = e.exit_code();
         return result;
     }
-    result.action = plan        ? CommandLine::Action::kPlan
-                    : arguments ? CommandLine::Action::kArguments
-                                : CommandLine::Action::kLaunch;
-    result.exit_code = 0;
+    result.action = c.plan->parsed()        ? CommandLine::Action::kPlan
+                    : c.arguments->parsed() ? CommandLine::Action::kArguments
+                                            : CommandLine::Action::kLaunch;
     return result;
 }
 

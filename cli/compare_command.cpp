@@ -14,8 +14,8 @@
 #include "launcher/errors.h"
 #include "launcher/gallery.h"
 #include "launcher/manifest.h"
-#include "launcher/output_folder.h"
 #include "launcher/prompt_file.h"
+#include "protocol/atomic_file.h"
 
 namespace dp::cli {
 namespace {
@@ -124,7 +124,7 @@ void write_page(const std::string& path, const CompareOptions& o, const std::vec
                 "</td></tr>\n";
     }
     html += "</table></body></html>\n";
-    launcher::write_file_atomically(path, html);
+    protocol::write_file_atomically(path, html);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/job.h"
+#include "launcher/job_options.h"
 #include "launcher/launch_spec.h"
 
 namespace dp::cli {

@@ -2,45 +2,28 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "launcher/adapter_files.h"
 #include "launcher/component_files.h"
 #include "launcher/errors.h"
+#include "launcher/job.h"
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
+#include "launcher/resolved_job.h"
 #include "strategies/cost_model.h"
 #include "strategies/mesh.h"
 #include "strategies/model_config.h"
 #include "strategies/model_files.h"
 #include "strategies/model_sizes.h"
+#include "strategies/step_traffic.h"
 #include "strategies/strategy.h"
 
 namespace dp::cli {
 using namespace dp::launcher;
 namespace {
-
-nlohmann::json read_json(const std::string& path) {
-    if (!strategies::model_file_exists(path)) throw InputDataError(path + ": cannot read");
-    const std::string text = strategies::read_model_file(path);  // a FIFO or device is refused
-    try {
-        return nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        throw InputDataError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 120) + ")");
-    }
-}
-
-// An optional config: an empty object when the file is absent (a model without a VAE or tokenizer
-// folder), else read_json's result.
-nlohmann::json read_json_if_present(const std::string& path) {
-    if (!strategies::model_file_exists(path)) return nlohmann::json::object();
-    const nlohmann::json j = read_json(path);
-    return j.is_object() ? j : nlohmann::json::object();
-}
 
 std::string bytes_text(long long b) {
     char buf[64];
@@ -68,7 +51,10 @@ auto with_variant_or_plain(const JobOptions& job, const Count& count) {
 }
 
 // The expected makespan of each schedule over the prompts of job.prompts (docs/strategies.md, "Schedules").
-std::string schedule_plan(const JobOptions& job, const strategies::ModelInfo& model, int replicas) {
+std::string schedule_plan(const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    const int replicas = resolved.degrees().dp;
     const PromptFile file = read_prompt_file(
         job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, model); });
     std::vector<protocol::JobRequest> requests;
@@ -100,16 +86,282 @@ std::string schedule_plan(const JobOptions& job, const strategies::ModelInfo& mo
     return out.str();
 }
 
-}  // namespace
+// `count` read with with_variant_or_plain; a file that cannot be read is an InputDataError naming it.
+template <class Count>
+auto read_counts(const JobOptions& job, const Count& count) {
+    try {
+        return with_variant_or_plain(job, count);
+    } catch (const std::runtime_error& e) {
+        throw InputDataError(e.what());
+    }
+}
+
+// One prompt at the job's settings as the transformer sees it: its size (the model's default where
+// the job sets none) and its tokens.
+struct PlanPrompt {
+    long long width = 0, height = 0, image_tokens = 0, text_tokens = 0;
+};
+
+PlanPrompt plan_prompt(const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    PlanPrompt p;
+    p.width = job.width ? job.width : model.sizes.default_side;
+    p.height = job.height ? job.height : model.sizes.default_side;
+    // Patches a side as the pipeline makes them (FLUX packs 2x2 before a transformer of patch 1).
+    const long long vae_scale = model.sizes.vae_scale, grid = model.sizes.patch_size;
+    p.image_tokens = (p.width / vae_scale / grid) * (p.height / vae_scale / grid);
+    const long long max_sequence = static_cast<long long>(
+        job.arguments.has("max_sequence_length") ? job.arguments.number("max_sequence_length")
+                                                 : model.arguments.default_number("max_sequence_length"));
+    p.text_tokens = strategies::plan_text_tokens(model, max_sequence, resolved.left_out);
+    return p;
+}
+
+// The model's transformer, the prompt's tokens and the run's precision.
+void describe_model(std::ostream& out, const ResolvedJob& resolved, const PlanPrompt& prompt) {
+    const strategies::TransformerShape& shape = resolved.model.shape;
+    out << "model: " << resolved.options.model << "\n  transformer: " << shape.layers << " blocks, width "
+        << shape.width() << ", " << shape.heads << " heads of " << shape.head_dim << "; " << prompt.width
+        << "x" << prompt.height << " px -> " << prompt.image_tokens << " image tokens, "
+        << (strategies::stream_split(*resolved.model.spec, "text") ? "up to " : "") << prompt.text_tokens
+        << " text tokens\n  precision: " << describe_dtype(resolved.options, resolved.strategy) << "\n";
+}
+
+// The world, each rank's place in the mesh and role, device_map's placement, the sub-groups and
+// the strategy's notes.
+void describe_mesh(std::ostream& out, const LaunchSpec& launch, const ResolvedJob& resolved) {
+    const strategies::ResolvedStrategy& strategy = resolved.strategy;
+    const int world = launch.world_size();
+    const strategies::MeshDegrees& deg = strategy.degrees;
+    const strategies::Mesh mesh(world, deg);
+    out << "world: " << world << " rank(s) on " << launch.nnodes << " node(s); mesh " << mesh.describe()
+        << "\n";
+    out << "ranks:\n";
+    for (int r = 0; r < world; ++r) {
+        const auto c = mesh.coords(r);
+        out << "  rank " << r << ": dp " << c[0] << ", cfg " << c[1] << ", ring " << c[2] << ", ulysses "
+            << c[3] << ", tp " << c[4] << " -- "
+            << (deg.dp > 1 ? "prompt share " + std::to_string(c[0]) + " of " + std::to_string(deg.dp)
+                           : std::string("all prompts"))
+            << (deg.cfg > 1 ? (c[1] == 0 ? ", negative branch" : ", positive branch") : "")
+            << (mesh.writes_outputs(r) ? ", writes the images" : "") << "\n";
+    }
+    if (!resolved.device_map().empty()) {
+        const auto& plan = strategy.device_map_plan;
+        out << "device_map " << resolved.device_map() << ": one process"
+            << (plan ? ", components and blocks placed:\n" + strategies::describe_device_map(*plan)
+                     : "; budgets are each visible GPU's free memory when the job starts (pass "
+                       "--max-memory cuda:0=SIZE,cuda:1=SIZE to see the placement here)\n");
+    }
+    out << "sub-groups:\n";
+    for (int d = 1; d < strategies::kMeshDims; ++d) {
+        const auto dim = static_cast<strategies::MeshDim>(d);
+        if (deg.of(dim) == 1) continue;
+        out << "  " << strategies::mesh_dim_name(dim) << ":";
+        for (const auto& g : mesh.groups(dim)) {
+            out << " [";
+            for (std::size_t i = 0; i < g.size(); ++i) out << (i ? "," : "") << g[i];
+            out << "]";
+        }
+        out << "\n";
+    }
+    if (deg.replica_size() == 1) out << "  none (data parallelism only)\n";
+    for (const std::string& note : strategy.notes) out << "note: " << note << "\n";
+}
+
+// The transformer's parameters by whether the spec's TP rules split them, and the share of the
+// busiest tp rank (Note [uneven heads]): the figures plan prints are that rank's.
+struct TransformerElements {
+    std::map<std::string, int64_t> counts;  // tensor -> elements
+    long long whole = 0, split = 0;         // replicated on every rank; split over tp
+    long long heads = 0,
+              heads_tp = 0;  // heads_tp: the busiest tp rank's; 0 when tp x ulysses exceed the heads
+    int tp = 1;
+    bool even() const { return heads_tp == 0 || heads % tp == 0; }
+    long long per_rank() const { return even() ? whole + split / tp : whole + split * heads_tp / heads; }
+};
+
+TransformerElements transformer_elements(const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    const strategies::MeshDegrees& deg = resolved.degrees();
+    TransformerElements t;
+    t.heads = model.shape.heads;
+    t.tp = deg.tp;
+    if (t.heads >= static_cast<long long>(deg.tp) * deg.ulysses)
+        t.heads_tp = strategies::head_split(t.heads, deg.tp, deg.ulysses).tp_shares.front();
+    t.counts = read_counts(job, [&](const std::string& variant) {
+        return strategies::tensor_element_counts(job.model + "/" + model.spec->transformer, variant);
+    });
+    for (const auto& [name, n] : t.counts)
+        (strategies::tp_splits_tensor(*model.spec, name) ? t.split : t.whole) += n;
+    return t;
+}
+
+void describe_transformer_parameters(std::ostream& out, const TransformerElements& t,
+                                     const std::string& dtype, long long f) {
+    if (t.even())
+        out << "transformer parameters per rank (" << dtype << "): " << bytes_text(t.per_rank() * f) << " = "
+            << bytes_text(t.whole * f) << " replicated + " << bytes_text(t.split * f) << " / tp " << t.tp
+            << "\n";
+    else  // the attention layers split by heads; the MLPs evenly, a smaller share
+        out << "transformer parameters per rank (" << dtype << "): up to " << bytes_text(t.per_rank() * f)
+            << " = " << bytes_text(t.whole * f) << " replicated + " << bytes_text(t.split * f)
+            << " x at most " << t.heads_tp << "/" << t.heads << " on the ranks with " << t.heads_tp
+            << " heads (tp " << t.tp << ")\n";
+}
+
+// A text encoder the spec's rules split over tp like the transformer (SD3's T5, Qwen-Image's
+// Qwen2.5-VL): a rank's bytes of it, without the tensors the pipeline never loads (its vision tower).
+long long text_encoder_rank_bytes(const JobOptions& job, const strategies::ModelInfo& model,
+                                  const std::string& component, int tp, long long f) {
+    const strategies::ParallelSpec& spec = *model.spec;
+    const auto counts = read_counts(job, [&](const std::string& variant) {
+        return strategies::tensor_element_counts(job.model + "/" + component, variant);
+    });
+    long long whole = 0, split = 0;
+    for (const auto& [name, n] : counts) {
+        const bool unloaded =
+            std::any_of(spec.unloaded_tensors.begin(), spec.unloaded_tensors.end(),
+                        [&](const auto& u) { return u.first == component && name.rfind(u.second, 0) == 0; });
+        if (!unloaded) (strategies::tp_splits_tensor(spec, name) ? split : whole) += n;
+    }
+    return (whole + split / tp) * f;
+}
+
+// One component's weights on a rank.
+struct RankWeight {
+    std::string component;
+    long long bytes = 0;
+    bool tp_share = false;  // split over tp (the transformer, a text encoder the spec splits)
+};
+
+// What a rank's weights come to, in pipeline order: its transformer share (`transformer_bytes`)
+// and every other component whole or its tp share, without the tensors the pipeline never loads
+// (scripts/bench/sd35_large_memory.sh compares a rank's peak RSS with it).
+std::vector<RankWeight> rank_weights(const ResolvedJob& resolved, long long transformer_bytes, long long f) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    const strategies::ParallelSpec& spec = *model.spec;
+    const int tp = resolved.degrees().tp;
+    const std::vector<strategies::ComponentSize> sizes = read_counts(job, [&](const std::string& variant) {
+        return strategies::pipeline_component_sizes(job.model, spec, f, variant, resolved.left_out);
+    });
+    std::vector<RankWeight> out;
+    for (const strategies::ComponentSize& c : sizes) {
+        const bool text_encoder = std::find(spec.tp_components.begin(), spec.tp_components.end(), c.name) !=
+                                  spec.tp_components.end();
+        const long long bytes = c.name == spec.transformer ? transformer_bytes
+                                : text_encoder ? text_encoder_rank_bytes(job, model, c.name, tp, f)
+                                               : c.bytes;
+        out.push_back({c.name, bytes, c.name == spec.transformer || text_encoder});
+    }
+    return out;
+}
+
+void describe_rank_weights(std::ostream& out, const std::vector<RankWeight>& weights, int tp,
+                           const std::string& dtype) {
+    long long total = 0;
+    std::string parts;
+    for (const RankWeight& w : weights) {
+        total += w.bytes;
+        parts += "  " + w.component + ": " + bytes_text(w.bytes) +
+                 (w.tp_share && tp > 1 ? ", its tp share" : "") + "\n";
+    }
+    out << "weights per rank (" << dtype << "): " << bytes_text(total) << "\n" << parts;
+}
+
+// Components from one file each (Note [component files]): checked as a job checks them (without
+// their SHA-256), with their layout and format, and for GGUF which way its weights run (Note [kept
+// quantized]).
+void describe_component_files(std::ostream& out, const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    const std::string& dtype = resolved.dtype;
+    const int tp = resolved.degrees().tp;
+    for (const ComponentFile& c :
+         check_component_files(job.component_files, model, job.variant, /*hash=*/false, job.model_file)) {
+        out << "component file: " << c.component << " from " << utf8_for_display(c.path) << " (" << c.layout
+            << ", " << c.format
+            << (c.format.find("fp8") != std::string::npos
+                    ? "; converted to the run's dtype at load. GPUs of compute capability 8.9 and later "
+                      "(Ada, "
+                      "Hopper: L40, H100, H200) could keep fp8 and multiply in it; dp-launch "
+                      "does not yet"
+                    : "")
+            << ")\n";
+        if (c.quantized_bytes == 0) continue;
+        const long long kept = static_cast<long long>(c.quantized_bytes) /
+                               (c.component == model.spec->transformer && tp > 1 ? tp : 1);
+        if (job.keep_quantized)
+            out << "  GGUF weights kept quantized (--keep-quantized): about " << bytes_text(kept)
+                << " of blocks per rank, each layer dequantized to " << dtype
+                << " as it runs (the least memory; a dequantization per use)\n";
+        else
+            out << "  GGUF weights dequantized to " << dtype
+                << " at load (the fastest); --keep-quantized keeps "
+                << "about " << bytes_text(kept)
+                << " of blocks per rank instead and dequantizes each layer as it runs\n";
+    }
+}
+
+// The bytes each rank sends per denoising step, for one prompt (Note [step traffic];
+// docs/strategies.md, "Strategy guide").
+void describe_step_traffic(std::ostream& out, const ResolvedJob& resolved, const PlanPrompt& prompt,
+                           const std::map<std::string, int64_t>& transformer_counts, long long f) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    strategies::StepTrafficInput step;
+    step.image_tokens = prompt.image_tokens;
+    step.text_tokens = prompt.text_tokens;
+    // Both guidance branches in one batch (Qwen-Image's only with a negative prompt).
+    const bool guided = model.arguments.runs_two_branches(job.arguments, job.negative_prompt.has_value());
+    step.branches = guided && !job.cfg_parallel ? 2 : 1;
+    step.element_bytes = f;
+    const std::map<std::string, int64_t> traffic =
+        strategies::step_traffic(*model.spec, model.shape, resolved.degrees(), transformer_counts, step);
+    out << "estimated bytes sent per rank per denoising step, per prompt:";
+    if (traffic.empty()) out << " none";
+    for (const auto& [kind, bytes] : traffic) out << "\n  " << kind << ": " << bytes_text(bytes);
+    out << "\n";
+}
+
+// What the job itself would refuse, though a plan can still be made: the folder's and the
+// settings' problems, then what a rank would refuse, checked as a job checks it before its ranks
+// start (Note [checking a model before the ranks start]); a folder of configs only (a plan for
+// weights one does not have yet) has nothing a rank could load.
+std::vector<std::string> job_refusals(const LaunchSpec& launch, const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    std::vector<std::string> refusals = model_problems(job, resolved.model);
+    try {
+        const std::vector<std::string> more = job_setting_problems(resolved);
+        refusals.insert(refusals.end(), more.begin(), more.end());
+    } catch (const Error& e) {
+        refusals.push_back(e.what());
+    }
+    if (refusals.empty() && !job.random_weights && job.component_files.empty() &&
+        strategies::components_without_weights(job.model, *resolved.model.spec).empty()) {
+        try {
+            check_model_with_worker(launch, resolved);
+        } catch (const Error& e) {
+            refusals.push_back(e.what());
+        }
+    }
+    return refusals;
+}
 
 // What the job's --lora adapters change, and what a replica's switch to or from them costs: the
 // weights they change, made again in place from their files, each rank its share (Note [adapter
 // switches], runtime/pipeline/adapters.h); a component whose rank keeps a changed weight only as a
 // fused copy (a row-parallel layer over segments, under tp) is built again whole. Measured
 // figures: docs/benchmarks.md, "LoRA adapter switches".
-std::string adapter_plan(const JobOptions& job, const strategies::ModelInfo& model,
-                         const std::map<std::string, long long>& component_rank_bytes, int tp,
+std::string adapter_plan(const ResolvedJob& resolved,
+                         const std::map<std::string, long long>& component_rank_bytes,
                          long long element_bytes) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    const int tp = resolved.degrees().tp;
     const protocol::Adapters& adapters = job.arguments.adapters("lora");
     if (adapters.empty()) return {};
     AdapterFiles files(model, job.variant);
@@ -161,263 +413,29 @@ std::string adapter_plan(const JobOptions& job, const strategies::ModelInfo& mod
     return out.str();
 }
 
-std::string describe_plan(const LaunchSpec& launch, const JobOptions& requested) {
-    const strategies::ModelInfo model = strategies::read_model_info(requested.model);  // read once
-    const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested, model);
-    const JobOptions job = with_strategy(requested, strategy);
-    const int world = launch.world_size();
-    const strategies::MeshDegrees& deg = strategy.degrees;
-    const strategies::Mesh mesh(world, deg);
+}  // namespace
 
-    const strategies::ParallelSpec& spec = *model.spec;
-    const strategies::TransformerShape& shape = model.shape;
-    const long long heads = shape.heads, hd = shape.head_dim, layers = shape.layers;
-    const long long patch = shape.patch_size, channels = shape.in_channels;
-    const long long width_d = shape.width();
-    const long long vae_scale = model.sizes.vae_scale;
-    const long long px_w = job.width ? job.width : model.sizes.default_side,
-                    px_h = job.height ? job.height : model.sizes.default_side;
-    // Patches a side as the pipeline makes them (FLUX packs 2x2 before a transformer of patch 1).
-    const long long grid = model.sizes.patch_size;
-    const long long tokens = (px_w / vae_scale / grid) * (px_h / vae_scale / grid);
-    const protocol::FamilyArguments& arguments = model.arguments;
-    const long long max_sequence = static_cast<long long>(
-        job.arguments.has("max_sequence_length") ? job.arguments.number("max_sequence_length")
-                                                 : arguments.default_number("max_sequence_length"));
-    long long text = max_sequence;  // Qwen-Image: at most this, as long as the prompt
-    if (spec.family == "sd3") {
-        // CLIP's tokens, then T5's max_sequence_length; without T5 (none in the folder, or --no-t5)
-        // one that stands for its zero positions (the worker's Note [constant text tail]).
-        const nlohmann::json tok = read_json_if_present(job.model + "/tokenizer/tokenizer_config.json");
-        const long long clip_length =
-            tok.contains("model_max_length") && tok["model_max_length"].is_number_integer()
-                ? tok["model_max_length"].get<long long>()
-                : 77;
-        const nlohmann::json index = read_json_if_present(job.model + "/model_index.json");
-        const bool t5 = !job.no_t5 && index.contains("text_encoder_3") &&
-                        index["text_encoder_3"].is_array() && index["text_encoder_3"].size() == 2 &&
-                        index["text_encoder_3"][1].is_string();
-        text = clip_length + (t5 ? max_sequence : 1);
-    }
-    const bool text_split = strategies::stream_split(spec, "text");
-    const std::string dtype = expected_dtype(job, strategy.device_map_plan);
-    const long long f = dtype == "fp32" ? 4 : 2;
+std::string describe_plan(const LaunchSpec& launch, const JobOptions& options) {
+    const ResolvedJob resolved = resolve_job(launch, options);  // the model read once
+    const strategies::MeshDegrees& deg = resolved.degrees();
+    const PlanPrompt prompt = plan_prompt(resolved);
+    const long long f = resolved.dtype == "fp32" ? 4 : 2;
 
     std::ostringstream out;
-    out << "model: " << job.model << "\n  transformer: " << layers << " blocks, width " << width_d << ", "
-        << heads << " heads of " << hd << "; " << px_w << "x" << px_h << " px -> " << tokens
-        << " image tokens, " << (text_split ? "up to " : "") << text
-        << " text tokens\n  precision: " << describe_dtype(job, strategy.device_map_plan) << "\n";
-    out << "world: " << world << " rank(s) on " << launch.nnodes << " node(s); mesh " << mesh.describe()
-        << "\n";
-    out << "ranks:\n";
-    for (int r = 0; r < world; ++r) {
-        const auto c = mesh.coords(r);
-        const bool writer = mesh.writes_outputs(r);
-        out << "  rank " << r << ": dp " << c[0] << ", cfg " << c[1] << ", ring " << c[2] << ", ulysses "
-            << c[3] << ", tp " << c[4] << " -- "
-            << (deg.dp > 1 ? "prompt share " + std::to_string(c[0]) + " of " + std::to_string(deg.dp)
-                           : std::string("all prompts"))
-            << (deg.cfg > 1 ? (c[1] == 0 ? ", negative branch" : ", positive branch") : "")
-            << (writer ? ", writes the images" : "") << "\n";
-    }
-    if (!job.device_map.empty()) {
-        const auto& plan = strategy.device_map_plan;
-        out << "device_map " << job.device_map << ": one process"
-            << (plan ? ", components and blocks placed:\n" + strategies::describe_device_map(*plan)
-                     : "; budgets are each visible GPU's free memory when the job starts (pass "
-                       "--max-memory cuda:0=SIZE,cuda:1=SIZE to see the placement here)\n");
-    }
-    out << "sub-groups:\n";
-    for (int d = 1; d < strategies::kMeshDims; ++d) {
-        const auto dim = static_cast<strategies::MeshDim>(d);
-        if (deg.of(dim) == 1) continue;
-        out << "  " << strategies::mesh_dim_name(dim) << ":";
-        for (const auto& g : mesh.groups(dim)) {
-            out << " [";
-            for (std::size_t i = 0; i < g.size(); ++i) out << (i ? "," : "") << g[i];
-            out << "]";
-        }
-        out << "\n";
-    }
-    if (deg.replica_size() == 1) out << "  none (data parallelism only)\n";
-    for (const std::string& note : strategy.notes) out << "note: " << note << "\n";
-    // Heads on the busiest rank (Note [uneven heads]): the figures below are that rank's.
-    const bool heads_fit = heads >= static_cast<long long>(deg.tp) * deg.ulysses;
-    const long long h_tp =
-        heads_fit ? strategies::head_split(heads, deg.tp, deg.ulysses).tp_shares.front() : 0;
-    const long long h_attend = heads_fit ? strategies::head_split(heads, deg.tp, deg.ulysses).most() : 0;
-
-    long long split = 0, whole = 0;
-    std::map<std::string, int64_t> counts;
-    try {
-        counts = with_variant_or_plain(job, [&](const std::string& variant) {
-            return strategies::tensor_element_counts(job.model + "/" + spec.transformer, variant);
-        });
-    } catch (const std::runtime_error& e) {
-        throw InputDataError(e.what());
-    }
-    for (const auto& [name, n] : counts) (strategies::tp_splits_tensor(spec, name) ? split : whole) += n;
-    // Layers split by output features and gathered (AdaLN's modulations): every rank sends its
-    // share of each one's outputs, padded to the largest share, per prompt of the batch.
-    long long gathered_features = 0;
-    for (const auto& [name, n] : counts) {
-        const std::size_t dot = name.rfind(".weight");
-        if (dot == std::string::npos || dot + 7 != name.size()) continue;
-        if (strategies::tp_rule_for_layer(spec, name.substr(0, dot)).split ==
-            strategies::TpSplit::kColumnGathered)
-            gathered_features += (n / width_d + deg.tp - 1) / deg.tp;
-    }
-    if (!heads_fit || heads % deg.tp == 0)
-        out << "transformer parameters per rank (" << dtype
-            << "): " << bytes_text((whole + split / deg.tp) * f) << " = " << bytes_text(whole * f)
-            << " replicated + " << bytes_text(split * f) << " / tp " << deg.tp << "\n";
-    else  // the attention layers split by heads; the MLPs evenly, a smaller share
-        out << "transformer parameters per rank (" << dtype << "): up to "
-            << bytes_text((whole + split * h_tp / heads) * f) << " = " << bytes_text(whole * f)
-            << " replicated + " << bytes_text(split * f) << " x at most " << h_tp << "/" << heads
-            << " on the ranks with " << h_tp << " heads (tp " << deg.tp << ")\n";
-    // What a rank's weights come to: its transformer share (above) and every other component
-    // whole, without the tensors the pipeline never loads (scripts/bench/sd35_large_memory.sh
-    // compares a rank's peak RSS with it).
-    std::vector<strategies::ComponentSize> sizes;
-    const std::vector<std::string> left_out = strategies::components_left_out(job.model, spec, job.no_t5);
-    try {
-        sizes = with_variant_or_plain(job, [&](const std::string& variant) {
-            return strategies::pipeline_component_sizes(job.model, spec, f, variant, left_out);
-        });
-    } catch (const std::runtime_error& e) {
-        throw InputDataError(e.what());
-    }
-    const long long transformer_rank =
-        (!heads_fit || heads % deg.tp == 0 ? whole + split / deg.tp : whole + split * h_tp / heads) * f;
-    // A text encoder the spec's rules split over tp like the transformer (SD3's T5, Qwen-Image's
-    // Qwen2.5-VL), without the tensors the pipeline never loads (its vision tower).
-    auto text_encoder_rank = [&](const strategies::ComponentSize& c) {
-        long long t5_whole = 0, t5_split = 0;
-        try {
-            const auto t5_counts = with_variant_or_plain(job, [&](const std::string& variant) {
-                return strategies::tensor_element_counts(job.model + "/" + c.name, variant);
-            });
-            for (const auto& [name, n] : t5_counts) {
-                const bool unloaded = std::any_of(
-                    spec.unloaded_tensors.begin(), spec.unloaded_tensors.end(),
-                    [&](const auto& u) { return u.first == c.name && name.rfind(u.second, 0) == 0; });
-                if (!unloaded) (strategies::tp_splits_tensor(spec, name) ? t5_split : t5_whole) += n;
-            }
-        } catch (const std::runtime_error& e) {
-            throw InputDataError(e.what());
-        }
-        return (t5_whole + t5_split / deg.tp) * f;
-    };
-    long long rank_bytes = 0;
-    std::string parts;
+    describe_model(out, resolved, prompt);
+    describe_mesh(out, launch, resolved);
+    const TransformerElements transformer = transformer_elements(resolved);
+    describe_transformer_parameters(out, transformer, resolved.dtype, f);
+    const std::vector<RankWeight> weights = rank_weights(resolved, transformer.per_rank() * f, f);
+    describe_rank_weights(out, weights, deg.tp, resolved.dtype);
     std::map<std::string, long long> component_rank_bytes;
-    for (const strategies::ComponentSize& c : sizes) {
-        const bool text_encoder = std::find(spec.tp_components.begin(), spec.tp_components.end(), c.name) !=
-                                  spec.tp_components.end();
-        const bool split_by_tp = c.name == spec.transformer || text_encoder;
-        const long long bytes = c.name == spec.transformer ? transformer_rank
-                                : text_encoder             ? text_encoder_rank(c)
-                                                           : c.bytes;
-        rank_bytes += bytes;
-        component_rank_bytes[c.name] = bytes;
-        parts += "  " + c.name + ": " + bytes_text(bytes) +
-                 (split_by_tp && deg.tp > 1 ? ", its tp share" : "") + "\n";
-    }
-    out << "weights per rank (" << dtype << "): " << bytes_text(rank_bytes) << "\n" << parts;
-    out << adapter_plan(job, model, component_rank_bytes, deg.tp, f);
-    // Components from one file each (Note [component files]): checked as a job checks them.
-    for (const ComponentFile& c :
-         check_component_files(job.component_files, model, job.variant, /*hash=*/false, job.model_file)) {
-        out << "component file: " << c.component << " from " << utf8_for_display(c.path) << " (" << c.layout
-            << ", " << c.format
-            << (c.format.find("fp8") != std::string::npos
-                    ? "; converted to the run's dtype at load. GPUs of compute capability 8.9 and later "
-                      "(Ada, "
-                      "Hopper: L40, H100, H200) could keep fp8 and multiply in it; dp-launch "
-                      "does not yet"
-                    : "")
-            << ")\n";
-        // Note [kept quantized]: which way the GGUF weights run.
-        if (c.quantized_bytes == 0) continue;
-        const long long kept = static_cast<long long>(c.quantized_bytes) /
-                               (c.component == spec.transformer && deg.tp > 1 ? deg.tp : 1);
-        if (job.keep_quantized)
-            out << "  GGUF weights kept quantized (--keep-quantized): about " << bytes_text(kept)
-                << " of blocks per rank, each layer dequantized to " << dtype
-                << " as it runs (the least memory; a dequantization per use)\n";
-        else
-            out << "  GGUF weights dequantized to " << dtype
-                << " at load (the fastest); --keep-quantized keeps "
-                << "about " << bytes_text(kept)
-                << " of blocks per rank instead and dequantizes each layer as it runs\n";
-    }
-
-    // Bytes each rank sends per denoising step, for one prompt (docs/strategies.md, "Strategy guide").
-    const long long split_tokens = deg.ring * deg.ulysses;
-    const long long n = (tokens + split_tokens - 1) / split_tokens * split_tokens;
-    // Both guidance branches in one batch (Qwen-Image's only with a negative prompt).
-    const bool guided = arguments.runs_two_branches(job.arguments, job.negative_prompt.has_value());
-    const long long b = guided && !job.cfg_parallel ? 2 : 1;
-    std::map<std::string, long long> step;
-    if (deg.cfg > 1) step["all_gather"] += channels * tokens * patch * patch * f;
-    // A split text stream (Qwen-Image) travels with the image's tokens, padded to the ranks; a
-    // replicated one (SD3) is computed whole on every rank, its attention output gathered.
-    const long long m = text_split ? (text + split_tokens - 1) / split_tokens * split_tokens : 0;
-    const long long text_rank = text_split ? m / split_tokens : text;
-    if (deg.ulysses > 1) {
-        // q, k, v leave with the tp shard's heads; the output comes back with this rank's, from
-        // every Ulysses rank; the text output is gathered padded to the largest share.
-        // The last block's text output is not needed, so a split text's does not come back there.
-        step["all_to_all"] += (layers * b * (3 * h_tp + deg.ulysses * h_attend) * ((n + m) / split_tokens) -
-                               b * deg.ulysses * h_attend * (m / split_tokens)) *
-                              hd * f;
-        step["all_gather"] += ((text_split ? 0 : (layers - 1) * b * h_attend * text * hd) +
-                               b * (n / split_tokens) * channels * patch * patch) *
-                              f;
-    }
-    if (deg.ring > 1) {
-        step["send"] += 2 * layers * (deg.ring - 1) * b * h_attend * ((n + m) / deg.ring) * hd * f;
-        step["all_gather"] += b * (n / deg.ring) * channels * patch * patch * f;
-    }
-    if (deg.tp > 1 && shape.more_layers > 0) {
-        // FLUX: a double block reduces after each stream's attention and MLP outputs (the last one's
-        // text too: the single blocks go on with it), a single block once, over both streams.
-        // The last single block's text is not needed: only its image tokens are reduced.
-        const long long both = n / split_tokens + text_rank, doubles = layers - shape.more_layers;
-        step["all_reduce"] += b * width_d * (both * (2 * doubles + shape.more_layers) - text_rank) * f;
-        step["all_gather"] += b * gathered_features * f;
-    } else if (deg.tp > 1) {
-        step["all_reduce"] +=
-            b * width_d * (2 * (n / split_tokens) * layers + 2 * text_rank * (layers - 1)) * f;
-        step["all_gather"] += b * gathered_features * f;
-    }
-    out << "estimated bytes sent per rank per denoising step, per prompt:";
-    if (step.empty()) out << " none";
-    for (const auto& [kind, bytes] : step) out << "\n  " << kind << ": " << bytes_text(bytes);
-    out << "\n";
-    if (!job.prompts.empty()) out << schedule_plan(job, model, deg.dp);
-    // What the job itself would refuse, though a plan can still be made.
-    std::vector<std::string> refusals = model_problems(job, model);
-    try {
-        const std::vector<std::string> more = job_setting_problems(job, model);
-        refusals.insert(refusals.end(), more.begin(), more.end());
-    } catch (const Error& e) {
-        refusals.push_back(e.what());
-    }
-    // What a rank would refuse, checked as a job checks it before its ranks start (Note [checking
-    // a model before the ranks start]); a folder of configs only (a plan for weights one does not
-    // have yet) has nothing a rank could load.
-    if (refusals.empty() && !job.random_weights && job.component_files.empty() &&
-        strategies::components_without_weights(job.model, *model.spec).empty()) {
-        try {
-            check_model_with_worker(launch, job, model, strategy);
-        } catch (const Error& e) {
-            refusals.push_back(e.what());
-        }
-    }
-    for (const std::string& why : refusals) out << "warning: the job would refuse this: " << why << "\n";
+    for (const RankWeight& w : weights) component_rank_bytes[w.component] = w.bytes;
+    out << adapter_plan(resolved, component_rank_bytes, f);
+    describe_component_files(out, resolved);
+    describe_step_traffic(out, resolved, prompt, transformer.counts, f);
+    if (!options.prompts.empty()) out << schedule_plan(resolved);
+    for (const std::string& why : job_refusals(launch, resolved))
+        out << "warning: the job would refuse this: " << why << "\n";
     return out.str();
 }
 

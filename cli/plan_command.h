@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "launcher/job.h"
+#include "launcher/job_options.h"
 #include "launcher/launch_spec.h"
 
 namespace dp::cli {

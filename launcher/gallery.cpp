@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "launcher/atomic_file.h"
+#include "protocol/atomic_file.h"
 
 namespace dp::launcher {
 
@@ -158,13 +158,13 @@ void write_gallery(const std::string& dir, const RecordSource& records, const Ga
         if (++problems <= page_cards) problem_cards += card(r);
     });
     const std::size_t pages = count <= page_cards ? 1 : (count + page_cards - 1) / page_cards;
-    std::unique_ptr<AtomicFile> index, page;  // index.html is renamed last
+    std::unique_ptr<protocol::AtomicFile> index, page;  // index.html is renamed last
     std::size_t at = 0;
     const auto open_page = [&](std::size_t p) {
         const std::string title =
             "dp-launch gallery, page " + std::to_string(p) + " of " + std::to_string(pages);
         if (p == 1) {
-            index = std::make_unique<AtomicFile>(dir + "/index.html");
+            index = std::make_unique<protocol::AtomicFile>(dir + "/index.html");
             std::string between;
             if (pages > 1) {
                 between = page_links(1, pages);
@@ -179,7 +179,7 @@ void write_gallery(const std::string& dir, const RecordSource& records, const Ga
             }
             index->write(page_head(pages > 1 ? title : "dp-launch gallery", s, between));
         } else {
-            page = std::make_unique<AtomicFile>(dir + "/" + gallery_page_name(p));
+            page = std::make_unique<protocol::AtomicFile>(dir + "/" + gallery_page_name(p));
             page->write(page_head(title, s, page_links(p, pages)));
         }
     };

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -45,16 +46,6 @@ namespace {
 
 constexpr std::size_t kMaxListedInvalid = 20;
 constexpr std::size_t kRequestsPerPiece = 4096;
-
-void make_dirs(const std::string& path) {
-    for (std::size_t i = 1; i <= path.size(); ++i) {
-        if (i == path.size() || path[i] == '/') {
-            const std::string part = path.substr(0, i);
-            if (mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
-                throw IoError(errno_message("--output-dir " + path + ": cannot create " + part));
-        }
-    }
-}
 
 // The host name as a part of a file name.
 std::string host_for_file_name() {
@@ -97,8 +88,10 @@ void set_aside_superseded(const std::map<int64_t, nlohmann::json>& earlier, cons
                 if (::unlink(path.c_str()) != 0)
                     throw IoError(path + ": cannot remove it (" + std::strerror(errno) + ")");
             } else {
-                make_dirs(job.output_dir + "/superseded");
-                const std::string to = job.output_dir + "/superseded/" + file;
+                const std::string folder = job.output_dir + "/superseded", to = folder + "/" + file;
+                std::error_code failed;
+                std::filesystem::create_directories(folder, failed);
+                if (failed) throw IoError(folder + ": cannot create it (" + failed.message() + ")");
                 if (::rename(path.c_str(), to.c_str()) != 0)
                     throw IoError(path + ": cannot move it to " + to + " (" + std::strerror(errno) + ")");
             }
@@ -140,79 +133,6 @@ bool exists(const std::string& path) {
     return stat(path.c_str(), &st) == 0;
 }
 
-}  // namespace
-
-strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const JobOptions& job,
-                                             const strategies::ModelInfo& model) {
-    strategies::StrategyRequest r;
-    r.world = launch.world_size();
-    r.num_processes = launch.num_processes;
-    r.strategy = job.strategy;
-    r.cfg_parallel = job.cfg_parallel;
-    // The job's guidance scale, else the model's own default (its folder's, else its family's).
-    r.cfg_scale = cfg_scale_setting(job, model.arguments);
-    if (const protocol::FamilyArgument* cfg = model.arguments.guidance_scale(); cfg && !r.cfg_scale)
-        r.cfg_scale = model.arguments.default_number(cfg->row->name);
-    r.ulysses = job.ulysses;
-    r.ring = job.ring;
-    r.tp = job.tp;
-    r.dp = job.dp;
-    r.device_map = job.device_map;
-    r.max_memory = job.max_memory;
-    r.device = job.device;
-    return r;
-}
-
-strategies::ResolvedStrategy resolve_job_strategy(const LaunchSpec& launch, const JobOptions& job,
-                                                  const strategies::ModelInfo& model) {
-    strategies::ResolvedStrategy resolved = strategies::resolve_strategy(
-        strategy_request(launch, job, model), *model.spec, static_cast<int>(model.shape.heads));
-    // Planned once, here (every error now, before anything starts), when the budgets are known.
-    resolved.device_map_plan = plan_device_map_for(with_strategy(job, resolved), model);
-    return resolved;
-}
-
-JobOptions with_strategy(JobOptions job, const strategies::ResolvedStrategy& resolved) {
-    job.dp = resolved.degrees.dp;
-    job.ring = resolved.degrees.ring;
-    job.ulysses = resolved.degrees.ulysses;
-    job.tp = resolved.degrees.tp;
-    job.device_map = resolved.device_map;
-    return job;
-}
-
-JobOptions resolve_strategy(const LaunchSpec& launch, JobOptions job) {
-    return with_strategy(job, resolve_job_strategy(launch, job, strategies::read_model_info(job.model)));
-}
-
-std::optional<strategies::DeviceMapPlan> plan_device_map_for(const JobOptions& job,
-                                                             const strategies::ModelInfo& model) {
-    if (job.device_map.empty()) return std::nullopt;
-    const bool file = job.device_map != "balanced" && job.device_map != "auto";
-    if (!file && job.max_memory.empty()) return std::nullopt;  // the GPUs' memory: the worker's
-    try {
-        const auto plan_at = [&](int64_t element_bytes) {
-            return strategies::plan_device_map_spec(
-                job.model, *model.spec, element_bytes, job.device_map, job.max_memory, {}, job.variant,
-                strategies::components_left_out(job.model, *model.spec, job.no_t5));
-        };
-        if (job.dtype != "auto") return plan_at(job.dtype == "fp32" ? 4 : 2);
-        // --dtype auto is fp32 on CPU devices and bf16 on GPUs: the devices say which.
-        strategies::DeviceMapPlan devices;
-        if (!job.max_memory.empty()) {
-            for (const strategies::DeviceBudget& b : strategies::parse_max_memory(job.max_memory))
-                devices.devices.push_back(b.device);
-        } else {
-            devices = plan_at(4);  // a FILE.json: no budgets to exceed
-        }
-        return plan_at(expected_dtype(job, devices) == "fp32" ? 4 : 2);
-    } catch (const std::exception& e) {
-        throw UsageError("--device-map " + job.device_map + ": " + e.what());
-    }
-}
-
-namespace {
-
 // A config-only folder of a real model (models/README.md) makes images only from random weights.
 void check_has_weights(const std::string& model, const strategies::ParallelSpec& spec,
                        const std::map<std::string, std::string>& files) {
@@ -241,12 +161,19 @@ protocol::DeviceMapPlan to_protocol(const strategies::DeviceMapPlan& plan) {
     return out;
 }
 
-// What every rank is told: `job` (through `strategy`) without its requests.
-protocol::JobFile job_file_for(const JobOptions& job, const strategies::ModelInfo& model,
-                               const strategies::ResolvedStrategy& strategy) {
+// A diagnostics switch of dp-launch's environment, read as dp-worker has read it from its own: set,
+// not empty and not "0".
+bool env_switch(const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v && std::string(v) != "0";
+}
+
+// What every rank is told: `resolved` without its requests.
+protocol::JobFile job_file_for(const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
     protocol::JobFile f;
     f.model_dir = job.model;
-    f.family = model.family;
+    f.family = resolved.model.family;
     f.random_weights = job.random_weights;
     f.output_dir = job.output_dir;
     f.dtype = job.dtype;
@@ -256,81 +183,80 @@ protocol::JobFile job_file_for(const JobOptions& job, const strategies::ModelInf
     f.no_t5 = job.no_t5;
     f.offload = job.offload;
     f.keep_quantized = job.keep_quantized;
-    const strategies::MeshDegrees& d = strategy.degrees;
+    const strategies::MeshDegrees& d = resolved.degrees();
     f.mesh = {d.dp, d.cfg, d.ring, d.ulysses, d.tp};
     f.collective_timeout_s = job.collective_timeout_s;
-    if (!job.device_map.empty()) {
-        f.device_map = protocol::DeviceMapRequest{job.device_map, job.max_memory, std::nullopt};
+    f.save_latents = env_switch("DP_SAVE_LATENTS");
+    f.cache_report = env_switch("DP_CACHE_REPORT");
+    f.comm_report = env_switch("DP_COMM_REPORT");
+    if (!resolved.device_map().empty()) {
+        f.device_map = protocol::DeviceMapRequest{resolved.device_map(), job.max_memory, std::nullopt};
         // The launcher's plan when it could make one; else the worker plans from its GPUs.
-        if (strategy.device_map_plan) f.device_map->plan = to_protocol(*strategy.device_map_plan);
+        if (const auto& plan = resolved.strategy.device_map_plan) f.device_map->plan = to_protocol(*plan);
     }
     return f;
 }
 
-}  // namespace
-
-void check_model_with_worker(const LaunchSpec& launch, const JobOptions& job,
-                             const strategies::ModelInfo& model,
-                             const strategies::ResolvedStrategy& strategy) {
-    // With our own dp-worker: a --worker of one's own may not take --check; without one beside
-    // dp-launch (a test of the launcher's library) there is nothing to check with.
-    const std::string worker = self_dir() + "/dp-worker";
-    if (!job.worker.empty() || ::access(worker.c_str(), X_OK) != 0) return;
-    protocol::JobFile f = job_file_for(job, model, strategy);
-    f.component_files = job.component_files;  // as given: the check runs in this directory
-    check_model_before_ranks(worker, f, local_temp_dir(), launch.load_timeout_s);
-}
-
-int run_job(const LaunchSpec& launch, const JobOptions& requested) {
-    // The model is read here, once (Note [a model is read once], strategies/model_config.h).
-    const strategies::ModelInfo model = strategies::read_model_info(requested.model);
-    const strategies::ResolvedStrategy strategy = resolve_job_strategy(launch, requested, model);
-    const JobOptions job = with_strategy(requested, strategy);
+// Refuses, before anything starts, what the flags and the model cannot run together (Note
+// [component files], a config-only folder), and what the model cannot run: a flag's setting is a
+// usage error, the folder's own problems are the model's. Says the mesh unless quiet.
+void refuse_before_start(const LaunchSpec& launch, const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ResolvedStrategy& strategy = resolved.strategy;
     for (const auto& [flag, component] : component_file_flags())
         if (job.random_weights && job.component_files.count(component))
             throw UsageError(std::string(flag) +
                              " and --random-weights: random weights replace every weight, the "
                              "file's too; give one or the other");
-    if (!job.random_weights) check_has_weights(job.model, *model.spec, job.component_files);
+    if (!job.random_weights) check_has_weights(job.model, *resolved.model.spec, job.component_files);
     if (!launch.quiet && strategy.degrees.replica_size() > 1) {
         std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
                   << std::endl;
         for (const std::string& note : strategy.notes) std::cerr << "dp-launch: " << note << std::endl;
     }
-    const std::string name = job.prompts == "-" ? "<stdin>" : utf8_for_display(job.prompts);
-    // What the model cannot run is refused here, before anything starts: a flag's setting is a
-    // usage error, a JSONL line's makes that line invalid, the folder's own problems are the model's.
-    check_job(job, model);
-    // Every adapter file, read once before anything starts (Note [adapter files are checked first]).
-    AdapterFiles adapters(model, job.variant);
-    adapters.check(job.arguments.adapters("lora"), "--lora");
-    // Every component file too (Note [component files]); the records name each.
-    nlohmann::json components = nlohmann::json::object();
-    std::map<std::string, std::string> component_paths;
+    check_job(resolved);
+}
+
+// The component files, checked before anything starts (Note [component files]).
+struct CheckedComponents {
+    nlohmann::json records = nlohmann::json::object();  // component -> path, sha256, format: every record's
+    std::map<std::string, std::string> paths;           // component -> absolute path: the job file's
+};
+
+// check_component_files with their SHA-256; --keep-quantized without a GGUF file is refused.
+CheckedComponents check_components(const JobOptions& job, const strategies::ModelInfo& model) {
+    CheckedComponents out;
     bool gguf = false;
     for (const ComponentFile& c :
          check_component_files(job.component_files, model, job.variant, true, job.model_file)) {
-        components[c.component] = {{"path", c.path}, {"sha256", c.sha256}, {"format", c.format}};
-        component_paths[c.component] = c.path;
+        out.records[c.component] = {{"path", c.path}, {"sha256", c.sha256}, {"format", c.format}};
+        out.paths[c.component] = c.path;
         gguf = gguf || c.quantized_bytes > 0;
     }
     if (job.keep_quantized && !gguf)
         throw UsageError(
             "--keep-quantized keeps a GGUF file's quantized weights, and no component comes from one "
             "(give --model FILE.gguf or --transformer FILE.gguf, or leave it out)");
-    // Every prompt's settings, resolved once here so that every rank and the manifest agree; each
-    // prompt's record and request go to `records` as it is read (Note [records on disk]).
-    const std::string dtype = expected_dtype(job, strategy.device_map_plan);
-    check_memory_fits(launch, job, model, strategy, dtype);  // Note [memory guard]
-    const std::string weights = job.random_weights ? std::string() : weights_fingerprint_of(job, model);
-    JobRecords records(local_temp_dir());
-    protocol::JobFile job_file = job_file_for(job, model, strategy);
-    if (launch.launcher_count() > 1)
-        job_file.node_timeout_s = launch.node_timeout_s;  // Note [a node that never arrives]
-    job_file.component_files = component_paths;
-    // job_file.requests keeps each request's index and the settings the schedule is chosen by,
-    // not its texts (prompt, file), which are in `records`. Gathered in pieces, then moved into
-    // one vector of the exact size, so that no growth holds two copies.
+    return out;
+}
+
+// What every prompt's record holds beside its request: the run's precision, the component files
+// and the weights' fingerprint (Note [weights fingerprint]; empty: none).
+struct RecordSettings {
+    std::string dtype;
+    nlohmann::json components;
+    std::string weights;
+};
+
+// The prompt file read once: each valid prompt's record and request go to `records` as it is read
+// (Note [records on disk]), its settings to `requests`, without its texts (prompt, file), which
+// are in `records`; invalid lines are listed in the result. A prompt line's adapters are checked
+// and resolved through `adapters`.
+PromptFile read_job_prompts(const JobOptions& job, const strategies::ModelInfo& model, AdapterFiles& adapters,
+                            const RecordSettings& settings, JobRecords& records,
+                            std::vector<protocol::JobRequest>& requests) {
+    // Gathered in pieces, then moved into one vector of the exact size, so that no growth holds
+    // two copies.
     std::vector<std::vector<protocol::JobRequest>> pieces;
     const PromptFile file = read_prompt_file(
         job.prompts,
@@ -345,8 +271,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
         [&](PromptRecord&& p) {
             protocol::JobRequest q = job_request(p, job, model);
             adapters.resolve(q.arguments);
-            nlohmann::json record = pending_record(q, p.line, job, dtype, components);
-            if (!weights.empty()) record["weights"] = weights;
+            nlohmann::json record = pending_record(q, p.line, job, settings.dtype, settings.components);
+            if (!settings.weights.empty()) record["weights"] = settings.weights;
             records.set(std::move(record));
             records.set_request(p.index, protocol::request_line(q));
             std::string().swap(q.prompt);
@@ -356,12 +282,54 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
                 pieces.emplace_back().reserve(kRequestsPerPiece);
             pieces.back().push_back(std::move(q));
         });
-    job_file.requests.reserve(static_cast<std::size_t>(file.valid));
+    requests.reserve(static_cast<std::size_t>(file.valid));
     for (std::vector<protocol::JobRequest>& piece : pieces) {
-        for (protocol::JobRequest& q : piece) job_file.requests.push_back(std::move(q));
+        for (protocol::JobRequest& q : piece) requests.push_back(std::move(q));
         std::vector<protocol::JobRequest>().swap(piece);
     }
+    return file;
+}
 
+// The job before its output folder: its file's settings and requests, and every prompt's record.
+struct PreparedJob {
+    JobRecords records;
+    protocol::JobFile job_file;  // its requests keep each index and the settings the schedule reads
+    PromptFile file;             // the invalid lines and the count of valid ones
+};
+
+// Everything that is checked and read before the output folder is touched: the refusals, the
+// adapter and component files, the memory the ranks need, then the prompt file.
+PreparedJob prepare_job(const LaunchSpec& launch, const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    refuse_before_start(launch, resolved);
+    // Every adapter file, read once before anything starts (Note [adapter files are checked first]).
+    AdapterFiles adapters(model, job.variant);
+    adapters.check(job.arguments.adapters("lora"), "--lora");
+    // Every component file too (Note [component files]); the records name each.
+    const CheckedComponents components = check_components(job, model);
+    // Every prompt's settings, resolved once here so that every rank and the manifest agree.
+    RecordSettings settings{resolved.dtype, components.records, ""};
+    check_memory_fits(launch, resolved);  // Note [memory guard]
+    if (!job.random_weights) settings.weights = weights_fingerprint_of(job, model);
+    PreparedJob prepared{JobRecords(local_temp_dir()), job_file_for(resolved), {}};
+    if (launch.launcher_count() > 1)
+        prepared.job_file.node_timeout_s = launch.node_timeout_s;  // Note [a node that never arrives]
+    prepared.job_file.component_files = components.paths;
+    prepared.file =
+        read_job_prompts(job, model, adapters, settings, prepared.records, prepared.job_file.requests);
+    return prepared;
+}
+
+// The prompt file's name in messages.
+std::string prompts_name(const JobOptions& job) {
+    return job.prompts == "-" ? "<stdin>" : utf8_for_display(job.prompts);
+}
+
+// When nothing starts for the prompt file, says why and returns the exit code: invalid lines
+// without --skip-invalid (65, listing them), or no valid prompt (0). nullopt: the job goes on.
+std::optional<int> stop_for_prompt_file(const JobOptions& job, const PromptFile& file) {
+    const std::string name = prompts_name(job);
     if (!file.invalid.empty() && !job.skip_invalid) {
         std::string text =
             "dp-launch: " + name + " has " + std::to_string(file.invalid.size()) +
@@ -378,8 +346,189 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
                   << (file.invalid.empty() ? "" : " that are valid") << std::endl;
         return kExitOk;
     }
+    return std::nullopt;
+}
 
+// The output folder as this job found and claimed it.
+struct ClaimedFolder {
+    JobMonitor::FolderBefore before;  // Note [a failed start-up leaves no trace]
+    OutputLock lock;                  // launcher 0's, held until the job ends (Note [output folder lock])
+    // With --overwrite or --resume, the earlier run's records: its manifest's, and those the
+    // launchers of a killed multi-node run recorded and no manifest holds.
+    std::map<int64_t, nlohmann::json> earlier;
+};
+
+// Makes the output folder; the writing launcher locks it, from before the check for earlier
+// outputs, so that no other job writes there meanwhile.
+ClaimedFolder claim_output_folder(const JobOptions& job, bool writer) {
+    ClaimedFolder folder;
+    folder.before = {exists(job.output_dir), exists(job.output_dir + "/manifest.jsonl"),
+                     exists(job.output_dir + "/index.html"), exists(job.output_dir + "/.dp-lock")};
+    std::error_code failed;
+    std::filesystem::create_directories(job.output_dir, failed);
+    if (failed)
+        throw IoError("--output-dir " + job.output_dir + ": cannot create it (" + failed.message() + ")");
+    if (writer) folder.lock = OutputLock::acquire(job.output_dir);
+    if (!job.overwrite && !job.resume) return folder;
+    folder.earlier = read_manifest(job.output_dir + "/manifest.jsonl");
+    for (auto& [index, r] : NodeExchange::read_node_records(job.output_dir)) {
+        const auto it = folder.earlier.find(index);
+        if (it == folder.earlier.end() || it->second.value("status", "") != "ok")
+            folder.earlier[index] = std::move(r);
+    }
+    return folder;
+}
+
+// Refuses images, a manifest or a gallery already in the folder, unless `replace` (--overwrite,
+// --resume, or a launcher that makes what launcher 0 decided).
+void refuse_clashes(const JobOptions& job, const JobRecords& records, bool replace) {
+    if (replace) return;
     std::vector<std::string> clashes;
+    records.for_each_index([&](int64_t index, JobRecords::Status status) {
+        if (status != JobRecords::Status::kPending) return;
+        const std::string path = job.output_dir + "/" + records.record(index).value("file", "");
+        if (exists(path)) clashes.push_back(path);
+    });
+    for (const char* own : {"/manifest.jsonl", "/index.html"})
+        if (exists(job.output_dir + own)) clashes.push_back(job.output_dir + own);
+    if (!clashes.empty())
+        throw UsageError(clashes.front() +
+                         (clashes.size() > 1 ? " and " + std::to_string(clashes.size() - 1) + " more" : "") +
+                         " already exist; pass --overwrite to replace them, --resume to make only the images "
+                         "that are missing, or choose another --output-dir");
+}
+
+// The records of this run against the earlier one's: --resume keeps the earlier images it may
+// (images_to_keep) and drops their requests, keeping the others in the prompt file's order; the
+// invalid lines get their records; the writer sets aside what no prompt makes now (Note
+// [superseded images]).
+void settle_earlier_run(const JobOptions& job, const strategies::ModelInfo& model,
+                        const std::map<int64_t, nlohmann::json>& earlier, bool writer,
+                        PreparedJob& prepared) {
+    JobRecords& records = prepared.records;
+    if (job.resume) {
+        for (auto& [index, kept] : images_to_keep(earlier, records, job.output_dir, model.arguments))
+            records.set(kept);
+        std::vector<protocol::JobRequest>& requests = prepared.job_file.requests;
+        requests.erase(std::remove_if(requests.begin(), requests.end(),
+                                      [&](const protocol::JobRequest& q) {
+                                          return records.status(q.index) != JobRecords::Status::kPending;
+                                      }),
+                       requests.end());
+    }
+    for (const InvalidPrompt& bad : prepared.file.invalid)
+        records.set({{"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}});
+    if (writer && (job.resume || job.overwrite)) set_aside_superseded(earlier, records, job);
+}
+
+// How the replicas share the pending prompts (Note [dynamic schedule], runtime/worker.cpp), said
+// unless quiet.
+void choose_job_schedule(const LaunchSpec& launch, const ResolvedJob& job, protocol::JobFile& job_file) {
+    const strategies::ScheduleChoice schedule = strategies::choose_schedule(
+        job.options.schedule, job_file.requests, strategies::cost_rules(job.model.sizes, job.model.arguments),
+        job.degrees().dp, job.options.batch_size);
+    job_file.schedule = schedule.schedule;
+    if (!launch.quiet && job.degrees().dp > 1 && !job_file.requests.empty())
+        std::cerr << "dp-launch: " << strategies::describe_schedule(schedule) << std::endl;
+}
+
+// This run's id: host, pid and start time (rank 0's launcher's is the one every launcher uses,
+// Note [one job, several launchers]).
+std::string new_job_id() {
+    return host_for_file_name() + "-" + std::to_string(getpid()) + "-" +
+           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count());
+}
+
+// --overwrite: the earlier run's images that this job does not make again would be listed nowhere.
+// A file's name starts with its prompt's index (image_file_name), so only that prompt makes it.
+void remove_unmade_earlier_images(const JobOptions& job, const std::map<int64_t, nlohmann::json>& earlier,
+                                  const JobRecords& records) {
+    for (const auto& [index, r] : earlier) {
+        const std::string f = r.value("file", "");
+        const bool made = records.status(index) == JobRecords::Status::kPending &&
+                          records.record(index).value("file", "") == f;
+        if (!f.empty() && f[0] != '.' && f.find('/') == std::string::npos && !made)
+            std::remove((job.output_dir + "/" + f).c_str());
+    }
+}
+
+// Writes the job file at `path`: `job_file`'s settings and its requests' lines from `records`, and
+// returns their indices in that order, the one the ranks' start events refer to.
+std::vector<int64_t> write_requests(const std::string& path, const protocol::JobFile& job_file,
+                                    const JobRecords& records) {
+    std::vector<int64_t> order;
+    order.reserve(job_file.requests.size());
+    protocol::JobFileWriter writer(path, job_file);
+    for (const protocol::JobRequest& q : job_file.requests) {
+        writer.add_line(records.request_line(q.index));
+        order.push_back(q.index);
+    }
+    writer.commit();
+    return order;
+}
+
+// Starts the prepared job's ranks in its claimed folder, follows them to the end and returns
+// dp-launch's exit code (--dry-run: prints what would start, and 0).
+int start_job(const LaunchSpec& launch, const ResolvedJob& resolved, PreparedJob prepared,
+              const ClaimedFolder& folder) {
+    const JobOptions& job = resolved.options;
+    const bool writer = launch.launcher_index() == 0;
+    protocol::JobFile& job_file = prepared.job_file;
+    choose_job_schedule(launch, resolved, job_file);
+    job_file.job_id = new_job_id();
+    // Launcher 0's job file is in the output folder; another node's on its own disk, where launcher
+    // 0's clearing of leftovers cannot reach it.
+    const std::string job_path = (writer ? job.output_dir + "/.dp-job-" : local_temp_dir() + "/dp-job-") +
+                                 std::to_string(getpid()) + ".json";
+    LaunchSpec spec = launch;
+    spec.command = {job.worker.empty() ? self_dir() + "/dp-worker" : job.worker, "--job", job_path};
+    if (launch.dry_run) {
+        std::cout << job_file.requests.size() << " prompt(s) from " << prompts_name(job) << " over "
+                  << spec.world_size() << " rank(s); images to " << job.output_dir << "/\n"
+                  << describe_dry_run(spec) << std::flush;
+        return kExitOk;
+    }
+    if (writer) remove_leftovers(job.output_dir);  // of killed runs: ours is the only job here now
+    if (job.overwrite && writer) remove_unmade_earlier_images(job, folder.earlier, prepared.records);
+    // The job file goes when the job ends, however it ends.
+    struct RemoveOnExit {
+        std::string path;
+        ~RemoveOnExit() { std::remove(path.c_str()); }  // a rewrite's temporary file goes with its writer
+    } job_file_owner{job_path};
+    std::vector<int64_t> order = write_requests(job_path, job_file, prepared.records);
+    std::vector<protocol::JobRequest>().swap(job_file.requests);
+    const bool nothing_to_make = order.empty();
+    JobMonitor monitor(launch, job, std::move(prepared.records), std::move(job_file), std::move(order),
+                       job_path);
+    monitor.set_folder_before(folder.before);
+    const int code = nothing_to_make ? kExitOk : run_launch(spec, &monitor);
+    const int result = monitor.finish(code);
+    if (monitor.left_no_trace() && !folder.before.existed) {  // Note [a failed start-up leaves no trace]
+        std::remove(job_path.c_str());
+        ::rmdir(job.output_dir.c_str());  // only when nothing else is in it
+    }
+    return result;
+}
+}  // namespace
+
+void check_model_with_worker(const LaunchSpec& launch, const ResolvedJob& resolved) {
+    const JobOptions& job = resolved.options;
+    // With our own dp-worker: a --worker of one's own may not take --check; without one beside
+    // dp-launch (a test of the launcher's library) there is nothing to check with.
+    const std::string worker = self_dir() + "/dp-worker";
+    if (!job.worker.empty() || ::access(worker.c_str(), X_OK) != 0) return;
+    protocol::JobFile f = job_file_for(resolved);
+    f.component_files = job.component_files;  // as given: the check runs in this directory
+    check_model_before_ranks(worker, f, local_temp_dir(), launch.load_timeout_s);
+}
+
+int run_job(const LaunchSpec& launch, const JobOptions& options) {
+    const ResolvedJob resolved = resolve_job(launch, options);  // Note [a job is resolved once]
+    const JobOptions& job = resolved.options;
+    PreparedJob prepared = prepare_job(launch, resolved);
+    if (const std::optional<int> code = stop_for_prompt_file(job, prepared.file)) return *code;
     if (job.overwrite && job.resume)
         throw UsageError(
             "--overwrite and --resume: choose one (--overwrite makes every image again, "
@@ -388,126 +537,15 @@ int run_job(const LaunchSpec& launch, const JobOptions& requested) {
     if (launch.launcher_index() == 0 && !launch.dry_run)
         check_master_port_free(launch.master_addr, launch.master_port);
     // Note [checking a model before the ranks start]: before the folder is made.
-    if (!launch.dry_run) check_model_with_worker(launch, job, model, strategy);
-    // Note [a failed start-up leaves no trace]: what the folder held before.
-    const JobMonitor::FolderBefore before{exists(job.output_dir), exists(job.output_dir + "/manifest.jsonl"),
-                                          exists(job.output_dir + "/index.html"),
-                                          exists(job.output_dir + "/.dp-lock")};
-    make_dirs(job.output_dir);
+    if (!launch.dry_run) check_model_with_worker(launch, resolved);
     // With several launchers, launcher 0 is the job's writer: it alone locks the folder, checks for
-    // earlier outputs, clears leftovers and writes the manifest (Note [one job, several launchers]).
+    // earlier outputs, clears leftovers and writes the manifest (Note [one job, several launchers]);
+    // the others make what launcher 0 decided, and a different decision is refused by the ranks.
     const bool writer = launch.launcher_index() == 0;
-    // Held until the job ends, from before the check for earlier outputs: no other job writes
-    // here meanwhile (Note [output folder lock]).
-    const OutputLock lock = writer ? OutputLock::acquire(job.output_dir) : OutputLock();
-    const std::string manifest_path = job.output_dir + "/manifest.jsonl";
-    std::map<int64_t, nlohmann::json> earlier;
-    if (job.overwrite || job.resume) {
-        earlier = read_manifest(manifest_path);
-        // What the launchers of a killed multi-node run recorded and no manifest holds.
-        for (auto& [index, r] : NodeExchange::read_node_records(job.output_dir)) {
-            const auto it = earlier.find(index);
-            if (it == earlier.end() || it->second.value("status", "") != "ok") earlier[index] = std::move(r);
-        }
-    }
-    // The others make what launcher 0 decided; a different decision is refused by the ranks.
-    const bool replace = job.overwrite || job.resume || !writer;
-    if (!replace)
-        records.for_each_index([&](int64_t index, JobRecords::Status status) {
-            if (status != JobRecords::Status::kPending) return;
-            const std::string path = job.output_dir + "/" + records.record(index).value("file", "");
-            if (exists(path)) clashes.push_back(path);
-        });
-    for (const char* own : {"/manifest.jsonl", "/index.html"})
-        if (!replace && exists(job.output_dir + own)) clashes.push_back(job.output_dir + own);
-    if (!clashes.empty())
-        throw UsageError(clashes.front() +
-                         (clashes.size() > 1 ? " and " + std::to_string(clashes.size() - 1) + " more" : "") +
-                         " already exist; pass --overwrite to replace them, --resume to make only the images "
-                         "that are missing, or choose another --output-dir");
-    if (job.resume) {
-        for (auto& [index, kept] : images_to_keep(earlier, records, job.output_dir, model.arguments))
-            records.set(kept);
-        // The requests stay in the prompt file's order.
-        job_file.requests.erase(std::remove_if(job_file.requests.begin(), job_file.requests.end(),
-                                               [&](const protocol::JobRequest& q) {
-                                                   return records.status(q.index) !=
-                                                          JobRecords::Status::kPending;
-                                               }),
-                                job_file.requests.end());
-    }
-    for (const InvalidPrompt& bad : file.invalid)
-        records.set({{"index", bad.index}, {"line", bad.line}, {"status", "invalid"}, {"error", bad.reason}});
-    if (writer && (job.resume || job.overwrite)) set_aside_superseded(earlier, records, job);
-
-    // How the replicas share the pending prompts (Note [dynamic schedule], runtime/worker.cpp).
-    const strategies::ScheduleChoice schedule = strategies::choose_schedule(
-        job.schedule, job_file.requests, strategies::cost_rules(model.sizes, model.arguments),
-        strategy.degrees.dp, job.batch_size);
-    job_file.schedule = schedule.schedule;
-    if (!launch.quiet && strategy.degrees.dp > 1 && !job_file.requests.empty())
-        std::cerr << "dp-launch: " << strategies::describe_schedule(schedule) << std::endl;
-
-    // The job's id: rank 0's launcher's is the one every launcher uses (Note [one job, several launchers]).
-    job_file.job_id = host_for_file_name() + "-" + std::to_string(getpid()) + "-" +
-                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::system_clock::now().time_since_epoch())
-                                         .count());
-    // Launcher 0's job file is in the output folder; another node's on its own disk, where launcher
-    // 0's clearing of leftovers cannot reach it.
-    const std::string job_path = (writer ? job.output_dir + "/.dp-job-" : local_temp_dir() + "/dp-job-") +
-                                 std::to_string(getpid()) + ".json";
-    LaunchSpec spec = launch;
-    const std::string worker = job.worker.empty() ? self_dir() + "/dp-worker" : job.worker;
-    spec.command = {worker, "--job", job_path};
-    if (launch.dry_run) {
-        std::cout << job_file.requests.size() << " prompt(s) from " << name << " over " << spec.world_size()
-                  << " rank(s); images to " << job.output_dir << "/\n"
-                  << describe_dry_run(spec) << std::flush;
-        return kExitOk;
-    }
-
-    if (writer) remove_leftovers(job.output_dir);  // of killed runs: ours is the only job here now
-    if (job.overwrite && writer) {
-        // The earlier run's images that this job does not make again would be listed nowhere. A
-        // file's name starts with its prompt's index (image_file_name), so only that prompt makes it.
-        for (const auto& [index, r] : earlier) {
-            const std::string f = r.value("file", "");
-            const bool made = records.status(index) == JobRecords::Status::kPending &&
-                              records.record(index).value("file", "") == f;
-            if (!f.empty() && f[0] != '.' && f.find('/') == std::string::npos && !made)
-                std::remove((job.output_dir + "/" + f).c_str());
-        }
-    }
-    // The job file goes when the job ends, however it ends.
-    struct RemoveOnExit {
-        std::string path;
-        ~RemoveOnExit() {
-            std::remove(path.c_str());
-            std::remove((path + ".tmp." + std::to_string(getpid())).c_str());
-        }
-    } job_file_owner{job_path};
-    std::vector<int64_t> order;  // the pending prompts in the job file's order
-    order.reserve(job_file.requests.size());
-    {
-        protocol::JobFileWriter writer(job_path, job_file);
-        for (const protocol::JobRequest& q : job_file.requests) {
-            writer.add_line(records.request_line(q.index));
-            order.push_back(q.index);
-        }
-        writer.commit();
-    }
-    std::vector<protocol::JobRequest>().swap(job_file.requests);
-    const bool nothing_to_make = order.empty();
-    JobMonitor monitor(launch, job, std::move(records), std::move(job_file), std::move(order), job_path);
-    monitor.set_folder_before(before);
-    const int code = nothing_to_make ? kExitOk : run_launch(spec, &monitor);
-    const int result = monitor.finish(code);
-    if (monitor.left_no_trace() && !before.existed) {  // Note [a failed start-up leaves no trace]
-        std::remove(job_path.c_str());
-        ::rmdir(job.output_dir.c_str());  // only when nothing else is in it
-    }
-    return result;
+    const ClaimedFolder folder = claim_output_folder(job, writer);
+    refuse_clashes(job, prepared.records, job.overwrite || job.resume || !writer);
+    settle_earlier_run(job, resolved.model, folder.earlier, writer, prepared);
+    return start_job(launch, resolved, std::move(prepared), folder);
 }
 
 }  // namespace dp::launcher

@@ -6,10 +6,10 @@
 #include <map>
 #include <set>
 
-#include "launcher/atomic_file.h"
 #include "launcher/errors.h"
 #include "launcher/gallery.h"
 #include "launcher/terminal.h"
+#include "protocol/atomic_file.h"
 #include "protocol/errors.h"
 #include "protocol/status_events.h"
 
@@ -39,7 +39,7 @@ JobMonitor::JobMonitor(const LaunchSpec& launch, const JobOptions& job, JobRecor
     if (!writer()) return;
     kept_ = records_.count(JobRecords::Status::kOk);
     // Whole or not at all: a job killed now leaves the earlier run's manifest, or this one.
-    AtomicFile manifest(manifest_path_);
+    protocol::AtomicFile manifest(manifest_path_);
     records_.for_each_index([&](int64_t index, JobRecords::Status status) {
         if (status == JobRecords::Status::kPending) return;
         manifest.write(records_.record_line(index));
@@ -164,51 +164,43 @@ void JobMonitor::on_restart() {
     job_file.commit();
 }
 
-int JobMonitor::finish(int code) {
-    if (!writer()) return finish_as_follower(code);
-    std::string lost;  // the launchers given up, for the records they left unmade
-    int peer_code = 0;
-    if (exchange_) {
-        progress(true);
-        for (NodeExchange::Peer& peer : exchange_->gather()) {
-            for (auto& [index, record] : peer.records) {
-                std::optional<nlohmann::json> r = pending(index);
-                if (!r) continue;
-                const std::string status = record.value("status", "");
-                if (status == "ok")
-                    ++done_;
-                else if (status == "failed")
-                    ++failed_;
-                else if (status == "not_run")
-                    ++not_run_;
-                else
-                    continue;
-                records_.set(record);
-            }
-            const std::string name = launcher_name(peer.index, !launch_.spawned_local_ranks.empty());
-            if (!peer.finished) {
-                lost += (lost.empty() ? "" : ", ") + name;
-                char silent[32];
-                std::snprintf(silent, sizeof(silent), "%.0f", peer.silent_s);
-                say(name + " wrote nothing to " + job_.output_dir + "/.dp-nodes for " + silent +
-                    " s (--node-timeout): it is lost; the prompts it had not finished are not run, and "
-                    "--resume makes them");
-            } else if (peer.exit_code != kExitOk && peer_code == kExitOk) {
-                peer_code = peer.exit_code;
-            }
+JobMonitor::Peers JobMonitor::merge_other_launchers() {
+    Peers peers;
+    progress(true);
+    for (NodeExchange::Peer& peer : exchange_->gather()) {
+        for (auto& [index, record] : peer.records) {
+            if (!pending(index)) continue;
+            const std::string status = record.value("status", "");
+            if (status == "ok")
+                ++done_;
+            else if (status == "failed")
+                ++failed_;
+            else if (status == "not_run")
+                ++not_run_;
+            else
+                continue;
+            records_.set(record);
+        }
+        const std::string name = launcher_name(peer.index, !launch_.spawned_local_ranks.empty());
+        if (!peer.finished) {
+            peers.lost += (peers.lost.empty() ? "" : ", ") + name;
+            char silent[32];
+            std::snprintf(silent, sizeof(silent), "%.0f", peer.silent_s);
+            say(name + " wrote nothing to " + job_.output_dir + "/.dp-nodes for " + silent +
+                " s (--node-timeout): it is lost; the prompts it had not finished are not run, and "
+                "--resume makes them");
+        } else if (peer.exit_code != kExitOk && peers.code == kExitOk) {
+            peers.code = peer.exit_code;
         }
     }
-    records_.for_each_index([&](int64_t index, JobRecords::Status status) {
-        if (status != JobRecords::Status::kPending) return;
-        nlohmann::json r = records_.record(index);
-        mark_not_run(r, lost.empty() ? "" : lost + " lost before making it");
-        records_.set(r);
-    });
-    if (!exchange_) progress(true);
+    return peers;
+}
+
+void JobMonitor::write_sorted_manifest() {
     manifest_.close();
     try {
         // Sorted by index, a record at a time (Note [records on disk]).
-        AtomicFile manifest(manifest_path_);
+        protocol::AtomicFile manifest(manifest_path_);
         records_.for_each_index([&](int64_t index, JobRecords::Status) {
             manifest.write(records_.record_line(index));
             manifest.write("\n");
@@ -218,8 +210,9 @@ int JobMonitor::finish(int code) {
         // The appended records stay: each is whole, and every finished prompt has one.
         report_write_error(e.what());
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    // The gallery, rewritten at the end of every run.
+}
+
+void JobMonitor::write_job_gallery(double seconds) {
     GallerySummary summary;
     summary.model = job_.model;
     summary.world_size = launch_.world_size();
@@ -238,12 +231,9 @@ int JobMonitor::finish(int code) {
     } catch (const IoError& e) {
         report_write_error(e.what());
     }
-    write_mag_ratios();
-    int result = code;
-    if (result == kExitOk) result = !lost.empty() ? protocol::kExitCommunication : peer_code;
-    if (result == kExitOk && write_failed_) result = kExitIo;                // a full disk: see the message
-    if (result == kExitOk && failed_ + not_run_ > 0) result = kExitFailure;  // see the manifest
-    const bool undone = undo_failed_start(result);
+}
+
+std::string JobMonitor::summary_line(double seconds, bool undone) const {
     char line[640];
     std::snprintf(
         line, sizeof(line),
@@ -253,6 +243,28 @@ int JobMonitor::finish(int code) {
         seconds > 0 ? done_ / seconds : 0.0,
         undone ? "nothing written (the output folder is as it was before the job)" : manifest_path_.c_str(),
         kept_ > 0 ? (" (" + std::to_string(kept_) + " kept from the earlier run)").c_str() : "");
+    return line;
+}
+
+int JobMonitor::finish(int code) {
+    if (!writer()) return finish_as_follower(code);
+    const Peers peers = exchange_ ? merge_other_launchers() : Peers();
+    records_.for_each_index([&](int64_t index, JobRecords::Status status) {
+        if (status != JobRecords::Status::kPending) return;
+        nlohmann::json r = records_.record(index);
+        mark_not_run(r, peers.lost.empty() ? "" : peers.lost + " lost before making it");
+        records_.set(r);
+    });
+    if (!exchange_) progress(true);
+    write_sorted_manifest();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    write_job_gallery(seconds);  // rewritten at the end of every run
+    write_mag_ratios();
+    int result = code;
+    if (result == kExitOk) result = !peers.lost.empty() ? protocol::kExitCommunication : peers.code;
+    if (result == kExitOk && write_failed_) result = kExitIo;                // a full disk: see the message
+    if (result == kExitOk && failed_ + not_run_ > 0) result = kExitFailure;  // see the manifest
+    const std::string line = summary_line(seconds, undo_failed_start(result));
     // The one line a batch script reads: printed under -q too.
     Terminal::instance().write(STDOUT_FILENO, line);
     if (exchange_) {
@@ -301,7 +313,7 @@ void JobMonitor::write_mag_ratios() {
     for (double& v : mean) v /= static_cast<double>(best->second.second);
     const std::string path = job_.output_dir + "/mag_ratios.json";
     try {
-        AtomicFile file(path);
+        protocol::AtomicFile file(path);
         file.write(nlohmann::json({{"mag_ratios", mean},
                                    {"steps", best->first},
                                    {"images", best->second.second},

@@ -13,7 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/job.h"
+#include "launcher/job_options.h"
+#include "launcher/launch_spec.h"
 #include "launcher/manifest.h"
 #include "launcher/node_exchange.h"
 #include "launcher/supervisor.h"
@@ -69,6 +70,19 @@ class JobMonitor : public StatusListener {
     bool writer() const { return !exchange_ || exchange_->index() == 0; }
     // Launcher K > 0: its records are in its file; launcher 0 makes the job's result.
     int finish_as_follower(int code);
+    // Launcher 0 with several launchers: the others' records (and counts), once each has finished or
+    // is lost.
+    struct Peers {
+        std::string lost;  // the launchers given up, for the records they left unmade
+        int code = 0;      // the first failing launcher's exit code
+    };
+    Peers merge_other_launchers();
+    // The manifest rewritten sorted by index; a write error is reported (exit 74).
+    void write_sorted_manifest();
+    // The gallery of every record, with the job's figures; a write error is reported.
+    void write_job_gallery(double seconds);
+    // The summary line ("dp-launch: N images, ..."), `undone`: the folder was left as it was.
+    std::string summary_line(double seconds, bool undone) const;
     // MagCache calibration: the mean ratios of the records that hold them, to OUTPUT/mag_ratios.json.
     void write_mag_ratios();
     // The record of prompt `index` while no rank has reported it; else none.

@@ -80,7 +80,11 @@ std::optional<double> cfg_scale_setting(const JobOptions& job, const FamilyArgum
     return job.arguments.number(cfg->row->name);
 }
 
-std::vector<std::string> job_setting_problems(const JobOptions& job, const strategies::ModelInfo& model) {
+namespace {
+
+// job_setting_problems with `device_map` as the job's device map.
+std::vector<std::string> setting_problems(const JobOptions& job, const strategies::ModelInfo& model,
+                                          const std::string& device_map) {
     std::vector<std::string> out;
     using Side = std::pair<const char*, int>;
     for (const auto& [flag, pixels] : {Side{"--width", job.width}, Side{"--height", job.height}})
@@ -90,9 +94,9 @@ std::vector<std::string> job_setting_problems(const JobOptions& job, const strat
     for (const CallValues::Item& item : job.arguments.items())
         if (const std::string why = foreign_key(model, *item.first); !why.empty())
             out.push_back(item.first->long_flag() + ": " + why);
-    if (job.offload && !job.device_map.empty())
+    if (job.offload && !device_map.empty())
         out.push_back(
-            "--offload and --device-map " + job.device_map +
+            "--offload and --device-map " + device_map +
             ": choose one (offload keeps one component at a time on the GPU; device_map spreads them "
             "over several)");
     if (job.offload && !spec.offload)
@@ -125,6 +129,16 @@ std::vector<std::string> job_setting_problems(const JobOptions& job, const strat
                       protocol::call_value_text(b->value) + ")");
     }
     return out;
+}
+
+}  // namespace
+
+std::vector<std::string> job_setting_problems(const JobOptions& job, const strategies::ModelInfo& model) {
+    return setting_problems(job, model, job.device_map);
+}
+
+std::vector<std::string> job_setting_problems(const ResolvedJob& job) {
+    return setting_problems(job.options, job.model, job.device_map());
 }
 
 std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
@@ -166,13 +180,14 @@ std::vector<std::string> model_problems(const JobOptions& job, const strategies:
     return strategies::model_folder_problems(job.model, *model.spec, needs);
 }
 
-void check_job(const JobOptions& job, const strategies::ModelInfo& model) {
-    if (const std::vector<std::string> bad = model_problems(job, model); !bad.empty())
-        throw protocol::ModelError(
-            bad.size() == 1 ? bad.front()
-                            : "--model " + utf8_for_display(job.model) + ": " + std::to_string(bad.size()) +
-                                  " problems, found before anything started:\n  " + joined(bad, "\n  "));
-    if (const std::vector<std::string> bad = job_setting_problems(job, model); !bad.empty())
+void check_job(const ResolvedJob& job) {
+    if (const std::vector<std::string> bad = model_problems(job.options, job.model); !bad.empty())
+        throw protocol::ModelError(bad.size() == 1 ? bad.front()
+                                                   : "--model " + utf8_for_display(job.options.model) + ": " +
+                                                         std::to_string(bad.size()) +
+                                                         " problems, found before anything started:\n  " +
+                                                         joined(bad, "\n  "));
+    if (const std::vector<std::string> bad = job_setting_problems(job); !bad.empty())
         throw UsageError(joined(bad, "; "));
 }
 
@@ -207,8 +222,9 @@ bool is_gpu(const std::string& device) { return device.rfind("cuda", 0) == 0; }
 
 // expected_dtype's answer for auto, and why.
 std::pair<std::string, std::string> auto_dtype(const JobOptions& job,
-                                               const std::optional<strategies::DeviceMapPlan>& plan) {
-    if (!job.device_map.empty()) {
+                                               const strategies::ResolvedStrategy& strategy) {
+    const std::optional<strategies::DeviceMapPlan>& plan = strategy.device_map_plan;
+    if (!strategy.device_map.empty()) {
         if (!plan) return {"bf16", "device_map over the visible GPUs"};
         const bool gpu = std::any_of(plan->devices.begin(), plan->devices.end(), is_gpu);
         return {gpu ? "bf16" : "fp32", "device_map on " + joined(plan->devices, ", ")};
@@ -222,13 +238,13 @@ std::pair<std::string, std::string> auto_dtype(const JobOptions& job,
 
 }  // namespace
 
-std::string expected_dtype(const JobOptions& job, const std::optional<strategies::DeviceMapPlan>& plan) {
-    return job.dtype == "auto" ? auto_dtype(job, plan).first : job.dtype;
+std::string expected_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy) {
+    return job.dtype == "auto" ? auto_dtype(job, strategy).first : job.dtype;
 }
 
-std::string describe_dtype(const JobOptions& job, const std::optional<strategies::DeviceMapPlan>& plan) {
+std::string describe_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy) {
     if (job.dtype != "auto") return job.dtype;
-    const auto [dtype, why] = auto_dtype(job, plan);
+    const auto [dtype, why] = auto_dtype(job, strategy);
     return "auto: bf16 on a GPU, fp32 on the CPU; " + dtype + " here (" + why + ")";
 }
 

@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/job.h"
+#include "launcher/job_options.h"
 #include "launcher/prompt_file.h"
+#include "launcher/resolved_job.h"
 #include "protocol/job_file.h"
 #include "strategies/device_map.h"
 #include "strategies/model_config.h"
@@ -29,8 +30,10 @@ namespace dp::launcher {
 std::optional<double> cfg_scale_setting(const JobOptions& job, const protocol::FamilyArguments& arguments);
 
 // Each of the job's own settings (flags, DP_* variables, config) the model or the others refuse, as
-// "--width 33: ..." naming the flag and what is accepted. Empty: none.
+// "--width 33: ..." naming the flag and what is accepted. Empty: none. With the device map as
+// given (--device-map); the resolved job's own (--strategy device-map gives one) in the second form.
 std::vector<std::string> job_setting_problems(const JobOptions& job, const strategies::ModelInfo& model);
+std::vector<std::string> job_setting_problems(const ResolvedJob& job);
 
 // A valid prompt record's settings, its own over the job's, against the model: an error text naming
 // the key (the record becomes an invalid line), or empty.
@@ -40,22 +43,23 @@ std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
 // The model folder's problems for this job, with the flags that would help (--variant, --no-t5).
 std::vector<std::string> model_problems(const JobOptions& job, const strategies::ModelInfo& model);
 
-// Throws UsageError (job_setting_problems) or ModelError (model_problems) listing every problem.
-void check_job(const JobOptions& job, const strategies::ModelInfo& model);
+// Throws ModelError (model_problems) or UsageError (job_setting_problems) listing every problem.
+void check_job(const ResolvedJob& job);
 
 // The request for prompt `p`: its own settings, else the job's, else the model's defaults.
 protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job,
                                  const strategies::ModelInfo& model);
 
 // The precision the ranks will run in: `job.dtype`, or what auto gives on the device they get
-// (bf16 on a GPU, fp32 on the CPU): --device, device_map's devices (`plan`, when the launcher made
-// one; else the visible GPUs), or for --device auto whether this node shows a GPU. The ranks say
-// what they resolved (protocol::StartEvent::dtype), which the manifest then records.
-std::string expected_dtype(const JobOptions& job, const std::optional<strategies::DeviceMapPlan>& plan);
+// (bf16 on a GPU, fp32 on the CPU): --device, or `strategy`'s device map (the devices of its plan,
+// when the launcher made one; else the visible GPUs), or for --device auto whether this node shows
+// a GPU. The ranks say what they resolved (protocol::StartEvent::dtype), which the manifest then
+// records.
+std::string expected_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy);
 
 // What expected_dtype means for auto, in words, for `plan` and --help ("bf16 on a GPU, fp32 on the
 // CPU; here fp32: no GPU is visible").
-std::string describe_dtype(const JobOptions& job, const std::optional<strategies::DeviceMapPlan>& plan);
+std::string describe_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy);
 
 // A prompt's manifest record before any rank reports it (status "pending"): its request and every
 // setting that changes its pixels (manifest.h: pixel_setting_differences). `dtype` is

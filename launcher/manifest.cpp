@@ -5,94 +5,27 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
-#include <iterator>
-#include <sstream>
 #include <stdexcept>
 
 #include "launcher/errors.h"
+#include "strategies/sha256.h"
 
 namespace dp::launcher {
 namespace {
 
-// SHA-256 (FIPS 180-4), so that the launcher checks images without a crypto library.
-class Sha256 {
-  public:
-    void update(const unsigned char* data, std::size_t size) {
-        for (std::size_t i = 0; i < size; ++i) {
-            block_[used_++] = data[i];
-            if (used_ == 64) {
-                compress();
-                used_ = 0;
-            }
-        }
-        bits_ += static_cast<uint64_t>(size) * 8;
+// Whether the file at `path` is still the one recorded with `sha256`: false when none was
+// recorded, or the file is gone or cannot be read (its image is made again).
+bool still_has_sha256(const std::string& path, const std::string& sha256) {
+    if (sha256.empty()) return false;
+    try {
+        return strategies::file_sha256(path) == sha256;
+    } catch (const Error&) {
+        return false;
     }
-    std::string hex() {
-        const uint64_t bits = bits_;
-        const unsigned char pad = 0x80, zero = 0;
-        update(&pad, 1);
-        while (used_ != 56) update(&zero, 1);
-        for (int i = 7; i >= 0; --i) {
-            const unsigned char b = static_cast<unsigned char>(bits >> (8 * i));
-            update(&b, 1);
-        }
-        static const char* digits = "0123456789abcdef";
-        std::string out;
-        for (uint32_t h : h_)
-            for (int i = 28; i >= 0; i -= 4) out += digits[(h >> i) & 15];
-        return out;
-    }
-
-  private:
-    static uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-    void compress() {
-        static const uint32_t k[64] = {
-            0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-            0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-            0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-            0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-            0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-            0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-            0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-            0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-        uint32_t w[64];
-        for (int i = 0; i < 16; ++i)
-            w[i] = static_cast<uint32_t>(block_[4 * i]) << 24 |
-                   static_cast<uint32_t>(block_[4 * i + 1]) << 16 |
-                   static_cast<uint32_t>(block_[4 * i + 2]) << 8 | block_[4 * i + 3];
-        for (int i = 16; i < 64; ++i) {
-            const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-            const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-            w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-        }
-        uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-        for (int i = 0; i < 64; ++i) {
-            const uint32_t t1 =
-                h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + k[i] + w[i];
-            const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-            h = g;
-            g = f;
-            f = e;
-            e = d + t1;
-            d = c;
-            c = b;
-            b = a;
-            a = t1 + t2;
-        }
-        const uint32_t add[8] = {a, b, c, d, e, f, g, h};
-        for (int i = 0; i < 8; ++i) h_[i] += add[i];
-    }
-
-    std::array<uint32_t, 8> h_ = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                  0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    unsigned char block_[64] = {};
-    std::size_t used_ = 0;
-    uint64_t bits_ = 0;
-};
+}
 
 std::string describe(const nlohmann::json& value) {
     if (value.is_string()) return "'" + value.get<std::string>() + "'";
@@ -336,8 +269,7 @@ std::map<int64_t, nlohmann::json> images_to_keep(const std::map<int64_t, nlohman
             continue;
         }
         const std::string file = now.value("file", "");
-        if (!had.value("sha256", "").empty() && file_sha256(dir + "/" + file) == had.value("sha256", ""))
-            kept[index] = had;
+        if (still_has_sha256(dir + "/" + file, had.value("sha256", ""))) kept[index] = had;
     }
     if (refused > 0) {
         std::string text;
@@ -350,16 +282,6 @@ std::map<int64_t, nlohmann::json> images_to_keep(const std::map<int64_t, nlohman
                          "another --output-dir");
     }
     return kept;
-}
-
-std::string file_sha256(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return "";
-    Sha256 sha;
-    char buf[65536];
-    while (in.read(buf, sizeof(buf)) || in.gcount() > 0)
-        sha.update(reinterpret_cast<const unsigned char*>(buf), static_cast<std::size_t>(in.gcount()));
-    return sha.hex();
 }
 
 }  // namespace dp::launcher

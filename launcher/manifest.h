@@ -119,7 +119,4 @@ std::map<int64_t, nlohmann::json> images_to_keep(const std::map<int64_t, nlohman
                                                  const JobRecords& records, const std::string& dir,
                                                  const protocol::FamilyArguments& family);
 
-// The hex SHA-256 of a file's bytes; empty when it cannot be read.
-std::string file_sha256(const std::string& path);
-
 }  // namespace dp::launcher

@@ -62,19 +62,19 @@ int64_t available_memory_bytes() {
     return available;
 }
 
-void check_memory_fits(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
-                       const strategies::ResolvedStrategy& strategy, const std::string& dtype,
-                       int64_t available) {
+void check_memory_fits(const LaunchSpec& launch, const ResolvedJob& resolved, int64_t available) {
+    const JobOptions& job = resolved.options;
+    const strategies::ModelInfo& model = resolved.model;
+    const std::string& dtype = resolved.dtype;
     if (job.force || job.random_weights || !model.spec) return;
     const bool cpu = job.device == "cpu" || (job.device == "auto" && visible_gpu_count() == 0);
-    if (!cpu || !job.device_map.empty()) return;
+    if (!cpu || !resolved.device_map().empty()) return;
     const int64_t element_bytes = dtype == "fp32" ? 4 : 2;
     int64_t per_rank = 0;
     try {
-        const int tp = std::max(1, strategy.degrees.tp);
+        const int tp = std::max(1, resolved.degrees().tp);
         for (const strategies::ComponentSize& c : strategies::pipeline_component_sizes(
-                 job.model, *model.spec, element_bytes, job.variant,
-                 strategies::components_left_out(job.model, *model.spec, job.no_t5))) {
+                 job.model, *model.spec, element_bytes, job.variant, resolved.left_out)) {
             const bool split = c.name == model.spec->transformer ||
                                std::find(model.spec->tp_components.begin(), model.spec->tp_components.end(),
                                          c.name) != model.spec->tp_components.end();

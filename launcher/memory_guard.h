@@ -13,9 +13,8 @@
 #include <cstdint>
 #include <string>
 
-#include "launcher/job.h"
-#include "strategies/model_config.h"
-#include "strategies/strategy.h"
+#include "launcher/launch_spec.h"
+#include "launcher/resolved_job.h"
 
 namespace dp::launcher {
 
@@ -31,11 +30,9 @@ inline constexpr int64_t kSharedLibraryBytes = 198LL << 20;
 int64_t available_memory_bytes();
 
 // Throws UsageError when the ranks `launch` starts here on CPU devices would need more than
-// `available` bytes (available_memory_bytes() when negative); `dtype` is the run's ("fp32",
-// "bf16", "fp16"). Does nothing with --force, on GPUs, or when the sizes cannot be read (the
+// `available` bytes (available_memory_bytes() when negative), in `job`'s dtype at its tp degree.
+// Does nothing with --force, with a device map, on GPUs, or when the sizes cannot be read (the
 // model's own checks report that).
-void check_memory_fits(const LaunchSpec& launch, const JobOptions& job, const strategies::ModelInfo& model,
-                       const strategies::ResolvedStrategy& strategy, const std::string& dtype,
-                       int64_t available = -1);
+void check_memory_fits(const LaunchSpec& launch, const ResolvedJob& job, int64_t available = -1);
 
 }  // namespace dp::launcher

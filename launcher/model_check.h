@@ -7,7 +7,8 @@
 // message, before any rank is started: no folder, no manifest, no half a gigabyte per rank.
 // dp-launch itself links no LibTorch, so the check is that one process (about half a second).
 
-#include "launcher/job.h"
+#include <string>
+
 #include "protocol/job_file.h"
 
 namespace dp::launcher {

@@ -7,12 +7,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "launcher/errors.h"
-#include "launcher/output_folder.h"
+#include "protocol/atomic_file.h"
 
 namespace dp::launcher {
 namespace {
@@ -74,12 +75,13 @@ std::string NodeExchange::records_path(int k) const {
 void NodeExchange::set_job_id(const std::string& id) {
     if (!job_id_.empty() || id.empty()) return;
     job_id_ = id;
-    for (const std::string& d : {output_dir_ + kFolder, dir()})
-        if (mkdir(d.c_str(), 0777) != 0 && errno != EEXIST)
-            throw IoError(errno_message("cannot create " + d + " (the launchers' shared files)"));
+    std::error_code failed;
+    std::filesystem::create_directories(dir(), failed);
+    if (failed)
+        throw IoError("cannot create " + dir() + " (the launchers' shared files): " + failed.message());
     if (index_ == 0) return;  // launcher 0's records go to manifest.jsonl
     const std::string path = records_path(index_);
-    write_file_atomically(path, "");
+    protocol::write_file_atomically(path, "");
     records_ = ManifestAppender(path);
     for (const nlohmann::json& r : buffered_) records_.append(r);
     buffered_.clear();
@@ -106,7 +108,7 @@ void NodeExchange::beat(std::optional<int> exit_code) {
         state["exit_code"] = *exit_code;
     }
     try {
-        write_file_atomically(state_path(index_), state.dump() + "\n");
+        protocol::write_file_atomically(state_path(index_), state.dump() + "\n");
     } catch (const IoError&) {
         // A beat that could not be written is a beat missed; the others call us lost if it lasts.
     }
@@ -163,7 +165,7 @@ void NodeExchange::publish_result(const nlohmann::json& result) {
     if (job_id_.empty()) return;
     nlohmann::json r = result;
     r["job_id"] = job_id_;
-    write_file_atomically(dir() + "/result.json", r.dump() + "\n");
+    protocol::write_file_atomically(dir() + "/result.json", r.dump() + "\n");
 }
 
 std::optional<nlohmann::json> NodeExchange::await_result(double& silent_s) {

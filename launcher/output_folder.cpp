@@ -11,7 +11,6 @@
 #include <ctime>
 #include <string>
 
-#include "launcher/atomic_file.h"
 #include "launcher/errors.h"
 #include "launcher/system_info.h"
 
@@ -71,12 +70,6 @@ OutputLock OutputLock::acquire(const std::string& dir) {
     OutputLock lock;
     lock.fd_ = std::move(fd);
     return lock;
-}
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-    AtomicFile file(path);
-    file.write(text);
-    file.commit();
 }
 
 std::vector<std::string> remove_leftovers(const std::string& dir) {

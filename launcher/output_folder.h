@@ -32,11 +32,7 @@ class OutputLock {
     UniqueFd fd_;
 };
 
-// Writes `text` to `path` through PATH.tmp.PID and a rename, so `path` is old or new, never torn.
-// Throws IoError; the temporary file is removed on every error.
-void write_file_atomically(const std::string& path, const std::string& text);
-
-// Removes what killed runs left in `dir`: temporary files (NAME.tmp.PID) and job
+// Removes what killed runs left in `dir`: temporary files (NAME.tmp.PID, Note [atomic file]) and job
 // files (.dp-job-PID.json) whose pid is not alive. Only while holding its OutputLock. Returns the
 // names removed.
 std::vector<std::string> remove_leftovers(const std::string& dir);

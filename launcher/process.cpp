@@ -12,19 +12,6 @@
 
 namespace dp::launcher {
 
-bool write_all(int fd, const char* data, std::size_t size) {
-    while (size > 0) {
-        ssize_t n = ::write(fd, data, size);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return false;
-        }
-        data += n;
-        size -= static_cast<std::size_t>(n);
-    }
-    return true;
-}
-
 namespace {
 
 // Only async-signal-safe calls between fork and exec.

@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 
@@ -16,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -79,20 +79,6 @@ std::string now_iso8601() {
     char buf[32];
     std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S%z", &tm);
     return buf;
-}
-
-void make_dirs(const std::string& path) {
-    std::string partial;
-    for (std::size_t i = 0; i <= path.size(); ++i) {
-        if (i == path.size() || (path[i] == '/' && i > 0)) {
-            partial = path.substr(0, i);
-            if (mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST)
-                throw IoError(errno_message("--log-dir " + path + ": cannot create " + partial));
-        }
-    }
-    struct stat st {};
-    if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        throw IoError("--log-dir " + path + ": not a directory");
 }
 
 // Blocks the job signals for the launcher's lifetime, so they arrive through a signalfd.
@@ -193,7 +179,10 @@ class Job {
     }
 
     void open_logs() {
-        make_dirs(spec_.log_dir);
+        std::error_code failed;  // a file of that name is "Not a directory"
+        std::filesystem::create_directories(spec_.log_dir, failed);
+        if (failed)
+            throw IoError("--log-dir " + spec_.log_dir + ": cannot create it (" + failed.message() + ")");
         for (Rank& r : ranks_) {
             for (auto [stream, suffix] :
                  {std::pair{&r.output.out, ".stdout"}, std::pair{&r.output.err, ".stderr"}}) {

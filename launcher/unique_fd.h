@@ -5,6 +5,8 @@
 
 #include <utility>
 
+#include "protocol/write_all.h"
+
 namespace dp::launcher {
 
 class UniqueFd {
@@ -32,7 +34,6 @@ class UniqueFd {
     int fd_ = -1;
 };
 
-// Writes all of `size` bytes, retrying on EINTR and short writes. False on any other error.
-bool write_all(int fd, const char* data, std::size_t size);
+using protocol::write_all;  // the one loop (protocol/write_all.h)
 
 }  // namespace dp::launcher

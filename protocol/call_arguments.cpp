@@ -279,124 +279,180 @@ std::string call_value_text(const CallValue& value) {
     return out.empty() ? "none" : out;
 }
 
+namespace {
+
+// The readers of read_call_value, one per row type: each returns an error text (`expected`, with
+// why when there is more to say) or empty, with the value in `out`. `hi`: the row's or the
+// family's largest value.
+
+std::string read_number(const CallArgument& row, const nlohmann::json& j, double hi,
+                        const std::string& expected, CallValue& out) {
+    if (!j.is_number() || !std::isfinite(j.get<double>()) || j.get<double>() < row.min ||
+        j.get<double>() > hi)
+        return expected;
+    out = j.get<double>();
+    return {};
+}
+
+std::string read_whole(const CallArgument& row, const nlohmann::json& j, double hi,
+                       const std::string& expected, CallValue& out) {
+    if (!j.is_number_integer()) return expected;
+    // A whole number past int64's range is an unsigned one: out of every row's range.
+    if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return expected;
+    const int64_t v = j.get<int64_t>();
+    if (static_cast<double>(v) < row.min || static_cast<double>(v) > hi) return expected;
+    out = v;
+    return {};
+}
+
+std::string read_blocks(const CallArgument& row, const nlohmann::json& j, double hi,
+                        const std::string& expected, CallValue& out) {
+    if (!j.is_array()) return expected;
+    std::vector<int> blocks;
+    for (const nlohmann::json& v : j) {
+        if (!v.is_number_integer() || v.get<int64_t>() < row.min || v.get<int64_t>() > hi) return expected;
+        const int b = static_cast<int>(v.get<int64_t>());
+        if (std::find(blocks.begin(), blocks.end(), b) != blocks.end())
+            return "block " + std::to_string(b) + " is listed twice";
+        blocks.push_back(b);
+    }
+    out = std::move(blocks);
+    return {};
+}
+
+// One key of an adapter given as an object into `a`.
+std::string read_adapter_key(const CallArgument& row, const std::string& key, const nlohmann::json& v,
+                             double hi, const std::string& expected, Adapter& a) {
+    if (key == "path" && v.is_string()) {
+        a.path = v.get<std::string>();
+    } else if (key == "scale" && v.is_number() && std::isfinite(v.get<double>()) &&
+               v.get<double>() >= row.min && v.get<double>() <= hi) {
+        a.scale = v.get<double>();
+    } else if (key == "sha256" && v.is_string() && v.get<std::string>().size() == 64 &&
+               v.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos) {
+        a.sha256 = v.get<std::string>();
+    } else if (key == "path" || key == "scale" || key == "sha256") {
+        return expected + " (its '" + key + "' is " +
+               (key == "sha256" ? "not 64 lowercase hex digits" : "not valid") + ")";
+    } else {
+        return expected + " (unknown key '" + key.substr(0, 40) +
+               "'; an adapter has path, scale "
+               "and sha256)";
+    }
+    return {};
+}
+
+// One adapter: a path, or {"path", "scale", "sha256"}.
+std::string read_adapter(const CallArgument& row, const nlohmann::json& item, double hi,
+                         const std::string& expected, Adapter& a) {
+    if (item.is_string()) {
+        a.path = item.get<std::string>();
+    } else if (item.is_object()) {
+        for (const auto& [key, v] : item.items())
+            if (std::string why = read_adapter_key(row, key, v, hi, expected, a); !why.empty()) return why;
+    } else {
+        return expected;
+    }
+    if (a.path.empty() || a.path.find('\0') != std::string::npos)
+        return expected + " (an adapter's path must be a non-empty string)";
+    return {};
+}
+
+// An adapter, or a list of them.
+std::string read_adapters(const CallArgument& row, const nlohmann::json& j, double hi,
+                          const std::string& expected, CallValue& out) {
+    const nlohmann::json list = j.is_array() ? j : nlohmann::json::array({j});
+    Adapters adapters;
+    for (const nlohmann::json& item : list) {
+        Adapter a;
+        if (std::string why = read_adapter(row, item, hi, expected, a); !why.empty()) return why;
+        adapters.push_back(std::move(a));
+    }
+    out = std::move(adapters);
+    return {};
+}
+
+// One KEY=VALUE of a step cache given as an object, in the flag's text form (MagCache's ratios as
+// numbers separated by spaces); an error text, or empty.
+std::string cache_setting_text(const std::string& key, const nlohmann::json& v, const std::string& expected,
+                               std::string& text) {
+    if (v.is_number() || v.is_string() || v.is_boolean()) {
+        text = key + "=" +
+               (v.is_string()           ? v.get<std::string>()
+                : v.is_boolean()        ? std::string(v.get<bool>() ? "true" : "false")
+                : v.is_number_integer() ? std::to_string(v.get<int64_t>())
+                                        : number_text(v.get<double>()));
+        return {};
+    }
+    if (key != "mag_ratios" || !v.is_array() || v.empty())
+        return expected + " (its '" + key.substr(0, 40) + "' is not valid)";
+    std::string numbers;
+    for (const nlohmann::json& r : v) {
+        if (!r.is_number()) return expected + " (its 'mag_ratios' must be a list of numbers)";
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.9g", r.get<double>());
+        numbers += (numbers.empty() ? "" : " ") + std::string(buf);
+    }
+    text = key + "=" + numbers;
+    return {};
+}
+
+// A step cache as the flag's text: the text itself, none for null, or {"type": ..., KEY: VALUE}
+// as "TYPE:KEY=VALUE,...".
+std::string cache_text(const nlohmann::json& j, const std::string& expected, std::string& text) {
+    if (j.is_string()) {
+        text = j.get<std::string>();
+        return {};
+    }
+    if (j.is_null()) {
+        text = "none";
+        return {};
+    }
+    if (!j.is_object()) return expected;
+    std::string keys;
+    for (const auto& [key, v] : j.items()) {
+        if (key == "type" && v.is_string()) {
+            text = v.get<std::string>();
+            continue;
+        }
+        std::string setting;
+        if (std::string why = key == "type" ? expected + " (its 'type' is not valid)"
+                                            : cache_setting_text(key, v, expected, setting);
+            !why.empty())
+            return why;
+        keys += (keys.empty() ? "" : ",") + setting;
+    }
+    if (text.empty()) return expected + " (it has no \"type\")";
+    if (!keys.empty()) text += ":" + keys;
+    return {};
+}
+
+std::string read_cache(const nlohmann::json& j, double hi, const std::string& expected, CallValue& out) {
+    std::string text;
+    if (std::string why = cache_text(j, expected, text); !why.empty()) return why;
+    StepCache c;
+    if (std::string why = parse_step_cache(text, c, hi); !why.empty()) return why;
+    out = c;
+    return {};
+}
+
+}  // namespace
+
 std::string read_call_value(const CallArgument& row, const nlohmann::json& j, CallValue& out,
                             double family_max) {
     const double hi = family_max > 0 ? family_max : row.max;
     const std::string expected = "expected " + row.expected(family_max);
     switch (row.type) {
-        case CallType::kNumber: {
-            if (!j.is_number() || !std::isfinite(j.get<double>()) || j.get<double>() < row.min ||
-                j.get<double>() > hi)
-                return expected;
-            out = j.get<double>();
-            return {};
-        }
-        case CallType::kWhole: {
-            if (!j.is_number_integer()) return expected;
-            // A whole number past int64's range is an unsigned one: out of every row's range.
-            if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-                return expected;
-            const int64_t v = j.get<int64_t>();
-            if (static_cast<double>(v) < row.min || static_cast<double>(v) > hi) return expected;
-            out = v;
-            return {};
-        }
-        case CallType::kBlocks: {
-            if (!j.is_array()) return expected;
-            std::vector<int> blocks;
-            for (const nlohmann::json& v : j) {
-                if (!v.is_number_integer() || v.get<int64_t>() < row.min || v.get<int64_t>() > hi)
-                    return expected;
-                const int b = static_cast<int>(v.get<int64_t>());
-                if (std::find(blocks.begin(), blocks.end(), b) != blocks.end())
-                    return "block " + std::to_string(b) + " is listed twice";
-                blocks.push_back(b);
-            }
-            out = std::move(blocks);
-            return {};
-        }
-        case CallType::kAdapters: {
-            // A path, {"path", "scale", "sha256"}, or a list of either.
-            const nlohmann::json list = j.is_array() ? j : nlohmann::json::array({j});
-            Adapters adapters;
-            for (const nlohmann::json& item : list) {
-                Adapter a;
-                if (item.is_string()) {
-                    a.path = item.get<std::string>();
-                } else if (item.is_object()) {
-                    for (const auto& [key, v] : item.items()) {
-                        if (key == "path" && v.is_string()) {
-                            a.path = v.get<std::string>();
-                        } else if (key == "scale" && v.is_number() && std::isfinite(v.get<double>()) &&
-                                   v.get<double>() >= row.min && v.get<double>() <= hi) {
-                            a.scale = v.get<double>();
-                        } else if (key == "sha256" && v.is_string() && v.get<std::string>().size() == 64 &&
-                                   v.get<std::string>().find_first_not_of("0123456789abcdef") ==
-                                       std::string::npos) {
-                            a.sha256 = v.get<std::string>();
-                        } else if (key == "path" || key == "scale" || key == "sha256") {
-                            return expected + " (its '" + key + "' is " +
-                                   (key == "sha256" ? "not 64 lowercase hex digits" : "not valid") + ")";
-                        } else {
-                            return expected + " (unknown key '" + key.substr(0, 40) +
-                                   "'; an adapter has path, scale "
-                                   "and sha256)";
-                        }
-                    }
-                } else {
-                    return expected;
-                }
-                if (a.path.empty() || a.path.find('\0') != std::string::npos)
-                    return expected + " (an adapter's path must be a non-empty string)";
-                adapters.push_back(std::move(a));
-            }
-            out = std::move(adapters);
-            return {};
-        }
-        case CallType::kCache: {
-            // The flag's text, or {"type": ..., "threshold": T}.
-            StepCache c;
-            std::string text;
-            if (j.is_string()) {
-                text = j.get<std::string>();
-            } else if (j.is_object()) {
-                std::string keys;
-                for (const auto& [key, v] : j.items()) {
-                    if (key == "type" && v.is_string()) {
-                        text = v.get<std::string>();
-                    } else if (key != "type" && (v.is_number() || v.is_string() || v.is_boolean())) {
-                        keys += (keys.empty() ? "" : ",") + key + "=" +
-                                (v.is_string()           ? v.get<std::string>()
-                                 : v.is_boolean()        ? std::string(v.get<bool>() ? "true" : "false")
-                                 : v.is_number_integer() ? std::to_string(v.get<int64_t>())
-                                                         : number_text(v.get<double>()));
-                    } else if (key == "mag_ratios" && v.is_array() && !v.empty()) {
-                        // MagCache's ratios as a list: the setting's own text form, numbers and spaces.
-                        std::string numbers;
-                        for (const nlohmann::json& r : v) {
-                            if (!r.is_number())
-                                return expected + " (its 'mag_ratios' must be a list of numbers)";
-                            char buf[32];
-                            std::snprintf(buf, sizeof(buf), "%.9g", r.get<double>());
-                            numbers += (numbers.empty() ? "" : " ") + std::string(buf);
-                        }
-                        keys += (keys.empty() ? "" : ",") + key + "=" + numbers;
-                    } else {
-                        return expected + " (its '" + key.substr(0, 40) + "' is not valid)";
-                    }
-                }
-                if (text.empty()) return expected + " (it has no \"type\")";
-                if (!keys.empty()) text += ":" + keys;
-            } else if (j.is_null()) {
-                text = "none";
-            } else {
-                return expected;
-            }
-            const std::string why = parse_step_cache(text, c, hi);
-            if (!why.empty()) return why;
-            out = c;
-            return {};
-        }
+        case CallType::kNumber:
+            return read_number(row, j, hi, expected, out);
+        case CallType::kWhole:
+            return read_whole(row, j, hi, expected, out);
+        case CallType::kBlocks:
+            return read_blocks(row, j, hi, expected, out);
+        case CallType::kAdapters:
+            return read_adapters(row, j, hi, expected, out);
+        case CallType::kCache:
+            return read_cache(j, hi, expected, out);
     }
     return expected;
 }

@@ -1,11 +1,8 @@
 #include "protocol/job_file.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -177,6 +174,13 @@ bool same_batch_settings(const JobRequest& a, const JobRequest& b) {
 
 namespace {
 
+// The optional diagnostics switches of a job file, by key.
+const std::pair<const char*, bool JobFile::*> kDiagnostics[] = {
+    {"save_latents", &JobFile::save_latents},
+    {"cache_report", &JobFile::cache_report},
+    {"comm_report", &JobFile::comm_report},
+};
+
 // Every field of `job` but its requests.
 nlohmann::json settings_json(const JobFile& job) {
     nlohmann::json j = {{"format", kJobFileFormat},
@@ -197,6 +201,8 @@ nlohmann::json settings_json(const JobFile& job) {
                         {"collective_timeout_s", job.collective_timeout_s},
                         {"schedule", job.schedule}};
     if (job.node_timeout_s > 0) j["node_timeout_s"] = job.node_timeout_s;
+    for (const auto& [key, field] : kDiagnostics)
+        if (job.*field) j[key] = true;
     put_path(j, "model_dir", job.model_dir);
     j["family"] = job.family;
     put_path(j, "output_dir", job.output_dir);
@@ -278,6 +284,8 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     out.no_t5 = f.boolean("no_t5");
     out.offload = f.boolean("offload");
     if (f.has("keep_quantized")) out.keep_quantized = f.boolean("keep_quantized");
+    for (const auto& [key, field] : kDiagnostics)
+        if (f.has(key)) out.*field = f.boolean(key);
     read_mesh(detail::Fields(f.object("mesh"), "mesh"), out.mesh);
     out.collective_timeout_s = f.number("collective_timeout_s", 0.001, 7 * 24 * 3600.0);
     if (f.has("node_timeout_s")) out.node_timeout_s = f.number("node_timeout_s", 0, 7 * 24 * 3600.0);
@@ -303,49 +311,22 @@ void from_json(const nlohmann::json& j, JobFile& job) {
 
 std::string request_line(const JobRequest& request) { return nlohmann::json(request).dump(); }
 
-JobFileWriter::JobFileWriter(std::string path, const JobFile& header)
-    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())) {
+JobFileWriter::JobFileWriter(std::string path, const JobFile& header) : file_(std::move(path)) {
     std::string head = settings_json(header).dump();  // an object with the format and version: never "{}"
     head.back() = ',';
     head += "\"requests\":[";
-    out_ = std::fopen(tmp_.c_str(), "wbe");
-    if (!out_) throw IoError("cannot write the job file " + tmp_ + ": " + std::strerror(errno));
-    if (std::fwrite(head.data(), 1, head.size(), out_) != head.size()) {
-        const std::string why = std::strerror(errno);
-        std::fclose(out_);
-        out_ = nullptr;
-        std::remove(tmp_.c_str());
-        throw IoError("cannot write the job file " + tmp_ + ": " + why);
-    }
-}
-
-JobFileWriter::~JobFileWriter() {
-    if (!out_) return;
-    std::fclose(out_);
-    std::remove(tmp_.c_str());
+    file_.write(head);
 }
 
 void JobFileWriter::add_line(std::string_view line) {
-    const char* separator = first_ ? "\n" : ",\n";
+    file_.write(first_ ? "\n" : ",\n");
     first_ = false;
-    if (std::fputs(separator, out_) < 0 || std::fwrite(line.data(), 1, line.size(), out_) != line.size())
-        throw IoError("cannot write the job file " + tmp_ + ": " + std::strerror(errno));
+    file_.write(line);
 }
 
 void JobFileWriter::commit() {
-    const bool written = std::fputs("\n]}\n", out_) >= 0;
-    const int err = errno;
-    const bool closed = std::fclose(out_) == 0;
-    out_ = nullptr;
-    if (!written || !closed) {
-        std::remove(tmp_.c_str());
-        throw IoError("cannot write the job file " + tmp_ + ": " + std::strerror(written ? errno : err));
-    }
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-        const std::string why = std::strerror(errno);
-        std::remove(tmp_.c_str());
-        throw IoError("cannot rename " + tmp_ + " to " + path_ + ": " + why);
-    }
+    file_.write("\n]}\n");
+    file_.commit();
 }
 
 void write_job_file(const std::string& path, const JobFile& job) {

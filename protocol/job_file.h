@@ -19,11 +19,10 @@
 //                  arguments by name (call_arguments.h)...}, ...]}
 //
 // random_weights, schedule and device_map are optional; so is device_map.plan (absent: the budgets are the
-// worker's visible GPUs' free memory, which only the worker can measure). std and nlohmann/json
-// only.
+// worker's visible GPUs' free memory, which only the worker can measure); so are the diagnostics
+// "save_latents", "cache_report" and "comm_report" (absent: false). std and nlohmann/json only.
 
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <map>
 #include <nlohmann/json_fwd.hpp>
@@ -32,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "protocol/atomic_file.h"
 #include "protocol/call_arguments.h"
 
 namespace dp::protocol {
@@ -127,6 +127,13 @@ struct JobFile {
     // [dynamic schedule] in runtime/worker.cpp). Optional in the file: absent is static.
     std::string schedule = "static";
     std::vector<JobRequest> requests;  // in the order the ranks split them
+    // Diagnostics, optional in the file (absent: false), which the launcher sets from its own
+    // environment as the worker read them from its own: each image's final latents beside it
+    // (DP_SAVE_LATENTS), each image's step-cache report (DP_CACHE_REPORT), each rank's bytes sent
+    // per collective kind (DP_COMM_REPORT). Written only when set.
+    bool save_latents = false;
+    bool cache_report = false;
+    bool comm_report = false;
     // The writing dp-launch's id for this run. Every launcher of a multi-node job writes its own;
     // rank 0's is the job's (JoinedEvent), and it is not one of the settings the nodes compare.
     std::string job_id;
@@ -138,7 +145,7 @@ void to_json(nlohmann::json& j, const JobFile& job);
 // unknown, and a file of another format or version.
 void from_json(const nlohmann::json& j, JobFile& job);
 
-// Writes `job` to `path` through a temporary file and a rename. Throws IoError.
+// Writes `job` to `path` through a temporary file and a rename (Note [atomic file]). Throws IoError.
 void write_job_file(const std::string& path, const JobFile& job);
 
 // A request as the job file holds it: one line of JSON (to_json's), no newline.
@@ -151,9 +158,6 @@ std::string request_line(const JobRequest& request);
 class JobFileWriter {
   public:
     JobFileWriter(std::string path, const JobFile& header);
-    JobFileWriter(const JobFileWriter&) = delete;
-    JobFileWriter& operator=(const JobFileWriter&) = delete;
-    ~JobFileWriter();
 
     void add(const JobRequest& request) { add_line(request_line(request)); }
     // `line`: request_line's text of a request.
@@ -161,8 +165,7 @@ class JobFileWriter {
     void commit();
 
   private:
-    std::string path_, tmp_;
-    std::FILE* out_ = nullptr;
+    AtomicFile file_;  // Note [atomic file]
     bool first_ = true;
 };
 // Throws Error (kExitNoInput) when `path` cannot be read, InputDataError "PATH: KEY: why" when it

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace dp::protocol {
 namespace {
@@ -138,15 +139,115 @@ std::vector<float> StepCache::mag_ratios_for(int64_t steps) const {
     return out;
 }
 
+namespace {
+
+// What parse_step_cache accepts, for its messages.
+std::string accepted_step_caches(double max) {
+    return "expected first_block_cache:threshold=T (T from 0 to " + number_text(max) +
+           "), "
+           "taylorseer_cache[:cache_interval=N,disable_cache_before_step=N,disable_"
+           "cache_after_step=N,max_order=K,"
+           "taylor_factors_dtype=bfloat16|float32], "
+           "mag_cache:mag_ratios=flux|FILE[,threshold=T,max_skip_steps=K,"
+           "retention_ratio=R], mag_cache:calibrate=true, or none";
+}
+
+// One KEY=VALUE of a step cache setting.
+struct CacheKey {
+    std::string key, value;
+    bool has_value = false;  // there is a '=' (a threshold needs one)
+
+    // `value` as a whole number from `lo` to `hi` into `field`: an error text, or empty.
+    std::string whole(int64_t lo, int64_t hi, int64_t& field) const {
+        char* end = nullptr;
+        const long long v = std::strtoll(value.c_str(), &end, 10);
+        if (value.empty() || !end || *end != '\0' || v < lo || v > hi)
+            return key + " '" + value.substr(0, 40) + "' is not a whole number from " + std::to_string(lo) +
+                   " to " + std::to_string(hi);
+        field = v;
+        return {};
+    }
+    // `value` as a number from `lo` to `hi` into `field`: an error text, or empty.
+    std::string number(double lo, double hi, double& field) const {
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (value.empty() || !end || *end != '\0' || !std::isfinite(v) || v < lo || v > hi)
+            return key + " '" + value.substr(0, 40) + "' is not a number from " + number_text(lo) + " to " +
+                   number_text(hi);
+        field = v;
+        return {};
+    }
+};
+
+// A key TaylorSeer takes, into `out`: an error text or empty; nullopt when it takes no such key
+// (or not with that value).
+std::optional<std::string> set_taylorseer_key(const CacheKey& k, StepCache& out) {
+    if (k.key == "cache_interval") return k.whole(1, 1000000, out.cache_interval);
+    if (k.key == "disable_cache_before_step") return k.whole(0, 1000000, out.disable_cache_before_step);
+    if (k.key == "disable_cache_after_step") return k.whole(0, 1000000, out.disable_cache_after_step);
+    if (k.key == "max_order") return k.whole(0, 8, out.max_order);
+    if (k.key == "taylor_factors_dtype" && (k.value == "bfloat16" || k.value == "float32")) {
+        out.float32_factors = k.value == "float32";
+        return std::string();
+    }
+    return std::nullopt;
+}
+
+// A key MagCache takes besides its threshold, as set_taylorseer_key does. `ratios_given` is set by
+// mag_ratios.
+std::optional<std::string> set_mag_key(const CacheKey& k, StepCache& out, bool& ratios_given) {
+    if (k.key == "max_skip_steps") return k.whole(0, 1000000, out.max_skip_steps);
+    if (k.key == "retention_ratio") return k.number(0, 1, out.retention_ratio);
+    if (k.key == "calibrate" && (k.value == "true" || k.value == "false" || !k.has_value)) {
+        out.calibrate = k.value != "false";
+        return std::string();
+    }
+    if (k.key != "mag_ratios" || k.value.empty()) return std::nullopt;
+    ratios_given = true;
+    std::string why;
+    if (k.value == "flux") {
+        out.mag_ratios = flux_mag_ratios();
+    } else if (!parse_number_list(k.value, out.mag_ratios)) {
+        why = read_mag_ratios_file(k.value, out.mag_ratios);
+    }
+    return why.empty() ? check_ratios(out.mag_ratios) : why;
+}
+
+// The keys `c`'s type takes, for the message of one it does not.
+std::string keys_taken(const StepCache& c) {
+    if (c.first_block()) return "threshold=T";
+    if (c.taylorseer())
+        return "cache_interval, disable_cache_before_step, disable_cache_after_step, max_order and "
+               "taylor_factors_dtype (bfloat16 or float32)";
+    return "threshold, max_skip_steps, retention_ratio, mag_ratios (flux, a file, or the numbers) and "
+           "calibrate=true";
+}
+
+// One KEY=VALUE `item` of `out`'s type into `out`: an error text, or empty.
+std::string set_cache_key(const std::string& item, StepCache& out, bool& ratios_given,
+                          const std::string& accepted, double max) {
+    const std::size_t eq = item.find('=');
+    const CacheKey k{item.substr(0, eq), eq == std::string::npos ? "" : item.substr(eq + 1),
+                     eq != std::string::npos};
+    std::optional<std::string> why;
+    if ((out.first_block() || out.mag()) && k.key == "threshold" && k.has_value)
+        return k.number(0, max, out.threshold);
+    if (out.taylorseer()) why = set_taylorseer_key(k, out);
+    if (out.mag()) why = set_mag_key(k, out, ratios_given);
+    if (why) return *why;
+    if (out.mag() && k.key == "num_inference_steps")
+        return "mag_cache takes no num_inference_steps: dp-launch uses each prompt's own steps, and "
+               "takes "
+               "mag_ratios to them as diffusers does; " +
+               accepted;
+    return out.type + " takes " + keys_taken(out) + " (got '" + item.substr(0, 40) + "'); " + accepted;
+}
+
+}  // namespace
+
 std::string parse_step_cache(const std::string& text, StepCache& out, double max) {
     out = StepCache{};
-    const std::string accepted = "expected first_block_cache:threshold=T (T from 0 to " + number_text(max) +
-                                 "), "
-                                 "taylorseer_cache[:cache_interval=N,disable_cache_before_step=N,disable_"
-                                 "cache_after_step=N,max_order=K,"
-                                 "taylor_factors_dtype=bfloat16|float32], "
-                                 "mag_cache:mag_ratios=flux|FILE[,threshold=T,max_skip_steps=K,"
-                                 "retention_ratio=R], mag_cache:calibrate=true, or none";
+    const std::string accepted = accepted_step_caches(max);
     if (text == "none" || text.empty()) return {};
     const std::size_t colon = text.find(':');
     const std::string type = text.substr(0, colon);
@@ -162,73 +263,8 @@ std::string parse_step_cache(const std::string& text, StepCache& out, double max
         const std::size_t comma = rest.find(',');
         const std::string item = rest.substr(0, comma);
         rest = comma == std::string::npos ? std::string() : rest.substr(comma + 1);
-        const std::size_t eq = item.find('=');
-        const std::string key = item.substr(0, eq),
-                          value = eq == std::string::npos ? "" : item.substr(eq + 1);
-        const auto whole = [&](int64_t lo, int64_t hi, int64_t& field) -> std::string {
-            char* end = nullptr;
-            const long long v = std::strtoll(value.c_str(), &end, 10);
-            if (value.empty() || !end || *end != '\0' || v < lo || v > hi)
-                return key + " '" + value.substr(0, 40) + "' is not a whole number from " +
-                       std::to_string(lo) + " to " + std::to_string(hi);
-            field = v;
-            return {};
-        };
-        const auto number = [&](double lo, double hi, double& field) -> std::string {
-            char* end = nullptr;
-            const double v = std::strtod(value.c_str(), &end);
-            if (value.empty() || !end || *end != '\0' || !std::isfinite(v) || v < lo || v > hi)
-                return key + " '" + value.substr(0, 40) + "' is not a number from " + number_text(lo) +
-                       " to " + number_text(hi);
-            field = v;
-            return {};
-        };
-        std::string why;
-        if ((out.first_block() || out.mag()) && key == "threshold" && eq != std::string::npos) {
-            why = number(0, max, out.threshold);
-        } else if (out.taylorseer() && key == "cache_interval") {
-            why = whole(1, 1000000, out.cache_interval);
-        } else if (out.taylorseer() && key == "disable_cache_before_step") {
-            why = whole(0, 1000000, out.disable_cache_before_step);
-        } else if (out.taylorseer() && key == "disable_cache_after_step") {
-            why = whole(0, 1000000, out.disable_cache_after_step);
-        } else if (out.taylorseer() && key == "max_order") {
-            why = whole(0, 8, out.max_order);
-        } else if (out.taylorseer() && key == "taylor_factors_dtype" &&
-                   (value == "bfloat16" || value == "float32")) {
-            out.float32_factors = value == "float32";
-        } else if (out.mag() && key == "max_skip_steps") {
-            why = whole(0, 1000000, out.max_skip_steps);
-        } else if (out.mag() && key == "retention_ratio") {
-            why = number(0, 1, out.retention_ratio);
-        } else if (out.mag() && key == "calibrate" &&
-                   (value == "true" || value == "false" || eq == std::string::npos)) {
-            out.calibrate = value != "false";
-        } else if (out.mag() && key == "mag_ratios" && !value.empty()) {
-            ratios_given = true;
-            if (value == "flux") {
-                out.mag_ratios = flux_mag_ratios();
-            } else if (!parse_number_list(value, out.mag_ratios)) {
-                why = read_mag_ratios_file(value, out.mag_ratios);
-            }
-            if (why.empty()) why = check_ratios(out.mag_ratios);
-        } else if (out.mag() && key == "num_inference_steps") {
-            return "mag_cache takes no num_inference_steps: dp-launch uses each prompt's own steps, and "
-                   "takes "
-                   "mag_ratios to them as diffusers does; " +
-                   accepted;
-        } else {
-            return type + " takes " +
-                   (out.first_block() ? std::string("threshold=T")
-                    : out.taylorseer()
-                        ? std::string("cache_interval, disable_cache_before_step, "
-                                      "disable_cache_after_step, max_order and taylor_factors_dtype "
-                                      "(bfloat16 or float32)")
-                        : std::string("threshold, max_skip_steps, retention_ratio, mag_ratios "
-                                      "(flux, a file, or the numbers) and calibrate=true")) +
-                   " (got '" + item.substr(0, 40) + "'); " + accepted;
-        }
-        if (!why.empty()) return why;
+        if (const std::string why = set_cache_key(item, out, ratios_given, accepted, max); !why.empty())
+            return why;
     }
     if (out.mag() && out.calibrate) {
         out.mag_ratios.clear();  // calibration measures them: nothing is skipped

@@ -1,6 +1,7 @@
 #pragma once
-// SHA-256 in lowercase hex (OpenSSL's libcrypto): of an image's bytes for the manifest, of an
-// adapter file for its records. No LibTorch.
+// SHA-256 in lowercase hex (OpenSSL's libcrypto), the one implementation of both sides: of an
+// image's bytes for the manifest, of an image file --resume keeps, of an adapter or component file
+// for its records. No LibTorch.
 
 #include <cstddef>
 #include <string>

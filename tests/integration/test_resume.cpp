@@ -23,7 +23,9 @@
 #include "integration/launch_harness.h"
 #include "launcher/manifest.h"
 #include "launcher/output_folder.h"
+#include "protocol/atomic_file.h"
 #include "protocol/errors.h"
+#include "strategies/sha256.h"
 
 using namespace dp::test;
 
@@ -146,10 +148,10 @@ TEST_CASE("the manifest as a killed run leaves it: later records win, a torn las
     CHECK(dp::launcher::read_manifest(dir + "/none.jsonl").empty());
 
     std::ofstream(dir + "/abc") << "abc";
-    CHECK(dp::launcher::file_sha256(dir + "/abc") ==
+    CHECK(dp::strategies::file_sha256(dir + "/abc") ==
           "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");  // FIPS 180-2's example
     std::ofstream(dir + "/long") << std::string(1000, 'a');  // several blocks, padding in its own
-    CHECK(dp::launcher::file_sha256(dir + "/long") ==
+    CHECK(dp::strategies::file_sha256(dir + "/long") ==
           "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
 
     const nlohmann::json had = {{"model", "m"},          {"seed", 3},   {"steps", 2},
@@ -226,7 +228,7 @@ TEST_CASE("a manifest on a full disk: every record is whole, or absent") {
     CHECK(read_file(path).back() == '\n');
     CHECK(dp::launcher::read_manifest(path).size() == static_cast<std::size_t>(written));
     // The gallery or the sorted manifest on the same full disk: refused, no temporary file left.
-    CHECK_THROWS_AS(dp::launcher::write_file_atomically(fs.dir() + "/index.html", std::string(64 << 10, 'x')),
+    CHECK_THROWS_AS(dp::protocol::write_file_atomically(fs.dir() + "/index.html", std::string(64 << 10, 'x')),
                     dp::protocol::IoError);
     CHECK(join(leftovers_in(fs.dir())).empty());
 }

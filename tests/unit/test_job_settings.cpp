@@ -148,8 +148,8 @@ TEST_CASE("a request takes the prompt's own settings, else the job's, checked ag
     CHECK(bad[0] == "--skip-guidance-layers 0,2: block 2 is not one of the transformer's 2 blocks (0 to 1)");
     CHECK(has(bad[1],
               "--skip-layer-guidance-start 0.5 and --skip-layer-guidance-stop 0.5: the start must be below"));
-    CHECK_THROWS_WITH_AS(check_job(job, rules), doctest::Contains("block 2 is not one of"),
-                         dp::protocol::UsageError);
+    CHECK_THROWS_WITH_AS(check_job(ResolvedJob{job, rules, {}, "fp32", {}}),
+                         doctest::Contains("block 2 is not one of"), dp::protocol::UsageError);
     p.arguments.set("skip_guidance_layers", std::vector<int>{5});
     CHECK(prompt_setting_problem(p, job, rules) ==
           "key 'skip_guidance_layers': block 5 is not one of the transformer's 2 blocks (0 to 1)");
@@ -279,23 +279,24 @@ TEST_CASE(
 
 TEST_CASE("--dtype auto: bf16 on a GPU, fp32 on the CPU, as the devices the ranks get say") {
     JobOptions job;
+    dp::strategies::ResolvedStrategy strategy;  // the job's device map and its plan, as resolved
     CHECK(job.dtype == "auto");
     job.device = "cpu";
-    CHECK(expected_dtype(job, std::nullopt) == "fp32");
-    CHECK(describe_dtype(job, std::nullopt) ==
-          "auto: bf16 on a GPU, fp32 on the CPU; fp32 here (--device cpu)");
+    CHECK(expected_dtype(job, strategy) == "fp32");
+    CHECK(describe_dtype(job, strategy) == "auto: bf16 on a GPU, fp32 on the CPU; fp32 here (--device cpu)");
     job.device = "cuda";
-    CHECK(expected_dtype(job, std::nullopt) == "bf16");
-    job.device_map = "balanced";
-    CHECK(expected_dtype(job, std::nullopt) == "bf16");  // the visible GPUs' budgets
+    CHECK(expected_dtype(job, strategy) == "bf16");
+    strategy.device_map = "balanced";
+    CHECK(expected_dtype(job, strategy) == "bf16");  // the visible GPUs' budgets
     dp::strategies::DeviceMapPlan plan;
     plan.devices = {"cpu:0", "cpu:1"};
-    CHECK(expected_dtype(job, plan) == "fp32");
-    plan.devices = {"cuda:0", "cuda:1"};
-    CHECK(expected_dtype(job, plan) == "bf16");
+    strategy.device_map_plan = plan;
+    CHECK(expected_dtype(job, strategy) == "fp32");
+    strategy.device_map_plan->devices = {"cuda:0", "cuda:1"};
+    CHECK(expected_dtype(job, strategy) == "bf16");
     job.dtype = "fp16";
-    CHECK(expected_dtype(job, plan) == "fp16");
-    CHECK(describe_dtype(job, plan) == "fp16");
+    CHECK(expected_dtype(job, strategy) == "fp16");
+    CHECK(describe_dtype(job, strategy) == "fp16");
 }
 
 TEST_CASE(

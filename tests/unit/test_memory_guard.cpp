@@ -23,15 +23,16 @@ std::string verdict(int ranks, int tp, int64_t available, bool force = false,
                     const std::string& device = "cpu") {
     LaunchSpec launch;
     launch.num_processes = ranks;
-    JobOptions job;
-    job.model = std::string(DP_GOLDEN_DIR) + "/sd3_tiny";
-    job.device = device;
-    job.force = force;
-    const dp::strategies::ModelInfo model = dp::strategies::read_model_info(job.model);
-    dp::strategies::ResolvedStrategy strategy;
-    strategy.degrees.tp = tp;
+    ResolvedJob job;
+    job.options.model = std::string(DP_GOLDEN_DIR) + "/sd3_tiny";
+    job.options.device = device;
+    job.options.force = force;
+    job.model = dp::strategies::read_model_info(job.options.model);
+    job.left_out = dp::strategies::components_left_out(job.options.model, *job.model.spec, false);
+    job.strategy.degrees.tp = tp;
+    job.dtype = "fp32";
     try {
-        check_memory_fits(launch, job, model, strategy, "fp32", available);
+        check_memory_fits(launch, job, available);
     } catch (const dp::protocol::UsageError& e) {
         CHECK(e.exit_code() == 2);
         return e.what();

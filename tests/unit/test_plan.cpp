@@ -1,10 +1,13 @@
 #include <doctest/doctest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "cli/plan_command.h"
 #include "launcher/job.h"
+#include "strategies/model_sizes.h"
+#include "strategies/step_traffic.h"
 
 namespace {
 
@@ -448,4 +451,50 @@ TEST_CASE(
         }
         CHECK(static_cast<double>(whole) / (whole + split) < 0.01);
     }
+}
+
+namespace {
+
+using Traffic = std::map<std::string, int64_t>;
+
+}  // namespace
+
+TEST_CASE("the bytes a rank sends per step, in closed form from the spec, the shape and the degrees") {
+    // The tiny SD3: L blocks of H heads of d features (D = H d), C latent values a token, N image
+    // tokens and T text tokens (SD3's text stream is replicated), fp32, both guidance branches in
+    // one batch (B = 2) unless cfg splits them. The formulas are the ones the job tests measure
+    // (integration/test_main_job.cpp), restated here by hand.
+    const dp::strategies::ModelInfo model =
+        dp::strategies::read_model_info(std::string(DP_GOLDEN_DIR) + "/sd3_tiny");
+    const auto counts = dp::strategies::tensor_element_counts(model.dir + "/" + model.spec->transformer);
+    const int64_t L = model.shape.layers, H = model.shape.heads, d = model.shape.head_dim, D = H * d;
+    const int64_t C = model.shape.in_channels * model.shape.patch_size * model.shape.patch_size;
+    const int64_t N = 64, T = 333, f = 4, B = 2;
+    const auto traffic = [&](int cfg, int ulysses, int ring, int tp) {
+        dp::strategies::MeshDegrees deg;
+        deg.cfg = cfg;
+        deg.ulysses = ulysses;
+        deg.ring = ring;
+        deg.tp = tp;
+        const dp::strategies::StepTrafficInput step{N, T, cfg > 1 ? 1 : 2, f};
+        return dp::strategies::step_traffic(*model.spec, model.shape, deg, counts, step);
+    };
+    CHECK(traffic(1, 1, 1, 1).empty());
+    // CFG: one all_gather of this rank's noise prediction.
+    CHECK(traffic(2, 1, 1, 1) == Traffic{{"all_gather", C * N * f}});
+    // Ulysses U: per block 4 all-to-alls of B x H x N/U x d, the text output gathered over heads in
+    // every block with a text output, and the final tokens gathered.
+    const int64_t U = 2;
+    CHECK(traffic(1, 2, 1, 1) ==
+          Traffic{{"all_to_all", 4 * L * B * H * (N / U) * d * f},
+                  {"all_gather", ((L - 1) * B * (H / U) * T * d + B * (N / U) * C) * f}});
+    // Ring R: each block passes keys and values R - 1 times; the final tokens gathered.
+    const int64_t R = 2;
+    CHECK(traffic(1, 1, 2, 1) ==
+          Traffic{{"send", L * 2 * (R - 1) * B * H * (N / R) * d * f}, {"all_gather", B * (N / R) * C * f}});
+    // TP P: an all_reduce after each stream's attention and MLP outputs, and AdaLN's modulations
+    // gathered (6 D a block and stream, the last block's text 2 D).
+    const int64_t P = 2;
+    CHECK(traffic(1, 1, 1, 2) == Traffic{{"all_reduce", B * D * (2 * N * L + 2 * T * (L - 1)) * f},
+                                         {"all_gather", B * (6 * D * L + 6 * D * (L - 1) + 2 * D) / P * f}});
 }

@@ -35,6 +35,8 @@ JobFile full_job() {
     job.mesh = {2, 2, 3, 5, 7};
     job.collective_timeout_s = 12.5;
     job.schedule = "dynamic";
+    job.save_latents = true;
+    job.comm_report = true;
     DeviceMapPlan plan;
     plan.devices = {"cpu:0", "cpu:1"};
     plan.placements = {{"text_encoder", -1, "cpu:1", 1000},
@@ -81,6 +83,9 @@ void check_same(const JobFile& x, const JobFile& y) {
     CHECK(x.mesh.tp == y.mesh.tp);
     CHECK(x.collective_timeout_s == y.collective_timeout_s);
     CHECK(x.schedule == y.schedule);
+    CHECK(x.save_latents == y.save_latents);
+    CHECK(x.cache_report == y.cache_report);
+    CHECK(x.comm_report == y.comm_report);
     REQUIRE(x.device_map.has_value() == y.device_map.has_value());
     if (x.device_map) {
         CHECK(x.device_map->spec == y.device_map->spec);
@@ -169,6 +174,12 @@ TEST_CASE("the job file round-trips every field, through JSON and through a file
     nlohmann::json unscheduled = plain;
     unscheduled.erase("schedule");
     CHECK(unscheduled.get<JobFile>().schedule == "static");
+    // Nor diagnostics: each is false, and an unset one is not written.
+    CHECK_FALSE(nlohmann::json(plain).contains("save_latents"));
+    CHECK_FALSE((plain_back.save_latents || plain_back.cache_report || plain_back.comm_report));
+    nlohmann::json reporting = plain;
+    reporting["cache_report"] = true;
+    CHECK(reporting.get<JobFile>().cache_report);
     JobFile unplanned = job;
     unplanned.device_map->plan.reset();
     check_same(unplanned, nlohmann::json(unplanned).get<JobFile>());

@@ -336,24 +336,22 @@ TEST_CASE("the launcher resolves with the model's own spec and heads") {
     job.model = model;
     job.strategy = "context";
     launch.num_processes = 3;  // 4 heads: no 3-way Ulysses
-    dp::launcher::JobOptions resolved = dp::launcher::resolve_strategy(launch, job);
-    CHECK(resolved.ring == 3);
-    CHECK(resolved.ulysses == 1);
-    CHECK(resolved.dp == 1);
+    const dp::launcher::ResolvedJob resolved = dp::launcher::resolve_job(launch, job);
+    CHECK(resolved.degrees().ring == 3);
+    CHECK(resolved.degrees().ulysses == 1);
+    CHECK(resolved.degrees().dp == 1);
+    CHECK(resolved.options.ring == 1);  // the options stay as given
     launch.num_processes = 4;
-    const ResolvedStrategy r =
-        dp::launcher::resolve_job_strategy(launch, job, dp::strategies::read_model_info(job.model));
-    check_degrees(r.degrees, degrees(1, 1, 1, 4, 1));
+    check_degrees(dp::launcher::resolve_job(launch, job).degrees(), degrees(1, 1, 1, 4, 1));
     job.strategy.clear();
     job.tp = 5;
     launch.num_processes = 5;
-    CHECK_THROWS_WITH_AS(dp::launcher::resolve_strategy(launch, job),
+    CHECK_THROWS_WITH_AS(dp::launcher::resolve_job(launch, job),
                          doctest::Contains("the model has 4 attention heads, fewer than the 5 ranks"),
                          dp::protocol::UsageError);
     job.tp = 3;  // 4 heads over 3 ranks: 2, 1, 1
     launch.num_processes = 3;
-    const ResolvedStrategy uneven =
-        dp::launcher::resolve_job_strategy(launch, job, dp::strategies::read_model_info(job.model));
+    const ResolvedStrategy uneven = dp::launcher::resolve_job(launch, job).strategy;
     check_degrees(uneven.degrees, degrees(1, 1, 1, 1, 3));
     REQUIRE(uneven.notes.size() == 1);
     CHECK(uneven.notes[0].find("the ranks hold 2, 1, 1 heads") != std::string::npos);

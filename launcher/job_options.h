@@ -1,0 +1,70 @@
+#pragma once
+// The main job's options as the user gave them (flags, DP_* variables, config file), one field per
+// option of cli/job_options.cpp's table. Plain data: nothing here is resolved against the model
+// or the world, and nothing resolved is ever written back (Note [a job is resolved once],
+// launcher/resolved_job.h). The ground floor of the main job's headers: it includes no other file
+// of launcher/.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "protocol/call_arguments.h"
+#include "protocol/job_file.h"
+
+namespace dp::launcher {
+
+// The model used without --model: the shapes model trained by this project and shipped in
+// models/ (see models/README.md).
+inline constexpr const char* kDefaultModel = "shapes-sd3";
+
+struct JobOptions {
+    std::string prompts;  // a path, or "-" for standard input
+    std::string model;
+    std::optional<uint64_t> random_weights;
+    std::string output_dir = "outputs";
+    // Unset: the model's default (its family's in the call-argument table, protocol/call_arguments.h:
+    // diffusers' for its pipeline; SD3 28 steps, Qwen-Image 50).
+    std::optional<int> steps;
+    // The family call arguments the job sets (guidance_scale, max_sequence_length,
+    // skip-layer guidance, ...): the defaults of each prompt's; unset ones take the model's default.
+    protocol::CallValues arguments;
+    uint64_t seed = 0;
+    int width = 0;  // 0: the model's default
+    int height = 0;
+    int batch_size = 1;
+    // How the replicas share the prompts: static (contiguous shares), dynamic (a shared queue,
+    // costliest first) or auto (dynamic when the prompts' estimated costs differ).
+    std::string schedule = "auto";
+    // How long a rank waits in one collective before it gives up (exit code 75).
+    double collective_timeout_s = protocol::kDefaultCollectiveTimeoutS;
+    bool cfg_parallel = false;  // pairs of ranks split classifier-free guidance's two branches
+    int ulysses = 1;            // ranks that split each image's tokens (Ulysses context parallelism)
+    int ring = 1;               // ranks that pass each image's keys and values round a ring (Ring attention)
+    int tp = 1;                 // ranks that split the transformer's weights (tensor parallelism)
+    int dp = 0;                 // 0: whatever the world leaves; else it must be exactly that
+    // data, context, tensor or device-map: fills the degrees from the world (ResolvedJob's, never these)
+    std::string strategy;
+    std::string device_map;  // balanced, auto or a FILE.json; empty: none asked (the strategy may give one)
+    std::string max_memory;  // device_map's budgets, "DEV=SIZE,..."; empty: the visible GPUs
+    std::string dtype = "auto";  // auto: bf16 on a GPU, fp32 on the CPU (each rank decides); fp32, bf16, fp16
+    std::string device = "auto";
+    std::string revision;  // --model ORG/NAME's branch, tag or commit in the Hugging Face cache; empty: main
+    std::string variant;   // weight files NAME.VARIANT.safetensors; empty: the plain ones
+    // Components whose weights come from one file (--transformer FILE, ...): component -> path as
+    // given (Note [component files], launcher/component_files.h).
+    std::map<std::string, std::string> component_files;
+    bool no_t5 = false;      // without the T5 text encoder, even when the folder has one
+    std::string model_file;  // --model FILE: the file its components come from (Note [a model from one file])
+    bool keep_quantized = false;  // GGUF weights kept in their blocks (Note [kept quantized])
+    bool offload = false;  // each component on the GPU only while it runs (diffusers' model CPU offload)
+    std::optional<std::string> negative_prompt;  // unset: none given (diffusers' None)
+    bool overwrite = false;
+    bool resume = false;  // keep the earlier run's valid images, make only the missing ones
+    bool skip_invalid = false;
+    bool force = false;  // start even when the ranks' memory exceeds what is available (Note [memory guard])
+    std::string worker;  // dp-worker to run; empty: next to dp-launch
+};
+
+}  // namespace dp::launcher
