@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "protocol/call_arguments.h"
+#include "strategies/model_config.h"
 #include "strategies/parallel_spec.h"
 #include "strategies/single_file.h"
 
@@ -90,8 +91,10 @@ struct FamilyFacts {
 
     // --- plan ---
     // The text tokens a prompt gives the transformer, for `plan`'s figures, when it is not
-    // max_sequence_length (SD3: CLIP's, then T5's or one standing for its zeros). nullptr: that.
-    int64_t (*plan_text_tokens)(const std::string& model_dir, int64_t max_sequence, bool no_t5) = nullptr;
+    // max_sequence_length (SD3: CLIP's, then T5's or one standing for its zeros; `left_out`: the
+    // components the job does not load). nullptr: that.
+    int64_t (*plan_text_tokens)(const ModelInfo& model, int64_t max_sequence,
+                                const std::vector<std::string>& left_out) = nullptr;
 };
 
 // Every family, in the registry's order (strategies/families/registry.cpp).

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "strategies/config_file.h"
+#include "strategies/family.h"
 #include "strategies/strategy.h"
 
 namespace dp::strategies {
@@ -84,15 +84,8 @@ std::map<std::string, int64_t> step_traffic(const ParallelSpec& spec, const Tran
 
 int64_t plan_text_tokens(const ModelInfo& model, int64_t max_sequence,
                          const std::vector<std::string>& left_out) {
-    const ParallelSpec& spec = *model.spec;
-    if (spec.family != "sd3") return max_sequence;
-    const nlohmann::json tok = read_config_object_if_present(model.dir + "/tokenizer/tokenizer_config.json");
-    const int64_t clip_length =
-        tok.contains("model_max_length") && tok["model_max_length"].is_number_integer()
-            ? tok["model_max_length"].get<int64_t>()
-            : 77;
-    const bool t5 = std::find(left_out.begin(), left_out.end(), spec.t5_encoder) == left_out.end();
-    return clip_length + (t5 ? max_sequence : 1);
+    const FamilyFacts& family = facts_of(*model.spec);
+    return family.plan_text_tokens ? family.plan_text_tokens(model, max_sequence, left_out) : max_sequence;
 }
 
 }  // namespace dp::strategies

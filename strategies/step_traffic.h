@@ -35,10 +35,9 @@ std::map<std::string, int64_t> step_traffic(const ParallelSpec& spec, const Tran
 
 // The text tokens the transformer attends over for a prompt of `max_sequence` tokens (its
 // max_sequence_length): the T5 or Qwen2.5-VL tokens themselves (a split text stream: at most that
-// many, as long as the prompt); SD3's CLIP tokens (its tokenizer_config.json's model_max_length,
-// else 77) and then T5's, or without T5 (`left_out`: components the job does not load,
-// components_left_out) one that stands for its zero positions (the worker's Note [constant text
-// tail]). Reads the tokenizer's config; throws protocol::ModelError for one that is not JSON.
+// many, as long as the prompt), or what the family's facts say (FamilyFacts::plan_text_tokens:
+// SD3's CLIP tokens, then T5's or one standing for its zeros). `left_out`: the components the job
+// does not load (components_left_out). Throws protocol::ModelError for a config that is not JSON.
 int64_t plan_text_tokens(const ModelInfo& model, int64_t max_sequence,
                          const std::vector<std::string>& left_out);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "strategies/config_file.h"
 #include "strategies/family.h"
 #include "strategies/model_files.h"
 #include "strategies/original_layouts.h"
@@ -108,6 +109,20 @@ std::string shipped_config(const std::vector<std::string>& names) {
                                              : "sd3-medium";
 }
 
+// CLIP's tokens (its tokenizer_config.json's model_max_length, else 77), then T5's
+// max_sequence_length, or without T5 one that stands for its zero positions (the worker's Note
+// [constant text tail]).
+int64_t plan_text_tokens(const ModelInfo& model, int64_t max_sequence,
+                         const std::vector<std::string>& left_out) {
+    const nlohmann::json tok = read_config_object_if_present(model.dir + "/tokenizer/tokenizer_config.json");
+    const int64_t clip_length =
+        tok.contains("model_max_length") && tok["model_max_length"].is_number_integer()
+            ? tok["model_max_length"].get<int64_t>()
+            : 77;
+    const bool t5 = std::find(left_out.begin(), left_out.end(), model.spec->t5_encoder) == left_out.end();
+    return clip_length + (t5 ? max_sequence : 1);
+}
+
 }  // namespace
 
 const FamilyFacts& sd3_family() {
@@ -162,6 +177,7 @@ const FamilyFacts& sd3_family() {
         f.name_markers = {"joint_blocks", "context_block", "x_block"};
         f.guess_order = 3;
         f.shipped_config = &shipped_config;
+        f.plan_text_tokens = &plan_text_tokens;
         return f;
     }();
     return facts;
