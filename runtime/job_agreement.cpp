@@ -27,6 +27,8 @@ nlohmann::json posting(const protocol::JobFile& job, int rank) {
     nlohmann::json settings = job;
     settings.erase("requests");
     settings.erase("job_id");
+    // What each node prints for its own diagnostics (DP_SAVE_LATENTS and the reports) may differ.
+    for (const char* own : {"save_latents", "cache_report", "comm_report"}) settings.erase(own);
     const nlohmann::json all = job.requests;
     const std::string requests = all.dump();
     // Per field of the requests (steps, seed, prompt, ...): a digest of its column and its first

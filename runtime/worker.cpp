@@ -17,6 +17,7 @@
 
 #include "protocol/job_file.h"
 #include "protocol/status_events.h"
+#include "protocol/write_all.h"
 #include "runtime/image_sink.h"
 #include "runtime/io/errors.h"
 #include "runtime/io/tensor_io.h"
@@ -70,18 +71,8 @@ class StatusChannel {
         }
         last_sent_ = now;
         const std::string line = protocol::status_line(event);
-        const char* p = line.data();
-        std::size_t n = line.size();
-        while (n > 0) {
-            const ssize_t w = ::write(fd_, p, n);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) {
-                fd_ = -1;  // the launcher is gone; keep working, it will stop us
-                return;
-            }
-            p += w;
-            n -= static_cast<std::size_t>(w);
-        }
+        if (!protocol::write_all(fd_, line.data(), line.size()))
+            fd_ = -1;  // the launcher is gone; keep working, it will stop us
     }
 
   private:
@@ -251,11 +242,6 @@ bool is_prompt_error(const Error& e) {
            dynamic_cast<const protocol::InputDataError*>(&e) != nullptr;
 }
 
-bool env_flag(const char* name) {
-    const char* v = std::getenv(name);
-    return v && *v && std::string(v) != "0";
-}
-
 // The rank's work once the job file is read. Returns its exit code; throws for what ends it.
 // The pipeline options every rank of `job` shares (the device and dtype are each rank's own).
 PipelineOptions pipeline_options(const JobFile& job, std::shared_ptr<const strategies::ModelInfo> model) {
@@ -384,7 +370,7 @@ class RankWork {
         if (!writer_) return;
         for (const std::string& w : result.warnings)
             std::cerr << "prompt " << r.index << ": " << w << std::endl;
-        if (env_flag("DP_CACHE_REPORT") && !result.cache_metrics.empty()) {
+        if (job_.cache_report && !result.cache_metrics.empty()) {
             // Note [first block cache]: each branch's relative change per pass, to choose a threshold by.
             std::string line = "prompt " + std::to_string(r.index) + ": first-block changes";
             for (std::size_t b = 0; b < result.cache_metrics.size(); ++b) {
@@ -400,9 +386,9 @@ class RankWork {
         const int height = static_cast<int>(result.image.size(0));
         const WrittenImage img = write_png_atomically(job_.output_dir + "/" + r.file,
                                                       result.image.data_ptr<uint8_t>(), width, height);
-        // DP_SAVE_LATENTS=1: each image's final latents (fp32, before decoding) beside it, as
-        // NAME.png.latents.safetensors, to compare runs more finely than by pixels.
-        if (save_latents_)
+        // DP_SAVE_LATENTS=1 (the job file's save_latents): each image's final latents (fp32, before
+        // decoding) beside it, as NAME.png.latents.safetensors, to compare runs more finely than by pixels.
+        if (job_.save_latents)
             save_safetensors(job_.output_dir + "/" + r.file + ".latents.safetensors",
                              {{"latents", result.latents}}, {{"prompt", r.prompt}});
         status_.send(protocol::ImageEvent{rank_, r.index, r.file, img.sha256, ms, width, height,
@@ -413,7 +399,6 @@ class RankWork {
     const int rank_;
     StatusChannel& status_;
     const bool writer_;
-    const bool save_latents_ = env_flag("DP_SAVE_LATENTS");
     TestKillSwitch kill_switch_;
     int failed_ = 0;
 };
@@ -475,7 +460,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     stop_if_asked(rank, "after its share");
     status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kWaiting, -1, 0, 0});
     comm.barrier();
-    if (env_flag("DP_COMM_REPORT")) {
+    if (job.comm_report) {
         // Bytes this rank sent, per kind of collective, over every group it belongs to (the
         // figures docs/strategies.md's communication formulas predict).
         const std::map<std::string, uint64_t> total = parallel.bytes();
