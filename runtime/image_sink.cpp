@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "protocol/atomic_file.h"
 #include "runtime/io/errors.h"
 #include "strategies/sha256.h"
 
@@ -51,26 +52,9 @@ WrittenImage write_png_atomically(const std::string& path, const uint8_t* rgb, i
     if (width <= 0 || height <= 0) throw Error(path + ": cannot write an empty image", kExitIo);
     std::vector<uint8_t> png;
     if (!encode_png(rgb, width, height, png)) throw Error(path + ": PNG encoding failed", kExitIo);
-    const std::size_t slash = path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-    const std::string tmp = dir + "/." + base + ".tmp." + std::to_string(getpid());
-    FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw Error(tmp + ": cannot create (" + std::strerror(errno) + ")", kExitIo);
-    const bool ok = std::fwrite(png.data(), 1, png.size(), f) == png.size() && std::fflush(f) == 0 &&
-                    fsync(fileno(f)) == 0;
-    const int err = errno;
-    std::fclose(f);
-    if (!ok) {
-        std::remove(tmp.c_str());
-        throw Error(tmp + ": write failed (" + std::strerror(err) + ")", kExitIo);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int rename_err = errno;
-        std::remove(tmp.c_str());
-        throw Error(path + ": cannot move the finished image into place (" + std::strerror(rename_err) + ")",
-                    kExitIo);
-    }
+    // Note [atomic file]: a reader sees the whole image or none.
+    protocol::write_file_atomically(path,
+                                    std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
     return {path, sha256_hex(png.data(), png.size()), png.size()};
 }
 

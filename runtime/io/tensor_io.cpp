@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "protocol/atomic_file.h"
 #include "runtime/io/errors.h"
 
 namespace dp::runtime {
@@ -140,28 +141,17 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     // The data starts on a 64-byte boundary, so the first tensor is mapped, not copied, when read
     // back (Note [Weights are 64-byte aligned]).
     text.append((64 - (8 + text.size()) % 64) % 64, ' ');
-    const std::string tmp = path + ".tmp." + std::to_string(getpid());
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw ModelError(path + ": cannot write (" + std::strerror(errno) + ")");
-        std::uint64_t len = text.size();
-        char le[8];
-        for (int i = 0; i < 8; ++i) le[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-        out.write(le, 8);
-        out.write(text.data(), static_cast<std::streamsize>(text.size()));
-        for (const at::Tensor& t : cpu)
-            out.write(static_cast<const char*>(t.data_ptr()),
-                      static_cast<std::streamsize>(t.numel() * t.element_size()));
-        if (!out.flush()) {
-            std::remove(tmp.c_str());
-            throw ModelError(path + ": write failed");
-        }
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw ModelError(path + ": cannot rename the finished file into place (" + std::strerror(errno) +
-                         ")");
-    }
+    // Note [atomic file]: a reader sees the whole file or none.
+    protocol::AtomicFile out(path);
+    char le[8];
+    for (int i = 0; i < 8; ++i)
+        le[i] = static_cast<char>((static_cast<std::uint64_t>(text.size()) >> (8 * i)) & 0xff);
+    out.write(std::string_view(le, 8));
+    out.write(text);
+    for (const at::Tensor& t : cpu)
+        out.write(std::string_view(static_cast<const char*>(t.data_ptr()),
+                                   static_cast<std::size_t>(t.numel() * t.element_size())));
+    out.commit();
 }
 
 }  // namespace dp::runtime
