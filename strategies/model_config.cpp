@@ -8,21 +8,16 @@
 #include <set>
 
 #include "protocol/errors.h"
+#include "strategies/config_file.h"
 #include "strategies/family.h"
 #include "strategies/model_files.h"
 
 namespace dp::strategies {
 namespace {
 
+// A config that must be a JSON object (the one reader, config_file.h).
 nlohmann::json read_object(const std::string& path) {
-    if (!model_file_exists(path)) throw protocol::ModelError(path + ": cannot read");
-    const std::string text = read_model_file(path);  // a FIFO or device is refused, not read
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        throw protocol::ModelError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 120) + ")");
-    }
+    nlohmann::json j = read_config_json(path);
     if (!j.is_object()) throw protocol::ModelError(path + ": expected a JSON object");
     return j;
 }
