@@ -232,7 +232,7 @@ YAML::Node load_mapping(const std::string& text, const std::string& path) {
 AccelerateConfig parse_accelerate_config(const std::string& text, const std::string& path,
                                          const std::function<std::string(const std::string&)>& dp_key) {
     const YAML::Node doc = load_mapping(text, path);
-    Reader r{path, dp_key, {}};
+    Reader r{path, dp_key, {}, -1, 1, 0, {}, {}};
     try {
         for (const auto& item : doc) {
             const YAML::Node& k = item.first;
