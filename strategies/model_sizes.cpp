@@ -19,11 +19,6 @@
 namespace dp::strategies {
 namespace {
 
-bool is_dir(const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 // Adds each tensor's element count (and with `shapes`, its shape) from a config-only folder's tensor
 // manifest (a safetensors header's JSON without the data offsets): false when it is not such JSON
 // or a shape is not a list of sizes.
@@ -77,15 +72,16 @@ std::map<std::string, int64_t> read_safetensors_counts(const std::string& dir, c
     } else {
         for (const auto& [tensor, shard] : read_weight_index(weights.index)) files.insert(dir + "/" + shard);
     }
-    // Each file's header through the one safetensors reader (its shapes and offsets checked).
+    // Each file's header through the one safetensors reader (its dtypes and shapes checked).
     std::map<std::string, int64_t> counts;
-    for (const std::string& path : files)
-        for (const auto& [name, info] : SafetensorsFile::open(path)->tensors()) {
+    for (const std::string& path : files) {
+        for (const auto& [name, info] : read_safetensors_header(path)) {
             int64_t n = 1;
             for (const int64_t d : info.shape) n *= d;
             counts[name] = n;
             if (shapes) (*shapes)[name] = info.shape;
         }
+    }
     return counts;
 }
 
@@ -128,7 +124,7 @@ std::vector<std::string> components_without_weights(const std::string& model_dir
     std::vector<std::string> out;
     for (const std::string& name : spec.components) {
         const std::string dir = model_dir + "/" + name;
-        if (is_dir(dir) && !has_safetensors(dir) && model_file_exists(dir + "/" + kTensorManifest))
+        if (is_directory(dir) && !has_safetensors(dir) && model_file_exists(dir + "/" + kTensorManifest))
             out.push_back(name);
     }
     return out;
@@ -175,7 +171,8 @@ std::vector<ComponentSize> pipeline_component_sizes(const std::string& model_dir
         if (std::find(left_out.begin(), left_out.end(), name) != left_out.end()) continue;
         const std::string dir = model_dir + "/" + name;
         const auto& optional = spec.optional_components;
-        if (!is_dir(dir) && std::find(optional.begin(), optional.end(), name) != optional.end()) continue;
+        if (!is_directory(dir) && std::find(optional.begin(), optional.end(), name) != optional.end())
+            continue;
         ComponentSize c;
         c.name = name;
         const bool blocks = name == spec.transformer;

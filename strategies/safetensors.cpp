@@ -129,6 +129,23 @@ std::map<std::string, StTensorInfo> parse_safetensors_header(const std::string& 
     return tensors;
 }
 
+std::map<std::string, StTensorInfo> read_safetensors_header(const std::string& path) {
+    const int fd = open_model_file(path);  // a regular file: a FIFO would block here
+    unsigned char len_bytes[8] = {};
+    uint64_t len = 0;
+    std::string header;
+    bool whole = ::pread(fd, len_bytes, 8, 0) == 8;
+    for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
+    if (whole && len <= kMaxHeaderBytes) {
+        header.assign(len, '\0');
+        whole = ::pread(fd, header.data(), len, 8) == static_cast<ssize_t>(len);
+    }
+    ::close(fd);
+    if (!whole || len > kMaxHeaderBytes)
+        throw ModelError(path + ": corrupt or truncated safetensors file (its header cannot be read)");
+    return parse_safetensors_header(header, std::numeric_limits<std::size_t>::max(), path, nullptr);
+}
+
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
     file->path_ = path;

@@ -38,6 +38,11 @@ std::map<std::string, StTensorInfo> parse_safetensors_header(const std::string& 
                                                              std::size_t data_size, const std::string& path,
                                                              std::map<std::string, std::string>* metadata);
 
+// The header of the safetensors file at `path` alone, read without mapping the file: each tensor's
+// dtype and shape checked as parse_safetensors_header checks them, its offsets not against the
+// data (which may be absent: `plan` sizes a model from headers). Throws ModelError naming the file.
+std::map<std::string, StTensorInfo> read_safetensors_header(const std::string& path);
+
 class SafetensorsFile {
   public:
     // Maps `path` read-only and validates its header. Throws ModelError.
