@@ -153,14 +153,6 @@ void check_has_weights(const std::string& model, const strategies::ParallelSpec&
                           : std::string(" (with --model FILE, --config FOLDER gives the other components)")));
 }
 
-protocol::DeviceMapPlan to_protocol(const strategies::DeviceMapPlan& plan) {
-    protocol::DeviceMapPlan out;
-    out.devices = plan.devices;
-    for (const strategies::Placement& p : plan.placements)
-        out.placements.push_back({p.component, p.block, p.device, p.bytes});
-    return out;
-}
-
 // A diagnostics switch of dp-launch's environment, read as dp-worker has read it from its own: set,
 // not empty and not "0".
 bool env_switch(const char* name) {
@@ -184,7 +176,7 @@ protocol::JobFile job_file_for(const ResolvedJob& resolved) {
     f.offload = job.offload;
     f.keep_quantized = job.keep_quantized;
     const strategies::MeshDegrees& d = resolved.degrees();
-    f.mesh = {d.dp, d.cfg, d.ring, d.ulysses, d.tp};
+    f.mesh = d;
     f.collective_timeout_s = job.collective_timeout_s;
     f.save_latents = env_switch("DP_SAVE_LATENTS");
     f.cache_report = env_switch("DP_CACHE_REPORT");
@@ -192,7 +184,7 @@ protocol::JobFile job_file_for(const ResolvedJob& resolved) {
     if (!resolved.device_map().empty()) {
         f.device_map = protocol::DeviceMapRequest{resolved.device_map(), job.max_memory, std::nullopt};
         // The launcher's plan when it could make one; else the worker plans from its GPUs.
-        if (const auto& plan = resolved.strategy.device_map_plan) f.device_map->plan = to_protocol(*plan);
+        if (const auto& plan = resolved.strategy.device_map_plan) f.device_map->plan = (*plan);
     }
     return f;
 }

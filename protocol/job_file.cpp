@@ -24,7 +24,7 @@ bool is_one_of(const std::string& value, std::initializer_list<const char*> acce
     return false;
 }
 
-void read_mesh(detail::Fields f, JobMesh& mesh) {
+void read_mesh(detail::Fields f, MeshDegrees& mesh) {
     mesh.dp = static_cast<int>(f.integer("dp", 1, kMaxDegree));
     mesh.cfg = static_cast<int>(f.integer("cfg", 1, 2));
     mesh.ring = static_cast<int>(f.integer("ring", 1, kMaxDegree));
@@ -40,6 +40,7 @@ DeviceMapPlan read_plan(detail::Fields f) {
         if (!devices[i].is_string()) throw InputDataError(f.path("devices", i) + ": expected a string");
         plan.devices.push_back(devices[i].get<std::string>());
     }
+    plan.used.assign(plan.devices.size(), 0);
     const nlohmann::json& placements = f.array("placements");
     for (std::size_t i = 0; i < placements.size(); ++i) {
         detail::Fields p(placements[i], f.path("placements", i));
@@ -49,9 +50,11 @@ DeviceMapPlan read_plan(detail::Fields f) {
         out.device = p.string("device");
         out.bytes = p.integer("bytes", 0, INT64_MAX);
         p.no_other_keys();
-        if (std::find(plan.devices.begin(), plan.devices.end(), out.device) == plan.devices.end())
+        const auto device = std::find(plan.devices.begin(), plan.devices.end(), out.device);
+        if (device == plan.devices.end())
             throw InputDataError(p.path("device") + ": '" + out.device +
                                  "' is not one of the plan's devices");
+        plan.used[static_cast<std::size_t>(device - plan.devices.begin())] += out.bytes;
         plan.placements.push_back(std::move(out));
     }
     f.no_other_keys();

@@ -33,6 +33,7 @@
 
 #include "protocol/atomic_file.h"
 #include "protocol/call_arguments.h"
+#include "protocol/job_layout.h"
 
 namespace dp::protocol {
 
@@ -48,24 +49,6 @@ inline constexpr int kJobFileVersion = 4;
 // How long a rank waits in one collective (and for the rendezvous) before it gives up with
 // CommunicationError, exit code 75.
 inline constexpr double kDefaultCollectiveTimeoutS = 300;
-
-// The device mesh's degrees; their product is the world size.
-struct JobMesh {
-    int dp = 1, cfg = 1, ring = 1, ulysses = 1, tp = 1;
-    int world_size() const { return dp * cfg * ring * ulysses * tp; }
-};
-
-struct DevicePlacement {
-    std::string component;  // "text_encoder", "transformer", ...
-    int block = -1;         // -1: the whole component; else one transformer block
-    std::string device;     // one of DeviceMapPlan::devices
-    int64_t bytes = 0;      // the weights placed
-};
-
-struct DeviceMapPlan {
-    std::vector<std::string> devices;
-    std::vector<DevicePlacement> placements;
-};
 
 struct DeviceMapRequest {
     std::string spec;                   // balanced, auto or FILE.json
@@ -116,7 +99,7 @@ struct JobFile {
     bool offload = false;         // each component on the device only while it runs
     bool keep_quantized = false;  // optional: GGUF weights dequantized per use (Note [kept quantized])
     int batch_size = 1;           // consecutive requests with the same settings generated together
-    JobMesh mesh;
+    MeshDegrees mesh;
     double collective_timeout_s = kDefaultCollectiveTimeoutS;
     // Several nodes: how long rank 0 waits for every rank to join the job's store (--node-timeout;
     // Note [a node that never arrives]). Optional in the file: 0 is the collective timeout.

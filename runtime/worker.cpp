@@ -156,18 +156,6 @@ void stop_if_asked(int rank, const std::string& where) {
                 128 + sig);
 }
 
-strategies::DeviceMapPlan to_strategies(const protocol::DeviceMapPlan& plan) {
-    strategies::DeviceMapPlan out;
-    out.devices = plan.devices;
-    out.used.assign(plan.devices.size(), 0);
-    for (const protocol::DevicePlacement& p : plan.placements) {
-        out.placements.push_back({p.component, p.block, p.device, p.bytes});
-        const auto d = std::find(plan.devices.begin(), plan.devices.end(), p.device) - plan.devices.begin();
-        out.used[static_cast<std::size_t>(d)] += p.bytes;
-    }
-    return out;
-}
-
 // device_map's plan as the executor's slots: the launcher's plan from the job file, or, when the
 // budgets are the visible GPUs' free memory, planned here. Throws UsageError for a plan that
 // cannot work.
@@ -176,7 +164,7 @@ std::shared_ptr<DeviceMapping> make_device_mapping(const JobFile& job, const str
     const protocol::DeviceMapRequest& request = *job.device_map;
     strategies::DeviceMapPlan plan;
     if (request.plan) {
-        plan = to_strategies(*request.plan);
+        plan = (*request.plan);
     } else {
         try {
             if (!request.max_memory.empty() || (request.spec != "balanced" && request.spec != "auto"))
@@ -410,9 +398,9 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     if (rank >= world)
         throw protocol::UsageError("RANK " + std::to_string(rank) + " is not below WORLD_SIZE " +
                                    std::to_string(world));
-    if (job.mesh.world_size() != world)
+    if (job.mesh.product() != world)
         throw protocol::UsageError(
-            "the job file's mesh (dp x cfg x ring x ulysses x tp = " + std::to_string(job.mesh.world_size()) +
+            "the job file's mesh (dp x cfg x ring x ulysses x tp = " + std::to_string(job.mesh.product()) +
             ") does not match WORLD_SIZE " + std::to_string(world));
 
     // The model, read once here (Note [a model is read once]); it must still be the family the
@@ -438,14 +426,8 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     // Before anything is loaded: the same job on every node (Note [one job on every node]).
     const std::string job_id = agree_on_job(job, comm);
     status.send(protocol::JoinedEvent{rank, job_id});
-    strategies::MeshDegrees degrees;
-    degrees.dp = job.mesh.dp;
-    degrees.cfg = job.mesh.cfg;
-    degrees.ring = job.mesh.ring;
-    degrees.ulysses = job.mesh.ulysses;
-    degrees.tp = job.mesh.tp;
     // Every rank forms its sub-groups here, in the same order, so none waits on another.
-    const ParallelContext parallel(comm, strategies::Mesh(world, degrees));
+    const ParallelContext parallel(comm, strategies::Mesh(world, job.mesh));
     PromptQueue queue(job, *model, parallel, comm, job_id);
     RankWork work(job, rank, status, parallel.writes_outputs());
     status.send(protocol::StartEvent{rank, po.device.str(), queue.share().begin, queue.share().size(),

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "protocol/job_layout.h"
+
 namespace dp::strategies {
 
 struct ComponentSize {
@@ -26,18 +28,9 @@ enum class DeviceMapMode {
     kAuto,      // the transformer's blocks split in order across devices; other components whole
 };
 
-struct Placement {
-    std::string component;
-    int block = -1;  // -1: the whole component; else one transformer block
-    std::string device;
-    int64_t bytes = 0;
-};
-
-struct DeviceMapPlan {
-    std::vector<Placement> placements;
-    std::vector<std::string> devices;  // the budgets' devices in the order given (a file: first use)
-    std::vector<int64_t> used;         // bytes placed on each of `devices`
-};
+// The plan, defined once in the protocol the job file carries it in.
+using Placement = protocol::DevicePlacement;
+using DeviceMapPlan = protocol::DeviceMapPlan;
 
 // Throws std::invalid_argument naming the component that does not fit, the room left on each
 // device, and what would help (more devices, larger budgets, `auto` for a large transformer).

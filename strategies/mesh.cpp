@@ -11,22 +11,6 @@ const char* mesh_dim_name(MeshDim dim) {
     return names[static_cast<int>(dim)];
 }
 
-int MeshDegrees::of(MeshDim dim) const {
-    switch (dim) {
-        case MeshDim::kDp:
-            return dp;
-        case MeshDim::kCfg:
-            return cfg;
-        case MeshDim::kRing:
-            return ring;
-        case MeshDim::kUlysses:
-            return ulysses;
-        case MeshDim::kTp:
-            return tp;
-    }
-    return 1;
-}
-
 std::vector<int64_t> even_shares(int64_t count, int parts) {
     if (parts < 1 || count < 0)
         throw std::invalid_argument("cannot share " + std::to_string(count) + " units over " +

@@ -9,19 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "protocol/job_layout.h"
+
 namespace dp::strategies {
 
 enum class MeshDim { kDp = 0, kCfg = 1, kRing = 2, kUlysses = 3, kTp = 4 };
 inline constexpr int kMeshDims = 5;
 const char* mesh_dim_name(MeshDim dim);
 
-struct MeshDegrees {
-    int dp = 1, cfg = 1, ring = 1, ulysses = 1, tp = 1;
-    int product() const { return dp * cfg * ring * ulysses * tp; }
-    // The ranks of one model replica: they take the same prompts (cfg x ring x ulysses x tp).
-    int replica_size() const { return cfg * ring * ulysses * tp; }
-    int of(MeshDim dim) const;
-};
+// The degrees, defined once in the protocol the job file carries them in.
+using MeshDegrees = protocol::MeshDegrees;
 
 // `count` units (attention heads, blocks of features) over `parts` ranks as evenly as possible,
 // the first ranks taking one more: 38 heads over 4 ranks are {10, 10, 9, 9}. Throws
