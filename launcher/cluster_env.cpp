@@ -1,5 +1,7 @@
 #include "launcher/cluster_env.h"
 
+#include <unistd.h>  // environ
+
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -7,8 +9,6 @@
 
 #include "launcher/errors.h"
 #include "launcher/values.h"
-
-extern char** environ;
 
 namespace dp::launcher {
 namespace {

@@ -16,6 +16,7 @@
 
 #include "launcher/errors.h"
 #include "launcher/prompt_file.h"
+#include "strategies/model_files.h"
 
 namespace dp::launcher {
 namespace {
@@ -25,11 +26,6 @@ using protocol::kExitNoInput;
 bool exists(const std::string& path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0;
-}
-
-bool is_dir(const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 bool is_file(const std::string& path) {
@@ -80,7 +76,7 @@ void list_tree(const std::string& dir, const std::string& prefix, int depth, std
         const std::string name = e->d_name;
         if (name == "." || name == "..") continue;
         const std::string path = dir + "/" + name;
-        if (is_dir(path) && depth > 0)
+        if (strategies::is_directory(path) && depth > 0)
             list_tree(path, prefix + name + "/", depth - 1, out);
         else
             out.push_back(prefix + name);
@@ -217,7 +213,7 @@ std::string find_hub_snapshot(const HubCache& cache, const std::string& repo_id,
                             "`) on a machine with network, then copy " + repo_dir +
                             " here or set HF_HUB_CACHE to the cache that holds it";
     const std::string what = source + " " + repo_id + (revision.empty() ? "" : " --revision " + rev);
-    if (!is_dir(repo_dir))
+    if (!strategies::is_directory(repo_dir))
         throw Error(what + ": not found: no folder " + repo_id + " here (" + real_path(".") + "), and no " +
                         folder + " in the Hugging Face cache " + cache.dir + " (" + cache.from + ")" + how,
                     kExitNoInput);
@@ -257,7 +253,7 @@ std::string find_hub_snapshot(const HubCache& cache, const std::string& repo_id,
                     kExitNoInput);
     const std::string snapshot = repo_dir + "/snapshots/" + commit;
     check_snapshot_inside(repo_dir, snapshot);
-    if (!is_dir(snapshot))
+    if (!strategies::is_directory(snapshot))
         throw Error(what + ": " + via + ", but " + snapshot + " is missing (an incomplete download)" + how,
                     kExitNoInput);
     if (!is_model_dir(snapshot))

@@ -14,6 +14,7 @@
 
 #include "launcher/errors.h"
 #include "protocol/atomic_file.h"
+#include "strategies/model_files.h"
 
 namespace dp::launcher {
 namespace {
@@ -52,11 +53,6 @@ std::vector<std::string> entries(const std::string& dir) {
         closedir(d);
     }
     return names;
-}
-
-bool is_directory(const std::string& path) {
-    struct stat st {};
-    return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 }  // namespace
@@ -192,7 +188,7 @@ std::map<int64_t, nlohmann::json> NodeExchange::read_node_records(const std::str
     std::map<int64_t, nlohmann::json> records;
     const std::string root = output_dir + kFolder;
     for (const std::string& run : entries(root)) {
-        if (!is_directory(root + "/" + run)) continue;
+        if (!strategies::is_directory(root + "/" + run)) continue;
         for (const std::string& name : entries(root + "/" + run)) {
             if (name.size() < 6 || name.compare(name.size() - 6, 6, ".jsonl") != 0) continue;
             for (auto& [index, r] : read_manifest(root + "/" + run + "/" + name))
@@ -207,7 +203,7 @@ void NodeExchange::remove_runs(const std::string& output_dir, const std::string&
     for (const std::string& run : entries(root)) {
         if (run == keep) continue;
         const std::string path = root + "/" + run;
-        if (!is_directory(path)) continue;
+        if (!strategies::is_directory(path)) continue;
         for (const std::string& name : entries(path)) std::remove((path + "/" + name).c_str());
         rmdir(path.c_str());
     }

@@ -1,11 +1,11 @@
 #include "launcher/rank_env.h"
 
+#include <unistd.h>  // environ
+
 #include <algorithm>
 #include <unordered_map>
 
 #include "launcher/build_info.h"
-
-extern char** environ;
 
 namespace dp::launcher {
 namespace {

@@ -7,17 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "protocol/errors.h"
+#include "protocol/number_text.h"
 
 namespace dp::protocol {
 namespace {
 
 constexpr double kMaxBlockIndex = 100000;  // a transformer block; the model's own count is checked with it
-
-std::string number_text(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.10g", v);
-    return buf;
-}
 
 }  // namespace
 

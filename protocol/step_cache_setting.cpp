@@ -1,4 +1,5 @@
 #include "protocol/step_cache_setting.h"
+#include "protocol/number_text.h"
 
 #include <sys/stat.h>
 
@@ -15,12 +16,6 @@ namespace {
 
 constexpr std::size_t kMaxRatios = 10000;            // steps a ratio list may cover
 constexpr std::size_t kMaxRatioFileBytes = 1 << 20;  // a calibration file is a few hundred bytes
-
-std::string number_text(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.10g", v);
-    return buf;
-}
 
 // The ratios MagCache publishes for FLUX.1 (dev and schnell), 28 steps: diffusers' FLUX_MAG_RATIOS.
 const std::vector<float>& flux_mag_ratios() {

@@ -5,12 +5,6 @@
 namespace dp::shapes {
 namespace {
 
-std::string colour_of(int index) { return palette()[static_cast<std::size_t>(index)].name; }
-
-std::string article(const std::string& next) {
-    return std::string("aeiou").find(next.front()) != std::string::npos ? "an" : "a";
-}
-
 template <typename T>
 const T& pick(const std::vector<T>& options, std::mt19937_64& rng) {
     return options[rng() % options.size()];
@@ -40,7 +34,7 @@ std::string where(Position p, std::mt19937_64& rng) {
 // The shape with its article: "a small red circle", "a red circle that is small", "a small
 // circle of colour red".
 std::string shape_of(const Shape& s, std::mt19937_64& rng) {
-    const std::string size = size_of(s.size, rng), colour = colour_of(s.colour), kind = kind_name(s.kind);
+    const std::string size = size_of(s.size, rng), colour = colour_name(s.colour), kind = kind_name(s.kind);
     std::string noun;
     switch (rng() % 3) {
         case 0:
@@ -57,7 +51,7 @@ std::string shape_of(const Shape& s, std::mt19937_64& rng) {
 }
 
 std::string backdrop(int background, std::mt19937_64& rng) {
-    const std::string bg = colour_of(background);
+    const std::string bg = colour_name(background);
     return pick<std::string>({"against", "over"}, rng) + " " + article(bg) + " " + bg + " background";
 }
 
@@ -79,7 +73,7 @@ std::string there_is(const Scene& sc, std::mt19937_64& rng) {
 
 std::string colon(const Scene& sc, std::mt19937_64& rng) {
     const Shape& a = sc.shapes[0];
-    const std::string bg = colour_of(sc.background);
+    const std::string bg = colour_name(sc.background);
     if (sc.shapes.size() == 1) {
         if (rng() % 2)
             return where(a.position, rng) + ", " + backdrop(sc.background, rng) + ": " + shape_of(a, rng);
@@ -91,7 +85,7 @@ std::string colon(const Scene& sc, std::mt19937_64& rng) {
 }
 
 std::string background_is(const Scene& sc, std::mt19937_64& rng) {
-    const std::string bg = "the background is " + colour_of(sc.background);
+    const std::string bg = "the background is " + colour_name(sc.background);
     std::string shapes;
     for (std::size_t i = 0; i < sc.shapes.size(); ++i) {
         if (i > 0) shapes += " and ";
@@ -105,8 +99,8 @@ std::string background_is(const Scene& sc, std::mt19937_64& rng) {
 // Items of a list, in any order, between semicolons.
 std::string semicolons(const Scene& sc, std::mt19937_64& rng) {
     auto items = [&](const Shape& s) {
-        std::vector<std::string> list = {colour_of(s.colour) + " " + kind_name(s.kind), size_of(s.size, rng),
-                                         where(s.position, rng)};
+        std::vector<std::string> list = {colour_name(s.colour) + " " + kind_name(s.kind),
+                                         size_of(s.size, rng), where(s.position, rng)};
         std::shuffle(list.begin(), list.end(), rng);
         return list;
     };
@@ -115,7 +109,7 @@ std::string semicolons(const Scene& sc, std::mt19937_64& rng) {
         for (const std::string& item : list) out += (out.empty() ? "" : "; ") + item;
         return out;
     };
-    const std::string bg = colour_of(sc.background) + " background";
+    const std::string bg = colour_name(sc.background) + " background";
     if (sc.shapes.size() == 1) {
         std::vector<std::string> list = items(sc.shapes[0]);
         list.insert(list.begin() + static_cast<std::ptrdiff_t>(rng() % (list.size() + 1)), bg);
@@ -138,7 +132,7 @@ std::string picture(const Scene& sc, std::mt19937_64& rng) {
     std::string shapes;
     for (std::size_t i = 0; i < sc.shapes.size(); ++i)
         shapes += (i ? " and " : "") + shape_of(sc.shapes[i], rng) + " " + where(sc.shapes[i].position, rng);
-    const std::string bg = colour_of(sc.background);
+    const std::string bg = colour_name(sc.background);
     if (rng() % 2) return "a picture of " + shapes + " " + backdrop(sc.background, rng);
     return "a picture of " + article(bg) + " " + bg + " background with " + shapes;
 }

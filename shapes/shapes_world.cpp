@@ -190,14 +190,13 @@ std::vector<uint8_t> render(const Scene& scene, int size, std::mt19937_64* jitte
     return rgb;
 }
 
-namespace {
+std::string colour_name(int index) { return palette()[static_cast<std::size_t>(index)].name; }
 
-std::string colour_word(int index) { return palette()[static_cast<std::size_t>(index)].name; }
-
-// "a" or "an" before `next`.
 std::string article(const std::string& next) {
     return std::string("aeiou").find(next.front()) != std::string::npos ? "an" : "a";
 }
+
+namespace {
 
 // One phrase of a description and how it may be joined to its neighbours: a bare phrase (a
 // detached size, a background without a preposition) takes commas on both sides.
@@ -210,7 +209,7 @@ struct Phrase {
 // green"): with only the first, a model learns that a colour names the noun after it, and reads
 // "the background, then green" as a green shape.
 std::string background_phrase(int background, std::mt19937_64& rng, bool& bare) {
-    const std::string bg = colour_word(background);
+    const std::string bg = colour_name(background);
     const bool colour_first = rng() % 3 != 0;
     const std::string bare_noun = colour_first ? bg + " background" : "background in " + bg;
     const std::string noun =
@@ -236,8 +235,8 @@ std::string background_phrase(int background, std::mt19937_64& rng, bool& bare) 
 std::vector<Phrase> shape_phrases(const Shape& s, std::mt19937_64& rng) {
     const std::string size = size_word(s.size, rng);
     const bool detached = rng() % 3 == 0;
-    std::string noun = rng() % 4 == 0 ? std::string(kind_name(s.kind)) + " in " + colour_word(s.colour)
-                                      : colour_word(s.colour) + " " + kind_name(s.kind);
+    std::string noun = rng() % 4 == 0 ? std::string(kind_name(s.kind)) + " in " + colour_name(s.colour)
+                                      : colour_name(s.colour) + " " + kind_name(s.kind);
     if (!detached) noun = size + " " + noun;
     if (rng() % 4 != 0) noun = article(noun) + " " + noun;
     std::vector<Phrase> phrases = {{noun, false}, {position_phrase(s.position, rng), false}};

@@ -19,6 +19,9 @@ struct Colour {
 };
 // The named colours, well apart in RGB.
 const std::vector<Colour>& palette();
+// The name of palette colour `index` ("red"), and "a" or "an" before the word `next`.
+std::string colour_name(int index);
+std::string article(const std::string& next);
 
 enum class Kind { kCircle, kSquare, kTriangle };
 enum class Size { kSmall, kLarge };

@@ -25,11 +25,6 @@ namespace {
 
 using protocol::ModelError;
 
-bool is_dir(const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 std::string underscored(std::string s) {
     std::replace(s.begin(), s.end(), '.', '_');
     return s;
@@ -280,7 +275,7 @@ ModelTensors adapter_targets(const std::string& model_dir, const ParallelSpec& s
     for (const std::string& component : spec.components) {
         if (component != "transformer" && !starts_with(component, "text_encoder")) continue;
         const std::string dir = model_dir + "/" + component;
-        if (!is_dir(dir)) continue;
+        if (!is_directory(dir)) continue;
         try {
             out[component] = tensor_shapes(dir, variant);
         } catch (const protocol::Error&) {

@@ -133,11 +133,6 @@ std::string or_list(const std::vector<std::string>& items) {
     return out;
 }
 
-bool is_folder(const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 // The class model_index.json names for `key`: empty for [null, null] or an absent key. Throws
 // ModelError for an entry of another shape.
 std::string component_class(const nlohmann::json& index, const std::string& key, const std::string& path) {
@@ -354,7 +349,7 @@ std::vector<std::string> model_folder_problems(const std::string& model_dir, con
         }
         if (rule.key == spec.t5_encoder) t5 = true;
         const std::string dir = model_dir + "/" + rule.key;
-        if (!is_folder(dir)) {
+        if (!is_directory(dir)) {
             problems.push_back(dir + ": missing (model_index.json names a " + cls + " there)");
             continue;
         }

@@ -105,6 +105,11 @@ std::string read_model_file(const std::string& path, std::size_t max_bytes) {
     return out;
 }
 
+bool is_directory(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 bool model_file_exists(const std::string& path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0;

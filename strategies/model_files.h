@@ -36,6 +36,8 @@ MappedModelFile map_model_file(const std::string& path, std::size_t min_size, co
 
 // Whether `path` exists at all (any kind of file), without opening it.
 bool model_file_exists(const std::string& path);
+// Whether `path` is a directory (or a symlink to one).
+bool is_directory(const std::string& path);
 
 // Throws protocol::ModelError, as open_model_file does, unless `path` is a regular file (or a
 // symlink to one). Never blocks, never reads.

@@ -10,7 +10,8 @@
 #include "strategies/text.h"
 
 namespace dp::strategies {
-namespace {
+// The family's own helpers, named apart from the other families' (the sources build in unity batches).
+namespace flux_facts {
 
 ParallelSpec spec() {
     ParallelSpec s;
@@ -227,9 +228,10 @@ std::string lora_kohya_original(const std::string& kohya) {
     return it == whole.end() ? std::string() : it->second;
 }
 
-}  // namespace
+}  // namespace flux_facts
 
 const FamilyFacts& flux_family() {
+    using namespace flux_facts;
     static const FamilyFacts facts = [] {
         FamilyFacts f;
         f.spec = spec();

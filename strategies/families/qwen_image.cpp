@@ -3,7 +3,8 @@
 #include "strategies/family.h"
 
 namespace dp::strategies {
-namespace {
+// The family's own helpers, named apart from the other families' (the sources build in unity batches).
+namespace qwen_image_facts {
 
 ParallelSpec spec() {
     ParallelSpec s;
@@ -53,9 +54,10 @@ ParallelSpec spec() {
 // Qwen-Image's checkpoints (ComfyUI's split files among them) keep diffusers' own names.
 std::string shipped_config(const std::vector<std::string>&) { return "qwen-image"; }
 
-}  // namespace
+}  // namespace qwen_image_facts
 
 const FamilyFacts& qwen_image_family() {
+    using namespace qwen_image_facts;
     static const FamilyFacts facts = [] {
         FamilyFacts f;
         f.spec = spec();

@@ -10,7 +10,8 @@
 #include "strategies/text.h"
 
 namespace dp::strategies {
-namespace {
+// The family's own helpers, named apart from the other families' (the sources build in unity batches).
+namespace sd3_facts {
 
 ParallelSpec spec() {
     ParallelSpec s;
@@ -123,9 +124,10 @@ int64_t plan_text_tokens(const ModelInfo& model, int64_t max_sequence,
     return clip_length + (t5 ? max_sequence : 1);
 }
 
-}  // namespace
+}  // namespace sd3_facts
 
 const FamilyFacts& sd3_family() {
+    using namespace sd3_facts;
     static const FamilyFacts facts = [] {
         FamilyFacts f;
         f.spec = spec();

@@ -13,6 +13,7 @@
 #include "cli/accelerate_config.h"
 #include "cli/command_line.h"
 #include "launcher/errors.h"
+#include "unit/test_support.h"
 
 using dp::cli::CommandLine;
 
@@ -38,7 +39,7 @@ std::string write_file(const std::string& name, const std::string& text) {
     return path;
 }
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using dp::test::has;
 
 // What `accelerate config` writes (yaml.safe_dump, keys sorted) for the second of 2 machines with 4
 // GPUs each, bf16, MULTI_GPU.

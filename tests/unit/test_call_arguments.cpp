@@ -19,6 +19,7 @@
 #include "protocol/errors.h"
 #include "protocol/job_file.h"
 #include "strategies/model_config.h"
+#include "unit/test_support.h"
 
 using namespace dp::launcher;
 using dp::strategies::ModelInfo;
@@ -32,7 +33,7 @@ JobOptions job_on(const std::string& model) {
     return job;
 }
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using dp::test::has;
 
 // A copy of a shipped model folder, with `defaults` as its generation_defaults.json (none when
 // empty).

@@ -21,13 +21,14 @@
 #include "protocol/job_file.h"
 #include "strategies/family.h"
 #include "strategies/model_config.h"
+#include "unit/test_support.h"
 
 namespace fs = std::filesystem;
 using namespace dp::launcher;
 
 namespace {
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using dp::test::has;
 
 std::string scratch(const std::string& name) {
     const std::string dir = "/tmp/dp_job_settings_" + std::to_string(getpid()) + "_" + name;

@@ -29,14 +29,14 @@ using namespace dp::strategies;
 
 namespace {
 
-std::string scratch(const std::string& name) { return dp::test::scratch_path("lora_layout", name); }
+std::string scratch_file(const std::string& name) { return dp::test::scratch_path("lora_layout", name); }
 
 using T = dp::test::StTensor;
 
 // A safetensors file of `tensors` (their elements all `value`), with `metadata`.
 std::string write_file(const std::string& name, const std::vector<T>& tensors,
                        const std::map<std::string, std::string>& metadata = {}, std::size_t cut = 0) {
-    return dp::test::write_st_file(scratch(name), tensors, metadata, cut);
+    return dp::test::write_st_file(scratch_file(name), tensors, metadata, cut);
 }
 
 // A FLUX.1-like model: width 8, two double blocks and two single blocks, an MLP of 32.
@@ -170,7 +170,7 @@ TEST_CASE("an adapter file that cannot run is refused naming the file and what i
     const ModelTensors model = flux_model();
     int code = 0;
     SUBCASE("missing: 66") {
-        const std::string why = error_of(scratch("nowhere.safetensors"), flux, model, &code);
+        const std::string why = error_of(scratch_file("nowhere.safetensors"), flux, model, &code);
         CHECK(code == 66);
         CHECK(why.find("nowhere.safetensors") != std::string::npos);
     }
@@ -185,7 +185,7 @@ TEST_CASE("an adapter file that cannot run is refused naming the file and what i
         CHECK(why.find("cut.safetensors") != std::string::npos);
     }
     SUBCASE("not safetensors at all") {
-        const std::string path = scratch("text.safetensors");
+        const std::string path = scratch_file("text.safetensors");
         std::ofstream(path) << "this is not an adapter";
         CHECK(!error_of(path, flux, model, &code).empty());
         CHECK(code == 65);

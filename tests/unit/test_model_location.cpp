@@ -22,6 +22,7 @@
 #include "strategies/family.h"
 #include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
+#include "unit/test_support.h"
 
 namespace fs = std::filesystem;
 using dp::launcher::EnvLookup;
@@ -98,7 +99,7 @@ int exit_code_of(const std::function<void()>& f, std::string& message) {
     return 0;
 }
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using dp::test::has;
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include "launcher/job.h"
 #include "strategies/model_sizes.h"
 #include "strategies/step_traffic.h"
+#include "unit/test_support.h"
 
 namespace {
 
@@ -29,7 +30,7 @@ std::string plan(int world, std::vector<std::string> flags) {
     return dp::cli::describe_plan(launch, job);
 }
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using dp::test::has;
 
 }  // namespace
 
