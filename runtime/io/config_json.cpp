@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/io/config_file.h"
 #include "runtime/io/errors.h"
 #include "strategies/model_files.h"
 
@@ -17,9 +18,18 @@ ConfigJson::ConfigJson(const std::string& text, std::string path) : path_(std::m
     if (!json_.is_object()) throw ModelError(path_ + ": expected a JSON object");
 }
 
-ConfigJson ConfigJson::from_file(const std::string& path) {
+std::string read_config_text(const std::string& path) {
     if (!strategies::model_file_exists(path)) throw ModelError(path + ": cannot read (missing config file?)");
-    return ConfigJson(strategies::read_model_file(path), path);
+    return strategies::read_model_file(path);
+}
+
+ConfigJson ConfigJson::from_file(const std::string& path) { return ConfigJson(read_config_text(path), path); }
+
+void ConfigJson::require_class(const char* what, const char* supported) const {
+    const std::string cls = string("_class_name", supported);
+    if (cls != supported)
+        fail("_class_name", "'" + cls + "' is not supported (the supported " + std::string(what) +
+                                " class: " + supported + ")");
 }
 
 bool ConfigJson::has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }

@@ -21,6 +21,10 @@ class ConfigJson {
     const nlohmann::json& raw() const { return json_; }
     const std::string& path() const { return path_; }
     [[noreturn]] void fail(const char* key, const std::string& why) const;
+    // Throws ModelError "PATH: '_class_name' 'NAME' is not supported (the supported WHAT class:
+    // CLASS)" unless
+    // _class_name is `supported` (or absent: a config of that class).
+    void require_class(const char* what, const char* supported) const;
 
   private:
     nlohmann::json json_;

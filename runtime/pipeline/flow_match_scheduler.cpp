@@ -39,10 +39,7 @@ std::vector<double> linspace(double start, double stop, int num) {
 FlowMatchSchedulerConfig FlowMatchSchedulerConfig::from_json_text(const std::string& text,
                                                                   const std::string& path) {
     const ConfigJson j(text, path);
-    const std::string cls = j.string("_class_name", "FlowMatchEulerDiscreteScheduler");
-    if (cls != "FlowMatchEulerDiscreteScheduler")
-        throw ModelError(path + ": scheduler class '" + cls +
-                         "' is not supported (supported: FlowMatchEulerDiscreteScheduler)");
+    j.require_class("scheduler", "FlowMatchEulerDiscreteScheduler");
     for (const char* unsupported :
          {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "stochastic_sampling"})
         if (j.boolean(unsupported, false)) j.fail(unsupported, "true is not supported; set it to false");
@@ -65,11 +62,6 @@ FlowMatchSchedulerConfig FlowMatchSchedulerConfig::from_json_text(const std::str
     if (c.use_dynamic_shifting && c.max_image_seq_len == c.base_image_seq_len)
         j.fail("max_image_seq_len", "must differ from base_image_seq_len");
     return c;
-}
-
-FlowMatchSchedulerConfig FlowMatchSchedulerConfig::from_json_file(const std::string& path) {
-    const ConfigJson j = ConfigJson::from_file(path);
-    return from_json_text(j.raw().dump(), path);
 }
 
 std::vector<double> linspace_sigmas(int steps) {

@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "runtime/io/config_file.h"
+
 namespace dp::runtime {
 
-struct FlowMatchSchedulerConfig {
+struct FlowMatchSchedulerConfig : ConfigFile<FlowMatchSchedulerConfig> {
     int num_train_timesteps = 1000;
     double shift = 1.0;
     bool use_dynamic_shifting = false;
@@ -24,7 +26,6 @@ struct FlowMatchSchedulerConfig {
 
     // Reads scheduler_config.json. Options we do not implement (Karras, exponential or beta
     // sigmas, stochastic sampling) are a ModelError naming the key, not silently ignored.
-    static FlowMatchSchedulerConfig from_json_file(const std::string& path);
     static FlowMatchSchedulerConfig from_json_text(const std::string& text, const std::string& path);
 };
 

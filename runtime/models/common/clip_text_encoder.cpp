@@ -42,11 +42,6 @@ ClipTextConfig ClipTextConfig::from_json_text(const std::string& text, const std
     return cfg;
 }
 
-ClipTextConfig ClipTextConfig::from_json_file(const std::string& path) {
-    const ConfigJson j = ConfigJson::from_file(path);
-    return from_json_text(j.raw().dump(), path);
-}
-
 namespace {
 
 // Where the text model's tensors are named from: "text_model." (CLIPTextModelWithProjection, and

@@ -10,11 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "runtime/io/config_file.h"
 #include "runtime/models/common/layers.h"
 
 namespace dp::runtime {
 
-struct ClipTextConfig {
+struct ClipTextConfig : ConfigFile<ClipTextConfig> {
     int64_t vocab_size = 49408;
     int64_t hidden_size = 768;
     int64_t intermediate_size = 3072;
@@ -31,7 +32,6 @@ struct ClipTextConfig {
 
     // Throws ModelError naming the file and key for a missing, mistyped or unsupported value.
     static ClipTextConfig from_json_text(const std::string& text, const std::string& path);
-    static ClipTextConfig from_json_file(const std::string& path);
 };
 
 struct ClipTextOutput {

@@ -114,11 +114,6 @@ Qwen2TextConfig Qwen2TextConfig::from_json_text(const std::string& text, const s
     return cfg;
 }
 
-Qwen2TextConfig Qwen2TextConfig::from_json_file(const std::string& path) {
-    const ConfigJson j = ConfigJson::from_file(path);
-    return from_json_text(j.raw().dump(), path);
-}
-
 Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w, const TensorGroup& tp,
                                    const strategies::ParallelSpec& spec)
     : config_(config) {

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/io/config_file.h"
 #include "runtime/io/weights.h"
 #include "runtime/models/common/layers.h"
 #include "runtime/parallel/parallel_context.h"
@@ -38,7 +39,7 @@ namespace dp::runtime {
 // The text part of a Qwen2.5-VL config.json: its `text_config` (transformers 5) or the top level
 // (older files). Absent keys take Qwen2_5_VLTextConfig's defaults (num_key_value_heads:
 // num_attention_heads).
-struct Qwen2TextConfig {
+struct Qwen2TextConfig : ConfigFile<Qwen2TextConfig> {
     int64_t vocab_size = 152064, hidden_size = 8192, intermediate_size = 29568, num_hidden_layers = 80;
     int64_t num_attention_heads = 64, num_key_value_heads = 8;
     double rms_norm_eps = 1e-5, rope_theta = 1e6;
@@ -54,7 +55,6 @@ struct Qwen2TextConfig {
     // not summing to head_dim / 2. rope_theta is read from rope_parameters (transformers 5),
     // rope_scaling or the top level, in that order.
     static Qwen2TextConfig from_json_text(const std::string& text, const std::string& path);
-    static Qwen2TextConfig from_json_file(const std::string& path);
 };
 
 class Qwen2TextEncoder {

@@ -66,9 +66,7 @@ Conv2d load_causal_conv(WeightStore& w, const std::string& prefix, int64_t in, i
 
 QwenImageVaeConfig QwenImageVaeConfig::from_json_text(const std::string& text, const std::string& path) {
     const ConfigJson c(text, path);
-    const std::string cls = c.string("_class_name", "AutoencoderKLQwenImage");
-    if (cls != "AutoencoderKLQwenImage")
-        c.fail("_class_name", "is '" + cls + "'; supported: AutoencoderKLQwenImage");
+    c.require_class("VAE", "AutoencoderKLQwenImage");
     QwenImageVaeConfig v;
     v.base_dim = c.integer("base_dim", v.base_dim, 1, 4096);
     v.z_dim = c.integer("z_dim", v.z_dim, 1, 1024);
@@ -111,11 +109,6 @@ QwenImageVaeConfig QwenImageVaeConfig::from_json_text(const std::string& text, c
         c.fail("is_residual", "is true; supported: false (AutoencoderKLQwenImage)");
     if (c.has("patch_size")) c.fail("patch_size", "is set; supported: none (AutoencoderKLQwenImage)");
     return v;
-}
-
-QwenImageVaeConfig QwenImageVaeConfig::from_json_file(const std::string& path) {
-    const ConfigJson j = ConfigJson::from_file(path);
-    return from_json_text(j.raw().dump(), path);
 }
 
 at::Tensor QwenImageVaeDecoder::RmsNorm::operator()(const at::Tensor& x) const {

@@ -11,11 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "runtime/io/config_file.h"
 #include "runtime/models/common/vae_decoder.h"
 
 namespace dp::runtime {
 
-struct QwenImageVaeConfig {
+struct QwenImageVaeConfig : ConfigFile<QwenImageVaeConfig> {
     int64_t base_dim = 96;
     int64_t z_dim = 16;
     std::vector<int64_t> dim_mult = {1, 2, 4, 4};
@@ -31,7 +32,6 @@ struct QwenImageVaeConfig {
     // Defaults are diffusers' (Qwen-Image's latent statistics included). Throws ModelError naming
     // `path` and the key for values the decoder cannot honour.
     static QwenImageVaeConfig from_json_text(const std::string& text, const std::string& path);
-    static QwenImageVaeConfig from_json_file(const std::string& path);
 };
 
 class QwenImageVaeDecoder {

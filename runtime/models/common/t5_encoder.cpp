@@ -94,11 +94,6 @@ T5Config T5Config::from_json_text(const std::string& text, const std::string& pa
     return cfg;
 }
 
-T5Config T5Config::from_json_file(const std::string& path) {
-    const ConfigJson j = ConfigJson::from_file(path);
-    return from_json_text(j.raw().dump(), path);
-}
-
 T5Encoder::T5Encoder(const T5Config& config, WeightStore& w, const TensorGroup& tp,
                      const strategies::ParallelSpec& spec)
     : config_(config) {

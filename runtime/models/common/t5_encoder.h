@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/io/config_file.h"
 #include "runtime/io/weights.h"
 #include "runtime/models/common/layers.h"
 #include "runtime/parallel/parallel_context.h"
@@ -24,7 +25,7 @@
 
 namespace dp::runtime {
 
-struct T5Config {
+struct T5Config : ConfigFile<T5Config> {
     int64_t vocab_size = 32128, d_model = 512, d_kv = 64, d_ff = 2048, num_layers = 6, num_heads = 8;
     int64_t relative_attention_num_buckets = 32, relative_attention_max_distance = 128;
     double layer_norm_epsilon = 1e-6;
@@ -39,7 +40,6 @@ struct T5Config {
     // value (transformers' defaults fill absent keys, except feed_forward_proj, whose default
     // "relu" is T5 v1.0's and not supported).
     static T5Config from_json_text(const std::string& text, const std::string& path);
-    static T5Config from_json_file(const std::string& path);
     int64_t inner_dim() const { return num_heads * d_kv; }
 };
 

@@ -33,9 +33,7 @@ at::Tensor GroupNorm::operator()(const at::Tensor& x) const {
 
 VaeConfig VaeConfig::from_json_text(const std::string& text, const std::string& path) {
     const ConfigJson c(text, path);
-    const std::string cls = c.string("_class_name", "AutoencoderKL");
-    if (cls != "AutoencoderKL")
-        throw ModelError(path + ": VAE class '" + cls + "' is not supported (supported: AutoencoderKL)");
+    c.require_class("VAE", "AutoencoderKL");
     VaeConfig v;
     v.in_channels = c.integer("in_channels", v.in_channels, 1, 64);
     v.out_channels = c.integer("out_channels", v.out_channels, 1, 64);
@@ -70,11 +68,6 @@ VaeConfig VaeConfig::from_json_text(const std::string& text, const std::string& 
     const std::string act = c.string("act_fn", "silu");
     if (act != "silu") c.fail("act_fn", "is '" + act + "'; supported: silu");
     return v;
-}
-
-VaeConfig VaeConfig::from_json_file(const std::string& path) {
-    const ConfigJson j = ConfigJson::from_file(path);
-    return from_json_text(j.raw().dump(), path);
 }
 
 VaeDecoder::Resnet VaeDecoder::load_resnet(WeightStore& w, const std::string& p, int64_t in, int64_t out,

@@ -9,11 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "runtime/io/config_file.h"
 #include "runtime/models/common/layers.h"
 
 namespace dp::runtime {
 
-struct VaeConfig {
+struct VaeConfig : ConfigFile<VaeConfig> {
     int64_t in_channels = 3;
     int64_t out_channels = 3;
     int64_t latent_channels = 16;
@@ -29,7 +30,6 @@ struct VaeConfig {
     int64_t scale_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }
 
     static VaeConfig from_json_text(const std::string& text, const std::string& path);
-    static VaeConfig from_json_file(const std::string& path);
 };
 
 struct Conv2d {
