@@ -77,6 +77,11 @@ class FamilyPipeline : public DiffusionPipeline {
 
     // What the model's folder says: its family, shape, sizes and call-argument defaults.
     const strategies::ModelInfo& model() const { return model_; }
+    // The sizes its configs allow (strategies::ImageSizeRule): sample_size latents a side by
+    // default, multiples of the VAE's scale times the patch the pipeline packs.
+    int default_width() const override { return static_cast<int>(model_.sizes.default_side); }
+    int default_height() const override { return default_width(); }
+    int size_multiple() const override { return static_cast<int>(model_.sizes.multiple()); }
     // `request`'s call arguments with each one it leaves out at the model's default. Throws
     // ModelError for one the family does not take, or out of its range.
     protocol::CallValues arguments_of(const GenerateRequest& request) const;

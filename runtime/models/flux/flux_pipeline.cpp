@@ -6,6 +6,7 @@
 #include "runtime/io/errors.h"
 #include "runtime/models/common/clip_text_encoder.h"
 #include "runtime/models/common/clip_tokenizer.h"
+#include "runtime/models/common/prompt_tokens.h"
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
 #include "runtime/models/common/vae_decoder.h"
@@ -19,7 +20,6 @@ namespace dp::runtime {
 namespace {
 
 constexpr int kMaxSequenceLength = 512;  // diffusers refuses more
-constexpr int kDefaultSampleSize = 128;  // FluxPipeline's default_sample_size: latents a side
 
 }  // namespace
 
@@ -117,10 +117,6 @@ bool FluxPipeline::components_kept() const {
 
 bool FluxPipeline::guidance_embeds() const { return c_->transformer_config.guidance_embeds; }
 
-int FluxPipeline::size_multiple() const { return static_cast<int>(c_->vae_scale * 2); }
-int FluxPipeline::default_width() const { return static_cast<int>(kDefaultSampleSize * c_->vae_scale); }
-int FluxPipeline::default_height() const { return default_width(); }
-
 FluxPromptEmbeddings FluxPipeline::encode_prompts(const std::vector<std::string>& prompts,
                                                   int max_sequence_length) const {
     const Components& c = *c_;
@@ -131,34 +127,11 @@ FluxPromptEmbeddings FluxPipeline::encode_prompts(const std::vector<std::string>
     FluxPromptEmbeddings e;
     e.truncation.assign(prompts.size(), "");
     // CLIP: its tokenizer's 77, truncated; the pooled output only.
-    std::vector<int64_t> ids;
-    for (std::size_t k = 0; k < prompts.size(); ++k) {
-        const ClipEncoding one = c.tokenizer->encode(prompts[k]);
-        if (one.dropped_tokens > 0)
-            e.truncation[k] =
-                "The following part of your input was truncated because CLIP can only handle sequences up "
-                "to " +
-                std::to_string(c.tokenizer->model_max_length()) + " tokens (" +
-                std::to_string(one.dropped_tokens) +
-                " tokens dropped): " + c.tokenizer->decode(one.truncated);
-        ids.insert(ids.end(), one.ids.begin(), one.ids.end());
-    }
+    std::vector<int64_t> ids = clip_ids(*c.tokenizer, prompts, &e.truncation);
     at::Tensor input = at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, "text_encoder"));
     e.pooled = to_transformer(c.text_encoder.use()->forward(input).pooled, "text_encoder");
     // T5: max_sequence_length tokens, padded, no mask.
-    ids.clear();
-    for (std::size_t k = 0; k < prompts.size(); ++k) {
-        const T5Encoding one = c.tokenizer_2->encode(prompts[k], max_sequence_length);
-        if (one.dropped_tokens > 0) {
-            std::string& warning = e.truncation[k];
-            if (!warning.empty()) warning += "; ";
-            warning +=
-                "The following part of your input was truncated because `max_sequence_length` is set to " +
-                std::to_string(max_sequence_length) + " tokens (" + std::to_string(one.dropped_tokens) +
-                " tokens dropped): " + c.tokenizer_2->decode(one.truncated);
-        }
-        ids.insert(ids.end(), one.ids.begin(), one.ids.end());
-    }
+    ids = t5_ids(*c.tokenizer_2, prompts, max_sequence_length, e.truncation);
     input = at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, "text_encoder_2"));
     e.sequence = to_transformer(c.text_encoder_2.use()->forward(input), "text_encoder_2");
     return e;

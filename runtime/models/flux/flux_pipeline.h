@@ -41,10 +41,6 @@ class FluxPipeline : public FamilyPipeline {
     // Whether the transformer embeds the guidance scale (FLUX.1-dev; schnell ignores it).
     bool guidance_embeds() const;
 
-    int default_width() const override;
-    int default_height() const override;
-    int size_multiple() const override;
-
   private:
     struct Components;
     FluxPipeline(std::unique_ptr<Components> c, strategies::ModelInfo model);

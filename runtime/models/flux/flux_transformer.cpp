@@ -81,10 +81,7 @@ at::Tensor apply_flux_rope(const at::Tensor& x, const at::Tensor& cos, const at:
 FluxTransformerConfig FluxTransformerConfig::from_json_text(const std::string& text,
                                                             const std::string& path) {
     const ConfigJson c(text, path);
-    const std::string cls = c.string("_class_name", "FluxTransformer2DModel");
-    if (cls != "FluxTransformer2DModel")
-        throw ModelError(path + ": transformer class '" + cls +
-                         "' is not supported (supported: FluxTransformer2DModel)");
+    c.require_class("transformer", "FluxTransformer2DModel");
     for (const auto& [key, value] : c.raw().items()) {
         if (key.empty() || key[0] == '_' || known_keys().count(key)) continue;
         if (value.is_null() || (value.is_boolean() && !value.get<bool>())) continue;
@@ -117,21 +114,13 @@ FluxTransformerConfig FluxTransformerConfig::from_json_text(const std::string& t
     return cfg;
 }
 
-FluxTransformerConfig FluxTransformerConfig::from_json_file(const std::string& path) {
-    const ConfigJson j = ConfigJson::from_file(path);
-    return from_json_text(j.raw().dump(), path);
-}
-
 FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStore& w,
                                  const ParallelContext& parallel,
                                  std::shared_ptr<const DeviceMapping> mapping)
-    : parallel_(&parallel),
-      config_(config),
-      devices_(std::move(mapping), w, static_cast<std::size_t>(config.num_layers + config.num_single_layers),
-               config.num_attention_heads, parallel.tensor()) {
+    : TransformerBase(config, w, parallel, std::move(mapping),
+                      static_cast<std::size_t>(config.num_layers + config.num_single_layers)) {
     const int64_t d = config.inner_dim(), hd = config.attention_head_dim;
     const TensorGroup tp = parallel.tensor();
-    const int64_t loaded_before = w.taken_bytes();
     const strategies::ParallelSpec& spec = strategies::family_spec("flux");
     if (!strategies::stream_split(spec, "text"))
         throw InternalError(
@@ -173,7 +162,7 @@ FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStor
     });
     norm_out_ = linear("norm_out.linear", d, 2 * d);
     proj_out_ = linear("proj_out", d, config.patch_size * config.patch_size * config.out_channels);
-    parameter_bytes_ = w.taken_bytes() - loaded_before;
+    loaded(w);
 }
 
 at::Tensor FluxTransformer::conditioning(const at::Tensor& timestep, const at::Tensor& guidance,

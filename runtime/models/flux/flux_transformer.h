@@ -24,8 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "runtime/io/config_file.h"
 #include "runtime/models/common/layers.h"
 #include "runtime/models/common/mmdit.h"
+#include "runtime/models/common/transformer_base.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "runtime/pipeline/block_runner.h"
@@ -41,7 +43,7 @@ class SequenceShard;
 // 1 (FluxPipeline packs 2 x 2 itself), axes_dims_rope not 3 even integers summing to
 // attention_head_dim, and any other key set (non-null, non-false) that FLUX.1's text-to-image
 // transformer does not have.
-struct FluxTransformerConfig {
+struct FluxTransformerConfig : ConfigFile<FluxTransformerConfig> {
     int64_t patch_size = 1;
     int64_t in_channels = 64;   // of the packed latents: 16 latent channels x 2 x 2
     int64_t out_channels = 64;  // null or absent: in_channels
@@ -58,7 +60,6 @@ struct FluxTransformerConfig {
     int64_t inner_dim() const { return num_attention_heads * attention_head_dim; }
 
     static FluxTransformerConfig from_json_text(const std::string& text, const std::string& path);
-    static FluxTransformerConfig from_json_file(const std::string& path);
 };
 
 // A single-stream block: one stream over [text, image]: adaLN-Zero, attention in parallel with a 4x
@@ -71,7 +72,7 @@ struct FluxSingleBlock {
     RMSNorm norm_q, norm_k;
 };
 
-class FluxTransformer {
+class FluxTransformer : public TransformerBase<FluxTransformerConfig> {
   public:
     // Loads this rank's part of the model for its place in `parallel` (which must outlive it): with
     // tensor parallelism its shard of what the spec splits (attention by whole heads; a single
@@ -95,12 +96,6 @@ class FluxTransformer {
                        const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h, int64_t grid_w,
                        const BlockRunner& blocks = BlockRunner()) const;
 
-    const FluxTransformerConfig& config() const { return config_; }
-
-    // Bytes of the weights this rank holds (its shards under tensor parallelism): every tensor
-    // it took from its store.
-    int64_t parameter_bytes() const { return parameter_bytes_; }
-
   private:
     at::Tensor conditioning(const at::Tensor& timestep, const at::Tensor& guidance, const at::Tensor& pooled,
                             int64_t batch) const;
@@ -115,15 +110,11 @@ class FluxTransformer {
     void single_block(const BlockContext& block, OneStream& stream, const at::Tensor& temb_act,
                       const SequenceShard& image_shard, const SequenceShard& words, at::Tensor& image) const;
 
-    const ParallelContext* parallel_;
-    FluxTransformerConfig config_;
-    BlockDevices devices_;
     ParallelLinear x_embedder_, context_embedder_;
     ParallelLinear time_1_, time_2_, guidance_1_, guidance_2_, text_1_, text_2_;
     std::vector<DualStreamBlock> double_blocks_;
     std::vector<FluxSingleBlock> single_blocks_;
     ParallelLinear norm_out_, proj_out_;
-    int64_t parameter_bytes_ = 0;
 };
 
 // FluxPosEmbed's tables for the image tokens of a grid_h x grid_w grid (ids (0, row, column),

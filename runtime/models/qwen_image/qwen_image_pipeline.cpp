@@ -28,7 +28,6 @@ constexpr const char* kTemplateSuffix = "<|im_end|>\n<|im_start|>assistant\n";
 constexpr int64_t kTemplateDrop = 34;
 constexpr int64_t kTokenizerMaxLength = 1024;  // the tokenizer truncates at this plus kTemplateDrop
 constexpr int kMaxSequenceLength = 1024;       // diffusers refuses more
-constexpr int kDefaultSampleSize = 128;        // latents a side by default (1024 pixels)
 
 }  // namespace
 
@@ -107,10 +106,6 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
 bool QwenImagePipeline::components_kept() const {
     return c_->text_encoder.kept() && c_->transformer.kept() && c_->vae.kept();
 }
-
-int QwenImagePipeline::size_multiple() const { return static_cast<int>(c_->vae_scale * 2); }
-int QwenImagePipeline::default_width() const { return static_cast<int>(kDefaultSampleSize * c_->vae_scale); }
-int QwenImagePipeline::default_height() const { return default_width(); }
 
 Conditioning QwenImagePipeline::encode_prompts(const std::vector<std::string>& prompts,
                                                int max_sequence_length) const {

@@ -34,10 +34,6 @@ class QwenImagePipeline : public FamilyPipeline {
     // Whether the components are kept on their devices (not with PipelineOptions::offload).
     bool components_kept() const;
 
-    int default_width() const override;
-    int default_height() const override;
-    int size_multiple() const override;
-
   private:
     struct Components;
     QwenImagePipeline(std::unique_ptr<Components> c, strategies::ModelInfo model);

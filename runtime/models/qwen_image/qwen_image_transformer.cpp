@@ -71,10 +71,7 @@ at::Tensor apply_qwen_rope(const at::Tensor& x, const at::Tensor& rotation) {
 QwenImageTransformerConfig QwenImageTransformerConfig::from_json_text(const std::string& text,
                                                                       const std::string& path) {
     const ConfigJson c(text, path);
-    const std::string cls = c.string("_class_name", "QwenImageTransformer2DModel");
-    if (cls != "QwenImageTransformer2DModel")
-        throw ModelError(path + ": transformer class '" + cls +
-                         "' is not supported (supported: QwenImageTransformer2DModel)");
+    c.require_class("transformer", "QwenImageTransformer2DModel");
     QwenImageTransformerConfig cfg;
     const strategies::TransformerShape& shape = strategies::family_spec("qwen-image").transformer_defaults;
     cfg.patch_size = c.integer("patch_size", shape.patch_size, 1, 64);
@@ -117,21 +114,12 @@ QwenImageTransformerConfig QwenImageTransformerConfig::from_json_text(const std:
     return cfg;
 }
 
-QwenImageTransformerConfig QwenImageTransformerConfig::from_json_file(const std::string& path) {
-    const ConfigJson j = ConfigJson::from_file(path);
-    return from_json_text(j.raw().dump(), path);
-}
-
 QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& config, WeightStore& w,
                                            const ParallelContext& parallel,
                                            std::shared_ptr<const DeviceMapping> mapping)
-    : parallel_(&parallel),
-      config_(config),
-      devices_(std::move(mapping), w, static_cast<std::size_t>(config.num_layers), config.num_attention_heads,
-               parallel.tensor()) {
+    : TransformerBase(config, w, parallel, std::move(mapping), static_cast<std::size_t>(config.num_layers)) {
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
     const TensorGroup tp = parallel.tensor();
-    const int64_t loaded_before = w.taken_bytes();
     const strategies::ParallelSpec& spec = strategies::family_spec("qwen-image");
     text_split_ = strategies::stream_split(spec, "text");
     // The MLPs' and modulations' features as evenly as tp allows; attention by whole heads,
@@ -153,7 +141,7 @@ QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& con
     });
     norm_out_ = linear("norm_out.linear", d, 2 * d);
     proj_out_ = linear("proj_out", d, p * p * config.out_channels);
-    parameter_bytes_ = w.taken_bytes() - loaded_before;
+    loaded(w);
 }
 
 at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Tensor& text,

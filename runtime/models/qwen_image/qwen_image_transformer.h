@@ -25,8 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "runtime/io/config_file.h"
 #include "runtime/models/common/layers.h"
 #include "runtime/models/common/mmdit.h"
+#include "runtime/models/common/transformer_base.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "runtime/pipeline/block_runner.h"
@@ -40,7 +42,7 @@ struct DeviceMapping;
 // (strategies::family_spec("qwen-image").transformer_defaults). Refused with a ModelError naming
 // the key: guidance_embeds, zero_cond_t, use_additional_t_cond, use_layer3d_rope set to true (the
 // Edit and Layered variants; diffusers has no guidance embedder for the first).
-struct QwenImageTransformerConfig {
+struct QwenImageTransformerConfig : ConfigFile<QwenImageTransformerConfig> {
     int64_t patch_size = 0;
     int64_t in_channels = 0;   // of the packed latents: latent channels x patch x patch
     int64_t out_channels = 0;  // of the unpacked latents (diffusers' default 16; null: in_channels)
@@ -54,10 +56,9 @@ struct QwenImageTransformerConfig {
     int64_t inner_dim() const { return num_attention_heads * attention_head_dim; }
 
     static QwenImageTransformerConfig from_json_text(const std::string& text, const std::string& path);
-    static QwenImageTransformerConfig from_json_file(const std::string& path);
 };
 
-class QwenImageTransformer {
+class QwenImageTransformer : public TransformerBase<QwenImageTransformerConfig> {
   public:
     // Loads this rank's part of the model for its place in `parallel` (which must outlive it):
     // with tensor parallelism its shard of what the spec splits (q, k, v and MLP-in
@@ -81,22 +82,12 @@ class QwenImageTransformer {
                        const at::Tensor& timestep, int64_t grid_h, int64_t grid_w,
                        const BlockRunner& blocks = BlockRunner()) const;
 
-    const QwenImageTransformerConfig& config() const { return config_; }
-
-    // Bytes of the weights this rank holds (its shards under tensor parallelism): every tensor
-    // it took from its store.
-    int64_t parameter_bytes() const { return parameter_bytes_; }
-
   private:
-    const ParallelContext* parallel_;
-    QwenImageTransformerConfig config_;
-    BlockDevices devices_;
     ParallelLinear img_in_, txt_in_, time_1_, time_2_;
     RMSNorm txt_norm_;
     std::vector<DualStreamBlock> blocks_;
     ParallelLinear norm_out_, proj_out_;
     bool text_split_ = true;  // the spec's text stream (Note [Qwen-Image text stream])
-    int64_t parameter_bytes_ = 0;
 };
 
 // Qwen-Image's rotary angles (QwenEmbedRope with scale_rope): the cos and sin tables, each

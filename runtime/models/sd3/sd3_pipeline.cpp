@@ -6,6 +6,7 @@
 #include "runtime/io/errors.h"
 #include "runtime/models/common/clip_text_encoder.h"
 #include "runtime/models/common/clip_tokenizer.h"
+#include "runtime/models/common/prompt_tokens.h"
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
 #include "runtime/models/common/vae_decoder.h"
@@ -124,14 +125,6 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
     return std::unique_ptr<Sd3Pipeline>(new Sd3Pipeline(std::move(c), std::move(model)));
 }
 
-int Sd3Pipeline::size_multiple() const {
-    return static_cast<int>(c_->vae_scale * c_->transformer_config.patch_size);
-}
-int Sd3Pipeline::default_width() const {
-    return static_cast<int>(c_->transformer_config.sample_size * c_->vae_scale);
-}
-int Sd3Pipeline::default_height() const { return default_width(); }
-
 namespace {
 
 // diffusers' F.pad(x, (0, n)) on the last dimension: pads with zeros, or crops when n < 0.
@@ -160,17 +153,8 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
         const ClipTokenizer& tok = which == 0 ? *c.tokenizer : *c.tokenizer_2;
         const std::shared_ptr<const ClipTextEncoder> enc =
             which == 0 ? c.text_encoder.use() : c.text_encoder_2.use();
-        std::vector<int64_t> ids;
-        for (std::size_t k = 0; k < prompts.size(); ++k) {
-            const ClipEncoding one = tok.encode(prompts[k]);
-            if (one.dropped_tokens > 0 && which == 0)
-                e.truncation[k] =
-                    "The following part of your input was truncated because CLIP can only handle "
-                    "sequences up to " +
-                    std::to_string(tok.model_max_length()) + " tokens (" +
-                    std::to_string(one.dropped_tokens) + " tokens dropped): " + tok.decode(one.truncated);
-            ids.insert(ids.end(), one.ids.begin(), one.ids.end());
-        }
+        // Diffusers warns of the first CLIP's cut only.
+        const std::vector<int64_t> ids = clip_ids(tok, prompts, which == 0 ? &e.truncation : nullptr);
         const char* component = which == 0 ? "text_encoder" : "text_encoder_2";
         const at::Tensor input = at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, component));
         ClipTextOutput out = enc->forward(input);
@@ -184,19 +168,7 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
         e.tail_repeats = max_sequence_length;
         return e;
     }
-    std::vector<int64_t> ids;
-    for (std::size_t k = 0; k < prompts.size(); ++k) {
-        const T5Encoding one = c.tokenizer_3->encode(prompts[k], max_sequence_length);
-        if (one.dropped_tokens > 0) {
-            std::string& warning = e.truncation[k];
-            if (!warning.empty()) warning += "; ";
-            warning +=
-                "The following part of your input was truncated because `max_sequence_length` is set to " +
-                std::to_string(max_sequence_length) + " tokens (" + std::to_string(one.dropped_tokens) +
-                " tokens dropped): " + c.tokenizer_3->decode(one.truncated);
-        }
-        ids.insert(ids.end(), one.ids.begin(), one.ids.end());
-    }
+    const std::vector<int64_t> ids = t5_ids(*c.tokenizer_3, prompts, max_sequence_length, e.truncation);
     const at::Tensor input =
         at::tensor(ids, at::kLong).view({n, -1}).to(device_of(c.options, "text_encoder_3"));
     const at::Tensor t5 = to_transformer(c.text_encoder_3.use()->forward(input), "text_encoder_3");

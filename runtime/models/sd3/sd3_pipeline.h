@@ -45,10 +45,6 @@ class Sd3Pipeline : public FamilyPipeline {
     const std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>& parameters()
         const;
 
-    int default_width() const override;
-    int default_height() const override;
-    int size_multiple() const override;
-
   private:
     struct Components;
     Sd3Pipeline(std::unique_ptr<Components> c, strategies::ModelInfo model);

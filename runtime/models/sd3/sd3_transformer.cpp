@@ -67,10 +67,7 @@ bool Sd3TransformerConfig::dual_attention(int64_t block) const {
 
 Sd3TransformerConfig Sd3TransformerConfig::from_json_text(const std::string& text, const std::string& path) {
     const ConfigJson c(text, path);
-    const std::string cls = c.string("_class_name", "SD3Transformer2DModel");
-    if (cls != "SD3Transformer2DModel")
-        throw ModelError(path + ": transformer class '" + cls +
-                         "' is not supported (supported: SD3Transformer2DModel)");
+    c.require_class("transformer", "SD3Transformer2DModel");
     Sd3TransformerConfig cfg;
     const strategies::TransformerShape& shape = strategies::family_spec("sd3").transformer_defaults;
     cfg.sample_size = shape.sample_size;
@@ -116,20 +113,11 @@ Sd3TransformerConfig Sd3TransformerConfig::from_json_text(const std::string& tex
     return cfg;
 }
 
-Sd3TransformerConfig Sd3TransformerConfig::from_json_file(const std::string& path) {
-    const ConfigJson j = ConfigJson::from_file(path);
-    return from_json_text(j.raw().dump(), path);
-}
-
 Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& w,
                                const ParallelContext& parallel, std::shared_ptr<const DeviceMapping> mapping)
-    : parallel_(&parallel),
-      config_(config),
-      devices_(std::move(mapping), w, static_cast<std::size_t>(config.num_layers), config.num_attention_heads,
-               parallel.tensor()) {
+    : TransformerBase(config, w, parallel, std::move(mapping), static_cast<std::size_t>(config.num_layers)) {
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
     const TensorGroup tp = parallel.tensor();
-    const int64_t loaded_before = w.taken_bytes();
     // Every linear layer as SD3's parallel spec splits it; the MLPs' features as evenly as tp allows.
     const strategies::ParallelSpec& spec = strategies::family_spec("sd3");
     text_split_ = strategies::stream_split(spec, "text");
@@ -159,7 +147,7 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
     });
     norm_out_ = linear("norm_out.linear", d, 2 * d);
     proj_out_ = linear("proj_out", d, p * p * config.out_channels);
-    parameter_bytes_ = w.taken_bytes() - loaded_before;
+    loaded(w);
 }
 
 at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& text,

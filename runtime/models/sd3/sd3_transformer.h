@@ -14,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "runtime/io/config_file.h"
 #include "runtime/models/common/layers.h"
 #include "runtime/models/common/mmdit.h"
+#include "runtime/models/common/transformer_base.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "runtime/pipeline/block_runner.h"
@@ -27,7 +29,7 @@ struct DeviceMapping;
 // diffusers' config.json of SD3Transformer2DModel. The shape the strategies also read (heads,
 // head size, layers, patch, channels, sample size) defaults to SD3's parallel spec
 // (strategies::family_spec("sd3").transformer_defaults), written there once.
-struct Sd3TransformerConfig {
+struct Sd3TransformerConfig : ConfigFile<Sd3TransformerConfig> {
     int64_t sample_size = 0;
     int64_t patch_size = 0;
     int64_t in_channels = 0;
@@ -46,10 +48,9 @@ struct Sd3TransformerConfig {
     bool dual_attention(int64_t block) const;
 
     static Sd3TransformerConfig from_json_text(const std::string& text, const std::string& path);
-    static Sd3TransformerConfig from_json_file(const std::string& path);
 };
 
-class Sd3Transformer {
+class Sd3Transformer : public TransformerBase<Sd3TransformerConfig> {
   public:
     // Loads this rank's part of the model for its place in `parallel` (which must outlive it):
     // with tensor parallelism its shard of the layers SD3's parallel spec splits (q, k, v and
@@ -75,16 +76,7 @@ class Sd3Transformer {
                        const std::vector<int>& skip_layers = {},
                        const BlockRunner& blocks = BlockRunner()) const;
 
-    const Sd3TransformerConfig& config() const { return config_; }
-
-    // Bytes of the weights this rank holds (its shards under tensor parallelism): every tensor
-    // it took from its store.
-    int64_t parameter_bytes() const { return parameter_bytes_; }
-
   private:
-    const ParallelContext* parallel_;
-    Sd3TransformerConfig config_;
-    BlockDevices devices_;
     at::Tensor patch_weight_, patch_bias_;  // Conv2d(in, inner, kernel = stride = patch)
     // The checkpoint's position table [1, max * max, inner]; undefined when it stores none, and
     // the crop is built from pos_embed_1d_ (Note [position table from its axis]).
@@ -94,7 +86,6 @@ class Sd3Transformer {
     std::vector<DualStreamBlock> blocks_;
     ParallelLinear norm_out_, proj_out_;
     bool text_split_ = false;  // the spec's text stream: split like the image, or replicated
-    int64_t parameter_bytes_ = 0;
 };
 
 // diffusers' get_2d_sincos_pos_embed for SD3's table: [grid * grid, dim].

@@ -1,0 +1,45 @@
+#pragma once
+// What every family's transformer holds besides its layers: its config, its place in the mesh, its
+// blocks' devices (Note [block runner]) and the bytes it loaded. A family's transformer derives from
+// TransformerBase<its config> and loads its layers in its constructor.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/io/weights.h"
+#include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/block_runner.h"
+
+namespace dp::runtime {
+
+template <typename Config>
+class TransformerBase {
+  public:
+    const Config& config() const { return config_; }
+    // Bytes of the weights this rank holds (its shards under tensor parallelism): every tensor it
+    // took from its store.
+    int64_t parameter_bytes() const { return parameter_bytes_; }
+
+  protected:
+    // Checks the model's `blocks` and heads against the run before anything loads (BlockDevices:
+    // device_map places every block, tp leaves each rank a head); the weights then load on block
+    // 0's device. `parallel` must outlive the transformer.
+    TransformerBase(const Config& config, WeightStore& weights, const ParallelContext& parallel,
+                    std::shared_ptr<const DeviceMapping> mapping, std::size_t blocks)
+        : parallel_(&parallel),
+          config_(config),
+          devices_(std::move(mapping), weights, blocks, config.num_attention_heads, parallel.tensor()),
+          loaded_before_(weights.taken_bytes()) {}
+    // At the end of the family's constructor: what it took from `weights` is its parameter bytes.
+    void loaded(const WeightStore& weights) { parameter_bytes_ = weights.taken_bytes() - loaded_before_; }
+
+    const ParallelContext* parallel_;
+    Config config_;
+    BlockDevices devices_;
+
+  private:
+    int64_t loaded_before_ = 0, parameter_bytes_ = 0;
+};
+
+}  // namespace dp::runtime
