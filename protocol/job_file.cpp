@@ -162,9 +162,9 @@ bool is_variant_name(const std::string& name) {
                                     "0123456789_-") == std::string::npos;
 }
 
-bool same_batch_settings(const JobRequest& a, const JobRequest& b) {
+bool same_batch_settings(const Generation& a, const Generation& b, bool negative_counts) {
     if (a.steps != b.steps || a.width != b.width || a.height != b.height ||
-        a.negative_prompt.has_value() != b.negative_prompt.has_value())
+        (negative_counts && a.negative_prompt.has_value() != b.negative_prompt.has_value()))
         return false;
     const std::vector<CallValues::Item>& x = a.arguments.items();
     const std::vector<CallValues::Item>& y = b.arguments.items();

@@ -57,25 +57,34 @@ struct DeviceMapRequest {
 };
 
 // One prompt with every setting resolved by the launcher.
-struct JobRequest {
-    int64_t index = 0;  // the prompt's index in the prompt file
-    std::string file;   // the image's name inside output_dir: no '/', never starting with '.'
+// What one image is made from: the pipeline's call, as the launcher resolves it and the worker's
+// pipeline takes it (runtime's GenerateRequest is this and a step callback).
+struct Generation {
     std::string prompt;
-    // nullopt: none given (diffusers' negative_prompt=None); the SD3 family's launcher gives "".
+    // nullopt: none given (diffusers' negative_prompt=None). SD3 then uses "" (its default);
+    // Qwen-Image and FLUX run no negative branch.
     std::optional<std::string> negative_prompt;
     uint64_t seed = 0;
     int steps = 28;
     int width = 0;  // 0: the model's default
     int height = 0;
-    // Each call argument of the job's family (Note [one call-argument table], call_arguments.h)
-    // at its resolved value: guidance_scale, max_sequence_length, skip_guidance_layers, ...
+    // Each call argument of the family by diffusers' name (Note [one call-argument table],
+    // call_arguments.h): guidance_scale, max_sequence_length, skip_guidance_layers, ...; one left
+    // out takes the model's default, as a diffusers pipeline's keyword does.
     CallValues arguments;
 };
 
-// Whether two requests may go through the model together: the same steps, size, presence of a
-// negative prompt and every call argument that does not allow a shared batch (each keeps its own
-// prompt, seed and noise).
-bool same_batch_settings(const JobRequest& a, const JobRequest& b);
+// One prompt of the job file with every setting resolved by the launcher.
+struct JobRequest : Generation {
+    int64_t index = 0;  // the prompt's index in the prompt file
+    std::string file;   // the image's name inside output_dir: no '/', never starting with '.'
+};
+
+// The batch rule: whether two calls may go through the model together: the same steps, size,
+// presence of a negative prompt (where it counts: `negative_counts`) and every call argument that
+// does not allow a shared batch (each keeps its own prompt, seed and noise). The launcher's queue
+// and the worker's pipeline both ask it, of calls whose arguments are complete.
+bool same_batch_settings(const Generation& a, const Generation& b, bool negative_counts = true);
 
 // Whether `name` may be a weight variant: empty (none), or up to 64 letters, digits, '_' and '-'
 // (diffusers' fp16, bf16, non_ema), so that NAME.VARIANT.safetensors stays one file name.

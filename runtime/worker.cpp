@@ -193,13 +193,7 @@ std::shared_ptr<DeviceMapping> make_device_mapping(const JobFile& job, const str
 
 GenerateRequest generate_request(const JobRequest& r) {
     GenerateRequest g;
-    g.prompt = r.prompt;
-    g.negative_prompt = r.negative_prompt;
-    g.seed = r.seed;
-    g.steps = r.steps;
-    g.width = r.width;
-    g.height = r.height;
-    g.arguments = r.arguments;
+    static_cast<protocol::Generation&>(g) = r;
     return g;
 }
 

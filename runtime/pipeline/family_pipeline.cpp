@@ -160,18 +160,14 @@ void FamilyPipeline::apply_adapters(const protocol::Adapters& adapters) const {
 
 void FamilyPipeline::check_batch(const std::vector<GenerateRequest>& batch,
                                  const CallValues& arguments) const {
-    const GenerateRequest& r = batch.front();
     const FamilyArgument* cfg = model_.arguments.guidance_scale();
     const bool negative_counts = cfg && cfg->guidance == protocol::Guidance::kAbove1WithNegative;
+    protocol::Generation first = batch.front();
+    first.arguments = arguments;
     for (const GenerateRequest& other : batch) {
-        bool same = other.steps == r.steps && other.width == r.width && other.height == r.height &&
-                    (!negative_counts || other.negative_prompt.has_value() == r.negative_prompt.has_value());
-        if (same && &other != &r) {
-            const CallValues mine = arguments_of(other);
-            for (const CallValues::Item& item : arguments.items())
-                if (!item.first->shared_batch && *mine.find(item.first->name) != item.second) same = false;
-        }
-        if (same) continue;
+        protocol::Generation completed = other;
+        completed.arguments = &other == &batch.front() ? arguments : arguments_of(other);
+        if (protocol::same_batch_settings(first, completed, negative_counts)) continue;
         std::string shared = "steps";
         for (const CallValues::Item& item : arguments.items())
             if (!item.first->shared_batch) shared += std::string(", ") + item.first->name;

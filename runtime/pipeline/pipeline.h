@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "protocol/call_arguments.h"
+#include "protocol/job_file.h"
 #include "strategies/model_config.h"
 
 namespace dp::runtime {
@@ -60,20 +61,9 @@ struct PipelineOptions {
     std::map<std::string, std::string> component_files;
 };
 
-struct GenerateRequest {
-    std::string prompt;
-    // nullopt: none given (diffusers' None). SD3 then uses "" (its default); Qwen-Image and FLUX
-    // run no negative branch.
-    std::optional<std::string> negative_prompt;
-    uint64_t seed = 0;
-    int steps = 28;
-    int width = 0;  // 0: the model's default
-    int height = 0;
-    // The family's call arguments by diffusers' names (protocol/call_arguments.h: guidance_scale,
-    // max_sequence_length, skip-layer guidance, ...); one left out takes the
-    // model's default, as a diffusers pipeline's keyword does. One the family does not take is a
-    // ModelError.
-    protocol::CallValues arguments;
+// A call of the pipeline (protocol::Generation: a call argument the family does not take is a
+// ModelError), and what it reports as it goes.
+struct GenerateRequest : protocol::Generation {
     std::function<void(int step, int steps)> on_step;  // called after each denoising step
 };
 
