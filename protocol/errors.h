@@ -29,46 +29,26 @@ class Error : public std::runtime_error {
     int exit_code_;
 };
 
+// One kind of error: its exit code, and a type of its own to catch it by (the tag).
+template <int kCode, typename Tag>
+class ErrorOf : public Error {
+  public:
+    explicit ErrorOf(const std::string& what) : Error(what, kCode) {}
+};
+
 // A flag, environment variable or config entry is wrong. The message names it and what is accepted.
-class UsageError : public Error {
-  public:
-    explicit UsageError(const std::string& what) : Error(what, kExitUsage) {}
-};
-
+using UsageError = ErrorOf<kExitUsage, struct UsageTag>;
 // A file the user supplied (prompt file, request) has bad contents.
-class InputDataError : public Error {
-  public:
-    explicit InputDataError(const std::string& what) : Error(what, kExitInputData) {}
-};
-
+using InputDataError = ErrorOf<kExitInputData, struct InputDataTag>;
 // A model folder, weights file or config the user supplied is missing, corrupt, inconsistent or
 // unsupported. The message names the file, and the tensor or key when there is one.
-class ModelError : public Error {
-  public:
-    explicit ModelError(const std::string& what) : Error(what, kExitInputData) {}
-};
-
-class IoError : public Error {
-  public:
-    explicit IoError(const std::string& what) : Error(what, kExitIo) {}
-};
-
-class SystemError : public Error {
-  public:
-    explicit SystemError(const std::string& what) : Error(what, kExitSystem) {}
-};
-
+using ModelError = ErrorOf<kExitInputData, struct ModelTag>;
+using IoError = ErrorOf<kExitIo, struct IoTag>;
+using SystemError = ErrorOf<kExitSystem, struct SystemTag>;
 // A collective failed or timed out. The message names the collective, the group and the timeout.
 // After it the group's order is broken: the rank must stop calling collectives and exit.
-class CommunicationError : public Error {
-  public:
-    explicit CommunicationError(const std::string& what) : Error(what, kExitCommunication) {}
-};
-
+using CommunicationError = ErrorOf<kExitCommunication, struct CommunicationTag>;
 // A broken promise inside our own code (a bug), never the user's input.
-class InternalError : public Error {
-  public:
-    explicit InternalError(const std::string& what) : Error(what, kExitInternal) {}
-};
+using InternalError = ErrorOf<kExitInternal, struct InternalTag>;
 
 }  // namespace dp::protocol
