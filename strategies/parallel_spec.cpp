@@ -5,37 +5,42 @@
 
 namespace dp::strategies {
 
+void add_tp_rules(ParallelSpec& s, TpSplit split, std::initializer_list<const char*> layer_suffixes) {
+    for (const char* suffix : layer_suffixes) s.tp_rules.push_back({suffix, split, {}});
+}
+
 void add_t5_encoder_rules(ParallelSpec& s) {
-    for (const char* column : {".SelfAttention.q", ".SelfAttention.k", ".SelfAttention.v",
-                               ".DenseReluDense.wi_0", ".DenseReluDense.wi_1", ".DenseReluDense.wi"})
-        s.tp_rules.push_back({column, TpSplit::kColumn, {}});
-    for (const char* row : {".SelfAttention.o", ".DenseReluDense.wo"})
-        s.tp_rules.push_back({row, TpSplit::kRow, {}});
+    add_tp_rules(s, TpSplit::kColumn,
+                 {".SelfAttention.q", ".SelfAttention.k", ".SelfAttention.v", ".DenseReluDense.wi_0",
+                  ".DenseReluDense.wi_1", ".DenseReluDense.wi"});
+    add_tp_rules(s, TpSplit::kRow, {".SelfAttention.o", ".DenseReluDense.wo"});
 }
 
 void add_qwen2_decoder_rules(ParallelSpec& s) {
-    for (const char* column :
-         {".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj", ".mlp.gate_proj", ".mlp.up_proj"})
-        s.tp_rules.push_back({column, TpSplit::kColumn, {}});
-    for (const char* row : {".self_attn.o_proj", ".mlp.down_proj"})
-        s.tp_rules.push_back({row, TpSplit::kRow, {}});
+    add_tp_rules(
+        s, TpSplit::kColumn,
+        {".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj", ".mlp.gate_proj", ".mlp.up_proj"});
+    add_tp_rules(s, TpSplit::kRow, {".self_attn.o_proj", ".mlp.down_proj"});
 }
 
+namespace {
+
+// A spec holding one shared encoder's rules alone.
+ParallelSpec rules_only(void (*add)(ParallelSpec&)) {
+    ParallelSpec s;
+    add(s);
+    return s;
+}
+
+}  // namespace
+
 const ParallelSpec& t5_encoder_spec() {
-    static const ParallelSpec spec = [] {
-        ParallelSpec s;
-        add_t5_encoder_rules(s);
-        return s;
-    }();
+    static const ParallelSpec spec = rules_only(&add_t5_encoder_rules);
     return spec;
 }
 
 const ParallelSpec& qwen2_decoder_spec() {
-    static const ParallelSpec spec = [] {
-        ParallelSpec s;
-        add_qwen2_decoder_rules(s);
-        return s;
-    }();
+    static const ParallelSpec spec = rules_only(&add_qwen2_decoder_rules);
     return spec;
 }
 

@@ -5,6 +5,7 @@
 // (as diffusers' _tp_plan / _cp_plan do).
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,6 +117,8 @@ struct ParallelSpec {
 // column-parallel; the attention output and down projection row-parallel; embeddings and norms
 // whole).
 void add_t5_encoder_rules(ParallelSpec& spec);
+// A rule of `split` for each of `layer_suffixes` (kRowSegments takes its segments by hand).
+void add_tp_rules(ParallelSpec& spec, TpSplit split, std::initializer_list<const char*> layer_suffixes);
 void add_qwen2_decoder_rules(ParallelSpec& spec);
 // A spec of those rules alone: the encoders' own, whichever family loads them.
 const ParallelSpec& t5_encoder_spec();

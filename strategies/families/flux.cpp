@@ -28,17 +28,14 @@ ParallelSpec spec() {
     // Double-stream blocks as SD3's joint ones; single-stream blocks: q, k, v and the MLP's input
     // column-parallel, and the one output projection over [attention, MLP] row-parallel over its
     // two segments (width and 4 x width), each split as its producer is.
-    for (const char* column :
-         {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
-          ".attn.add_v_proj", ".ff.net.0.proj", ".ff_context.net.0.proj", ".proj_mlp"})
-        s.tp_rules.push_back({column, TpSplit::kColumn, {}});
-    for (const char* row : {".attn.to_out.0", ".attn.to_add_out", ".ff.net.2", ".ff_context.net.2"})
-        s.tp_rules.push_back({row, TpSplit::kRow, {}});
+    add_tp_rules(s, TpSplit::kColumn,
+                 {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
+                  ".attn.add_v_proj", ".ff.net.0.proj", ".ff_context.net.0.proj", ".proj_mlp"});
+    add_tp_rules(s, TpSplit::kRow, {".attn.to_out.0", ".attn.to_add_out", ".ff.net.2", ".ff_context.net.2"});
     s.tp_rules.push_back({".proj_out", TpSplit::kRowSegments, {1, 4}});
     // The modulations (6 x width per double block and stream, 3 x per single block): split and
     // gathered, as SD3's and Qwen-Image's.
-    for (const char* gathered : {".norm1.linear", ".norm1_context.linear", ".norm.linear"})
-        s.tp_rules.push_back({gathered, TpSplit::kColumnGathered, {}});
+    add_tp_rules(s, TpSplit::kColumnGathered, {".norm1.linear", ".norm1_context.linear", ".norm.linear"});
     add_t5_encoder_rules(s);
     // The text (T5's 512 or 256 tokens, no mask) runs through every single block's MLP beside the
     // image: split like it, as Qwen-Image's (Note [FLUX text stream], flux_transformer.h).

@@ -17,17 +17,15 @@ ParallelSpec spec() {
     s.block_prefixes = {"transformer_blocks."};
     // Dual-stream blocks: q, k, v of both streams column-parallel (by heads), the outputs
     // row-parallel, both GELU MLPs column- then row-parallel.
-    for (const char* column :
-         {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
-          ".attn.add_v_proj", ".img_mlp.net.0.proj", ".txt_mlp.net.0.proj"})
-        s.tp_rules.push_back({column, TpSplit::kColumn, {}});
-    for (const char* row : {".attn.to_out.0", ".attn.to_add_out", ".img_mlp.net.2", ".txt_mlp.net.2"})
-        s.tp_rules.push_back({row, TpSplit::kRow, {}});
+    add_tp_rules(s, TpSplit::kColumn,
+                 {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj",
+                  ".attn.add_v_proj", ".img_mlp.net.0.proj", ".txt_mlp.net.0.proj"});
+    add_tp_rules(s, TpSplit::kRow,
+                 {".attn.to_out.0", ".attn.to_add_out", ".img_mlp.net.2", ".txt_mlp.net.2"});
     // Each stream's modulation (6 x width per block from the timestep alone): a third of the
     // transformer's weights for one row per prompt; split and gathered, where diffusers' TP keeps
     // them whole.
-    for (const char* gathered : {".img_mod.1", ".txt_mod.1"})
-        s.tp_rules.push_back({gathered, TpSplit::kColumnGathered, {}});
+    add_tp_rules(s, TpSplit::kColumnGathered, {".img_mod.1", ".txt_mod.1"});
     add_qwen2_decoder_rules(s);
     // The text (up to 1024 tokens, of any length) is split like the image under context
     // parallelism, padded and masked: replicated, each rank would repeat its whole MLPs and

@@ -26,17 +26,15 @@ ParallelSpec spec() {
     // Joint attention: q, k, v column-parallel for both streams, the outputs row-parallel; SD3.5's
     // image-only second attention (attn2) split the same way, by the same heads; the MLPs column-
     // then row-parallel. AdaLN, norms and embeddings stay whole.
-    for (const char* column : {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj",
-                               ".attn.add_k_proj", ".attn.add_v_proj", ".attn2.to_q", ".attn2.to_k",
-                               ".attn2.to_v", ".ff.net.0.proj", ".ff_context.net.0.proj"})
-        s.tp_rules.push_back({column, TpSplit::kColumn, {}});
-    for (const char* row :
-         {".attn.to_out.0", ".attn.to_add_out", ".attn2.to_out.0", ".ff.net.2", ".ff_context.net.2"})
-        s.tp_rules.push_back({row, TpSplit::kRow, {}});
+    add_tp_rules(
+        s, TpSplit::kColumn,
+        {".attn.to_q", ".attn.to_k", ".attn.to_v", ".attn.add_q_proj", ".attn.add_k_proj", ".attn.add_v_proj",
+         ".attn2.to_q", ".attn2.to_k", ".attn2.to_v", ".ff.net.0.proj", ".ff_context.net.0.proj"});
+    add_tp_rules(s, TpSplit::kRow,
+                 {".attn.to_out.0", ".attn.to_add_out", ".attn2.to_out.0", ".ff.net.2", ".ff_context.net.2"});
     // AdaLN's modulations (6 x width per block and stream, 9 x with attn2): a third of the
     // transformer's weights, for outputs of one row per prompt; split and gathered.
-    for (const char* gathered : {".norm1.linear", ".norm1_context.linear"})
-        s.tp_rules.push_back({gathered, TpSplit::kColumnGathered, {}});
+    add_tp_rules(s, TpSplit::kColumnGathered, {".norm1.linear", ".norm1_context.linear"});
     add_t5_encoder_rules(s);
     s.streams = {{"image", true}, {"text", false}};
     s.optional_components = {"text_encoder_3", "vae"};
