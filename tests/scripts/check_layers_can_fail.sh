@@ -2,22 +2,11 @@
 # The layer check must catch a violation of each rule: in a scratch copy of the sources, break
 # one rule at a time and expect check_layers.sh to fail naming it.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-src=$(cd "$here/.." && pwd)
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-fails=0
+source "$(dirname "${BASH_SOURCE[0]}")/can_fail.sh"
 try() {  # $1: file to append an include to, $2: the include, $3: text the report must contain
-    rm -rf "$scratch/tree" && mkdir -p "$scratch/tree"
-    for d in launcher cli protocol strategies runtime; do cp -r "$src/$d" "$scratch/tree/"; done
+    copy_sources "$scratch/tree"
     printf '#include %s\n' "$2" >>"$scratch/tree/$1"
-    if out=$("$here/check_layers.sh" "$scratch/tree"); then
-        echo "not caught: $2 in $1"
-        fails=1
-    elif ! grep -qF "$3" <<<"$out"; then
-        echo "caught, but the report does not say '$3': $out"
-        fails=1
-    fi
+    expect_caught "$2 in $1" "$3" "$here/check_layers.sh" "$scratch/tree"
 }
 "$here/check_layers.sh" "$src" >/dev/null || { echo "the real tree already breaks a rule"; exit 1; }
 try launcher/job.cpp '<ATen/ATen.h>' "must not include LibTorch"

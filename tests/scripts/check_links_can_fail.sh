@@ -4,10 +4,7 @@
 # page hold only good links (a page, an image, a link with an anchor, a link back up, an external
 # URL, a pure anchor, a link inside code) must pass.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-fails=0
+source "$(dirname "${BASH_SOURCE[0]}")/can_fail.sh"
 
 good=$scratch/good
 mkdir -p "$good/docs"
@@ -41,25 +38,14 @@ fi
 bad=$scratch/bad
 cp -r "$good" "$bad"
 printf '\nSee [the missing page](docs/missing.md#somewhere) too.\n' >>"$bad/README.md"
-if out=$("$here/check_links.sh" "$bad"); then
-    echo "not caught: a link to docs/missing.md"
-    fails=1
-elif ! grep -qF "README.md:11: docs/missing.md#somewhere" <<<"$out"; then
-    echo "caught, but the report does not name README.md:11 and docs/missing.md#somewhere: $out"
-    fails=1
-fi
+expect_caught "a link to docs/missing.md" "README.md:11: docs/missing.md#somewhere" "$here/check_links.sh" "$bad"
 
 broken_image=$scratch/broken_image
 cp -r "$good" "$broken_image"
 rm "$broken_image/docs/picture.png"
-if out=$("$here/check_links.sh" "$broken_image"); then
-    echo "not caught: image links to a missing docs/picture.png"
-    fails=1
-elif ! grep -qF "README.md:3: docs/picture.png" <<<"$out" || ! grep -qF "docs/guide.md:5: picture.png" <<<"$out"; then
-    echo "caught, but the report does not name both image links: $out"
-    fails=1
-fi
+expect_caught "image links to a missing docs/picture.png" "README.md:3: docs/picture.png"$'\n'"docs/guide.md:5: picture.png" \
+    "$here/check_links.sh" "$broken_image"
 
-"$here/check_links.sh" "$(cd "$here/.." && pwd)" >/dev/null || { echo "the real README or docs/ have a broken link"; fails=1; }
+"$here/check_links.sh" "$src" >/dev/null || { echo "the real README or docs/ have a broken link"; fails=1; }
 [[ $fails == 0 ]] && echo "the link check catches a broken link and passes good ones"
 exit $fails
