@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -116,9 +117,12 @@ LaunchResult Launch::wait(double timeout_s) {
     }
     if (timed_out) kill(pid_, SIGKILL);
     int status = 0;
-    waitpid(pid_, &status, 0);
+    rusage usage{};
+    wait4(pid_, &status, 0, &usage);  // its usage and its reaped children's
     pid_ = -1;
     result.seconds = monotonic_seconds() - started_;
+    result.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
     if (timed_out) {
         result.exit_code = -1;
     } else if (WIFEXITED(status)) {

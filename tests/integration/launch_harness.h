@@ -16,6 +16,9 @@ struct LaunchResult {
     std::string out;
     std::string err;
     double seconds = 0;
+    // CPU time (user and system) of dp-launch and the processes it waited for: what a bound on the
+    // work a command does checks, unlike `seconds`, whatever else the machine runs meanwhile.
+    double cpu_seconds = 0;
 };
 
 class Launch {

@@ -488,7 +488,7 @@ TEST_CASE(
     LaunchResult plan = run_launch({"plan", "--model", "tiny-random-sd3", "-n", "4", "--ulysses", "2", "--tp",
                                     "2", "--width", "10", "--height", "9"});
     REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
-    CHECK(plan.seconds < 1.0);
+    CHECK(plan.cpu_seconds < 1.0);  // its work, whatever the machine's load
     CHECK(plan.out.find("mesh dp=1 cfg=1 ring=1 ulysses=2 tp=2") != std::string::npos);
     CHECK(plan.out.find("rank 0: dp 0, cfg 0, ring 0, ulysses 0, tp 0 -- all prompts, writes the images") !=
           std::string::npos);
@@ -601,7 +601,7 @@ TEST_CASE("dp-launch plan shows a device map, or says its budgets are measured w
     LaunchResult plan = run_launch({"plan", "--model", "tiny-random-sd3", "--device-map", "auto",
                                     "--max-memory", "cpu:0=450KB,cpu:1=2MB"});
     REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
-    CHECK(plan.seconds < 1.0);
+    CHECK(plan.cpu_seconds < 1.0);  // its work, whatever the machine's load
     CHECK(plan.out.find("transformer block 1: cpu:1") != std::string::npos);
     CHECK(plan.out.find("cpu:0 holds 0.40 MiB") != std::string::npos);
     LaunchResult gpus = run_launch({"plan", "--strategy", "device-map"});
@@ -617,7 +617,7 @@ TEST_CASE(
         CAPTURE(model);
         const LaunchResult listed = run_launch({"arguments", "--model", model, "--json"});
         REQUIRE_MESSAGE(listed.exit_code == 0, listed.err);
-        CHECK(listed.seconds < 1.0);  // configs only, no LibTorch
+        CHECK(listed.cpu_seconds < 1.0);  // configs only, no LibTorch
         const nlohmann::json keys = nlohmann::json::parse(listed.out);
         nlohmann::json line = {{"prompt", "a red circle"}};
         for (const nlohmann::json& k : keys) line[k.at("name").get<std::string>()] = k.at("default");
