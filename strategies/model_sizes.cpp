@@ -79,13 +79,16 @@ std::map<std::string, int64_t> read_safetensors_counts(const std::string& dir, c
     }
     // Each file's header through the one safetensors reader (its shapes and offsets checked).
     std::map<std::string, int64_t> counts;
-    for (const std::string& path : files)
-        for (const auto& [name, info] : SafetensorsFile::open(path)->tensors()) {
+    for (const std::string& path : files) {
+        // Held while its tensors are read: the map lives in the file object.
+        const std::shared_ptr<SafetensorsFile> file = SafetensorsFile::open(path);
+        for (const auto& [name, info] : file->tensors()) {
             int64_t n = 1;
             for (const int64_t d : info.shape) n *= d;
             counts[name] = n;
             if (shapes) (*shapes)[name] = info.shape;
         }
+    }
     return counts;
 }
 
