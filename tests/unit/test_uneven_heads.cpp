@@ -36,24 +36,8 @@ using dp::strategies::Mesh;
 using dp::strategies::MeshDegrees;
 using dp::strategies::TpSplit;
 using dp::test::MapSource;
-
-namespace {
-
-// The largest of the values each rank reports.
-class Worst {
-  public:
-    void add(double v) {
-        const std::lock_guard<std::mutex> lock(m_);
-        worst_ = std::max(worst_, v);
-    }
-    double value() const { return worst_; }
-
-  private:
-    std::mutex m_;
-    double worst_ = 0;
-};
-
-}  // namespace
+using dp::test::mesh_of;
+using dp::test::Worst;
 
 TEST_CASE(
     "all_to_all with unequal splits and all_gather of unequal blocks deliver every row, counting bytes") {
@@ -309,14 +293,6 @@ double transformer_difference(const FiveHeadWeights& weights, const MeshDegrees&
     return worst.value();
 }
 
-MeshDegrees mesh_of(int tp, int ulysses, int ring) {
-    MeshDegrees d;
-    d.tp = tp;
-    d.ulysses = ulysses;
-    d.ring = ring;
-    return d;
-}
-
 }  // namespace
 
 TEST_CASE(
@@ -363,10 +339,7 @@ TEST_CASE(
         const std::vector<int64_t> shares = dp::strategies::even_shares(config.num_attention_heads, tp);
         std::vector<int64_t> bytes;
         for (int rank = 0; rank < tp; ++rank) {
-            MeshDegrees degrees;
-            degrees.tp = tp;
-            const ParallelContext parallel =
-                ParallelContext::from_groups(Mesh(tp, degrees), rank, nullptr, nullptr, nullptr, nullptr);
+            const ParallelContext parallel = dp::test::tensor_parallel_rank(rank, tp);
             WeightStore weights = WeightStore::random(5, at::kFloat, at::kCPU);
             bytes.push_back(Sd3Transformer(config, weights, parallel).parameter_bytes());
         }
@@ -379,10 +352,7 @@ TEST_CASE(
         else
             CHECK(shares.front() == shares.back());
     }
-    MeshDegrees six;
-    six.tp = 6;
-    const ParallelContext parallel =
-        ParallelContext::from_groups(Mesh(6, six), 5, nullptr, nullptr, nullptr, nullptr);
+    const ParallelContext parallel = dp::test::tensor_parallel_rank(5, 6);
     WeightStore weights = WeightStore::random(5, at::kFloat, at::kCPU);
     CHECK_THROWS_WITH_AS(Sd3Transformer(config, weights, parallel), doctest::Contains("5 attention heads"),
                          ModelError);
