@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -136,6 +137,12 @@ float max_difference(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 void remove_dir(const std::string& dir) { REQUIRE(std::system(("rm -rf '" + dir + "'").c_str()) == 0); }
+
+std::string write_lines(const std::string& path, const std::vector<nlohmann::json>& lines) {
+    std::ofstream out(path, std::ios::binary);
+    for (const nlohmann::json& line : lines) out << line.dump() << "\n";
+    return path;
+}
 
 std::vector<nlohmann::json> read_manifest(const std::string& out) {
     std::vector<nlohmann::json> records;

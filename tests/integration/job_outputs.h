@@ -37,6 +37,8 @@ std::vector<float> golden_f32(const std::string& golden_file, const std::string&
 float max_difference(const std::vector<float>& a, const std::vector<float>& b);
 // rm -rf, checked.
 void remove_dir(const std::string& dir);
+// A prompt file of `lines`, one JSON object a line; returns `path`.
+std::string write_lines(const std::string& path, const std::vector<nlohmann::json>& lines);
 
 // The records of OUT/manifest.jsonl, in order.
 std::vector<nlohmann::json> read_manifest(const std::string& out);

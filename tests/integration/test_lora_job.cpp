@@ -45,12 +45,6 @@ nlohmann::json line_of(const std::string& name, bool with_lora = true) {
     return line;
 }
 
-std::string write_lines(const std::string& path, const std::vector<nlohmann::json>& lines) {
-    std::ofstream out(path, std::ios::binary);
-    for (const nlohmann::json& line : lines) out << line.dump() << "\n";
-    return path;
-}
-
 bool exists(const std::string& path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0;
