@@ -11,6 +11,7 @@
 #include "runtime/io/errors.h"
 #include "runtime/io/tensor_io.h"
 #include "runtime/models/common/qwen2_text_encoder.h"
+#include "unit/temp_dir.h"
 
 using namespace dp::runtime;
 
@@ -24,14 +25,8 @@ std::shared_ptr<SafetensorsFile> golden() {
 
 Qwen2TextConfig golden_config() { return Qwen2TextConfig::from_json_file(kEncoder + "/config.json"); }
 
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char name[] = "/tmp/dp_qwen2_XXXXXX";
-        REQUIRE(mkdtemp(name) != nullptr);
-        path = name;
-    }
-    ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+struct TempDir : dp::test::TempDir {
+    TempDir() : dp::test::TempDir("qwen2") {}
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "runtime/io/tensor_io.h"
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
+#include "unit/temp_dir.h"
 
 using namespace dp::runtime;
 
@@ -28,21 +29,8 @@ std::vector<int64_t> ids_of(const at::Tensor& t) {
 }
 
 // A fresh folder under /tmp, removed (with its files) when the test ends.
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char name[] = "/tmp/dp_t5_XXXXXX";
-        REQUIRE(mkdtemp(name) != nullptr);
-        path = name;
-    }
-    ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-    void write(const std::string& name, const std::string& bytes) const {
-        FILE* f = std::fopen((path + "/" + name).c_str(), "wb");
-        REQUIRE(f != nullptr);
-        std::fwrite(bytes.data(), 1, bytes.size(), f);
-        std::fclose(f);
-    }
-    void copy(const std::string& from, const std::string& name) const { write(name, read_text_file(from)); }
+struct TempDir : dp::test::TempDir {
+    TempDir() : dp::test::TempDir("t5") {}
 };
 
 struct TokenizerGolden {
