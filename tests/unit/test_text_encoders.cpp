@@ -1,8 +1,9 @@
-// The text encoders under tensor parallelism, one row per encoder: over 2 and 3 ranks (as threads
-// of this process) each rank's output equals one process on the golden inputs, each rank holds
-// exactly the tensors its family's parallel spec splits and fewer bytes than the whole encoder,
-// rank 0 more than rank 1 where the heads do not divide by 3, and a degree that would leave a rank
-// without a head is refused by name. A new encoder is a row of kEncoders.
+// What the text encoders share, one row per encoder: under tensor parallelism over 2 and 3 ranks
+// (as threads of this process) each rank's output equals one process on the golden inputs, each
+// rank holds exactly the tensors its family's parallel spec splits and fewer bytes than the whole
+// encoder, rank 0 more than rank 1 where the heads do not divide by 3, and a degree that would
+// leave a rank without a head is refused by name; a config of a layer more than the weights hold
+// is refused naming that layer's first tensor. A new encoder is a row of kEncoders.
 #include "unit/doctest_torch.h"
 
 #include <functional>
@@ -34,6 +35,8 @@ struct Loaded {
 // What differs between the encoders' classes: their layer count, and whether forward takes a mask.
 int64_t layers_of(const T5Config& c) { return c.num_layers; }
 int64_t layers_of(const Qwen2TextConfig& c) { return c.num_hidden_layers; }
+void add_layer(T5Config& c) { ++c.num_layers; }
+void add_layer(Qwen2TextConfig& c) { ++c.num_hidden_layers; }
 at::Tensor run(const T5Encoder& e, const at::Tensor& ids, const at::Tensor&) { return e.forward(ids); }
 at::Tensor run(const Qwen2TextEncoder& e, const at::Tensor& ids, const at::Tensor& mask) {
     return e.forward(ids, mask);
@@ -54,6 +57,14 @@ Loaded load(const std::string& folder, WeightStore& weights, const TensorGroup& 
     return out;
 }
 
+// `E` with a layer more than the folder's config, over `weights`.
+template <class E, class C>
+void load_deeper(const std::string& folder, WeightStore& weights) {
+    C config = C::from_json_file(folder + "/config.json");
+    add_layer(config);
+    E encoder(config, weights);
+}
+
 struct EncoderRow {
     std::string name;
     std::string folder;           // under tests/data/golden, with its golden inputs in FOLDER.safetensors
@@ -63,6 +74,8 @@ struct EncoderRow {
     std::size_t split_per_layer;  // the tensors the spec splits in each layer
     std::string refused_at_5;     // the refusal of a tensor-parallel degree of 5
     Loaded (*load)(const std::string& folder, WeightStore& weights, const TensorGroup& tp);
+    void (*load_deeper)(const std::string& folder, WeightStore& weights);
+    std::string missing;  // the first tensor of a layer more than the folder holds
 };
 
 const std::vector<EncoderRow> kEncoders = {
@@ -70,12 +83,14 @@ const std::vector<EncoderRow> kEncoders = {
     // v, o, wi_0, wi_1 and wo of every layer.
     {"T5", "t5_encoder", "input_ids", "", "sd3", "text_encoder_3", 7,
      "4 attention heads over a tensor-parallel degree of 5: a rank would hold none",
-     &load<T5Encoder, T5Config>},
+     &load<T5Encoder, T5Config>, &load_deeper<T5Encoder, T5Config>,
+     "encoder.block.2.layer.0.layer_norm.weight"},
     // Qwen-Image's text_encoder (the vision tower's MLP matches the rules' suffixes, and is not
     // loaded): 4 key-value heads as 2, 2 and as 2, 1, 1; 96 features as 48 or 32 each; q, k, v
     // (weights and biases), o, gate, up and down of every layer. Left padding, under its mask.
     {"Qwen2.5-VL", "qwen2_encoder", "left.input_ids", "left.attention_mask", "qwen-image", "text_encoder", 10,
-     "4 key-value heads over a tensor-parallel degree of 5", &load<Qwen2TextEncoder, Qwen2TextConfig>},
+     "4 key-value heads over a tensor-parallel degree of 5", &load<Qwen2TextEncoder, Qwen2TextConfig>,
+     &load_deeper<Qwen2TextEncoder, Qwen2TextConfig>, "model.layers.2.input_layernorm.weight"},
 };
 
 // The tensors of `row`'s folder that its family's spec splits, less those the spec does not load.
@@ -136,5 +151,16 @@ TEST_CASE(
         WeightStore weights = WeightStore::open_folder(folder, at::kFloat, at::kCPU);
         CHECK_THROWS_WITH_AS(row.load(folder, weights, TensorGroup{nullptr, 0, 5}),
                              doctest::Contains(row.refused_at_5.c_str()), ModelError);
+    }
+}
+
+TEST_CASE(
+    "a text encoder's config of a layer more than its weights hold is refused naming that layer's first "
+    "tensor") {
+    for (const EncoderRow& row : kEncoders) {
+        CAPTURE(row.name);
+        WeightStore weights = WeightStore::open_folder(golden_path(row.folder), at::kFloat, at::kCPU);
+        CHECK_THROWS_WITH_AS(row.load_deeper(golden_path(row.folder), weights),
+                             doctest::Contains(row.missing.c_str()), ModelError);
     }
 }
