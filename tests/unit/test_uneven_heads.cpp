@@ -81,7 +81,7 @@ TEST_CASE(
 
 namespace {
 
-enum class Second { kNone, kReplicated, kSplit };
+using dp::test::Second;
 
 // attend() over ring x ulysses ranks with `heads` heads against whole-sequence attention.
 double uneven_attend_difference(int64_t heads, int ulysses, int ring, Second second) {
@@ -102,35 +102,9 @@ double uneven_attend_difference(int64_t heads, int ulysses, int ring, Second sec
         expected = at::scaled_dot_product_attention(at::cat({q, q2}, 2), at::cat({k, k2}, 2),
                                                     at::cat({v, v2}, 2), bias);
     }
-    MeshDegrees degrees;
-    degrees.ring = ring;
-    degrees.ulysses = ulysses;
-    const int world = ring * ulysses;
-    Worst worst;
-    dp::test::run_ranks(world, [&](int, Communicator& group) {
-        const ParallelContext parallel(group, Mesh(world, degrees));
-        const SequenceShard image(tokens, parallel.sequence()), words(text, parallel.sequence());
-        AttentionInputs in;
-        in.q = image.shard(q, 2);
-        in.k = image.shard(k, 2);
-        in.v = image.shard(v, 2);
-        in.shard = &image;
-        if (second == Second::kReplicated) {
-            in.q2 = q2, in.k2 = k2, in.v2 = v2;
-        } else if (second == Second::kSplit) {
-            in.q2 = words.shard(q2, 2), in.k2 = words.shard(k2, 2), in.v2 = words.shard(v2, 2);
-            in.shard2 = &words;
-        }
-        if (second != Second::kNone) in.bias2 = bias2;
-        const AttentionOutputs out = attend(in);
-        double diff = max_diff(image.gather(out.out, 2), expected.narrow(2, 0, tokens));
-        if (second == Second::kReplicated)
-            diff = std::max(diff, max_diff(out.out2, expected.narrow(2, tokens, text)));
-        if (second == Second::kSplit)
-            diff = std::max(diff, max_diff(words.gather(out.out2, 2), expected.narrow(2, tokens, text)));
-        worst.add(diff);
-    });
-    return worst.value();
+    const at::Tensor none;
+    return dp::test::attend_on_ranks({q, k, v, q2, k2, v2, second == Second::kNone ? none : bias2}, second,
+                                     ulysses, ring, expected);
 }
 
 }  // namespace
