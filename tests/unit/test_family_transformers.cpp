@@ -1,4 +1,4 @@
-// The diffusion transformer of every family against diffusers (fp32, CPU), one row of kRows per
+// The diffusion transformer of every family against diffusers (fp32, CPU), one row of rows() per
 // transformer folder of tests/data/golden (scripts/golden/): each golden case within 1e-4 and each
 // input that matters moving the output (FLUX.1-dev's guidance, Qwen-Image's text mask, SD3.5's
 // skipped blocks), bf16 against diffusers' bf16 where the folder has it, the inputs a transformer
