@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -80,21 +81,10 @@ int max_pixel_difference(const std::string& a, const std::string& b) {
 }
 
 // The fp32 values of the one tensor of a NAME.latents.safetensors file (DP_SAVE_LATENTS=1).
-std::vector<float> read_latents(const std::string& path) {
-    std::string dtype;
-    const std::vector<uint8_t> raw = read_safetensors_tensor(path, "latents", &dtype);
-    REQUIRE(dtype == "F32");
-    std::vector<float> values(raw.size() / 4);
-    std::memcpy(values.data(), raw.data(), values.size() * 4);
-    return values;
-}
+std::vector<float> read_latents(const std::string& path) { return golden_f32(path, "latents"); }
 
 float max_latent_difference(const std::string& a, const std::string& b) {
-    const std::vector<float> x = read_latents(a), y = read_latents(b);
-    REQUIRE(x.size() == y.size());
-    float worst = 0;
-    for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
-    return worst;
+    return max_difference(read_latents(a), read_latents(b));
 }
 
 PixelDifference png_against_golden(const std::string& png, const std::string& golden_file,
@@ -136,6 +126,24 @@ float max_difference(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 void remove_dir(const std::string& dir) { REQUIRE(std::system(("rm -rf '" + dir + "'").c_str()) == 0); }
+
+std::string write_lines(const std::string& path, const std::vector<nlohmann::json>& lines) {
+    std::ofstream out(path, std::ios::binary);
+    for (const nlohmann::json& line : lines) out << line.dump() << "\n";
+    return path;
+}
+
+nlohmann::json golden_line(const nlohmann::json& c) {
+    nlohmann::json line = {{"prompt", c.at("prompt")},
+                           {"seed", c.at("seed")},
+                           {"guidance_scale", c.at("guidance_scale")},
+                           {"width", c.at("width")},
+                           {"height", c.at("height")},
+                           {"num_inference_steps", c.at("steps")},
+                           {"max_sequence_length", c.at("max_sequence_length")}};
+    if (c.contains("negative_prompt")) line["negative_prompt"] = c.at("negative_prompt");
+    return line;
+}
 
 std::vector<nlohmann::json> read_manifest(const std::string& out) {
     std::vector<nlohmann::json> records;

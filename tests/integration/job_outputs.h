@@ -37,6 +37,12 @@ std::vector<float> golden_f32(const std::string& golden_file, const std::string&
 float max_difference(const std::vector<float>& a, const std::vector<float>& b);
 // rm -rf, checked.
 void remove_dir(const std::string& dir);
+// A prompt file of `lines`, one JSON object a line; returns `path`.
+std::string write_lines(const std::string& path, const std::vector<nlohmann::json>& lines);
+// A golden case's call as a JSONL line by diffusers' names: prompt, seed, guidance_scale, width,
+// height, num_inference_steps (its steps), max_sequence_length, and its negative prompt when it
+// has one.
+nlohmann::json golden_line(const nlohmann::json& c);
 
 // The records of OUT/manifest.jsonl, in order.
 std::vector<nlohmann::json> read_manifest(const std::string& out);

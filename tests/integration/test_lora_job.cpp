@@ -29,26 +29,14 @@ nlohmann::json golden_cases() {
 // A JSONL line for golden case `name`, its adapters under "lora".
 nlohmann::json line_of(const std::string& name, bool with_lora = true) {
     const nlohmann::json c = golden_cases().at(name);
-    nlohmann::json line = {{"prompt", c.at("prompt")},
-                           {"seed", c.at("seed")},
-                           {"guidance_scale", c.at("guidance_scale")},
-                           {"width", c.at("width")},
-                           {"height", c.at("height")},
-                           {"num_inference_steps", c.at("steps")},
-                           {"max_sequence_length", c.at("max_sequence_length")},
-                           {"name", name}};
+    nlohmann::json line = golden_line(c);
+    line["name"] = name;
     if (with_lora) {
         line["lora"] = nlohmann::json::array();
         for (const auto& a : c.at("adapters"))
             line["lora"].push_back({{"path", adapter(a.at("file"))}, {"scale", a.at("scale")}});
     }
     return line;
-}
-
-std::string write_lines(const std::string& path, const std::vector<nlohmann::json>& lines) {
-    std::ofstream out(path, std::ios::binary);
-    for (const nlohmann::json& line : lines) out << line.dump() << "\n";
-    return path;
 }
 
 bool exists(const std::string& path) {

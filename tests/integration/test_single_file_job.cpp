@@ -33,17 +33,7 @@ nlohmann::json golden_cases() {
 // `copies` JSONL lines of a golden case's call (its negative prompt too, when it has one).
 std::string prompt_file(const std::string& path, int copies,
                         const nlohmann::json& c = golden_cases().at("bfl_bf16")) {
-    nlohmann::json line = {{"prompt", c.at("prompt")},
-                           {"seed", c.at("seed")},
-                           {"guidance_scale", c.at("guidance_scale")},
-                           {"width", c.at("width")},
-                           {"height", c.at("height")},
-                           {"num_inference_steps", c.at("steps")},
-                           {"max_sequence_length", c.at("max_sequence_length")}};
-    if (c.contains("negative_prompt")) line["negative_prompt"] = c.at("negative_prompt");
-    std::ofstream out(path, std::ios::binary);
-    for (int i = 0; i < copies; ++i) out << line.dump() << "\n";
-    return path;
+    return write_lines(path, std::vector<nlohmann::json>(static_cast<std::size_t>(copies), golden_line(c)));
 }
 
 }  // namespace

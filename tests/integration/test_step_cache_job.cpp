@@ -26,17 +26,9 @@ std::string golden_file() { return std::string(DP_GOLDEN_DIR) + "/step_cache_pip
 std::string prompt_file(const std::string& path, int copies, const nlohmann::json& cache = nullptr) {
     const nlohmann::json c =
         nlohmann::json::parse(read_safetensors_metadata(golden_file(), "cases")).at("flux_cached");
-    nlohmann::json line = {{"prompt", c.at("prompt")},
-                           {"seed", c.at("seed")},
-                           {"guidance_scale", c.at("guidance_scale")},
-                           {"width", c.at("width")},
-                           {"height", c.at("height")},
-                           {"num_inference_steps", c.at("steps")},
-                           {"max_sequence_length", c.at("max_sequence_length")}};
+    nlohmann::json line = golden_line(c);
     if (!cache.is_null()) line["cache"] = cache;
-    std::ofstream out(path, std::ios::binary);
-    for (int i = 0; i < copies; ++i) out << line.dump() << "\n";
-    return path;
+    return write_lines(path, std::vector<nlohmann::json>(static_cast<std::size_t>(copies), line));
 }
 
 }  // namespace

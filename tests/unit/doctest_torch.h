@@ -46,3 +46,12 @@ inline double max_diff(const at::Tensor& a, const at::Tensor& b) {
     REQUIRE(a.sizes() == b.sizes());
     return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
 }
+
+// The largest difference over the real (mask 1) positions of [B, L, D] outputs; with an undefined
+// mask, over every position.
+inline double masked_diff(const at::Tensor& got, const at::Tensor& want, const at::Tensor& mask) {
+    if (!mask.defined()) return max_diff(got, want);
+    REQUIRE(got.sizes() == want.sizes());
+    const at::Tensor real = mask.to(at::kBool);
+    return (got.to(at::kFloat) - want.to(at::kFloat)).abs().index({real}).max().item<double>();
+}

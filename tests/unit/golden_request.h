@@ -1,11 +1,13 @@
 #pragma once
 // A golden case's call (scripts/golden/*.py write them in their files' metadata) as a request:
 // prompt, negative_prompt (when given and not null), seed, steps, width, height, and the call
-// arguments the case sets (guidance_scale, true_cfg_scale, max_sequence_length); and the repository
-// path of a case's "folder" or "file".
+// arguments the case sets (guidance_scale, true_cfg_scale, max_sequence_length, skip-layer
+// guidance); a case of several prompts as its requests; and the repository path of a case's
+// "folder" or "file".
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "runtime/pipeline/pipeline.h"
 
@@ -20,11 +22,28 @@ inline runtime::GenerateRequest golden_request(const nlohmann::json& c) {
     r.steps = c.at("steps").get<int>();
     r.width = c.at("width").get<int>();
     r.height = c.at("height").get<int>();
-    for (const char* key : {"guidance_scale", "true_cfg_scale"})
+    for (const char* key : {"guidance_scale", "true_cfg_scale", "skip_layer_guidance_scale",
+                            "skip_layer_guidance_start", "skip_layer_guidance_stop"})
         if (c.contains(key)) r.arguments.set(key, c.at(key).get<double>());
     if (c.contains("max_sequence_length"))
         r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
+    if (c.contains("skip_guidance_layers"))
+        r.arguments.set("skip_guidance_layers", c.at("skip_guidance_layers").get<std::vector<int>>());
     return r;
+}
+
+// A case of several prompts ("prompts", each with its seed in "seeds") as one request each; a case
+// of one "prompt" as its request.
+inline std::vector<runtime::GenerateRequest> golden_requests(const nlohmann::json& c) {
+    if (!c.contains("prompts")) return {golden_request(c)};
+    std::vector<runtime::GenerateRequest> out;
+    for (std::size_t k = 0; k < c.at("prompts").size(); ++k) {
+        nlohmann::json one = c;
+        one["prompt"] = c.at("prompts")[k];
+        one["seed"] = c.at("seeds")[k];
+        out.push_back(golden_request(one));
+    }
+    return out;
 }
 
 // `relative` (to the repository's root) as a path.

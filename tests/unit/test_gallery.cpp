@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "launcher/gallery.h"
+#include "unit/temp_dir.h"
 
 using dp::launcher::gallery_html;
 using dp::launcher::GallerySummary;
@@ -22,24 +23,8 @@ std::size_t count_of(const std::string& text, const std::string& what) {
 
 std::size_t cards(const std::string& html) { return count_of(html, "<figure class=\"item\""); }
 
-struct GalleryDir {
-    std::string path;
-    GalleryDir() {
-        char name[] = "/tmp/dp-gallery-XXXXXX";
-        REQUIRE(mkdtemp(name) != nullptr);
-        path = name;
-    }
-    ~GalleryDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-    bool has(const std::string& file) const {
-        struct stat st {};
-        return stat((path + "/" + file).c_str(), &st) == 0;
-    }
-    std::string read(const std::string& file) const {
-        std::ifstream in(path + "/" + file);
-        std::ostringstream text;
-        text << in.rdbuf();
-        return text.str();
-    }
+struct GalleryDir : dp::test::TempDir {
+    GalleryDir() : dp::test::TempDir("gallery") {}
 };
 
 // `n` records: every third one failed, the others made.

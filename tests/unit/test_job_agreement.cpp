@@ -1,7 +1,7 @@
 // Every rank of a job agrees on the job before loading anything (Note [one job on every node]):
 // ranks as threads over an in-process store, each given its own job file as each node's
 // dp-launch writes it.
-#include <doctest/doctest.h>
+#include "unit/doctest_torch.h"
 
 #include <atomic>
 #include <mutex>

@@ -31,7 +31,7 @@ using dp::test::MapSource;
 
 namespace {
 
-enum class Second { kNone, kReplicated, kSplit };
+using dp::test::Second;
 
 struct AttendCase {
     int ulysses, ring;
@@ -72,38 +72,8 @@ double attend_difference(const AttendCase& c, bool drop_bias = false) {
         }
     }
     const at::Tensor expected = reference(q, k, v, q2, k2, v2, bias2);
-    MeshDegrees degrees;
-    degrees.ring = c.ring;
-    degrees.ulysses = c.ulysses;
-    const int world = c.ring * c.ulysses;
-    std::mutex m;
-    double worst = 0;
-    dp::test::run_ranks(world, [&](int rank, Communicator& group) {
-        const ParallelContext parallel(group, Mesh(world, degrees));
-        const SequenceShard image(tokens, parallel.sequence()), words(text, parallel.sequence());
-        AttentionInputs in;
-        in.q = image.shard(q, 2);
-        in.k = image.shard(k, 2);
-        in.v = image.shard(v, 2);
-        in.shard = &image;
-        if (c.second == Second::kReplicated) {
-            in.q2 = q2, in.k2 = k2, in.v2 = v2;
-        } else if (c.second == Second::kSplit) {
-            in.q2 = words.shard(q2, 2), in.k2 = words.shard(k2, 2), in.v2 = words.shard(v2, 2);
-            in.shard2 = &words;
-        }
-        if (!drop_bias) in.bias2 = bias2;
-        const AttentionOutputs out = attend(in);
-        double diff = max_diff(image.gather(out.out, 2), expected.narrow(2, 0, tokens));
-        if (c.second == Second::kReplicated)
-            diff = std::max(diff, max_diff(out.out2, expected.narrow(2, tokens, text)));
-        if (c.second == Second::kSplit)
-            diff = std::max(diff, max_diff(words.gather(out.out2, 2), expected.narrow(2, tokens, text)));
-        (void)rank;
-        const std::lock_guard<std::mutex> lock(m);
-        worst = std::max(worst, diff);
-    });
-    return worst;
+    return dp::test::attend_on_ranks({q, k, v, q2, k2, v2, drop_bias ? at::Tensor() : bias2}, c.second,
+                                     c.ulysses, c.ring, expected);
 }
 
 }  // namespace

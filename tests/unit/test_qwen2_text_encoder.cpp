@@ -1,22 +1,18 @@
 // Qwen-Image's text encoder (Qwen2.5-VL's language model) against transformers: hidden_states[-1]
 // of padded batches (right, left, no mask) in fp32 and one row in bf16, both checkpoint layouts,
-// config errors, and tensor parallelism over 2 and 3 ranks (uneven GQA groups) against one process.
+// and config errors. Its tensor parallelism and a layer more than its weights are a row of
+// test_text_encoders.cpp.
 #include "unit/doctest_torch.h"
 
 #include <unistd.h>
 
 #include <cstdlib>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "runtime/io/errors.h"
 #include "runtime/io/tensor_io.h"
 #include "runtime/models/common/qwen2_text_encoder.h"
-#include "runtime/parallel/communicator.h"
-#include "strategies/family.h"
-#include "strategies/model_sizes.h"
-#include "unit/ranks_as_threads.h"
+#include "unit/temp_dir.h"
 
 using namespace dp::runtime;
 
@@ -30,21 +26,8 @@ std::shared_ptr<SafetensorsFile> golden() {
 
 Qwen2TextConfig golden_config() { return Qwen2TextConfig::from_json_file(kEncoder + "/config.json"); }
 
-// The largest difference over the real (mask 1) positions of [B, L, D] outputs.
-double masked_diff(const at::Tensor& got, const at::Tensor& want, const at::Tensor& mask) {
-    REQUIRE(got.sizes() == want.sizes());
-    const at::Tensor real = mask.to(at::kBool);
-    return (got.to(at::kFloat) - want.to(at::kFloat)).abs().index({real}).max().item<double>();
-}
-
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char name[] = "/tmp/dp_qwen2_XXXXXX";
-        REQUIRE(mkdtemp(name) != nullptr);
-        path = name;
-    }
-    ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+struct TempDir : dp::test::TempDir {
+    TempDir() : dp::test::TempDir("qwen2") {}
 };
 
 }  // namespace
@@ -133,11 +116,6 @@ TEST_CASE("Qwen2.5-VL text encoder reads model.* and model.language_model.* chec
     const Qwen2TextEncoder a(config, legacy), b(config, modules);
     CHECK_NOTHROW(modules.check_all_taken());
     CHECK(max_diff(a.forward(ids), b.forward(ids)) == 0);
-    Qwen2TextConfig three = config;
-    three.num_hidden_layers = 3;
-    WeightStore short_weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-    CHECK_THROWS_WITH_AS(Qwen2TextEncoder(three, short_weights),
-                         doctest::Contains("model.layers.2.input_layernorm.weight"), ModelError);
 }
 
 TEST_CASE("Qwen2.5-VL text config errors name the file and key") {
@@ -179,54 +157,4 @@ TEST_CASE("Qwen2.5-VL text config errors name the file and key") {
                          doctest::Contains("'text_config' must be an object"), ModelError);
     CHECK_THROWS_WITH_AS(Qwen2TextConfig::from_json_file("/nonexistent/config.json"),
                          doctest::Contains("/nonexistent/config.json"), ModelError);
-}
-
-TEST_CASE(
-    "Qwen2.5-VL text encoder over 2 and 3 tensor-parallel ranks (uneven GQA groups) equals one process") {
-    auto g = golden();
-    const at::Tensor ids = load_tensor(g, "left.input_ids", at::kLong);
-    const at::Tensor mask = load_tensor(g, "left.attention_mask", at::kLong);
-    const Qwen2TextConfig config = golden_config();
-    WeightStore whole_weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-    const Qwen2TextEncoder whole(config, whole_weights);
-    const at::Tensor expected = whole.forward(ids, mask);
-    const dp::strategies::ParallelSpec& spec = dp::strategies::family_spec("qwen-image");
-    std::set<std::string> split;
-    auto unloaded = [&](const std::string& tensor) {  // the vision tower's MLP matches the rules' suffixes
-        for (const auto& [component, prefix] : spec.unloaded_tensors)
-            if (component == "text_encoder" && tensor.rfind(prefix, 0) == 0) return true;
-        return false;
-    };
-    for (const auto& [tensor, count] : dp::strategies::safetensors_element_counts(kEncoder))
-        if (dp::strategies::tp_splits_tensor(spec, tensor) && !unloaded(tensor)) split.insert(tensor);
-    // q, k, v (weights and biases), o, gate, up and down of every layer.
-    CHECK(split.size() == 10 * static_cast<std::size_t>(config.num_hidden_layers));
-    for (const int tp : {2, 3}) {  // 4 key-value heads as 2, 2 and as 2, 1, 1; 96 features as 48 or 32 each
-        CAPTURE(tp);
-        std::mutex m;
-        std::vector<at::Tensor> got(static_cast<std::size_t>(tp));
-        std::vector<int64_t> bytes(static_cast<std::size_t>(tp));
-        std::vector<std::set<std::string>> sharded(static_cast<std::size_t>(tp));
-        dp::test::run_ranks(tp, [&](int rank, Communicator& group) {
-            WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-            const Qwen2TextEncoder encoder(config, weights, TensorGroup{&group, rank, tp});
-            weights.check_all_taken();
-            const at::Tensor out = encoder.forward(ids, mask);
-            const std::lock_guard<std::mutex> lock(m);
-            got[static_cast<std::size_t>(rank)] = out;
-            bytes[static_cast<std::size_t>(rank)] = encoder.parameter_bytes();
-            sharded[static_cast<std::size_t>(rank)] = weights.sharded();
-        });
-        for (int r = 0; r < tp; ++r) {
-            CAPTURE(r);
-            CHECK(masked_diff(got[static_cast<std::size_t>(r)], expected, mask) < 1e-5);
-            CHECK(sharded[static_cast<std::size_t>(r)] == split);
-            CHECK(bytes[static_cast<std::size_t>(r)] < whole.parameter_bytes());
-        }
-        if (tp == 3) CHECK(bytes[0] > bytes[1]);  // rank 0 keeps two GQA groups, the others one
-    }
-    WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-    CHECK_THROWS_WITH_AS(Qwen2TextEncoder(config, weights, TensorGroup{nullptr, 0, 5}),
-                         doctest::Contains("4 key-value heads over a tensor-parallel degree of 5"),
-                         ModelError);
 }

@@ -5,38 +5,23 @@
 
 #include <stdlib.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/errors.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/io/tensor_io.h"
 #include "runtime/models/common/qwen2_tokenizer.h"
+#include "unit/temp_dir.h"
 
 using namespace dp::runtime;
-namespace fs = std::filesystem;
 
 namespace {
 const std::string kFolder = golden_path("qwen2_tokenizer");           // vocab.json + merges.txt + config
 const std::string kJsonFolder = golden_path("qwen2_tokenizer_json");  // tokenizer.json + config
 
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char name[] = "/tmp/dp_qwen2_tok_XXXXXX";
-        REQUIRE(mkdtemp(name) != nullptr);
-        path = name;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    void write(const std::string& name, const std::string& bytes) const {
-        std::ofstream(path + "/" + name, std::ios::binary) << bytes;
-    }
-    void copy_from(const std::string& dir, const std::string& name) const {
-        fs::copy_file(dir + "/" + name, path + "/" + name);
-    }
+struct TempDir : dp::test::TempDir {
+    TempDir() : dp::test::TempDir("qwen2_tok") {}
+    void copy_from(const std::string& dir, const std::string& name) const { copy(dir + "/" + name, name); }
 };
 
 std::vector<int64_t> ids_of(const std::shared_ptr<SafetensorsFile>& f, const std::string& name) {

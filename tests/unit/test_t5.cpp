@@ -1,13 +1,13 @@
 // T5 (SD3's text_encoder_3 and tokenizer_3) against transformers: tokenizer ids on tricky and
 // fuzzed strings, its folders and errors; the encoder's hidden states in fp32, bf16 and fp16,
-// its config errors, weight layouts, and tensor parallelism over 2 ranks against one process.
+// its config errors and weight layouts. Its tensor parallelism and a layer more than its weights are a
+// row of test_text_encoders.cpp.
 #include "unit/doctest_torch.h"
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -15,10 +15,7 @@
 #include "runtime/io/tensor_io.h"
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
-#include "runtime/parallel/communicator.h"
-#include "strategies/family.h"
-#include "strategies/model_sizes.h"
-#include "unit/ranks_as_threads.h"
+#include "unit/temp_dir.h"
 
 using namespace dp::runtime;
 
@@ -33,21 +30,8 @@ std::vector<int64_t> ids_of(const at::Tensor& t) {
 }
 
 // A fresh folder under /tmp, removed (with its files) when the test ends.
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char name[] = "/tmp/dp_t5_XXXXXX";
-        REQUIRE(mkdtemp(name) != nullptr);
-        path = name;
-    }
-    ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-    void write(const std::string& name, const std::string& bytes) const {
-        FILE* f = std::fopen((path + "/" + name).c_str(), "wb");
-        REQUIRE(f != nullptr);
-        std::fwrite(bytes.data(), 1, bytes.size(), f);
-        std::fclose(f);
-    }
-    void copy(const std::string& from, const std::string& name) const { write(name, read_text_file(from)); }
+struct TempDir : dp::test::TempDir {
+    TempDir() : dp::test::TempDir("t5") {}
 };
 
 struct TokenizerGolden {
@@ -274,11 +258,6 @@ TEST_CASE("T5 encoder takes shared.weight, encoder.embed_tokens.weight or both, 
     const T5Encoder encoder(config, weights);
     CHECK_THROWS_WITH_AS(weights.check_all_taken(), doctest::Contains("encoder.block.9.extra.weight"),
                          ModelError);
-    T5Config three = config;
-    three.num_layers = 3;
-    WeightStore short_weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-    CHECK_THROWS_WITH_AS(T5Encoder(three, short_weights),
-                         doctest::Contains("encoder.block.2.layer.0.layer_norm.weight"), ModelError);
 }
 
 TEST_CASE("T5 config errors name the file and key") {
@@ -309,50 +288,6 @@ TEST_CASE("T5 config errors name the file and key") {
     }
     CHECK_THROWS_WITH_AS(T5Config::from_json_file("/nonexistent/config.json"),
                          doctest::Contains("/nonexistent/config.json"), ModelError);
-}
-
-TEST_CASE(
-    "T5 encoder over 2 and 3 tensor-parallel ranks (uneven heads) equals one process and keeps its share of "
-    "the split layers") {
-    auto golden = SafetensorsFile::open(golden_path("t5_encoder.safetensors"));
-    const at::Tensor ids = load_tensor(golden, "input_ids", at::kLong);
-    const T5Config config = T5Config::from_json_file(kEncoder + "/config.json");
-    WeightStore whole_weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-    const T5Encoder whole(config, whole_weights);
-    const at::Tensor expected = whole.forward(ids);
-    const dp::strategies::ParallelSpec& spec = dp::strategies::family_spec("sd3");
-    std::set<std::string> split;
-    for (const auto& [tensor, count] : dp::strategies::safetensors_element_counts(kEncoder))
-        if (dp::strategies::tp_splits_tensor(spec, tensor)) split.insert(tensor);
-    CHECK(split.size() == 7 * static_cast<std::size_t>(config.num_layers));
-    for (const int tp : {2, 3}) {  // 4 heads and 48 features as 2, 1, 1 and 16 each
-        CAPTURE(tp);
-        std::mutex m;
-        std::vector<at::Tensor> got(static_cast<std::size_t>(tp));
-        std::vector<int64_t> bytes(static_cast<std::size_t>(tp));
-        std::vector<std::set<std::string>> sharded(static_cast<std::size_t>(tp));
-        dp::test::run_ranks(tp, [&](int rank, Communicator& group) {
-            WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-            const T5Encoder encoder(config, weights, TensorGroup{&group, rank, tp});
-            weights.check_all_taken();
-            const at::Tensor out = encoder.forward(ids);
-            const std::lock_guard<std::mutex> lock(m);
-            got[static_cast<std::size_t>(rank)] = out;
-            bytes[static_cast<std::size_t>(rank)] = encoder.parameter_bytes();
-            sharded[static_cast<std::size_t>(rank)] = weights.sharded();
-        });
-        for (int r = 0; r < tp; ++r) {
-            CAPTURE(r);
-            CHECK(max_diff(got[static_cast<std::size_t>(r)], expected) < 1e-5);
-            CHECK(sharded[static_cast<std::size_t>(r)] == split);
-            CHECK(bytes[static_cast<std::size_t>(r)] < whole.parameter_bytes());
-        }
-    }
-    WeightStore weights = WeightStore::open_folder(kEncoder, at::kFloat, at::kCPU);
-    CHECK_THROWS_WITH_AS(
-        T5Encoder(config, weights, TensorGroup{nullptr, 0, 5}),
-        doctest::Contains("4 attention heads over a tensor-parallel degree of 5: a rank would hold none"),
-        ModelError);
 }
 
 TEST_CASE(

@@ -36,24 +36,8 @@ using dp::strategies::Mesh;
 using dp::strategies::MeshDegrees;
 using dp::strategies::TpSplit;
 using dp::test::MapSource;
-
-namespace {
-
-// The largest of the values each rank reports.
-class Worst {
-  public:
-    void add(double v) {
-        const std::lock_guard<std::mutex> lock(m_);
-        worst_ = std::max(worst_, v);
-    }
-    double value() const { return worst_; }
-
-  private:
-    std::mutex m_;
-    double worst_ = 0;
-};
-
-}  // namespace
+using dp::test::mesh_of;
+using dp::test::Worst;
 
 TEST_CASE(
     "all_to_all with unequal splits and all_gather of unequal blocks deliver every row, counting bytes") {
@@ -97,7 +81,7 @@ TEST_CASE(
 
 namespace {
 
-enum class Second { kNone, kReplicated, kSplit };
+using dp::test::Second;
 
 // attend() over ring x ulysses ranks with `heads` heads against whole-sequence attention.
 double uneven_attend_difference(int64_t heads, int ulysses, int ring, Second second) {
@@ -118,35 +102,9 @@ double uneven_attend_difference(int64_t heads, int ulysses, int ring, Second sec
         expected = at::scaled_dot_product_attention(at::cat({q, q2}, 2), at::cat({k, k2}, 2),
                                                     at::cat({v, v2}, 2), bias);
     }
-    MeshDegrees degrees;
-    degrees.ring = ring;
-    degrees.ulysses = ulysses;
-    const int world = ring * ulysses;
-    Worst worst;
-    dp::test::run_ranks(world, [&](int, Communicator& group) {
-        const ParallelContext parallel(group, Mesh(world, degrees));
-        const SequenceShard image(tokens, parallel.sequence()), words(text, parallel.sequence());
-        AttentionInputs in;
-        in.q = image.shard(q, 2);
-        in.k = image.shard(k, 2);
-        in.v = image.shard(v, 2);
-        in.shard = &image;
-        if (second == Second::kReplicated) {
-            in.q2 = q2, in.k2 = k2, in.v2 = v2;
-        } else if (second == Second::kSplit) {
-            in.q2 = words.shard(q2, 2), in.k2 = words.shard(k2, 2), in.v2 = words.shard(v2, 2);
-            in.shard2 = &words;
-        }
-        if (second != Second::kNone) in.bias2 = bias2;
-        const AttentionOutputs out = attend(in);
-        double diff = max_diff(image.gather(out.out, 2), expected.narrow(2, 0, tokens));
-        if (second == Second::kReplicated)
-            diff = std::max(diff, max_diff(out.out2, expected.narrow(2, tokens, text)));
-        if (second == Second::kSplit)
-            diff = std::max(diff, max_diff(words.gather(out.out2, 2), expected.narrow(2, tokens, text)));
-        worst.add(diff);
-    });
-    return worst.value();
+    const at::Tensor none;
+    return dp::test::attend_on_ranks({q, k, v, q2, k2, v2, second == Second::kNone ? none : bias2}, second,
+                                     ulysses, ring, expected);
 }
 
 }  // namespace
@@ -309,14 +267,6 @@ double transformer_difference(const FiveHeadWeights& weights, const MeshDegrees&
     return worst.value();
 }
 
-MeshDegrees mesh_of(int tp, int ulysses, int ring) {
-    MeshDegrees d;
-    d.tp = tp;
-    d.ulysses = ulysses;
-    d.ring = ring;
-    return d;
-}
-
 }  // namespace
 
 TEST_CASE(
@@ -363,10 +313,7 @@ TEST_CASE(
         const std::vector<int64_t> shares = dp::strategies::even_shares(config.num_attention_heads, tp);
         std::vector<int64_t> bytes;
         for (int rank = 0; rank < tp; ++rank) {
-            MeshDegrees degrees;
-            degrees.tp = tp;
-            const ParallelContext parallel =
-                ParallelContext::from_groups(Mesh(tp, degrees), rank, nullptr, nullptr, nullptr, nullptr);
+            const ParallelContext parallel = dp::test::tensor_parallel_rank(rank, tp);
             WeightStore weights = WeightStore::random(5, at::kFloat, at::kCPU);
             bytes.push_back(Sd3Transformer(config, weights, parallel).parameter_bytes());
         }
@@ -379,10 +326,7 @@ TEST_CASE(
         else
             CHECK(shares.front() == shares.back());
     }
-    MeshDegrees six;
-    six.tp = 6;
-    const ParallelContext parallel =
-        ParallelContext::from_groups(Mesh(6, six), 5, nullptr, nullptr, nullptr, nullptr);
+    const ParallelContext parallel = dp::test::tensor_parallel_rank(5, 6);
     WeightStore weights = WeightStore::random(5, at::kFloat, at::kCPU);
     CHECK_THROWS_WITH_AS(Sd3Transformer(config, weights, parallel), doctest::Contains("5 attention heads"),
                          ModelError);

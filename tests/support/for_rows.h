@@ -1,0 +1,54 @@
+#pragma once
+// The table-driven tests' loop (tests/unit/test_family_*.cpp, tests/integration/test_family_strategies.cpp):
+// `check` on each row of a table that `has` holds for (a predicate, or a field that is set: a list
+// or text not empty, JSON not null, a number not 0, a pointer not null), with the row's name
+// captured for every assertion it makes. Include it after doctest (doctest_torch.h in the LibTorch
+// tests).
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace dp::test {
+
+template <class T>
+bool is_set(const std::vector<T>& v) {
+    return !v.empty();
+}
+inline bool is_set(const std::string& s) { return !s.empty(); }
+inline bool is_set(const nlohmann::json& j) { return !j.is_null(); }
+template <class T>
+bool is_set(const std::optional<T>& v) {
+    return v.has_value();
+}
+template <class T>
+bool is_set(T* p) {
+    return p != nullptr;
+}
+template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+bool is_set(T v) {
+    return v != 0;
+}
+
+template <class Row, class Has, class Check>
+void for_rows(const std::vector<Row>& rows, Has has, Check check) {
+    for (const Row& row : rows) {
+        if constexpr (std::is_member_object_pointer_v<Has>) {
+            if (!is_set(row.*has)) continue;
+        } else if (!has(row)) {
+            continue;
+        }
+        CAPTURE(row.name);
+        check(row);
+    }
+}
+
+// Every row.
+template <class Row>
+bool every(const Row&) {
+    return true;
+}
+
+}  // namespace dp::test
