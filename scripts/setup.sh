@@ -15,6 +15,7 @@
 set -euo pipefail
 
 TORCH_VERSION=2.15.0  # the CUDA 13 build on PyPI; LibTorch comes from inside this wheel
+LIZARD_VERSION=1.24.3  # the function check's counter (tests/check_functions.sh)
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${DP_BUILD_DIR:-$root/build}
 venv=${DP_VENV:-$HOME/.cache/dp-launch/venv}
@@ -135,6 +136,11 @@ if [[ -n $torch_pid ]]; then
     wait_for_torch
 fi
 if [[ $with_torch == 1 ]]; then
+    # lizard, which the suite's function check runs (tests/check_functions.sh), beside the wheel.
+    if ! "$venv/bin/python" -m lizard --version >/dev/null 2>&1; then
+        "$venv/bin/pip" install -q --disable-pip-version-check "lizard==$LIZARD_VERSION" ||
+            log "lizard could not be installed; the function check will be skipped"
+    fi
     cmake_args+=(-DDP_WITH_TORCH=ON "-DDP_TORCH_PREFIX=$(cat "$ready")" "-DDP_PYTHON=$venv/bin/python")
 else
     cmake_args+=(-DDP_WITH_TORCH=OFF)
