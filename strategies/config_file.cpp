@@ -5,14 +5,17 @@
 
 namespace dp::strategies {
 
-nlohmann::json read_config_json(const std::string& path) {
-    if (!model_file_exists(path)) throw protocol::ModelError(path + ": cannot read");
-    const std::string text = read_model_file(path);  // a FIFO or device is refused, not read
+nlohmann::json parse_config_json(const std::string& text, const std::string& path) {
     try {
         return nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-        throw protocol::ModelError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 120) + ")");
+        throw protocol::ModelError(path + ": not valid JSON (" + std::string(e.what()).substr(0, 200) + ")");
     }
+}
+
+nlohmann::json read_config_json(const std::string& path) {
+    if (!model_file_exists(path)) throw protocol::ModelError(path + ": cannot read");
+    return parse_config_json(read_model_file(path), path);  // a FIFO or device is refused, not read
 }
 
 nlohmann::json read_config_object_if_present(const std::string& path) {

@@ -8,6 +8,9 @@
 
 namespace dp::strategies {
 
+// `text`, the config at `path`, parsed. Throws protocol::ModelError "PATH: not valid JSON (...)".
+nlohmann::json parse_config_json(const std::string& text, const std::string& path);
+
 // The JSON at `path`. Throws protocol::ModelError "PATH: cannot read" when it is missing or cannot
 // be read, "PATH: not valid JSON (...)" when it does not parse.
 nlohmann::json read_config_json(const std::string& path);

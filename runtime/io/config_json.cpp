@@ -5,16 +5,13 @@
 
 #include "runtime/io/config_file.h"
 #include "runtime/io/errors.h"
+#include "strategies/config_file.h"
 #include "strategies/model_files.h"
 
 namespace dp::runtime {
 
-ConfigJson::ConfigJson(const std::string& text, std::string path) : path_(std::move(path)) {
-    try {
-        json_ = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        throw ModelError(path_ + ": not valid JSON (" + std::string(e.what()).substr(0, 200) + ")");
-    }
+ConfigJson::ConfigJson(const std::string& text, std::string path)
+    : json_(strategies::parse_config_json(text, path)), path_(std::move(path)) {
     if (!json_.is_object()) throw ModelError(path_ + ": expected a JSON object");
 }
 
