@@ -11,6 +11,12 @@
 
 namespace dp::runtime {
 
+void check_max_sequence_length(int value, int max) {
+    if (value < 1 || value > max)
+        throw ModelError("max_sequence_length " + std::to_string(value) + ": must be 1 to " +
+                         std::to_string(max));
+}
+
 void require_loadable(const PipelineOptions& o, const strategies::ParallelSpec& spec) {
     const std::string index = o.model_dir + "/model_index.json";
     const std::string cls = ConfigJson::from_file(index).string("_class_name", "");

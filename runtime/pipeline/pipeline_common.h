@@ -22,6 +22,7 @@
 namespace dp::runtime {
 
 class ConfigJson;
+class ParallelContext;
 
 // What would stop `spec`'s family's pipeline loading, checked before a weight is read: a
 // model_index.json of another pipeline class, everything the folder's files say
@@ -32,6 +33,27 @@ void require_loadable(const PipelineOptions& options, const strategies::Parallel
 // The folder's scheduler/scheduler_config.json, read as the loop's scheduler takes it (read at the
 // start of a load, so that an option we do not run is refused before any weight is read).
 FlowMatchSchedulerConfig read_scheduler_config(const PipelineOptions& options);
+
+// What every family's components hold besides its own: the options they are built with (Note
+// [offload]: again at each use), the rank's place, the scheduler the loop is handed and the VAE's
+// pixels per latent (1: pixel space).
+struct ComponentsBase {
+    PipelineOptions options;
+    const ParallelContext* parallel = nullptr;
+    FlowMatchSchedulerConfig scheduler;
+    int64_t vae_scale = 1;
+    // The start of a load: the options, the place (which must outlive the pipeline) and the
+    // scheduler (read_scheduler_config).
+    void start(const PipelineOptions& o, const ParallelContext& place) {
+        options = o;
+        parallel = &place;
+        scheduler = read_scheduler_config(o);
+    }
+};
+
+// Throws ModelError unless a text encoder's max_sequence_length of `value` is from 1 to `max`
+// (what diffusers refuses past).
+void check_max_sequence_length(int value, int max);
 
 // The model folder as the options' caller read it, or read now.
 strategies::ModelInfo model_info_of(const PipelineOptions& options);

@@ -23,9 +23,7 @@ constexpr int kMaxSequenceLength = 512;  // diffusers refuses more
 
 }  // namespace
 
-struct FluxPipeline::Components {
-    PipelineOptions options;  // what the components are built with (Note [offload]: again at each use)
-    const ParallelContext* parallel = nullptr;
+struct FluxPipeline::Components : ComponentsBase {
     std::unique_ptr<ClipTokenizer> tokenizer;
     std::unique_ptr<T5Tokenizer> tokenizer_2;
     ClipTextConfig text_config;
@@ -37,8 +35,6 @@ struct FluxPipeline::Components {
     Component<T5Encoder> text_encoder_2;
     Component<FluxTransformer> transformer;
     Component<VaeDecoder> vae;
-    FlowMatchSchedulerConfig scheduler;  // handed to the loop
-    int64_t vae_scale = 8;
 };
 
 FluxPipeline::FluxPipeline(std::unique_ptr<Components> c, strategies::ModelInfo model)
@@ -57,9 +53,7 @@ std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const
     strategies::ModelInfo model = model_info_of(o);
 
     auto c = std::make_unique<Components>();
-    c->options = o;
-    c->parallel = &parallel;
-    c->scheduler = read_scheduler_config(o);
+    c->start(o, parallel);
     c->tokenizer = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer"));
     c->tokenizer_2 = std::make_unique<T5Tokenizer>(T5Tokenizer::from_folder(dir + "/tokenizer_2"));
     c->text_config = ClipTextConfig::from_json_file(dir + "/text_encoder/config.json");
@@ -120,9 +114,7 @@ bool FluxPipeline::guidance_embeds() const { return c_->transformer_config.guida
 FluxPromptEmbeddings FluxPipeline::encode_prompts(const std::vector<std::string>& prompts,
                                                   int max_sequence_length) const {
     const Components& c = *c_;
-    if (max_sequence_length < 1 || max_sequence_length > kMaxSequenceLength)
-        throw ModelError("max_sequence_length " + std::to_string(max_sequence_length) + ": must be 1 to " +
-                         std::to_string(kMaxSequenceLength));
+    check_max_sequence_length(max_sequence_length, kMaxSequenceLength);
     const int64_t n = static_cast<int64_t>(prompts.size());
     FluxPromptEmbeddings e;
     e.truncation.assign(prompts.size(), "");

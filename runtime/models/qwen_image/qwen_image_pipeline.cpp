@@ -31,9 +31,7 @@ constexpr int kMaxSequenceLength = 1024;       // diffusers refuses more
 
 }  // namespace
 
-struct QwenImagePipeline::Components {
-    PipelineOptions options;  // what the components are built with (Note [offload]: again at each use)
-    const ParallelContext* parallel = nullptr;
+struct QwenImagePipeline::Components : ComponentsBase {
     std::unique_ptr<Qwen2Tokenizer> tokenizer;
     Qwen2TextConfig text_config;
     QwenImageTransformerConfig transformer_config;
@@ -42,8 +40,6 @@ struct QwenImagePipeline::Components {
     Component<Qwen2TextEncoder> text_encoder;
     Component<QwenImageTransformer> transformer;
     Component<QwenImageVaeDecoder> vae;
-    FlowMatchSchedulerConfig scheduler;  // handed to the loop
-    int64_t vae_scale = 8;
 };
 
 QwenImagePipeline::QwenImagePipeline(std::unique_ptr<Components> c, strategies::ModelInfo model)
@@ -62,9 +58,7 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
     strategies::ModelInfo model = model_info_of(o);
 
     auto c = std::make_unique<Components>();
-    c->options = o;
-    c->parallel = &parallel;
-    c->scheduler = read_scheduler_config(o);
+    c->start(o, parallel);
     c->tokenizer = std::make_unique<Qwen2Tokenizer>(Qwen2Tokenizer::from_folder(dir + "/tokenizer"));
     c->text_config = Qwen2TextConfig::from_json_file(dir + "/text_encoder/config.json");
     c->transformer_config = QwenImageTransformerConfig::from_json_file(dir + "/transformer/config.json");
@@ -110,9 +104,7 @@ bool QwenImagePipeline::components_kept() const {
 Conditioning QwenImagePipeline::encode_prompts(const std::vector<std::string>& prompts,
                                                int max_sequence_length) const {
     const Components& c = *c_;
-    if (max_sequence_length < 1 || max_sequence_length > kMaxSequenceLength)
-        throw ModelError("max_sequence_length " + std::to_string(max_sequence_length) + ": must be 1 to " +
-                         std::to_string(kMaxSequenceLength));
+    check_max_sequence_length(max_sequence_length, kMaxSequenceLength);
     const int64_t n = static_cast<int64_t>(prompts.size());
     Conditioning e;
     e.warnings.assign(prompts.size(), "");

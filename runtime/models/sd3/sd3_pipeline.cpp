@@ -26,9 +26,7 @@ constexpr int kMaxT5SequenceLength = 512;  // diffusers refuses more
 
 }  // namespace
 
-struct Sd3Pipeline::Components {
-    PipelineOptions options;  // what the components are built with (Note [offload]: again at each use)
-    const ParallelContext* parallel = nullptr;
+struct Sd3Pipeline::Components : ComponentsBase {
     std::unique_ptr<ClipTokenizer> tokenizer, tokenizer_2;
     ClipTextConfig text_config, text_config_2;
     T5Config t5_config;
@@ -41,8 +39,6 @@ struct Sd3Pipeline::Components {
     Component<Sd3Transformer> transformer;
     bool has_vae = false;  // false: pixel space
     Component<VaeDecoder> vae;
-    FlowMatchSchedulerConfig scheduler;  // handed to the loop
-    int64_t vae_scale = 1;
     std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>> parameters;
 };
 
@@ -61,9 +57,7 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
     strategies::ModelInfo model = model_info_of(o);
     const bool t5 = !component_class(index, "text_encoder_3").empty() && !o.no_t5;
     auto c = std::make_unique<Components>();
-    c->options = o;
-    c->parallel = &parallel;
-    c->scheduler = read_scheduler_config(o);
+    c->start(o, parallel);
     c->tokenizer = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer"));
     c->tokenizer_2 = std::make_unique<ClipTokenizer>(ClipTokenizer::from_folder(dir + "/tokenizer_2"));
     c->text_config = ClipTextConfig::from_json_file(dir + "/text_encoder/config.json");
@@ -141,9 +135,7 @@ PromptEmbeddings Sd3Pipeline::encode_prompts(const std::vector<std::string>& pro
                                              int max_sequence_length) const {
     // Both CLIP encoders over the batch, then T5's max_sequence_length positions (zeros without T5).
     const Components& c = *c_;
-    if (max_sequence_length < 1 || max_sequence_length > kMaxT5SequenceLength)
-        throw ModelError("max_sequence_length " + std::to_string(max_sequence_length) + ": must be 1 to " +
-                         std::to_string(kMaxT5SequenceLength));
+    check_max_sequence_length(max_sequence_length, kMaxT5SequenceLength);
     const Sd3TransformerConfig& tc = c.transformer_config;
     const int64_t n = static_cast<int64_t>(prompts.size());
     PromptEmbeddings e;

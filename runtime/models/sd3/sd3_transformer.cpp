@@ -70,20 +70,14 @@ Sd3TransformerConfig Sd3TransformerConfig::from_json_text(const std::string& tex
     c.require_class("transformer", "SD3Transformer2DModel");
     Sd3TransformerConfig cfg;
     const strategies::TransformerShape& shape = strategies::family_spec("sd3").transformer_defaults;
-    cfg.sample_size = shape.sample_size;
-    cfg.patch_size = shape.patch_size;
-    cfg.in_channels = shape.in_channels;
-    cfg.num_layers = shape.layers;
-    cfg.attention_head_dim = shape.head_dim;
-    cfg.num_attention_heads = shape.heads;
-    cfg.sample_size = c.integer("sample_size", cfg.sample_size, 1, 1 << 16);
-    cfg.patch_size = c.integer("patch_size", cfg.patch_size, 1, 64);
-    cfg.in_channels = c.integer("in_channels", cfg.in_channels, 1, 4096);
+    cfg.sample_size = c.integer("sample_size", shape.sample_size, 1, 1 << 16);
+    cfg.patch_size = c.integer("patch_size", shape.patch_size, 1, 64);
+    cfg.in_channels = c.integer("in_channels", shape.in_channels, 1, 4096);
     cfg.out_channels =
         c.has("out_channels") ? c.integer("out_channels", cfg.in_channels, 1, 4096) : cfg.in_channels;
-    cfg.num_layers = c.integer("num_layers", cfg.num_layers, 1, 1024);
-    cfg.attention_head_dim = c.integer("attention_head_dim", cfg.attention_head_dim, 1, 4096);
-    cfg.num_attention_heads = c.integer("num_attention_heads", cfg.num_attention_heads, 1, 1024);
+    cfg.num_layers = c.integer("num_layers", shape.layers, 1, 1024);
+    cfg.attention_head_dim = c.integer("attention_head_dim", shape.head_dim, 1, 4096);
+    cfg.num_attention_heads = c.integer("num_attention_heads", shape.heads, 1, 1024);
     cfg.joint_attention_dim = c.integer("joint_attention_dim", cfg.joint_attention_dim, 1, 1 << 16);
     cfg.caption_projection_dim = c.integer("caption_projection_dim", cfg.caption_projection_dim, 1, 1 << 16);
     cfg.pooled_projection_dim = c.integer("pooled_projection_dim", cfg.pooled_projection_dim, 1, 1 << 16);
