@@ -30,10 +30,13 @@ struct StTensor {
     float value = 0;            // every element's value
 };
 
-// The file `path` holding `tensors`, with `metadata`, less its last `cut` bytes (a truncated file).
-inline std::string write_st_file(const std::string& path, const std::vector<StTensor>& tensors,
-                                 const std::map<std::string, std::string>& metadata = {},
-                                 std::size_t cut = 0) {
+// The 8-byte length and JSON header of a file holding `tensors` with `metadata`, and their data.
+struct StBytes {
+    std::string header;
+    std::string data;
+};
+inline StBytes st_bytes(const std::vector<StTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
     nlohmann::json header = nlohmann::json::object();
     std::string data;
     for (const StTensor& t : tensors) {
@@ -62,9 +65,23 @@ inline std::string write_st_file(const std::string& path, const std::vector<StTe
     const uint64_t len = h.size();
     for (int i = 0; i < 8; ++i)
         bytes[static_cast<std::size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
-    bytes += h + data;
+    return {bytes + h, data};
+}
+
+// The file `path` holding `tensors`, with `metadata`, less its last `cut` bytes (a truncated file).
+inline std::string write_st_file(const std::string& path, const std::vector<StTensor>& tensors,
+                                 const std::map<std::string, std::string>& metadata = {},
+                                 std::size_t cut = 0) {
+    const StBytes parts = st_bytes(tensors, metadata);
+    std::string bytes = parts.header + parts.data;
     if (cut) bytes.resize(bytes.size() - cut);
     std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+}
+
+// The file `path` holding only the header of `tensors`: what a reader of sizes alone needs.
+inline std::string write_st_header(const std::string& path, const std::vector<StTensor>& tensors) {
+    std::ofstream(path, std::ios::binary) << st_bytes(tensors, {}).header;
     return path;
 }
 

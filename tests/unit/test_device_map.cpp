@@ -13,6 +13,7 @@
 #include "strategies/family.h"
 #include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
+#include "unit/st_writer.h"
 
 using namespace dp::strategies;
 
@@ -123,30 +124,6 @@ TEST_CASE("a device map written by hand: whole components, or one device per tra
 
 namespace {
 
-// A safetensors file holding only its header: each tensor as (name, shape); the sizes are read
-// from the header alone.
-void write_safetensors_header(const std::string& path,
-                              const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors) {
-    std::string header = "{";
-    int64_t offset = 0;
-    for (const auto& [name, shape] : tensors) {
-        int64_t n = 1;
-        std::string dims;
-        for (int64_t v : shape) {
-            n *= v;
-            dims += (dims.empty() ? "" : ",") + std::to_string(v);
-        }
-        header += (header.size() > 1 ? "," : "") + std::string("\"") + name +
-                  "\":{\"dtype\":\"F32\",\"shape\":[" + dims + "],\"data_offsets\":[" +
-                  std::to_string(offset) + "," + std::to_string(offset + 4 * n) + "]}";
-        offset += 4 * n;
-    }
-    header += "}";
-    std::ofstream out(path, std::ios::binary);
-    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((header.size() >> (8 * i)) & 0xff));
-    out << header;
-}
-
 std::string component_dir(const std::string& model, const std::string& name) {
     mkdir(model.c_str(), 0755);
     const std::string dir = model + "/" + name;
@@ -158,14 +135,14 @@ std::string component_dir(const std::string& model, const std::string& name) {
 
 TEST_CASE("component sizes follow the spec: its components, block prefixes and unloaded tensors") {
     const std::string model = "/tmp/dp_sizes_test_" + std::to_string(getpid());
-    write_safetensors_header(component_dir(model, "text_encoder") + "/model.safetensors", {{"a", {10}}});
-    write_safetensors_header(component_dir(model, "text_encoder_2") + "/model.safetensors", {{"b", {3, 5}}});
-    write_safetensors_header(component_dir(model, "transformer") + "/m.safetensors",
-                             {{"pos_embed.proj.weight", {7}},
-                              {"transformer_blocks.0.attn.to_q.weight", {4, 4}},
-                              {"transformer_blocks.1.attn.to_q.weight", {4, 2}},
-                              {"transformer_blocks.1.norm1.linear.bias", {3}},
-                              {"single_transformer_blocks.0.proj_out.weight", {5}}});
+    dp::test::write_st_header(component_dir(model, "text_encoder") + "/model.safetensors", {{"a", {10}}});
+    dp::test::write_st_header(component_dir(model, "text_encoder_2") + "/model.safetensors", {{"b", {3, 5}}});
+    dp::test::write_st_header(component_dir(model, "transformer") + "/m.safetensors",
+                              {{"pos_embed.proj.weight", {7}},
+                               {"transformer_blocks.0.attn.to_q.weight", {4, 4}},
+                               {"transformer_blocks.1.attn.to_q.weight", {4, 2}},
+                               {"transformer_blocks.1.norm1.linear.bias", {3}},
+                               {"single_transformer_blocks.0.proj_out.weight", {5}}});
     const ParallelSpec& sd3 = family_spec("sd3");
     // No VAE folder: a pixel-space model, and the VAE is optional.
     std::vector<ComponentSize> sizes = pipeline_component_sizes(model, sd3, 2);
@@ -178,11 +155,11 @@ TEST_CASE("component sizes follow the spec: its components, block prefixes and u
     CHECK(sizes[2].block_bytes == std::vector<int64_t>{32, 22});  // single_ is not SD3's prefix
     CHECK(sizes[0].block_bytes.empty());
     // The VAE's encoder is never loaded: only its decoder counts.
-    write_safetensors_header(component_dir(model, "vae") + "/d.safetensors",
-                             {{"encoder.conv_in.weight", {100}},
-                              {"quant_conv.weight", {9}},
-                              {"post_quant_conv.weight", {4}},
-                              {"decoder.conv_in.weight", {6}}});
+    dp::test::write_st_header(component_dir(model, "vae") + "/d.safetensors",
+                              {{"encoder.conv_in.weight", {100}},
+                               {"quant_conv.weight", {9}},
+                               {"post_quant_conv.weight", {4}},
+                               {"decoder.conv_in.weight", {6}}});
     sizes = pipeline_component_sizes(model, sd3, 4);
     REQUIRE(sizes.size() == 4);
     CHECK(sizes[3].name == "vae");
@@ -206,12 +183,12 @@ TEST_CASE(
     "T5's encoder is placed where the job loads it: not under --no-t5, nor when model_index.json names "
     "none") {
     const std::string model = "/tmp/dp_t5_sizes_test_" + std::to_string(getpid());
-    write_safetensors_header(component_dir(model, "text_encoder") + "/model.safetensors", {{"a", {10}}});
-    write_safetensors_header(component_dir(model, "text_encoder_2") + "/model.safetensors", {{"b", {3}}});
-    write_safetensors_header(component_dir(model, "text_encoder_3") + "/model.safetensors",
-                             {{"encoder.block.0.layer.0.SelfAttention.q.weight", {8, 8}}});
-    write_safetensors_header(component_dir(model, "transformer") + "/m.safetensors",
-                             {{"transformer_blocks.0.attn.to_q.weight", {2, 2}}});
+    dp::test::write_st_header(component_dir(model, "text_encoder") + "/model.safetensors", {{"a", {10}}});
+    dp::test::write_st_header(component_dir(model, "text_encoder_2") + "/model.safetensors", {{"b", {3}}});
+    dp::test::write_st_header(component_dir(model, "text_encoder_3") + "/model.safetensors",
+                              {{"encoder.block.0.layer.0.SelfAttention.q.weight", {8, 8}}});
+    dp::test::write_st_header(component_dir(model, "transformer") + "/m.safetensors",
+                              {{"transformer_blocks.0.attn.to_q.weight", {2, 2}}});
     const ParallelSpec& sd3 = family_spec("sd3");
     auto names = [&](const std::vector<std::string>& left_out) {
         std::vector<std::string> out;

@@ -18,6 +18,7 @@
 #include "protocol/errors.h"
 #include "strategies/model_files.h"
 #include "strategies/model_sizes.h"
+#include "unit/st_writer.h"
 
 using namespace dp::strategies;
 
@@ -70,30 +71,6 @@ TEST_CASE("a regular model file is read whole, within its size limit") {
 
 namespace {
 
-// A file `dir`/`name` holding a safetensors header for the F32 tensors `shapes` (no data needed
-// for a header reader), or `text` as it is.
-void write_weights(const std::string& path, const std::map<std::string, std::vector<int64_t>>& shapes) {
-    std::string header = "{";
-    int64_t offset = 0;
-    for (const auto& [name, shape] : shapes) {
-        int64_t n = 1;
-        std::string dims;
-        for (int64_t d : shape) {
-            n *= d;
-            dims += (dims.empty() ? "" : ",") + std::to_string(d);
-        }
-        header += (header.size() > 1 ? "," : "") + std::string("\"") + name +
-                  "\":{\"dtype\":\"F32\",\"shape\":[" + dims + "],\"data_offsets\":[" +
-                  std::to_string(offset) + "," + std::to_string(offset + 4 * n) + "]}";
-        offset += 4 * n;
-    }
-    header += "}";
-    std::ofstream out(path, std::ios::binary);
-    const uint64_t len = header.size();
-    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((len >> (8 * i)) & 0xff));
-    out << header << std::string(static_cast<std::size_t>(offset), '\0');
-}
-
 std::string fresh_dir(const std::string& name) {
     const std::string dir = scratch_dir() + "/" + name;
     std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str());
@@ -137,8 +114,8 @@ TEST_CASE("weight file names: plain, a variant, sharded, and names that are no w
 
 TEST_CASE("a component's weights for a variant: one file or an index, and errors that name the variants") {
     const std::string dir = fresh_dir("variants");
-    write_weights(dir + "/diffusion_pytorch_model.safetensors", {{"w", {2, 3}}});
-    write_weights(dir + "/diffusion_pytorch_model.fp16.safetensors", {{"w", {2, 3}}});
+    dp::test::write_st_file(dir + "/diffusion_pytorch_model.safetensors", {{"w", {2, 3}}});
+    dp::test::write_st_file(dir + "/diffusion_pytorch_model.fp16.safetensors", {{"w", {2, 3}}});
     CHECK(find_component_weights(dir, "").file == dir + "/diffusion_pytorch_model.safetensors");
     CHECK(find_component_weights(dir, "fp16").file == dir + "/diffusion_pytorch_model.fp16.safetensors");
     CHECK(find_component_weights(dir, "fp16").index.empty());
@@ -159,8 +136,10 @@ TEST_CASE("a component's weights for a variant: one file or an index, and errors
 
     // Sharded: the variant's index wins over its shards, and counts come from the shards it names.
     const std::string sharded = fresh_dir("sharded");
-    write_weights(sharded + "/diffusion_pytorch_model.fp16-00001-of-00002.safetensors", {{"a", {4}}});
-    write_weights(sharded + "/diffusion_pytorch_model.fp16-00002-of-00002.safetensors", {{"b", {5}}});
+    dp::test::write_st_file(sharded + "/diffusion_pytorch_model.fp16-00001-of-00002.safetensors",
+                            {{"a", {4}}});
+    dp::test::write_st_file(sharded + "/diffusion_pytorch_model.fp16-00002-of-00002.safetensors",
+                            {{"b", {5}}});
     CHECK_THROWS_WITH_AS(find_component_weights(sharded, "fp16"),
                          doctest::Contains("but no *.safetensors.index.fp16.json"), dp::protocol::ModelError);
     std::ofstream(sharded + "/diffusion_pytorch_model.safetensors.index.fp16.json")
@@ -191,7 +170,7 @@ TEST_CASE("a symlink to a regular file is a model file, and one to a missing blo
     REQUIRE(symlink("../blobs/abc", (dir + "/snap/config.json").c_str()) == 0);
     CHECK(read_model_file(dir + "/snap/config.json") == "{\"k\": 1}");
     CHECK_NOTHROW(check_model_file(dir + "/snap/config.json"));
-    write_weights(dir + "/blobs/w", {{"t", {3}}});
+    dp::test::write_st_file(dir + "/blobs/w", {{"t", {3}}});
     REQUIRE(symlink("../blobs/w", (dir + "/snap/model.safetensors").c_str()) == 0);
     CHECK(safetensors_element_counts(dir + "/snap").at("t") == 3);
     REQUIRE(symlink("../blobs/gone", (dir + "/snap/vocab.json").c_str()) == 0);

@@ -107,45 +107,39 @@ TEST_CASE(
 
 TEST_CASE("hostile and truncated files are refused with the reason") {
     const std::string ok_header = R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
-    expect_model_error("", "truncated");
-    expect_model_error("abc", "truncated");
-    expect_model_error(raw_file(ok_header, std::string(8, '\0'), 1LL << 40), "header length");
-    expect_model_error(
-        raw_file(ok_header, std::string(8, '\0'), static_cast<std::int64_t>(ok_header.size()) + 9),
-        "header length");
-    expect_model_error(raw_file(ok_header, std::string(4, '\0')), "outside the file's 4 data bytes");
-    expect_model_error(raw_file("{not json", ""), "not valid JSON");
-    expect_model_error(raw_file("[1,2]", ""), "expected a JSON object");
-    expect_model_error(
-        raw_file(R"({"t":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0')),
-        "unsupported dtype 'F33'");
-    expect_model_error(
-        raw_file(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0')),
-        "tensor 't'");
-    expect_model_error(
-        raw_file(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", std::string(8, '\0')),
-        "non-negative");
-    expect_model_error(
-        raw_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", std::string(8, '\0')),
-        "data_offsets");
-    expect_model_error(
-        raw_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", std::string(8, '\0')),
-        "data_offsets");
-    expect_model_error(
-        raw_file(
-            R"({"t":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904],"data_offsets":[0,8]}})",
-            std::string(8, '\0')),
-        "too large");
-    expect_model_error(raw_file(R"({"t":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})",
-                                std::string(4, '\0')),
-                       "shape");
-    expect_model_error(
-        raw_file(
-            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-            std::string(8, '\0')),
-        "overlap");
-    expect_model_error(raw_file(R"({"__metadata__":{"k":1}})", ""), "__metadata__");
-    expect_model_error(raw_file(R"({"t":"F32"})", ""), "tensor 't'");
+    const std::string four(4, '\0'), eight(8, '\0');
+    // One tensor 't' with `fields` (its dtype, shape and offsets), over eight data bytes.
+    const auto one_tensor = [&](const std::string& fields) {
+        return raw_file("{\"t\":{" + fields + "}}", eight);
+    };
+    const std::vector<std::pair<std::string, std::string>> files = {
+        {"", "truncated"},
+        {"abc", "truncated"},
+        {raw_file(ok_header, eight, 1LL << 40), "header length"},
+        {raw_file(ok_header, eight, static_cast<std::int64_t>(ok_header.size()) + 9), "header length"},
+        {raw_file(ok_header, four), "outside the file's 4 data bytes"},
+        {raw_file("{not json", ""), "not valid JSON"},
+        {raw_file("[1,2]", ""), "expected a JSON object"},
+        {one_tensor(R"("dtype":"F33","shape":[2],"data_offsets":[0,8])"), "unsupported dtype 'F33'"},
+        {one_tensor(R"("dtype":"F32","shape":[3],"data_offsets":[0,8])"), "tensor 't'"},
+        {one_tensor(R"("dtype":"F32","shape":[-2],"data_offsets":[0,8])"), "non-negative"},
+        {one_tensor(R"("dtype":"F32","shape":[2],"data_offsets":[8,0])"), "data_offsets"},
+        {one_tensor(R"("dtype":"F32","shape":[2],"data_offsets":[0])"), "data_offsets"},
+        {one_tensor(
+             R"("dtype":"F32","shape":[4611686018427387904,4611686018427387904],"data_offsets":[0,8])"),
+         "too large"},
+        {raw_file(R"({"t":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})", four),
+         "shape"},
+        {raw_file(
+             R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+             eight),
+         "overlap"},
+        {raw_file(R"({"__metadata__":{"k":1}})", ""), "__metadata__"},
+        {raw_file(R"({"t":"F32"})", ""), "tensor 't'"}};
+    for (const auto& [bytes, reason] : files) {
+        CAPTURE(reason);
+        expect_model_error(bytes, reason);
+    }
 }
 
 TEST_CASE("fuzz: random truncations and byte flips never crash the reader") {

@@ -21,6 +21,16 @@ double max_abs_diff(const std::vector<float>& ours, const at::Tensor& ref) {
     at::Tensor t = at::tensor(at::ArrayRef<float>(ours));
     return (t - ref).abs().max().item<double>();
 }
+
+// The sigmas and timesteps `s` set against the golden case `name` of `file`.
+void check_against_golden(const FlowMatchEulerScheduler& s, const std::shared_ptr<SafetensorsFile>& file,
+                          const std::string& name) {
+    const double ds = max_abs_diff(s.sigmas(), load_tensor(file, name + ".sigmas", at::kFloat));
+    const double dt = max_abs_diff(s.timesteps(), load_tensor(file, name + ".timesteps", at::kFloat));
+    MESSAGE(name << ": max |sigma diff| " << ds << ", max |timestep diff| " << dt);
+    CHECK(ds <= 1e-6);
+    CHECK(dt <= 1e-4);
+}
 }  // namespace
 
 TEST_CASE("sigmas and timesteps match diffusers for every golden configuration") {
@@ -34,11 +44,7 @@ TEST_CASE("sigmas and timesteps match diffusers for every golden configuration")
         std::optional<double> mu;
         if (!c["mu"].is_null()) mu = c["mu"].get<double>();
         s.set_timesteps(c["steps"].get<int>(), mu);
-        const double ds = max_abs_diff(s.sigmas(), load_tensor(file, name + ".sigmas", at::kFloat));
-        const double dt = max_abs_diff(s.timesteps(), load_tensor(file, name + ".timesteps", at::kFloat));
-        MESSAGE(name << ": max |sigma diff| " << ds << ", max |timestep diff| " << dt);
-        CHECK(ds <= 1e-6);
-        CHECK(dt <= 1e-4);
+        check_against_golden(s, file, name);
         ++checked;
     }
     CHECK(checked == 8);
@@ -111,11 +117,7 @@ TEST_CASE("explicit sigmas as QwenImagePipeline passes them: dynamic mu from the
             ++checked;
             continue;
         }
-        const double ds = max_abs_diff(s.sigmas(), load_tensor(file, name + ".sigmas", at::kFloat));
-        const double dt = max_abs_diff(s.timesteps(), load_tensor(file, name + ".timesteps", at::kFloat));
-        MESSAGE(name << ": max |sigma diff| " << ds << ", max |timestep diff| " << dt);
-        CHECK(ds <= 1e-6);
-        CHECK(dt <= 1e-4);
+        check_against_golden(s, file, name);
         ++checked;
     }
     CHECK(checked == 4);
