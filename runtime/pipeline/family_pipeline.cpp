@@ -73,9 +73,8 @@ LatentShape packed_latents(int64_t channels, int64_t vae_scale, int width, int h
 
 // --- FamilyPipeline ---
 
-FamilyPipeline::FamilyPipeline(const PipelineOptions& options, const ParallelContext& parallel,
-                               strategies::ModelInfo model, FlowMatchSchedulerConfig scheduler)
-    : options_(options), parallel_(&parallel), model_(std::move(model)), scheduler_(std::move(scheduler)) {}
+FamilyPipeline::FamilyPipeline(const ComponentsBase& c, strategies::ModelInfo model)
+    : options_(c.options), parallel_(c.parallel), model_(std::move(model)), scheduler_(c.scheduler) {}
 
 at::Tensor FamilyPipeline::combine(const at::Tensor& negative, const at::Tensor& positive,
                                    const CallValues& arguments) const {

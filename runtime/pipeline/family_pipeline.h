@@ -31,6 +31,7 @@ namespace dp::runtime {
 
 class ParallelContext;
 class BlockRunner;
+struct ComponentsBase;
 class Guidance;
 
 // One guidance branch's text conditioning of a batch, batch first: what a family's encode makes of
@@ -87,9 +88,9 @@ class FamilyPipeline : public DiffusionPipeline {
     protocol::CallValues arguments_of(const GenerateRequest& request) const;
 
   protected:
-    // `options` and `parallel` as the family loaded with (`parallel` must outlive the pipeline).
-    FamilyPipeline(const PipelineOptions& options, const ParallelContext& parallel,
-                   strategies::ModelInfo model, FlowMatchSchedulerConfig scheduler);
+    // The options, place and scheduler the family loaded `components` with (the place must
+    // outlive the pipeline).
+    FamilyPipeline(const ComponentsBase& components, strategies::ModelInfo model);
 
     // --- The family's math ---
     // The conditioning of `prompts` (one branch), its tensors on the transformer's device.

@@ -7,9 +7,14 @@
 #include <cstdint>
 #include <memory>
 
+#include "runtime/io/config_file.h"
 #include "runtime/io/weights.h"
+#include "runtime/models/common/layers.h"
 #include "runtime/parallel/parallel_context.h"
+#include "runtime/parallel/parallel_linear.h"
 #include "runtime/pipeline/block_runner.h"
+#include "strategies/family.h"
+#include "strategies/parallel_spec.h"
 
 namespace dp::runtime {
 
@@ -24,19 +29,29 @@ class TransformerBase {
   protected:
     // Checks the model's `blocks` and heads against the run before anything loads (BlockDevices:
     // device_map places every block, tp leaves each rank a head); the weights then load on block
-    // 0's device. `parallel` must outlive the transformer.
+    // 0's device. `parallel` must outlive the transformer; `family` names the parallel spec its
+    // layers split by (strategies::family_spec).
     TransformerBase(const Config& config, WeightStore& weights, const ParallelContext& parallel,
-                    std::shared_ptr<const DeviceMapping> mapping, std::size_t blocks)
+                    std::shared_ptr<const DeviceMapping> mapping, std::size_t blocks, const char* family)
         : parallel_(&parallel),
           config_(config),
           devices_(std::move(mapping), weights, blocks, config.num_attention_heads, parallel.tensor()),
+          spec_(&strategies::family_spec(family)),
+          text_split_(strategies::stream_split(*spec_, "text")),
           loaded_before_(weights.taken_bytes()) {}
+    // The loader of every linear layer from `weights`, split as the family's spec says over this
+    // rank's tensor group.
+    LinearLoader linear_loader(WeightStore& weights) const {
+        return LinearLoader(weights, *spec_, parallel_->tensor());
+    }
     // At the end of the family's constructor: what it took from `weights` is its parameter bytes.
     void loaded(const WeightStore& weights) { parameter_bytes_ = weights.taken_bytes() - loaded_before_; }
 
     const ParallelContext* parallel_;
     Config config_;
     BlockDevices devices_;
+    const strategies::ParallelSpec* spec_;
+    bool text_split_;  // the spec's text stream: split like the image, or replicated
 
   private:
     int64_t loaded_before_ = 0, parameter_bytes_ = 0;

@@ -38,12 +38,8 @@ struct FluxPipeline::Components : ComponentsBase {
 };
 
 FluxPipeline::FluxPipeline(std::unique_ptr<Components> c, strategies::ModelInfo model)
-    : FamilyPipeline(c->options, *c->parallel, std::move(model), c->scheduler), c_(std::move(c)) {}
+    : FamilyPipeline(*c, std::move(model)), c_(std::move(c)) {}
 FluxPipeline::~FluxPipeline() = default;
-
-std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o) {
-    return load(o, ParallelContext::single());
-}
 
 std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const ParallelContext& parallel) {
     const std::string& dir = o.model_dir;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/family_pipeline.h"
 
 namespace dp::runtime {
@@ -27,9 +28,9 @@ class FluxPipeline : public FamilyPipeline {
     // Loads every component of `options.model_dir`, the transformer and T5 as this rank's share of
     // the mesh (`parallel` must outlive the pipeline). Throws ModelError naming what is missing,
     // corrupt, inconsistent or unsupported.
+    // `parallel`: this rank's place, which must outlive the pipeline (default: one process).
     static std::unique_ptr<FluxPipeline> load(const PipelineOptions& options,
-                                              const ParallelContext& parallel);
-    static std::unique_ptr<FluxPipeline> load(const PipelineOptions& options);  // one process
+                                              const ParallelContext& parallel = ParallelContext::single());
     ~FluxPipeline() override;
 
     // The embeddings of `prompts` (FluxPipeline's prompt_2 is the prompt itself), T5's cut or padded

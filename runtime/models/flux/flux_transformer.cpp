@@ -118,15 +118,13 @@ FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStor
                                  const ParallelContext& parallel,
                                  std::shared_ptr<const DeviceMapping> mapping)
     : TransformerBase(config, w, parallel, std::move(mapping),
-                      static_cast<std::size_t>(config.num_layers + config.num_single_layers)) {
+                      static_cast<std::size_t>(config.num_layers + config.num_single_layers), "flux") {
     const int64_t d = config.inner_dim(), hd = config.attention_head_dim;
-    const TensorGroup tp = parallel.tensor();
-    const strategies::ParallelSpec& spec = strategies::family_spec("flux");
-    if (!strategies::stream_split(spec, "text"))
+    if (!text_split_)
         throw InternalError(
             "FLUX.1's single blocks run text and image as one stream: its spec must split the text");
     // The MLPs' and modulations' features as evenly as tp allows; attention by whole heads.
-    const LinearLoader linear(w, spec, tp);
+    const LinearLoader linear = linear_loader(w);
     x_embedder_ = linear("x_embedder", config.in_channels, d);
     context_embedder_ = linear("context_embedder", config.joint_attention_dim, d);
     time_1_ = linear("time_text_embed.timestep_embedder.linear_1", 256, d);
@@ -143,10 +141,10 @@ FluxTransformer::FluxTransformer(const FluxTransformerConfig& config, WeightStor
     devices_.load_blocks(w, [&](std::size_t block) {
         const auto i = static_cast<int64_t>(block);
         if (i < config.num_layers) {
-            double_blocks_.emplace_back(linear, spec.block_prefixes[0] + std::to_string(i), d, hd, layout);
+            double_blocks_.emplace_back(linear, spec_->block_prefixes[0] + std::to_string(i), d, hd, layout);
             return;
         }
-        const std::string b = spec.block_prefixes[1] + std::to_string(i - config.num_layers);
+        const std::string b = spec_->block_prefixes[1] + std::to_string(i - config.num_layers);
         FluxSingleBlock blk;
         blk.norm = linear(b + ".norm.linear", d, 3 * d);
         blk.to_q = linear(b + ".attn.to_q", d, d, hd);

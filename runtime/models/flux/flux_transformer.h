@@ -24,13 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/io/config_file.h"
-#include "runtime/models/common/layers.h"
 #include "runtime/models/common/mmdit.h"
-#include "runtime/models/common/transformer_base.h"
-#include "runtime/parallel/parallel_context.h"
-#include "runtime/parallel/parallel_linear.h"
-#include "runtime/pipeline/block_runner.h"
+#include "runtime/models/common/transformer_base.h"  // its layers, place and config reader
 
 namespace dp::runtime {
 

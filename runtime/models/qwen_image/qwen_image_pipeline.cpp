@@ -43,12 +43,8 @@ struct QwenImagePipeline::Components : ComponentsBase {
 };
 
 QwenImagePipeline::QwenImagePipeline(std::unique_ptr<Components> c, strategies::ModelInfo model)
-    : FamilyPipeline(c->options, *c->parallel, std::move(model), c->scheduler), c_(std::move(c)) {}
+    : FamilyPipeline(*c, std::move(model)), c_(std::move(c)) {}
 QwenImagePipeline::~QwenImagePipeline() = default;
-
-std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions& o) {
-    return load(o, ParallelContext::single());
-}
 
 std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions& o,
                                                            const ParallelContext& parallel) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/family_pipeline.h"
 #include "runtime/pipeline/pipeline_common.h"  // pack_latents, unpack_latents: its latents packed 2x2
 
@@ -22,9 +23,9 @@ class QwenImagePipeline : public FamilyPipeline {
     // Loads every component of `options.model_dir`, the transformer and the text encoder as this
     // rank's share of the mesh (`parallel` must outlive the pipeline). Throws ModelError naming what
     // is missing, corrupt, inconsistent or unsupported.
-    static std::unique_ptr<QwenImagePipeline> load(const PipelineOptions& options,
-                                                   const ParallelContext& parallel);
-    static std::unique_ptr<QwenImagePipeline> load(const PipelineOptions& options);  // one process
+    // `parallel`: this rank's place, which must outlive the pipeline (default: one process).
+    static std::unique_ptr<QwenImagePipeline> load(
+        const PipelineOptions& options, const ParallelContext& parallel = ParallelContext::single());
     ~QwenImagePipeline() override;
 
     // The embeddings of `prompts`, cut to `max_sequence_length` (1 to 1024) tokens: each prompt's

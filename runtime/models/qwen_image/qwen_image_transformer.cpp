@@ -117,14 +117,12 @@ QwenImageTransformerConfig QwenImageTransformerConfig::from_json_text(const std:
 QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& config, WeightStore& w,
                                            const ParallelContext& parallel,
                                            std::shared_ptr<const DeviceMapping> mapping)
-    : TransformerBase(config, w, parallel, std::move(mapping), static_cast<std::size_t>(config.num_layers)) {
+    : TransformerBase(config, w, parallel, std::move(mapping), static_cast<std::size_t>(config.num_layers),
+                      "qwen-image") {
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
-    const TensorGroup tp = parallel.tensor();
-    const strategies::ParallelSpec& spec = strategies::family_spec("qwen-image");
-    text_split_ = strategies::stream_split(spec, "text");
     // The MLPs' and modulations' features as evenly as tp allows; attention by whole heads,
     // unevenly where tp does not divide them (Note [uneven heads]).
-    const LinearLoader linear(w, spec, tp);
+    const LinearLoader linear = linear_loader(w);
     img_in_ = linear("img_in", config.in_channels, d);
     txt_norm_ = RMSNorm::load(w, "txt_norm", config.joint_attention_dim, kEps);
     txt_in_ = linear("txt_in", config.joint_attention_dim, d);
@@ -137,7 +135,7 @@ QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& con
     layout.text_mlp = ".txt_mlp";
     layout.clamp = DualStreamLayout::Clamp::kBoth;  // as diffusers: keep fp16 activations finite
     devices_.load_blocks(w, [&](std::size_t i) {
-        blocks_.emplace_back(linear, spec.block_prefixes.front() + std::to_string(i), d, hd, layout);
+        blocks_.emplace_back(linear, spec_->block_prefixes.front() + std::to_string(i), d, hd, layout);
     });
     norm_out_ = linear("norm_out.linear", d, 2 * d);
     proj_out_ = linear("proj_out", d, p * p * config.out_channels);

@@ -25,13 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/io/config_file.h"
-#include "runtime/models/common/layers.h"
 #include "runtime/models/common/mmdit.h"
-#include "runtime/models/common/transformer_base.h"
-#include "runtime/parallel/parallel_context.h"
-#include "runtime/parallel/parallel_linear.h"
-#include "runtime/pipeline/block_runner.h"
+#include "runtime/models/common/transformer_base.h"  // its layers, place and config reader
 
 namespace dp::runtime {
 
@@ -87,7 +82,6 @@ class QwenImageTransformer : public TransformerBase<QwenImageTransformerConfig> 
     RMSNorm txt_norm_;
     std::vector<DualStreamBlock> blocks_;
     ParallelLinear norm_out_, proj_out_;
-    bool text_split_ = true;  // the spec's text stream (Note [Qwen-Image text stream])
 };
 
 // Qwen-Image's rotary angles (QwenEmbedRope with scale_rope): the cos and sin tables, each

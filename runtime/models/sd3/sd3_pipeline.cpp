@@ -43,12 +43,8 @@ struct Sd3Pipeline::Components : ComponentsBase {
 };
 
 Sd3Pipeline::Sd3Pipeline(std::unique_ptr<Components> c, strategies::ModelInfo model)
-    : FamilyPipeline(c->options, *c->parallel, std::move(model), c->scheduler), c_(std::move(c)) {}
+    : FamilyPipeline(*c, std::move(model)), c_(std::move(c)) {}
 Sd3Pipeline::~Sd3Pipeline() = default;
-
-std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o) {
-    return load(o, ParallelContext::single());
-}
 
 std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const ParallelContext& parallel) {
     const std::string& dir = o.model_dir;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/family_pipeline.h"
 
 namespace dp::runtime {
@@ -32,8 +33,9 @@ class Sd3Pipeline : public FamilyPipeline {
     // Loads every component of `options.model_dir`, the transformer as this rank's shard of the
     // mesh (`parallel` must outlive the pipeline). Throws ModelError naming what is missing,
     // corrupt, inconsistent or unsupported.
-    static std::unique_ptr<Sd3Pipeline> load(const PipelineOptions& options, const ParallelContext& parallel);
-    static std::unique_ptr<Sd3Pipeline> load(const PipelineOptions& options);  // one process
+    // `parallel`: this rank's place, which must outlive the pipeline (default: one process).
+    static std::unique_ptr<Sd3Pipeline> load(const PipelineOptions& options,
+                                             const ParallelContext& parallel = ParallelContext::single());
     ~Sd3Pipeline() override;
 
     // The embeddings of `prompts` (no inference guard: a trainer gets gradients through them).

@@ -109,13 +109,11 @@ Sd3TransformerConfig Sd3TransformerConfig::from_json_text(const std::string& tex
 
 Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& w,
                                const ParallelContext& parallel, std::shared_ptr<const DeviceMapping> mapping)
-    : TransformerBase(config, w, parallel, std::move(mapping), static_cast<std::size_t>(config.num_layers)) {
+    : TransformerBase(config, w, parallel, std::move(mapping), static_cast<std::size_t>(config.num_layers),
+                      "sd3") {
     const int64_t d = config.inner_dim(), p = config.patch_size, hd = config.attention_head_dim;
-    const TensorGroup tp = parallel.tensor();
     // Every linear layer as SD3's parallel spec splits it; the MLPs' features as evenly as tp allows.
-    const strategies::ParallelSpec& spec = strategies::family_spec("sd3");
-    text_split_ = strategies::stream_split(spec, "text");
-    const LinearLoader linear(w, spec, tp);
+    const LinearLoader linear = linear_loader(w);
     patch_weight_ = w.take("pos_embed.proj.weight", {d, config.in_channels, p, p});
     patch_bias_ = w.take("pos_embed.proj.bias", {d});
     // As diffusers: the checkpoint's table when it stores one, else the sin-cos table (base size
@@ -136,7 +134,7 @@ Sd3Transformer::Sd3Transformer(const Sd3TransformerConfig& config, WeightStore& 
     devices_.load_blocks(w, [&](std::size_t block) {
         const auto i = static_cast<int64_t>(block);
         // The last block's text only gives keys and values; SD3.5's MMDiT-X blocks add attn2.
-        blocks_.emplace_back(linear, spec.block_prefixes.front() + std::to_string(i), d, hd, layout,
+        blocks_.emplace_back(linear, spec_->block_prefixes.front() + std::to_string(i), d, hd, layout,
                              /*context_pre_only=*/i == config.num_layers - 1, config.dual_attention(i));
     });
     norm_out_ = linear("norm_out.linear", d, 2 * d);

@@ -14,13 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/io/config_file.h"
-#include "runtime/models/common/layers.h"
 #include "runtime/models/common/mmdit.h"
-#include "runtime/models/common/transformer_base.h"
-#include "runtime/parallel/parallel_context.h"
-#include "runtime/parallel/parallel_linear.h"
-#include "runtime/pipeline/block_runner.h"
+#include "runtime/models/common/transformer_base.h"  // its layers, place and config reader
 
 namespace dp::runtime {
 
@@ -85,7 +80,6 @@ class Sd3Transformer : public TransformerBase<Sd3TransformerConfig> {
     ParallelLinear time_1_, time_2_, text_1_, text_2_, context_embedder_;
     std::vector<DualStreamBlock> blocks_;
     ParallelLinear norm_out_, proj_out_;
-    bool text_split_ = false;  // the spec's text stream: split like the image, or replicated
 };
 
 // diffusers' get_2d_sincos_pos_embed for SD3's table: [grid * grid, dim].
