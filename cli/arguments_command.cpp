@@ -18,6 +18,18 @@ namespace {
 using protocol::CallArgument;
 using protocol::CallType;
 
+// How `arguments` names each kind of call argument.
+const char* type_name(protocol::CallType type) {
+    constexpr std::pair<CallType, const char*> kNames[] = {{CallType::kNumber, "number"},
+                                                           {CallType::kWhole, "integer"},
+                                                           {CallType::kBlocks, "list of integers"},
+                                                           {CallType::kAdapters, "list of adapters"},
+                                                           {CallType::kCache, "step cache"}};
+    for (const auto& [t, name] : kNames)
+        if (t == type) return name;
+    return "value";
+}
+
 // One row of the listing.
 struct Entry {
     std::string name;
@@ -83,23 +95,7 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
         e.help = row.help;
         e.ignored = a.ignored;
         e.pixels = row.pixels && !a.ignored;
-        switch (row.type) {
-            case CallType::kNumber:
-                e.type = "number";
-                break;
-            case CallType::kWhole:
-                e.type = "integer";
-                break;
-            case CallType::kBlocks:
-                e.type = "list of integers";
-                break;
-            case CallType::kAdapters:
-                e.type = "list of adapters";
-                break;
-            case CallType::kCache:
-                e.type = "step cache";
-                break;
-        }
+        e.type = type_name(row.type);
         if (row.type == CallType::kBlocks) {
             e.min = 0;
             e.max = model.shape.layers - 1;  // the model's transformer blocks

@@ -263,32 +263,21 @@ ClusterAllocation detect_mpi(const Environment& env) {
     ClusterAllocation a;
     a.kind = ClusterKind::kMpi;
     a.per_rank = true;
-    const char* size_name;
-    const char* rank_name;
-    const char* local_size_name;
-    const char* local_rank_name;
-    if (find(env, "OMPI_COMM_WORLD_RANK") || find(env, "OMPI_COMM_WORLD_SIZE")) {
-        a.name = "Open MPI";
-        rank_name = "OMPI_COMM_WORLD_RANK";
-        size_name = "OMPI_COMM_WORLD_SIZE";
-        local_rank_name = "OMPI_COMM_WORLD_LOCAL_RANK";
-        local_size_name = "OMPI_COMM_WORLD_LOCAL_SIZE";
-        a.world_size = require_int(env, {size_name}, 1, kMaxNodes * 64, a.name);
-        a.rank = require_int(env, {rank_name}, 0, kMaxNodes * 64, a.name);
-        a.local_rank = require_int(env, {local_rank_name}, 0, kMaxLocalProcesses, a.name);
-        a.local_world_size = require_int(env, {local_size_name}, 1, kMaxLocalProcesses, a.name);
-    } else {
-        a.name = "MPI (PMI)";
-        rank_name = "PMI_RANK";
-        size_name = "PMI_SIZE";
-        local_rank_name = "PMI_LOCAL_RANK";
-        local_size_name = "PMI_LOCAL_SIZE";
-        a.world_size = require_int(env, {size_name}, 1, kMaxNodes * 64, a.name);
-        a.rank = require_int(env, {rank_name}, 0, kMaxNodes * 64, a.name);
-        a.local_rank = require_int(env, {"PMI_LOCAL_RANK", "MPI_LOCALRANKID"}, 0, kMaxLocalProcesses, a.name);
-        a.local_world_size =
-            require_int(env, {"PMI_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1, kMaxLocalProcesses, a.name);
-    }
+    const bool open_mpi = find(env, "OMPI_COMM_WORLD_RANK") || find(env, "OMPI_COMM_WORLD_SIZE");
+    a.name = open_mpi ? "Open MPI" : "MPI (PMI)";
+    // Open MPI's names, else PMI's (and for the local place Intel MPI's, where PMI's are not set).
+    const char* rank_name = open_mpi ? "OMPI_COMM_WORLD_RANK" : "PMI_RANK";
+    const char* size_name = open_mpi ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE";
+    const char* local_rank_name = open_mpi ? "OMPI_COMM_WORLD_LOCAL_RANK" : "PMI_LOCAL_RANK";
+    const char* local_size_name = open_mpi ? "OMPI_COMM_WORLD_LOCAL_SIZE" : "PMI_LOCAL_SIZE";
+    a.world_size = require_int(env, {size_name}, 1, kMaxNodes * 64, a.name);
+    a.rank = require_int(env, {rank_name}, 0, kMaxNodes * 64, a.name);
+    a.local_rank =
+        open_mpi ? require_int(env, {local_rank_name}, 0, kMaxLocalProcesses, a.name)
+                 : require_int(env, {local_rank_name, "MPI_LOCALRANKID"}, 0, kMaxLocalProcesses, a.name);
+    a.local_world_size =
+        open_mpi ? require_int(env, {local_size_name}, 1, kMaxLocalProcesses, a.name)
+                 : require_int(env, {local_size_name, "MPI_LOCALNRANKS"}, 1, kMaxLocalProcesses, a.name);
     check_below(rank_name, a.rank, size_name, a.world_size);
     check_below(local_rank_name, a.local_rank, local_size_name, a.local_world_size);
     check_even(a, std::string(size_name) + "=" + std::to_string(a.world_size) + ", " + local_size_name + "=" +

@@ -18,42 +18,14 @@ class LineSplitter {
     // Calls sink(line) for each line completed by `data`, without its '\n'.
     template <typename Sink>
     void feed(std::string_view data, Sink&& sink) {
-        while (!data.empty()) {
-            const std::size_t room = max_line_ - pending_.size();
-            // A newline right after `room` bytes still ends a line of exactly max_line bytes.
-            const std::size_t newline = data.substr(0, room + 1).find('\n');
-            if (newline != std::string_view::npos) {
-                emit(data.substr(0, newline), sink);
-                data.remove_prefix(newline + 1);
-            } else if (data.size() > room) {
-                emit(data.substr(0, room), sink);  // an over-long line: deliver what we hold
-                data.remove_prefix(room);
-            } else {
-                pending_.append(data);
-                return;
-            }
-        }
+        split(data, "\n", [&](std::string_view line, char) { sink(line); });
     }
 
     // Like feed, for a terminal: a piece also ends at '\r' (a progress bar's redraw), and sink(piece,
     // end) gets the byte that ended it: '\n', '\r', or 0 for a piece cut at max_line bytes.
     template <typename Sink>
     void feed_pieces(std::string_view data, Sink&& sink) {
-        while (!data.empty()) {
-            const std::size_t room = max_line_ - pending_.size();
-            const std::size_t end = data.substr(0, room + 1).find_first_of("\r\n");
-            if (end != std::string_view::npos) {
-                const char c = data[end];
-                emit(data.substr(0, end), [&](std::string_view piece) { sink(piece, c); });
-                data.remove_prefix(end + 1);
-            } else if (data.size() > room) {
-                emit(data.substr(0, room), [&](std::string_view piece) { sink(piece, '\0'); });
-                data.remove_prefix(room);
-            } else {
-                pending_.append(data);
-                return;
-            }
-        }
+        split(data, "\r\n", sink);
     }
 
     // The unfinished line held so far.
@@ -68,6 +40,28 @@ class LineSplitter {
     std::size_t pending_bytes() const { return pending_.size(); }
 
   private:
+    // Calls sink(piece, end) for each piece of `data` that ends at one of the bytes `ends` (end: that
+    // byte) or fills max_line bytes (end: 0).
+    template <typename Sink>
+    void split(std::string_view data, const char* ends, Sink&& sink) {
+        while (!data.empty()) {
+            const std::size_t room = max_line_ - pending_.size();
+            // An end right after `room` bytes still ends a piece of exactly max_line bytes.
+            const std::size_t end = data.substr(0, room + 1).find_first_of(ends);
+            if (end != std::string_view::npos) {
+                const char c = data[end];
+                emit(data.substr(0, end), [&](std::string_view piece) { sink(piece, c); });
+                data.remove_prefix(end + 1);
+            } else if (data.size() > room) {
+                emit(data.substr(0, room), [&](std::string_view piece) { sink(piece, '\0'); });
+                data.remove_prefix(room);
+            } else {
+                pending_.append(data);
+                return;
+            }
+        }
+    }
+
     template <typename Sink>
     void emit(std::string_view tail, Sink&& sink) {
         if (pending_.empty()) {

@@ -158,6 +158,21 @@ std::size_t row_position(const CallArgument* row) {
 
 }  // namespace
 
+namespace {
+
+// The value of type T that `values` holds for `name`, T's empty value when it holds none, and an
+// InternalError naming `what` T is when it holds another kind.
+template <typename T>
+const T& held_or_none(const CallValues& values, std::string_view name, const char* what) {
+    static const T none;
+    const CallValue* v = values.find(name);
+    if (!v) return none;
+    if (const T* held = std::get_if<T>(v)) return *held;
+    throw InternalError("the call argument '" + std::string(name) + "' is not " + what);
+}
+
+}  // namespace
+
 const CallValue* CallValues::find(std::string_view name) const {
     for (const Item& item : items_)
         if (name == item.first->name || (item.first->alias && name == item.first->alias)) return &item.second;
@@ -186,19 +201,11 @@ const std::vector<int>& CallValues::blocks(std::string_view name) const {
 }
 
 const Adapters& CallValues::adapters(std::string_view name) const {
-    static const Adapters none;
-    const CallValue* v = find(name);
-    if (!v) return none;
-    if (const Adapters* a = std::get_if<Adapters>(v)) return *a;
-    throw InternalError("the call argument '" + std::string(name) + "' is not a list of adapters");
+    return held_or_none<Adapters>(*this, name, "a list of adapters");
 }
 
 const StepCache& CallValues::cache(std::string_view name) const {
-    static const StepCache none;
-    const CallValue* v = find(name);
-    if (!v) return none;
-    if (const StepCache* c = std::get_if<StepCache>(v)) return *c;
-    throw InternalError("the call argument '" + std::string(name) + "' is not a step cache");
+    return held_or_none<StepCache>(*this, name, "a step cache");
 }
 
 void CallValues::set(const CallArgument& row, CallValue value) {

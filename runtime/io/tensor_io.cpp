@@ -13,66 +13,33 @@
 namespace dp::runtime {
 namespace {
 
+// Each safetensors dtype and LibTorch's type for it: one table for reading and writing.
+constexpr std::pair<StDType, at::ScalarType> kDTypes[] = {
+    {StDType::kF64, at::kDouble},
+    {StDType::kF32, at::kFloat},
+    {StDType::kF16, at::kHalf},
+    {StDType::kBF16, at::kBFloat16},
+    {StDType::kI64, at::kLong},
+    {StDType::kI32, at::kInt},
+    {StDType::kI16, at::kShort},
+    {StDType::kI8, at::kChar},
+    {StDType::kU8, at::kByte},
+    {StDType::kBool, at::kBool},
+    {StDType::kF8E4M3, at::kFloat8_e4m3fn},
+    {StDType::kF8E5M2, at::kFloat8_e5m2},
+};
+
 at::ScalarType to_scalar_type(StDType dtype) {
-    switch (dtype) {
-        case StDType::kF64:
-            return at::kDouble;
-        case StDType::kF32:
-            return at::kFloat;
-        case StDType::kF16:
-            return at::kHalf;
-        case StDType::kBF16:
-            return at::kBFloat16;
-        case StDType::kI64:
-            return at::kLong;
-        case StDType::kI32:
-            return at::kInt;
-        case StDType::kI16:
-            return at::kShort;
-        case StDType::kI8:
-            return at::kChar;
-        case StDType::kU8:
-            return at::kByte;
-        case StDType::kBool:
-            return at::kBool;
-        case StDType::kF8E4M3:
-            return at::kFloat8_e4m3fn;
-        case StDType::kF8E5M2:
-            return at::kFloat8_e5m2;
-    }
+    for (const auto& [st, type] : kDTypes)
+        if (st == dtype) return type;
     return at::kFloat;
 }
 
 StDType to_st_dtype(at::ScalarType type, const std::string& name) {
-    switch (type) {
-        case at::kDouble:
-            return StDType::kF64;
-        case at::kFloat:
-            return StDType::kF32;
-        case at::kHalf:
-            return StDType::kF16;
-        case at::kBFloat16:
-            return StDType::kBF16;
-        case at::kLong:
-            return StDType::kI64;
-        case at::kInt:
-            return StDType::kI32;
-        case at::kShort:
-            return StDType::kI16;
-        case at::kChar:
-            return StDType::kI8;
-        case at::kByte:
-            return StDType::kU8;
-        case at::kBool:
-            return StDType::kBool;
-        case at::kFloat8_e4m3fn:
-            return StDType::kF8E4M3;
-        case at::kFloat8_e5m2:
-            return StDType::kF8E5M2;
-        default:
-            throw ModelError("cannot save tensor '" + name + "': unsupported dtype " +
-                             std::string(c10::toString(type)));
-    }
+    for (const auto& [st, t] : kDTypes)
+        if (t == type) return st;
+    throw ModelError("cannot save tensor '" + name + "': unsupported dtype " +
+                     std::string(c10::toString(type)));
 }
 
 }  // namespace
