@@ -14,20 +14,18 @@ namespace dp::runtime {
 namespace {
 
 // Each safetensors dtype and LibTorch's type for it: one table for reading and writing.
-constexpr std::pair<StDType, at::ScalarType> kDTypes[] = {
-    {StDType::kF64, at::kDouble},
-    {StDType::kF32, at::kFloat},
-    {StDType::kF16, at::kHalf},
-    {StDType::kBF16, at::kBFloat16},
-    {StDType::kI64, at::kLong},
-    {StDType::kI32, at::kInt},
-    {StDType::kI16, at::kShort},
-    {StDType::kI8, at::kChar},
-    {StDType::kU8, at::kByte},
-    {StDType::kBool, at::kBool},
-    {StDType::kF8E4M3, at::kFloat8_e4m3fn},
-    {StDType::kF8E5M2, at::kFloat8_e5m2},
-};
+constexpr std::pair<StDType, at::ScalarType> kDTypes[] = {{StDType::kF64, at::kDouble},
+                                                          {StDType::kF32, at::kFloat},
+                                                          {StDType::kF16, at::kHalf},
+                                                          {StDType::kBF16, at::kBFloat16},
+                                                          {StDType::kI64, at::kLong},
+                                                          {StDType::kI32, at::kInt},
+                                                          {StDType::kI16, at::kShort},
+                                                          {StDType::kI8, at::kChar},
+                                                          {StDType::kU8, at::kByte},
+                                                          {StDType::kBool, at::kBool},
+                                                          {StDType::kF8E4M3, at::kFloat8_e4m3fn},
+                                                          {StDType::kF8E5M2, at::kFloat8_e5m2}};
 
 at::ScalarType to_scalar_type(StDType dtype) {
     for (const auto& [st, type] : kDTypes)
