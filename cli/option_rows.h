@@ -97,9 +97,10 @@ OptionRow<T> number(const char* flags, const char* value_name, Field T::*field, 
     return r;
 }
 
-// A uint64_t, or a std::optional<uint64_t> that is unset by default.
-template <class T, class Field>
-OptionRow<T> u64(const char* flags, const char* value_name, Field T::*field, const char* help) {
+// A uint64_t, or a std::optional<uint64_t> that is unset by default: a field of T or of a base of
+// T (`Owner`, as launcher::JobOptions' protocol::ModelLoad).
+template <class T, class Field, class Owner>
+OptionRow<T> u64(const char* flags, const char* value_name, Field Owner::*field, const char* help) {
     return row<T>(
         flags, value_name, OptionKind::kU64, help,
         [=](T& t, const std::string& text, const std::string& source) {

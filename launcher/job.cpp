@@ -164,17 +164,13 @@ bool env_switch(const char* name) {
 protocol::JobFile job_file_for(const ResolvedJob& resolved) {
     const JobOptions& job = resolved.options;
     protocol::JobFile f;
+    static_cast<protocol::ModelLoad&>(f) = job;  // component files as given; prepare_job checks them
     f.model_dir = job.model;
     f.family = resolved.model.family;
-    f.random_weights = job.random_weights;
     f.output_dir = job.output_dir;
     f.dtype = job.dtype;
     f.device = job.device;
     f.batch_size = job.batch_size;
-    f.variant = job.variant;
-    f.no_t5 = job.no_t5;
-    f.offload = job.offload;
-    f.keep_quantized = job.keep_quantized;
     const strategies::MeshDegrees& d = resolved.degrees();
     f.mesh = d;
     f.collective_timeout_s = job.collective_timeout_s;
@@ -511,8 +507,7 @@ void check_model_with_worker(const LaunchSpec& launch, const ResolvedJob& resolv
     // dp-launch (a test of the launcher's library) there is nothing to check with.
     const std::string worker = self_dir() + "/dp-worker";
     if (!job.worker.empty() || ::access(worker.c_str(), X_OK) != 0) return;
-    protocol::JobFile f = job_file_for(resolved);
-    f.component_files = job.component_files;  // as given: the check runs in this directory
+    const protocol::JobFile f = job_file_for(resolved);  // component files as given: the check runs here
     check_model_before_ranks(worker, f, local_temp_dir(), launch.load_timeout_s);
 }
 

@@ -19,10 +19,9 @@ namespace dp::launcher {
 // models/ (see models/README.md).
 inline constexpr const char* kDefaultModel = "shapes-sd3";
 
-struct JobOptions {
+struct JobOptions : protocol::ModelLoad {
     std::string prompts;  // a path, or "-" for standard input
     std::string model;
-    std::optional<uint64_t> random_weights;
     std::string output_dir = "outputs";
     // Unset: the model's default (its family's in the call-argument table, protocol/call_arguments.h:
     // diffusers' for its pipeline; SD3 28 steps, Qwen-Image 50).
@@ -51,14 +50,9 @@ struct JobOptions {
     std::string dtype = "auto";  // auto: bf16 on a GPU, fp32 on the CPU (each rank decides); fp32, bf16, fp16
     std::string device = "auto";
     std::string revision;  // --model ORG/NAME's branch, tag or commit in the Hugging Face cache; empty: main
-    std::string variant;   // weight files NAME.VARIANT.safetensors; empty: the plain ones
     // Components whose weights come from one file (--transformer FILE, ...): component -> path as
     // given (Note [component files], launcher/component_files.h).
-    std::map<std::string, std::string> component_files;
-    bool no_t5 = false;      // without the T5 text encoder, even when the folder has one
     std::string model_file;  // --model FILE: the file its components come from (Note [a model from one file])
-    bool keep_quantized = false;  // GGUF weights kept in their blocks (Note [kept quantized])
-    bool offload = false;  // each component on the GPU only while it runs (diffusers' model CPU offload)
     std::optional<std::string> negative_prompt;  // unset: none given (diffusers' None)
     bool overwrite = false;
     bool resume = false;  // keep the earlier run's valid images, make only the missing ones

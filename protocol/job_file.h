@@ -90,23 +90,15 @@ bool same_batch_settings(const Generation& a, const Generation& b, bool negative
 // (diffusers' fp16, bf16, non_ema), so that NAME.VARIANT.safetensors stays one file name.
 bool is_variant_name(const std::string& name);
 
-struct JobFile {
+struct JobFile : ModelLoad {
     std::string model_dir;
     // The model's family as the launcher read it (strategies' family id: "sd3", "flux",
     // "flux-schnell", "qwen-image"); the worker refuses a folder that now says another.
     std::string family;
-    std::optional<uint64_t> random_weights;  // set: the model's configs with seeded random weights
     std::string output_dir;
     std::string dtype =
         "auto";  // auto (bf16 on a GPU, fp32 on the CPU: the worker resolves it), fp32, bf16, fp16
     std::string device = "auto";  // auto, cpu, cuda
-    std::string variant;  // weight files of this variant (*.VARIANT.safetensors); empty: the plain ones
-    // Components whose weights come from one file (--transformer FILE, ...): component -> absolute
-    // path (Note [component files], launcher/component_files.h).
-    std::map<std::string, std::string> component_files;
-    bool no_t5 = false;           // the T5 text encoder is not loaded even when the folder has one
-    bool offload = false;         // each component on the device only while it runs
-    bool keep_quantized = false;  // optional: GGUF weights dequantized per use (Note [kept quantized])
     int batch_size = 1;           // consecutive requests with the same settings generated together
     MeshDegrees mesh;
     double collective_timeout_s = kDefaultCollectiveTimeoutS;

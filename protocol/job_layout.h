@@ -1,13 +1,35 @@
 #pragma once
-// Where a job's ranks and weights go, as the launcher plans it and the worker follows it: the
-// mesh's degrees and device_map's plan. Defined once, here in the contract both sides share;
+// Where a job's ranks and weights go, as the launcher plans it and the worker follows it: how the
+// model loads, the mesh's degrees and device_map's plan. Defined once, here in the contract both sides share;
 // strategies/ plans them (mesh.h, device_map.h), the job file carries them (job_file.h). std only.
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace dp::protocol {
+
+// How a model's components load: what the launcher's flags ask (launcher::JobOptions), the job file
+// carries (JobFile) and each rank's pipeline applies (runtime::PipelineOptions). One struct all
+// three derive from, so a new loading option is one field here and its flag and JSON key.
+struct ModelLoad {
+    std::optional<uint64_t> random_weights;  // set: the model's configs with seeded random weights
+    std::string variant;  // weight files of this variant (*.VARIANT.safetensors); empty: the plain ones
+    // Components whose weights come from one file (--transformer FILE, ...): component -> absolute
+    // path (Note [component files], launcher/component_files.h).
+    std::map<std::string, std::string> component_files;
+    // Without the T5 text encoder even when the folder has one (diffusers' text_encoder_3=None):
+    // its embeddings are then zeros, as for a folder without it.
+    bool no_t5 = false;
+    // Each component is built on the rank's device when it runs and freed after (diffusers' model
+    // CPU offload): only the largest one is ever resident there. Not with device_map.
+    bool offload = false;
+    // GGUF component files' quantized matrices kept in their blocks, dequantized per use (Note
+    // [kept quantized], runtime/io/shard_source.h).
+    bool keep_quantized = false;
+};
 
 // The device mesh's degrees, in the mesh's order (dp outermost, tp innermost; strategies/mesh.h);
 // their product is the world size. The launcher resolves them, the job file carries them, the

@@ -228,14 +228,9 @@ bool is_prompt_error(const Error& e) {
 // The pipeline options every rank of `job` shares (the device and dtype are each rank's own).
 PipelineOptions pipeline_options(const JobFile& job, std::shared_ptr<const strategies::ModelInfo> model) {
     PipelineOptions po;
+    static_cast<protocol::ModelLoad&>(po) = job;
     po.model_dir = job.model_dir;
     po.model = std::move(model);
-    po.random_weights = job.random_weights;
-    po.variant = job.variant;
-    po.component_files = job.component_files;
-    po.no_t5 = job.no_t5;
-    po.offload = job.offload;
-    po.keep_quantized = job.keep_quantized;
     return po;
 }
 

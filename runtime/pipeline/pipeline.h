@@ -23,12 +23,13 @@ struct DeviceMapping;
 class ParallelContext;
 class AdapterState;
 
-struct PipelineOptions {
+// How the components load (protocol::ModelLoad: the variant, component files, T5, offload, ...)
+// and where.
+struct PipelineOptions : protocol::ModelLoad {
     std::string model_dir;  // a diffusers folder with model_index.json
     // What the caller has read of the folder already (the worker: Note [a model is read once]);
     // nullptr: the pipeline reads it as it loads.
     std::shared_ptr<const strategies::ModelInfo> model;
-    std::optional<uint64_t> random_weights;  // set: the folder's configs with seeded random weights
     at::ScalarType dtype = at::kFloat;
     at::Device device = at::kCPU;
     // device_map: each component (and transformer block) on its own device; `device` must then be
@@ -36,18 +37,6 @@ struct PipelineOptions {
     std::shared_ptr<const DeviceMapping> device_map;
     // Training: every weight requires grad and parameters() lists it (WeightStore::keep_as_parameters).
     bool trainable = false;
-    // Weight files of this variant (diffusers' `variant`: "fp16" reads `*.fp16.safetensors`); empty:
-    // the plain files.
-    std::string variant;
-    // Without the T5 text encoder even when the folder has one (diffusers' text_encoder_3=None):
-    // its embeddings are then zeros, as for a folder without it.
-    bool no_t5 = false;
-    // Each component is built on `device` when it runs and freed after (diffusers' model CPU
-    // offload): only the largest one is ever resident there. Not with device_map.
-    bool offload = false;
-    // GGUF component files' quantized matrices kept in their blocks, dequantized per use
-    // (Note [kept quantized], runtime/io/shard_source.h).
-    bool keep_quantized = false;
     // Note [checking a model before the ranks start]: the pipeline's load reads every config,
     // tokenizer and weight file header and makes every check it makes, but builds no component
     // and reads no tensor data; the pipeline it returns cannot generate.
@@ -56,9 +45,6 @@ struct PipelineOptions {
     // asks for others (runtime/pipeline/adapters.h); shared by the copies of these options.
     // nullptr: the pipeline takes no adapters.
     std::shared_ptr<AdapterState> adapters;
-    // Components whose weights come from one file rather than the folder (Note [component files],
-    // launcher/component_files.h): component -> path.
-    std::map<std::string, std::string> component_files;
 };
 
 // A call of the pipeline (protocol::Generation: a call argument the family does not take is a
