@@ -484,16 +484,6 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
 
 // ---- CLIP's configuration: bos + tokens + eos, truncated and padded.
 
-ClipTokenizer ClipTokenizer::from_folder(const std::string& dir) {
-    return ClipTokenizer(BpeTokenizer::from_folder(dir, BpeFlavor::clip()));
-}
-
-ClipTokenizer ClipTokenizer::from_strings(const std::string& vocab_json, const std::string& merges_txt,
-                                          const std::string& config_json, const std::string& where) {
-    return ClipTokenizer(
-        BpeTokenizer::from_strings(vocab_json, merges_txt, config_json, where, BpeFlavor::clip()));
-}
-
 int ClipTokenizer::model_max_length() const {
     const int64_t m = configured_max_length();
     return m >= 2 && m <= 4096 ? static_cast<int>(m) : 77;
@@ -517,18 +507,6 @@ ClipEncoding ClipTokenizer::encode(const std::string& text, int max_length) cons
     enc.ids.push_back(eos_id());
     enc.ids.resize(static_cast<std::size_t>(max_length), pad_id());
     return enc;
-}
-
-// ---- Qwen2's configuration.
-
-Qwen2Tokenizer Qwen2Tokenizer::from_folder(const std::string& dir) {
-    return Qwen2Tokenizer(BpeTokenizer::from_folder(dir, BpeFlavor::qwen2()));
-}
-
-Qwen2Tokenizer Qwen2Tokenizer::from_strings(const std::string& vocab_json, const std::string& merges_txt,
-                                            const std::string& config_json, const std::string& where) {
-    return Qwen2Tokenizer(
-        BpeTokenizer::from_strings(vocab_json, merges_txt, config_json, where, BpeFlavor::qwen2()));
 }
 
 }  // namespace dp::runtime

@@ -102,6 +102,28 @@ class BpeTokenizer {
     int64_t configured_max_length_ = 0;
 };
 
+// A BpeTokenizer in one configuration: Derived (ClipTokenizer, Qwen2Tokenizer) names it with
+// `static BpeFlavor flavor()` and is built from the tokenizer it reads (its constructor may be
+// private, with FlavoredBpeTokenizer<Derived> its friend).
+template <class Derived>
+class FlavoredBpeTokenizer : public BpeTokenizer {
+  public:
+    // vocab.json + merges.txt (+ the flavor's config files), or tokenizer.json alone. Throws
+    // ModelError naming the file at fault.
+    static Derived from_folder(const std::string& dir) {
+        return Derived(BpeTokenizer::from_folder(dir, Derived::flavor()));
+    }
+    // From in-memory files, for tests. `config_json` may be empty.
+    static Derived from_strings(const std::string& vocab_json, const std::string& merges_txt,
+                                const std::string& config_json, const std::string& where) {
+        return Derived(
+            BpeTokenizer::from_strings(vocab_json, merges_txt, config_json, where, Derived::flavor()));
+    }
+
+  protected:
+    explicit FlavoredBpeTokenizer(BpeTokenizer base) : BpeTokenizer(std::move(base)) {}
+};
+
 // GPT-2's printable symbol (UTF-8) for byte `b`: the alphabet of byte-level vocab.json and merges.txt.
 std::string byte_level_symbol(unsigned char b);
 

@@ -22,13 +22,9 @@ struct ClipEncoding {
 // GPT-2's printable symbol (UTF-8) for byte `b`: the alphabet of CLIP's vocab.json and merges.txt.
 inline std::string clip_byte_symbol(unsigned char b) { return byte_level_symbol(b); }
 
-class ClipTokenizer : public BpeTokenizer {
+class ClipTokenizer : public FlavoredBpeTokenizer<ClipTokenizer> {
   public:
-    // Throws ModelError naming the file at fault.
-    static ClipTokenizer from_folder(const std::string& dir);
-    // From in-memory files, for tests. `config_json` may be empty.
-    static ClipTokenizer from_strings(const std::string& vocab_json, const std::string& merges_txt,
-                                      const std::string& config_json, const std::string& where);
+    static BpeFlavor flavor() { return BpeFlavor::clip(); }
 
     // bos + tokens + eos, truncated and padded to max_length (77 unless configured).
     ClipEncoding encode(const std::string& text) const;
@@ -38,7 +34,8 @@ class ClipTokenizer : public BpeTokenizer {
     int model_max_length() const;
 
   private:
-    explicit ClipTokenizer(BpeTokenizer base) : BpeTokenizer(std::move(base)) {}
+    friend class FlavoredBpeTokenizer<ClipTokenizer>;
+    explicit ClipTokenizer(BpeTokenizer base) : FlavoredBpeTokenizer(std::move(base)) {}
 };
 
 }  // namespace dp::runtime

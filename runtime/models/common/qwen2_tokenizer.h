@@ -11,17 +11,16 @@
 
 namespace dp::runtime {
 
-class Qwen2Tokenizer : public BpeTokenizer {
+// from_folder reads vocab.json + merges.txt (+ tokenizer_config.json's added_tokens_decoder,
+// added_tokens.json), or tokenizer.json alone (+ tokenizer_config.json); from_strings takes the
+// added tokens from `config_json`'s added_tokens_decoder.
+class Qwen2Tokenizer : public FlavoredBpeTokenizer<Qwen2Tokenizer> {
   public:
-    // vocab.json + merges.txt (+ tokenizer_config.json's added_tokens_decoder, added_tokens.json),
-    // or tokenizer.json alone (+ tokenizer_config.json). Throws ModelError naming the file at fault.
-    static Qwen2Tokenizer from_folder(const std::string& dir);
-    // From in-memory files, for tests: the added tokens come from `config_json`'s added_tokens_decoder.
-    static Qwen2Tokenizer from_strings(const std::string& vocab_json, const std::string& merges_txt,
-                                       const std::string& config_json, const std::string& where);
+    static BpeFlavor flavor() { return BpeFlavor::qwen2(); }
 
   private:
-    explicit Qwen2Tokenizer(BpeTokenizer base) : BpeTokenizer(std::move(base)) {}
+    friend class FlavoredBpeTokenizer<Qwen2Tokenizer>;
+    explicit Qwen2Tokenizer(BpeTokenizer base) : FlavoredBpeTokenizer(std::move(base)) {}
 };
 
 }  // namespace dp::runtime
