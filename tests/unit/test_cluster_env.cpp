@@ -9,6 +9,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "launcher/cluster_env.h"
 #include "launcher/errors.h"
@@ -30,6 +32,21 @@ std::string usage_error(const std::function<void()>& f) {
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Each row's changes to `base` (an empty value unsets the variable) make auto-detection refuse it,
+// saying the row's text.
+void check_refusals(const Environment& base, const std::vector<std::pair<Environment, std::string>>& rows) {
+    for (const auto& [changes, says] : rows) {
+        CAPTURE(says);
+        Environment env = base;
+        for (const auto& [k, v] : changes)
+            if (v.empty())
+                env.erase(k);
+            else
+                env[k] = v;
+        CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), says));
+    }
+}
 
 // Where an allocation puts this process: what found it, whether each task is one rank, the rank
 // of the world, the local rank of the node's, and the node of the nodes.
@@ -245,35 +262,21 @@ TEST_CASE("a Slurm batch script: one node is used as it is, more are refused wit
 }
 
 TEST_CASE("Slurm: inconsistent or missing values name the variable and its value") {
-    auto env = slurm_per_rank_task();
-    env["SLURM_NODEID"] = "2";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "SLURM_NODEID=2"));
-    env = slurm_per_rank_task();
-    env["SLURM_NNODES"] = env["SLURM_STEP_NUM_NODES"] = "two";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "SLURM_STEP_NUM_NODES 'two'"));
-    env = slurm_per_rank_task();
-    env["SLURM_PROCID"] = "8";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "SLURM_PROCID=8"));
-    env = slurm_per_rank_task();
-    env.erase("SLURM_LOCALID");
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "SLURM_LOCALID is not set"));
-    env = slurm_per_rank_task();
-    env["SLURM_STEP_NODELIST"] = "node[01-03]";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "SLURM_STEP_NODELIST=node[01-03]"));
-    env = slurm_per_rank_task();
-    env["SLURM_JOB_ID"] = "12x";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "SLURM_JOB_ID '12x'"));
-    // srun -n 3 on two nodes: 2 and 1 tasks. world = nnodes * ranks per node cannot hold it.
-    env = slurm_per_rank_task();
-    env["SLURM_NTASKS"] = env["SLURM_STEP_NUM_TASKS"] = "3";
-    env["SLURM_STEP_TASKS_PER_NODE"] = "2,1";
-    env["SLURM_PROCID"] = "2";
-    env["SLURM_LOCALID"] = "0";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "same number of ranks on every node"));
+    check_refusals(
+        slurm_per_rank_task(),
+        {{{{"SLURM_NODEID", "2"}}, "SLURM_NODEID=2"},
+         {{{"SLURM_NNODES", "two"}, {"SLURM_STEP_NUM_NODES", "two"}}, "SLURM_STEP_NUM_NODES 'two'"},
+         {{{"SLURM_PROCID", "8"}}, "SLURM_PROCID=8"},
+         {{{"SLURM_LOCALID", ""}}, "SLURM_LOCALID is not set"},
+         {{{"SLURM_STEP_NODELIST", "node[01-03]"}}, "SLURM_STEP_NODELIST=node[01-03]"},
+         {{{"SLURM_JOB_ID", "12x"}}, "SLURM_JOB_ID '12x'"},
+         // srun -n 3 on two nodes: 2 and 1 tasks. world = nnodes * ranks per node cannot hold it.
+         {{{"SLURM_NTASKS", "3"},
+           {"SLURM_STEP_NUM_TASKS", "3"},
+           {"SLURM_STEP_TASKS_PER_NODE", "2,1"},
+           {"SLURM_PROCID", "2"},
+           {"SLURM_LOCALID", "0"}},
+          "same number of ranks on every node"}});
 }
 
 TEST_CASE("Open MPI: mpirun -np 8 over two hosts") {
@@ -293,19 +296,12 @@ TEST_CASE("Open MPI: mpirun -np 8 over two hosts") {
     CHECK(a->master_addr == "a");
     CHECK(a->master_port == 29400);
 
-    env = open_mpi_rank();
-    env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "3";  // 8 ranks, 3 here: uneven
-    env["OMPI_COMM_WORLD_LOCAL_RANK"] = "1";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "OMPI_COMM_WORLD_LOCAL_SIZE=3"));
-    env = open_mpi_rank();
-    env["OMPI_COMM_WORLD_RANK"] = "8";
-    CHECK(
-        contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "OMPI_COMM_WORLD_RANK=8"));
-    env = open_mpi_rank();
-    env.erase("OMPI_COMM_WORLD_LOCAL_RANK");
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "OMPI_COMM_WORLD_LOCAL_RANK is not set"));
+    check_refusals(open_mpi_rank(),
+                   {// 8 ranks, 3 here: uneven
+                    {{{"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}},
+                     "OMPI_COMM_WORLD_LOCAL_SIZE=3"},
+                    {{{"OMPI_COMM_WORLD_RANK", "8"}}, "OMPI_COMM_WORLD_RANK=8"},
+                    {{{"OMPI_COMM_WORLD_LOCAL_RANK", ""}}, "OMPI_COMM_WORLD_LOCAL_RANK is not set"}});
 }
 
 TEST_CASE("mpirun inside a Slurm job: the ranks' OMPI_COMM_WORLD_* win over the daemons' SLURM_*") {
@@ -355,13 +351,8 @@ TEST_CASE("a PyTorchJob pod: PET_* describe the node, and its dp-launch spawns t
     CHECK(a->local_world_size == 0);
     env["PET_NNODES"] = "1:4";
     CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "PET_NNODES=1:4"));
-    env = pytorchjob_pod();
-    env["PET_NODE_RANK"] = "2";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "PET_NODE_RANK=2"));
-    env = pytorchjob_pod();
-    env.erase("PET_NODE_RANK");
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "PET_NODE_RANK is not set"));
+    check_refusals(pytorchjob_pod(), {{{{"PET_NODE_RANK", "2"}}, "PET_NODE_RANK=2"},
+                                      {{{"PET_NODE_RANK", ""}}, "PET_NODE_RANK is not set"}});
 }
 
 TEST_CASE("an operator's RANK/WORLD_SIZE: one rank per pod, or torchrun's full set") {
