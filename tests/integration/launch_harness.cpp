@@ -239,6 +239,14 @@ std::string make_temp_dir() {
     return templ;
 }
 
+std::string red_circle_prompts(const std::string& dir, int n) {
+    std::string text;
+    for (int i = 0; i < n; ++i) text += "a red circle number " + std::to_string(i) + "\n";
+    const std::string path = dir + "/prompts.txt";
+    std::ofstream(path) << text;
+    return path;
+}
+
 std::string read_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     std::stringstream ss;

@@ -87,6 +87,8 @@ std::vector<pid_t> processes_with_marker(const std::string& marker);
 bool wait_until(const std::function<bool()>& pred, double timeout_s);
 
 std::string make_temp_dir();
+// dir/prompts.txt of `n` prompt lines, "a red circle number 0" onwards; its path.
+std::string red_circle_prompts(const std::string& dir, int n);
 std::string read_file(const std::string& path);
 bool file_exists(const std::string& path);
 double monotonic_seconds();

@@ -21,14 +21,6 @@ using namespace dp::test;
 
 namespace {
 
-std::string many_prompts(const std::string& dir, int n) {
-    std::string text;
-    for (int i = 0; i < n; ++i) text += "a red circle number " + std::to_string(i) + "\n";
-    const std::string path = dir + "/prompts.txt";
-    std::ofstream(path) << text;
-    return path;
-}
-
 std::vector<std::string> args(const std::string& out, const std::string& prompts,
                               std::vector<std::string> extra) {
     std::vector<std::string> a = {"-n",      "2",  "--model",  DP_TINY_MODEL, "--steps", "20",
@@ -73,19 +65,28 @@ void check_nothing_left(const std::string& marker) {
     CHECK_MESSAGE(clean, processes_with_marker(marker).size() << " process(es) of the job still alive");
 }
 
+// A 60-prompt job under a 20 s --shutdown-grace, in `out`, sent `sig` once `made` images are in its
+// manifest. Each rank stops itself at a step boundary within the grace, so nothing needs SIGKILL,
+// dp-launch exits 128 + sig and nothing of the job is left.
+LaunchResult stopped_by(const std::string& dir, const std::string& out, int sig, int made) {
+    Launch launch(args(out, red_circle_prompts(dir, 60), {"--shutdown-grace", "20"}));
+    REQUIRE(wait_until([&] { return ok_records(out) >= made; }, 60));
+    launch.signal(sig);
+    LaunchResult r = launch.wait(60);
+    INFO(r.err);
+    CHECK(r.exit_code == 128 + sig);
+    CHECK(r.err.find("sending SIGKILL") == std::string::npos);
+    check_nothing_left(launch.marker());
+    return r;
+}
+
 }  // namespace
 
 TEST_CASE("SIGTERM mid-job: the ranks stop at a step boundary, dp-launch exits 143, the manifest is whole") {
     const std::string dir = make_temp_dir();
     const std::string out = dir + "/out";
-    Launch launch(args(out, many_prompts(dir, 60), {"--shutdown-grace", "20"}));
-    REQUIRE(wait_until([&] { return ok_records(out) >= 2; }, 60));
-    launch.signal(SIGTERM);
-    LaunchResult r = launch.wait(60);
+    const LaunchResult r = stopped_by(dir, out, SIGTERM, 2);
     INFO(r.err);
-    CHECK(r.exit_code == 128 + SIGTERM);
-    // Each rank stopped itself within the grace period: nothing needed SIGKILL.
-    CHECK(r.err.find("sending SIGKILL") == std::string::npos);
     for (int rank : {0, 1})
         CHECK(r.err.find("dp-worker: rank " + std::to_string(rank) + " stopped by SIGTERM") !=
               std::string::npos);
@@ -108,13 +109,12 @@ TEST_CASE("SIGTERM mid-job: the ranks stop at a step boundary, dp-launch exits 1
     MESSAGE(ok << " images made, " << not_run << " not run when SIGTERM came");
     CHECK(ok >= 2);
     CHECK(not_run >= 1);
-    check_nothing_left(launch.marker());
 }
 
 TEST_CASE("a dp-worker stopped with SIGSTOP ends the job within --rank-timeout, naming the rank and prompt") {
     const std::string dir = make_temp_dir();
     const std::string out = dir + "/out";
-    Launch launch(args(out, many_prompts(dir, 60), {"--rank-timeout", "2", "--shutdown-grace", "5"}));
+    Launch launch(args(out, red_circle_prompts(dir, 60), {"--rank-timeout", "2", "--shutdown-grace", "5"}));
     REQUIRE(wait_until([&] { return ok_records(out) >= 2; }, 60));
     const pid_t rank1 = worker_of_rank(launch.marker(), 1);
     REQUIRE(rank1 > 0);
@@ -135,8 +135,8 @@ TEST_CASE("a dp-worker stopped with SIGSTOP ends the job within --rank-timeout, 
 TEST_CASE("with tensor parallelism both ranks go silent when one is stopped: the stopped one is named") {
     const std::string dir = make_temp_dir();
     const std::string out = dir + "/out";
-    Launch launch(
-        args(out, many_prompts(dir, 60), {"--tp", "2", "--rank-timeout", "2", "--shutdown-grace", "5"}));
+    Launch launch(args(out, red_circle_prompts(dir, 60),
+                       {"--tp", "2", "--rank-timeout", "2", "--shutdown-grace", "5"}));
     REQUIRE(wait_until([&] { return ok_records(out) >= 1; }, 60));
     const pid_t rank1 = worker_of_rank(launch.marker(), 1);
     REQUIRE(rank1 > 0);
@@ -156,7 +156,7 @@ TEST_CASE(
     // Slurm's --signal=USR1@N, a user's kill -USR2, a terminal's resize, a resumed job: forwarded
     // or not, every rank carries on and every image is made.
     const std::string out = dir + "/out";
-    Launch launch(args(out, many_prompts(dir, 8), {}));
+    Launch launch(args(out, red_circle_prompts(dir, 8), {}));
     REQUIRE(wait_until([&] { return ok_records(out) >= 1; }, 60));
     for (int sig : {SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGUSR1}) {
         launch.signal(sig);
@@ -171,22 +171,16 @@ TEST_CASE(
     // SIGHUP (a closed terminal, some schedulers' preemption) stops at a step boundary like
     // SIGTERM: 129, the manifest whole, and --resume finishes the job.
     const std::string hup = dir + "/hup";
-    Launch hung_up(args(hup, many_prompts(dir, 60), {"--shutdown-grace", "20"}));
-    REQUIRE(wait_until([&] { return ok_records(hup) >= 1; }, 60));
-    hung_up.signal(SIGHUP);
-    LaunchResult h = hung_up.wait(60);
+    const LaunchResult h = stopped_by(dir, hup, SIGHUP, 1);
     INFO(h.err);
-    CHECK(h.exit_code == 128 + SIGHUP);
-    CHECK(h.err.find("sending SIGKILL") == std::string::npos);
     CHECK(h.err.find("stopped by SIGHUP") != std::string::npos);
     CHECK(manifest_lines(hup).size() == 60);
-    check_nothing_left(hung_up.marker());
     remove_dir(dir);
 }
 
 TEST_CASE("closed standard descriptors: the job runs whole, and nothing meant for them lands in its files") {
     const std::string dir = make_temp_dir();
-    const std::string prompts = many_prompts(dir, 4);
+    const std::string prompts = red_circle_prompts(dir, 4);
     int k = 0;
     for (const char* closing : {"2>&-", ">&- 2>&-", "<&- >&- 2>&-"}) {
         CAPTURE(closing);

@@ -133,6 +133,28 @@ bool node_recorded_image(const std::string& out, int k) {
     return false;
 }
 
+// One job of `tasks` simulated Slurm tasks, `per_node` to each of two nodes, each a dp-launch with
+// `head` before the job's arguments: every task exits 0 and passes `check` (given the job id), and
+// the job makes one node's images, once.
+template <class Check>
+void run_slurm_job(int tasks, int per_node, const std::vector<std::string>& head, Check check) {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = prompt_file(dir);
+    const auto expected = one_node_images(dir, prompts);
+    const std::string out = dir + "/out";
+    const auto [reserved, job_id] = reserve_for_slurm();
+    std::vector<std::unique_ptr<Launch>> launches;
+    for (int procid = 0; procid < tasks; ++procid)
+        launches.push_back(std::make_unique<Launch>(with(head, job_args(out, prompts)),
+                                                    slurm_task(job_id, procid, per_node)));
+    for (auto& l : launches) {
+        const LaunchResult r = l->wait(240);
+        CHECK_MESSAGE(r.exit_code == 0, r.err);
+        check(r, job_id);
+    }
+    check_one_result(out, expected, 4);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -158,38 +180,15 @@ TEST_CASE(
 }
 
 TEST_CASE("simulated Slurm, one dp-launch per node (srun --ntasks-per-node=1): one result") {
-    const std::string dir = make_temp_dir();
-    const std::string prompts = prompt_file(dir);
-    const auto expected = one_node_images(dir, prompts);
-    const std::string out = dir + "/out";
-    const auto [reserved, job_id] = reserve_for_slurm();
-    std::vector<std::unique_ptr<Launch>> nodes;
-    for (int node = 0; node < 2; ++node)
-        nodes.push_back(
-            std::make_unique<Launch>(with({"-n", "2"}, job_args(out, prompts)), slurm_task(job_id, node, 1)));
-    for (auto& n : nodes) {
-        const LaunchResult r = n->wait(240);
-        CHECK_MESSAGE(r.exit_code == 0, r.err);
+    run_slurm_job(2, 1, {"-n", "2"}, [](const LaunchResult& r, const std::string& job_id) {
         CHECK_MESSAGE(r.err.find("dp-launch: Slurm job " + job_id) != std::string::npos, r.err);
-    }
-    check_one_result(out, expected, 4);
+    });
 }
 
 TEST_CASE("simulated Slurm, one dp-launch per rank (srun --ntasks-per-node=2): one result") {
-    const std::string dir = make_temp_dir();
-    const std::string prompts = prompt_file(dir);
-    const auto expected = one_node_images(dir, prompts);
-    const std::string out = dir + "/out";
-    const auto [reserved, job_id] = reserve_for_slurm();
-    std::vector<std::unique_ptr<Launch>> tasks;
-    for (int procid = 0; procid < 4; ++procid)
-        tasks.push_back(std::make_unique<Launch>(job_args(out, prompts), slurm_task(job_id, procid, 2)));
-    for (auto& t : tasks) {
-        const LaunchResult r = t->wait(240);
-        CHECK_MESSAGE(r.exit_code == 0, r.err);
+    run_slurm_job(4, 2, {}, [](const LaunchResult& r, const std::string&) {
         CHECK_MESSAGE(r.out.find("dp-launch: 10 images, 0 failed") != std::string::npos, r.out);
-    }
-    check_one_result(out, expected, 4);
+    });
 }
 
 TEST_CASE(

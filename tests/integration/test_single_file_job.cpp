@@ -36,6 +36,19 @@ std::string prompt_file(const std::string& path, int copies,
     return write_lines(path, std::vector<nlohmann::json>(static_cast<std::size_t>(copies), golden_line(c)));
 }
 
+// dp-launch with `args`, then -o `out` -q `prompts`, saving latents: it exits 0, and its manifest's
+// two records, both ok.
+std::vector<nlohmann::json> two_ok_records(std::vector<std::string> args, const std::string& out,
+                                           const std::string& prompts) {
+    args.insert(args.end(), {"-o", out, "-q", prompts});
+    LaunchResult r = run_launch(args, {{"DP_SAVE_LATENTS", "1"}}, 240);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const std::vector<nlohmann::json> records = read_manifest(out);
+    REQUIRE(records.size() == 2);
+    for (const nlohmann::json& record : records) REQUIRE(record.at("status") == "ok");
+    return records;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -48,21 +61,10 @@ TEST_CASE(
             CAPTURE(name);
             CAPTURE(strategy.size());
             const std::string out = dir + "/out_" + name + std::to_string(strategy.size());
-            std::vector<std::string> args = {"--model",
-                                             tiny_flux(),
-                                             "--transformer",
-                                             checkpoint(std::string("flux_") + name + ".safetensors"),
-                                             "-o",
-                                             out,
-                                             "-q",
-                                             prompts};
-            args.insert(args.begin(), strategy.begin(), strategy.end());
-            LaunchResult r = run_launch(args, {{"DP_SAVE_LATENTS", "1"}}, 240);
-            REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-            const auto records = read_manifest(out);
-            REQUIRE(records.size() == 2);
-            for (const auto& record : records) {
-                REQUIRE(record.at("status") == "ok");
+            std::vector<std::string> args = strategy;
+            args.insert(args.end(), {"--model", tiny_flux(), "--transformer",
+                                     checkpoint(std::string("flux_") + name + ".safetensors")});
+            for (const auto& record : two_ok_records(args, out, prompts)) {
                 const nlohmann::json& t = record.at("components").at("transformer");
                 CHECK(t.at("path").get<std::string>().find(std::string("flux_") + name) != std::string::npos);
                 CHECK(t.at("sha256").get<std::string>().size() == 64);
@@ -160,14 +162,7 @@ TEST_CASE(
         CAPTURE(c.name);
         CAPTURE(c.args[0] + " " + c.args[1]);
         const std::string out = dir + "/out" + std::to_string(k++);
-        std::vector<std::string> args = c.args;
-        for (const std::string& a : {std::string("-o"), out, std::string("-q"), prompts}) args.push_back(a);
-        LaunchResult r = run_launch(args, {{"DP_SAVE_LATENTS", "1"}}, 240);
-        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-        const auto records = read_manifest(out);
-        REQUIRE(records.size() == 2);
-        for (const auto& record : records) {
-            REQUIRE(record.at("status") == "ok");
+        for (const auto& record : two_ok_records(c.args, out, prompts)) {
             CHECK(record.at("components")
                       .at("transformer")
                       .at("format")

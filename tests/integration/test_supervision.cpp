@@ -196,13 +196,6 @@ bool alive(pid_t pid) {
     return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
 }
 
-std::string prompt_file(const std::string& dir, int n) {
-    std::string text;
-    for (int i = 0; i < n; ++i) text += "a red circle number " + std::to_string(i) + "\n";
-    const std::string path = dir + "/prompts.txt";
-    std::ofstream(path) << text;
-    return path;
-}
 }  // namespace
 
 TEST_CASE("SIGKILL to dp-launch alone also kills a daemon a rank started with setsid") {
@@ -280,28 +273,41 @@ TEST_CASE(
     check_nothing_left(launch.marker());
 }
 
+namespace {
+// Two fake-worker ranks on `prompts` red-circle prompts, with `env`, under --rank-timeout
+// `rank_timeout` and a 1 s --shutdown-grace, writing to dir/out: dp-launch must end the job as a
+// hang (75) within `within` seconds and leave nothing behind. What it said.
+LaunchResult hang_ended(const std::string& dir, const std::string& rank_timeout, int prompts,
+                        const std::map<std::string, std::string>& env, double within) {
+    std::vector<std::string> args = {"-n", "2", "--rank-timeout", rank_timeout, "--shutdown-grace", "1"};
+    args.insert(args.end(), {"--worker", worker_bin(), "-o", dir + "/out", red_circle_prompts(dir, prompts)});
+    Launch launch(args, env);
+    LaunchResult r = launch.wait(30);
+    INFO(r.err);
+    CHECK(r.exit_code == 75);
+    CHECK(r.seconds < within);
+    check_nothing_left(launch.marker());
+    return r;
+}
+}  // namespace
+
 TEST_CASE("a rank stopped with SIGSTOP ends the main job within --rank-timeout, named with its step") {
     const std::string dir = make_temp_dir();
-    Launch launch(
-        {"-n", "2", "--rank-timeout", "1", "--shutdown-grace", "1", "--worker", worker_bin(), "-o",
-         dir + "/out", prompt_file(dir, 4)},
-        {{"DP_TEST_FAKE_STOP", "1:6"}, {"DP_TEST_FAKE_STEPS", "4"}, {"DP_TEST_FAKE_STEP_MS", "20"}});
-    LaunchResult r = launch.wait(30);
-    CHECK(r.exit_code == 75);
-    CHECK(r.seconds < 6);
+    const LaunchResult r = hang_ended(
+        dir, "1", 4,
+        {{"DP_TEST_FAKE_STOP", "1:6"}, {"DP_TEST_FAKE_STEPS", "4"}, {"DP_TEST_FAKE_STEP_MS", "20"}}, 6);
     INFO(r.err);
     CHECK(r.err.find("rank 1 hung while step 2 of 4 of prompt 1: no heartbeat for") != std::string::npos);
     CHECK(r.err.find("(--rank-timeout 1.00 s); its process is stopped") != std::string::npos);
     CHECK(r.err.find("<- silent") != std::string::npos);
     CHECK(file_exists(dir + "/out/manifest.jsonl"));
-    check_nothing_left(launch.marker());
 }
 
 TEST_CASE("a rank that waits for the others longer than --rank-timeout is not hung while another works") {
     const std::string dir = make_temp_dir();
     // Rank 1's 4 x 4 steps take 2.4 s; rank 0 is done in 0.3 s and waits 2.5 s for it.
     LaunchResult r = run_launch({"-n", "2", "--rank-timeout", "0.5", "--worker", worker_bin(), "-o",
-                                 dir + "/out", prompt_file(dir, 2)},
+                                 dir + "/out", red_circle_prompts(dir, 2)},
                                 {{"DP_TEST_FAKE_WAIT_S", "0:2.5"}, {"DP_TEST_FAKE_STEP_MS", "1:150"}});
     INFO(r.err);
     CHECK(r.err.find("hung") == std::string::npos);
@@ -311,32 +317,22 @@ TEST_CASE("a rank that waits for the others longer than --rank-timeout is not hu
 TEST_CASE("a rank stopped while it waits for the others is a hang within --rank-timeout, named") {
     const std::string dir = make_temp_dir();
     // Rank 1 finishes its share and stops (SIGSTOP) while waiting; rank 0 still works, then waits.
-    Launch launch(
-        {"-n", "2", "--rank-timeout", "1", "--shutdown-grace", "1", "--worker", worker_bin(), "-o",
-         dir + "/out", prompt_file(dir, 4)},
-        {{"DP_TEST_FAKE_STOP", "1:0"}, {"DP_TEST_FAKE_STEP_MS", "0:100"}, {"DP_TEST_FAKE_WAIT_S", "0:30"}});
-    LaunchResult r = launch.wait(30);
+    const LaunchResult r = hang_ended(
+        dir, "1", 4,
+        {{"DP_TEST_FAKE_STOP", "1:0"}, {"DP_TEST_FAKE_STEP_MS", "0:100"}, {"DP_TEST_FAKE_WAIT_S", "0:30"}},
+        8);  // not the collective timeout
     INFO(r.err);
-    CHECK(r.exit_code == 75);
-    CHECK(r.seconds < 8);  // not the collective timeout
     CHECK(r.err.find("rank 1 hung while waiting") != std::string::npos);
     CHECK(r.err.find("(--rank-timeout 1.00 s); its process is stopped") != std::string::npos);
-    check_nothing_left(launch.marker());
 }
 
 TEST_CASE("every rank waiting past --rank-timeout is a hang: nobody is working") {
     const std::string dir = make_temp_dir();
-    Launch launch({"-n", "2", "--rank-timeout", "0.5", "--shutdown-grace", "1", "--worker", worker_bin(),
-                   "-o", dir + "/out", prompt_file(dir, 2)},
-                  {{"DP_TEST_FAKE_WAIT_S", "30"}});
-    LaunchResult r = launch.wait(30);
+    const LaunchResult r = hang_ended(dir, "0.5", 2, {{"DP_TEST_FAKE_WAIT_S", "30"}}, 8);
     INFO(r.err);
-    CHECK(r.exit_code == 75);
-    CHECK(r.seconds < 8);
     CHECK(r.err.find(
               "every running rank has waited for the others for more than --rank-timeout 0.50 s, so none "
               "is working: rank ") != std::string::npos);
-    check_nothing_left(launch.marker());
 }
 
 TEST_CASE("a rank stopped while it loads is a hang after --rank-timeout, before --load-timeout") {
@@ -349,7 +345,7 @@ TEST_CASE("a rank stopped while it loads is a hang after --rank-timeout, before 
                              "kill -STOP $$\nexec sleep 60\n";
     chmod(script.c_str(), 0755);
     Launch launch({"-n", "1", "--load-timeout", "600", "--rank-timeout", "1", "--shutdown-grace", "1",
-                   "--worker", script, "-o", dir + "/out", prompt_file(dir, 1)});
+                   "--worker", script, "-o", dir + "/out", red_circle_prompts(dir, 1)});
     LaunchResult r = launch.wait(30);
     INFO(r.err);
     CHECK(r.exit_code == 75);
@@ -365,7 +361,7 @@ TEST_CASE("a rank that never sends a heartbeat is hung after --load-timeout") {
     std::ofstream(script) << "#!/bin/sh\nexec sleep 60\n";
     chmod(script.c_str(), 0755);
     LaunchResult r = run_launch({"-n", "1", "--load-timeout", "0.5", "--shutdown-grace", "0.5", "--worker",
-                                 script, "-o", dir + "/out", prompt_file(dir, 1)});
+                                 script, "-o", dir + "/out", red_circle_prompts(dir, 1)});
     CHECK(r.exit_code == 75);
     CHECK(r.err.find("rank 0 hung while starting (no heartbeat yet)") != std::string::npos);
     CHECK(r.err.find("(--load-timeout 0.50 s)") != std::string::npos);

@@ -2,8 +2,8 @@
 // A golden case's call (scripts/golden/*.py write them in their files' metadata) as a request:
 // prompt, negative_prompt (when given and not null), seed, steps, width, height, and the call
 // arguments the case sets (guidance_scale, true_cfg_scale, max_sequence_length, skip-layer
-// guidance); a case of several prompts as its requests; and the repository path of a case's
-// "folder" or "file".
+// guidance); a case of several prompts as its requests; the cases a golden file holds; and the
+// repository path of a case's "folder" or "file".
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -44,6 +44,12 @@ inline std::vector<runtime::GenerateRequest> golden_requests(const nlohmann::jso
         out.push_back(golden_request(one));
     }
     return out;
+}
+
+// The cases (calls and their settings) in a golden file's metadata.
+template <class File>
+nlohmann::json golden_cases(const File& file) {
+    return nlohmann::json::parse(file->metadata().at("cases"));
 }
 
 // `relative` (to the repository's root) as a path.

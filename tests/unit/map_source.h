@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/parallel/parallel_linear.h"
+#include "unit/doctest_torch.h"
 
 namespace dp::test {
 
@@ -25,5 +26,13 @@ class MapSource : public dp::runtime::ShardSource {
         return take(name, shape).narrow(dim, start, length).contiguous();
     }
 };
+
+// Layer "l" of seeded weights, 10 features in and 12 out: what the tests of load-time refusals load.
+inline MapSource seeded_layer_l() {
+    MapSource source;
+    source.tensors["l.weight"] = seeded({12, 10}, 1);
+    source.tensors["l.bias"] = seeded({12}, 2);
+    return source;
+}
 
 }  // namespace dp::test

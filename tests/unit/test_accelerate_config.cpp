@@ -13,25 +13,15 @@
 #include "cli/accelerate_config.h"
 #include "cli/command_line.h"
 #include "launcher/errors.h"
+#include "unit/fake_env.h"
 #include "unit/test_support.h"
 
 using dp::cli::CommandLine;
+using dp::test::parse;
 
 namespace {
 
-struct Env {
-    std::map<std::string, std::string> vars;
-    dp::cli::EnvLookup lookup() const {
-        return [this](const char* name) -> const char* {
-            auto it = vars.find(name);
-            return it == vars.end() ? nullptr : it->second.c_str();
-        };
-    }
-};
-
-CommandLine parse(const std::vector<std::string>& args, const Env& env = {}) {
-    return dp::cli::parse_command_line(args, env.lookup());
-}
+using Env = dp::test::FakeEnv;
 
 std::string write_file(const std::string& name, const std::string& text) {
     const std::string path = "/tmp/dp_launch_yaml_" + std::to_string(getpid()) + "_" + name;
@@ -267,26 +257,8 @@ namespace {
 
 // `srun --ntasks-per-node=4 dp-launch ...` on node02 of 2: the task of local rank 2, global rank 6.
 Env slurm_task(int local_rank) {
-    Env env;
-    env.vars = {
-        {"SLURM_JOB_ID", "1234"},
-        {"SLURM_STEP_ID", "0"},
-        {"SLURM_NNODES", "2"},
-        {"SLURM_STEP_NUM_NODES", "2"},
-        {"SLURM_NODEID", "1"},
-        {"SLURM_PROCID", std::to_string(4 + local_rank)},
-        {"SLURM_LOCALID", std::to_string(local_rank)},
-        {"SLURM_NTASKS", "8"},
-        {"SLURM_STEP_NUM_TASKS", "8"},
-        {"SLURM_NTASKS_PER_NODE", "4"},
-        {"SLURM_TASKS_PER_NODE", "4(x2)"},
-        {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"},
-        {"SLURM_JOB_NODELIST", "node[01-02]"},
-        {"SLURM_STEP_NODELIST", "node[01-02]"},
-        {"SLURMD_NODENAME", "node02"},
-        {"SLURM_GPUS_ON_NODE", "4"},
-        {"SLURM_STEP_GPUS", "4,5,6,7"},
-    };
+    Env env{dp::test::slurm_node02_task(local_rank)};
+    env.vars["SLURM_STEP_GPUS"] = "4,5,6,7";
     return env;
 }
 

@@ -67,6 +67,21 @@ std::string read_step_cache(const nlohmann::json& j, dp::protocol::StepCache& ou
     return why;
 }
 
+// A prompt line of `text` alone.
+PromptRecord prompt_line(const std::string& text) {
+    PromptRecord p;
+    p.prompt = text;
+    return p;
+}
+
+// What a prompt line that sets `key` to `value` is refused with under `job`, or "".
+std::string prompt_key_problem(const std::string& key, double value, const JobOptions& job,
+                               const ModelInfo& rules) {
+    PromptRecord p = prompt_line("x");
+    p.arguments.set(key, value);
+    return prompt_setting_problem(p, job, rules);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -80,8 +95,7 @@ TEST_CASE(
     CHECK(rules.sizes.check(1000) ==
           "this model makes sizes that are multiples of 16 from 16 to 98304 pixels "
           "(nearest: 992 or 1008)");
-    PromptRecord p;
-    p.prompt = "a cat";
+    PromptRecord p = prompt_line("a cat");
     const dp::protocol::JobRequest q = job_request(p, job, rules);
     CHECK(q.steps == 50);
     CHECK(q.arguments.number("true_cfg_scale") == 4.0);
@@ -115,8 +129,7 @@ TEST_CASE(
     "SD3's defaults stay StableDiffusion3Pipeline's, and its negative prompt is \"\" when none is given") {
     const JobOptions job = job_on("tiny-random-sd3");
     const ModelInfo rules = read_model_info(job.model);
-    PromptRecord p;
-    p.prompt = "a cat";
+    PromptRecord p = prompt_line("a cat");
     const dp::protocol::JobRequest q = job_request(p, job, rules);
     CHECK(q.steps == 28);
     CHECK(q.arguments.number("guidance_scale") == 7.0);
@@ -142,14 +155,9 @@ TEST_CASE("a flag or key of another family is refused, naming the family and wha
     CHECK(has(bad[1], "--skip-guidance-layers: Qwen-Image does not take skip_guidance_layers"));
     CHECK(bad[2] == "--no-t5: Qwen-Image has no T5 text encoder to leave out");
 
-    PromptRecord p;
-    p.prompt = "x";
-    p.arguments.set("guidance_scale", 3.0);
-    CHECK(has(prompt_setting_problem(p, job_on("qwen-image"), qwen_rules),
+    CHECK(has(prompt_key_problem("guidance_scale", 3.0, job_on("qwen-image"), qwen_rules),
               "key 'guidance_scale': Qwen-Image does not take guidance_scale"));
-    p.arguments.erase("guidance_scale");
-    p.arguments.set("skip_layer_guidance_start", 0.1);
-    CHECK(has(prompt_setting_problem(p, job_on("qwen-image"), qwen_rules),
+    CHECK(has(prompt_key_problem("skip_layer_guidance_start", 0.1, job_on("qwen-image"), qwen_rules),
               "key 'skip_layer_guidance_start': Qwen-Image does not take"));
 
     JobOptions sd3 = job_on("tiny-random-sd3");
@@ -162,10 +170,7 @@ TEST_CASE("a flag or key of another family is refused, naming the family and wha
     CHECK(has(sd3_bad[0], "--true-cfg-scale: SD3 does not take true_cfg_scale"));
     CHECK(has(sd3_bad[0], "its guidance scale is guidance_scale"));
     CHECK(sd3_bad[1] == "--max-sequence-length 600 is more than SD3's pipeline accepts (1 to 512)");
-    PromptRecord t;
-    t.prompt = "x";
-    t.arguments.set("true_cfg_scale", 4.0);
-    CHECK(has(prompt_setting_problem(t, job_on("tiny-random-sd3"), sd3_rules),
+    CHECK(has(prompt_key_problem("true_cfg_scale", 4.0, job_on("tiny-random-sd3"), sd3_rules),
               "key 'true_cfg_scale': SD3 does not"));
 
     JobOptions both = job_on("qwen-image");
@@ -205,8 +210,7 @@ TEST_CASE(
     CHECK(rules.sizes.multiple() == 16);  // 8 pixels a latent, packed 2x2 before a transformer of patch 1
     CHECK(rules.sizes.default_side == 1024);
     CHECK(rules.shape.layers == 19 + 38);  // double- then single-stream blocks
-    PromptRecord p;
-    p.prompt = "a cat";
+    PromptRecord p = prompt_line("a cat");
     const dp::protocol::JobRequest q = job_request(p, job, rules);
     CHECK(q.steps == 28);
     CHECK(q.arguments.number("guidance_scale") == 3.5);
@@ -250,8 +254,7 @@ TEST_CASE(
     const JobOptions job = job_on("flux.1-schnell");
     const ModelInfo rules = read_model_info(job.model);
     CHECK(rules.family_name == "FLUX.1-schnell");
-    PromptRecord p;
-    p.prompt = "a cat";
+    PromptRecord p = prompt_line("a cat");
     const dp::protocol::JobRequest q = job_request(p, job, rules);
     CHECK(q.steps == 4);
     CHECK(q.arguments.whole("max_sequence_length") == 256);
@@ -271,10 +274,7 @@ TEST_CASE(
     p.arguments.set("max_sequence_length", int64_t{600});
     CHECK(prompt_setting_problem(p, set, rules) ==
           "key 'max_sequence_length': 600 is more than FLUX.1-schnell's pipeline accepts (1 to 512)");
-    PromptRecord skip;
-    skip.prompt = "x";
-    skip.arguments.set("skip_layer_guidance_scale", 2.0);
-    CHECK(has(prompt_setting_problem(skip, set, rules),
+    CHECK(has(prompt_key_problem("skip_layer_guidance_scale", 2.0, set, rules),
               "key 'skip_layer_guidance_scale': FLUX.1-schnell does not take skip_layer_guidance_scale"));
 }
 
@@ -286,8 +286,7 @@ TEST_CASE(
                                     R"({"_comment": "chosen on a validation set", "guidance_scale": 2.5,
                                         "num_inference_steps": 12, "max_sequence_length": 77})");
     const ModelInfo rules = read_model_info(job.model);
-    PromptRecord p;
-    p.prompt = "a cat";
+    PromptRecord p = prompt_line("a cat");
     dp::protocol::JobRequest q = job_request(p, job, rules);
     CHECK(q.arguments.number("guidance_scale") == 2.5);
     CHECK(q.steps == 12);
@@ -307,9 +306,7 @@ TEST_CASE(
     JobOptions qwen;
     qwen.model =
         model_with_defaults("qwen-image", "qwen", R"({"true_cfg_scale": 1.5, "num_inference_steps": 30})");
-    PromptRecord r;
-    r.prompt = "a cat";
-    const dp::protocol::JobRequest w = job_request(r, qwen, read_model_info(qwen.model));
+    const dp::protocol::JobRequest w = job_request(prompt_line("a cat"), qwen, read_model_info(qwen.model));
     CHECK(w.arguments.number("true_cfg_scale") == 1.5);
     CHECK(w.steps == 30);
 

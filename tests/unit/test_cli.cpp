@@ -21,24 +21,13 @@
 #include "launcher/system_info.h"
 #include "protocol/job_file.h"
 
+#include "unit/fake_env.h"
+
 using dp::cli::CommandLine;
-using dp::cli::parse_command_line;
+using dp::test::FakeEnv;
+using dp::test::parse;
 
 namespace {
-
-struct FakeEnv {
-    std::map<std::string, std::string> vars;
-    dp::cli::EnvLookup lookup() const {
-        return [this](const char* name) -> const char* {
-            auto it = vars.find(name);
-            return it == vars.end() ? nullptr : it->second.c_str();
-        };
-    }
-};
-
-CommandLine parse(std::vector<std::string> args, const FakeEnv& env = {}) {
-    return parse_command_line(args, env.lookup());
-}
 
 std::string temp_path(const std::string& name) {
     return "/tmp/dp_launch_test_" + std::to_string(getpid()) + "_" + name;

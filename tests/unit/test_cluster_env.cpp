@@ -7,10 +7,14 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "launcher/cluster_env.h"
 #include "launcher/errors.h"
+#include "unit/fake_env.h"
 
 using namespace dp::launcher;
 
@@ -29,34 +33,57 @@ std::string usage_error(const std::function<void()>& f) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// Each row's changes to `base` (an empty value unsets the variable) make auto-detection refuse it,
+// saying the row's text.
+void check_refusals(const Environment& base, const std::vector<std::pair<Environment, std::string>>& rows) {
+    for (const auto& [changes, says] : rows) {
+        CAPTURE(says);
+        Environment env = base;
+        for (const auto& [k, v] : changes)
+            if (v.empty())
+                env.erase(k);
+            else
+                env[k] = v;
+        CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), says));
+    }
+}
+
+// Where an allocation puts this process: what found it, whether each task is one rank, the rank
+// of the world, the local rank of the node's, and the node of the nodes.
+struct Place {
+    ClusterKind kind;
+    std::string name;
+    bool per_rank;
+    int rank, world_size, local_rank, local_world_size, node_rank, nnodes;
+};
+
+void check_place(const std::optional<ClusterAllocation>& a, const Place& want) {
+    REQUIRE(a);
+    CHECK(a->kind == want.kind);
+    CHECK(a->name == want.name);
+    CHECK(a->per_rank == want.per_rank);
+    CHECK(a->rank == want.rank);
+    CHECK(a->world_size == want.world_size);
+    CHECK(a->local_rank == want.local_rank);
+    CHECK(a->local_world_size == want.local_world_size);
+    CHECK(a->node_rank == want.node_rank);
+    CHECK(a->nnodes == want.nnodes);
+}
+
 // `srun --nodes=2 --ntasks-per-node=4 --gpus-per-node=4` in job 1234 on node01,node02: the task
 // with global rank 5, the second task on node02.
 Environment slurm_per_rank_task() {
-    return {
-        {"SLURM_JOB_ID", "1234"},
+    Environment env = dp::test::slurm_node02_task(1);
+    env.insert({
         {"SLURM_JOBID", "1234"},
-        {"SLURM_STEP_ID", "0"},
         {"SLURM_STEPID", "0"},
-        {"SLURM_NNODES", "2"},
         {"SLURM_JOB_NUM_NODES", "2"},
-        {"SLURM_STEP_NUM_NODES", "2"},
-        {"SLURM_NODEID", "1"},
-        {"SLURM_PROCID", "5"},
-        {"SLURM_LOCALID", "1"},
-        {"SLURM_NTASKS", "8"},
         {"SLURM_NPROCS", "8"},
-        {"SLURM_STEP_NUM_TASKS", "8"},
-        {"SLURM_NTASKS_PER_NODE", "4"},
-        {"SLURM_TASKS_PER_NODE", "4(x2)"},
-        {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"},
-        {"SLURM_JOB_NODELIST", "node[01-02]"},
-        {"SLURM_STEP_NODELIST", "node[01-02]"},
         {"SLURM_NODELIST", "node[01-02]"},
-        {"SLURMD_NODENAME", "node02"},
-        {"SLURM_GPUS_ON_NODE", "4"},
         {"SLURM_STEP_GPUS", "0,1,2,3"},
         {"CUDA_VISIBLE_DEVICES", "0,1,2,3"},
-    };
+    });
+    return env;
 }
 
 // `srun --nodes=4 --ntasks-per-node=1 dp-launch ...` in job 987654321: the task on the third node.
@@ -166,16 +193,7 @@ TEST_CASE("--cluster accepts auto, none, slurm, mpi and env") {
 
 TEST_CASE("Slurm, one task per rank: this process is rank SLURM_PROCID and does not spawn") {
     auto a = detect_cluster(slurm_per_rank_task(), ClusterChoice::kAuto);
-    REQUIRE(a);
-    CHECK(a->kind == ClusterKind::kSlurm);
-    CHECK(a->name == "Slurm job 1234");
-    CHECK(a->per_rank);
-    CHECK(a->nnodes == 2);
-    CHECK(a->node_rank == 1);
-    CHECK(a->rank == 5);
-    CHECK(a->local_rank == 1);
-    CHECK(a->world_size == 8);
-    CHECK(a->local_world_size == 4);
+    check_place(a, {ClusterKind::kSlurm, "Slurm job 1234", true, 5, 8, 1, 4, 1, 2});
     CHECK(a->hosts == Hosts{"node01", "node02"});
     CHECK(a->master_addr == "node01");
     CHECK(a->master_port == 21234);  // 20000 + 1234 % 20000
@@ -244,49 +262,26 @@ TEST_CASE("a Slurm batch script: one node is used as it is, more are refused wit
 }
 
 TEST_CASE("Slurm: inconsistent or missing values name the variable and its value") {
-    auto env = slurm_per_rank_task();
-    env["SLURM_NODEID"] = "2";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "SLURM_NODEID=2"));
-    env = slurm_per_rank_task();
-    env["SLURM_NNODES"] = env["SLURM_STEP_NUM_NODES"] = "two";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "SLURM_STEP_NUM_NODES 'two'"));
-    env = slurm_per_rank_task();
-    env["SLURM_PROCID"] = "8";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "SLURM_PROCID=8"));
-    env = slurm_per_rank_task();
-    env.erase("SLURM_LOCALID");
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "SLURM_LOCALID is not set"));
-    env = slurm_per_rank_task();
-    env["SLURM_STEP_NODELIST"] = "node[01-03]";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "SLURM_STEP_NODELIST=node[01-03]"));
-    env = slurm_per_rank_task();
-    env["SLURM_JOB_ID"] = "12x";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "SLURM_JOB_ID '12x'"));
-    // srun -n 3 on two nodes: 2 and 1 tasks. world = nnodes * ranks per node cannot hold it.
-    env = slurm_per_rank_task();
-    env["SLURM_NTASKS"] = env["SLURM_STEP_NUM_TASKS"] = "3";
-    env["SLURM_STEP_TASKS_PER_NODE"] = "2,1";
-    env["SLURM_PROCID"] = "2";
-    env["SLURM_LOCALID"] = "0";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "same number of ranks on every node"));
+    check_refusals(
+        slurm_per_rank_task(),
+        {{{{"SLURM_NODEID", "2"}}, "SLURM_NODEID=2"},
+         {{{"SLURM_NNODES", "two"}, {"SLURM_STEP_NUM_NODES", "two"}}, "SLURM_STEP_NUM_NODES 'two'"},
+         {{{"SLURM_PROCID", "8"}}, "SLURM_PROCID=8"},
+         {{{"SLURM_LOCALID", ""}}, "SLURM_LOCALID is not set"},
+         {{{"SLURM_STEP_NODELIST", "node[01-03]"}}, "SLURM_STEP_NODELIST=node[01-03]"},
+         {{{"SLURM_JOB_ID", "12x"}}, "SLURM_JOB_ID '12x'"},
+         // srun -n 3 on two nodes: 2 and 1 tasks. world = nnodes * ranks per node cannot hold it.
+         {{{"SLURM_NTASKS", "3"},
+           {"SLURM_STEP_NUM_TASKS", "3"},
+           {"SLURM_STEP_TASKS_PER_NODE", "2,1"},
+           {"SLURM_PROCID", "2"},
+           {"SLURM_LOCALID", "0"}},
+          "same number of ranks on every node"}});
 }
 
 TEST_CASE("Open MPI: mpirun -np 8 over two hosts") {
     auto a = detect_cluster(open_mpi_rank(), ClusterChoice::kAuto);
-    REQUIRE(a);
-    CHECK(a->kind == ClusterKind::kMpi);
-    CHECK(a->name == "Open MPI");
-    CHECK(a->per_rank);
-    CHECK(a->rank == 6);
-    CHECK(a->world_size == 8);
-    CHECK(a->local_rank == 2);
-    CHECK(a->local_world_size == 4);
-    CHECK(a->nnodes == 2);
-    CHECK(a->node_rank == 1);
+    check_place(a, {ClusterKind::kMpi, "Open MPI", true, 6, 8, 2, 4, 1, 2});
     CHECK(a->master_addr.empty());
     CHECK(a->master_port == 0);
     CHECK(
@@ -301,19 +296,12 @@ TEST_CASE("Open MPI: mpirun -np 8 over two hosts") {
     CHECK(a->master_addr == "a");
     CHECK(a->master_port == 29400);
 
-    env = open_mpi_rank();
-    env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "3";  // 8 ranks, 3 here: uneven
-    env["OMPI_COMM_WORLD_LOCAL_RANK"] = "1";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "OMPI_COMM_WORLD_LOCAL_SIZE=3"));
-    env = open_mpi_rank();
-    env["OMPI_COMM_WORLD_RANK"] = "8";
-    CHECK(
-        contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "OMPI_COMM_WORLD_RANK=8"));
-    env = open_mpi_rank();
-    env.erase("OMPI_COMM_WORLD_LOCAL_RANK");
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "OMPI_COMM_WORLD_LOCAL_RANK is not set"));
+    check_refusals(open_mpi_rank(),
+                   {// 8 ranks, 3 here: uneven
+                    {{{"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}},
+                     "OMPI_COMM_WORLD_LOCAL_SIZE=3"},
+                    {{{"OMPI_COMM_WORLD_RANK", "8"}}, "OMPI_COMM_WORLD_RANK=8"},
+                    {{{"OMPI_COMM_WORLD_LOCAL_RANK", ""}}, "OMPI_COMM_WORLD_LOCAL_RANK is not set"}});
 }
 
 TEST_CASE("mpirun inside a Slurm job: the ranks' OMPI_COMM_WORLD_* win over the daemons' SLURM_*") {
@@ -340,16 +328,8 @@ TEST_CASE("mpirun inside a Slurm job: the ranks' OMPI_COMM_WORLD_* win over the 
 TEST_CASE("MPICH / Intel MPI (Hydra): PMI_RANK, PMI_SIZE and MPI_LOCALRANKID") {
     Environment env = {{"PMI_RANK", "3"},        {"PMI_SIZE", "4"},        {"PMI_FD", "6"},
                        {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}, {"PMI_JOBID", "kvs_1_0"}};
-    auto a = detect_cluster(env, ClusterChoice::kAuto);
-    REQUIRE(a);
-    CHECK(a->kind == ClusterKind::kMpi);
-    CHECK(a->name == "MPI (PMI)");
-    CHECK(a->rank == 3);
-    CHECK(a->world_size == 4);
-    CHECK(a->local_rank == 1);
-    CHECK(a->local_world_size == 2);
-    CHECK(a->nnodes == 2);
-    CHECK(a->node_rank == 1);
+    check_place(detect_cluster(env, ClusterChoice::kAuto),
+                {ClusterKind::kMpi, "MPI (PMI)", true, 3, 4, 1, 2, 1, 2});
     env.erase("MPI_LOCALRANKID");
     const std::string what = usage_error([&] { detect_cluster(env, ClusterChoice::kMpi); });
     CHECK(contains(what, "PMI_LOCAL_RANK or MPI_LOCALRANKID is not set"));
@@ -357,14 +337,8 @@ TEST_CASE("MPICH / Intel MPI (Hydra): PMI_RANK, PMI_SIZE and MPI_LOCALRANKID") {
 
 TEST_CASE("a PyTorchJob pod: PET_* describe the node, and its dp-launch spawns the ranks") {
     auto a = detect_cluster(pytorchjob_pod(), ClusterChoice::kAuto);
-    REQUIRE(a);
-    CHECK(a->kind == ClusterKind::kEnv);
-    CHECK(a->name == "PyTorchJob (PET_*)");
-    CHECK_FALSE(a->per_rank);
-    CHECK(a->nnodes == 2);
-    CHECK(a->node_rank == 1);
-    CHECK(a->local_world_size == 4);
-    CHECK(a->world_size == 8);
+    // Per node, rank and local rank are 0.
+    check_place(a, {ClusterKind::kEnv, "PyTorchJob (PET_*)", false, 0, 8, 0, 4, 1, 2});
     CHECK(a->master_addr == "pytorch-simple-master-0");
     CHECK(a->master_port == 23456);
     CHECK(describe_allocation(*a) ==
@@ -377,28 +351,15 @@ TEST_CASE("a PyTorchJob pod: PET_* describe the node, and its dp-launch spawns t
     CHECK(a->local_world_size == 0);
     env["PET_NNODES"] = "1:4";
     CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "PET_NNODES=1:4"));
-    env = pytorchjob_pod();
-    env["PET_NODE_RANK"] = "2";
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }), "PET_NODE_RANK=2"));
-    env = pytorchjob_pod();
-    env.erase("PET_NODE_RANK");
-    CHECK(contains(usage_error([&] { detect_cluster(env, ClusterChoice::kAuto); }),
-                   "PET_NODE_RANK is not set"));
+    check_refusals(pytorchjob_pod(), {{{{"PET_NODE_RANK", "2"}}, "PET_NODE_RANK=2"},
+                                      {{{"PET_NODE_RANK", ""}}, "PET_NODE_RANK is not set"}});
 }
 
 TEST_CASE("an operator's RANK/WORLD_SIZE: one rank per pod, or torchrun's full set") {
     Environment pod = {
         {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.5"}, {"MASTER_PORT", "29500"}};
     auto a = detect_cluster(pod, ClusterChoice::kAuto);
-    REQUIRE(a);
-    CHECK(a->kind == ClusterKind::kEnv);
-    CHECK(a->name == "RANK/WORLD_SIZE from the environment");
-    CHECK(a->per_rank);
-    CHECK(a->rank == 3);
-    CHECK(a->local_rank == 0);
-    CHECK(a->local_world_size == 1);
-    CHECK(a->nnodes == 4);
-    CHECK(a->node_rank == 3);
+    check_place(a, {ClusterKind::kEnv, "RANK/WORLD_SIZE from the environment", true, 3, 4, 0, 1, 3, 4});
     CHECK(a->master_addr == "10.0.0.5");
     CHECK(a->master_port == 29500);
 

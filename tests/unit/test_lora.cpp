@@ -34,10 +34,8 @@ std::shared_ptr<SafetensorsFile> golden() {
     return SafetensorsFile::open(golden_path("lora_pipeline.safetensors"));
 }
 
-nlohmann::json cases() { return nlohmann::json::parse(golden()->metadata().at("cases")); }
-
 std::string folder_of(const nlohmann::json& c) {
-    return std::string(DP_GOLDEN_DIR) + "/../../../" + c.at("folder").get<std::string>();
+    return dp::test::repository_path(c.at("folder").get<std::string>());
 }
 
 GenerateRequest request_of(const nlohmann::json& c) {
@@ -140,7 +138,7 @@ TEST_CASE(
     "adapters made by peft and saved by diffusers give diffusers' images, switched per request without "
     "drift") {
     const auto file = golden();
-    const nlohmann::json all = cases();
+    const nlohmann::json all = dp::test::golden_cases(golden());
     std::map<std::string, std::vector<std::string>> by_family;
     for (const auto& [name, c] : all.items()) by_family[c.at("family").get<std::string>()].push_back(name);
     int checked = 0;
@@ -195,7 +193,7 @@ TEST_CASE(
 }
 
 TEST_CASE("an adapter gives the single-process image under tp2, ulysses2, ring2 and cfg2") {
-    const nlohmann::json all = cases();
+    const nlohmann::json all = dp::test::golden_cases(golden());
     for (const char* name : {"flux_kohya", "sd3_all", "qwen_peft"}) {
         CAPTURE(name);
         const nlohmann::json& c = all.at(name);
@@ -232,7 +230,7 @@ TEST_CASE("an adapter gives the single-process image under tp2, ulysses2, ring2 
 }
 
 TEST_CASE("with offload, each use builds its component with the request's adapters") {
-    const nlohmann::json all = cases();
+    const nlohmann::json all = dp::test::golden_cases(golden());
     for (const char* name : {"qwen_peft", "flux_kohya"}) {
         CAPTURE(name);
         const nlohmann::json& c = all.at(name);

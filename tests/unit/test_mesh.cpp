@@ -10,11 +10,7 @@
 using namespace dp::strategies;
 
 TEST_CASE("tp is innermost, dp outermost, and every rank has one place") {
-    MeshDegrees d;
-    d.dp = 2;
-    d.cfg = 2;
-    d.ulysses = 2;
-    d.tp = 2;
+    const MeshDegrees d{/*dp=*/2, /*cfg=*/2, /*ring=*/1, /*ulysses=*/2, /*tp=*/2};
     const Mesh mesh(16, d);
     CHECK(mesh.group(0, MeshDim::kTp) == std::vector<int>{0, 1});  // adjacent ranks
     CHECK(mesh.group(0, MeshDim::kUlysses) == std::vector<int>{0, 2});

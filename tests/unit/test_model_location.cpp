@@ -22,6 +22,7 @@
 #include "strategies/family.h"
 #include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
+#include "unit/fake_env.h"
 #include "unit/test_support.h"
 
 namespace fs = std::filesystem;
@@ -34,15 +35,7 @@ const std::string kMain = "0123456789abcdef0123456789abcdef01234567";
 const std::string kV2 = "fedcba9876543210fedcba9876543210fedcba98";
 const std::string kOther = "0123456f00000000000000000000000000000000";  // shares 7 digits with kMain
 
-struct Env {
-    std::map<std::string, std::string> vars;
-    EnvLookup lookup() const {
-        return [this](const char* name) -> const char* {
-            auto it = vars.find(name);
-            return it == vars.end() ? nullptr : it->second.c_str();
-        };
-    }
-};
+using Env = dp::test::FakeEnv;
 
 std::string real(const std::string& path) {
     char buf[PATH_MAX];

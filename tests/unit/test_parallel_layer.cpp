@@ -233,9 +233,7 @@ TEST_CASE("ParallelLinear column, row and segmented splits equal at::linear on t
     }
     // Splitting a segmented input as if it were one segment gives another answer.
     CHECK(linear_difference(TpSplit::kRowSegments, {1, 2}, 2, /*naive_input=*/true) > 1e-3);
-    MapSource source;
-    source.tensors["l.weight"] = seeded({12, 10}, 1);
-    source.tensors["l.bias"] = seeded({12}, 2);
+    MapSource source = dp::test::seeded_layer_l();
     CHECK_THROWS_WITH_AS(
         ParallelLinear::load(source, "l", 10, 12, {".l", TpSplit::kRow, {}}, {nullptr, 0, 3}),
         doctest::Contains("do not divide by the tensor-parallel degree 3"), ModelError);

@@ -219,16 +219,23 @@ std::string plan_of(const std::string& model, int tp, const std::vector<std::str
 
 std::string bytes_in(long long n) { return "(" + std::to_string(n) + ")"; }
 
+// `check` on each config-only folder, with its transformer's config and closed-form counts.
+template <class Check>
+void for_config_only(Check check) {
+    for (const char* name : kConfigOnly) {
+        CAPTURE(name);
+        const std::string model = dp::launcher::resolve_model(name, "--model");
+        const nlohmann::json tc = config_of(model, "transformer/config.json");
+        check(model, tc, sd3_transformer_counts(tc));
+    }
+}
+
 }  // namespace
 
 TEST_CASE("config-only folders: every tensor manifest agrees with its config, in closed form") {
     // A manifest left behind when a config changes (scripts/models/make_config_folders.py writes
     // both) disagrees here: with the total, a block's count, or the tensors a setting adds.
-    for (const char* name : kConfigOnly) {
-        CAPTURE(name);
-        const std::string model = dp::launcher::resolve_model(name, "--model");
-        const nlohmann::json tc = config_of(model, "transformer/config.json");
-        const TransformerCounts t = sd3_transformer_counts(tc);
+    for_config_only([](const std::string& model, const nlohmann::json& tc, const TransformerCounts& t) {
         const auto transformer = dp::strategies::tensor_element_counts(model + "/transformer");
         CHECK(sum_counts(transformer) == t.total);
         for (std::size_t i = 0; i < t.blocks.size(); ++i) {
@@ -251,7 +258,7 @@ TEST_CASE("config-only folders: every tensor manifest agrees with its config, in
         CHECK(sum_counts(vae, "decoder.") == decoder);
         CHECK(sum_counts(vae, "encoder.") == encoder);
         CHECK(sum_counts(vae) == decoder + encoder);
-    }
+    });
     // The published sizes, as a reader knows them: SD3.5 large's MMDiT is 8.1 B parameters, T5-XXL's
     // encoder 4.76 B, CLIP-G 695 M, CLIP-L 124 M.
     const std::string large = dp::launcher::resolve_model("sd3.5-large", "--model");
@@ -260,11 +267,7 @@ TEST_CASE("config-only folders: every tensor manifest agrees with its config, in
 }
 
 TEST_CASE("plan: the shipped config-only folders at real size, per rank and per step") {
-    for (const char* name : kConfigOnly) {
-        CAPTURE(name);
-        const std::string model = dp::launcher::resolve_model(name, "--model");
-        const nlohmann::json tc = config_of(model, "transformer/config.json");
-        const TransformerCounts t = sd3_transformer_counts(tc);
+    for_config_only([](const std::string& model, const nlohmann::json& tc, const TransformerCounts& t) {
         const long long whole = t.total - t.split;
         const long long others = clip_counts(config_of(model, "text_encoder/config.json")) +
                                  clip_counts(config_of(model, "text_encoder_2/config.json")) +
@@ -302,7 +305,7 @@ TEST_CASE("plan: the shipped config-only folders at real size, per rank and per 
         CHECK(has(plan_of(model, 2, {"--no-t5"}), " px -> 4096 image tokens, 78 text tokens\n"));
         CHECK(has(plan_of(model, 2, {"--max-sequence-length", "77"}),
                   " px -> 4096 image tokens, 154 text tokens\n"));
-    }
+    });
     // SD3.5 large at bf16 under tp 2: 7.7 GiB of the transformer a rank (AdaLN split too), 13.9
     // GiB with T5's half, 9.3 GiB without T5.
     const std::string large = dp::launcher::resolve_model("sd3.5-large", "--model");

@@ -9,6 +9,7 @@
 
 #include "launcher/errors.h"
 #include "launcher/prompt_file.h"
+#include "unit/test_support.h"
 
 using namespace dp::launcher;
 
@@ -93,20 +94,14 @@ TEST_CASE("JSONL: overrides, and each wrong key named with file:line") {
     CHECK(*r.name == "Red/../x");
     CHECK(*r.negative_prompt == "blur");
     CHECK_FALSE(f.prompts[1].seed.has_value());
-    REQUIRE(f.invalid.size() == 9);
-    const std::vector<std::string> expected = {
-        "p.jsonl:3: key 'prompt': empty",
-        "p.jsonl:4: unknown key 'colour'",
-        "p.jsonl:5: key 'steps': expected a whole number from 1 to 1000",
-        "p.jsonl:6: key 'seed': expected a whole number",
-        "p.jsonl:7: key 'prompt': expected a string",
-        "p.jsonl:8: missing key 'prompt'",
-        "p.jsonl:9: expected a JSON object",
-        "p.jsonl:10: key 'guidance_scale': expected a number",
-        "p.jsonl:11: not valid JSON",
-    };
-    for (std::size_t i = 0; i < expected.size(); ++i)
-        CHECK_MESSAGE(f.invalid[i].reason.find(expected[i]) == 0, f.invalid[i].reason);
+    dp::test::check_reasons(
+        f.invalid,
+        {"p.jsonl:3: key 'prompt': empty", "p.jsonl:4: unknown key 'colour'",
+         "p.jsonl:5: key 'steps': expected a whole number from 1 to 1000",
+         "p.jsonl:6: key 'seed': expected a whole number", "p.jsonl:7: key 'prompt': expected a string",
+         "p.jsonl:8: missing key 'prompt'", "p.jsonl:9: expected a JSON object",
+         "p.jsonl:10: key 'guidance_scale': expected a number", "p.jsonl:11: not valid JSON"},
+        /*at_start=*/true);
     CHECK(is_jsonl_name("x.JSONL"));
     CHECK_FALSE(is_jsonl_name("x.txt"));
     CHECK_FALSE(is_jsonl_name("-"));

@@ -26,22 +26,29 @@ TEST_CASE("every torchrun variable, for a rank on the second node") {
     spec.run_id = "job7";
     RankEnvInputs in{"10.0.0.1", 29500, 1, 16, 1234, ""};
     auto m = as_map(rank_variables(spec, in, 2, {}));
-    CHECK(m.at("RANK") == "6");  // 1 * 4 + 2
-    CHECK(m.at("LOCAL_RANK") == "2");
-    CHECK(m.at("WORLD_SIZE") == "12");
-    CHECK(m.at("LOCAL_WORLD_SIZE") == "4");
-    CHECK(m.at("GROUP_RANK") == "1");
-    CHECK(m.at("GROUP_WORLD_SIZE") == "3");
-    CHECK(m.at("ROLE_RANK") == "6");
-    CHECK(m.at("ROLE_WORLD_SIZE") == "12");
-    CHECK(m.at("ROLE_NAME") == "default");
-    CHECK(m.at("MASTER_ADDR") == "10.0.0.1");
-    CHECK(m.at("MASTER_PORT") == "29500");
-    CHECK(m.at("TORCHELASTIC_RESTART_COUNT") == "1");
-    CHECK(m.at("TORCHELASTIC_MAX_RESTARTS") == "2");
-    CHECK(m.at("TORCHELASTIC_RUN_ID") == "job7");
-    CHECK(m.at("OMP_NUM_THREADS") == "4");  // 16 cpus / 4 local processes
-    CHECK(m.at("DP_LAUNCHER_PID") == "1234");
+    const std::map<std::string, std::string> expected = {
+        {"RANK", "6"},  // 1 * 4 + 2
+        {"LOCAL_RANK", "2"},
+        {"WORLD_SIZE", "12"},
+        {"LOCAL_WORLD_SIZE", "4"},
+        {"GROUP_RANK", "1"},
+        {"GROUP_WORLD_SIZE", "3"},
+        {"ROLE_RANK", "6"},
+        {"ROLE_WORLD_SIZE", "12"},
+        {"ROLE_NAME", "default"},
+        {"MASTER_ADDR", "10.0.0.1"},
+        {"MASTER_PORT", "29500"},
+        {"TORCHELASTIC_RESTART_COUNT", "1"},
+        {"TORCHELASTIC_MAX_RESTARTS", "2"},
+        {"TORCHELASTIC_RUN_ID", "job7"},
+        {"OMP_NUM_THREADS", "4"},  // 16 cpus / 4 local processes
+        {"DP_LAUNCHER_PID", "1234"},
+    };
+    for (const auto& [name, value] : expected) {
+        CAPTURE(name);
+        REQUIRE(m.count(name) == 1);
+        CHECK(m.at(name) == value);
+    }
     CHECK(m.count("CUDA_VISIBLE_DEVICES") == 0);
 }
 

@@ -33,12 +33,6 @@ std::shared_ptr<SafetensorsFile> golden() {
     return SafetensorsFile::open(golden_path("single_file_pipeline.safetensors"));
 }
 
-nlohmann::json cases() { return nlohmann::json::parse(golden()->metadata().at("cases")); }
-
-std::string root_path(const std::string& relative) {
-    return std::string(DP_GOLDEN_DIR) + "/../../../" + relative;
-}
-
 GenerateRequest request_of(const nlohmann::json& c) {
     GenerateRequest r;
     r.prompt = c.at("prompt").get<std::string>();
@@ -54,8 +48,28 @@ GenerateRequest request_of(const nlohmann::json& c) {
 PipelineOptions options_for(const nlohmann::json& c) {
     PipelineOptions o;
     o.model_dir = std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev";
-    if (c.contains("file")) o.component_files["transformer"] = root_path(c.at("file").get<std::string>());
+    if (c.contains("file"))
+        o.component_files["transformer"] = dp::test::repository_path(c.at("file").get<std::string>());
     return o;
+}
+
+// The single-process pipeline's result for golden case `c`, which must not fail.
+GenerateResult generate_alone(const nlohmann::json& c) {
+    GenerateResult out = load_pipeline(options_for(c), ParallelContext::single())->generate(request_of(c));
+    REQUIRE(out.error.empty());
+    return out;
+}
+
+// Case `c`'s `request` on two ranks under `degrees`: each rank's latents are `alone`'s within 1e-5.
+void check_on_two_ranks(const nlohmann::json& c, const GenerateRequest& request, const at::Tensor& alone,
+                        const dp::strategies::MeshDegrees& degrees) {
+    std::vector<at::Tensor> out(2);
+    dp::test::run_ranks(2, [&](int rank, Communicator& group) {
+        const ParallelContext parallel(group, dp::strategies::Mesh(2, degrees));
+        out[static_cast<std::size_t>(rank)] =
+            load_pipeline(options_for(c), parallel)->generate(request).latents;
+    });
+    for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= 1e-5);
 }
 
 }  // namespace
@@ -64,14 +78,11 @@ TEST_CASE(
     "a FLUX.1 transformer from one file in Black Forest Labs' layout gives diffusers' from_single_file "
     "image") {
     const auto file = golden();
-    const nlohmann::json all = cases();
+    const nlohmann::json all = dp::test::golden_cases(golden());
     int checked = 0;
     for (const std::string name : {"bfl_bf16", "bfl_fp8", "bfl_scaled_fp8"}) {
         CAPTURE(name);
-        const nlohmann::json& c = all.at(name);
-        const GenerateResult out =
-            load_pipeline(options_for(c), ParallelContext::single())->generate(request_of(c));
-        REQUIRE(out.error.empty());
+        const GenerateResult out = generate_alone(all.at(name));
         const at::Tensor ref = load_tensor(file, name + ".latents", at::kFloat);
         const at::Tensor folder = load_tensor(file, "folder.latents", at::kFloat);
         const double diff = (out.latents.reshape(ref.sizes()) - ref).abs().max().item<double>();
@@ -89,7 +100,7 @@ TEST_CASE(
 }
 
 TEST_CASE("a transformer from one file gives the single-process image under tp2 and ulysses2") {
-    const nlohmann::json all = cases();
+    const nlohmann::json all = dp::test::golden_cases(golden());
     for (const std::string name : {"bfl_bf16", "bfl_scaled_fp8"}) {
         CAPTURE(name);
         const nlohmann::json& c = all.at(name);
@@ -102,20 +113,14 @@ TEST_CASE("a transformer from one file gives the single-process image under tp2 
         for (const dp::strategies::MeshDegrees& degrees : layouts) {
             CAPTURE(degrees.tp);
             CAPTURE(degrees.ulysses);
-            std::vector<at::Tensor> out(2);
-            dp::test::run_ranks(2, [&](int rank, Communicator& group) {
-                const ParallelContext parallel(group, dp::strategies::Mesh(2, degrees));
-                out[static_cast<std::size_t>(rank)] =
-                    load_pipeline(options_for(c), parallel)->generate(request).latents;
-            });
-            for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= 1e-5);
+            check_on_two_ranks(c, request, alone, degrees);
         }
     }
 }
 
 TEST_CASE("GGUF blocks of every type dequantize to the values gguf-py gives, to the bit") {
     const auto file = SafetensorsFile::open(golden_path("gguf_quants.safetensors"));
-    const nlohmann::json all = nlohmann::json::parse(file->metadata().at("cases"));
+    const nlohmann::json all = dp::test::golden_cases(file);
     int checked = 0;
     for (const auto& [name, c] : all.items()) {
         CAPTURE(name);
@@ -140,18 +145,15 @@ TEST_CASE(
     "a FLUX.1 transformer from GGUF files (Q8_0, Q4_K, Q6_K) gives ggml's exact image, and diffusers' within "
     "its fp16") {
     const auto file = SafetensorsFile::open(golden_path("gguf_pipeline.safetensors"));
-    const nlohmann::json all = nlohmann::json::parse(file->metadata().at("cases"));
+    const nlohmann::json all = dp::test::golden_cases(file);
     for (const std::string name : {"q8_0", "q4_k", "q6_k"}) {
         CAPTURE(name);
-        const nlohmann::json& c = all.at(name);
-        const GenerateResult out =
-            load_pipeline(options_for(c), ParallelContext::single())->generate(request_of(c));
-        REQUIRE(out.error.empty());
+        const GenerateResult out = generate_alone(all.at(name));
         const at::Tensor exact = load_tensor(file, name + "_exact.latents", at::kFloat);
         const at::Tensor diffusers = load_tensor(file, name + ".latents", at::kFloat);
         const at::Tensor mine = out.latents.reshape(exact.sizes());
-        const double to_exact = (mine - exact).abs().max().item<double>();
-        const double to_diffusers = (mine - diffusers).abs().max().item<double>();
+        const double to_exact = max_diff(mine, exact);
+        const double to_diffusers = max_diff(mine, diffusers);
         MESSAGE(name << ": max |latent diff| " << to_exact << " against the exact dequantization, "
                      << to_diffusers << " against diffusers (which dequantizes in fp16)");
         CHECK(to_exact <= 1e-4);
@@ -163,8 +165,8 @@ TEST_CASE(
 
 TEST_CASE("a GGUF Q4_K transformer gives the single-process image under tp2, and fp8 under ulysses2") {
     const auto gguf = SafetensorsFile::open(golden_path("gguf_pipeline.safetensors"));
-    const nlohmann::json q4 = nlohmann::json::parse(gguf->metadata().at("cases")).at("q4_k");
-    const nlohmann::json fp8 = cases().at("bfl_fp8");
+    const nlohmann::json q4 = dp::test::golden_cases(gguf).at("q4_k");
+    const nlohmann::json fp8 = dp::test::golden_cases(golden()).at("bfl_fp8");
     for (const auto& [c, degrees] :
          {std::pair<nlohmann::json, dp::strategies::MeshDegrees>{q4,
                                                                  [] {
@@ -181,13 +183,7 @@ TEST_CASE("a GGUF Q4_K transformer gives the single-process image under tp2, and
         const GenerateRequest request = request_of(c);
         const at::Tensor alone =
             load_pipeline(options_for(c), ParallelContext::single())->generate(request).latents;
-        std::vector<at::Tensor> out(2);
-        dp::test::run_ranks(2, [&](int rank, Communicator& group) {
-            const ParallelContext parallel(group, dp::strategies::Mesh(2, degrees));
-            out[static_cast<std::size_t>(rank)] =
-                load_pipeline(options_for(c), parallel)->generate(request).latents;
-        });
-        for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= 1e-5);
+        check_on_two_ranks(c, request, alone, degrees);
     }
 }
 
@@ -195,9 +191,9 @@ TEST_CASE(
     "GGUF weights kept quantized: the image of the weights dequantized at load, to the bit, in a fraction of "
     "the memory") {
     const auto gguf = SafetensorsFile::open(golden_path("gguf_pipeline.safetensors"));
-    const nlohmann::json q4 = nlohmann::json::parse(gguf->metadata().at("cases")).at("q4_k");
+    const nlohmann::json q4 = dp::test::golden_cases(gguf).at("q4_k");
     // The transformer alone: what it holds, both ways.
-    const std::string path = root_path(q4.at("file").get<std::string>());
+    const std::string path = dp::test::repository_path(q4.at("file").get<std::string>());
     const std::string folder = std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev";
     const FluxTransformerConfig config =
         FluxTransformerConfig::from_json_file(folder + "/transformer/config.json");
@@ -240,9 +236,9 @@ namespace {
 // its call, its folder, and the components its file gives.
 PipelineOptions file_options(const nlohmann::json& c, const std::vector<std::string>& components) {
     PipelineOptions o;
-    o.model_dir = root_path(c.at("folder").get<std::string>());
+    o.model_dir = dp::test::repository_path(c.at("folder").get<std::string>());
     for (const std::string& component : components)
-        o.component_files[component] = root_path(c.at("file").get<std::string>());
+        o.component_files[component] = dp::test::repository_path(c.at("file").get<std::string>());
     return o;
 }
 
@@ -269,7 +265,7 @@ TEST_CASE(
     "SD3.5 in Stability AI's layout, the transformer alone and the whole pipeline in one file, gives "
     "diffusers' from_single_file image") {
     const auto file = SafetensorsFile::open(golden_path("sd3_single_file_pipeline.safetensors"));
-    const nlohmann::json all = nlohmann::json::parse(file->metadata().at("cases"));
+    const nlohmann::json all = dp::test::golden_cases(file);
     const nlohmann::json& alone = all.at("stability");
     check_against(load_pipeline(file_options(alone, {"transformer"}), ParallelContext::single())
                       ->generate(dp::test::golden_request(alone)),
@@ -277,7 +273,7 @@ TEST_CASE(
     // Every component from the one file: CLIP-L's projection the identity, as diffusers makes it.
     const nlohmann::json& whole = all.at("stability_all");
     const std::vector<std::string> components = dp::strategies::bundled_components(
-        root_path(whole.at("file").get<std::string>()), dp::strategies::family_spec("sd3"));
+        dp::test::repository_path(whole.at("file").get<std::string>()), dp::strategies::family_spec("sd3"));
     CHECK(components.size() == 5);
     check_against(load_pipeline(file_options(whole, components), ParallelContext::single())
                       ->generate(dp::test::golden_request(whole)),
@@ -288,7 +284,7 @@ TEST_CASE(
     "a Qwen-Image transformer from one file (ComfyUI's split files) gives diffusers' from_single_file image "
     "with true CFG") {
     const auto file = SafetensorsFile::open(golden_path("qwen_single_file_pipeline.safetensors"));
-    const nlohmann::json c = nlohmann::json::parse(file->metadata().at("cases")).at("qwen_bf16");
+    const nlohmann::json c = dp::test::golden_cases(file).at("qwen_bf16");
     check_against(load_pipeline(file_options(c, {"transformer"}), ParallelContext::single())
                       ->generate(dp::test::golden_request(c)),
                   file, "qwen_bf16", "qwen_folder");

@@ -412,44 +412,49 @@ TEST_CASE(
         CAPTURE(c.flags);
         check_degrees(resolve_strategy(request(c.world, c.flags), sd3, 38).degrees, c.want);
     }
-    // What each degree costs, with the arithmetic.
-    CHECK(
-        notes_of(4, "--tp 4", 38) ==
-        "--tp 4: 38 attention heads over 4 ranks: the ranks hold 10, 10, 9, 9 heads. Attention waits for the "
-        "10-head ranks, so a 9-head rank idles (10 - 9) / 10 = 10% of attention time; together the ranks use "
-        "38 / (4 x 10) = 95% of theirs\n");
-    CHECK(notes_of(8, "--ulysses 8", 38) ==
-          "--ulysses 8: 38 attention heads over 8 ranks: the ranks hold 5, 5, 5, 5, 5, 5, 4, 4 heads. "
-          "Attention "
-          "waits for the 5-head ranks, so a 4-head rank idles (5 - 4) / 5 = 20% of attention time; together "
-          "the "
-          "ranks use 38 / (8 x 5) = 95% of theirs\n");
-    CHECK(
-        notes_of(8, "--tp 4 --ulysses 2", 38) ==
-        "--tp 4 x --ulysses 2: 38 attention heads over 8 ranks (tp shards of 10, 10, 9, 9, each over ulysses "
-        "2): the ranks hold 5, 5, 5, 5, 5, 5, 4, 4 heads. Attention waits for the 5-head ranks, so a 4-head "
-        "rank idles (5 - 4) / 5 = 20% of attention time; together the ranks use 38 / (8 x 5) = 95% of "
-        "theirs\n");
-    CHECK(notes_of(2, "--tp 2", 38) ==
-          "--tp 2: 38 attention heads over 2 ranks: 19 heads each, an even split\n");
-    CHECK(
-        notes_of(3, "--tp 3", 4) ==
-        "--tp 3: 4 attention heads over 3 ranks: the ranks hold 2, 1, 1 heads. Attention waits for the "
-        "2-head "
-        "ranks, so a 1-head rank idles (2 - 1) / 2 = 50% of attention time; together the ranks use 4 / (3 x "
-        "2) = ~67% of theirs\n");
-    CHECK(notes_of(4, "--strategy context", 38) ==
-          "--strategy context: 38 attention heads do not divide by 4 ranks, so Ulysses 2 (the largest degree "
-          "dividing both) inside Ring 2; --ulysses 4 would split the heads unevenly\n"
-          "--ulysses 2: 38 attention heads over 2 ranks: 19 heads each, an even split\n");
-    CHECK(notes_of(3, "--strategy context", 4) ==
-          "--strategy context: 4 attention heads do not divide by 3 ranks, so Ring 3 (no Ulysses degree "
-          "above 1 "
-          "divides both); --ulysses 3 would split the heads unevenly\n");
-    CHECK(notes_of(4, "", 38).empty());            // data parallelism splits no heads
-    CHECK(notes_of(2, "--strategy context", 4) ==  // 4 heads over Ulysses 2: even, no fallback
-          "--ulysses 2: 4 attention heads over 2 ranks: 2 heads each, an even split\n");
-    CHECK(notes_of(4, "--tp 4", 0).empty());  // unknown heads: nothing to say
+    // What each degree costs, with the arithmetic; no note for data parallelism (it splits no
+    // heads), for 4 heads over Ulysses 2 (even, no fallback) or for unknown heads (nothing to say).
+    struct NoteCase {
+        int world;
+        std::string flags;
+        int heads;
+        std::string want;
+    };
+    for (const NoteCase& c : std::vector<NoteCase>{
+             {4, "--tp 4", 38,
+              "--tp 4: 38 attention heads over 4 ranks: the ranks hold 10, 10, 9, 9 heads. Attention "
+              "waits for the 10-head ranks, so a 9-head rank idles (10 - 9) / 10 = 10% of attention time; "
+              "together the ranks use 38 / (4 x 10) = 95% of theirs\n"},
+             {8, "--ulysses 8", 38,
+              "--ulysses 8: 38 attention heads over 8 ranks: the ranks hold 5, 5, 5, 5, 5, 5, 4, 4 heads. "
+              "Attention waits for the 5-head ranks, so a 4-head rank idles (5 - 4) / 5 = 20% of attention "
+              "time; together the ranks use 38 / (8 x 5) = 95% of theirs\n"},
+             {8, "--tp 4 --ulysses 2", 38,
+              "--tp 4 x --ulysses 2: 38 attention heads over 8 ranks (tp shards of 10, 10, 9, 9, each over "
+              "ulysses 2): the ranks hold 5, 5, 5, 5, 5, 5, 4, 4 heads. Attention waits for the 5-head "
+              "ranks, so a 4-head rank idles (5 - 4) / 5 = 20% of attention time; together the ranks use "
+              "38 / (8 x 5) = 95% of theirs\n"},
+             {2, "--tp 2", 38, "--tp 2: 38 attention heads over 2 ranks: 19 heads each, an even split\n"},
+             {3, "--tp 3", 4,
+              "--tp 3: 4 attention heads over 3 ranks: the ranks hold 2, 1, 1 heads. Attention waits for the "
+              "2-head ranks, so a 1-head rank idles (2 - 1) / 2 = 50% of attention time; together the ranks "
+              "use 4 / (3 x 2) = ~67% of theirs\n"},
+             {4, "--strategy context", 38,
+              "--strategy context: 38 attention heads do not divide by 4 ranks, so Ulysses 2 (the largest "
+              "degree dividing both) inside Ring 2; --ulysses 4 would split the heads unevenly\n"
+              "--ulysses 2: 38 attention heads over 2 ranks: 19 heads each, an even split\n"},
+             {3, "--strategy context", 4,
+              "--strategy context: 4 attention heads do not divide by 3 ranks, so Ring 3 (no Ulysses degree "
+              "above 1 divides both); --ulysses 3 would split the heads unevenly\n"},
+             {4, "", 38, ""},
+             {2, "--strategy context", 4,
+              "--ulysses 2: 4 attention heads over 2 ranks: 2 heads each, an even split\n"},
+             {4, "--tp 4", 0, ""}}) {
+        CAPTURE(c.world);
+        CAPTURE(c.flags);
+        CAPTURE(c.heads);
+        CHECK(notes_of(c.world, c.flags, c.heads) == c.want);
+    }
     // Degrees above the heads leave a rank with none and are refused, listing what works.
     CHECK_THROWS_WITH_AS(resolve_strategy(request(40, "--strategy tensor"), sd3, 38),
                          doctest::Contains("tp x ulysses may be at most 38 (1, 2, 19, 38 split them evenly"),

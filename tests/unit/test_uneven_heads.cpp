@@ -181,9 +181,7 @@ TEST_CASE(
         CHECK(column_row_difference(10, 1, tp) < 1e-4);         // an MLP width that does not divide
         CHECK(column_row_difference(5, 4, tp, {1, 1}) < 1e-4);  // row over segments, each split the same
     }
-    MapSource source;
-    source.tensors["l.weight"] = seeded({12, 10}, 1);
-    source.tensors["l.bias"] = seeded({12}, 2);
+    MapSource source = dp::test::seeded_layer_l();
     // Without a unit the features must still divide; with one they must be whole blocks, and
     // every rank must keep at least one.
     CHECK_THROWS_WITH_AS(
