@@ -310,13 +310,13 @@ TEST_CASE(
     // The shipped config-only folders of real models (T5, SD3.5's dual attention) pass as configs.
     for (const char* real : {"sd3-medium", "sd3.5-medium", "sd3.5-large"}) {
         CAPTURE(real);
-        CHECK_MESSAGE(problems(resolve_model(real, "--model"), {"", false, true}).empty(),
-                      joined(problems(resolve_model(real, "--model"), {"", false, true})));
+        CHECK_MESSAGE(problems(resolve_model(real, "--model"), {"", false, true, {}}).empty(),
+                      joined(problems(resolve_model(real, "--model"), {"", false, true, {}})));
     }
 
     fs::remove(model + "/tokenizer_3/spiece.model");
     CHECK(has(joined(problems(model)), model + "/tokenizer_3/spiece.model: cannot open"));
-    CHECK(problems(model, {"", true, false}).empty());             // --no-t5: T5 needs nothing
+    CHECK(problems(model, {"", true, false, {}}).empty());         // --no-t5: T5 needs nothing
     std::ofstream(model + "/tokenizer_3/tokenizer.json") << "{}";  // as transformers 5 saves it: enough
     CHECK_MESSAGE(problems(model).empty(), joined(problems(model)));
     fs::remove(model + "/tokenizer_3/tokenizer.json");
@@ -337,28 +337,28 @@ TEST_CASE(
     CHECK(has(joined(problems(model)),
               "text_encoder_3/config.json: \"d_model\" is 4096 but the transformer's "
               "joint_attention_dim is 32"));
-    CHECK(problems(model, {"", true, false}).empty());
+    CHECK(problems(model, {"", true, false, {}}).empty());
 
     edit_json(model + "/transformer/config.json", [](auto& j) { j["dual_attention_layers"] = {0, 1}; });
-    CHECK(problems(model, {"", true, false}).empty());  // supported now
+    CHECK(problems(model, {"", true, false, {}}).empty());  // supported now
     edit_json(model + "/transformer/config.json", [](auto& j) { j["dual_attention_layers"] = {0, 2}; });
-    CHECK(has(joined(problems(model, {"", true, false})),
+    CHECK(has(joined(problems(model, {"", true, false, {}})),
               "\"dual_attention_layers\" is [0,2]; expected a list of distinct block indices from 0 to 1"));
     edit_json(model + "/transformer/config.json",
               [](auto& j) { j["dual_attention_layers"] = nlohmann::json::array(); });
 
     edit_json(model + "/model_index.json", [](auto& j) { j["vae"] = {"diffusers", "AutoencoderTiny"}; });
-    CHECK(has(joined(problems(model, {"", true, false})),
+    CHECK(has(joined(problems(model, {"", true, false, {}})),
               "\"vae\" is a AutoencoderTiny; supported: AutoencoderKL"));
     edit_json(model + "/model_index.json", [](auto& j) { j["vae"] = {"diffusers", "AutoencoderKL"}; });
     fs::remove_all(model + "/vae");
-    CHECK(has(joined(problems(model, {"", true, false})),
+    CHECK(has(joined(problems(model, {"", true, false, {}})),
               model + "/vae: missing (model_index.json names a AutoencoderKL there)"));
     edit_json(model + "/model_index.json", [](auto& j) {
         j.erase("text_encoder_2");
         j["vae"] = {nullptr, nullptr};
     });
-    CHECK(joined(problems(model, {"", true, false})) ==
+    CHECK(joined(problems(model, {"", true, false, {}})) ==
           model +
               "/model_index.json: \"text_encoder_2\" is missing: StableDiffusion3Pipeline needs a "
               "CLIPTextModelWithProjection\n");
@@ -381,9 +381,9 @@ TEST_CASE(
           model +
               "/text_encoder: only variant weights (fp16, e.g. NAME.fp16.safetensors), no plain ones; "
               "pass --variant fp16 to use them");
-    CHECK(problems(model, {"fp16", false, false}).empty());
-    CHECK(problems(model, {"", false, true}).empty());  // random weights read no weight files
-    const std::vector<std::string> bf16 = problems(model, {"bf16", false, false});
+    CHECK(problems(model, {"fp16", false, false, {}}).empty());
+    CHECK(problems(model, {"", false, true, {}}).empty());  // random weights read no weight files
+    const std::vector<std::string> bf16 = problems(model, {"bf16", false, false, {}});
     REQUIRE(bf16.size() == 4);
     CHECK(has(bf16[0], "--variant bf16: " + model + "/text_encoder has no bf16 weights"));
     CHECK(has(bf16[0], "it has the variant(s) fp16"));
