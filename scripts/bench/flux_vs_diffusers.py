@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vs_diffusers_common import best, print_rows, run_json, transformer_params  # noqa: E402
+from vs_diffusers_common import IMPORTS, STEP_MARKS, TIMINGS, best, check_names, print_rows, run_json, transformer_params  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TINY = os.path.join(ROOT, "models", "tiny-random-flux-dev")
@@ -47,19 +47,13 @@ STEPS, SEED, GUIDANCE, TRUE_CFG = 5, 0, 3.5, 4.0
 PROMPT = "an old lighthouse on a rocky coast at dusk, waves and gulls"
 NEGATIVE = "blurry, low quality"
 
-DIFFUSERS_RUN = r"""
-import json, resource, sys, time
-t0 = time.perf_counter()
-import torch
+DIFFUSERS_RUN = IMPORTS + r"""
 from diffusers import FluxPipeline
 t1 = time.perf_counter()
 pipe = FluxPipeline.from_pretrained(sys.argv[1], torch_dtype=torch.float32)
 pipe.set_progress_bar_config(disable=True)
 t2 = time.perf_counter()
-marks = []
-def on_step(pipe, i, t, kw):
-    marks.append(time.perf_counter())
-    return kw
+""" + STEP_MARKS + r"""
 size, steps, prompt, seed = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 guidance, scale, tokens = float(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
 negative = sys.argv[9] if len(sys.argv) > 9 else None
@@ -69,12 +63,7 @@ with torch.no_grad():
          num_inference_steps=steps, width=size, height=size, max_sequence_length=tokens,
          generator=torch.Generator("cpu").manual_seed(seed), callback_on_step_end=on_step)
 end = time.perf_counter()
-first = marks[0] - start  # includes prompt encoding, as the C++ figure does
-steps_ms = [first * 1e3] + [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
-print(json.dumps({"import_ms": (t1 - t0) * 1e3, "load_ms": (t2 - t1) * 1e3, "step_ms": steps_ms,
-                  "generate_ms": (end - start) * 1e3, "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                  "threads": torch.get_num_threads()}))
-"""
+""" + TIMINGS
 
 
 def build_medium(folder, variant):
@@ -126,9 +115,7 @@ def run_diffusers(folder, size, tokens, cfg):
 def main():
     dp_generate = sys.argv[1]
     names = sys.argv[2:] or list(CONFIGS)
-    for n in names:
-        if n not in CONFIGS:
-            sys.exit(f"unknown config {n!r}; accepted: {', '.join(CONFIGS)}")
+    check_names(names, CONFIGS)
     tmp = tempfile.mkdtemp(prefix="dp-bench-flux-")
     print(f"machine: {os.cpu_count()} CPUs; fp32 on CPU; {STEPS} steps; guidance {GUIDANCE} (dev's, embedded); "
           f"true CFG {TRUE_CFG} with a negative prompt (two transformer passes a step); best of {RUNS} runs a side")

@@ -8,13 +8,12 @@ own process, twice; the faster run of each is kept.
 """
 import json
 import os
-import resource
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vs_diffusers_common import IMPORTS, STEP_MARKS, TIMINGS, best, print_rows, run_json  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TOKENIZER = os.path.join(ROOT, "tests", "data", "golden", "clip_tokenizer")
@@ -37,32 +36,21 @@ CONFIGS = {
 CONFIGS["medium+t5"] = dict(CONFIGS["medium"], t5=dict(d_model=512, d_kv=64, num_heads=8, d_ff=1024, num_layers=4))
 STEPS, PROMPT, SEED, GUIDANCE = 5, "a small red circle on a blue background", 0, 5.0
 
-DIFFUSERS_RUN = r"""
-import json, resource, sys, time
-t0 = time.perf_counter()
-import torch
+DIFFUSERS_RUN = IMPORTS + r"""
 from diffusers import StableDiffusion3Pipeline
 t1 = time.perf_counter()
 no_t5 = {} if sys.argv[7] == "t5" else dict(text_encoder_3=None, tokenizer_3=None)
 pipe = StableDiffusion3Pipeline.from_pretrained(sys.argv[1], torch_dtype=torch.float32, image_encoder=None,
                                                 feature_extractor=None, **no_t5)
 t2 = time.perf_counter()
-marks = []
-def on_step(pipe, i, t, kw):
-    marks.append(time.perf_counter())
-    return kw
+""" + STEP_MARKS + r"""
 size, steps, prompt, seed, guidance = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), float(sys.argv[6])
 start = time.perf_counter()
 with torch.no_grad():
     pipe(prompt=prompt, num_inference_steps=steps, guidance_scale=guidance, width=size, height=size,
          generator=torch.Generator("cpu").manual_seed(seed), callback_on_step_end=on_step)
 end = time.perf_counter()
-first = marks[0] - start  # includes prompt encoding, as the C++ figure does
-steps_ms = [first * 1e3] + [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
-print(json.dumps({"import_ms": (t1 - t0) * 1e3, "load_ms": (t2 - t1) * 1e3, "step_ms": steps_ms,
-                  "generate_ms": (end - start) * 1e3, "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                  "threads": torch.get_num_threads()}))
-"""
+""" + TIMINGS
 
 
 def build_model(name, cfg, folder):
@@ -91,13 +79,8 @@ def build_model(name, cfg, folder):
     return params
 
 
-def best(runs):
-    return min(runs, key=lambda r: statistics.median(r["step_ms"][1:] or r["step_ms"]))
-
-
 def main():
     dp_generate = sys.argv[1]
-    python = sys.executable
     tmp = tempfile.mkdtemp(prefix="dp-bench-")
     print(f"machine: {os.cpu_count()} CPUs; fp32 on CPU; {STEPS} steps, guidance {GUIDANCE} (batch 2 through the transformer)")
     rows = []
@@ -108,32 +91,15 @@ def main():
             size = cfg["size"]
             cpp, ref = [], []
             for _ in range(2):
-                out = subprocess.run([dp_generate, "--model", folder, "--prompt", PROMPT, "--seed", str(SEED), "--steps", str(STEPS),
-                                      "--guidance-scale", str(GUIDANCE), "--width", str(size), "--height", str(size)],
-                                     check=True, capture_output=True, text=True).stdout
-                cpp.append(json.loads(out.strip().splitlines()[-1]))
-                proc = subprocess.run([python, "-c", DIFFUSERS_RUN, folder, str(size), str(STEPS), PROMPT, str(SEED), str(GUIDANCE),
-                                       "t5" if "t5" in cfg else "no-t5"],
-                                      capture_output=True, text=True)
-                if proc.returncode != 0:
-                    sys.exit(f"diffusers failed:\n{proc.stderr[-3000:]}")
-                out = proc.stdout
-                ref.append(json.loads(out.strip().splitlines()[-1]))
-            c, r = best(cpp), best(ref)
-            rows.append((name, params, size, c, r))
+                cpp.append(run_json([dp_generate, "--model", folder, "--prompt", PROMPT, "--seed", str(SEED), "--steps",
+                                     str(STEPS), "--guidance-scale", str(GUIDANCE), "--width", str(size), "--height",
+                                     str(size)], "dp-generate"))
+                ref.append(run_json([sys.executable, "-c", DIFFUSERS_RUN, folder, str(size), str(STEPS), PROMPT, str(SEED),
+                                     str(GUIDANCE), "t5" if "t5" in cfg else "no-t5"], "diffusers"))
+            rows.append((name, params, size, best(cpp), best(ref)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-    print(f"{'config':<8}{'transformer':>12}{'size':>6} | {'':>9}{'load':>10}{'step (median)':>15}{'peak RSS':>11}")
-    for name, params, size, c, r in rows:
-        for who, x in (("C++", c), ("diffusers", r)):
-            print(f"{name:<8}{params/1e6:>10.2f} M{size:>6} | {who:>9}{x['load_ms']:>8.1f}ms{statistics.median(x['step_ms'][1:]):>13.1f}ms"
-                  f"{x['peak_rss_kb']/1024:>8.0f} MB")
-        step_ratio = statistics.median(c["step_ms"][1:]) / statistics.median(r["step_ms"][1:])
-        print(f"{name:<8}{'':>12}{'':>6} | {'ratio':>9}{c['load_ms']/r['load_ms']:>9.2f}x{step_ratio:>14.2f}x"
-              f"{c['peak_rss_kb']/r['peak_rss_kb']:>10.2f}x   (C++ / diffusers; below 1 is faster)")
-    print("diffusers' load excludes `import torch, diffusers` (measured separately: "
-          f"{statistics.median([r['import_ms'] for *_, r in rows]):.0f} ms)")
+    print_rows(rows, name_width=8)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,37 @@ import subprocess
 import sys
 
 
+# The script each benchmark runs diffusers in, in its own process, is IMPORTS, the benchmark's own
+# import of its pipeline class and load (setting t1 after the import and t2 after the load), then
+# STEP_MARKS, its call between `start = ...` and `end = ...` with callback_on_step_end=on_step, and
+# TIMINGS, which prints the JSON line run_json reads.
+IMPORTS = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+import torch
+"""
+STEP_MARKS = r"""
+marks = []
+def on_step(pipe, i, t, kw):
+    marks.append(time.perf_counter())
+    return kw
+"""
+TIMINGS = r"""
+first = marks[0] - start  # includes prompt encoding, as the C++ figure does
+steps_ms = [first * 1e3] + [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]
+print(json.dumps({"import_ms": (t1 - t0) * 1e3, "load_ms": (t2 - t1) * 1e3, "step_ms": steps_ms,
+                  "generate_ms": (end - start) * 1e3, "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "threads": torch.get_num_threads()}))
+"""
+
+
+def check_names(names, configs):
+    """Exits naming the accepted configs when one of `names` is not among them."""
+    for n in names:
+        if n not in configs:
+            sys.exit(f"unknown config {n!r}; accepted: {', '.join(configs)}")
+
+
 def transformer_params(folder):
     """Parameters of a folder's transformer/diffusion_pytorch_model.safetensors."""
     from safetensors import safe_open
