@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <vector>
+#include "support/test_paths.h"
 
 namespace dp::test {
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "integration/launch_harness.h"
+#include "support/test_paths.h"
 
 using namespace dp::test;
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "integration/launch_harness.h"
+#include "support/test_paths.h"
 
 using namespace dp::test;
 

@@ -20,6 +20,7 @@
 
 #include "integration/job_outputs.h"
 #include "integration/launch_harness.h"
+#include "support/test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace dp::test;

@@ -20,6 +20,7 @@
 #include "protocol/errors.h"
 #include "protocol/job_file.h"
 #include "protocol/status_events.h"
+#include "support/test_paths.h"
 
 using namespace dp::test;
 using dp::protocol::StatusEvent;

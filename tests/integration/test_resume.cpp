@@ -26,6 +26,7 @@
 #include "protocol/atomic_file.h"
 #include "protocol/errors.h"
 #include "strategies/sha256.h"
+#include "support/test_paths.h"
 
 using namespace dp::test;
 

@@ -16,6 +16,7 @@
 
 #include "integration/job_outputs.h"
 #include "integration/launch_harness.h"
+#include "support/test_paths.h"
 
 using namespace dp::test;
 

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "support/test_paths.h"
 
 inline std::string read_text_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);

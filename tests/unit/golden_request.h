@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/pipeline/pipeline.h"
+#include "support/test_paths.h"
 
 namespace dp::test {
 

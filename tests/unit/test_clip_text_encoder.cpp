@@ -11,6 +11,7 @@
 #include "runtime/io/errors.h"
 #include "runtime/io/tensor_io.h"
 #include "runtime/models/common/clip_text_encoder.h"
+#include "support/test_paths.h"
 
 using namespace dp::runtime;
 

@@ -12,6 +12,7 @@
 #include "runtime/io/tensor_io.h"
 #include "runtime/models/common/clip_tokenizer.h"
 #include "shapes/shapes_world.h"
+#include "support/test_paths.h"
 
 using namespace dp::runtime;
 

@@ -14,6 +14,7 @@
 #include "cli/command_line.h"
 #include "cli/compare_command.h"
 #include "launcher/errors.h"
+#include "support/test_paths.h"
 
 using namespace dp::cli;
 

@@ -31,6 +31,7 @@
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline_common.h"
 #include "support/for_rows.h"
+#include "support/test_paths.h"
 #include "unit/golden_request.h"
 
 using namespace dp::runtime;

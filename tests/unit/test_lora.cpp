@@ -23,6 +23,7 @@
 #include "runtime/prompt_queue.h"
 #include "strategies/mesh.h"
 #include "strategies/model_config.h"
+#include "support/test_paths.h"
 #include "unit/golden_request.h"
 #include "unit/ranks_as_threads.h"
 

@@ -12,6 +12,7 @@
 #include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
 #include "strategies/strategy.h"
+#include "support/test_paths.h"
 
 using namespace dp::launcher;
 

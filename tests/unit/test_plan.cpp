@@ -91,6 +91,7 @@ TEST_CASE("plan: the transformer parameters tensor parallelism splits, in closed
 #include "strategies/family.h"
 #include "strategies/model_files.h"
 #include "strategies/model_sizes.h"
+#include "support/test_paths.h"
 
 namespace {
 

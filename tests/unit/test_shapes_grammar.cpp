@@ -13,6 +13,7 @@
 #include "shapes/adherence.h"
 #include "shapes/free_phrasing.h"
 #include "shapes/shapes_world.h"
+#include "support/test_paths.h"
 
 using namespace dp::shapes;
 
@@ -189,8 +190,8 @@ TEST_CASE("parse_prompt reads \"background is <colour>\", and still refuses two 
 TEST_CASE("the committed free evaluation set is what the fixed generator writes, all of it judged") {
     // tests/data/held_out_free_prompts.txt = dp-adherence --print-free 200 --seed 11: a change to
     // describe_freely would silently change the evaluation set.
-    const std::string file = std::string(__FILE__).substr(0, std::string(__FILE__).rfind("/unit/")) +
-                             "/data/held_out_free_prompts.txt";
+    const std::string file =
+        std::string(dp::test::paths::kSourceDir) + "/tests/data/held_out_free_prompts.txt";
     std::ifstream in(file);
     REQUIRE_MESSAGE(in.good(), file);
     std::mt19937_64 rng(11);

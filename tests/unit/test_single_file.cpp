@@ -17,6 +17,7 @@
 #include "strategies/parallel_spec.h"
 #include "strategies/safetensors.h"
 #include "strategies/single_file.h"
+#include "support/test_paths.h"
 #include "unit/st_writer.h"
 
 using namespace dp::strategies;

@@ -22,6 +22,7 @@
 #include "strategies/family.h"
 #include "strategies/mesh.h"
 #include "strategies/single_file.h"
+#include "support/test_paths.h"
 #include "unit/golden_request.h"
 #include "unit/ranks_as_threads.h"
 

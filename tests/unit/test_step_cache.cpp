@@ -16,6 +16,7 @@
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline.h"
 #include "strategies/mesh.h"
+#include "support/test_paths.h"
 #include "unit/golden_request.h"
 #include "unit/ranks_as_threads.h"
 
