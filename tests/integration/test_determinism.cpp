@@ -14,6 +14,9 @@
 #include "integration/launch_harness.h"
 #include "support/test_paths.h"
 
+// Images and records only: ctest may run these beside other tests (tests/CMakeLists.txt).
+TEST_SUITE_BEGIN("parallel_safe");
+
 using namespace dp::test;
 
 TEST_CASE("60 images are byte-identical at 1, 2 and 3 processes, whatever each rank's thread count") {
@@ -52,3 +55,5 @@ TEST_CASE("60 images are byte-identical at 1, 2 and 3 processes, whatever each r
             if (sha[n][index] != hash) ++differ;
     CHECK_MESSAGE(differ == 0, differ << " image(s) differ from one process's");
 }
+
+TEST_SUITE_END();

@@ -22,6 +22,9 @@
 #include "support/for_rows.h"
 #include "support/test_paths.h"
 
+// Images and records only: ctest may run these beside other tests (tests/CMakeLists.txt).
+TEST_SUITE_BEGIN("parallel_safe");
+
 using namespace dp::test;
 
 namespace {
@@ -606,3 +609,5 @@ TEST_CASE(
         remove_dir(dir);
     });
 }
+
+TEST_SUITE_END();

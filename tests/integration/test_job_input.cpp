@@ -13,6 +13,9 @@
 #include "integration/launch_harness.h"
 #include "support/test_paths.h"
 
+// Images and records only: ctest may run these beside other tests (tests/CMakeLists.txt).
+TEST_SUITE_BEGIN("parallel_safe");
+
 using namespace dp::test;
 
 namespace {
@@ -159,3 +162,5 @@ TEST_CASE("control characters from a prompt file and a model path reach the term
     CHECK(a.err.find('\x1b') == std::string::npos);
     CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
 }
+
+TEST_SUITE_END();

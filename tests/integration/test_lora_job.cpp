@@ -16,6 +16,9 @@
 #include "integration/launch_harness.h"
 #include "support/test_paths.h"
 
+// Images and records only: ctest may run these beside other tests (tests/CMakeLists.txt).
+TEST_SUITE_BEGIN("parallel_safe");
+
 using namespace dp::test;
 
 namespace {
@@ -147,3 +150,5 @@ TEST_CASE(
     CHECK_FALSE(exists(dir + "/out"));
     remove_dir(dir);
 }
+
+TEST_SUITE_END();

@@ -16,6 +16,9 @@
 #include "integration/launch_harness.h"
 #include "support/test_paths.h"
 
+// Images and records only: ctest may run these beside other tests (tests/CMakeLists.txt).
+TEST_SUITE_BEGIN("parallel_safe");
+
 using namespace dp::test;
 
 namespace {
@@ -636,3 +639,5 @@ TEST_CASE(
     CHECK(text.out.find("skip_guidance_layers") != std::string::npos);
     CHECK(run_launch({"arguments", "--model", dir + "/no-such-model"}).exit_code == 2);
 }
+
+TEST_SUITE_END();

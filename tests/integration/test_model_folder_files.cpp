@@ -20,6 +20,9 @@
 #include "integration/launch_harness.h"
 #include "support/test_paths.h"
 
+// Images and records only: ctest may run these beside other tests (tests/CMakeLists.txt).
+TEST_SUITE_BEGIN("parallel_safe");
+
 using namespace dp::test;
 
 namespace {
@@ -178,3 +181,5 @@ TEST_CASE("a model a rank would refuse is refused before any rank starts or any 
         CHECK_FALSE(file_exists(dir + "/out"));
     }
 }
+
+TEST_SUITE_END();

@@ -22,6 +22,9 @@
 #include "integration/launch_harness.h"
 #include "support/test_paths.h"
 
+// Images and records only: ctest may run these beside other tests (tests/CMakeLists.txt).
+TEST_SUITE_BEGIN("parallel_safe");
+
 namespace fs = std::filesystem;
 using namespace dp::test;
 
@@ -285,3 +288,5 @@ TEST_CASE("the new per-prompt settings reach the ranks, and prompts that differ 
     CHECK(png(dir + "/single", s[0]) != png(dir + "/single", s[2]));
     CHECK(png(dir + "/single", s[0]) == png(dir + "/single", s[3]));
 }
+
+TEST_SUITE_END();

@@ -18,6 +18,9 @@
 #include "integration/launch_harness.h"
 #include "support/test_paths.h"
 
+// Images and records only: ctest may run these beside other tests (tests/CMakeLists.txt).
+TEST_SUITE_BEGIN("parallel_safe");
+
 using namespace dp::test;
 
 namespace {
@@ -273,3 +276,5 @@ TEST_CASE(
     CHECK_FALSE(file_exists(dir + "/none"));
     remove_dir(dir);
 }
+
+TEST_SUITE_END();

@@ -17,6 +17,9 @@
 #include "integration/launch_harness.h"
 #include "support/test_paths.h"
 
+// Images and records only: ctest may run these beside other tests (tests/CMakeLists.txt).
+TEST_SUITE_BEGIN("parallel_safe");
+
 using namespace dp::test;
 
 namespace {
@@ -172,3 +175,5 @@ TEST_CASE("MagCache: calibration writes the ratios the next run reads, and FLUX.
     CHECK_FALSE(file_exists(dir + "/none"));
     remove_dir(dir);
 }
+
+TEST_SUITE_END();
