@@ -29,8 +29,12 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=$([[ $mode == a
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 # The tests that bound the launcher's peak memory do not apply: ASan's shadow memory and
 # quarantine multiply every process's resident size.
-# One test at a time, and a failed test once more: the instrumented processes start several
+# The unit tests (no processes beyond the test itself) as many at a time as there are cores; the
+# others one at a time. A failed test runs once more: the instrumented processes start several
 # times slower, which the tests' few-second waits for real processes and signals can miss under
 # load; a sanitizer report is not a timing and fails again.
-ctest --test-dir "$build" --output-on-failure -j 1 --repeat until-pass:2 -LE gpu \
-    -E "memory stays bounded|memory is bounded" "$@"
+skip="memory stays bounded|memory is bounded"
+status=0
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --repeat until-pass:2 -L unit -E "$skip" "$@" || status=1
+ctest --test-dir "$build" --output-on-failure -j 1 --repeat until-pass:2 -LE "unit|gpu" -E "$skip" "$@" || status=1
+exit $status
