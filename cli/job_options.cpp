@@ -19,6 +19,17 @@ using launcher::UsageError;
 
 namespace {
 
+// --dtype's value: ours (auto, fp32, bf16, fp16), or torch's name for one of them, as a script
+// passes torch_dtype ("bfloat16", "torch.float16"). Throws UsageError naming `source` otherwise.
+std::string dtype_value(const std::string& text, const std::string& source) {
+    constexpr std::pair<const char*, const char*> kTorchNames[] = {
+        {"float32", "fp32"}, {"float", "fp32"}, {"bfloat16", "bf16"}, {"float16", "fp16"}, {"half", "fp16"}};
+    const std::string name = text.rfind("torch.", 0) == 0 ? text.substr(6) : text;
+    for (const auto& [torch_name, ours] : kTorchNames)
+        if (name == torch_name) return ours;
+    return launcher::parse_choice(text, {"auto", "fp32", "bf16", "fp16"}, source);
+}
+
 // A component's weights from one file (Note [component files], launcher/component_files.h).
 template <class J>
 OptionRow<J> component_file(const char* flags, const char* component, const char* help) {
@@ -302,10 +313,12 @@ const std::vector<JobOptionRow>& job_option_table() {
                       7 * 24 * 3600, "seconds",
                       "How long a rank waits in one collective (another rank died or hangs) before it stops "
                       "with exit code 75"),
-            choice<J>(
-                "--dtype", &J::dtype, {"auto", "fp32", "bf16", "fp16"},
-                "Precision the model runs in; auto is bf16 on a GPU and fp32 on the CPU, decided by each "
-                "rank for its device"),
+            read_by(
+                choice<J>("--dtype", &J::dtype, {"auto", "fp32", "bf16", "fp16"},
+                          "Precision the model runs in; auto is bf16 on a GPU and fp32 on the CPU, decided "
+                          "by each rank for its device. torch's names are taken too: float32, bfloat16, "
+                          "float16 (with or without torch.), float and half"),
+                [](J& j, const std::string& t, const std::string& src) { j.dtype = dtype_value(t, src); }),
             choice<J>("--device", &J::device, {"auto", "cpu", "cuda"},
                       "auto: cuda:LOCAL_RANK when CUDA is available, else cpu"),
             bound(

@@ -650,6 +650,22 @@ TEST_CASE("the main job's pipeline options: flags, DP_* twins and config keys, w
     CHECK(c.job->device == "auto");
     CHECK(c.spec.num_processes == 2);
     CHECK(c.spec.command.empty());
+    // torch's dtype names, as a script passes torch_dtype, from a flag or a DP_* twin.
+    const std::vector<std::pair<std::string, std::string>> torch_names = {
+        {"bfloat16", "bf16"},      {"torch.bfloat16", "bf16"}, {"float16", "fp16"},
+        {"torch.float16", "fp16"}, {"half", "fp16"},           {"float32", "fp32"},
+        {"torch.float32", "fp32"}, {"float", "fp32"}};
+    for (const auto& [torch_name, ours] : torch_names) {
+        CAPTURE(torch_name);
+        CommandLine t = parse({"--dtype", torch_name, "p.txt"});
+        REQUIRE_MESSAGE(t.job.has_value(), t.message);
+        CHECK(t.job->dtype == ours);
+        FakeEnv dtype_env;
+        dtype_env.vars["DP_DTYPE"] = torch_name;
+        CommandLine e = parse({"p.txt"}, dtype_env);
+        REQUIRE_MESSAGE(e.job.has_value(), e.message);
+        CHECK(e.job->dtype == ours);
+    }
     CommandLine d = parse({"-"});
     REQUIRE(d.job.has_value());
     CHECK(d.job->prompts == "-");
