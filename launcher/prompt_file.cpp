@@ -322,10 +322,11 @@ PromptFile read_prompt_file(const std::string& path, const PromptCheck& check, c
     struct stat st {};
     if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
         throw Error("PROMPTS " + shown + ": is a directory, not a prompt file", protocol::kExitNoInput);
+    // A .jsonl name says JSON Lines; any other name (prompts.json, .ndjson, .txt, none) and stdin
+    // are JSON Lines when the first non-blank line starts with '{', as a JSONL file does whatever
+    // it is called.
     PromptFileReader reader(from_stdin ? "<stdin>" : path,
-                            from_stdin            ? PromptFormat::kDetect
-                            : is_jsonl_name(path) ? PromptFormat::kJsonl
-                                                  : PromptFormat::kText,
+                            !from_stdin && is_jsonl_name(path) ? PromptFormat::kJsonl : PromptFormat::kDetect,
                             check, sink);
     std::string buffer(std::size_t{1} << 16, '\0');
     while (true) {

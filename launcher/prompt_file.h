@@ -109,7 +109,9 @@ class PromptFileReader {
 PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bool jsonl,
                              const PromptCheck& check = {});
 
-// Reads the prompt file `path` ("-": standard input) as a stream. Throws Error with
+// Reads the prompt file `path` ("-": standard input) as a stream: JSON Lines when its name ends in
+// .jsonl, or when its first non-blank line starts with '{' (any other name, and stdin); else plain
+// text, a prompt a line. Throws Error with
 // protocol::kExitNoInput when it cannot be opened or read (a directory included), and
 // InputDataError past the job's limits.
 PromptFile read_prompt_file(const std::string& path, const PromptCheck& check = {},

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "launcher/errors.h"
 #include "launcher/prompt_file.h"
@@ -200,6 +201,35 @@ TEST_CASE("standard input is JSON Lines when its first non-blank line starts wit
         REQUIRE(!f.prompts.empty());
         CHECK((f.prompts.front().prompt == "x") == jsonl);
     }
+}
+
+TEST_CASE("a file is JSON Lines by its content whatever its name; .jsonl is always JSON Lines") {
+    const std::string jsonl = "\n{\"prompt\": \"x\", \"seed\": 3}\n{\"prompt\": \"y\"}\n";
+    // name, content, read as JSON Lines
+    const std::vector<std::tuple<std::string, std::string, bool>> rows = {
+        {"p.json", jsonl, true},      {"p.ndjson", jsonl, true}, {"p.txt", jsonl, true},
+        {"prompts", jsonl, true},     {"P.JSONL", jsonl, true},  {"p.json", "x\ny\n", false},
+        {"p.ndjson", "x\ny\n", false}};
+    for (const auto& [name, content, is_jsonl] : rows) {
+        CAPTURE(name);
+        CAPTURE(content);
+        const std::string path = "/tmp/dp_format_" + std::to_string(getpid()) + "_" + name;
+        { std::ofstream(path, std::ios::binary) << content; }
+        const PromptFile f = read_prompt_file(path);
+        std::filesystem::remove(path);
+        REQUIRE(f.prompts.size() == 2);
+        CHECK(f.invalid.empty());
+        CHECK(f.prompts[0].prompt == "x");
+        CHECK(f.prompts[1].prompt == "y");
+        CHECK(f.prompts[0].seed.has_value() == is_jsonl);
+    }
+    // A .jsonl file holds JSON Lines even when a line is plain text: that line is invalid.
+    const std::string path = "/tmp/dp_format_" + std::to_string(getpid()) + ".jsonl";
+    { std::ofstream(path, std::ios::binary) << "plain\n"; }
+    const PromptFile f = read_prompt_file(path);
+    std::filesystem::remove(path);
+    CHECK(f.prompts.empty());
+    CHECK(f.invalid.size() == 1);
 }
 
 TEST_CASE("an endless or huge input stops at the job's limit, holding one line's limit at most") {
