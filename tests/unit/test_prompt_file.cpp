@@ -203,7 +203,7 @@ TEST_CASE("standard input is JSON Lines when its first non-blank line starts wit
     }
 }
 
-TEST_CASE("a file is JSON Lines by its content whatever its name; .jsonl is always JSON Lines") {
+TEST_CASE("a file is JSON Lines by its content whatever its name, and .jsonl is always JSON Lines") {
     const std::string jsonl = "\n{\"prompt\": \"x\", \"seed\": 3}\n{\"prompt\": \"y\"}\n";
     // name, content, read as JSON Lines
     const std::vector<std::tuple<std::string, std::string, bool>> rows = {
