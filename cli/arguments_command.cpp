@@ -86,6 +86,18 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
             "does";
         out.push_back(e);
     }
+    {
+        Entry e;
+        e.name = "num_images_per_prompt";
+        e.type = "integer";
+        e.default_value = job.images_per_prompt;
+        e.min = 1;
+        e.max = launcher::kMaxImagesPerPrompt;
+        e.flag = "--num-images-per-prompt";
+        e.help = "Images of the line, with seeds seed, seed + 1, ..., each a record and a file of its own";
+        e.pixels = false;
+        out.push_back(e);
+    }
     for (const protocol::FamilyArgument& a : model.arguments.all()) {
         const CallArgument& row = *a.row;
         Entry e;

@@ -181,7 +181,8 @@ struct CommandApp {
         "       dp-launch arguments [--model M] [PIPELINE OPTIONS] [--json]\n"
         "       dp-launch env [--json]",
         "dp-launch"};
-    std::vector<std::string> stray;  // words that are no option: a PROMPTS file, or a mistake
+    std::vector<std::string> stray;         // words that are no option: a PROMPTS file, or a mistake
+    std::vector<std::string> prompt_texts;  // --prompt TEXT, repeatable: PROMPTS as flags
     CLI::App* env = nullptr;
     CLI::App* plan = nullptr;
     CLI::App* arguments = nullptr;
@@ -200,6 +201,14 @@ CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result) {
     app.set_version_flag("--version", std::string("dp-launch ") + launcher::kVersion);
     add_launch_options(app, raw);
     app.add_option("args", stray)->group("");  // reported with a hint, not as CLI11's error
+    app.add_option(
+           "--prompt", prompt_texts,
+           "A prompt, instead of a PROMPTS file; repeatable, each one a line of a prompt file of its own")
+        ->type_name("TEXT")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->expected(1)
+        ->allow_extra_args(false)
+        ->group("Pipeline options (with PROMPTS)");
     env = app.add_subcommand("env", "Print the version, OS, CPUs, LibTorch, CUDA, NCCL and GPUs");
     env->add_flag("--json", result.json, "Print JSON");
     plan = app.add_subcommand(
@@ -330,12 +339,20 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
         return usage_error(result, why);
     // `plan` resolves the same options as the main job; a PROMPTS file is optional (given: the
     // schedules' expected makespans over its prompts).
-    const bool job_mode =
-        c.plan->parsed() || c.arguments->parsed() || (raw.command.empty() && !c.stray.empty());
+    const bool prompt_given = !c.prompt_texts.empty();
+    if (prompt_given && !c.stray.empty())
+        return usage_error(result, "--prompt and the PROMPTS file " +
+                                       launcher::utf8_for_display(c.stray.front()) +
+                                       ": give one (--prompt is a prompt file of its own)");
+    if (prompt_given && !raw.command.empty())
+        return usage_error(result, "--prompt is a pipeline option: it makes images, not a command after --");
+    const bool job_mode = c.plan->parsed() || c.arguments->parsed() ||
+                          (raw.command.empty() && (!c.stray.empty() || prompt_given));
     try {
         result.spec = resolve_launch_spec(raw, env, /*require_command=*/!job_mode);
         if (job_mode) {
             result.job = resolve_job_options(raw, env, c.stray.empty() ? "" : c.stray.front());
+            result.job->prompt_texts = c.prompt_texts;
         } else if (const std::string set = first_job_option_flag(raw); !set.empty()) {
             return usage_error(
                 result, set + " is a pipeline option: it needs a PROMPTS file, not a command after --");

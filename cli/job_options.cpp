@@ -2,6 +2,7 @@
 // arguments' rows come from the call-argument table (protocol/call_arguments.h).
 #include <algorithm>
 #include <cstdio>
+#include <random>
 #include <sstream>
 
 #include "cli/launch_options.h"
@@ -247,6 +248,16 @@ const std::vector<JobOptionRow>& job_option_table() {
             u64<J>("--random-weights,--random_weights", "SEED", &J::random_weights,
                    "Use --model's configs with seeded random weights instead of its weights (tests, "
                    "benchmarks)"),
+            read_by(
+                choice<J>("--format", &J::image_format, {"png", "jpeg", "webp"},
+                          "Image files: PNG (lossless), JPEG or WebP at --quality; each carries its prompt "
+                          "and settings (docs/launcher.md, \"Output\")"),
+                [](J& j, const std::string& t, const std::string& src) {
+                    j.image_format =
+                        t == "jpg" ? "jpeg" : launcher::parse_choice(t, {"png", "jpeg", "webp"}, src);
+                }),
+            whole<J>("--quality", "N", &J::quality, 1, 100,
+                     "JPEG and WebP quality (100: lossless WebP); PNG is always lossless"),
             read_by(text<J>("-o,--output-dir,--output_dir", "DIR", &J::output_dir,
                             "Where images and manifest.jsonl go"),
                     [](J& j, const std::string& t, const std::string& src) {
@@ -260,7 +271,17 @@ const std::vector<JobOptionRow>& job_option_table() {
                          static_cast<int>(universal("num_inference_steps").max),
                          universal("num_inference_steps").help),
                 described_default(universal("num_inference_steps")).c_str()),
-            u64<J>("--seed", "N", &J::seed, "Base seed: a prompt without its own seed gets seed + its index"),
+            read_by(u64<J>("--seed", "N|random", &J::seed,
+                           "Base seed: a prompt without its own seed gets seed + its index; random draws one "
+                           "(0 to 4294967295) that the job prints and every record keeps"),
+                    [](J& j, const std::string& t, const std::string& src) {
+                        j.seed_drawn = t == "random";
+                        j.seed = j.seed_drawn ? std::random_device()() : launcher::parse_u64(t, src);
+                    }),
+            whole<J>("--num-images-per-prompt,--num_images_per_prompt", "N", &J::images_per_prompt, 1,
+                     launcher::kMaxImagesPerPrompt,
+                     "Images of each prompt, with seeds seed, seed + 1, ... (a JSONL line's "
+                     "num_images_per_prompt over this), whatever the number of ranks"),
             described(whole<J>(universal("width").flags, universal("width").value_name, &J::width,
                                static_cast<int>(universal("width").min),
                                static_cast<int>(universal("width").max), universal("width").help),

@@ -55,8 +55,8 @@ std::string schedule_plan(const ResolvedJob& resolved) {
     const JobOptions& job = resolved.options;
     const strategies::ModelInfo& model = resolved.model;
     const int replicas = resolved.degrees().dp;
-    const PromptFile file = read_prompt_file(
-        job.prompts, [&](const PromptRecord& p) { return prompt_setting_problem(p, job, model); });
+    const PromptFile file = read_prompts(
+        prompt_source(job), [&](const PromptRecord& p) { return prompt_setting_problem(p, job, model); });
     std::vector<protocol::JobRequest> requests;
     for (const PromptRecord& p : file.prompts) requests.push_back(job_request(p, job, model));
     const strategies::ScheduleChoice c = strategies::choose_schedule(
@@ -64,7 +64,8 @@ std::string schedule_plan(const ResolvedJob& resolved) {
         job.batch_size);
     const strategies::Makespans& m = c.makespans;
     std::ostringstream out;
-    out << "schedules: " << requests.size() << " prompt(s) of " << utf8_for_display(job.prompts);
+    out << "schedules: " << requests.size() << " prompt(s) of "
+        << (job.prompt_texts.empty() ? utf8_for_display(job.prompts) : std::string("--prompt"));
     if (!file.invalid.empty()) out << " (" << file.invalid.size() << " invalid line(s) left out)";
     out << " over " << replicas
         << " model replica(s); cost units are image tokens x steps x guidance branches\n";
@@ -433,7 +434,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& options) {
     out << adapter_plan(resolved, component_rank_bytes, f);
     describe_component_files(out, resolved);
     describe_step_traffic(out, resolved, prompt, transformer.counts, f);
-    if (!options.prompts.empty()) out << schedule_plan(resolved);
+    if (!options.prompts.empty() || !options.prompt_texts.empty()) out << schedule_plan(resolved);
     for (const std::string& why : job_refusals(launch, resolved))
         out << "warning: the job would refuse this: " << why << "\n";
     return out.str();

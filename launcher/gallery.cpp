@@ -87,8 +87,10 @@ std::string card(const nlohmann::json& r) {
     std::string html =
         "<figure class=\"item\" data-status=\"" + html_escape(status) + "\" style=\"margin:0\">\n";
     if (has_image(r) && r.contains("file")) {
-        html += "<img src=\"" + field(r, "file") + "\" alt=\"" + field(r, "prompt") + "\" width=\"" +
-                field(r, "width") + "\" height=\"" + field(r, "height") + "\">\n";
+        // The card's image links to the file itself, at full size.
+        html += "<a href=\"" + field(r, "file") + "\"><img src=\"" + field(r, "file") + "\" alt=\"" +
+                field(r, "prompt") + "\" width=\"" + field(r, "width") + "\" height=\"" + field(r, "height") +
+                "\"></a>\n";
     } else {
         html += "<div class=\"missing\">" + html_escape(status.empty() ? "?" : status) + "</div>\n";
     }

@@ -171,6 +171,8 @@ protocol::JobFile job_file_for(const ResolvedJob& resolved) {
     f.dtype = job.dtype;
     f.device = job.device;
     f.batch_size = job.batch_size;
+    f.image_format = job.image_format;
+    f.quality = job.quality;
     const strategies::MeshDegrees& d = resolved.degrees();
     f.mesh = d;
     f.collective_timeout_s = job.collective_timeout_s;
@@ -197,6 +199,9 @@ void refuse_before_start(const LaunchSpec& launch, const ResolvedJob& resolved) 
                              " and --random-weights: random weights replace every weight, the "
                              "file's too; give one or the other");
     if (!job.random_weights) check_has_weights(job.model, *resolved.model.spec, job.component_files);
+    if (!launch.quiet && job.seed_drawn)
+        std::cerr << "dp-launch: --seed random drew " << job.seed << " (give --seed " << job.seed
+                  << " to make these images again)" << std::endl;
     if (!launch.quiet && strategy.degrees.replica_size() > 1) {
         std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
                   << std::endl;
@@ -246,8 +251,8 @@ PromptFile read_job_prompts(const JobOptions& job, const strategies::ModelInfo& 
     // Gathered in pieces, then moved into one vector of the exact size, so that no growth holds
     // two copies.
     std::vector<std::vector<protocol::JobRequest>> pieces;
-    const PromptFile file = read_prompt_file(
-        job.prompts,
+    const PromptFile file = read_prompts(
+        prompt_source(job),
         [&](const PromptRecord& p) {
             std::string why = prompt_setting_problem(p, job, model);
             if (why.empty() && p.arguments.has("lora")) {
@@ -261,6 +266,7 @@ PromptFile read_job_prompts(const JobOptions& job, const strategies::ModelInfo& 
             adapters.resolve(q.arguments);
             nlohmann::json record = pending_record(q, p.line, job, settings.dtype, settings.components);
             if (!settings.weights.empty()) record["weights"] = settings.weights;
+            if (p.images > 1) record["num_images_per_prompt"] = p.images, record["image"] = p.image;
             records.set(std::move(record));
             records.set_request(p.index, protocol::request_line(q));
             std::string().swap(q.prompt);
@@ -311,6 +317,7 @@ PreparedJob prepare_job(const LaunchSpec& launch, const ResolvedJob& resolved) {
 
 // The prompt file's name in messages.
 std::string prompts_name(const JobOptions& job) {
+    if (!job.prompt_texts.empty()) return "--prompt";
     return job.prompts == "-" ? "<stdin>" : utf8_for_display(job.prompts);
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "protocol/call_arguments.h"
 #include "protocol/job_file.h"
@@ -21,8 +22,14 @@ inline constexpr const char* kDefaultModel = "shapes-sd3";
 
 struct JobOptions : protocol::ModelLoad {
     std::string prompts;  // a path, or "-" for standard input
+    // --prompt TEXT, repeatable: the prompts themselves, instead of a file (Note [images per prompt]
+    // and PromptSource, launcher/prompt_file.h).
+    std::vector<std::string> prompt_texts;
+    int images_per_prompt = 1;  // --num-images-per-prompt: each line's images, seeds seed, seed + 1, ...
     std::string model;
     std::string output_dir = "outputs";
+    std::string image_format = "png";  // --format: png, jpeg or webp
+    int quality = 90;                  // --quality: JPEG's and WebP's, 1 to 100 (WebP 100: lossless)
     // Unset: the model's default (its family's in the call-argument table, protocol/call_arguments.h:
     // diffusers' for its pipeline; SD3 28 steps, Qwen-Image 50).
     std::optional<int> steps;
@@ -30,7 +37,8 @@ struct JobOptions : protocol::ModelLoad {
     // skip-layer guidance, ...): the defaults of each prompt's; unset ones take the model's default.
     protocol::CallValues arguments;
     uint64_t seed = 0;
-    int width = 0;  // 0: the model's default
+    bool seed_drawn = false;  // --seed random: `seed` was drawn once by this launcher
+    int width = 0;            // 0: the model's default
     int height = 0;
     int batch_size = 1;
     // How the replicas share the prompts: static (contiguous shares), dynamic (a shared queue,

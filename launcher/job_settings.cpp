@@ -94,6 +94,10 @@ std::vector<std::string> setting_problems(const JobOptions& job, const strategie
     for (const CallValues::Item& item : job.arguments.items())
         if (const std::string why = foreign_key(model, *item.first); !why.empty())
             out.push_back(item.first->long_flag() + ": " + why);
+    if (job.seed_drawn && job.resume)
+        out.push_back(
+            "--seed random and --resume: a resumed job keeps its first run's seeds; give that run's seed "
+            "(its manifest records each image's) as --seed N");
     if (job.offload && !device_map.empty())
         out.push_back(
             "--offload and --device-map " + device_map +
@@ -191,11 +195,15 @@ void check_job(const ResolvedJob& job) {
         throw UsageError(joined(bad, "; "));
 }
 
+PromptSource prompt_source(const JobOptions& job) {
+    return {job.prompts, job.prompt_texts, job.images_per_prompt};
+}
+
 protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job,
                                  const strategies::ModelInfo& model) {
     protocol::JobRequest q;
     q.index = p.index;
-    q.file = image_file_name(p.index, p.name ? *p.name : p.prompt);
+    q.file = image_file_name(p.index, p.name ? *p.name : p.prompt, job.image_format);
     q.prompt = p.prompt;
     const FamilyArguments& a = model.arguments;
     q.negative_prompt = p.negative_prompt      ? p.negative_prompt
@@ -253,14 +261,9 @@ nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const
     nlohmann::json r = q;
     // Without skipped blocks, skip-layer guidance is off: neither the empty list nor its settings
     // are recorded (what they would say changes nothing).
-    for (const CallValues::Item& item : q.arguments.items()) {
-        const char* with = item.first->active_with;
-        if (!with || !q.arguments.has(with) || !q.arguments.blocks(with).empty()) continue;
-        r.erase(item.first->name);
-        r.erase(with);
-    }
-    // No adapters: nothing to record (older records have none either).
-    if (q.arguments.has("lora") && q.arguments.adapters("lora").empty()) r.erase("lora");
+    // No adapters: nothing to record either (older records have none).
+    for (const CallValues::Item& item : q.arguments.items())
+        if (!protocol::in_effect(q.arguments, item)) r.erase(item.first->name);
     r["line"] = line;
     r["model"] = job.model;
     r["dtype"] = dtype;

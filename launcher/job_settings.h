@@ -46,6 +46,10 @@ std::vector<std::string> model_problems(const JobOptions& job, const strategies:
 // Throws ModelError (model_problems) or UsageError (job_setting_problems) listing every problem.
 void check_job(const ResolvedJob& job);
 
+// Where the job's prompts come from: --prompt's texts, else the PROMPTS file, each line with
+// --num-images-per-prompt images unless it says its own.
+PromptSource prompt_source(const JobOptions& job);
+
 // The request for prompt `p`: its own settings, else the job's, else the model's defaults.
 protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job,
                                  const strategies::ModelInfo& model);

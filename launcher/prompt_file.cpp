@@ -27,7 +27,8 @@ namespace {
 const std::string& accepted_keys() {
     static const std::string text = [] {
         std::string common =
-            "prompt, negative_prompt, seed, steps (or num_inference_steps), width, height, name";
+            "prompt, negative_prompt, seed, steps (or num_inference_steps), width, height, name, "
+            "num_images_per_prompt";
         std::vector<std::pair<std::string, std::vector<std::string>>> own;
         for (const strategies::ParallelSpec* spec : strategies::parallel_specs())
             own.emplace_back(spec->display_name, strategies::family_arguments(spec->family).names());
@@ -53,6 +54,38 @@ const std::string& accepted_keys() {
 
 std::string where(const std::string& name, int64_t line) { return name + ":" + std::to_string(line); }
 
+// A key of a whole number of the line's own (seed, num_images_per_prompt, steps or
+// num_inference_steps, width, height) into `out`: an error text, empty when valid, nullopt for
+// another key.
+std::optional<std::string> read_whole_key(const std::string& key, const nlohmann::json& value,
+                                          const nlohmann::json& line, PromptRecord& out) {
+    auto type_error = [&](const std::string& expected) { return "key '" + key + "': expected " + expected; };
+    if (key == "seed") {
+        if (!value.is_number_unsigned()) return type_error("a whole number from 0 to 18446744073709551615");
+        out.seed = value.get<uint64_t>();
+        return "";
+    }
+    const bool is_steps = key == "steps" || key == "num_inference_steps";
+    const bool images = key == "num_images_per_prompt";
+    if (!is_steps && !images && key != "width" && key != "height") return std::nullopt;
+    if (is_steps && line.contains("steps") && line.contains("num_inference_steps"))
+        return "keys 'steps' and 'num_inference_steps' are the same setting: give one";
+    // The universal rows' ranges, and the images' own.
+    const protocol::CallArgument* row = images ? nullptr : protocol::find_call_argument(key);
+    const int64_t lo = row ? static_cast<int64_t>(row->min) : 1;
+    const int64_t hi = row ? static_cast<int64_t>(row->max) : kMaxImagesPerPrompt;
+    if (!value.is_number_integer() || value.get<int64_t>() < lo || value.get<int64_t>() > hi)
+        return type_error("a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
+    const int v = static_cast<int>(value.get<int64_t>());
+    if (images)
+        out.images = v;
+    else if (is_steps)
+        out.steps = v;
+    else
+        (key == "width" ? out.width : out.height) = v;
+    return "";
+}
+
 // Fills `out` from a JSON object; returns an error text, or empty when valid.
 std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
     nlohmann::json j;
@@ -64,8 +97,8 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
             out.no_negative_prompt = true;
             continue;
         }
-        if ((key == "seed" || key == "name") && value.is_null())
-            continue;  // the default: --seed's, the prompt's
+        if ((key == "seed" || key == "name" || key == "num_images_per_prompt") && value.is_null())
+            continue;  // the default: --seed's, the prompt's, --num-images-per-prompt's
         if (key == "prompt" || key == "negative_prompt" || key == "name") {
             if (!value.is_string()) return type_error("a string");
             const std::string s = value.get<std::string>();
@@ -78,21 +111,8 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
                 return "key 'name': expected 1 to 200 bytes";
             else
                 out.name = s;
-        } else if (key == "seed") {
-            if (!value.is_number_unsigned())
-                return type_error("a whole number from 0 to 18446744073709551615");
-            out.seed = value.get<uint64_t>();
-        } else if (key == "steps" || key == "num_inference_steps" || key == "width" || key == "height") {
-            const bool is_steps = key == "steps" || key == "num_inference_steps";
-            if (is_steps && j.contains("steps") && j.contains("num_inference_steps"))
-                return "keys 'steps' and 'num_inference_steps' are the same setting: give one";
-            const protocol::CallArgument& row = *protocol::find_call_argument(key);  // the universal rows
-            const auto lo = static_cast<int64_t>(row.min), hi = static_cast<int64_t>(row.max);
-            if (!value.is_number_integer() || value.get<int64_t>() < lo || value.get<int64_t>() > hi)
-                return "key '" + key + "': expected a whole number from " + std::to_string(lo) + " to " +
-                       std::to_string(hi);
-            const int v = static_cast<int>(value.get<int64_t>());
-            (is_steps ? out.steps : key == "width" ? out.width : out.height) = v;
+        } else if (std::optional<std::string> why = read_whole_key(key, value, j, out)) {
+            if (!why->empty()) return *why;
         } else if (const protocol::CallArgument* row = protocol::find_call_argument(key);
                    row && !row->universal && key == row->name) {
             // A family's call argument, in its row's range; the model's own limits are the caller's check.
@@ -211,8 +231,12 @@ bool is_trailing_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 }  // namespace
 
 PromptFileReader::PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check,
-                                   PromptSink sink)
-    : name_(utf8_for_display(name)), format_(format), check_(std::move(check)), sink_(std::move(sink)) {}
+                                   PromptSink sink, int images_per_prompt)
+    : name_(utf8_for_display(name)),
+      format_(format),
+      check_(std::move(check)),
+      sink_(std::move(sink)),
+      images_per_prompt_(images_per_prompt) {}
 
 void PromptFileReader::limit_passed(const std::string& what) const {
     throw InputDataError(name_ + ": " + what + "; one job takes at most " +
@@ -255,8 +279,8 @@ void PromptFileReader::end_line() {
         trailing_blank_ = 0;
     };
     if (blank) return next_line();
-    const int64_t index = file_.total++;
-    if (file_.total > kMaxJobPrompts)
+    const int64_t index = next_index_;
+    if (++file_.total > kMaxJobPrompts)
         limit_passed("more than " + std::to_string(kMaxJobPrompts) +
                      " prompt lines (stopped reading at line " + std::to_string(line_no_) + ")");
     if (format_ == PromptFormat::kDetect) {
@@ -266,6 +290,7 @@ void PromptFileReader::end_line() {
     }
     auto invalid = [&](const std::string& why) {
         file_.invalid.push_back({index, line_no_, where(name_, line_no_) + ": " + why});
+        next_index_ += images_per_prompt_;
     };
     if (length > kMaxPromptLineBytes) {
         invalid("line is " + std::to_string(length) + " bytes; the limit is " +
@@ -278,6 +303,7 @@ void PromptFileReader::end_line() {
         PromptRecord record;
         record.index = index;
         record.line = line_no_;
+        record.images = images_per_prompt_;
         std::string error;
         if (format_ == PromptFormat::kJsonl) {
             error = parse_jsonl_object(line, record);
@@ -285,17 +311,31 @@ void PromptFileReader::end_line() {
             record.prompt = std::string(line);
         }
         if (error.empty() && check_) error = check_(record);
-        if (error.empty()) {
-            ++file_.valid;
-            if (sink_)
-                sink_(std::move(record));
-            else
-                file_.prompts.push_back(std::move(record));
-        } else {
+        if (error.empty())
+            add_images(std::move(record));
+        else
             invalid(error);
-        }
     }
     next_line();
+}
+
+void PromptFileReader::add_images(PromptRecord&& record) {
+    const int images = record.images;
+    next_index_ += images;
+    if (next_index_ > kMaxJobPrompts)
+        limit_passed("more than " + std::to_string(kMaxJobPrompts) + " images (num_images_per_prompt, line " +
+                     std::to_string(line_no_) + ")");
+    for (int k = 0; k < images; ++k) {
+        PromptRecord one = k + 1 < images ? record : std::move(record);
+        one.index += k;
+        one.image = k;
+        if (one.seed) *one.seed += static_cast<uint64_t>(k);  // Note [images per prompt]
+        ++file_.valid;
+        if (sink_)
+            sink_(std::move(one));
+        else
+            file_.prompts.push_back(std::move(one));
+    }
 }
 
 PromptFile PromptFileReader::finish() {
@@ -310,7 +350,23 @@ PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bo
     return reader.finish();
 }
 
-PromptFile read_prompt_file(const std::string& path, const PromptCheck& check, const PromptSink& sink) {
+PromptFile read_prompts(const PromptSource& source, const PromptCheck& check, const PromptSink& sink) {
+    if (source.texts.empty()) return read_prompt_file(source.path, check, sink, source.images_per_prompt);
+    PromptFileReader reader("--prompt", PromptFormat::kText, check, sink, source.images_per_prompt);
+    for (const std::string& text : source.texts) {
+        if (text.find_first_not_of(" \t\r") == std::string::npos ||
+            text.find_first_of("\n\r") != std::string::npos || text.find('\0') != std::string::npos ||
+            !is_valid_utf8(text))
+            throw UsageError("--prompt '" + utf8_for_display(text.substr(0, 80)) +
+                             "': expected one line of UTF-8 text, not empty (give --prompt again for another "
+                             "prompt, or write them to a prompt file)");
+        reader.feed(text + "\n");
+    }
+    return reader.finish();
+}
+
+PromptFile read_prompt_file(const std::string& path, const PromptCheck& check, const PromptSink& sink,
+                            int images_per_prompt) {
     const bool from_stdin = path == "-";
     const std::string shown = from_stdin ? "<stdin>" : utf8_for_display(path);
     UniqueFd owned;
@@ -327,7 +383,7 @@ PromptFile read_prompt_file(const std::string& path, const PromptCheck& check, c
     // it is called.
     PromptFileReader reader(from_stdin ? "<stdin>" : path,
                             !from_stdin && is_jsonl_name(path) ? PromptFormat::kJsonl : PromptFormat::kDetect,
-                            check, sink);
+                            check, sink, images_per_prompt);
     std::string buffer(std::size_t{1} << 16, '\0');
     while (true) {
         const ssize_t n = read(fd, buffer.data(), buffer.size());
@@ -388,10 +444,10 @@ std::string slugify(std::string_view text) {
     return slug.empty() ? "image" : slug;
 }
 
-std::string image_file_name(int64_t index, std::string_view slug_source) {
+std::string image_file_name(int64_t index, std::string_view slug_source, const std::string& image_format) {
     char prefix[32];
     std::snprintf(prefix, sizeof(prefix), "%05lld-", static_cast<long long>(index));
-    return prefix + slugify(slug_source) + ".png";
+    return prefix + slugify(slug_source) + (image_format == "jpeg" ? ".jpg" : "." + image_format);
 }
 
 uint64_t prompt_seed(uint64_t base_seed, int64_t index) { return base_seed + static_cast<uint64_t>(index); }

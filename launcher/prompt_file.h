@@ -37,10 +37,21 @@ inline constexpr std::size_t kMaxPromptLineBytes = 16 * 1024;
 // What one job accepts: the bytes of its prompt file, and its non-blank lines.
 inline constexpr std::size_t kMaxJobPromptBytes = std::size_t{64} << 20;
 inline constexpr int64_t kMaxJobPrompts = 100000;
+// Images of one prompt (--num-images-per-prompt, the JSONL key num_images_per_prompt); a job makes
+// at most kMaxJobPrompts images in all.
+inline constexpr int kMaxImagesPerPrompt = 1000;
 
 struct PromptRecord {
-    int64_t index = 0;  // position among non-blank lines
-    int64_t line = 0;   // 1-based line number in the file
+    // The image's index: its position among the images of the file's non-blank lines, each line
+    // counting its num_images_per_prompt (an invalid line the job's): with one image a prompt,
+    // the line's position among the non-blank lines.
+    int64_t index = 0;
+    int64_t line = 0;  // 1-based line number in the file
+    // Note [images per prompt]: a line with num_images_per_prompt N is N records, image 0 to N - 1,
+    // at consecutive indexes; image k's seed is the line's seed + k (without one, the job's seed +
+    // its index, which is consecutive too), whatever the number of ranks.
+    int image = 0;
+    int images = 1;
     std::string prompt;
     std::optional<std::string> negative_prompt;
     bool no_negative_prompt = false;  // "negative_prompt": null: none, whatever the job's flag says
@@ -49,6 +60,14 @@ struct PromptRecord {
     std::optional<int> width, height;
     std::optional<std::string> name;
     protocol::CallValues arguments;  // the family call arguments the line sets
+};
+
+// Where a job's prompts come from: a prompt file (`path`, "-" for standard input), or the texts
+// of --prompt, each a prompt of its own (a plain-text file of those lines, named "--prompt").
+struct PromptSource {
+    std::string path;
+    std::vector<std::string> texts;
+    int images_per_prompt = 1;  // a line's num_images_per_prompt unless it says its own
 };
 
 struct InvalidPrompt {
@@ -82,7 +101,7 @@ class PromptFileReader {
   public:
     // With `sink`, the valid records go there and PromptFile::prompts stays empty.
     PromptFileReader(const std::string& name, PromptFormat format, PromptCheck check = {},
-                     PromptSink sink = {});
+                     PromptSink sink = {}, int images_per_prompt = 1);
 
     // Throws InputDataError when the input passes kMaxJobPromptBytes or kMaxJobPrompts lines.
     void feed(std::string_view bytes);
@@ -92,6 +111,7 @@ class PromptFileReader {
   private:
     void end_line();
     void limit_passed(const std::string& what) const;
+    void add_images(PromptRecord&& record);
 
     std::string name_;
     PromptFormat format_;
@@ -103,6 +123,8 @@ class PromptFileReader {
     std::size_t trailing_blank_ = 0;  // the length of the white space that ends it so far
     std::size_t bytes_ = 0;
     int64_t line_no_ = 0;
+    int images_per_prompt_ = 1;
+    int64_t next_index_ = 0;  // the next line's first image index
 };
 
 // Parses `bytes` read from `name` ("-" for stdin). JSONL when `jsonl` is set.
@@ -115,7 +137,12 @@ PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bo
 // protocol::kExitNoInput when it cannot be opened or read (a directory included), and
 // InputDataError past the job's limits.
 PromptFile read_prompt_file(const std::string& path, const PromptCheck& check = {},
-                            const PromptSink& sink = {});
+                            const PromptSink& sink = {}, int images_per_prompt = 1);
+
+// A job's prompts from `source`: read_prompt_file's for a path, else its texts as lines of a plain
+// text file. Throws UsageError for a --prompt text that is empty, holds a newline or NUL, or is not UTF-8.
+PromptFile read_prompts(const PromptSource& source, const PromptCheck& check = {},
+                        const PromptSink& sink = {});
 
 // When `path` looks like a program rather than a prompt file, what it is ("a .py script", "a
 // script (#!)", "an executable file") and the command that would run it ("python3 train.py",
@@ -148,8 +175,9 @@ bool is_valid_utf8(std::string_view text);
 // other runs become '-', at most 48 characters, never empty ("image"), never ".." or a '/'.
 std::string slugify(std::string_view text);
 
-// The image file of a prompt: "{index:05d}-{slug}.png".
-std::string image_file_name(int64_t index, std::string_view slug_source);
+// The image file of a prompt: "{index:05d}-{slug}.{png,jpg,webp}" for image_format png, jpeg or webp.
+std::string image_file_name(int64_t index, std::string_view slug_source,
+                            const std::string& image_format = "png");
 
 // The seed of a prompt without its own: --seed plus its index (mod 2^64).
 uint64_t prompt_seed(uint64_t base_seed, int64_t index);

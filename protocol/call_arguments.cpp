@@ -561,4 +561,12 @@ bool FamilyArguments::runs_two_branches(const CallValues& values, bool has_negat
     return g->guidance != Guidance::kAbove1WithNegative || has_negative_prompt;
 }
 
+bool in_effect(const CallValues& values, const CallValues::Item& item) {
+    if (const char* with = item.first->active_with)
+        if (values.has(with) && values.blocks(with).empty()) return false;
+    if (const auto* adapters = std::get_if<Adapters>(&item.second)) return !adapters->empty();
+    if (const auto* blocks = std::get_if<std::vector<int>>(&item.second)) return !blocks->empty();
+    return true;
+}
+
 }  // namespace dp::protocol

@@ -134,6 +134,10 @@ class CallValues {
     std::vector<Item> items_;
 };
 
+// Whether `item` of `values` changes anything: not an empty list of blocks or adapters, nor a
+// setting of skipped blocks when none are skipped (CallArgument::active_with).
+bool in_effect(const CallValues& values, const CallValues::Item& item);
+
 // A value as JSON: a number, a whole number, a list of whole numbers, or a list of adapters
 // ({"path", "scale", "sha256"} each; sha256 left out while empty).
 nlohmann::json call_value_json(const CallValue& value);

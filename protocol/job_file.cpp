@@ -204,6 +204,7 @@ nlohmann::json settings_json(const JobFile& job) {
                         {"collective_timeout_s", job.collective_timeout_s},
                         {"schedule", job.schedule}};
     if (job.node_timeout_s > 0) j["node_timeout_s"] = job.node_timeout_s;
+    if (job.image_format != "png") j["image_format"] = job.image_format, j["quality"] = job.quality;
     for (const auto& [key, field] : kDiagnostics)
         if (job.*field) j[key] = true;
     put_path(j, "model_dir", job.model_dir);
@@ -297,6 +298,13 @@ void from_json(const nlohmann::json& j, JobFile& job) {
         if (!is_one_of(out.schedule, {"static", "dynamic"}))
             throw InputDataError("schedule: '" + out.schedule.substr(0, 40) +
                                  "': expected static or dynamic");
+    }
+    if (f.has("image_format")) {
+        out.image_format = f.string("image_format");
+        if (!is_one_of(out.image_format, {"png", "jpeg", "webp"}))
+            throw InputDataError("image_format: '" + out.image_format.substr(0, 40) +
+                                 "': expected png, jpeg or webp");
+        out.quality = static_cast<int>(f.integer("quality", 1, 100));
     }
     if (f.has("device_map"))
         out.device_map = read_device_map(detail::Fields(f.object("device_map"), "device_map"));

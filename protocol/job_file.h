@@ -110,6 +110,10 @@ struct JobFile : ModelLoad {
     // "dynamic" (each takes the next batch from the job's queue when free, costliest first; Note
     // [dynamic schedule] in runtime/worker.cpp). Optional in the file: absent is static.
     std::string schedule = "static";
+    // How the images are written (--format, --quality): "png", "jpeg" or "webp", and the JPEG or
+    // WebP quality from 1 to 100. Optional in the file: absent is png.
+    std::string image_format = "png";
+    int quality = 90;
     std::vector<JobRequest> requests;  // in the order the ranks split them
     // Diagnostics, optional in the file (absent: false), which the launcher sets from its own
     // environment as the worker read them from its own: each image's final latents beside it

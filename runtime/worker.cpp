@@ -9,12 +9,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <thread>
 
+#include "protocol/image_parameters.h"
 #include "protocol/job_file.h"
 #include "protocol/status_events.h"
 #include "protocol/write_all.h"
@@ -289,8 +291,15 @@ CommunicatorOptions communicator_options(const JobFile& job, int rank, int world
 // written (by the replica's writer) and reported on the status channel.
 class RankWork {
   public:
-    RankWork(const JobFile& job, int rank, StatusChannel& status, bool writer)
-        : job_(job), rank_(rank), status_(status), writer_(writer), kill_switch_(rank) {}
+    RankWork(const JobFile& job, const strategies::ModelInfo& model, int rank, StatusChannel& status,
+             bool writer)
+        : job_(job), rank_(rank), status_(status), writer_(writer), kill_switch_(rank) {
+        made_by_.model = std::filesystem::path(job.model_dir).filename().string();
+        if (const protocol::FamilyArgument* cfg = model.arguments.guidance_scale())
+            made_by_.cfg_name = cfg->row->name;
+        encoding_.format = image_format_named(job.image_format);
+        encoding_.quality = job.quality;
+    }
 
     // One unit of the queue: positions into the job's requests that share a batch.
     void run(const DiffusionPipeline& pipeline, const std::vector<std::size_t>& unit, bool dynamic) {
@@ -361,8 +370,14 @@ class RankWork {
         if (!result.error.empty()) return fail(r, result.error);  // no valid image: not a black PNG
         const int width = static_cast<int>(result.image.size(1));
         const int height = static_cast<int>(result.image.size(0));
-        const WrittenImage img = write_png_atomically(job_.output_dir + "/" + r.file,
-                                                      result.image.data_ptr<uint8_t>(), width, height);
+        // Note [image metadata]: the file says how it was made, at its own size.
+        ImageEncoding encoding = encoding_;
+        protocol::JobRequest made = r;
+        made.width = width, made.height = height;
+        encoding.parameters = protocol::image_parameters(made, made_by_);
+        encoding.record = protocol::image_record_text(made, made_by_);
+        const WrittenImage img = write_image_atomically(
+            job_.output_dir + "/" + r.file, result.image.data_ptr<uint8_t>(), width, height, encoding);
         // DP_SAVE_LATENTS=1 (the job file's save_latents): each image's final latents (fp32, before
         // decoding) beside it, as NAME.png.latents.safetensors, to compare runs more finely than by pixels.
         if (job_.save_latents)
@@ -377,6 +392,8 @@ class RankWork {
     StatusChannel& status_;
     const bool writer_;
     TestKillSwitch kill_switch_;
+    protocol::ImageProvenance made_by_;
+    ImageEncoding encoding_;
     int failed_ = 0;
 };
 
@@ -418,7 +435,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     // Every rank forms its sub-groups here, in the same order, so none waits on another.
     const ParallelContext parallel(comm, strategies::Mesh(world, job.mesh));
     PromptQueue queue(job, *model, parallel, comm, job_id);
-    RankWork work(job, rank, status, parallel.writes_outputs());
+    RankWork work(job, *model, rank, status, parallel.writes_outputs());
     status.send(protocol::StartEvent{rank, po.device.str(), queue.share().begin, queue.share().size(),
                                      dtype_name(po.dtype), job.schedule});
     if (queue.has_work()) {

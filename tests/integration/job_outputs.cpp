@@ -50,6 +50,35 @@ Safetensors open_safetensors(const std::string& path) {
 }
 }  // namespace
 
+std::map<std::string, std::string> read_png_texts(const std::string& path) {
+    std::map<std::string, std::string> out;
+    FILE* f = std::fopen(path.c_str(), "rb");
+    REQUIRE(f != nullptr);
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+    png_infop info = png_create_info_struct(png);
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_read_struct(&png, &info, nullptr);
+        std::fclose(f);
+        FAIL("libpng could not read " << path);
+    }
+    png_init_io(png, f);
+    png_read_png(png, info, PNG_TRANSFORM_IDENTITY, nullptr);
+    png_textp texts = nullptr;
+    const int n = png_get_text(png, info, &texts, nullptr);
+    for (int i = 0; i < n; ++i)
+        out[texts[i].key] =
+            std::string(texts[i].text, texts[i].itxt_length ? texts[i].itxt_length : texts[i].text_length);
+    png_destroy_read_struct(&png, &info, nullptr);
+    std::fclose(f);
+    return out;
+}
+
+std::string utf16be(const std::string& ascii) {
+    std::string out;
+    for (char c : ascii) out += std::string(1, '\0') + c;
+    return out;
+}
+
 std::vector<uint8_t> read_safetensors_tensor(const std::string& path, const std::string& name,
                                              std::string* dtype, std::vector<int64_t>* shape) {
     const Safetensors f = open_safetensors(path);

@@ -4,6 +4,7 @@
 // outputs.
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -12,6 +13,10 @@ namespace dp::test {
 
 // The RGB bytes of a PNG file, row by row (libpng's reader); width and height through the pointers.
 std::vector<uint8_t> read_png_rgb(const std::string& path, int* width = nullptr, int* height = nullptr);
+// The text chunks of a PNG file (tEXt, zTXt and iTXt) by key, through libpng.
+std::map<std::string, std::string> read_png_texts(const std::string& path);
+// `text` in UTF-16BE, as EXIF's UserComment holds it after "UNICODE\0".
+std::string utf16be(const std::string& ascii);
 // The bytes of tensor `name` in a safetensors file, with its dtype ("U8", "F32", ...) and shape.
 std::vector<uint8_t> read_safetensors_tensor(const std::string& path, const std::string& name,
                                              std::string* dtype = nullptr,

@@ -153,6 +153,83 @@ TEST_CASE("the manifest, field by field") {
     CHECK(listing.empty());
 }
 
+TEST_CASE(
+    "JPEG, WebP and PNG with images per prompt: the same files at 1 and 3 processes, and each says how it "
+    "was made") {
+    const std::string dir = make_temp_dir();
+    // A line's own num_images_per_prompt and seed over the job's; the other line takes
+    // --num-images-per-prompt.
+    const std::string prompts =
+        write_lines(dir + "/p.json",  // JSON Lines whatever the name
+                    {{{"prompt", "a red circle"}, {"seed", 40}, {"num_images_per_prompt", 3}},
+                     {{"prompt", "a blue square"}}});
+    struct Case {
+        const char* format;
+        const char* extension;
+        const char* magic;
+    };
+    for (const Case& c : {Case{"jpeg", ".jpg", "\xFF\xD8\xFF"}, Case{"webp", ".webp", "RIFF"},
+                          Case{"png", ".png", "\x89PNG"}}) {
+        CAPTURE(c.format);
+        // PNG's bytes at any rank count are the first test's; here its text chunks.
+        const std::vector<int> worlds =
+            std::string(c.format) == "png" ? std::vector<int>{1} : std::vector<int>{1, 3};
+        std::map<int, std::vector<nlohmann::json>> by_world;
+        for (int n : worlds) {
+            const std::string out = dir + "/" + c.format + std::to_string(n);
+            LaunchResult r =
+                run_launch(job_args(out, {"-n", std::to_string(n), "--format", c.format, "--seed", "7",
+                                          "--num-images-per-prompt", "2", prompts}),
+                           {}, 120);
+            REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+            by_world[n] = read_manifest(out);
+            REQUIRE(by_world[n].size() == 5);
+        }
+        const std::vector<nlohmann::json>& m = by_world[1];
+        // Images 0..2 of line 1 (seeds 40, 41, 42), then 3..4 of line 2 (the job's seed + index).
+        const std::vector<uint64_t> seeds = {40, 41, 42, 10, 11};
+        const std::vector<int> image = {0, 1, 2, 0, 1};
+        for (std::size_t i = 0; i < 5; ++i) {
+            CAPTURE(i);
+            CHECK(m[i]["index"] == i);
+            CHECK(m[i]["seed"] == seeds[i]);
+            CHECK(m[i]["image"] == image[i]);
+            CHECK(m[i]["num_images_per_prompt"] == (i < 3 ? 3 : 2));
+            CHECK(m[i]["line"] == (i < 3 ? 1 : 2));
+            const std::string file = m[i]["file"].get<std::string>();
+            CHECK(file.size() > std::strlen(c.extension));
+            CHECK(file.substr(file.size() - std::strlen(c.extension)) == c.extension);
+            const std::string bytes = read_file(dir + "/" + c.format + "1/" + file);
+            CHECK(bytes.rfind(c.magic, 0) == 0);
+            if (worlds.size() > 1) {
+                CHECK(bytes == read_file(dir + "/" + c.format + "3/" + file));
+                CHECK(by_world[3][i]["sha256"] == m[i]["sha256"]);
+            }
+            const std::string prompt = m[i]["prompt"].get<std::string>();
+            const std::string settings = "Seed: " + std::to_string(seeds[i]) + ", Size: 16x16";
+            if (std::string(c.format) == "png") {
+                const auto texts = read_png_texts(dir + "/png1/" + file);
+                REQUIRE(texts.count("parameters") == 1);
+                CHECK(texts.at("parameters")
+                          .rfind(prompt + "\nSteps: 2, Sampler: Euler, CFG scale: 7, " + settings, 0) == 0);
+                REQUIRE(texts.count("dp-launch") == 1);
+                const nlohmann::json record = nlohmann::json::parse(texts.at("dp-launch"));
+                CHECK(record["prompt"] == prompt);
+                CHECK(record["seed"] == seeds[i]);
+            } else {
+                // EXIF: the parameters as UserComment in UTF-16BE (AUTOMATIC1111's way), the record as
+                // ImageDescription.
+                CHECK(bytes.find("UNICODE" + std::string(1, '\0') + utf16be(prompt + "\nSteps: 2")) !=
+                      std::string::npos);
+                CHECK(bytes.find(utf16be(settings)) != std::string::npos);
+                CHECK(bytes.find("\"seed\":" + std::to_string(seeds[i])) != std::string::npos);
+            }
+        }
+        // Different seeds make different images.
+        CHECK(m[0]["sha256"] != m[1]["sha256"]);
+    }
+}
+
 TEST_CASE("2 prompts on 4 ranks: the ranks without prompts join, wait and exit 0") {
     const std::string dir = make_temp_dir();
     const std::string prompts = write_prompts(dir, "p.txt", "one\ntwo\n");

@@ -666,9 +666,29 @@ TEST_CASE("the main job's pipeline options: flags, DP_* twins and config keys, w
         REQUIRE_MESSAGE(e.job.has_value(), e.message);
         CHECK(e.job->dtype == ours);
     }
+    // Output formats (jpg is jpeg), images per prompt, a random seed drawn once, prompts as flags.
+    CommandLine o = parse({"--format", "jpg", "--quality", "80", "--num-images-per-prompt", "4", "--seed",
+                           "random", "--prompt", "a red circle", "--prompt", "a blue square"});
+    REQUIRE_MESSAGE(o.job.has_value(), o.message);
+    CHECK(o.action == CommandLine::Action::kLaunch);
+    CHECK(o.job->image_format == "jpeg");
+    CHECK(o.job->quality == 80);
+    CHECK(o.job->images_per_prompt == 4);
+    CHECK(o.job->seed_drawn);
+    CHECK(o.job->seed <= 4294967295ULL);
+    CHECK(o.job->prompt_texts == std::vector<std::string>{"a red circle", "a blue square"});
+    CHECK(o.job->prompts.empty());
+    CHECK(parse({"--prompt", "x", "p.txt"}).message.find("--prompt and the PROMPTS file p.txt: give one") !=
+          std::string::npos);
+    CHECK(parse({"-n", "2", "--prompt", "x", "--", "python3", "t.py"}).exit_code == 2);
+    CHECK(parse({"--format", "gif", "p.txt"}).exit_code == 2);
+    CHECK(parse({"--seed", "randomly", "p.txt"}).exit_code == 2);
     CommandLine d = parse({"-"});
     REQUIRE(d.job.has_value());
     CHECK(d.job->prompts == "-");
+    CHECK(d.job->image_format == "png");
+    CHECK(d.job->images_per_prompt == 1);
+    CHECK_FALSE(d.job->seed_drawn);
     CHECK(d.job->output_dir == "outputs");
     CHECK_FALSE(d.job->steps.has_value());  // the model family's default (SD3 28, Qwen-Image 50)
 }

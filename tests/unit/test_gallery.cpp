@@ -76,7 +76,9 @@ TEST_CASE("the gallery: one card per record, text escaped, no external resources
     s.seconds = 2;
     const std::string html = gallery_html(records, s);
     CHECK(cards(html) == 3);
-    CHECK(html.find("<img src=\"00000-a.png\"") != std::string::npos);
+    CHECK(html.find("<a href=\"00000-a.png\"><img src=\"00000-a.png\"") !=
+          std::string::npos);                // full size on a click
+    CHECK(count_of(html, "<a href=") == 1);  // only the card with an image links
     CHECK(html.find("a &lt;b&gt;red&lt;/b&gt; &quot;circle&quot; &amp; &#39;more&#39;") != std::string::npos);
     CHECK(html.find("<b>red</b>") == std::string::npos);
     CHECK(html.find("size &lt;bad&gt;") != std::string::npos);

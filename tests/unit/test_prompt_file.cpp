@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 #include <tuple>
@@ -134,6 +135,63 @@ TEST_CASE("seeds: --seed plus the index, distinct per prompt") {
     CHECK(seeds.size() == 100);
     CHECK(prompt_seed(42, 5) == 47);
     CHECK(prompt_seed(~0ULL, 1) == 0);  // wraps
+}
+
+TEST_CASE("images per prompt: consecutive indexes and seeds per line, the line's own count over the job's") {
+    PromptFileReader reader("p.jsonl", PromptFormat::kJsonl, {}, {}, /*images_per_prompt=*/2);
+    reader.feed(R"({"prompt": "a", "seed": 40, "num_images_per_prompt": 3})"
+                "\n"
+                R"({"prompt": "b", "num_images_per_prompt": "two"})"
+                "\n"
+                R"({"prompt": "c", "num_images_per_prompt": null})"
+                "\n"
+                R"({"prompt": "d", "num_images_per_prompt": 1})"
+                "\n");
+    const PromptFile f = reader.finish();
+    CHECK(f.total == 4);  // lines
+    CHECK(f.valid == 6);  // images: 3 + 2 + 1
+    REQUIRE(f.prompts.size() == 6);
+    REQUIRE(f.invalid.size() == 1);
+    // The invalid line keeps the job's count of indexes (3, 4), so the lines after it do not move.
+    CHECK(f.invalid[0].index == 3);
+    CHECK(f.invalid[0].reason.find("key 'num_images_per_prompt': expected a whole number from 1 to 1000") !=
+          std::string::npos);
+    using Image = std::tuple<std::string, int64_t, int, int, std::optional<uint64_t>, int64_t>;
+    std::vector<Image> got;
+    for (const PromptRecord& p : f.prompts)
+        got.emplace_back(p.prompt, p.index, p.image, p.images, p.seed, p.line);
+    CHECK(got == std::vector<Image>{{"a", 0, 0, 3, 40, 1},
+                                    {"a", 1, 1, 3, 41, 1},
+                                    {"a", 2, 2, 3, 42, 1},
+                                    {"c", 5, 0, 2, std::nullopt, 3},
+                                    {"c", 6, 1, 2, std::nullopt, 3},
+                                    {"d", 7, 0, 1, std::nullopt, 4}});
+    // Without a seed of its own an image gets the job's seed + its index: consecutive within a line.
+    CHECK(prompt_seed(100, 5) + 1 == prompt_seed(100, 6));
+    for (const char* bad : {"0", "1001", "-1", "1.5"}) {
+        const PromptFile g = parse_prompt_file(
+            std::string(R"({"prompt": "a", "num_images_per_prompt": )") + bad + "}", "p.jsonl", true);
+        CHECK_MESSAGE(g.invalid.size() == 1, bad);
+    }
+}
+
+TEST_CASE("--prompt texts are a prompt file of their own, and a text that is not one line is refused") {
+    PromptSource source;
+    source.texts = {"a red circle", "a blue square"};
+    source.images_per_prompt = 2;
+    const PromptFile f = read_prompts(source);
+    CHECK(prompts_of(f) ==
+          std::vector<std::string>{"a red circle", "a red circle", "a blue square", "a blue square"});
+    CHECK(f.prompts[3].index == 3);
+    CHECK(f.prompts[3].line == 2);
+    // A text that looks like JSON is a prompt, not a JSONL record.
+    source.texts = {R"({"prompt": "x"})"};
+    CHECK(prompts_of(read_prompts(source)).front() == R"({"prompt": "x"})");
+    for (const std::string bad : {std::string(""), std::string("  "), std::string("two\nlines"),
+                                  std::string("nul\0x", 5), std::string("\xff\xfe")}) {
+        source.texts = {"fine", bad};
+        CHECK_THROWS_WITH_AS(read_prompts(source), doctest::Contains("--prompt"), UsageError);
+    }
 }
 
 TEST_CASE("JSONL: a key given twice is an invalid line, not the last one winning") {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "protocol/errors.h"
+#include "protocol/image_parameters.h"
 #include "protocol/job_file.h"
 #include "protocol/status_events.h"
 #include "strategies/model_config.h"
@@ -35,6 +36,8 @@ JobFile full_job() {
     job.mesh = {2, 2, 3, 5, 7};
     job.collective_timeout_s = 12.5;
     job.schedule = "dynamic";
+    job.image_format = "webp";
+    job.quality = 77;
     job.save_latents = true;
     job.comm_report = true;
     DeviceMapPlan plan;
@@ -83,6 +86,8 @@ void check_same(const JobFile& x, const JobFile& y) {
     CHECK(x.mesh.tp == y.mesh.tp);
     CHECK(x.collective_timeout_s == y.collective_timeout_s);
     CHECK(x.schedule == y.schedule);
+    CHECK(x.image_format == y.image_format);
+    CHECK(x.quality == y.quality);
     CHECK(x.save_latents == y.save_latents);
     CHECK(x.cache_report == y.cache_report);
     CHECK(x.comm_report == y.comm_report);
@@ -174,6 +179,9 @@ TEST_CASE("the job file round-trips every field, through JSON and through a file
     nlohmann::json unscheduled = plain;
     unscheduled.erase("schedule");
     CHECK(unscheduled.get<JobFile>().schedule == "static");
+    // Nor an image format: PNG, and PNG is not written.
+    CHECK_FALSE(nlohmann::json(plain).contains("image_format"));
+    CHECK(plain_back.image_format == "png");
     // Nor diagnostics: each is false, and an unset one is not written.
     CHECK_FALSE(nlohmann::json(plain).contains("save_latents"));
     CHECK_FALSE((plain_back.save_latents || plain_back.cache_report || plain_back.comm_report));
@@ -194,6 +202,10 @@ TEST_CASE("a job file that is not one this build reads is refused, naming the fi
              {edited([](auto& j) { j["version"] = 1; }),
               path + ": version: 1 is not the version this dp-worker reads (4); dp-launch and dp-worker come "
                      "from different builds"},
+             {edited([](auto& j) { j["image_format"] = "gif"; }),
+              path + ": image_format: 'gif': expected png, jpeg or webp"},
+             {edited([](auto& j) { j["quality"] = 0; }),
+              path + ": quality: expected a whole number from 1 to 100, got 0"},
              {edited([](auto& j) { j.erase("output_dir"); }),
               path + ": output_dir: missing (expected a string)"},
              {edited([](auto& j) { j["batch_size"] = "2"; }),
@@ -416,4 +428,47 @@ TEST_CASE("the job file written a request at a time: one line per request, repla
     }
     check_same(empty, read_job_file(path));
     std::remove(path.c_str());
+}
+
+TEST_CASE(
+    "an image's parameters text is AUTOMATIC1111's, with separators quoted and settings not in effect left "
+    "out") {
+    Generation g;
+    g.prompt = "a cat, sitting";
+    g.negative_prompt = "blurry";
+    g.seed = 42;
+    g.steps = 28;
+    g.width = 1024;
+    g.height = 768;
+    g.arguments.set("guidance_scale", 7.5);
+    g.arguments.set("skip_guidance_layers", std::vector<int>{7, 8, 9});
+    g.arguments.set("skip_layer_guidance_scale", 2.8);
+    const ImageProvenance made_by{"sd3-medium", "guidance_scale"};
+    CHECK(
+        image_parameters(g, made_by) ==
+        "a cat, sitting\nNegative prompt: blurry\nSteps: 28, Sampler: Euler, CFG scale: 7.5, Seed: 42, Size: "
+        "1024x768, Model: sd3-medium, skip_guidance_layers: \"7,8,9\", skip_layer_guidance_scale: 2.8, "
+        "Version: " +
+            made_by_version());
+    // No skipped blocks: neither they nor their scale are said; no negative prompt, no line for it.
+    g.arguments.set("skip_guidance_layers", std::vector<int>{});
+    g.negative_prompt.reset();
+    const std::string plain = image_parameters(g, made_by);
+    CHECK(plain.find("skip") == std::string::npos);
+    CHECK(plain.find("Negative prompt") == std::string::npos);
+    CHECK(plain.rfind("a cat, sitting\nSteps: 28,", 0) == 0);
+    // The record: the request and the model, ASCII whatever the prompt.
+    JobRequest r;
+    static_cast<Generation&>(r) = g;
+    r.prompt = "über";
+    r.index = 3;
+    r.file = "00003-ber.png";
+    const std::string record = image_record_text(r, made_by);
+    CHECK(record.find("\\u00fcber") != std::string::npos);
+    for (unsigned char ch : record) CHECK(ch < 0x80);
+    const nlohmann::json j = nlohmann::json::parse(record);
+    CHECK(j["prompt"] == "über");
+    CHECK(j["model"] == "sd3-medium");
+    CHECK(j["index"] == 3);
+    CHECK_FALSE(j.contains("skip_guidance_layers"));
 }
