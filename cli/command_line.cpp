@@ -15,6 +15,7 @@
 #include "launcher/job.h"
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
+#include "launcher/terminal.h"
 
 namespace dp::cli {
 namespace {
@@ -389,9 +390,11 @@ int run_command_line(const CommandLine& command_line) {
                 std::cout << describe_environment(command_line.json) << std::flush;
                 return 0;
             case CommandLine::Action::kLaunch:
+                if (!command_line.spec.dry_run) launcher::open_launcher_log(command_line.spec);
                 // What the scheduler's allocation made of the job (Note [cluster shapes]).
                 if (!command_line.spec.cluster_report.empty() && !command_line.spec.quiet)
-                    std::cerr << command_line.spec.cluster_report << std::endl;
+                    launcher::Terminal::instance().write_own(STDERR_FILENO,
+                                                             command_line.spec.cluster_report + "\n");
                 if (command_line.job) return launcher::run_job(command_line.spec, *command_line.job);
                 if (command_line.spec.dry_run) {
                     std::cout << launcher::describe_dry_run(command_line.spec) << std::flush;
@@ -400,7 +403,7 @@ int run_command_line(const CommandLine& command_line) {
                 return launcher::run_launch(command_line.spec);
         }
     } catch (const launcher::Error& e) {
-        std::cerr << "dp-launch: " << launcher::terminal_safe(e.what()) << std::endl;
+        launcher::Terminal::instance().say(launcher::terminal_safe(e.what()));
         return e.exit_code();
     } catch (const std::exception& e) {
         std::cerr << "dp-launch: internal error: " << launcher::terminal_safe(e.what()) << std::endl;

@@ -278,7 +278,8 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
             number<S>("--timeout", "SECONDS", &S::timeout_s, 0, 604800, "seconds",
                       "Stop the whole job (exit 75) when it runs longer than this; 0: no limit"),
             text<S>("--log-dir,--log_dir", "DIR", &S::log_dir,
-                    "Also append each rank's stdout and stderr to DIR/rank_N.stdout and DIR/rank_N.stderr",
+                    "Also append each rank's stdout and stderr to DIR/rank_N.stdout and DIR/rank_N.stderr, "
+                    "and dp-launch's own lines to DIR/launcher.log",
                     "a directory path"),
             read_by(text<S>("--run-id,--run_id,--rdzv-id,--rdzv_id", "ID", &S::run_id,
                             "Job id, exported as TORCHELASTIC_RUN_ID"),
@@ -296,6 +297,10 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
             on_off<S>("-q,--quiet", &S::quiet,
                       "Print no line of dp-launch's own except failure reports and the job's one summary "
                       "line (no progress, no mesh or allocation lines)"),
+            choice<S>("--progress", &S::progress, {"auto", "bar", "lines", "json", "none"},
+                      "Main job: auto is a bar on a terminal, else a line every 5 s; json writes one JSON "
+                      "object per event (job_start, rank_loading, rank_ready, step, image, failure, "
+                      "rank_error, progress, summary) to stdout for CI, even with -q"),
             on_off<S>("--dry-run,--dry_run", &S::dry_run,
                       "Print each rank's command and environment, start nothing"),
         },

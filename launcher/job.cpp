@@ -33,6 +33,7 @@
 #include "launcher/prompt_file.h"
 #include "launcher/supervisor.h"
 #include "launcher/system_info.h"
+#include "launcher/terminal.h"
 #include "launcher/values.h"
 #include "protocol/job_file.h"
 #include "strategies/cost_model.h"
@@ -100,11 +101,9 @@ void set_aside_superseded(const std::map<int64_t, nlohmann::json>& earlier, cons
         moved += any;
     }
     if (moved > 0)
-        std::cerr << "dp-launch: " << moved
-                  << " image(s) of the earlier run that no prompt of this job makes "
-                  << (job.overwrite ? "removed"
-                                    : "moved to " + utf8_for_display(job.output_dir) + "/superseded/")
-                  << std::endl;
+        Terminal::instance().say(
+            std::to_string(moved) + " image(s) of the earlier run that no prompt of this job makes " +
+            (job.overwrite ? "removed" : "moved to " + utf8_for_display(job.output_dir) + "/superseded/"));
 }
 
 // Note [weights fingerprint] (strategies/sha256.h) of the folder's weight files this job reads:
@@ -200,12 +199,12 @@ void refuse_before_start(const LaunchSpec& launch, const ResolvedJob& resolved) 
                              "file's too; give one or the other");
     if (!job.random_weights) check_has_weights(job.model, *resolved.model.spec, job.component_files);
     if (!launch.quiet && job.seed_drawn)
-        std::cerr << "dp-launch: --seed random drew " << job.seed << " (give --seed " << job.seed
-                  << " to make these images again)" << std::endl;
+        Terminal::instance().say("--seed random drew " + std::to_string(job.seed) + " (give --seed " +
+                                 std::to_string(job.seed) + " to make these images again)");
     if (!launch.quiet && strategy.degrees.replica_size() > 1) {
-        std::cerr << "dp-launch: mesh " << strategies::Mesh(launch.world_size(), strategy.degrees).describe()
-                  << std::endl;
-        for (const std::string& note : strategy.notes) std::cerr << "dp-launch: " << note << std::endl;
+        Terminal::instance().say("mesh " +
+                                 strategies::Mesh(launch.world_size(), strategy.degrees).describe());
+        for (const std::string& note : strategy.notes) Terminal::instance().say(note);
     }
     check_job(resolved);
 }
@@ -309,6 +308,7 @@ PreparedJob prepare_job(const LaunchSpec& launch, const ResolvedJob& resolved) {
     PreparedJob prepared{JobRecords(local_temp_dir()), job_file_for(resolved), {}};
     if (launch.launcher_count() > 1)
         prepared.job_file.node_timeout_s = launch.node_timeout_s;  // Note [a node that never arrives]
+    prepared.job_file.step_events = launch.progress == "json";
     prepared.job_file.component_files = components.paths;
     prepared.file =
         read_job_prompts(job, model, adapters, settings, prepared.records, prepared.job_file.requests);
@@ -333,7 +333,7 @@ std::optional<int> stop_for_prompt_file(const JobOptions& job, const PromptFile&
             text += "  " + file.invalid[i].reason + "\n";
         if (file.invalid.size() > kMaxListedInvalid)
             text += "  ... and " + std::to_string(file.invalid.size() - kMaxListedInvalid) + " more\n";
-        std::cerr << terminal_safe(text) << std::flush;
+        Terminal::instance().write_own(STDERR_FILENO, terminal_safe(text));
         return kExitInputData;
     }
     if (file.valid == 0) {
@@ -424,7 +424,7 @@ void choose_job_schedule(const LaunchSpec& launch, const ResolvedJob& job, proto
         job.degrees().dp, job.options.batch_size);
     job_file.schedule = schedule.schedule;
     if (!launch.quiet && job.degrees().dp > 1 && !job_file.requests.empty())
-        std::cerr << "dp-launch: " << strategies::describe_schedule(schedule) << std::endl;
+        Terminal::instance().say(strategies::describe_schedule(schedule));
 }
 
 // This run's id: host, pid and start time (rank 0's launcher's is the one every launcher uses,

@@ -8,6 +8,7 @@
 
 #include "launcher/errors.h"
 #include "launcher/gallery.h"
+#include "launcher/prompt_file.h"
 #include "launcher/terminal.h"
 #include "protocol/atomic_file.h"
 #include "protocol/errors.h"
@@ -17,7 +18,7 @@ namespace dp::launcher {
 namespace {
 
 // A line of dp-launch's own, above the progress bar.
-void say(const std::string& line) { Terminal::instance().write(STDERR_FILENO, "dp-launch: " + line + "\n"); }
+void say(const std::string& line) { Terminal::instance().say(line); }
 
 }  // namespace
 
@@ -30,9 +31,14 @@ JobMonitor::JobMonitor(const LaunchSpec& launch, const JobOptions& job, JobRecor
       job_path_(std::move(job_path)),
       order_(std::move(order)),
       to_run_(static_cast<int64_t>(order_.size())),
+      progress_(progress_mode(launch.progress, launch.quiet, Terminal::instance().is_tty(STDERR_FILENO)),
+                to_run_, launch.world_size()),
       start_(std::chrono::steady_clock::now()) {
     manifest_path_ = job.output_dir + "/manifest.jsonl";
-    tty_ = Terminal::instance().is_tty(STDERR_FILENO);
+    progress_.event("job_start", {{"images", to_run_},
+                                  {"world_size", launch.world_size()},
+                                  {"output_dir", utf8_for_display(job.output_dir)},
+                                  {"model", utf8_for_display(job.model)}});
     if (launch.launcher_count() > 1)
         exchange_.emplace(job.output_dir, launch.launcher_index(), launch.launcher_count(),
                           launch.node_timeout_s);
@@ -53,15 +59,26 @@ void JobMonitor::on_tick() {
     if (exchange_) exchange_->beat();
 }
 
+void JobMonitor::on_heartbeat(std::string_view line) {
+    // Note [a failed start-up leaves no trace]: a rank began generating; the start-up is over.
+    if (!generating_ && line.find("\"phase\":\"generating\"") != std::string_view::npos) {
+        generating_ = true;
+        progress_.generating();
+    }
+    if (!progress_.wants_heartbeat()) return;
+    try {
+        if (const auto event = protocol::parse_status_line(line))
+            if (const auto* beat = std::get_if<protocol::HeartbeatEvent>(&*event)) progress_.heartbeat(*beat);
+    } catch (const protocol::InputDataError&) {
+        return;  // on_status says it once the rank sends something that counts
+    }
+    progress(false);
+}
+
 void JobMonitor::on_status(int rank, std::string_view line) {
     // Most lines are heartbeats, which the supervisor reads and nothing here needs: not parsed
     // a second time (a 100 000-prompt job's launcher spent most of its time parsing them).
-    if (line.find("\"event\":\"heartbeat\"") != std::string_view::npos) {
-        // Note [a failed start-up leaves no trace]: a rank began generating; the start-up is over.
-        if (!generating_ && line.find("\"phase\":\"generating\"") != std::string_view::npos)
-            generating_ = true;
-        return;
-    }
+    if (line.find("\"event\":\"heartbeat\"") != std::string_view::npos) return on_heartbeat(line);
     std::optional<protocol::StatusEvent> event;
     try {
         event = protocol::parse_status_line(line);
@@ -94,6 +111,7 @@ void JobMonitor::on_status(int rank, std::string_view line) {
             for (const auto& [r, share] : shares_) distinct.insert(share);
             to_run_ = 0;
             for (const auto& share : distinct) to_run_ += share.second;
+            progress_.set_to_run(to_run_);
         }
     } else if (const auto* image = std::get_if<protocol::ImageEvent>(&*event)) {
         std::optional<nlohmann::json> r = reported(image->index, rank, "ok");
@@ -108,6 +126,12 @@ void JobMonitor::on_status(int rank, std::string_view line) {
         if (const auto d = dtype_of_.find(rank); d != dtype_of_.end()) (*r)["dtype"] = d->second;
         ++done_;
         append(*r);
+        progress_.event("image", {{"index", image->index},
+                                  {"rank", rank},
+                                  {"file", image->file},
+                                  {"seed", (*r)["seed"]},
+                                  {"ms", static_cast<int64_t>(image->ms)}});
+        progress_.finished(image->index, done_ + failed_);
     } else if (const auto* failed = std::get_if<protocol::FailedEvent>(&*event)) {
         std::optional<nlohmann::json> r = reported(failed->index, rank, "failed");
         if (!r) return;
@@ -115,10 +139,14 @@ void JobMonitor::on_status(int rank, std::string_view line) {
         r->erase("file");
         ++failed_;
         append(*r);
+        progress_.event("failure", {{"index", failed->index}, {"rank", rank}, {"error", failed->error}});
+        progress_.finished(failed->index, done_ + failed_);
     } else if (const auto* take = std::get_if<protocol::TakeEvent>(&*event)) {
         std::vector<int64_t>& taken = taken_[rank];
         taken.insert(taken.end(), take->indices.begin(), take->indices.end());
     } else if (const auto* error = std::get_if<protocol::RankErrorEvent>(&*event)) {
+        progress_.event("rank_error",
+                        {{"rank", rank}, {"exit_code", error->exit_code}, {"error", error->message}});
         // The rank stopped (a collective failed, a file could not be written, a bug): its
         // share's (dynamic: what it took) unfinished prompts were not run; none of them failed.
         std::vector<int64_t> unfinished;
@@ -265,8 +293,19 @@ int JobMonitor::finish(int code) {
     if (result == kExitOk && write_failed_) result = kExitIo;                // a full disk: see the message
     if (result == kExitOk && failed_ + not_run_ > 0) result = kExitFailure;  // see the manifest
     const std::string line = summary_line(seconds, undo_failed_start(result));
-    // The one line a batch script reads: printed under -q too.
-    Terminal::instance().write(STDOUT_FILENO, line);
+    // The one line a batch script reads: printed under -q too; with --progress json, as the last event.
+    if (progress_.json())
+        progress_.event("summary", {{"images", done_ + kept_},
+                                    {"failed", failed_},
+                                    {"invalid", invalid()},
+                                    {"not_run", not_run_},
+                                    {"kept", kept_},
+                                    {"seconds", seconds},
+                                    {"exit_code", result},
+                                    {"manifest", undone_ ? nlohmann::json() : nlohmann::json(manifest_path_)},
+                                    {"line", line.substr(0, line.size() - 1)}});
+    else
+        Terminal::instance().write_own(STDOUT_FILENO, line);
     if (exchange_) {
         try {
             exchange_->publish_result({{"exit_code", result}, {"summary", line}});
@@ -395,34 +434,6 @@ void JobMonitor::append(const nlohmann::json& record) {
 void JobMonitor::report_write_error(const std::string& what) {
     write_failed_ = true;
     say(what);
-}
-
-void JobMonitor::progress(bool last) {
-    if (launch_.quiet) return;
-    const auto now = std::chrono::steady_clock::now();
-    const double elapsed = std::chrono::duration<double>(now - start_).count();
-    const int64_t finished = done_ + failed_;
-    const double rate = elapsed > 0 ? finished / elapsed : 0;
-    const double eta = rate > 0 ? (to_run_ - finished) / rate : 0;
-    char text[256];
-    if (tty_) {
-        // Redrawn in place, erasing to the end of the line; other lines go above it.
-        const int width = 30;
-        const int filled = to_run_ > 0 ? static_cast<int>(width * finished / to_run_) : width;
-        std::snprintf(text, sizeof(text), "[%-*s] %lld/%lld  %.2f images/s  ETA %.0f s", width,
-                      std::string(static_cast<std::size_t>(filled), '#').c_str(),
-                      static_cast<long long>(finished), static_cast<long long>(to_run_), rate, eta);
-        Terminal::instance().show(STDERR_FILENO, this, text);
-        if (last) Terminal::instance().end(this, /*keep=*/true);
-        return;
-    } else if (last || std::chrono::duration<double>(now - last_line_).count() >= 5.0) {
-        if (finished == printed_) return;  // nothing new since the last line
-        printed_ = finished;
-        std::snprintf(text, sizeof(text), "dp-launch: progress %lld/%lld images, %.2f images/s, ETA %.0f s\n",
-                      static_cast<long long>(finished), static_cast<long long>(to_run_), rate, eta);
-        Terminal::instance().write(STDERR_FILENO, text);
-        last_line_ = now;
-    }
 }
 
 }  // namespace dp::launcher

@@ -17,6 +17,7 @@
 #include "launcher/launch_spec.h"
 #include "launcher/manifest.h"
 #include "launcher/node_exchange.h"
+#include "launcher/progress.h"
 #include "launcher/supervisor.h"
 #include "protocol/job_file.h"
 
@@ -94,8 +95,10 @@ class JobMonitor : public StatusListener {
     // Keeps `record` as its prompt's and appends it to the manifest (or this node's records).
     void append(const nlohmann::json& record);
     void report_write_error(const std::string& what);
-    // A bar redrawn in place on a terminal; in logs, a plain line every few seconds.
-    void progress(bool last);
+    // The bar, a line in logs, or the progress events (JobProgress).
+    void progress(bool last) { progress_.show(done_ + failed_, last); }
+    // A heartbeat line, parsed when progress wants it.
+    void on_heartbeat(std::string_view line);
 
     const LaunchSpec& launch_;
     const JobOptions& job_;
@@ -113,9 +116,8 @@ class JobMonitor : public StatusListener {
     ManifestAppender manifest_;
     std::optional<NodeExchange> exchange_;  // with several launchers
     bool write_failed_ = false;
-    bool tty_ = false;
-    int64_t printed_ = 0;
-    std::chrono::steady_clock::time_point start_, last_line_{};
+    JobProgress progress_;
+    std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace dp::launcher

@@ -29,6 +29,7 @@ struct LaunchSpec {
     double timeout_s = 0;
     bool prefix_output = true;
     bool quiet = false;
+    std::string progress = "auto";  // --progress: auto, bar, lines, json or none (launcher/progress.h)
     bool dry_run = false;
     // torchrun's spellings that change nothing else: kept to be reported and checked.
     bool standalone = false;              // single node, local store on a free port

@@ -174,9 +174,7 @@ class Job {
     }
 
   private:
-    void say(const std::string& line) {
-        Terminal::instance().write(STDERR_FILENO, "dp-launch: " + line + "\n");
-    }
+    void say(const std::string& line) { Terminal::instance().say(line); }
 
     void open_logs() {
         std::error_code failed;  // a file of that name is "Not a directory"
@@ -530,7 +528,7 @@ class Job {
         if (!spec_.log_dir.empty()) text += "  full logs: " + spec_.log_dir + "/rank_*.stderr\n";
         text += "dp-launch: exit code " + std::to_string(code) +
                 (code == kExitRetry ? " (running the job again may succeed)" : "") + "\n";
-        Terminal::instance().write(STDERR_FILENO, text);
+        Terminal::instance().write_own(STDERR_FILENO, text);
     }
 
     const LaunchSpec& spec_;
@@ -567,6 +565,20 @@ int run_launch(const LaunchSpec& spec, StatusListener* listener) {
     Rendezvous rendezvous = resolve_rendezvous(spec.master_addr, spec.master_port);
     Job job(spec, rendezvous, listener);
     return job.run();
+}
+
+void open_launcher_log(const LaunchSpec& spec) {
+    if (spec.log_dir.empty()) return;
+    std::error_code failed;
+    std::filesystem::create_directories(spec.log_dir, failed);
+    if (failed) throw IoError("--log-dir " + spec.log_dir + ": cannot create it (" + failed.message() + ")");
+    const std::string path = spec.log_dir + "/launcher.log";
+    UniqueFd log(open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (!log) throw IoError(errno_message("--log-dir: cannot open " + path));
+    const std::string header = "==== dp-launch run " + spec.run_id + ", launcher pid " +
+                               std::to_string(getpid()) + ", " + now_iso8601() + " ====\n";
+    write_all(log.get(), header.data(), header.size());
+    Terminal::instance().set_log(std::move(log));
 }
 
 }  // namespace dp::launcher

@@ -31,4 +31,10 @@ class StatusListener {
 // With a listener, each rank also gets a status channel.
 int run_launch(const LaunchSpec& spec, StatusListener* listener = nullptr);
 
+// With --log-dir DIR: from now on dp-launch's own lines (what it prints of its own: the mesh, the
+// schedule, progress, failure reports, the summary) also go to DIR/launcher.log, appended after a
+// header naming the run and the time, as each rank's output goes to DIR/rank_N.*. Throws IoError
+// when DIR cannot be made or the file opened.
+void open_launcher_log(const LaunchSpec& spec);
+
 }  // namespace dp::launcher

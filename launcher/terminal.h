@@ -33,6 +33,17 @@ class Terminal {
         return ok;
     }
 
+    // write() for a line of dp-launch's own (not a rank's): also appended to the launcher's log
+    // (--log-dir DIR/launcher.log) when there is one.
+    bool write_own(int fd, std::string_view text) {
+        if (log_) write_all(log_.get(), text.data(), text.size());
+        return write(fd, text);
+    }
+    // "dp-launch: LINE", a line of dp-launch's own on stderr.
+    void say(std::string_view line) { write_own(STDERR_FILENO, "dp-launch: " + std::string(line) + "\n"); }
+    // Where write_own's lines also go from now on (an O_APPEND file).
+    void set_log(UniqueFd log) { log_ = std::move(log); }
+
     // Makes `text` (one line without '\r' or '\n') the live line of `owner` on fd, a terminal.
     void show(int fd, const void* owner, std::string_view text) {
         if (!is_tty(fd)) return;
@@ -71,6 +82,7 @@ class Terminal {
     int live_fd_ = -1;
     const void* owner_ = nullptr;
     std::string live_;
+    UniqueFd log_;
 };
 
 }  // namespace dp::launcher

@@ -182,6 +182,7 @@ const std::pair<const char*, bool JobFile::*> kDiagnostics[] = {
     {"save_latents", &JobFile::save_latents},
     {"cache_report", &JobFile::cache_report},
     {"comm_report", &JobFile::comm_report},
+    {"step_events", &JobFile::step_events},
 };
 
 // Every field of `job` but its requests.

@@ -122,6 +122,9 @@ struct JobFile : ModelLoad {
     bool save_latents = false;
     bool cache_report = false;
     bool comm_report = false;
+    // --progress json: every denoising step's heartbeat is sent (not one per 100 ms), each a
+    // progress event.
+    bool step_events = false;
     // The writing dp-launch's id for this run. Every launcher of a multi-node job writes its own;
     // rank 0's is the job's (JoinedEvent), and it is not one of the settings the nodes compare.
     std::string job_id;

@@ -68,7 +68,10 @@ class StatusChannel {
         if (fd_ < 0) return;
         const auto now = std::chrono::steady_clock::now();
         if (const auto* beat = std::get_if<protocol::HeartbeatEvent>(&event)) {
-            if (beat->phase == last_phase_ && now - last_sent_ < kHeartbeatInterval) return;
+            // --progress json (the job file's step_events): each step is an event a CI reads.
+            const bool step =
+                every_step_ && beat->phase == protocol::RankPhase::kGenerating && beat->step > 0;
+            if (!step && beat->phase == last_phase_ && now - last_sent_ < kHeartbeatInterval) return;
             last_phase_ = beat->phase;
         }
         last_sent_ = now;
@@ -77,9 +80,12 @@ class StatusChannel {
             fd_ = -1;  // the launcher is gone; keep working, it will stop us
     }
 
+    void send_every_step() { every_step_ = true; }
+
   private:
     static constexpr std::chrono::milliseconds kHeartbeatInterval{100};
     int fd_;
+    bool every_step_ = false;
     std::optional<protocol::RankPhase> last_phase_;
     std::chrono::steady_clock::time_point last_sent_{};
 };
@@ -489,6 +495,7 @@ int run_worker(const std::string& job_path) {
         status.emplace(status_fd);
         install_rank_terminate_handler(rank, status_fd);
         const JobFile job = protocol::read_job_file(job_path, strategies::check_job_family);
+        if (job.step_events) status->send_every_step();
         return run_rank(job, rank, *status);
     } catch (const Error& e) {
         return report_failure(rank, status, classify_rank_failure(e, e.exit_code(), e.what()));

@@ -50,6 +50,13 @@ Safetensors open_safetensors(const std::string& path) {
 }
 }  // namespace
 
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
 std::map<std::string, std::string> read_png_texts(const std::string& path) {
     std::map<std::string, std::string> out;
     FILE* f = std::fopen(path.c_str(), "rb");

@@ -49,6 +49,9 @@ std::string write_lines(const std::string& path, const std::vector<nlohmann::jso
 // has one.
 nlohmann::json golden_line(const nlohmann::json& c);
 
+// The lines of `text`, without their newlines.
+std::vector<std::string> lines_of(const std::string& text);
+
 // The records of OUT/manifest.jsonl, in order.
 std::vector<nlohmann::json> read_manifest(const std::string& out);
 

@@ -103,6 +103,15 @@ TEST_CASE("--log-dir keeps each rank's streams and appends across runs") {
         ++headers;
     CHECK(headers == 2);  // nothing written earlier is lost
     CHECK(file_exists(dir + "/rank_0.stdout"));
+    // The launcher's own lines too: a failing run's report, in DIR/launcher.log after a header of
+    // its own, as on stderr; the ranks' lines are not repeated there.
+    LaunchResult failing = run_launch({"-n", "2", "--log-dir", dir, "--", worker_bin(), "stderr-exit", "3"});
+    CHECK(failing.exit_code == 3);
+    const std::string own = read_file(dir + "/launcher.log");
+    CHECK(own.rfind("==== dp-launch run", 0) == 0);
+    CHECK(own.find("exited with code 3") != std::string::npos);
+    CHECK(failing.err.find("exited with code 3") != std::string::npos);
+    CHECK(own.find("[rank ") == std::string::npos);
 }
 
 TEST_CASE("an unwritable --log-dir is refused before anything starts") {

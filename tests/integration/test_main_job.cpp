@@ -230,6 +230,52 @@ TEST_CASE(
     }
 }
 
+TEST_CASE(
+    "--progress json: one JSON object a line on stdout, a step event for every step, then the summary") {
+    const std::string dir = make_temp_dir();
+    const std::string out = dir + "/out";
+    // Three images over two ranks, 2 steps each; the launcher's own lines also in --log-dir.
+    LaunchResult r = run_launch(job_args(out, {"-n", "2", "--progress", "json", "--log-dir", dir + "/logs",
+                                               "--prompt", "one", "--prompt", "two", "--prompt", "three"}),
+                                {}, 120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    std::vector<nlohmann::json> events;
+    for (const std::string& line : lines_of(r.out)) {
+        CAPTURE(line);
+        REQUIRE(nlohmann::json::accept(line));  // nothing but events on stdout
+        events.push_back(nlohmann::json::parse(line));
+    }
+    REQUIRE(events.size() >= 2);
+    CHECK(events.front()["event"] == "job_start");
+    CHECK(events.front()["images"] == 3);
+    CHECK(events.back()["event"] == "summary");
+    CHECK(events.back()["images"] == 3);
+    CHECK(events.back()["exit_code"] == 0);
+    CHECK(events.back()["line"].get<std::string>().rfind("dp-launch: 3 images, 0 failed", 0) == 0);
+    std::map<std::string, int> count;
+    std::map<int64_t, std::vector<int>> steps;  // image -> its step events, in order
+    std::set<int> ready;
+    double last_t = 0;
+    for (const nlohmann::json& e : events) {
+        const std::string name = e["event"].get<std::string>();
+        ++count[name];
+        CHECK(e["t"].get<double>() >= last_t);  // in time order
+        last_t = e["t"].get<double>();
+        if (name == "step") {
+            CHECK(e["steps"] == 2);
+            steps[e["index"].get<int64_t>()].push_back(e["step"].get<int>());
+        }
+        if (name == "rank_ready") ready.insert(e["rank"].get<int>());
+        if (name == "image") CHECK(steps[e["index"].get<int64_t>()] == std::vector<int>{1, 2});
+    }
+    CHECK(count["image"] == 3);
+    CHECK(count["step"] == 6);
+    CHECK(count["progress"] == 3);
+    CHECK(ready == std::set<int>{0, 1});
+    const std::string log = read_file(dir + "/logs/launcher.log");
+    CHECK(log.find("\"event\":\"summary\"") != std::string::npos);
+}
+
 TEST_CASE("2 prompts on 4 ranks: the ranks without prompts join, wait and exit 0") {
     const std::string dir = make_temp_dir();
     const std::string prompts = write_prompts(dir, "p.txt", "one\ntwo\n");

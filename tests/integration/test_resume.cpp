@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 
+#include "integration/job_outputs.h"
 #include "integration/launch_harness.h"
 #include "launcher/manifest.h"
 #include "launcher/output_folder.h"
@@ -46,13 +47,6 @@ std::string numbered_prompts(const std::string& dir, int n, const std::string& n
     const std::string path = dir + "/" + name;
     std::ofstream(path, std::ios::binary) << text;
     return path;
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-    std::vector<std::string> lines;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
 }
 
 // Every line of the manifest parsed; a line that does not parse fails the test.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "launcher/manifest.h"
+#include "launcher/progress.h"
 
 using dp::launcher::JobRecords;
 using Status = JobRecords::Status;
@@ -81,4 +82,24 @@ TEST_CASE(
     }
     CHECK(entries_of(dir).empty());
     std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST_CASE("--progress: auto is a bar on a terminal and lines elsewhere, -q silences all but json") {
+    using dp::launcher::progress_mode;
+    using dp::launcher::ProgressMode;
+    struct Row {
+        const char* setting;
+        bool quiet, tty;
+        ProgressMode mode;
+    };
+    for (const Row& r :
+         {Row{"auto", false, true, ProgressMode::kBar}, Row{"auto", false, false, ProgressMode::kLines},
+          Row{"bar", false, false, ProgressMode::kBar}, Row{"lines", false, true, ProgressMode::kLines},
+          Row{"none", false, true, ProgressMode::kNone}, Row{"auto", true, true, ProgressMode::kNone},
+          Row{"bar", true, true, ProgressMode::kNone}, Row{"json", true, false, ProgressMode::kJson},
+          Row{"json", false, true, ProgressMode::kJson}}) {
+        CAPTURE(r.setting);
+        CAPTURE(r.quiet);
+        CHECK(progress_mode(r.setting, r.quiet, r.tty) == r.mode);
+    }
 }
