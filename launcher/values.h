@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "protocol/strict_json.h"
+
 namespace dp::launcher {
 
 inline constexpr int kMaxLocalProcesses = 1024;
@@ -58,13 +60,8 @@ std::string parse_host(std::string_view text, const std::string& source);
 // then the driver's device list), else 1.
 int parse_process_count(std::string_view text, const std::vector<int>& gpu_ids, const std::string& source);
 
-// The deepest nesting of arrays and objects parse_strict_json accepts.
-inline constexpr int kMaxJsonDepth = 64;
-
-// Parses `text` as one JSON document into `out`. Returns an empty text when it is valid, else what
-// is wrong in one line: not JSON, a number a double cannot hold (1e309), nesting deeper than
-// kMaxJsonDepth, or a key given twice in one object (nlohmann's parser would keep the last one).
-// Never throws for any input.
-std::string parse_strict_json(std::string_view text, nlohmann::json& out);
+// The strict JSON reader (protocol/strict_json.h), for option values and config files.
+using protocol::kMaxJsonDepth;
+using protocol::parse_strict_json;
 
 }  // namespace dp::launcher

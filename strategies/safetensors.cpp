@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "protocol/errors.h"
+#include "protocol/strict_json.h"
 #include "strategies/model_files.h"
 
 namespace dp::strategies {
@@ -60,13 +61,11 @@ std::size_t st_dtype_size(StDType dtype) { return row(dtype).size; }
 std::map<std::string, StTensorInfo> parse_safetensors_header(const std::string& json_text,
                                                              std::size_t data_size, const std::string& path,
                                                              std::map<std::string, std::string>* metadata) {
+    // Strictly: a key given twice (a tensor, or dtype in one) is refused, as the safetensors
+    // library refuses it, rather than the last one taken.
     nlohmann::json header;
-    try {
-        header = nlohmann::json::parse(json_text);
-    } catch (const nlohmann::json::exception& e) {
-        throw ModelError(path + ": corrupt safetensors header (not valid JSON: " +
-                         std::string(e.what()).substr(0, 200) + ")");
-    }
+    if (const std::string why = protocol::parse_strict_json(json_text, header); !why.empty())
+        throw ModelError(path + ": corrupt safetensors header (" + why + ")");
     if (!header.is_object()) throw ModelError(path + ": corrupt safetensors header (expected a JSON object)");
 
     std::map<std::string, StTensorInfo> tensors;

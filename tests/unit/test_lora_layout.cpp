@@ -292,3 +292,58 @@ TEST_CASE("the queue keeps each adapter set's prompts together, so a replica swi
     for (JobRequest& r : requests) r.arguments.set("lora", a);
     CHECK(grouped_by_adapters(requests, order) == order);
 }
+
+namespace {
+
+// A safetensors file whose header is `header` as written (a key may be given twice), with
+// `data_bytes` zero bytes after it.
+std::string write_raw_file(const std::string& name, const std::string& header, std::size_t data_bytes) {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i)
+        bytes[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    std::ofstream(scratch_file(name), std::ios::binary) << bytes << header << std::string(data_bytes, '\0');
+    return scratch_file(name);
+}
+
+const std::string kQ = "transformer.transformer_blocks.0.attn.to_q";
+
+}  // namespace
+
+TEST_CASE("a header with a key given twice is refused, naming the key and the file, as safetensors does") {
+    const std::string entry = R"({"dtype": "F32", "shape": [4, 8], "data_offsets": [0, 128]})";
+    const std::string up = R"({"dtype": "F32", "shape": [8, 4], "data_offsets": [128, 256]})";
+    struct Row {
+        const char* name;
+        std::string header;
+        std::string key;
+    };
+    const std::vector<Row> rows = {
+        {"tensor_twice",
+         "{\"" + kQ + ".lora_A.weight\": " + entry + ", \"" + kQ + ".lora_B.weight\": " + up + ", \"" + kQ +
+             ".lora_A.weight\": " + entry + "}",
+         kQ + ".lora_A.weight"},
+        {"dtype_twice",
+         "{\"" + kQ +
+             R"(.lora_A.weight": {"dtype": "F32", "dtype": "F16", "shape": [4, 8], "data_offsets": [0, 128]}, ")" +
+             kQ + ".lora_B.weight\": " + up + "}",
+         "dtype"},
+        {"metadata_twice",
+         "{\"__metadata__\": {\"format\": \"pt\", \"format\": \"tf\"}, \"" + kQ +
+             ".lora_A.weight\": " + entry + ", \"" + kQ + ".lora_B.weight\": " + up + "}",
+         "format"},
+    };
+    for (const Row& row : rows) {
+        CAPTURE(row.name);
+        const std::string path = write_raw_file(std::string(row.name) + ".safetensors", row.header, 256);
+        int code = 0;
+        const std::string why = error_of(path, family_spec("flux"), flux_model(), &code);
+        CHECK(code == 65);
+        CHECK_MESSAGE(why.find(path) != std::string::npos, why);
+        CHECK_MESSAGE(why.find("key '" + row.key + "' is given twice") != std::string::npos, why);
+    }
+    // The same header with each key once is read.
+    const std::string once = write_raw_file(
+        "once.safetensors",
+        "{\"" + kQ + ".lora_A.weight\": " + entry + ", \"" + kQ + ".lora_B.weight\": " + up + "}", 256);
+    CHECK(error_of(once, family_spec("flux"), flux_model()).empty());
+}
