@@ -386,9 +386,9 @@ struct ConfigSettings : std::map<std::string, Setting> {
 
 constexpr std::size_t kMaxConfigBytes = 1 << 20;
 
-ConfigSettings load_config(const std::string& path, const std::string& source) {
+ConfigSettings load_config(const std::string& path, const std::string& source, const EnvLookup& env) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw UsageError(source + " " + path + ": cannot read the file (" + std::strerror(errno) + ")");
+    if (!in) throw UsageError(launcher::config_file_problem(source, path, errno, env));
     std::string text(kMaxConfigBytes + 1, '\0');
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
     text.resize(static_cast<std::size_t>(in.gcount()));
@@ -468,8 +468,8 @@ ConfigSettings load_any_config(const RawLaunchOptions& raw, const EnvLookup& env
     const OptionDef& config = config_option();
     if (config_folder(raw, env)) return {};
     if (raw.options.at(config.key)->count() > 0)
-        return load_config(raw.values.at(config.key), config.long_flag);
-    if (const char* path = env(config.env.c_str()); path && *path) return load_config(path, config.env);
+        return load_config(raw.values.at(config.key), config.long_flag, env);
+    if (const char* path = env(config.env.c_str()); path && *path) return load_config(path, config.env, env);
     return {};
 }
 

@@ -46,7 +46,9 @@ std::vector<ComponentFile> check_component_files(const std::map<std::string, std
             throw UsageError(std::string(flag) + " " + shown + ": " + spec.display_name + " has no " +
                              component + " (its components: " + components + ")");
         if (!strategies::model_file_exists(it->second))
-            throw protocol::Error(std::string(flag) + " " + shown + ": no such file", protocol::kExitNoInput);
+            throw protocol::Error(std::string(flag) + " " + shown + ": " +
+                                      strategies::missing_file_text(it->second, "no such file"),
+                                  protocol::kExitNoInput);
         ComponentFile f;
         f.flag = flag;
         f.component = component;

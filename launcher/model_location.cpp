@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -276,6 +278,8 @@ std::string resolve_model(const std::string& name, const std::string& source, co
                              "; --revision applies to a Hugging Face repo id (ORG/NAME) found in the cache");
     };
     const bool has_slash = name.find('/') != std::string::npos;
+    if (const std::string loop = strategies::missing_file_text(name, ""); !loop.empty())
+        throw UsageError(source + " " + shown + ": " + loop);
     if (exists(name) && (has_slash || is_model_dir(name))) {  // an existing path always wins
         no_revision("a folder");
         if (!is_model_dir(name))
@@ -310,6 +314,24 @@ std::string resolve_model(const std::string& name, const std::string& source, co
     throw UsageError(source + " " + shown +
                      ": no such model folder, and no shipped model of that name (looked in " + searched +
                      "; a Hugging Face repo is named ORG/NAME)");
+}
+
+std::string config_file_problem(const std::string& source, const std::string& path, int err,
+                                const EnvLookup& env) {
+    const std::string shown = utf8_for_display(path);
+    if (err == ENOENT) {
+        try {
+            resolve_model(path, "--model", "", env);
+            return source + " " + shown + ": " + source +
+                   " takes an option file (accelerate's YAML config or a JSON object of dp-launch options), "
+                   "and " +
+                   shown + " is a model; to run it, give --model " + shown;
+        } catch (const Error&) {
+            // no model of that name either: the file is missing
+        }
+    }
+    if (err == ELOOP) return source + " " + shown + ": cannot read the file: " + strategies::kSymlinkLoop;
+    return source + " " + shown + ": cannot read the file (" + std::strerror(err) + ")";
 }
 
 std::string self_dir() {

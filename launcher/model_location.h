@@ -47,6 +47,12 @@ std::string find_hub_snapshot(const HubCache& cache, const std::string& repo_id,
 std::string resolve_model(const std::string& name, const std::string& source,
                           const std::string& revision = "", const EnvLookup& env = process_env());
 
+// Why the option file `path` that `source` (--config, DP_CONFIG) names cannot be read, `err` being
+// the open's errno: a name that is no file but a model's (a shipped model, a model folder, a cached
+// repo) is said to be a model, with --model NAME suggested; a symlink loop is named as such.
+std::string config_file_problem(const std::string& source, const std::string& path, int err,
+                                const EnvLookup& env = process_env());
+
 // The folder of this executable (/proc/self/exe), where dp-worker and the shipped models are found;
 // "." when it cannot be read.
 std::string self_dir();

@@ -438,8 +438,10 @@ void add_terms(const SafetensorsFile& file, const Mapped& m, const ModelTensors&
 
 LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, const ModelTensors& model) {
     if (!model_file_exists(path))
-        throw protocol::Error(path + ": no such adapter file (--lora or a prompt line's \"lora\")",
-                              protocol::kExitNoInput);
+        throw protocol::Error(
+            path + ": " +
+                missing_file_text(path, "no such adapter file (--lora or a prompt line's \"lora\")"),
+            protocol::kExitNoInput);
     const std::shared_ptr<SafetensorsFile> file =
         SafetensorsFile::open(path);  // a valid safetensors file, or 65
     const FamilyFacts& family = facts_of(spec);

@@ -28,6 +28,7 @@ std::string open_failure(const std::string& path, int err) {
         return path + ": a symlink to " + (n > 0 ? std::string(target, static_cast<std::size_t>(n)) : "?") +
                ", which is missing (an incomplete download? fetch the model again)";
     }
+    if (err == ELOOP) return path + ": " + kSymlinkLoop;
     return path + ": cannot open (" + std::strerror(err) + ")";
 }
 
@@ -113,6 +114,11 @@ bool is_directory(const std::string& path) {
 bool model_file_exists(const std::string& path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string missing_file_text(const std::string& path, const std::string& otherwise) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) != 0 && errno == ELOOP ? kSymlinkLoop : otherwise;
 }
 
 void check_model_file(const std::string& path) { ::close(open_model_file(path)); }

@@ -36,6 +36,14 @@ MappedModelFile map_model_file(const std::string& path, std::size_t min_size, co
 
 // Whether `path` exists at all (any kind of file), without opening it.
 bool model_file_exists(const std::string& path);
+
+// How messages name a path that loops (ELOOP): a symlink, or a folder on the way, that leads back
+// to a link already followed. Such a path names no file, but it is not missing either.
+inline constexpr const char* kSymlinkLoop =
+    "a symlink loop (following its links leads back to a link already followed; ELOOP)";
+// For a path that names no file (model_file_exists is false): kSymlinkLoop when it loops, else
+// `otherwise` ("no such file").
+std::string missing_file_text(const std::string& path, const std::string& otherwise);
 // Whether `path` is a directory (or a symlink to one).
 bool is_directory(const std::string& path);
 

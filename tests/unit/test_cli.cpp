@@ -586,6 +586,10 @@ TEST_CASE("every invalid value is a one-line usage error naming its source") {
         {{"plan", "-n", "2", "p.txt", "q.txt"}, "unexpected argument 'q.txt': give one PROMPTS file"},
         {{"--config", "/nonexistent/dp.json", "--", "x"}, "/nonexistent/dp.json"},
     };
+        {{"--config", "shapes-sd3", "--", "x"},
+         "--config shapes-sd3: --config takes an option file (accelerate's YAML config or a JSON object of "
+         "dp-launch options), and shapes-sd3 is a model; to run it, give --model shapes-sd3"},
+        {{"--config", "tiny-random-sd3", "plan"}, "tiny-random-sd3 is a model; to run it, give --model"},
     for (const Case& c : cases) {
         CAPTURE(c.args);
         CommandLine r = parse(c.args);

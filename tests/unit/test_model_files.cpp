@@ -5,17 +5,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "launcher/component_files.h"
+#include "launcher/model_location.h"
+#include "launcher/prompt_file.h"
 #include "protocol/errors.h"
+#include "strategies/lora.h"
+#include "strategies/model_config.h"
 #include "strategies/model_files.h"
 #include "strategies/model_sizes.h"
 #include "unit/st_writer.h"
@@ -181,4 +188,58 @@ TEST_CASE("a symlink to a regular file is a model file, and one to a missing blo
     REQUIRE(symlink("../blobs", (dir + "/snap/dir.json").c_str()) == 0);
     CHECK_THROWS_WITH_AS(check_model_file(dir + "/snap/dir.json"),
                          doctest::Contains("not a regular file (a folder)"), dp::protocol::ModelError);
+}
+
+TEST_CASE("a symlink loop given as a model, adapter, prompt, component or config file is named as a loop") {
+    const std::string dir = fresh_dir("loop");
+    const std::string loop = dir + "/loop.safetensors";
+    REQUIRE(symlink("loop2", loop.c_str()) == 0);
+    REQUIRE(symlink("loop.safetensors", (dir + "/loop2").c_str()) == 0);
+    const std::string missing = dir + "/missing.safetensors";
+    const dp::launcher::EnvLookup no_env = [](const char*) -> const char* { return nullptr; };
+    const dp::strategies::ModelInfo tiny =
+        read_model_info(dp::launcher::resolve_model("tiny-random-sd3", "--model", "", no_env));
+    struct Row {
+        const char* what;
+        std::function<void(const std::string&)> read;
+        int code;             // for both the loop and a missing file
+        const char* missing;  // what a missing file is called
+    };
+    const std::vector<Row> rows = {
+        {"--model", [&](const std::string& p) { dp::launcher::resolve_model(p, "--model", "", no_env); }, 2,
+         "no model_index.json there"},
+        {"--lora",
+         [&](const std::string& p) {
+             read_lora_layout(p, *tiny.spec, adapter_targets(tiny.dir, *tiny.spec, ""));
+         },
+         66, "no such adapter file"},
+        {"PROMPTS", [](const std::string& p) { dp::launcher::read_prompt_file(p); }, 66, "No such file"},
+        {"--vae",
+         [&](const std::string& p) {
+             dp::launcher::check_component_files({{"vae", p}}, tiny, "");
+         },
+         66, "no such file"},
+        {"a model file", [](const std::string& p) { check_model_file(p); }, 65, "cannot open"},
+    };
+    for (const Row& row : rows) {
+        CAPTURE(row.what);
+        for (const std::string& path : {loop, missing}) {
+            CAPTURE(path);
+            try {
+                row.read(path);
+                FAIL("accepted");
+            } catch (const dp::protocol::Error& e) {
+                const std::string why = e.what();
+                CHECK(e.exit_code() == row.code);
+                CHECK_MESSAGE(why.find(path) != std::string::npos, why);
+                CHECK_MESSAGE(why.find(path == loop ? "a symlink loop" : row.missing) != std::string::npos,
+                              why);
+                if (path == missing) CHECK_MESSAGE(why.find("symlink loop") == std::string::npos, why);
+            }
+        }
+    }
+    CHECK(missing_file_text(loop, "no such file") == dp::strategies::kSymlinkLoop);
+    CHECK(missing_file_text(missing, "no such file") == "no such file");
+    CHECK(dp::launcher::config_file_problem("--config", loop, ELOOP, no_env) ==
+          "--config " + loop + ": cannot read the file: " + dp::strategies::kSymlinkLoop);
 }
