@@ -25,6 +25,7 @@ const AdapterFiles::File& AdapterFiles::file(const std::string& path) {
         char resolved[PATH_MAX];
         f.absolute = ::realpath(path.c_str(), resolved) ? std::string(resolved) : path;
         f.layout = strategies::read_lora_layout(f.absolute, *model_->spec, *tensors_);
+        strategies::check_lora_values(f.layout);  // NaN or infinity: every image would be NaN
         f.sha256 = strategies::file_sha256(f.absolute);
     } catch (const protocol::Error& e) {
         // Messages name the path as given; a file's own text is shown safely.

@@ -2,9 +2,10 @@
 // Note [adapter files are checked first]: every LoRA adapter a job names (--lora, a prompt line's
 // "lora") is read here before any rank starts, once per file: it must exist (66), be a valid
 // safetensors file (65, truncation included) and change only weights of this model, each with its
-// own shape (strategies::read_lora_layout), and its scale must be finite. The requests then carry
-// each file's absolute path and SHA-256, so that every rank reads the same file, the manifest
-// records which one made an image, and --resume sees a changed file as other pixels. No LibTorch.
+// own shape (strategies::read_lora_layout), hold no NaN or infinity (strategies::check_lora_values:
+// every value read once, as the SHA-256 reads every byte), and its scale must be finite. The requests then
+// carry each file's absolute path and SHA-256, so that every rank reads the same file, the manifest records
+// which one made an image, and --resume sees a changed file as other pixels. No LibTorch.
 
 #include <map>
 #include <memory>

@@ -51,9 +51,10 @@ constexpr Refused kRefused[] = {
     {"lora_up.bias", "LoRA with bias terms"},
 };
 
-// One LoRA pair of the file, by the module name it gives.
+// One LoRA pair of the file, by the module name it gives; each half's style (kSuffixes' index).
 struct Pair {
     std::string down, up, alpha;
+    int down_style = -1, up_style = -1;
 };
 
 // The suffixes of a pair's tensors, each format's.
@@ -197,6 +198,19 @@ struct PeftConfig {
     std::vector<std::pair<std::string, double>> rank_pattern, alpha_pattern;
 };
 
+// A switch of the adapter's metadata (use_rslora, use_dora): true or false, as peft writes it, or
+// the text "true"/"false" ("True"/"False" as Python prints them). Anything else is refused naming
+// the key and the file: read as false, "yes" would scale the adapter by another factor silently.
+bool metadata_switch(const std::string& path, const std::string& key, const nlohmann::json& value) {
+    if (value.is_boolean()) return value.get<bool>();
+    const std::string text = value.is_string() ? value.get<std::string>() : "";
+    if (text == "true" || text == "True") return true;
+    if (text == "false" || text == "False") return false;
+    throw ModelError(path + ": lora_adapter_metadata '" + key.substr(0, 80) + "' is " +
+                     value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 40) +
+                     "; expected true or false");
+}
+
 // diffusers writes the adapter configs as JSON under "lora_adapter_metadata", each key prefixed
 // with its component ("transformer.r", "transformer.lora_alpha", ...).
 std::map<std::string, PeftConfig> peft_configs(const SafetensorsFile& file) {
@@ -233,8 +247,8 @@ std::map<std::string, PeftConfig> peft_configs(const SafetensorsFile& file) {
                 throw bad(key);
             (field == "r" ? c.r : c.alpha) = value.get<double>();
         } else if (field == "use_rslora") {
-            c.rslora = value.is_boolean() && value.get<bool>();
-        } else if (field == "use_dora" && value.is_boolean() && value.get<bool>()) {
+            c.rslora = metadata_switch(file.path(), key, value);
+        } else if (field == "use_dora" && metadata_switch(file.path(), key, value)) {
             throw ModelError(file.path() +
                              ": a DoRA adapter (use_dora); dp-launch runs plain LoRA adapters only");
         } else if (field == "rank_pattern") {
@@ -308,20 +322,50 @@ std::string adapter_family_guess(const std::vector<std::string>& names) {
 
 namespace {
 
-// The file's LoRA pairs by module name, and the tensors that belong to no complete pair.
-void pair_tensors(const std::vector<std::string>& names, std::map<std::string, Pair>& pairs,
-                  std::vector<std::string>& strays) {
+// How messages name a pair style: "lora_A/lora_B".
+std::string style_name(int style) {
+    const auto part = [](const char* suffix) {
+        const std::string s = suffix;
+        return s.substr(1, s.size() - 1 - std::strlen(".weight"));
+    };
+    return part(kSuffixes[style].down) + "/" + part(kSuffixes[style].up);
+}
+
+// Half `name` (`down` or not) of style `style` into `pair`. Two halves for one place, or halves of
+// two styles (lora_A/lora_B beside lora_down/lora_up), are refused naming the module and both
+// styles: which one was meant cannot be told, and taking one would drop the other without a word.
+void place_half(const std::string& path, const std::string& module, const std::string& name, bool down,
+                int style, Pair& pair) {
+    std::string& half = down ? pair.down : pair.up;
+    int& half_style = down ? pair.down_style : pair.up_style;
+    const int other_style = down ? pair.up_style : pair.down_style;
+    const std::string& other = down ? pair.up : pair.down;
+    const std::string& clash = !half.empty() ? half : other_style >= 0 && other_style != style ? other : "";
+    if (!clash.empty())
+        throw ModelError(path + ": layer '" + module.substr(0, 120) +
+                         "' has LoRA tensors in two pair styles, " +
+                         style_name(!half.empty() ? half_style : other_style) + " ('" + clash.substr(0, 160) +
+                         "') and " + style_name(style) + " ('" + name.substr(0, 160) +
+                         "'); a layer takes one pair (remove the other, or convert the file)");
+    half = name;
+    half_style = style;
+}
+
+// The file's LoRA pairs by module name, and the tensors that belong to no complete pair. Throws
+// ModelError naming `path` for a layer with pairs in two styles.
+void pair_tensors(const std::string& path, const std::vector<std::string>& names,
+                  std::map<std::string, Pair>& pairs, std::vector<std::string>& strays) {
     for (const std::string& name : names) {
         bool placed = false;
-        for (const Suffixes& s : kSuffixes) {
-            if (ends_with(name, s.down)) {
-                pairs[name.substr(0, name.size() - std::strlen(s.down))].down = name;
-                placed = true;
-            } else if (ends_with(name, s.up)) {
-                pairs[name.substr(0, name.size() - std::strlen(s.up))].up = name;
+        for (int style = 0; style < static_cast<int>(std::size(kSuffixes)) && !placed; ++style) {
+            const Suffixes& s = kSuffixes[style];
+            for (const bool down : {true, false}) {
+                const char* suffix = down ? s.down : s.up;
+                if (placed || !ends_with(name, suffix)) continue;
+                const std::string module = name.substr(0, name.size() - std::strlen(suffix));
+                place_half(path, module, name, down, style, pairs[module]);
                 placed = true;
             }
-            if (placed) break;
         }
         if (!placed && ends_with(name, ".alpha")) {
             pairs[name.substr(0, name.size() - 6)].alpha = name;
@@ -434,7 +478,81 @@ void add_terms(const SafetensorsFile& file, const Mapped& m, const ModelTensors&
                          t.component + "'s weights it changes take " + std::to_string(rows_taken));
 }
 
+// A float dtype's exponent and mantissa bits: an element whose exponent bits are all set is NaN
+// (mantissa not zero) or an infinity. F8_E4M3 (e4m3fn) has no infinity: only S.1111.111 is NaN.
+struct FloatBits {
+    StDType dtype;
+    uint64_t exponent, mantissa;
+};
+constexpr FloatBits kFloatBits[] = {
+    {StDType::kF64, 0x7ff0000000000000ull, 0x000fffffffffffffull},
+    {StDType::kF32, 0x7f800000u, 0x007fffffu},
+    {StDType::kF16, 0x7c00u, 0x03ffu},
+    {StDType::kBF16, 0x7f80u, 0x007fu},
+    {StDType::kF8E4M3, 0x7fu, 0x7fu},
+    {StDType::kF8E5M2, 0x7cu, 0x03u},
+};
+
+// The index of the first element of the `n` elements of `data`, each a `Bits`, whose `exponent`
+// bits are all set, or n. Blocks of elements are tested without an early exit, so that the
+// compiler vectorizes the test (an adapter of 120 MB: about as long as its SHA-256).
+template <class Bits>
+std::size_t first_all_set(const std::byte* data, std::size_t n, uint64_t exponent) {
+    constexpr std::size_t kBlock = 4096;
+    const auto e = static_cast<Bits>(exponent);
+    const auto element = [&](std::size_t i) {
+        Bits b;
+        std::memcpy(&b, data + i * sizeof(Bits), sizeof(Bits));
+        return b;
+    };
+    for (std::size_t start = 0; start < n; start += kBlock) {
+        const std::size_t end = std::min(n, start + kBlock);
+        bool any = false;
+        for (std::size_t i = start; i < end; ++i) any |= (element(i) & e) == e;
+        if (!any) continue;
+        for (std::size_t i = start; i < end; ++i)
+            if ((element(i) & e) == e) return i;
+    }
+    return n;
+}
+
+// "NaN" or "an infinite value" for the first element of `info` that is not finite; empty when all
+// are (and for integer dtypes, which hold no such value). `at`: its index.
+std::string first_non_finite(const StTensorInfo& info, const std::byte* data, std::size_t& at) {
+    for (const FloatBits& f : kFloatBits) {
+        if (f.dtype != info.dtype) continue;
+        const std::size_t size = st_dtype_size(info.dtype), n = info.nbytes / size;
+        at = size == 8   ? first_all_set<uint64_t>(data, n, f.exponent)
+             : size == 4 ? first_all_set<uint32_t>(data, n, f.exponent)
+             : size == 2 ? first_all_set<uint16_t>(data, n, f.exponent)
+                         : first_all_set<uint8_t>(data, n, f.exponent);
+        if (at == n) return {};
+        uint64_t b = 0;
+        std::memcpy(&b, data + at * size, size);
+        return b & f.mantissa ? "NaN" : "an infinite value";
+    }
+    return {};
+}
+
 }  // namespace
+
+void check_lora_values(const LoraLayout& layout) {
+    const std::shared_ptr<SafetensorsFile> file = SafetensorsFile::open(layout.path);
+    std::set<std::string> seen;
+    for (const LoraTerm& term : layout.terms)
+        for (const std::string& name : {term.down, term.up}) {
+            if (!seen.insert(name).second) continue;
+            const StTensorInfo& info = file->info(name);
+            std::size_t at = 0;
+            const std::string what = first_non_finite(info, file->data(name), at);
+            if (what.empty()) continue;
+            throw ModelError(layout.path + ": tensor '" + name.substr(0, 160) + "' holds " + what +
+                             " at element " + std::to_string(at) + " of " +
+                             std::to_string(info.nbytes / st_dtype_size(info.dtype)) +
+                             "; every image made with this adapter would be NaN (a broken or overflowed "
+                             "file: export it again)");
+        }
+}
 
 LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, const ModelTensors& model) {
     if (!model_file_exists(path))
@@ -459,7 +577,7 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
 
     std::map<std::string, Pair> pairs;
     std::vector<std::string> unmapped;
-    pair_tensors(names, pairs, unmapped);
+    pair_tensors(path, names, pairs, unmapped);
     const auto by_underscored = underscored_modules(model);
     const std::map<std::string, PeftConfig> configs = peft_configs(*file);
     // First where each pair points: keys of another model are named before any shape is compared.

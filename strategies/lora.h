@@ -16,9 +16,11 @@
 //   - the original layouts under `diffusion_model.` (FLUX's block names, Qwen-Image's own names,
 //     with lora_A/lora_B or lora_down/lora_up and alpha).
 // Formats that are not plain LoRA (DoRA, LoKr, LoHa, LoCon's mid weights, full `diff` weights,
-// LoRA biases) are refused by name. Everything here reads the header (and kohya's alpha scalars)
-// only: the launcher checks an adapter before any rank starts, the worker reads the same layout
-// and then its tensors (runtime/io/lora.h). No LibTorch.
+// LoRA biases) are refused by name, as are a layer with pairs in two styles, metadata switches
+// that are not true or false, and a header with a key given twice. read_lora_layout reads the
+// header (and kohya's alpha scalars) only: the launcher checks an adapter before any rank starts,
+// the worker reads the same layout and then its tensors (runtime/io/lora.h). The launcher also
+// reads every value once (check_lora_values). No LibTorch.
 
 #include <cstdint>
 #include <map>
@@ -63,6 +65,11 @@ struct LoraLayout {
 // (named), keys that map to no weight of this model (the first few, and which model family the
 // adapter looks made for), a shape that does not fit its weight, or an alpha that is not finite.
 LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, const ModelTensors& model);
+
+// Throws protocol::ModelError naming the file, the tensor and the element when a LoRA tensor of
+// `layout` holds NaN or an infinity (F64, F32, F16, BF16 and fp8 tensors; integers hold none):
+// its every image would be NaN. Reads each pair's values once, about as long as the file's SHA-256.
+void check_lora_values(const LoraLayout& layout);
 
 // The model family an adapter's tensor names look made for ("FLUX.1", "SD3", "Qwen-Image", "a
 // UNet model (SD 1.x / SDXL)"), or empty when they do not say.

@@ -26,9 +26,23 @@ inline std::string scratch_path(const std::string& what, const std::string& name
 struct StTensor {
     std::string name;
     std::vector<int64_t> shape;
-    std::string dtype = "F32";  // F32, BF16 (the float's high half), or any 1-byte dtype (F8_E4M3, U8: zeros)
-    float value = 0;            // every element's value
+    // F32, BF16 (the float's high half), F16, or any 1-byte dtype (F8_E4M3, U8: zeros)
+    std::string dtype = "F32";
+    float value = 0;  // every element's value
 };
+
+// `v` as IEEE half-precision bits (rounded toward zero; NaN and the infinities kept).
+inline uint16_t half_bits(float v) {
+    uint32_t f;
+    std::memcpy(&f, &v, 4);
+    const auto sign = static_cast<uint16_t>((f >> 16) & 0x8000);
+    const int exponent = static_cast<int>((f >> 23) & 0xff) - 127 + 15;
+    const uint32_t mantissa = f & 0x7fffff;
+    if (((f >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mantissa ? 0x200 : 0));
+    if (exponent >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+    if (exponent <= 0) return sign;  // too small for a normal half: zero
+    return static_cast<uint16_t>(sign | (exponent << 10) | (mantissa >> 13));
+}
 
 // The 8-byte length and JSON header of a file holding `tensors` with `metadata`, and their data.
 struct StBytes {
@@ -48,6 +62,9 @@ inline StBytes st_bytes(const std::vector<StTensor>& tensors,
                 char b[4];
                 std::memcpy(b, &t.value, 4);
                 data.append(b, 4);
+            } else if (t.dtype == "F16") {
+                const uint16_t h = half_bits(t.value);
+                data.append(reinterpret_cast<const char*>(&h), 2);
             } else if (t.dtype == "BF16") {
                 uint32_t bits;
                 std::memcpy(&bits, &t.value, 4);

@@ -347,3 +347,130 @@ TEST_CASE("a header with a key given twice is refused, naming the key and the fi
         "{\"" + kQ + ".lora_A.weight\": " + entry + ", \"" + kQ + ".lora_B.weight\": " + up + "}", 256);
     CHECK(error_of(once, family_spec("flux"), flux_model()).empty());
 }
+
+TEST_CASE("an adapter the reader would have misread is refused, naming the file and what is ambiguous") {
+    const ParallelSpec& flux = family_spec("flux");
+    const ModelTensors model = flux_model();
+    const std::vector<T> pair = {{kQ + ".lora_A.weight", {4, 8}}, {kQ + ".lora_B.weight", {8, 4}}};
+    const auto with = [&](std::vector<T> more) {
+        more.insert(more.begin(), pair.begin(), pair.end());
+        return more;
+    };
+    const auto peft = [](const nlohmann::json& meta) {
+        return std::map<std::string, std::string>{{"lora_adapter_metadata", meta.dump()}};
+    };
+    struct Row {
+        const char* name;
+        std::vector<T> tensors;
+        std::map<std::string, std::string> metadata;
+        std::vector<std::string> says;  // empty: it is read
+    };
+    const std::vector<Row> rows = {
+        {"two_styles",
+         with({{kQ + ".lora_down.weight", {4, 8}}, {kQ + ".lora_up.weight", {8, 4}}}),
+         {},
+         {"layer '" + kQ + "'", "lora_A/lora_B", "lora_down/lora_up"}},
+        {"mixed_halves",
+         {{kQ + ".lora_A.weight", {4, 8}}, {kQ + ".lora_up.weight", {8, 4}}},
+         {},
+         {"layer '" + kQ + "'", "lora_A/lora_B", "lora_down/lora_up"}},
+        {"older_and_peft",
+         with({{kQ + ".lora.down.weight", {4, 8}}, {kQ + ".lora.up.weight", {8, 4}}}),
+         {},
+         {"lora.down/lora.up", "lora_A/lora_B"}},
+        {"rslora_yes",
+         pair,
+         peft({{"transformer.use_rslora", "yes"}}),
+         {"'transformer.use_rslora' is \"yes\"", "expected true or false"}},
+        {"rslora_number", pair, peft({{"transformer.use_rslora", 1}}), {"'transformer.use_rslora' is 1"}},
+        {"rslora_null", pair, peft({{"transformer.use_rslora", nullptr}}), {"is null"}},
+        {"dora_yes", pair, peft({{"transformer.use_dora", "yes"}}), {"'transformer.use_dora' is \"yes\""}},
+        {"rslora_text_false", pair, peft({{"transformer.use_rslora", "false"}}), {}},
+        {"rslora_python_false", pair, peft({{"transformer.use_rslora", "False"}}), {}},
+    };
+    for (const Row& row : rows) {
+        CAPTURE(row.name);
+        const std::string path =
+            write_file(std::string(row.name) + ".safetensors", row.tensors, row.metadata);
+        int code = 0;
+        const std::string why = error_of(path, flux, model, &code);
+        if (row.says.empty()) {
+            CHECK_MESSAGE(why.empty(), why);
+            continue;
+        }
+        CHECK(code == 65);
+        CHECK_MESSAGE(why.find(path) != std::string::npos, why);
+        for (const std::string& s : row.says) CHECK_MESSAGE(why.find(s) != std::string::npos, why);
+    }
+}
+
+TEST_CASE("use_rslora as true, \"true\" or \"True\" scales by alpha / sqrt(rank), as peft does") {
+    for (const nlohmann::json& on : {nlohmann::json(true), nlohmann::json("true"), nlohmann::json("True")}) {
+        CAPTURE(on.dump());
+        const std::string path = write_file(
+            "rslora.safetensors", {{kQ + ".lora_A.weight", {4, 8}}, {kQ + ".lora_B.weight", {8, 4}}},
+            {{"lora_adapter_metadata",
+              nlohmann::json{
+                  {"transformer.r", 4}, {"transformer.lora_alpha", 8}, {"transformer.use_rslora", on}}
+                  .dump()}});
+        const LoraLayout l = read_lora_layout(path, family_spec("flux"), flux_model());
+        REQUIRE(l.terms.size() == 1);
+        CHECK(l.terms[0].alpha_scale == doctest::Approx(4.0));  // 8 / sqrt(4)
+    }
+}
+
+TEST_CASE("an adapter holding NaN or an infinity is refused, naming the file, the tensor and the element") {
+    struct Row {
+        const char* dtype;
+        float value;
+        const char* says;  // nullptr: every value finite
+    };
+    const std::vector<Row> rows = {
+        {"F32", NAN, "NaN"},
+        {"F32", INFINITY, "an infinite value"},
+        {"F32", -INFINITY, "an infinite value"},
+        {"F16", NAN, "NaN"},
+        {"F16", INFINITY, "an infinite value"},
+        {"BF16", NAN, "NaN"},
+        {"BF16", -INFINITY, "an infinite value"},
+        {"F32", 65504.0f, nullptr},
+        {"F16", 0.5f, nullptr},
+        {"BF16", 1e30f, nullptr},
+    };
+    for (const Row& row : rows) {
+        CAPTURE(row.dtype);
+        CAPTURE(row.value);
+        // The bad values in the up half only: each tensor of each pair is read.
+        const std::string path =
+            write_file("values.safetensors", {{kQ + ".lora_A.weight", {4, 8}, row.dtype, 0.25f},
+                                              {kQ + ".lora_B.weight", {8, 4}, row.dtype, row.value}});
+        const LoraLayout layout =
+            read_lora_layout(path, family_spec("flux"), flux_model());  // the header is fine
+        if (!row.says) {
+            CHECK_NOTHROW(check_lora_values(layout));
+            continue;
+        }
+        try {
+            check_lora_values(layout);
+            FAIL("accepted");
+        } catch (const dp::protocol::ModelError& e) {
+            const std::string why = e.what();
+            CHECK_MESSAGE(why.find(path + ": tensor '" + kQ + ".lora_B.weight' holds " + row.says +
+                                   " at element 0 of 32") != std::string::npos,
+                          why);
+            CHECK(e.exit_code() == 65);
+        }
+    }
+    // One bad element past the first 4096 of a tensor otherwise finite: found, and named by its index.
+    const std::string ff = "transformer.transformer_blocks.0.ff.net.2";
+    dp::test::StBytes bytes = dp::test::st_bytes(
+        {{ff + ".lora_A.weight", {200, 32}, "F32", 0.5f}, {ff + ".lora_B.weight", {8, 200}}}, {});
+    const float nan = NAN;
+    std::memcpy(&bytes.data[5000 * 4], &nan, 4);
+    const std::string path = scratch_file("late.safetensors");
+    std::ofstream(path, std::ios::binary) << bytes.header << bytes.data;
+    CHECK_THROWS_WITH_AS(
+        check_lora_values(read_lora_layout(path, family_spec("flux"), flux_model())),
+        doctest::Contains(("'" + ff + ".lora_A.weight' holds NaN at element 5000 of 6400").c_str()),
+        dp::protocol::ModelError);
+}
