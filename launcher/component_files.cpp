@@ -1,11 +1,13 @@
 #include "launcher/component_files.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 
 #include "launcher/errors.h"
 #include "launcher/prompt_file.h"
 #include "protocol/errors.h"
+#include "strategies/model_config.h"
 #include "strategies/model_files.h"
 #include "strategies/model_sizes.h"
 #include "strategies/safetensors.h"
@@ -36,15 +38,20 @@ std::vector<ComponentFile> check_component_files(const std::map<std::string, std
         if (it == files.end()) continue;
         const std::string flag = !model_file.empty() && it->second == model_file ? "--model" : component_flag;
         const std::string shown = utf8_for_display(it->second.substr(0, 300));
-        bool known = false;
-        std::string components;
-        for (const std::string& c : spec.components) {
-            known = known || c == component;
-            components += (components.empty() ? "" : ", ") + c;
+        // The folder's own components: a family's (SD3's T5, a VAE) may be left out of a model.
+        const std::vector<std::string> has = strategies::folder_components(model.dir, spec);
+        if (std::find(has.begin(), has.end(), component) == has.end()) {
+            std::string components;
+            for (const std::string& c : has) components += (components.empty() ? "" : ", ") + c;
+            const bool family_has =
+                std::find(spec.components.begin(), spec.components.end(), component) != spec.components.end();
+            throw UsageError(std::string(flag) + " " + shown + ": " +
+                             (family_has
+                                  ? "the model " + utf8_for_display(model.dir) + " (" + model.family_name +
+                                        ") has no " + component + " (its model_index.json names none)"
+                                  : spec.display_name + " has no " + component) +
+                             "; its components: " + components);
         }
-        if (!known)
-            throw UsageError(std::string(flag) + " " + shown + ": " + spec.display_name + " has no " +
-                             component + " (its components: " + components + ")");
         if (!strategies::model_file_exists(it->second))
             throw protocol::Error(std::string(flag) + " " + shown + ": " +
                                       strategies::missing_file_text(it->second, "no such file"),

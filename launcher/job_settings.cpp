@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "launcher/component_files.h"
 #include "launcher/errors.h"
 #include "launcher/system_info.h"
 #include "launcher/values.h"
@@ -113,6 +114,15 @@ std::vector<std::string> setting_problems(const JobOptions& job, const strategie
                       "'s transformer takes T5's embeddings as its whole text; it cannot run without them");
     else if (job.no_t5 && spec.t5_encoder.empty())
         out.push_back("--no-t5: " + spec.display_name + " has no T5 text encoder to leave out");
+    else if (job.no_t5 && job.component_files.count(spec.t5_encoder) &&
+             job.component_files.at(spec.t5_encoder) != job.model_file)  // a whole-pipeline file's own
+        for (const auto& [flag, component] : component_file_flags())
+            if (component == spec.t5_encoder)
+                out.push_back(
+                    "--no-t5 and " + std::string(flag) + " " +
+                    utf8_for_display(job.component_files.at(component)) +
+                    ": --no-t5 leaves the T5 encoder out, so its file would not be read; give one or "
+                    "the other");
     for (const CallValues::Item& item : job.arguments.items()) {
         const FamilyArgument* a = model.arguments.find(item.first->name);
         if (!a || a->ignored) continue;

@@ -307,6 +307,15 @@ std::string family_name_for_model(const std::string& model_dir, const ParallelSp
     return is_variant(model_dir, spec) ? spec.variant_name : spec.display_name;
 }
 
+std::vector<std::string> folder_components(const std::string& model_dir, const ParallelSpec& spec) {
+    const std::string path = model_dir + "/model_index.json";
+    const nlohmann::json index = read_object(path);
+    std::vector<std::string> out;
+    for (const std::string& component : spec.components)
+        if (!component_class(index, component, path).empty()) out.push_back(component);
+    return out;
+}
+
 std::vector<std::string> model_folder_problems(const std::string& model_dir, const ParallelSpec& spec,
                                                const ModelNeeds& needs) {
     std::vector<std::string> problems;

@@ -80,6 +80,11 @@ struct ModelNeeds {
 std::vector<std::string> model_folder_problems(const std::string& model_dir, const ParallelSpec& spec,
                                                const ModelNeeds& needs);
 
+// The components of `spec` that `model_dir`'s model_index.json names a class for, in the spec's
+// order: what its pipeline has (an SD3 folder without T5 says "text_encoder_3": [null, null], a
+// pixel-space model "vae": [null, null]). Throws protocol::ModelError naming the file.
+std::vector<std::string> folder_components(const std::string& model_dir, const ParallelSpec& spec);
+
 // Note [a model is read once]: what the launcher and the worker need to know of a model folder,
 // read once by each (the launcher's job, `plan` and `arguments`; the worker at its start) and
 // passed down, rather than read again wherever a fact is needed.

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/component_files.h"
 #include "launcher/job.h"
 #include "launcher/job_settings.h"
 #include "launcher/manifest.h"
@@ -21,6 +22,7 @@
 #include "protocol/job_file.h"
 #include "strategies/family.h"
 #include "strategies/model_config.h"
+#include "unit/st_writer.h"
 #include "unit/test_support.h"
 
 namespace fs = std::filesystem;
@@ -408,4 +410,59 @@ TEST_CASE(
                          doctest::Contains("--skip-guidance-layers 9: block 9 is not one"),
                          dp::protocol::UsageError);
     CHECK_FALSE(fs::exists(job.output_dir));
+}
+
+TEST_CASE(
+    "a component file for a component the model lacks is refused, naming it and the model's components") {
+    const std::string dir = scratch("lacking");
+    const std::string file = dp::test::write_st_file(dir + "/c.safetensors", {{"x.weight", {2, 2}}});
+    struct Row {
+        const char* model;
+        const char* component;
+        const char* flag;
+        std::string says;
+    };
+    const std::vector<Row> rows = {
+        {"shapes-sd3", "vae", "--vae",
+         "(SD3) has no vae (its model_index.json names none); its components: text_encoder, text_encoder_2, "
+         "transformer"},
+        {"tiny-random-sd3", "text_encoder_3", "--text-encoder-3",
+         "(SD3) has no text_encoder_3 (its model_index.json names none); its components: text_encoder, "
+         "text_encoder_2, transformer, vae"},
+        {"tiny-random-flux-dev", "text_encoder_3", "--text-encoder-3",
+         "FLUX.1 has no text_encoder_3; its components: text_encoder, text_encoder_2, transformer, vae"},
+    };
+    for (const Row& row : rows) {
+        CAPTURE(row.model);
+        JobOptions job;
+        job.model = resolve_model(row.model, "--model");
+        job.component_files[row.component] = file;
+        const dp::strategies::ModelInfo model = dp::strategies::read_model_info(job.model);
+        CHECK_THROWS_WITH_AS(check_component_files(job.component_files, model, ""),
+                             doctest::Contains((std::string(row.flag) + " " + file + ": ").c_str()),
+                             dp::protocol::UsageError);
+        CHECK_THROWS_WITH_AS(check_component_files(job.component_files, model, "", false),
+                             doctest::Contains(row.says.c_str()), dp::protocol::UsageError);
+        // The job refuses it before anything starts, as `plan` does (the same check).
+        job.prompts = "/dev/null";
+        job.output_dir = dir + "/out";
+        CHECK_THROWS_WITH_AS(run_job(dp::launcher::LaunchSpec{}, job), doctest::Contains(row.says.c_str()),
+                             dp::protocol::UsageError);
+        CHECK_FALSE(fs::exists(job.output_dir));
+    }
+}
+
+TEST_CASE("--no-t5 with T5's own file is refused: the file would be recorded and never read") {
+    JobOptions job;
+    job.model = tiny_with_t5("no_t5_file");
+    const dp::strategies::ModelInfo model = dp::strategies::read_model_info(job.model);
+    job.no_t5 = true;
+    CHECK(job_setting_problems(job, model).empty());
+    job.component_files["text_encoder_3"] = job.model + "/text_encoder_3/model.safetensors";
+    const std::vector<std::string> bad = job_setting_problems(job, model);
+    REQUIRE(bad.size() == 1);
+    CHECK(has(bad[0], "--no-t5 and --text-encoder-3 " + job.model + "/text_encoder_3/model.safetensors: "));
+    // A whole-pipeline file (--model FILE) that holds T5 is not a T5 file of the user's.
+    job.model_file = job.component_files["text_encoder_3"];
+    CHECK(job_setting_problems(job, model).empty());
 }
