@@ -221,7 +221,10 @@ CheckedComponents check_components(const JobOptions& job, const strategies::Mode
     bool gguf = false;
     for (const ComponentFile& c :
          check_component_files(job.component_files, model, job.variant, true, job.model_file)) {
-        out.records[c.component] = {{"path", c.path}, {"sha256", c.sha256}, {"format", c.format}};
+        nlohmann::json& record = out.records[c.component] = nlohmann::json::object();
+        protocol::put_path(record, "path", c.path);  // Note [paths in the job file]
+        record["sha256"] = c.sha256;
+        record["format"] = c.format;
         out.paths[c.component] = c.path;
         gguf = gguf || c.quantized_bytes > 0;
     }

@@ -232,13 +232,39 @@ void CallValues::erase(std::string_view name) {
 
 bool CallValues::operator==(const CallValues& other) const { return items_ == other.items_; }
 
+void put_path(nlohmann::json& j, const std::string& key, const std::string& path) {
+    try {
+        (void)nlohmann::json(path).dump();
+        j[key] = path;
+    } catch (const nlohmann::json::type_error&) {
+        static const char* const kDigits = "0123456789abcdef";
+        std::string hex;
+        for (const unsigned char c : path) {
+            hex += kDigits[c >> 4];
+            hex += kDigits[c & 15];
+        }
+        j[key + "_hex"] = hex;
+    }
+}
+
+bool path_from_hex(const std::string& hex, std::string& out) {
+    if (hex.empty() || hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+        return false;
+    out.clear();
+    for (std::size_t i = 0; i < hex.size(); i += 2)
+        out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    return true;
+}
+
 nlohmann::json call_value_json(const CallValue& value) {
     if (const double* d = std::get_if<double>(&value)) return *d;
     if (const int64_t* i = std::get_if<int64_t>(&value)) return *i;
     if (const Adapters* adapters = std::get_if<Adapters>(&value)) {
         nlohmann::json out = nlohmann::json::array();
         for (const Adapter& a : *adapters) {
-            nlohmann::json j = {{"path", a.path}, {"scale", a.scale}};
+            nlohmann::json j = nlohmann::json::object();
+            put_path(j, "path", a.path);
+            j["scale"] = a.scale;
             if (!a.sha256.empty()) j["sha256"] = a.sha256;
             out.push_back(std::move(j));
         }
@@ -327,18 +353,20 @@ std::string read_adapter_key(const CallArgument& row, const std::string& key, co
                              double hi, const std::string& expected, Adapter& a) {
     if (key == "path" && v.is_string()) {
         a.path = v.get<std::string>();
+    } else if (key == "path_hex" && v.is_string() && path_from_hex(v.get<std::string>(), a.path)) {
+        // a path that is not UTF-8, as the job file and the manifest write it
     } else if (key == "scale" && v.is_number() && std::isfinite(v.get<double>()) &&
                v.get<double>() >= row.min && v.get<double>() <= hi) {
         a.scale = v.get<double>();
     } else if (key == "sha256" && v.is_string() && v.get<std::string>().size() == 64 &&
                v.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos) {
         a.sha256 = v.get<std::string>();
-    } else if (key == "path" || key == "scale" || key == "sha256") {
+    } else if (key == "path" || key == "path_hex" || key == "scale" || key == "sha256") {
         return expected + " (its '" + key + "' is " +
                (key == "sha256" ? "not 64 lowercase hex digits" : "not valid") + ")";
     } else {
         return expected + " (unknown key '" + key.substr(0, 40) +
-               "'; an adapter has path, scale "
+               "'; an adapter has path (or path_hex), scale "
                "and sha256)";
     }
     return {};
@@ -350,6 +378,8 @@ std::string read_adapter(const CallArgument& row, const nlohmann::json& item, do
     if (item.is_string()) {
         a.path = item.get<std::string>();
     } else if (item.is_object()) {
+        if (item.contains("path") && item.contains("path_hex"))
+            return expected + " (give its path as path or path_hex, not both)";
         for (const auto& [key, v] : item.items())
             if (std::string why = read_adapter_key(row, key, v, hi, expected, a); !why.empty()) return why;
     } else {

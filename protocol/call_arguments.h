@@ -138,8 +138,17 @@ class CallValues {
 // setting of skipped blocks when none are skipped (CallArgument::active_with).
 bool in_effect(const CallValues& values, const CallValues::Item& item);
 
+// Note [paths in the job file]: a path is bytes on Linux, but JSON text is UTF-8. A path that is
+// not UTF-8 is written as "KEY_hex", its bytes in hexadecimal, instead of "KEY", so that every path
+// round-trips (the job file's folders and component files, an adapter's path in a request and in
+// the manifest); a UTF-8 path is written as it is.
+void put_path(nlohmann::json& j, const std::string& key, const std::string& path);
+// The bytes `hex` spells (two lowercase hex digits each) into `out`; false when it is not that.
+bool path_from_hex(const std::string& hex, std::string& out);
+
 // A value as JSON: a number, a whole number, a list of whole numbers, or a list of adapters
-// ({"path", "scale", "sha256"} each; sha256 left out while empty).
+// ({"path", "scale", "sha256"} each, "path_hex" for a path that is not UTF-8; sha256 left out while
+// empty).
 nlohmann::json call_value_json(const CallValue& value);
 // "7.5", "256", "7,8,9", "a.safetensors:0.8 b.safetensors:1" ("none" for an empty list): how
 // messages show a value.

@@ -71,33 +71,13 @@ DeviceMapRequest read_device_map(detail::Fields f) {
     return dm;
 }
 
-// Note [paths in the job file]: a path is bytes on Linux, but JSON text is UTF-8. A path that is
-// not UTF-8 is written as "KEY_hex", its bytes in hexadecimal, instead of "KEY", so that every path
-// round-trips; a UTF-8 path is written as it is.
-void put_path(nlohmann::json& j, const std::string& key, const std::string& path) {
-    try {
-        (void)nlohmann::json(path).dump();
-        j[key] = path;
-    } catch (const nlohmann::json::type_error&) {
-        static const char* const kDigits = "0123456789abcdef";
-        std::string hex;
-        for (const unsigned char c : path) {
-            hex += kDigits[c >> 4];
-            hex += kDigits[c & 15];
-        }
-        j[key + "_hex"] = hex;
-    }
-}
-
+// Note [paths in the job file] (call_arguments.h).
 std::string read_path(detail::Fields& f, const std::string& key) {
     const std::string hex_key = key + "_hex";
     if (!f.has(hex_key.c_str())) return f.string(key.c_str());
-    const std::string hex = f.string(hex_key.c_str());
-    if (hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
-        throw InputDataError(f.path(hex_key.c_str()) + ": expected the path's bytes as lowercase hex digits");
     std::string path;
-    for (std::size_t i = 0; i < hex.size(); i += 2)
-        path += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    if (!path_from_hex(f.string(hex_key.c_str()), path))
+        throw InputDataError(f.path(hex_key.c_str()) + ": expected the path's bytes as lowercase hex digits");
     return path;
 }
 

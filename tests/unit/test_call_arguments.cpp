@@ -576,3 +576,27 @@ TEST_CASE(
     CHECK(read(nlohmann::json{{"type", "mag_cache"}, {"mag_ratios", {1, "x"}}}, c).find("list of numbers") !=
           std::string::npos);
 }
+
+TEST_CASE("an adapter path that is not UTF-8 goes through JSON as path_hex and comes back byte for byte") {
+    using namespace dp::protocol;
+    const CallArgument& row = *find_call_argument("lora");
+    for (const std::string& path :
+         {std::string("/tmp/a\xff/b\xfe.safetensors"), std::string("/tmp/caf\xc3\xa9")}) {
+        CAPTURE(utf8_for_display(path));
+        const Adapters adapters{{path, 0.5, std::string(64, 'a')}};
+        const nlohmann::json j = call_value_json(adapters);
+        const std::string text = j.dump();  // never throws: JSON holds UTF-8 text only
+        const bool utf8 = utf8_for_display(path) == path;
+        CHECK(j[0].contains("path") == utf8);
+        CHECK(j[0].contains("path_hex") == !utf8);
+        CallValue back;
+        REQUIRE(read_call_value(row, nlohmann::json::parse(text), back).empty());
+        CHECK(std::get<Adapters>(back) == adapters);
+    }
+    CallValue v;
+    CHECK(read_call_value(row, nlohmann::json::parse(R"({"path_hex": "6a"})"), v).empty());
+    CHECK(std::get<Adapters>(v) == Adapters{{"j", 1.0, ""}});
+    for (const char* bad : {R"({"path_hex": "6"})", R"({"path_hex": "6A"})", R"({"path_hex": "zz"})",
+                            R"({"path_hex": ""})", R"({"path": "a", "path_hex": "61"})"})
+        CHECK_MESSAGE(!read_call_value(row, nlohmann::json::parse(bad), v).empty(), bad);
+}

@@ -22,6 +22,7 @@
 #include "protocol/job_file.h"
 
 #include "unit/fake_env.h"
+#include "unit/st_writer.h"
 
 using dp::cli::CommandLine;
 using dp::test::FakeEnv;
@@ -585,11 +586,11 @@ TEST_CASE("every invalid value is a one-line usage error naming its source") {
         {{"a.txt", "b.txt"}, "give one PROMPTS file"},
         {{"plan", "-n", "2", "p.txt", "q.txt"}, "unexpected argument 'q.txt': give one PROMPTS file"},
         {{"--config", "/nonexistent/dp.json", "--", "x"}, "/nonexistent/dp.json"},
-    };
         {{"--config", "shapes-sd3", "--", "x"},
          "--config shapes-sd3: --config takes an option file (accelerate's YAML config or a JSON object of "
          "dp-launch options), and shapes-sd3 is a model; to run it, give --model shapes-sd3"},
         {{"--config", "tiny-random-sd3", "plan"}, "tiny-random-sd3 is a model; to run it, give --model"},
+    };
     for (const Case& c : cases) {
         CAPTURE(c.args);
         CommandLine r = parse(c.args);
@@ -1033,6 +1034,18 @@ TEST_CASE("a PROMPTS file that is a program is refused with the command that was
     const std::string dir = temp_path("programs");
     std::filesystem::create_directories(dir);
     auto file = [&](const std::string& name, const std::string& text, bool executable) {
+    // An adapter and a component file whose paths are not UTF-8: recorded as path_hex, never an
+    // internal error.
+    const std::string adapter =
+        dp::test::write_st_file(dir + "/adapter\xfb.safetensors",
+                                {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {2, 32}},
+                                 {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", {32, 2}}});
+    std::filesystem::copy_file(model + "/vae/diffusion_pytorch_model.safetensors",
+                               dir + "/vae\xfa.safetensors");
+    const CommandLine files = parse({"--dry-run", "-q", "--model", model, "--lora", adapter, "--vae",
+                                     dir + "/vae\xfa.safetensors", "-o", dir + "/out\xfd", prompts});
+    REQUIRE_MESSAGE(files.action == CommandLine::Action::kLaunch, files.message);
+    CHECK(dp::cli::run_command_line(files) == 0);
         const std::string path = dir + "/" + name;
         std::ofstream(path) << text;
         std::filesystem::permissions(
