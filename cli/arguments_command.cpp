@@ -173,6 +173,9 @@ std::string range(const Entry& e) {
 
 std::string describe_arguments(const launcher::JobOptions& job, bool json) {
     const strategies::ModelInfo model = strategies::read_model_info(job.model);
+    // What the job would refuse of this model and these settings, refused here as the job does
+    // (the same checks, the same exit code), rather than defaults printed that no prompt could run.
+    launcher::check_model_and_settings(job, model, job.device_map);
     const std::vector<Entry> all = entries(job, model);
     if (json) {
         nlohmann::json out = nlohmann::json::array();

@@ -14,7 +14,8 @@ namespace dp::cli {
 
 // The table as text, or with `json` an array of objects with "name", "type", "default", "min",
 // "max", "flag" (null: none), "env", "jsonl_key", "aliases", "ignored", "shapes_pixels" and
-// "help". Throws ModelError when the model folder cannot be read.
+// "help". Throws ModelError when the model folder cannot be read, and what the job refuses of the
+// model and the settings (launcher::check_model_and_settings: ModelError 65, UsageError 2).
 std::string describe_arguments(const launcher::JobOptions& job, bool json);
 
 }  // namespace dp::cli

@@ -185,25 +185,56 @@ std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
     return {};
 }
 
+namespace {
+
+// The model's own defaults that a prompt of this job would take and the model itself refuses: its
+// default size (sample_size x the VAE's scale) against its size rule, and each call argument's
+// default against its range and the model's blocks. The job's own settings are checked elsewhere.
+std::vector<std::string> default_problems(const JobOptions& job, const strategies::ModelInfo& model) {
+    std::vector<std::string> out;
+    const std::string name = "--model " + utf8_for_display(job.model);
+    const int64_t side = model.sizes.default_side;
+    if (!job.width || !job.height)
+        if (const std::string why = model.sizes.check(side); !why.empty())
+            out.push_back(name + ": its default image size " + std::to_string(side) + "x" +
+                          std::to_string(side) +
+                          " (the transformer's sample_size x the VAE's scale) is not one it makes: " + why +
+                          "; its configs disagree (give --width and --height, or fix the folder)");
+    for (const FamilyArgument& a : model.arguments.all()) {
+        if (a.ignored || job.arguments.has(a.row->name)) continue;
+        if (const std::string why = limit_problem(model, a, a.value); !why.empty())
+            out.push_back(name + ": its default " + a.row->name + " " + protocol::call_value_text(a.value) +
+                          ": " + why + " (give " + a.row->long_flag() + ", or fix the folder)");
+    }
+    return out;
+}
+
+}  // namespace
+
 std::vector<std::string> model_problems(const JobOptions& job, const strategies::ModelInfo& model) {
     strategies::ModelNeeds needs;
     needs.variant = job.variant;
     needs.no_t5 = job.no_t5;
     needs.random_weights = job.random_weights.has_value();
     for (const auto& [component, file] : job.component_files) needs.from_files.insert(component);
-    return strategies::model_folder_problems(job.model, *model.spec, needs);
+    std::vector<std::string> out = strategies::model_folder_problems(job.model, *model.spec, needs);
+    const std::vector<std::string> defaults = default_problems(job, model);
+    out.insert(out.end(), defaults.begin(), defaults.end());
+    return out;
 }
 
-void check_job(const ResolvedJob& job) {
-    if (const std::vector<std::string> bad = model_problems(job.options, job.model); !bad.empty())
-        throw protocol::ModelError(bad.size() == 1 ? bad.front()
-                                                   : "--model " + utf8_for_display(job.options.model) + ": " +
-                                                         std::to_string(bad.size()) +
-                                                         " problems, found before anything started:\n  " +
-                                                         joined(bad, "\n  "));
-    if (const std::vector<std::string> bad = job_setting_problems(job); !bad.empty())
+void check_model_and_settings(const JobOptions& job, const strategies::ModelInfo& model,
+                              const std::string& device_map) {
+    if (const std::vector<std::string> bad = model_problems(job, model); !bad.empty())
+        throw protocol::ModelError(
+            bad.size() == 1 ? bad.front()
+                            : "--model " + utf8_for_display(job.model) + ": " + std::to_string(bad.size()) +
+                                  " problems, found before anything started:\n  " + joined(bad, "\n  "));
+    if (const std::vector<std::string> bad = setting_problems(job, model, device_map); !bad.empty())
         throw UsageError(joined(bad, "; "));
 }
+
+void check_job(const ResolvedJob& job) { check_model_and_settings(job.options, job.model, job.device_map()); }
 
 PromptSource prompt_source(const JobOptions& job) {
     return {job.prompts, job.prompt_texts, job.images_per_prompt};

@@ -40,10 +40,17 @@ std::vector<std::string> job_setting_problems(const ResolvedJob& job);
 std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
                                    const strategies::ModelInfo& model);
 
-// The model folder's problems for this job, with the flags that would help (--variant, --no-t5).
+// The model folder's problems for this job, with the flags that would help (--variant, --no-t5),
+// and the model's own defaults this job would take that the model refuses (its default size, a
+// default past its range or its blocks).
 std::vector<std::string> model_problems(const JobOptions& job, const strategies::ModelInfo& model);
 
-// Throws ModelError (model_problems) or UsageError (job_setting_problems) listing every problem.
+// Throws ModelError (model_problems) or UsageError (job_setting_problems with `device_map`) listing
+// every problem: what the job refuses of its model and its settings, before its strategy (what
+// `dp-launch arguments` refuses as the job would).
+void check_model_and_settings(const JobOptions& job, const strategies::ModelInfo& model,
+                              const std::string& device_map);
+// check_model_and_settings for the resolved job, with its own device map.
 void check_job(const ResolvedJob& job);
 
 // Where the job's prompts come from: --prompt's texts, else the PROMPTS file, each line with

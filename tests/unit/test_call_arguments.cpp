@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -431,6 +432,63 @@ TEST_CASE("dp-launch arguments shows the job's own settings as the defaults a li
     CHECK(has(text, "FLUX.1-schnell"));
     CHECK(has(text, "accepted and ignored by FLUX.1-schnell"));  // guidance_scale, as diffusers does
     CHECK(has(text, "num_inference_steps (or steps)"));
+}
+
+TEST_CASE("dp-launch arguments refuses what the job refuses, with the job's exit code and message") {
+    namespace fs = std::filesystem;
+    // A position table of 4 patches: the model's own default size (32 pixels) is past it.
+    const std::string small = model_with_defaults("tiny-random-sd3", "small_table", "");
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(small + "/transformer/config.json"));
+    config["pos_embed_max_size"] = 4;
+    std::ofstream(small + "/transformer/config.json") << config.dump();
+    const std::string unweighted = model_with_defaults("tiny-random-sd3", "unweighted", "");
+    fs::remove(unweighted + "/transformer/diffusion_pytorch_model.safetensors");
+    struct Row {
+        std::string name, model;
+        std::function<void(JobOptions&)> set;
+        int code;  // 0: listed
+        std::string says;
+    };
+    const auto none = [](JobOptions&) {};
+    const std::vector<Row> rows = {
+        {"default size past the table", small, none, 65, "its default image size 32x32"},
+        {"sizes given that fit", small,
+         [](JobOptions& j) {
+             j.width = 4;
+             j.height = 4;
+         },
+         0, ""},
+        {"weights missing", unweighted, none, 65, unweighted + "/transformer"},
+        {"a block past the model's", resolve_model("tiny-random-sd3", "--model"),
+         [](JobOptions& j) { j.arguments.set("skip_guidance_layers", std::vector<int>{9}); }, 2,
+         "--skip-guidance-layers 9: block 9 is not one"},
+        {"the shipped model", resolve_model("tiny-random-sd3", "--model"), none, 0, ""},
+    };
+    for (const Row& row : rows) {
+        CAPTURE(row.name);
+        JobOptions job;
+        job.model = row.model;
+        row.set(job);
+        const auto refusal = [&](const std::function<void()>& run) -> std::pair<int, std::string> {
+            try {
+                run();
+            } catch (const dp::protocol::Error& e) {
+                return {e.exit_code(), e.what()};
+            }
+            return {0, ""};
+        };
+        const auto [code, message] = refusal([&] { dp::cli::describe_arguments(job, false); });
+        CHECK_MESSAGE(code == row.code, message);
+        if (row.code == 0) continue;
+        CHECK_MESSAGE(has(message, row.says), message);
+        // The job itself: the same code and message, before its output folder is made.
+        job.prompts = "/dev/null";
+        job.output_dir = "/tmp/dp_call_arguments_" + std::to_string(getpid()) + "_out";
+        const auto [job_code, job_message] = refusal([&] { run_job(dp::launcher::LaunchSpec{}, job); });
+        CHECK(job_code == row.code);
+        CHECK(job_message == message);
+        CHECK_FALSE(fs::exists(job.output_dir));
+    }
 }
 
 TEST_CASE("a step cache is read as diffusers' configs name it, from the flag's text or a JSONL object") {
