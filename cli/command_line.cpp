@@ -256,6 +256,21 @@ CommandLine& print(CommandLine& r, std::string text) {
     return r;
 }
 
+// A value option given more than once ("--cache A --cache B"), which CLI11 refuses as "At Most 1
+// required but received 2": which option, and both values, so that neither is taken silently.
+// Empty when no option is.
+std::string repeated_option(const CLI::App& app) {
+    for (const CLI::Option* opt : app.get_options()) {
+        if (opt->count() < 2 || opt->get_multi_option_policy() != CLI::MultiOptionPolicy::Throw) continue;
+        std::string values;
+        for (const std::string& v : opt->results())
+            values += (values.empty() ? "'" : "' and '") + launcher::utf8_for_display(v.substr(0, 80));
+        return opt->get_name() + " is given " + std::to_string(opt->count()) + " times (" + values +
+               "'); give it once";
+    }
+    return {};
+}
+
 // Parses `options` (argv before "--"); false when `result` is already the answer: --help,
 // --version or CLI11's parse error.
 bool parse_options(CommandApp& c, const std::vector<std::string>& options, CommandLine& result) {
@@ -271,7 +286,8 @@ bool parse_options(CommandApp& c, const std::vector<std::string>& options, Comma
     } catch (const CLI::CallForVersion& e) {
         print(result, std::string(e.what()) + "\n");
     } catch (const CLI::ParseError& e) {
-        usage_error(result, one_line(e.what()) + " (see dp-launch --help)");
+        const std::string repeated = repeated_option(c.app);
+        usage_error(result, repeated.empty() ? one_line(e.what()) + " (see dp-launch --help)" : repeated);
     }
     return false;
 }

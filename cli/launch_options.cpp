@@ -382,6 +382,13 @@ struct Setting {
 // The config file's settings by key, and the line dp-launch prints about the file (empty: none).
 struct ConfigSettings : std::map<std::string, Setting> {
     std::string note;
+    // `s` for option `key`; one option set twice to two values (two spellings of it) is refused.
+    void add(const std::string& key, Setting s) {
+        const auto [it, added] = emplace(key, s);
+        if (!added && it->second.text != s.text)
+            throw UsageError(s.source + " '" + s.text.substr(0, 80) + "' and " + it->second.source + " '" +
+                             it->second.text.substr(0, 80) + "' set the same option; give it once");
+    }
 };
 
 constexpr std::size_t kMaxConfigBytes = 1 << 20;
@@ -401,7 +408,7 @@ ConfigSettings load_config(const std::string& path, const std::string& source, c
             return def ? def->key : std::string();
         });
         ConfigSettings settings;
-        for (const ConfigEntry& e : yaml.entries) settings[e.key] = {e.text, e.source};
+        for (const ConfigEntry& e : yaml.entries) settings.add(e.key, {e.text, e.source});
         if (!yaml.ignored.empty()) {
             std::string keys;
             for (const std::string& k : yaml.ignored) keys += (keys.empty() ? "" : ", ") + k;
@@ -445,7 +452,7 @@ ConfigSettings load_config(const std::string& path, const std::string& source, c
             throw UsageError(where + ": expected a string, number or boolean");
         }
         if (def->kind == OptionKind::kSwitch && !value.is_boolean()) launcher::parse_bool(as_text, where);
-        settings[def->key] = {as_text, where};
+        settings.add(def->key, {as_text, where});
     }
     return settings;
 }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -253,14 +254,26 @@ std::string parse_step_cache(const std::string& text, StepCache& out, double max
     out.type = type;
     out.threshold = out.mag() ? 0.06 : 0.05;  // MagCacheConfig's and FirstBlockCacheConfig's defaults
     bool ratios_given = false;
+    std::map<std::string, std::string> given;  // key -> its KEY=VALUE item
     std::string rest = colon == std::string::npos ? std::string() : text.substr(colon + 1);
     while (!rest.empty()) {
         const std::size_t comma = rest.find(',');
         const std::string item = rest.substr(0, comma);
         rest = comma == std::string::npos ? std::string() : rest.substr(comma + 1);
+        // A key given twice is refused, naming both, rather than the last one taken.
+        const auto [at, first] = given.emplace(item.substr(0, item.find('=')), item);
+        if (!first)
+            return at->first + " is given twice ('" + at->second.substr(0, 40) + "' and '" +
+                   item.substr(0, 40) + "'); give each key once";
         if (const std::string why = set_cache_key(item, out, ratios_given, accepted, max); !why.empty())
             return why;
     }
+    if (out.mag() && out.calibrate)
+        for (const auto& [key, item] : given)
+            if (key != "calibrate")
+                return "mag_cache:calibrate=true computes every pass and measures the ratios, so '" +
+                       item.substr(0, 40) +
+                       "' would not be used; give calibrate=true alone, or the ratios without it";
     if (out.mag() && out.calibrate) {
         out.mag_ratios.clear();  // calibration measures them: nothing is skipped
         out.threshold = 0.06;

@@ -658,3 +658,36 @@ TEST_CASE("an adapter path that is not UTF-8 goes through JSON as path_hex and c
                             R"({"path_hex": ""})", R"({"path": "a", "path_hex": "61"})"})
         CHECK_MESSAGE(!read_call_value(row, nlohmann::json::parse(bad), v).empty(), bad);
 }
+
+TEST_CASE("a step cache setting that contradicts itself is refused, naming both of its parts") {
+    struct Row {
+        nlohmann::json setting;
+        std::vector<std::string> says;  // empty: read
+    };
+    const std::vector<Row> rows = {
+        {"first_block_cache:threshold=0.1,threshold=0.2",
+         {"threshold is given twice ('threshold=0.1' and 'threshold=0.2')"}},
+        {"first_block_cache:threshold=0.1,threshold=0.1", {"threshold is given twice"}},
+        {"taylorseer_cache:max_order=1,cache_interval=2,max_order=2",
+         {"max_order is given twice ('max_order=1' and 'max_order=2')"}},
+        {"mag_cache:mag_ratios=flux,mag_ratios=1 1", {"mag_ratios is given twice"}},
+        {"mag_cache:calibrate=true,mag_ratios=flux",
+         {"calibrate=true", "'mag_ratios=flux' would not be used"}},
+        {"mag_cache:mag_ratios=flux,calibrate=true", {"'mag_ratios=flux' would not be used"}},
+        {"mag_cache:calibrate=true,threshold=0.1", {"'threshold=0.1' would not be used"}},
+        {nlohmann::json{{"type", "mag_cache"}, {"calibrate", true}, {"max_skip_steps", 2}},
+         {"'max_skip_steps=2' would not be used"}},
+        {"mag_cache:calibrate=false,mag_ratios=flux", {}},
+        {"mag_cache:calibrate=true", {}},
+    };
+    for (const Row& row : rows) {
+        CAPTURE(row.setting.dump());
+        dp::protocol::StepCache c;
+        const std::string why = read_step_cache(row.setting, c);
+        if (row.says.empty()) {
+            CHECK_MESSAGE(why.empty(), why);
+            continue;
+        }
+        for (const std::string& s : row.says) CHECK_MESSAGE(has(why, s), why);
+    }
+}

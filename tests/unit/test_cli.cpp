@@ -590,6 +590,12 @@ TEST_CASE("every invalid value is a one-line usage error naming its source") {
          "--config shapes-sd3: --config takes an option file (accelerate's YAML config or a JSON object of "
          "dp-launch options), and shapes-sd3 is a model; to run it, give --model shapes-sd3"},
         {{"--config", "tiny-random-sd3", "plan"}, "tiny-random-sd3 is a model; to run it, give --model"},
+        {{"--cache", "first_block_cache:threshold=0.1", "--cache", "none", "p.txt"},
+         "--cache is given 2 times ('first_block_cache:threshold=0.1' and 'none'); give it once"},
+        {{"--steps", "3", "--steps", "4", "p.txt"}, "--steps is given 2 times ('3' and '4')"},
+        {{"-n", "2", "--nproc-per-node", "3", "--", "x"}, "--num-processes is given 2 times ('2' and '3')"},
+        {{"--cache", "first_block_cache:threshold=0.1,threshold=0.2", "p.txt"},
+         "threshold is given twice ('threshold=0.1' and 'threshold=0.2')"},
     };
     for (const Case& c : cases) {
         CAPTURE(c.args);
@@ -615,6 +621,8 @@ TEST_CASE("a corrupt or wrong config file is a usage error naming the file and k
         {"{\"quiet\": \"sometimes\"}", ": quiet 'sometimes'"},
         {"{\"gpu_ids\": [0, \"x\"]}", "gpu_ids: expected a list"},
         {"{\"config\": \"x.json\"}", "unknown key 'config'"},
+        {"{\"num_processes\": 2, \"nproc_per_node\": 3}", "' set the same option; give it once"},
+        {"{\"rank_timeout\": 5, \"rank-timeout\": 6}", "rank_timeout '5' and "},
         {std::string("\xff\xfe{}", 4), "not valid JSON"},
         {"", "not valid JSON"},
     };
@@ -1026,14 +1034,6 @@ TEST_CASE("bytes that are not UTF-8: a usage error in prompt text, and paths tha
     const CommandLine c = parse({"--dry-run", "-q", "--model", model, "-o", dir + "/out\xfd", prompts});
     REQUIRE_MESSAGE(c.action == CommandLine::Action::kLaunch, c.message);
     CHECK(dp::cli::run_command_line(c) == 0);
-    std::filesystem::remove_all(dir);
-    std::filesystem::remove(prompts);
-}
-
-TEST_CASE("a PROMPTS file that is a program is refused with the command that was probably meant") {
-    const std::string dir = temp_path("programs");
-    std::filesystem::create_directories(dir);
-    auto file = [&](const std::string& name, const std::string& text, bool executable) {
     // An adapter and a component file whose paths are not UTF-8: recorded as path_hex, never an
     // internal error.
     const std::string adapter =
@@ -1046,6 +1046,14 @@ TEST_CASE("a PROMPTS file that is a program is refused with the command that was
                                      dir + "/vae\xfa.safetensors", "-o", dir + "/out\xfd", prompts});
     REQUIRE_MESSAGE(files.action == CommandLine::Action::kLaunch, files.message);
     CHECK(dp::cli::run_command_line(files) == 0);
+    std::filesystem::remove_all(dir);
+    std::filesystem::remove(prompts);
+}
+
+TEST_CASE("a PROMPTS file that is a program is refused with the command that was probably meant") {
+    const std::string dir = temp_path("programs");
+    std::filesystem::create_directories(dir);
+    auto file = [&](const std::string& name, const std::string& text, bool executable) {
         const std::string path = dir + "/" + name;
         std::ofstream(path) << text;
         std::filesystem::permissions(
