@@ -16,6 +16,7 @@
 #include "launcher/manifest.h"
 #include "launcher/prompt_file.h"
 #include "protocol/atomic_file.h"
+#include "protocol/call_arguments.h"
 
 namespace dp::cli {
 namespace {
@@ -229,7 +230,11 @@ int run_compare(const CompareOptions& o, std::ostream& out) {
             if (!std::isnan(p.ssim)) ssim_sum += p.ssim, ssim_min = std::min(ssim_min, p.ssim), ++with_ssim;
         }
         if (o.json) {
-            nlohmann::json j = {{"index", p.index}, {"a", p.a}, {"b", p.b}, {"below", low}};
+            // "a_hex" for a path that is not UTF-8 (Note [paths in the job file]): never a throw on dump.
+            nlohmann::json j = {{"index", p.index}};
+            protocol::put_path(j, "a", p.a);
+            protocol::put_path(j, "b", p.b);
+            j["below"] = low;
             if (p.same_size) {
                 j["psnr"] = std::isinf(p.psnr) ? nlohmann::json("inf") : nlohmann::json(p.psnr);
                 j["ssim"] = std::isnan(p.ssim) ? nlohmann::json(nullptr) : nlohmann::json(p.ssim);
@@ -247,18 +252,15 @@ int run_compare(const CompareOptions& o, std::ostream& out) {
     const std::string gallery = o.gallery.empty() ? o.b + "/compare.html" : o.gallery;
     write_page(gallery, o, pairs);
     if (o.json) {
-        out << nlohmann::json{{"pairs", pairs.size()},
-                              {"psnr_mean_finite",
-                               finite ? nlohmann::json(psnr_sum / finite) : nlohmann::json(nullptr)},
-                              {"psnr_min",
-                               std::isinf(psnr_min) ? nlohmann::json("inf") : nlohmann::json(psnr_min)},
-                              {"ssim_mean",
-                               with_ssim ? nlohmann::json(ssim_sum / with_ssim) : nlohmann::json(nullptr)},
-                              {"ssim_min", ssim_min},
-                              {"below", below},
-                              {"gallery", gallery}}
-                   .dump()
-            << "\n";
+        nlohmann::json summary{
+            {"pairs", pairs.size()},
+            {"psnr_mean_finite", finite ? nlohmann::json(psnr_sum / finite) : nlohmann::json(nullptr)},
+            {"psnr_min", std::isinf(psnr_min) ? nlohmann::json("inf") : nlohmann::json(psnr_min)},
+            {"ssim_mean", with_ssim ? nlohmann::json(ssim_sum / with_ssim) : nlohmann::json(nullptr)},
+            {"ssim_min", ssim_min},
+            {"below", below}};
+        protocol::put_path(summary, "gallery", gallery);
+        out << summary.dump() << "\n";
     } else {
         out << pairs.size() << " pairs (" << a.size() - pairs.size() << " and " << b.size() - pairs.size()
             << " images without a pair): PSNR worst " << number(psnr_min, 2) << " dB, mean of the finite "

@@ -11,6 +11,7 @@
 #include "launcher/prompt_file.h"
 #include "launcher/terminal.h"
 #include "protocol/atomic_file.h"
+#include "protocol/call_arguments.h"
 #include "protocol/errors.h"
 #include "protocol/status_events.h"
 
@@ -353,12 +354,10 @@ void JobMonitor::write_mag_ratios() {
     const std::string path = job_.output_dir + "/mag_ratios.json";
     try {
         protocol::AtomicFile file(path);
-        file.write(nlohmann::json({{"mag_ratios", mean},
-                                   {"steps", best->first},
-                                   {"images", best->second.second},
-                                   {"model", job_.model}})
-                       .dump() +
-                   "\n");
+        nlohmann::json ratios = {
+            {"mag_ratios", mean}, {"steps", best->first}, {"images", best->second.second}};
+        protocol::put_path(ratios, "model", job_.model);  // Note [paths in the job file]
+        file.write(ratios.dump() + "\n");
         file.commit();
     } catch (const IoError& e) {
         report_write_error(e.what());

@@ -14,6 +14,7 @@
 #include "cli/command_line.h"
 #include "cli/compare_command.h"
 #include "launcher/errors.h"
+#include "protocol/call_arguments.h"
 #include "support/test_paths.h"
 
 using namespace dp::cli;
@@ -124,4 +125,35 @@ TEST_CASE("compare refuses what it cannot compare, saying why") {
     CHECK(parse_command_line({"compare", "a", "b", "--min-ssim", "2"}, no_env).action ==
           CommandLine::Action::kFail);
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("compare --json names folders that are not UTF-8 as a_hex, b_hex and gallery_hex") {
+    const std::string dir = scratch() + "/runs\xff";
+    std::filesystem::create_directories(dir);
+    CompareOptions o;
+    o.a = dir + "/a\xfe";
+    o.b = dir + "/b";
+    std::filesystem::copy(golden("run_a"), o.a);
+    std::filesystem::copy(golden("run_b"), o.b);
+    o.json = true;
+    std::ostringstream out;
+    REQUIRE(run_compare(o, out) == 0);  // never an exception: JSON holds UTF-8 text only
+    std::istringstream lines(out.str());
+    std::string line, path;
+    int pairs = 0;
+    while (std::getline(lines, line)) {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        if (j.contains("pairs")) {
+            REQUIRE(dp::protocol::path_from_hex(j.at("gallery_hex").get<std::string>(), path));
+            CHECK(path == o.b + "/compare.html");
+            continue;
+        }
+        REQUIRE(dp::protocol::path_from_hex(j.at("a_hex").get<std::string>(), path));
+        CHECK(path.rfind(o.a + "/", 0) == 0);
+        REQUIRE(dp::protocol::path_from_hex(j.at("b_hex").get<std::string>(), path));
+        CHECK(path.rfind(o.b + "/", 0) == 0);
+        ++pairs;
+    }
+    CHECK(pairs == 3);
+    std::filesystem::remove_all(scratch());
 }
