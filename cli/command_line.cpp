@@ -14,6 +14,7 @@
 #include "launcher/errors.h"
 #include "launcher/job.h"
 #include "launcher/prompt_file.h"
+#include "launcher/start_signals.h"
 #include "launcher/supervisor.h"
 #include "launcher/terminal.h"
 
@@ -385,6 +386,9 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
 }
 
 int run_command_line(const CommandLine& command_line) {
+    // Only a launch starts ranks to forward the job signals to (Note [signals before the ranks
+    // start]); any other command acts on them as any program does.
+    if (command_line.action != CommandLine::Action::kLaunch) launcher::release_job_signals();
     try {
         switch (command_line.action) {
             case CommandLine::Action::kPrint:
@@ -406,6 +410,7 @@ int run_command_line(const CommandLine& command_line) {
                 std::cout << describe_environment(command_line.json) << std::flush;
                 return 0;
             case CommandLine::Action::kLaunch:
+                launcher::stop_if_signalled();
                 if (!command_line.spec.dry_run) launcher::open_launcher_log(command_line.spec);
                 // What the scheduler's allocation made of the job (Note [cluster shapes]).
                 if (!command_line.spec.cluster_report.empty() && !command_line.spec.quiet)

@@ -3,9 +3,11 @@
 
 #include "cli/command_line.h"
 #include "launcher/own_usage.h"
+#include "launcher/start_signals.h"
 #include "protocol/standard_fds.h"
 
 int main(int argc, char** argv) {
+    dp::launcher::hold_job_signals();           // Note [signals before the ranks start]
     dp::protocol::open_missing_standard_fds();  // before anything is opened (Note [closed standard
                                                 // descriptors])
     std::vector<std::string> args(argv + 1, argv + argc);

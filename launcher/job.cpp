@@ -31,6 +31,7 @@
 #include "launcher/port.h"
 #include "launcher/process.h"
 #include "launcher/prompt_file.h"
+#include "launcher/start_signals.h"
 #include "launcher/supervisor.h"
 #include "launcher/system_info.h"
 #include "launcher/terminal.h"
@@ -525,6 +526,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& options) {
     const ResolvedJob resolved = resolve_job(launch, options);  // Note [a job is resolved once]
     const JobOptions& job = resolved.options;
     PreparedJob prepared = prepare_job(launch, resolved);
+    stop_if_signalled();  // Note [signals before the ranks start]
     if (const std::optional<int> code = stop_for_prompt_file(job, prepared.file)) return *code;
     if (job.overwrite && job.resume)
         throw UsageError(
@@ -535,6 +537,7 @@ int run_job(const LaunchSpec& launch, const JobOptions& options) {
         check_master_port_free(launch.master_addr, launch.master_port);
     // Note [checking a model before the ranks start]: before the folder is made.
     if (!launch.dry_run) check_model_with_worker(launch, resolved);
+    stop_if_signalled();  // before the output folder is made
     // With several launchers, launcher 0 is the job's writer: it alone locks the folder, checks for
     // earlier outputs, clears leftovers and writes the manifest (Note [one job, several launchers]);
     // the others make what launcher 0 decided, and a different decision is refused by the ranks.

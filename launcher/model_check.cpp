@@ -12,6 +12,7 @@
 #include "launcher/process.h"
 #include "launcher/prompt_file.h"
 #include "launcher/rank_env.h"
+#include "launcher/start_signals.h"
 
 namespace dp::launcher {
 
@@ -40,10 +41,19 @@ void check_model_before_ranks(const std::string& worker, const protocol::JobFile
             timed_out = true;
             break;
         }
-        pollfd p{child.stderr_read.get(), POLLIN, 0};
-        const int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+        // Its stderr, or a stop signal (Note [signals before the ranks start]).
+        pollfd p[2] = {{child.stderr_read.get(), POLLIN, 0}, {stop_signal_fd(), POLLIN, 0}};
+        const int ready =
+            ::poll(p, p[1].fd >= 0 ? 2 : 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
         if (ready < 0 && errno == EINTR) continue;
-        if (ready <= 0) continue;
+        if (const int sig = take_stop_signal()) {
+            ::kill(-child.pid, SIGKILL);
+            wait_for(child.pid);
+            throw Error(
+                "stopped by " + signal_name(sig) + " before any rank started, while checking the model",
+                128 + sig);
+        }
+        if (ready <= 0 || !(p[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         char buf[4096];
         const ssize_t n = ::read(child.stderr_read.get(), buf, sizeof(buf));
         if (n < 0 && errno == EINTR) continue;

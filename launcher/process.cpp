@@ -16,15 +16,21 @@ namespace {
 
 // Only async-signal-safe calls between fork and exec.
 [[noreturn]] void exec_child(pid_t parent, char* const* argv, char* const* envp, int out_fd, int err_fd,
-                             int status_fd) {
+                             int status_fd, bool ignore_user_signals) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(128 + SIGKILL);  // the launcher died before prctl took effect
 
+    // Dispositions before the mask: a signal the launcher sent meanwhile waits, blocked, and is
+    // then discarded if it is one to ignore.
+    for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
+    if (ignore_user_signals) {
+        signal(SIGUSR1, SIG_IGN);
+        signal(SIGUSR2, SIG_IGN);
+    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
 
     int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
@@ -60,7 +66,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& items) {
 }  // namespace
 
 ChildProcess spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                         int status_fd) {
+                         int status_fd, bool ignore_user_signals) {
     if (argv.empty()) throw UsageError("no command to run");
     int out_pipe[2], err_pipe[2];
     if (pipe2(out_pipe, O_CLOEXEC) != 0) throw SystemError(errno_message("cannot create a pipe"));
@@ -74,7 +80,8 @@ ChildProcess spawn_child(const std::vector<std::string>& argv, const std::vector
     const pid_t pid = fork();
     if (pid < 0) throw SystemError(errno_message("cannot fork"));
     if (pid == 0)
-        exec_child(parent, c_argv.data(), c_env.data(), out_write.get(), err_write.get(), status_fd);
+        exec_child(parent, c_argv.data(), c_env.data(), out_write.get(), err_write.get(), status_fd,
+                   ignore_user_signals);
 
     // Also set the group from this side, so a signal sent right after we return reaches it.
     setpgid(pid, pid);

@@ -21,10 +21,12 @@ struct ChildProcess {
 // mask and dispositions are reset to defaults. When the exec fails, the child writes the reason to
 // its stderr and exits 127 (not found) or 126 (not executable), as a shell does.
 // Throws SystemError when the fork or pipes fail.
-// With `status_fd` >= 0, that descriptor is also given to the child as fd 3 (kStatusFd).
+// With `status_fd` >= 0, that descriptor is also given to the child as fd 3 (kStatusFd). With
+// `ignore_user_signals`, SIGUSR1 and SIGUSR2 start ignored (dp-worker ranks, which ignore them: one
+// forwarded while a rank still loads its libraries must not end it).
 inline constexpr int kStatusFd = 3;
 ChildProcess spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                         int status_fd = -1);
+                         int status_fd = -1, bool ignore_user_signals = false);
 
 // "SIGTERM", or "signal 42" for an unnamed one.
 std::string signal_name(int sig);

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "launcher/errors.h"
+#include "launcher/start_signals.h"
 #include "launcher/unique_fd.h"
 #include "launcher/values.h"
 #include "protocol/call_arguments.h"
@@ -386,6 +387,10 @@ PromptFile read_prompt_file(const std::string& path, const PromptCheck& check, c
                             check, sink, images_per_prompt);
     std::string buffer(std::size_t{1} << 16, '\0');
     while (true) {
+        // A pipe or terminal may keep dp-launch waiting here: a stop signal ends that wait (Note
+        // [signals before the ranks start]).
+        wait_readable_or_stopped(fd);
+        stop_if_signalled();
         const ssize_t n = read(fd, buffer.data(), buffer.size());
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) throw Error(errno_message("PROMPTS " + shown + ": cannot read"), protocol::kExitNoInput);

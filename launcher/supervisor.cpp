@@ -27,6 +27,7 @@
 #include "launcher/process.h"
 #include "launcher/rank_env.h"
 #include "launcher/rank_output.h"
+#include "launcher/start_signals.h"
 #include "launcher/system_info.h"
 #include "launcher/terminal.h"
 #include "protocol/status_events.h"
@@ -36,7 +37,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 constexpr int kStragglerDrainMs = 2000;  // how long to wait for output pipes once every rank exited
 // A hang, or the job past --timeout: running it again may succeed (README "Exit codes").
 constexpr int kExitRetry = protocol::kExitCommunication;
@@ -87,7 +87,7 @@ class SignalChannel {
     SignalChannel() {
         sigemptyset(&mask_);
         sigaddset(&mask_, SIGCHLD);
-        for (int sig : kForwardedSignals) sigaddset(&mask_, sig);
+        for (int sig : kJobSignals) sigaddset(&mask_, sig);
         if (sigprocmask(SIG_BLOCK, &mask_, &previous_) != 0) throw SystemError(errno_message("sigprocmask"));
         fd_.reset(signalfd(-1, &mask_, SFD_CLOEXEC | SFD_NONBLOCK));
         if (!fd_) throw SystemError(errno_message("signalfd"));
@@ -152,7 +152,7 @@ class Job {
             }
             if (first_failure_ < 0) {
                 if (launcher_signal_ != 0) {
-                    if (!spec_.quiet) say("stopped by " + signal_name(launcher_signal_));
+                    if (!spec_.quiet) say("stopped by " + signal_name(launcher_signal_) + stop_moment_);
                     return 128 + launcher_signal_;
                 }
                 return kExitOk;
@@ -201,6 +201,14 @@ class Job {
         itimerspec off{};
         timerfd_settime(timer_.get(), 0, &off, nullptr);
 
+        // Note [signals before the ranks start]: a stop signal that came before them starts none.
+        if (restart == 0) {
+            if (const int sig = take_stop_signal()) {
+                launcher_signal_ = sig;
+                stop_moment_ = " before any rank started";
+                return;
+            }
+        }
         RankEnvInputs inputs;
         inputs.master_addr = rendezvous_.addr;
         inputs.master_port = rendezvous_.port;
@@ -230,7 +238,9 @@ class Job {
             const std::vector<std::string> env = merge_environment(base_env_, vars);
             ChildProcess child;
             try {
-                child = spawn_child(spec_.command, env, status_write ? status_write.get() : -1);
+                // The main job's dp-worker ranks ignore SIGUSR1 and SIGUSR2 from their first instruction.
+                child = spawn_child(spec_.command, env, status_write ? status_write.get() : -1,
+                                    listener_ != nullptr);
             } catch (...) {
                 kill_all(SIGKILL);
                 for (Rank& started : ranks_)
@@ -550,6 +560,7 @@ class Job {
     HangWatch watch_;
     std::vector<const RankLiveness*> live_;  // ranks_, as hang detection reads them
     int launcher_signal_ = 0;                // the first stop signal dp-launch received
+    std::string stop_moment_;                // when it came, for the message: "" while the ranks ran
     int sigint_count_ = 0;
     bool grace_armed_ = false;
     OutputSinks sinks_;  // dp-launch's own stdout and stderr, shared by the ranks' output

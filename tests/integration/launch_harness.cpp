@@ -57,7 +57,8 @@ double monotonic_seconds() {
     return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-Launch::Launch(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra_env) {
+Launch::Launch(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra_env,
+               bool stdin_closed) {
     marker_ = next_marker();
     std::vector<std::string> env_strings = child_environment(extra_env, marker_);
     std::vector<std::string> argv_strings = {launcher_bin()};
@@ -71,6 +72,13 @@ Launch::Launch(const std::vector<std::string>& args, const std::map<std::string,
     if (pid_ == 0) {
         dup2(out[1], 1);
         dup2(err[1], 2);
+        if (stdin_closed) close(0);
+        // dp-launch as a shell starts it in the foreground: the test's own signal settings (a
+        // runner in the background ignores SIGINT and SIGQUIT) would hide what dp-launch does.
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, nullptr);
+        for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_DFL);
         execve(argv[0], argv.data(), envp.data());
         _exit(127);
     }
@@ -90,6 +98,26 @@ Launch::~Launch() {
 }
 
 void Launch::signal(int sig) const { kill(pid_, sig); }
+
+bool Launch::wait_for_main(double timeout_s) const {
+    // First the exec (its exe is dp-launch: the fd 0 it had before was closed), then its fd 0 on
+    // /dev/null; before main the dynamic loader opens each library there for a moment.
+    char wanted[4096] = {}, target[4096] = {};
+    if (!realpath(launcher_bin(), wanted)) return false;
+    const std::string proc = "/proc/" + std::to_string(pid_);
+    const auto is = [&](const std::string& link, const std::string& value) {
+        const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+        return n > 0 && std::string(target, static_cast<std::size_t>(n)) == value;
+    };
+    const double deadline = monotonic_seconds() + timeout_s;
+    bool execd = false;
+    while (monotonic_seconds() < deadline) {
+        execd = execd || is(proc + "/exe", wanted);
+        if (execd && is(proc + "/fd/0", "/dev/null")) return true;
+        usleep(20);
+    }
+    return false;
+}
 
 LaunchResult Launch::wait(double timeout_s) {
     LaunchResult result;
@@ -129,6 +157,7 @@ LaunchResult Launch::wait(double timeout_s) {
         result.exit_code = WEXITSTATUS(status);
     } else if (WIFSIGNALED(status)) {
         result.exit_code = 128 + WTERMSIG(status);
+        result.killed_by = WTERMSIG(status);
     }
     return result;
 }

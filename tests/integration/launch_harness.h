@@ -14,6 +14,7 @@ namespace dp::test {
 
 struct LaunchResult {
     int exit_code = -1;  // 128 + signal if dp-launch itself was killed
+    int killed_by = 0;   // the signal that killed dp-launch itself; 0 when it exited
     std::string out;
     std::string err;
     double seconds = 0;
@@ -24,9 +25,11 @@ struct LaunchResult {
 
 class Launch {
   public:
-    // Starts `dp-launch args...`. extra_env is added to the test's own environment.
+    // Starts `dp-launch args...`. extra_env is added to the test's own environment. With
+    // `stdin_closed`, dp-launch starts with fd 0 closed, which its main opens on /dev/null first
+    // thing (Note [closed standard descriptors]): wait_for_main() sees that.
     explicit Launch(const std::vector<std::string>& args,
-                    const std::map<std::string, std::string>& extra_env = {});
+                    const std::map<std::string, std::string>& extra_env = {}, bool stdin_closed = false);
     ~Launch();
     Launch(const Launch&) = delete;
     Launch& operator=(const Launch&) = delete;
@@ -34,6 +37,9 @@ class Launch {
     pid_t pid() const { return pid_; }
     const std::string& marker() const { return marker_; }
     void signal(int sig) const;
+    // Started with `stdin_closed`: waits until dp-launch's main has begun (its fd 0 is /dev/null).
+    // False when it has not within `timeout_s`.
+    bool wait_for_main(double timeout_s = 10) const;
     // Collects all output until dp-launch exits. Past the timeout it is SIGKILLed and the result
     // has exit_code -1.
     LaunchResult wait(double timeout_s = 60);

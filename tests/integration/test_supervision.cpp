@@ -1,11 +1,13 @@
 // Supervision: failures, grace periods, signals, restarts, and no process left behind.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -118,6 +120,88 @@ TEST_CASE("SIGUSR1, SIGUSR2, SIGHUP and SIGQUIT are forwarded to every rank") {
     CHECK(r.exit_code == 128 + SIGHUP);  // the first stop signal names the exit code
     CHECK(read_file(dir + "/signals_0").find(std::to_string(SIGQUIT) + "\n") != std::string::npos);
     check_nothing_left(launch.marker());
+}
+
+namespace {
+// dp-launch on `args` with `env`, sent `sig` `ms` milliseconds after its main began; nothing of the
+// job may be left.
+LaunchResult signalled_at_start(const std::vector<std::string>& args,
+                                const std::map<std::string, std::string>& env, int sig, int ms) {
+    Launch launch(args, env, /*stdin_closed=*/true);
+    REQUIRE(launch.wait_for_main());
+    usleep(static_cast<useconds_t>(ms) * 1000);
+    launch.signal(sig);
+    LaunchResult r = launch.wait(30);
+    check_nothing_left(launch.marker());
+    return r;
+}
+}  // namespace
+
+TEST_CASE("a job signal in dp-launch's first milliseconds never kills it, in command mode and the main job") {
+    // Note [signals before the ranks start]: each job signal, 0 to 20 ms after dp-launch's main
+    // began (before, while and after the ranks start; before main, while the dynamic loader maps
+    // its libraries, no program can act on one). A stop signal ends the job with 128 + the signal,
+    // and one before any rank leaves no output folder. SIGUSR1 and SIGUSR2 are forwarded once the
+    // ranks exist: a command that does not handle them is ended by them (the job fails with 128 +
+    // the signal); the main job's ranks ignore them, and the job ends as it would have.
+    const std::string dir = make_temp_dir();
+    const std::string prompts = red_circle_prompts(dir, 2);
+    const std::map<std::string, std::string> fast = {{"DP_TEST_FAKE_STEPS", "2"},
+                                                     {"DP_TEST_FAKE_STEP_MS", "10"}};
+    const auto job_args = [&](const std::string& out) {
+        return std::vector<std::string>{"-n", "2", "--worker", worker_bin(), "-o", out, prompts};
+    };
+    // Undisturbed, the stand-in ranks report no image: every prompt is not run (1).
+    const int undisturbed = run_launch(job_args(dir + "/plain"), fast).exit_code;
+    CHECK(undisturbed == 1);
+    int k = 0;
+    for (const bool job : {false, true}) {
+        for (const int sig : {SIGUSR1, SIGUSR2, SIGHUP, SIGTERM, SIGINT, SIGQUIT}) {
+            for (const int ms : {0, 1, 5, 20}) {
+                CAPTURE(job);
+                CAPTURE(sig);
+                CAPTURE(ms);
+                const std::string out = dir + "/out" + std::to_string(k++);
+                const LaunchResult r =
+                    job ? signalled_at_start(job_args(out), fast, sig, ms)
+                        : signalled_at_start({"-n", "2", "--", worker_bin(), "sleep", "3"}, {}, sig, ms);
+                INFO(r.err);
+                CHECK(r.killed_by == 0);
+                const bool user = sig == SIGUSR1 || sig == SIGUSR2;
+                CHECK(r.exit_code == (user && job ? undisturbed : 128 + sig));
+                if (user && !job)
+                    CHECK(r.err.find("killed by SIG" + std::string(sigabbrev_np(sig))) != std::string::npos);
+                if (!user)
+                    CHECK(r.err.find("stopped by SIG" + std::string(sigabbrev_np(sig))) != std::string::npos);
+                if (r.err.find("before any rank started") != std::string::npos) CHECK_FALSE(file_exists(out));
+            }
+        }
+    }
+}
+
+TEST_CASE("a stop signal while dp-launch waits for its prompts on a pipe ends it at once, 128 + the signal") {
+    // Note [signals before the ranks start]: a FIFO whose writer (this test) never writes nor
+    // closes keeps dp-launch reading; SIGTERM ends that wait, and nothing was made.
+    const std::string dir = make_temp_dir();
+    const std::string fifo = dir + "/prompts.fifo";
+    REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+    const int writer = open(fifo.c_str(), O_RDWR | O_NONBLOCK);  // a writer, so that its open returns
+    REQUIRE(writer >= 0);
+    for (const int sig : {SIGTERM, SIGINT}) {
+        CAPTURE(sig);
+        Launch launch({"-n", "2", "--worker", worker_bin(), "-o", dir + "/out", fifo});
+        usleep(300 * 1000);
+        launch.signal(sig);
+        const LaunchResult r = launch.wait(10);
+        INFO(r.err);
+        CHECK(r.exit_code == 128 + sig);
+        CHECK(r.killed_by == 0);
+        CHECK(r.err.find("stopped by SIG" + std::string(sigabbrev_np(sig)) + " before any rank started") !=
+              std::string::npos);
+        CHECK_FALSE(file_exists(dir + "/out"));
+        check_nothing_left(launch.marker());
+    }
+    close(writer);
 }
 
 TEST_CASE("a second SIGINT kills at once, without waiting for the grace period") {
