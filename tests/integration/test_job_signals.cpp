@@ -199,3 +199,28 @@ TEST_CASE("closed standard descriptors: the job runs whole, and nothing meant fo
     }
     remove_dir(dir);
 }
+
+TEST_CASE("a stop signal while dp-launch checks the model ends the check and the job, 128 + the signal") {
+    // Note [signals before the ranks start]: the model check (dp-worker --check) is ended, no rank
+    // starts, and no output folder is made.
+    const std::string dir = make_temp_dir();
+    Launch launch(args(dir + "/out", red_circle_prompts(dir, 2), {}));
+    REQUIRE(wait_until(
+        [&] {
+            for (pid_t p : processes_with_marker(launch.marker()))
+                if (read_file("/proc/" + std::to_string(p) + "/cmdline").find("--check") != std::string::npos)
+                    return true;
+            return false;
+        },
+        30));
+    launch.signal(SIGTERM);
+    const LaunchResult r = launch.wait(30);
+    INFO(r.err);
+    CHECK(r.exit_code == 143);
+    CHECK(r.killed_by == 0);
+    CHECK(r.err.find("stopped by SIGTERM before any rank started, while checking the model") !=
+          std::string::npos);
+    CHECK_FALSE(file_exists(dir + "/out"));
+    check_nothing_left(launch.marker());
+    remove_dir(dir);
+}
