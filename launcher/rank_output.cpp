@@ -47,6 +47,11 @@ void RankOutput::feed(RankStream& s, std::string_view data) {
     flush(s);
 }
 
+void RankOutput::hide() {
+    shown_ = false;
+    for (const RankStream* s : {&out, &err}) Terminal::instance().end(s, /*keep=*/false);
+}
+
 void RankOutput::finish(RankStream& s) {
     buffer_.clear();
     if (!shown_) {

@@ -53,6 +53,9 @@ class RankOutput {
     void feed(RankStream& s, std::string_view data);
     // `s` reached its end: its unfinished line is shown and its pipe closed.
     void finish(RankStream& s);
+    // From now on the rank's lines are logged and kept for the failure report, not shown (a live
+    // carriage-return update of its own is erased).
+    void hide();
     // Appends `data` to `s`'s log, if it has one; a failed write ends that log.
     void write_log(RankStream& s, std::string_view data);
 

@@ -440,8 +440,24 @@ class Job {
             kill_all(SIGKILL);
             return;
         }
-        if (launcher_signal_ == 0) launcher_signal_ = sig;
+        if (launcher_signal_ == 0) {
+            launcher_signal_ = sig;
+            quiet_connecting_ranks();
+        }
         stop_all(sig);
+    }
+
+    // Note [stopped while connecting] (runtime/worker.cpp): a main job rank that has sent no
+    // heartbeat yet is starting up and connecting to the others, and a stop ends it at once. What
+    // it still writes (a library's complaint about its broken connection) goes to its log, not to
+    // the terminal: dp-launch's own line says what happened.
+    void quiet_connecting_ranks() {
+        if (!listener_) return;
+        for (Rank& r : ranks_) {
+            if (!r.running || r.beat) continue;
+            r.output.hide();
+            stop_moment_ = " while the ranks were connecting";
+        }
     }
 
     void signal_rank(Rank& r, int sig) {

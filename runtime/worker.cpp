@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -137,7 +138,44 @@ void test_thread_failure() {
 // --resume run makes the rest.
 volatile sig_atomic_t g_stop_signal = 0;
 
-void on_stop_signal(int sig) { g_stop_signal = sig; }
+// Note [stopped while connecting]: while a rank connects to the others (the store, its process
+// groups), a stop signal ends it at once, with 128 + the signal: nothing of the job is under way,
+// and a flag would be seen only after the store's connection retries (c10d logs each try a signal
+// interrupts, with its C++ backtrace) or a lost peer's timeout. Its one line goes to stderr with
+// write(2); when dp-launch sent the stop, it shows its own line instead (supervisor.cpp).
+volatile sig_atomic_t g_exit_on_stop = 0;
+char g_connecting_lines[3][160];  // for SIGTERM, SIGINT and SIGHUP, made before g_exit_on_stop is set
+
+int connecting_line_of(int sig) { return sig == SIGTERM ? 0 : sig == SIGINT ? 1 : 2; }
+
+[[noreturn]] void exit_while_connecting(int sig) {
+    const char* line = g_connecting_lines[connecting_line_of(sig)];
+    protocol::write_all(STDERR_FILENO, line, std::strlen(line));  // async-signal-safe: write(2) only
+    ::_exit(128 + sig);
+}
+
+void on_stop_signal(int sig) {
+    g_stop_signal = sig;
+    if (g_exit_on_stop) exit_while_connecting(sig);
+}
+
+// Note [stopped while connecting]: from construction until end(), a stop signal (one that came
+// before included) ends the rank at once.
+class ExitOnStop {
+  public:
+    explicit ExitOnStop(int rank) {
+        for (const int sig : {SIGTERM, SIGINT, SIGHUP})
+            std::snprintf(g_connecting_lines[connecting_line_of(sig)], sizeof(g_connecting_lines[0]),
+                          "dp-worker: rank %d stopped by SIG%s while connecting to the other ranks\n", rank,
+                          sigabbrev_np(sig));
+        g_exit_on_stop = 1;
+        if (const int sig = g_stop_signal) exit_while_connecting(sig);
+    }
+    ExitOnStop(const ExitOnStop&) = delete;
+    ExitOnStop& operator=(const ExitOnStop&) = delete;
+    ~ExitOnStop() { end(); }
+    void end() { g_exit_on_stop = 0; }
+};
 
 void install_stop_handlers() {
     struct sigaction sa {};
@@ -433,6 +471,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     const CommunicatorOptions co = communicator_options(job, rank, world, po.device);
     ensure_open_file_headroom(world, co.backend == "gloo");  // Note [resource failures in a rank]
     test_thread_failure();
+    ExitOnStop connecting(rank);  // Note [stopped while connecting]
     Communicator comm(co);
     keep_library_errors_thrown();  // Note [resource failures in a rank]
     // Before anything is loaded: the same job on every node (Note [one job on every node]).
@@ -442,6 +481,7 @@ int run_rank(const JobFile& job, int rank, StatusChannel& status) {
     const ParallelContext parallel(comm, strategies::Mesh(world, job.mesh));
     PromptQueue queue(job, *model, parallel, comm, job_id);
     RankWork work(job, *model, rank, status, parallel.writes_outputs());
+    connecting.end();
     status.send(protocol::StartEvent{rank, po.device.str(), queue.share().begin, queue.share().size(),
                                      dtype_name(po.dtype), job.schedule});
     if (queue.has_work()) {

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -198,6 +199,49 @@ TEST_CASE("closed standard descriptors: the job runs whole, and nothing meant fo
             if (file_exists(out + file)) CHECK(read_file(out + file).find("images,") == std::string::npos);
     }
     remove_dir(dir);
+}
+
+namespace {
+
+// A --worker that starts dp-worker for every rank but `late`, which starts `delay_s` later.
+std::string late_rank_worker(const std::string& dir, int late, int delay_s) {
+    const std::string path = dir + "/late_worker.sh";
+    std::ofstream(path) << "#!/bin/sh\nif [ \"$RANK\" = " << late << " ]; then sleep " << delay_s
+                        << "; fi\nexec '" << DP_WORKER_BIN << "' \"$@\"\n";
+    chmod(path.c_str(), 0755);
+    return path;
+}
+
+}  // namespace
+
+TEST_CASE("SIGINT while the ranks connect ends the job at once with one line and 130, no backtrace") {
+    // Note [stopped while connecting]: rank 1 retries the store that rank 0 has not opened yet
+    // (c10d logged the interrupted try with a 15-frame backtrace), or rank 0 waits in the store for
+    // rank 1 (it waited on until the grace period's SIGKILL). Either way the stop ends both ranks
+    // at once, and dp-launch alone says what happened.
+    for (const int late : {0, 1}) {
+        CAPTURE(late);
+        const std::string dir = make_temp_dir();
+        Launch launch(args(dir + "/out", red_circle_prompts(dir, 4),
+                           {"--worker", late_rank_worker(dir, late, 30), "--shutdown-grace", "20"}));
+        const int early = 1 - late;
+        REQUIRE(wait_until([&] { return worker_of_rank(launch.marker(), early) > 0; }, 30));
+        usleep(3 * 1000 * 1000);  // well past its start-up: it is connecting
+        launch.signal(SIGINT);
+        const double sent = monotonic_seconds();
+        const LaunchResult r = launch.wait(60);
+        INFO(r.err);
+        CHECK(r.exit_code == 130);
+        CHECK(monotonic_seconds() - sent < 5);
+        CHECK(r.err.find("frame #") == std::string::npos);
+        CHECK(r.err.find("[rank ") == std::string::npos);
+        CHECK(r.err.find("grace period") == std::string::npos);
+        const std::string said = "dp-launch: stopped by SIGINT while the ranks were connecting\n";
+        CHECK(r.err.find(said) != std::string::npos);
+        CHECK(r.err.substr(r.err.find(said) + said.size()).empty());  // the last line, and the only one
+        check_nothing_left(launch.marker());
+        remove_dir(dir);
+    }
 }
 
 TEST_CASE("a stop signal while dp-launch checks the model ends the check and the job, 128 + the signal") {
