@@ -7,6 +7,7 @@
 
 #include "launcher/errors.h"
 #include "launcher/system_info.h"
+#include "strategies/config_sizes.h"
 #include "strategies/model_sizes.h"
 
 namespace dp::launcher {
@@ -66,15 +67,20 @@ void check_memory_fits(const LaunchSpec& launch, const ResolvedJob& resolved, in
     const JobOptions& job = resolved.options;
     const strategies::ModelInfo& model = resolved.model;
     const std::string& dtype = resolved.dtype;
-    if (job.force || job.random_weights || !model.spec) return;
+    if (job.force || !model.spec) return;
     const bool cpu = job.device == "cpu" || (job.device == "auto" && visible_gpu_count() == 0);
     if (!cpu || !resolved.device_map().empty()) return;
     const int64_t element_bytes = dtype == "fp32" ? 4 : 2;
     int64_t per_rank = 0;
     try {
         const int tp = std::max(1, resolved.degrees().tp);
-        for (const strategies::ComponentSize& c : strategies::pipeline_component_sizes(
-                 job.model, *model.spec, element_bytes, job.variant, resolved.left_out)) {
+        // Random weights are built from the configs (Note [sizes from configs]).
+        const std::vector<strategies::ComponentSize> sizes =
+            job.random_weights ? strategies::random_weight_component_sizes(job.model, *model.spec,
+                                                                           element_bytes, resolved.left_out)
+                               : strategies::pipeline_component_sizes(job.model, *model.spec, element_bytes,
+                                                                      job.variant, resolved.left_out);
+        for (const strategies::ComponentSize& c : sizes) {
             const bool split = c.name == model.spec->transformer ||
                                std::find(model.spec->tp_components.begin(), model.spec->tp_components.end(),
                                          c.name) != model.spec->tp_components.end();

@@ -4,11 +4,12 @@
 // before any rank starts, the launcher adds up what its ranks will hold in host memory: each
 // rank's weights (the transformer and the components the family splits over tp at their tp
 // share, every other component whole, in the run's dtype, without what the pipeline never loads:
-// the sizes plan reports) plus LibTorch's own base (kRankBaseBytes, measured), for each rank this
-// launcher starts on CPU devices, and the libraries they share once (kSharedLibraryBytes), and compares it
-// with the memory available (MemAvailable, and the cgroup's limit less its usage when one is set). Over it is
-// a usage error (2) naming the figures and how many ranks fit; --force runs anyway. Ranks on GPUs hold their
-// weights there: not checked.
+// the sizes plan reports; with --random-weights what the configs build, config-only folders
+// included, Note [sizes from configs]) plus LibTorch's own base (kRankBaseBytes, measured), for each rank
+// this launcher starts on CPU devices, and the libraries they share once (kSharedLibraryBytes), and compares
+// it with the memory available (MemAvailable, and the cgroup's limit less its usage when one is set). Over it
+// is a usage error (2) naming the figures and how many ranks fit; --force runs anyway. Ranks on GPUs hold
+// their weights there: not checked.
 
 #include <cstdint>
 #include <string>

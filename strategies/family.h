@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -89,6 +90,11 @@ struct FamilyFacts {
     std::string (*lora_kohya_original)(const std::string& underscored) = nullptr;
     const char* kohya_format = "kohya";  // how the layout of a kohya file is named
 
+    // --- memory ---
+    // The transformer's parameters from its config.json alone, by diffusers' layer list (Note
+    // [sizes from configs], config_sizes.h): what random weights build. Throws
+    // std::invalid_argument (config_number) for a key that is not a size. nullptr: not known.
+    double (*transformer_parameters)(const nlohmann::json& config) = nullptr;
     // --- plan ---
     // The text tokens a prompt gives the transformer, for `plan`'s figures, when it is not
     // max_sequence_length (SD3: CLIP's, then T5's or one standing for its zeros; `left_out`: the

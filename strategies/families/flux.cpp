@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "protocol/errors.h"
+#include "strategies/config_sizes.h"
 #include "strategies/family.h"
 #include "strategies/original_layouts.h"
 #include "strategies/text.h"
@@ -225,6 +226,29 @@ std::string lora_kohya_original(const std::string& kohya) {
     return it == whole.end() ? std::string() : it->second;
 }
 
+// FluxTransformer2DModel's parameters from its config (Note [sizes from configs]): the image,
+// text, timestep (and guidance, for dev) and pooled-text embedders, each double-stream block (both
+// streams' modulations, q, k, v, outputs, qk-norms and MLPs), each single-stream block (its
+// modulation, q, k, v, MLP input, qk-norms and the output over both), the output norm and head.
+double transformer_parameters(const nlohmann::json& c) {
+    const double hd = config_number(c, "attention_head_dim", 128),
+                 d = config_number(c, "num_attention_heads", 24) * hd;
+    const double in = config_number(c, "in_channels", 64), p = config_number(c, "patch_size", 1);
+    const bool guidance = c.value("guidance_embeds", false);
+    const double top =
+        linear_parameters(in, d) + linear_parameters(config_number(c, "joint_attention_dim", 4096), d) +
+        (guidance ? 2 : 1) * (linear_parameters(256, d) + linear_parameters(d, d)) +
+        linear_parameters(config_number(c, "pooled_projection_dim", 768), d) + linear_parameters(d, d) +
+        linear_parameters(d, 2 * d) + linear_parameters(d, p * p * config_number(c, "out_channels", in));
+    const double double_block = 2 * linear_parameters(d, 6 * d) + 6 * linear_parameters(d, d) +
+                                2 * linear_parameters(d, 4 * d) + 2 * linear_parameters(d, d) +
+                                2 * linear_parameters(4 * d, d) + 4 * hd;
+    const double single_block = linear_parameters(d, 3 * d) + 3 * linear_parameters(d, d) +
+                                linear_parameters(d, 4 * d) + linear_parameters(5 * d, d) + 2 * hd;
+    return top + config_number(c, "num_layers", 19) * double_block +
+           config_number(c, "num_single_layers", 38) * single_block;
+}
+
 }  // namespace flux_facts
 
 const FamilyFacts& flux_family() {
@@ -266,6 +290,7 @@ const FamilyFacts& flux_family() {
         f.name_markers = {"single_transformer_blocks", "double_blocks", "single_blocks"};
         f.guess_order = 1;
         f.shipped_config = &shipped_config;
+        f.transformer_parameters = &transformer_parameters;
         f.lora_original_parts = &lora_original_parts;
         f.lora_kohya_original = &lora_kohya_original;
         f.kohya_format = "kohya (FLUX.1)";

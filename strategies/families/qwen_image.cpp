@@ -1,5 +1,8 @@
 // Qwen-Image (QwenImagePipeline): what the launcher side knows of the family (Note [a family in
 // one place], strategies/family.h). Its math is runtime/models/qwen_image/.
+#include <nlohmann/json.hpp>
+
+#include "strategies/config_sizes.h"
 #include "strategies/family.h"
 
 namespace dp::strategies {
@@ -52,6 +55,23 @@ ParallelSpec spec() {
 // Qwen-Image's checkpoints (ComfyUI's split files among them) keep diffusers' own names.
 std::string shipped_config(const std::vector<std::string>&) { return "qwen-image"; }
 
+// QwenImageTransformer2DModel's parameters from its config (Note [sizes from configs]): the image
+// and text inputs (the text's RMS norm), the timestep embedder, each dual-stream block (both
+// streams' modulations, q, k, v, outputs, qk-norms and MLPs), the output norm and head.
+double transformer_parameters(const nlohmann::json& c) {
+    const double hd = config_number(c, "attention_head_dim", 128),
+                 d = config_number(c, "num_attention_heads", 24) * hd;
+    const double joint = config_number(c, "joint_attention_dim", 3584), p = config_number(c, "patch_size", 2);
+    const double top = linear_parameters(config_number(c, "in_channels", 64), d) + joint +
+                       linear_parameters(joint, d) + linear_parameters(256, d) + linear_parameters(d, d) +
+                       linear_parameters(d, 2 * d) +
+                       linear_parameters(d, p * p * config_number(c, "out_channels", 16));
+    const double block = 2 * linear_parameters(d, 6 * d) + 6 * linear_parameters(d, d) +
+                         2 * linear_parameters(d, 4 * d) + 2 * linear_parameters(d, d) +
+                         2 * linear_parameters(4 * d, d) + 4 * hd;
+    return top + config_number(c, "num_layers", 60) * block;
+}
+
 }  // namespace qwen_image_facts
 
 const FamilyFacts& qwen_image_family() {
@@ -88,6 +108,7 @@ const FamilyFacts& qwen_image_family() {
         f.name_markers = {"img_mlp", "txt_mlp", "img_mod", "txt_mod"};
         f.guess_order = 2;  // FLUX.1's original names have img_mlp too
         f.shipped_config = &shipped_config;
+        f.transformer_parameters = &transformer_parameters;
         return f;
     }();
     return facts;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strategies/config_file.h"
+#include "strategies/config_sizes.h"
 #include "strategies/family.h"
 #include "strategies/model_files.h"
 #include "strategies/original_layouts.h"
@@ -108,6 +109,41 @@ std::string shipped_config(const std::vector<std::string>& names) {
                                              : "sd3-medium";
 }
 
+// SD3Transformer2DModel's parameters from its config (Note [sizes from configs]): the position
+// table, the patch, timestep, pooled-text and context embedders, each joint block (AdaLN of both
+// streams, 6 x width each, 9 x with attn2, 2 x for the text in the last block, which has no text
+// output or MLP; q, k, v and outputs of both streams, the qk-norms, attn2's, the MLPs), the output
+// norm and head.
+double transformer_parameters(const nlohmann::json& c) {
+    const double heads = config_number(c, "num_attention_heads", 18),
+                 hd = config_number(c, "attention_head_dim", 64);
+    const double d = heads * hd, layers = config_number(c, "num_layers", 18),
+                 p = config_number(c, "patch_size", 2);
+    const double in = config_number(c, "in_channels", 16), max = config_number(c, "pos_embed_max_size", 96);
+    const auto norm = c.find("qk_norm");
+    const double qk = norm == c.end() || !norm->is_string()    ? 0
+                      : norm->get<std::string>() == "rms_norm" ? hd
+                                                               : 2 * hd;
+    std::vector<double> dual;
+    if (const auto it = c.find("dual_attention_layers"); it != c.end() && it->is_array())
+        for (const auto& i : *it)
+            if (i.is_number()) dual.push_back(i.get<double>());
+    double n =
+        max * max * d + linear_parameters(in * p * p, d) + linear_parameters(256, d) +
+        linear_parameters(d, d) + linear_parameters(config_number(c, "pooled_projection_dim", 2048), d) +
+        linear_parameters(d, d) + linear_parameters(config_number(c, "joint_attention_dim", 4096), d) +
+        linear_parameters(d, 2 * d) + linear_parameters(d, p * p * config_number(c, "out_channels", 16));
+    if (layers > 1e6) throw std::invalid_argument("num_layers is not a size");
+    const double mlp = linear_parameters(d, 4 * d) + linear_parameters(4 * d, d);
+    for (double i = 0; i < layers; ++i) {
+        const bool last = i == layers - 1, two = std::find(dual.begin(), dual.end(), i) != dual.end();
+        n += linear_parameters(d, (two ? 9 : 6) * d) + linear_parameters(d, (last ? 2 : 6) * d) +
+             (last ? 7 : 8) * linear_parameters(d, d) + 4 * qk + (last ? 1 : 2) * mlp +
+             (two ? 4 * linear_parameters(d, d) + 2 * qk : 0);
+    }
+    return n;
+}
+
 // CLIP's tokens (its tokenizer_config.json's model_max_length, else 77), then T5's
 // max_sequence_length, or without T5 one that stands for its zero positions (the worker's Note
 // [constant text tail]).
@@ -178,6 +214,7 @@ const FamilyFacts& sd3_family() {
         f.guess_order = 3;
         f.shipped_config = &shipped_config;
         f.plan_text_tokens = &plan_text_tokens;
+        f.transformer_parameters = &transformer_parameters;
         return f;
     }();
     return facts;

@@ -207,7 +207,8 @@ TEST_CASE(
 
 TEST_CASE("a rank out of address space exits 71 naming the rank and the limit, never LibTorch's abort") {
     // SD3 medium's real sizes with random weights need far more than 6 GB; the libraries map
-    // about 3.2 GB, so the rank starts and its first large allocation is refused.
+    // about 3.2 GB, so the rank starts and its first large allocation is refused. --force: the
+    // memory guard would refuse the job first on a machine with less than its 29 GiB.
     const std::string dir = make_temp_dir();
     { std::ofstream(dir + "/p.txt") << "a cat\n"; }
     const std::string wrapper = dir + "/worker.sh";
@@ -215,8 +216,8 @@ TEST_CASE("a rank out of address space exits 71 naming the rank and the limit, n
     chmod(wrapper.c_str(), 0755);
     const LaunchResult r =
         run_launch({"--worker", wrapper, "-n", "1", "--model", std::string(DP_MODELS_DIR) + "/sd3-medium",
-                    "--random-weights", "1", "--steps", "1", "--width", "64", "--height", "64", "-o",
-                    dir + "/out", dir + "/p.txt"},
+                    "--random-weights", "1", "--force", "--steps", "1", "--width", "64", "--height", "64",
+                    "-o", dir + "/out", dir + "/p.txt"},
                    {}, 240);
     INFO(r.err);
     CHECK(r.exit_code == 71);

@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
@@ -449,4 +451,31 @@ TEST_CASE("a rank that never sends a heartbeat is hung after --load-timeout") {
     CHECK(r.exit_code == 75);
     CHECK(r.err.find("rank 0 hung while starting (no heartbeat yet)") != std::string::npos);
     CHECK(r.err.find("(--load-timeout 0.50 s)") != std::string::npos);
+}
+
+TEST_CASE(
+    "random weights of a config-only folder too large for the machine are refused before any rank starts") {
+    // Note [memory guard], Note [sizes from configs]: tiny-random-sd3's configs alone (no weights,
+    // no tensor manifest), its transformer claiming 2000 blocks of width 4096: terabytes in fp32.
+    // The ranks would have been OOM-killed minutes later; dp-launch refuses at once (2).
+    const std::string dir = make_temp_dir();
+    const std::string model = dir + "/model";
+    REQUIRE(std::system(("cp -r '" + std::string(DP_MODELS_DIR) + "/tiny-random-sd3' '" + model +
+                         "' && find '" + model + "' -name '*.safetensors' -delete")
+                            .c_str()) == 0);
+    nlohmann::json config = nlohmann::json::parse(read_file(model + "/transformer/config.json"));
+    config["num_layers"] = 2000;
+    config["num_attention_heads"] = 64;
+    config["attention_head_dim"] = 64;
+    std::ofstream(model + "/transformer/config.json") << config.dump();
+    Launch launch({"-n", "2", "--worker", worker_bin(), "--model", model, "--random-weights", "1", "--device",
+                   "cpu", "--dtype", "fp32", "-o", dir + "/out", red_circle_prompts(dir, 2)});
+    const LaunchResult r = launch.wait(30);
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.seconds < 10);
+    CHECK(r.err.find("2 rank(s) on this machine would need about ") != std::string::npos);
+    CHECK(r.err.find("or pass --force to start them anyway") != std::string::npos);
+    CHECK_FALSE(file_exists(dir + "/out"));  // no rank started, nothing made
+    check_nothing_left(launch.marker());
 }

@@ -329,7 +329,8 @@ TEST_CASE("a config-only folder runs only with --random-weights") {
         CHECK(has(what, "pass --random-weights SEED"));
         CHECK(has(what, "point --model at a folder with the real weights"));
     }
-    // With random weights the check passes; the job then stops at the prompt file, not the weights.
+    // With random weights the check passes; the job then stops at what follows, not the weights:
+    // the memory guard on a machine without SD3.5 large's 52 GiB in fp32, else the prompt file.
     job.random_weights = 1;
     try {
         dp::launcher::run_job(launch, job);
