@@ -200,7 +200,8 @@ struct CommandApp {
 CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result) {
     app.formatter(std::make_shared<HelpFormatter>());
     app.footer(kExamples);
-    app.set_version_flag("--version", std::string("dp-launch ") + launcher::kVersion);
+    app.set_version_flag("--version", std::string("dp-launch ") + launcher::kVersion + " (commit " +
+                                          launcher::kSourceCommit + ")");
     add_launch_options(app, raw);
     app.add_option("args", stray)->group("");  // reported with a hint, not as CLI11's error
     app.add_option(

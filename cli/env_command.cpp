@@ -80,6 +80,7 @@ nlohmann::json collect() {
     using namespace dp::launcher;
     nlohmann::json facts;
     facts["dp_launch_version"] = kVersion;
+    facts["dp_launch_commit"] = kSourceCommit;
     facts["build_type"] = kBuildType;
     facts["os"] = os_description();
     facts["usable_cpus"] = usable_cpu_count();

@@ -313,7 +313,9 @@ std::string resolve_model(const std::string& name, const std::string& source, co
     for (const std::string& p : places) searched += (searched.empty() ? "" : ", ") + p;
     throw UsageError(source + " " + shown +
                      ": no such model folder, and no shipped model of that name (looked in " + searched +
-                     "; a Hugging Face repo is named ORG/NAME)");
+                     "; a Hugging Face repo is named ORG/NAME; a dp-launch copied without its share/ folder "
+                     "finds the shipped models through DP_MODELS_DIR, or install it with "
+                     "scripts/install.sh or cmake --install)");
 }
 
 std::string config_file_problem(const std::string& source, const std::string& path, int err,

@@ -710,6 +710,7 @@ TEST_CASE("--version and env") {
     CommandLine v = parse({"--version"});
     CHECK(v.action == CommandLine::Action::kPrint);
     CHECK(v.message.rfind("dp-launch 0.", 0) == 0);
+    CHECK(v.message.find(" (commit ") != std::string::npos);  // the tree it was built from
     CommandLine e = parse({"env", "--json"});
     CHECK(e.action == CommandLine::Action::kEnv);
     CHECK(e.json);
