@@ -38,8 +38,10 @@ std::vector<std::string> job_args(const std::string& model, const std::string& o
     return args;
 }
 
-std::string png(const std::string& out, const nlohmann::json& record) {
-    return read_file(out + "/" + record.at("file").get<std::string>());
+// An image's pixels: two files of the same pixels differ in the record each carries (its index,
+// its model's folder name; Note [image metadata]).
+std::vector<uint8_t> png(const std::string& out, const nlohmann::json& record) {
+    return read_png_rgb(out + "/" + record.at("file").get<std::string>());
 }
 
 // IEEE binary16 from binary32, rounding to nearest even (finite values of a model's weights).
