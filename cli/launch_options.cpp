@@ -22,6 +22,7 @@
 #include "launcher/errors.h"
 #include "launcher/model_location.h"
 #include "launcher/prompt_file.h"
+#include "launcher/spelling.h"
 #include "launcher/system_info.h"
 #include "launcher/values.h"
 #include "protocol/job_file.h"
@@ -367,10 +368,17 @@ const OptionDef* find_config_key(const std::string& key) {
     return nullptr;
 }
 
+// Every key of a config file, for a mistyped key's suggestion.
+std::vector<std::string> config_keys() {
+    std::vector<std::string> out;
+    for (const OptionDef* def : all_option_defs())
+        if (def != &config_option()) out.push_back(def->key);
+    return out;
+}
+
 std::string accepted_keys() {
     std::string out;
-    for (const OptionDef* def : all_option_defs())
-        if (def != &config_option()) out += (out.empty() ? "" : ", ") + def->key;
+    for (const std::string& key : config_keys()) out += (out.empty() ? "" : ", ") + key;
     return out;
 }
 
@@ -429,7 +437,10 @@ ConfigSettings load_config(const std::string& path, const std::string& source, c
     for (const auto& [key, value] : doc.items()) {
         const OptionDef* def = find_config_key(key);
         const std::string where = path + ": " + key;
-        if (!def) throw UsageError(path + ": unknown key '" + key + "' (accepted: " + accepted_keys() + ")");
+        if (!def)
+            throw UsageError(path + ": unknown key '" + key + "'" +
+                             launcher::did_you_mean(key, config_keys()) + " (accepted: " + accepted_keys() +
+                             ")");
         std::string as_text;
         if (value.is_string()) {
             as_text = value.get<std::string>();

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "launcher/errors.h"
+#include "launcher/spelling.h"
 #include "launcher/start_signals.h"
 #include "launcher/unique_fd.h"
 #include "launcher/values.h"
@@ -51,6 +52,19 @@ const std::string& accepted_keys() {
         return common;
     }();
     return text;
+}
+
+// Every key a JSONL line may hold, for a mistyped key's suggestion.
+const std::vector<std::string>& known_keys() {
+    static const std::vector<std::string> keys = [] {
+        std::vector<std::string> out = {
+            "prompt", "negative_prompt",      "seed", "steps", "num_inference_steps", "width", "height",
+            "name",   "num_images_per_prompt"};
+        for (const protocol::CallArgument& row : protocol::call_arguments())
+            if (std::find(out.begin(), out.end(), row.name) == out.end()) out.push_back(row.name);
+        return out;
+    }();
+    return keys;
 }
 
 std::string where(const std::string& name, int64_t line) { return name + ":" + std::to_string(line); }
@@ -122,7 +136,8 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
                 return "key '" + key + "': " + why;
             out.arguments.set(*row, std::move(v));
         } else {
-            return "unknown key '" + key.substr(0, 40) + "' (accepted: " + accepted_keys() + ")";
+            return "unknown key '" + key.substr(0, 40) + "'" + did_you_mean(key, known_keys()) +
+                   " (accepted: " + accepted_keys() + ")";
         }
     }
     if (!j.contains("prompt")) return "missing key 'prompt'";

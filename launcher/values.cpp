@@ -10,6 +10,7 @@
 #include <set>
 
 #include "launcher/errors.h"
+#include "launcher/spelling.h"
 #include "launcher/system_info.h"
 
 namespace dp::launcher {
@@ -95,7 +96,7 @@ std::string parse_choice(std::string_view text, const std::vector<std::string>& 
     if (std::find(choices.begin(), choices.end(), text) != choices.end()) return std::string(text);
     std::string list;
     for (const std::string& c : choices) list += (list.empty() ? "" : ", ") + c;
-    reject(source, text, "expected one of " + list);
+    reject(source, text, "expected one of " + list + did_you_mean(text, choices));
 }
 
 bool parse_bool(std::string_view text, const std::string& source) {

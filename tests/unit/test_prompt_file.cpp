@@ -109,6 +109,22 @@ TEST_CASE("JSONL: overrides, and each wrong key named with file:line") {
     CHECK_FALSE(is_jsonl_name("-"));
 }
 
+TEST_CASE("a mistyped JSONL key is answered with the closest key a line may hold") {
+    const std::string text =
+        "{\"prompt\": \"x\", \"num_inference_step\": 3}\n"
+        "{\"prompt\": \"x\", \"guidance\": 2}\n"
+        "{\"prompt\": \"x\", \"negative_promt\": \"y\"}\n"
+        "{\"prompt\": \"x\", \"colour\": \"red\"}\n";
+    const PromptFile f = parse_prompt_file(text, "p.jsonl", true);
+    dp::test::check_reasons(
+        f.invalid,
+        {"p.jsonl:1: unknown key 'num_inference_step' (did you mean 'num_inference_steps'?) (accepted: ",
+         "p.jsonl:2: unknown key 'guidance' (did you mean 'guidance_scale'?) (accepted: ",
+         "p.jsonl:3: unknown key 'negative_promt' (did you mean 'negative_prompt'?) (accepted: ",
+         "p.jsonl:4: unknown key 'colour' (accepted: "},
+        /*at_start=*/true);
+}
+
 TEST_CASE("slugs are path-safe and bounded, whatever the name") {
     CHECK(slugify("A Red Circle, on blue!") == "a-red-circle-on-blue");
     for (const std::string& hostile : std::vector<std::string>{"../../etc/passwd", "/abs/path", "..", ".",

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "launcher/errors.h"
+#include "launcher/spelling.h"
 #include "launcher/values.h"
 
 using namespace dp::launcher;
@@ -106,5 +107,47 @@ TEST_CASE("hosts") {
         CAPTURE(bad);
         CHECK_THROWS_WITH_AS(parse_host(bad, "--master-addr"), doctest::Contains("--master-addr"),
                              UsageError);
+    }
+}
+
+TEST_CASE("did you mean: the closest known name, a swap, a case or a separator, or the name begun") {
+    const std::vector<std::string> known = {"num-processes", "num_processes",  "nnodes", "max-restarts",
+                                            "text-encoder",  "text-encoder-2", "tee",    "steps"};
+    struct Case {
+        const char* given;
+        std::vector<std::string> meant;
+    };
+    const std::vector<Case> cases = {
+        {"num-proceses", {"num-processes"}},  // a letter left out
+        {"num_proceses", {"num_processes"}},  // the spelling that separates as given
+        {"Num-Processes", {"num-processes"}},
+        {"nnodse", {"nnodes"}},  // two letters swapped
+        {"max-restart", {"max-restarts"}},
+        {"max-rest", {"max-restarts"}},  // begun, as argparse's abbreviations
+        {"text", {"text-encoder", "text-encoder-2"}},
+        {"stesp", {"steps"}},
+        {"tea", {"tee"}},
+        {"zzzzzz", {}},  // nothing close
+        {"te", {"tee"}},
+        {"num-processes", {}},  // known: nothing to suggest
+        {"s", {}},
+        {"", {}},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(c.given);
+        CHECK(closest_names(c.given, known) == c.meant);
+    }
+    CHECK(spelling_distance("ab", "ba") == 1);
+    CHECK(spelling_distance("num_processes", "NUM-PROCESSES") == 0);
+    CHECK(spelling_distance("", "abc") == 3);
+    CHECK(did_you_mean("stesp", known) == " (did you mean 'steps'?)");
+    CHECK(did_you_mean("zzzzzz", known).empty());
+    CHECK(closest_names(std::string(5000, 'x'), known).empty());  // bounded work on any input
+    try {
+        parse_choice("dynamc", {"auto", "static", "dynamic"}, "--schedule");
+        FAIL("accepted");
+    } catch (const UsageError& e) {
+        CHECK(std::string(e.what()) ==
+              "--schedule 'dynamc': expected one of auto, static, dynamic (did you mean 'dynamic'?)");
     }
 }
