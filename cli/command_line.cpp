@@ -8,12 +8,14 @@
 
 #include "cli/arguments_command.h"
 #include "cli/env_command.h"
+#include "cli/foreign_flags.h"
 #include "cli/plan_command.h"
 #include "launcher/build_info.h"
 #include "launcher/dry_run.h"
 #include "launcher/errors.h"
 #include "launcher/job.h"
 #include "launcher/prompt_file.h"
+#include "launcher/spelling.h"
 #include "launcher/start_signals.h"
 #include "launcher/supervisor.h"
 #include "launcher/terminal.h"
@@ -64,70 +66,6 @@ class HelpFormatter : public CLI::Formatter {
         return app->get_parent() ? CLI::Formatter::make_usage(app, std::move(name)) : "";
     }
 };
-
-// torchrun's and accelerate's flags that dp-launch has no row for, each with the dp-launch way.
-struct Unsupported {
-    std::vector<const char*> flags;
-    const char* instead;
-};
-
-const std::vector<Unsupported>& unsupported_flags() {
-    static const std::vector<Unsupported> list = {
-        {{"--rdzv-conf", "--rdzv_conf"},
-         "dp-launch has no rendezvous settings: rank 0 runs the store at --master-addr:--master-port, and "
-         "--rank-timeout, --load-timeout and --timeout bound the waits"},
-        {{"--role"},
-         "every rank runs the same command; tell ranks apart by RANK or LOCAL_RANK in the program"},
-        {{"--start-method", "--start_method"},
-         "each rank is its own process, started with exec; there is no start method to choose"},
-        {{"--logs-specs", "--logs_specs"},
-         "--log-dir DIR keeps each rank's output in DIR/rank_N.stdout and .stderr"},
-        {{"--max-restarts-per-node"}, "--max-restarts N restarts the whole group up to N times"},
-        {{"--num_cpu_threads_per_process", "--num-cpu-threads-per-process"},
-         "set OMP_NUM_THREADS in dp-launch's environment: every rank inherits it"},
-        {{"--use_deepspeed", "--use_fsdp", "--use_megatron_lm", "--deepspeed_config_file",
-          "--fsdp_sharding_strategy"},
-         "dp-launch only starts and supervises the ranks: the program sets DeepSpeed or FSDP up itself from "
-         "RANK, LOCAL_RANK and WORLD_SIZE"},
-        {{"--dynamo_backend", "--dynamo-backend"}, "compile inside the program (torch.compile)"},
-        {{"--main_training_function"},
-         "the script runs as a whole: call the function under if __name__ == '__main__'"},
-        {{"--same_network", "--same-network"},
-         "every node reaches --master-addr:--master-port; nothing else is asked of the network"},
-        {{"--tpu", "--use_mps_device", "--use_xpu"}, "dp-launch runs ranks on CUDA GPUs or CPUs only"},
-    };
-    return list;
-}
-
-// A torchrun or accelerate flag without a row, or an accelerate subcommand, answered with the dp-launch
-// way; empty when there is none.
-std::string unsupported_usage(const std::vector<std::string>& options) {
-    std::error_code no_file;
-    if (!options.empty() && options.front().size() < 64 &&
-        !std::filesystem::exists(options.front(), no_file)) {
-        const std::string& first = options.front();
-        if (first == "config")
-            return "'config' is accelerate's: run `accelerate config` with accelerate and pass the file it "
-                   "writes with --config_file FILE (dp-launch reads the keys that have a meaning here, e.g. "
-                   "--config_file ~/.cache/huggingface/accelerate/default_config.yaml); or give flags, DP_* "
-                   "variables or --config FILE, a JSON object such as {\"num_processes\": 4, \"nnodes\": 2}";
-        if (first == "launch")
-            return "'launch' is accelerate's: dp-launch is the launcher itself, e.g. dp-launch -n 2 -- "
-                   "python3 train.py";
-        if (first == "test" || first == "estimate-memory" || first == "tpu-config" ||
-            first == "merge-weights")
-            return "'" + first +
-                   "' is accelerate's; dp-launch's own are env (what the ranks would use) and plan "
-                   "(what a job would do), e.g. dp-launch env";
-    }
-    for (const std::string& arg : options) {
-        const std::string name = arg.substr(0, arg.find('='));
-        for (const Unsupported& u : unsupported_flags())
-            for (const char* flag : u.flags)
-                if (name == flag) return name + " is not a dp-launch option: " + u.instead;
-    }
-    return "";
-}
 
 // accelerate's --num_processes and --num_machines, both in that spelling: a total over the machines.
 bool accelerate_total(const std::vector<std::string>& options) {
@@ -273,6 +211,26 @@ std::string repeated_option(const CLI::App& app) {
     return {};
 }
 
+// Every flag of `app` and its subcommands, with its dashes.
+void add_known_flags(const CLI::App& app, std::vector<std::string>& out) {
+    for (const CLI::Option* opt : app.get_options()) {
+        for (const std::string& name : opt->get_lnames()) out.push_back("--" + name);
+        for (const std::string& name : opt->get_snames()) out.push_back("-" + name);
+    }
+    for (const CLI::App* sub : app.get_subcommands({})) add_known_flags(*sub, out);
+}
+
+// The first word of `options` that looks like a long flag and is none of the app's, or empty.
+std::string first_unknown_flag(const CommandApp& c, const std::vector<std::string>& options,
+                               std::vector<std::string>& known) {
+    add_known_flags(c.app, known);
+    for (const std::string& arg : options)
+        if (arg.size() > 2 && arg.rfind("--", 0) == 0 &&
+            std::find(known.begin(), known.end(), arg.substr(0, arg.find('='))) == known.end())
+            return arg;
+    return "";
+}
+
 // Parses `options` (argv before "--"); false when `result` is already the answer: --help,
 // --version or CLI11's parse error.
 bool parse_options(CommandApp& c, const std::vector<std::string>& options, CommandLine& result) {
@@ -288,8 +246,13 @@ bool parse_options(CommandApp& c, const std::vector<std::string>& options, Comma
     } catch (const CLI::CallForVersion& e) {
         print(result, std::string(e.what()) + "\n");
     } catch (const CLI::ParseError& e) {
-        const std::string repeated = repeated_option(c.app);
-        usage_error(result, repeated.empty() ? one_line(e.what()) + " (see dp-launch --help)" : repeated);
+        // A flag it does not know is the likeliest cause, whatever CLI11 tripped on first.
+        std::vector<std::string> known;
+        const std::string flag = first_unknown_flag(c, options, known);
+        const std::string repeated = flag.empty() ? repeated_option(c.app) : "";
+        usage_error(result, !flag.empty()       ? unknown_flag_usage(flag, known) + " (see dp-launch --help)"
+                            : !repeated.empty() ? repeated
+                                                : one_line(e.what()) + " (see dp-launch --help)");
     }
     return false;
 }
@@ -323,6 +286,13 @@ std::string stray_problem(const CommandApp& c, const std::vector<std::string>& o
                "': give one PROMPTS file, or put a command after --, e.g. dp-launch -n 2 -- " +
                stray.front().substr(0, 80);
     if (plan || stray.empty() || stray.front() == "-") return {};
+    std::error_code no_file;
+    if (!std::filesystem::exists(stray.front(), no_file))
+        if (const std::string hint =
+                launcher::did_you_mean(stray.front(), {"plan", "arguments", "env", "compare"});
+            !hint.empty())
+            return "'" + launcher::utf8_for_display(stray.front().substr(0, 80)) +
+                   "' is neither a prompt file nor a subcommand" + hint;
     const auto program = launcher::guess_program(stray.front());
     if (!program) return {};
     std::vector<std::string> meant;
@@ -345,7 +315,7 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
     RawLaunchOptions raw;
     if (dashes != args.end()) raw.command.assign(dashes + 1, args.end());
     raw.accelerate_total = accelerate_total(options);
-    if (const std::string why = unsupported_usage(options); !why.empty()) return usage_error(result, why);
+    if (const std::string why = foreign_usage(options); !why.empty()) return usage_error(result, why);
 
     CommandApp c(raw, result);
     if (!parse_options(c, options, result)) return result;

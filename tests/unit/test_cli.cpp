@@ -615,7 +615,8 @@ TEST_CASE("a corrupt or wrong config file is a usage error naming the file and k
     const std::vector<Case> cases = {
         {"{\"num_processes\": ", "not valid JSON"},
         {"[1, 2]", "expected a JSON object"},
-        {"{\"num_procs\": 2}", "unknown key 'num_procs'"},
+        {"{\"num_procs\": 2}", "unknown key 'num_procs' (accepted: "},
+        {"{\"num_proceses\": 2}", "unknown key 'num_proceses' (did you mean 'num_processes'?) (accepted: "},
         {"{\"num_processes\": {\"a\": 1}}", "num_processes: expected a string, number or boolean"},
         {"{\"num_processes\": 0}", ": num_processes '0'"},
         {"{\"quiet\": \"sometimes\"}", ": quiet 'sometimes'"},
@@ -1322,4 +1323,32 @@ TEST_CASE("torchrun's -m MODULE ARGS without --: the module and what follows are
           std::vector<std::string>{"pkg.main", "-n", "7"});
     // Without -m a word is still a PROMPTS file.
     CHECK(parse({"-n", "2", "prompts.txt"}).job.has_value());
+}
+
+TEST_CASE("a mistyped flag, subcommand or choice is answered with the closest one") {
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+        {{"--num-proceses", "2", "--", "x"},
+         "--num-proceses is not a dp-launch option (did you mean --num-processes?)"},
+        {{"--num_proceses=2", "--", "x"},
+         "--num_proceses is not a dp-launch option (did you mean --num_processes?)"},
+        {{"--nproc-per-nod", "2", "--", "x"}, "(did you mean --nproc-per-node?)"},
+        {{"--max-restart", "1", "--", "x"}, "(did you mean --max-restarts?)"},
+        {{"--guidance-scal", "3", "p.txt"}, "(did you mean --guidance-scale?)"},
+        {{"--outptu-dir", "o", "p.txt"}, "(did you mean --output-dir?)"},
+        {{"compare", "a", "b", "--min-psrn", "30"}, "(did you mean --min-psnr?)"},
+        {{"env", "--jsno"}, "(did you mean --json?)"},
+        {{"--zzzzzz", "--", "x"}, "--zzzzzz is not a dp-launch option (see dp-launch --help)"},
+        {{"pln", "-n", "2"}, "'pln' is neither a prompt file nor a subcommand (did you mean 'plan'?)"},
+        {{"argument", "--model", "m"}, "(did you mean 'arguments'?)"},
+        {{"--schedule", "dynamc", "p.txt"},
+         "expected one of auto, static, dynamic (did you mean 'dynamic'?)"},
+    };
+    for (const auto& [args, hint] : cases) {
+        CAPTURE(args);
+        const CommandLine c = parse(args);
+        CHECK(c.action == CommandLine::Action::kFail);
+        CHECK(c.exit_code == 2);
+        CHECK(c.message.find('\n') == std::string::npos);
+        CHECK_MESSAGE(c.message.find(hint) != std::string::npos, c.message);
+    }
 }
