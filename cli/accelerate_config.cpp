@@ -145,8 +145,7 @@ void Reader::read(const std::string& key, const YAML::Node& v) {
     } else if (key == "gpu_ids") {
         read_gpu_ids(v, key);
     } else if (key == "use_cpu") {
-        if (launcher::parse_bool(scalar(v, key, "true or false"), where(v, key)))
-            add("device", "cpu", v, key);
+        if (launcher::parse_bool(scalar(v, key, "true or false"), where(v, key))) add("cpu", "true", v, key);
     } else if (key == "rdzv_backend") {
         add("rdzv_backend", scalar(v, key, "static or c10d"), v, key);
     } else if (const std::string dp = dp_key(key); !dp.empty()) {
@@ -167,7 +166,7 @@ void Reader::read_compute_environment(const YAML::Node& v, const std::string& ke
 void Reader::read_distributed_type(const YAML::Node& v, const std::string& key) {
     const std::string type = scalar(v, key, "NO, MULTI_GPU or MULTI_CPU");
     if (type == "MULTI_CPU") {
-        add("device", "cpu", v, key);
+        add("cpu", "true", v, key);
     } else if (type != "NO" && type != "MULTI_GPU") {
         const std::string why = refused_distributed_type(type);
         throw UsageError(where(v, key) + ": " + type + " is not supported" +
@@ -176,10 +175,9 @@ void Reader::read_distributed_type(const YAML::Node& v, const std::string& key) 
 }
 
 void Reader::read_mixed_precision(const YAML::Node& v, const std::string& key) {
-    const std::string mp = scalar(v, key, "no, fp16 or bf16");
-    if (mp != "no" && mp != "fp16" && mp != "bf16")
-        throw UsageError(where(v, key) + ": '" + mp + "': accepted: no, fp16, bf16" +
-                         (mp == "fp8" ? " (dp-launch's ranks compute in fp32, bf16 or fp16)" : ""));
+    const std::string mp = scalar(v, key, "no, fp16, bf16 or fp8");
+    if (mp != "no" && mp != "fp16" && mp != "bf16" && mp != "fp8")
+        throw UsageError(where(v, key) + ": '" + mp + "': accepted: no, fp16, bf16, fp8");
     add("mixed_precision", mp, v, key);
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "cli/accelerate_options.h"
 #include "cli/arguments_command.h"
 #include "cli/env_command.h"
 #include "cli/foreign_flags.h"
@@ -342,6 +343,7 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
         if (job_mode) {
             result.job = resolve_job_options(raw, env, c.stray.empty() ? "" : c.stray.front());
             result.job->prompt_texts = c.prompt_texts;
+            apply_accelerate_options(result.spec, *result.job);
         } else if (const std::string set = first_job_option_flag(raw); !set.empty()) {
             return usage_error(
                 result, set + " is a pipeline option: it needs a PROMPTS file, not a command after --");

@@ -40,9 +40,6 @@ const std::vector<ForeignFlag>& foreign_flags() {
          "each rank is its own process, started with exec; there is no start method to choose"},
         {{"--logs-specs"}, false, "--log-dir DIR keeps each rank's output in DIR/rank_N.stdout and .stderr"},
         {{"--max-restarts-per-node"}, false, "--max-restarts N restarts the whole group up to N times"},
-        {{"--num-cpu-threads-per-process"},
-         false,
-         "set OMP_NUM_THREADS in dp-launch's environment: every rank inherits it"},
         {{"--event-log-handler"},
          false,
          "dp-launch reports a job's events on its stderr and, for the main job, in manifest.jsonl; there "

@@ -342,23 +342,6 @@ const std::vector<JobOptionRow>& job_option_table() {
                 [](J& j, const std::string& t, const std::string& src) { j.dtype = dtype_value(t, src); }),
             choice<J>("--device", &J::device, {"auto", "cpu", "cuda"},
                       "auto: cuda:LOCAL_RANK when CUDA is available, else cpu"),
-            bound(
-                choice<J>("--mixed-precision,--mixed_precision", &J::dtype, {"no", "fp16", "bf16"},
-                          "accelerate's spelling of --dtype: no is fp32"),
-                [](J& j, const std::string& t, const std::string& src) {
-                    const std::string v = launcher::parse_choice(t, {"no", "fp16", "bf16"}, src);
-                    j.dtype = v == "no" ? "fp32" : v;
-                },
-                [](const J& j) -> std::string {
-                    if (j.dtype == "fp32") return "no";
-                    return j.dtype == "fp16" || j.dtype == "bf16" ? j.dtype : "";
-                }),
-            bound(
-                on_off<J>("--cpu", &J::offload, "accelerate's spelling of --device cpu"),
-                [](J& j, const std::string& t, const std::string& src) {
-                    if (launcher::parse_bool(t, src)) j.device = "cpu";
-                },
-                [](const J& j) -> std::string { return j.device == "cpu" ? "on" : "off"; }),
             described(
                 read_by(
                     row<J>(

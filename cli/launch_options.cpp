@@ -1,6 +1,7 @@
 #include "cli/launch_options.h"
 
 #include "cli/accelerate_config.h"
+#include "cli/accelerate_options.h"
 #include "cli/option_rows.h"
 
 #include <sys/stat.h>
@@ -327,6 +328,7 @@ const std::vector<const OptionDef*>& all_option_defs() {
     static const std::vector<const OptionDef*> all = [] {
         std::vector<const OptionDef*> out;
         for (const LaunchOptionRow& r : launch_option_table()) out.push_back(&r);
+        for (const LaunchOptionRow& r : accelerate_option_table()) out.push_back(&r);
         out.push_back(&config_option());
         for (const JobOptionRow& r : job_option_table()) out.push_back(&r);
         return out;
@@ -571,6 +573,7 @@ launcher::LaunchSpec resolve_launch_spec(const RawLaunchOptions& raw, const EnvL
                 ": " + why + " (e.g. 0,1 or GPU-8f1e...; empty for no GPU)");
     const ConfigSettings config = load_any_config(raw, env);
     apply_table(launch_option_table(), raw, env, config, spec);
+    apply_table(accelerate_option_table(), raw, env, config, spec);
     if (raw.accelerate_total && spec.nnodes > 1) {
         // accelerate's --num_processes counts every machine's processes.
         if (spec.num_processes % spec.nnodes != 0)

@@ -2,6 +2,7 @@
 // LaunchSpec: everything `dp-launch` needs to start a job, resolved from flags, DP_* environment
 // variables, a JSON config file and defaults (in that order of precedence).
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,12 @@ struct LaunchSpec {
     std::vector<int> shown_local_ranks;  // --local-ranks-filter; empty: every rank's output is shown
     double monitor_interval_s = 0.1;     // accepted; supervision is event-driven
     bool multi_gpu = false;              // accelerate's --multi_gpu: -n auto counts the visible GPUs
-    std::vector<std::string> command;    // argv of the program run once per rank
+    // accelerate launch's settings for the program, exported as accelerate launch exports them:
+    std::string mixed_precision;  // ACCELERATE_MIXED_PRECISION (no, fp16, bf16, fp8); empty: not set
+    bool use_cpu = false;         // ACCELERATE_USE_CPU=true
+    // OMP_NUM_THREADS, over an inherited value; unset: usable CPUs / processes, unless inherited.
+    std::optional<int> cpu_threads_per_process;
+    std::vector<std::string> command;  // argv of the program run once per rank
     // --cluster: auto, none, slurm, mpi or env (launcher/cluster_env.h, Note [cluster shapes]).
     std::string cluster = "auto";
     // The local ranks this dp-launch starts; empty: all num_processes of them. One scheduler task

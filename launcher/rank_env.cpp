@@ -50,9 +50,14 @@ EnvVars rank_variables(const LaunchSpec& spec, const RankEnvInputs& in, int loca
     // The ranks' own address for Gloo (--local-addr); c10d's TCPStore needs none.
     if (!spec.local_addr.empty()) vars.emplace_back("DP_LOCAL_ADDR", spec.local_addr);
     if (!spec.gpu_ids.empty()) vars.emplace_back("CUDA_VISIBLE_DEVICES", join_ids(spec.gpu_ids));
-    if (!has_variable(base, "OMP_NUM_THREADS"))
+    if (spec.cpu_threads_per_process)
+        vars.emplace_back("OMP_NUM_THREADS", std::to_string(*spec.cpu_threads_per_process));
+    else if (!has_variable(base, "OMP_NUM_THREADS"))
         vars.emplace_back("OMP_NUM_THREADS",
                           std::to_string(std::max(1, in.usable_cpus / spec.num_processes)));
+    // accelerate launch's variables, as its launchers set them (accelerate/utils/launch.py).
+    if (!spec.mixed_precision.empty()) vars.emplace_back("ACCELERATE_MIXED_PRECISION", spec.mixed_precision);
+    if (spec.use_cpu) vars.emplace_back("ACCELERATE_USE_CPU", "true");
     return vars;
 }
 

@@ -22,7 +22,8 @@ struct RankEnvInputs {
 };
 
 // The variables dp-launch sets for local rank `local_rank`, in a fixed order. OMP_NUM_THREADS is
-// included only when `base` does not already set it.
+// included only when `base` does not already set it, or --num-cpu-threads-per-process says so;
+// ACCELERATE_MIXED_PRECISION and ACCELERATE_USE_CPU only when their options are given.
 EnvVars rank_variables(const LaunchSpec& spec, const RankEnvInputs& in, int local_rank,
                        const std::vector<std::string>& base);
 

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -76,6 +77,38 @@ TEST_CASE("multi-node ranks, explicit port, gpu ids and the OMP default") {
     CHECK(env["CUDA_VISIBLE_DEVICES"] == "3,1");
     CHECK(env["TORCHELASTIC_RUN_ID"] == "exp1");
     CHECK(std::stoi(env["OMP_NUM_THREADS"]) >= 1);
+}
+
+TEST_CASE("accelerate's --mixed_precision, --cpu and --num_cpu_threads_per_process reach a command's ranks") {
+    // As accelerate launch exports them: ACCELERATE_MIXED_PRECISION, ACCELERATE_USE_CPU, OMP_NUM_THREADS
+    // (over the inherited 9).
+    const std::string dir = make_temp_dir();
+    LaunchResult r = run_launch({"-n", "2", "--mixed_precision", "fp8", "--cpu",
+                                 "--num_cpu_threads_per_process", "3", "--", worker_bin(), "env", dir},
+                                {{"OMP_NUM_THREADS", "9"}});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    for (int rank = 0; rank < 2; ++rank) {
+        auto env = parse_env_file(read_file(dir + "/rank_" + std::to_string(rank) + ".env"));
+        CHECK(env["ACCELERATE_MIXED_PRECISION"] == "fp8");
+        CHECK(env["ACCELERATE_USE_CPU"] == "true");
+        CHECK(env["OMP_NUM_THREADS"] == "3");
+    }
+    // From the config file (accelerate's key) and the DP_* twin; without them nothing is set.
+    const std::string config = dir + "/accelerate.json";
+    std::ofstream(config) << R"({"mixed_precision": "bf16"})";
+    const std::string from_config = make_temp_dir();
+    r = run_launch({"--config_file", config, "--", worker_bin(), "env", from_config}, {{"DP_CPU", "1"}});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    auto env = parse_env_file(read_file(from_config + "/rank_0.env"));
+    CHECK(env["ACCELERATE_MIXED_PRECISION"] == "bf16");
+    CHECK(env["ACCELERATE_USE_CPU"] == "true");
+    const std::string plain = make_temp_dir();
+    r = run_launch({"--", worker_bin(), "env", plain}, {{"OMP_NUM_THREADS", "9"}});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    env = parse_env_file(read_file(plain + "/rank_0.env"));
+    CHECK(env.count("ACCELERATE_MIXED_PRECISION") == 0);
+    CHECK(env.count("ACCELERATE_USE_CPU") == 0);
+    CHECK(env["OMP_NUM_THREADS"] == "9");  // the user's, when the option is not given
 }
 
 TEST_CASE("--dry-run prints each rank's command and variables and starts nothing") {

@@ -129,7 +129,9 @@ TEST_CASE("accelerate config yaml: cpu, gpu ids, one machine, dp-launch keys and
     CHECK(c.spec.nnodes == 1);
     CHECK(c.spec.max_restarts == 2);  // a dp-launch key, as in the JSON file
     CHECK(c.job->device == "cpu");
-    CHECK(c.job->dtype == "fp32");
+    CHECK(c.spec.use_cpu);          // a command's ranks get ACCELERATE_USE_CPU=true
+    CHECK(c.job->dtype == "auto");  // no: no autocast, which says nothing of the weights' precision
+    CHECK(c.spec.mixed_precision == "no");
     CHECK(has(c.spec.cluster_report, "ignored accelerate keys: future_key (no meaning"));
 
     const std::string gpus = write_file("gpus.yaml", "num_processes: 2\ngpu_ids: 0,2\n");
@@ -172,7 +174,7 @@ TEST_CASE("accelerate config yaml: each refused value names FILE:line, the key a
         {"machine_rank", "2", 7, {"machine_rank 2", "below num_machines 2"}},
         {"main_process_port", "http", 9, {"main_process_port: 'http'"}},
         {"main_process_port", "70000", 9, {"main_process_port", "1 to 65535"}},
-        {"mixed_precision", "fp8", 11, {"mixed_precision: 'fp8': accepted: no, fp16, bf16"}},
+        {"mixed_precision", "fp64", 11, {"mixed_precision: 'fp64': accepted: no, fp16, bf16, fp8"}},
         {"rdzv_backend", "etcd", 14, {"rdzv_backend", "c10d"}},
         {"use_cpu", "maybe", 19, {"use_cpu"}},
         {"gpu_ids", "0,x", 6, {"gpu_ids"}},

@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "cli/accelerate_options.h"
 #include "cli/command_line.h"
 #include "cli/launch_options.h"
 #include "launcher/errors.h"
@@ -59,8 +60,9 @@ struct TableRow {
 
 std::vector<TableRow> every_table_row() {
     std::vector<TableRow> rows;
-    for (const auto& r : dp::cli::launch_option_table())
-        rows.push_back({&r, [&r](const CommandLine& c) { return r.get(c.spec); }, r.get({})});
+    for (const auto* table : {&dp::cli::launch_option_table(), &dp::cli::accelerate_option_table()})
+        for (const auto& r : *table)
+            rows.push_back({&r, [&r](const CommandLine& c) { return r.get(c.spec); }, r.get({})});
     for (const auto& r : dp::cli::job_option_table())
         rows.push_back(
             {&r, [&r](const CommandLine& c) { return c.job ? r.get(*c.job) : "(no job)"; }, r.get({})});
@@ -187,7 +189,7 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 
 }  // namespace
 
-TEST_CASE("the table tests cover every table of the program: both tables and --config") {
+TEST_CASE("the table tests cover every table of the program: launch, accelerate, pipeline and --config") {
     std::set<const OptionDef*> tested;
     for (const TableRow& row : every_table_row()) CHECK(tested.insert(row.def).second);
     tested.insert(&dp::cli::config_option());
@@ -1225,12 +1227,22 @@ TEST_CASE("accelerate's flags mean what accelerate means") {
 
     CHECK(ok({"--multi_gpu", "--", "x"}).spec.multi_gpu);
     CHECK(ok({"--gpu_ids", "all", "--", "x"}).spec.gpu_ids.empty());
+    // The main job: bf16 and fp16 are its precision, --cpu its device, unless --dtype or --device
+    // say otherwise; accelerate's no (no autocast) and fp8 leave --dtype auto.
     c = ok({"--cpu", "--mixed_precision", "no", "p.txt"});
     CHECK(c.job->device == "cpu");
-    CHECK(c.job->dtype == "fp32");
+    CHECK(c.job->dtype == "auto");
     CHECK(ok({"--mixed_precision", "bf16", "p.txt"}).job->dtype == "bf16");
-    CHECK(ok({"--mixed_precision", "fp16", "p.txt"}).job->dtype == "fp16");
+    CHECK(ok({"--mixed-precision", "fp16", "p.txt"}).job->dtype == "fp16");
+    CHECK(ok({"--mixed_precision", "fp8", "p.txt"}).job->dtype == "auto");
+    CHECK(ok({"--mixed_precision", "bf16", "--dtype", "fp32", "p.txt"}).job->dtype == "fp32");
+    CHECK(ok({"--cpu", "--device", "cuda", "p.txt"}).job->device == "cuda");
     CHECK(ok({"p.txt"}).job->device == "auto");
+    // A command: exported as accelerate launch exports them (tests/integration: the ranks see them).
+    c = ok({"--mixed_precision", "fp8", "--cpu", "--num_cpu_threads_per_process", "3", "--", "x"});
+    CHECK(c.spec.mixed_precision == "fp8");
+    CHECK(c.spec.use_cpu);
+    CHECK(c.spec.cpu_threads_per_process == 3);
 }
 
 TEST_CASE("torchrun and accelerate flags and subcommands dp-launch lacks name the dp-launch way") {
@@ -1238,7 +1250,7 @@ TEST_CASE("torchrun and accelerate flags and subcommands dp-launch lacks name th
         {{"--rdzv-conf", "timeout=900", "--", "x"}, "--rank-timeout"},
         {{"--role=trainer", "--", "x"}, "RANK"},
         {{"--start-method", "spawn", "--", "x"}, "exec"},
-        {{"--num_cpu_threads_per_process", "4", "--", "x"}, "OMP_NUM_THREADS"},
+        {{"--fp8_backend", "te", "--", "x"}, "ACCELERATE_FP8_"},
         {{"--use_deepspeed", "--", "x"}, "WORLD_SIZE"},
         {{"config"}, "--config FILE"},
         {{"launch", "--num_processes", "2", "train.py"}, "dp-launch is the launcher itself"},

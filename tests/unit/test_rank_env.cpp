@@ -52,7 +52,7 @@ TEST_CASE("every torchrun variable, for a rank on the second node") {
     CHECK(m.count("CUDA_VISIBLE_DEVICES") == 0);
 }
 
-TEST_CASE("OMP_NUM_THREADS: at least 1, and never overrides the user's") {
+TEST_CASE("OMP_NUM_THREADS: at least 1, never over the user's unless --num-cpu-threads-per-process says") {
     LaunchSpec spec;
     spec.num_processes = 8;
     RankEnvInputs in{"127.0.0.1", 1, 0, 2, 1, ""};
@@ -60,6 +60,15 @@ TEST_CASE("OMP_NUM_THREADS: at least 1, and never overrides the user's") {
     CHECK(as_map(rank_variables(spec, in, 0, {"OMP_NUM_THREADS=7"})).count("OMP_NUM_THREADS") == 0);
     // A variable whose name merely starts the same does not count.
     CHECK(as_map(rank_variables(spec, in, 0, {"OMP_NUM_THREADS_X=7"})).count("OMP_NUM_THREADS") == 1);
+    // accelerate's --num_cpu_threads_per_process sets it whatever is inherited, as accelerate does.
+    spec.cpu_threads_per_process = 3;
+    CHECK(as_map(rank_variables(spec, in, 0, {"OMP_NUM_THREADS=7"})).at("OMP_NUM_THREADS") == "3");
+    CHECK(as_map(rank_variables(spec, in, 0, {})).count("ACCELERATE_MIXED_PRECISION") == 0);
+    spec.mixed_precision = "no";
+    spec.use_cpu = true;
+    const auto vars = as_map(rank_variables(spec, in, 0, {}));
+    CHECK(vars.at("ACCELERATE_MIXED_PRECISION") == "no");
+    CHECK(vars.at("ACCELERATE_USE_CPU") == "true");
 }
 
 TEST_CASE("gpu ids become CUDA_VISIBLE_DEVICES") {
