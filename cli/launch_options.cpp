@@ -239,13 +239,13 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                       "changes nothing"),
             read_by(
                 text<S>(
-                    "--tee", "0-3|R:0-3,...", &S::tee,
+                    "-t,--tee", "0-3|R:0-3,...", &S::tee,
                     "torchrun's tee: dp-launch always shows every rank's stdout and stderr on the terminal "
                     "and --log-dir keeps them in files, so any value is accepted and changes nothing"),
                 [](S& s, const std::string& t, const std::string& src) {
                     s.tee = read_stream_choice(t, src);
                 }),
-            read_by(text<S>("--redirects", "0-3|R:0-3,...", &S::redirects,
+            read_by(text<S>("-r,--redirects", "0-3|R:0-3,...", &S::redirects,
                             "torchrun's redirects: dp-launch never hides a rank's output from the terminal; "
                             "--log-dir also keeps it in files, so any value is accepted and changes nothing"),
                     [](S& s, const std::string& t, const std::string& src) {
@@ -270,8 +270,9 @@ const std::vector<LaunchOptionRow>& launch_option_table() {
                 "does anyway"),
             whole<S>("--max-restarts,--max_restarts", "N", &S::max_restarts, 0, 1000,
                      "Restart the whole group up to N times after a failure"),
-            number<S>("--shutdown-grace,--shutdown_grace", "SECONDS", &S::shutdown_grace_s, 0, 3600,
-                      "seconds", "After a failure or a stop signal, time between SIGTERM and SIGKILL"),
+            number<S>("--shutdown-grace,--shutdown_grace,--shutdown-timeout,--shutdown_timeout", "SECONDS",
+                      &S::shutdown_grace_s, 0, 3600, "seconds",
+                      "After a failure or a stop signal, time between SIGTERM and SIGKILL"),
             number<S>("--rank-timeout,--rank_timeout", "SECONDS", &S::rank_timeout_s, 0, 86400, "seconds",
                       "Main job: stop the job (exit 75) when a rank sends no heartbeat for this long while "
                       "it generates; 0: never"),

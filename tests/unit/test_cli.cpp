@@ -1265,6 +1265,215 @@ TEST_CASE("torchrun and accelerate flags and subcommands dp-launch lacks name th
     }
 }
 
+// Every flag of torchrun (PyTorch 2.15's torch.distributed.run) and of accelerate launch (accelerate
+// 1.16), in the '-' spelling, read from their argument parsers: true for a switch.
+const std::vector<std::pair<const char*, bool>> kTorchrunFlags = {{"--nnodes", false},
+                                                                  {"--nproc-per-node", false},
+                                                                  {"--rdzv-backend", false},
+                                                                  {"--rdzv-endpoint", false},
+                                                                  {"--rdzv-id", false},
+                                                                  {"--rdzv-conf", false},
+                                                                  {"--standalone", true},
+                                                                  {"--max-restarts", false},
+                                                                  {"--monitor-interval", false},
+                                                                  {"--start-method", false},
+                                                                  {"--event-log-handler", false},
+                                                                  {"--role", false},
+                                                                  {"--module", true},
+                                                                  {"-m", true},
+                                                                  {"--no-python", true},
+                                                                  {"--run-path", true},
+                                                                  {"--log-dir", false},
+                                                                  {"--redirects", false},
+                                                                  {"-r", false},
+                                                                  {"--tee", false},
+                                                                  {"-t", false},
+                                                                  {"--log-line-prefix-template", false},
+                                                                  {"--local-ranks-filter", false},
+                                                                  {"--duplicate-stdout-filters", false},
+                                                                  {"--duplicate-stderr-filters", false},
+                                                                  {"--node-rank", false},
+                                                                  {"--master-addr", false},
+                                                                  {"--master-port", false},
+                                                                  {"--local-addr", false},
+                                                                  {"--logs-specs", false},
+                                                                  {"--numa-binding", false},
+                                                                  {"--signals-to-handle", false},
+                                                                  {"--shutdown-timeout", false},
+                                                                  {"--virtual-local-rank", true},
+                                                                  {"--print-completion", false}};
+const std::vector<std::pair<const char*, bool>> kAccelerateFlags = {
+    {"--config-file", false},
+    {"--quiet", true},
+    {"-q", true},
+    {"--cpu", true},
+    {"--multi-gpu", true},
+    {"--tpu", true},
+    {"--mixed-precision", false},
+    {"--num-processes", false},
+    {"--num-machines", false},
+    {"--num-cpu-threads-per-process", false},
+    {"--enable-cpu-affinity", true},
+    {"--dynamo-backend", false},
+    {"--dynamo-mode", false},
+    {"--dynamo-use-fullgraph", true},
+    {"--dynamo-use-dynamic", true},
+    {"--dynamo-use-regional-compilation", true},
+    {"--use-deepspeed", true},
+    {"--use-fsdp", true},
+    {"--use-parallelism-config", true},
+    {"--use-megatron-lm", true},
+    {"--gpu-ids", false},
+    {"--same-network", true},
+    {"--machine-rank", false},
+    {"--main-process-ip", false},
+    {"--main-process-port", false},
+    {"--tee", false},
+    {"--log-dir", false},
+    {"--role", false},
+    {"--rdzv-backend", false},
+    {"--rdzv-conf", false},
+    {"--max-restarts", false},
+    {"--monitor-interval", false},
+    {"--module", true},
+    {"--no-python", true},
+    {"--tpu-cluster", true},
+    {"--no-tpu-cluster", true},
+    {"--tpu-use-sudo", true},
+    {"--vm", false},
+    {"--env", false},
+    {"--main-training-function", false},
+    {"--downcast-bf16", true},
+    {"--deepspeed-config-file", false},
+    {"--zero-stage", false},
+    {"--offload-optimizer-device", false},
+    {"--offload-param-device", false},
+    {"--offload-optimizer-nvme-path", false},
+    {"--offload-param-nvme-path", false},
+    {"--gradient-accumulation-steps", false},
+    {"--gradient-clipping", false},
+    {"--zero3-init-flag", false},
+    {"--zero3-save-16bit-model", false},
+    {"--deepspeed-hostfile", false},
+    {"--deepspeed-exclusion-filter", false},
+    {"--deepspeed-inclusion-filter", false},
+    {"--deepspeed-multinode-launcher", false},
+    {"--deepspeed-moe-layer-cls-names", false},
+    {"--fsdp-version", false},
+    {"--fsdp-offload-params", false},
+    {"--fsdp-min-num-params", false},
+    {"--fsdp-sharding-strategy", false},
+    {"--fsdp-reshard-after-forward", false},
+    {"--fsdp-auto-wrap-policy", false},
+    {"--fsdp-transformer-layer-cls-to-wrap", false},
+    {"--fsdp-backward-prefetch", false},
+    {"--fsdp-state-dict-type", false},
+    {"--fsdp-forward-prefetch", false},
+    {"--fsdp-use-orig-params", false},
+    {"--fsdp-cpu-ram-efficient-loading", false},
+    {"--fsdp-sync-module-states", false},
+    {"--fsdp-activation-checkpointing", false},
+    {"--fsdp-activation-checkpointing-offload", false},
+    {"--megatron-lm-tp-degree", false},
+    {"--megatron-lm-use-custom-fsdp", false},
+    {"--megatron-lm-no-load-optim", false},
+    {"--megatron-lm-eod-mask-loss", false},
+    {"--megatron-lm-overlap-cpu-optimizer-d2h-h2d", false},
+    {"--megatron-lm-no-save-optim", false},
+    {"--megatron-lm-optimizer-cpu-offload", false},
+    {"--megatron-lm-use-precision-aware-optimizer", false},
+    {"--megatron-lm-decoder-last-pipeline-num-layers", false},
+    {"--megatron-lm-pp-degree", false},
+    {"--megatron-lm-num-micro-batches", false},
+    {"--megatron-lm-sequence-parallelism", false},
+    {"--megatron-lm-recompute-activations", false},
+    {"--megatron-lm-use-distributed-optimizer", false},
+    {"--megatron-lm-gradient-clipping", false},
+    {"--megatron-lm-recompute-granularity", false},
+    {"--megatron-lm-recompute-method", false},
+    {"--megatron-lm-recompute-num-layers", false},
+    {"--megatron-lm-attention-backend", false},
+    {"--megatron-lm-expert-model-parallel-size", false},
+    {"--megatron-lm-context-parallel-size", false},
+    {"--megatron-lm-attention-dropout", false},
+    {"--megatron-lm-hidden-dropout", false},
+    {"--megatron-lm-attention-softmax-in-fp32", false},
+    {"--megatron-lm-expert-tensor-parallel-size", false},
+    {"--megatron-lm-calculate-per-token-loss", false},
+    {"--megatron-lm-use-rotary-position-embeddings", false},
+    {"--fp8-backend", false},
+    {"--fp8-use-autocast-during-eval", true},
+    {"--fp8-margin", false},
+    {"--fp8-interval", false},
+    {"--fp8-format", false},
+    {"--fp8-amax-history-len", false},
+    {"--fp8-amax-compute-algo", false},
+    {"--fp8-override-linear-precision", false},
+    {"--fp8-enable-fsdp-float8-all-gather", false},
+    {"--fp8-pad-inner-dim", false},
+    {"--aws-access-key-id", false},
+    {"--aws-secret-access-key", false},
+    {"--debug", true},
+    {"--mpirun-hostfile", false},
+    {"--parallelism-config-dp-replicate-size", false},
+    {"--parallelism-config-dp-shard-size", false},
+    {"--parallelism-config-tp-size", false},
+    {"--parallelism-config-cp-size", false},
+    {"--parallelism-config-cp-backend", false},
+    {"--parallelism-config-cp-comm-strategy", false},
+    {"--parallelism-config-sp-size", false},
+    {"--parallelism-config-sp-backend", false},
+    {"--parallelism-config-sp-seq-length", false},
+    {"--parallelism-config-sp-seq-length-is-variable", false},
+    {"--parallelism-config-sp-attn-implementation", false}};
+
+TEST_CASE("every torchrun and accelerate launch flag is taken, or refused with the dp-launch way") {
+    // A value each taken flag accepts on one node; a refused flag is refused whatever its value.
+    const std::map<std::string, std::string> values = {{"--rdzv-backend", "c10d"},
+                                                       {"--rdzv-endpoint", "localhost:29500"},
+                                                       {"--node-rank", "0"},
+                                                       {"--machine-rank", "0"},
+                                                       {"--master-addr", "127.0.0.1"},
+                                                       {"--main-process-ip", "127.0.0.1"},
+                                                       {"--local-addr", "127.0.0.1"},
+                                                       {"--master-port", "29500"},
+                                                       {"--main-process-port", "29500"},
+                                                       {"--local-ranks-filter", "0"},
+                                                       {"--mixed-precision", "bf16"},
+                                                       {"--gpu-ids", "0"},
+                                                       {"--log-dir", temp_path("logs")},
+                                                       {"--config-file", write_temp("empty.json", "{}")},
+                                                       {"-r", "0"},
+                                                       {"-t", "0"}};
+    std::size_t taken = 0, refused = 0;
+    for (const auto* list : {&kTorchrunFlags, &kAccelerateFlags}) {
+        for (const auto& [dashed, is_switch] : *list) {
+            std::string underscored = dashed;
+            for (std::size_t i = 2; i < underscored.size(); ++i)
+                if (underscored[i] == '-') underscored[i] = '_';
+            for (const std::string& flag : {std::string(dashed), underscored}) {
+                CAPTURE(flag);
+                std::vector<std::string> args = {flag};
+                if (!is_switch) args.push_back(values.count(dashed) ? values.at(dashed) : "1");
+                args.insert(args.end(), {"--", "x"});
+                const CommandLine c = parse(args);
+                if (c.action != CommandLine::Action::kFail) {
+                    ++taken;
+                    continue;
+                }
+                ++refused;
+                CHECK(c.exit_code == 2);
+                // Its own answer, not CLI11's "was not expected" nor a suggestion of a lookalike.
+                CHECK_MESSAGE(c.message.rfind(flag + " is not a dp-launch option: ", 0) == 0, c.message);
+                CHECK(c.message.find("did you mean") == std::string::npos);
+                CHECK(c.message.size() > flag.size() + 40);
+            }
+        }
+    }
+    CHECK(taken > 40);
+    CHECK(refused > 150);
+}
+
 TEST_CASE(
     "dp-launch arguments takes --model, the pipeline options and --json, and no PROMPTS file or command") {
     const CommandLine c = parse({"arguments", "--model", "tiny-random-sd3", "--steps", "5", "--json"});
