@@ -36,9 +36,20 @@ Examples:
 
 Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and the
 other torchrun variables. Precedence: flag > DP_* environment variable > --config file > default.
-Exit codes: 0 every rank succeeded; 2 usage error; otherwise the first failing rank's exit code,
-or 128+signal (see README).
 )";
+
+// The exit codes, one per class of cause (protocol::kExitCodeClasses), and those passed through.
+std::string exit_codes_text() {
+    std::string out = "\nExit codes (docs/launcher.md):\n";
+    const auto line = [&](const std::string& code, const std::string& meaning) {
+        out += "  " + code + std::string(code.size() < 6 ? 6 - code.size() : 1, ' ') + meaning + "\n";
+    };
+    for (const protocol::ExitCodeClass& c : protocol::kExitCodeClasses)
+        line(std::to_string(c.code), c.meaning);
+    line("N", "the first failing rank's own exit code, passed through");
+    line("128+S", "the first failing rank was killed by signal S, or dp-launch was stopped by it");
+    return out;
+}
 
 std::string one_line(std::string text) {
     std::replace(text.begin(), text.end(), '\n', ' ');
@@ -138,7 +149,7 @@ struct CommandApp {
 
 CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result) {
     app.formatter(std::make_shared<HelpFormatter>());
-    app.footer(kExamples);
+    app.footer(kExamples + exit_codes_text());
     app.set_version_flag("--version", std::string("dp-launch ") + launcher::kVersion + " (commit " +
                                           launcher::kSourceCommit + ")");
     add_launch_options(app, raw);

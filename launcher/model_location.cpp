@@ -280,11 +280,14 @@ std::string resolve_model(const std::string& name, const std::string& source, co
     const bool has_slash = name.find('/') != std::string::npos;
     if (const std::string loop = strategies::missing_file_text(name, ""); !loop.empty())
         throw UsageError(source + " " + shown + ": " + loop);
+    // A model that is not where it is named is missing input (66), however it is named: a path, a
+    // shipped model's name or a repo id (find_hub_snapshot).
     if (exists(name) && (has_slash || is_model_dir(name))) {  // an existing path always wins
         no_revision("a folder");
         if (!is_model_dir(name))
-            throw UsageError(source + " " + shown +
-                             ": no model_index.json there (expected a diffusers model folder)");
+            throw Error(
+                source + " " + shown + ": no model_index.json there (expected a diffusers model folder)",
+                kExitNoInput);
         return name;
     }
     if (has_slash) {
@@ -292,8 +295,8 @@ std::string resolve_model(const std::string& name, const std::string& source, co
                                std::count(name.begin(), name.end(), '/') > 1;
         if (path_like) {
             no_revision("a folder");
-            throw UsageError(source + " " + shown +
-                             ": no model_index.json there (expected a diffusers model folder)");
+            throw Error(source + " " + shown + ": no such folder (expected a diffusers model folder)",
+                        kExitNoInput);
         }
         if (const std::string why = repo_id_problem(name); !why.empty())
             throw UsageError(source + " '" + shown + "': no such folder, and not a Hugging Face repo id (" +
@@ -311,11 +314,12 @@ std::string resolve_model(const std::string& name, const std::string& source, co
         if (is_model_dir(p)) return real_path(p);
     std::string searched;
     for (const std::string& p : places) searched += (searched.empty() ? "" : ", ") + p;
-    throw UsageError(source + " " + shown +
-                     ": no such model folder, and no shipped model of that name (looked in " + searched +
-                     "; a Hugging Face repo is named ORG/NAME; a dp-launch copied without its share/ folder "
-                     "finds the shipped models through DP_MODELS_DIR, or install it with "
-                     "scripts/install.sh or cmake --install)");
+    throw Error(source + " " + shown +
+                    ": no such model folder, and no shipped model of that name (looked in " + searched +
+                    "; a Hugging Face repo is named ORG/NAME; a dp-launch copied without its share/ folder "
+                    "finds the shipped models through DP_MODELS_DIR, or install it with "
+                    "scripts/install.sh or cmake --install)",
+                kExitNoInput);
 }
 
 std::string config_file_problem(const std::string& source, const std::string& path, int err,

@@ -42,8 +42,9 @@ std::string find_hub_snapshot(const HubCache& cache, const std::string& repo_id,
 // a name without '/' is a shipped model, looked up next to the executable ($DP_MODELS_DIR/NAME,
 // EXE/../share/dp-launch/models/NAME, EXE/../../models/NAME); ORG/NAME that is no folder here is a
 // Hugging Face repo in the cache at `revision` (empty: main). Throws UsageError naming `source`
-// for a malformed name, a revision given with a folder, or a folder without model_index.json;
-// Error with kExitNoInput for a model that is in none of the places (all named).
+// for a malformed name or a revision given with a folder; Error with kExitNoInput for a model that
+// is not there, whichever way it is named: no such folder, a folder without model_index.json, no
+// shipped model of that name (every place looked at named), or not in the cache.
 std::string resolve_model(const std::string& name, const std::string& source,
                           const std::string& revision = "", const EnvLookup& env = process_env());
 

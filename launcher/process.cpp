@@ -52,7 +52,7 @@ namespace {
     const char* reason = err == ENOENT ? "command not found" : strerror(err);
     write_all(STDERR_FILENO, reason, strlen(reason));
     write_all(STDERR_FILENO, "\n", 1);
-    _exit(err == ENOENT ? 127 : 126);
+    _exit(err == ENOENT ? protocol::kExitNotFound : protocol::kExitNotExecutable);
 }
 
 std::vector<char*> c_strings(const std::vector<std::string>& items) {

@@ -9,16 +9,41 @@
 namespace dp::protocol {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;     // main job: some prompts failed or were not run
-inline constexpr int kExitInternal = 1;    // a bug in dp-launch or dp-worker: please report it
-inline constexpr int kExitUsage = 2;       // a flag, DP_* variable or config entry is wrong
-inline constexpr int kExitInputData = 65;  // sysexits EX_DATAERR: a prompt file or model is bad
-inline constexpr int kExitNoInput = 66;    // sysexits EX_NOINPUT: the prompt file cannot be read
-inline constexpr int kExitSystem = 71;     // sysexits EX_OSERR: fork, pipe, signalfd, socket failed
-inline constexpr int kExitIo = 74;         // sysexits EX_IOERR: a file could not be written
+inline constexpr int kExitFailure = 1;   // main job: some prompts failed or were not run
+inline constexpr int kExitInternal = 1;  // a bug in dp-launch or dp-worker: please report it
+inline constexpr int kExitUsage = 2;     // a flag, DP_* variable or config entry is wrong
+inline constexpr int kExitInputData =
+    65;  // sysexits EX_DATAERR: an input is there but bad (prompt lines, a model)
+inline constexpr int kExitNoInput =
+    66;  // sysexits EX_NOINPUT: an input is not there (prompt file, model, weights)
+inline constexpr int kExitSystem = 71;  // sysexits EX_OSERR: fork, pipe, signalfd, socket failed
+inline constexpr int kExitIo = 74;      // sysexits EX_IOERR: a file could not be written
 // sysexits EX_TEMPFAIL: a collective failed or timed out (another rank died, the network failed);
 // running the job again may succeed.
 inline constexpr int kExitCommunication = 75;
+// A rank's command cannot be run, as a shell reports it: not executable, not found.
+inline constexpr int kExitNotExecutable = 126;
+inline constexpr int kExitNotFound = 127;
+
+// Every exit code dp-launch gives of its own, one per class of cause, with what it means in a few
+// words: --help's footer is written from it, and a test holds docs/launcher.md's table to it. A
+// failing rank's own code N and 128+signal pass through besides.
+struct ExitCodeClass {
+    int code;
+    const char* meaning;
+};
+inline constexpr ExitCodeClass kExitCodeClasses[] = {
+    {kExitOk, "every rank succeeded (main job: every valid prompt has its image)"},
+    {kExitFailure, "main job: some prompts failed or were not run; or an internal error"},
+    {kExitUsage, "usage: a bad flag, DP_* variable or config file, or outputs in the way"},
+    {kExitInputData, "bad input: invalid prompt lines, a corrupt or inconsistent model"},
+    {kExitNoInput, "missing input: the prompt file, the model (path, name or hub id) or a weights file"},
+    {kExitSystem, "the system refused a resource (fork, memory, file descriptors)"},
+    {kExitIo, "a file could not be written (logs, images, the manifest)"},
+    {kExitCommunication, "retry: a rank hung, the job passed --timeout, or a collective failed"},
+    {kExitNotExecutable, "the command is not executable"},
+    {kExitNotFound, "the command is not found"},
+};
 
 class Error : public std::runtime_error {
   public:

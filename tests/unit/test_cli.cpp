@@ -20,7 +20,9 @@
 #include "launcher/job.h"
 #include "launcher/prompt_file.h"
 #include "launcher/system_info.h"
+#include "protocol/errors.h"
 #include "protocol/job_file.h"
+#include "support/test_paths.h"
 
 #include "unit/fake_env.h"
 #include "unit/st_writer.h"
@@ -562,9 +564,6 @@ TEST_CASE("every invalid value is a one-line usage error naming its source") {
         {{"-n", "2"}, "no command given"},
         {{"-n", "2", "--"}, "no command given"},
         {{"python", "train.py"}, "give one PROMPTS file, or put a command after --"},
-        {{"--model", "no-such-model", "p.txt"},
-         "--model no-such-model: no such model folder, and no shipped model of that name"},
-        {{"--model", "/nonexistent/dir", "p.txt"}, "--model /nonexistent/dir: no model_index.json there"},
         {{"--steps", "0", "p.txt"}, "--steps '0': expected a whole number from 1 to 1000"},
         {{"--dtype", "fp64", "p.txt"}, "--dtype 'fp64': expected one of auto, fp32, bf16, fp16"},
         {{"--variant", "fp16/x", "p.txt"}, "--variant 'fp16/x': expected a variant name of letters, digits"},
@@ -975,7 +974,10 @@ TEST_CASE("fuzz: random and mutated config files never escape the usage-error pa
         CHECK_NOTHROW(r = parse(args, env));
         if (r.action == CommandLine::Action::kFail) {
             ++failures;
-            CHECK_MESSAGE(r.exit_code == 2, r.message);
+            // A usage error, or a model the file names that is not there (missing input).
+            CHECK_MESSAGE(
+                (r.exit_code == 2 || (r.exit_code == 66 && r.message.find(": model ") != std::string::npos)),
+                r.message);
             CHECK(!r.message.empty());
             CHECK(r.message.find('\n') == std::string::npos);
         } else {
@@ -1572,4 +1574,95 @@ TEST_CASE("a mistyped flag, subcommand or choice is answered with the closest on
         CHECK(c.message.find('\n') == std::string::npos);
         CHECK_MESSAGE(c.message.find(hint) != std::string::npos, c.message);
     }
+}
+
+TEST_CASE("a model that is not there is missing input (66), however it is named") {
+    const std::string empty = temp_path("empty_model");
+    std::filesystem::create_directories(empty);
+    FakeEnv env;
+    env.vars["HF_HUB_CACHE"] = fake_hub_cache();
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+        {{"--model", "no-such-model", "p.txt"},
+         "--model no-such-model: no such model folder, and no shipped model of that name (looked in "},
+        {{"--model", "/nonexistent/dir", "p.txt"}, "--model /nonexistent/dir: no such folder"},
+        {{"--model", "./no/such/model", "p.txt"}, "--model ./no/such/model: no such folder"},
+        {{"--model", empty, "p.txt"}, "--model " + empty + ": no model_index.json there"},
+        {{"--model", "org/absent", "p.txt"}, "--model org/absent: not found"},
+        {{"--model", "org/tiny", "--revision", "v9", "p.txt"}, "revision v9 is not in the cache"},
+        {{"plan", "--model", "no-such-model"}, "no shipped model of that name"},
+        {{"arguments", "--model", "/nonexistent/dir"}, "no such folder"},
+        {{"--model", "/nonexistent/dir", "--", "x"}, "--model is a pipeline option"},  // not the model's turn
+    };
+    for (const auto& [args, message] : cases) {
+        CAPTURE(args);
+        const CommandLine c = parse(args, env);
+        CHECK(c.action == CommandLine::Action::kFail);
+        CHECK(c.exit_code == (message == "--model is a pipeline option" ? 2 : 66));
+        CHECK_MESSAGE(c.message.find(message) != std::string::npos, c.message);
+    }
+    // A name that cannot be a model, and --revision with a folder, are usage errors.
+    CHECK(parse({"--model", "org/na me", "p.txt"}, env).exit_code == 2);
+    CHECK(parse({"--model", empty, "--revision", "v1", "p.txt"}, env).exit_code == 2);
+}
+
+namespace {
+
+// The numbers in the first column of the table under "## Exit codes" in the Markdown file `path`
+// ("126, 127" is two; "N" and "128+S" are none), and that column's other entries in `others`.
+std::set<int> documented_exit_codes(const std::string& path, std::set<std::string>& others) {
+    std::ifstream in(path);
+    REQUIRE_MESSAGE(in, path);
+    std::set<int> codes;
+    bool section = false;
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind("## ", 0) == 0) section = line == "## Exit codes";
+        if (!section || line.rfind("| ", 0) != 0 || line.rfind("| code ", 0) == 0) continue;
+        std::stringstream cell(line.substr(2, line.find(" |") - 2));
+        for (std::string item; std::getline(cell >> std::ws, item, ',');) {
+            if (item.find_first_not_of("0123456789") == std::string::npos)
+                codes.insert(std::stoi(item));
+            else
+                others.insert(item);
+        }
+    }
+    return codes;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the exit codes of docs/launcher.md, the README and --help are the code's, one per class of cause") {
+    using namespace dp::protocol;
+    std::set<int> code;
+    for (const ExitCodeClass& c : kExitCodeClasses) CHECK_MESSAGE(code.insert(c.code).second, c.code);
+    CHECK(code == std::set<int>{kExitOk, kExitFailure, kExitInternal, kExitUsage, kExitInputData,
+                                kExitNoInput, kExitSystem, kExitIo, kExitCommunication, kExitNotExecutable,
+                                kExitNotFound});
+    const std::string root = dp::test::paths::kSourceDir;
+    for (const std::string doc : {root + "/docs/launcher.md", root + "/README.md"}) {
+        CAPTURE(doc);
+        std::set<std::string> passed_through;
+        CHECK(documented_exit_codes(doc, passed_through) == code);
+        CHECK(passed_through == std::set<std::string>{"N", "128+S"});
+    }
+    // --help's footer: a line "  CODE  meaning" for each, under "Exit codes".
+    const CommandLine help = parse({"--help"});
+    const std::size_t at = help.message.find("\nExit codes");
+    REQUIRE(at != std::string::npos);
+    std::set<int> shown;
+    std::set<std::string> shown_others;
+    std::stringstream lines(help.message.substr(at + 1));
+    std::string line;
+    std::getline(lines, line);  // the heading
+    while (std::getline(lines, line) && line.rfind("  ", 0) == 0) {
+        std::stringstream words(line);
+        std::string first;
+        words >> first;
+        if (first.find_first_not_of("0123456789") == std::string::npos)
+            shown.insert(std::stoi(first));
+        else
+            shown_others.insert(first);
+    }
+    CHECK(shown == code);
+    CHECK(shown_others == std::set<std::string>{"N", "128+S"});
 }
