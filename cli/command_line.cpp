@@ -10,6 +10,8 @@
 #include "cli/arguments_command.h"
 #include "cli/env_command.h"
 #include "cli/foreign_flags.h"
+#include "cli/help_pages.h"
+#include "cli/option_groups.h"
 #include "cli/plan_command.h"
 #include "launcher/build_info.h"
 #include "launcher/dry_run.h"
@@ -23,33 +25,6 @@
 
 namespace dp::cli {
 namespace {
-
-constexpr const char* kExamples = R"(
-Examples:
-  dp-launch -n 2 --model models/sd3 prompts.txt   2 ranks split prompts.txt; images in outputs/
-  dp-launch -n 4 -- python train.py --lr 3e-4     4 ranks of a torchrun-style script
-  dp-launch --gpu-ids 0,2 -- ./my_program        2 ranks on GPUs 0 and 2
-  dp-launch -n 2 --log-dir logs -- ./job.sh       also keep each rank's output in logs/
-  dp-launch -n 2 --dry-run -- ./job.sh            show each rank's environment, start nothing
-  dp-launch --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 -n 8 -- python train.py
-  dp-launch env --json                            facts for a bug report
-
-Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and the
-other torchrun variables. Precedence: flag > DP_* environment variable > --config file > default.
-)";
-
-// The exit codes, one per class of cause (protocol::kExitCodeClasses), and those passed through.
-std::string exit_codes_text() {
-    std::string out = "\nExit codes (docs/launcher.md):\n";
-    const auto line = [&](const std::string& code, const std::string& meaning) {
-        out += "  " + code + std::string(code.size() < 6 ? 6 - code.size() : 1, ' ') + meaning + "\n";
-    };
-    for (const protocol::ExitCodeClass& c : protocol::kExitCodeClasses)
-        line(std::to_string(c.code), c.meaning);
-    line("N", "the first failing rank's own exit code, passed through");
-    line("128+S", "the first failing rank was killed by signal S, or dp-launch was stopped by it");
-    return out;
-}
 
 std::string one_line(std::string text) {
     std::replace(text.begin(), text.end(), '\n', ' ');
@@ -70,14 +45,6 @@ std::string shell_words(const std::vector<std::string>& words) {
     }
     return launcher::utf8_for_display(out);
 }
-
-// CLI11's help with the top-level usage lines written once, by the app's description.
-class HelpFormatter : public CLI::Formatter {
-  public:
-    std::string make_usage(const CLI::App* app, std::string name) const override {
-        return app->get_parent() ? CLI::Formatter::make_usage(app, std::move(name)) : "";
-    }
-};
 
 // accelerate's --num_processes and --num_machines, both in that spelling: a total over the machines.
 bool accelerate_total(const std::vector<std::string>& options) {
@@ -125,14 +92,7 @@ std::vector<std::string> with_module_command(const std::vector<std::string>& arg
 // dp-launch's CLI11 app: the launch and pipeline options, the subcommands, and where each puts
 // what it reads (`result`'s --json and compare fields, the stray words).
 struct CommandApp {
-    CLI::App app{
-        "dp-launch: start a command once per rank, torchrun-compatible, and supervise it.\n"
-        "Usage: dp-launch [OPTIONS] [PIPELINE OPTIONS] PROMPTS\n"
-        "       dp-launch [OPTIONS] -- COMMAND [ARGS...]\n"
-        "       dp-launch plan [OPTIONS] [PIPELINE OPTIONS]\n"
-        "       dp-launch arguments [--model M] [PIPELINE OPTIONS] [--json]\n"
-        "       dp-launch env [--json]",
-        "dp-launch"};
+    CLI::App app{kProgramSummary, "dp-launch"};
     std::vector<std::string> stray;         // words that are no option: a PROMPTS file, or a mistake
     std::vector<std::string> prompt_texts;  // --prompt TEXT, repeatable: PROMPTS as flags
     CLI::App* env = nullptr;
@@ -144,12 +104,13 @@ struct CommandApp {
     CLI::Option* psnr = nullptr;
     CLI::Option* ssim = nullptr;
 
-    CommandApp(RawLaunchOptions& raw, CommandLine& result);
+    // `help_width`: the columns --help is wrapped to.
+    CommandApp(RawLaunchOptions& raw, CommandLine& result, std::size_t help_width);
 };
 
-CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result) {
-    app.formatter(std::make_shared<HelpFormatter>());
-    app.footer(kExamples + exit_codes_text());
+CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result, std::size_t help_width) {
+    const auto formatter = std::make_shared<HelpFormatter>(help_width, option_group_headings());
+    app.formatter(formatter);  // the subcommands share it
     app.set_version_flag("--version", std::string("dp-launch ") + launcher::kVersion + " (commit " +
                                           launcher::kSourceCommit + ")");
     add_launch_options(app, raw);
@@ -161,7 +122,7 @@ CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result) {
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
         ->expected(1)
         ->allow_extra_args(false)
-        ->group("Pipeline options (with PROMPTS)");
+        ->group(option_group("prompt", "Pipeline options (with PROMPTS)"));
     env = app.add_subcommand("env", "Print the version, OS, CPUs, LibTorch, CUDA, NCCL and GPUs");
     env->add_flag("--json", result.json, "Print JSON");
     plan = app.add_subcommand(
@@ -183,13 +144,19 @@ CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result) {
     compare->add_option("runs", runs, "RUN_A RUN_B: two output folders (each with its manifest.jsonl)")
         ->expected(2)
         ->required();
-    psnr = compare->add_option("--min-psnr", min_psnr, "Exit 1 when a pair's PSNR (dB) is below X")
-               ->check(CLI::Range(0.0, 1000.0));
-    ssim = compare->add_option("--min-ssim", min_ssim, "Exit 1 when a pair's SSIM is below X")
-               ->check(CLI::Range(-1.0, 1.0));
-    compare->add_option("--gallery", result.compare.gallery,
-                        "Where the page of pairs goes (default RUN_B/compare.html)");
+    psnr =
+        compare->add_option("--min-psnr", min_psnr, "Exit 1 when a pair's PSNR (dB) is below X [0 to 1000]")
+            ->check(CLI::Range(0.0, 1000.0).description(""))
+            ->type_name("X");
+    ssim = compare->add_option("--min-ssim", min_ssim, "Exit 1 when a pair's SSIM is below X [-1 to 1]")
+               ->check(CLI::Range(-1.0, 1.0).description(""))
+               ->type_name("X");
+    compare
+        ->add_option("--gallery", result.compare.gallery,
+                     "Where the page of pairs goes (default RUN_B/compare.html)")
+        ->type_name("FILE");
     compare->add_flag("--json", result.compare.json, "Print one JSON object per pair, then the summary's");
+    set_help_pages(*formatter);
 }
 
 // Sets `result` to what dp-launch says and does when `r` fails with `message`: a usage error.
@@ -251,10 +218,10 @@ bool parse_options(CommandApp& c, const std::vector<std::string>& options, Comma
         c.app.parse(reversed);
         return true;
     } catch (const CLI::CallForHelp&) {
-        print(result, c.env->parsed()         ? c.env->help()
-                      : c.arguments->parsed() ? c.arguments->help()
-                      : c.compare->parsed()   ? c.compare->help()
-                                              : c.app.help());
+        const CLI::App* page = &c.app;
+        for (const CLI::App* sub : {c.env, c.plan, c.arguments, c.compare})
+            if (sub->parsed()) page = sub;
+        print(result, page->help());
     } catch (const CLI::CallForVersion& e) {
         print(result, std::string(e.what()) + "\n");
     } catch (const CLI::ParseError& e) {
@@ -329,7 +296,7 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
     raw.accelerate_total = accelerate_total(options);
     if (const std::string why = foreign_usage(options); !why.empty()) return usage_error(result, why);
 
-    CommandApp c(raw, result);
+    CommandApp c(raw, result, help_width(env));
     if (!parse_options(c, options, result)) return result;
     if (c.env->parsed()) {
         result.action = CommandLine::Action::kEnv;

@@ -2,6 +2,7 @@
 
 #include "cli/accelerate_config.h"
 #include "cli/accelerate_options.h"
+#include "cli/option_groups.h"
 #include "cli/option_rows.h"
 
 #include <sys/stat.h>
@@ -319,7 +320,7 @@ const OptionDef& config_option() {
             "Option defaults: accelerate's YAML config (what `accelerate config` writes; keys with no "
             "meaning here are listed as ignored) or a JSON object of dp-launch options, e.g. "
             "{\"num_processes\": 4}; flags and DP_* variables win over it");
-        d.group = "Configuration";
+        d.group = option_group(d.key, "Configuration");
         return d;
     }();
     return def;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/launch_options.h"
+#include "cli/option_groups.h"
 #include "launcher/errors.h"
 #include "launcher/values.h"
 
@@ -187,11 +188,12 @@ OptionRow<T> described(OptionRow<T> r, const char* meaning) {
     return r;
 }
 
-// Puts the rows under `group` and renders the defaults read from a default-constructed target.
+// Puts each row under its heading of --help (cli/option_groups.h; `group` when none holds it) and
+// renders the defaults read from a default-constructed target.
 template <class T>
 std::vector<OptionRow<T>> finish(std::vector<OptionRow<T>> table, const char* group) {
     for (OptionRow<T>& r : table) {
-        r.group = group;
+        r.group = option_group(r.key, group);
         if (r.default_kind == DefaultKind::kTarget) r.default_text = r.get(T{});
     }
     return table;

@@ -1,10 +1,11 @@
-// dp-launch on a pseudo-terminal: its progress bar and the ranks' carriage-return updates are
-// redrawn in place and erased before any other line; and -q prints nothing on success.
+// dp-launch on a pseudo-terminal: --help at its width; its progress bar and the ranks' carriage-return
+// updates are redrawn in place and erased before any other line; and -q prints nothing on success.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
 #include <poll.h>
 #include <pty.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -35,11 +36,16 @@ struct PtyRun {
 
 // Runs dp-launch with stdin, stdout and stderr on a new pseudo-terminal (output post-processing
 // off, so "\n" is not turned into "\r\n") and reads everything it writes until it exits.
-PtyRun run_on_pty(const std::vector<std::string>& args, double timeout_s = 60) {
+// `columns`: the terminal's width, with COLUMNS unset, so that dp-launch has only the terminal's word.
+PtyRun run_on_pty(const std::vector<std::string>& args, double timeout_s = 60, unsigned short columns = 0) {
     int master = -1;
-    const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+    winsize size{};
+    size.ws_row = 50;
+    size.ws_col = columns;
+    const pid_t pid = forkpty(&master, nullptr, nullptr, columns ? &size : nullptr);
     REQUIRE(pid >= 0);
     if (pid == 0) {
+        if (columns) unsetenv("COLUMNS");
         termios t{};
         if (tcgetattr(STDOUT_FILENO, &t) == 0) {
             t.c_oflag &= ~static_cast<tcflag_t>(OPOST);
@@ -254,4 +260,46 @@ TEST_CASE("-q prints no line of dp-launch's own when the job succeeds, and the f
     LaunchResult bad = run_launch({"-n", "2", "-q", "--", "sh", "-c", "exit 3"});
     CHECK(bad.exit_code == 3);
     CHECK(bad.err.find("dp-launch: job failed: rank") != std::string::npos);
+}
+
+namespace {
+
+// The widest line of `text`, in characters (UTF-8 code points).
+std::size_t widest_line(const std::string& text) {
+    std::size_t widest = 0;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);)
+        widest = std::max<std::size_t>(widest, std::count_if(line.begin(), line.end(), [](char c) {
+                                           return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+                                       }));
+    return widest;
+}
+
+}  // namespace
+
+TEST_CASE("--help fits the terminal: its width on a terminal, COLUMNS when set, else 80") {
+    const std::vector<std::vector<std::string>> pages = {
+        {"--help"}, {"env", "--help"}, {"plan", "--help"}, {"arguments", "--help"}, {"compare", "--help"}};
+    // Not a terminal: COLUMNS, else 80.
+    for (const std::string columns : {"60", "80", "120", "", "wide", "0"}) {
+        const std::size_t width = columns == "60" ? 60 : columns == "120" ? 120 : 80;
+        for (const std::vector<std::string>& args : pages) {
+            CAPTURE(columns);
+            CAPTURE(args);
+            const LaunchResult r = run_launch(args, {{"COLUMNS", columns}});
+            REQUIRE(r.exit_code == 0);
+            CHECK(r.err.empty());
+            CHECK(widest_line(r.out) <= width);
+            if (args.front() == "--help") CHECK(widest_line(r.out) >= width - 10);  // the width is used
+        }
+    }
+    // A terminal: its own width (TIOCGWINSZ).
+    for (const unsigned short columns : {72, 100}) {
+        CAPTURE(columns);
+        const PtyRun run = run_on_pty({"--help"}, 60, columns);
+        REQUIRE(run.exit_code == 0);
+        CHECK(widest_line(run.bytes) <= columns);
+        CHECK(widest_line(run.bytes) >= columns - 10u);
+        CHECK(run.bytes.find("Exit codes") != std::string::npos);
+    }
 }

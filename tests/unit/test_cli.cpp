@@ -12,10 +12,13 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "cli/accelerate_options.h"
 #include "cli/command_line.h"
+#include "cli/help_format.h"
 #include "cli/launch_options.h"
+#include "cli/option_groups.h"
 #include "launcher/errors.h"
 #include "launcher/job.h"
 #include "launcher/prompt_file.h"
@@ -41,6 +44,23 @@ std::string write_temp(const std::string& name, const std::string& text) {
     const std::string path = temp_path(name);
     std::ofstream(path) << text;
     return path;
+}
+
+// `text` with each run of white space (a line break and the next line's indent included) as one space.
+std::string squeezed(const std::string& text) {
+    std::string out;
+    for (char c : text) {
+        const bool space = c == ' ' || c == '\n';
+        if (!(space && (out.empty() || out.back() == ' '))) out += space ? ' ' : c;
+    }
+    return out;
+}
+
+// An environment whose --help is as wide as it gets, so that a choice list stays on its flag's line.
+FakeEnv wide_help() {
+    FakeEnv env;
+    env.vars["COLUMNS"] = "120";
+    return env;
 }
 
 }  // namespace
@@ -238,16 +258,18 @@ TEST_CASE("no flag, environment twin or config key appears twice across the tabl
 }
 
 TEST_CASE("--help renders every row's range, choices and default from the row, never by hand") {
-    const CommandLine help = parse({"--help"});
+    const CommandLine help = parse({"--help"}, wide_help());
     REQUIRE(help.action == CommandLine::Action::kPrint);
     CHECK(help.message.find("Examples:") != std::string::npos);
-    CHECK_MESSAGE(help.message.find(dp::cli::config_option().help_text()) != std::string::npos,
+    // Wrapped: the words of each row's text, whatever lines they fall on.
+    const std::string words = squeezed(help.message);
+    CHECK_MESSAGE(words.find(squeezed(dp::cli::config_option().help_text())) != std::string::npos,
                   dp::cli::config_option().help_text());
     for (const TableRow& row : every_table_row()) {
         const OptionDef& def = *row.def;
         CAPTURE(def.key);
         const std::string text = def.help_text();
-        CHECK_MESSAGE(help.message.find(text) != std::string::npos, text);
+        CHECK_MESSAGE(words.find(squeezed(text)) != std::string::npos, text);
         CHECK(text.find("[env: " + def.env + "]") != std::string::npos);
 
         std::string range;
@@ -1112,9 +1134,9 @@ TEST_CASE("a PROMPTS file that is a program is refused with the command that was
 }
 
 TEST_CASE("--help shows the usage lines once, and -q's help says what it silences") {
-    const CommandLine help = parse({"--help"});
+    const CommandLine help = parse({"--help"}, wide_help());
     REQUIRE(help.action == CommandLine::Action::kPrint);
-    const std::string& text = help.message;
+    const std::string text = squeezed(help.message);
     const std::size_t first = text.find("Usage:");
     REQUIRE(first != std::string::npos);
     CHECK_MESSAGE(text.find("Usage:", first + 1) == std::string::npos, text.substr(0, 600));
@@ -1655,6 +1677,7 @@ TEST_CASE(
     std::string line;
     std::getline(lines, line);  // the heading
     while (std::getline(lines, line) && line.rfind("  ", 0) == 0) {
+        if (line[2] == ' ') continue;  // a meaning's next line
         std::stringstream words(line);
         std::string first;
         words >> first;
@@ -1665,4 +1688,143 @@ TEST_CASE(
     }
     CHECK(shown == code);
     CHECK(shown_others == std::set<std::string>{"N", "128+S"});
+}
+
+namespace {
+
+// The widest line of `text`, in characters.
+std::size_t widest_line(const std::string& text) {
+    std::size_t widest = 0;
+    std::stringstream lines(text);
+    for (std::string line; std::getline(lines, line);)
+        widest = std::max(widest, dp::cli::display_width(line));
+    return widest;
+}
+
+const std::vector<std::vector<std::string>> kHelpPages = {
+    {"--help"},           {"-h"}, {"env", "--help"}, {"plan", "--help"}, {"arguments", "--help"},
+    {"compare", "--help"}};
+
+}  // namespace
+
+TEST_CASE("--help and each subcommand's fit COLUMNS: every line wrapped to it, none wider") {
+    for (const int columns : {30, 40, 60, 79, 80, 100, 120}) {
+        FakeEnv env;
+        env.vars["COLUMNS"] = std::to_string(columns);
+        for (const std::vector<std::string>& args : kHelpPages) {
+            CAPTURE(columns);
+            CAPTURE(args);
+            const CommandLine help = parse(args, env);
+            REQUIRE(help.action == CommandLine::Action::kPrint);
+            CHECK(widest_line(help.message) <= static_cast<std::size_t>(columns));
+            CHECK(help.message.find(" \n") == std::string::npos);  // no trailing blanks
+            // Wide enough for the rows to show side by side, and used.
+            if (columns >= 60 && args.front() == "--help") CHECK(widest_line(help.message) >= columns - 10);
+        }
+    }
+    // Wider than 120 reads badly: kept at 120; narrower than 30 is 30.
+    FakeEnv wide;
+    wide.vars["COLUMNS"] = "300";
+    CHECK(widest_line(parse({"--help"}, wide).message) == 120);
+    FakeEnv narrow;
+    narrow.vars["COLUMNS"] = "10";
+    CHECK(widest_line(parse({"--help"}, narrow).message) <= 30);
+    // The same words at any width.
+    FakeEnv at60, at120;
+    at60.vars["COLUMNS"] = "60";
+    at120.vars["COLUMNS"] = "120";
+    std::string narrow_words = parse({"--help"}, at60).message;
+    for (std::size_t at; (at = narrow_words.find(" \\\n")) != std::string::npos;)  // a command's next line
+        narrow_words.erase(at, 2);
+    CHECK(squeezed(narrow_words) == squeezed(parse({"--help"}, at120).message));
+}
+
+TEST_CASE("wrap_text: words whole at the width, a hanging indent, a word longer than a line cut") {
+    using dp::cli::wrap_text;
+    CHECK(wrap_text("aaa bbb ccc", 8, 0, 2) == "aaa bbb\n  ccc\n");
+    CHECK(wrap_text("aaa bbb", 20, 4, 0) == "    aaa bbb\n");
+    CHECK(wrap_text("abcdefghijkl", 10, 0, 0) == "abcdefghij\nkl\n");
+    CHECK(wrap_text("one\n\ntwo", 10, 0, 0) == "one\n\ntwo\n");
+    CHECK(wrap_text("", 10, 0, 0) == "\n");
+    CHECK(wrap_text("\xC3\xA9\xC3\xA9\xC3\xA9 x", 5, 0, 0) ==
+          "\xC3\xA9\xC3\xA9\xC3\xA9 x\n");  // 5 characters
+    CHECK(dp::cli::display_width("\xC3\xA9x") == 2);
+}
+
+TEST_CASE("--help lists the options under the headings a user scans, each row under its own") {
+    const CommandLine help = parse({"--help"}, wide_help());
+    const std::vector<std::string> headings = dp::cli::option_group_headings();
+    CHECK(headings.size() == 6);
+    std::size_t previous = 0;
+    for (const std::string& heading : headings) {
+        CAPTURE(heading);
+        const std::size_t at = help.message.find("\n" + heading + ":\n");
+        REQUIRE(at != std::string::npos);
+        CHECK(at > previous);  // in the order of option_groups()
+        previous = at;
+    }
+    std::set<std::string> listed;
+    for (const dp::cli::OptionGroup& group : dp::cli::option_groups())
+        for (const std::string& key : group.keys) CHECK_MESSAGE(listed.insert(key).second, key);
+    for (const OptionDef* def : dp::cli::all_option_defs()) {
+        CAPTURE(def->key);
+        // A new row goes under one of the headings: list its key in cli/option_groups.cpp.
+        CHECK(std::find(headings.begin(), headings.end(), def->group) != headings.end());
+        listed.erase(def->key);
+        // Under its heading: after it, before the next one.
+        const std::size_t heading = help.message.find("\n" + def->group + ":\n");
+        std::size_t next = help.message.size();
+        for (const std::string& h : headings)
+            if (const std::size_t at = help.message.find("\n" + h + ":\n"); at > heading && at < next)
+                next = at;
+        const std::size_t row = help.message.find("--" + def->long_flag.substr(2) + " ", heading);
+        const std::size_t row_end = help.message.find("--" + def->long_flag.substr(2) + ",", heading);
+        CHECK(std::min(row, row_end) < next);
+    }
+    for (std::string key : listed) {  // an option outside the tables (--prompt): on the page
+        std::replace(key.begin(), key.end(), '_', '-');
+        CHECK_MESSAGE(help.message.find("\n  --" + key + " ") != std::string::npos, key);
+    }
+    // Every --a-b is also --a_b (the help says so once instead of listing both).
+    CLI::App app;
+    dp::cli::RawLaunchOptions raw;
+    dp::cli::add_launch_options(app, raw);
+    for (const CLI::Option* opt : app.get_options()) {
+        const std::vector<std::string>& names = opt->get_lnames();
+        for (std::string name : names) {
+            std::replace(name.begin(), name.end(), '-', '_');
+            CHECK_MESSAGE(std::find(names.begin(), names.end(), name) != names.end(), name);
+        }
+    }
+}
+
+TEST_CASE("each subcommand's --help has its own usage and options, and not the launcher's examples") {
+    const std::vector<std::tuple<std::string, std::vector<std::string>, std::vector<std::string>>> pages = {
+        {"env", {"Usage: dp-launch env [--json]", "--json"}, {"--num-processes", "--model"}},
+        {"plan",
+         {"Usage: dp-launch plan [OPTIONS] [PROMPTS]", "--num-processes", "--nnodes", "--model", "--ulysses",
+          "--tp", "--strategy", "--steps", "--width", "--dtype", "dp-launch plan --model tiny-random-sd3"},
+         {"--log-dir", "--max-restarts", "--overwrite"}},
+        {"arguments",
+         {"Usage: dp-launch arguments [--model M]", "--json", "--model", "--revision", "--steps",
+          "--guidance-scale"},
+         {"--num-processes", "--ulysses"}},
+        {"compare",
+         {"Usage: dp-launch compare RUN_A RUN_B", "--min-psnr X", "--min-ssim X", "--gallery FILE"},
+         {"--num-processes", "--model"}},
+    };
+    const std::string main_help = parse({"--help"}, wide_help()).message;
+    for (const auto& [name, shown, not_shown] : pages) {
+        CAPTURE(name);
+        const CommandLine help = parse({name, "--help"}, wide_help());
+        REQUIRE(help.action == CommandLine::Action::kPrint);
+        CHECK(help.message != main_help);
+        for (const std::string& text : shown)
+            CHECK_MESSAGE(help.message.find(text) != std::string::npos, text);
+        for (const std::string& text : not_shown)
+            CHECK_MESSAGE(help.message.find(text) == std::string::npos, text);
+        CHECK(help.message.find("dp-launch -n 2 --model models/sd3 prompts.txt") == std::string::npos);
+        CHECK(help.message.find("Exit codes") == std::string::npos);
+        CHECK(help.message.find("Subcommands") == std::string::npos);
+    }
 }
