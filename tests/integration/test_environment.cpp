@@ -196,3 +196,18 @@ TEST_CASE("usage errors exit 2 with one line on stderr and start nothing") {
         CHECK(r.out.empty());
     }
 }
+
+TEST_CASE("a model that is not there exits 66 with one line, named by path, shipped name or hub id") {
+    const std::string dir = make_temp_dir();
+    std::ofstream(dir + "/prompts.txt") << "a red circle\n";
+    for (const std::string model :
+         {dir + "/no-such-folder", std::string("no-such-model"), std::string("org/absent")}) {
+        CAPTURE(model);
+        const LaunchResult r = run_launch({"--model", model, "-o", dir + "/out", dir + "/prompts.txt"},
+                                          {{"HF_HUB_CACHE", dir + "/hub"}});
+        CHECK(r.exit_code == 66);
+        CHECK(r.err.rfind("dp-launch: --model ", 0) == 0);
+        CHECK(r.err.find('\n') == r.err.size() - 1);
+        CHECK_FALSE(file_exists(dir + "/out"));
+    }
+}
