@@ -278,10 +278,11 @@ std::string resolve_model(const std::string& name, const std::string& source, co
                              "; --revision applies to a Hugging Face repo id (ORG/NAME) found in the cache");
     };
     const bool has_slash = name.find('/') != std::string::npos;
+    // A model that is not where it is named is missing input (66), however it is named: a path (a
+    // symlink loop included, as for every other input file), a shipped model's name or a repo id
+    // (find_hub_snapshot).
     if (const std::string loop = strategies::missing_file_text(name, ""); !loop.empty())
-        throw UsageError(source + " " + shown + ": " + loop);
-    // A model that is not where it is named is missing input (66), however it is named: a path, a
-    // shipped model's name or a repo id (find_hub_snapshot).
+        throw Error(source + " " + shown + ": " + loop, kExitNoInput);
     if (exists(name) && (has_slash || is_model_dir(name))) {  // an existing path always wins
         no_revision("a folder");
         if (!is_model_dir(name))
