@@ -261,9 +261,7 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
     return file;
 }
 
-GgufFile::~GgufFile() {
-    if (map_) munmap(map_, map_size_);
-}
+GgufFile::~GgufFile() { unmap_model_file({map_, map_size_}); }
 
 const GgufTensorInfo& GgufFile::info(const std::string& name) const {
     const auto it = tensors_.find(name);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "protocol/errors.h"
+#include "strategies/mapped_files.h"
 
 namespace dp::strategies {
 namespace {
@@ -235,7 +236,19 @@ MappedModelFile map_model_file(const std::string& path, std::size_t min_size, co
     const int err = errno;
     ::close(fd);
     if (map == MAP_FAILED) throw protocol::ModelError(path + ": cannot map (" + std::strerror(err) + ")");
+    try {
+        register_mapping(map, size, path, st);  // Note [files that change under a job]
+    } catch (...) {
+        munmap(map, size);
+        throw;
+    }
     return {map, size};
+}
+
+void unmap_model_file(const MappedModelFile& mapped) {
+    if (!mapped.data) return;
+    unregister_mapping(mapped.data);
+    munmap(mapped.data, mapped.size);
 }
 
 }  // namespace dp::strategies

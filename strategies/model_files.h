@@ -24,15 +24,18 @@ int open_model_file(const std::string& path);
 // file is larger than `max_bytes` or cannot be read.
 std::string read_model_file(const std::string& path, std::size_t max_bytes = std::size_t{64} << 20);
 
-// The regular file `path` mapped read-only (MAP_PRIVATE), the caller's to munmap(data, size).
+// The regular file `path` mapped read-only (MAP_PRIVATE), the caller's to unmap_model_file.
 // Throws protocol::ModelError as open_model_file does, when it cannot be mapped, and when it has
-// fewer than `min_size` bytes: "PATH: TOO_SMALL (N bytes, less than HEADER)".
+// fewer than `min_size` bytes: "PATH: TOO_SMALL (N bytes, less than HEADER)". The mapping is
+// registered with its path (Note [files that change under a job], strategies/mapped_files.h).
 struct MappedModelFile {
     void* data = nullptr;
     std::size_t size = 0;
 };
 MappedModelFile map_model_file(const std::string& path, std::size_t min_size, const std::string& too_small,
                                const std::string& header);
+// Unmaps what map_model_file mapped (nothing for an empty one).
+void unmap_model_file(const MappedModelFile& mapped);
 
 // Whether `path` exists at all (any kind of file), without opening it.
 bool model_file_exists(const std::string& path);

@@ -150,29 +150,39 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     file->path_ = path;
     const MappedModelFile mapped =
         map_model_file(path, 8, "truncated safetensors file", "its 8-byte header length");
-    void* map = mapped.data;
-    const std::size_t size = mapped.size;
-    file->map_ = map;
-    file->map_size_ = size;
+    file->map_ = mapped.data;
+    file->map_size_ = mapped.size;
+    file->parse(static_cast<const std::byte*>(mapped.data), mapped.size);
+    return file;
+}
 
-    const auto* bytes = static_cast<const std::byte*>(map);
+std::shared_ptr<SafetensorsFile> SafetensorsFile::read(const std::string& path) {
+    std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
+    file->path_ = path;
+    file->owned_ = read_model_file(path, std::numeric_limits<std::size_t>::max());
+    const std::string& bytes = file->owned_;
+    if (bytes.size() < 8)
+        throw ModelError(path + ": truncated safetensors file (" + std::to_string(bytes.size()) +
+                         " bytes, less than its 8-byte header length)");
+    file->parse(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());
+    return file;
+}
+
+void SafetensorsFile::parse(const std::byte* bytes, std::size_t size) {
     std::uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<std::uint8_t>(bytes[i]);
     if (header_len > kMaxHeaderBytes || header_len > size - 8)
-        throw ModelError(path + ": corrupt or truncated safetensors file (header length " +
+        throw ModelError(path_ + ": corrupt or truncated safetensors file (header length " +
                          std::to_string(header_len) + " but the file has " + std::to_string(size) +
                          " bytes)");
     const std::string json_text(reinterpret_cast<const char*>(bytes + 8),
                                 static_cast<std::size_t>(header_len));
-    file->data_ = bytes + 8 + header_len;
-    file->tensors_ = parse_safetensors_header(json_text, size - 8 - static_cast<std::size_t>(header_len),
-                                              path, &file->metadata_);
-    return file;
+    data_ = bytes + 8 + header_len;
+    tensors_ = parse_safetensors_header(json_text, size - 8 - static_cast<std::size_t>(header_len), path_,
+                                        &metadata_);
 }
 
-SafetensorsFile::~SafetensorsFile() {
-    if (map_) munmap(map_, map_size_);
-}
+SafetensorsFile::~SafetensorsFile() { unmap_model_file({map_, map_size_}); }
 
 const StTensorInfo& SafetensorsFile::info(const std::string& name) const {
     auto it = tensors_.find(name);

@@ -47,6 +47,9 @@ class SafetensorsFile {
   public:
     // Maps `path` read-only and validates its header. Throws ModelError.
     static std::shared_ptr<SafetensorsFile> open(const std::string& path);
+    // Reads the whole of `path` into memory of its own (a copy that cannot change under it,
+    // Note [files that change under a job]) and validates its header. Throws ModelError.
+    static std::shared_ptr<SafetensorsFile> read(const std::string& path);
     ~SafetensorsFile();
     SafetensorsFile(const SafetensorsFile&) = delete;
     SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -57,12 +60,16 @@ class SafetensorsFile {
     bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
     // Throws ModelError naming the file when the tensor is absent.
     const StTensorInfo& info(const std::string& name) const;
-    // The tensor's bytes, inside the mapping (valid while this object lives).
+    // The tensor's bytes, inside the mapping or the copy (valid while this object lives).
     const std::byte* data(const std::string& name) const;
+    // The whole file's bytes, when it was read (empty when it is mapped).
+    const std::string& bytes() const { return owned_; }
 
   private:
     SafetensorsFile() = default;
+    void parse(const std::byte* bytes, std::size_t size);
     std::string path_;
+    std::string owned_;  // the file's bytes, when it was read rather than mapped
     void* map_ = nullptr;
     std::size_t map_size_ = 0;
     const std::byte* data_ = nullptr;

@@ -1,8 +1,12 @@
 // Model files are opened without blocking and must be regular files: a FIFO, a device or a folder
-// is refused at once with the path named, never waited on.
+// is refused at once with the path named, never waited on. A mapped file that changes under the
+// process is named (Note [files that change under a job]).
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,6 +27,7 @@
 #include "launcher/prompt_file.h"
 #include "protocol/errors.h"
 #include "strategies/lora.h"
+#include "strategies/mapped_files.h"
 #include "strategies/model_config.h"
 #include "strategies/model_files.h"
 #include "strategies/model_sizes.h"
@@ -242,4 +248,136 @@ TEST_CASE("a symlink loop given as a model, adapter, prompt, component or config
     CHECK(missing_file_text(missing, "no such file") == "no such file");
     CHECK(dp::launcher::config_file_problem("--config", loop, ELOOP, no_env) ==
           "--config " + loop + ": cannot read the file: " + dp::strategies::kSymlinkLoop);
+}
+
+namespace {
+
+// A file of `pages` pages of 'w' at `path`.
+void write_pages(const std::string& path, int pages) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        << std::string(static_cast<std::size_t>(pages * sysconf(_SC_PAGESIZE)), 'w');
+}
+
+// Writes a byte in the middle of `path` in place until its modification time is not `was` (the
+// clock that stamps files moves in ticks of a few ms).
+void rewrite_in_place(const std::string& path, const timespec& was) {
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+        const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+        REQUIRE(fd >= 0);
+        REQUIRE(pwrite(fd, "x", 1, 100) == 1);
+        close(fd);
+        struct stat st {};
+        REQUIRE(stat(path.c_str(), &st) == 0);
+        if (st.st_mtim.tv_sec != was.tv_sec || st.st_mtim.tv_nsec != was.tv_nsec) return;
+        REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+    }
+}
+
+// What a child process does with a guarded mapping of `path`: its exit code (128 + the signal
+// that killed it) and what it wrote to stderr.
+struct ChildEnd {
+    int code = -1;
+    std::string err;
+};
+ChildEnd in_child(const std::string& err_path, const std::function<void()>& body) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        const int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        dup2(fd, STDERR_FILENO);
+        guard_mapped_files("child: ");
+        try {
+            body();
+        } catch (const dp::protocol::Error& e) {
+            const std::string line = std::string("child: ") + e.what() + "\n";
+            (void)!write(STDERR_FILENO, line.data(), line.size());
+            _exit(e.exit_code());
+        }
+        _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    std::ifstream in(err_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), text.str()};
+}
+
+}  // namespace
+
+TEST_CASE("a mapped file that changes is named: truncated, rewritten in place, replaced or removed") {
+    const std::string dir = fresh_dir("mapped");
+    const std::string path = dir + "/model.safetensors";
+    struct Case {
+        const char* name;
+        std::function<void(const timespec&)> change;
+        std::string says;
+    };
+    const std::string pages = std::to_string(3 * sysconf(_SC_PAGESIZE));
+    const std::vector<Case> cases = {
+        {"truncated", [&](const timespec&) { REQUIRE(truncate(path.c_str(), 10) == 0); },
+         "changed or was truncated while the job ran (" + pages + " bytes when it was mapped, 10 now)"},
+        {"rewritten in place", [&](const timespec& was) { rewrite_in_place(path, was); },
+         "was rewritten while the job ran"},
+        {"replaced",
+         [&](const timespec&) {
+             write_pages(path + ".new", 3);
+             REQUIRE(rename((path + ".new").c_str(), path.c_str()) == 0);
+         },
+         "was replaced while the job ran"},
+        {"removed", [&](const timespec&) { REQUIRE(unlink(path.c_str()) == 0); },
+         "was removed while the job ran"},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(c.name);
+        write_pages(path, 3);
+        struct stat st {};
+        REQUIRE(stat(path.c_str(), &st) == 0);
+        const MappedModelFile mapped = map_model_file(path, 8, "too small", "8 bytes");
+        CHECK(changed_mapped_file().empty());
+        c.change(st.st_mtim);
+        const std::string why = changed_mapped_file();
+        CHECK_MESSAGE(why.find(path + " " + c.says) != std::string::npos, why);
+        unmap_model_file(mapped);
+        CHECK(changed_mapped_file().empty());  // no longer mapped: nothing can change under it
+    }
+}
+
+TEST_CASE("a guarded process names a mapped file truncated under it instead of dying by SIGBUS") {
+    const std::string dir = fresh_dir("guarded");
+    const std::string path = dir + "/weights.gguf";
+    const long page = sysconf(_SC_PAGESIZE);
+    struct Case {
+        const char* name;
+        std::function<void()> body;
+        int code;
+        const char* says;
+    };
+    const std::vector<Case> cases = {
+        {"a read past the new end",
+         [&] {
+             const MappedModelFile m = map_model_file(path, 8, "too small", "8 bytes");
+             REQUIRE(truncate(path.c_str(), page) == 0);
+             (void)static_cast<volatile const char*>(m.data)[2 * page];
+         },
+         74, " changed or was truncated while the job ran (mapped at 0x"},
+        {"the same path mapped again as another file",
+         [&] {
+             unmap_model_file(map_model_file(path, 8, "too small", "8 bytes"));
+             write_pages(path + ".new", 2);
+             REQUIRE(rename((path + ".new").c_str(), path.c_str()) == 0);
+             map_model_file(path, 8, "too small", "8 bytes");
+         },
+         74, " was replaced while the job ran"},
+        // Not in a mapping: the default action, as without the guard.
+        {"a SIGBUS sent to it", [] { raise(SIGBUS); }, 128 + SIGBUS, ""},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(c.name);
+        write_pages(path, 3);
+        const ChildEnd end = in_child(dir + "/stderr", c.body);
+        CHECK_MESSAGE(end.code == c.code, end.err);
+        if (*c.says) CHECK_MESSAGE(end.err.find("child: " + path + c.says) != std::string::npos, end.err);
+    }
 }
