@@ -33,6 +33,7 @@
 #include "runtime/prompt_queue.h"
 #include "runtime/rank_failure.h"
 #include "strategies/device_map.h"
+#include "strategies/mapped_files.h"
 #include "strategies/mesh.h"
 #include "strategies/model_config.h"
 #include "strategies/model_sizes.h"
@@ -91,30 +92,33 @@ class StatusChannel {
     std::chrono::steady_clock::time_point last_sent_{};
 };
 
-// Test only: DP_TEST_KILL_AT_STEP=RANK:STEP makes rank RANK kill itself with SIGKILL after its
-// STEP-th denoising step (counted over all its prompts), so that the integration tests see what
-// the other ranks of a group do when one dies in the middle of a collective. Nothing sets it but
-// those tests.
+// Test only: DP_TEST_KILL_AT_STEP=RANK:STEP[:SIGNAL] makes rank RANK send itself SIGNAL (SIGKILL
+// when it is left out) after its STEP-th denoising step (counted over all its prompts), so that
+// the integration tests see what the other ranks of a group do when one dies in the middle of a
+// collective, or, with SIGSTOP (19), change a file while the rank is held at a known step.
+// Nothing sets it but those tests.
 class TestKillSwitch {
   public:
     explicit TestKillSwitch(int rank) {
         const char* v = std::getenv("DP_TEST_KILL_AT_STEP");
         if (!v || !*v) return;
         int target = -1;
-        if (std::sscanf(v, "%d:%lld", &target, &at_step_) != 2 || at_step_ < 1)
+        const int n = std::sscanf(v, "%d:%lld:%d", &target, &at_step_, &signal_);
+        if (n < 2 || at_step_ < 1 || signal_ < 1 || signal_ >= NSIG)
             throw protocol::UsageError(std::string("DP_TEST_KILL_AT_STEP='") + v +
-                                       "': expected RANK:STEP (a test-only setting)");
+                                       "': expected RANK:STEP[:SIGNAL] (a test-only setting)");
         armed_ = target == rank;
     }
     // Called after each denoising step.
     void step() {
-        if (armed_ && ++steps_ == at_step_) ::raise(SIGKILL);
+        if (armed_ && ++steps_ == at_step_) ::raise(signal_);
     }
     bool armed() const { return armed_; }
 
   private:
     bool armed_ = false;
     long long at_step_ = 0;
+    int signal_ = SIGKILL;
     long long steps_ = 0;
 };
 
@@ -200,6 +204,13 @@ void stop_if_asked(int rank, const std::string& where) {
     const char* name = sigabbrev_np(sig);
     throw Error("rank " + std::to_string(rank) + " stopped by SIG" + (name ? name : "?") + " " + where,
                 128 + sig);
+}
+
+// Throws IoError (74) naming the first mapped file that changed since it was mapped (Note [files
+// that change under a job], strategies/mapped_files.h).
+void stop_if_files_changed() {
+    const std::string why = strategies::changed_mapped_file();
+    if (!why.empty()) throw protocol::IoError(why);
 }
 
 // device_map's plan as the executor's slots: the launcher's plan from the job file, or, when the
@@ -356,6 +367,7 @@ class RankWork {
             status_.send(take);
         }
         stop_if_asked(rank_, "before prompt " + std::to_string(first.index));
+        stop_if_files_changed();
         status_.send(
             protocol::HeartbeatEvent{rank_, protocol::RankPhase::kGenerating, first.index, 0, first.steps});
         std::vector<GenerateRequest> requests;
@@ -376,10 +388,12 @@ class RankWork {
         try {
             results = pipeline.generate_batch(requests);
         } catch (const Error& e) {
+            stop_if_files_changed();  // the cause, when a file changed under the batch
             if (!is_prompt_error(e)) throw;
             for (const JobRequest* r : group) fail(*r, e.what());
             return;
         }
+        stop_if_files_changed();  // the images may hold other bytes than the job's records say
         const double ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
             static_cast<double>(group.size());
@@ -525,10 +539,19 @@ static int report_failure(int rank, std::optional<StatusChannel>& status, const 
     return f.code;
 }
 
+// What ended the rank: a file the job maps that changed under it, whatever error that caused
+// (Note [files that change under a job]); else `e` as classify_rank_failure sees it.
+static RankFailure failure_of(const std::exception& e, int code, const std::string& what) {
+    const std::string changed = strategies::changed_mapped_file();
+    if (!changed.empty()) return {strategies::kExitFileChanged, changed};
+    return classify_rank_failure(e, code, what);
+}
+
 int run_worker(const std::string& job_path) {
     int rank = 0;
     std::optional<StatusChannel> status;
     install_stop_handlers();
+    strategies::guard_mapped_files("dp-worker: ");  // before any file is mapped
     try {
         rank = env_int("RANK", 0, 0, 1 << 24);
         const int status_fd = env_int("DP_STATUS_FD", -1, -1, 1 << 20);
@@ -538,13 +561,12 @@ int run_worker(const std::string& job_path) {
         if (job.step_events) status->send_every_step();
         return run_rank(job, rank, *status);
     } catch (const Error& e) {
-        return report_failure(rank, status, classify_rank_failure(e, e.exit_code(), e.what()));
+        return report_failure(rank, status, failure_of(e, e.exit_code(), e.what()));
     } catch (const std::exception& e) {
         // Not one of our errors: a resource the system refused (Note [resource failures in a
         // rank]), else a broken promise in our code or a library's, never the input.
         return report_failure(
-            rank, status,
-            classify_rank_failure(e, protocol::kExitInternal, std::string("internal error: ") + e.what()));
+            rank, status, failure_of(e, protocol::kExitInternal, std::string("internal error: ") + e.what()));
     }
 }
 

@@ -560,13 +560,17 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
             path + ": " +
                 missing_file_text(path, "no such adapter file (--lora or a prompt line's \"lora\")"),
             protocol::kExitNoInput);
-    const std::shared_ptr<SafetensorsFile> file =
-        SafetensorsFile::open(path);  // a valid safetensors file, or 65
+    return read_lora_layout(*SafetensorsFile::open(path), spec, model);  // a valid safetensors file, or 65
+}
+
+LoraLayout read_lora_layout(const SafetensorsFile& file, const ParallelSpec& spec,
+                            const ModelTensors& model) {
+    const std::string& path = file.path();
     const FamilyFacts& family = facts_of(spec);
     LoraLayout layout;
     layout.path = path;
     std::vector<std::string> names;
-    for (const auto& [name, info] : file->tensors()) names.push_back(name);
+    for (const auto& [name, info] : file.tensors()) names.push_back(name);
     if (names.empty()) throw ModelError(path + ": holds no tensors (is it a LoRA adapter?)");
     for (const std::string& name : names)
         for (const Refused& r : kRefused)
@@ -579,7 +583,7 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
     std::vector<std::string> unmapped;
     pair_tensors(path, names, pairs, unmapped);
     const auto by_underscored = underscored_modules(model);
-    const std::map<std::string, PeftConfig> configs = peft_configs(*file);
+    const std::map<std::string, PeftConfig> configs = peft_configs(file);
     // First where each pair points: keys of another model are named before any shape is compared.
     bool kohya = false, original = false;
     std::vector<Mapped> mapped;
@@ -609,7 +613,7 @@ LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, c
                          spec.display_name + " model: " + list + looks);
     }
     std::set<std::string> changed;  // component/weight: a weight changed twice by one file is a mistake
-    for (const Mapped& m : mapped) add_terms(*file, m, model, configs, looks, changed, layout);
+    for (const Mapped& m : mapped) add_terms(file, m, model, configs, looks, changed, layout);
     layout.format = kohya      ? family.kohya_format
                     : original ? "original layout (diffusion_model.)"
                                : "diffusers/PEFT";

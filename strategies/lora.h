@@ -32,6 +32,8 @@
 
 namespace dp::strategies {
 
+class SafetensorsFile;
+
 // Component -> tensor name -> shape: the weights an adapter may change.
 using ModelTensors = std::map<std::string, std::map<std::string, std::vector<int64_t>>>;
 
@@ -65,6 +67,8 @@ struct LoraLayout {
 // (named), keys that map to no weight of this model (the first few, and which model family the
 // adapter looks made for), a shape that does not fit its weight, or an alpha that is not finite.
 LoraLayout read_lora_layout(const std::string& path, const ParallelSpec& spec, const ModelTensors& model);
+// The same of a file already open (the worker's copy of an adapter's bytes, runtime/io/lora.h).
+LoraLayout read_lora_layout(const SafetensorsFile& file, const ParallelSpec& spec, const ModelTensors& model);
 
 // Throws protocol::ModelError naming the file, the tensor and the element when a LoRA tensor of
 // `layout` holds NaN or an infinity (F64, F32, F16, BF16 and fp8 tensors; integers hold none):

@@ -6,16 +6,40 @@
 
 #include "runtime/io/safetensors.h"
 #include "runtime/io/tensor_io.h"
+#include "strategies/model_files.h"
+#include "strategies/sha256.h"
 
 namespace dp::runtime {
+namespace {
+
+// The bytes of `adapter`'s file, read once into memory of their own: when the launcher gave the
+// file's SHA-256 (the one the manifest records), they must be the bytes it hashed, or IoError (74)
+// naming the file (Note [an adapter is the bytes it was hashed as], lora.h).
+std::shared_ptr<SafetensorsFile> read_adapter(const protocol::Adapter& adapter) {
+    if (!strategies::model_file_exists(adapter.path))
+        throw protocol::IoError(adapter.path +
+                                " was removed while the job ran; a job's model and adapter files "
+                                "must stay as they are until it ends");
+    std::shared_ptr<SafetensorsFile> file = SafetensorsFile::read(adapter.path);
+    if (adapter.sha256.empty()) return file;
+    const std::string now = strategies::sha256_hex(file->bytes().data(), file->bytes().size());
+    if (now != adapter.sha256)
+        throw protocol::IoError(adapter.path + " changed while the job ran: its SHA-256 is now " + now +
+                                ", not the " + adapter.sha256 +
+                                " dp-launch checked and records; a job's model and adapter files must stay "
+                                "as they are until it ends: run it again once they have settled");
+    return file;
+}
+
+}  // namespace
 
 std::map<std::string, std::shared_ptr<const WeightDeltas>> load_lora_deltas(
     const protocol::Adapters& adapters, const strategies::ParallelSpec& spec,
     const strategies::ModelTensors& model) {
     std::map<std::string, WeightDeltas> by_component;
     for (const protocol::Adapter& adapter : adapters) {
-        const strategies::LoraLayout layout = strategies::read_lora_layout(adapter.path, spec, model);
-        const std::shared_ptr<SafetensorsFile> file = SafetensorsFile::open(adapter.path);
+        const std::shared_ptr<SafetensorsFile> file = read_adapter(adapter);
+        const strategies::LoraLayout layout = strategies::read_lora_layout(*file, spec, model);
         for (const strategies::LoraTerm& term : layout.terms) {
             WeightDelta d;
             d.down = load_tensor(file, term.down, at::kFloat);
