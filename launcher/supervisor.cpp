@@ -60,14 +60,22 @@ struct Rank : RankLiveness {
 // Why dp-launch itself stopped the job.
 enum class StopReason { kNone, kHang, kJobTimeout };
 
+// Note [a rank killed by SIGBUS]: a process dies by SIGBUS when a page of a file it mapped cannot
+// be read: the file was truncated under it, or the disk failed. dp-worker reports its own mapped
+// files by name and exits 74 (Note [files that change under a job], strategies/mapped_files.h);
+// a rank that dies by SIGBUS all the same (another program as the rank, a library's mapping) is
+// the same failure, so it is reported as such and gives 74 too, not a 135 a scheduler would retry.
 int exit_code_of(int wait_status) {
     if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+    if (WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGBUS) return protocol::kExitIo;
     if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
     return kExitInternal;
 }
 
 std::string describe_status(int wait_status) {
     if (WIFEXITED(wait_status)) return "exited with code " + std::to_string(WEXITSTATUS(wait_status));
+    if (WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGBUS)
+        return "killed by SIGBUS (a mapped file changed or the disk failed)";
     if (WIFSIGNALED(wait_status)) return "killed by " + signal_name(WTERMSIG(wait_status));
     return "ended with wait status " + std::to_string(wait_status);
 }

@@ -65,6 +65,16 @@ TEST_CASE("a rank killed by a signal gives 128 + signal") {
     CHECK(r.err.find("killed by SIGSEGV") != std::string::npos);
 }
 
+TEST_CASE("a rank killed by SIGBUS gives 74 and says a mapped file changed, not a retryable 135") {
+    const std::string dir = make_temp_dir();
+    LaunchResult r = run_launch({"-n", "1", "--", worker_bin(), "sigbus", dir});
+    CHECK_MESSAGE(r.exit_code == 74, r.err);
+    CHECK_MESSAGE(
+        r.err.find("rank 0 killed by SIGBUS (a mapped file changed or the disk failed)") != std::string::npos,
+        r.err);
+    CHECK_MESSAGE(r.err.find("may succeed") == std::string::npos, r.err);
+}
+
 TEST_CASE("a command that does not exist exits 127 and says so") {
     LaunchResult r = run_launch({"-n", "2", "--", "/nonexistent/program"});
     CHECK(r.exit_code == 127);

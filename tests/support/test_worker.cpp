@@ -14,6 +14,8 @@
 //                           SIGTERM/SIGINT
 //   sleep SECONDS           sleep, then exit 0
 //   stderr-exit CODE        print 15 numbered lines to stderr, then exit CODE
+//   sigbus DIR              map a file in DIR, truncate it and read past its new end: killed by
+//                           SIGBUS, as a rank whose mapped file is truncated under it
 //   daemon DIR exit|wait    start a daemon (fork, setsid, fork: it leaves the rank's process group
 //                           and session) and a child in the rank's group, write their pids to
 //                           DIR/daemon_<RANK>, then exit 0 or wait forever
@@ -26,6 +28,7 @@
 //                           sets rank R's step time only.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -280,6 +283,16 @@ int main(int argc, char** argv) {
     if (mode == "stderr-exit") {
         for (int i = 1; i <= 15; ++i) std::fprintf(stderr, "stderr line %d\n", i);
         return std::atoi(arg(2).c_str());
+    }
+    if (mode == "sigbus") {
+        // A file of its own mapped, truncated, then read where its end was: the kernel's SIGBUS.
+        const std::string path = arg(2) + "/mapped_" + std::to_string(g_rank);
+        const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        const long page = sysconf(_SC_PAGESIZE);
+        if (fd < 0 || ftruncate(fd, 2 * page) != 0) return 3;
+        void* map = mmap(nullptr, static_cast<size_t>(2 * page), PROT_READ, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED || ftruncate(fd, 0) != 0) return 3;
+        return static_cast<volatile const char*>(map)[page];  // never returns
     }
     std::fprintf(stderr, "dp-test-worker: unknown mode '%s'\n", mode.c_str());
     return 2;
