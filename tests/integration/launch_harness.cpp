@@ -253,6 +253,26 @@ std::vector<pid_t> processes_with_marker(const std::string& marker) {
     return found;
 }
 
+pid_t stopped_process(const std::string& marker, double timeout_s) {
+    pid_t stopped = -1;
+    wait_until(
+        [&] {
+            for (const pid_t pid : processes_with_marker(marker)) {
+                std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+                std::string line;
+                std::getline(stat, line);
+                const auto paren = line.rfind(')');
+                if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T') {
+                    stopped = pid;
+                    return true;
+                }
+            }
+            return false;
+        },
+        timeout_s);
+    return stopped;
+}
+
 bool wait_until(const std::function<bool()>& pred, double timeout_s) {
     const double deadline = monotonic_seconds() + timeout_s;
     while (monotonic_seconds() < deadline) {

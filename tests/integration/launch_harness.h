@@ -90,6 +90,10 @@ LaunchResult run_leaving_nothing(const std::vector<std::string>& args,
 // Live (non-zombie) processes whose environment contains DP_TEST_MARKER=marker.
 std::vector<pid_t> processes_with_marker(const std::string& marker);
 
+// A process of the job marked `marker` that is stopped (SIGSTOP), polled for until `timeout_s`
+// passes; -1 when none is.
+pid_t stopped_process(const std::string& marker, double timeout_s);
+
 // Polls pred every 5 ms until it holds or the timeout passes.
 bool wait_until(const std::function<bool()>& pred, double timeout_s);
 

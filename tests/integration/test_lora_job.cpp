@@ -2,9 +2,11 @@
 // adapters peft made and diffusers saved (scripts/golden/golden_lora.py): per prompt in one job and
 // for the whole job by --lora, with two data-parallel ranks, the images are diffusers'; the manifest
 // names each image's adapters with path, sha256 and scale; and a missing, truncated or foreign
-// adapter is refused before anything starts, naming the file.
+// adapter is refused before anything starts, naming the file; an adapter overwritten while the job
+// runs is never recorded with the SHA-256 of other bytes than those its images were made from.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -14,6 +16,7 @@
 
 #include "integration/job_outputs.h"
 #include "integration/launch_harness.h"
+#include "strategies/sha256.h"
 #include "support/test_paths.h"
 
 // Images and records only: ctest may run these beside other tests (tests/CMakeLists.txt).
@@ -152,3 +155,37 @@ TEST_CASE(
 }
 
 TEST_SUITE_END();
+
+// It stops and continues a rank: not beside other tests (tests/CMakeLists.txt).
+TEST_CASE("lora: an adapter overwritten under a running job is never recorded with another file's SHA-256") {
+    const std::string dir = make_temp_dir();
+    const std::string file = dir + "/style.safetensors";
+    { std::ofstream(file, std::ios::binary) << read_file(adapter("flux_peft.safetensors")); }
+    nlohmann::json base = line_of("flux_peft", false), styled = base;
+    styled["lora"] = file;
+    // Sets run in the order of their first line, the base one first: the rank stops itself after
+    // its first step, before it reads the adapter, which is overwritten in place (as cp does) with
+    // another adapter of the same model after dp-launch hashed it.
+    Launch launch({"--model", tiny_flux(), "-n", "1", "-o", dir + "/out", "-q",
+                   write_lines(dir + "/p.jsonl", {base, styled})},
+                  {{"DP_TEST_KILL_AT_STEP", "0:1:" + std::to_string(SIGSTOP)}});
+    const pid_t rank = stopped_process(launch.marker(), 120);
+    REQUIRE(rank > 0);
+    {
+        std::ofstream(file, std::ios::binary | std::ios::trunc)
+            << read_file(adapter("flux_kohya.safetensors"));
+    }
+    kill(rank, SIGCONT);
+    const LaunchResult r = launch.wait(240);
+    INFO(r.err);
+    // An image recorded with the adapter was made from the bytes its SHA-256 names; here there is
+    // none: the rank stops, naming the file.
+    const std::string now = dp::strategies::file_sha256(file);
+    for (const auto& record : read_manifest(dir + "/out"))
+        if (record.at("status") == "ok" && record.contains("lora"))
+            CHECK(record.at("lora")[0].at("sha256") == now);
+    CHECK(r.exit_code == 74);
+    CHECK(r.err.find(file + " changed while the job ran: its SHA-256 is now " + now) != std::string::npos);
+    CHECK(r.err.find("may succeed") == std::string::npos);
+    remove_dir(dir);
+}

@@ -1,10 +1,17 @@
 // A rank that dies or hangs in the middle of a collective: the others leave with exit code 75
 // within the group's timeout instead of carrying on, and dp-launch books the unfinished prompts
-// as not run. The dying rank is made by the worker's test-only DP_TEST_KILL_AT_STEP.
+// as not run. The dying rank is made by the worker's test-only DP_TEST_KILL_AT_STEP. A weight file
+// that changes under a running rank (held by DP_TEST_KILL_AT_STEP's SIGSTOP while it changes)
+// ends the job with 74 and the file named.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include <fstream>
 #include <map>
@@ -281,4 +288,81 @@ TEST_CASE(
     const LaunchResult started = run_launch(forced, {}, 60);
     CHECK_MESSAGE(started.exit_code == 0, started.err);
     CHECK(started.out.find("over " + ranks + " rank(s)") != std::string::npos);
+}
+
+namespace {
+
+// The file at `path` rewritten in place, the same size, a byte in its middle changed, until its
+// modification time is not `was` (the clock that stamps files moves in ticks of a few ms).
+void rewrite_in_place(const std::string& path, const timespec& was) {
+    const double start = monotonic_seconds();
+    for (;;) {
+        const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+        REQUIRE(fd >= 0);
+        struct stat st {};
+        REQUIRE(fstat(fd, &st) == 0);
+        REQUIRE(pwrite(fd, "\x7f\x7f\x7f\x7f", 4, st.st_size / 2) == 4);
+        REQUIRE(fstat(fd, &st) == 0);
+        close(fd);
+        if (st.st_mtim.tv_sec != was.tv_sec || st.st_mtim.tv_nsec != was.tv_nsec) return;
+        REQUIRE(monotonic_seconds() - start < 5);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a weight file truncated or rewritten under a running job ends it with 74, naming the file") {
+    const std::string dir = make_temp_dir();
+    REQUIRE(std::system(("cp -r '" + std::string(DP_TINY_MODEL) + "' '" + dir + "/sd3'").c_str()) == 0);
+    const std::string gguf = dir + "/flux_q4_k.gguf";
+    REQUIRE(std::system(
+                ("cp '" + std::string(DP_GOLDEN_DIR) + "/gguf/flux_q4_k.gguf' '" + gguf + "'").c_str()) == 0);
+    const std::string sd3_weights = dir + "/sd3/transformer/diffusion_pytorch_model.safetensors";
+    const std::vector<std::string> sd3 = {"--model", dir + "/sd3"};
+    const std::vector<std::string> kept = {"--model", std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev",
+                                           "--transformer", gguf, "--keep-quantized"};
+    struct Case {
+        const char* name;
+        std::vector<std::string> model;
+        std::string file;
+        bool truncate;     // else rewritten in place, the same size
+        const char* says;  // after the file's path
+    };
+    const std::vector<Case> cases = {
+        {"safetensors truncated", sd3, sd3_weights, true, " changed or was truncated while the job ran ("},
+        {"safetensors rewritten in place", sd3, sd3_weights, false, " was rewritten while the job ran"},
+        // Its blocks are read from the mapping at every use: the read past the new end is SIGBUS.
+        {"kept-quantized GGUF truncated", kept, gguf, true,
+         " changed or was truncated while the job ran (mapped at"},
+    };
+    { std::ofstream(dir + "/p.txt") << "a cat\na dog\na bird\n"; }
+    for (const Case& c : cases) {
+        CAPTURE(c.name);
+        const std::string copy = c.file + ".copy";
+        REQUIRE(std::system(("cp '" + c.file + "' '" + copy + "'").c_str()) == 0);
+        struct stat before {};
+        REQUIRE(stat(c.file.c_str(), &before) == 0);
+        std::vector<std::string> args = c.model;
+        const std::string out = dir + "/out_" + std::to_string(&c - cases.data());
+        args.insert(args.end(), {"-n", "1", "--steps", "4", "--width", "16", "--height", "16", "-o", out,
+                                 dir + "/p.txt"});
+        // The rank stops itself after its second step; the file changes while it is stopped.
+        Launch launch(args, {{"DP_TEST_KILL_AT_STEP", "0:2:" + std::to_string(SIGSTOP)}});
+        const pid_t rank = stopped_process(launch.marker(), 120);
+        REQUIRE(rank > 0);
+        if (c.truncate)
+            REQUIRE(truncate(c.file.c_str(), before.st_size / 2) == 0);
+        else
+            rewrite_in_place(c.file, before.st_mtim);
+        kill(rank, SIGCONT);
+        const LaunchResult r = launch.wait(120);
+        INFO(r.err);
+        CHECK(r.exit_code == 74);
+        CHECK(r.err.find(c.file + c.says) != std::string::npos);
+        CHECK(r.err.find("may succeed") == std::string::npos);
+        CHECK(r.err.find("wrote nothing to stderr") == std::string::npos);
+        // No image made from the changed file is recorded as made.
+        CHECK(read_file(out + "/manifest.jsonl").find("\"status\":\"ok\"") == std::string::npos);
+        REQUIRE(std::rename(copy.c_str(), c.file.c_str()) == 0);  // as it was, for the next case
+    }
 }
