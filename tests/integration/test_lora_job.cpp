@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -158,7 +159,8 @@ TEST_SUITE_END();
 
 // It stops and continues a rank: not beside other tests (tests/CMakeLists.txt).
 TEST_CASE("lora: an adapter overwritten under a running job is never recorded with another file's SHA-256") {
-    const std::string dir = make_temp_dir();
+    // As the ranks name it (dp-launch resolves links).
+    const std::string dir = std::filesystem::canonical(make_temp_dir()).string();
     const std::string file = dir + "/style.safetensors";
     { std::ofstream(file, std::ios::binary) << read_file(adapter("flux_peft.safetensors")); }
     nlohmann::json base = line_of("flux_peft", false), styled = base;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -312,7 +313,8 @@ void rewrite_in_place(const std::string& path, const timespec& was) {
 }  // namespace
 
 TEST_CASE("a weight file truncated or rewritten under a running job ends it with 74, naming the file") {
-    const std::string dir = make_temp_dir();
+    // As the ranks name it (dp-launch resolves links).
+    const std::string dir = std::filesystem::canonical(make_temp_dir()).string();
     REQUIRE(std::system(("cp -r '" + std::string(DP_TINY_MODEL) + "' '" + dir + "/sd3'").c_str()) == 0);
     const std::string gguf = dir + "/flux_q4_k.gguf";
     REQUIRE(std::system(
@@ -365,4 +367,5 @@ TEST_CASE("a weight file truncated or rewritten under a running job ends it with
         CHECK(read_file(out + "/manifest.jsonl").find("\"status\":\"ok\"") == std::string::npos);
         REQUIRE(std::rename(copy.c_str(), c.file.c_str()) == 0);  // as it was, for the next case
     }
+    std::filesystem::remove_all(dir);
 }
