@@ -22,6 +22,7 @@
 #include "launcher/start_signals.h"
 #include "launcher/supervisor.h"
 #include "launcher/terminal.h"
+#include "launcher/values.h"
 
 namespace dp::cli {
 namespace {
@@ -99,8 +100,8 @@ struct CommandApp {
     CLI::App* plan = nullptr;
     CLI::App* arguments = nullptr;
     CLI::App* compare = nullptr;
-    std::vector<std::string> runs;  // compare's two folders
-    double min_psnr = 0, min_ssim = 0;
+    std::vector<std::string> runs;   // compare's two folders
+    std::string min_psnr, min_ssim;  // its budgets, as given (compare_command reads them)
     CLI::Option* psnr = nullptr;
     CLI::Option* ssim = nullptr;
 
@@ -146,10 +147,8 @@ CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result, std::size_t h
         ->required();
     psnr =
         compare->add_option("--min-psnr", min_psnr, "Exit 1 when a pair's PSNR (dB) is below X [0 to 1000]")
-            ->check(CLI::Range(0.0, 1000.0).description(""))
             ->type_name("X");
     ssim = compare->add_option("--min-ssim", min_ssim, "Exit 1 when a pair's SSIM is below X [-1 to 1]")
-               ->check(CLI::Range(-1.0, 1.0).description(""))
                ->type_name("X");
     compare
         ->add_option("--gallery", result.compare.gallery,
@@ -244,8 +243,16 @@ CommandLine& compare_command(const CommandApp& c, const RawLaunchOptions& raw, C
                            "[--min-ssim Y]");
     result.compare.a = c.runs.at(0);
     result.compare.b = c.runs.at(1);
-    if (c.psnr->count()) result.compare.min_psnr = c.min_psnr;
-    if (c.ssim->count()) result.compare.min_ssim = c.min_ssim;
+    // parse_number, not CLI::Range: a range check lets NaN through (every comparison with it is
+    // false), and a budget of NaN would pass every pair.
+    try {
+        if (c.psnr->count())
+            result.compare.min_psnr = launcher::parse_number(c.min_psnr, 0, 1000, "--min-psnr", "dB");
+        if (c.ssim->count())
+            result.compare.min_ssim = launcher::parse_number(c.min_ssim, -1, 1, "--min-ssim");
+    } catch (const launcher::UsageError& e) {
+        return usage_error(result, e.what());
+    }
     result.action = CommandLine::Action::kCompare;
     result.exit_code = 0;
     return result;

@@ -157,3 +157,26 @@ TEST_CASE("compare --json names folders that are not UTF-8 as a_hex, b_hex and g
     CHECK(pairs == 3);
     std::filesystem::remove_all(scratch());
 }
+
+TEST_CASE("compare refuses a budget that is not a finite number in its range, NaN included") {
+    struct Row {
+        const char* option;
+        const char* value;
+    };
+    const Row rows[] = {{"--min-psnr", "nan"},  {"--min-psnr", "NaN"}, {"--min-psnr", "-nan"},
+                        {"--min-psnr", "inf"},  {"--min-psnr", "-1"},  {"--min-psnr", "1001"},
+                        {"--min-psnr", "30dB"}, {"--min-ssim", "nan"}, {"--min-ssim", "-inf"},
+                        {"--min-ssim", "2"},    {"--min-ssim", ""}};
+    for (const Row& r : rows) {
+        const std::string option = r.option, value = r.value;
+        CAPTURE(option);
+        CAPTURE(value);
+        const CommandLine c = parse_command_line({"compare", "a", "b", r.option, r.value}, no_env);
+        CHECK(c.action == CommandLine::Action::kFail);
+        CHECK(c.exit_code == 2);
+        CHECK(c.message.find(r.option) != std::string::npos);
+        CHECK(c.message.find("expected a number") != std::string::npos);
+    }
+    const CommandLine ok = parse_command_line({"compare", "a", "b", "--min-ssim", "-0.5"}, no_env);
+    CHECK(ok.compare.min_ssim == -0.5);
+}
