@@ -1,15 +1,18 @@
 #include "cli/compare_command.h"
 
 #include <png.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 
 #include "launcher/errors.h"
 #include "launcher/gallery.h"
@@ -106,10 +109,58 @@ std::string page_path(const std::string& page, const std::string& image) {
     return ec || rel.empty() ? image : rel.string();
 }
 
+// How every page compare writes begins: an existing file that does not is no page of its own.
+constexpr std::string_view kPageStart =
+    "<!doctype html><html><head><meta charset=\"utf-8\"><title>dp-launch compare</title>";
+
+// Whether the regular file at `path` begins as compare's pages do.
+bool is_compare_page(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::string start(kPageStart.size(), '\0');
+    in.read(start.data(), static_cast<std::streamsize>(start.size()));
+    return in && start == kPageStart;
+}
+
+// What --gallery PATH is, when it is something compare must not replace: a symbolic link (whose
+// target is no business of the page), a FIFO, device or folder, one of `run_files` (the runs'
+// manifests and images, by inode, hard links included), or a file that is no earlier page of
+// compare's. Empty when PATH does not exist or is such a page.
+std::string gallery_problem(const std::string& path, const std::vector<std::string>& run_files) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return {};  // nothing there (or unreachable: writing says why)
+    if (S_ISLNK(st.st_mode)) return "is a symbolic link";
+    if (!S_ISREG(st.st_mode)) return "is not a regular file (a folder, FIFO, socket or device)";
+    for (const std::string& f : run_files) {
+        struct stat other {};
+        if (::stat(f.c_str(), &other) == 0 && other.st_dev == st.st_dev && other.st_ino == st.st_ino)
+            return "is " + launcher::utf8_for_display(f) + ", a file of the runs compared";
+    }
+    if (!is_compare_page(path)) return "exists and is not a page dp-launch compare wrote";
+    return {};
+}
+
+// Refuses (UsageError) a --gallery PATH that gallery_problem finds.
+void check_gallery(const std::string& path, const std::vector<std::string>& run_files) {
+    const std::string problem = gallery_problem(path, run_files);
+    if (!problem.empty())
+        throw UsageError("--gallery " + launcher::utf8_for_display(path) + " " + problem +
+                         ": the page goes to a new file, or replaces one compare wrote earlier");
+}
+
+// The manifests of runs `o.a` and `o.b` and the images their records `a` and `b` name.
+std::vector<std::string> run_files(const CompareOptions& o, const std::map<int64_t, nlohmann::json>& a,
+                                   const std::map<int64_t, nlohmann::json>& b) {
+    std::vector<std::string> files = {o.a + "/manifest.jsonl", o.b + "/manifest.jsonl"};
+    for (const auto& [index, record] : a) files.push_back(o.a + "/" + record["file"].get<std::string>());
+    for (const auto& [index, record] : b) files.push_back(o.b + "/" + record["file"].get<std::string>());
+    return files;
+}
+
 void write_page(const std::string& path, const CompareOptions& o, const std::vector<Pair>& pairs) {
     using launcher::html_escape;
     std::string html =
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>dp-launch compare</title><style>"
+        std::string(kPageStart) +
+        "<style>"
         "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}td{padding:4px;vertical-align:"
         "top}"
         "img{max-width:320px;image-rendering:pixelated}.low{color:#b00}</style></head><body>\n<h1>" +
@@ -197,6 +248,8 @@ double ssim(const RgbImage& a, const RgbImage& b) {
 
 int run_compare(const CompareOptions& o, std::ostream& out) {
     const std::map<int64_t, nlohmann::json> a = images_of(o.a), b = images_of(o.b);
+    const std::string gallery = o.gallery.empty() ? o.b + "/compare.html" : o.gallery;
+    check_gallery(gallery, run_files(o, a, b));
     std::vector<Pair> pairs;
     for (const auto& [index, record] : a) {
         const auto other = b.find(index);
@@ -249,7 +302,6 @@ int run_compare(const CompareOptions& o, std::ostream& out) {
                 << (low ? "  below the budget" : "") << "\n";
         }
     }
-    const std::string gallery = o.gallery.empty() ? o.b + "/compare.html" : o.gallery;
     write_page(gallery, o, pairs);
     if (o.json) {
         nlohmann::json summary{

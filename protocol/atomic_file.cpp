@@ -22,7 +22,10 @@ std::string with_errno(const std::string& what) { return what + ": " + std::stre
 std::string atomic_temp_path(const std::string& path) { return path + ".tmp." + std::to_string(getpid()); }
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(atomic_temp_path(path_)) {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // A new file, whatever was at the name: a leftover of a killed writer with this PID is removed,
+    // and O_EXCL neither follows a symbolic link put there nor opens a FIFO (which would block).
+    ::unlink(tmp_.c_str());
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd_ < 0) throw IoError(with_errno("cannot create " + tmp_));
     buffer_.reserve(kBufferBytes);
 }

@@ -3,11 +3,13 @@
 // page of pairs, and what is refused.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -179,4 +181,87 @@ TEST_CASE("compare refuses a budget that is not a finite number in its range, Na
     }
     const CommandLine ok = parse_command_line({"compare", "a", "b", "--min-ssim", "-0.5"}, no_env);
     CHECK(ok.compare.min_ssim == -0.5);
+}
+
+namespace {
+
+// A copy of golden run `name` ("run_a") in `dir`, as `as` (default: the same name); its path.
+std::string copy_run(const std::string& name, const std::string& dir, const std::string& as = "") {
+    const std::string to = dir + "/" + (as.empty() ? name : as);
+    std::filesystem::remove_all(to);
+    std::filesystem::copy(golden(name), to, std::filesystem::copy_options::recursive);
+    return to;
+}
+
+std::string file_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("compare --gallery writes a new file or its own earlier page, and replaces nothing else") {
+    namespace fs = std::filesystem;
+    const std::string dir = scratch() + "/gallery";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    CompareOptions o;
+    o.a = copy_run("run_b", dir, "same");  // every prompt paired
+    o.b = copy_run("run_b", dir);
+    std::ofstream(dir + "/precious") << "precious";
+    const std::string manifest = file_text(o.b + "/manifest.jsonl"), image = file_text(o.b + "/00000.png");
+    struct Row {
+        const char* what;
+        std::function<void(const std::string& path)> make;  // what is at the path before
+        const char* refusal;                                // empty: the page is written
+    };
+    const Row rows[] = {
+        {"nothing", [](const std::string&) {}, ""},
+        {"a symbolic link to a file", [&](const std::string& p) { fs::create_symlink(dir + "/precious", p); },
+         "is a symbolic link"},
+        {"a dangling symbolic link", [&](const std::string& p) { fs::create_symlink(dir + "/none", p); },
+         "is a symbolic link"},
+        {"a FIFO", [](const std::string& p) { REQUIRE(mkfifo(p.c_str(), 0600) == 0); },
+         "is not a regular file"},
+        {"a folder", [](const std::string& p) { fs::create_directory(p); }, "is not a regular file"},
+        {"a hard link to an image",
+         [&](const std::string& p) { fs::create_hard_link(o.b + "/00000.png", p); },
+         "a file of the runs compared"},
+        {"another file", [](const std::string& p) { std::ofstream(p) << "<!doctype html>notes"; },
+         "is not a page dp-launch compare wrote"},
+        {"a symbolic link where the page's temporary file goes",
+         [&](const std::string& p) {
+             fs::create_symlink(dir + "/precious", p + ".tmp." + std::to_string(getpid()));
+         },
+         ""},
+    };
+    int i = 0;
+    for (const Row& r : rows) {
+        const std::string what = r.what;
+        CAPTURE(what);
+        o.gallery = dir + "/page" + std::to_string(i++) + ".html";
+        r.make(o.gallery);
+        fs::file_status before = fs::symlink_status(o.gallery);
+        std::ostringstream out;
+        if (*r.refusal) {
+            CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains(r.refusal), dp::launcher::UsageError);
+            CHECK(fs::symlink_status(o.gallery).type() == before.type());
+        } else {
+            CHECK(run_compare(o, out) == 0);
+            CHECK(fs::is_regular_file(fs::symlink_status(o.gallery)));
+            CHECK(run_compare(o, out) == 0);  // its own page, replaced
+        }
+        CHECK(file_text(dir + "/precious") == "precious");
+    }
+    // The runs' own files, by their names.
+    for (const std::string& own : {o.b + "/manifest.jsonl", o.b + "/00000.png", o.a + "/00002.png"}) {
+        CAPTURE(own);
+        o.gallery = own;
+        std::ostringstream out;
+        CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains("a file of the runs compared"),
+                             dp::launcher::UsageError);
+    }
+    CHECK(file_text(o.b + "/manifest.jsonl") == manifest);
+    CHECK(file_text(o.b + "/00000.png") == image);
+    fs::remove_all(dir);
 }
