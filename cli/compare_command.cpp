@@ -1,6 +1,5 @@
 #include "cli/compare_command.h"
 
-#include <png.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "cli/compare_images.h"
 #include "launcher/errors.h"
 #include "launcher/gallery.h"
 #include "launcher/manifest.h"
@@ -179,30 +179,19 @@ void write_page(const std::string& path, const CompareOptions& o, const std::vec
     protocol::write_file_atomically(path, html);
 }
 
-}  // namespace
-
-RgbImage read_rgb_png(const std::string& path) {
-    png_image image{};
-    image.version = PNG_IMAGE_VERSION;
-    const std::string shown = launcher::utf8_for_display(path);
-    if (!png_image_begin_read_from_file(&image, path.c_str()))
-        throw InputDataError(shown + ": not a PNG file dp-launch can read (" +
-                             launcher::utf8_for_display(image.message) + ")");
-    image.format = PNG_FORMAT_RGB;
-    if (image.width == 0 || image.height == 0 || image.width > 65536 || image.height > 65536) {
-        png_image_free(&image);
-        throw InputDataError(shown + ": " + std::to_string(image.width) + "x" + std::to_string(image.height) +
-                             " pixels (1 to 65536 a side are compared)");
-    }
-    RgbImage out;
-    out.width = static_cast<int>(image.width);
-    out.height = static_cast<int>(image.height);
-    out.rgb.resize(PNG_IMAGE_SIZE(image));
-    if (!png_image_finish_read(&image, nullptr, out.rgb.data(), 0, nullptr))
-        throw InputDataError(shown + ": a damaged PNG file (" + launcher::utf8_for_display(image.message) +
-                             ")");
-    return out;
+// Sets `p`'s sizes from its PNGs' headers and, when they are the same, its PSNR and SSIM.
+void measure(Pair& p) {
+    PngFile a(p.a), b(p.b);
+    p.size_a = a.size();
+    p.size_b = b.size();
+    p.same_size = p.size_a == p.size_b;
+    if (!p.same_size) return;
+    const RgbImage ia = a.decode(), ib = b.decode();
+    p.psnr = psnr(ia, ib);
+    p.ssim = ssim(ia, ib);
 }
+
+}  // namespace
 
 double psnr(const RgbImage& a, const RgbImage& b) {
     check_same_size(a, b);
@@ -259,11 +248,7 @@ int run_compare(const CompareOptions& o, std::ostream& out) {
         p.a = o.a + "/" + record["file"].get<std::string>();
         p.b = o.b + "/" + other->second["file"].get<std::string>();
         p.prompt = record.value("prompt", "");
-        const RgbImage ia = read_rgb_png(p.a), ib = read_rgb_png(p.b);
-        p.size_a = std::to_string(ia.width) + "x" + std::to_string(ia.height);
-        p.size_b = std::to_string(ib.width) + "x" + std::to_string(ib.height);
-        p.same_size = p.size_a == p.size_b;
-        if (p.same_size) p.psnr = psnr(ia, ib), p.ssim = ssim(ia, ib);
+        measure(p);
         pairs.push_back(std::move(p));
     }
     if (pairs.empty())

@@ -3,6 +3,8 @@
 // page of pairs, and what is refused.
 #include <doctest/doctest.h>
 
+#include <png.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -193,6 +195,30 @@ std::string copy_run(const std::string& name, const std::string& dir, const std:
     return to;
 }
 
+// A gray 8-bit PNG that declares `width` x `height` pixels and holds its first `rows` rows of noise:
+// the rest is cut off after the IDAT chunks libpng has written by then, which come every 8 KiB of
+// compressed rows (a bomb's few kilobytes declare gigabytes).
+void write_png(const std::string& path, uint32_t width, uint32_t height, uint32_t rows) {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+    png_infop info = png_create_info_struct(png);
+    if (setjmp(png_jmpbuf(png))) FAIL("libpng could not write " << path);
+    png_init_io(png, f);
+    png_set_IHDR(png, info, width, height, 8, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    std::vector<png_byte> row(width);
+    uint32_t noise = 12345;
+    for (uint32_t y = 0; y < rows; ++y) {
+        for (png_byte& b : row) b = static_cast<png_byte>((noise = noise * 1103515245u + 12345u) >> 24);
+        png_write_row(png, row.data());
+    }
+    if (rows == height) png_write_end(png, nullptr);
+    png_destroy_write_struct(&png, &info);
+    std::fclose(f);
+}
+
 std::string file_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -264,4 +290,56 @@ TEST_CASE("compare --gallery writes a new file or its own earlier page, and repl
     CHECK(file_text(o.b + "/manifest.jsonl") == manifest);
     CHECK(file_text(o.b + "/00000.png") == image);
     fs::remove_all(dir);
+}
+
+TEST_CASE("compare reads each PNG's header first: sizes differ without decoding, a bomb is refused unread") {
+    const std::string dir = scratch() + "/bomb";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string bomb = dir + "/bomb.png", cut = dir + "/cut.png";
+    write_png(bomb, 30000, 30000, 2);  // 2.7 GB of RGB declared
+    write_png(cut, 2000, 2000, 10);    // within the limit, cut short
+    CHECK(std::filesystem::file_size(bomb) < 100000);
+    CHECK_THROWS_WITH_AS(
+        read_rgb_png(bomb),
+        doctest::Contains("30000x30000 pixels: compare reads images of 1 to 16777216 pixels (4096x4096)"),
+        dp::launcher::InputDataError);
+    CHECK_THROWS_WITH_AS(read_rgb_png(cut), doctest::Contains("a damaged PNG file"),
+                         dp::launcher::InputDataError);
+    // A run whose image is of another size: its header says so, and nothing is decoded.
+    struct Row {
+        const char* image;
+        int exit_code;  // -1: refused with InputDataError
+        const char* says;
+    };
+    const Row rows[] = {
+        {"cut.png", 1, "#0  different sizes: 32x32 and 2000x2000"},
+        {"bomb.png", -1, "30000x30000 pixels"},
+    };
+    for (const Row& r : rows) {
+        const std::string image = r.image;
+        CAPTURE(image);
+        CompareOptions o;
+        o.a = golden("run_a");
+        o.b = dir + "/run";
+        o.gallery = dir + "/pairs.html";
+        std::filesystem::create_directories(o.b);
+        std::ofstream(o.b + "/manifest.jsonl")
+            << R"({"index": 0, "status": "ok", "file": ")" << image << "\"}\n";
+        std::filesystem::copy_file(dir + "/" + image, o.b + "/" + image,
+                                   std::filesystem::copy_options::overwrite_existing);
+        std::ostringstream out;
+        if (r.exit_code < 0) {
+            CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains(r.says),
+                                 dp::launcher::InputDataError);
+        } else {
+            CHECK(run_compare(o, out) == r.exit_code);
+            CHECK_MESSAGE(out.str().find(r.says) != std::string::npos, out.str());
+        }
+    }
+    // The bomb's 2.7 GB were never allocated (decoding it took them, and its peak stays).
+    struct rusage usage {};
+    getrusage(RUSAGE_SELF, &usage);
+    CHECK(usage.ru_maxrss < 1024 * 1024);  // KiB
+    std::filesystem::remove_all(dir);
 }
