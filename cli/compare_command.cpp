@@ -74,7 +74,8 @@ void check_same_size(const RgbImage& a, const RgbImage& b) {
 
 struct Pair {
     int64_t index = 0;
-    std::string a, b;  // paths
+    std::string a, b;            // paths, as RUN/FILE
+    std::string real_a, real_b;  // where they are (image_in_run)
     std::string prompt;
     double psnr = 0, ssim = 0;
     bool same_size = true;
@@ -179,9 +180,15 @@ void write_page(const std::string& path, const CompareOptions& o, const std::vec
     protocol::write_file_atomically(path, html);
 }
 
+// `real`, or InputDataError that `shown` is missing when it is empty.
+const std::string& existing(const std::string& real, const std::string& shown) {
+    if (real.empty()) throw InputDataError(launcher::utf8_for_display(shown) + ": missing");
+    return real;
+}
+
 // Sets `p`'s sizes from its PNGs' headers and, when they are the same, its PSNR and SSIM.
 void measure(Pair& p) {
-    PngFile a(p.a), b(p.b);
+    PngFile a(p.real_a, p.a), b(p.real_b, p.b);
     p.size_a = a.size();
     p.size_b = b.size();
     p.same_size = p.size_a == p.size_b;
@@ -239,14 +246,19 @@ int run_compare(const CompareOptions& o, std::ostream& out) {
     const std::map<int64_t, nlohmann::json> a = images_of(o.a), b = images_of(o.b);
     const std::string gallery = o.gallery.empty() ? o.b + "/compare.html" : o.gallery;
     check_gallery(gallery, run_files(o, a, b));
+    const std::filesystem::path real_a = std::filesystem::canonical(o.a),
+                                real_b = std::filesystem::canonical(o.b);
     std::vector<Pair> pairs;
     for (const auto& [index, record] : a) {
         const auto other = b.find(index);
         if (other == b.end()) continue;
         Pair p;
         p.index = index;
-        p.a = o.a + "/" + record["file"].get<std::string>();
-        p.b = o.b + "/" + other->second["file"].get<std::string>();
+        const std::string file_a = record["file"], file_b = other->second["file"];
+        p.a = o.a + "/" + file_a;
+        p.b = o.b + "/" + file_b;
+        p.real_a = existing(image_in_run(o.a, real_a, index, file_a), p.a);
+        p.real_b = existing(image_in_run(o.b, real_b, index, file_b), p.b);
         p.prompt = record.value("prompt", "");
         measure(p);
         pairs.push_back(std::move(p));

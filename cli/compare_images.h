@@ -4,6 +4,7 @@
 // its pixels take any memory. libpng stays out of this header.
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -16,12 +17,22 @@ namespace dp::cli {
 // can declare 30000 x 30000 (2.7 GB of RGB alone).
 inline constexpr uint64_t kMaxComparePixels = 4096ull * 4096ull;
 
+// Where the image that prompt `index`'s record in run `run`'s manifest names as `file` is: `file`
+// resolved in `real_run` (the run folder's std::filesystem::canonical path), when it is a regular
+// file there, symbolic links followed; empty when nothing is there. Throws InputDataError naming the
+// manifest, the prompt and `file` when `file` is absolute or has a "..", leads outside the folder
+// (through a symbolic link), or is not a regular file (a FIFO, which would block a reader, a
+// device or a folder): nothing is opened then.
+std::string image_in_run(const std::string& run, const std::filesystem::path& real_run, int64_t index,
+                         const std::string& file);
+
 // One PNG file, open with its header read.
 class PngFile {
   public:
-    // Throws InputDataError naming `path` when it is no PNG libpng reads, or declares more than
-    // kMaxComparePixels pixels.
-    explicit PngFile(const std::string& path);
+    // Opens `path` without following a symbolic link or blocking, and reads its header. Throws
+    // InputDataError naming `shown` (default: `path`) when it is not a regular file, no PNG
+    // libpng reads, or declares more than kMaxComparePixels pixels.
+    explicit PngFile(const std::string& path, const std::string& shown = "");
     ~PngFile();
     PngFile(const PngFile&) = delete;
     PngFile& operator=(const PngFile&) = delete;
@@ -34,7 +45,7 @@ class PngFile {
 
   private:
     struct State;
-    std::string path_;
+    std::string shown_;
     std::unique_ptr<State> state_;
     int width_ = 0, height_ = 0;
 };

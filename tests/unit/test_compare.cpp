@@ -3,17 +3,21 @@
 // page of pairs, and what is refused.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <png.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "cli/command_line.h"
 #include "cli/compare_command.h"
@@ -219,6 +223,32 @@ void write_png(const std::string& path, uint32_t width, uint32_t height, uint32_
     std::fclose(f);
 }
 
+// Opens the FIFO at `path` for writing and closes it again, every 50 ms from `after_s` seconds on,
+// until destroyed: a reader that opened it to wait for data gets end-of-file, and fails instead of
+// hanging the test.
+class FifoUnblocker {
+  public:
+    FifoUnblocker(std::string path, double after_s)
+        : thread_([this, path = std::move(path), after_s] {
+              const auto start = std::chrono::steady_clock::now();
+              while (!done_) {
+                  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                  if (std::chrono::steady_clock::now() - start < std::chrono::duration<double>(after_s))
+                      continue;
+                  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // ENXIO while nobody reads
+                  if (fd >= 0) ::close(fd);
+              }
+          }) {}
+    ~FifoUnblocker() {
+        done_ = true;
+        thread_.join();
+    }
+
+  private:
+    std::atomic<bool> done_{false};
+    std::thread thread_;
+};
+
 std::string file_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -342,4 +372,62 @@ TEST_CASE("compare reads each PNG's header first: sizes differ without decoding,
     getrusage(RUSAGE_SELF, &usage);
     CHECK(usage.ru_maxrss < 1024 * 1024);  // KiB
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("compare opens only regular files inside each run's folder, never waiting on a FIFO") {
+    namespace fs = std::filesystem;
+    const std::string dir = scratch() + "/confined";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    CompareOptions o;
+    o.a = copy_run("run_b", dir, "a");
+    o.b = dir + "/b";
+    o.gallery = dir + "/pairs.html";
+    fs::copy_file(o.a + "/00000.png", dir + "/outside.png");
+    struct Row {
+        const char* what;
+        std::string file;            // run b's prompt 0's, in its manifest
+        std::function<void()> make;  // what is there
+        const char* refusal;         // empty: compared
+    };
+    const Row rows[] = {
+        {"a parent's file", "../outside.png", [] {}, "is not a name inside"},
+        {"a climb from a sub-folder", "sub/../../outside.png", [&] { fs::create_directories(o.b + "/sub"); },
+         "is not a name inside"},
+        {"an absolute path", dir + "/outside.png", [] {}, "is not a name inside"},
+        {"a file of /proc", "/proc/self/status", [] {}, "is not a name inside"},
+        {"a symbolic link leading out", "link.png",
+         [&] { fs::create_symlink("../outside.png", o.b + "/link.png"); }, "leads outside"},
+        {"a FIFO", "fifo.png", [&] { REQUIRE(mkfifo((o.b + "/fifo.png").c_str(), 0600) == 0); },
+         "is not a regular file"},
+        {"a folder", "folder.png", [&] { fs::create_directories(o.b + "/folder.png"); },
+         "is not a regular file"},
+        {"a symbolic link to an image beside it", "same.png",
+         [&] {
+             fs::copy_file(o.a + "/00000.png", o.b + "/00000.png");
+             fs::create_symlink("00000.png", o.b + "/same.png");
+         },
+         ""},
+    };
+    for (const Row& r : rows) {
+        const std::string what = r.what;
+        CAPTURE(what);
+        fs::remove_all(o.b);
+        fs::create_directories(o.b);
+        r.make();
+        std::ofstream(o.b + "/manifest.jsonl")
+            << nlohmann::json{{"index", 0}, {"status", "ok"}, {"file", r.file}}.dump() << "\n";
+        std::ostringstream out;
+        FifoUnblocker unblock(o.b + "/fifo.png", 2);
+        if (*r.refusal) {
+            CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains(r.refusal),
+                                 dp::launcher::InputDataError);
+            CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains(r.file.c_str()),
+                                 dp::launcher::InputDataError);
+        } else {
+            CHECK(run_compare(o, out) == 0);
+            CHECK_MESSAGE(out.str().find("#0  PSNR inf dB") != std::string::npos, out.str());
+        }
+    }
+    fs::remove_all(dir);
 }
