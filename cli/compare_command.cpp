@@ -72,14 +72,24 @@ void check_same_size(const RgbImage& a, const RgbImage& b) {
         throw std::invalid_argument("images of different sizes");
 }
 
-struct Pair {
+// What one run has for a prompt index: its image, or why it has none.
+struct Side {
+    std::string path, real;  // RUN/FILE, and where it is (image_in_run); empty: no image
+    std::string missing;    // why there is none: "no record", "failed: out of memory", "00003.png is missing"
+    nlohmann::json record;  // its manifest record; null: none
+};
+
+// One prompt index that either run has a record of: a pair of images, or an image missing.
+struct Prompt {
     int64_t index = 0;
-    std::string a, b;            // paths, as RUN/FILE
-    std::string real_a, real_b;  // where they are (image_in_run)
-    std::string prompt;
+    Side a, b;
+    std::string size_a, size_b;  // from the PNGs' headers
     double psnr = 0, ssim = 0;
-    bool same_size = true;
-    std::string size_a, size_b;
+    bool below = false;  // below a budget
+    bool fails = false;  // counts against the runs: exit 1
+
+    bool paired() const { return !a.real.empty() && !b.real.empty(); }
+    bool measured() const { return paired() && size_a == size_b; }
 };
 
 std::string number(double v, int digits) {
@@ -89,17 +99,198 @@ std::string number(double v, int digits) {
     return s.str();
 }
 
-// The records of RUN's manifest that name an image, by index.
-std::map<int64_t, nlohmann::json> images_of(const std::string& run) {
+// `record[key]` when it is a string, else "".
+std::string string_field(const nlohmann::json& record, const char* key) {
+    const auto it = record.find(key);
+    return it != record.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// Every record of RUN's manifest, by index.
+std::map<int64_t, nlohmann::json> records_of(const std::string& run) {
     const std::string manifest = run + "/manifest.jsonl";
     if (!std::filesystem::is_regular_file(manifest))
         throw UsageError(launcher::utf8_for_display(run) +
                          ": no manifest.jsonl (an output folder of dp-launch?)");
-    std::map<int64_t, nlohmann::json> out;
-    for (auto& [index, record] : launcher::read_manifest(manifest))
-        if (record.value("status", "") == "ok" && record.contains("file") && record["file"].is_string())
-            out.emplace(index, std::move(record));
+    return launcher::read_manifest(manifest);
+}
+
+// Why a record of status other than "ok" has no image: its status and the first line of its error.
+std::string why_no_image(const nlohmann::json& record) {
+    const std::string status = string_field(record, "status");
+    std::string error = string_field(record, "error");
+    error = error.substr(0, std::min(error.find('\n'), std::size_t{200}));
+    return (status.empty() ? std::string("no status") : status) + (error.empty() ? "" : ": " + error);
+}
+
+// What run `run` (canonical path `real_run`) has for prompt `index`, from its `record` (nullptr: none).
+Side side_of(const std::string& run, const std::filesystem::path& real_run, int64_t index,
+             const nlohmann::json* record) {
+    Side s;
+    if (record == nullptr) {
+        s.missing = "no record";
+        return s;
+    }
+    s.record = *record;
+    const std::string file = string_field(*record, "file");
+    if (string_field(*record, "status") != "ok") {
+        s.missing = why_no_image(*record);
+    } else if (file.empty()) {
+        s.missing = "a record without its file";
+    } else {
+        s.path = run + "/" + file;
+        s.real = image_in_run(run, real_run, index, file);
+        if (s.real.empty()) s.missing = file + " is missing";
+    }
+    return s;
+}
+
+// Each prompt index either run has a record of, in order, with what each run has for it. Throws
+// UsageError when no index has an image in both.
+std::vector<Prompt> entries_of(const CompareOptions& o) {
+    const std::map<int64_t, nlohmann::json> a = records_of(o.a), b = records_of(o.b);
+    const std::filesystem::path real_a = std::filesystem::canonical(o.a),
+                                real_b = std::filesystem::canonical(o.b);
+    std::map<int64_t, Prompt> entries;
+    const auto record = [](const std::map<int64_t, nlohmann::json>& records, int64_t index) {
+        const auto it = records.find(index);
+        return it == records.end() ? nullptr : &it->second;
+    };
+    for (const auto* run : {&a, &b})
+        for (const auto& [index, unused] : *run) {
+            if (entries.count(index)) continue;
+            Prompt& e = entries[index];
+            e.index = index;
+            e.a = side_of(o.a, real_a, index, record(a, index));
+            e.b = side_of(o.b, real_b, index, record(b, index));
+        }
+    std::vector<Prompt> out;
+    for (auto& [index, e] : entries) out.push_back(std::move(e));
+    if (std::none_of(out.begin(), out.end(), [](const Prompt& e) { return e.paired(); }))
+        throw UsageError(launcher::utf8_for_display(o.a) + " and " + launcher::utf8_for_display(o.b) +
+                         ": no prompt index has an image in both (" + std::to_string(a.size()) + " and " +
+                         std::to_string(b.size()) + " records)");
     return out;
+}
+
+// Sets `e`'s sizes from its PNGs' headers and, when they are the same, its PSNR and SSIM.
+void measure(Prompt& e) {
+    PngFile a(e.a.real, e.a.path), b(e.b.real, e.b.path);
+    e.size_a = a.size();
+    e.size_b = b.size();
+    if (!e.measured()) return;
+    const RgbImage ia = a.decode(), ib = b.decode();
+    e.psnr = psnr(ia, ib);
+    e.ssim = ssim(ia, ib);
+}
+
+// Sets whether `e` is below a budget of `o`'s and whether it fails: a pair below a budget or of
+// different sizes, or a prompt without an image in either run.
+void judge(Prompt& e, const CompareOptions& o) {
+    e.below = e.measured() && ((o.min_psnr && e.psnr < *o.min_psnr) ||
+                               (o.min_ssim && (std::isnan(e.ssim) || e.ssim < *o.min_ssim)));
+    e.fails = !e.paired() || !e.measured() || e.below;
+}
+
+// What `e` says of the side of run `run` that has no image: "no image in RUN (failed: ...)".
+std::string no_image(const std::string& run, const Side& s) {
+    return "no image in " + launcher::utf8_for_display(run) + " (" + s.missing + ")";
+}
+
+// `e` as a line of the report (terminal-safe).
+std::string entry_line(const Prompt& e, const CompareOptions& o) {
+    std::string line = "#" + std::to_string(e.index) + "  ";
+    if (!e.paired()) {
+        line += e.a.missing.empty()
+                    ? no_image(o.b, e.b)
+                    : no_image(o.a, e.a) + (e.b.missing.empty() ? "" : ", " + no_image(o.b, e.b));
+    } else if (!e.measured()) {
+        line += "different sizes: " + e.size_a + " and " + e.size_b;
+    } else {
+        line += "PSNR " + number(e.psnr, 2) + " dB  SSIM " + number(e.ssim, 4) +
+                (e.below ? "  below the budget" : "");
+    }
+    return launcher::terminal_safe(line);
+}
+
+// `e` as a JSON object.
+nlohmann::json entry_json(const Prompt& e) {
+    // "a_hex" for a path that is not UTF-8 (Note [paths in the job file]): never a throw on dump.
+    nlohmann::json j = {{"index", e.index}};
+    for (const auto& [key, side] : {std::pair{"a", &e.a}, std::pair{"b", &e.b}}) {
+        if (side->real.empty())
+            j[key] = nullptr;
+        else
+            protocol::put_path(j, key, side->path);
+    }
+    j["below"] = e.below;
+    j["fails"] = e.fails;
+    if (!e.paired()) {
+        j["missing"] = nlohmann::json::object();
+        if (!e.a.missing.empty()) j["missing"]["a"] = e.a.missing;
+        if (!e.b.missing.empty()) j["missing"]["b"] = e.b.missing;
+    } else if (!e.measured()) {
+        j["sizes"] = {e.size_a, e.size_b};
+    } else {
+        j["psnr"] = std::isinf(e.psnr) ? nlohmann::json("inf") : nlohmann::json(e.psnr);
+        j["ssim"] = std::isnan(e.ssim) ? nlohmann::json(nullptr) : nlohmann::json(e.ssim);
+    }
+    return j;
+}
+
+// The summary's figures over the entries.
+struct Summary {
+    int64_t pairs = 0, missing = 0, below = 0, fails = 0, finite = 0, with_ssim = 0;
+    double psnr_sum = 0, ssim_sum = 0, psnr_min = std::numeric_limits<double>::infinity(), ssim_min = 1;
+    std::vector<int64_t> without;  // the first indices without an image in both
+
+    void add(const Prompt& e) {
+        pairs += e.paired();
+        missing += !e.paired();
+        if (!e.paired() && without.size() < 10) without.push_back(e.index);
+        below += e.below;
+        fails += e.fails;
+        if (!e.measured()) return;
+        psnr_min = std::min(psnr_min, e.psnr);
+        if (!std::isinf(e.psnr)) psnr_sum += e.psnr, ++finite;
+        if (!std::isnan(e.ssim)) ssim_sum += e.ssim, ssim_min = std::min(ssim_min, e.ssim), ++with_ssim;
+    }
+};
+
+nlohmann::json summary_json(const Summary& s, const std::string& gallery) {
+    const auto mean = [](double sum, int64_t n) {
+        return n ? nlohmann::json(sum / static_cast<double>(n)) : nlohmann::json(nullptr);
+    };
+    nlohmann::json j = {
+        {"pairs", s.pairs},
+        {"missing", s.missing},
+        {"psnr_mean_finite", mean(s.psnr_sum, s.finite)},
+        {"psnr_min", std::isinf(s.psnr_min) ? nlohmann::json("inf") : nlohmann::json(s.psnr_min)},
+        {"ssim_mean", mean(s.ssim_sum, s.with_ssim)},
+        {"ssim_min", s.ssim_min},
+        {"below", s.below},
+        {"fails", s.fails}};
+    protocol::put_path(j, "gallery", gallery);
+    return j;
+}
+
+// "1 prompt", "2 prompts".
+std::string count(int64_t n, const std::string& what) {
+    return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+std::string summary_line(const Summary& s, const std::string& gallery) {
+    std::string without;
+    for (int64_t index : s.without) without += (without.empty() ? " (#" : ", #") + std::to_string(index);
+    if (!without.empty()) without += s.missing > static_cast<int64_t>(s.without.size()) ? ", ...)" : ")";
+    const auto mean = [](double sum, int64_t n, int digits) {
+        return n ? number(sum / static_cast<double>(n), digits) : std::string("none");
+    };
+    return launcher::terminal_safe(
+        count(s.pairs, "pair") + ", " + count(s.missing, "prompt") + " without an image in both" + without +
+        ": PSNR worst " + number(s.psnr_min, 2) + " dB, mean of the finite " + mean(s.psnr_sum, s.finite, 2) +
+        " dB; SSIM worst " + number(s.ssim_min, 4) + ", mean " + mean(s.ssim_sum, s.with_ssim, 4) + "; " +
+        std::to_string(s.below) + " below the budget; " + std::to_string(s.fails) +
+        " failing; pairs side by side in " + gallery);
 }
 
 std::string page_path(const std::string& page, const std::string& image) {
@@ -148,16 +339,35 @@ void check_gallery(const std::string& path, const std::vector<std::string>& run_
                          ": the page goes to a new file, or replaces one compare wrote earlier");
 }
 
-// The manifests of runs `o.a` and `o.b` and the images their records `a` and `b` name.
-std::vector<std::string> run_files(const CompareOptions& o, const std::map<int64_t, nlohmann::json>& a,
-                                   const std::map<int64_t, nlohmann::json>& b) {
+// The manifests of runs `o.a` and `o.b` and the images of `entries`.
+std::vector<std::string> run_files(const CompareOptions& o, const std::vector<Prompt>& entries) {
     std::vector<std::string> files = {o.a + "/manifest.jsonl", o.b + "/manifest.jsonl"};
-    for (const auto& [index, record] : a) files.push_back(o.a + "/" + record["file"].get<std::string>());
-    for (const auto& [index, record] : b) files.push_back(o.b + "/" + record["file"].get<std::string>());
+    for (const Prompt& e : entries)
+        for (const Side* s : {&e.a, &e.b})
+            if (!s->real.empty()) files.push_back(s->real);
     return files;
 }
 
-void write_page(const std::string& path, const CompareOptions& o, const std::vector<Pair>& pairs) {
+// A cell of the page: side `s`'s image, or why run `run` has none.
+std::string page_cell(const std::string& page, const Side& s, const std::string& run) {
+    using launcher::html_escape;
+    return s.real.empty() ? "<td class=\"low\">" + html_escape(no_image(run, s)) + "</td>"
+                          : "<td><img src=\"" + html_escape(page_path(page, s.path)) + "\"></td>";
+}
+
+// `e` as a row of the page at `page`: both images (or why one is missing), then what compare found.
+std::string page_row(const std::string& page, const Prompt& e, const CompareOptions& o) {
+    using launcher::html_escape;
+    const nlohmann::json& record = e.a.record.is_object() ? e.a.record : e.b.record;
+    const std::string found = e.measured() ? "PSNR " + number(e.psnr, 2) + " dB<br>SSIM " + number(e.ssim, 4)
+                              : e.paired() ? "sizes " + e.size_a + " and " + e.size_b
+                                           : std::string();
+    return "<tr>" + page_cell(page, e.a, o.a) + page_cell(page, e.b, o.b) + "<td" +
+           (e.fails ? " class=\"low\"" : "") + ">#" + std::to_string(e.index) + "<br>" +
+           html_escape(string_field(record, "prompt")) + "<br>" + found + "</td></tr>\n";
+}
+
+void write_page(const std::string& path, const CompareOptions& o, const std::vector<Prompt>& entries) {
     using launcher::html_escape;
     std::string html =
         std::string(kPageStart) +
@@ -166,36 +376,9 @@ void write_page(const std::string& path, const CompareOptions& o, const std::vec
         "top}"
         "img{max-width:320px;image-rendering:pixelated}.low{color:#b00}</style></head><body>\n<h1>" +
         html_escape(o.a) + " &harr; " + html_escape(o.b) + "</h1>\n<table>\n";
-    for (const Pair& p : pairs) {
-        const bool low =
-            !p.same_size || (o.min_psnr && p.psnr < *o.min_psnr) || (o.min_ssim && p.ssim < *o.min_ssim);
-        html += "<tr><td><img src=\"" + html_escape(page_path(path, p.a)) + "\"></td><td><img src=\"" +
-                html_escape(page_path(path, p.b)) + "\"></td><td" + (low ? " class=\"low\"" : "") + ">#" +
-                std::to_string(p.index) + "<br>" + html_escape(p.prompt) + "<br>" +
-                (p.same_size ? "PSNR " + number(p.psnr, 2) + " dB<br>SSIM " + number(p.ssim, 4)
-                             : "sizes " + p.size_a + " and " + p.size_b) +
-                "</td></tr>\n";
-    }
+    for (const Prompt& e : entries) html += page_row(path, e, o);
     html += "</table></body></html>\n";
     protocol::write_file_atomically(path, html);
-}
-
-// `real`, or InputDataError that `shown` is missing when it is empty.
-const std::string& existing(const std::string& real, const std::string& shown) {
-    if (real.empty()) throw InputDataError(launcher::utf8_for_display(shown) + ": missing");
-    return real;
-}
-
-// Sets `p`'s sizes from its PNGs' headers and, when they are the same, its PSNR and SSIM.
-void measure(Pair& p) {
-    PngFile a(p.real_a, p.a), b(p.real_b, p.b);
-    p.size_a = a.size();
-    p.size_b = b.size();
-    p.same_size = p.size_a == p.size_b;
-    if (!p.same_size) return;
-    const RgbImage ia = a.decode(), ib = b.decode();
-    p.psnr = psnr(ia, ib);
-    p.ssim = ssim(ia, ib);
 }
 
 }  // namespace
@@ -243,82 +426,26 @@ double ssim(const RgbImage& a, const RgbImage& b) {
 }
 
 int run_compare(const CompareOptions& o, std::ostream& out) {
-    const std::map<int64_t, nlohmann::json> a = images_of(o.a), b = images_of(o.b);
+    std::vector<Prompt> entries = entries_of(o);
     const std::string gallery = o.gallery.empty() ? o.b + "/compare.html" : o.gallery;
-    check_gallery(gallery, run_files(o, a, b));
-    const std::filesystem::path real_a = std::filesystem::canonical(o.a),
-                                real_b = std::filesystem::canonical(o.b);
-    std::vector<Pair> pairs;
-    for (const auto& [index, record] : a) {
-        const auto other = b.find(index);
-        if (other == b.end()) continue;
-        Pair p;
-        p.index = index;
-        const std::string file_a = record["file"], file_b = other->second["file"];
-        p.a = o.a + "/" + file_a;
-        p.b = o.b + "/" + file_b;
-        p.real_a = existing(image_in_run(o.a, real_a, index, file_a), p.a);
-        p.real_b = existing(image_in_run(o.b, real_b, index, file_b), p.b);
-        p.prompt = record.value("prompt", "");
-        measure(p);
-        pairs.push_back(std::move(p));
+    check_gallery(gallery, run_files(o, entries));
+    Summary summary;
+    for (Prompt& e : entries) {
+        if (e.paired()) measure(e);
+        judge(e, o);
+        summary.add(e);
+        if (o.json)
+            out << entry_json(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        else
+            out << entry_line(e, o) << "\n";
     }
-    if (pairs.empty())
-        throw UsageError(launcher::utf8_for_display(o.a) + " and " + launcher::utf8_for_display(o.b) +
-                         ": no prompt index has an image in both (" + std::to_string(a.size()) + " and " +
-                         std::to_string(b.size()) + " images)");
-    int below = 0;
-    double psnr_sum = 0, ssim_sum = 0, psnr_min = std::numeric_limits<double>::infinity(), ssim_min = 1;
-    int finite = 0, with_ssim = 0;
-    for (const Pair& p : pairs) {
-        const bool low = !p.same_size || (o.min_psnr && p.psnr < *o.min_psnr) ||
-                         (o.min_ssim && (std::isnan(p.ssim) || p.ssim < *o.min_ssim));
-        below += low;
-        if (p.same_size) {
-            psnr_min = std::min(psnr_min, p.psnr);
-            if (!std::isinf(p.psnr)) psnr_sum += p.psnr, ++finite;
-            if (!std::isnan(p.ssim)) ssim_sum += p.ssim, ssim_min = std::min(ssim_min, p.ssim), ++with_ssim;
-        }
-        if (o.json) {
-            // "a_hex" for a path that is not UTF-8 (Note [paths in the job file]): never a throw on dump.
-            nlohmann::json j = {{"index", p.index}};
-            protocol::put_path(j, "a", p.a);
-            protocol::put_path(j, "b", p.b);
-            j["below"] = low;
-            if (p.same_size) {
-                j["psnr"] = std::isinf(p.psnr) ? nlohmann::json("inf") : nlohmann::json(p.psnr);
-                j["ssim"] = std::isnan(p.ssim) ? nlohmann::json(nullptr) : nlohmann::json(p.ssim);
-            } else {
-                j["sizes"] = {p.size_a, p.size_b};
-            }
-            out << j.dump() << "\n";
-        } else {
-            out << "#" << p.index << "  "
-                << (p.same_size ? "PSNR " + number(p.psnr, 2) + " dB  SSIM " + number(p.ssim, 4)
-                                : "different sizes: " + p.size_a + " and " + p.size_b)
-                << (low ? "  below the budget" : "") << "\n";
-        }
-    }
-    write_page(gallery, o, pairs);
-    if (o.json) {
-        nlohmann::json summary{
-            {"pairs", pairs.size()},
-            {"psnr_mean_finite", finite ? nlohmann::json(psnr_sum / finite) : nlohmann::json(nullptr)},
-            {"psnr_min", std::isinf(psnr_min) ? nlohmann::json("inf") : nlohmann::json(psnr_min)},
-            {"ssim_mean", with_ssim ? nlohmann::json(ssim_sum / with_ssim) : nlohmann::json(nullptr)},
-            {"ssim_min", ssim_min},
-            {"below", below}};
-        protocol::put_path(summary, "gallery", gallery);
-        out << summary.dump() << "\n";
-    } else {
-        out << pairs.size() << " pairs (" << a.size() - pairs.size() << " and " << b.size() - pairs.size()
-            << " images without a pair): PSNR worst " << number(psnr_min, 2) << " dB, mean of the finite "
-            << (finite ? number(psnr_sum / finite, 2) : std::string("none")) << " dB; SSIM worst "
-            << number(ssim_min, 4) << ", mean "
-            << (with_ssim ? number(ssim_sum / with_ssim, 4) : std::string("none")) << "; " << below
-            << " below the budget; pairs side by side in " << launcher::utf8_for_display(gallery) << "\n";
-    }
-    return below > 0 ? 1 : 0;
+    write_page(gallery, o, entries);
+    if (o.json)
+        out << summary_json(summary, gallery).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+            << "\n";
+    else
+        out << summary_line(summary, launcher::utf8_for_display(gallery)) << "\n";
+    return summary.fails > 0 ? 1 : 0;
 }
 
 }  // namespace dp::cli

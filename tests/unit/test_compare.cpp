@@ -41,6 +41,73 @@ std::string scratch() {
 
 }  // namespace
 
+namespace {
+
+// A copy of golden run `name` ("run_a") in `dir`, as `as` (default: the same name); its path.
+std::string copy_run(const std::string& name, const std::string& dir, const std::string& as = "") {
+    const std::string to = dir + "/" + (as.empty() ? name : as);
+    std::filesystem::remove_all(to);
+    std::filesystem::copy(golden(name), to, std::filesystem::copy_options::recursive);
+    return to;
+}
+
+// A gray 8-bit PNG that declares `width` x `height` pixels and holds its first `rows` rows of noise:
+// the rest is cut off after the IDAT chunks libpng has written by then, which come every 8 KiB of
+// compressed rows (a bomb's few kilobytes declare gigabytes).
+void write_png(const std::string& path, uint32_t width, uint32_t height, uint32_t rows) {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+    png_infop info = png_create_info_struct(png);
+    if (setjmp(png_jmpbuf(png))) FAIL("libpng could not write " << path);
+    png_init_io(png, f);
+    png_set_IHDR(png, info, width, height, 8, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    std::vector<png_byte> row(width);
+    uint32_t noise = 12345;
+    for (uint32_t y = 0; y < rows; ++y) {
+        for (png_byte& b : row) b = static_cast<png_byte>((noise = noise * 1103515245u + 12345u) >> 24);
+        png_write_row(png, row.data());
+    }
+    if (rows == height) png_write_end(png, nullptr);
+    png_destroy_write_struct(&png, &info);
+    std::fclose(f);
+}
+
+// Opens the FIFO at `path` for writing and closes it again, every 50 ms from `after_s` seconds on,
+// until destroyed: a reader that opened it to wait for data gets end-of-file, and fails instead of
+// hanging the test.
+class FifoUnblocker {
+  public:
+    FifoUnblocker(std::string path, double after_s)
+        : thread_([this, path = std::move(path), after_s] {
+              const auto start = std::chrono::steady_clock::now();
+              while (!done_) {
+                  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                  if (std::chrono::steady_clock::now() - start < std::chrono::duration<double>(after_s))
+                      continue;
+                  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // ENXIO while nobody reads
+                  if (fd >= 0) ::close(fd);
+              }
+          }) {}
+    ~FifoUnblocker() {
+        done_ = true;
+        thread_.join();
+    }
+
+  private:
+    std::atomic<bool> done_{false};
+    std::thread thread_;
+};
+
+std::string file_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
 TEST_CASE("compare's PSNR and SSIM are scikit-image's") {
     std::ifstream in(golden("expected.json"));
     const nlohmann::json expected = nlohmann::json::parse(in);
@@ -61,22 +128,30 @@ TEST_CASE("compare's PSNR and SSIM are scikit-image's") {
 }
 
 TEST_CASE("compare pairs by prompt index, and fails a budget a pair falls below") {
-    const std::string dir = scratch();
+    const std::string dir = scratch() + "/pairs";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
     CompareOptions o;
     o.a = golden("run_a");
     o.b = golden("run_b");
     o.gallery = dir + "/pairs.html";
     std::ostringstream out;
-    CHECK(run_compare(o, out) == 0);  // no budget
+    CHECK(run_compare(o, out) == 1);  // run_b has no image of prompt 3
     CHECK(out.str().find("#0  PSNR 26.69 dB  SSIM 0.8154") != std::string::npos);
     CHECK(out.str().find("#2  PSNR inf dB  SSIM 1.0000") != std::string::npos);
-    CHECK(out.str().find("3 pairs (1 and 0 images without a pair)") != std::string::npos);
-    CHECK(out.str().find("#3") == std::string::npos);
-    std::ifstream page(o.gallery);
-    const std::string html((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+    CHECK(out.str().find("#3  no image in " + o.b + " (no record)\n") != std::string::npos);
+    CHECK(out.str().find("3 pairs, 1 prompt without an image in both (#3):") != std::string::npos);
+    CHECK(out.str().find("; 0 below the budget; 1 failing;") != std::string::npos);
+    const std::string html = file_text(o.gallery);
     CHECK(html.find("run_a/00001.png") != std::string::npos);
     CHECK(html.find("run_b/00001.png") != std::string::npos);
-    // The budgets: pair 1 has 24.23 dB, pair 0 an SSIM of 0.815.
+    CHECK(html.find("run_a/00003.png") != std::string::npos);
+    // The budgets, on run_a without prompt 3: pair 1 has 24.23 dB, pair 0 an SSIM of 0.815.
+    o.a = copy_run("run_a", dir);
+    std::ofstream(o.a + "/manifest.jsonl") << file_text(golden("run_b/manifest.jsonl"));
+    std::ostringstream none;
+    CHECK(run_compare(o, none) == 0);  // no budget
+    CHECK(none.str().find("3 pairs, 0 prompts without an image in both: ") != std::string::npos);
     o.min_psnr = 25;
     std::ostringstream low;
     CHECK(run_compare(o, low) == 1);
@@ -145,7 +220,7 @@ TEST_CASE("compare --json names folders that are not UTF-8 as a_hex, b_hex and g
     std::filesystem::copy(golden("run_b"), o.b);
     o.json = true;
     std::ostringstream out;
-    REQUIRE(run_compare(o, out) == 0);  // never an exception: JSON holds UTF-8 text only
+    REQUIRE(run_compare(o, out) == 1);  // never an exception: JSON holds UTF-8 text only; run_b lacks #3
     std::istringstream lines(out.str());
     std::string line, path;
     int pairs = 0;
@@ -154,6 +229,10 @@ TEST_CASE("compare --json names folders that are not UTF-8 as a_hex, b_hex and g
         if (j.contains("pairs")) {
             REQUIRE(dp::protocol::path_from_hex(j.at("gallery_hex").get<std::string>(), path));
             CHECK(path == o.b + "/compare.html");
+            continue;
+        }
+        if (j.at("index") == 3) {  // run_b has no image of it
+            CHECK(j.at("b").is_null());
             continue;
         }
         REQUIRE(dp::protocol::path_from_hex(j.at("a_hex").get<std::string>(), path));
@@ -188,73 +267,6 @@ TEST_CASE("compare refuses a budget that is not a finite number in its range, Na
     const CommandLine ok = parse_command_line({"compare", "a", "b", "--min-ssim", "-0.5"}, no_env);
     CHECK(ok.compare.min_ssim == -0.5);
 }
-
-namespace {
-
-// A copy of golden run `name` ("run_a") in `dir`, as `as` (default: the same name); its path.
-std::string copy_run(const std::string& name, const std::string& dir, const std::string& as = "") {
-    const std::string to = dir + "/" + (as.empty() ? name : as);
-    std::filesystem::remove_all(to);
-    std::filesystem::copy(golden(name), to, std::filesystem::copy_options::recursive);
-    return to;
-}
-
-// A gray 8-bit PNG that declares `width` x `height` pixels and holds its first `rows` rows of noise:
-// the rest is cut off after the IDAT chunks libpng has written by then, which come every 8 KiB of
-// compressed rows (a bomb's few kilobytes declare gigabytes).
-void write_png(const std::string& path, uint32_t width, uint32_t height, uint32_t rows) {
-    FILE* f = std::fopen(path.c_str(), "wb");
-    REQUIRE(f != nullptr);
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-    png_infop info = png_create_info_struct(png);
-    if (setjmp(png_jmpbuf(png))) FAIL("libpng could not write " << path);
-    png_init_io(png, f);
-    png_set_IHDR(png, info, width, height, 8, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    std::vector<png_byte> row(width);
-    uint32_t noise = 12345;
-    for (uint32_t y = 0; y < rows; ++y) {
-        for (png_byte& b : row) b = static_cast<png_byte>((noise = noise * 1103515245u + 12345u) >> 24);
-        png_write_row(png, row.data());
-    }
-    if (rows == height) png_write_end(png, nullptr);
-    png_destroy_write_struct(&png, &info);
-    std::fclose(f);
-}
-
-// Opens the FIFO at `path` for writing and closes it again, every 50 ms from `after_s` seconds on,
-// until destroyed: a reader that opened it to wait for data gets end-of-file, and fails instead of
-// hanging the test.
-class FifoUnblocker {
-  public:
-    FifoUnblocker(std::string path, double after_s)
-        : thread_([this, path = std::move(path), after_s] {
-              const auto start = std::chrono::steady_clock::now();
-              while (!done_) {
-                  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                  if (std::chrono::steady_clock::now() - start < std::chrono::duration<double>(after_s))
-                      continue;
-                  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // ENXIO while nobody reads
-                  if (fd >= 0) ::close(fd);
-              }
-          }) {}
-    ~FifoUnblocker() {
-        done_ = true;
-        thread_.join();
-    }
-
-  private:
-    std::atomic<bool> done_{false};
-    std::thread thread_;
-};
-
-std::string file_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-}  // namespace
 
 TEST_CASE("compare --gallery writes a new file or its own earlier page, and replaces nothing else") {
     namespace fs = std::filesystem;
@@ -381,6 +393,8 @@ TEST_CASE("compare opens only regular files inside each run's folder, never wait
     fs::create_directories(dir);
     CompareOptions o;
     o.a = copy_run("run_b", dir, "a");
+    std::ofstream(o.a + "/manifest.jsonl") << R"({"index": 0, "status": "ok", "file": "00000.png"})"
+                                           << "\n";
     o.b = dir + "/b";
     o.gallery = dir + "/pairs.html";
     fs::copy_file(o.a + "/00000.png", dir + "/outside.png");
@@ -428,6 +442,99 @@ TEST_CASE("compare opens only regular files inside each run's folder, never wait
             CHECK(run_compare(o, out) == 0);
             CHECK_MESSAGE(out.str().find("#0  PSNR inf dB") != std::string::npos, out.str());
         }
+    }
+    fs::remove_all(dir);
+}
+
+TEST_CASE("compare fails on a prompt without an image in either run, naming it") {
+    namespace fs = std::filesystem;
+    const std::string dir = scratch() + "/missing";
+    const std::string failed = R"({"status": "failed", "error": "CUDA out of memory\nTraceback"})";
+    struct Row {
+        const char* what;
+        std::map<int, std::string> a, b;  // records replaced in the runs (all 4 ok): "" removes one
+        std::vector<std::string> lines;   // what compare prints, with A and B for the runs' folders
+        int missing;
+    };
+    const Row rows[] = {
+        {"no change", {}, {}, {}, 0},
+        {"a prompt without a record in b", {}, {{3, ""}}, {"#3  no image in B (no record)"}, 1},
+        {"3 of 4 failed in b",
+         {},
+         {{1, failed}, {2, failed}, {3, failed}},
+         {"#1  no image in B (failed: CUDA out of memory)", "#2  no image in B (failed: CUDA out of memory)",
+          "#3  no image in B (failed: CUDA out of memory)"},
+         3},
+        {"not run in b", {}, {{2, R"({"status": "not_run"})"}}, {"#2  no image in B (not_run)"}, 1},
+        {"invalid in a",
+         {{1, R"({"status": "invalid", "error": "bad line"})"}},
+         {},
+         {"#1  no image in A (invalid: bad line)"},
+         1},
+        {"failed in both",
+         {{2, failed}},
+         {{2, R"({"status": "failed"})"}},
+         {"#2  no image in A (failed: CUDA out of memory), no image in B (failed)"},
+         1},
+        {"a record without its file",
+         {},
+         {{0, R"({"status": "ok"})"}},
+         {"#0  no image in B (a record without its file)"},
+         1},
+        {"a record whose file is gone",
+         {},
+         {{1, R"({"status": "ok", "file": "gone.png"})"}},
+         {"#1  no image in B (gone.png is missing)"},
+         1},
+        {"a prompt only a has",
+         {},
+         {{9, R"({"status": "ok", "file": "00000.png"})"}},
+         {"#9  no image in A (no record)"},
+         1},
+    };
+    for (const Row& r : rows) {
+        const std::string what = r.what;
+        CAPTURE(what);
+        fs::remove_all(dir);
+        fs::create_directories(dir);
+        CompareOptions o;
+        o.a = copy_run("run_a", dir, "A");
+        o.b = copy_run("run_a", dir, "B");
+        o.gallery = dir + "/pairs.html";
+        o.min_psnr = 20;
+        for (const auto& [run, changes] : {std::pair{o.a, r.a}, std::pair{o.b, r.b}}) {
+            auto records = dp::launcher::read_manifest(run + "/manifest.jsonl");
+            for (const auto& [index, record] : changes) {
+                if (record.empty()) {
+                    records.erase(index);
+                } else {
+                    records[index] = nlohmann::json::parse(record);
+                    records[index]["index"] = index;
+                }
+            }
+            std::ofstream manifest(run + "/manifest.jsonl");
+            for (const auto& [index, record] : records) manifest << record.dump() << "\n";
+        }
+        std::ostringstream out;
+        CHECK(run_compare(o, out) == (r.missing ? 1 : 0));
+        const std::string text = out.str();
+        for (std::string line : r.lines) {
+            for (const auto& [name, run] : {std::pair{"in A (", o.a}, std::pair{"in B (", o.b}})
+                if (const auto at = line.find(name); at != std::string::npos)
+                    line.replace(at, 5, "in " + run + " ");
+            CHECK_MESSAGE(text.find(line + "\n") != std::string::npos, line << "\n" << text);
+        }
+        const std::string summary_text = std::to_string(r.missing) +
+                                         (r.missing == 1 ? " prompt" : " prompts") +
+                                         " without an image in both";
+        CHECK_MESSAGE(text.find(summary_text) != std::string::npos, text);
+        o.json = true;
+        std::ostringstream json;
+        CHECK(run_compare(o, json) == (r.missing ? 1 : 0));
+        const std::string last = json.str().substr(json.str().rfind('\n', json.str().size() - 2) + 1);
+        const nlohmann::json summary = nlohmann::json::parse(last);
+        CHECK(summary.at("missing") == r.missing);
+        CHECK(summary.at("fails") == r.missing);
     }
     fs::remove_all(dir);
 }
