@@ -145,11 +145,14 @@ Side side_of(const std::string& run, const std::filesystem::path& real_run, int6
 }
 
 // Each prompt index either run has a record of, in order, with what each run has for it. Throws
-// UsageError when no index has an image in both.
+// UsageError when there is nothing to compare: one folder twice, or no index with an image in both.
 std::vector<Prompt> entries_of(const CompareOptions& o) {
     const std::map<int64_t, nlohmann::json> a = records_of(o.a), b = records_of(o.b);
     const std::filesystem::path real_a = std::filesystem::canonical(o.a),
                                 real_b = std::filesystem::canonical(o.b);
+    if (real_a == real_b)
+        throw UsageError(launcher::utf8_for_display(o.a) + " and " + launcher::utf8_for_display(o.b) +
+                         " are the same folder: nothing to compare (every pair would be identical)");
     std::map<int64_t, Prompt> entries;
     const auto record = [](const std::map<int64_t, nlohmann::json>& records, int64_t index) {
         const auto it = records.find(index);
@@ -167,8 +170,8 @@ std::vector<Prompt> entries_of(const CompareOptions& o) {
     for (auto& [index, e] : entries) out.push_back(std::move(e));
     if (std::none_of(out.begin(), out.end(), [](const Prompt& e) { return e.paired(); }))
         throw UsageError(launcher::utf8_for_display(o.a) + " and " + launcher::utf8_for_display(o.b) +
-                         ": no prompt index has an image in both (" + std::to_string(a.size()) + " and " +
-                         std::to_string(b.size()) + " records)");
+                         ": nothing to compare: no prompt index has an image in both (" +
+                         std::to_string(a.size()) + " and " + std::to_string(b.size()) + " records)");
     return out;
 }
 
@@ -237,10 +240,12 @@ nlohmann::json entry_json(const Prompt& e) {
     return j;
 }
 
-// The summary's figures over the entries.
+// The summary's figures over the entries. The worst and the means are over the pairs measured
+// (of the same size): with none, there are none (not PSNR inf and SSIM 1, which would read as a pass).
 struct Summary {
-    int64_t pairs = 0, missing = 0, below = 0, fails = 0, finite = 0, with_ssim = 0;
-    double psnr_sum = 0, ssim_sum = 0, psnr_min = std::numeric_limits<double>::infinity(), ssim_min = 1;
+    int64_t pairs = 0, missing = 0, below = 0, fails = 0, measured = 0, finite = 0, with_ssim = 0;
+    double psnr_sum = 0, ssim_sum = 0, psnr_min = std::numeric_limits<double>::infinity(),
+           ssim_min = std::numeric_limits<double>::infinity();
     std::vector<int64_t> without;  // the first indices without an image in both
 
     void add(const Prompt& e) {
@@ -250,6 +255,7 @@ struct Summary {
         below += e.below;
         fails += e.fails;
         if (!e.measured()) return;
+        ++measured;
         psnr_min = std::min(psnr_min, e.psnr);
         if (!std::isinf(e.psnr)) psnr_sum += e.psnr, ++finite;
         if (!std::isnan(e.ssim)) ssim_sum += e.ssim, ssim_min = std::min(ssim_min, e.ssim), ++with_ssim;
@@ -260,15 +266,16 @@ nlohmann::json summary_json(const Summary& s, const std::string& gallery) {
     const auto mean = [](double sum, int64_t n) {
         return n ? nlohmann::json(sum / static_cast<double>(n)) : nlohmann::json(nullptr);
     };
-    nlohmann::json j = {
-        {"pairs", s.pairs},
-        {"missing", s.missing},
-        {"psnr_mean_finite", mean(s.psnr_sum, s.finite)},
-        {"psnr_min", std::isinf(s.psnr_min) ? nlohmann::json("inf") : nlohmann::json(s.psnr_min)},
-        {"ssim_mean", mean(s.ssim_sum, s.with_ssim)},
-        {"ssim_min", s.ssim_min},
-        {"below", s.below},
-        {"fails", s.fails}};
+    nlohmann::json j = {{"pairs", s.pairs},
+                        {"missing", s.missing},
+                        {"psnr_mean_finite", mean(s.psnr_sum, s.finite)},
+                        {"psnr_min", !s.measured              ? nlohmann::json(nullptr)
+                                     : std::isinf(s.psnr_min) ? nlohmann::json("inf")
+                                                              : nlohmann::json(s.psnr_min)},
+                        {"ssim_mean", mean(s.ssim_sum, s.with_ssim)},
+                        {"ssim_min", s.with_ssim ? nlohmann::json(s.ssim_min) : nlohmann::json(nullptr)},
+                        {"below", s.below},
+                        {"fails", s.fails}};
     protocol::put_path(j, "gallery", gallery);
     return j;
 }
@@ -282,15 +289,18 @@ std::string summary_line(const Summary& s, const std::string& gallery) {
     std::string without;
     for (int64_t index : s.without) without += (without.empty() ? " (#" : ", #") + std::to_string(index);
     if (!without.empty()) without += s.missing > static_cast<int64_t>(s.without.size()) ? ", ...)" : ")";
-    const auto mean = [](double sum, int64_t n, int digits) {
-        return n ? number(sum / static_cast<double>(n), digits) : std::string("none");
+    // `v` with `digits` decimals and `unit`, or "none" when `n` values gave it.
+    const auto figure = [](double v, int64_t n, int digits, const char* unit) {
+        return n ? number(v, digits) + unit : std::string("none");
     };
+    const auto mean = [](double sum, int64_t n) { return n ? sum / static_cast<double>(n) : 0.0; };
     return launcher::terminal_safe(
         count(s.pairs, "pair") + ", " + count(s.missing, "prompt") + " without an image in both" + without +
-        ": PSNR worst " + number(s.psnr_min, 2) + " dB, mean of the finite " + mean(s.psnr_sum, s.finite, 2) +
-        " dB; SSIM worst " + number(s.ssim_min, 4) + ", mean " + mean(s.ssim_sum, s.with_ssim, 4) + "; " +
-        std::to_string(s.below) + " below the budget; " + std::to_string(s.fails) +
-        " failing; pairs side by side in " + gallery);
+        ": PSNR worst " + figure(s.psnr_min, s.measured, 2, " dB") + ", mean of the finite " +
+        figure(mean(s.psnr_sum, s.finite), s.finite, 2, " dB") + "; SSIM worst " +
+        figure(s.ssim_min, s.with_ssim, 4, "") + ", mean " +
+        figure(mean(s.ssim_sum, s.with_ssim), s.with_ssim, 4, "") + "; " + std::to_string(s.below) +
+        " below the budget; " + std::to_string(s.fails) + " failing; pairs side by side in " + gallery);
 }
 
 std::string page_path(const std::string& page, const std::string& image) {

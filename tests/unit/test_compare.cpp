@@ -538,3 +538,77 @@ TEST_CASE("compare fails on a prompt without an image in either run, naming it")
     }
     fs::remove_all(dir);
 }
+
+TEST_CASE("compare with nothing to compare exits 2, and a summary over no measured pair says none") {
+    namespace fs = std::filesystem;
+    const std::string dir = scratch() + "/nothing";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    // One folder twice, by its name or through a link: every pair would be identical.
+    const std::string run = copy_run("run_b", dir);
+    fs::create_directory_symlink(run, dir + "/link");
+    for (const std::string& other : {run, dir + "/link", dir + "/./run_b/"}) {
+        CAPTURE(other);
+        CompareOptions o;
+        o.a = run;
+        o.b = other;
+        o.gallery = dir + "/pairs.html";
+        std::ostringstream out;
+        CHECK_THROWS_WITH_AS(run_compare(o, out), doctest::Contains("the same folder: nothing to compare"),
+                             dp::launcher::UsageError);
+    }
+    // No prompt with an image in both: every image of one run failed.
+    fs::create_directories(dir + "/failed");
+    std::ofstream(dir + "/failed/manifest.jsonl") << R"({"index": 0, "status": "failed", "error": "oom"})"
+                                                  << "\n"
+                                                  << R"({"index": 1, "status": "failed", "error": "oom"})"
+                                                  << "\n";
+    CompareOptions o;
+    o.a = run;
+    o.b = dir + "/failed";
+    o.gallery = dir + "/pairs.html";
+    std::ostringstream out;
+    CHECK_THROWS_WITH_AS(run_compare(o, out),
+                         doctest::Contains("nothing to compare: no prompt index has an image in both"),
+                         dp::launcher::UsageError);
+    // Pairs of other sizes, or too small for SSIM (under 11 pixels a side): nothing measured is no
+    // PSNR inf or SSIM 1.
+    struct Row {
+        const char* what;
+        uint32_t side_b;  // run a's image is 8 x 8
+        int exit_code;
+        const char* summary;
+        nlohmann::json psnr_min, ssim_min;
+    };
+    const Row rows[] = {
+        {"sizes differ", 16, 1, "PSNR worst none, mean of the finite none; SSIM worst none, mean none",
+         nullptr, nullptr},
+        {"too small for SSIM", 8, 0, "PSNR worst inf dB, mean of the finite none; SSIM worst none, mean none",
+         "inf", nullptr},
+    };
+    for (const Row& r : rows) {
+        const std::string what = r.what;
+        CAPTURE(what);
+        for (const auto& [name, side] : {std::pair{"a", 8u}, std::pair{"b", r.side_b}}) {
+            fs::create_directories(dir + "/" + name);
+            write_png(dir + "/" + name + "/00000.png", side, side, side);
+            std::ofstream(dir + "/" + name + "/manifest.jsonl")
+                << R"({"index": 0, "status": "ok", "file": "00000.png"})"
+                << "\n";
+        }
+        o.a = dir + "/a";
+        o.b = dir + "/b";
+        o.json = false;
+        std::ostringstream text;
+        CHECK(run_compare(o, text) == r.exit_code);
+        CHECK_MESSAGE(text.str().find(r.summary) != std::string::npos, text.str());
+        o.json = true;
+        std::ostringstream json;
+        CHECK(run_compare(o, json) == r.exit_code);
+        const std::string last = json.str().substr(json.str().rfind('\n', json.str().size() - 2) + 1);
+        const nlohmann::json summary = nlohmann::json::parse(last);
+        CHECK(summary.at("psnr_min") == r.psnr_min);
+        CHECK(summary.at("ssim_min") == r.ssim_min);
+    }
+    fs::remove_all(dir);
+}
