@@ -155,6 +155,8 @@ CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result, std::size_t h
                      "Where the page of pairs goes (default RUN_B/compare.html)")
         ->type_name("FILE");
     compare->add_flag("--json", result.compare.json, "Print one JSON object per pair, then the summary's");
+    compare->add_flag("--strict", result.compare.strict,
+                      "Exit 1 also when a pair's records differ in prompt or seed (always reported)");
     set_help_pages(*formatter);
 }
 

@@ -79,14 +79,19 @@ struct Side {
     nlohmann::json record;  // its manifest record; null: none
 };
 
+// What a pair's two records should agree on: images of other prompts or seeds are no measure of a
+// setting. A key a record leaves out counts as null.
+constexpr const char* kSameKeys[] = {"prompt", "seed"};
+
 // One prompt index that either run has a record of: a pair of images, or an image missing.
 struct Prompt {
     int64_t index = 0;
     Side a, b;
     std::string size_a, size_b;  // from the PNGs' headers
     double psnr = 0, ssim = 0;
-    bool below = false;  // below a budget
-    bool fails = false;  // counts against the runs: exit 1
+    std::vector<const char*> differs;  // the keys of kSameKeys on which the two records differ
+    bool below = false;                // below a budget
+    bool fails = false;                // counts against the runs: exit 1
 
     bool paired() const { return !a.real.empty() && !b.real.empty(); }
     bool measured() const { return paired() && size_a == size_b; }
@@ -191,7 +196,27 @@ void measure(Prompt& e) {
 void judge(Prompt& e, const CompareOptions& o) {
     e.below = e.measured() && ((o.min_psnr && e.psnr < *o.min_psnr) ||
                                (o.min_ssim && (std::isnan(e.ssim) || e.ssim < *o.min_ssim)));
-    e.fails = !e.paired() || !e.measured() || e.below;
+    if (e.paired())
+        for (const char* key : kSameKeys)
+            if (e.a.record.value(key, nlohmann::json()) != e.b.record.value(key, nlohmann::json()))
+                e.differs.push_back(key);
+    e.fails = !e.paired() || !e.measured() || e.below || (o.strict && !e.differs.empty());
+}
+
+// `value` as the report shows it: JSON, at most 80 bytes of it; "none" for null.
+std::string shown_value(const nlohmann::json& value) {
+    if (value.is_null()) return "none";
+    const std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
+// What `e`'s records differ on, for its line: "  prompt differs: "a" and "b"".
+std::string differences(const Prompt& e) {
+    std::string out;
+    for (const char* key : e.differs)
+        out += std::string("  ") + key + " differs: " + shown_value(e.a.record.value(key, nlohmann::json())) +
+               " and " + shown_value(e.b.record.value(key, nlohmann::json()));
+    return out;
 }
 
 // What `e` says of the side of run `run` that has no image: "no image in RUN (failed: ...)".
@@ -212,7 +237,7 @@ std::string entry_line(const Prompt& e, const CompareOptions& o) {
         line += "PSNR " + number(e.psnr, 2) + " dB  SSIM " + number(e.ssim, 4) +
                 (e.below ? "  below the budget" : "");
     }
-    return launcher::terminal_safe(line);
+    return launcher::terminal_safe(line + differences(e));
 }
 
 // `e` as a JSON object.
@@ -237,13 +262,16 @@ nlohmann::json entry_json(const Prompt& e) {
         j["psnr"] = std::isinf(e.psnr) ? nlohmann::json("inf") : nlohmann::json(e.psnr);
         j["ssim"] = std::isnan(e.ssim) ? nlohmann::json(nullptr) : nlohmann::json(e.ssim);
     }
+    for (const char* key : e.differs)
+        j["differs"][key] = {e.a.record.value(key, nlohmann::json()),
+                             e.b.record.value(key, nlohmann::json())};
     return j;
 }
 
 // The summary's figures over the entries. The worst and the means are over the pairs measured
 // (of the same size): with none, there are none (not PSNR inf and SSIM 1, which would read as a pass).
 struct Summary {
-    int64_t pairs = 0, missing = 0, below = 0, fails = 0, measured = 0, finite = 0, with_ssim = 0;
+    int64_t pairs = 0, missing = 0, below = 0, differ = 0, fails = 0, measured = 0, finite = 0, with_ssim = 0;
     double psnr_sum = 0, ssim_sum = 0, psnr_min = std::numeric_limits<double>::infinity(),
            ssim_min = std::numeric_limits<double>::infinity();
     std::vector<int64_t> without;  // the first indices without an image in both
@@ -253,6 +281,7 @@ struct Summary {
         missing += !e.paired();
         if (!e.paired() && without.size() < 10) without.push_back(e.index);
         below += e.below;
+        differ += !e.differs.empty();
         fails += e.fails;
         if (!e.measured()) return;
         ++measured;
@@ -275,6 +304,7 @@ nlohmann::json summary_json(const Summary& s, const std::string& gallery) {
                         {"ssim_mean", mean(s.ssim_sum, s.with_ssim)},
                         {"ssim_min", s.with_ssim ? nlohmann::json(s.ssim_min) : nlohmann::json(nullptr)},
                         {"below", s.below},
+                        {"differ", s.differ},
                         {"fails", s.fails}};
     protocol::put_path(j, "gallery", gallery);
     return j;
@@ -300,7 +330,8 @@ std::string summary_line(const Summary& s, const std::string& gallery) {
         figure(mean(s.psnr_sum, s.finite), s.finite, 2, " dB") + "; SSIM worst " +
         figure(s.ssim_min, s.with_ssim, 4, "") + ", mean " +
         figure(mean(s.ssim_sum, s.with_ssim), s.with_ssim, 4, "") + "; " + std::to_string(s.below) +
-        " below the budget; " + std::to_string(s.fails) + " failing; pairs side by side in " + gallery);
+        " below the budget; " + std::to_string(s.differ) + " of another prompt or seed; " +
+        std::to_string(s.fails) + " failing; pairs side by side in " + gallery);
 }
 
 std::string page_path(const std::string& page, const std::string& image) {
@@ -374,7 +405,8 @@ std::string page_row(const std::string& page, const Prompt& e, const CompareOpti
                                            : std::string();
     return "<tr>" + page_cell(page, e.a, o.a) + page_cell(page, e.b, o.b) + "<td" +
            (e.fails ? " class=\"low\"" : "") + ">#" + std::to_string(e.index) + "<br>" +
-           html_escape(string_field(record, "prompt")) + "<br>" + found + "</td></tr>\n";
+           html_escape(string_field(record, "prompt")) + "<br>" + found + html_escape(differences(e)) +
+           "</td></tr>\n";
 }
 
 void write_page(const std::string& path, const CompareOptions& o, const std::vector<Prompt>& entries) {

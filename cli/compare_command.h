@@ -29,6 +29,7 @@ struct CompareOptions {
     std::optional<double> min_psnr, min_ssim;
     std::string gallery;  // empty: RUN_B/compare.html
     bool json = false;    // one JSON object per pair, then the summary's
+    bool strict = false;  // a pair whose records differ in prompt or seed fails
 };
 
 struct RgbImage {

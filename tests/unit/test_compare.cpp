@@ -141,7 +141,8 @@ TEST_CASE("compare pairs by prompt index, and fails a budget a pair falls below"
     CHECK(out.str().find("#2  PSNR inf dB  SSIM 1.0000") != std::string::npos);
     CHECK(out.str().find("#3  no image in " + o.b + " (no record)\n") != std::string::npos);
     CHECK(out.str().find("3 pairs, 1 prompt without an image in both (#3):") != std::string::npos);
-    CHECK(out.str().find("; 0 below the budget; 1 failing;") != std::string::npos);
+    CHECK(out.str().find("; 0 below the budget; 0 of another prompt or seed; 1 failing;") !=
+          std::string::npos);
     const std::string html = file_text(o.gallery);
     CHECK(html.find("run_a/00001.png") != std::string::npos);
     CHECK(html.find("run_b/00001.png") != std::string::npos);
@@ -610,5 +611,71 @@ TEST_CASE("compare with nothing to compare exits 2, and a summary over no measur
         CHECK(summary.at("psnr_min") == r.psnr_min);
         CHECK(summary.at("ssim_min") == r.ssim_min);
     }
+    fs::remove_all(dir);
+}
+
+TEST_CASE("compare reports pairs of another prompt or seed, and --strict fails them") {
+    namespace fs = std::filesystem;
+    const std::string dir = scratch() + "/differ";
+    struct Row {
+        const char* what;
+        int index;          // of run b's record patched
+        const char* patch;  // a JSON merge patch
+        const char* says;   // in its line; empty: no difference
+    };
+    const Row rows[] = {
+        {"the same prompt and seed", 0, "{}", ""},
+        {"another prompt", 1, R"({"prompt": "a \u001b[2J dog"})",
+         R"(prompt differs: "prompt 1" and "a \u001b[2J dog")"},
+        {"another seed", 2, R"({"seed": 7})", "seed differs: 2 and 7"},
+        {"a seed left out", 0, R"({"seed": null})", "seed differs: 0 and none"},
+        {"both", 1, R"({"prompt": "x", "seed": 8})",
+         R"(prompt differs: "prompt 1" and "x"  seed differs: 1 and 8)"},
+    };
+    for (const Row& r : rows) {
+        const std::string what = r.what;
+        CAPTURE(what);
+        fs::remove_all(dir);
+        fs::create_directories(dir);
+        CompareOptions o;
+        o.a = copy_run("run_b", dir, "a");
+        o.b = copy_run("run_b", dir, "b");
+        o.gallery = dir + "/pairs.html";
+        for (const std::string& run : {o.a, o.b}) {
+            auto records = dp::launcher::read_manifest(run + "/manifest.jsonl");
+            std::ofstream manifest(run + "/manifest.jsonl");
+            for (auto& [index, record] : records) {
+                record["seed"] = index;
+                if (run == o.b && index == r.index) record.merge_patch(nlohmann::json::parse(r.patch));
+                manifest << record.dump() << "\n";
+            }
+        }
+        const bool differ = *r.says != '\0';
+        for (const bool strict : {false, true}) {
+            CAPTURE(strict);
+            o.strict = strict;
+            o.json = false;
+            std::ostringstream out;
+            CHECK(run_compare(o, out) == (strict && differ ? 1 : 0));
+            const std::string line = "#" + std::to_string(r.index) + "  PSNR inf dB  SSIM 1.0000" +
+                                     (differ ? "  " + std::string(r.says) : "") + "\n";
+            CHECK_MESSAGE(out.str().find(line) != std::string::npos, line << out.str());
+            CHECK_MESSAGE(out.str().find(std::string("; ") + (differ ? "1" : "0") +
+                                         " of another prompt or seed;") != std::string::npos,
+                          out.str());
+            o.json = true;
+            std::ostringstream json;
+            CHECK(run_compare(o, json) == (strict && differ ? 1 : 0));
+            std::istringstream lines(json.str());
+            for (std::string l; std::getline(lines, l);) {
+                const nlohmann::json j = nlohmann::json::parse(l);
+                if (j.contains("pairs")) CHECK(j.at("differ") == (differ ? 1 : 0));
+                if (j.contains("index") && j.at("index") == r.index) CHECK(j.contains("differs") == differ);
+            }
+        }
+    }
+    const CommandLine strict = parse_command_line({"compare", "a", "b", "--strict"}, no_env);
+    CHECK(strict.action == CommandLine::Action::kCompare);
+    CHECK(strict.compare.strict);
     fs::remove_all(dir);
 }
