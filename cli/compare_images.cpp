@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 #include "launcher/errors.h"
@@ -56,7 +57,7 @@ std::string image_in_run(const std::string& run, const fs::path& real_run, int64
     const auto refuse = [&](const std::string& why) {
         throw InputDataError(launcher::utf8_for_display(run + "/manifest.jsonl") + ": prompt " +
                              std::to_string(index) + "'s file \"" + launcher::utf8_for_display(file) + "\" " +
-                             why + " (an image is a file in its run's folder)");
+                             why + ": an image must be a regular file inside its run's folder");
     };
     if (file.find('\0') != std::string::npos || !is_plain_name(file))
         refuse("is not a name inside " + launcher::utf8_for_display(run));
@@ -91,11 +92,10 @@ PngFile::PngFile(const std::string& path, const std::string& shown_as)
     if (!png_image_begin_read_from_stdio(&image, state_->file))
         throw InputDataError(shown + ": not a PNG file dp-launch can read (" +
                              launcher::utf8_for_display(image.message) + ")");
-    const uint64_t pixels = static_cast<uint64_t>(image.width) * image.height;
-    if (pixels == 0 || pixels > kMaxComparePixels)
+    // libpng refuses 0 and over 2^31-1 a side (PNG's bounds; by default over 1000000): an int holds it.
+    if (image.width == 0 || image.height == 0 || image.width > INT32_MAX || image.height > INT32_MAX)
         throw InputDataError(shown + ": " + std::to_string(image.width) + "x" + std::to_string(image.height) +
-                             " pixels: compare reads images of 1 to " + std::to_string(kMaxComparePixels) +
-                             " pixels (4096x4096)");
+                             " pixels (a PNG has 1 to 2147483647 a side)");
     width_ = static_cast<int>(image.width);
     height_ = static_cast<int>(image.height);
 }
@@ -106,6 +106,9 @@ RgbImage PngFile::decode() {
     if (state_->decoded) throw std::logic_error("PngFile::decode called twice");
     state_->decoded = true;
     png_image& image = state_->image;
+    if (static_cast<uint64_t>(width_) * static_cast<uint64_t>(height_) > kMaxComparePixels)
+        throw InputDataError(shown_ + ": " + size() + " pixels: compare decodes images of at most " +
+                             std::to_string(kMaxComparePixels) + " pixels (4096x4096)");
     image.format = PNG_FORMAT_RGB;
     RgbImage out;
     out.width = width_;

@@ -29,9 +29,9 @@ std::string image_in_run(const std::string& run, const std::filesystem::path& re
 // One PNG file, open with its header read.
 class PngFile {
   public:
-    // Opens `path` without following a symbolic link or blocking, and reads its header. Throws
-    // InputDataError naming `shown` (default: `path`) when it is not a regular file, no PNG
-    // libpng reads, or declares more than kMaxComparePixels pixels.
+    // Opens `path` without following a symbolic link or blocking, and reads its header (libpng's
+    // IHDR), nothing more. Throws InputDataError naming `shown` (default: `path`) when it is not a
+    // regular file or no PNG libpng reads.
     explicit PngFile(const std::string& path, const std::string& shown = "");
     ~PngFile();
     PngFile(const PngFile&) = delete;
@@ -40,7 +40,8 @@ class PngFile {
     int width() const { return width_; }
     int height() const { return height_; }
     std::string size() const { return std::to_string(width_) + "x" + std::to_string(height_); }
-    // Its pixels as 8-bit RGB; once. Throws InputDataError naming the file when it is damaged.
+    // Its pixels as 8-bit RGB; once. Throws InputDataError naming the file, before allocating
+    // anything, when it declares more than kMaxComparePixels pixels, and when it is damaged.
     RgbImage decode();
 
   private:
