@@ -22,6 +22,7 @@
 #include "cli/command_line.h"
 #include "cli/compare_command.h"
 #include "launcher/errors.h"
+#include "launcher/manifest.h"
 #include "protocol/call_arguments.h"
 #include "support/test_paths.h"
 
@@ -100,6 +101,38 @@ class FifoUnblocker {
     std::atomic<bool> done_{false};
     std::thread thread_;
 };
+
+// Fresh copies of golden run `name` as DIR/a and DIR/b, and the options that compare them (the page
+// in DIR).
+CompareOptions two_copies(const std::string& name, const std::string& dir) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    CompareOptions o;
+    o.a = copy_run(name, dir, "a");
+    o.b = copy_run(name, dir, "b");
+    o.gallery = dir + "/pairs.html";
+    return o;
+}
+
+// Rewrites run `run`'s manifest with its records as `edit` leaves them, in index order.
+void edit_manifest(const std::string& run,
+                   const std::function<void(std::map<int64_t, nlohmann::json>&)>& edit) {
+    auto records = dp::launcher::read_manifest(run + "/manifest.jsonl");
+    edit(records);
+    std::ofstream manifest(run + "/manifest.jsonl");
+    for (const auto& [index, record] : records) manifest << record.dump() << "\n";
+}
+
+// run_compare(o) with --json: CHECKs its exit code, and returns the summary (the last object).
+nlohmann::json json_summary(CompareOptions o, int exit_code) {
+    o.json = true;
+    std::ostringstream out;
+    CHECK(run_compare(o, out) == exit_code);
+    std::istringstream lines(out.str());
+    nlohmann::json last;
+    for (std::string line; std::getline(lines, line);) last = nlohmann::json::parse(line);
+    return last;
+}
 
 std::string file_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -509,26 +542,19 @@ TEST_CASE("compare fails on a prompt without an image in either run, naming it")
     for (const Row& r : rows) {
         const std::string what = r.what;
         CAPTURE(what);
-        fs::remove_all(dir);
-        fs::create_directories(dir);
-        CompareOptions o;
-        o.a = copy_run("run_a", dir, "A");
-        o.b = copy_run("run_a", dir, "B");
-        o.gallery = dir + "/pairs.html";
+        CompareOptions o = two_copies("run_a", dir);
         o.min_psnr = 20;
-        for (const auto& [run, changes] : {std::pair{o.a, r.a}, std::pair{o.b, r.b}}) {
-            auto records = dp::launcher::read_manifest(run + "/manifest.jsonl");
-            for (const auto& [index, record] : changes) {
-                if (record.empty()) {
-                    records.erase(index);
-                } else {
-                    records[index] = nlohmann::json::parse(record);
-                    records[index]["index"] = index;
+        for (const auto& [run, changes] : {std::pair{o.a, r.a}, std::pair{o.b, r.b}})
+            edit_manifest(run, [&changes = changes](std::map<int64_t, nlohmann::json>& records) {
+                for (const auto& [index, record] : changes) {
+                    if (record.empty()) {
+                        records.erase(index);
+                    } else {
+                        records[index] = nlohmann::json::parse(record);
+                        records[index]["index"] = index;
+                    }
                 }
-            }
-            std::ofstream manifest(run + "/manifest.jsonl");
-            for (const auto& [index, record] : records) manifest << record.dump() << "\n";
-        }
+            });
         std::ostringstream out;
         CHECK(run_compare(o, out) == (r.missing ? 1 : 0));
         const std::string text = out.str();
@@ -542,11 +568,7 @@ TEST_CASE("compare fails on a prompt without an image in either run, naming it")
                                          (r.missing == 1 ? " prompt" : " prompts") +
                                          " without an image in both";
         CHECK_MESSAGE(text.find(summary_text) != std::string::npos, text);
-        o.json = true;
-        std::ostringstream json;
-        CHECK(run_compare(o, json) == (r.missing ? 1 : 0));
-        const std::string last = json.str().substr(json.str().rfind('\n', json.str().size() - 2) + 1);
-        const nlohmann::json summary = nlohmann::json::parse(last);
+        const nlohmann::json summary = json_summary(o, r.missing ? 1 : 0);
         CHECK(summary.at("missing") == r.missing);
         CHECK(summary.at("fails") == r.missing);
     }
@@ -616,11 +638,7 @@ TEST_CASE("compare with nothing to compare exits 2, and a summary over no measur
         std::ostringstream text;
         CHECK(run_compare(o, text) == r.exit_code);
         CHECK_MESSAGE(text.str().find(r.summary) != std::string::npos, text.str());
-        o.json = true;
-        std::ostringstream json;
-        CHECK(run_compare(o, json) == r.exit_code);
-        const std::string last = json.str().substr(json.str().rfind('\n', json.str().size() - 2) + 1);
-        const nlohmann::json summary = nlohmann::json::parse(last);
+        const nlohmann::json summary = json_summary(o, r.exit_code);
         CHECK(summary.at("psnr_min") == r.psnr_min);
         CHECK(summary.at("ssim_min") == r.ssim_min);
     }
@@ -648,21 +666,14 @@ TEST_CASE("compare reports pairs of another prompt or seed, and --strict fails t
     for (const Row& r : rows) {
         const std::string what = r.what;
         CAPTURE(what);
-        fs::remove_all(dir);
-        fs::create_directories(dir);
-        CompareOptions o;
-        o.a = copy_run("run_b", dir, "a");
-        o.b = copy_run("run_b", dir, "b");
-        o.gallery = dir + "/pairs.html";
-        for (const std::string& run : {o.a, o.b}) {
-            auto records = dp::launcher::read_manifest(run + "/manifest.jsonl");
-            std::ofstream manifest(run + "/manifest.jsonl");
-            for (auto& [index, record] : records) {
-                record["seed"] = index;
-                if (run == o.b && index == r.index) record.merge_patch(nlohmann::json::parse(r.patch));
-                manifest << record.dump() << "\n";
-            }
-        }
+        CompareOptions o = two_copies("run_b", dir);
+        for (const std::string& run : {o.a, o.b})
+            edit_manifest(run, [&](std::map<int64_t, nlohmann::json>& records) {
+                for (auto& [index, record] : records) {
+                    record["seed"] = index;
+                    if (run == o.b && index == r.index) record.merge_patch(nlohmann::json::parse(r.patch));
+                }
+            });
         const bool differ = *r.says != '\0';
         for (const bool strict : {false, true}) {
             CAPTURE(strict);
