@@ -141,7 +141,8 @@ CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result, std::size_t h
         "compare",
         "Pair the images of two output folders by prompt index and print each pair's PSNR and SSIM, their "
         "mean "
-        "and worst; write the pairs side by side; exit 1 when a pair falls below --min-psnr or --min-ssim");
+        "and worst; write the pairs side by side; exit 1 when a pair falls below --min-psnr or --min-ssim or "
+        "differs in size, or a prompt has no image in either run (docs/step-cache.md)");
     compare->add_option("runs", runs, "RUN_A RUN_B: two output folders (each with its manifest.jsonl)")
         ->expected(2)
         ->required();
@@ -242,7 +243,7 @@ CommandLine& compare_command(const CommandApp& c, const RawLaunchOptions& raw, C
     if (!c.stray.empty() || !raw.command.empty())
         return usage_error(result,
                            "compare takes two output folders: dp-launch compare RUN_A RUN_B [--min-psnr X] "
-                           "[--min-ssim Y]");
+                           "[--min-ssim Y] [--strict] [--gallery FILE] [--json]");
     result.compare.a = c.runs.at(0);
     result.compare.b = c.runs.at(1);
     // parse_number, not CLI::Range: a range check lets NaN through (every comparison with it is
