@@ -122,6 +122,7 @@ void JobProgress::show(int64_t finished, bool last) {
         return;
     }
     if (!last && seconds_since(last_line_) < 5.0) return;
+    if (last && !generating_since_) return;  // a job that ended while it loaded: its own lines say why
     // A line when something changed: an image, or the load's state.
     const int64_t state = generating_since_ ? finished : -2 - static_cast<int64_t>(ready_.size());
     if (state == printed_) return;

@@ -31,12 +31,12 @@ if git -C "$src" rev-parse --short=12 HEAD >/dev/null 2>&1; then
     [[ $version == "dp-launch "*"(commit $head"* ]] || fail "--version says '$version', HEAD is $head"
 fi
 
-# A binary copied alone: a usage error naming where it looked, never a crash.
+# A binary copied alone: missing input (66) naming where it looked, never a crash.
 cp "$work/prefix/bin/dp-launch" "$work/alone"
 set +e
 err=$("$work/alone" --prompt x -q -o imgs2 2>&1)
 code=$?
 set -e
-[[ $code == 2 ]] || fail "a lone binary exited $code: $err"
+[[ $code == 66 ]] || fail "a lone binary exited $code (66: missing input): $err"
 [[ $err == *"share/dp-launch/models/shapes-sd3"* && $err == *"DP_MODELS_DIR"* ]] || fail "lone binary: $err"
 echo "installed, ran from $work/elsewhere: $out"
