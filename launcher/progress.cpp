@@ -86,8 +86,10 @@ std::string JobProgress::status_text(int64_t finished, bool bar) const {
     char text[200];
     if (!generating_since_) {
         // Loading: no rate, no ETA (a load is not a step).
-        std::snprintf(text, sizeof(text), "loading the model: %zu of %d rank(s) ready, %.0f s", ready_.size(),
-                      world_size_, seconds_since(start_));
+        // Before a rank says it loads, the ranks start and agree on the job.
+        std::snprintf(text, sizeof(text), "%s: %zu of %d rank(s) ready, %.0f s",
+                      loading_.empty() && ready_.empty() ? "starting the ranks" : "loading the model",
+                      ready_.size(), world_size_, seconds_since(start_));
         return text;
     }
     const double since = seconds_since(*generating_since_);
