@@ -114,6 +114,20 @@ void write_all(int fd, const char* p, size_t n) {
     }
 }
 
+// sigbus DIR: a file of its own mapped, truncated, then read where its end was: the kernel's
+// SIGBUS, with the kernel's own action whatever a sanitizer build installed (AddressSanitizer
+// reports a SIGBUS itself and exits 1). Returns 3 when the file cannot be set up.
+int read_past_a_truncated_mapping(const std::string& dir) {
+    const std::string path = dir + "/mapped_" + std::to_string(g_rank);
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const long page = sysconf(_SC_PAGESIZE);
+    if (fd < 0 || ftruncate(fd, 2 * page) != 0) return 3;
+    void* map = mmap(nullptr, static_cast<size_t>(2 * page), PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED || ftruncate(fd, 0) != 0) return 3;
+    signal(SIGBUS, SIG_DFL);
+    return static_cast<volatile const char*>(map)[page];  // never returns
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -284,19 +298,7 @@ int main(int argc, char** argv) {
         for (int i = 1; i <= 15; ++i) std::fprintf(stderr, "stderr line %d\n", i);
         return std::atoi(arg(2).c_str());
     }
-    if (mode == "sigbus") {
-        // A file of its own mapped, truncated, then read where its end was: the kernel's SIGBUS.
-        const std::string path = arg(2) + "/mapped_" + std::to_string(g_rank);
-        const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        const long page = sysconf(_SC_PAGESIZE);
-        if (fd < 0 || ftruncate(fd, 2 * page) != 0) return 3;
-        void* map = mmap(nullptr, static_cast<size_t>(2 * page), PROT_READ, MAP_SHARED, fd, 0);
-        if (map == MAP_FAILED || ftruncate(fd, 0) != 0) return 3;
-        // The kernel's own action, whatever a sanitizer build installed (AddressSanitizer reports a
-        // SIGBUS itself and exits 1).
-        signal(SIGBUS, SIG_DFL);
-        return static_cast<volatile const char*>(map)[page];  // never returns
-    }
+    if (mode == "sigbus") return read_past_a_truncated_mapping(arg(2));
     std::fprintf(stderr, "dp-test-worker: unknown mode '%s'\n", mode.c_str());
     return 2;
 }
