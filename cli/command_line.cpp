@@ -130,6 +130,8 @@ CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result, std::size_t h
         "plan",
         "Print the mesh, each rank's role, the sub-groups, per-rank parameter bytes and the "
         "bytes sent per step for these options, without running anything");
+    plan->add_flag("--json", result.json,
+                   "Print one JSON object: the same figures, bytes as integers, for scripts and CI");
     plan->fallthrough();  // the launch and pipeline options belong to the main app
     arguments = app.add_subcommand("arguments",
                                    "Print the call arguments --model's pipeline takes: each "
@@ -359,7 +361,10 @@ int run_command_line(const CommandLine& command_line) {
                 std::cerr << "dp-launch: " << launcher::terminal_safe(command_line.message) << std::endl;
                 return command_line.exit_code;
             case CommandLine::Action::kPlan:
-                std::cout << launcher::terminal_safe(describe_plan(command_line.spec, *command_line.job))
+                std::cout << (command_line.json
+                                  ? describe_plan(command_line.spec, *command_line.job, /*json=*/true)
+                                  : launcher::terminal_safe(
+                                        describe_plan(command_line.spec, *command_line.job)))
                           << std::flush;
                 return 0;
             case CommandLine::Action::kArguments:

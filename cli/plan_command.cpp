@@ -6,6 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "launcher/adapter_files.h"
 #include "launcher/component_files.h"
 #include "launcher/errors.h"
@@ -24,6 +26,9 @@
 namespace dp::cli {
 using namespace dp::launcher;
 namespace {
+
+// Keys in the order the text gives its sections.
+using Json = nlohmann::ordered_json;
 
 std::string bytes_text(long long b) {
     char buf[64];
@@ -51,7 +56,7 @@ auto with_variant_or_plain(const JobOptions& job, const Count& count) {
 }
 
 // The expected makespan of each schedule over the prompts of job.prompts (docs/strategies.md, "Schedules").
-std::string schedule_plan(const ResolvedJob& resolved) {
+void describe_schedules(std::ostream& out, Json& facts, const ResolvedJob& resolved) {
     const JobOptions& job = resolved.options;
     const strategies::ModelInfo& model = resolved.model;
     const int replicas = resolved.degrees().dp;
@@ -63,9 +68,20 @@ std::string schedule_plan(const ResolvedJob& resolved) {
         job.schedule, requests, strategies::cost_rules(model.sizes, model.arguments), replicas,
         job.batch_size);
     const strategies::Makespans& m = c.makespans;
-    std::ostringstream out;
-    out << "schedules: " << requests.size() << " prompt(s) of "
-        << (job.prompt_texts.empty() ? utf8_for_display(job.prompts) : std::string("--prompt"));
+    const std::string source = job.prompt_texts.empty() ? utf8_for_display(job.prompts) : "--prompt";
+    facts["schedules"] = {{"prompts", requests.size()},
+                          {"source", source},
+                          {"invalid_lines", file.invalid.size()},
+                          {"replicas", replicas},
+                          {"cost_unit", "image tokens x steps x guidance branches"},
+                          {"static", m.static_split},
+                          {"dynamic", m.dynamic},
+                          {"ideal", m.ideal},
+                          {"total", m.total},
+                          {"runs", c.schedule},
+                          {"why", c.why},
+                          {"units", c.units}};
+    out << "schedules: " << requests.size() << " prompt(s) of " << source;
     if (!file.invalid.empty()) out << " (" << file.invalid.size() << " invalid line(s) left out)";
     out << " over " << replicas
         << " model replica(s); cost units are image tokens x steps x guidance branches\n";
@@ -84,7 +100,6 @@ std::string schedule_plan(const ResolvedJob& resolved) {
     std::snprintf(ideal, sizeof(ideal), "  ideal:   %.1f (the total %lld over %d replica(s))\n", m.ideal,
                   static_cast<long long>(m.total), replicas);
     out << ideal << "  runs: " << strategies::describe_schedule(c) << "\n";
-    return out.str();
 }
 
 // `count` read with with_variant_or_plain; a file that cannot be read is an InputDataError naming it.
@@ -120,27 +135,59 @@ PlanPrompt plan_prompt(const ResolvedJob& resolved) {
 }
 
 // The model's transformer, the prompt's tokens and the run's precision.
-void describe_model(std::ostream& out, const ResolvedJob& resolved, const PlanPrompt& prompt) {
+void describe_model(std::ostream& out, Json& facts, const ResolvedJob& resolved, const PlanPrompt& prompt) {
     const strategies::TransformerShape& shape = resolved.model.shape;
+    const bool text_up_to = strategies::stream_split(*resolved.model.spec, "text");
+    const std::string precision = describe_dtype(resolved.options, resolved.strategy);
+    facts["model"] = {{"path", utf8_for_display(resolved.options.model)},
+                      {"dtype", resolved.dtype},
+                      {"precision", precision},
+                      {"transformer",
+                       {{"blocks", shape.layers},
+                        {"width", shape.width()},
+                        {"heads", shape.heads},
+                        {"head_dim", shape.head_dim}}}};
+    facts["prompt"] = {{"width", prompt.width},
+                       {"height", prompt.height},
+                       {"image_tokens", prompt.image_tokens},
+                       {"text_tokens", prompt.text_tokens},
+                       {"text_tokens_at_most", text_up_to}};
     out << "model: " << resolved.options.model << "\n  transformer: " << shape.layers << " blocks, width "
         << shape.width() << ", " << shape.heads << " heads of " << shape.head_dim << "; " << prompt.width
         << "x" << prompt.height << " px -> " << prompt.image_tokens << " image tokens, "
-        << (strategies::stream_split(*resolved.model.spec, "text") ? "up to " : "") << prompt.text_tokens
-        << " text tokens\n  precision: " << describe_dtype(resolved.options, resolved.strategy) << "\n";
+        << (text_up_to ? "up to " : "") << prompt.text_tokens << " text tokens\n  precision: " << precision
+        << "\n";
 }
 
 // The world, each rank's place in the mesh and role, device_map's placement, the sub-groups and
 // the strategy's notes.
-void describe_mesh(std::ostream& out, const LaunchSpec& launch, const ResolvedJob& resolved) {
+void describe_mesh(std::ostream& out, Json& facts, const LaunchSpec& launch, const ResolvedJob& resolved) {
     const strategies::ResolvedStrategy& strategy = resolved.strategy;
     const int world = launch.world_size();
     const strategies::MeshDegrees& deg = strategy.degrees;
     const strategies::Mesh mesh(world, deg);
+    facts["world"] = {{"ranks", world}, {"nodes", launch.nnodes}, {"mesh", Json::object()}};
+    for (int d = 0; d < strategies::kMeshDims; ++d) {
+        const auto dim = static_cast<strategies::MeshDim>(d);
+        facts["world"]["mesh"][strategies::mesh_dim_name(dim)] = deg.of(dim);
+    }
+    facts["device_map"] = nullptr;  // one process per GPU
+    facts["ranks"] = Json::array();
     out << "world: " << world << " rank(s) on " << launch.nnodes << " node(s); mesh " << mesh.describe()
         << "\n";
     out << "ranks:\n";
     for (int r = 0; r < world; ++r) {
         const auto c = mesh.coords(r);
+        facts["ranks"].push_back(
+            {{"rank", r},
+             {"dp", c[0]},
+             {"cfg", c[1]},
+             {"ring", c[2]},
+             {"ulysses", c[3]},
+             {"tp", c[4]},
+             {"prompt_share", deg.dp > 1 ? Json(c[0]) : Json()},
+             {"branch", deg.cfg > 1 ? Json(c[1] == 0 ? "negative" : "positive") : Json()},
+             {"writes_images", mesh.writes_outputs(r)}});
         out << "  rank " << r << ": dp " << c[0] << ", cfg " << c[1] << ", ring " << c[2] << ", ulysses "
             << c[3] << ", tp " << c[4] << " -- "
             << (deg.dp > 1 ? "prompt share " + std::to_string(c[0]) + " of " + std::to_string(deg.dp)
@@ -150,16 +197,28 @@ void describe_mesh(std::ostream& out, const LaunchSpec& launch, const ResolvedJo
     }
     if (!resolved.device_map().empty()) {
         const auto& plan = strategy.device_map_plan;
+        Json placements = Json();  // null: the budgets are known only at the job's start
+        if (plan) {
+            placements = Json::array();
+            for (const strategies::Placement& p : plan->placements)
+                placements.push_back({{"component", p.component},
+                                      {"block", p.block < 0 ? Json() : Json(p.block)},
+                                      {"device", p.device},
+                                      {"bytes", p.bytes}});
+        }
+        facts["device_map"] = {{"mode", resolved.device_map()}, {"placements", placements}};
         out << "device_map " << resolved.device_map() << ": one process"
             << (plan ? ", components and blocks placed:\n" + strategies::describe_device_map(*plan)
                      : "; budgets are each visible GPU's free memory when the job starts (pass "
                        "--max-memory cuda:0=SIZE,cuda:1=SIZE to see the placement here)\n");
     }
     out << "sub-groups:\n";
+    facts["sub_groups"] = Json::object();
     for (int d = 1; d < strategies::kMeshDims; ++d) {
         const auto dim = static_cast<strategies::MeshDim>(d);
         if (deg.of(dim) == 1) continue;
         out << "  " << strategies::mesh_dim_name(dim) << ":";
+        facts["sub_groups"][strategies::mesh_dim_name(dim)] = mesh.groups(dim);
         for (const auto& g : mesh.groups(dim)) {
             out << " [";
             for (std::size_t i = 0; i < g.size(); ++i) out << (i ? "," : "") << g[i];
@@ -169,6 +228,7 @@ void describe_mesh(std::ostream& out, const LaunchSpec& launch, const ResolvedJo
     }
     if (deg.replica_size() == 1) out << "  none (data parallelism only)\n";
     for (const std::string& note : strategy.notes) out << "note: " << note << "\n";
+    facts["notes"] = strategy.notes;
 }
 
 // The transformer's parameters by whether the spec's TP rules split them, and the share of the
@@ -200,8 +260,16 @@ TransformerElements transformer_elements(const ResolvedJob& resolved) {
     return t;
 }
 
-void describe_transformer_parameters(std::ostream& out, const TransformerElements& t,
+void describe_transformer_parameters(std::ostream& out, Json& facts, const TransformerElements& t,
                                      const std::string& dtype, long long f) {
+    facts["transformer_parameters"] = {
+        {"bytes_per_rank", t.per_rank() * f},
+        {"replicated_bytes", t.whole * f},
+        {"tp_split_bytes", t.split * f},
+        {"tp", t.tp},
+        {"heads", t.heads},
+        {"heads_on_busiest_tp_rank", t.heads_tp == 0 ? Json() : Json(t.heads_tp)},
+        {"even", t.even()}};
     if (t.even())
         out << "transformer parameters per rank (" << dtype << "): " << bytes_text(t.per_rank() * f) << " = "
             << bytes_text(t.whole * f) << " replicated + " << bytes_text(t.split * f) << " / tp " << t.tp
@@ -261,28 +329,42 @@ std::vector<RankWeight> rank_weights(const ResolvedJob& resolved, long long tran
     return out;
 }
 
-void describe_rank_weights(std::ostream& out, const std::vector<RankWeight>& weights, int tp,
+void describe_rank_weights(std::ostream& out, Json& facts, const std::vector<RankWeight>& weights, int tp,
                            const std::string& dtype) {
     long long total = 0;
     std::string parts;
+    Json components = Json::array();
     for (const RankWeight& w : weights) {
         total += w.bytes;
+        components.push_back(
+            {{"component", w.component}, {"bytes", w.bytes}, {"tp_share", w.tp_share && tp > 1}});
         parts += "  " + w.component + ": " + bytes_text(w.bytes) +
                  (w.tp_share && tp > 1 ? ", its tp share" : "") + "\n";
     }
+    facts["weights_per_rank"] = {{"bytes", total}, {"components", components}};
     out << "weights per rank (" << dtype << "): " << bytes_text(total) << "\n" << parts;
 }
 
 // Components from one file each (Note [component files]): checked as a job checks them (without
 // their SHA-256), with their layout and format, and for GGUF which way its weights run (Note [kept
 // quantized]).
-void describe_component_files(std::ostream& out, const ResolvedJob& resolved) {
+void describe_component_files(std::ostream& out, Json& facts, const ResolvedJob& resolved) {
     const JobOptions& job = resolved.options;
     const strategies::ModelInfo& model = resolved.model;
     const std::string& dtype = resolved.dtype;
     const int tp = resolved.degrees().tp;
+    facts["component_files"] = Json::array();
     for (const ComponentFile& c :
          check_component_files(job.component_files, model, job.variant, /*hash=*/false, job.model_file)) {
+        const long long kept = static_cast<long long>(c.quantized_bytes) /
+                               (c.component == model.spec->transformer && tp > 1 ? tp : 1);
+        facts["component_files"].push_back(
+            {{"component", c.component},
+             {"path", utf8_for_display(c.path)},
+             {"layout", c.layout},
+             {"format", c.format},
+             {"quantized_bytes_per_rank", c.quantized_bytes == 0 ? Json() : Json(kept)},
+             {"kept_quantized", c.quantized_bytes != 0 && job.keep_quantized}});
         out << "component file: " << c.component << " from " << utf8_for_display(c.path) << " (" << c.layout
             << ", " << c.format
             << (c.format.find("fp8") != std::string::npos
@@ -293,8 +375,6 @@ void describe_component_files(std::ostream& out, const ResolvedJob& resolved) {
                     : "")
             << ")\n";
         if (c.quantized_bytes == 0) continue;
-        const long long kept = static_cast<long long>(c.quantized_bytes) /
-                               (c.component == model.spec->transformer && tp > 1 ? tp : 1);
         if (job.keep_quantized)
             out << "  GGUF weights kept quantized (--keep-quantized): about " << bytes_text(kept)
                 << " of blocks per rank, each layer dequantized to " << dtype
@@ -309,8 +389,9 @@ void describe_component_files(std::ostream& out, const ResolvedJob& resolved) {
 
 // The bytes each rank sends per denoising step, for one prompt (Note [step traffic];
 // docs/strategies.md, "Strategy guide").
-void describe_step_traffic(std::ostream& out, const ResolvedJob& resolved, const PlanPrompt& prompt,
-                           const std::map<std::string, int64_t>& transformer_counts, long long f) {
+void describe_step_traffic(std::ostream& out, Json& facts, const ResolvedJob& resolved,
+                           const PlanPrompt& prompt, const std::map<std::string, int64_t>& transformer_counts,
+                           long long f) {
     const JobOptions& job = resolved.options;
     const strategies::ModelInfo& model = resolved.model;
     strategies::StepTrafficInput step;
@@ -322,6 +403,7 @@ void describe_step_traffic(std::ostream& out, const ResolvedJob& resolved, const
     step.element_bytes = f;
     const std::map<std::string, int64_t> traffic =
         strategies::step_traffic(*model.spec, model.shape, resolved.degrees(), transformer_counts, step);
+    facts["step_traffic"] = {{"branches_per_batch", step.branches}, {"bytes_per_rank_per_step", traffic}};
     out << "estimated bytes sent per rank per denoising step, per prompt:";
     if (traffic.empty()) out << " none";
     for (const auto& [kind, bytes] : traffic) out << "\n  " << kind << ": " << bytes_text(bytes);
@@ -357,18 +439,18 @@ std::vector<std::string> job_refusals(const LaunchSpec& launch, const ResolvedJo
 // switches], runtime/pipeline/adapters.h); a component whose rank keeps a changed weight only as a
 // fused copy (a row-parallel layer over segments, under tp) is built again whole. Measured
 // figures: docs/benchmarks.md, "LoRA adapter switches".
-std::string adapter_plan(const ResolvedJob& resolved,
-                         const std::map<std::string, long long>& component_rank_bytes,
-                         long long element_bytes) {
+void describe_adapters(std::ostream& out, Json& facts, const ResolvedJob& resolved,
+                       const std::map<std::string, long long>& component_rank_bytes,
+                       long long element_bytes) {
     const JobOptions& job = resolved.options;
     const strategies::ModelInfo& model = resolved.model;
     const int tp = resolved.degrees().tp;
     const protocol::Adapters& adapters = job.arguments.adapters("lora");
-    if (adapters.empty()) return {};
+    facts["adapters"] = Json::array();
+    if (adapters.empty()) return;
     AdapterFiles files(model, job.variant);
     files.check(adapters, "--lora");
     const strategies::ParallelSpec& spec = *model.spec;
-    std::ostringstream out;
     out << "adapters (--lora):\n";
     for (const protocol::Adapter& a : adapters) {
         const strategies::LoraLayout& layout = files.layout(a.path);
@@ -376,8 +458,10 @@ std::string adapter_plan(const ResolvedJob& resolved,
         for (const strategies::LoraTerm& t : layout.terms) weights[t.component].insert(t.weight);
         long long remade = 0;
         std::string where, rebuilt;
+        Json changes = Json::object(), rebuilt_whole = Json::array();
         for (const auto& [component, names] : weights) {
             where += (where.empty() ? "" : ", ") + std::to_string(names.size()) + " of " + component;
+            changes[component] = names.size();
             const bool split = component == spec.transformer ||
                                std::find(spec.tp_components.begin(), spec.tp_components.end(), component) !=
                                    spec.tp_components.end();
@@ -398,12 +482,19 @@ std::string adapter_plan(const ResolvedJob& resolved,
             if (whole && it != component_rank_bytes.end()) {
                 bytes = it->second;
                 rebuilt += (rebuilt.empty() ? "" : ", ") + component;
+                rebuilt_whole.push_back(component);
             }
             remade += bytes;
         }
-        out << "  " << utf8_for_display(a.path) << " at "
-            << protocol::call_value_text(protocol::Adapters{a}).substr(a.path.size() + 1) << " ("
-            << layout.format << "): changes " << where << " weights\n"
+        const std::string scale = protocol::call_value_text(protocol::Adapters{a}).substr(a.path.size() + 1);
+        facts["adapters"].push_back({{"path", utf8_for_display(a.path)},
+                                     {"scale", scale},
+                                     {"format", layout.format},
+                                     {"weights_changed", changes},
+                                     {"switch_bytes_per_rank", remade},
+                                     {"built_again_whole", rebuilt_whole}});
+        out << "  " << utf8_for_display(a.path) << " at " << scale << " (" << layout.format << "): changes "
+            << where << " weights\n"
             << "    a switch to or from it makes again " << bytes_text(remade) << " of weights per rank"
             << (tp > 1 ? " (their tp share)" : "") << " from their files"
             << (rebuilt.empty()
@@ -411,33 +502,39 @@ std::string adapter_plan(const ResolvedJob& resolved,
                     : "; builds " + rebuilt + " again whole (a changed weight is a fused copy under tp)")
             << "\n";
     }
-    return out.str();
 }
 
 }  // namespace
 
-std::string describe_plan(const LaunchSpec& launch, const JobOptions& options) {
+std::string describe_plan(const LaunchSpec& launch, const JobOptions& options, bool json) {
     const ResolvedJob resolved = resolve_job(launch, options);  // the model read once
     const strategies::MeshDegrees& deg = resolved.degrees();
     const PlanPrompt prompt = plan_prompt(resolved);
     const long long f = resolved.dtype == "fp32" ? 4 : 2;
 
+    // Each section writes its text and its facts from the same figures.
     std::ostringstream out;
-    describe_model(out, resolved, prompt);
-    describe_mesh(out, launch, resolved);
+    Json facts = {{"dp_launch_plan", 1}};
+    describe_model(out, facts, resolved, prompt);
+    describe_mesh(out, facts, launch, resolved);
     const TransformerElements transformer = transformer_elements(resolved);
-    describe_transformer_parameters(out, transformer, resolved.dtype, f);
+    describe_transformer_parameters(out, facts, transformer, resolved.dtype, f);
     const std::vector<RankWeight> weights = rank_weights(resolved, transformer.per_rank() * f, f);
-    describe_rank_weights(out, weights, deg.tp, resolved.dtype);
+    describe_rank_weights(out, facts, weights, deg.tp, resolved.dtype);
     std::map<std::string, long long> component_rank_bytes;
     for (const RankWeight& w : weights) component_rank_bytes[w.component] = w.bytes;
-    out << adapter_plan(resolved, component_rank_bytes, f);
-    describe_component_files(out, resolved);
-    describe_step_traffic(out, resolved, prompt, transformer.counts, f);
-    if (!options.prompts.empty() || !options.prompt_texts.empty()) out << schedule_plan(resolved);
-    for (const std::string& why : job_refusals(launch, resolved))
-        out << "warning: the job would refuse this: " << why << "\n";
-    return out.str();
+    describe_adapters(out, facts, resolved, component_rank_bytes, f);
+    describe_component_files(out, facts, resolved);
+    describe_step_traffic(out, facts, resolved, prompt, transformer.counts, f);
+    facts["schedules"] = nullptr;  // without prompts
+    if (!options.prompts.empty() || !options.prompt_texts.empty()) describe_schedules(out, facts, resolved);
+    const std::vector<std::string> refusals = job_refusals(launch, resolved);
+    facts["refusals"] = refusals;
+    for (const std::string& why : refusals) out << "warning: the job would refuse this: " << why << "\n";
+    // ASCII, so that a file name's bytes that are not UTF-8 (utf8_for_display's replacements) or a
+    // terminal control character arrive as JSON escapes.
+    return json ? facts.dump(2, ' ', /*ensure_ascii=*/true, Json::error_handler_t::replace) + "\n"
+                : out.str();
 }
 
 }  // namespace dp::cli

@@ -10,7 +10,10 @@
 
 namespace dp::cli {
 
-// The plan as text. Throws UsageError (bad degrees) or InputDataError (unreadable model files).
-std::string describe_plan(const launcher::LaunchSpec& launch, const launcher::JobOptions& job);
+// The plan as text or, with `json`, as one JSON object of the same figures (docs/launcher.md,
+// "dp-launch plan"; bytes as integers). Throws UsageError (bad degrees) or InputDataError
+// (unreadable model files).
+std::string describe_plan(const launcher::LaunchSpec& launch, const launcher::JobOptions& job,
+                          bool json = false);
 
 }  // namespace dp::cli

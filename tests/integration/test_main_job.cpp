@@ -646,6 +646,12 @@ TEST_CASE(
         const std::size_t at = text.find("  " + kind + ": ");
         REQUIRE(at != std::string::npos);
         const long long per_step = std::stoll(text.substr(text.find('(', at) + 1));
+        // plan --json: the same figure, for a script.
+        plan_args.push_back("--json");
+        const LaunchResult json = run_launch(plan_args);
+        REQUIRE_MESSAGE(json.exit_code == 0, json.err);
+        CHECK(json.err.empty());
+        CHECK(nlohmann::json::parse(json.out)["step_traffic"]["bytes_per_rank_per_step"][kind] == per_step);
         std::vector<std::string> run_args = {"-n", "2"};
         run_args.insert(run_args.end(), degree.begin(), degree.end());
         LaunchResult r =
@@ -731,6 +737,15 @@ TEST_CASE("dp-launch plan shows a device map, or says its budgets are measured w
     CHECK(plan.cpu_seconds < 1.0);  // its work, whatever the machine's load
     CHECK(plan.out.find("transformer block 1: cpu:1") != std::string::npos);
     CHECK(plan.out.find("cpu:0 holds 0.40 MiB") != std::string::npos);
+    plan = run_launch({"plan", "--model", "tiny-random-sd3", "--device-map", "auto", "--max-memory",
+                       "cpu:0=450KB,cpu:1=2MB", "--json"});
+    REQUIRE_MESSAGE(plan.exit_code == 0, plan.err);
+    const nlohmann::json placed = nlohmann::json::parse(plan.out)["device_map"];
+    CHECK(placed["mode"] == "auto");
+    CHECK(
+        std::count_if(placed["placements"].begin(), placed["placements"].end(), [](const nlohmann::json& p) {
+            return p["component"] == "transformer" && p["block"] == 1 && p["device"] == "cpu:1";
+        }) == 1);
     LaunchResult gpus = run_launch({"plan", "--strategy", "device-map"});
     REQUIRE_MESSAGE(gpus.exit_code == 0, gpus.err);
     CHECK(gpus.out.find("device_map auto: one process; budgets are") != std::string::npos);

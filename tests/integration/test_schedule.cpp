@@ -113,6 +113,13 @@ TEST_CASE("--schedule auto is dynamic for uneven prompts over several replicas a
     CHECK(r.out.find("schedules: 10 prompt(s) of " + uneven + " over 2 model replica(s)") !=
           std::string::npos);
     CHECK(r.out.find("  runs: schedule dynamic (auto: ") != std::string::npos);
+    r = run_launch({"plan", "-n", "2", "--steps", "1", "--width", "16", "--height", "16", uneven, "--json"});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const nlohmann::json schedules = nlohmann::json::parse(r.out)["schedules"];
+    CHECK(schedules["prompts"] == 10);
+    CHECK(schedules["runs"] == "dynamic");
+    CHECK(schedules["dynamic"].get<long long>() <= schedules["static"].get<long long>());
+    CHECK(schedules["ideal"].get<double>() * 2 == schedules["total"].get<double>());
 }
 
 TEST_CASE("under the dynamic schedule a rank killed mid-job leaves every prompt made once or not run") {

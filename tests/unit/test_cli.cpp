@@ -738,6 +738,14 @@ TEST_CASE("--version and env") {
     CommandLine e = parse({"env", "--json"});
     CHECK(e.action == CommandLine::Action::kEnv);
     CHECK(e.json);
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"plan", "--json", "-n", "2"}, {"plan", "-n", "2", "--json"}, {"-n", "2", "plan", "--json"}}) {
+        const CommandLine p = parse(args);
+        CHECK_MESSAGE(p.action == CommandLine::Action::kPlan, p.message);
+        CHECK(p.json);
+        CHECK(p.spec.num_processes == 2);
+    }
+    CHECK_FALSE(parse({"plan", "-n", "2"}).json);
 }
 
 // Random argv built from real flags, values near the edges and junk: parsing must always end in a

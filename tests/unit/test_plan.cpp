@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/plan_command.h"
 #include "launcher/job.h"
 #include "strategies/model_sizes.h"
@@ -12,7 +14,7 @@
 
 namespace {
 
-std::string plan(int world, std::vector<std::string> flags) {
+std::string plan(int world, std::vector<std::string> flags, bool json = false) {
     dp::launcher::LaunchSpec launch;
     launch.num_processes = world;
     dp::launcher::JobOptions job;
@@ -27,7 +29,11 @@ std::string plan(int world, std::vector<std::string> flags) {
         if (flags[i] == "--ring") job.ring = std::stoi(flags[++i]);
         if (flags[i] == "--strategy") job.strategy = flags[++i];
     }
-    return dp::cli::describe_plan(launch, job);
+    return dp::cli::describe_plan(launch, job, json);
+}
+
+nlohmann::json plan_json(int world, std::vector<std::string> flags) {
+    return nlohmann::json::parse(plan(world, std::move(flags), /*json=*/true));
 }
 
 using dp::test::has;
@@ -54,6 +60,31 @@ TEST_CASE("plan: the mesh, each rank's role and the sub-groups") {
               "  rank 2: dp 1, cfg 0, ring 0, ulysses 0, tp 0 -- prompt share 1 of 2, negative branch, "
               "writes the images\n"));
     CHECK(has(plan(2, {}), "  none (data parallelism only)\n"));
+
+    // plan --json: the same mesh as data.
+    const nlohmann::json j = plan_json(4, {"--ulysses", "2", "--tp", "2"});
+    CHECK(j["world"]["ranks"] == 4);
+    CHECK(j["world"]["mesh"] ==
+          nlohmann::json{{"dp", 1}, {"cfg", 1}, {"ring", 1}, {"ulysses", 2}, {"tp", 2}});
+    REQUIRE(j["ranks"].size() == 4);
+    CHECK(j["ranks"][3] == nlohmann::json{{"rank", 3},
+                                          {"dp", 0},
+                                          {"cfg", 0},
+                                          {"ring", 0},
+                                          {"ulysses", 1},
+                                          {"tp", 1},
+                                          {"prompt_share", nullptr},
+                                          {"branch", nullptr},
+                                          {"writes_images", false}});
+    CHECK(j["ranks"][0]["writes_images"] == true);
+    CHECK(j["sub_groups"] == nlohmann::json{{"ulysses", {{0, 2}, {1, 3}}}, {"tp", {{0, 1}, {2, 3}}}});
+    CHECK(j["prompt"]["image_tokens"] == 90);
+    CHECK(j["prompt"]["text_tokens"] == 78);
+    CHECK(j["model"]["transformer"]["heads"] == 4);
+    const nlohmann::json c = plan_json(4, {"--cfg-parallel"});
+    CHECK(c["ranks"][1]["branch"] == "positive");
+    CHECK(c["ranks"][2]["prompt_share"] == 1);
+    CHECK(plan_json(2, {})["sub_groups"].empty());
     CHECK(has(plan(3, {"--strategy", "context"}), "mesh dp=1 cfg=1 ring=3 ulysses=1 tp=1"));
 }
 
@@ -76,6 +107,18 @@ TEST_CASE("plan: the transformer parameters tensor parallelism splits, in closed
         CHECK(has(p, "(" + std::to_string(per_rank) + ") = "));
         CHECK(has(p, "(" + std::to_string((all - split) * 4) + ") replicated + "));
         CHECK(has(p, "(" + std::to_string(split * 4) + ") / tp " + std::to_string(tp) + "\n"));
+        // plan --json gives the same figures as integers, and a rank's weights add up.
+        const nlohmann::json j = plan_json(tp, {"--tp", std::to_string(tp)});
+        CHECK(j["transformer_parameters"]["bytes_per_rank"] == per_rank);
+        CHECK(j["transformer_parameters"]["replicated_bytes"] == (all - split) * 4);
+        CHECK(j["transformer_parameters"]["tp_split_bytes"] == split * 4);
+        long long sum = 0;
+        for (const auto& w : j["weights_per_rank"]["components"]) {
+            sum += w["bytes"].get<long long>();
+            if (w["component"] == "transformer") CHECK(w["bytes"] == per_rank);
+            CHECK(w["tp_share"] == (tp > 1 && w["component"] == "transformer"));
+        }
+        CHECK(j["weights_per_rank"]["bytes"] == sum);
     }
     CHECK(has(plan(2, {"--tp", "2"}), "(" + std::to_string((all - split + split / 2) * 4) + ") = "));
 }
@@ -371,6 +414,14 @@ TEST_CASE("plan says what --dtype auto means and warns about what the job would 
     CHECK(has(p,
               "warning: the job would refuse this: --skip-guidance-layers 2: block 2 is not one of the "
               "transformer's 2 blocks (0 to 1)\n"));
+    // plan --json lists the same refusals, one string each.
+    const nlohmann::json j = nlohmann::json::parse(dp::cli::describe_plan(launch, job, /*json=*/true));
+    REQUIRE(j["refusals"].size() == 6);  // the four components without fp16 weights, the width, the block
+    CHECK(j["refusals"][0].get<std::string>().rfind("--variant fp16: ", 0) == 0);
+    CHECK(j["refusals"][5] ==
+          "--skip-guidance-layers 2: block 2 is not one of the transformer's 2 blocks (0 to 1)");
+    CHECK(j["model"]["dtype"] == "bf16");
+    CHECK(j["transformer_parameters"]["bytes_per_rank"] == 258184);
 }
 
 TEST_CASE(
