@@ -15,7 +15,9 @@ Conv2d Conv2d::load(WeightStore& w, const std::string& prefix, int64_t in, int64
     return c;
 }
 
-at::Tensor Conv2d::operator()(const at::Tensor& x) const { return at::conv2d(x, weight, bias, 1, padding); }
+at::Tensor Conv2d::operator()(const at::Tensor& x) const {
+    return at::conv2d(x, weight, bias, stride, padding);
+}
 
 GroupNorm GroupNorm::load(WeightStore& w, const std::string& prefix, int64_t channels, int64_t groups,
                           double eps) {
@@ -31,6 +33,21 @@ at::Tensor GroupNorm::operator()(const at::Tensor& x) const {
     return at::group_norm(x, groups, weight, bias, eps);
 }
 
+namespace {
+
+// `key`, when present, must be a list of `type` entries, one per block.
+void check_block_types(const ConfigJson& c, const char* key, const std::string& type, std::size_t blocks) {
+    if (!c.has(key)) return;
+    const auto& list = c.raw()[key];
+    if (!list.is_array()) c.fail(key, "must be a list of block types");
+    for (const auto& t : list)
+        if (!t.is_string() || t.get<std::string>() != type)
+            c.fail(key, "supports " + type + " only, not " + t.dump().substr(0, 60));
+    if (list.size() != blocks) c.fail(key, "must have one entry per block_out_channels entry");
+}
+
+}  // namespace
+
 VaeConfig VaeConfig::from_json_text(const std::string& text, const std::string& path) {
     const ConfigJson c(text, path);
     c.require_class("VAE", "AutoencoderKL");
@@ -42,6 +59,7 @@ VaeConfig VaeConfig::from_json_text(const std::string& text, const std::string& 
     v.norm_num_groups = c.integer("norm_num_groups", v.norm_num_groups, 1, 1024);
     v.scaling_factor = c.number("scaling_factor", v.scaling_factor, 1e-6, 1e6);
     v.shift_factor = c.has("shift_factor") ? c.number("shift_factor", 0.0, -1e6, 1e6) : 0.0;
+    v.use_quant_conv = c.boolean("use_quant_conv", true);
     v.use_post_quant_conv = c.boolean("use_post_quant_conv", true);
     v.mid_block_add_attention = c.boolean("mid_block_add_attention", true);
     if (c.has("block_out_channels")) {
@@ -58,21 +76,15 @@ VaeConfig VaeConfig::from_json_text(const std::string& text, const std::string& 
             v.block_out_channels.push_back(ch.get<int64_t>());
         }
     }
-    if (c.has("up_block_types")) {
-        for (const auto& t : c.raw()["up_block_types"])
-            if (!t.is_string() || t.get<std::string>() != "UpDecoderBlock2D")
-                c.fail("up_block_types", "supports UpDecoderBlock2D only, not " + t.dump());
-        if (c.raw()["up_block_types"].size() != v.block_out_channels.size())
-            c.fail("up_block_types", "must have one entry per block_out_channels entry");
-    }
+    check_block_types(c, "up_block_types", "UpDecoderBlock2D", v.block_out_channels.size());
+    check_block_types(c, "down_block_types", "DownEncoderBlock2D", v.block_out_channels.size());
     const std::string act = c.string("act_fn", "silu");
     if (act != "silu") c.fail("act_fn", "is '" + act + "'; supported: silu");
     return v;
 }
 
-VaeDecoder::Resnet VaeDecoder::load_resnet(WeightStore& w, const std::string& p, int64_t in, int64_t out,
-                                           int64_t groups) {
-    Resnet r;
+VaeResnet VaeResnet::load(WeightStore& w, const std::string& p, int64_t in, int64_t out, int64_t groups) {
+    VaeResnet r;
     r.norm1 = GroupNorm::load(w, p + ".norm1", in, groups, 1e-6);
     r.conv1 = Conv2d::load(w, p + ".conv1", in, out, 3);
     r.norm2 = GroupNorm::load(w, p + ".norm2", out, groups, 1e-6);
@@ -81,10 +93,40 @@ VaeDecoder::Resnet VaeDecoder::load_resnet(WeightStore& w, const std::string& p,
     return r;
 }
 
-at::Tensor VaeDecoder::Resnet::operator()(const at::Tensor& x) const {
+at::Tensor VaeResnet::operator()(const at::Tensor& x) const {
     at::Tensor h = conv1(at::silu(norm1(x)));
     h = conv2(at::silu(norm2(h)));
     return (shortcut.weight.defined() ? shortcut(x) : x) + h;
+}
+
+VaeMidBlock VaeMidBlock::load(WeightStore& w, const std::string& p, int64_t channels, int64_t groups,
+                              bool attention) {
+    VaeMidBlock m;
+    m.first = VaeResnet::load(w, p + ".resnets.0", channels, channels, groups);
+    m.has_attention = attention;
+    if (attention) {
+        const std::string a = p + ".attentions.0";
+        m.attn_norm = GroupNorm::load(w, a + ".group_norm", channels, groups, 1e-6);
+        m.attn_q = Linear::load(w, a + ".to_q", channels, channels);
+        m.attn_k = Linear::load(w, a + ".to_k", channels, channels);
+        m.attn_v = Linear::load(w, a + ".to_v", channels, channels);
+        m.attn_out = Linear::load(w, a + ".to_out.0", channels, channels);
+    }
+    m.second = VaeResnet::load(w, p + ".resnets.1", channels, channels, groups);
+    return m;
+}
+
+at::Tensor VaeMidBlock::operator()(const at::Tensor& input) const {
+    at::Tensor x = first(input);
+    if (has_attention) {
+        // Single-head self-attention over the h * w positions, with a residual connection.
+        const int64_t b = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3);
+        at::Tensor t = attn_norm(x).view({b, c, h * wd}).transpose(1, 2);
+        at::Tensor q = attn_q(t).unsqueeze(1), k = attn_k(t).unsqueeze(1), v = attn_v(t).unsqueeze(1);
+        at::Tensor a = attn_out(attention(q, k, v).squeeze(1));
+        x = x + a.transpose(1, 2).reshape({b, c, h, wd});
+    }
+    return second(x);
 }
 
 VaeDecoder::VaeDecoder(const VaeConfig& config, WeightStore& w) : config_(config) {
@@ -94,25 +136,15 @@ VaeDecoder::VaeDecoder(const VaeConfig& config, WeightStore& w) : config_(config
     w.skip_prefix("quant_conv.");
     if (config.use_post_quant_conv) post_quant_conv_ = Conv2d::load(w, "post_quant_conv", lc, lc, 1);
     conv_in_ = Conv2d::load(w, "decoder.conv_in", lc, ch.back(), 3);
-    mid_1_ = load_resnet(w, "decoder.mid_block.resnets.0", ch.back(), ch.back(), g);
-    mid_attention_ = config.mid_block_add_attention;
-    if (mid_attention_) {
-        const std::string a = "decoder.mid_block.attentions.0";
-        attn_norm_ = GroupNorm::load(w, a + ".group_norm", ch.back(), g, 1e-6);
-        attn_q_ = Linear::load(w, a + ".to_q", ch.back(), ch.back());
-        attn_k_ = Linear::load(w, a + ".to_k", ch.back(), ch.back());
-        attn_v_ = Linear::load(w, a + ".to_v", ch.back(), ch.back());
-        attn_out_ = Linear::load(w, a + ".to_out.0", ch.back(), ch.back());
-    }
-    mid_2_ = load_resnet(w, "decoder.mid_block.resnets.1", ch.back(), ch.back(), g);
+    mid_ = VaeMidBlock::load(w, "decoder.mid_block", ch.back(), g, config.mid_block_add_attention);
     int64_t prev = ch.back();
     for (std::size_t i = 0; i < ch.size(); ++i) {
         const int64_t out = ch[ch.size() - 1 - i];
         UpBlock blk;
         for (int64_t j = 0; j <= config.layers_per_block; ++j)
             blk.resnets.push_back(
-                load_resnet(w, "decoder.up_blocks." + std::to_string(i) + ".resnets." + std::to_string(j),
-                            j == 0 ? prev : out, out, g));
+                VaeResnet::load(w, "decoder.up_blocks." + std::to_string(i) + ".resnets." + std::to_string(j),
+                                j == 0 ? prev : out, out, g));
         if (i + 1 < ch.size())
             blk.upsample =
                 Conv2d::load(w, "decoder.up_blocks." + std::to_string(i) + ".upsamplers.0.conv", out, out, 3);
@@ -129,18 +161,9 @@ at::Tensor VaeDecoder::decode(const at::Tensor& latents) const {
                          ", h, w]");
     at::Tensor x = latents / config_.scaling_factor + config_.shift_factor;
     if (post_quant_conv_.weight.defined()) x = post_quant_conv_(x);
-    x = mid_1_(conv_in_(x));
-    if (mid_attention_) {
-        // Single-head self-attention over the h * w positions, with a residual connection.
-        const int64_t b = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3);
-        at::Tensor t = attn_norm_(x).view({b, c, h * wd}).transpose(1, 2);
-        at::Tensor q = attn_q_(t).unsqueeze(1), k = attn_k_(t).unsqueeze(1), v = attn_v_(t).unsqueeze(1);
-        at::Tensor a = attn_out_(attention(q, k, v).squeeze(1));
-        x = x + a.transpose(1, 2).reshape({b, c, h, wd});
-    }
-    x = mid_2_(x);
+    x = mid_(conv_in_(x));
     for (const UpBlock& blk : up_blocks_) {
-        for (const Resnet& r : blk.resnets) x = r(x);
+        for (const VaeResnet& r : blk.resnets) x = r(x);
         if (blk.upsample.weight.defined())
             x = blk.upsample(at::upsample_nearest2d(x, {x.size(2) * 2, x.size(3) * 2}));
     }

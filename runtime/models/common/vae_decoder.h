@@ -1,8 +1,9 @@
 #pragma once
-// The decoder half of diffusers' AutoencoderKL (SD3's VAE and its tiny test shapes): conv_in, a
-// mid block (ResNet, single-head spatial self-attention, ResNet), up blocks of ResNets with
-// nearest-neighbour 2x upsampling, GroupNorm + SiLU + conv_out. Latents are unscaled with the
-// config's scaling_factor and shift_factor before decoding.
+// The decoder half of diffusers' AutoencoderKL (SD3's and FLUX.1's VAE and their tiny test shapes):
+// conv_in, a mid block (ResNet, single-head spatial self-attention, ResNet), up blocks of ResNets
+// with nearest-neighbour 2x upsampling, GroupNorm + SiLU + conv_out. Latents are unscaled with the
+// config's scaling_factor and shift_factor before decoding. Here too: the config and the blocks the
+// encoder (vae_encoder.h) shares with it.
 
 #include <ATen/core/Tensor.h>
 
@@ -23,6 +24,7 @@ struct VaeConfig : ConfigFile<VaeConfig> {
     int64_t norm_num_groups = 32;
     double scaling_factor = 1.5305;
     double shift_factor = 0.0;
+    bool use_quant_conv = true;  // the encoder's
     bool use_post_quant_conv = true;
     bool mid_block_add_attention = true;
 
@@ -35,6 +37,7 @@ struct VaeConfig : ConfigFile<VaeConfig> {
 struct Conv2d {
     at::Tensor weight, bias;
     int64_t padding = 0;
+    int64_t stride = 1;
     static Conv2d load(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, int64_t kernel);
     at::Tensor operator()(const at::Tensor& x) const;
 };
@@ -45,6 +48,27 @@ struct GroupNorm {
     double eps = 1e-6;
     static GroupNorm load(WeightStore& w, const std::string& prefix, int64_t channels, int64_t groups,
                           double eps);
+    at::Tensor operator()(const at::Tensor& x) const;
+};
+
+// diffusers' ResnetBlock2D as the VAEs use it: GroupNorm + SiLU + conv, twice (eps 1e-6, no time
+// embedding), plus the input, through a 1x1 conv when the channels change.
+struct VaeResnet {
+    GroupNorm norm1, norm2;
+    Conv2d conv1, conv2, shortcut;  // shortcut undefined when channels are unchanged
+    static VaeResnet load(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, int64_t groups);
+    at::Tensor operator()(const at::Tensor& x) const;
+};
+
+// diffusers' UNetMidBlock2D of the encoder and the decoder: a ResNet, single-head self-attention over
+// the h * w positions with a residual connection (left out without mid_block_add_attention), a ResNet.
+struct VaeMidBlock {
+    VaeResnet first, second;
+    bool has_attention = true;
+    GroupNorm attn_norm;
+    Linear attn_q, attn_k, attn_v, attn_out;
+    static VaeMidBlock load(WeightStore& w, const std::string& prefix, int64_t channels, int64_t groups,
+                            bool attention);
     at::Tensor operator()(const at::Tensor& x) const;
 };
 
@@ -59,24 +83,14 @@ class VaeDecoder {
     const VaeConfig& config() const { return config_; }
 
   private:
-    struct Resnet {
-        GroupNorm norm1, norm2;
-        Conv2d conv1, conv2, shortcut;  // shortcut undefined when channels are unchanged
-        at::Tensor operator()(const at::Tensor& x) const;
-    };
     struct UpBlock {
-        std::vector<Resnet> resnets;
+        std::vector<VaeResnet> resnets;
         Conv2d upsample;  // undefined for the last block
     };
-    static Resnet load_resnet(WeightStore& w, const std::string& prefix, int64_t in, int64_t out,
-                              int64_t groups);
 
     VaeConfig config_;
     Conv2d post_quant_conv_, conv_in_, conv_out_;
-    Resnet mid_1_, mid_2_;
-    bool mid_attention_ = true;
-    GroupNorm attn_norm_;
-    Linear attn_q_, attn_k_, attn_v_, attn_out_;
+    VaeMidBlock mid_;
     std::vector<UpBlock> up_blocks_;
     GroupNorm norm_out_;
 };
