@@ -40,9 +40,21 @@ def _make(config):
     return vae
 
 
-def qwen_image_vae():
+def randomize_beyond_one_frame(module):
+    """Large random values for what one frame never reaches: every causal kernel's earlier time slices
+    and the time_conv weights (the decoder's and the encoder's)."""
     from diffusers.models.autoencoders.autoencoder_kl_qwenimage import QwenImageCausalConv3d
 
+    for name, m in module.named_modules():
+        if isinstance(m, QwenImageCausalConv3d):
+            if "time_conv" in name:
+                m.weight.normal_(0, 10.0)
+                m.bias.normal_(0, 10.0)
+            else:
+                m.weight[:, :, :-1].normal_(0, 10.0)
+
+
+def qwen_image_vae():
     g = torch.Generator().manual_seed(11)
     config = dict(CONFIG)
     config["latents_mean"] = (torch.randn(16, generator=g) * 0.5).tolist()
@@ -52,13 +64,7 @@ def qwen_image_vae():
     with torch.no_grad():
         image = _pipeline_decode(vae, latents)
         # The one-frame reduction: earlier kernel time slices and the time_conv do not matter.
-        for name, m in vae.decoder.named_modules():
-            if isinstance(m, QwenImageCausalConv3d):
-                if "time_conv" in name:
-                    m.weight.normal_(0, 10.0)
-                    m.bias.normal_(0, 10.0)
-                else:
-                    m.weight[:, :, :-1].normal_(0, 10.0)
+        randomize_beyond_one_frame(vae.decoder)
         assert torch.equal(_pipeline_decode(vae, latents), image), "one frame uses more than the last slice"
     vae = _make(config)
     with torch.no_grad():
