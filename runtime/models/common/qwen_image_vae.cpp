@@ -21,6 +21,10 @@ namespace dp::runtime {
 // upsample2d. The attention and the Resample's 2-D conv already run per frame. The golden script
 // (scripts/golden/golden_qwen_image_vae.py) checks this in diffusers: randomising every earlier
 // kernel slice and the time_conv weights leaves the decoded image bit-identical.
+// AutoencoderKLQwenImage._encode likewise starts from an empty cache and encodes frame 0 alone as
+// its first chunk: its causal convs reduce the same way, and a downsample3d Resample, finding its
+// cache slot empty, only stores its input there and skips time_conv, so downsample3d is
+// downsample2d (scripts/golden/golden_vae_encoder.py checks this as the decoder's script does).
 
 namespace {
 
@@ -50,16 +54,6 @@ std::vector<double> read_numbers(const ConfigJson& c, const char* key, const std
         if (!std::isfinite(x) || (positive && !(x > 0)))
             c.fail(key, positive ? "values must be positive and finite" : "values must be finite");
     return v;
-}
-
-// A causal 3-D conv's weights as the 2-D conv they amount to for one frame (the Note above).
-Conv2d load_causal_conv(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, int64_t kernel) {
-    Conv2d c;
-    c.weight =
-        w.take(prefix + ".weight", {out, in, kernel, kernel, kernel}).select(2, kernel - 1).contiguous();
-    c.bias = w.take(prefix + ".bias", {out});
-    c.padding = kernel / 2;
-    return c;
 }
 
 }  // namespace
@@ -97,9 +91,17 @@ QwenImageVaeConfig QwenImageVaeConfig::from_json_text(const std::string& text, c
         c.fail("temperal_downsample", "has " + std::to_string(v.temperal_downsample.size()) +
                                           " entries; accepted: one per downsampling, len(dim_mult) - 1 = " +
                                           std::to_string(v.dim_mult.size() - 1));
-    // The decoder has no attention outside its mid block, whatever attn_scales says (as diffusers').
-    if (c.has("attn_scales") && !c.raw()["attn_scales"].is_array())
-        c.fail("attn_scales", "must be a list of scales");
+    // The decoder has no attention outside its mid block, whatever attn_scales says (as diffusers');
+    // the encoder refuses scales that would give one of its down blocks attention.
+    if (c.has("attn_scales")) {
+        const auto& list = c.raw()["attn_scales"];
+        if (!list.is_array()) c.fail("attn_scales", "must be a list of scales");
+        for (const auto& x : list) {
+            if (!x.is_number())
+                c.fail("attn_scales", "must hold numbers only, not " + x.dump().substr(0, 40));
+            v.attn_scales.push_back(x.get<double>());
+        }
+    }
     v.latents_mean = read_numbers(c, "latents_mean", kLatentsMean, v.z_dim, false);
     v.latents_std = read_numbers(c, "latents_std", kLatentsStd, v.z_dim, true);
     // AutoencoderKLWan's keys that change the decoder (Wan 2.2's VAE): not this model.
@@ -111,7 +113,18 @@ QwenImageVaeConfig QwenImageVaeConfig::from_json_text(const std::string& text, c
     return v;
 }
 
-at::Tensor QwenImageVaeDecoder::RmsNorm::operator()(const at::Tensor& x) const {
+namespace qwen_vae {
+
+Conv2d load_causal_conv(WeightStore& w, const std::string& prefix, int64_t in, int64_t out, int64_t kernel) {
+    Conv2d c;
+    c.weight =
+        w.take(prefix + ".weight", {out, in, kernel, kernel, kernel}).select(2, kernel - 1).contiguous();
+    c.bias = w.take(prefix + ".bias", {out});
+    c.padding = kernel / 2;
+    return c;
+}
+
+at::Tensor RmsNorm::operator()(const at::Tensor& x) const {
     // F.normalize over the channels, in fp32 for half-precision inputs as diffusers does.
     const bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
     const at::Tensor xf = half ? x.to(at::kFloat) : x;
@@ -120,9 +133,7 @@ at::Tensor QwenImageVaeDecoder::RmsNorm::operator()(const at::Tensor& x) const {
     return normalized * scale * gamma;
 }
 
-QwenImageVaeDecoder::RmsNorm QwenImageVaeDecoder::load_norm(WeightStore& w, const std::string& name,
-                                                            int64_t channels, bool image_shaped) {
-    // The residual blocks' norms keep a video-shaped gamma [C, 1, 1, 1], the attention's [C, 1, 1].
+RmsNorm RmsNorm::load(WeightStore& w, const std::string& name, int64_t channels, bool image_shaped) {
     RmsNorm n;
     n.gamma = image_shaped ? w.take(name, {channels, 1, 1})
                            : w.take(name, {channels, 1, 1, 1}).view({channels, 1, 1});
@@ -130,24 +141,47 @@ QwenImageVaeDecoder::RmsNorm QwenImageVaeDecoder::load_norm(WeightStore& w, cons
     return n;
 }
 
-QwenImageVaeDecoder::Residual QwenImageVaeDecoder::load_residual(WeightStore& w, const std::string& p,
-                                                                 int64_t in, int64_t out) {
+Residual Residual::load(WeightStore& w, const std::string& p, int64_t in, int64_t out) {
     Residual r;
-    r.norm1 = load_norm(w, p + ".norm1.gamma", in, false);
+    r.norm1 = RmsNorm::load(w, p + ".norm1.gamma", in, false);
     r.conv1 = load_causal_conv(w, p + ".conv1", in, out, 3);
-    r.norm2 = load_norm(w, p + ".norm2.gamma", out, false);
+    r.norm2 = RmsNorm::load(w, p + ".norm2.gamma", out, false);
     r.conv2 = load_causal_conv(w, p + ".conv2", out, out, 3);
     if (in != out) r.shortcut = load_causal_conv(w, p + ".conv_shortcut", in, out, 1);
     return r;
 }
 
-at::Tensor QwenImageVaeDecoder::Residual::operator()(const at::Tensor& x) const {
+at::Tensor Residual::operator()(const at::Tensor& x) const {
     at::Tensor h = conv1(at::silu(norm1(x)));
     h = conv2(at::silu(norm2(h)));  // dropout sits here, inactive at inference
     return h + (shortcut.weight.defined() ? shortcut(x) : x);
 }
 
+MidBlock MidBlock::load(WeightStore& w, const std::string& p, int64_t channels) {
+    MidBlock m;
+    m.first = Residual::load(w, p + ".resnets.0", channels, channels);
+    m.attn_norm = RmsNorm::load(w, p + ".attentions.0.norm.gamma", channels, true);
+    m.attn_qkv = Conv2d::load(w, p + ".attentions.0.to_qkv", channels, 3 * channels, 1);
+    m.attn_proj = Conv2d::load(w, p + ".attentions.0.proj", channels, channels, 1);
+    m.second = Residual::load(w, p + ".resnets.1", channels, channels);
+    return m;
+}
+
+at::Tensor MidBlock::operator()(const at::Tensor& input) const {
+    const at::Tensor x = first(input);
+    const int64_t b = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3);
+    // Contiguous before the split, as diffusers: CPU attention rounds differently on strided input.
+    const at::Tensor qkv = attn_qkv(attn_norm(x)).reshape({b, 1, 3 * c, h * wd}).transpose(2, 3).contiguous();
+    const std::vector<at::Tensor> parts = qkv.chunk(3, -1);
+    const at::Tensor a =
+        attention(parts[0], parts[1], parts[2]).squeeze(1).transpose(1, 2).reshape({b, c, h, wd});
+    return second(x + attn_proj(a));
+}
+
+}  // namespace qwen_vae
+
 QwenImageVaeDecoder::QwenImageVaeDecoder(const QwenImageVaeConfig& config, WeightStore& w) : config_(config) {
+    using namespace qwen_vae;
     const int64_t z = config.z_dim, n = static_cast<int64_t>(config.dim_mult.size());
     if (n < 1 || static_cast<int64_t>(config.temperal_downsample.size()) != n - 1 ||
         static_cast<int64_t>(config.latents_mean.size()) != z ||
@@ -168,12 +202,7 @@ QwenImageVaeDecoder::QwenImageVaeDecoder(const QwenImageVaeConfig& config, Weigh
 
     post_quant_conv_ = load_causal_conv(w, "post_quant_conv", z, z, 1);
     conv_in_ = load_causal_conv(w, "decoder.conv_in", z, dims[0], 3);
-    const std::string mid = "decoder.mid_block.";
-    mid_1_ = load_residual(w, mid + "resnets.0", dims[0], dims[0]);
-    attn_norm_ = load_norm(w, mid + "attentions.0.norm.gamma", dims[0], true);
-    attn_qkv_ = Conv2d::load(w, mid + "attentions.0.to_qkv", dims[0], 3 * dims[0], 1);
-    attn_proj_ = Conv2d::load(w, mid + "attentions.0.proj", dims[0], dims[0], 1);
-    mid_2_ = load_residual(w, mid + "resnets.1", dims[0], dims[0]);
+    mid_ = MidBlock::load(w, "decoder.mid_block", dims[0]);
     for (int64_t i = 0; i < n; ++i) {
         const std::string p = "decoder.up_blocks." + std::to_string(i);
         // After the first block, the input is the previous upsample's output: half its width.
@@ -181,7 +210,7 @@ QwenImageVaeDecoder::QwenImageVaeDecoder(const QwenImageVaeConfig& config, Weigh
         const int64_t out = dims[i + 1];
         UpBlock blk;
         for (int64_t j = 0; j <= config.num_res_blocks; ++j) {
-            blk.resnets.push_back(load_residual(w, p + ".resnets." + std::to_string(j), in, out));
+            blk.resnets.push_back(Residual::load(w, p + ".resnets." + std::to_string(j), in, out));
             in = out;
         }
         if (i != n - 1) {
@@ -191,20 +220,8 @@ QwenImageVaeDecoder::QwenImageVaeDecoder(const QwenImageVaeConfig& config, Weigh
         }
         up_blocks_.push_back(std::move(blk));
     }
-    norm_out_ = load_norm(w, "decoder.norm_out.gamma", dims.back(), false);
+    norm_out_ = RmsNorm::load(w, "decoder.norm_out.gamma", dims.back(), false);
     conv_out_ = load_causal_conv(w, "decoder.conv_out", dims.back(), config.input_channels, 3);
-}
-
-at::Tensor QwenImageVaeDecoder::mid_attention(const at::Tensor& x) const {
-    // One head over the h * w positions of each frame, with the channels as the head dimension.
-    const int64_t b = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3);
-    // Contiguous before the split, as diffusers: CPU attention rounds differently on strided input.
-    const at::Tensor qkv =
-        attn_qkv_(attn_norm_(x)).reshape({b, 1, 3 * c, h * wd}).transpose(2, 3).contiguous();
-    const std::vector<at::Tensor> parts = qkv.chunk(3, -1);
-    const at::Tensor a =
-        attention(parts[0], parts[1], parts[2]).squeeze(1).transpose(1, 2).reshape({b, c, h, wd});
-    return x + attn_proj_(a);
 }
 
 at::Tensor QwenImageVaeDecoder::decode(const at::Tensor& latents) const {
@@ -218,9 +235,9 @@ at::Tensor QwenImageVaeDecoder::decode(const at::Tensor& latents) const {
     const at::Tensor inv_std = at::reciprocal(std_.to(latents.options()));
     at::Tensor x = latents / inv_std + mean_.to(latents.options());
     x = conv_in_(post_quant_conv_(x));
-    x = mid_2_(mid_attention(mid_1_(x)));
+    x = mid_(x);
     for (const UpBlock& blk : up_blocks_) {
-        for (const Residual& r : blk.resnets) x = r(x);
+        for (const qwen_vae::Residual& r : blk.resnets) x = r(x);
         if (blk.upsample.weight.defined())
             // Nearest copies values exactly, so diffusers' detour through fp32 changes nothing.
             x = blk.upsample(at::_upsample_nearest_exact2d(x, {x.size(2) * 2, x.size(3) * 2}, 2.0, 2.0));
