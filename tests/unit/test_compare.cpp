@@ -9,15 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
 #include "cli/command_line.h"
 #include "cli/compare_command.h"
@@ -25,8 +22,10 @@
 #include "launcher/manifest.h"
 #include "protocol/call_arguments.h"
 #include "support/test_paths.h"
+#include "unit/fifo_unblocker.h"
 
 using namespace dp::cli;
+using dp::test::FifoUnblocker;
 
 namespace {
 
@@ -75,32 +74,6 @@ void write_png(const std::string& path, uint32_t width, uint32_t height, uint32_
     png_destroy_write_struct(&png, &info);
     std::fclose(f);
 }
-
-// Opens the FIFO at `path` for writing and closes it again, every 50 ms from `after_s` seconds on,
-// until destroyed: a reader that opened it to wait for data gets end-of-file, and fails instead of
-// hanging the test.
-class FifoUnblocker {
-  public:
-    FifoUnblocker(std::string path, double after_s)
-        : thread_([this, path = std::move(path), after_s] {
-              const auto start = std::chrono::steady_clock::now();
-              while (!done_) {
-                  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                  if (std::chrono::steady_clock::now() - start < std::chrono::duration<double>(after_s))
-                      continue;
-                  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // ENXIO while nobody reads
-                  if (fd >= 0) ::close(fd);
-              }
-          }) {}
-    ~FifoUnblocker() {
-        done_ = true;
-        thread_.join();
-    }
-
-  private:
-    std::atomic<bool> done_{false};
-    std::thread thread_;
-};
 
 // Fresh copies of golden run `name` as DIR/a and DIR/b, and the options that compare them (the page
 // in DIR).
