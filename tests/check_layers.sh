@@ -3,6 +3,8 @@
 #   - launcher/, cli/, protocol/ and strategies/ include no LibTorch header (the launcher starts in
 #     milliseconds and `dp-launch plan` needs no LibTorch);
 #   - protocol/ includes nothing of ours but protocol/ (it is the contract both sides link);
+#   - images/ includes no LibTorch header and nothing of ours but protocol/ and images/ (the
+#     launcher reads input images' headers, the worker decodes them: both sides link it);
 #   - runtime/parallel/ includes nothing from runtime/models/ (the parallel layer knows no model);
 #   - nothing under runtime/models/ includes the communicator (models call the parallel layer,
 #     never a collective);
@@ -30,6 +32,9 @@ violations "launcher/, cli/, protocol/ and strategies/ must not include LibTorch
     'ATen/|torch/|c10/|caffe2/' launcher cli protocol strategies
 violations "protocol/ must include nothing of ours outside protocol/" \
     '(launcher|cli|strategies|runtime|shapes|training)/' protocol
+violations "images/ must not include LibTorch" 'ATen/|torch/|c10/|caffe2/' images
+violations "images/ must include nothing of ours outside protocol/ and images/" \
+    '(launcher|cli|strategies|runtime|shapes|training)/' images
 violations "runtime/parallel/ must include nothing from runtime/models/" 'runtime/models/' runtime/parallel
 violations "runtime/models/ must not include the communicator" 'runtime/parallel/communicator\.h' runtime/models
 violations "runtime/io/ must include nothing of runtime/ outside runtime/io/" 'runtime/(parallel|pipeline|models)/|runtime/[a-z_]+\.h' runtime/io
