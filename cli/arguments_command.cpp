@@ -20,11 +20,10 @@ using protocol::CallType;
 
 // How `arguments` names each kind of call argument.
 const char* type_name(protocol::CallType type) {
-    constexpr std::pair<CallType, const char*> kNames[] = {{CallType::kNumber, "number"},
-                                                           {CallType::kWhole, "integer"},
-                                                           {CallType::kBlocks, "list of integers"},
-                                                           {CallType::kAdapters, "list of adapters"},
-                                                           {CallType::kCache, "step cache"}};
+    constexpr std::pair<CallType, const char*> kNames[] = {
+        {CallType::kNumber, "number"},           {CallType::kWhole, "integer"},
+        {CallType::kBlocks, "list of integers"}, {CallType::kAdapters, "list of adapters"},
+        {CallType::kCache, "step cache"},        {CallType::kImage, "image file"}};
     for (const auto& [t, name] : kNames)
         if (t == type) return name;
     return "value";
@@ -36,9 +35,10 @@ struct Entry {
     std::vector<std::string> aliases;
     std::string type;  // "number", "integer", "list of integers", "string"
     nlohmann::json default_value;
-    std::string default_text;  // when the JSON value alone would not say it
-    nlohmann::json min, max;   // null: no range
-    std::string flag;          // empty: none
+    std::string default_text;   // when the JSON value alone would not say it
+    nlohmann::json min, max;    // null: no range
+    bool min_excluded = false;  // above min (strength)
+    std::string flag;           // empty: none
     std::string env;
     bool ignored = false;
     bool pixels = true;
@@ -110,8 +110,9 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
         e.type = type_name(row.type);
         if (row.type == CallType::kBlocks) {
             e.min = 0;
-            e.max = model.shape.layers - 1;  // the model's transformer blocks
-        } else {
+            e.max = model.shape.layers - 1;         // the model's transformer blocks
+        } else if (row.type != CallType::kImage) {  // a path has no range
+            e.min_excluded = row.above_min;
             e.min = bound(row, row.min);
             e.max = bound(row, a.max);
         }
@@ -166,7 +167,7 @@ std::string bound_text(const nlohmann::json& v) {
 
 std::string range(const Entry& e) {
     if (e.min.is_null()) return "";
-    return bound_text(e.min) + " to " + bound_text(e.max);
+    return (e.min_excluded ? "above " : "") + bound_text(e.min) + " to " + bound_text(e.max);
 }
 
 }  // namespace
@@ -186,6 +187,7 @@ std::string describe_arguments(const launcher::JobOptions& job, bool json) {
                            {"type", e.type},
                            {"default", e.default_value},
                            {"min", e.min},
+                           {"min_excluded", e.min_excluded},
                            {"max", e.max},
                            {"flag", e.flag.empty() ? nlohmann::json() : nlohmann::json(e.flag)},
                            {"env", e.env.empty() ? nlohmann::json() : nlohmann::json(e.env)},
@@ -221,6 +223,12 @@ std::string describe_arguments(const launcher::JobOptions& job, bool json) {
     for (std::size_t i = 0; i < rows.size(); ++i) line(rows[i], " " + all[i].help);
     text << "Any other key is refused (exit 65). `dp-launch arguments --model M --json` prints the same as "
             "JSON.\n";
+    // What each kind of line runs, as diffusers' classes do for the same weights.
+    text << "A line without \"image\" runs " << model.spec->pipeline_class << " (text to image)"
+         << (model.spec->img2img_class.empty()
+                 ? "; this model edits no images.\n"
+                 : "; a line with \"image\" runs " + model.spec->img2img_class +
+                       " (img2img: the image redone from the noise level \"strength\" selects).\n");
     return text.str();
 }
 

@@ -65,7 +65,8 @@ std::string default_text(const CallArgument& a, double value) {
 // FLUX.1-dev 28, FLUX.1-schnell 4"; a family and its variant at the same value under the family's
 // name), after the model folder's generation_defaults.json where it may set it.
 std::string described_default(const CallArgument& a) {
-    if (a.type == CallType::kBlocks || a.type == CallType::kAdapters || a.type == CallType::kCache)
+    if (a.type == CallType::kBlocks || a.type == CallType::kAdapters || a.type == CallType::kCache ||
+        a.type == CallType::kImage)
         return "none";
     std::string out;
     for (const strategies::FamilyFacts* family : strategies::families()) {
@@ -106,7 +107,12 @@ JobOptionRow call_argument_row(const CallArgument& a) {
         [&a](J& j, const std::string& text, const std::string& source) {
             switch (a.type) {
                 case CallType::kNumber:
-                    j.arguments.set(a, launcher::parse_number(text, a.min, a.max, source, ""));
+                    j.arguments.set(a, launcher::parse_number(text, a.min, a.max, source, "", a.above_min));
+                    break;
+                case CallType::kImage:
+                    if (text.empty() || text.find('\0') != std::string::npos)
+                        throw UsageError(source + ": expected an image file's path (PNG, JPEG or WebP)");
+                    j.arguments.set(a, protocol::InputImage{text});
                     break;
                 case CallType::kWhole:
                     j.arguments.set(a, int64_t{launcher::parse_int(text, static_cast<int>(a.min),
@@ -152,7 +158,8 @@ JobOptionRow call_argument_row(const CallArgument& a) {
             if (const auto* blocks = std::get_if<std::vector<int>>(v))
                 return launcher::block_list_text(*blocks);
             if (std::holds_alternative<protocol::Adapters>(*v) ||
-                std::holds_alternative<protocol::StepCache>(*v))
+                std::holds_alternative<protocol::StepCache>(*v) ||
+                std::holds_alternative<protocol::InputImage>(*v))
                 return protocol::call_value_text(*v);
             if (const auto* d = std::get_if<double>(v)) return launcher::number_text(*d);
             return std::to_string(std::get<int64_t>(*v));
@@ -160,6 +167,7 @@ JobOptionRow call_argument_row(const CallArgument& a) {
     if (kind != OptionKind::kText) {
         r.lo = a.min;
         r.hi = a.max;
+        r.lo_excluded = a.above_min;
     }
     r.repeatable = a.type == CallType::kAdapters;
     return described(r, described_default(a).c_str());

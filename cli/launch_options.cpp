@@ -42,8 +42,8 @@ std::string OptionDef::range_text() const {
     switch (kind) {
         case OptionKind::kInt:
         case OptionKind::kNumber:
-            return launcher::number_text(lo) + " to " + launcher::number_text(hi) +
-                   (unit.empty() ? "" : " " + unit);
+            return (lo_excluded ? "above " : "") + launcher::number_text(lo) + " to " +
+                   launcher::number_text(hi) + (unit.empty() ? "" : " " + unit);
         case OptionKind::kU64:
             return "0 to " + std::to_string(UINT64_MAX);
         default:

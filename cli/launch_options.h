@@ -47,6 +47,7 @@ struct OptionDef {
     std::string group;       // its heading in --help
     OptionKind kind = OptionKind::kText;
     double lo = 0, hi = 0;             // kInt, kNumber
+    bool lo_excluded = false;          // kNumber: above lo (strength)
     std::string unit;                  // kNumber: "seconds"
     std::vector<std::string> choices;  // kChoice
     DefaultKind default_kind = DefaultKind::kTarget;

@@ -69,14 +69,15 @@ uint64_t parse_u64(std::string_view text, const std::string& source) {
 }
 
 double parse_number(std::string_view text, double lo, double hi, const std::string& source,
-                    std::string_view unit) {
+                    std::string_view unit, bool above_lo) {
     const std::string accepted = "expected a number " +
-                                 (unit.empty() ? "" : "of " + std::string(unit) + " ") + "from " +
-                                 number_text(lo) + " to " + number_text(hi);
+                                 (unit.empty() ? "" : "of " + std::string(unit) + " ") +
+                                 (above_lo ? "above " : "from ") + number_text(lo) + " to " + number_text(hi);
     double value = 0;
     const char* end = text.data() + text.size();
     auto [ptr, ec] = std::from_chars(text.data(), end, value, std::chars_format::fixed);
-    if (text.empty() || ptr != end || ec != std::errc() || !std::isfinite(value) || value < lo || value > hi)
+    if (text.empty() || ptr != end || ec != std::errc() || !std::isfinite(value) || value < lo ||
+        value > hi || (above_lo && value == lo))
         reject(source, text, accepted);
     return value;
 }

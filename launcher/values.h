@@ -23,10 +23,10 @@ int parse_int(std::string_view text, int lo, int hi, const std::string& source,
 // A whole decimal number from 0 to 2^64-1.
 uint64_t parse_u64(std::string_view text, const std::string& source);
 
-// A decimal number (no exponent) in [lo, hi]. `unit` ("seconds") is named in what the error says is
-// accepted.
+// A decimal number (no exponent) in [lo, hi] (in (lo, hi] with `above_lo`). `unit` ("seconds")
+// is named in what the error says is accepted.
 double parse_number(std::string_view text, double lo, double hi, const std::string& source,
-                    std::string_view unit = {});
+                    std::string_view unit = {}, bool above_lo = false);
 
 // parse_number from 0 to hi, in seconds.
 double parse_seconds(std::string_view text, double hi, const std::string& source);

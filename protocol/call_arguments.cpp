@@ -89,6 +89,18 @@ const std::vector<CallArgument>& call_arguments() {
             a.active_with = "skip_guidance_layers";
             a.unit = "fractions of the steps";
         }
+        // Note [input images]: img2img, the pipeline each family's *Img2ImgPipeline is.
+        add("image", CallType::kImage, 0, 0, "--image", "PATH",
+            "An image to edit (img2img): a PNG, JPEG or WebP file; in a prompt line, relative to the "
+            "prompt file's folder. With --prompt, a glob or a folder gives one line per image, sorted");
+        {
+            CallArgument& a = add("strength", CallType::kNumber, 0, 1, "--strength", "S",
+                                  "How much of an image (`image`) is redone: the denoising starts at "
+                                  "this fraction of the steps' noise (1: all of it; the steps run are "
+                                  "about steps x S)");
+            a.above_min = true;
+            a.active_with = "image";
+        }
         return r;
     }();
     return rows;
@@ -104,7 +116,8 @@ std::string CallArgument::expected(double family_max) const {
     const double hi = family_max > 0 ? family_max : max;
     switch (type) {
         case CallType::kNumber:
-            return "a number from " + number_text(min) + " to " + number_text(hi);
+            return "a number " + std::string(above_min ? "above " : "from ") + number_text(min) + " to " +
+                   number_text(hi);
         case CallType::kWhole:
             return "a whole number from " + number_text(min) + " to " + number_text(hi);
         case CallType::kBlocks:
@@ -117,6 +130,8 @@ std::string CallArgument::expected(double family_max) const {
                    number_text(hi) +
                    ", taylorseer_cache[:KEY=VALUE,...], mag_cache:mag_ratios=flux|FILE[,...], "
                    "mag_cache:calibrate=true, {\"type\": \"first_block_cache\", \"threshold\": T}, or none";
+        case CallType::kImage:
+            return "an image file's path (PNG, JPEG or WebP), or {\"path\": PATH, \"sha256\": HEX}";
     }
     return {};
 }
@@ -148,6 +163,8 @@ bool fits(const CallArgument& row, const CallValue& value) {
             return std::holds_alternative<Adapters>(value);
         case CallType::kCache:
             return std::holds_alternative<StepCache>(value);
+        case CallType::kImage:
+            return std::holds_alternative<InputImage>(value);
     }
     return false;
 }
@@ -208,6 +225,10 @@ const StepCache& CallValues::cache(std::string_view name) const {
     return held_or_none<StepCache>(*this, name, "a step cache");
 }
 
+const InputImage& CallValues::image(std::string_view name) const {
+    return held_or_none<InputImage>(*this, name, "an input image");
+}
+
 void CallValues::set(const CallArgument& row, CallValue value) {
     if (row.universal)
         throw InternalError(std::string(row.name) + " is held in a request's own field, not its call values");
@@ -231,6 +252,11 @@ void CallValues::erase(std::string_view name) {
 }
 
 bool CallValues::operator==(const CallValues& other) const { return items_ == other.items_; }
+
+int edit_first_step(int steps, double strength) {
+    const double init = std::min(steps * strength, static_cast<double>(steps));
+    return static_cast<int>(std::max(steps - init, 0.0));
+}
 
 void put_path(nlohmann::json& j, const std::string& key, const std::string& path) {
     try {
@@ -271,6 +297,14 @@ nlohmann::json call_value_json(const CallValue& value) {
         return out;
     }
     if (const StepCache* c = std::get_if<StepCache>(&value)) return c->text();
+    if (const InputImage* image = std::get_if<InputImage>(&value)) {
+        if (image->empty()) return nullptr;
+        nlohmann::json j = nlohmann::json::object();
+        put_path(j, "path", image->path);
+        if (!image->sha256.empty()) j["sha256"] = image->sha256;
+        if (image->width > 0) j["width"] = image->width, j["height"] = image->height;
+        return j;
+    }
     return std::get<std::vector<int>>(value);
 }
 
@@ -302,6 +336,8 @@ std::string call_value_text(const CallValue& value) {
         return out.empty() ? "none" : out;
     }
     if (const StepCache* c = std::get_if<StepCache>(&value)) return c->text();
+    if (const InputImage* image = std::get_if<InputImage>(&value))
+        return image->empty() ? "none" : image->path;
     std::string out;
     for (int b : std::get<std::vector<int>>(value)) out += (out.empty() ? "" : ",") + std::to_string(b);
     return out.empty() ? "none" : out;
@@ -316,7 +352,7 @@ namespace {
 std::string read_number(const CallArgument& row, const nlohmann::json& j, double hi,
                         const std::string& expected, CallValue& out) {
     if (!j.is_number() || !std::isfinite(j.get<double>()) || j.get<double>() < row.min ||
-        j.get<double>() > hi)
+        j.get<double>() > hi || (row.above_min && j.get<double>() == row.min))
         return expected;
     out = j.get<double>();
     return {};
@@ -468,6 +504,39 @@ std::string read_cache(const nlohmann::json& j, double hi, const std::string& ex
     return {};
 }
 
+// An input image: a path, or {"path" (or "path_hex"), "sha256", "width", "height"} as the job file
+// and the manifest write it; null is none.
+std::string read_image(const nlohmann::json& j, const std::string& expected, CallValue& out) {
+    InputImage image;
+    if (j.is_string()) {
+        image.path = j.get<std::string>();
+    } else if (j.is_object()) {
+        for (const auto& [key, v] : j.items()) {
+            const bool sha = key == "sha256" && v.is_string() && v.get<std::string>().size() == 64 &&
+                             v.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos;
+            const bool side = (key == "width" || key == "height") && v.is_number_integer() &&
+                              v.get<int64_t>() > 0 && v.get<int64_t>() <= (int64_t{1} << 30);
+            if (key == "path" && v.is_string())
+                image.path = v.get<std::string>();
+            else if (key == "path_hex" && v.is_string() && path_from_hex(v.get<std::string>(), image.path))
+                continue;
+            else if (sha)
+                image.sha256 = v.get<std::string>();
+            else if (side)
+                (key == "width" ? image.width : image.height) = v.get<int64_t>();
+            else
+                return expected + " (its '" + key.substr(0, 40) +
+                       "' is not valid; an image has path (or path_hex), sha256, width and height)";
+        }
+    } else if (!j.is_null()) {
+        return expected;
+    }
+    if (!j.is_null() && (image.path.empty() || image.path.find('\0') != std::string::npos))
+        return expected + " (an image's path must be a non-empty string)";
+    out = std::move(image);
+    return {};
+}
+
 }  // namespace
 
 std::string read_call_value(const CallArgument& row, const nlohmann::json& j, CallValue& out,
@@ -485,6 +554,8 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
             return read_adapters(row, j, hi, expected, out);
         case CallType::kCache:
             return read_cache(j, hi, expected, out);
+        case CallType::kImage:
+            return read_image(j, expected, out);
     }
     return expected;
 }
@@ -515,6 +586,7 @@ FamilyArguments::FamilyArguments(std::string family, const std::vector<ArgumentU
         if (row.type == CallType::kBlocks) a.value = std::vector<int>{};
         if (row.type == CallType::kAdapters) a.value = Adapters{};
         if (row.type == CallType::kCache) a.value = StepCache{};
+        if (row.type == CallType::kImage) a.value = InputImage{};
         all_.push_back(a);
     }
     std::stable_partition(all_.begin(), all_.end(), [](const FamilyArgument& a) { return a.row->universal; });
@@ -551,8 +623,7 @@ const FamilyArgument* FamilyArguments::guidance_scale() const {
 
 double FamilyArguments::default_number(std::string_view name) const {
     const FamilyArgument* a = find(name);
-    if (!a || a->row->type == CallType::kBlocks || a->row->type == CallType::kAdapters ||
-        a->row->type == CallType::kCache)
+    if (!a || (a->row->type != CallType::kNumber && a->row->type != CallType::kWhole))
         throw InternalError("the family '" + family_ + "' has no numeric call argument '" +
                             std::string(name) + "'");
     if (const double* d = std::get_if<double>(&a->value)) return *d;
@@ -591,12 +662,24 @@ bool FamilyArguments::runs_two_branches(const CallValues& values, bool has_negat
     return g->guidance != Guidance::kAbove1WithNegative || has_negative_prompt;
 }
 
-bool in_effect(const CallValues& values, const CallValues::Item& item) {
-    if (const char* with = item.first->active_with)
-        if (values.has(with) && values.blocks(with).empty()) return false;
-    if (const auto* adapters = std::get_if<Adapters>(&item.second)) return !adapters->empty();
-    if (const auto* blocks = std::get_if<std::vector<int>>(&item.second)) return !blocks->empty();
+namespace {
+
+// Whether `value` is something rather than an empty list or no image.
+bool something(const CallValue& value) {
+    if (const auto* adapters = std::get_if<Adapters>(&value)) return !adapters->empty();
+    if (const auto* blocks = std::get_if<std::vector<int>>(&value)) return !blocks->empty();
+    if (const auto* image = std::get_if<InputImage>(&value)) return !image->empty();
     return true;
+}
+
+}  // namespace
+
+bool in_effect(const CallValues& values, const CallValues::Item& item) {
+    if (const char* with = item.first->active_with) {
+        const CallValue* v = values.find(with);
+        if (v && !something(*v)) return false;
+    }
+    return something(item.second);
 }
 
 }  // namespace dp::protocol

@@ -30,6 +30,7 @@ enum class CallType {
     kBlocks,    // a list of distinct transformer block indices
     kAdapters,  // a list of LoRA adapters (Adapter)
     kCache,     // a step cache (StepCache)
+    kImage,     // an input image file (InputImage): img2img's `image`
 };
 
 // How a family's classifier-free guidance depends on an argument that is its scale.
@@ -69,6 +70,7 @@ struct CallArgument {
     const char* below = nullptr;      // its value must be below this row's (skip_layer_guidance_start)
     const char* below_why = nullptr;  // what a value not below it breaks: "the start must be below the stop"
     const char* unit = nullptr;       // what its values measure, for messages: "fractions of the steps"
+    bool above_min = false;           // kNumber: `min` itself is refused (strength: above 0)
 
     // "a number from 0 to 100", "a whole number from 1 to 512", "a list of distinct block indices".
     std::string expected(double family_max = 0) const;
@@ -95,13 +97,29 @@ struct Adapter {
 };
 using Adapters = std::vector<Adapter>;
 
+// Note [input images]: an image a request edits (img2img's `image`): its file, which the launcher
+// reads whole before any rank starts (decodes it, Note [input images are checked first]) and
+// fills in as an absolute path with the file's SHA-256 and its decoded size, so that every rank
+// reads the same file, the manifest records which bytes made an image, and --resume sees a
+// changed file as other pixels. An empty path is none (a text-to-image line).
+struct InputImage {
+    std::string path;
+    std::string sha256;             // empty until the launcher reads the file
+    int64_t width = 0, height = 0;  // its decoded pixels; 0 until then
+    bool empty() const { return path.empty(); }
+    bool operator==(const InputImage& o) const {
+        return path == o.path && sha256 == o.sha256 && width == o.width && height == o.height;
+    }
+    bool operator!=(const InputImage& o) const { return !(*this == o); }
+};
+
 // "FILE" or "FILE:SCALE" (the flag's form, --lora): the scale is what follows the last ':' when it
 // reads as a number, else the whole text is the path and the scale is 1. An error text, or empty.
 std::string parse_adapter_text(const std::string& text, Adapter& out);
 
 // A value of a row: kNumber a double, kWhole an int64_t, kBlocks a list, kAdapters adapters,
-// kCache a step cache.
-using CallValue = std::variant<double, int64_t, std::vector<int>, Adapters, StepCache>;
+// kCache a step cache, kImage an input image.
+using CallValue = std::variant<double, int64_t, std::vector<int>, Adapters, StepCache, InputImage>;
 
 // The family call arguments of a request or a setting: the non-universal rows it sets, each once,
 // in the table's order.
@@ -121,6 +139,8 @@ class CallValues {
     const Adapters& adapters(std::string_view name) const;
     // The step cache of `name` (none when it is not set).
     const StepCache& cache(std::string_view name) const;
+    // The input image of `name` (none when it is not set).
+    const InputImage& image(std::string_view name) const;
     // Sets `row` (or the row named `name`) to `value`, of the row's type; throws InternalError otherwise.
     void set(const CallArgument& row, CallValue value);
     void set(std::string_view name, CallValue value);
@@ -134,9 +154,14 @@ class CallValues {
     std::vector<Item> items_;
 };
 
-// Whether `item` of `values` changes anything: not an empty list of blocks or adapters, nor a
-// setting of skipped blocks when none are skipped (CallArgument::active_with).
+// Whether `item` of `values` changes anything: not an empty list of blocks or adapters nor no
+// image, nor a setting of skipped blocks when none are skipped, nor img2img's strength without
+// an image (CallArgument::active_with).
 bool in_effect(const CallValues& values, const CallValues::Item& item);
+
+// The first of `steps` steps an edit at `strength` runs (diffusers' get_timesteps: int(steps -
+// min(steps x strength, steps))); `steps` when none would run (strength 0).
+int edit_first_step(int steps, double strength);
 
 // Note [paths in the job file]: a path is bytes on Linux, but JSON text is UTF-8. A path that is
 // not UTF-8 is written as "KEY_hex", its bytes in hexadecimal, instead of "KEY", so that every path

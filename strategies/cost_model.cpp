@@ -36,7 +36,14 @@ int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules)
                                     std::to_string(request.steps) + " steps have no cost");
     const int64_t tokens = std::max<int64_t>(1, width / rules.pixels_per_token) *
                            std::max<int64_t>(1, height / rules.pixels_per_token);
-    return int64_t{request.steps} * tokens * (runs_two_branches(request, rules) ? 2 : 1);
+    // An edit runs the steps its strength leaves, and its image's encoder pass (counted as one).
+    const protocol::InputImage& image = request.arguments.image("image");
+    const int64_t steps =
+        image.empty()
+            ? request.steps
+            : request.steps - protocol::edit_first_step(request.steps, request.arguments.number("strength")) +
+                  1;
+    return steps * tokens * (runs_two_branches(request, rules) ? 2 : 1);
 }
 
 std::vector<int64_t> prompt_costs(const std::vector<protocol::JobRequest>& requests, const CostRules& rules) {

@@ -52,6 +52,9 @@ struct ParallelSpec {
     std::string family;  // "sd3": the id the call-argument table's rows name (protocol/call_arguments.h)
     std::string display_name;    // how messages name the family: "SD3", "Qwen-Image"
     std::string pipeline_class;  // model_index.json's _class_name, e.g. "StableDiffusion3Pipeline"
+    // The diffusers class a line with an "image" runs on the same weights (Note [img2img in the one
+    // loop]), e.g. "StableDiffusion3Img2ImgPipeline"; empty: the family edits no images.
+    std::string img2img_class;
     // The components device_map places, in pipeline order (model_index.json keys).
     std::vector<std::string> components;
     std::string transformer = "transformer";  // the component the strategies split

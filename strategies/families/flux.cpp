@@ -19,6 +19,7 @@ ParallelSpec spec() {
     s.family = "flux";
     s.display_name = "FLUX.1";
     s.pipeline_class = "FluxPipeline";
+    s.img2img_class = "FluxImg2ImgPipeline";
     s.components = {"text_encoder", "text_encoder_2", "transformer", "vae"};
     s.tp_components = {"text_encoder_2"};
     s.t5_required = true;
@@ -265,11 +266,19 @@ const FamilyFacts& flux_family() {
                        true_cfg,
                        {"max_sequence_length", 512, 512},
                        {"lora"},
-                       {"cache"}};
+                       {"cache"},
+                       {"image"},
+                       {"strength", 0.6}};  // FluxImg2ImgPipeline's
         protocol::ArgumentUse ignored_guidance{"guidance_scale", 3.5};
         ignored_guidance.ignored = true;
-        f.variant_arguments = {{"num_inference_steps", 4},        ignored_guidance, true_cfg,
-                               {"max_sequence_length", 256, 512}, {"lora"},         {"cache"}};
+        f.variant_arguments = {{"num_inference_steps", 4},
+                               ignored_guidance,
+                               true_cfg,
+                               {"max_sequence_length", 256, 512},
+                               {"lora"},
+                               {"cache"},
+                               {"image"},
+                               {"strength", 0.6}};
         f.components = {
             {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
             {"text_encoder", {"CLIPTextModel"}, true, ComponentRule::kModel, false},

@@ -14,6 +14,7 @@ ParallelSpec spec() {
     s.family = "qwen-image";
     s.display_name = "Qwen-Image";
     s.pipeline_class = "QwenImagePipeline";
+    s.img2img_class = "QwenImageImg2ImgPipeline";
     s.components = {"text_encoder", "transformer", "vae"};
     s.tp_components = {"text_encoder"};
     s.offload = true;
@@ -82,8 +83,13 @@ const FamilyFacts& qwen_image_family() {
         // QwenImagePipeline's defaults: true CFG at 4 with a negative prompt.
         protocol::ArgumentUse true_cfg{"true_cfg_scale", 4.0};
         true_cfg.guidance = protocol::Guidance::kAbove1WithNegative;
-        f.arguments = {
-            {"num_inference_steps", 50}, true_cfg, {"max_sequence_length", 512}, {"lora"}, {"cache"}};
+        f.arguments = {{"num_inference_steps", 50},
+                       true_cfg,
+                       {"max_sequence_length", 512},
+                       {"lora"},
+                       {"cache"},
+                       {"image"},
+                       {"strength", 0.6}};  // QwenImageImg2ImgPipeline's
         f.components = {
             {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
             {"text_encoder", {"Qwen2_5_VLForConditionalGeneration"}, true, ComponentRule::kModel, false},

@@ -19,6 +19,7 @@ ParallelSpec spec() {
     s.family = "sd3";
     s.display_name = "SD3";
     s.pipeline_class = "StableDiffusion3Pipeline";
+    s.img2img_class = "StableDiffusion3Img2ImgPipeline";
     s.components = {"text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae"};
     s.t5_encoder = "text_encoder_3";
     s.tp_components = {"text_encoder_3"};
@@ -176,7 +177,9 @@ const FamilyFacts& sd3_family() {
                        {"skip_guidance_layers"},
                        {"skip_layer_guidance_scale", 2.8},
                        {"skip_layer_guidance_start", 0.01},
-                       {"skip_layer_guidance_stop", 0.2}};
+                       {"skip_layer_guidance_stop", 0.2},
+                       {"image"},
+                       {"strength", 0.6}};  // StableDiffusion3Img2ImgPipeline's
         f.components = {
             {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
             {"text_encoder",

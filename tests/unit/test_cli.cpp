@@ -159,7 +159,7 @@ std::vector<std::string> candidates(const OptionDef& def) {
         }
         case OptionKind::kNumber: {
             std::vector<std::string> out;
-            for (double v : {def.lo, def.hi, (def.lo + def.hi) / 2}) {
+            for (double v : {def.lo_excluded ? def.hi : def.lo, def.hi, (def.lo + def.hi) / 2}) {
                 std::ostringstream text;
                 text << v;
                 out.push_back(text.str());
@@ -278,7 +278,8 @@ TEST_CASE("--help renders every row's range, choices and default from the row, n
                     std::to_string(static_cast<long long>(def.hi));
         if (def.kind == OptionKind::kNumber) {
             std::ostringstream out;
-            out << def.lo << " to " << def.hi << (def.unit.empty() ? "" : " ") << def.unit;
+            out << (def.lo_excluded ? "above " : "") << def.lo << " to " << def.hi
+                << (def.unit.empty() ? "" : " ") << def.unit;
             range = out.str();
         }
         if (def.kind == OptionKind::kU64) range = "0 to 18446744073709551615";
@@ -355,6 +356,7 @@ TEST_CASE("every row refuses what it does not accept, from the flag, the environ
                 bads = {{std::to_string(static_cast<long long>(def.lo) - 1), true},
                         {std::to_string(static_cast<long long>(def.hi) + 1), true},
                         {"x", false}};
+                if (def.lo_excluded) bads.push_back({std::to_string(static_cast<long long>(def.lo)), true});
                 accepted = " to " + std::to_string(static_cast<long long>(def.hi));
                 break;
             case OptionKind::kU64:
@@ -394,6 +396,7 @@ TEST_CASE("every row refuses what it does not accept, from the flag, the environ
         if (def.kind == OptionKind::kInt || def.kind == OptionKind::kNumber) {
             const auto args = context_for(def, def.key == "node_rank" ? "65536" : "4");
             for (double end : {def.lo, def.hi}) {
+                if (end == def.lo && def.lo_excluded) continue;  // tried as a bad value above
                 std::ostringstream text;
                 text << std::fixed << std::setprecision(0) << end;
                 const CommandLine r = resolve_row(def, text.str(), std::nullopt, std::nullopt, false, args);
