@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include <cctype>
 #include <cstdio>
 #include <memory>
 
@@ -73,6 +74,7 @@ std::string page_head(const std::string& title, const GallerySummary& s, const s
            ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(180px,1fr));gap:12px}\n"
            ".item{background:#fff;border-radius:6px;padding:8px;box-shadow:0 1px 3px rgba(0,0,0,.15)}\n"
            ".item img{width:100%;height:auto;image-rendering:pixelated;display:block;border-radius:3px}\n"
+           ".item img.input{width:40%;margin-top:.3rem;opacity:.9}\n"
            ".prompt{font-size:.85rem;margin:.4rem 0 .2rem;overflow-wrap:anywhere}\n"
            ".meta{font-size:.75rem;color:#666}.error{color:#b00020;font-size:.8rem;overflow-wrap:anywhere}\n"
            ".missing{aspect-ratio:1;background:#eee;display:flex;align-items:center;justify-content:center;"
@@ -80,6 +82,36 @@ std::string page_head(const std::string& title, const GallerySummary& s, const s
            "</style>\n</head>\n<body>\n<h1>dp-launch gallery</h1>\n<div class=\"summary\">" +
            std::string(summary) + " &middot; model " + html_escape(s.model) + "</div>\n" + between +
            "<div class=\"grid\">\n";
+}
+
+// An absolute path as a file: URL, every byte but letters, digits, '/', '-', '_', '.' and '~'
+// percent-encoded.
+std::string file_url(const std::string& path) {
+    static const char* const kHex = "0123456789ABCDEF";
+    std::string url = "file://";
+    for (const unsigned char c : path) {
+        if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+            url += static_cast<char>(c);
+        } else {
+            url += '%';
+            url += kHex[c >> 4];
+            url += kHex[c & 15];
+        }
+    }
+    return url;
+}
+
+// An edit's input beside its output (Note [input images]): the input's picture, linked, and the strength.
+std::string edit_input(const nlohmann::json& r) {
+    if (!r.contains("image") || !r["image"].is_object() || !r["image"].contains("path") ||
+        !r["image"]["path"].is_string())
+        return "";
+    const std::string path = r["image"]["path"].get<std::string>();
+    const std::string url = html_escape(file_url(path));
+    const std::string name = html_escape(path.substr(path.rfind('/') + 1));
+    return "<div class=\"meta\">edited from <a href=\"" + url + "\">" + name + "</a>" +
+           (r.contains("strength") ? " at strength " + field(r, "strength") : "") + "</div>\n<a href=\"" +
+           url + "\"><img class=\"input\" src=\"" + url + "\" alt=\"input " + name + "\"></a>\n";
 }
 
 std::string card(const nlohmann::json& r) {
@@ -98,6 +130,7 @@ std::string card(const nlohmann::json& r) {
             field(r, "index") + " &middot; seed " + field(r, "seed") +
             (r.contains("rank") ? " &middot; rank " + field(r, "rank") : "") +
             (r.contains("ms") ? " &middot; " + field(r, "ms") + " ms" : "") + "</div>\n";
+    html += edit_input(r);
     if (r.contains("error")) html += "<div class=\"error\">" + field(r, "error") + "</div>\n";
     html += "</figcaption>\n</figure>\n";
     return html;

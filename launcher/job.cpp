@@ -17,9 +17,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "launcher/dry_run.h"
 #include "launcher/errors.h"
+#include "launcher/input_images.h"
 #include "launcher/job_monitor.h"
 #include "launcher/job_settings.h"
 #include "launcher/manifest.h"
@@ -244,13 +246,40 @@ struct RecordSettings {
     std::string weights;
 };
 
+// What an edit line's input makes wrong (Note [input images are checked first]): a strength
+// without an image to edit, or, where neither the line nor the job sets a side, the input's side
+// rounded down to the model's size multiple, which the model must make.
+std::string edit_size_problem(const PromptRecord& p, const JobOptions& job,
+                              const strategies::ModelInfo& model, InputImages& images,
+                              const std::string& folder) {
+    const bool own = p.arguments.has("image");
+    const protocol::InputImage& given = own ? p.arguments.image("image") : job.arguments.image("image");
+    if (given.empty())
+        return p.arguments.has("strength") ? "key 'strength': it sets how much of an image is redone, and "
+                                             "the line has no \"image\" to edit (nor does --image)"
+                                           : "";
+    const protocol::InputImage& input = own ? images.resolved(given, folder) : given;
+    const int64_t m = model.sizes.multiple();
+    for (const auto& [key, set, pixels] : {std::tuple{"width", p.width || job.width, input.width},
+                                           std::tuple{"height", p.height || job.height, input.height}}) {
+        if (set) continue;
+        if (const std::string why = model.sizes.check(pixels / m * m); !why.empty())
+            return "key 'image': its " + std::string(key) + " of " + std::to_string(pixels) +
+                   " pixels makes an image " + std::to_string(pixels / m * m) + " wide or high: " + why +
+                   " (give \"" + key + "\" for the output)";
+    }
+    return {};
+}
+
 // The prompt file read once: each valid prompt's record and request go to `records` as it is read
 // (Note [records on disk]), its settings to `requests`, without its texts (prompt, file), which
 // are in `records`; invalid lines are listed in the result. A prompt line's adapters are checked
 // and resolved through `adapters`.
 PromptFile read_job_prompts(const JobOptions& job, const strategies::ModelInfo& model, AdapterFiles& adapters,
-                            const RecordSettings& settings, JobRecords& records,
-                            std::vector<protocol::JobRequest>& requests) {
+                            InputImages& images, const RecordSettings& settings, JobRecords& records,
+                            std::vector<protocol::JobRequest>& requests, int64_t& missing_images) {
+    // A line's image is relative to the prompt file's folder (Note [input images are checked first]).
+    const std::string folder = prompt_file_folder(job.prompts, !job.prompt_texts.empty());
     // Gathered in pieces, then moved into one vector of the exact size, so that no growth holds
     // two copies.
     std::vector<std::vector<protocol::JobRequest>> pieces;
@@ -262,14 +291,21 @@ PromptFile read_job_prompts(const JobOptions& job, const strategies::ModelInfo& 
                 why = adapters.problem(p.arguments.adapters("lora"));
                 if (!why.empty()) why = "key 'lora': " + why;
             }
+            if (why.empty() && p.arguments.has("image")) {
+                bool missing = false;
+                why = images.problem(p.arguments.image("image"), folder, &missing);
+                if (!why.empty()) why = "key 'image': " + why, missing_images += missing;
+            }
+            if (why.empty()) why = edit_size_problem(p, job, model, images, folder);
             return why;
         },
         [&](PromptRecord&& p) {
+            images.resolve(p.arguments, folder);
             protocol::JobRequest q = job_request(p, job, model);
             adapters.resolve(q.arguments);
             nlohmann::json record = pending_record(q, p.line, job, settings.dtype, settings.components);
             if (!settings.weights.empty()) record["weights"] = settings.weights;
-            if (p.images > 1) record["num_images_per_prompt"] = p.images, record["image"] = p.image;
+            if (p.images > 1) record["num_images_per_prompt"] = p.images, record["image_index"] = p.image;
             records.set(std::move(record));
             records.set_request(p.index, protocol::request_line(q));
             std::string().swap(q.prompt);
@@ -292,6 +328,7 @@ struct PreparedJob {
     JobRecords records;
     protocol::JobFile job_file;  // its requests keep each index and the settings the schedule reads
     PromptFile file;             // the invalid lines and the count of valid ones
+    int64_t missing_images = 0;  // invalid lines whose image file does not exist
 };
 
 // Everything that is checked and read before the output folder is touched: the refusals, the
@@ -303,6 +340,13 @@ PreparedJob prepare_job(const LaunchSpec& launch, const ResolvedJob& resolved) {
     // Every adapter file, read once before anything starts (Note [adapter files are checked first]).
     AdapterFiles adapters(model, job.variant);
     adapters.check(job.arguments.adapters("lora"), "--lora");
+    // The job's own --image too, unless it is a batch edit's glob or folder (each line checked).
+    InputImages images;
+    JobOptions with_image = job;
+    if (!image_is_a_batch(job)) {
+        images.check(job.arguments.image("image"), "", "--image");
+        images.resolve(with_image.arguments, "");
+    }
     // Every component file too (Note [component files]); the records name each.
     const CheckedComponents components = check_components(job, model);
     // Every prompt's settings, resolved once here so that every rank and the manifest agree.
@@ -314,8 +358,8 @@ PreparedJob prepare_job(const LaunchSpec& launch, const ResolvedJob& resolved) {
         prepared.job_file.node_timeout_s = launch.node_timeout_s;  // Note [a node that never arrives]
     prepared.job_file.step_events = launch.progress == "json";
     prepared.job_file.component_files = components.paths;
-    prepared.file =
-        read_job_prompts(job, model, adapters, settings, prepared.records, prepared.job_file.requests);
+    prepared.file = read_job_prompts(with_image, model, adapters, images, settings, prepared.records,
+                                     prepared.job_file.requests, prepared.missing_images);
     return prepared;
 }
 
@@ -326,8 +370,10 @@ std::string prompts_name(const JobOptions& job) {
 }
 
 // When nothing starts for the prompt file, says why and returns the exit code: invalid lines
-// without --skip-invalid (65, listing them), or no valid prompt (0). nullopt: the job goes on.
-std::optional<int> stop_for_prompt_file(const JobOptions& job, const PromptFile& file) {
+// without --skip-invalid (65, listing them; 66 when each one's image file is missing), or no
+// valid prompt (0). nullopt: the job goes on.
+std::optional<int> stop_for_prompt_file(const JobOptions& job, const PromptFile& file,
+                                        int64_t missing_images) {
     const std::string name = prompts_name(job);
     if (!file.invalid.empty() && !job.skip_invalid) {
         std::string text =
@@ -338,7 +384,8 @@ std::optional<int> stop_for_prompt_file(const JobOptions& job, const PromptFile&
         if (file.invalid.size() > kMaxListedInvalid)
             text += "  ... and " + std::to_string(file.invalid.size() - kMaxListedInvalid) + " more\n";
         Terminal::instance().write_own(STDERR_FILENO, terminal_safe(text));
-        return kExitInputData;
+        return missing_images == static_cast<int64_t>(file.invalid.size()) ? protocol::kExitNoInput
+                                                                           : kExitInputData;
     }
     if (file.valid == 0) {
         std::cout << "dp-launch: nothing to do: " << name << " has no prompts"
@@ -527,7 +574,8 @@ int run_job(const LaunchSpec& launch, const JobOptions& options) {
     const JobOptions& job = resolved.options;
     PreparedJob prepared = prepare_job(launch, resolved);
     stop_if_signalled();  // Note [signals before the ranks start]
-    if (const std::optional<int> code = stop_for_prompt_file(job, prepared.file)) return *code;
+    if (const std::optional<int> code = stop_for_prompt_file(job, prepared.file, prepared.missing_images))
+        return *code;
     if (job.overwrite && job.resume)
         throw UsageError(
             "--overwrite and --resume: choose one (--overwrite makes every image again, "

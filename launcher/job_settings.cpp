@@ -1,11 +1,17 @@
 #include "launcher/job_settings.h"
 
+#include <glob.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 
 #include "launcher/component_files.h"
 #include "launcher/errors.h"
 #include "launcher/system_info.h"
 #include "launcher/values.h"
+#include "protocol/errors.h"
 #include "strategies/family.h"
 #include "strategies/model_config.h"
 
@@ -58,6 +64,7 @@ std::string limit_problem(const strategies::ModelInfo& model, const FamilyArgume
     }
     if (std::holds_alternative<protocol::Adapters>(value)) return {};   // checked against the model's weights
     if (std::holds_alternative<protocol::StepCache>(value)) return {};  // its range is the row's
+    if (std::holds_alternative<protocol::InputImage>(value)) return {};  // read with the input files
     const double v = std::holds_alternative<double>(value) ? std::get<double>(value)
                                                            : static_cast<double>(std::get<int64_t>(value));
     if (v <= a.max) return {};
@@ -237,14 +244,65 @@ void check_model_and_settings(const JobOptions& job, const strategies::ModelInfo
 void check_job(const ResolvedJob& job) { check_model_and_settings(job.options, job.model, job.device_map()); }
 
 PromptSource prompt_source(const JobOptions& job) {
-    return {job.prompts, job.prompt_texts, job.images_per_prompt};
+    return {job.prompts, job.prompt_texts, job.images_per_prompt, batch_edit_images(job)};
+}
+
+bool image_is_a_batch(const JobOptions& job) {
+    const protocol::InputImage& image = job.arguments.image("image");
+    if (image.empty()) return false;
+    struct stat st {};
+    return image.path.find_first_of("*?[") != std::string::npos ||
+           (::stat(image.path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+}
+
+namespace {
+
+bool has_image_extension(const std::string& name) {
+    const std::size_t dot = name.rfind('.');
+    if (dot == std::string::npos) return false;
+    std::string ext = name.substr(dot + 1);
+    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return ext == "png" || ext == "jpg" || ext == "jpeg" || ext == "webp";
+}
+
+}  // namespace
+
+std::vector<std::string> batch_edit_images(const JobOptions& job) {
+    if (!image_is_a_batch(job)) return {};
+    const std::string& given = job.arguments.image("image").path;
+    const std::string shown = "--image " + utf8_for_display(given);
+    if (job.prompt_texts.empty())
+        throw UsageError(shown +
+                         ": a glob or a folder of images goes with --prompt TEXT (one line per image); in a "
+                         "prompt file, give each line its own \"image\"");
+    std::vector<std::string> out;
+    struct stat st {};
+    if (::stat(given.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        std::error_code ec;
+        for (const auto& entry : std::filesystem::directory_iterator(given, ec))
+            if (entry.is_regular_file(ec) && has_image_extension(entry.path().filename().string()))
+                out.push_back(entry.path().string());
+        if (ec)
+            throw protocol::Error(shown + ": cannot list the folder (" + ec.message() + ")",
+                                  protocol::kExitNoInput);
+        if (out.empty())
+            throw protocol::Error(shown + ": the folder has no .png, .jpg, .jpeg or .webp file",
+                                  protocol::kExitNoInput);
+    } else {
+        glob_t found{};
+        const int rc = ::glob(given.c_str(), GLOB_ERR, nullptr, &found);
+        for (std::size_t i = 0; rc == 0 && i < found.gl_pathc; ++i) out.emplace_back(found.gl_pathv[i]);
+        ::globfree(&found);
+        if (out.empty()) throw protocol::Error(shown + ": matches no file", protocol::kExitNoInput);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
 }
 
 protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job,
                                  const strategies::ModelInfo& model) {
     protocol::JobRequest q;
     q.index = p.index;
-    q.file = image_file_name(p.index, p.name ? *p.name : p.prompt, job.image_format);
     q.prompt = p.prompt;
     const FamilyArguments& a = model.arguments;
     q.negative_prompt = p.negative_prompt      ? p.negative_prompt
@@ -256,12 +314,29 @@ protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job,
         q.negative_prompt = "";
     q.seed = p.seed.value_or(prompt_seed(job.seed, p.index));
     q.steps = p.steps.value_or(job.steps.value_or(static_cast<int>(a.default_number("num_inference_steps"))));
-    q.width = p.width.value_or(job.width ? job.width : static_cast<int>(model.sizes.default_side));
-    q.height = p.height.value_or(job.height ? job.height : static_cast<int>(model.sizes.default_side));
     // Each call argument: the record's, else the job's, else the model's default.
     CallValues given = job.arguments;
     for (const CallValues::Item& item : p.arguments.items()) given.set(*item.first, item.second);
     q.arguments = a.completed(given);
+    // The size: the line's, else the job's, else an edit's input size rounded down as the pipeline
+    // rounds it (to its size multiple), else the model's default.
+    const protocol::InputImage& input = q.arguments.image("image");
+    const auto side = [&](std::optional<int> own, int job_side, int64_t input_side) {
+        const int64_t m = model.sizes.multiple();
+        return own.value_or(job_side         ? job_side
+                            : input_side > 0 ? static_cast<int>(input_side / m * m)
+                                             : static_cast<int>(model.sizes.default_side));
+    };
+    q.width = side(p.width, job.width, input.width);
+    q.height = side(p.height, job.height, input.height);
+    // An edit's image is named after its input (photos/cat.jpg: 00003-cat.png), unless the line names it.
+    const protocol::InputImage& edited = q.arguments.image("image");
+    const std::string input_name = std::filesystem::path(edited.path).stem().string();
+    q.file = image_file_name(p.index,
+                             p.name            ? *p.name
+                             : !edited.empty() ? input_name
+                                               : p.prompt,
+                             job.image_format);
     return q;
 }
 

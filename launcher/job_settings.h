@@ -57,6 +57,14 @@ void check_job(const ResolvedJob& job);
 // --num-images-per-prompt images unless it says its own.
 PromptSource prompt_source(const JobOptions& job);
 
+// Note [batch edits]: with --prompt, an --image that is a glob ('photos/*.jpg') or a folder is
+// the images to edit, one line per prompt and image: the glob's matches or the folder's PNG, JPEG
+// and WebP files, sorted by name. Empty for any other job. Throws Error 66 when nothing matches,
+// UsageError for a glob or folder without --prompt (a prompt file's lines name their own).
+std::vector<std::string> batch_edit_images(const JobOptions& job);
+// Whether --image is a glob or a folder (batch_edit_images' list), not one image.
+bool image_is_a_batch(const JobOptions& job);
+
 // The request for prompt `p`: its own settings, else the job's, else the model's defaults.
 protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job,
                                  const strategies::ModelInfo& model);

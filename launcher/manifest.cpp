@@ -219,7 +219,8 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
     // older record), or off (a skip-layer setting without skipped blocks: CallArgument::active_with).
     const auto off = [&](const protocol::CallArgument& row, const nlohmann::json& r) {
         if (!row.active_with) return false;
-        return value(r, row.active_with, nlohmann::json::array()).empty();
+        const nlohmann::json with = value(r, row.active_with, nlohmann::json::array());
+        return with.is_null() || with.empty();
     };
     for (const protocol::CallArgument& row : protocol::call_arguments()) {
         if (row.universal || !row.pixels) continue;
@@ -228,6 +229,8 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
             keys.emplace_back(row.name, nlohmann::json::array());
         } else if (row.type == protocol::CallType::kCache) {
             keys.emplace_back(row.name, "none");
+        } else if (row.type == protocol::CallType::kImage) {
+            keys.emplace_back(row.name, nullptr);  // none: a text-to-image line
         } else if (off(row, earlier) && off(row, now)) {
             continue;  // without skipped blocks the skip-layer settings change nothing
         } else {
@@ -260,6 +263,11 @@ std::map<int64_t, nlohmann::json> images_to_keep(const std::map<int64_t, nlohman
         if (had.value("status", "") != "ok" || had.value("prompt", "") != now.value("prompt", "") ||
             had.value("file", "") != now.value("file", ""))
             continue;  // no image of this prompt: it is made again
+        // Note [input images]: another input (other bytes) or strength is another edit, made again
+        // as another prompt is, not a setting that refuses the run.
+        if (had.value("image", nlohmann::json()) != now.value("image", nlohmann::json()) ||
+            had.value("strength", nlohmann::json()) != now.value("strength", nlohmann::json()))
+            continue;
         const std::vector<std::string> d = pixel_setting_differences(had, now, &family);
         if (!d.empty()) {
             ++refused;

@@ -368,7 +368,8 @@ PromptFile parse_prompt_file(std::string_view bytes, const std::string& name, bo
 
 PromptFile read_prompts(const PromptSource& source, const PromptCheck& check, const PromptSink& sink) {
     if (source.texts.empty()) return read_prompt_file(source.path, check, sink, source.images_per_prompt);
-    PromptFileReader reader("--prompt", PromptFormat::kText, check, sink, source.images_per_prompt);
+    PromptFileReader reader("--prompt", source.images.empty() ? PromptFormat::kText : PromptFormat::kJsonl,
+                            check, sink, source.images_per_prompt);
     for (const std::string& text : source.texts) {
         if (text.find_first_not_of(" \t\r") == std::string::npos ||
             text.find_first_of("\n\r") != std::string::npos || text.find('\0') != std::string::npos ||
@@ -376,7 +377,12 @@ PromptFile read_prompts(const PromptSource& source, const PromptCheck& check, co
             throw UsageError("--prompt '" + utf8_for_display(text.substr(0, 80)) +
                              "': expected one line of UTF-8 text, not empty (give --prompt again for another "
                              "prompt, or write them to a prompt file)");
-        reader.feed(text + "\n");
+        if (source.images.empty()) reader.feed(text + "\n");
+        for (const std::string& image : source.images) {  // Note [batch edits]
+            const nlohmann::json line = {{"prompt", text},
+                                         {"image", protocol::call_value_json(protocol::InputImage{image})}};
+            reader.feed(line.dump() + "\n");
+        }
     }
     return reader.finish();
 }

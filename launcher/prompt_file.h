@@ -68,6 +68,9 @@ struct PromptSource {
     std::string path;
     std::vector<std::string> texts;
     int images_per_prompt = 1;  // a line's num_images_per_prompt unless it says its own
+    // With `texts`: the images a batch edit runs each text on (--image GLOB or FOLDER), one line
+    // per text and image, texts first; empty: one line per text.
+    std::vector<std::string> images;
 };
 
 struct InvalidPrompt {

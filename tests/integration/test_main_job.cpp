@@ -193,7 +193,7 @@ TEST_CASE(
             CAPTURE(i);
             CHECK(m[i]["index"] == i);
             CHECK(m[i]["seed"] == seeds[i]);
-            CHECK(m[i]["image"] == image[i]);
+            CHECK(m[i]["image_index"] == image[i]);
             CHECK(m[i]["num_images_per_prompt"] == (i < 3 ? 3 : 2));
             CHECK(m[i]["line"] == (i < 3 ? 1 : 2));
             const std::string file = m[i]["file"].get<std::string>();

@@ -88,6 +88,15 @@ TEST_CASE("the gallery: one card per record, text escaped, no external resources
     CHECK(html.find("seed 5 &middot; rank 1 &middot; 12 ms") != std::string::npos);
     for (const char* external : {"http://", "https://", "//cdn", "@import"})
         CHECK(html.find(external) == std::string::npos);
+    // An edit shows its input beside it, linked by its file: URL (each odd byte percent-encoded).
+    std::vector<nlohmann::json> edits = records;
+    edits[0]["image"] = {{"path", "/data/my photos/cat&1.png"}, {"sha256", std::string(64, 'a')}};
+    edits[0]["strength"] = 0.6;
+    const std::string edited = gallery_html(edits, s);
+    CHECK(edited.find("edited from <a href=\"file:///data/my%20photos/cat%261.png\">cat&amp;1.png</a> at "
+                      "strength 0.6") != std::string::npos);
+    CHECK(edited.find("<img class=\"input\" src=\"file:///data/my%20photos/cat%261.png\"") !=
+          std::string::npos);
     // A run of up to a page is that one page, as index.html.
     const GalleryDir dir;
     write_gallery(dir.path, source(records), s, 3);

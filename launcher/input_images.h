@@ -1,0 +1,49 @@
+#pragma once
+// Note [input images are checked first]: every image a job edits (--image, a prompt line's
+// "image") is read here before any rank starts, once per file: it must exist (66) and decode
+// whole as a PNG, JPEG or WebP within images::kMaxInputPixels (65: a truncated or damaged file,
+// an image bomb, a file that is no image). The requests then carry each file's absolute path, its
+// SHA-256 and its decoded size (Note [input images], protocol/call_arguments.h), so that every
+// rank reads the same bytes, the manifest records which ones made an image, and --resume sees a
+// changed file as other pixels. A prompt line's relative path is relative to the prompt file's
+// folder; a flag's, to the working folder. No LibTorch.
+
+#include <map>
+#include <string>
+
+#include "protocol/call_arguments.h"
+
+namespace dp::launcher {
+
+class InputImages {
+  public:
+    // Why `image` (relative to `base`, a folder; empty: the working folder) cannot be edited,
+    // naming the file, or empty. `missing` is set when the file does not exist.
+    std::string problem(const protocol::InputImage& image, const std::string& base, bool* missing = nullptr);
+    // Throws protocol::Error (66 for a missing file, else 65) for `image`'s problem, after `source`
+    // ("--image").
+    void check(const protocol::InputImage& image, const std::string& base, const std::string& source);
+    // `values`' image (its "image" row, if any, relative to `base`) as an absolute path with its
+    // SHA-256 and decoded size. It must have been checked.
+    void resolve(protocol::CallValues& values, const std::string& base);
+    // `image` as resolve makes it (absolute path, SHA-256, size); it must have been checked.
+    const protocol::InputImage& resolved(const protocol::InputImage& image, const std::string& base);
+
+  private:
+    struct File {
+        protocol::InputImage image;  // absolute path, SHA-256, size
+        std::string problem;
+        bool missing = false;
+    };
+    const File& file(const std::string& path);
+    std::map<std::string, File> files_;
+};
+
+// `path` relative to `base` where it is relative and `base` is not empty.
+std::string relative_to(const std::string& path, const std::string& base);
+
+// The folder a prompt file's relative paths start from: its own folder; empty (the working
+// folder) for standard input and --prompt.
+std::string prompt_file_folder(const std::string& prompts, bool from_texts);
+
+}  // namespace dp::launcher

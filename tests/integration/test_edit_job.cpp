@@ -1,0 +1,138 @@
+// Edits (img2img) through the real dp-launch and dp-worker (Note [img2img in the one loop]): a
+// batch edit of a folder without a prompt file, its records and names, the same images at any
+// number of ranks, --resume making again exactly the edits whose input changed, and every bad
+// input refused before anything starts, naming the line.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "integration/job_outputs.h"
+#include "integration/launch_harness.h"
+#include "support/test_paths.h"
+
+// Images and records only: ctest may run these beside other tests (tests/CMakeLists.txt).
+TEST_SUITE_BEGIN("parallel_safe");
+
+using namespace dp::test;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// An input of the golden edits (scripts/golden/golden_img2img.py).
+std::string input(const std::string& name) { return std::string(DP_GOLDEN_DIR) + "/img2img/" + name; }
+
+std::vector<std::string> tiny(const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--model", DP_TINY_MODEL, "--steps", "3", "-o", out, "-q"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+}
+
+std::vector<std::string> with_all(std::vector<std::string> head, const std::vector<std::string>& tail) {
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+}
+
+int64_t mtime_ns(const std::string& path) {
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) return -1;
+    return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "--prompt with --image FOLDER edits each image once, named after it and recorded with its SHA-256, the "
+    "same at 1 and 3 ranks, and --resume makes again exactly the edit whose input changed") {
+    const std::string dir = make_temp_dir();
+    fs::create_directories(dir + "/photos");
+    fs::copy_file(input("in_32x32.png"), dir + "/photos/cat.png");
+    fs::copy_file(input("in_37x23.jpg"), dir + "/photos/dog.JPG");
+    std::ofstream(dir + "/photos/notes.txt") << "not an image, and not listed";
+    const std::vector<std::string> edit = {"--prompt", "make it winter", "--image", dir + "/photos"};
+
+    LaunchResult one = run_launch(tiny(dir + "/one", edit), {}, 120);
+    REQUIRE_MESSAGE(one.exit_code == 0, one.err);
+    const std::vector<nlohmann::json> records = read_manifest(dir + "/one");
+    REQUIRE(records.size() == 2);
+    CHECK(records[0]["file"] == "00000-cat.png");
+    CHECK(records[1]["file"] == "00001-dog.png");
+    CHECK(records[0]["image"]["path"] == fs::canonical(dir + "/photos/cat.png").string());
+    CHECK(records[0]["image"]["sha256"].get<std::string>().size() == 64);
+    CHECK(records[1]["image"]["width"] == 37);
+    CHECK(records[1]["image"]["height"] == 23);
+    CHECK(records[1]["strength"] == 0.6);  // StableDiffusion3Img2ImgPipeline's default
+    int width = 0, height = 0;
+    read_png_rgb(dir + "/one/00001-dog.png", &width, &height);
+    CHECK(width == 37);  // the input's size: the tiny model makes any size up to 40
+    CHECK(height == 23);
+
+    LaunchResult three = run_launch(tiny(dir + "/three", with_all({"-n", "3"}, edit)), {}, 120);
+    REQUIRE_MESSAGE(three.exit_code == 0, three.err);
+    for (const char* file : {"00000-cat.png", "00001-dog.png"})
+        CHECK(max_pixel_difference(dir + "/one/" + file, dir + "/three/" + file) == 0);
+
+    // The dog's input changes (other bytes, another size): only its edit is made again.
+    const int64_t cat_before = mtime_ns(dir + "/one/00000-cat.png");
+    fs::copy_file(input("in_32x32.png"), dir + "/photos/dog.JPG", fs::copy_options::overwrite_existing);
+    LaunchResult resumed = run_launch(tiny(dir + "/one", with_all({"--resume"}, edit)), {}, 120);
+    REQUIRE_MESSAGE(resumed.exit_code == 0, resumed.err);
+    CHECK_MESSAGE(resumed.out.find("(1 kept from the earlier run)") != std::string::npos, resumed.out);
+    CHECK(mtime_ns(dir + "/one/00000-cat.png") == cat_before);
+    read_png_rgb(dir + "/one/00001-dog.png", &width, &height);
+    CHECK(width == 32);
+    CHECK(read_manifest(dir + "/one")[1]["image"]["width"] == 32);
+    remove_dir(dir);
+}
+
+TEST_CASE("bad inputs are refused before any rank starts, naming the line and what is accepted") {
+    const std::string dir = make_temp_dir();
+    const std::string good = input("in_32x32.png");
+    // A JPEG cut short, a text file named .png, an empty file.
+    const std::string jpeg = read_file(input("in_37x23.jpg"));
+    std::ofstream(dir + "/cut.jpg", std::ios::binary) << jpeg.substr(0, jpeg.size() / 2);
+    std::ofstream(dir + "/text.png") << "hello";
+    std::ofstream(dir + "/empty.webp");
+    struct Bad {
+        std::string line, says;
+        int exit_code;
+    };
+    const std::vector<Bad> bads = {
+        {R"({"prompt": "x", "image": "missing.png"})", "p.jsonl:2: key 'image': ", 66},
+        {R"({"prompt": "x", "image": "cut.jpg"})", "p.jsonl:2: key 'image': ", 65},
+        {R"({"prompt": "x", "image": "text.png"})", "PNG, JPEG or WebP", 65},
+        {R"({"prompt": "x", "image": "empty.webp"})", "p.jsonl:2: key 'image': ", 65},
+        {R"({"prompt": "x", "strength": 0.5})", "p.jsonl:2: key 'strength': ", 65},
+        {R"({"prompt": "x", "image": "cut.jpg", "strength": 0})", "expected a number above 0 to 1", 65},
+        {R"({"prompt": "x", "image": 7})", "expected an image file's path", 65},
+    };
+    for (const Bad& bad : bads) {
+        CAPTURE(bad.line);
+        std::ofstream(dir + "/p.jsonl") << "{\"prompt\": \"fine\", \"image\": \"" << good << "\"}\n"
+                                        << bad.line << "\n";
+        LaunchResult r = run_launch(tiny(dir + "/out", {"-n", "2", dir + "/p.jsonl"}));
+        CHECK(r.exit_code == bad.exit_code);
+        CHECK_MESSAGE(r.err.find(bad.says) != std::string::npos, r.err);
+        CHECK(r.seconds < 20);
+        CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
+    }
+    // The flags: a missing --image (66), --strength 0 (2), a glob with a prompt file (2), a glob that
+    // matches nothing (66).
+    std::ofstream(dir + "/p.txt") << "one\n";
+    CHECK(run_launch(tiny(dir + "/out", {"--image", dir + "/none.png", dir + "/p.txt"})).exit_code == 66);
+    LaunchResult zero = run_launch(tiny(dir + "/out", {"--image", good, "--strength", "0", dir + "/p.txt"}));
+    CHECK(zero.exit_code == 2);
+    CHECK(zero.err.find("--strength '0': expected a number above 0 to 1") != std::string::npos);
+    LaunchResult glob = run_launch(tiny(dir + "/out", {"--image", dir + "/*.png", dir + "/p.txt"}));
+    CHECK(glob.exit_code == 2);
+    CHECK(glob.err.find("goes with --prompt TEXT") != std::string::npos);
+    CHECK(run_launch(tiny(dir + "/out", {"--prompt", "x", "--image", dir + "/*.gif"})).exit_code == 66);
+    CHECK_FALSE(file_exists(dir + "/out"));
+    remove_dir(dir);
+}
