@@ -12,6 +12,7 @@
 #include "runtime/parallel/guidance.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/block_runner.h"
+#include "runtime/pipeline/image_inputs.h"
 #include "runtime/pipeline/pipeline_common.h"
 
 namespace dp::runtime {
@@ -93,6 +94,14 @@ at::Tensor FamilyPipeline::combine_extra(const at::Tensor&, const at::Tensor&, c
     throw InternalError("this family makes no extra prediction");
 }
 
+ImageLatents FamilyPipeline::encode_image(const at::Tensor&) const {
+    throw ModelError(model_.family_name + "'s pipeline takes no image to edit");
+}
+
+at::Tensor FamilyPipeline::image_latents(const at::Tensor&) const {
+    throw ModelError(model_.family_name + "'s pipeline takes no image to edit");
+}
+
 at::Tensor FamilyPipeline::to_transformer(const at::Tensor& x, const char* component) const {
     const at::Tensor y = x.to(options_.dtype);
     const DeviceMapping* dm = options_.device_map.get();
@@ -132,6 +141,7 @@ CallValues FamilyPipeline::arguments_of(const GenerateRequest& request) const {
         }
         if (std::holds_alternative<protocol::Adapters>(item.second)) continue;   // read when they are applied
         if (std::holds_alternative<protocol::StepCache>(item.second)) continue;  // its range is the row's
+        if (std::holds_alternative<protocol::InputImage>(item.second)) continue;  // the launcher read it
         const double v = values.number(a.row->name);
         const auto shown = [&](double x) {  // as the row's type writes it
             return protocol::call_value_text(a.row->type == protocol::CallType::kWhole
@@ -204,15 +214,31 @@ FamilyPipeline::BranchTexts FamilyPipeline::encode_branches(const std::vector<Ge
 }
 
 at::Tensor FamilyPipeline::initial_latents(const std::vector<GenerateRequest>& batch,
-                                           const LatentShape& shape) const {
+                                           const LatentShape& shape, const protocol::InputImage& image,
+                                           float sigma) const {
     // Drawn on CPU from a generator seeded per request, exactly as diffusers' randn_tensor with
     // generator=torch.Generator("cpu").manual_seed(seed), so an image does not depend on what else
     // is in its batch, nor on the device or the world.
+    ImageLatents edited;
+    if (!image.empty()) {  // the batch shares its image (a row that is not shared_batch)
+        const at::Device vae = device_of(options_, decoder() ? decoder() : "vae");
+        const at::Tensor pixels = input_pixels(image, static_cast<int>(shape.width * model_.sizes.vae_scale),
+                                               static_cast<int>(shape.height * model_.sizes.vae_scale));
+        edited = encode_image(pixels.to(vae, options_.dtype));
+        edited.mean = edited.mean.to(at::kCPU), edited.std = edited.std.to(at::kCPU);
+    }
+    const auto cpu = at::TensorOptions().dtype(options_.dtype);
     std::vector<at::Tensor> noise;
     for (const GenerateRequest& one : batch) {
         at::Generator gen = at::detail::createCPUGenerator(one.seed);
-        noise.push_back(at::randn({1, shape.channels, shape.height, shape.width}, gen,
-                                  at::TensorOptions().dtype(options_.dtype)));
+        if (image.empty()) {
+            noise.push_back(at::randn({1, shape.channels, shape.height, shape.width}, gen, cpu));
+            continue;
+        }
+        // retrieve_latents' sample, then the noise, from the prompt's one generator.
+        const at::Tensor sample = edited.mean + edited.std * at::randn(edited.mean.sizes(), gen, cpu);
+        const at::Tensor start = image_latents(sample);
+        noise.push_back(scale_noise(start, at::randn(start.sizes(), gen, cpu), sigma));
     }
     at::Tensor latents = at::cat(noise, 0);
     if (shape.packed) latents = pack_latents(latents);
@@ -243,23 +269,26 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     const BranchTexts branches = encode_branches(batch, arguments, guidance, results);
     const Conditioning &text = branches.text, &positive = branches.positive;
     const LatentShape shape = latents(width, height);
-    at::Tensor latents = initial_latents(batch, shape);
 
     // The sigmas: the scheduler's own, or numpy.linspace(1, 1 / steps, steps) (FLUX, Qwen-Image);
-    // the dynamic shift, where the config has it, from the image's tokens.
+    // the dynamic shift, where the config has it, from the image's tokens. An edit starts later.
     FlowMatchEulerScheduler scheduler(scheduler_);
     const double mu = flow_match_mu(scheduler_, static_cast<int>(shape.tokens));
     if (sigma_schedule() == SigmaSchedule::kEvenlySpaced)
         scheduler.set_sigmas(linspace_sigmas(r.steps), mu);
     else
         scheduler.set_timesteps(r.steps, mu);
+    const protocol::InputImage& edited = arguments.image("image");
+    const int first = edited.empty() ? 0 : img2img_first_step(r.steps, arguments.number("strength"));
+    at::Tensor latents =
+        initial_latents(batch, shape, edited, scheduler.sigmas()[static_cast<std::size_t>(first)]);
 
     // The step cache, for this batch's steps (Note [first block cache], Note [taylorseer cache]).
-    StepCacheRun cache(arguments.cache("cache"), guidance, static_cast<int64_t>(batch.size()), r.steps,
-                       parallel_->tensor().group);
+    StepCacheRun cache(arguments.cache("cache"), guidance, static_cast<int64_t>(batch.size()),
+                       r.steps - first, parallel_->tensor().group);
 
     std::shared_ptr<const void> transformer = hold_transformer();
-    for (int i = 0; i < r.steps; ++i) {
+    for (int i = first; i < r.steps; ++i) {
         const at::Tensor model_in = guidance.model_input(latents);
         const double timestep = scheduler.timesteps()[static_cast<std::size_t>(i)];
         // Note [step cache point]: the one place a step's prediction is made.
@@ -285,7 +314,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
             });
         }
         latents = scheduler.step(guided_noise, i, latents);
-        if (r.on_step) r.on_step(i + 1, r.steps);
+        if (r.on_step) r.on_step(i + 1 - first, r.steps - first);
     }
     transformer.reset();  // with offload, freed before the decoder is built
     const int64_t computed = cache.computed(parallel_->cfg(), options_.device);

@@ -51,6 +51,12 @@ struct Conditioning {
     static Conditioning join(const Conditioning& a, const Conditioning& b);
 };
 
+// An image's latent distribution from the family's VAE encoder (diffusers' latent_dist): its mean
+// and standard deviation, [1, C, h, w] before any packing, unscaled.
+struct ImageLatents {
+    at::Tensor mean, std;
+};
+
 // The sigmas the loop gives the scheduler.
 enum class SigmaSchedule {
     kScheduler,     // the scheduler's own schedule from its config (StableDiffusion3Pipeline)
@@ -126,6 +132,13 @@ class FamilyPipeline : public DiffusionPipeline {
     virtual at::Tensor decode(const at::Tensor& latents) const = 0;
     // The component that decodes (its device_map slot); nullptr: none (pixel space).
     virtual const char* decoder() const { return "vae"; }
+    // --- Image inputs (Note [img2img in the one loop]) ---
+    // The latent distribution of `pixels` ([1, 3, H, W] in [-1, 1], the run's dtype, on the
+    // decoder's device). Default: a ModelError (the family edits no images).
+    virtual ImageLatents encode_image(const at::Tensor& pixels) const;
+    // A sample of that distribution as the transformer's latents are scaled (AutoencoderKL's
+    // (x - shift_factor) * scaling_factor), unpacked.
+    virtual at::Tensor image_latents(const at::Tensor& sample) const;
 
     // --- For the families ---
     // `x` in the run's dtype, moved from `component`'s device to the transformer's (device_map).
@@ -148,8 +161,11 @@ class FamilyPipeline : public DiffusionPipeline {
     BranchTexts encode_branches(const std::vector<GenerateRequest>& batch,
                                 const protocol::CallValues& arguments, const Guidance& guidance,
                                 std::vector<GenerateResult>& results) const;
-    // The batch's initial latents on the run's device, each prompt's noise from its own seed.
-    at::Tensor initial_latents(const std::vector<GenerateRequest>& batch, const LatentShape& shape) const;
+    // The batch's initial latents on the run's device, each prompt's noise from its own seed; for
+    // an edit (`image` not empty), the image's latents noised to `sigma` (Note [img2img in the
+    // one loop]).
+    at::Tensor initial_latents(const std::vector<GenerateRequest>& batch, const LatentShape& shape,
+                               const protocol::InputImage& image, float sigma) const;
     // Throws ModelError unless the batch shares what one pass through the model needs.
     void check_batch(const std::vector<GenerateRequest>& batch, const protocol::CallValues& arguments) const;
 

@@ -69,6 +69,9 @@ struct FlagsOverLines {
     std::vector<nlohmann::json> records;
 };
 
+// An input image of the golden edits (scripts/golden/golden_img2img.py), as an absolute path.
+std::string edit_input(const std::string& name) { return std::string(DP_GOLDEN_DIR) + "/img2img/" + name; }
+
 struct FamilyRow {
     FamilyRow(std::string name_, std::string model_, std::string golden_, std::string variant_,
               std::vector<std::vector<std::string>> golden_runs_, std::size_t images_, bool golden_latents_)
@@ -287,7 +290,10 @@ std::vector<FamilyRow> rows() {
         "p.jsonl",
         "{\"prompt\": \"an owl on a branch\", \"seed\": 1, \"guidance_scale\": 4.0}\n"
         "{\"prompt\": \"a wooden door\", \"negative_prompt\": \"low quality\", \"true_cfg_scale\": 2.5, "
-        "\"seed\": 2}\n"};
+        "\"seed\": 2}\n"
+        // An edit (Note [img2img in the one loop]): a 48 x 32 PNG resized to 80 x 48, strength 0.7.
+        "{\"prompt\": \"an owl, in winter\", \"seed\": 3, \"strength\": 0.7, \"image\": \"" +
+            edit_input("in_48x32.png") + "\"}\n"};
     // device_map auto at these budgets puts the embeddings and the two double blocks on cpu:0 and
     // the two single blocks on cpu:1.
     dev.device_map = {"cpu:0=1500KiB,cpu:1=2MiB",
@@ -359,7 +365,10 @@ std::vector<FamilyRow> rows() {
         "{\"prompt\": \"three cats asleep on a warm sofa\", \"negative_prompt\": \"dull\", \"seed\": 3, "
         "\"true_cfg_scale\": 2.5, \"max_sequence_length\": 29, \"num_inference_steps\": 3}\n"
         "{\"prompt\": \"a snowy hill\", \"negative_prompt\": \"\", \"seed\": 4, \"max_sequence_length\": "
-        "23}\n"};
+        "23}\n"
+        // An edit with true CFG: a 37 x 23 JPEG resized to 44 x 28.
+        "{\"prompt\": \"a snowy hill, at night\", \"negative_prompt\": \"dull\", \"seed\": 5, \"image\": \"" +
+            edit_input("in_37x23.jpg") + "\"}\n"};
     // The transformer's embeddings and block 0 (0.21 MiB) on cpu:0 and block 1 on cpu:1.
     qwen.device_map = {
         "cpu:0=300KiB,cpu:1=1MiB",
@@ -396,9 +405,11 @@ std::vector<FamilyRow> rows() {
     const std::vector<std::string> sd3_base = {
         "--steps", "3", "--width", "12", "--height", "10", "--max-sequence-length", "24"};
     const std::string sd3_prompts =
-        "a red circle on a blue background\n"
+        "{\"prompt\": \"a red circle on a blue background\"}\n"
         "{\"prompt\": \"a green square\", \"negative_prompt\": \"blurry\", \"seed\": 5}\n"
-        "{\"prompt\": \"a yellow star\", \"skip_guidance_layers\": [1], \"skip_layer_guidance_stop\": 0.9}\n";
+        "{\"prompt\": \"a yellow star\", \"skip_guidance_layers\": [1], \"skip_layer_guidance_stop\": 0.9}\n"
+        "{\"prompt\": \"a green square, in winter\", \"seed\": 6, \"image\": \"" +
+        edit_input("in_37x23.jpg") + "\"}\n";
     const Runs every_strategy = with_runs(
         kContextAndTp, {kTp2Ulysses2,
                         {"-n", "2", "--cfg-parallel"},
@@ -413,7 +424,7 @@ std::vector<FamilyRow> rows() {
                       std::string(folder) == "sd3_t5_tiny" ? 3u : 2u,
                       false};
         sd3.absent = {"true_cfg_scale"};
-        sd3.base = sd3_base, sd3.prompts = {"p.txt", sd3_prompts};
+        sd3.base = sd3_base, sd3.prompts = {"p.jsonl", sd3_prompts};
         sd3.runs = every_strategy;
         // SD3.5-large's odd head count: uneven TP and Ulysses head shards.
         if (large)

@@ -14,6 +14,11 @@
 
 namespace dp::test {
 
+// `relative` (to the repository's root) as a path.
+inline std::string repository_path(const std::string& relative) {
+    return std::string(DP_GOLDEN_DIR) + "/../../../" + relative;
+}
+
 inline runtime::GenerateRequest golden_request(const nlohmann::json& c) {
     runtime::GenerateRequest r;
     r.prompt = c.at("prompt").get<std::string>();
@@ -30,6 +35,9 @@ inline runtime::GenerateRequest golden_request(const nlohmann::json& c) {
         r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
     if (c.contains("skip_guidance_layers"))
         r.arguments.set("skip_guidance_layers", c.at("skip_guidance_layers").get<std::vector<int>>());
+    if (c.contains("image"))  // an edit: its input, repository-relative
+        r.arguments.set("image", protocol::InputImage{repository_path(c.at("image").get<std::string>())});
+    if (c.contains("strength")) r.arguments.set("strength", c.at("strength").get<double>());
     return r;
 }
 
@@ -51,11 +59,6 @@ inline std::vector<runtime::GenerateRequest> golden_requests(const nlohmann::jso
 template <class File>
 nlohmann::json golden_cases(const File& file) {
     return nlohmann::json::parse(file->metadata().at("cases"));
-}
-
-// `relative` (to the repository's root) as a path.
-inline std::string repository_path(const std::string& relative) {
-    return std::string(DP_GOLDEN_DIR) + "/../../../" + relative;
 }
 
 }  // namespace dp::test

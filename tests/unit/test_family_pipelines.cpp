@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <set>
 
 #include "runtime/io/errors.h"
 #include "runtime/io/tensor_io.h"
@@ -365,6 +366,38 @@ TEST_CASE(
         }
         CHECK(checked == row.images);
     });
+}
+
+// Note [img2img in the one loop]: each golden edit (scripts/golden/golden_img2img.py) names its
+// folder, its input and its call; one request at a time, as diffusers ran them.
+TEST_CASE(
+    "edits give diffusers' img2img images: SD3, FLUX.1-dev and Qwen-Image, PNG and JPEG inputs at the output "
+    "size and resized, strength 0.5 to 1") {
+    const auto file = SafetensorsFile::open(golden_path("img2img_pipeline.safetensors"));
+    std::map<std::string, std::unique_ptr<DiffusionPipeline>> loaded;
+    std::set<std::string> folders;
+    int checked = 0;
+    const nlohmann::json cases = dp::test::golden_cases(file);
+    for (const auto& [name, c] : cases.items()) {
+        CAPTURE(name);
+        const std::string folder = dp::test::repository_path(c.at("folder").get<std::string>());
+        if (!loaded.count(folder)) {
+            PipelineOptions options;
+            options.model_dir = folder;
+            loaded[folder] = load(options);
+        }
+        const GenerateRequest request = golden_request(c);
+        const GenerateResult out = loaded[folder]->generate(request);
+        CHECK_MESSAGE(out.error.empty(), out.error);
+        PipelineRow row{name, folder, "img2img_pipeline.safetensors"};
+        const Difference d = against(row, out, {request, name + ".image", name + ".latents"});
+        CHECK(d.within_one >= 0.999);
+        CHECK(d.latents <= 1e-4);
+        folders.insert(folder);
+        ++checked;
+    }
+    CHECK(checked == 8);
+    CHECK(folders.size() == 3);
 }
 
 TEST_CASE(

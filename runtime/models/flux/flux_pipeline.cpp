@@ -6,6 +6,7 @@
 #include "runtime/io/errors.h"
 #include "runtime/models/common/clip_text_encoder.h"
 #include "runtime/models/common/clip_tokenizer.h"
+#include "runtime/models/common/encoder_on_first_use.h"
 #include "runtime/models/common/prompt_tokens.h"
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
@@ -35,6 +36,7 @@ struct FluxPipeline::Components : ComponentsBase {
     Component<T5Encoder> text_encoder_2;
     Component<FluxTransformer> transformer;
     Component<VaeDecoder> vae;
+    std::unique_ptr<EncoderOnFirstUse<VaeEncoder, VaeConfig>> vae_encoder;  // Note [encoder on first use]
 };
 
 FluxPipeline::FluxPipeline(std::unique_ptr<Components> c, strategies::ModelInfo model)
@@ -79,6 +81,7 @@ std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const
     c->vae = component_of<VaeDecoder>(opts, "vae", 24, device_of(o, "vae"), [self](WeightStore& w) {
         return std::make_unique<VaeDecoder>(self->vae_config, w);
     });
+    c->vae_encoder = std::make_unique<EncoderOnFirstUse<VaeEncoder, VaeConfig>>(opts, &self->vae_config, 24);
     c->vae_scale = c->vae_config.scale_factor();
 
     // The pieces must fit together.
@@ -160,6 +163,15 @@ at::Tensor FluxPipeline::predict(const at::Tensor& latents, const LatentShape& s
 
 at::Tensor FluxPipeline::decode(const at::Tensor& latents) const {
     return c_->vae.use()->decode(latents);  // latents / scaling_factor + shift_factor, then the decoder
+}
+
+ImageLatents FluxPipeline::encode_image(const at::Tensor& pixels) const {
+    const LatentDistribution d = c_->vae_encoder->encode(pixels);
+    return {d.mean, d.std};
+}
+
+at::Tensor FluxPipeline::image_latents(const at::Tensor& sample) const {
+    return (sample - c_->vae_config.shift_factor) * c_->vae_config.scaling_factor;
 }
 
 }  // namespace dp::runtime

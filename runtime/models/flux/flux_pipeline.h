@@ -55,6 +55,9 @@ class FluxPipeline : public FamilyPipeline {
                        double timestep, const protocol::CallValues& arguments,
                        const BlockRunner& blocks) const override;
     at::Tensor decode(const at::Tensor& latents) const override;
+    // FluxImg2ImgPipeline's: the VAE encoder, (x - shift_factor) x scaling_factor.
+    ImageLatents encode_image(const at::Tensor& pixels) const override;
+    at::Tensor image_latents(const at::Tensor& sample) const override;
 
     std::unique_ptr<Components> c_;
 };

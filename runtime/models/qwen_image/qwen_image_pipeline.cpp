@@ -6,6 +6,7 @@
 
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
+#include "runtime/models/common/encoder_on_first_use.h"
 #include "runtime/models/common/qwen2_text_encoder.h"
 #include "runtime/models/common/qwen2_tokenizer.h"
 #include "runtime/models/common/qwen_image_vae.h"
@@ -40,6 +41,8 @@ struct QwenImagePipeline::Components : ComponentsBase {
     Component<Qwen2TextEncoder> text_encoder;
     Component<QwenImageTransformer> transformer;
     Component<QwenImageVaeDecoder> vae;
+    // Note [encoder on first use]
+    std::unique_ptr<EncoderOnFirstUse<QwenImageVaeEncoder, QwenImageVaeConfig>> vae_encoder;
 };
 
 QwenImagePipeline::QwenImagePipeline(std::unique_ptr<Components> c, strategies::ModelInfo model)
@@ -73,6 +76,8 @@ std::unique_ptr<QwenImagePipeline> QwenImagePipeline::load(const PipelineOptions
     c->vae = component_of<QwenImageVaeDecoder>(opts, "vae", 13, device_of(o, "vae"), [self](WeightStore& w) {
         return std::make_unique<QwenImageVaeDecoder>(self->vae_config, w);
     });
+    c->vae_encoder = std::make_unique<EncoderOnFirstUse<QwenImageVaeEncoder, QwenImageVaeConfig>>(
+        opts, &self->vae_config, 13);
     c->vae_scale = c->vae_config.scale_factor();
 
     // The pieces must fit together.
@@ -187,6 +192,23 @@ at::Tensor QwenImagePipeline::combine(const at::Tensor& negative, const at::Tens
 
 at::Tensor QwenImagePipeline::decode(const at::Tensor& latents) const {
     return c_->vae.use()->decode(latents);
+}
+
+ImageLatents QwenImagePipeline::encode_image(const at::Tensor& pixels) const {
+    const LatentDistribution d = c_->vae_encoder->encode(pixels);
+    return {d.mean, d.std};
+}
+
+at::Tensor QwenImagePipeline::image_latents(const at::Tensor& sample) const {
+    // (x - latents_mean) x (1 / latents_std), the statistics as float32 tensors in the sample's dtype.
+    const int64_t z = c_->vae_config.z_dim;
+    const auto stats = [&](const std::vector<double>& v) {
+        return at::tensor(std::vector<float>(v.begin(), v.end()), at::kFloat).view({1, z, 1, 1});
+    };
+    const at::Tensor mean = stats(c_->vae_config.latents_mean).to(sample.device(), sample.scalar_type());
+    const at::Tensor inverse_std =
+        (1.0 / stats(c_->vae_config.latents_std)).to(sample.device(), sample.scalar_type());
+    return (sample - mean) * inverse_std;
 }
 
 }  // namespace dp::runtime

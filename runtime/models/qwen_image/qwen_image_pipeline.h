@@ -51,6 +51,9 @@ class QwenImagePipeline : public FamilyPipeline {
     at::Tensor combine(const at::Tensor& negative, const at::Tensor& positive,
                        const protocol::CallValues& arguments) const override;
     at::Tensor decode(const at::Tensor& latents) const override;
+    // QwenImageImg2ImgPipeline's: the VAE encoder, (x - latents_mean) / latents_std.
+    ImageLatents encode_image(const at::Tensor& pixels) const override;
+    at::Tensor image_latents(const at::Tensor& sample) const override;
 
     std::unique_ptr<Components> c_;
 };

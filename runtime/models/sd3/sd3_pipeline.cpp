@@ -6,6 +6,7 @@
 #include "runtime/io/errors.h"
 #include "runtime/models/common/clip_text_encoder.h"
 #include "runtime/models/common/clip_tokenizer.h"
+#include "runtime/models/common/encoder_on_first_use.h"
 #include "runtime/models/common/prompt_tokens.h"
 #include "runtime/models/common/t5_encoder.h"
 #include "runtime/models/common/t5_tokenizer.h"
@@ -39,6 +40,7 @@ struct Sd3Pipeline::Components : ComponentsBase {
     Component<Sd3Transformer> transformer;
     bool has_vae = false;  // false: pixel space
     Component<VaeDecoder> vae;
+    std::unique_ptr<EncoderOnFirstUse<VaeEncoder, VaeConfig>> vae_encoder;  // Note [encoder on first use]
     std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>> parameters;
 };
 
@@ -94,6 +96,8 @@ std::unique_ptr<Sd3Pipeline> Sd3Pipeline::load(const PipelineOptions& o, const P
         c->vae = component_of<VaeDecoder>(
             opts, "vae", 4, device_of(o, "vae"),
             [self](WeightStore& w) { return std::make_unique<VaeDecoder>(self->vae_config, w); }, params);
+        c->vae_encoder =
+            std::make_unique<EncoderOnFirstUse<VaeEncoder, VaeConfig>>(opts, &self->vae_config, 4);
         c->vae_scale = c->vae_config.scale_factor();
     }
 
@@ -239,5 +243,16 @@ at::Tensor Sd3Pipeline::decode(const at::Tensor& latents) const {
 }
 
 const char* Sd3Pipeline::decoder() const { return c_->has_vae ? "vae" : nullptr; }
+
+ImageLatents Sd3Pipeline::encode_image(const at::Tensor& pixels) const {
+    if (!c_->has_vae) return {pixels, at::zeros_like(pixels)};  // pixel space: the image is its own latents
+    const LatentDistribution d = c_->vae_encoder->encode(pixels);
+    return {d.mean, d.std};
+}
+
+at::Tensor Sd3Pipeline::image_latents(const at::Tensor& sample) const {
+    if (!c_->has_vae) return sample;
+    return (sample - c_->vae_config.shift_factor) * c_->vae_config.scaling_factor;
+}
 
 }  // namespace dp::runtime

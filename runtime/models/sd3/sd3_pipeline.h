@@ -68,6 +68,10 @@ class Sd3Pipeline : public FamilyPipeline {
                              const protocol::CallValues& arguments) const override;
     at::Tensor decode(const at::Tensor& latents) const override;
     const char* decoder() const override;
+    // StableDiffusion3Img2ImgPipeline's: the VAE encoder, (x - shift_factor) x scaling_factor; in
+    // pixel space (no VAE) the image itself.
+    ImageLatents encode_image(const at::Tensor& pixels) const override;
+    at::Tensor image_latents(const at::Tensor& sample) const override;
 
     std::unique_ptr<Components> c_;
 };
