@@ -36,7 +36,8 @@ class Decoder {
 };
 
 // Each reads the header of `file` (positioned at its start; borrowed, it must outlive the
-// decoder) and throws InputDataError naming `shown` when it is no image of its format.
+// decoder), and nothing of the pixels, and throws InputDataError naming `shown` when it is no
+// image of its format. The size is the caller's to check before decode().
 std::unique_ptr<Decoder> open_png(std::FILE* file, const std::string& shown);
 std::unique_ptr<Decoder> open_jpeg(std::FILE* file, const std::string& shown);
 std::unique_ptr<Decoder> open_webp(std::FILE* file, const std::string& shown);
@@ -48,10 +49,6 @@ std::unique_ptr<Decoder> opened(std::FILE* file, const std::string& shown) {
     decoder->open(file);
     return decoder;
 }
-
-// Throws InputDataError naming `shown` when a `format` image of `width` x `height` has no pixels
-// or more than kMaxInputPixels.
-void check_pixel_count(uint64_t width, uint64_t height, const std::string& format, const std::string& shown);
 
 // The orientation exif_transpose applies (1 to 8; 1 leaves the image) for these tags. Throws
 // InputDataError naming `shown` when the EXIF bytes are no TIFF structure (unless ignored).

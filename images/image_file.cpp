@@ -73,36 +73,38 @@ std::unique_ptr<detail::Decoder> open_decoder(std::FILE* file, const std::string
                          kAccepted);
 }
 
-}  // namespace
-
-namespace detail {
-
-void check_pixel_count(uint64_t width, uint64_t height, const std::string& format, const std::string& shown) {
-    const std::string size = std::to_string(width) + "x" + std::to_string(height);
-    if (width == 0 || height == 0)
+// Throws InputDataError naming `shown` when an image of `info`'s size has no pixels or more than
+// `max_pixels`.
+void check_pixel_count(const ImageInfo& info, uint64_t max_pixels, const std::string& shown) {
+    const std::string format = info.format == "png" ? "PNG" : info.format == "jpeg" ? "JPEG" : "WebP";
+    const std::string size = std::to_string(info.width) + "x" + std::to_string(info.height);
+    if (info.width <= 0 || info.height <= 0)
         throw InputDataError(shown + ": a " + format + " image of " + size + " pixels");
-    // Both sides are below 2^32 in all three formats: the product cannot overflow.
-    if (width * height > kMaxInputPixels)
-        throw InputDataError(shown + ": a " + size + " " + format + " image (" +
-                             std::to_string(width * height) + " pixels): input images may have at most " +
-                             std::to_string(kMaxInputPixels) + " pixels (8192x8192)");
+    const uint64_t pixels = static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height);
+    if (pixels > max_pixels)
+        throw InputDataError(shown + ": a " + size + " " + format + " image (" + std::to_string(pixels) +
+                             " pixels): input images may have at most " + std::to_string(max_pixels) +
+                             " pixels" + (max_pixels == kMaxInputPixels ? " (8192x8192)" : ""));
 }
 
-}  // namespace detail
+}  // namespace
 
 struct ImageFile::State {
     FilePtr file;
     std::unique_ptr<detail::Decoder> decoder;  // after `file`: destroyed before it is closed
     std::string shown;
+    bool exif_transpose = true;
     bool decoded = false;
 };
 
 ImageFile::ImageFile(const std::string& path, const OpenRules& rules) : state_(std::make_unique<State>()) {
     state_->shown = rules.shown.empty() ? path : rules.shown;
+    state_->exif_transpose = rules.exif_transpose;
     state_->file = open_regular(path, rules, state_->shown);
     state_->decoder = open_decoder(state_->file.get(), state_->shown, info_.format);
     info_.width = state_->decoder->width();
     info_.height = state_->decoder->height();
+    check_pixel_count(info_, rules.max_pixels, state_->shown);
 }
 
 ImageFile::~ImageFile() = default;
@@ -111,6 +113,7 @@ RgbImage ImageFile::decode() {
     if (state_->decoded) throw std::logic_error("ImageFile::decode called twice");
     state_->decoded = true;
     RgbImage image = state_->decoder->decode();
+    if (!state_->exif_transpose) return image;
     const int orientation = detail::orientation_of(state_->decoder->orientation_tags(), state_->shown);
     if (orientation == 1) return image;
     return detail::oriented(image, orientation);

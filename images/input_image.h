@@ -95,6 +95,12 @@ GreyImage to_grey(const RgbImage& image);
 struct OpenRules {
     bool follow_links = true;  // false: a symbolic link is refused (O_NOFOLLOW)
     std::string shown;         // the name in messages; empty: the path
+    // The most pixels the header may declare: more is refused before anything is decoded. A
+    // caller that reports sizes (compare) raises it and checks its own limit before decode().
+    uint64_t max_pixels = kMaxInputPixels;
+    // false: decode() gives the pixels as stored, the EXIF orientation not applied, so that the
+    // header's size is the image's (compare measures files, not how a viewer shows them).
+    bool exif_transpose = true;
 };
 
 // One image file, open, its header read: read_image_info and decode_image in two steps, for a

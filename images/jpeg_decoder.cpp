@@ -116,7 +116,6 @@ void JpegDecoder::open(std::FILE* file) {
     if (!read_header(file))
         throw InputDataError(shown_ + ": not a JPEG file libjpeg reads (" + errors_.text +
                              "); an input image must be a PNG, JPEG or WebP file");
-    check_pixel_count(cinfo_.image_width, cinfo_.image_height, "JPEG", shown_);
     if (cinfo_.num_components != 1 && cinfo_.num_components != 3 && cinfo_.num_components != 4)
         throw InputDataError(shown_ + ": a JPEG of " + std::to_string(cinfo_.num_components) +
                              " components; grey (1), colour (3) and CMYK (4) JPEGs are read");

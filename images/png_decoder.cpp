@@ -81,14 +81,13 @@ void PngDecoder::open(std::FILE* file) {
     if (!read_header(file))
         throw InputDataError(shown_ + ": not a PNG file libpng reads (" + message_.text +
                              "); an input image must be a PNG, JPEG or WebP file");
-    check_pixel_count(width_, height_, "PNG", shown_);
 }
 
 bool PngDecoder::read_header(std::FILE* file) {
     if (setjmp(png_jmpbuf(png_))) return false;
     png_init_io(png_, file);
     // PNG's own bound on a side (2^31 - 1) rather than libpng's default of 1000000: the pixel
-    // count decides (check_pixel_count), before any row is allocated.
+    // count decides (ImageFile), before any row is allocated.
     png_set_user_limits(png_, 0x7fffffff, 0x7fffffff);
     static const png_byte kExif[] = "eXIf";
     png_set_keep_unknown_chunks(png_, PNG_HANDLE_CHUNK_ALWAYS, kExif, 1);

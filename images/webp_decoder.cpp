@@ -95,8 +95,6 @@ void WebpDecoder::open(std::FILE* file) {
     if (status != VP8_STATUS_OK)
         throw InputDataError(shown_ + ": not a WebP file libwebp reads (" + status_text(status) +
                              "); an input image must be a PNG, JPEG or WebP file");
-    check_pixel_count(static_cast<uint64_t>(features_.width), static_cast<uint64_t>(features_.height), "WebP",
-                      shown_);
     if (features_.has_animation)
         throw InputDataError(shown_ +
                              ": an animated WebP; an input image must be a still image (save the frame "

@@ -351,7 +351,7 @@ TEST_CASE("EXIF that is cut short or points outside itself leaves the image as s
     }
 }
 
-TEST_CASE("ImageFile reads the header first, decodes once, and can refuse symbolic links") {
+TEST_CASE("ImageFile reads the header first, decodes once, and takes its caller's rules") {
     const dp::test::TempDir dir("images");
     ImageFile file(input("jpeg_exif_orientation6.jpg"));
     CHECK(file.info().format == "jpeg");
@@ -361,6 +361,16 @@ TEST_CASE("ImageFile reads the header first, decodes once, and can refuse symbol
     CHECK(image.width == 5);
     CHECK(image.height == 9);
     CHECK_THROWS_AS(file.decode(), std::logic_error);
+    // A caller that measures files: any size from the header, the pixels as stored.
+    OpenRules measure;
+    measure.max_pixels = UINT64_MAX;
+    measure.exif_transpose = false;
+    const ImageFile bomb(input("bomb_png.png"), measure);
+    CHECK(bomb.info().width == 100000);
+    CHECK(bomb.info().height == 100000);
+    const RgbImage stored = ImageFile(input("jpeg_exif_orientation6.jpg"), measure).decode();
+    CHECK(stored.width == 9);
+    CHECK(stored.rgb == ImageFile(input("jpeg_exif_orientation1.jpg")).decode().rgb);
 
     REQUIRE(symlink(input("png_rgb8.png").c_str(), (dir.path + "/link.png").c_str()) == 0);
     CHECK(ImageFile(dir.path + "/link.png").info().width == 37);
