@@ -87,7 +87,7 @@ constexpr const char* kSameKeys[] = {"prompt", "seed"};
 struct Prompt {
     int64_t index = 0;
     Side a, b;
-    std::string size_a, size_b;  // from the PNGs' headers
+    std::string size_a, size_b;  // from the images' headers
     double psnr = 0, ssim = 0;
     std::vector<const char*> differs;  // the keys of kSameKeys on which the two records differ
     bool below = false;                // below a budget
@@ -180,9 +180,9 @@ std::vector<Prompt> entries_of(const CompareOptions& o) {
     return out;
 }
 
-// Sets `e`'s sizes from its PNGs' headers and, when they are the same, its PSNR and SSIM.
+// Sets `e`'s sizes from its images' headers and, when they are the same, its PSNR and SSIM.
 void measure(Prompt& e) {
-    PngFile a(e.a.real, e.a.path), b(e.b.real, e.b.path);
+    RunImage a(e.a.real, e.a.path), b(e.b.real, e.b.path);
     e.size_a = a.size();
     e.size_b = b.size();
     if (!e.measured()) return;

@@ -5,7 +5,7 @@
 // later record wins) and, for each prompt either run has a record of, prints the pair's PSNR and
 // SSIM or why one run has no image; then the mean and worst over the pairs measured ("none" when
 // there are none). A prompt fails when
-// - a pair falls below --min-psnr or --min-ssim, or is of different sizes (from the PNG headers);
+// - a pair falls below --min-psnr or --min-ssim, or is of different sizes (from the images' headers);
 // - either run has no image of it (no record, failed, not run, invalid, the file gone);
 // - with --strict, the pair's records differ in prompt or seed (reported either way).
 // It writes a page of the pairs side by side (--gallery FILE; default RUN_B/compare.html) that
@@ -20,14 +20,17 @@
 //   pixels a side have none.
 // Exit codes: 0, 1 (a prompt fails), 2 (usage: a budget that is no finite number in its range, a
 // folder without a manifest, one folder twice, no prompt with an image in both, a --gallery path it
-// must not replace), 65 (a PNG that cannot be read or is too large, an image path outside its run
-// or not a regular file), 74 (the page cannot be written). No LibTorch: libpng reads the images.
+// must not replace), 65 (an image that cannot be read or is too large, an image path outside its
+// run or not a regular file), 74 (the page cannot be written). No LibTorch: dp_images reads the
+// images, PNG, JPEG or WebP (whatever --format the runs wrote), as input images are read.
 
 #include <cstdint>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include "images/input_image.h"
 
 namespace dp::cli {
 
@@ -39,14 +42,12 @@ struct CompareOptions {
     bool strict = false;  // a pair whose records differ in prompt or seed fails
 };
 
-struct RgbImage {
-    int width = 0, height = 0;
-    std::vector<uint8_t> rgb;  // row after row, 3 bytes a pixel
-};
+// An image as compare measures it: 8-bit RGB, row after row.
+using RgbImage = images::RgbImage;
 
-// The PNG at `path` as 8-bit RGB (at most kMaxComparePixels). Throws InputDataError naming it when
-// it cannot be read.
-RgbImage read_rgb_png(const std::string& path);
+// The PNG, JPEG or WebP image at `path` as 8-bit RGB (at most kMaxComparePixels). Throws
+// InputDataError naming it when it cannot be read.
+RgbImage read_rgb_image(const std::string& path);
 // The two images' PSNR in dB (+inf when equal) and SSIM (as above); they must be the same size.
 double psnr(const RgbImage& a, const RgbImage& b);
 double ssim(const RgbImage& a, const RgbImage& b);

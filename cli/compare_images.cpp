@@ -1,13 +1,9 @@
 #include "cli/compare_images.h"
 
-#include <fcntl.h>
-#include <png.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 
 #include "launcher/errors.h"
 #include "launcher/prompt_file.h"
@@ -29,25 +25,6 @@ bool is_plain_name(const fs::path& name) {
 bool is_inside(const fs::path& path, const fs::path& folder) {
     const auto [f, p] = std::mismatch(folder.begin(), folder.end(), path.begin(), path.end());
     return f == folder.end() && p != path.end();
-}
-
-// `path` open for reading as a FILE: a regular file, never a symbolic link, and a FIFO is not
-// waited on (O_NONBLOCK) but refused. Throws InputDataError naming `shown`.
-FILE* open_regular(const std::string& path, const std::string& shown) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) throw InputDataError(launcher::errno_message(shown + ": cannot open"));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        throw InputDataError(shown + ": not a regular file");
-    }
-    ::fcntl(fd, F_SETFL, 0);  // blocking reads again (a regular file's never wait anyway)
-    FILE* file = ::fdopen(fd, "rb");
-    if (file == nullptr) {
-        ::close(fd);
-        throw InputDataError(launcher::errno_message(shown + ": cannot open"));
-    }
-    return file;
 }
 
 }  // namespace
@@ -72,54 +49,32 @@ std::string image_in_run(const std::string& run, const fs::path& real_run, int64
     return real.string();
 }
 
-struct PngFile::State {
-    png_image image{};
-    FILE* file = nullptr;
-    bool decoded = false;
-    ~State() {
-        png_image_free(&image);
-        if (file != nullptr) std::fclose(file);
-    }
-};
+namespace {
 
-PngFile::PngFile(const std::string& path, const std::string& shown_as)
-    : shown_(launcher::utf8_for_display(shown_as.empty() ? path : shown_as)),
-      state_(std::make_unique<State>()) {
-    png_image& image = state_->image;
-    image.version = PNG_IMAGE_VERSION;
-    const std::string& shown = shown_;
-    state_->file = open_regular(path, shown);
-    if (!png_image_begin_read_from_stdio(&image, state_->file))
-        throw InputDataError(shown + ": not a PNG file dp-launch can read (" +
-                             launcher::utf8_for_display(image.message) + ")");
-    // libpng refuses 0 and over 2^31-1 a side (PNG's bounds; by default over 1000000): an int holds it.
-    if (image.width == 0 || image.height == 0 || image.width > INT32_MAX || image.height > INT32_MAX)
-        throw InputDataError(shown + ": " + std::to_string(image.width) + "x" + std::to_string(image.height) +
-                             " pixels (a PNG has 1 to 2147483647 a side)");
-    width_ = static_cast<int>(image.width);
-    height_ = static_cast<int>(image.height);
+// Any size from the header (compare reports a size difference without decoding), its own limit
+// before the pixels are decoded; the pixels as stored, so that the header's size is theirs.
+images::OpenRules run_image_rules(const std::string& shown) {
+    images::OpenRules rules;
+    rules.follow_links = false;
+    rules.shown = shown;
+    rules.max_pixels = UINT64_MAX;
+    rules.exif_transpose = false;
+    return rules;
 }
 
-PngFile::~PngFile() = default;
+}  // namespace
 
-RgbImage PngFile::decode() {
-    if (state_->decoded) throw std::logic_error("PngFile::decode called twice");
-    state_->decoded = true;
-    png_image& image = state_->image;
-    if (static_cast<uint64_t>(width_) * static_cast<uint64_t>(height_) > kMaxComparePixels)
+RunImage::RunImage(const std::string& path, const std::string& shown)
+    : shown_(launcher::utf8_for_display(shown.empty() ? path : shown)),
+      file_(path, run_image_rules(shown_)) {}
+
+RgbImage RunImage::decode() {
+    if (static_cast<uint64_t>(width()) * static_cast<uint64_t>(height()) > kMaxComparePixels)
         throw InputDataError(shown_ + ": " + size() + " pixels: compare decodes images of at most " +
                              std::to_string(kMaxComparePixels) + " pixels (4096x4096)");
-    image.format = PNG_FORMAT_RGB;
-    RgbImage out;
-    out.width = width_;
-    out.height = height_;
-    out.rgb.resize(PNG_IMAGE_SIZE(image));
-    if (!png_image_finish_read(&image, nullptr, out.rgb.data(), 0, nullptr))
-        throw InputDataError(shown_ + ": a damaged PNG file (" + launcher::utf8_for_display(image.message) +
-                             ")");
-    return out;
+    return file_.decode();
 }
 
-RgbImage read_rgb_png(const std::string& path) { return PngFile(path).decode(); }
+RgbImage read_rgb_image(const std::string& path) { return RunImage(path).decode(); }
 
 }  // namespace dp::cli

@@ -1,19 +1,19 @@
 #pragma once
-// The PNG files `dp-launch compare` reads (Note [compare]): each one's header first, so that a
+// The image files `dp-launch compare` reads (Note [compare]): each one's header first, so that a
 // size difference is told without decoding, and an image over kMaxComparePixels is refused before
-// its pixels take any memory. libpng stays out of this header.
+// its pixels take any memory. The image libraries stay out of this header.
 
 #include <cstdint>
 #include <filesystem>
-#include <memory>
 #include <string>
 
 #include "cli/compare_command.h"
+#include "images/input_image.h"
 
 namespace dp::cli {
 
 // The most pixels compare decodes in one image: 4096 x 4096. SSIM holds about 90 bytes a pixel
-// (the two images and eleven planes of doubles), 1.5 GB at this size; a PNG of a few megabytes
+// (the two images and eleven planes of doubles), 1.5 GB at this size; a PNG of a few kilobytes
 // can declare 30000 x 30000 (2.7 GB of RGB alone).
 inline constexpr uint64_t kMaxComparePixels = 4096ull * 4096ull;
 
@@ -26,29 +26,26 @@ inline constexpr uint64_t kMaxComparePixels = 4096ull * 4096ull;
 std::string image_in_run(const std::string& run, const std::filesystem::path& real_run, int64_t index,
                          const std::string& file);
 
-// One PNG file, open with its header read.
-class PngFile {
+// One image file of a run (PNG, JPEG or WebP, read through dp_images as input images are), open
+// with its header read.
+class RunImage {
   public:
-    // Opens `path` without following a symbolic link or blocking, and reads its header (libpng's
-    // IHDR), nothing more. Throws InputDataError naming `shown` (default: `path`) when it is not a
-    // regular file or no PNG libpng reads.
-    explicit PngFile(const std::string& path, const std::string& shown = "");
-    ~PngFile();
-    PngFile(const PngFile&) = delete;
-    PngFile& operator=(const PngFile&) = delete;
+    // Opens `path` without following a symbolic link or blocking, and reads its header, nothing
+    // more. Throws InputDataError naming `shown` (default: `path`) when it is not a regular file or
+    // no PNG, JPEG or WebP image.
+    explicit RunImage(const std::string& path, const std::string& shown = "");
 
-    int width() const { return width_; }
-    int height() const { return height_; }
-    std::string size() const { return std::to_string(width_) + "x" + std::to_string(height_); }
-    // Its pixels as 8-bit RGB; once. Throws InputDataError naming the file, before allocating
-    // anything, when it declares more than kMaxComparePixels pixels, and when it is damaged.
+    int width() const { return file_.info().width; }
+    int height() const { return file_.info().height; }
+    std::string size() const { return std::to_string(width()) + "x" + std::to_string(height()); }
+    // Its pixels as 8-bit RGB, as stored (an EXIF orientation is not applied); once.
+    // Throws InputDataError naming the file, before allocating anything, when it declares more
+    // than kMaxComparePixels pixels, and when it is damaged.
     RgbImage decode();
 
   private:
-    struct State;
     std::string shown_;
-    std::unique_ptr<State> state_;
-    int width_ = 0, height_ = 0;
+    images::ImageFile file_;
 };
 
 }  // namespace dp::cli

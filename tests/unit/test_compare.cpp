@@ -121,7 +121,8 @@ TEST_CASE("compare's PSNR and SSIM are scikit-image's") {
     for (const auto& [index, e] : expected.items()) {
         CAPTURE(index);
         const std::string name = std::string(5 - index.size(), '0') + index + ".png";
-        const RgbImage a = read_rgb_png(golden("run_a/" + name)), b = read_rgb_png(golden("run_b/" + name));
+        const RgbImage a = read_rgb_image(golden("run_a/" + name)),
+                       b = read_rgb_image(golden("run_b/" + name));
         if (e.at("psnr").is_string()) {
             CHECK(std::isinf(psnr(a, b)));
         } else {
@@ -341,7 +342,66 @@ TEST_CASE("compare --gallery writes a new file or its own earlier page, and repl
     fs::remove_all(dir);
 }
 
-TEST_CASE("compare reads each PNG's header first: sizes differ without decoding, a bomb is never decoded") {
+TEST_CASE("compare reads JPEG and WebP runs as it reads PNG ones") {
+    namespace fs = std::filesystem;
+    const std::string dir = scratch() + "/formats";
+    fs::remove_all(dir);
+    const auto input = [](const std::string& name) { return std::string(DP_GOLDEN_DIR) + "/images/" + name; };
+    // Run folders whose prompt i's image is `files[i]` (golden input images, 37x23).
+    const auto run = [&](const std::string& name, const std::vector<std::string>& files) {
+        const std::string folder = dir + "/" + name;
+        fs::create_directories(folder);
+        std::ofstream manifest(folder + "/manifest.jsonl");
+        for (std::size_t i = 0; i < files.size(); ++i) {
+            const std::string file = "0000" + std::to_string(i) + fs::path(files[i]).extension().string();
+            fs::copy_file(input(files[i]), folder + "/" + file);
+            manifest << nlohmann::json{{"index", i}, {"status", "ok"}, {"file", file}, {"prompt", "p"}}.dump()
+                     << "\n";
+        }
+        return folder;
+    };
+    CompareOptions o;
+    o.json = true;
+    o.gallery = dir + "/pairs.html";
+    // A JPEG run, a WebP one and a PNG one, each compared with a copy of itself: identical pixels.
+    o.a = run("a", {"jpeg_420.jpg", "webp_lossy.webp", "png_rgb8.png", "jpeg_exif_orientation6.jpg"});
+    o.b = run("b", {"jpeg_420.jpg", "webp_lossy.webp", "png_rgb8.png", "jpeg_exif_orientation6.jpg"});
+    std::ostringstream same;
+    CHECK(run_compare(o, same) == 0);
+    std::istringstream lines(same.str());
+    int pairs = 0;
+    for (std::string line; std::getline(lines, line);) {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        if (!j.contains("index")) continue;
+        CAPTURE(line);
+        CHECK(j.at("psnr") == "inf");
+        if (j.at("index") == 3)
+            CHECK(j.at("ssim").is_null());  // 9x5: smaller than SSIM's window
+        else
+            CHECK(j.at("ssim").get<double>() == doctest::Approx(1.0));
+        ++pairs;
+    }
+    CHECK(pairs == 4);
+    // Other files: JPEG 4:2:0 against 4:4:4 of the same picture measures their difference; another
+    // picture; a lossless WebP of the PNG's pixels; the same pixels under other EXIF orientations
+    // (6 and 8), compared as stored.
+    o.b = run("c", {"jpeg_444.jpg", "png_rgb8.png", "webp_lossless.webp", "jpeg_exif_orientation8.jpg"});
+    o.min_psnr = 30;
+    std::ostringstream other;
+    CHECK(run_compare(o, other) == 1);  // the other picture falls below
+    std::vector<nlohmann::json> entries;
+    std::istringstream other_lines(other.str());
+    for (std::string line; std::getline(other_lines, line);) entries.push_back(nlohmann::json::parse(line));
+    REQUIRE(entries.size() == 5);
+    CHECK(entries[0].at("psnr").get<double>() > 30);
+    CHECK(entries[1].at("psnr").get<double>() < 15);
+    CHECK(entries[1].at("below") == true);
+    CHECK(entries[2].at("psnr") == "inf");
+    CHECK(entries[3].at("psnr") == "inf");
+    fs::remove_all(dir);
+}
+
+TEST_CASE("compare reads each image's header first: sizes differ without decoding, a bomb is never decoded") {
     const std::string dir = scratch() + "/bomb";
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
@@ -350,11 +410,11 @@ TEST_CASE("compare reads each PNG's header first: sizes differ without decoding,
     write_png(cut, 2000, 2000, 10);    // within the limit, cut short
     CHECK(std::filesystem::file_size(bomb) < 100000);
     CHECK_THROWS_WITH_AS(
-        read_rgb_png(bomb),
+        read_rgb_image(bomb),
         doctest::Contains(
             "30000x30000 pixels: compare decodes images of at most 16777216 pixels (4096x4096)"),
         dp::launcher::InputDataError);
-    CHECK_THROWS_WITH_AS(read_rgb_png(cut), doctest::Contains("a damaged PNG file"),
+    CHECK_THROWS_WITH_AS(read_rgb_image(cut), doctest::Contains("a damaged or truncated PNG file"),
                          dp::launcher::InputDataError);
     // A run whose image is of another size: its header says so, and nothing is decoded. Two of
     // the same size over the limit are refused.
