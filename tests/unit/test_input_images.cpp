@@ -240,6 +240,18 @@ TEST_CASE("input images that cannot be read are refused with the file named and 
         {"a PNG whose EXIF is no TIFF structure",
          [&](const std::string& p) { put(p, png_with_exif("IIgarbage")); },
          "its EXIF data is no TIFF structure", false},
+        {"a progressive JPEG of over 1000 scans (its first scan, with its tables, 1000 times more: PIL "
+         "decodes it)",
+         [&](const std::string& p) {
+             const std::string progressive = file_bytes(input("jpeg_progressive.jpg"));
+             const std::size_t tables = progressive.find("\xff\xc4"), scan = progressive.find("\xff\xda");
+             const std::string first =
+                 progressive.substr(tables, progressive.find("\xff\xc4", scan) - tables);
+             std::string scans;
+             for (int i = 0; i < 1000; ++i) scans += first;
+             put(p, progressive.substr(0, progressive.size() - 2) + scans + "\xff\xd9");
+         },
+         "a damaged or truncated JPEG file (more than 1000 progressive scans)", false},
         {"a text file named .png", [&](const std::string& p) { put(p, "just some text\n"); },
          "not a PNG, JPEG or WebP image"},
         {"an empty file", [&](const std::string& p) { put(p, ""); }, "an empty file"},
