@@ -27,8 +27,10 @@
 //   eXIf chunk; when there is no such tag, `tiff:Orientation="N"` or `<tiff:Orientation>N` in the
 //   XMP (a JPEG's APP1 XMP segment, a WebP's XMP chunk, a PNG's XML:com.adobe.xmp text chunk).
 //   Values 2 to 8 flip or rotate the image (5 to 8 swap its width and height); anything else
-//   leaves it. EXIF data that is no TIFF structure is refused (PIL raises on it). Not read: PNG
-//   text chunks named "exif" or "Raw profile type exif" (ImageMagick's), which PIL also reads.
+//   leaves it. EXIF data that is no TIFF structure is refused, as PIL raises on it; but in a
+//   JPEG whose JFIF segment gives no resolution PIL has read the EXIF at open and swallowed the
+//   error, and the orientation is then ignored, XMP's too, as there. Not read: PNG text chunks
+//   named "exif" or "Raw profile type exif" (ImageMagick's), which PIL also reads.
 // Every refusal is a protocol::InputDataError naming the file and what is accepted.
 
 #include <cstdint>
