@@ -228,7 +228,9 @@ std::string describe_arguments(const launcher::JobOptions& job, bool json) {
          << (model.spec->img2img_class.empty()
                  ? "; this model edits no images.\n"
                  : "; a line with \"image\" runs " + model.spec->img2img_class +
-                       " (img2img: the image redone from the noise level \"strength\" selects).\n");
+                       " (img2img: the image redone from the noise level \"strength\" selects), and with "
+                       "\"mask_image\" too " +
+                       model.spec->inpaint_class + " (inpainting: only the mask's white part redone).\n");
     return text.str();
 }
 

@@ -72,9 +72,11 @@ void InputImages::check(const protocol::InputImage& image, const std::string& ba
 }
 
 void InputImages::resolve(protocol::CallValues& values, const std::string& base) {
-    const protocol::CallValue* v = values.find("image");
-    if (!v || std::get<protocol::InputImage>(*v).empty()) return;
-    values.set("image", resolved(std::get<protocol::InputImage>(*v), base));
+    for (const char* row : kImageRows) {
+        const protocol::CallValue* v = values.find(row);
+        if (!v || std::get<protocol::InputImage>(*v).empty()) continue;
+        values.set(row, resolved(std::get<protocol::InputImage>(*v), base));
+    }
 }
 
 const protocol::InputImage& InputImages::resolved(const protocol::InputImage& image,

@@ -15,6 +15,9 @@
 
 namespace dp::launcher {
 
+// The call arguments that are input images.
+inline constexpr const char* kImageRows[] = {"image", "mask_image"};
+
 class InputImages {
   public:
     // Why `image` (relative to `base`, a folder; empty: the working folder) cannot be edited,
@@ -23,8 +26,8 @@ class InputImages {
     // Throws protocol::Error (66 for a missing file, else 65) for `image`'s problem, after `source`
     // ("--image").
     void check(const protocol::InputImage& image, const std::string& base, const std::string& source);
-    // `values`' image (its "image" row, if any, relative to `base`) as an absolute path with its
-    // SHA-256 and decoded size. It must have been checked.
+    // `values`' images (its "image" and "mask_image" rows, if any, relative to `base`) as absolute
+    // paths with their SHA-256 and decoded size. They must have been checked.
     void resolve(protocol::CallValues& values, const std::string& base);
     // `image` as resolve makes it (absolute path, SHA-256, size); it must have been checked.
     const protocol::InputImage& resolved(const protocol::InputImage& image, const std::string& base);

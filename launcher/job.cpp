@@ -254,10 +254,17 @@ std::string edit_size_problem(const PromptRecord& p, const JobOptions& job,
                               const std::string& folder) {
     const bool own = p.arguments.has("image");
     const protocol::InputImage& given = own ? p.arguments.image("image") : job.arguments.image("image");
-    if (given.empty())
-        return p.arguments.has("strength") ? "key 'strength': it sets how much of an image is redone, and "
-                                             "the line has no \"image\" to edit (nor does --image)"
-                                           : "";
+    if (given.empty()) {
+        if (p.arguments.has("strength"))
+            return "key 'strength': it sets how much of an image is redone, and the line has no \"image\" "
+                   "(nor "
+                   "does --image)";
+        const bool own_mask = p.arguments.has("mask_image") && !p.arguments.image("mask_image").empty();
+        if (own_mask || !job.arguments.image("mask_image").empty())
+            return std::string(own_mask ? "key 'mask_image'" : "--mask-image") +
+                   ": a mask of the image to edit, and the line has no \"image\" (nor does --image)";
+        return {};
+    }
     const protocol::InputImage& input = own ? images.resolved(given, folder) : given;
     const int64_t m = model.sizes.multiple();
     for (const auto& [key, set, pixels] : {std::tuple{"width", p.width || job.width, input.width},
@@ -291,10 +298,11 @@ PromptFile read_job_prompts(const JobOptions& job, const strategies::ModelInfo& 
                 why = adapters.problem(p.arguments.adapters("lora"));
                 if (!why.empty()) why = "key 'lora': " + why;
             }
-            if (why.empty() && p.arguments.has("image")) {
+            for (const char* row : kImageRows) {
+                if (!why.empty() || !p.arguments.has(row)) continue;
                 bool missing = false;
-                why = images.problem(p.arguments.image("image"), folder, &missing);
-                if (!why.empty()) why = "key 'image': " + why, missing_images += missing;
+                why = images.problem(p.arguments.image(row), folder, &missing);
+                if (!why.empty()) why = "key '" + std::string(row) + "': " + why, missing_images += missing;
             }
             if (why.empty()) why = edit_size_problem(p, job, model, images, folder);
             return why;
@@ -345,6 +353,7 @@ PreparedJob prepare_job(const LaunchSpec& launch, const ResolvedJob& resolved) {
     JobOptions with_image = job;
     if (!image_is_a_batch(job)) {
         images.check(job.arguments.image("image"), "", "--image");
+        images.check(job.arguments.image("mask_image"), "", "--mask-image");
         images.resolve(with_image.arguments, "");
     }
     // Every component file too (Note [component files]); the records name each.

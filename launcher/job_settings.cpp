@@ -244,7 +244,18 @@ void check_model_and_settings(const JobOptions& job, const strategies::ModelInfo
 void check_job(const ResolvedJob& job) { check_model_and_settings(job.options, job.model, job.device_map()); }
 
 PromptSource prompt_source(const JobOptions& job) {
-    return {job.prompts, job.prompt_texts, job.images_per_prompt, batch_edit_images(job)};
+    PromptSource source{job.prompts, job.prompt_texts, job.images_per_prompt, batch_edit_images(job), {}};
+    const std::string& mask = job.arguments.image("mask_image").path;
+    struct stat st {};
+    if (!mask.empty() && ::stat(mask.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (source.images.empty())
+            throw UsageError(
+                "--mask-image " + utf8_for_display(mask) +
+                ": a folder of masks goes with --prompt TEXT and --image GLOB|FOLDER (each image's "
+                "mask of its name); give a single mask as a file");
+        source.masks = mask;
+    }
+    return source;
 }
 
 bool image_is_a_batch(const JobOptions& job) {

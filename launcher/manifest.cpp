@@ -265,9 +265,10 @@ std::map<int64_t, nlohmann::json> images_to_keep(const std::map<int64_t, nlohman
             continue;  // no image of this prompt: it is made again
         // Note [input images]: another input (other bytes) or strength is another edit, made again
         // as another prompt is, not a setting that refuses the run.
-        if (had.value("image", nlohmann::json()) != now.value("image", nlohmann::json()) ||
-            had.value("strength", nlohmann::json()) != now.value("strength", nlohmann::json()))
-            continue;
+        const auto differs = [&](const char* key) {
+            return had.value(key, nlohmann::json()) != now.value(key, nlohmann::json());
+        };
+        if (differs("image") || differs("mask_image") || differs("strength")) continue;
         const std::vector<std::string> d = pixel_setting_differences(had, now, &family);
         if (!d.empty()) {
             ++refused;

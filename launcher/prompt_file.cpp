@@ -379,8 +379,11 @@ PromptFile read_prompts(const PromptSource& source, const PromptCheck& check, co
                              "prompt, or write them to a prompt file)");
         if (source.images.empty()) reader.feed(text + "\n");
         for (const std::string& image : source.images) {  // Note [batch edits]
-            const nlohmann::json line = {{"prompt", text},
-                                         {"image", protocol::call_value_json(protocol::InputImage{image})}};
+            nlohmann::json line = {{"prompt", text},
+                                   {"image", protocol::call_value_json(protocol::InputImage{image})}};
+            if (!source.masks.empty())
+                line["mask_image"] = protocol::call_value_json(
+                    protocol::InputImage{source.masks + "/" + image.substr(image.rfind('/') + 1)});
             reader.feed(line.dump() + "\n");
         }
     }

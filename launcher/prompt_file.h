@@ -71,6 +71,8 @@ struct PromptSource {
     // With `texts`: the images a batch edit runs each text on (--image GLOB or FOLDER), one line
     // per text and image, texts first; empty: one line per text.
     std::vector<std::string> images;
+    // With `images`: a folder of their masks, each of an image's name (--mask-image FOLDER).
+    std::string masks;
 };
 
 struct InvalidPrompt {

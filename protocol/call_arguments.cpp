@@ -93,6 +93,10 @@ const std::vector<CallArgument>& call_arguments() {
         add("image", CallType::kImage, 0, 0, "--image", "PATH",
             "An image to edit (img2img): a PNG, JPEG or WebP file; in a prompt line, relative to the "
             "prompt file's folder. With --prompt, a glob or a folder gives one line per image, sorted");
+        add("mask_image", CallType::kImage, 0, 0, "--mask-image,--mask_image", "PATH",
+            "Inpainting: a mask of `image` (white: repainted, black: kept), made grey and binarized as "
+            "diffusers does; with --prompt and a folder of images, a folder of masks of the same names")
+            .active_with = "image";
         {
             CallArgument& a = add("strength", CallType::kNumber, 0, 1, "--strength", "S",
                                   "How much of an image (`image`) is redone: the denoising starts at "

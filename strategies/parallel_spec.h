@@ -55,6 +55,7 @@ struct ParallelSpec {
     // The diffusers class a line with an "image" runs on the same weights (Note [img2img in the one
     // loop]), e.g. "StableDiffusion3Img2ImgPipeline"; empty: the family edits no images.
     std::string img2img_class;
+    std::string inpaint_class;  // ... and a line with an "image" and a "mask_image"
     // The components device_map places, in pipeline order (model_index.json keys).
     std::vector<std::string> components;
     std::string transformer = "transformer";  // the component the strategies split

@@ -213,9 +213,10 @@ FamilyPipeline::BranchTexts FamilyPipeline::encode_branches(const std::vector<Ge
     return out;
 }
 
-at::Tensor FamilyPipeline::initial_latents(const std::vector<GenerateRequest>& batch,
-                                           const LatentShape& shape, const protocol::InputImage& image,
-                                           float sigma) const {
+FamilyPipeline::StartLatents FamilyPipeline::initial_latents(const std::vector<GenerateRequest>& batch,
+                                                             const LatentShape& shape,
+                                                             const protocol::InputImage& image,
+                                                             float sigma) const {
     // Drawn on CPU from a generator seeded per request, exactly as diffusers' randn_tensor with
     // generator=torch.Generator("cpu").manual_seed(seed), so an image does not depend on what else
     // is in its batch, nor on the device or the world.
@@ -228,21 +229,38 @@ at::Tensor FamilyPipeline::initial_latents(const std::vector<GenerateRequest>& b
         edited.mean = edited.mean.to(at::kCPU), edited.std = edited.std.to(at::kCPU);
     }
     const auto cpu = at::TensorOptions().dtype(options_.dtype);
-    std::vector<at::Tensor> noise;
+    std::vector<at::Tensor> starts, images, noises;
     for (const GenerateRequest& one : batch) {
         at::Generator gen = at::detail::createCPUGenerator(one.seed);
         if (image.empty()) {
-            noise.push_back(at::randn({1, shape.channels, shape.height, shape.width}, gen, cpu));
+            starts.push_back(at::randn({1, shape.channels, shape.height, shape.width}, gen, cpu));
             continue;
         }
         // retrieve_latents' sample, then the noise, from the prompt's one generator.
         const at::Tensor sample = edited.mean + edited.std * at::randn(edited.mean.sizes(), gen, cpu);
-        const at::Tensor start = image_latents(sample);
-        noise.push_back(scale_noise(start, at::randn(start.sizes(), gen, cpu), sigma));
+        images.push_back(image_latents(sample));
+        noises.push_back(at::randn(images.back().sizes(), gen, cpu));
+        starts.push_back(scale_noise(images.back(), noises.back(), sigma));
     }
-    at::Tensor latents = at::cat(noise, 0);
-    if (shape.packed) latents = pack_latents(latents);
-    return latents.to(options_.device);
+    const auto placed = [&](const std::vector<at::Tensor>& rows) {
+        if (rows.empty()) return at::Tensor();
+        const at::Tensor all = at::cat(rows, 0);
+        return (shape.packed ? pack_latents(all) : all).to(options_.device);
+    };
+    return {placed(starts), placed(images), placed(noises)};
+}
+
+at::Tensor FamilyPipeline::latent_mask(const protocol::InputImage& mask, const LatentShape& shape) const {
+    if (const std::string why = inpainting_refusal(); !why.empty()) throw ModelError(why);
+    const int64_t scale = model_.sizes.vae_scale;
+    const at::Tensor pixels =
+        input_mask(mask, static_cast<int>(shape.width * scale), static_cast<int>(shape.height * scale));
+    // torch.nn.functional.interpolate's default (nearest) to the latents' size, on every channel.
+    at::Tensor m = at::upsample_nearest2d(pixels, std::vector<int64_t>{shape.height, shape.width})
+                       .expand({1, shape.channels, shape.height, shape.width})
+                       .contiguous();
+    if (shape.packed) m = pack_latents(m);
+    return m.to(options_.device, options_.dtype);
 }
 
 std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
@@ -280,8 +298,13 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
         scheduler.set_timesteps(r.steps, mu);
     const protocol::InputImage& edited = arguments.image("image");
     const int first = edited.empty() ? 0 : img2img_first_step(r.steps, arguments.number("strength"));
-    at::Tensor latents =
+    const StartLatents start =
         initial_latents(batch, shape, edited, scheduler.sigmas()[static_cast<std::size_t>(first)]);
+    at::Tensor latents = start.latents;
+    // Inpainting: after each step, the known region is the image's latents noised to the next
+    // step's sigma (none after the last), the mask's white part the denoised one.
+    const protocol::InputImage& mask = arguments.image("mask_image");
+    const at::Tensor blend = edited.empty() || mask.empty() ? at::Tensor() : latent_mask(mask, shape);
 
     // The step cache, for this batch's steps (Note [first block cache], Note [taylorseer cache]).
     StepCacheRun cache(arguments.cache("cache"), guidance, static_cast<int64_t>(batch.size()),
@@ -314,6 +337,13 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
             });
         }
         latents = scheduler.step(guided_noise, i, latents);
+        if (blend.defined()) {
+            const at::Tensor known = i + 1 < r.steps
+                                         ? scale_noise(start.image, start.noise,
+                                                       scheduler.sigmas()[static_cast<std::size_t>(i + 1)])
+                                         : start.image;
+            latents = (1 - blend) * known + blend * latents;
+        }
         if (r.on_step) r.on_step(i + 1 - first, r.steps - first);
     }
     transformer.reset();  // with offload, freed before the decoder is built

@@ -139,6 +139,8 @@ class FamilyPipeline : public DiffusionPipeline {
     // A sample of that distribution as the transformer's latents are scaled (AutoencoderKL's
     // (x - shift_factor) * scaling_factor), unpacked.
     virtual at::Tensor image_latents(const at::Tensor& sample) const;
+    // Why this model's inpainting pipeline would not use a mask (empty: it does).
+    virtual std::string inpainting_refusal() const { return {}; }
 
     // --- For the families ---
     // `x` in the run's dtype, moved from `component`'s device to the transformer's (device_map).
@@ -163,9 +165,14 @@ class FamilyPipeline : public DiffusionPipeline {
                                 std::vector<GenerateResult>& results) const;
     // The batch's initial latents on the run's device, each prompt's noise from its own seed; for
     // an edit (`image` not empty), the image's latents noised to `sigma` (Note [img2img in the
-    // one loop]).
-    at::Tensor initial_latents(const std::vector<GenerateRequest>& batch, const LatentShape& shape,
-                               const protocol::InputImage& image, float sigma) const;
+    // one loop]), with the image's latents and the noise kept for inpainting's blend.
+    struct StartLatents {
+        at::Tensor latents, image, noise;  // image, noise: undefined for text to image
+    };
+    StartLatents initial_latents(const std::vector<GenerateRequest>& batch, const LatentShape& shape,
+                                 const protocol::InputImage& image, float sigma) const;
+    // Inpainting's mask as the latents hold it (1: repainted), on the run's device.
+    at::Tensor latent_mask(const protocol::InputImage& mask, const LatentShape& shape) const;
     // Throws ModelError unless the batch shares what one pass through the model needs.
     void check_batch(const std::vector<GenerateRequest>& batch, const protocol::CallValues& arguments) const;
 

@@ -23,6 +23,11 @@ int img2img_first_step(int steps, double strength);
 // one the launcher read (its SHA-256), or no longer decodes.
 at::Tensor input_pixels(const protocol::InputImage& image, int width, int height);
 
+// An inpainting mask as the mask processor makes it: decoded, resized to width x height as the
+// image is, made grey (PIL's convert("L")), over 255 and binarized (0.5 and above: 1, repainted),
+// [1, 1, height, width] float32 on the CPU. Throws as input_pixels does.
+at::Tensor input_mask(const protocol::InputImage& mask, int width, int height);
+
 // FlowMatchEulerDiscreteScheduler.scale_noise: sigma * noise + (1 - sigma) * sample, with sigma
 // in the sample's dtype.
 at::Tensor scale_noise(const at::Tensor& sample, const at::Tensor& noise, float sigma);

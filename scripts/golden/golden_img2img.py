@@ -35,6 +35,16 @@ def _inputs():
         path = os.path.join(INPUTS, name)
         Image.fromarray(rgb).save(path, fmt, **({"quality": 90} if fmt == "JPEG" else {}))
         made[name] = os.path.relpath(path, ROOT)
+    # A mask of another size (resized with the image): white on the left, black on the right, and
+    # a band of 127 and 128 between (binarized to 0 and 1).
+    mask = np.zeros((16, 24), dtype=np.uint8)
+    mask[:, :10] = 255
+    mask[:, 10:12] = 128
+    mask[:, 12:14] = 127
+    mask[3:6, 16:20] = 200
+    path = os.path.join(INPUTS, "mask_24x16.png")
+    Image.fromarray(np.stack([mask] * 3, axis=-1)).save(path, "PNG")
+    made["mask_24x16.png"] = os.path.relpath(path, ROOT)
     return made
 
 
@@ -52,10 +62,18 @@ CASES = [
     ("qwen_jpeg_resized", "tiny-random-qwen-image", "in_37x23.jpg", "three green dots", None, 23, 4, 1.0, 1.0, 40,
      28),
 ]
+# Inpainting: the same, with a mask (FluxInpaintPipeline, QwenImageInpaintPipeline).
+INPAINT = {"flux_png_inpaint": ("tiny-random-flux-dev", "in_48x32.png", "mask_24x16.png", "a cat on a sofa", None,
+                                29, 4, 0.8, 3.5, 48, 32),
+           "flux_jpeg_inpaint_full": ("tiny-random-flux-dev", "in_37x23.jpg", "mask_24x16.png", "an old lighthouse",
+                                      None, 31, 3, 1.0, 3.5, 32, 32),
+           "qwen_png_inpaint": ("tiny-random-qwen-image", "in_32x32.png", "mask_24x16.png", "a red fox", "blurry", 37,
+                                3, 0.7, 4.0, 32, 32)}
 
 
 def img2img_pipelines():
-    from diffusers import FluxImg2ImgPipeline, QwenImageImg2ImgPipeline, StableDiffusion3Img2ImgPipeline
+    from diffusers import (FluxImg2ImgPipeline, FluxInpaintPipeline, QwenImageImg2ImgPipeline,
+                           QwenImageInpaintPipeline, StableDiffusion3Img2ImgPipeline)
     from diffusers.utils import load_image
 
     inputs = _inputs()
@@ -65,20 +83,29 @@ def img2img_pipelines():
     keys = ["name", "folder", "image", "prompt", "negative_prompt", "seed", "steps", "strength", "guidance_scale",
             "width", "height"]
     tensors, meta = {}, {}
-    for case in CASES:
+    inpaint = {"tiny-random-flux-dev": FluxInpaintPipeline, "tiny-random-qwen-image": QwenImageInpaintPipeline}
+    cases = [(c, None) for c in CASES]
+    cases += [((name,) + c[:2] + c[3:], c[2]) for name, c in INPAINT.items()]
+    for case, mask_name in cases:
         name, folder, image_name, prompt, negative, seed, steps, strength, guidance, width, height = case
-        if folder not in pipes:
+        if mask_name is not None:
+            if ("inpaint", folder) not in pipes:
+                pipes[("inpaint", folder)] = inpaint[folder].from_pretrained(os.path.join(ROOT, "models", folder))
+                pipes[("inpaint", folder)].set_progress_bar_config(disable=True)
+        elif folder not in pipes:
             # The folder without the optional components it leaves out (SD3 without T5).
             none = dict(text_encoder_3=None, tokenizer_3=None) if folder == "tiny-random-sd3" else {}
             pipes[folder] = classes[folder].from_pretrained(os.path.join(ROOT, "models", folder), **none)
             pipes[folder].set_progress_bar_config(disable=True)
-        pipe = pipes[folder]
+        pipe = pipes[("inpaint", folder) if mask_name else folder]
         qwen = folder == "tiny-random-qwen-image"
         scale = "true_cfg_scale" if qwen else "guidance_scale"
         kwargs = dict(prompt=prompt, image=load_image(os.path.join(ROOT, inputs[image_name])), strength=strength,
                       num_inference_steps=steps, width=width, height=height, **{scale: guidance})
         if negative is not None:
             kwargs["negative_prompt"] = negative
+        if mask_name is not None:
+            kwargs["mask_image"] = load_image(os.path.join(ROOT, inputs[mask_name]))
         if folder == "tiny-random-flux-dev":
             kwargs["max_sequence_length"] = 32
         gens = lambda: [torch.Generator("cpu").manual_seed(seed)]  # noqa: E731
@@ -89,6 +116,8 @@ def img2img_pipelines():
         meta[name] = dict(zip(keys, case), image=inputs[image_name], folder="models/" + folder)
         if qwen:
             meta[name]["true_cfg_scale"] = meta[name].pop("guidance_scale")
+        if mask_name is not None:
+            meta[name]["mask_image"] = inputs[mask_name]
         if "max_sequence_length" in kwargs:
             meta[name]["max_sequence_length"] = kwargs["max_sequence_length"]
     save("img2img_pipeline.safetensors", tensors, meta)

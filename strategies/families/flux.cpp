@@ -20,6 +20,7 @@ ParallelSpec spec() {
     s.display_name = "FLUX.1";
     s.pipeline_class = "FluxPipeline";
     s.img2img_class = "FluxImg2ImgPipeline";
+    s.inpaint_class = "FluxInpaintPipeline";
     s.components = {"text_encoder", "text_encoder_2", "transformer", "vae"};
     s.tp_components = {"text_encoder_2"};
     s.t5_required = true;
@@ -268,6 +269,7 @@ const FamilyFacts& flux_family() {
                        {"lora"},
                        {"cache"},
                        {"image"},
+                       {"mask_image"},
                        {"strength", 0.6}};  // FluxImg2ImgPipeline's
         protocol::ArgumentUse ignored_guidance{"guidance_scale", 3.5};
         ignored_guidance.ignored = true;
@@ -278,6 +280,7 @@ const FamilyFacts& flux_family() {
                                {"lora"},
                                {"cache"},
                                {"image"},
+                               {"mask_image"},
                                {"strength", 0.6}};
         f.components = {
             {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},

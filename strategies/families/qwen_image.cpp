@@ -15,6 +15,7 @@ ParallelSpec spec() {
     s.display_name = "Qwen-Image";
     s.pipeline_class = "QwenImagePipeline";
     s.img2img_class = "QwenImageImg2ImgPipeline";
+    s.inpaint_class = "QwenImageInpaintPipeline";
     s.components = {"text_encoder", "transformer", "vae"};
     s.tp_components = {"text_encoder"};
     s.offload = true;
@@ -89,6 +90,7 @@ const FamilyFacts& qwen_image_family() {
                        {"lora"},
                        {"cache"},
                        {"image"},
+                       {"mask_image"},
                        {"strength", 0.6}};  // QwenImageImg2ImgPipeline's
         f.components = {
             {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},

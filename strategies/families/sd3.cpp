@@ -20,6 +20,7 @@ ParallelSpec spec() {
     s.display_name = "SD3";
     s.pipeline_class = "StableDiffusion3Pipeline";
     s.img2img_class = "StableDiffusion3Img2ImgPipeline";
+    s.inpaint_class = "StableDiffusion3InpaintPipeline";
     s.components = {"text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae"};
     s.t5_encoder = "text_encoder_3";
     s.tp_components = {"text_encoder_3"};
@@ -179,6 +180,7 @@ const FamilyFacts& sd3_family() {
                        {"skip_layer_guidance_start", 0.01},
                        {"skip_layer_guidance_stop", 0.2},
                        {"image"},
+                       {"mask_image"},
                        {"strength", 0.6}};  // StableDiffusion3Img2ImgPipeline's
         f.components = {
             {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},

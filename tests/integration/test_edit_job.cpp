@@ -88,6 +88,21 @@ TEST_CASE(
     read_png_rgb(dir + "/one/00001-dog.png", &width, &height);
     CHECK(width == 32);
     CHECK(read_manifest(dir + "/one")[1]["image"]["width"] == 32);
+    // Masks of the same names in a folder: each line inpaints its image with its own mask.
+    fs::create_directories(dir + "/masks");
+    for (const char* name : {"cat.png", "dog.JPG"})
+        fs::copy_file(input("mask_24x16.png"), dir + "/masks/" + name);
+    LaunchResult masked = run_launch(
+        tiny(dir + "/masked", with_all({"--mask-image", dir + "/masks", "--strength", "0.9"}, edit)), {},
+        120);
+    // The tiny SD3 model's transformer takes 4 latent channels: diffusers inpaints only with 16.
+    CHECK(masked.exit_code == 1);
+    CHECK_MESSAGE(
+        masked.err.find("blends a mask only for a transformer of 16 latent channels") != std::string::npos,
+        masked.err);
+    const std::vector<nlohmann::json> failed = read_manifest(dir + "/masked");
+    REQUIRE(failed.size() == 2);
+    CHECK(failed[1]["mask_image"]["path"] == fs::canonical(dir + "/masks/dog.JPG").string());
     remove_dir(dir);
 }
 
@@ -111,6 +126,9 @@ TEST_CASE("bad inputs are refused before any rank starts, naming the line and wh
         {R"({"prompt": "x", "strength": 0.5})", "p.jsonl:2: key 'strength': ", 65},
         {R"({"prompt": "x", "image": "cut.jpg", "strength": 0})", "expected a number above 0 to 1", 65},
         {R"({"prompt": "x", "image": 7})", "expected an image file's path", 65},
+        {R"({"prompt": "x", "mask_image": "cut.jpg"})", "p.jsonl:2: key 'mask_image': ", 65},
+        {R"({"prompt": "x", "image": "text.png", "mask_image": "missing.png"})",
+         "p.jsonl:2: key 'image': ", 65},
     };
     for (const Bad& bad : bads) {
         CAPTURE(bad.line);

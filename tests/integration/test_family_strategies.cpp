@@ -291,9 +291,13 @@ std::vector<FamilyRow> rows() {
         "{\"prompt\": \"an owl on a branch\", \"seed\": 1, \"guidance_scale\": 4.0}\n"
         "{\"prompt\": \"a wooden door\", \"negative_prompt\": \"low quality\", \"true_cfg_scale\": 2.5, "
         "\"seed\": 2}\n"
-        // An edit (Note [img2img in the one loop]): a 48 x 32 PNG resized to 80 x 48, strength 0.7.
+        // An edit (Note [img2img in the one loop]): a 48 x 32 PNG resized to 80 x 48, strength 0.7,
+        // then the same inpainted under a 24 x 16 mask.
         "{\"prompt\": \"an owl, in winter\", \"seed\": 3, \"strength\": 0.7, \"image\": \"" +
-            edit_input("in_48x32.png") + "\"}\n"};
+            edit_input("in_48x32.png") +
+            "\"}\n"
+            "{\"prompt\": \"an owl, at night\", \"seed\": 4, \"image\": \"" +
+            edit_input("in_48x32.png") + "\", \"mask_image\": \"" + edit_input("mask_24x16.png") + "\"}\n"};
     // device_map auto at these budgets puts the embeddings and the two double blocks on cpu:0 and
     // the two single blocks on cpu:1.
     dev.device_map = {"cpu:0=1500KiB,cpu:1=2MiB",

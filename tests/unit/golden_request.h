@@ -35,8 +35,9 @@ inline runtime::GenerateRequest golden_request(const nlohmann::json& c) {
         r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
     if (c.contains("skip_guidance_layers"))
         r.arguments.set("skip_guidance_layers", c.at("skip_guidance_layers").get<std::vector<int>>());
-    if (c.contains("image"))  // an edit: its input, repository-relative
-        r.arguments.set("image", protocol::InputImage{repository_path(c.at("image").get<std::string>())});
+    for (const char* key : {"image", "mask_image"})  // an edit: its input and mask, repository-relative
+        if (c.contains(key))
+            r.arguments.set(key, protocol::InputImage{repository_path(c.at(key).get<std::string>())});
     if (c.contains("strength")) r.arguments.set("strength", c.at("strength").get<double>());
     return r;
 }

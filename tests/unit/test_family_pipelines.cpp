@@ -371,8 +371,9 @@ TEST_CASE(
 // Note [img2img in the one loop]: each golden edit (scripts/golden/golden_img2img.py) names its
 // folder, its input and its call; one request at a time, as diffusers ran them.
 TEST_CASE(
-    "edits give diffusers' img2img images: SD3, FLUX.1-dev and Qwen-Image, PNG and JPEG inputs at the output "
-    "size and resized, strength 0.5 to 1") {
+    "edits give diffusers' img2img and inpainting images: SD3, FLUX.1-dev and Qwen-Image, PNG and JPEG "
+    "inputs "
+    "at the output size and resized, masks resized and binarized, strength 0.5 to 1") {
     const auto file = SafetensorsFile::open(golden_path("img2img_pipeline.safetensors"));
     std::map<std::string, std::unique_ptr<DiffusionPipeline>> loaded;
     std::set<std::string> folders;
@@ -396,7 +397,7 @@ TEST_CASE(
         folders.insert(folder);
         ++checked;
     }
-    CHECK(checked == 8);
+    CHECK(checked == 11);
     CHECK(folders.size() == 3);
 }
 

@@ -255,4 +255,12 @@ at::Tensor Sd3Pipeline::image_latents(const at::Tensor& sample) const {
     return (sample - c_->vae_config.shift_factor) * c_->vae_config.scaling_factor;
 }
 
+std::string Sd3Pipeline::inpainting_refusal() const {
+    const int64_t channels = c_->transformer_config.in_channels;
+    if (channels == 16) return {};
+    return "mask_image: StableDiffusion3InpaintPipeline blends a mask only for a transformer of 16 latent "
+           "channels, and this model's takes " +
+           std::to_string(channels) + " (leave the mask out for an img2img edit)";
+}
+
 }  // namespace dp::runtime

@@ -72,6 +72,8 @@ class Sd3Pipeline : public FamilyPipeline {
     // pixel space (no VAE) the image itself.
     ImageLatents encode_image(const at::Tensor& pixels) const override;
     at::Tensor image_latents(const at::Tensor& sample) const override;
+    // StableDiffusion3InpaintPipeline blends a mask only for a transformer of 16 latent channels.
+    std::string inpainting_refusal() const override;
 
     std::unique_ptr<Components> c_;
 };
