@@ -246,19 +246,15 @@ struct RecordSettings {
     std::string weights;
 };
 
-// What an edit line's input makes wrong (Note [input images are checked first]): a strength
-// without an image to edit, or, where neither the line nor the job sets a side, the input's side
-// rounded down to the model's size multiple, which the model must make.
+// What an edit line's input makes wrong (Note [input images are checked first]): a mask without
+// an image to edit, or, where neither the line nor the job sets a side, the input's side rounded
+// down to the model's size multiple, which the model must make.
 std::string edit_size_problem(const PromptRecord& p, const JobOptions& job,
                               const strategies::ModelInfo& model, InputImages& images,
                               const std::string& folder) {
     const bool own = p.arguments.has("image");
     const protocol::InputImage& given = own ? p.arguments.image("image") : job.arguments.image("image");
-    if (given.empty()) {
-        if (p.arguments.has("strength"))
-            return "key 'strength': it sets how much of an image is redone, and the line has no \"image\" "
-                   "(nor "
-                   "does --image)";
+    if (given.empty()) {  // a strength alone changes nothing, as a skip-layer setting without layers
         const bool own_mask = p.arguments.has("mask_image") && !p.arguments.image("mask_image").empty();
         if (own_mask || !job.arguments.image("mask_image").empty())
             return std::string(own_mask ? "key 'mask_image'" : "--mask-image") +
