@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <tuple>
 
 #include "images/input_image.h"
 #include "launcher/errors.h"
@@ -82,6 +83,39 @@ void InputImages::resolve(protocol::CallValues& values, const std::string& base)
 const protocol::InputImage& InputImages::resolved(const protocol::InputImage& image,
                                                   const std::string& base) {
     return file(relative_to(image.path, base)).image;
+}
+
+std::string InputImages::line_problem(const PromptRecord& p, const JobOptions& job,
+                                      const strategies::ModelInfo& model, const std::string& folder,
+                                      int64_t& missing_images) {
+    for (const char* row : kImageRows) {
+        if (!p.arguments.has(row)) continue;
+        bool missing = false;
+        if (std::string why = problem(p.arguments.image(row), folder, &missing); !why.empty()) {
+            missing_images += missing;
+            return "key '" + std::string(row) + "': " + why;
+        }
+    }
+    const bool own = p.arguments.has("image");
+    const protocol::InputImage& given = own ? p.arguments.image("image") : job.arguments.image("image");
+    if (given.empty()) {  // a strength alone changes nothing, as a skip-layer setting without layers
+        const bool own_mask = p.arguments.has("mask_image") && !p.arguments.image("mask_image").empty();
+        if (own_mask || !job.arguments.image("mask_image").empty())
+            return std::string(own_mask ? "key 'mask_image'" : "--mask-image") +
+                   ": a mask of the image to edit, and the line has no \"image\" (nor does --image)";
+        return {};
+    }
+    const protocol::InputImage& input = own ? resolved(given, folder) : given;
+    const int64_t m = model.sizes.multiple();
+    for (const auto& [key, set, pixels] : {std::tuple{"width", p.width || job.width, input.width},
+                                           std::tuple{"height", p.height || job.height, input.height}}) {
+        if (set) continue;
+        if (const std::string why = model.sizes.check(pixels / m * m); !why.empty())
+            return "key 'image': its " + std::string(key) + " of " + std::to_string(pixels) +
+                   " pixels makes an image " + std::to_string(pixels / m * m) + " wide or high: " + why +
+                   " (give \"" + key + "\" for the output)";
+    }
+    return {};
 }
 
 }  // namespace dp::launcher

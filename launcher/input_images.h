@@ -11,7 +11,10 @@
 #include <map>
 #include <string>
 
+#include "launcher/job_options.h"
+#include "launcher/prompt_file.h"
 #include "protocol/call_arguments.h"
+#include "strategies/model_config.h"
 
 namespace dp::launcher {
 
@@ -29,6 +32,12 @@ class InputImages {
     // `values`' images (its "image" and "mask_image" rows, if any, relative to `base`) as absolute
     // paths with their SHA-256 and decoded size. They must have been checked.
     void resolve(protocol::CallValues& values, const std::string& base);
+    // Why prompt line `p` of a prompt file in `folder` cannot run its edit, naming the key, or
+    // empty: an image or mask that problem() refuses (counted in `missing_images` when the file
+    // does not exist), a mask without an image to edit, or, where neither the line nor `job` sets
+    // a side, the input's side rounded down to the model's size multiple, which the model must make.
+    std::string line_problem(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model,
+                             const std::string& folder, int64_t& missing_images);
     // `image` as resolve makes it (absolute path, SHA-256, size); it must have been checked.
     const protocol::InputImage& resolved(const protocol::InputImage& image, const std::string& base);
 

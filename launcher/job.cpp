@@ -17,7 +17,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <tuple>
 
 #include "launcher/dry_run.h"
 #include "launcher/errors.h"
@@ -246,34 +245,6 @@ struct RecordSettings {
     std::string weights;
 };
 
-// What an edit line's input makes wrong (Note [input images are checked first]): a mask without
-// an image to edit, or, where neither the line nor the job sets a side, the input's side rounded
-// down to the model's size multiple, which the model must make.
-std::string edit_size_problem(const PromptRecord& p, const JobOptions& job,
-                              const strategies::ModelInfo& model, InputImages& images,
-                              const std::string& folder) {
-    const bool own = p.arguments.has("image");
-    const protocol::InputImage& given = own ? p.arguments.image("image") : job.arguments.image("image");
-    if (given.empty()) {  // a strength alone changes nothing, as a skip-layer setting without layers
-        const bool own_mask = p.arguments.has("mask_image") && !p.arguments.image("mask_image").empty();
-        if (own_mask || !job.arguments.image("mask_image").empty())
-            return std::string(own_mask ? "key 'mask_image'" : "--mask-image") +
-                   ": a mask of the image to edit, and the line has no \"image\" (nor does --image)";
-        return {};
-    }
-    const protocol::InputImage& input = own ? images.resolved(given, folder) : given;
-    const int64_t m = model.sizes.multiple();
-    for (const auto& [key, set, pixels] : {std::tuple{"width", p.width || job.width, input.width},
-                                           std::tuple{"height", p.height || job.height, input.height}}) {
-        if (set) continue;
-        if (const std::string why = model.sizes.check(pixels / m * m); !why.empty())
-            return "key 'image': its " + std::string(key) + " of " + std::to_string(pixels) +
-                   " pixels makes an image " + std::to_string(pixels / m * m) + " wide or high: " + why +
-                   " (give \"" + key + "\" for the output)";
-    }
-    return {};
-}
-
 // The prompt file read once: each valid prompt's record and request go to `records` as it is read
 // (Note [records on disk]), its settings to `requests`, without its texts (prompt, file), which
 // are in `records`; invalid lines are listed in the result. A prompt line's adapters are checked
@@ -294,13 +265,7 @@ PromptFile read_job_prompts(const JobOptions& job, const strategies::ModelInfo& 
                 why = adapters.problem(p.arguments.adapters("lora"));
                 if (!why.empty()) why = "key 'lora': " + why;
             }
-            for (const char* row : kImageRows) {
-                if (!why.empty() || !p.arguments.has(row)) continue;
-                bool missing = false;
-                why = images.problem(p.arguments.image(row), folder, &missing);
-                if (!why.empty()) why = "key '" + std::string(row) + "': " + why, missing_images += missing;
-            }
-            if (why.empty()) why = edit_size_problem(p, job, model, images, folder);
+            if (why.empty()) why = images.line_problem(p, job, model, folder, missing_images);
             return why;
         },
         [&](PromptRecord&& p) {

@@ -243,11 +243,19 @@ void check_model_and_settings(const JobOptions& job, const strategies::ModelInfo
 
 void check_job(const ResolvedJob& job) { check_model_and_settings(job.options, job.model, job.device_map()); }
 
+namespace {
+
+bool is_folder(const std::string& path) {
+    struct stat st {};
+    return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
 PromptSource prompt_source(const JobOptions& job) {
     PromptSource source{job.prompts, job.prompt_texts, job.images_per_prompt, batch_edit_images(job), {}};
     const std::string& mask = job.arguments.image("mask_image").path;
-    struct stat st {};
-    if (!mask.empty() && ::stat(mask.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (is_folder(mask)) {
         if (source.images.empty())
             throw UsageError(
                 "--mask-image " + utf8_for_display(mask) +
@@ -260,10 +268,7 @@ PromptSource prompt_source(const JobOptions& job) {
 
 bool image_is_a_batch(const JobOptions& job) {
     const protocol::InputImage& image = job.arguments.image("image");
-    if (image.empty()) return false;
-    struct stat st {};
-    return image.path.find_first_of("*?[") != std::string::npos ||
-           (::stat(image.path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+    return !image.empty() && (image.path.find_first_of("*?[") != std::string::npos || is_folder(image.path));
 }
 
 namespace {
@@ -287,8 +292,7 @@ std::vector<std::string> batch_edit_images(const JobOptions& job) {
                          ": a glob or a folder of images goes with --prompt TEXT (one line per image); in a "
                          "prompt file, give each line its own \"image\"");
     std::vector<std::string> out;
-    struct stat st {};
-    if (::stat(given.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (is_folder(given)) {
         std::error_code ec;
         for (const auto& entry : std::filesystem::directory_iterator(given, ec))
             if (entry.is_regular_file(ec) && has_image_extension(entry.path().filename().string()))
