@@ -41,6 +41,7 @@ struct Entry {
     std::string flag;           // empty: none
     std::string env;
     bool ignored = false;
+    bool required = false;  // every line must give it (or the job)
     bool pixels = true;
     std::string help;
 };
@@ -106,6 +107,8 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
         e.flag = row.long_flag();
         e.help = row.help;
         e.ignored = a.ignored;
+        e.required = a.required;
+        if (a.required) e.default_text = "required";
         e.pixels = row.pixels && !a.ignored;
         e.type = type_name(row.type);
         if (row.type == CallType::kBlocks) {
@@ -170,6 +173,27 @@ std::string range(const Entry& e) {
     return (e.min_excluded ? "above " : "") + bound_text(e.min) + " to " + bound_text(e.max);
 }
 
+// What each kind of line runs on `model`, as diffusers' classes do for the same weights.
+std::string line_kinds(const strategies::ModelInfo& model) {
+    const strategies::ParallelSpec& spec = *model.spec;
+    std::string required;
+    for (const protocol::FamilyArgument& a : model.arguments.all())
+        if (a.required) required += std::string(required.empty() ? "\"" : " and \"") + a.row->name + "\"";
+    if (!required.empty())
+        return "Every line needs " + required + " (or the job's flags): each runs " + spec.pipeline_class +
+               (spec.inpaint_class.empty() ? "." : " (the mask's white part repainted).");
+    std::string out = "A line without \"image\" runs " + spec.pipeline_class + " (text to image)";
+    if (spec.img2img_class.empty()) return out + "; this model edits no images.";
+    if (spec.img2img_class == spec.pipeline_class)
+        return out + "; a line with \"image\" runs it too, the image a reference the model sees beside "
+                     "what it makes (an instruction edit).";
+    out += "; a line with \"image\" runs " + spec.img2img_class +
+           " (img2img: the image redone from the noise level \"strength\" selects)";
+    if (spec.inpaint_class.empty()) return out + ".";
+    return out + ", and with \"mask_image\" too " + spec.inpaint_class +
+           " (inpainting: only the mask's white part redone).";
+}
+
 }  // namespace
 
 std::string describe_arguments(const launcher::JobOptions& job, bool json) {
@@ -192,6 +216,7 @@ std::string describe_arguments(const launcher::JobOptions& job, bool json) {
                            {"flag", e.flag.empty() ? nlohmann::json() : nlohmann::json(e.flag)},
                            {"env", e.env.empty() ? nlohmann::json() : nlohmann::json(e.env)},
                            {"ignored", e.ignored},
+                           {"required", e.required},
                            {"shapes_pixels", e.pixels},
                            {"help", e.help}});
         return out.dump(2) + "\n";
@@ -224,13 +249,7 @@ std::string describe_arguments(const launcher::JobOptions& job, bool json) {
     text << "Any other key is refused (exit 65). `dp-launch arguments --model M --json` prints the same as "
             "JSON.\n";
     // What each kind of line runs, as diffusers' classes do for the same weights.
-    text << "A line without \"image\" runs " << model.spec->pipeline_class << " (text to image)"
-         << (model.spec->img2img_class.empty()
-                 ? "; this model edits no images.\n"
-                 : "; a line with \"image\" runs " + model.spec->img2img_class +
-                       " (img2img: the image redone from the noise level \"strength\" selects), and with "
-                       "\"mask_image\" too " +
-                       model.spec->inpaint_class + " (inpainting: only the mask's white part redone).\n");
+    text << line_kinds(model) << "\n";
     return text.str();
 }
 

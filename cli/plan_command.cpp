@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launcher/input_images.h"
 #include "launcher/adapter_files.h"
 #include "launcher/component_files.h"
 #include "launcher/errors.h"
@@ -122,8 +123,10 @@ PlanPrompt plan_prompt(const ResolvedJob& resolved) {
     const JobOptions& job = resolved.options;
     const strategies::ModelInfo& model = resolved.model;
     PlanPrompt p;
-    p.width = job.width ? job.width : model.sizes.default_side;
-    p.height = job.height ? job.height : model.sizes.default_side;
+    // The size a line of the job makes (Note [output size]: FLUX.1-Kontext's scaled to max_area).
+    const auto [width, height] = launcher::line_size(launcher::PromptRecord{}, job, model,
+                                                     model.arguments.completed(job.arguments));
+    p.width = width, p.height = height;
     // Patches a side as the pipeline makes them (FLUX packs 2x2 before a transformer of patch 1).
     const long long vae_scale = model.sizes.vae_scale, grid = model.sizes.patch_size;
     p.image_tokens = (p.width / vae_scale / grid) * (p.height / vae_scale / grid);

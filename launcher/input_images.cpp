@@ -11,6 +11,7 @@
 #include "launcher/errors.h"
 #include "launcher/prompt_file.h"
 #include "protocol/errors.h"
+#include "strategies/family.h"
 #include "strategies/sha256.h"
 
 namespace dp::launcher {
@@ -85,6 +86,24 @@ const protocol::InputImage& InputImages::resolved(const protocol::InputImage& im
     return file(relative_to(image.path, base)).image;
 }
 
+std::pair<int, int> line_size(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model,
+                              const protocol::CallValues& arguments) {
+    const strategies::FamilyFacts& facts = strategies::facts_of(*model.spec);
+    const protocol::InputImage& input =
+        model.arguments.find("image") ? arguments.image("image") : protocol::InputImage{};
+    const int64_t m = model.sizes.multiple();
+    const auto side = [&](std::optional<int> own, int job_side, int64_t input_side) -> int64_t {
+        if (own) return *own;
+        if (job_side) return job_side;
+        if (facts.size_from_input && input_side > 0) return input_side / m * m;
+        return model.sizes.default_side;
+    };
+    int64_t width = side(p.width, job.width, input.width), height = side(p.height, job.height, input.height);
+    if (facts.output_size && width > 0 && height > 0)
+        std::tie(width, height) = facts.output_size(width, height, arguments, m);
+    return {static_cast<int>(width), static_cast<int>(height)};
+}
+
 std::string InputImages::line_problem(const PromptRecord& p, const JobOptions& job,
                                       const strategies::ModelInfo& model, const std::string& folder,
                                       int64_t& missing_images) {
@@ -96,24 +115,45 @@ std::string InputImages::line_problem(const PromptRecord& p, const JobOptions& j
             return "key '" + std::string(row) + "': " + why;
         }
     }
-    const bool own = p.arguments.has("image");
-    const protocol::InputImage& given = own ? p.arguments.image("image") : job.arguments.image("image");
-    if (given.empty()) {  // a strength alone changes nothing, as a skip-layer setting without layers
+    // The line's arguments as its request will hold them, its own image resolved.
+    protocol::CallValues given = job.arguments;
+    for (const protocol::CallValues::Item& item : p.arguments.items()) given.set(*item.first, item.second);
+    if (p.arguments.has("image") && !p.arguments.image("image").empty())
+        given.set("image", resolved(p.arguments.image("image"), folder));
+    for (const protocol::FamilyArgument& a : model.arguments.all()) {
+        const protocol::CallValue* v = a.required ? given.find(a.row->name) : nullptr;
+        if (!a.required || (v && !(std::holds_alternative<protocol::InputImage>(*v) &&
+                                   std::get<protocol::InputImage>(*v).empty())))
+            continue;
+        return "key '" + std::string(a.row->name) + "': " + model.spec->display_name + "'s pipeline (" +
+               model.spec->pipeline_class + ") needs it on every line (or " + a.row->long_flag() +
+               " for the job)";
+    }
+    const protocol::InputImage& input = given.image("image");
+    if (input.empty()) {  // a strength alone changes nothing, as a skip-layer setting without layers
         const bool own_mask = p.arguments.has("mask_image") && !p.arguments.image("mask_image").empty();
         if (own_mask || !job.arguments.image("mask_image").empty())
             return std::string(own_mask ? "key 'mask_image'" : "--mask-image") +
                    ": a mask of the image to edit, and the line has no \"image\" (nor does --image)";
-        return {};
     }
-    const protocol::InputImage& input = own ? resolved(given, folder) : given;
+    const strategies::FamilyFacts& facts = strategies::facts_of(*model.spec);
     const int64_t m = model.sizes.multiple();
-    for (const auto& [key, set, pixels] : {std::tuple{"width", p.width || job.width, input.width},
-                                           std::tuple{"height", p.height || job.height, input.height}}) {
-        if (set) continue;
-        if (const std::string why = model.sizes.check(pixels / m * m); !why.empty())
-            return "key 'image': its " + std::string(key) + " of " + std::to_string(pixels) +
-                   " pixels makes an image " + std::to_string(pixels / m * m) + " wide or high: " + why +
-                   " (give \"" + key + "\" for the output)";
+    if (!input.empty() && facts.reference_size && facts.reference_size(input.width, input.height, m).first < 1)
+        return "key 'image': " + std::to_string(input.width) + " x " + std::to_string(input.height) + " pixels; " +
+               model.spec->display_name + " takes images of at least " + std::to_string(m) + " pixels a side";
+    const auto [width, height] = line_size(p, job, model, model.arguments.completed(given));
+    for (const auto& [key, pixels] : {std::pair{"width", width}, std::pair{"height", height}}) {
+        const std::string why = model.sizes.check(pixels);
+        if (why.empty()) continue;
+        const bool from_input = !input.empty() && facts.size_from_input && !(p.width || job.width);
+        std::string made = "the image made would be " + std::to_string(width) + " x " + std::to_string(height) +
+                           " pixels (" + std::string(key) + ": " + why + ")";
+        if (facts.output_size)
+            made += "; " + model.spec->display_name + "'s pipeline scales the asked size to max_area (" +
+                    std::to_string(model.arguments.completed(given).whole("max_area")) + " pixels)";
+        return from_input ? "key 'image': its size of " + std::to_string(input.width) + " x " +
+                                std::to_string(input.height) + " pixels: " + made + " (give \"width\" and \"height\")"
+                          : made;
     }
     return {};
 }

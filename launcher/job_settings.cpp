@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <tuple>
 
 #include "launcher/component_files.h"
 #include "launcher/errors.h"
+#include "launcher/input_images.h"
 #include "launcher/system_info.h"
 #include "launcher/values.h"
 #include "protocol/errors.h"
@@ -95,8 +97,9 @@ std::vector<std::string> setting_problems(const JobOptions& job, const strategie
                                           const std::string& device_map) {
     std::vector<std::string> out;
     using Side = std::pair<const char*, int>;
+    const bool own_size = strategies::facts_of(*model.spec).output_size != nullptr;  // Note [output size]
     for (const auto& [flag, pixels] : {Side{"--width", job.width}, Side{"--height", job.height}})
-        if (const std::string why = pixels ? model.sizes.check(pixels) : ""; !why.empty())
+        if (const std::string why = pixels && !own_size ? model.sizes.check(pixels) : ""; !why.empty())
             out.push_back(std::string(flag) + " " + std::to_string(pixels) + ": " + why);
     const strategies::ParallelSpec& spec = *model.spec;
     for (const CallValues::Item& item : job.arguments.items())
@@ -165,8 +168,10 @@ std::vector<std::string> job_setting_problems(const ResolvedJob& job) {
 std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
                                    const strategies::ModelInfo& model) {
     using Side = std::pair<const char*, std::optional<int>>;
+    // A pipeline that makes its own size of the one asked checks the one it makes (line_problem).
+    const bool own_size = strategies::facts_of(*model.spec).output_size != nullptr;
     for (const auto& [key, pixels] : {Side{"width", p.width}, Side{"height", p.height}})
-        if (const std::string why = pixels ? model.sizes.check(*pixels) : ""; !why.empty())
+        if (const std::string why = pixels && !own_size ? model.sizes.check(*pixels) : ""; !why.empty())
             return "key '" + std::string(key) + "': " + std::to_string(*pixels) + ": " + why;
     for (const CallValues::Item& item : p.arguments.items())
         if (const std::string why = foreign_key(model, *item.first); !why.empty())
@@ -333,17 +338,7 @@ protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job,
     CallValues given = job.arguments;
     for (const CallValues::Item& item : p.arguments.items()) given.set(*item.first, item.second);
     q.arguments = a.completed(given);
-    // The size: the line's, else the job's, else an edit's input size rounded down as the pipeline
-    // rounds it (to its size multiple), else the model's default.
-    const protocol::InputImage& input = q.arguments.image("image");
-    const auto side = [&](std::optional<int> own, int job_side, int64_t input_side) {
-        const int64_t m = model.sizes.multiple();
-        return own.value_or(job_side         ? job_side
-                            : input_side > 0 ? static_cast<int>(input_side / m * m)
-                                             : static_cast<int>(model.sizes.default_side));
-    };
-    q.width = side(p.width, job.width, input.width);
-    q.height = side(p.height, job.height, input.height);
+    std::tie(q.width, q.height) = line_size(p, job, model, q.arguments);  // Note [output size]
     // An edit's image is named after its input (photos/cat.jpg: 00003-cat.png), unless the line names it.
     const protocol::InputImage& edited = q.arguments.image("image");
     const std::string input_name = std::filesystem::path(edited.path).stem().string();

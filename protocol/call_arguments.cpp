@@ -105,6 +105,12 @@ const std::vector<CallArgument>& call_arguments() {
             a.above_min = true;
             a.active_with = "image";
         }
+        // FluxKontextPipeline's: the output's width and height scaled to this many pixels at their
+        // ratio, each rounded down to the size multiple (Note [output size], strategies/family.h).
+        add("max_area", CallType::kWhole, 1024, 8192.0 * 8192.0, "--max-area,--max_area", "PIXELS",
+            "The output's pixels (FLUX.1-Kontext): width and height are scaled to this area at their "
+            "ratio, each rounded down to the size multiple")
+            .model_default = true;
         return r;
     }();
     return rows;
@@ -584,6 +590,7 @@ FamilyArguments::FamilyArguments(std::string family, const std::vector<ArgumentU
         a.row = &row;
         a.max = declared.max > 0 ? declared.max : row.max;
         a.ignored = declared.ignored;
+        a.required = declared.required;
         a.guidance = declared.guidance;
         if (row.type == CallType::kNumber) a.value = declared.value;
         if (row.type == CallType::kWhole) a.value = static_cast<int64_t>(declared.value);

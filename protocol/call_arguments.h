@@ -48,6 +48,7 @@ struct ArgumentUse {
     double value = 0;      // its default (kBlocks: none, always empty); universal width/height: unused
     double max = 0;        // 0: the row's max; else this family's own limit
     bool ignored = false;  // accepted and ignored, as diffusers does (FLUX.1-schnell's guidance_scale)
+    bool required = false;  // every line must give it, or the job (FluxFillPipeline's image and mask)
     Guidance guidance = Guidance::kNone;
 };
 
@@ -189,6 +190,7 @@ struct FamilyArgument {
     CallValue value;  // the default (universal width and height: 0, the model's size)
     double max = 0;   // the family's limit
     bool ignored = false;
+    bool required = false;  // ArgumentUse::required
     Guidance guidance = Guidance::kNone;
 };
 

@@ -26,6 +26,8 @@ const std::pair<const char*, Loader> kPipelines[] = {
     {"sd3", &load_as<Sd3Pipeline>},
     {"qwen-image", &load_as<QwenImagePipeline>},
     {"flux", &load_as<FluxPipeline>},
+    {"flux-fill", &load_as<FluxPipeline>},
+    {"flux-kontext", &load_as<FluxPipeline>},
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "strategies/family.h"
 #include "strategies/work_split.h"
 
 namespace dp::strategies {
@@ -20,6 +21,7 @@ CostRules cost_rules(const ImageSizeRule& sizes, const protocol::FamilyArguments
     rules.arguments = arguments;
     const int64_t side = std::max<int64_t>(1, sizes.default_side / rules.pixels_per_token);
     rules.adapter_switch = 2 * side * side;
+    if (!arguments.family().empty()) rules.reference_size = facts_of(family_spec(arguments.family())).reference_size;
     return rules;
 }
 
@@ -36,14 +38,18 @@ int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules)
                                     std::to_string(request.steps) + " steps have no cost");
     const int64_t tokens = std::max<int64_t>(1, width / rules.pixels_per_token) *
                            std::max<int64_t>(1, height / rules.pixels_per_token);
-    // An edit runs the steps its strength leaves, and its image's encoder pass (counted as one).
+    // An edit from its image runs the steps its strength leaves, and its image's encoder pass
+    // (counted as one); a reference image makes every step's sequence longer by its tokens.
     const protocol::InputImage& image = request.arguments.image("image");
-    const int64_t steps =
-        image.empty()
-            ? request.steps
-            : request.steps - protocol::edit_first_step(request.steps, request.arguments.number("strength")) +
-                  1;
-    return steps * tokens * (runs_two_branches(request, rules) ? 2 : 1);
+    int64_t steps = request.steps, step_tokens = tokens;
+    if (!image.empty() && request.arguments.has("strength"))
+        steps -= protocol::edit_first_step(request.steps, request.arguments.number("strength"));
+    if (!image.empty()) steps += 1;
+    if (!image.empty() && rules.reference_size) {
+        const auto [w, h] = rules.reference_size(image.width, image.height, rules.pixels_per_token);
+        step_tokens += (w / rules.pixels_per_token) * (h / rules.pixels_per_token);
+    }
+    return steps * step_tokens * (runs_two_branches(request, rules) ? 2 : 1);
 }
 
 std::vector<int64_t> prompt_costs(const std::vector<protocol::JobRequest>& requests, const CostRules& rules) {

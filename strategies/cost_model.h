@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "protocol/job_file.h"
@@ -31,6 +32,9 @@ struct CostRules {
     // components it changes are built again, about two steps of an image at the default size in
     // the figures measured (docs/benchmarks.md, "LoRA adapter switches").
     int64_t adapter_switch = 0;
+    // An edit's reference size, where the family's transformer takes its image beside the latents
+    // as tokens of their own (FamilyFacts::reference_size); nullptr: none.
+    std::pair<int64_t, int64_t> (*reference_size)(int64_t width, int64_t height, int64_t multiple) = nullptr;
 };
 
 // The rules of a model from its size rule and its call arguments (model_config.h).

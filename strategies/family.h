@@ -90,6 +90,23 @@ struct FamilyFacts {
     std::string (*lora_kohya_original)(const std::string& underscored) = nullptr;
     const char* kohya_format = "kohya";  // how the layout of a kohya file is named
 
+    // --- edits ---
+    // Note [output size]: the size a line makes is decided here, before any rank starts, as its
+    // pipeline decides it, so that the records, the cost model, the size checks and --resume all
+    // see the size the image will have; the worker makes the size its request carries.
+    // Whether an edit's default size is its input's, rounded down to the size multiple (the
+    // *Img2ImgPipeline classes), or the model's default as for text to image (FluxKontextPipeline).
+    bool size_from_input = true;
+    // The width and height the pipeline makes of those asked (the line's, else the job's, else the
+    // default above), each a multiple of `multiple`, under the line's `arguments` (FluxKontextPipeline:
+    // scaled to max_area pixels at their ratio). nullptr: those asked.
+    std::pair<int64_t, int64_t> (*output_size)(int64_t width, int64_t height,
+                                               const protocol::CallValues& arguments, int64_t multiple) = nullptr;
+    // The size an edit's image is resized to from its decoded `width` x `height`, where the
+    // transformer takes it beside the latents as a reference of its own size (FluxKontextPipeline's
+    // preferred resolution nearest its ratio). nullptr: the image is the start, at the output size.
+    std::pair<int64_t, int64_t> (*reference_size)(int64_t width, int64_t height, int64_t multiple) = nullptr;
+
     // --- memory ---
     // The transformer's parameters from its config.json alone, by diffusers' layer list (Note
     // [sizes from configs], config_sizes.h): what random weights build. Throws

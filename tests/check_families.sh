@@ -17,6 +17,8 @@ exceptions=("flux protocol/step_cache_setting.cpp")
 families=(
     'sd3|sd3|sd3|"sd3"|StableDiffusion3Pipeline|Sd3Pipeline|Sd3Transformer|sd3_family|models/sd3/'
     'flux|flux|flux|"flux"|"flux-schnell"|FluxPipeline|FluxTransformer|flux_family|models/flux/'
+    'flux-fill|flux|flux|"flux-fill"|FluxFillPipeline|flux_fill_family'
+    'flux-kontext|flux|flux|"flux-kontext"|FluxKontextPipeline|flux_kontext_family'
     'qwen-image|qwen_image|qwen_image|"qwen-image"|QwenImagePipeline|QwenImageTransformer|qwen_image_family|models/qwen_image/'
 )
 status=0

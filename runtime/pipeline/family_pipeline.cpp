@@ -29,6 +29,7 @@ Conditioning Conditioning::rows(int64_t first, int64_t count) const {
     c.text = part(text);
     c.pooled = part(pooled);
     c.mask = part(mask);
+    c.image = part(image);
     c.tail_repeats = tail_repeats;
     return c;
 }
@@ -100,6 +101,18 @@ ImageLatents FamilyPipeline::encode_image(const at::Tensor&) const {
 
 at::Tensor FamilyPipeline::image_latents(const at::Tensor&) const {
     throw ModelError(model_.family_name + "'s pipeline takes no image to edit");
+}
+
+std::optional<EditCondition> FamilyPipeline::edit_condition(const protocol::InputImage&,
+                                                            const protocol::InputImage&,
+                                                            const LatentShape&) const {
+    return std::nullopt;
+}
+
+ImageLatents FamilyPipeline::encode_on_cpu(const at::Tensor& pixels) const {
+    const at::Device vae = device_of(options_, decoder() ? decoder() : "vae");
+    ImageLatents d = encode_image(pixels.to(vae, options_.dtype));
+    return {d.mean.to(at::kCPU), d.std.to(at::kCPU)};
 }
 
 at::Tensor FamilyPipeline::to_transformer(const at::Tensor& x, const char* component) const {
@@ -215,39 +228,45 @@ FamilyPipeline::BranchTexts FamilyPipeline::encode_branches(const std::vector<Ge
 
 FamilyPipeline::StartLatents FamilyPipeline::initial_latents(const std::vector<GenerateRequest>& batch,
                                                              const LatentShape& shape,
-                                                             const protocol::InputImage& image,
-                                                             float sigma) const {
+                                                             const protocol::InputImage& image, float sigma,
+                                                             const std::optional<EditCondition>& condition) const {
     // Drawn on CPU from a generator seeded per request, exactly as diffusers' randn_tensor with
     // generator=torch.Generator("cpu").manual_seed(seed), so an image does not depend on what else
     // is in its batch, nor on the device or the world.
+    const bool from_image = !image.empty() && edit_starts_from_image();
     ImageLatents edited;
-    if (!image.empty()) {  // the batch shares its image (a row that is not shared_batch)
-        const at::Device vae = device_of(options_, decoder() ? decoder() : "vae");
-        const at::Tensor pixels = input_pixels(image, static_cast<int>(shape.width * model_.sizes.vae_scale),
-                                               static_cast<int>(shape.height * model_.sizes.vae_scale));
-        edited = encode_image(pixels.to(vae, options_.dtype));
-        edited.mean = edited.mean.to(at::kCPU), edited.std = edited.std.to(at::kCPU);
-    }
+    if (from_image)  // the batch shares its image (a row that is not shared_batch)
+        edited = encode_on_cpu(input_pixels(image, static_cast<int>(shape.width * model_.sizes.vae_scale),
+                                            static_cast<int>(shape.height * model_.sizes.vae_scale)));
     const auto cpu = at::TensorOptions().dtype(options_.dtype);
-    std::vector<at::Tensor> starts, images, noises;
+    const auto drawn = [&](const ImageLatents& d, at::Generator& gen) {  // retrieve_latents' "sample"
+        return d.mean + d.std * at::randn(d.mean.sizes(), gen, cpu);
+    };
+    std::vector<at::Tensor> starts, images, noises, conditions;
     for (const GenerateRequest& one : batch) {
         at::Generator gen = at::detail::createCPUGenerator(one.seed);
-        if (image.empty()) {
+        if (!from_image) {
             starts.push_back(at::randn({1, shape.channels, shape.height, shape.width}, gen, cpu));
-            continue;
+        } else {  // the image's sample, then the noise, from the prompt's one generator
+            images.push_back(image_latents(drawn(edited, gen)));
+            noises.push_back(at::randn(images.back().sizes(), gen, cpu));
+            starts.push_back(scale_noise(images.back(), noises.back(), sigma));
         }
-        // retrieve_latents' sample, then the noise, from the prompt's one generator.
-        const at::Tensor sample = edited.mean + edited.std * at::randn(edited.mean.sizes(), gen, cpu);
-        images.push_back(image_latents(sample));
-        noises.push_back(at::randn(images.back().sizes(), gen, cpu));
-        starts.push_back(scale_noise(images.back(), noises.back(), sigma));
+        if (condition) {  // Note [edit conditioning]: after the start, from the same generator
+            at::Tensor rows =
+                image_latents(condition->sampled ? drawn(condition->latents, gen) : condition->latents.mean);
+            if (condition->channels.defined())
+                rows = at::cat({rows, condition->channels.to(rows.scalar_type())}, 1);
+            conditions.push_back(rows);
+        }
     }
-    const auto placed = [&](const std::vector<at::Tensor>& rows) {
+    const auto placed = [&](const std::vector<at::Tensor>& rows, bool pack) {
         if (rows.empty()) return at::Tensor();
         const at::Tensor all = at::cat(rows, 0);
-        return (shape.packed ? pack_latents(all) : all).to(options_.device);
+        return (pack ? pack_latents(all) : all).to(options_.device, options_.dtype);
     };
-    return {placed(starts), placed(images), placed(noises)};
+    return {placed(starts, shape.packed), placed(images, shape.packed), placed(noises, shape.packed),
+            placed(conditions, false)};
 }
 
 at::Tensor FamilyPipeline::latent_mask(const protocol::InputImage& mask, const LatentShape& shape) const {
@@ -261,6 +280,28 @@ at::Tensor FamilyPipeline::latent_mask(const protocol::InputImage& mask, const L
                        .contiguous();
     if (shape.packed) m = pack_latents(m);
     return m.to(options_.device, options_.dtype);
+}
+
+FamilyPipeline::Start FamilyPipeline::start(const std::vector<GenerateRequest>& batch, const CallValues& arguments,
+                                            const LatentShape& shape,
+                                            const FlowMatchEulerScheduler& scheduler) const {
+    const int steps = batch.front().steps;
+    const protocol::InputImage& edited = arguments.image("image");
+    const protocol::InputImage& mask =
+        model_.arguments.find("mask_image") ? arguments.image("mask_image") : protocol::InputImage{};
+    const bool from_image = !edited.empty() && edit_starts_from_image();
+    Start out;
+    out.first = from_image ? img2img_first_step(steps, arguments.number("strength")) : 0;
+    const std::optional<EditCondition> condition =
+        edited.empty() ? std::nullopt : edit_condition(edited, mask, shape);
+    out.latents = initial_latents(batch, shape, edited, scheduler.sigmas()[static_cast<std::size_t>(out.first)],
+                                  condition);
+    // Inpainting: after each step, the known region is the image's latents noised to the next
+    // step's sigma (none after the last), the mask's white part the denoised one. A mask the
+    // conditioning carries (Fill) is the model's to follow: no blend.
+    if (from_image && !mask.empty() && !(condition && condition->channels.defined()))
+        out.blend = latent_mask(mask, shape);
+    return out;
 }
 
 std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
@@ -285,7 +326,6 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     // `positive` is the positive branch's own (an extra prediction's input), where this rank has it.
     const Guidance guidance(guided, parallel_->cfg());
     const BranchTexts branches = encode_branches(batch, arguments, guidance, results);
-    const Conditioning &text = branches.text, &positive = branches.positive;
     const LatentShape shape = latents(width, height);
 
     // The sigmas: the scheduler's own, or numpy.linspace(1, 1 / steps, steps) (FLUX, Qwen-Image);
@@ -296,15 +336,17 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
         scheduler.set_sigmas(linspace_sigmas(r.steps), mu);
     else
         scheduler.set_timesteps(r.steps, mu);
-    const protocol::InputImage& edited = arguments.image("image");
-    const int first = edited.empty() ? 0 : img2img_first_step(r.steps, arguments.number("strength"));
-    const StartLatents start =
-        initial_latents(batch, shape, edited, scheduler.sigmas()[static_cast<std::size_t>(first)]);
+    const Start run = start(batch, arguments, shape, scheduler);
+    const int first = run.first;
+    const StartLatents& start = run.latents;
+    const at::Tensor& blend = run.blend;
     at::Tensor latents = start.latents;
-    // Inpainting: after each step, the known region is the image's latents noised to the next
-    // step's sigma (none after the last), the mask's white part the denoised one.
-    const protocol::InputImage& mask = arguments.image("mask_image");
-    const at::Tensor blend = edited.empty() || mask.empty() ? at::Tensor() : latent_mask(mask, shape);
+    // The edit's conditioning beside the latents, in every branch's rows (Note [edit conditioning]).
+    Conditioning text = branches.text, positive = branches.positive;
+    if (start.condition.defined()) {
+        text.image = guidance.model_input(start.condition);
+        positive.image = start.condition;
+    }
 
     // The step cache, for this batch's steps (Note [first block cache], Note [taylorseer cache]).
     StepCacheRun cache(arguments.cache("cache"), guidance, static_cast<int64_t>(batch.size()),

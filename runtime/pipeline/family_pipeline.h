@@ -40,6 +40,9 @@ struct Conditioning {
     at::Tensor text;    // [n, T, D]
     at::Tensor pooled;  // [n, P], or undefined
     at::Tensor mask;    // [n, T] int64, 1 for a prompt's own tokens; undefined: all of them are
+    // An edit's image as the transformer takes it beside the latents (Note [edit conditioning]):
+    // [n, C, h, w] unpacked, in the run's dtype; undefined for text to image, img2img and inpainting.
+    at::Tensor image;
     // Its last text token stands for this many equal ones (SD3's Note [constant text tail]).
     int64_t tail_repeats = 1;
     std::vector<std::string> warnings;  // per prompt: diffusers' truncation warning, or empty
@@ -55,6 +58,22 @@ struct Conditioning {
 // and standard deviation, [1, C, h, w] before any packing, unscaled.
 struct ImageLatents {
     at::Tensor mean, std;
+};
+
+// Note [edit conditioning]: some pipelines give the transformer an edit's image beside the
+// latents rather than (or as well as) starting from it: FluxFillPipeline the masked image's
+// latents and the mask, concatenated on channels; FluxKontextPipeline the reference image's
+// latents, appended as tokens of their own. The family encodes what it needs once for a batch
+// (edit_condition); the loop draws each prompt's rows after its start latents, from the prompt's
+// generator where the pipeline samples (Fill: retrieve_latents' "sample" of the masked image after
+// the noise; Kontext: the mean, no draw), and hands them to predict in Conditioning::image, split
+// between the guidance branches and batches as the latents are. The family's predict decides where
+// they go; no second loop.
+struct EditCondition {
+    ImageLatents latents;  // the encoder's distribution of what it encodes, [1, C, h, w], on the CPU
+    bool sampled = false;  // each prompt draws a sample; else the mean is taken
+    // Rows appended on channels after the image's latents, [1, K, h, w] (Fill's mask), or undefined.
+    at::Tensor channels;
 };
 
 // The sigmas the loop gives the scheduler.
@@ -141,8 +160,19 @@ class FamilyPipeline : public DiffusionPipeline {
     virtual at::Tensor image_latents(const at::Tensor& sample) const;
     // Why this model's inpainting pipeline would not use a mask (empty: it does).
     virtual std::string inpainting_refusal() const { return {}; }
+    // What an edit's `image` (and `mask`, possibly empty) gives the transformer beside the latents
+    // of `shape` (Note [edit conditioning]); nullopt: nothing, the image is the start alone.
+    virtual std::optional<EditCondition> edit_condition(const protocol::InputImage& image,
+                                                        const protocol::InputImage& mask,
+                                                        const LatentShape& shape) const;
+    // Whether an edit starts from its image noised to strength's sigma (img2img, inpainting,
+    // Fill), or from noise as text to image does (Kontext: the image is a reference only).
+    virtual bool edit_starts_from_image() const { return true; }
 
     // --- For the families ---
+    // The latent distribution of `pixels` ([1, 3, H, W] in [-1, 1], float32 on the CPU) through
+    // encode_image on the decoder's device, in the run's dtype, returned on the CPU.
+    ImageLatents encode_on_cpu(const at::Tensor& pixels) const;
     // `x` in the run's dtype, moved from `component`'s device to the transformer's (device_map).
     at::Tensor to_transformer(const at::Tensor& x, const char* component) const;
     // The value of the family's classifier-free guidance scale in `arguments`.
@@ -166,11 +196,25 @@ class FamilyPipeline : public DiffusionPipeline {
     // The batch's initial latents on the run's device, each prompt's noise from its own seed; for
     // an edit (`image` not empty), the image's latents noised to `sigma` (Note [img2img in the
     // one loop]), with the image's latents and the noise kept for inpainting's blend.
+    // `condition`: the batch's edit conditioning, whose rows go to `condition` (Note [edit
+    // conditioning]); `from_image` false: the latents start from noise whatever `image` is.
     struct StartLatents {
-        at::Tensor latents, image, noise;  // image, noise: undefined for text to image
+        at::Tensor latents, image, noise;  // image, noise: undefined unless started from an image
+        at::Tensor condition;              // Conditioning::image's rows, or undefined
     };
     StartLatents initial_latents(const std::vector<GenerateRequest>& batch, const LatentShape& shape,
-                                 const protocol::InputImage& image, float sigma) const;
+                                 const protocol::InputImage& image, float sigma,
+                                 const std::optional<EditCondition>& condition) const;
+    // Where a batch's steps start: the first step (an edit from its image starts later), the
+    // initial latents and the edit's conditioning, and inpainting's blend (the latent mask, or
+    // undefined).
+    struct Start {
+        int first = 0;
+        StartLatents latents;
+        at::Tensor blend;
+    };
+    Start start(const std::vector<GenerateRequest>& batch, const protocol::CallValues& arguments,
+                const LatentShape& shape, const FlowMatchEulerScheduler& scheduler) const;
     // Inpainting's mask as the latents hold it (1: repainted), on the run's device.
     at::Tensor latent_mask(const protocol::InputImage& mask, const LatentShape& shape) const;
     // Throws ModelError unless the batch shares what one pass through the model needs.

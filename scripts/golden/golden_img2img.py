@@ -1,6 +1,9 @@
 """Edits (img2img) as diffusers' StableDiffusion3Img2ImgPipeline, FluxImg2ImgPipeline and
 QwenImageImg2ImgPipeline run them, from the shipped tiny random folders (models/tiny-random-sd3,
-models/tiny-random-flux-dev, models/tiny-random-qwen-image).
+models/tiny-random-flux-dev, models/tiny-random-qwen-image); inpainting as FluxInpaintPipeline and
+QwenImageInpaintPipeline do; FluxFillPipeline and FluxKontextPipeline from tiny folders made here
+(models/tiny-random-flux-fill: its own transformer of 384 input channels; models/tiny-random-flux-
+kontext: the dev folder's weights; both link the dev folder's other components).
 
 Input images are written to tests/data/golden/img2img/: a PNG at the output size and a JPEG of
 another size (resized by VaeImageProcessor, PIL's Lanczos), each read as diffusers.utils.load_image
@@ -71,6 +74,103 @@ INPAINT = {"flux_png_inpaint": ("tiny-random-flux-dev", "in_48x32.png", "mask_24
                                 3, 0.7, 4.0, 32, 32)}
 
 
+# FluxFillPipeline (image and mask required; strength 1 by default) and FluxKontextPipeline (the
+# image a reference at its preferred resolution; the asked size scaled to max_area; text to image
+# without an image). name, folder, image, mask, prompt, negative_prompt, seed, steps, strength,
+# guidance_scale, true_cfg_scale, width, height, max_area
+EDITS = [
+    ("fill_png", "tiny-random-flux-fill", "in_48x32.png", "mask_24x16.png", "a cat on a sofa", None, 41, 3, 1.0,
+     30.0, None, 48, 32, None),
+    ("fill_jpeg_resized", "tiny-random-flux-fill", "in_37x23.jpg", "mask_24x16.png", "an old lighthouse", None, 43,
+     4, 0.6, 10.0, None, 32, 32, None),
+    ("kontext_png", "tiny-random-flux-kontext", "in_48x32.png", None, "make it winter", None, 47, 3, None, 3.5, 1.0,
+     48, 32, 48 * 32),
+    ("kontext_jpeg_cfg", "tiny-random-flux-kontext", "in_37x23.jpg", None, "add a hat", "blurry", 53, 2, None, 2.5,
+     2.0, 40, 24, 2000),
+    ("kontext_text", "tiny-random-flux-kontext", None, None, "a red fox", None, 59, 3, None, 3.5, 1.0, 32, 32,
+     32 * 32),
+]
+FILL_AND_KONTEXT = {"tiny-random-flux-fill": "FluxFillPipeline", "tiny-random-flux-kontext": "FluxKontextPipeline"}
+
+
+def _fill_and_kontext_folders():
+    """The two folders: model_index.json of their class; Fill's transformer of its own (in_channels 16
+    x 4 latents + 16 x 4 masked image + 8 x 8 x 4 mask = 384); every other component a link to the dev
+    folder's, so the repository holds those weights once."""
+    import json
+    import shutil
+
+    from diffusers import FluxTransformer2DModel
+
+    from make_golden import perturb_norms
+
+    dev = os.path.join(ROOT, "models", "tiny-random-flux-dev")
+    with open(os.path.join(dev, "model_index.json")) as f:
+        index = json.load(f)
+    for folder, cls in FILL_AND_KONTEXT.items():
+        path = os.path.join(ROOT, "models", folder)
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path)
+        with open(os.path.join(path, "model_index.json"), "w") as f:
+            json.dump(dict(index, _class_name=cls), f, indent=2, sort_keys=True)
+            f.write("\n")
+        for component in ("scheduler", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "vae",
+                          "transformer"):
+            if folder == "tiny-random-flux-fill" and component == "transformer":
+                continue
+            os.symlink(os.path.join("..", "tiny-random-flux-dev", component), os.path.join(path, component))
+    torch.manual_seed(62)
+    transformer = FluxTransformer2DModel(patch_size=1, in_channels=384, out_channels=64, num_layers=2,
+                                         num_single_layers=2, attention_head_dim=16, num_attention_heads=4,
+                                         joint_attention_dim=32, pooled_projection_dim=32, guidance_embeds=True,
+                                         axes_dims_rope=(4, 6, 6)).eval()
+    perturb_norms(transformer)
+    with torch.no_grad():
+        transformer.proj_out.weight.mul_(4.0)  # noise predictions of a useful size, as the dev folder's
+        transformer.proj_out.bias.mul_(4.0)
+    transformer.save_pretrained(os.path.join(ROOT, "models", "tiny-random-flux-fill", "transformer"),
+                                safe_serialization=True)
+
+
+def _fill_and_kontext(inputs, tensors, meta):
+    import diffusers
+    from diffusers.utils import load_image
+
+    _fill_and_kontext_folders()
+    pipes = {}
+    for folder, cls in FILL_AND_KONTEXT.items():
+        pipes[folder] = getattr(diffusers, cls).from_pretrained(os.path.join(ROOT, "models", folder))
+        pipes[folder].set_progress_bar_config(disable=True)
+    for (name, folder, image_name, mask_name, prompt, negative, seed, steps, strength, guidance, true_cfg, width,
+         height, max_area) in EDITS:
+        kwargs = dict(prompt=prompt, num_inference_steps=steps, width=width, height=height,
+                      guidance_scale=guidance, max_sequence_length=32)
+        m = dict(folder="models/" + folder, variant=folder.rsplit("-", 1)[1], prompt=prompt, negative_prompt=negative, seed=seed, steps=steps,
+                 guidance_scale=guidance, max_sequence_length=32, asked_width=width, asked_height=height)
+        if image_name is not None:
+            kwargs["image"] = load_image(os.path.join(ROOT, inputs[image_name]))
+            m["image"] = inputs[image_name]
+        if mask_name is not None:
+            kwargs["mask_image"] = load_image(os.path.join(ROOT, inputs[mask_name]))
+            m["mask_image"] = inputs[mask_name]
+        if strength is not None:
+            kwargs["strength"] = m["strength"] = strength
+        if true_cfg is not None:
+            kwargs["true_cfg_scale"] = m["true_cfg_scale"] = true_cfg
+        if negative is not None:
+            kwargs["negative_prompt"] = negative
+        if max_area is not None:
+            kwargs["max_area"] = m["max_area"] = max_area
+        gens = lambda: [torch.Generator("cpu").manual_seed(seed)]  # noqa: E731
+        image = pipes[folder](**kwargs, generator=gens(), output_type="np").images[0]
+        latents = pipes[folder](**kwargs, generator=gens(), output_type="latent").images[0]
+        tensors[f"{name}.image"] = torch.from_numpy((image * 255).round().astype(np.uint8))
+        tensors[f"{name}.latents"] = latents.float()
+        # The size made (Kontext's scaled to max_area), which a request carries.
+        m["height"], m["width"] = image.shape[0], image.shape[1]
+        meta[name] = m
+
+
 def img2img_pipelines():
     from diffusers import (FluxImg2ImgPipeline, FluxInpaintPipeline, QwenImageImg2ImgPipeline,
                            QwenImageInpaintPipeline, StableDiffusion3Img2ImgPipeline)
@@ -120,4 +220,5 @@ def img2img_pipelines():
             meta[name]["mask_image"] = inputs[mask_name]
         if "max_sequence_length" in kwargs:
             meta[name]["max_sequence_length"] = kwargs["max_sequence_length"]
+    _fill_and_kontext(inputs, tensors, meta)
     save("img2img_pipeline.safetensors", tensors, meta)

@@ -1,7 +1,10 @@
-// FLUX.1 dev and schnell (FluxPipeline): what the launcher side knows of the family (Note [a
-// family in one place], strategies/family.h). Its math is runtime/models/flux/.
+// FLUX.1 dev and schnell (FluxPipeline), and the FLUX.1 pipelines of their own weights, Fill
+// (FluxFillPipeline) and Kontext (FluxKontextPipeline): what the launcher side knows of them (Note
+// [a family in one place], strategies/family.h). Their math is runtime/models/flux/.
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <tuple>
 #include <regex>
 
 #include "protocol/errors.h"
@@ -306,6 +309,111 @@ const FamilyFacts& flux_family() {
         f.lora_original_parts = &lora_original_parts;
         f.lora_kohya_original = &lora_kohya_original;
         f.kohya_format = "kohya (FLUX.1)";
+        return f;
+    }();
+    return facts;
+}
+
+namespace flux_facts {
+
+// The facts FLUX.1-Fill and FLUX.1-Kontext share with FLUX.1-dev (the same transformer class, text
+// encoders and VAE, the same layouts), as the pipeline class `pipeline_class` of family `family`.
+FamilyFacts dev_pipeline(const char* family, const char* display_name, const char* pipeline_class) {
+    FamilyFacts f = flux_family();
+    f.spec.family = family;
+    f.spec.display_name = display_name;
+    f.spec.pipeline_class = pipeline_class;
+    f.spec.variant_key.clear();  // no schnell of them
+    f.spec.variant_name.clear();
+    f.spec.variant_family.clear();
+    f.spec.unloaded_tensors.clear();  // every line encodes an image
+    f.variant_arguments.clear();
+    f.name_markers.clear();  // an adapter or a file of FLUX.1's names is named FLUX.1's
+    f.shipped_config = nullptr;
+    return f;
+}
+
+// FluxKontextPipeline's size: the asked width and height at their ratio, scaled to max_area
+// pixels (Python's round, half to even) and rounded down to the multiple.
+std::pair<int64_t, int64_t> kontext_output_size(int64_t width, int64_t height,
+                                                const protocol::CallValues& arguments, int64_t multiple) {
+    const double area = static_cast<double>(arguments.whole("max_area"));
+    const double ratio = static_cast<double>(width) / static_cast<double>(height);
+    const auto side = [multiple](double pixels) {
+        return static_cast<int64_t>(std::nearbyint(std::pow(pixels, 0.5))) / multiple * multiple;
+    };
+    return {side(area * ratio), side(area / ratio)};
+}
+
+// The resolutions FLUX.1-Kontext was trained at (diffusers' PREFERRED_KONTEXT_RESOLUTIONS), width
+// by height.
+constexpr std::pair<int64_t, int64_t> kKontextResolutions[] = {
+    {672, 1568}, {688, 1504}, {720, 1456}, {752, 1392},  {800, 1328},  {832, 1248},
+    {880, 1184}, {944, 1104}, {1024, 1024}, {1104, 944}, {1184, 880},  {1248, 832},
+    {1328, 800}, {1392, 752}, {1456, 720}, {1504, 688},  {1568, 672}};
+
+// FluxKontextPipeline's reference size: the image's sides rounded down to the multiple give its
+// ratio; the preferred resolution nearest it (ties to the narrower, as Python's min of tuples),
+// rounded down to the multiple. {0, 0} for an image under the multiple in height or width.
+std::pair<int64_t, int64_t> kontext_reference_size(int64_t width, int64_t height, int64_t multiple) {
+    const int64_t w = width / multiple * multiple, h = height / multiple * multiple;
+    if (w < 1 || h < 1) return {0, 0};
+    const double ratio = static_cast<double>(w) / static_cast<double>(h);
+    std::tuple<double, int64_t, int64_t> best{HUGE_VAL, 0, 0};
+    for (const auto& [pw, ph] : kKontextResolutions)
+        best = std::min(best, {std::abs(ratio - static_cast<double>(pw) / static_cast<double>(ph)), pw, ph});
+    return {std::get<1>(best) / multiple * multiple, std::get<2>(best) / multiple * multiple};
+}
+
+}  // namespace flux_facts
+
+const FamilyFacts& flux_fill_family() {
+    using namespace flux_facts;
+    static const FamilyFacts facts = [] {
+        // FluxFillPipeline: every line repaints the white part of its mask on its image, both
+        // required; the masked image's latents and the mask ride beside the latents on channels.
+        // Its guidance scale is embedded (no negative branch) and its strength 1 by default.
+        FamilyFacts f = dev_pipeline("flux-fill", "FLUX.1-Fill", "FluxFillPipeline");
+        f.spec.inpaint_class = "FluxFillPipeline";
+        f.spec.img2img_class.clear();
+        f.spec.guidance_branches = false;
+        protocol::ArgumentUse image{"image"}, mask{"mask_image"};
+        image.required = mask.required = true;
+        f.arguments = {{"num_inference_steps", 50},
+                       {"guidance_scale", 30},
+                       {"max_sequence_length", 512, 512},
+                       {"lora"},
+                       {"cache"},
+                       image,
+                       mask,
+                       {"strength", 1.0}};
+        return f;
+    }();
+    return facts;
+}
+
+const FamilyFacts& flux_kontext_family() {
+    using namespace flux_facts;
+    static const FamilyFacts facts = [] {
+        // FluxKontextPipeline: a line's image is a reference (its latents appended to the
+        // sequence, at the preferred resolution nearest its ratio), not the start; without one it
+        // is text to image. Every size is scaled to max_area.
+        FamilyFacts f = dev_pipeline("flux-kontext", "FLUX.1-Kontext", "FluxKontextPipeline");
+        f.spec.img2img_class = "FluxKontextPipeline";
+        f.spec.inpaint_class.clear();
+        protocol::ArgumentUse true_cfg{"true_cfg_scale", 1.0};
+        true_cfg.guidance = protocol::Guidance::kAbove1WithNegative;
+        f.arguments = {{"num_inference_steps", 28},
+                       {"guidance_scale", 3.5},
+                       true_cfg,
+                       {"max_sequence_length", 512, 512},
+                       {"lora"},
+                       {"cache"},
+                       {"image"},
+                       {"max_area", 1024.0 * 1024.0}};
+        f.size_from_input = false;
+        f.output_size = &kontext_output_size;
+        f.reference_size = &kontext_reference_size;
         return f;
     }();
     return facts;

@@ -139,6 +139,33 @@ TEST_CASE("bad inputs are refused before any rank starts, naming the line and wh
         CHECK(r.seconds < 20);
         CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
     }
+    // FLUX.1-Fill needs an image and its mask on every line; FLUX.1-Kontext takes no mask, and
+    // refuses a size that max_area makes too small.
+    const std::string fill = std::string(DP_MODELS_DIR) + "/tiny-random-flux-fill";
+    const std::string kontext = std::string(DP_MODELS_DIR) + "/tiny-random-flux-kontext";
+    struct ModelBad {
+        std::string model, line, says;
+    };
+    for (const ModelBad& bad : std::vector<ModelBad>{
+             {fill, R"({"prompt": "x"})", ":2: key 'image': FLUX.1-Fill's pipeline (FluxFillPipeline) needs it"},
+             {fill, R"({"prompt": "x", "image": ")" + good + "\"}",
+              ":2: key 'mask_image': FLUX.1-Fill's pipeline (FluxFillPipeline) needs it on every line (or "
+              "--mask-image for the job)"},
+             {kontext, R"({"prompt": "x", "image": ")" + good + R"(", "mask_image": ")" + good + "\"}",
+              ":2: key 'mask_image': FLUX.1-Kontext does not take mask_image"},
+             {kontext, R"({"prompt": "x", "image": ")" + input("in_37x23.jpg") + R"(", "width": 16, "height": 1024, "max_area": 1024})",
+              ":2: the image made would be 0 x 256 pixels"}}) {
+        CAPTURE(bad.line);
+        std::ofstream(dir + "/p.jsonl") << "{\"prompt\": \"fine\", \"image\": \"" << good << "\", \"mask_image\": \""
+                                        << good << "\"}\n"
+                                        << bad.line << "\n";
+        std::ofstream(dir + "/k.jsonl") << "{\"prompt\": \"fine\"}\n" << bad.line << "\n";
+        LaunchResult r = run_launch({"--model", bad.model, "-o", dir + "/out", "-q",
+                                     dir + (bad.model == fill ? "/p.jsonl" : "/k.jsonl")});
+        CHECK(r.exit_code == 65);
+        CHECK_MESSAGE(r.err.find(bad.says) != std::string::npos, r.err);
+        CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
+    }
     // The flags: a missing --image (66), --strength 0 (2), a glob with a prompt file (2), a glob that
     // matches nothing (66).
     std::ofstream(dir + "/p.txt") << "one\n";

@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -127,8 +128,18 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
     std::vector<GoldenLine> out;
     auto add = [&](nlohmann::json line, const std::string& key, const std::string& image,
                    const std::string& latents) {
-        for (const char* meta : {"prompts", "seeds", "variant"}) line.erase(meta);
+        for (const char* meta : {"prompts", "seeds", "variant", "folder"}) line.erase(meta);
         if (!key.empty()) line["name"] = key;
+        // An edit's inputs (repository-relative in the golden file), absolute; the size asked, of
+        // which the pipeline makes the golden one (Note [output size]).
+        for (const char* input : {"image", "mask_image"})
+            if (line.contains(input))
+                line[input] = std::string(DP_GOLDEN_DIR) + "/../../../" + line.at(input).get<std::string>();
+        for (const char* side : {"width", "height"})
+            if (line.contains(std::string("asked_") + side)) {
+                line[side] = line.at(std::string("asked_") + side);
+                line.erase(std::string("asked_") + side);
+            }
         if (out.size() % 2 == 1) {
             line["num_inference_steps"] = line.at("steps");
             line.erase("steps");
@@ -143,7 +154,8 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
         return out;
     }
     for (const auto& [name, c] : all.items()) {
-        if ((name == "bf16") != bf16 || (c.contains("variant") && c.at("variant") != row.variant)) continue;
+        if ((name == "bf16") != bf16 || (c.contains("variant") ? c.at("variant") != row.variant : !row.variant.empty()))
+            continue;
         if (!c.contains("prompts")) {
             add(c, name, name + ".image", name + ".latents");
             continue;
@@ -166,6 +178,10 @@ void check_record(const FamilyRow& row, const nlohmann::json& record, const nloh
     for (const auto& [key, value] : line.items()) {
         if (key == "prompt" || key == "seed" || key == "name" || key == "width" || key == "height") continue;
         CAPTURE(key);
+        if (key == "image" || key == "mask_image") {  // recorded with its SHA-256 and size
+            CHECK(record.at(key).at("path") == std::filesystem::canonical(value.get<std::string>()).string());
+            continue;
+        }
         if (std::find(row.unrecorded.begin(), row.unrecorded.end(), key) != row.unrecorded.end())
             CHECK_FALSE(record.contains(key));
         else
@@ -327,6 +343,53 @@ std::vector<FamilyRow> rows() {
                     {"guidance_scale", 3.5}};
     rows.push_back(dev);
 
+    // FLUX.1-Fill (FluxFillPipeline): every line an image and its mask, the masked image's latents
+    // and the mask beside the latents; no negative branch. 48 x 32 pixels: 6 tokens.
+    FamilyRow fill{"FLUX.1-Fill", tiny("flux-fill"), "img2img_pipeline.safetensors", "fill", {{"-n", "1"}}, 2,
+                   true};
+    fill.absent = kNotSd3;
+    fill.absent.push_back("true_cfg_scale");
+    fill.base = {"--steps", "2", "--width", "48", "--height", "32", "--max-sequence-length", "13"};
+    fill.prompts = {"p.jsonl", "{\"prompt\": \"an owl\", \"seed\": 1, \"image\": \"" + edit_input("in_48x32.png") +
+                                   "\", \"mask_image\": \"" + edit_input("mask_24x16.png") +
+                                   "\"}\n{\"prompt\": \"a door\", \"seed\": 2, \"strength\": 0.7, "
+                                   "\"guidance_scale\": 10, \"image\": \"" +
+                                   edit_input("in_37x23.jpg") + "\", \"mask_image\": \"" +
+                                   edit_input("mask_24x16.png") + "\"}\n"};
+    fill.runs = {{"-n", "2", "--ulysses", "2"}, {"-n", "2", "--ring", "2"}, {"-n", "2", "--tp", "2"}, {"-n", "3"}};
+    fill.single = {{1, "strength", 0.7}, {0, "strength", 1.0}};  // FluxFillPipeline's default: 1
+    fill.refused_flags = {
+        {{"-n", "2", "--cfg-parallel"}, "has no negative guidance branch to split"},
+        {{"--true-cfg-scale", "2"}, "FLUX.1-Fill does not take true_cfg_scale"}};
+    fill.refused_keys = {{"true_cfg_scale", 2.0, "FLUX.1-Fill does not take true_cfg_scale"}};
+    rows.push_back(fill);
+
+    // FLUX.1-Kontext (FluxKontextPipeline): one file of text to image, an edit whose reference
+    // (resized to 1248 x 832, 4056 tokens) follows the 6 latents' tokens, and an edit with true CFG;
+    // the asked 48 x 32 at max_area 1536 is 48 x 32.
+    FamilyRow kontext{
+        "FLUX.1-Kontext", tiny("flux-kontext"), "img2img_pipeline.safetensors", "kontext", {{"-n", "1"}}, 3, true};
+    kontext.absent = kNotSd3;
+    kontext.absent.push_back("strength");
+    kontext.base = {"--steps", "2", "--width", "48", "--height", "32", "--max-area", "1536",
+                    "--max-sequence-length", "13"};
+    kontext.prompts = {"p.jsonl", "{\"prompt\": \"a red fox\", \"seed\": 1}\n"
+                                  "{\"prompt\": \"make it winter\", \"seed\": 2, \"image\": \"" +
+                                      edit_input("in_48x32.png") +
+                                      "\"}\n{\"prompt\": \"add a hat\", \"negative_prompt\": \"blurry\", "
+                                      "\"true_cfg_scale\": 2.5, \"seed\": 3, \"image\": \"" +
+                                      edit_input("in_37x23.jpg") + "\"}\n"};
+    kontext.runs = {{"-n", "2", "--ulysses", "2"},
+                    {"-n", "2", "--ring", "2"},
+                    {"-n", "2", "--tp", "2"},
+                    {"-n", "2", "--cfg-parallel", "--true-cfg-scale", "2.5"},
+                    {"-n", "3"}};
+    kontext.single = {{0, "max_area", 1536}, {0, "width", 48}, {2, "true_cfg_scale", 2.5}};
+    kontext.refused_flags = {{{"--strength", "0.5"}, "FLUX.1-Kontext does not take strength"}};
+    kontext.refused_keys = {
+        {"mask_image", edit_input("mask_24x16.png"), "FLUX.1-Kontext does not take mask_image"}};
+    rows.push_back(kontext);
+
     // schnell has no guidance embedding: its guidance_scale changes nothing and is not recorded.
     FamilyRow schnell{"FLUX.1-schnell",
                       tiny("flux-schnell"),
@@ -447,7 +510,8 @@ std::vector<FamilyRow> rows() {
 
 TEST_CASE(
     "dp-launch on every family's folders saved by diffusers gives diffusers' images and records each line "
-    "as given: FLUX.1-dev and -schnell, Qwen-Image, SD3 + T5, SD3.5-medium and -large") {
+    "as given: FLUX.1-dev and -schnell, FLUX.1-Fill, FLUX.1-Kontext (text and edit lines in one file), "
+    "Qwen-Image, SD3 + T5, SD3.5-medium and -large") {
     for_rows(rows(), every<FamilyRow>, [](const FamilyRow& row) {
         const std::vector<GoldenLine> lines = golden_lines(row, false);
         REQUIRE(lines.size() == row.images);

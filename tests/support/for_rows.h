@@ -2,9 +2,11 @@
 // The table-driven tests' loop (tests/unit/test_family_*.cpp, tests/integration/test_family_strategies.cpp):
 // `check` on each row of a table that `has` holds for (a predicate, or a field that is set: a list
 // or text not empty, JSON not null, a number not 0, a pointer not null), with the row's name
-// captured for every assertion it makes. Include it after doctest (doctest_torch.h in the LibTorch
-// tests).
+// captured for every assertion it makes. DP_TEST_ROWS=TEXT keeps the rows whose name holds TEXT
+// (to run one family's rows while working on it). Include it after doctest (doctest_torch.h in the
+// LibTorch tests).
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -34,7 +36,9 @@ bool is_set(T v) {
 
 template <class Row, class Has, class Check>
 void for_rows(const std::vector<Row>& rows, Has has, Check check) {
+    const char* only = std::getenv("DP_TEST_ROWS");
     for (const Row& row : rows) {
+        if (only && std::string(row.name).find(only) == std::string::npos) continue;
         if constexpr (std::is_member_object_pointer_v<Has>) {
             if (!is_set(row.*has)) continue;
         } else if (!has(row)) {

@@ -31,6 +31,7 @@
 #include "runtime/models/sd3/sd3_pipeline.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/pipeline_common.h"
+#include "strategies/family.h"
 #include "support/for_rows.h"
 #include "support/test_paths.h"
 #include "unit/golden_request.h"
@@ -371,9 +372,9 @@ TEST_CASE(
 // Note [img2img in the one loop]: each golden edit (scripts/golden/golden_img2img.py) names its
 // folder, its input and its call; one request at a time, as diffusers ran them.
 TEST_CASE(
-    "edits give diffusers' img2img and inpainting images: SD3, FLUX.1-dev and Qwen-Image, PNG and JPEG "
-    "inputs "
-    "at the output size and resized, masks resized and binarized, strength 0.5 to 1") {
+    "edits give diffusers' images: img2img and inpainting on SD3, FLUX.1-dev and Qwen-Image, FLUX.1-Fill, "
+    "FLUX.1-Kontext (and its text to image, its size scaled to max_area), PNG and JPEG inputs at the "
+    "output size and resized, masks resized and binarized, strength 0.5 to 1") {
     const auto file = SafetensorsFile::open(golden_path("img2img_pipeline.safetensors"));
     std::map<std::string, std::unique_ptr<DiffusionPipeline>> loaded;
     std::set<std::string> folders;
@@ -388,6 +389,16 @@ TEST_CASE(
             loaded[folder] = load(options);
         }
         const GenerateRequest request = golden_request(c);
+        if (c.contains("asked_width")) {  // Note [output size]: the size made of the size asked
+            const dp::strategies::ModelInfo model = dp::strategies::read_model_info(folder);
+            const dp::strategies::FamilyFacts& facts = dp::strategies::facts_of(*model.spec);
+            const auto asked = std::pair<int64_t, int64_t>{c.at("asked_width"), c.at("asked_height")};
+            const auto made = facts.output_size ? facts.output_size(asked.first, asked.second,
+                                                                    model.arguments.completed(request.arguments),
+                                                                    model.sizes.multiple())
+                                                : asked;
+            CHECK(made == std::pair<int64_t, int64_t>{request.width, request.height});
+        }
         const GenerateResult out = loaded[folder]->generate(request);
         CHECK_MESSAGE(out.error.empty(), out.error);
         PipelineRow row{name, folder, "img2img_pipeline.safetensors"};
@@ -397,8 +408,8 @@ TEST_CASE(
         folders.insert(folder);
         ++checked;
     }
-    CHECK(checked == 11);
-    CHECK(folders.size() == 3);
+    CHECK(checked == 16);
+    CHECK(folders.size() == 5);
 }
 
 TEST_CASE(

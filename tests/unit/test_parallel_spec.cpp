@@ -115,12 +115,20 @@ TEST_CASE("a model folder's family comes from model_index.json's _class_name, or
     const std::string flux =
         model_folder("flux", {{"model_index.json", R"({"_class_name": "FluxPipeline"})"}});
     CHECK(&parallel_spec_for_model(flux) == &family_spec("flux"));
+    // FLUX.1's pipelines of their own weights, each its family.
+    const std::string fill =
+        model_folder("fill", {{"model_index.json", R"({"_class_name": "FluxFillPipeline"})"}});
+    CHECK(&parallel_spec_for_model(fill) == &family_spec("flux-fill"));
     const std::string kontext =
         model_folder("kontext", {{"model_index.json", R"({"_class_name": "FluxKontextPipeline"})"}});
+    CHECK(&parallel_spec_for_model(kontext) == &family_spec("flux-kontext"));
+    const std::string control =
+        model_folder("control", {{"model_index.json", R"({"_class_name": "FluxControlPipeline"})"}});
     CHECK_THROWS_WITH_AS(
-        parallel_spec_for_model(kontext),
-        (kontext + "/model_index.json: _class_name FluxKontextPipeline is not supported (supported: "
-                   "StableDiffusion3Pipeline, QwenImagePipeline, FluxPipeline)")
+        parallel_spec_for_model(control),
+        (control + "/model_index.json: _class_name FluxControlPipeline is not supported (supported: "
+                   "StableDiffusion3Pipeline, QwenImagePipeline, FluxPipeline, FluxFillPipeline, "
+                   "FluxKontextPipeline)")
             .c_str(),
         dp::protocol::ModelError);
     for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{

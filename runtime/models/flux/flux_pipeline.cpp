@@ -13,6 +13,7 @@
 #include "runtime/models/common/vae_decoder.h"
 #include "runtime/models/flux/flux_transformer.h"
 #include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/image_inputs.h"
 #include "runtime/pipeline/pipeline_common.h"
 #include "strategies/family.h"
 #include "strategies/parallel_spec.h"
@@ -45,10 +46,13 @@ FluxPipeline::~FluxPipeline() = default;
 
 std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const ParallelContext& parallel) {
     const std::string& dir = o.model_dir;
-    const strategies::ParallelSpec& spec = strategies::family_spec("flux");
+    strategies::ModelInfo model = model_info_of(o);
+    const strategies::ParallelSpec& spec = *model.spec;
     if (o.no_t5) throw ModelError("--no-t5: FLUX.1's text is T5's alone; it cannot run without it");
     require_loadable(o, spec);
-    strategies::ModelInfo model = model_info_of(o);
+    const Kind kind = spec.family == "flux-fill"      ? Kind::kFill
+                      : spec.family == "flux-kontext" ? Kind::kKontext
+                                                      : Kind::kText;
 
     auto c = std::make_unique<Components>();
     c->start(o, parallel);
@@ -95,13 +99,19 @@ std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const
         throw ModelError(dir + ": T5's d_model is " + std::to_string(c->t5_config.d_model) +
                          " but transformer/config.json joint_attention_dim is " +
                          std::to_string(t.joint_attention_dim));
-    const int64_t z = c->vae_config.latent_channels;
-    if (t.in_channels != z * 4 || t.out_channels != z * 4)
-        throw ModelError(
-            dir + ": the transformer takes " + std::to_string(t.in_channels) + " channels and makes " +
-            std::to_string(t.out_channels) + ", but the pipeline packs the VAE's " + std::to_string(z) +
-            " latent channels in 2x2 patches (in_channels and out_channels " + std::to_string(z * 4) + ")");
-    return std::unique_ptr<FluxPipeline>(new FluxPipeline(std::move(c), std::move(model)));
+    // The latents packed 2x2; Fill's beside them the masked image's (as many) and the mask's pixels
+    // under each latent (vae_scale^2 channels, packed as well).
+    const int64_t z = c->vae_config.latent_channels, s = c->vae_scale;
+    const int64_t in = kind == Kind::kFill ? 2 * z * 4 + s * s * 4 : z * 4;
+    if (t.in_channels != in || t.out_channels != z * 4)
+        throw ModelError(dir + ": the transformer takes " + std::to_string(t.in_channels) + " channels and makes " +
+                         std::to_string(t.out_channels) + ", but " + spec.pipeline_class + " packs the VAE's " +
+                         std::to_string(z) + " latent channels in 2x2 patches" +
+                         (kind == Kind::kFill ? ", with the masked image's and the mask's beside them" : "") +
+                         " (in_channels " + std::to_string(in) + ", out_channels " + std::to_string(z * 4) + ")");
+    auto pipeline = std::unique_ptr<FluxPipeline>(new FluxPipeline(std::move(c), std::move(model)));
+    pipeline->pipeline_ = kind;
+    return pipeline;
 }
 
 bool FluxPipeline::components_kept() const {
@@ -141,7 +151,7 @@ Conditioning FluxPipeline::encode(const std::vector<std::string>& prompts,
 
 LatentShape FluxPipeline::latents(int width, int height) const {
     // [C, H, W] with H and W even, in the text's dtype, packed 2x2 for the transformer.
-    return packed_latents(c_->transformer_config.in_channels / 4, c_->vae_scale, width, height);
+    return packed_latents(c_->vae_config.latent_channels, c_->vae_scale, width, height);
 }
 
 std::shared_ptr<const void> FluxPipeline::hold_transformer() const { return c_->transformer.use(); }
@@ -157,8 +167,20 @@ at::Tensor FluxPipeline::predict(const at::Tensor& latents, const LatentShape& s
     const at::Tensor embedded =
         tc.guidance_embeds ? at::full({rows}, arguments.number("guidance_scale"), on_device.dtype(at::kFloat))
                            : at::Tensor();
-    return c_->transformer.use()->forward(latents, text.text, text.pooled, t, embedded, shape.height / 2,
-                                          shape.width / 2, blocks);
+    // Note [edit conditioning]: Fill's beside the latents on channels, Kontext's after them.
+    at::Tensor input = latents;
+    FluxReference reference;
+    if (pipeline_ == Kind::kFill && !text.image.defined())
+        throw ModelError("FLUX.1-Fill's pipeline (FluxFillPipeline) needs an image and a mask_image");
+    if (text.image.defined()) {
+        const at::Tensor packed = pack_latents(text.image);
+        if (pipeline_ == Kind::kKontext)
+            reference = {packed, text.image.size(2) / 2, text.image.size(3) / 2};
+        else
+            input = at::cat({latents, packed}, 2);
+    }
+    return c_->transformer.use()->forward(input, text.text, text.pooled, t, embedded, shape.height / 2,
+                                          shape.width / 2, blocks, reference);
 }
 
 at::Tensor FluxPipeline::decode(const at::Tensor& latents) const {
@@ -172,6 +194,34 @@ ImageLatents FluxPipeline::encode_image(const at::Tensor& pixels) const {
 
 at::Tensor FluxPipeline::image_latents(const at::Tensor& sample) const {
     return (sample - c_->vae_config.shift_factor) * c_->vae_config.scaling_factor;
+}
+
+std::optional<EditCondition> FluxPipeline::edit_condition(const protocol::InputImage& image,
+                                                          const protocol::InputImage& mask,
+                                                          const LatentShape& shape) const {
+    EditCondition e;
+    if (pipeline_ == Kind::kKontext) {
+        // Resized to the preferred resolution nearest its ratio; the mean ("argmax"), no draw.
+        const strategies::FamilyFacts& facts = strategies::facts_of(*model().spec);
+        const auto [w, h] = facts.reference_size(image.width, image.height, model().sizes.multiple());
+        if (w < 1 || h < 1)
+            throw ModelError(image.path + ": " + std::to_string(image.width) + " x " +
+                             std::to_string(image.height) + " pixels is too small a reference for FLUX.1-Kontext");
+        e.latents = encode_on_cpu(input_pixels(image, static_cast<int>(w), static_cast<int>(h)));
+        return e;
+    }
+    if (pipeline_ != Kind::kFill) return std::nullopt;
+    if (mask.empty()) throw ModelError("FLUX.1-Fill's pipeline (FluxFillPipeline) needs a mask_image with the image");
+    // FluxFillPipeline.prepare_mask_latents: the image with the mask's white part blacked out
+    // (to 0, mid-grey), encoded and sampled; the binarized mask's s x s pixels under each latent as
+    // s^2 channels, in (row, column) order within the latent.
+    const int64_t s = c_->vae_scale, h = shape.height, w = shape.width;
+    const at::Tensor pixels = input_pixels(image, static_cast<int>(w * s), static_cast<int>(h * s));
+    const at::Tensor m = input_mask(mask, static_cast<int>(w * s), static_cast<int>(h * s));
+    e.latents = encode_on_cpu(pixels * (1 - m));
+    e.sampled = true;
+    e.channels = m.select(1, 0).view({1, h, s, w, s}).permute({0, 2, 4, 1, 3}).reshape({1, s * s, h, w});
+    return e;
 }
 
 }  // namespace dp::runtime

@@ -1,9 +1,13 @@
 #pragma once
-// FLUX.1's text-to-image pipeline (dev and schnell), as diffusers' FluxPipeline runs it: each prompt
+// FLUX.1's pipelines, as diffusers' FluxPipeline runs text to image (dev and schnell): each prompt
 // through CLIP-L (CLIPTextModel's pooled output, 77 tokens) and T5 (max_sequence_length tokens,
 // padded, no mask) -> flow-matching denoising of packed 2x2 latents over explicit sigmas with the
 // image's dynamic shift (dev) or none (schnell), dev's distilled guidance scale embedded, true CFG
 // only with a negative prompt and a scale above 1 -> the VAE decode (scale and shift) -> uint8 RGB.
+// The same weights edit as FluxImg2ImgPipeline and FluxInpaintPipeline do (Note [img2img in the one
+// loop]); a FLUX.1-Fill folder runs FluxFillPipeline (the masked image's latents and the mask beside
+// the latents on channels) and a FLUX.1-Kontext folder FluxKontextPipeline (a reference image's
+// latents appended as tokens of position index 1): Note [edit conditioning].
 
 #include <ATen/core/Tensor.h>
 
@@ -58,8 +62,17 @@ class FluxPipeline : public FamilyPipeline {
     // FluxImg2ImgPipeline's: the VAE encoder, (x - shift_factor) x scaling_factor.
     ImageLatents encode_image(const at::Tensor& pixels) const override;
     at::Tensor image_latents(const at::Tensor& sample) const override;
+    // Fill: the masked image (its latent distribution) and the mask's pixels under each latent;
+    // Kontext: the image at its reference size (its mean).
+    std::optional<EditCondition> edit_condition(const protocol::InputImage& image,
+                                                const protocol::InputImage& mask,
+                                                const LatentShape& shape) const override;
+    bool edit_starts_from_image() const override { return pipeline_ != Kind::kKontext; }
 
+    // Which of FLUX.1's pipelines the folder is (its model_index.json's class).
+    enum class Kind { kText, kFill, kKontext };
     std::unique_ptr<Components> c_;
+    Kind pipeline_ = Kind::kText;
 };
 
 }  // namespace dp::runtime

@@ -58,13 +58,14 @@ at::Tensor axis_angles(const at::Tensor& positions, int64_t dim) {
 
 }  // namespace
 
-FluxRope flux_image_rope(const std::array<int64_t, 3>& axes, int64_t grid_h, int64_t grid_w) {
+FluxRope flux_image_rope(const std::array<int64_t, 3>& axes, int64_t grid_h, int64_t grid_w, int64_t first) {
     const int64_t n = grid_h * grid_w;
     const at::Tensor index = at::arange(n, at::kLong);
-    const at::Tensor angles = at::cat({axis_angles(at::zeros({n}, at::kFloat), axes[0]),
-                                       axis_angles(at::floor_divide(index, grid_w).to(at::kFloat), axes[1]),
-                                       axis_angles(at::remainder(index, grid_w).to(at::kFloat), axes[2])},
-                                      1);
+    const at::Tensor angles =
+        at::cat({axis_angles(at::full({n}, static_cast<double>(first), at::kFloat), axes[0]),
+                 axis_angles(at::floor_divide(index, grid_w).to(at::kFloat), axes[1]),
+                 axis_angles(at::remainder(index, grid_w).to(at::kFloat), axes[2])},
+                1);
     return {at::cos(angles).to(at::kFloat), at::sin(angles).to(at::kFloat)};
 }
 
@@ -227,10 +228,9 @@ void FluxTransformer::single_block(const BlockContext& block, OneStream& stream,
     }
 }
 
-at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
-                                    const at::Tensor& pooled, const at::Tensor& timestep,
-                                    const at::Tensor& guidance, int64_t grid_h, int64_t grid_w,
-                                    const BlockRunner& runner) const {
+void FluxTransformer::check_inputs(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
+                                   const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h,
+                                   int64_t grid_w, const FluxReference& reference) const {
     const FluxTransformerConfig& c = config_;
     if (grid_h < 1 || grid_w < 1 || !latents.defined() || latents.dim() != 3 ||
         latents.size(1) != grid_h * grid_w || latents.size(2) != c.in_channels)
@@ -260,18 +260,42 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
         throw ModelError(
             "this transformer has no guidance embedder (guidance_embeds false, FLUX.1-schnell): "
             "it takes no guidance scale");
+    const at::Tensor& ref = reference.latents;
+    const int64_t refs = ref.defined() ? reference.grid_h * reference.grid_w : 0;
+    if (ref.defined() && (reference.grid_h < 1 || reference.grid_w < 1 || ref.dim() != 3 ||
+                          ref.size(0) != batch || ref.size(1) != refs || ref.size(2) != c.in_channels))
+        throw ModelError("the transformer takes a reference image's packed latents [" + std::to_string(batch) +
+                         ", " + std::to_string(refs) + ", " + std::to_string(c.in_channels) + "]; got " +
+                         c10::str(ref.sizes()));
+}
+
+at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
+                                    const at::Tensor& pooled, const at::Tensor& timestep,
+                                    const at::Tensor& guidance, int64_t grid_h, int64_t grid_w,
+                                    const BlockRunner& runner, const FluxReference& reference) const {
+    const FluxTransformerConfig& c = config_;
+    check_inputs(latents, text, pooled, timestep, guidance, grid_h, grid_w, reference);
+    const int64_t batch = latents.size(0), own = grid_h * grid_w;
+    const at::Tensor& ref = reference.latents;
+    const int64_t refs = ref.defined() ? reference.grid_h * reference.grid_w : 0;
     const at::ScalarType dtype = x_embedder_.weight().scalar_type();
     const at::Device device = x_embedder_.weight().device();
     const int64_t heads = parallel_->tensor().share(c.num_attention_heads);
 
-    // Both streams split over the sequence groups (Note [FLUX text stream]).
-    const SequenceShard image(grid_h * grid_w, parallel_->sequence()),
-        words(text.size(1), parallel_->sequence());
-    at::Tensor x = x_embedder_(image.shard(latents.to(device, dtype)));
+    // Both streams split over the sequence groups (Note [FLUX text stream]); a reference's tokens
+    // follow the latents' in the image stream, as diffusers' Kontext concatenates them.
+    const SequenceShard image(own + refs, parallel_->sequence()), words(text.size(1), parallel_->sequence());
+    const at::Tensor tokens = refs ? at::cat({latents.to(device, dtype), ref.to(device, dtype)}, 1)
+                                   : latents.to(device, dtype);
+    at::Tensor x = x_embedder_(image.shard(tokens));
     at::Tensor ctx = context_embedder_(words.shard(text.to(device, dtype)));
     at::Tensor temb_act = at::silu(conditioning(timestep, guidance, pooled, batch));
     // The text's ids are all zero: its rotation is x * 1 + rotated * 0, exactly x, so it is skipped.
-    const FluxRope rope = flux_image_rope(c.axes_dims_rope, grid_h, grid_w);
+    FluxRope rope = flux_image_rope(c.axes_dims_rope, grid_h, grid_w);
+    if (refs) {
+        const FluxRope r = flux_image_rope(c.axes_dims_rope, reference.grid_h, reference.grid_w, 1);
+        rope = {at::cat({rope.cos, r.cos}, 0), at::cat({rope.sin, r.sin}, 0)};
+    }
     at::Tensor cos = image.shard(rope.cos, 0).to(device), sin = image.shard(rope.sin, 0).to(device);
 
     DualStreamStep step;
@@ -307,7 +331,8 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
     });
 
     const std::vector<at::Tensor> sc = norm_out_(temb_act).chunk(2, 1);  // scale, shift
-    return image.gather(proj_out_(modulate(plain_layer_norm(x, kEps), sc[1], sc[0])));
+    const at::Tensor out = image.gather(proj_out_(modulate(plain_layer_norm(x, kEps), sc[1], sc[0])));
+    return refs ? out.narrow(1, 0, own).contiguous() : out;  // the latents' tokens alone
 }
 
 }  // namespace dp::runtime

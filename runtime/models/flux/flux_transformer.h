@@ -67,6 +67,14 @@ struct FluxSingleBlock {
     RMSNorm norm_q, norm_k;
 };
 
+// FluxKontextPipeline's reference image: its packed latents [B, grid_h * grid_w, in_channels],
+// appended to the image tokens with position ids (1, row, column) of its own grid. The output is
+// the latents' tokens alone.
+struct FluxReference {
+    at::Tensor latents;
+    int64_t grid_h = 0, grid_w = 0;
+};
+
 class FluxTransformer : public TransformerBase<FluxTransformerConfig> {
   public:
     // Loads this rank's part of the model for its place in `parallel` (which must outlive it): with
@@ -83,15 +91,20 @@ class FluxTransformer : public TransformerBase<FluxTransformerConfig> {
     // mask); pooled [B, pooled_projection_dim]; timestep [B] as diffusers' forward takes it (the
     // scheduler's timestep / 1000, in the model's dtype); guidance [B] (the scale itself, fp32;
     // required iff guidance_embeds, else undefined); grid_h, grid_w: the latent's height and width
-    // over 2. Returns [B, grid_h * grid_w, out_channels] in the model's dtype. Under context
-    // parallelism both streams are split (Note [FLUX text stream]); every rank of the groups calls
+    // over 2; `reference`: Kontext's reference image, or none. Returns [B, grid_h * grid_w,
+    // out_channels] in the model's dtype. Under context parallelism both streams are split (Note
+    // [FLUX text stream]; the reference's tokens with the image's); every rank of the groups calls
     // forward with the same inputs and gets the same output. Throws ModelError for inputs that do
     // not fit the config.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
                        const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h, int64_t grid_w,
-                       const BlockRunner& blocks = BlockRunner()) const;
+                       const BlockRunner& blocks = BlockRunner(), const FluxReference& reference = {}) const;
 
   private:
+    // Throws ModelError for forward's inputs that do not fit the config.
+    void check_inputs(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
+                      const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h, int64_t grid_w,
+                      const FluxReference& reference) const;
     at::Tensor conditioning(const at::Tensor& timestep, const at::Tensor& guidance, const at::Tensor& pooled,
                             int64_t batch) const;
     // This rank's [text; image] tokens through the single blocks (Note [FLUX single blocks, one
@@ -112,13 +125,15 @@ class FluxTransformer : public TransformerBase<FluxTransformerConfig> {
     ParallelLinear norm_out_, proj_out_;
 };
 
-// FluxPosEmbed's tables for the image tokens of a grid_h x grid_w grid (ids (0, row, column),
-// row-major): cos and sin [tokens, head_dim] in fp32, each angle repeated for its pair, computed in
-// float64 as diffusers does on CPU and CUDA. The text's ids are all zero: cos 1, sin 0.
+// FluxPosEmbed's tables for the image tokens of a grid_h x grid_w grid (ids (index, row, column),
+// row-major; index 0 for the latents, 1 for Kontext's reference): cos and sin [tokens, head_dim] in
+// fp32, each angle repeated for its pair, computed in float64 as diffusers does on CPU and CUDA.
+// The text's ids are all zero: cos 1, sin 0.
 struct FluxRope {
     at::Tensor cos, sin;
 };
-FluxRope flux_image_rope(const std::array<int64_t, 3>& axes_dims, int64_t grid_h, int64_t grid_w);
+FluxRope flux_image_rope(const std::array<int64_t, 3>& axes_dims, int64_t grid_h, int64_t grid_w,
+                         int64_t index = 0);
 // x [B, H, S, head_dim] rotated pairwise (x[2k], x[2k + 1]) by cos / sin [S, head_dim] in fp32, as
 // diffusers' apply_rotary_emb (use_real, unbind -1); returned in x's dtype.
 at::Tensor apply_flux_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
