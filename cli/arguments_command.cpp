@@ -109,6 +109,7 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
         e.ignored = a.ignored;
         e.required = a.required;
         if (a.required) e.default_text = "required";
+        if (a.row->none_default) e.default_value = nullptr, e.default_text = "none";
         e.pixels = row.pixels && !a.ignored;
         e.type = type_name(row.type);
         if (row.type == CallType::kBlocks) {
@@ -136,7 +137,7 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
             }
         } else if (const protocol::CallValue* v = defaults.arguments.find(row.name)) {
             e.default_value = protocol::call_value_json(*v);
-        } else {
+        } else if (!row.none_default) {
             e.default_value = protocol::call_value_json(a.value);  // ignored: accepted at any value
         }
         if (a.ignored) e.help += " (accepted and ignored by " + model.family_name + ", as diffusers does)";
@@ -185,8 +186,9 @@ std::string line_kinds(const strategies::ModelInfo& model) {
     std::string out = "A line without \"image\" runs " + spec.pipeline_class + " (text to image)";
     if (spec.img2img_class.empty()) return out + "; this model edits no images.";
     if (spec.img2img_class == spec.pipeline_class)
-        return out + "; a line with \"image\" runs it too, the image a reference the model sees beside "
-                     "what it makes (an instruction edit).";
+        return out +
+               "; a line with \"image\" runs it too, the image a reference the model sees beside "
+               "what it makes (an instruction edit).";
     out += "; a line with \"image\" runs " + spec.img2img_class +
            " (img2img: the image redone from the noise level \"strength\" selects)";
     if (spec.inpaint_class.empty()) return out + ".";

@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launcher/input_images.h"
 #include "launcher/adapter_files.h"
 #include "launcher/component_files.h"
 #include "launcher/errors.h"
+#include "launcher/input_images.h"
 #include "launcher/job.h"
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
@@ -124,8 +124,8 @@ PlanPrompt plan_prompt(const ResolvedJob& resolved) {
     const strategies::ModelInfo& model = resolved.model;
     PlanPrompt p;
     // The size a line of the job makes (Note [output size]: FLUX.1-Kontext's scaled to max_area).
-    const auto [width, height] = launcher::line_size(launcher::PromptRecord{}, job, model,
-                                                     model.arguments.completed(job.arguments));
+    const auto [width, height] =
+        launcher::line_size(launcher::PromptRecord{}, job, model, model.arguments.completed(job.arguments));
     p.width = width, p.height = height;
     // Patches a side as the pipeline makes them (FLUX packs 2x2 before a transformer of patch 1).
     const long long vae_scale = model.sizes.vae_scale, grid = model.sizes.patch_size;

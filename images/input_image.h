@@ -88,6 +88,13 @@ std::optional<Resample> resample_by_name(const std::string& name);
 // its affine nearest-neighbour scaling for kNearest; the same size is a copy. Throws
 // std::invalid_argument when `width` or `height` is below 1 or `image` is empty or inconsistent.
 RgbImage resize(const RgbImage& image, int width, int height, Resample mode = Resample::kLanczos);
+// The part of the image Image.resize's `box` names (floats, within the image, possibly of no
+// width or height: each output pixel then weighs the pixels about that edge).
+struct ResizeBox {
+    float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+// image.resize((width, height), filter, box): as above, from `box` (kNearest: the whole image only).
+RgbImage resize(const RgbImage& image, int width, int height, Resample mode, const ResizeBox& box);
 
 // image.convert("L"): ITU-R 601-2 luma in Pillow's fixed point,
 // (19595 R + 38470 G + 7471 B + 0x8000) >> 16. For inpainting masks.

@@ -54,9 +54,9 @@ struct Coefficients {
     std::vector<int32_t> weights;
 };
 
-// Pillow's precompute_coeffs and normalize_coeffs_8bpc for input [0, in_size) onto out_size.
-Coefficients coefficients(int in_size, int out_size, const Filter& filter) {
-    const float in0 = 0, in1 = static_cast<float>(in_size);  // Pillow's box, in floats
+// Pillow's precompute_coeffs and normalize_coeffs_8bpc for the box [in0, in1) of an input of
+// in_size onto out_size.
+Coefficients coefficients(int in_size, float in0, float in1, int out_size, const Filter& filter) {
     const double scale = static_cast<double>(in1 - in0) / out_size;
     const double filterscale = scale < 1.0 ? 1.0 : scale;
     const double support = filter.support * filterscale;
@@ -136,16 +136,28 @@ RgbImage vertical(const RgbImage& in, int height, const Coefficients& c, int shi
 }
 
 // ImagingResampleInner: horizontal pass over the rows the vertical pass reads, then vertical.
-RgbImage resample(const RgbImage& in, int width, int height, const Filter& filter) {
-    const Coefficients cx = coefficients(in.width, width, filter);
-    const Coefficients cy = coefficients(in.height, height, filter);
+RgbImage resample(const RgbImage& in, int width, int height, const Filter& filter, const ResizeBox& box) {
+    const Coefficients cx = coefficients(in.width, box.x0, box.x1, width, filter);
+    const Coefficients cy = coefficients(in.height, box.y0, box.y1, height, filter);
     const int first_row = cy.first[0];
     const int last_row = cy.first[height - 1] + cy.count[height - 1];
     RgbImage out;
-    const bool need_horizontal = width != in.width, need_vertical = height != in.height;
+    const bool need_horizontal = width != in.width || box.x0 != 0 || box.x1 != static_cast<float>(width);
+    const bool need_vertical = height != in.height || box.y0 != 0 || box.y1 != static_cast<float>(height);
     if (need_horizontal) out = horizontal(in, first_row, last_row - first_row, width, cx);
     if (need_vertical)
         out = vertical(need_horizontal ? out : in, height, cy, need_horizontal ? first_row : 0);
+    if (!need_horizontal && !need_vertical) out = in;
+    return out;
+}
+
+// ImagingCrop of a box within the image.
+RgbImage crop_rows(const RgbImage& in, int x0, int y0, int x1, int y1) {
+    RgbImage out{x1 - x0, y1 - y0, std::vector<uint8_t>(static_cast<std::size_t>(x1 - x0) * (y1 - y0) * 3)};
+    for (int y = y0; y < y1; ++y)
+        std::memcpy(&out.rgb[static_cast<std::size_t>(y - y0) * out.width * 3],
+                    &in.rgb[(static_cast<std::size_t>(y) * in.width + x0) * 3],
+                    static_cast<std::size_t>(out.width) * 3);
     return out;
 }
 
@@ -185,22 +197,40 @@ std::optional<Resample> resample_by_name(const std::string& name) {
 }
 
 RgbImage resize(const RgbImage& image, int width, int height, Resample mode) {
+    return resize(image, width, height, mode,
+                  {0, 0, static_cast<float>(image.width), static_cast<float>(image.height)});
+}
+
+RgbImage resize(const RgbImage& image, int width, int height, Resample mode, const ResizeBox& box) {
     if (width < 1 || height < 1) throw std::invalid_argument("resize: the size must be at least 1x1");
     if (image.width < 1 || image.height < 1 ||
         image.rgb.size() != static_cast<std::size_t>(image.width) * image.height * 3)
         throw std::invalid_argument("resize: an empty or inconsistent image");
-    if (width == image.width && height == image.height) return image;
+    // Image.resize's checks and shortcuts (_imaging.c's _resize): the whole image at its size is a
+    // copy, a box of whole pixels at the asked size a crop.
+    if (box.x0 < 0 || box.y0 < 0 || box.x1 > static_cast<float>(image.width) ||
+        box.y1 > static_cast<float>(image.height) || box.x1 - box.x0 < 0 || box.y1 - box.y0 < 0)
+        throw std::invalid_argument("resize: the box must lie within the image and not be negative");
+    if (box.x0 - static_cast<float>(static_cast<int>(box.x0)) == 0 &&
+        box.x1 - box.x0 == static_cast<float>(width) &&
+        box.y0 - static_cast<float>(static_cast<int>(box.y0)) == 0 &&
+        box.y1 - box.y0 == static_cast<float>(height))
+        return crop_rows(image, static_cast<int>(box.x0), static_cast<int>(box.y0),
+                         static_cast<int>(box.x0) + width, static_cast<int>(box.y0) + height);
     switch (mode) {
         case Resample::kNearest:
+            if (box.x0 != 0 || box.y0 != 0 || box.x1 != static_cast<float>(image.width) ||
+                box.y1 != static_cast<float>(image.height))
+                throw std::invalid_argument("resize: nearest-neighbour scaling takes the whole image");
             return nearest(image, width, height);
         case Resample::kBilinear:
-            return resample(image, width, height, {bilinear_filter, 1.0});
+            return resample(image, width, height, {bilinear_filter, 1.0}, box);
         case Resample::kBicubic:
-            return resample(image, width, height, {bicubic_filter, 2.0});
+            return resample(image, width, height, {bicubic_filter, 2.0}, box);
         case Resample::kLanczos:
             break;
     }
-    return resample(image, width, height, {lanczos_filter, 3.0});
+    return resample(image, width, height, {lanczos_filter, 3.0}, box);
 }
 
 GreyImage to_grey(const RgbImage& image) {

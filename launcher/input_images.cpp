@@ -86,8 +86,8 @@ const protocol::InputImage& InputImages::resolved(const protocol::InputImage& im
     return file(relative_to(image.path, base)).image;
 }
 
-std::pair<int, int> line_size(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model,
-                              const protocol::CallValues& arguments) {
+std::pair<int, int> line_size(const PromptRecord& p, const JobOptions& job,
+                              const strategies::ModelInfo& model, const protocol::CallValues& arguments) {
     const strategies::FamilyFacts& facts = strategies::facts_of(*model.spec);
     const protocol::InputImage& input =
         model.arguments.find("image") ? arguments.image("image") : protocol::InputImage{};
@@ -118,8 +118,9 @@ std::string InputImages::line_problem(const PromptRecord& p, const JobOptions& j
     // The line's arguments as its request will hold them, its own image resolved.
     protocol::CallValues given = job.arguments;
     for (const protocol::CallValues::Item& item : p.arguments.items()) given.set(*item.first, item.second);
-    if (p.arguments.has("image") && !p.arguments.image("image").empty())
-        given.set("image", resolved(p.arguments.image("image"), folder));
+    for (const char* row : kImageRows)
+        if (p.arguments.has(row) && !p.arguments.image(row).empty())
+            given.set(row, resolved(p.arguments.image(row), folder));
     for (const protocol::FamilyArgument& a : model.arguments.all()) {
         const protocol::CallValue* v = a.required ? given.find(a.row->name) : nullptr;
         if (!a.required || (v && !(std::holds_alternative<protocol::InputImage>(*v) &&
@@ -136,23 +137,38 @@ std::string InputImages::line_problem(const PromptRecord& p, const JobOptions& j
             return std::string(own_mask ? "key 'mask_image'" : "--mask-image") +
                    ": a mask of the image to edit, and the line has no \"image\" (nor does --image)";
     }
+    // Note [padding_mask_crop]: the result goes back through the mask, which must be the image's size.
+    const protocol::InputImage no_mask;
+    const protocol::InputImage& mask =
+        model.arguments.find("mask_image") ? given.image("mask_image") : no_mask;
+    if (!input.empty() && given.has("padding_mask_crop") && !mask.empty()) {
+        if (mask.width != input.width || mask.height != input.height)
+            return "key 'padding_mask_crop': the mask is " + std::to_string(mask.width) + " x " +
+                   std::to_string(mask.height) + " pixels and the image " + std::to_string(input.width) +
+                   " x " + std::to_string(input.height) +
+                   "; the result is pasted back into the image through the mask, which must be the image's "
+                   "size (give a mask of that size, or no padding_mask_crop)";
+    }
     const strategies::FamilyFacts& facts = strategies::facts_of(*model.spec);
     const int64_t m = model.sizes.multiple();
-    if (!input.empty() && facts.reference_size && facts.reference_size(input.width, input.height, m).first < 1)
-        return "key 'image': " + std::to_string(input.width) + " x " + std::to_string(input.height) + " pixels; " +
-               model.spec->display_name + " takes images of at least " + std::to_string(m) + " pixels a side";
+    if (!input.empty() && facts.reference_size &&
+        facts.reference_size(input.width, input.height, m).first < 1)
+        return "key 'image': " + std::to_string(input.width) + " x " + std::to_string(input.height) +
+               " pixels; " + model.spec->display_name + " takes images of at least " + std::to_string(m) +
+               " pixels a side";
     const auto [width, height] = line_size(p, job, model, model.arguments.completed(given));
     for (const auto& [key, pixels] : {std::pair{"width", width}, std::pair{"height", height}}) {
         const std::string why = model.sizes.check(pixels);
         if (why.empty()) continue;
         const bool from_input = !input.empty() && facts.size_from_input && !(p.width || job.width);
-        std::string made = "the image made would be " + std::to_string(width) + " x " + std::to_string(height) +
-                           " pixels (" + std::string(key) + ": " + why + ")";
+        std::string made = "the image made would be " + std::to_string(width) + " x " +
+                           std::to_string(height) + " pixels (" + std::string(key) + ": " + why + ")";
         if (facts.output_size)
             made += "; " + model.spec->display_name + "'s pipeline scales the asked size to max_area (" +
                     std::to_string(model.arguments.completed(given).whole("max_area")) + " pixels)";
         return from_input ? "key 'image': its size of " + std::to_string(input.width) + " x " +
-                                std::to_string(input.height) + " pixels: " + made + " (give \"width\" and \"height\")"
+                                std::to_string(input.height) + " pixels: " + made +
+                                " (give \"width\" and \"height\")"
                           : made;
     }
     return {};

@@ -56,8 +56,8 @@ class InputImages {
 // the job's, else its image's rounded down to the size multiple where the family sizes an edit by
 // its input, else the model's default; then as the family's pipeline makes those. `arguments`: the
 // line's call arguments completed, its image resolved.
-std::pair<int, int> line_size(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model,
-                              const protocol::CallValues& arguments);
+std::pair<int, int> line_size(const PromptRecord& p, const JobOptions& job,
+                              const strategies::ModelInfo& model, const protocol::CallValues& arguments);
 
 // `path` relative to `base` where it is relative and `base` is not empty.
 std::string relative_to(const std::string& path, const std::string& base);

@@ -131,6 +131,7 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
         } else if (const protocol::CallArgument* row = protocol::find_call_argument(key);
                    row && !row->universal && key == row->name) {
             // A family's call argument, in its row's range; the model's own limits are the caller's check.
+            if (value.is_null() && row->none_default) continue;  // diffusers' None: the job's, or none
             protocol::CallValue v;
             if (std::string why = protocol::read_call_value(*row, value, v); !why.empty())
                 return "key '" + key + "': " + why;

@@ -105,6 +105,17 @@ const std::vector<CallArgument>& call_arguments() {
             a.above_min = true;
             a.active_with = "image";
         }
+        {
+            // Note [padding_mask_crop] (runtime/pipeline/image_inputs.h).
+            CallArgument& a = add("padding_mask_crop", CallType::kWhole, 0, 8192,
+                                  "--padding-mask-crop,--padding_mask_crop", "PX",
+                                  "Inpainting on the mask's region only: the region its white part covers, "
+                                  "grown by this many pixels and to the output's ratio, is redone at the "
+                                  "output size and pasted back into the whole image through the mask (the "
+                                  "image made is the input's size; the mask must be too)");
+            a.active_with = "mask_image";
+            a.none_default = true;
+        }
         // FluxKontextPipeline's: the output's width and height scaled to this many pixels at their
         // ratio, each rounded down to the size multiple (Note [output size], strategies/family.h).
         add("max_area", CallType::kWhole, 1024, 8192.0 * 8192.0, "--max-area,--max_area", "PIXELS",
@@ -659,6 +670,7 @@ CallValues FamilyArguments::completed(const CallValues& values) const {
     for (const FamilyArgument& a : all_) {
         if (a.row->universal || a.ignored) continue;
         const CallValue* given = values.find(a.row->name);
+        if (!given && a.row->none_default) continue;  // diffusers' None
         out.set(*a.row, given ? *given : a.value);
     }
     return out;

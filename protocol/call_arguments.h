@@ -44,10 +44,10 @@ enum class Guidance {
 // place], strategies/families/): the rows its pipeline takes, at which default. Every family takes
 // the universal rows; it declares one to give its default.
 struct ArgumentUse {
-    const char* name;      // the row's
-    double value = 0;      // its default (kBlocks: none, always empty); universal width/height: unused
-    double max = 0;        // 0: the row's max; else this family's own limit
-    bool ignored = false;  // accepted and ignored, as diffusers does (FLUX.1-schnell's guidance_scale)
+    const char* name;       // the row's
+    double value = 0;       // its default (kBlocks: none, always empty); universal width/height: unused
+    double max = 0;         // 0: the row's max; else this family's own limit
+    bool ignored = false;   // accepted and ignored, as diffusers does (FLUX.1-schnell's guidance_scale)
     bool required = false;  // every line must give it, or the job (FluxFillPipeline's image and mask)
     Guidance guidance = Guidance::kNone;
 };
@@ -72,6 +72,9 @@ struct CallArgument {
     const char* below_why = nullptr;  // what a value not below it breaks: "the start must be below the stop"
     const char* unit = nullptr;       // what its values measure, for messages: "fractions of the steps"
     bool above_min = false;           // kNumber: `min` itself is refused (strength: above 0)
+    // Its default is diffusers' None: a request holds it only when given (padding_mask_crop, where
+    // 0 is a value of its own).
+    bool none_default = false;
 
     // "a number from 0 to 100", "a whole number from 1 to 512", "a list of distinct block indices".
     std::string expected(double family_max = 0) const;

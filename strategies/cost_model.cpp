@@ -21,7 +21,8 @@ CostRules cost_rules(const ImageSizeRule& sizes, const protocol::FamilyArguments
     rules.arguments = arguments;
     const int64_t side = std::max<int64_t>(1, sizes.default_side / rules.pixels_per_token);
     rules.adapter_switch = 2 * side * side;
-    if (!arguments.family().empty()) rules.reference_size = facts_of(family_spec(arguments.family())).reference_size;
+    if (!arguments.family().empty())
+        rules.reference_size = facts_of(family_spec(arguments.family())).reference_size;
     return rules;
 }
 

@@ -101,7 +101,8 @@ struct FamilyFacts {
     // default above), each a multiple of `multiple`, under the line's `arguments` (FluxKontextPipeline:
     // scaled to max_area pixels at their ratio). nullptr: those asked.
     std::pair<int64_t, int64_t> (*output_size)(int64_t width, int64_t height,
-                                               const protocol::CallValues& arguments, int64_t multiple) = nullptr;
+                                               const protocol::CallValues& arguments,
+                                               int64_t multiple) = nullptr;
     // The size an edit's image is resized to from its decoded `width` x `height`, where the
     // transformer takes it beside the latents as a reference of its own size (FluxKontextPipeline's
     // preferred resolution nearest its ratio). nullptr: the image is the start, at the output size.

@@ -229,7 +229,8 @@ FamilyPipeline::BranchTexts FamilyPipeline::encode_branches(const std::vector<Ge
 FamilyPipeline::StartLatents FamilyPipeline::initial_latents(const std::vector<GenerateRequest>& batch,
                                                              const LatentShape& shape,
                                                              const protocol::InputImage& image, float sigma,
-                                                             const std::optional<EditCondition>& condition) const {
+                                                             const std::optional<EditCondition>& condition,
+                                                             const std::optional<images::Box>& crop) const {
     // Drawn on CPU from a generator seeded per request, exactly as diffusers' randn_tensor with
     // generator=torch.Generator("cpu").manual_seed(seed), so an image does not depend on what else
     // is in its batch, nor on the device or the world.
@@ -237,7 +238,7 @@ FamilyPipeline::StartLatents FamilyPipeline::initial_latents(const std::vector<G
     ImageLatents edited;
     if (from_image)  // the batch shares its image (a row that is not shared_batch)
         edited = encode_on_cpu(input_pixels(image, static_cast<int>(shape.width * model_.sizes.vae_scale),
-                                            static_cast<int>(shape.height * model_.sizes.vae_scale)));
+                                            static_cast<int>(shape.height * model_.sizes.vae_scale), crop));
     const auto cpu = at::TensorOptions().dtype(options_.dtype);
     const auto drawn = [&](const ImageLatents& d, at::Generator& gen) {  // retrieve_latents' "sample"
         return d.mean + d.std * at::randn(d.mean.sizes(), gen, cpu);
@@ -269,11 +270,12 @@ FamilyPipeline::StartLatents FamilyPipeline::initial_latents(const std::vector<G
             placed(conditions, false)};
 }
 
-at::Tensor FamilyPipeline::latent_mask(const protocol::InputImage& mask, const LatentShape& shape) const {
+at::Tensor FamilyPipeline::latent_mask(const protocol::InputImage& mask, const LatentShape& shape,
+                                       const std::optional<images::Box>& crop) const {
     if (const std::string why = inpainting_refusal(); !why.empty()) throw ModelError(why);
     const int64_t scale = model_.sizes.vae_scale;
     const at::Tensor pixels =
-        input_mask(mask, static_cast<int>(shape.width * scale), static_cast<int>(shape.height * scale));
+        input_mask(mask, static_cast<int>(shape.width * scale), static_cast<int>(shape.height * scale), crop);
     // torch.nn.functional.interpolate's default (nearest) to the latents' size, on every channel.
     at::Tensor m = at::upsample_nearest2d(pixels, std::vector<int64_t>{shape.height, shape.width})
                        .expand({1, shape.channels, shape.height, shape.width})
@@ -282,8 +284,8 @@ at::Tensor FamilyPipeline::latent_mask(const protocol::InputImage& mask, const L
     return m.to(options_.device, options_.dtype);
 }
 
-FamilyPipeline::Start FamilyPipeline::start(const std::vector<GenerateRequest>& batch, const CallValues& arguments,
-                                            const LatentShape& shape,
+FamilyPipeline::Start FamilyPipeline::start(const std::vector<GenerateRequest>& batch,
+                                            const CallValues& arguments, const LatentShape& shape,
                                             const FlowMatchEulerScheduler& scheduler) const {
     const int steps = batch.front().steps;
     const protocol::InputImage& edited = arguments.image("image");
@@ -294,14 +296,33 @@ FamilyPipeline::Start FamilyPipeline::start(const std::vector<GenerateRequest>& 
     out.first = from_image ? img2img_first_step(steps, arguments.number("strength")) : 0;
     const std::optional<EditCondition> condition =
         edited.empty() ? std::nullopt : edit_condition(edited, mask, shape);
-    out.latents = initial_latents(batch, shape, edited, scheduler.sigmas()[static_cast<std::size_t>(out.first)],
-                                  condition);
+    if (from_image)
+        out.crop = inpaint_crop(arguments, static_cast<int>(shape.width * model_.sizes.vae_scale),
+                                static_cast<int>(shape.height * model_.sizes.vae_scale));
+    out.latents = initial_latents(
+        batch, shape, edited, scheduler.sigmas()[static_cast<std::size_t>(out.first)], condition, out.crop);
     // Inpainting: after each step, the known region is the image's latents noised to the next
     // step's sigma (none after the last), the mask's white part the denoised one. A mask the
     // conditioning carries (Fill) is the model's to follow: no blend.
     if (from_image && !mask.empty() && !(condition && condition->channels.defined()))
-        out.blend = latent_mask(mask, shape);
+        out.blend = latent_mask(mask, shape, out.crop);
     return out;
+}
+
+void FamilyPipeline::decode_results(std::vector<GenerateResult>& results, const at::Tensor& latents,
+                                    const LatentShape& shape, const Start& run, const CallValues& arguments,
+                                    int steps) const {
+    at::Tensor image = shape.packed ? unpack_latents(latents, shape.height, shape.width) : latents;
+    const DeviceMapping* dm = options_.device_map.get();
+    if (dm && decoder()) image = dm->move(image, dm->slot_of("transformer"), dm->slot_of(decoder()));
+    finish_results(results, run.blend.defined() ? decode_inpainted(image) : decode(image), latents, steps);
+    if (!run.crop) return;
+    // Note [padding_mask_crop]: each pasted back into the original.
+    std::vector<at::Tensor> made;
+    for (const GenerateResult& out : results) made.push_back(out.image);
+    const at::Tensor pasted = overlay_inpainting(at::stack(made, 0), arguments, *run.crop);
+    for (std::size_t k = 0; k < results.size(); ++k)
+        results[k].image = pasted[static_cast<int64_t>(k)].contiguous();
 }
 
 std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
@@ -392,10 +413,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     const int64_t computed = cache.computed(parallel_->cfg(), options_.device);
     const std::vector<double> mag_ratios = cache.mag_ratios(parallel_->cfg(), options_.device);
 
-    at::Tensor image = shape.packed ? unpack_latents(latents, shape.height, shape.width) : latents;
-    const DeviceMapping* dm = options_.device_map.get();
-    if (dm && decoder()) image = dm->move(image, dm->slot_of("transformer"), dm->slot_of(decoder()));
-    finish_results(results, decode(image), latents, r.steps);
+    decode_results(results, latents, shape, run, arguments, r.steps);
     for (GenerateResult& out : results) {
         out.computed_steps = computed;
         out.cache_metrics = cache.metrics();

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "images/vae_image_processor.h"
 #include "runtime/pipeline/flow_match_scheduler.h"
 #include "runtime/pipeline/pipeline.h"
 #include "strategies/model_config.h"
@@ -149,6 +150,8 @@ class FamilyPipeline : public DiffusionPipeline {
     // The images [n, 3, H, W] in [-1, 1] from the final latents, unpacked [n, C, h, w] and on the
     // decoder's device.
     virtual at::Tensor decode(const at::Tensor& latents) const = 0;
+    // ... of an inpainting line's latents (those blended with the image's). Default: decode.
+    virtual at::Tensor decode_inpainted(const at::Tensor& latents) const { return decode(latents); }
     // The component that decodes (its device_map slot); nullptr: none (pixel space).
     virtual const char* decoder() const { return "vae"; }
     // --- Image inputs (Note [img2img in the one loop]) ---
@@ -204,7 +207,8 @@ class FamilyPipeline : public DiffusionPipeline {
     };
     StartLatents initial_latents(const std::vector<GenerateRequest>& batch, const LatentShape& shape,
                                  const protocol::InputImage& image, float sigma,
-                                 const std::optional<EditCondition>& condition) const;
+                                 const std::optional<EditCondition>& condition,
+                                 const std::optional<images::Box>& crop) const;
     // Where a batch's steps start: the first step (an edit from its image starts later), the
     // initial latents and the edit's conditioning, and inpainting's blend (the latent mask, or
     // undefined).
@@ -212,11 +216,18 @@ class FamilyPipeline : public DiffusionPipeline {
         int first = 0;
         StartLatents latents;
         at::Tensor blend;
+        std::optional<images::Box> crop;  // Note [padding_mask_crop]
     };
     Start start(const std::vector<GenerateRequest>& batch, const protocol::CallValues& arguments,
                 const LatentShape& shape, const FlowMatchEulerScheduler& scheduler) const;
+    // The final `latents` (the model's rows, of `shape`) decoded into `results`' images, as `run`
+    // began them (an inpainting's decode; padding_mask_crop's paste back).
+    void decode_results(std::vector<GenerateResult>& results, const at::Tensor& latents,
+                        const LatentShape& shape, const Start& run, const protocol::CallValues& arguments,
+                        int steps) const;
     // Inpainting's mask as the latents hold it (1: repainted), on the run's device.
-    at::Tensor latent_mask(const protocol::InputImage& mask, const LatentShape& shape) const;
+    at::Tensor latent_mask(const protocol::InputImage& mask, const LatentShape& shape,
+                           const std::optional<images::Box>& crop) const;
     // Throws ModelError unless the batch shares what one pass through the model needs.
     void check_batch(const std::vector<GenerateRequest>& batch, const protocol::CallValues& arguments) const;
 

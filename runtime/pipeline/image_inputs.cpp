@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <vector>
 
 #include "images/input_image.h"
 #include "runtime/io/errors.h"
@@ -20,28 +22,76 @@ int img2img_first_step(int steps, double strength) {
 
 namespace {
 
-// The file the launcher read, decoded and resized to width x height (PIL's Lanczos).
-images::RgbImage read_input(const protocol::InputImage& image, int width, int height) {
+// The file the launcher read, decoded.
+images::RgbImage decoded(const protocol::InputImage& image) {
     if (!image.sha256.empty() && strategies::file_sha256(image.path) != image.sha256)
         throw protocol::InputDataError(image.path +
                                        ": the image changed since the job started (its SHA-256 is not " +
                                        image.sha256 + ")");
-    images::RgbImage rgb = images::decode_image(image.path);
+    return images::decode_image(image.path);
+}
+
+// ... resized to width x height (PIL's Lanczos), or its `crop` resized to fill it.
+images::RgbImage read_input(const protocol::InputImage& image, int width, int height,
+                            const std::optional<images::Box>& crop) {
+    images::RgbImage rgb = decoded(image);
+    if (crop) return images::resize_fill(images::crop(rgb, *crop), width, height);
     if (rgb.width != width || rgb.height != height) rgb = images::resize(rgb, width, height);
     return rgb;
 }
 
+at::Tensor as_tensor(images::RgbImage& rgb) {
+    return at::from_blob(rgb.rgb.data(), {rgb.height, rgb.width, 3}, at::TensorOptions().dtype(at::kByte));
+}
+
 }  // namespace
 
-at::Tensor input_mask(const protocol::InputImage& mask, int width, int height) {
-    images::GreyImage grey = images::to_grey(read_input(mask, width, height));
+std::optional<images::Box> inpaint_crop(const protocol::CallValues& arguments, int width, int height) {
+    if (!arguments.has("padding_mask_crop") || !arguments.has("mask_image") ||
+        arguments.image("mask_image").empty())
+        return std::nullopt;
+    const images::GreyImage mask = images::to_grey(decoded(arguments.image("mask_image")));
+    try {
+        return images::crop_region(mask, width, height,
+                                   static_cast<int>(arguments.whole("padding_mask_crop")));
+    } catch (const std::invalid_argument& e) {
+        throw ModelError(arguments.image("mask_image").path + ": padding_mask_crop: " + e.what());
+    }
+}
+
+at::Tensor overlay_inpainting(const at::Tensor& made, const protocol::CallValues& arguments,
+                              const images::Box& crop) {
+    images::RgbImage original = decoded(arguments.image("image"));
+    const images::GreyImage mask = images::to_grey(decoded(arguments.image("mask_image")));
+    if (mask.width != original.width || mask.height != original.height)
+        throw ModelError("padding_mask_crop: the mask is " + std::to_string(mask.width) + "x" +
+                         std::to_string(mask.height) + " and the image " + std::to_string(original.width) +
+                         "x" + std::to_string(original.height) +
+                         "; the result is pasted back through the mask, which "
+                         "must be the image's size");
+    std::vector<at::Tensor> out;
+    for (int64_t i = 0; i < made.size(0); ++i) {
+        const at::Tensor one = made[i].contiguous();
+        images::RgbImage generated{
+            static_cast<int>(one.size(1)), static_cast<int>(one.size(0)),
+            std::vector<uint8_t>(one.data_ptr<uint8_t>(), one.data_ptr<uint8_t>() + one.numel())};
+        images::RgbImage pasted = images::apply_overlay(mask, original, generated, crop);
+        out.push_back(as_tensor(pasted).clone());
+    }
+    return at::stack(out, 0);
+}
+
+at::Tensor input_mask(const protocol::InputImage& mask, int width, int height,
+                      const std::optional<images::Box>& crop) {
+    images::GreyImage grey = images::to_grey(read_input(mask, width, height, crop));
     const at::Tensor bytes =
         at::from_blob(grey.grey.data(), {1, 1, height, width}, at::TensorOptions().dtype(at::kByte));
     return bytes.to(at::kFloat).div_(255.0f).ge(0.5).to(at::kFloat);
 }
 
-at::Tensor input_pixels(const protocol::InputImage& image, int width, int height) {
-    images::RgbImage rgb = read_input(image, width, height);
+at::Tensor input_pixels(const protocol::InputImage& image, int width, int height,
+                        const std::optional<images::Box>& crop) {
+    images::RgbImage rgb = read_input(image, width, height, crop);
     // np.array(image).astype(np.float32) / 255.0, then 2 x - 1: float32 at each step.
     const at::Tensor bytes =
         at::from_blob(rgb.rgb.data(), {1, height, width, 3}, at::TensorOptions().dtype(at::kByte));

@@ -9,6 +9,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+
+#include "images/vae_image_processor.h"
 #include "protocol/call_arguments.h"
 
 namespace dp::runtime {
@@ -19,14 +22,31 @@ int img2img_first_step(int steps, double strength);
 
 // The image's pixels as the VAE encoder takes them: decoded (PIL's pixels), resized to width x
 // height with PIL's Lanczos where its size differs, in [-1, 1] as VaeImageProcessor makes them
-// ([1, 3, height, width], float32 on the CPU). Throws InputDataError when the file is not the
-// one the launcher read (its SHA-256), or no longer decodes.
-at::Tensor input_pixels(const protocol::InputImage& image, int width, int height);
+// ([1, 3, height, width], float32 on the CPU). With `crop` (an inpainting's padding_mask_crop),
+// that region of it, resized to fill width x height (resize_mode "fill"). Throws InputDataError
+// when the file is not the one the launcher read (its SHA-256), or no longer decodes.
+at::Tensor input_pixels(const protocol::InputImage& image, int width, int height,
+                        const std::optional<images::Box>& crop = std::nullopt);
 
 // An inpainting mask as the mask processor makes it: decoded, resized to width x height as the
-// image is, made grey (PIL's convert("L")), over 255 and binarized (0.5 and above: 1, repainted),
-// [1, 1, height, width] float32 on the CPU. Throws as input_pixels does.
-at::Tensor input_mask(const protocol::InputImage& mask, int width, int height);
+// image is (`crop` too), made grey (PIL's convert("L")), over 255 and binarized (0.5 and above: 1,
+// repainted), [1, 1, height, width] float32 on the CPU. Throws as input_pixels does.
+at::Tensor input_mask(const protocol::InputImage& mask, int width, int height,
+                      const std::optional<images::Box>& crop = std::nullopt);
+
+// Note [padding_mask_crop]: an inpainting line with padding_mask_crop works on the region of the
+// image its mask's white part (grown by that many pixels, then to the output's ratio) covers, as
+// diffusers' *InpaintPipeline classes do: the image and the mask are cropped to it and resized
+// to fill the output size, the steps run on that, and the result is resized back into the region
+// and composited over the original through the mask, so the image made is the original's size
+// with only the masked part new. The region, from the decoded mask (its size the image's, which
+// the launcher checks): nullopt for a line without padding_mask_crop or without a mask. Throws
+// ModelError for a mask with no white pixel (diffusers divides by zero there).
+std::optional<images::Box> inpaint_crop(const protocol::CallValues& arguments, int width, int height);
+// The made images [n, height, width, 3] uint8 (the crop's output size), each pasted back into the
+// original as apply_overlay does: [n, original height, original width, 3] uint8.
+at::Tensor overlay_inpainting(const at::Tensor& made, const protocol::CallValues& arguments,
+                              const images::Box& crop);
 
 // FlowMatchEulerDiscreteScheduler.scale_noise: sigma * noise + (1 - sigma) * sample, with sigma
 // in the sample's dtype.

@@ -223,9 +223,71 @@ RESIZES = [  # (source, filter, width, height)
     ("png_rgb8.png", "nearest", 24, 48),
     ("pattern:400x300", "nearest", 9, 7),
 ]
+# Image.resize with a box (VaeImageProcessor's "fill" resizes a zero-height or zero-width edge).
+BOX_RESIZES = [  # (source, filter, width, height, box)
+    ("pattern:64x48", "lanczos", 64, 5, (0, 0, 64, 0)),
+    ("pattern:64x48", "lanczos", 64, 5, (0, 48, 64, 48)),
+    ("pattern:64x48", "lanczos", 7, 48, (64, 0, 64, 48)),
+    ("pattern:37x23", "bicubic", 20, 10, (3.5, 2.25, 30.0, 20.75)),
+    ("pattern:37x23", "bilinear", 11, 13, (1.0, 0.0, 36.5, 23.0)),
+    ("pattern:37x23", "lanczos", 10, 5, (2, 3, 12, 8)),  # whole pixels at the asked size: a crop
+]
+# VaeImageProcessor.resize's modes (diffusers 0.42.1, lanczos).
+MODES = [("pattern:64x48", "fill", 32, 32), ("pattern:64x48", "crop", 32, 32), ("pattern:37x23", "fill", 24, 40),
+         ("pattern:37x23", "crop", 24, 40), ("pattern:37x23", "fill", 40, 16), ("pattern:37x23", "crop", 40, 16),
+         ("pattern:64x48", "fill", 48, 36), ("pattern:400x300", "fill", 33, 17), ("pattern:400x300", "crop", 17, 33)]
+# get_crop_region(mask, width, height, pad)
+CROP_REGIONS = [("a", 32, 32, 0), ("a", 32, 32, 8), ("a", 64, 16, 4), ("a", 16, 64, 4), ("b", 32, 32, 2),
+                ("b", 8, 40, 0), ("c", 32, 48, 0), ("a", 48, 48, 100), ("d", 40, 24, 3)]
+# apply_overlay(mask, original, generated of the processing size, get_crop_region(mask, w, h, pad))
+OVERLAYS = [("pattern:64x48", "a", 32, 32, 8, 1), ("pattern:37x23", "b", 40, 24, 2, 2),
+            ("pattern:64x48", "d", 40, 24, 3, 3), ("pattern:64x48", "c", 32, 48, 0, 4)]
+
+
+def masks():
+    """Grey masks: a block with a grey band and a lone faint pixel; one pixel; all white; a ramp."""
+    a = np.zeros((48, 64), np.uint8)
+    a[10:21, 40:56] = 255
+    a[12:14, 30:40] = 128
+    a[30, 5] = 1
+    b = np.zeros((23, 37), np.uint8)
+    b[20, 3] = 1
+    c = np.full((48, 64), 255, np.uint8)
+    d = np.zeros((48, 64), np.uint8)
+    d[5:41, :] = (np.arange(64) * 255 // 63).astype(np.uint8)
+    return {"a": a, "b": b, "c": c, "d": d}
+
+
 FILTERS = {"lanczos": Image.LANCZOS, "bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR,
            "nearest": Image.NEAREST}
 GREYS = ["png_rgb8.png", "jpeg_420.jpg", "pattern:64x48"]
+
+
+def _processor(meta, keep, source):
+    """Box resizes, VaeImageProcessor's resize modes, get_crop_region and apply_overlay."""
+    from diffusers.image_processor import VaeImageProcessor
+
+    processor = VaeImageProcessor()
+    meta["box_resizes"], meta["modes"], meta["crop_regions"], meta["overlays"] = [], [], [], []
+    for spec, filt, w, h, box in BOX_RESIZES:
+        out = np.asarray(Image.fromarray(source(spec)).resize((w, h), FILTERS[filt], box=box))
+        meta["box_resizes"].append({"source": spec, "filter": filt, "width": w, "height": h, "box": list(box),
+                                    "tensor": keep("boxed", out)})
+    for spec, mode, w, h in MODES:
+        out = np.asarray(processor.resize(Image.fromarray(source(spec)), h, w, resize_mode=mode))
+        meta["modes"].append({"source": spec, "mode": mode, "width": w, "height": h, "tensor": keep("mode", out)})
+    grey = {k: keep("mask", v) for k, v in masks().items()}
+    meta["masks"] = grey
+    for name, w, h, pad in CROP_REGIONS:
+        box = VaeImageProcessor.get_crop_region(Image.fromarray(masks()[name]), w, h, pad=pad)
+        meta["crop_regions"].append({"mask": name, "width": w, "height": h, "pad": pad, "box": [int(v) for v in box]})
+    for spec, name, w, h, pad, seed in OVERLAYS:
+        mask = Image.fromarray(masks()[name])
+        box = VaeImageProcessor.get_crop_region(mask, w, h, pad=pad)
+        generated = photo(w, h, seed)
+        out = np.asarray(processor.apply_overlay(mask, Image.fromarray(source(spec)), Image.fromarray(generated), box))
+        meta["overlays"].append({"source": spec, "mask": name, "box": [int(v) for v in box],
+                                 "generated": keep("generated", generated), "tensor": keep("overlay", out)})
 
 
 def images():
@@ -266,6 +328,7 @@ def images():
     for spec in GREYS:
         out = np.asarray(Image.fromarray(source(spec)).convert("L"))
         meta["greys"].append({"source": spec, "tensor": keep("grey", out)})
+    _processor(meta, keep, source)
     path = os.path.join(OUT, "images.safetensors")
     save_file(tensors, path, metadata={"cases": json.dumps(meta, sort_keys=True)})
     total = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))

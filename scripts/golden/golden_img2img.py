@@ -3,7 +3,8 @@ QwenImageImg2ImgPipeline run them, from the shipped tiny random folders (models/
 models/tiny-random-flux-dev, models/tiny-random-qwen-image); inpainting as FluxInpaintPipeline and
 QwenImageInpaintPipeline do; FluxFillPipeline and FluxKontextPipeline from tiny folders made here
 (models/tiny-random-flux-fill: its own transformer of 384 input channels; models/tiny-random-flux-
-kontext: the dev folder's weights; both link the dev folder's other components).
+kontext: the dev folder's weights; both link the dev folder's other components); SD3's inpainting
+from models/tiny-random-sd3-16ch (a VAE and transformer of 16 latent channels, made here).
 
 Input images are written to tests/data/golden/img2img/: a PNG at the output size and a JPEG of
 another size (resized by VaeImageProcessor, PIL's Lanczos), each read as diffusers.utils.load_image
@@ -48,6 +49,16 @@ def _inputs():
     path = os.path.join(INPUTS, "mask_24x16.png")
     Image.fromarray(np.stack([mask] * 3, axis=-1)).save(path, "PNG")
     made["mask_24x16.png"] = os.path.relpath(path, ROOT)
+    # Masks of their images' sizes (padding_mask_crop pastes back through them): a block off-centre
+    # with a soft edge.
+    for name, (w, h), box in [("mask_48x32.png", (48, 32), (30, 6, 42, 19)), ("mask_32x32.png", (32, 32), (4, 18, 13, 29))]:
+        grey = np.zeros((h, w), dtype=np.uint8)
+        x0, y0, x1, y1 = box
+        grey[y0:y1, x0:x1] = 255
+        grey[y0 - 1, x0:x1] = 100
+        path = os.path.join(INPUTS, name)
+        Image.fromarray(grey).save(path, "PNG")
+        made[name] = os.path.relpath(path, ROOT)
     return made
 
 
@@ -71,7 +82,54 @@ INPAINT = {"flux_png_inpaint": ("tiny-random-flux-dev", "in_48x32.png", "mask_24
            "flux_jpeg_inpaint_full": ("tiny-random-flux-dev", "in_37x23.jpg", "mask_24x16.png", "an old lighthouse",
                                       None, 31, 3, 1.0, 3.5, 32, 32),
            "qwen_png_inpaint": ("tiny-random-qwen-image", "in_32x32.png", "mask_24x16.png", "a red fox", "blurry", 37,
-                                3, 0.7, 4.0, 32, 32)}
+                                3, 0.7, 4.0, 32, 32),
+           # SD3 blends a mask only for a transformer of 16 latent channels: the 16-channel folder.
+           "sd3_png_inpaint": ("tiny-random-sd3-16ch", "in_32x32.png", "mask_24x16.png", "a red fox in the snow", "",
+                               61, 4, 0.8, 5.0, 32, 32),
+           "sd3_jpeg_inpaint_full": ("tiny-random-sd3-16ch", "in_37x23.jpg", "mask_24x16.png", "a blue square",
+                                     "blurry", 67, 3, 1.0, 4.0, 32, 24)}
+
+# Inpainting on the mask's region (padding_mask_crop), the mask of the image's size; the image made
+# is the input's size. name: (folder, image, mask, prompt, negative_prompt, seed, steps, strength,
+# guidance, width, height, padding_mask_crop)
+CROPPED = {"flux_png_inpaint_crop": ("tiny-random-flux-dev", "in_48x32.png", "mask_48x32.png", "a cat on a sofa", None,
+                                     71, 3, 0.9, 3.5, 32, 32, 4),
+           "qwen_png_inpaint_crop": ("tiny-random-qwen-image", "in_32x32.png", "mask_32x32.png", "a red fox", "blurry",
+                                     73, 3, 0.8, 4.0, 32, 24, 2),
+           "sd3_png_inpaint_crop": ("tiny-random-sd3-16ch", "in_32x32.png", "mask_32x32.png", "a blue square", "", 79,
+                                    3, 1.0, 5.0, 24, 24, 0)}
+
+
+def _sd3_16_folder():
+    """models/tiny-random-sd3-16ch: tiny-random-sd3 with a VAE and transformer of 16 latent channels
+    (as every released SD3), which StableDiffusion3InpaintPipeline needs to blend a mask; its text
+    encoders, tokenizers and scheduler are links to tiny-random-sd3's."""
+    import json
+    import shutil
+
+    from diffusers import AutoencoderKL, SD3Transformer2DModel
+
+    from make_golden import perturb_norms
+
+    base = os.path.join(ROOT, "models", "tiny-random-sd3")
+    path = os.path.join(ROOT, "models", "tiny-random-sd3-16ch")
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    shutil.copy(os.path.join(base, "model_index.json"), os.path.join(path, "model_index.json"))
+    for component in ("scheduler", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"):
+        os.symlink(os.path.join("..", "tiny-random-sd3", component), os.path.join(path, component))
+    with open(os.path.join(base, "transformer", "config.json")) as f:
+        config = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+    torch.manual_seed(63)
+    transformer = SD3Transformer2DModel(**dict(config, in_channels=16, out_channels=16)).eval()
+    vae = AutoencoderKL(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(8,), layers_per_block=1,
+                        latent_channels=16, norm_num_groups=4, use_quant_conv=False, use_post_quant_conv=False,
+                        scaling_factor=1.5305, shift_factor=0.0609, down_block_types=("DownEncoderBlock2D",),
+                        up_block_types=("UpDecoderBlock2D",)).eval()
+    for model in (transformer, vae):
+        perturb_norms(model)
+    transformer.save_pretrained(os.path.join(path, "transformer"), safe_serialization=True)
+    vae.save_pretrained(os.path.join(path, "vae"), safe_serialization=True)
 
 
 # FluxFillPipeline (image and mask required; strength 1 by default) and FluxKontextPipeline (the
@@ -173,7 +231,7 @@ def _fill_and_kontext(inputs, tensors, meta):
 
 def img2img_pipelines():
     from diffusers import (FluxImg2ImgPipeline, FluxInpaintPipeline, QwenImageImg2ImgPipeline,
-                           QwenImageInpaintPipeline, StableDiffusion3Img2ImgPipeline)
+                           QwenImageInpaintPipeline, StableDiffusion3Img2ImgPipeline, StableDiffusion3InpaintPipeline)
     from diffusers.utils import load_image
 
     inputs = _inputs()
@@ -183,14 +241,19 @@ def img2img_pipelines():
     keys = ["name", "folder", "image", "prompt", "negative_prompt", "seed", "steps", "strength", "guidance_scale",
             "width", "height"]
     tensors, meta = {}, {}
-    inpaint = {"tiny-random-flux-dev": FluxInpaintPipeline, "tiny-random-qwen-image": QwenImageInpaintPipeline}
-    cases = [(c, None) for c in CASES]
-    cases += [((name,) + c[:2] + c[3:], c[2]) for name, c in INPAINT.items()]
-    for case, mask_name in cases:
+    inpaint = {"tiny-random-flux-dev": FluxInpaintPipeline, "tiny-random-qwen-image": QwenImageInpaintPipeline,
+               "tiny-random-sd3-16ch": StableDiffusion3InpaintPipeline}
+    _sd3_16_folder()
+    cases = [(c, None, None) for c in CASES]
+    cases += [((name,) + c[:2] + c[3:], c[2], None) for name, c in INPAINT.items()]
+    cases += [((name,) + c[:2] + c[3:-1], c[2], c[-1]) for name, c in CROPPED.items()]
+    for case, mask_name, pad in cases:
         name, folder, image_name, prompt, negative, seed, steps, strength, guidance, width, height = case
         if mask_name is not None:
             if ("inpaint", folder) not in pipes:
-                pipes[("inpaint", folder)] = inpaint[folder].from_pretrained(os.path.join(ROOT, "models", folder))
+                none = dict(text_encoder_3=None, tokenizer_3=None) if folder.startswith("tiny-random-sd3") else {}
+                pipes[("inpaint", folder)] = inpaint[folder].from_pretrained(os.path.join(ROOT, "models", folder),
+                                                                             **none)
                 pipes[("inpaint", folder)].set_progress_bar_config(disable=True)
         elif folder not in pipes:
             # The folder without the optional components it leaves out (SD3 without T5).
@@ -209,11 +272,17 @@ def img2img_pipelines():
         if folder == "tiny-random-flux-dev":
             kwargs["max_sequence_length"] = 32
         gens = lambda: [torch.Generator("cpu").manual_seed(seed)]  # noqa: E731
-        image = pipe(**kwargs, generator=gens(), output_type="np").images[0]
-        latents = pipe(**kwargs, generator=gens(), output_type="latent").images[0]
-        tensors[f"{name}.image"] = torch.from_numpy((image * 255).round().astype(np.uint8))
-        tensors[f"{name}.latents"] = latents.float()
+        if pad is not None:  # a PIL image only (diffusers refuses other outputs): no latents
+            kwargs["padding_mask_crop"] = pad
+            tensors[f"{name}.image"] = torch.from_numpy(np.asarray(pipe(**kwargs, generator=gens()).images[0]).copy())
+        else:
+            image = pipe(**kwargs, generator=gens(), output_type="np").images[0]
+            latents = pipe(**kwargs, generator=gens(), output_type="latent").images[0]
+            tensors[f"{name}.image"] = torch.from_numpy((image * 255).round().astype(np.uint8))
+            tensors[f"{name}.latents"] = latents.float()
         meta[name] = dict(zip(keys, case), image=inputs[image_name], folder="models/" + folder)
+        if pad is not None:
+            meta[name]["padding_mask_crop"] = pad
         if qwen:
             meta[name]["true_cfg_scale"] = meta[name].pop("guidance_scale")
         if mask_name is not None:

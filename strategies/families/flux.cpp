@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <tuple>
 #include <regex>
+#include <tuple>
 
 #include "protocol/errors.h"
 #include "strategies/config_sizes.h"
@@ -273,7 +273,8 @@ const FamilyFacts& flux_family() {
                        {"cache"},
                        {"image"},
                        {"mask_image"},
-                       {"strength", 0.6}};  // FluxImg2ImgPipeline's
+                       {"strength", 0.6},  // FluxImg2ImgPipeline's
+                       {"padding_mask_crop"}};
         protocol::ArgumentUse ignored_guidance{"guidance_scale", 3.5};
         ignored_guidance.ignored = true;
         f.variant_arguments = {{"num_inference_steps", 4},
@@ -284,7 +285,8 @@ const FamilyFacts& flux_family() {
                                {"cache"},
                                {"image"},
                                {"mask_image"},
-                               {"strength", 0.6}};
+                               {"strength", 0.6},
+                               {"padding_mask_crop"}};
         f.components = {
             {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
             {"text_encoder", {"CLIPTextModel"}, true, ComponentRule::kModel, false},
@@ -348,9 +350,9 @@ std::pair<int64_t, int64_t> kontext_output_size(int64_t width, int64_t height,
 // The resolutions FLUX.1-Kontext was trained at (diffusers' PREFERRED_KONTEXT_RESOLUTIONS), width
 // by height.
 constexpr std::pair<int64_t, int64_t> kKontextResolutions[] = {
-    {672, 1568}, {688, 1504}, {720, 1456}, {752, 1392},  {800, 1328},  {832, 1248},
-    {880, 1184}, {944, 1104}, {1024, 1024}, {1104, 944}, {1184, 880},  {1248, 832},
-    {1328, 800}, {1392, 752}, {1456, 720}, {1504, 688},  {1568, 672}};
+    {672, 1568}, {688, 1504}, {720, 1456},  {752, 1392}, {800, 1328}, {832, 1248},
+    {880, 1184}, {944, 1104}, {1024, 1024}, {1104, 944}, {1184, 880}, {1248, 832},
+    {1328, 800}, {1392, 752}, {1456, 720},  {1504, 688}, {1568, 672}};
 
 // FluxKontextPipeline's reference size: the image's sides rounded down to the multiple give its
 // ratio; the preferred resolution nearest it (ties to the narrower, as Python's min of tuples),

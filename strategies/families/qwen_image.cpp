@@ -91,7 +91,8 @@ const FamilyFacts& qwen_image_family() {
                        {"cache"},
                        {"image"},
                        {"mask_image"},
-                       {"strength", 0.6}};  // QwenImageImg2ImgPipeline's
+                       {"strength", 0.6},  // QwenImageImg2ImgPipeline's
+                       {"padding_mask_crop"}};
         f.components = {
             {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
             {"text_encoder", {"Qwen2_5_VLForConditionalGeneration"}, true, ComponentRule::kModel, false},

@@ -181,7 +181,8 @@ const FamilyFacts& sd3_family() {
                        {"skip_layer_guidance_stop", 0.2},
                        {"image"},
                        {"mask_image"},
-                       {"strength", 0.6}};  // StableDiffusion3Img2ImgPipeline's
+                       {"strength", 0.6},  // StableDiffusion3Img2ImgPipeline's
+                       {"padding_mask_crop"}};
         f.components = {
             {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
             {"text_encoder",

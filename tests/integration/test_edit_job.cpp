@@ -106,6 +106,51 @@ TEST_CASE(
     remove_dir(dir);
 }
 
+TEST_CASE(
+    "padding_mask_crop through dp-launch gives diffusers' image at the input's size, and a mask of another "
+    "size is refused") {
+    const std::string dir = make_temp_dir();
+    const std::string flux = std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev";
+    // scripts/golden/golden_img2img.py's flux_png_inpaint_crop, as a line.
+    const nlohmann::json line = {{"prompt", "a cat on a sofa"},
+                                 {"seed", 71},
+                                 {"steps", 3},
+                                 {"strength", 0.9},
+                                 {"guidance_scale", 3.5},
+                                 {"width", 32},
+                                 {"height", 32},
+                                 {"max_sequence_length", 32},
+                                 {"padding_mask_crop", 4},
+                                 {"image", input("in_48x32.png")},
+                                 {"mask_image", input("mask_48x32.png")}};
+    std::ofstream(dir + "/p.jsonl") << line.dump() << "\n";
+    LaunchResult r = run_launch({"--model", flux, "-o", dir + "/out", "-q", dir + "/p.jsonl"}, {}, 120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const std::vector<nlohmann::json> records = read_manifest(dir + "/out");
+    REQUIRE(records.size() == 1);
+    CHECK(records[0]["padding_mask_crop"] == 4);
+    const std::string png = dir + "/out/" + records[0]["file"].get<std::string>();
+    int width = 0, height = 0;
+    read_png_rgb(png, &width, &height);
+    CHECK(width == 48);  // the input's size, not the 32 x 32 it was made at
+    CHECK(height == 32);
+    const PixelDifference d = png_against_golden(
+        png, std::string(DP_GOLDEN_DIR) + "/img2img_pipeline.safetensors", "flux_png_inpaint_crop.image");
+    CHECK(d.max == 0);
+    // A mask of another size: diffusers' paste through it fails; refused before anything starts.
+    nlohmann::json other = line;
+    other["mask_image"] = input("mask_24x16.png");
+    std::ofstream(dir + "/q.jsonl") << other.dump() << "\n";
+    r = run_launch({"--model", flux, "-o", dir + "/out2", "-q", dir + "/q.jsonl"}, {}, 60);
+    CHECK(r.exit_code == 65);
+    CHECK_MESSAGE(
+        r.err.find(":1: key 'padding_mask_crop': the mask is 24 x 16 pixels and the image 48 x 32") !=
+            std::string::npos,
+        r.err);
+    CHECK_FALSE(file_exists(dir + "/out2/manifest.jsonl"));
+    remove_dir(dir);
+}
+
 TEST_CASE("bad inputs are refused before any rank starts, naming the line and what is accepted") {
     const std::string dir = make_temp_dir();
     const std::string good = input("in_32x32.png");
@@ -147,18 +192,21 @@ TEST_CASE("bad inputs are refused before any rank starts, naming the line and wh
         std::string model, line, says;
     };
     for (const ModelBad& bad : std::vector<ModelBad>{
-             {fill, R"({"prompt": "x"})", ":2: key 'image': FLUX.1-Fill's pipeline (FluxFillPipeline) needs it"},
+             {fill, R"({"prompt": "x"})",
+              ":2: key 'image': FLUX.1-Fill's pipeline (FluxFillPipeline) needs it"},
              {fill, R"({"prompt": "x", "image": ")" + good + "\"}",
               ":2: key 'mask_image': FLUX.1-Fill's pipeline (FluxFillPipeline) needs it on every line (or "
               "--mask-image for the job)"},
              {kontext, R"({"prompt": "x", "image": ")" + good + R"(", "mask_image": ")" + good + "\"}",
               ":2: key 'mask_image': FLUX.1-Kontext does not take mask_image"},
-             {kontext, R"({"prompt": "x", "image": ")" + input("in_37x23.jpg") + R"(", "width": 16, "height": 1024, "max_area": 1024})",
+             {kontext,
+              R"({"prompt": "x", "image": ")" + input("in_37x23.jpg") +
+                  R"(", "width": 16, "height": 1024, "max_area": 1024})",
               ":2: the image made would be 0 x 256 pixels"}}) {
         CAPTURE(bad.line);
-        std::ofstream(dir + "/p.jsonl") << "{\"prompt\": \"fine\", \"image\": \"" << good << "\", \"mask_image\": \""
-                                        << good << "\"}\n"
-                                        << bad.line << "\n";
+        std::ofstream(dir + "/p.jsonl")
+            << "{\"prompt\": \"fine\", \"image\": \"" << good << "\", \"mask_image\": \"" << good << "\"}\n"
+            << bad.line << "\n";
         std::ofstream(dir + "/k.jsonl") << "{\"prompt\": \"fine\"}\n" << bad.line << "\n";
         LaunchResult r = run_launch({"--model", bad.model, "-o", dir + "/out", "-q",
                                      dir + (bad.model == fill ? "/p.jsonl" : "/k.jsonl")});

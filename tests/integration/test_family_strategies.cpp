@@ -154,7 +154,8 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
         return out;
     }
     for (const auto& [name, c] : all.items()) {
-        if ((name == "bf16") != bf16 || (c.contains("variant") ? c.at("variant") != row.variant : !row.variant.empty()))
+        if ((name == "bf16") != bf16 ||
+            (c.contains("variant") ? c.at("variant") != row.variant : !row.variant.empty()))
             continue;
         if (!c.contains("prompts")) {
             add(c, name, name + ".image", name + ".latents");
@@ -313,7 +314,12 @@ std::vector<FamilyRow> rows() {
             edit_input("in_48x32.png") +
             "\"}\n"
             "{\"prompt\": \"an owl, at night\", \"seed\": 4, \"image\": \"" +
-            edit_input("in_48x32.png") + "\", \"mask_image\": \"" + edit_input("mask_24x16.png") + "\"}\n"};
+            edit_input("in_48x32.png") + "\", \"mask_image\": \"" + edit_input("mask_24x16.png") +
+            "\"}\n"
+            // ... and on the mask's region only (Note [padding_mask_crop]): made at 80 x 48, pasted
+            // back into the 48 x 32 input.
+            "{\"prompt\": \"an owl, a hat\", \"seed\": 5, \"padding_mask_crop\": 4, \"image\": \"" +
+            edit_input("in_48x32.png") + "\", \"mask_image\": \"" + edit_input("mask_48x32.png") + "\"}\n"};
     // device_map auto at these budgets puts the embeddings and the two double blocks on cpu:0 and
     // the two single blocks on cpu:1.
     dev.device_map = {"cpu:0=1500KiB,cpu:1=2MiB",
@@ -350,35 +356,43 @@ std::vector<FamilyRow> rows() {
     fill.absent = kNotSd3;
     fill.absent.push_back("true_cfg_scale");
     fill.base = {"--steps", "2", "--width", "48", "--height", "32", "--max-sequence-length", "13"};
-    fill.prompts = {"p.jsonl", "{\"prompt\": \"an owl\", \"seed\": 1, \"image\": \"" + edit_input("in_48x32.png") +
-                                   "\", \"mask_image\": \"" + edit_input("mask_24x16.png") +
+    fill.prompts = {"p.jsonl", "{\"prompt\": \"an owl\", \"seed\": 1, \"image\": \"" +
+                                   edit_input("in_48x32.png") + "\", \"mask_image\": \"" +
+                                   edit_input("mask_24x16.png") +
                                    "\"}\n{\"prompt\": \"a door\", \"seed\": 2, \"strength\": 0.7, "
                                    "\"guidance_scale\": 10, \"image\": \"" +
                                    edit_input("in_37x23.jpg") + "\", \"mask_image\": \"" +
                                    edit_input("mask_24x16.png") + "\"}\n"};
-    fill.runs = {{"-n", "2", "--ulysses", "2"}, {"-n", "2", "--ring", "2"}, {"-n", "2", "--tp", "2"}, {"-n", "3"}};
+    fill.runs = {
+        {"-n", "2", "--ulysses", "2"}, {"-n", "2", "--ring", "2"}, {"-n", "2", "--tp", "2"}, {"-n", "3"}};
     fill.single = {{1, "strength", 0.7}, {0, "strength", 1.0}};  // FluxFillPipeline's default: 1
-    fill.refused_flags = {
-        {{"-n", "2", "--cfg-parallel"}, "has no negative guidance branch to split"},
-        {{"--true-cfg-scale", "2"}, "FLUX.1-Fill does not take true_cfg_scale"}};
+    fill.refused_flags = {{{"-n", "2", "--cfg-parallel"}, "has no negative guidance branch to split"},
+                          {{"--true-cfg-scale", "2"}, "FLUX.1-Fill does not take true_cfg_scale"}};
     fill.refused_keys = {{"true_cfg_scale", 2.0, "FLUX.1-Fill does not take true_cfg_scale"}};
     rows.push_back(fill);
 
     // FLUX.1-Kontext (FluxKontextPipeline): one file of text to image, an edit whose reference
     // (resized to 1248 x 832, 4056 tokens) follows the 6 latents' tokens, and an edit with true CFG;
     // the asked 48 x 32 at max_area 1536 is 48 x 32.
-    FamilyRow kontext{
-        "FLUX.1-Kontext", tiny("flux-kontext"), "img2img_pipeline.safetensors", "kontext", {{"-n", "1"}}, 3, true};
+    FamilyRow kontext{"FLUX.1-Kontext",
+                      tiny("flux-kontext"),
+                      "img2img_pipeline.safetensors",
+                      "kontext",
+                      {{"-n", "1"}},
+                      3,
+                      true};
     kontext.absent = kNotSd3;
     kontext.absent.push_back("strength");
-    kontext.base = {"--steps", "2", "--width", "48", "--height", "32", "--max-area", "1536",
-                    "--max-sequence-length", "13"};
-    kontext.prompts = {"p.jsonl", "{\"prompt\": \"a red fox\", \"seed\": 1}\n"
-                                  "{\"prompt\": \"make it winter\", \"seed\": 2, \"image\": \"" +
-                                      edit_input("in_48x32.png") +
-                                      "\"}\n{\"prompt\": \"add a hat\", \"negative_prompt\": \"blurry\", "
-                                      "\"true_cfg_scale\": 2.5, \"seed\": 3, \"image\": \"" +
-                                      edit_input("in_37x23.jpg") + "\"}\n"};
+    kontext.base = {
+        "--steps", "2", "--width", "48", "--height", "32", "--max-area", "1536", "--max-sequence-length",
+        "13"};
+    kontext.prompts = {"p.jsonl",
+                       "{\"prompt\": \"a red fox\", \"seed\": 1}\n"
+                       "{\"prompt\": \"make it winter\", \"seed\": 2, \"image\": \"" +
+                           edit_input("in_48x32.png") +
+                           "\"}\n{\"prompt\": \"add a hat\", \"negative_prompt\": \"blurry\", "
+                           "\"true_cfg_scale\": 2.5, \"seed\": 3, \"image\": \"" +
+                           edit_input("in_37x23.jpg") + "\"}\n"};
     kontext.runs = {{"-n", "2", "--ulysses", "2"},
                     {"-n", "2", "--ring", "2"},
                     {"-n", "2", "--tp", "2"},

@@ -37,14 +37,15 @@ inline runtime::GenerateRequest golden_request(const nlohmann::json& c) {
     if (c.contains("skip_guidance_layers"))
         r.arguments.set("skip_guidance_layers", c.at("skip_guidance_layers").get<std::vector<int>>());
     for (const char* key : {"image", "mask_image"})  // an edit: its input and mask, repository-relative
-        if (c.contains(key)) {  // with its decoded size, as the launcher resolves it
+        if (c.contains(key)) {                       // with its decoded size, as the launcher resolves it
             protocol::InputImage image{repository_path(c.at(key).get<std::string>())};
             const images::RgbImage pixels = images::decode_image(image.path);
             image.width = pixels.width, image.height = pixels.height;
             r.arguments.set(key, image);
         }
     if (c.contains("strength")) r.arguments.set("strength", c.at("strength").get<double>());
-    if (c.contains("max_area")) r.arguments.set("max_area", c.at("max_area").get<int64_t>());
+    for (const char* key : {"max_area", "padding_mask_crop"})
+        if (c.contains(key)) r.arguments.set(key, c.at(key).get<int64_t>());
     return r;
 }
 

@@ -152,7 +152,8 @@ TEST_CASE("a flag or key of another family is refused, naming the family and wha
     REQUIRE(bad.size() == 3);
     CHECK(bad[0] ==
           "--guidance-scale: Qwen-Image does not take guidance_scale (its pipeline takes true_cfg_scale, "
-          "max_sequence_length, lora, cache, image, mask_image, strength; its guidance scale is "
+          "max_sequence_length, lora, cache, image, mask_image, strength, padding_mask_crop; its guidance "
+          "scale is "
           "true_cfg_scale)");
     CHECK(has(bad[1], "--skip-guidance-layers: Qwen-Image does not take skip_guidance_layers"));
     CHECK(bad[2] == "--no-t5: Qwen-Image has no T5 text encoder to leave out");
@@ -372,8 +373,9 @@ std::string request_of(const nlohmann::json& line, const JobOptions& job, const 
 TEST_CASE(
     "dp-launch arguments: a line with every listed key at its listed default is the line that leaves them "
     "out") {
-    for (const char* model : {"tiny-random-sd3", "tiny-random-flux-dev", "tiny-random-flux-schnell",
-                              "tiny-random-qwen-image", "shapes-sd3", "qwen-image", "flux.1-dev"}) {
+    for (const char* model :
+         {"tiny-random-sd3", "tiny-random-flux-dev", "tiny-random-flux-schnell", "tiny-random-flux-fill",
+          "tiny-random-flux-kontext", "tiny-random-qwen-image", "shapes-sd3", "qwen-image", "flux.1-dev"}) {
         CAPTURE(model);
         const JobOptions job = job_on(model);
         const ModelInfo info = read_model_info(job.model);

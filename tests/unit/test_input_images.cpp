@@ -11,11 +11,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
 #include "images/input_image.h"
+#include "images/vae_image_processor.h"
 #include "protocol/errors.h"
 #include "strategies/safetensors.h"
 #include "support/test_paths.h"
@@ -183,6 +185,61 @@ TEST_CASE("a same-size resize is a copy, and a resize to nothing is refused") {
     CHECK_THROWS_AS(resize(image, 0, 23), std::invalid_argument);
     CHECK_THROWS_AS(resize(image, 37, -1), std::invalid_argument);
     CHECK_THROWS_AS(resize(RgbImage{}, 8, 8), std::invalid_argument);
+}
+
+TEST_CASE(
+    "an inpainting's padding_mask_crop as diffusers' VaeImageProcessor makes it, byte for byte: resizes of a "
+    "box, the fill and crop modes, the crop region of a mask, the overlay through the mask") {
+    const Golden golden;
+    const std::map<std::string, Resample> filters = {
+        {"lanczos", Resample::kLanczos}, {"bicubic", Resample::kBicubic}, {"bilinear", Resample::kBilinear}};
+    const auto grey = [&](const std::string& name) {
+        GreyImage g;
+        g.grey = golden.bytes(golden.cases.at("masks").at(name).get<std::string>(), g.width, g.height);
+        return g;
+    };
+    for (const auto& c : golden.cases.at("box_resizes")) {
+        CAPTURE(c.dump());
+        const std::vector<float> b = c.at("box");
+        const RgbImage got = resize(source(c.at("source")), c.at("width"), c.at("height"),
+                                    filters.at(c.at("filter")), {b[0], b[1], b[2], b[3]});
+        const RgbImage want = golden.rgb(c.at("tensor").get<std::string>());
+        CHECK(got.width == want.width);
+        CHECK_MESSAGE(got.rgb == want.rgb, difference(got.rgb, want.rgb));
+    }
+    REQUIRE(golden.cases.at("modes").size() == 9);
+    for (const auto& c : golden.cases.at("modes")) {
+        CAPTURE(c.dump());
+        const RgbImage in = source(c.at("source"));
+        const RgbImage got = c.at("mode") == "fill" ? resize_fill(in, c.at("width"), c.at("height"))
+                                                    : resize_crop(in, c.at("width"), c.at("height"));
+        const RgbImage want = golden.rgb(c.at("tensor").get<std::string>());
+        CHECK(got.height == want.height);
+        CHECK_MESSAGE(got.rgb == want.rgb, difference(got.rgb, want.rgb));
+    }
+    for (const auto& c : golden.cases.at("crop_regions")) {
+        CAPTURE(c.dump());
+        const std::vector<int> b = c.at("box");
+        CHECK(crop_region(grey(c.at("mask")), c.at("width"), c.at("height"), c.at("pad")) ==
+              Box{b[0], b[1], b[2], b[3]});
+    }
+    REQUIRE(golden.cases.at("overlays").size() == 4);
+    for (const auto& c : golden.cases.at("overlays")) {
+        CAPTURE(c.dump());
+        const std::vector<int> b = c.at("box");
+        const RgbImage got =
+            apply_overlay(grey(c.at("mask")), source(c.at("source")),
+                          golden.rgb(c.at("generated").get<std::string>()), {b[0], b[1], b[2], b[3]});
+        const RgbImage want = golden.rgb(c.at("tensor").get<std::string>());
+        CHECK(got.width == want.width);
+        CHECK_MESSAGE(got.rgb == want.rgb, difference(got.rgb, want.rgb));
+    }
+    // What diffusers fails on, refused: a mask with nothing to crop around, a mask of another size.
+    CHECK_THROWS_AS(crop_region(GreyImage{4, 4, std::vector<uint8_t>(16, 0)}, 8, 8, 2),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(apply_overlay(grey("b"), pattern(64, 48), pattern(8, 8), {0, 0, 8, 8}),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(crop(pattern(8, 8), {4, 4, 9, 6}), std::invalid_argument);
 }
 
 TEST_CASE("convert L equals Pillow's fixed-point luma") {

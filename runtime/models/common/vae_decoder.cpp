@@ -155,11 +155,12 @@ VaeDecoder::VaeDecoder(const VaeConfig& config, WeightStore& w) : config_(config
     conv_out_ = Conv2d::load(w, "decoder.conv_out", ch.front(), config.out_channels, 3);
 }
 
-at::Tensor VaeDecoder::decode(const at::Tensor& latents) const {
+at::Tensor VaeDecoder::decode(const at::Tensor& latents, bool shift) const {
     if (latents.dim() != 4 || latents.size(1) != config_.latent_channels)
         throw ModelError("VAE decode: expected latents [B, " + std::to_string(config_.latent_channels) +
                          ", h, w]");
-    at::Tensor x = latents / config_.scaling_factor + config_.shift_factor;
+    at::Tensor x =
+        shift ? latents / config_.scaling_factor + config_.shift_factor : latents / config_.scaling_factor;
     if (post_quant_conv_.weight.defined()) x = post_quant_conv_(x);
     x = mid_(conv_in_(x));
     for (const UpBlock& blk : up_blocks_) {

@@ -78,8 +78,10 @@ class VaeDecoder {
     VaeDecoder(const VaeConfig& config, WeightStore& weights);
 
     // Scaled latents [B, latent_channels, h, w] -> images [B, out_channels, h * f, w * f] in [-1, 1]
-    // (unclamped), as AutoencoderKL.decode((latents / scaling_factor) + shift_factor).
-    at::Tensor decode(const at::Tensor& latents) const;
+    // (unclamped), as AutoencoderKL.decode((latents / scaling_factor) + shift_factor); with `shift`
+    // false, AutoencoderKL.decode(latents / scaling_factor), as StableDiffusion3InpaintPipeline
+    // decodes (diffusers 0.42.1 leaves the shift out there, and only there).
+    at::Tensor decode(const at::Tensor& latents, bool shift = true) const;
     const VaeConfig& config() const { return config_; }
 
   private:

@@ -104,11 +104,12 @@ std::unique_ptr<FluxPipeline> FluxPipeline::load(const PipelineOptions& o, const
     const int64_t z = c->vae_config.latent_channels, s = c->vae_scale;
     const int64_t in = kind == Kind::kFill ? 2 * z * 4 + s * s * 4 : z * 4;
     if (t.in_channels != in || t.out_channels != z * 4)
-        throw ModelError(dir + ": the transformer takes " + std::to_string(t.in_channels) + " channels and makes " +
-                         std::to_string(t.out_channels) + ", but " + spec.pipeline_class + " packs the VAE's " +
-                         std::to_string(z) + " latent channels in 2x2 patches" +
-                         (kind == Kind::kFill ? ", with the masked image's and the mask's beside them" : "") +
-                         " (in_channels " + std::to_string(in) + ", out_channels " + std::to_string(z * 4) + ")");
+        throw ModelError(
+            dir + ": the transformer takes " + std::to_string(t.in_channels) + " channels and makes " +
+            std::to_string(t.out_channels) + ", but " + spec.pipeline_class + " packs the VAE's " +
+            std::to_string(z) + " latent channels in 2x2 patches" +
+            (kind == Kind::kFill ? ", with the masked image's and the mask's beside them" : "") +
+            " (in_channels " + std::to_string(in) + ", out_channels " + std::to_string(z * 4) + ")");
     auto pipeline = std::unique_ptr<FluxPipeline>(new FluxPipeline(std::move(c), std::move(model)));
     pipeline->pipeline_ = kind;
     return pipeline;
@@ -206,12 +207,14 @@ std::optional<EditCondition> FluxPipeline::edit_condition(const protocol::InputI
         const auto [w, h] = facts.reference_size(image.width, image.height, model().sizes.multiple());
         if (w < 1 || h < 1)
             throw ModelError(image.path + ": " + std::to_string(image.width) + " x " +
-                             std::to_string(image.height) + " pixels is too small a reference for FLUX.1-Kontext");
+                             std::to_string(image.height) +
+                             " pixels is too small a reference for FLUX.1-Kontext");
         e.latents = encode_on_cpu(input_pixels(image, static_cast<int>(w), static_cast<int>(h)));
         return e;
     }
     if (pipeline_ != Kind::kFill) return std::nullopt;
-    if (mask.empty()) throw ModelError("FLUX.1-Fill's pipeline (FluxFillPipeline) needs a mask_image with the image");
+    if (mask.empty())
+        throw ModelError("FLUX.1-Fill's pipeline (FluxFillPipeline) needs a mask_image with the image");
     // FluxFillPipeline.prepare_mask_latents: the image with the mask's white part blacked out
     // (to 0, mid-grey), encoded and sampled; the binarized mask's s x s pixels under each latent as
     // s^2 channels, in (row, column) order within the latent.

@@ -228,9 +228,10 @@ void FluxTransformer::single_block(const BlockContext& block, OneStream& stream,
     }
 }
 
-void FluxTransformer::check_inputs(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& pooled,
-                                   const at::Tensor& timestep, const at::Tensor& guidance, int64_t grid_h,
-                                   int64_t grid_w, const FluxReference& reference) const {
+void FluxTransformer::check_inputs(const at::Tensor& latents, const at::Tensor& text,
+                                   const at::Tensor& pooled, const at::Tensor& timestep,
+                                   const at::Tensor& guidance, int64_t grid_h, int64_t grid_w,
+                                   const FluxReference& reference) const {
     const FluxTransformerConfig& c = config_;
     if (grid_h < 1 || grid_w < 1 || !latents.defined() || latents.dim() != 3 ||
         latents.size(1) != grid_h * grid_w || latents.size(2) != c.in_channels)
@@ -264,9 +265,9 @@ void FluxTransformer::check_inputs(const at::Tensor& latents, const at::Tensor& 
     const int64_t refs = ref.defined() ? reference.grid_h * reference.grid_w : 0;
     if (ref.defined() && (reference.grid_h < 1 || reference.grid_w < 1 || ref.dim() != 3 ||
                           ref.size(0) != batch || ref.size(1) != refs || ref.size(2) != c.in_channels))
-        throw ModelError("the transformer takes a reference image's packed latents [" + std::to_string(batch) +
-                         ", " + std::to_string(refs) + ", " + std::to_string(c.in_channels) + "]; got " +
-                         c10::str(ref.sizes()));
+        throw ModelError("the transformer takes a reference image's packed latents [" +
+                         std::to_string(batch) + ", " + std::to_string(refs) + ", " +
+                         std::to_string(c.in_channels) + "]; got " + c10::str(ref.sizes()));
 }
 
 at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
@@ -285,8 +286,8 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
     // Both streams split over the sequence groups (Note [FLUX text stream]); a reference's tokens
     // follow the latents' in the image stream, as diffusers' Kontext concatenates them.
     const SequenceShard image(own + refs, parallel_->sequence()), words(text.size(1), parallel_->sequence());
-    const at::Tensor tokens = refs ? at::cat({latents.to(device, dtype), ref.to(device, dtype)}, 1)
-                                   : latents.to(device, dtype);
+    const at::Tensor tokens =
+        refs ? at::cat({latents.to(device, dtype), ref.to(device, dtype)}, 1) : latents.to(device, dtype);
     at::Tensor x = x_embedder_(image.shard(tokens));
     at::Tensor ctx = context_embedder_(words.shard(text.to(device, dtype)));
     at::Tensor temb_act = at::silu(conditioning(timestep, guidance, pooled, batch));

@@ -242,6 +242,12 @@ at::Tensor Sd3Pipeline::decode(const at::Tensor& latents) const {
     return c_->has_vae ? c_->vae.use()->decode(latents) : latents;  // pixel space: the latents are the image
 }
 
+at::Tensor Sd3Pipeline::decode_inpainted(const at::Tensor& latents) const {
+    // StableDiffusion3InpaintPipeline decodes latents / scaling_factor, without the shift its text
+    // to image and img2img pipelines add (diffusers 0.42.1): the same image as it.
+    return c_->has_vae ? c_->vae.use()->decode(latents, false) : latents;
+}
+
 const char* Sd3Pipeline::decoder() const { return c_->has_vae ? "vae" : nullptr; }
 
 ImageLatents Sd3Pipeline::encode_image(const at::Tensor& pixels) const {

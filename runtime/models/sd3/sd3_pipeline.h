@@ -67,6 +67,7 @@ class Sd3Pipeline : public FamilyPipeline {
     at::Tensor combine_extra(const at::Tensor& negative, const at::Tensor& positive, const at::Tensor& extra,
                              const protocol::CallValues& arguments) const override;
     at::Tensor decode(const at::Tensor& latents) const override;
+    at::Tensor decode_inpainted(const at::Tensor& latents) const override;
     const char* decoder() const override;
     // StableDiffusion3Img2ImgPipeline's: the VAE encoder, (x - shift_factor) x scaling_factor; in
     // pixel space (no VAE) the image itself.
