@@ -84,6 +84,11 @@ double number_of(const FamilyArgument& a, std::initializer_list<const CallValues
 
 }  // namespace
 
+std::string no_negative_prompt(const strategies::ModelInfo& model) {
+    return model.spec->display_name + "'s pipeline (" + model.spec->pipeline_class +
+           ") takes no negative prompt: it has no classifier-free guidance";
+}
+
 std::optional<double> cfg_scale_setting(const JobOptions& job, const FamilyArguments& arguments) {
     const FamilyArgument* cfg = arguments.guidance_scale();
     if (!cfg || !job.arguments.has(cfg->row->name)) return std::nullopt;
@@ -105,6 +110,8 @@ std::vector<std::string> setting_problems(const JobOptions& job, const strategie
     for (const CallValues::Item& item : job.arguments.items())
         if (const std::string why = foreign_key(model, *item.first); !why.empty())
             out.push_back(item.first->long_flag() + ": " + why);
+    if (job.negative_prompt && !model.arguments.guidance_scale())
+        out.push_back("--negative-prompt: " + no_negative_prompt(model));
     if (job.seed_drawn && job.resume)
         out.push_back(
             "--seed random and --resume: a resumed job keeps its first run's seeds; give that run's seed "
@@ -167,6 +174,8 @@ std::vector<std::string> job_setting_problems(const ResolvedJob& job) {
 
 std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
                                    const strategies::ModelInfo& model) {
+    if (p.negative_prompt && !model.arguments.guidance_scale())
+        return "key 'negative_prompt': " + no_negative_prompt(model);
     using Side = std::pair<const char*, std::optional<int>>;
     // A pipeline that makes its own size of the one asked checks the one it makes (line_problem).
     const bool own_size = strategies::facts_of(*model.spec).output_size != nullptr;

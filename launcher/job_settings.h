@@ -35,6 +35,9 @@ std::optional<double> cfg_scale_setting(const JobOptions& job, const protocol::F
 std::vector<std::string> job_setting_problems(const JobOptions& job, const strategies::ModelInfo& model);
 std::vector<std::string> job_setting_problems(const ResolvedJob& job);
 
+// Why `model` takes no negative prompt (a pipeline without classifier-free guidance: FLUX.1-Fill).
+std::string no_negative_prompt(const strategies::ModelInfo& model);
+
 // A valid prompt record's settings, its own over the job's, against the model: an error text naming
 // the key (the record becomes an invalid line), or empty.
 std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,

@@ -367,8 +367,12 @@ std::vector<FamilyRow> rows() {
         {"-n", "2", "--ulysses", "2"}, {"-n", "2", "--ring", "2"}, {"-n", "2", "--tp", "2"}, {"-n", "3"}};
     fill.single = {{1, "strength", 0.7}, {0, "strength", 1.0}};  // FluxFillPipeline's default: 1
     fill.refused_flags = {{{"-n", "2", "--cfg-parallel"}, "has no negative guidance branch to split"},
-                          {{"--true-cfg-scale", "2"}, "FLUX.1-Fill does not take true_cfg_scale"}};
-    fill.refused_keys = {{"true_cfg_scale", 2.0, "FLUX.1-Fill does not take true_cfg_scale"}};
+                          {{"--true-cfg-scale", "2"}, "FLUX.1-Fill does not take true_cfg_scale"},
+                          {{"--negative-prompt", "blurry"},
+                           "FLUX.1-Fill's pipeline (FluxFillPipeline) takes no negative prompt"}};
+    fill.refused_keys = {
+        {"true_cfg_scale", 2.0, "FLUX.1-Fill does not take true_cfg_scale"},
+        {"negative_prompt", "blurry", "FLUX.1-Fill's pipeline (FluxFillPipeline) takes no negative prompt"}};
     rows.push_back(fill);
 
     // FLUX.1-Kontext (FluxKontextPipeline): one file of text to image, an edit whose reference
