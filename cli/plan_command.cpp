@@ -17,6 +17,7 @@
 #include "launcher/prompt_file.h"
 #include "launcher/resolved_job.h"
 #include "strategies/cost_model.h"
+#include "strategies/family.h"
 #include "strategies/mesh.h"
 #include "strategies/model_config.h"
 #include "strategies/model_files.h"
@@ -117,19 +118,38 @@ auto read_counts(const JobOptions& job, const Count& count) {
 // the job sets none) and its tokens.
 struct PlanPrompt {
     long long width = 0, height = 0, image_tokens = 0, text_tokens = 0;
+    long long reference_tokens = 0;  // of image_tokens, an edit's reference image's (FLUX.1-Kontext)
 };
 
 PlanPrompt plan_prompt(const ResolvedJob& resolved) {
     const JobOptions& job = resolved.options;
     const strategies::ModelInfo& model = resolved.model;
     PlanPrompt p;
+    // The job's --image read as a job reads it (refused as there), unless a batch edit's glob or
+    // folder: its size makes an img2img's default size and a reference's tokens.
+    protocol::CallValues arguments = job.arguments;
+    launcher::InputImages images;
+    if (!launcher::image_is_a_batch(job) && !job.arguments.image("image").empty()) {
+        images.check(job.arguments.image("image"), "", "--image");
+        arguments.set("image", images.resolved(job.arguments.image("image"), ""));
+    }
     // The size a line of the job makes (Note [output size]: FLUX.1-Kontext's scaled to max_area).
+    JobOptions sized = job;
+    sized.arguments = arguments;
     const auto [width, height] =
-        launcher::line_size(launcher::PromptRecord{}, job, model, model.arguments.completed(job.arguments));
+        launcher::line_size(launcher::PromptRecord{}, sized, model, model.arguments.completed(arguments));
     p.width = width, p.height = height;
     // Patches a side as the pipeline makes them (FLUX packs 2x2 before a transformer of patch 1).
     const long long vae_scale = model.sizes.vae_scale, grid = model.sizes.patch_size;
     p.image_tokens = (p.width / vae_scale / grid) * (p.height / vae_scale / grid);
+    // A reference image's tokens follow the latents' in the image stream (Note [edit conditioning]).
+    const protocol::InputImage& input = arguments.image("image");
+    if (const auto reference = strategies::facts_of(*model.spec).reference_size;
+        reference && input.width > 0) {
+        const auto [rw, rh] = reference(input.width, input.height, model.sizes.multiple());
+        p.reference_tokens = (rw / vae_scale / grid) * (rh / vae_scale / grid);
+        p.image_tokens += p.reference_tokens;
+    }
     const long long max_sequence = static_cast<long long>(
         job.arguments.has("max_sequence_length") ? job.arguments.number("max_sequence_length")
                                                  : model.arguments.default_number("max_sequence_length"));
@@ -153,13 +173,17 @@ void describe_model(std::ostream& out, Json& facts, const ResolvedJob& resolved,
     facts["prompt"] = {{"width", prompt.width},
                        {"height", prompt.height},
                        {"image_tokens", prompt.image_tokens},
+                       {"reference_tokens", prompt.reference_tokens},
                        {"text_tokens", prompt.text_tokens},
                        {"text_tokens_at_most", text_up_to}};
     out << "model: " << resolved.options.model << "\n  transformer: " << shape.layers << " blocks, width "
         << shape.width() << ", " << shape.heads << " heads of " << shape.head_dim << "; " << prompt.width
-        << "x" << prompt.height << " px -> " << prompt.image_tokens << " image tokens, "
-        << (text_up_to ? "up to " : "") << prompt.text_tokens << " text tokens\n  precision: " << precision
-        << "\n";
+        << "x" << prompt.height << " px -> " << prompt.image_tokens << " image tokens"
+        << (prompt.reference_tokens
+                ? " (" + std::to_string(prompt.reference_tokens) + " of them the reference image's)"
+                : std::string())
+        << ", " << (text_up_to ? "up to " : "") << prompt.text_tokens
+        << " text tokens\n  precision: " << precision << "\n";
 }
 
 // The world, each rank's place in the mesh and role, device_map's placement, the sub-groups and

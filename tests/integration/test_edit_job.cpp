@@ -151,6 +151,27 @@ TEST_CASE(
     remove_dir(dir);
 }
 
+TEST_CASE(
+    "plan counts an edit as the job makes it: an img2img's size from --image, Kontext's reference tokens "
+    "in the image stream, a missing --image refused as the job refuses it") {
+    const std::string kontext = std::string(DP_MODELS_DIR) + "/tiny-random-flux-kontext";
+    // 48 x 32 at max_area 1536: 3 x 2 latent patches; the reference at 1248 x 832: 78 x 52 = 4056.
+    LaunchResult r = run_launch({"plan", "--model", kontext, "--image", input("in_48x32.png"), "--width",
+                                 "48", "--height", "32", "--max-area", "1536", "--json"});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const nlohmann::json plan = nlohmann::json::parse(r.out);
+    CHECK(plan["prompt"]["width"] == 48);
+    CHECK(plan["prompt"]["image_tokens"] == 4062);
+    CHECK(plan["prompt"]["reference_tokens"] == 4056);
+    r = run_launch({"plan", "--model", kontext, "--width", "48", "--height", "32", "--max-area", "1536"});
+    CHECK_MESSAGE(r.out.find("48x32 px -> 6 image tokens, ") != std::string::npos, r.out);
+    // FLUX.1-dev's img2img: the size is the input's (48 x 32), not the model's default.
+    r = run_launch({"plan", "--model", std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev", "--image",
+                    input("in_48x32.png")});
+    CHECK_MESSAGE(r.out.find("48x32 px -> 6 image tokens, ") != std::string::npos, r.out);
+    CHECK(run_launch({"plan", "--model", kontext, "--image", input("missing.png")}).exit_code == 66);
+}
+
 TEST_CASE("bad inputs are refused before any rank starts, naming the line and what is accepted") {
     const std::string dir = make_temp_dir();
     const std::string good = input("in_32x32.png");
