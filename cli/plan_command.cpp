@@ -17,7 +17,6 @@
 #include "launcher/prompt_file.h"
 #include "launcher/resolved_job.h"
 #include "strategies/cost_model.h"
-#include "strategies/family.h"
 #include "strategies/mesh.h"
 #include "strategies/model_config.h"
 #include "strategies/model_files.h"
@@ -134,22 +133,17 @@ PlanPrompt plan_prompt(const ResolvedJob& resolved) {
         arguments.set("image", images.resolved(job.arguments.image("image"), ""));
     }
     // The size a line of the job makes (Note [output size]: FLUX.1-Kontext's scaled to max_area).
-    JobOptions sized = job;
-    sized.arguments = arguments;
     const auto [width, height] =
-        launcher::line_size(launcher::PromptRecord{}, sized, model, model.arguments.completed(arguments));
+        launcher::line_size(launcher::PromptRecord{}, job, model, model.arguments.completed(arguments));
     p.width = width, p.height = height;
     // Patches a side as the pipeline makes them (FLUX packs 2x2 before a transformer of patch 1).
     const long long vae_scale = model.sizes.vae_scale, grid = model.sizes.patch_size;
     p.image_tokens = (p.width / vae_scale / grid) * (p.height / vae_scale / grid);
     // A reference image's tokens follow the latents' in the image stream (Note [edit conditioning]).
     const protocol::InputImage& input = arguments.image("image");
-    if (const auto reference = strategies::facts_of(*model.spec).reference_size;
-        reference && input.width > 0) {
-        const auto [rw, rh] = reference(input.width, input.height, model.sizes.multiple());
-        p.reference_tokens = (rw / vae_scale / grid) * (rh / vae_scale / grid);
-        p.image_tokens += p.reference_tokens;
-    }
+    p.reference_tokens = strategies::reference_tokens(strategies::cost_rules(model.sizes, model.arguments),
+                                                      input.width, input.height);
+    p.image_tokens += p.reference_tokens;
     const long long max_sequence = static_cast<long long>(
         job.arguments.has("max_sequence_length") ? job.arguments.number("max_sequence_length")
                                                  : model.arguments.default_number("max_sequence_length"));

@@ -156,7 +156,8 @@ std::string InputImages::line_problem(const PromptRecord& p, const JobOptions& j
         return "key 'image': " + std::to_string(input.width) + " x " + std::to_string(input.height) +
                " pixels; " + model.spec->display_name + " takes images of at least " + std::to_string(m) +
                " pixels a side";
-    const auto [width, height] = line_size(p, job, model, model.arguments.completed(given));
+    const protocol::CallValues completed = model.arguments.completed(given);
+    const auto [width, height] = line_size(p, job, model, completed);
     for (const auto& [key, pixels] : {std::pair{"width", width}, std::pair{"height", height}}) {
         const std::string why = model.sizes.check(pixels);
         if (why.empty()) continue;
@@ -165,7 +166,7 @@ std::string InputImages::line_problem(const PromptRecord& p, const JobOptions& j
                            std::to_string(height) + " pixels (" + std::string(key) + ": " + why + ")";
         if (facts.output_size)
             made += "; " + model.spec->display_name + "'s pipeline scales the asked size to max_area (" +
-                    std::to_string(model.arguments.completed(given).whole("max_area")) + " pixels)";
+                    std::to_string(completed.whole("max_area")) + " pixels)";
         return from_input ? "key 'image': its size of " + std::to_string(input.width) + " x " +
                                 std::to_string(input.height) + " pixels: " + made +
                                 " (give \"width\" and \"height\")"

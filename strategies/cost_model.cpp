@@ -30,6 +30,12 @@ bool runs_two_branches(const protocol::JobRequest& request, const CostRules& rul
     return rules.arguments.runs_two_branches(request.arguments, request.negative_prompt.has_value());
 }
 
+int64_t reference_tokens(const CostRules& rules, int64_t width, int64_t height) {
+    if (!rules.reference_size || width < 1 || height < 1) return 0;
+    const auto [w, h] = rules.reference_size(width, height, rules.pixels_per_token);
+    return (w / rules.pixels_per_token) * (h / rules.pixels_per_token);
+}
+
 int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules) {
     const int64_t width = request.width > 0 ? request.width : rules.default_side;
     const int64_t height = request.height > 0 ? request.height : rules.default_side;
@@ -46,10 +52,7 @@ int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules)
     if (!image.empty() && request.arguments.has("strength"))
         steps -= protocol::edit_first_step(request.steps, request.arguments.number("strength"));
     if (!image.empty()) steps += 1;
-    if (!image.empty() && rules.reference_size) {
-        const auto [w, h] = rules.reference_size(image.width, image.height, rules.pixels_per_token);
-        step_tokens += (w / rules.pixels_per_token) * (h / rules.pixels_per_token);
-    }
+    if (!image.empty()) step_tokens += reference_tokens(rules, image.width, image.height);
     return steps * step_tokens * (runs_two_branches(request, rules) ? 2 : 1);
 }
 

@@ -292,6 +292,69 @@ Runs with_runs(Runs runs, const Runs& more) {
 const std::vector<std::string> kNotSd3 = {"skip_guidance_layers", "skip_layer_guidance_scale",
                                           "skip_layer_guidance_start", "skip_layer_guidance_stop", "no_t5"};
 
+FamilyRow fill_row() {
+    // FLUX.1-Fill (FluxFillPipeline): every line an image and its mask, the masked image's latents
+    // and the mask beside the latents; no negative branch. 48 x 32 pixels: 6 tokens.
+    FamilyRow fill{"FLUX.1-Fill", tiny("flux-fill"), "img2img_pipeline.safetensors", "fill", {{"-n", "1"}}, 2,
+                   true};
+    fill.absent = kNotSd3;
+    fill.absent.push_back("true_cfg_scale");
+    fill.base = {"--steps", "2", "--width", "48", "--height", "32", "--max-sequence-length", "13"};
+    fill.prompts = {"p.jsonl", "{\"prompt\": \"an owl\", \"seed\": 1, \"image\": \"" +
+                                   edit_input("in_48x32.png") + "\", \"mask_image\": \"" +
+                                   edit_input("mask_24x16.png") +
+                                   "\"}\n{\"prompt\": \"a door\", \"seed\": 2, \"strength\": 0.7, "
+                                   "\"guidance_scale\": 10, \"image\": \"" +
+                                   edit_input("in_37x23.jpg") + "\", \"mask_image\": \"" +
+                                   edit_input("mask_24x16.png") + "\"}\n"};
+    fill.runs = {
+        {"-n", "2", "--ulysses", "2"}, {"-n", "2", "--ring", "2"}, {"-n", "2", "--tp", "2"}, {"-n", "3"}};
+    fill.single = {{1, "strength", 0.7}, {0, "strength", 1.0}};  // FluxFillPipeline's default: 1
+    fill.refused_flags = {{{"-n", "2", "--cfg-parallel"}, "has no negative guidance branch to split"},
+                          {{"--true-cfg-scale", "2"}, "FLUX.1-Fill does not take true_cfg_scale"},
+                          {{"--negative-prompt", "blurry"},
+                           "FLUX.1-Fill's pipeline (FluxFillPipeline) takes no negative prompt"}};
+    fill.refused_keys = {
+        {"true_cfg_scale", 2.0, "FLUX.1-Fill does not take true_cfg_scale"},
+        {"negative_prompt", "blurry", "FLUX.1-Fill's pipeline (FluxFillPipeline) takes no negative prompt"}};
+    return fill;
+}
+
+FamilyRow kontext_row() {
+    // FLUX.1-Kontext (FluxKontextPipeline): one file of text to image, an edit whose reference
+    // (resized to 1248 x 832, 4056 tokens) follows the 6 latents' tokens, and an edit with true CFG;
+    // the asked 48 x 32 at max_area 1536 is 48 x 32.
+    FamilyRow kontext{"FLUX.1-Kontext",
+                      tiny("flux-kontext"),
+                      "img2img_pipeline.safetensors",
+                      "kontext",
+                      {{"-n", "1"}},
+                      3,
+                      true};
+    kontext.absent = kNotSd3;
+    kontext.absent.push_back("strength");
+    kontext.base = {
+        "--steps", "2", "--width", "48", "--height", "32", "--max-area", "1536", "--max-sequence-length",
+        "13"};
+    kontext.prompts = {"p.jsonl",
+                       "{\"prompt\": \"a red fox\", \"seed\": 1}\n"
+                       "{\"prompt\": \"make it winter\", \"seed\": 2, \"image\": \"" +
+                           edit_input("in_48x32.png") +
+                           "\"}\n{\"prompt\": \"add a hat\", \"negative_prompt\": \"blurry\", "
+                           "\"true_cfg_scale\": 2.5, \"seed\": 3, \"image\": \"" +
+                           edit_input("in_37x23.jpg") + "\"}\n"};
+    kontext.runs = {{"-n", "2", "--ulysses", "2"},
+                    {"-n", "2", "--ring", "2"},
+                    {"-n", "2", "--tp", "2"},
+                    {"-n", "2", "--cfg-parallel", "--true-cfg-scale", "2.5"},
+                    {"-n", "3"}};
+    kontext.single = {{0, "max_area", 1536}, {0, "width", 48}, {2, "true_cfg_scale", 2.5}};
+    kontext.refused_flags = {{{"--strength", "0.5"}, "FLUX.1-Kontext does not take strength"}};
+    kontext.refused_keys = {
+        {"mask_image", edit_input("mask_24x16.png"), "FLUX.1-Kontext does not take mask_image"}};
+    return kontext;
+}
+
 std::vector<FamilyRow> rows() {
     std::vector<FamilyRow> rows;
 
@@ -349,64 +412,8 @@ std::vector<FamilyRow> rows() {
                     {"guidance_scale", 3.5}};
     rows.push_back(dev);
 
-    // FLUX.1-Fill (FluxFillPipeline): every line an image and its mask, the masked image's latents
-    // and the mask beside the latents; no negative branch. 48 x 32 pixels: 6 tokens.
-    FamilyRow fill{"FLUX.1-Fill", tiny("flux-fill"), "img2img_pipeline.safetensors", "fill", {{"-n", "1"}}, 2,
-                   true};
-    fill.absent = kNotSd3;
-    fill.absent.push_back("true_cfg_scale");
-    fill.base = {"--steps", "2", "--width", "48", "--height", "32", "--max-sequence-length", "13"};
-    fill.prompts = {"p.jsonl", "{\"prompt\": \"an owl\", \"seed\": 1, \"image\": \"" +
-                                   edit_input("in_48x32.png") + "\", \"mask_image\": \"" +
-                                   edit_input("mask_24x16.png") +
-                                   "\"}\n{\"prompt\": \"a door\", \"seed\": 2, \"strength\": 0.7, "
-                                   "\"guidance_scale\": 10, \"image\": \"" +
-                                   edit_input("in_37x23.jpg") + "\", \"mask_image\": \"" +
-                                   edit_input("mask_24x16.png") + "\"}\n"};
-    fill.runs = {
-        {"-n", "2", "--ulysses", "2"}, {"-n", "2", "--ring", "2"}, {"-n", "2", "--tp", "2"}, {"-n", "3"}};
-    fill.single = {{1, "strength", 0.7}, {0, "strength", 1.0}};  // FluxFillPipeline's default: 1
-    fill.refused_flags = {{{"-n", "2", "--cfg-parallel"}, "has no negative guidance branch to split"},
-                          {{"--true-cfg-scale", "2"}, "FLUX.1-Fill does not take true_cfg_scale"},
-                          {{"--negative-prompt", "blurry"},
-                           "FLUX.1-Fill's pipeline (FluxFillPipeline) takes no negative prompt"}};
-    fill.refused_keys = {
-        {"true_cfg_scale", 2.0, "FLUX.1-Fill does not take true_cfg_scale"},
-        {"negative_prompt", "blurry", "FLUX.1-Fill's pipeline (FluxFillPipeline) takes no negative prompt"}};
-    rows.push_back(fill);
-
-    // FLUX.1-Kontext (FluxKontextPipeline): one file of text to image, an edit whose reference
-    // (resized to 1248 x 832, 4056 tokens) follows the 6 latents' tokens, and an edit with true CFG;
-    // the asked 48 x 32 at max_area 1536 is 48 x 32.
-    FamilyRow kontext{"FLUX.1-Kontext",
-                      tiny("flux-kontext"),
-                      "img2img_pipeline.safetensors",
-                      "kontext",
-                      {{"-n", "1"}},
-                      3,
-                      true};
-    kontext.absent = kNotSd3;
-    kontext.absent.push_back("strength");
-    kontext.base = {
-        "--steps", "2", "--width", "48", "--height", "32", "--max-area", "1536", "--max-sequence-length",
-        "13"};
-    kontext.prompts = {"p.jsonl",
-                       "{\"prompt\": \"a red fox\", \"seed\": 1}\n"
-                       "{\"prompt\": \"make it winter\", \"seed\": 2, \"image\": \"" +
-                           edit_input("in_48x32.png") +
-                           "\"}\n{\"prompt\": \"add a hat\", \"negative_prompt\": \"blurry\", "
-                           "\"true_cfg_scale\": 2.5, \"seed\": 3, \"image\": \"" +
-                           edit_input("in_37x23.jpg") + "\"}\n"};
-    kontext.runs = {{"-n", "2", "--ulysses", "2"},
-                    {"-n", "2", "--ring", "2"},
-                    {"-n", "2", "--tp", "2"},
-                    {"-n", "2", "--cfg-parallel", "--true-cfg-scale", "2.5"},
-                    {"-n", "3"}};
-    kontext.single = {{0, "max_area", 1536}, {0, "width", 48}, {2, "true_cfg_scale", 2.5}};
-    kontext.refused_flags = {{{"--strength", "0.5"}, "FLUX.1-Kontext does not take strength"}};
-    kontext.refused_keys = {
-        {"mask_image", edit_input("mask_24x16.png"), "FLUX.1-Kontext does not take mask_image"}};
-    rows.push_back(kontext);
+    rows.push_back(fill_row());
+    rows.push_back(kontext_row());
 
     // schnell has no guidance embedding: its guidance_scale changes nothing and is not recorded.
     FamilyRow schnell{"FLUX.1-schnell",
