@@ -1,8 +1,11 @@
 """Writes the config-only folders of real models: models/sd3-medium, models/sd3.5-medium,
-models/sd3.5-large, models/qwen-image, models/flux.1-dev and models/flux.1-schnell, as diffusers
-lays out stabilityai/stable-diffusion-3-medium-diffusers, stable-diffusion-3.5-medium,
-stable-diffusion-3.5-large, Qwen/Qwen-Image and black-forest-labs/FLUX.1-dev and FLUX.1-schnell,
-without their weights.
+models/sd3.5-large, models/qwen-image, models/qwen-image-edit, models/qwen-image-edit-2509,
+models/flux.1-dev and models/flux.1-schnell, as diffusers lays out
+stabilityai/stable-diffusion-3-medium-diffusers, stable-diffusion-3.5-medium,
+stable-diffusion-3.5-large, Qwen/Qwen-Image, Qwen/Qwen-Image-Edit, Qwen/Qwen-Image-Edit-2509 and
+black-forest-labs/FLUX.1-dev and FLUX.1-schnell, without their weights. The two Qwen-Image-Edit
+folders hold Qwen-Image's components as links to models/qwen-image (the same configs and tensors:
+its text encoder's manifest lists the vision tower the edit pipelines run) and their own processor/.
 
 Every component gets its config.json with the checkpoint's values, and a tensor manifest,
 <component>/tensors.json: each tensor's name, shape and dtype, in the layout of a safetensors
@@ -110,6 +113,19 @@ QWEN_SCHEDULER = dict(num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=
                       base_image_seq_len=256, max_image_seq_len=8192, shift_terminal=0.02,
                       time_shift_type="exponential")
 QWEN_TOKENIZER_DIR = os.path.join(ROOT, "tests", "data", "golden", "qwen2_tokenizer")
+QWEN_INDEX = {"_class_name": "QwenImagePipeline", "_diffusers_version": "0.42.1",
+              "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+              "text_encoder": ["transformers", "Qwen2_5_VLForConditionalGeneration"],
+              "tokenizer": ["transformers", "Qwen2Tokenizer"],
+              "transformer": ["diffusers", "QwenImageTransformer2DModel"],
+              "vae": ["diffusers", "AutoencoderKLQwenImage"]}
+# Qwen/Qwen-Image-Edit (QwenImageEditPipeline) and Qwen-Image-Edit-2509 (QwenImageEditPlusPipeline):
+# Qwen-Image's components and a Qwen2VLProcessor with Qwen2.5-VL-7B-Instruct's image processor.
+QWEN_EDIT = {"qwen-image-edit": "QwenImageEditPipeline", "qwen-image-edit-2509": "QwenImageEditPlusPipeline"}
+QWEN_PREPROCESSOR = dict(min_pixels=3136, max_pixels=12845056, patch_size=14, temporal_patch_size=2, merge_size=2,
+                         image_mean=[0.48145466, 0.4578275, 0.40821073],
+                         image_std=[0.26862954, 0.26130258, 0.27577711],
+                         image_processor_type="Qwen2VLImageProcessor", processor_class="Qwen2VLProcessor")
 
 # black-forest-labs/FLUX.1-dev and FLUX.1-schnell: CLIP-L's text tower without its projection, T5
 # v1.1 XXL's encoder, 19 double- and 38 single-stream blocks of width 3072 (dev with the guidance
@@ -209,13 +225,7 @@ def qwen_image_files():
     from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageTransformer2DModel
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    files = {"model_index.json": json_text(
-        {"_class_name": "QwenImagePipeline", "_diffusers_version": "0.42.1",
-         "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
-         "text_encoder": ["transformers", "Qwen2_5_VLForConditionalGeneration"],
-         "tokenizer": ["transformers", "Qwen2Tokenizer"],
-         "transformer": ["diffusers", "QwenImageTransformer2DModel"],
-         "vae": ["diffusers", "AutoencoderKLQwenImage"]})}
+    files = {"model_index.json": json_text(QWEN_INDEX)}
     files["scheduler/scheduler_config.json"] = json_text(
         json.loads(FlowMatchEulerDiscreteScheduler(**QWEN_SCHEDULER).to_json_string()))
     config = Qwen2_5_VLConfig(text_config=QWEN_TEXT, vision_config=QWEN_VISION, image_token_id=151655,
@@ -238,6 +248,23 @@ def qwen_image_files():
         with open(os.path.join(QWEN_TOKENIZER_DIR, name), "rb") as f:
             files[f"tokenizer/{name}"] = f.read()
     return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
+
+
+def qwen_image_edit_files(name):
+    """Relative path -> bytes of the files of models/qwen-image-edit or models/qwen-image-edit-2509
+    (qwen_image_edit_links gives the rest)."""
+    index = dict(QWEN_INDEX, _class_name=QWEN_EDIT[name], processor=["transformers", "Qwen2VLProcessor"])
+    files = {"model_index.json": json_text(index), "processor/preprocessor_config.json": json_text(QWEN_PREPROCESSOR)}
+    return {k: v.encode() for k, v in files.items()}
+
+
+def qwen_image_edit_links():
+    """Relative path -> link target: Qwen-Image's components, and the processor's tokenizer files."""
+    links = {c: os.path.join("..", "qwen-image", c) for c in ("scheduler", "text_encoder", "tokenizer", "transformer",
+                                                              "vae")}
+    for f in sorted(os.listdir(QWEN_TOKENIZER_DIR)):
+        links[f"processor/{f}"] = os.path.join("..", "tokenizer", f)
+    return links
 
 
 def flux_files(name):
@@ -272,13 +299,32 @@ def flux_files(name):
     return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
 
 
+def write_links(folder, links, check):
+    """Makes each link (path relative to folder -> target); with check, the paths that are not that link."""
+    stale = []
+    for rel, target in sorted(links.items()):
+        path = os.path.join(folder, rel)
+        if check:
+            if not os.path.islink(path) or os.readlink(path) != target:
+                stale.append(path)
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.lexists(path):
+            os.remove(path)
+        os.symlink(target, path)
+    return stale
+
+
 def main():
     check = "--check" in sys.argv[1:]
     stale = []
     makers = [(name, lambda spec=spec, name=name: folder_files(name, spec)) for name, spec in FOLDERS.items()]
     makers += [("qwen-image", qwen_image_files)] + [(name, lambda name=name: flux_files(name)) for name in FLUX_SCHEDULERS]
+    makers += [(name, lambda name=name: qwen_image_edit_files(name)) for name in QWEN_EDIT]
     for name, make in makers:
         files = make()
+        links = qwen_image_edit_links() if name in QWEN_EDIT else {}
+        stale += write_links(os.path.join(MODELS, name), links, check)
         for rel, data in sorted(files.items()):
             path = os.path.join(MODELS, name, rel)
             if check:
