@@ -109,11 +109,24 @@ JobOptionRow call_argument_row(const CallArgument& a) {
                 case CallType::kNumber:
                     j.arguments.set(a, launcher::parse_number(text, a.min, a.max, source, "", a.above_min));
                     break;
-                case CallType::kImage:
-                    if (text.empty() || text.find('\0') != std::string::npos)
+                case CallType::kImage: {
+                    // Given again, a list of pictures (Note [several input images]): joined with '\n'.
+                    std::vector<protocol::InputImage> pictures;
+                    std::istringstream lines(text);
+                    for (std::string line; std::getline(lines, line);) {
+                        if (line.empty() || line.find('\0') != std::string::npos)
+                            throw UsageError(source + ": expected an image file's path (PNG, JPEG or WebP)");
+                        pictures.push_back(protocol::InputImage{line});
+                    }
+                    if (pictures.empty())
                         throw UsageError(source + ": expected an image file's path (PNG, JPEG or WebP)");
-                    j.arguments.set(a, protocol::InputImage{text});
+                    if (pictures.size() > static_cast<std::size_t>(std::max(1.0, a.max)))
+                        throw UsageError(source + ": given " + std::to_string(pictures.size()) +
+                                         " times; a pipeline takes at most " +
+                                         std::to_string(protocol::kMaxInputPictures) + " pictures");
+                    j.arguments.set(a, protocol::InputImage::of(pictures));
                     break;
+                }
                 case CallType::kWhole:
                     j.arguments.set(a, int64_t{launcher::parse_int(text, static_cast<int>(a.min),
                                                                    static_cast<int>(a.max), source)});
@@ -169,7 +182,7 @@ JobOptionRow call_argument_row(const CallArgument& a) {
         r.hi = a.max;
         r.lo_excluded = a.above_min;
     }
-    r.repeatable = a.type == CallType::kAdapters;
+    r.repeatable = a.type == CallType::kAdapters || (a.type == CallType::kImage && a.max > 1);
     return described(r, described_default(a).c_str());
 }
 

@@ -141,8 +141,8 @@ PlanPrompt plan_prompt(const ResolvedJob& resolved) {
     p.image_tokens = (p.width / vae_scale / grid) * (p.height / vae_scale / grid);
     // A reference image's tokens follow the latents' in the image stream (Note [edit conditioning]).
     const protocol::InputImage& input = arguments.image("image");
-    p.reference_tokens = strategies::reference_tokens(strategies::cost_rules(model.sizes, model.arguments),
-                                                      input.width, input.height);
+    p.reference_tokens =
+        strategies::reference_tokens(strategies::cost_rules(model.sizes, model.arguments), input);
     p.image_tokens += p.reference_tokens;
     const long long max_sequence = static_cast<long long>(
         job.arguments.has("max_sequence_length") ? job.arguments.number("max_sequence_length")

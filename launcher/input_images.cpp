@@ -54,13 +54,14 @@ const InputImages::File& InputImages::file(const std::string& path) {
 }
 
 std::string InputImages::problem(const protocol::InputImage& image, const std::string& base, bool* missing) {
-    if (image.empty()) return {};
-    const File& f = file(relative_to(image.path, base));
-    if (missing) *missing = f.missing;
-    if (!f.problem.empty()) return f.problem;
-    if (!image.sha256.empty() && image.sha256 != f.image.sha256)
-        return utf8_for_display(image.path) + ": its SHA-256 is " + f.image.sha256 + ", not the " +
-               image.sha256 + " the line gives (the file changed?)";
+    for (const protocol::InputImage& picture : image.pictures()) {  // Note [several input images]
+        const File& f = file(relative_to(picture.path, base));
+        if (missing) *missing = f.missing;
+        if (!f.problem.empty()) return f.problem;
+        if (!picture.sha256.empty() && picture.sha256 != f.image.sha256)
+            return utf8_for_display(picture.path) + ": its SHA-256 is " + f.image.sha256 + ", not the " +
+                   picture.sha256 + " the line gives (the file changed?)";
+    }
     return {};
 }
 
@@ -81,16 +82,19 @@ void InputImages::resolve(protocol::CallValues& values, const std::string& base)
     }
 }
 
-const protocol::InputImage& InputImages::resolved(const protocol::InputImage& image,
-                                                  const std::string& base) {
-    return file(relative_to(image.path, base)).image;
+protocol::InputImage InputImages::resolved(const protocol::InputImage& image, const std::string& base) {
+    std::vector<protocol::InputImage> pictures;
+    for (const protocol::InputImage& picture : image.pictures())
+        pictures.push_back(file(relative_to(picture.path, base)).image);
+    return protocol::InputImage::of(pictures);
 }
 
 std::pair<int, int> line_size(const PromptRecord& p, const JobOptions& job,
                               const strategies::ModelInfo& model, const protocol::CallValues& arguments) {
     const strategies::FamilyFacts& facts = strategies::facts_of(*model.spec);
-    const protocol::InputImage& input =
-        model.arguments.find("image") ? arguments.image("image") : protocol::InputImage{};
+    // A list's output follows its last picture, as QwenImageEditPlusPipeline's does.
+    const protocol::InputImage input =
+        model.arguments.find("image") ? arguments.image("image").last() : protocol::InputImage{};
     const int64_t m = model.sizes.multiple();
     const auto side = [&](std::optional<int> own, int job_side, int64_t input_side) -> int64_t {
         if (own) return *own;
@@ -98,10 +102,24 @@ std::pair<int, int> line_size(const PromptRecord& p, const JobOptions& job,
         if (facts.size_from_input && input_side > 0) return input_side / m * m;
         return model.sizes.default_side;
     };
-    int64_t width = side(p.width, job.width, input.width), height = side(p.height, job.height, input.height);
+    // The pipeline's own size for the image (QwenImageEditPipeline's area at its ratio), else its own.
+    const auto [input_width, input_height] = facts.input_size && !input.empty()
+                                                 ? facts.input_size(input.width, input.height, m)
+                                                 : std::pair<int64_t, int64_t>{input.width, input.height};
+    int64_t width = side(p.width, job.width, input_width), height = side(p.height, job.height, input_height);
     if (facts.output_size && width > 0 && height > 0)
         std::tie(width, height) = facts.output_size(width, height, arguments, m);
     return {static_cast<int>(width), static_cast<int>(height)};
+}
+
+std::string pictures_problem(const protocol::CallValues& given, const strategies::ModelInfo& model) {
+    const protocol::FamilyArgument* row = model.arguments.find("image");
+    const std::size_t count = given.has("image") ? given.image("image").count() : 0;
+    if (!row || count <= static_cast<std::size_t>(row->max)) return {};
+    return "key 'image': a list of " + std::to_string(count) + " pictures; " + model.spec->display_name +
+           "'s pipeline (" + model.spec->pipeline_class + ") takes " +
+           (row->max > 1 ? "up to " + std::to_string(static_cast<int>(row->max)) : std::string("one")) +
+           " (Qwen-Image-Edit-Plus takes up to " + std::to_string(protocol::kMaxInputPictures) + ")";
 }
 
 std::string InputImages::line_problem(const PromptRecord& p, const JobOptions& job,
@@ -121,6 +139,7 @@ std::string InputImages::line_problem(const PromptRecord& p, const JobOptions& j
     for (const char* row : kImageRows)
         if (p.arguments.has(row) && !p.arguments.image(row).empty())
             given.set(row, resolved(p.arguments.image(row), folder));
+    if (std::string why = pictures_problem(given, model); !why.empty()) return why;
     for (const protocol::FamilyArgument& a : model.arguments.all()) {
         const protocol::CallValue* v = a.required ? given.find(a.row->name) : nullptr;
         if (!a.required || (v && !(std::holds_alternative<protocol::InputImage>(*v) &&
@@ -151,11 +170,11 @@ std::string InputImages::line_problem(const PromptRecord& p, const JobOptions& j
     }
     const strategies::FamilyFacts& facts = strategies::facts_of(*model.spec);
     const int64_t m = model.sizes.multiple();
-    if (!input.empty() && facts.reference_size &&
-        facts.reference_size(input.width, input.height, m).first < 1)
-        return "key 'image': " + std::to_string(input.width) + " x " + std::to_string(input.height) +
-               " pixels; " + model.spec->display_name + " takes images of at least " + std::to_string(m) +
-               " pixels a side";
+    for (const protocol::InputImage& picture : input.pictures())
+        if (facts.reference_size && facts.reference_size(picture.width, picture.height, m).first < 1)
+            return "key 'image': " + std::to_string(picture.width) + " x " + std::to_string(picture.height) +
+                   " pixels; " + model.spec->display_name + " takes images of at least " + std::to_string(m) +
+                   " pixels a side";
     const protocol::CallValues completed = model.arguments.completed(given);
     const auto [width, height] = line_size(p, job, model, completed);
     for (const auto& [key, pixels] : {std::pair{"width", width}, std::pair{"height", height}}) {

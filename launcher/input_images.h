@@ -39,8 +39,9 @@ class InputImages {
     // a side, the input's side rounded down to the model's size multiple, which the model must make.
     std::string line_problem(const PromptRecord& p, const JobOptions& job, const strategies::ModelInfo& model,
                              const std::string& folder, int64_t& missing_images);
-    // `image` as resolve makes it (absolute path, SHA-256, size); it must have been checked.
-    const protocol::InputImage& resolved(const protocol::InputImage& image, const std::string& base);
+    // `image` as resolve makes it (absolute path, SHA-256, size, of each picture); it must have
+    // been checked.
+    protocol::InputImage resolved(const protocol::InputImage& image, const std::string& base);
 
   private:
     struct File {
@@ -51,6 +52,10 @@ class InputImages {
     const File& file(const std::string& path);
     std::map<std::string, File> files_;
 };
+
+// Why `given`'s "image" (a line's call arguments over the job's) lists more pictures than the
+// model's pipeline takes (Note [several input images]), naming the key; empty when it does not.
+std::string pictures_problem(const protocol::CallValues& given, const strategies::ModelInfo& model);
 
 // The width and height line `p` makes (Note [output size], strategies/family.h): the line's, else
 // the job's, else its image's rounded down to the size multiple where the family sizes an edit by

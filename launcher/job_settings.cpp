@@ -282,7 +282,9 @@ PromptSource prompt_source(const JobOptions& job) {
 
 bool image_is_a_batch(const JobOptions& job) {
     const protocol::InputImage& image = job.arguments.image("image");
-    return !image.empty() && (image.path.find_first_of("*?[") != std::string::npos || is_folder(image.path));
+    // A list of pictures is one edit's (Note [several input images]): files, each checked as one.
+    return !image.empty() && image.more.empty() &&
+           (image.path.find_first_of("*?[") != std::string::npos || is_folder(image.path));
 }
 
 namespace {

@@ -90,9 +90,11 @@ const std::vector<CallArgument>& call_arguments() {
             a.unit = "fractions of the steps";
         }
         // Note [input images]: img2img, the pipeline each family's *Img2ImgPipeline is.
-        add("image", CallType::kImage, 0, 0, "--image", "PATH",
+        add("image", CallType::kImage, 0, kMaxInputPictures, "--image", "PATH",
             "An image to edit (img2img): a PNG, JPEG or WebP file; in a prompt line, relative to the "
-            "prompt file's folder. With --prompt, a glob or a folder gives one line per image, sorted");
+            "prompt file's folder. With --prompt, a glob or a folder gives one line per image, sorted. "
+            "A pipeline that takes several pictures (Qwen-Image-Edit-Plus) takes a list "
+            "([\"a.png\", \"b.png\"]; the flag given again)");
         add("mask_image", CallType::kImage, 0, 0, "--mask-image,--mask_image", "PATH",
             "Inpainting: a mask of `image` (white: repainted, black: kept), made grey and binarized as "
             "diffusers does; with --prompt and a folder of images, a folder of masks of the same names")
@@ -122,6 +124,12 @@ const std::vector<CallArgument>& call_arguments() {
             "The output's pixels (FLUX.1-Kontext): width and height are scaled to this area at their "
             "ratio, each rounded down to the size multiple")
             .model_default = true;
+        // Note [Qwen2.5-VL positions with images] (runtime/models/common/qwen2_vision.h).
+        add("sequential_positions", CallType::kWhole, 0, 1, "--sequential-positions,--sequential_positions",
+            "0|1",
+            "Qwen-Image-Edit: 1 gives the text encoder's image tokens sequential positions, as diffusers "
+            "0.42.1 with transformers 5 does (diffusers issue #14194); 0: Qwen2.5-VL's three-section "
+            "positions, as the model was trained");
         return r;
     }();
     return rows;
@@ -152,9 +160,28 @@ std::string CallArgument::expected(double family_max) const {
                    ", taylorseer_cache[:KEY=VALUE,...], mag_cache:mag_ratios=flux|FILE[,...], "
                    "mag_cache:calibrate=true, {\"type\": \"first_block_cache\", \"threshold\": T}, or none";
         case CallType::kImage:
-            return "an image file's path (PNG, JPEG or WebP), or {\"path\": PATH, \"sha256\": HEX}";
+            return "an image file's path (PNG, JPEG or WebP), or {\"path\": PATH, \"sha256\": HEX}" +
+                   (hi > 1 ? ", or a list of 1 to " + number_text(hi) + " of them" : std::string());
     }
     return {};
+}
+
+std::vector<InputImage> InputImage::pictures() const {
+    if (empty()) return {};
+    std::vector<InputImage> out{*this};
+    out.front().more.clear();
+    out.insert(out.end(), more.begin(), more.end());
+    return out;
+}
+
+InputImage InputImage::last() const { return more.empty() ? *this : more.back(); }
+
+InputImage InputImage::of(const std::vector<InputImage>& pictures) {
+    if (pictures.empty()) return {};
+    InputImage out = pictures.front();
+    out.more.assign(pictures.begin() + 1, pictures.end());
+    for (InputImage& p : out.more) p.more.clear();
+    return out;
 }
 
 std::string CallArgument::long_flag() const {
@@ -320,11 +347,17 @@ nlohmann::json call_value_json(const CallValue& value) {
     if (const StepCache* c = std::get_if<StepCache>(&value)) return c->text();
     if (const InputImage* image = std::get_if<InputImage>(&value)) {
         if (image->empty()) return nullptr;
-        nlohmann::json j = nlohmann::json::object();
-        put_path(j, "path", image->path);
-        if (!image->sha256.empty()) j["sha256"] = image->sha256;
-        if (image->width > 0) j["width"] = image->width, j["height"] = image->height;
-        return j;
+        const auto one = [](const InputImage& picture) {
+            nlohmann::json j = nlohmann::json::object();
+            put_path(j, "path", picture.path);
+            if (!picture.sha256.empty()) j["sha256"] = picture.sha256;
+            if (picture.width > 0) j["width"] = picture.width, j["height"] = picture.height;
+            return j;
+        };
+        if (image->more.empty()) return one(*image);
+        nlohmann::json list = nlohmann::json::array();  // Note [several input images]
+        for (const InputImage& picture : image->pictures()) list.push_back(one(picture));
+        return list;
     }
     return std::get<std::vector<int>>(value);
 }
@@ -357,8 +390,11 @@ std::string call_value_text(const CallValue& value) {
         return out.empty() ? "none" : out;
     }
     if (const StepCache* c = std::get_if<StepCache>(&value)) return c->text();
-    if (const InputImage* image = std::get_if<InputImage>(&value))
-        return image->empty() ? "none" : image->path;
+    if (const InputImage* image = std::get_if<InputImage>(&value)) {
+        std::string out;
+        for (const InputImage& picture : image->pictures()) out += (out.empty() ? "" : ", ") + picture.path;
+        return out.empty() ? "none" : out;
+    }
     std::string out;
     for (int b : std::get<std::vector<int>>(value)) out += (out.empty() ? "" : ",") + std::to_string(b);
     return out.empty() ? "none" : out;
@@ -527,8 +563,7 @@ std::string read_cache(const nlohmann::json& j, double hi, const std::string& ex
 
 // An input image: a path, or {"path" (or "path_hex"), "sha256", "width", "height"} as the job file
 // and the manifest write it; null is none.
-std::string read_image(const nlohmann::json& j, const std::string& expected, CallValue& out) {
-    InputImage image;
+std::string read_picture(const nlohmann::json& j, const std::string& expected, InputImage& image) {
     if (j.is_string()) {
         image.path = j.get<std::string>();
     } else if (j.is_object()) {
@@ -554,7 +589,28 @@ std::string read_image(const nlohmann::json& j, const std::string& expected, Cal
     }
     if (!j.is_null() && (image.path.empty() || image.path.find('\0') != std::string::npos))
         return expected + " (an image's path must be a non-empty string)";
-    out = std::move(image);
+    return {};
+}
+
+// An input image, or a list of 1 to `hi` of them (Note [several input images]).
+std::string read_image(const nlohmann::json& j, double hi, const std::string& expected, CallValue& out) {
+    if (!j.is_array()) {
+        InputImage image;
+        if (std::string why = read_picture(j, expected, image); !why.empty()) return why;
+        out = std::move(image);
+        return {};
+    }
+    const std::size_t most = static_cast<std::size_t>(std::max(1.0, hi));
+    if (j.empty() || j.size() > most)
+        return expected + " (the list has " + std::to_string(j.size()) + " pictures)";
+    std::vector<InputImage> pictures;
+    for (const nlohmann::json& item : j) {
+        InputImage picture;
+        if (item.is_null() || item.is_array()) return expected + " (a list holds paths or image objects)";
+        if (std::string why = read_picture(item, expected, picture); !why.empty()) return why;
+        pictures.push_back(std::move(picture));
+    }
+    out = InputImage::of(pictures);
     return {};
 }
 
@@ -576,7 +632,7 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
         case CallType::kCache:
             return read_cache(j, hi, expected, out);
         case CallType::kImage:
-            return read_image(j, expected, out);
+            return read_image(j, hi, expected, out);
     }
     return expected;
 }
@@ -599,7 +655,8 @@ FamilyArguments::FamilyArguments(std::string family, const std::vector<ArgumentU
         const ArgumentUse declared = use == uses.end() ? ArgumentUse{row.name} : *use;
         FamilyArgument a;
         a.row = &row;
-        a.max = declared.max > 0 ? declared.max : row.max;
+        // An image row takes one picture unless the family says more (Note [several input images]).
+        a.max = declared.max > 0 ? declared.max : row.type == CallType::kImage ? 1 : row.max;
         a.ignored = declared.ignored;
         a.required = declared.required;
         a.guidance = declared.guidance;

@@ -106,16 +106,36 @@ using Adapters = std::vector<Adapter>;
 // fills in as an absolute path with the file's SHA-256 and its decoded size, so that every rank
 // reads the same file, the manifest records which bytes made an image, and --resume sees a
 // changed file as other pixels. An empty path is none (a text-to-image line).
+//
+// Note [several input images]: a pipeline that takes a list of pictures (QwenImageEditPlusPipeline's
+// `image`: "Picture 1", "Picture 2", ...) gets them in one value: the first in the fields, the
+// others in `more`, in order. Every reader of the files (the launcher's checks, the records, the
+// hash --resume compares) goes over pictures(); a family takes as many as its use of the row's
+// max says (1 unless it says more).
 struct InputImage {
     std::string path;
     std::string sha256;             // empty until the launcher reads the file
     int64_t width = 0, height = 0;  // its decoded pixels; 0 until then
+    std::vector<InputImage> more;   // the pictures after the first, each without `more`
+    InputImage() = default;
+    explicit InputImage(std::string file) : path(std::move(file)) {}
     bool empty() const { return path.empty(); }
+    // How many pictures: 0 for none.
+    std::size_t count() const { return empty() ? 0 : 1 + more.size(); }
+    // Each picture alone (without `more`), in order; empty for none.
+    std::vector<InputImage> pictures() const;
+    // The last picture alone (QwenImageEditPlusPipeline sizes its output by it); none for none.
+    InputImage last() const;
+    // `pictures` as one value (the first in the fields, the others in `more`).
+    static InputImage of(const std::vector<InputImage>& pictures);
     bool operator==(const InputImage& o) const {
-        return path == o.path && sha256 == o.sha256 && width == o.width && height == o.height;
+        return path == o.path && sha256 == o.sha256 && width == o.width && height == o.height &&
+               more == o.more;
     }
     bool operator!=(const InputImage& o) const { return !(*this == o); }
 };
+// The most pictures a value may list (a family's own limit is its use's max).
+inline constexpr int kMaxInputPictures = 3;
 
 // "FILE" or "FILE:SCALE" (the flag's form, --lora): the scale is what follows the last ':' when it
 // reads as a number, else the whole text is the path and the scale is 1. An error text, or empty.

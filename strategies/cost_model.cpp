@@ -30,10 +30,14 @@ bool runs_two_branches(const protocol::JobRequest& request, const CostRules& rul
     return rules.arguments.runs_two_branches(request.arguments, request.negative_prompt.has_value());
 }
 
-int64_t reference_tokens(const CostRules& rules, int64_t width, int64_t height) {
-    if (!rules.reference_size || width < 1 || height < 1) return 0;
-    const auto [w, h] = rules.reference_size(width, height, rules.pixels_per_token);
-    return (w / rules.pixels_per_token) * (h / rules.pixels_per_token);
+int64_t reference_tokens(const CostRules& rules, const protocol::InputImage& image) {
+    int64_t tokens = 0;
+    for (const protocol::InputImage& picture : image.pictures()) {  // Note [several input images]
+        if (!rules.reference_size || picture.width < 1 || picture.height < 1) continue;
+        const auto [w, h] = rules.reference_size(picture.width, picture.height, rules.pixels_per_token);
+        tokens += (w / rules.pixels_per_token) * (h / rules.pixels_per_token);
+    }
+    return tokens;
 }
 
 int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules) {
@@ -52,7 +56,7 @@ int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules)
     if (!image.empty() && request.arguments.has("strength"))
         steps -= protocol::edit_first_step(request.steps, request.arguments.number("strength"));
     if (!image.empty()) steps += 1;
-    if (!image.empty()) step_tokens += reference_tokens(rules, image.width, image.height);
+    if (!image.empty()) step_tokens += reference_tokens(rules, image);
     return steps * step_tokens * (runs_two_branches(request, rules) ? 2 : 1);
 }
 

@@ -37,9 +37,9 @@ struct CostRules {
     std::pair<int64_t, int64_t> (*reference_size)(int64_t width, int64_t height, int64_t multiple) = nullptr;
 };
 
-// The tokens an edit's image of width x height pixels (decoded) adds to each step's image stream
-// under `rules`: a reference's (FLUX.1-Kontext), else 0.
-int64_t reference_tokens(const CostRules& rules, int64_t width, int64_t height);
+// The tokens an edit's image (each picture of it, decoded) adds to each step's image stream under
+// `rules`: a reference's (FLUX.1-Kontext, Qwen-Image-Edit), else 0.
+int64_t reference_tokens(const CostRules& rules, const protocol::InputImage& image);
 
 // The rules of a model from its size rule and its call arguments (model_config.h).
 CostRules cost_rules(const ImageSizeRule& sizes, const protocol::FamilyArguments& arguments);
