@@ -23,9 +23,13 @@ std::unique_ptr<DiffusionPipeline> load_as(const PipelineOptions& o, const Paral
 }
 
 const std::pair<const char*, Loader> kPipelines[] = {
-    {"sd3", &load_as<Sd3Pipeline>},           {"qwen-image", &load_as<QwenImagePipeline>},
-    {"flux", &load_as<FluxPipeline>},         {"flux-fill", &load_as<FluxPipeline>},
+    {"sd3", &load_as<Sd3Pipeline>},
+    {"qwen-image", &load_as<QwenImagePipeline>},
+    {"flux", &load_as<FluxPipeline>},
+    {"flux-fill", &load_as<FluxPipeline>},
     {"flux-kontext", &load_as<FluxPipeline>},
+    {"qwen-image-edit", &load_as<QwenImagePipeline>},
+    {"qwen-image-edit-plus", &load_as<QwenImagePipeline>},
 };
 
 }  // namespace

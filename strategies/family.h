@@ -30,7 +30,8 @@ struct ComponentRule {
     const char* key;
     std::vector<std::string> classes;  // accepted class names, the first the one to name
     bool required;                     // false: [null, null] or absent is fine
-    enum Files { kModel, kScheduler, kBpeTokenizer, kT5Tokenizer } files;
+    // kProcessor: a transformers processor's folder (its preprocessor_config.json).
+    enum Files { kModel, kScheduler, kBpeTokenizer, kT5Tokenizer, kProcessor } files;
     bool t5;  // part of the T5 text encoder: nothing is needed of it with no_t5
 };
 
@@ -97,6 +98,11 @@ struct FamilyFacts {
     // Whether an edit's default size is its input's, rounded down to the size multiple (the
     // *Img2ImgPipeline classes), or the model's default as for text to image (FluxKontextPipeline).
     bool size_from_input = true;
+    // Where it is: the size the pipeline makes of an edit's image of `width` x `height` (its last
+    // picture's) when none is asked, each side taken on its own (QwenImageEditPipeline's
+    // calculate_dimensions: 1024 x 1024 pixels' area at the image's ratio). nullptr: the image's
+    // sides rounded down to `multiple`.
+    std::pair<int64_t, int64_t> (*input_size)(int64_t width, int64_t height, int64_t multiple) = nullptr;
     // The width and height the pipeline makes of those asked (the line's, else the job's, else the
     // default above), each a multiple of `multiple`, under the line's `arguments` (FluxKontextPipeline:
     // scaled to max_area pixels at their ratio). nullptr: those asked.
@@ -120,6 +126,11 @@ struct FamilyFacts {
     int64_t (*plan_text_tokens)(const ModelInfo& model, int64_t max_sequence,
                                 const std::vector<std::string>& left_out) = nullptr;
 };
+
+// diffusers' calculate_dimensions (the Qwen-Image edit pipelines', families/qwen_image.cpp): the
+// sides at width:height's ratio holding `area` pixels, each rounded (Python's round, half to even)
+// to a multiple of `step`. {width, height}.
+std::pair<int64_t, int64_t> area_dimensions(double area, int64_t width, int64_t height, int64_t step);
 
 // Every family, in the registry's order (strategies/families/registry.cpp).
 const std::vector<const FamilyFacts*>& families();

@@ -176,6 +176,9 @@ void check_component_files(const std::string& dir, const ComponentRule& rule, co
             else
                 need_file("tokenizer.json");
             return;
+        case ComponentRule::kProcessor:
+            need_file("preprocessor_config.json");
+            return;
         case ComponentRule::kModel:
             break;
     }

@@ -20,6 +20,8 @@ families=(
     'flux-fill|flux|flux|"flux-fill"|FluxFillPipeline|flux_fill_family'
     'flux-kontext|flux|flux|"flux-kontext"|FluxKontextPipeline|flux_kontext_family'
     'qwen-image|qwen_image|qwen_image|"qwen-image"|QwenImagePipeline|QwenImageTransformer|qwen_image_family|models/qwen_image/'
+    'qwen-image-edit|qwen_image|qwen_image|"qwen-image-edit"|QwenImageEditPipeline|qwen_image_edit_family'
+    'qwen-image-edit-plus|qwen_image|qwen_image|"qwen-image-edit-plus"|QwenImageEditPlusPipeline|qwen_image_edit_plus_family'
 )
 status=0
 for entry in "${families[@]}"; do

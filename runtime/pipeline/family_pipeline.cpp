@@ -254,8 +254,10 @@ FamilyPipeline::StartLatents FamilyPipeline::initial_latents(const std::vector<G
             starts.push_back(scale_noise(images.back(), noises.back(), sigma));
         }
         if (condition) {  // Note [edit conditioning]: after the start, from the same generator
-            at::Tensor rows =
-                image_latents(condition->sampled ? drawn(condition->latents, gen) : condition->latents.mean);
+            at::Tensor rows = condition->ready
+                                  ? condition->latents.mean
+                                  : image_latents(condition->sampled ? drawn(condition->latents, gen)
+                                                                     : condition->latents.mean);
             if (condition->channels.defined())
                 rows = at::cat({rows, condition->channels.to(rows.scalar_type())}, 1);
             conditions.push_back(rows);

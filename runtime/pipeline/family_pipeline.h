@@ -75,6 +75,9 @@ struct EditCondition {
     bool sampled = false;  // each prompt draws a sample; else the mean is taken
     // Rows appended on channels after the image's latents, [1, K, h, w] (Fill's mask), or undefined.
     at::Tensor channels;
+    // The mean is already as the transformer takes it (packed, scaled: Qwen-Image-Edit's pictures,
+    // each of its own size, in one sequence): the loop repeats it for each prompt as it is.
+    bool ready = false;
 };
 
 // The sigmas the loop gives the scheduler.

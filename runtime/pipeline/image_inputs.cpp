@@ -99,6 +99,10 @@ at::Tensor input_pixels(const protocol::InputImage& image, int width, int height
     return unit.mul(2.0).sub_(1.0);
 }
 
+images::RgbImage input_rgb(const protocol::InputImage& image, int width, int height) {
+    return read_input(image, width, height, std::nullopt);
+}
+
 at::Tensor scale_noise(const at::Tensor& sample, const at::Tensor& noise, float sigma) {
     const at::Tensor s = at::scalar_tensor(sigma, sample.options().device(at::kCPU)).to(sample.device());
     return s * noise + (1.0 - s) * sample;

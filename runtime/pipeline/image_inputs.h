@@ -11,6 +11,7 @@
 
 #include <optional>
 
+#include "images/input_image.h"
 #include "images/vae_image_processor.h"
 #include "protocol/call_arguments.h"
 
@@ -27,6 +28,10 @@ int img2img_first_step(int steps, double strength);
 // when the file is not the one the launcher read (its SHA-256), or no longer decodes.
 at::Tensor input_pixels(const protocol::InputImage& image, int width, int height,
                         const std::optional<images::Box>& crop = std::nullopt);
+
+// The same pixels as 8-bit RGB (PIL's image after VaeImageProcessor.resize), before any
+// normalisation: what a pipeline gives its processor (QwenImageEditPipeline's vision encoder).
+images::RgbImage input_rgb(const protocol::InputImage& image, int width, int height);
 
 // An inpainting mask as the mask processor makes it: decoded, resized to width x height as the
 // image is (`crop` too), made grey (PIL's convert("L")), over 255 and binarized (0.5 and above: 1,

@@ -1,5 +1,6 @@
 // Qwen-Image (QwenImagePipeline): what the launcher side knows of the family (Note [a family in
 // one place], strategies/family.h). Its math is runtime/models/qwen_image/.
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "strategies/config_sizes.h"
@@ -74,7 +75,27 @@ double transformer_parameters(const nlohmann::json& c) {
     return top + config_number(c, "num_layers", 60) * block;
 }
 
+// QwenImageEditPipeline's size of an image, for its VAE (the reference) and its output when none
+// is asked: 1024 x 1024 pixels' area at its ratio, in multiples of 32; rounded down to `multiple`.
+std::pair<int64_t, int64_t> edit_size(int64_t width, int64_t height, int64_t multiple) {
+    if (width < 1 || height < 1) return {0, 0};
+    const auto [w, h] = area_dimensions(1024.0 * 1024.0, width, height, 32);
+    return {w / multiple * multiple, h / multiple * multiple};
+}
+
+FamilyFacts edit_pipeline(const char* family, const char* display_name, const char* pipeline_class,
+                          int pictures);
+
 }  // namespace qwen_image_facts
+
+std::pair<int64_t, int64_t> area_dimensions(double area, int64_t width, int64_t height, int64_t step) {
+    const double ratio = static_cast<double>(width) / static_cast<double>(height);
+    const double w = std::sqrt(area * ratio), h = w / ratio;
+    const auto side = [step](double x) {
+        return static_cast<int64_t>(std::nearbyint(x / static_cast<double>(step))) * step;
+    };
+    return {side(w), side(h)};
+}
 
 const FamilyFacts& qwen_image_family() {
     using namespace qwen_image_facts;
@@ -120,6 +141,55 @@ const FamilyFacts& qwen_image_family() {
         f.transformer_parameters = &transformer_parameters;
         return f;
     }();
+    return facts;
+}
+
+namespace qwen_image_facts {
+
+// An edit pipeline of Qwen-Image's (Qwen-Image-Edit, -Edit-Plus): Qwen-Image's transformer and VAE,
+// its text encoder with the vision tower and the processor, every line's `image` (up to `pictures`
+// of them) a reference appended to the image stream at the pipeline's size; no strength (the
+// steps start from noise). The output's size is the last picture's at 1024 x 1024 pixels' area
+// unless asked.
+FamilyFacts edit_pipeline(const char* family, const char* display_name, const char* pipeline_class,
+                          int pictures) {
+    FamilyFacts f = qwen_image_family();
+    f.spec.family = family;
+    f.spec.display_name = display_name;
+    f.spec.pipeline_class = pipeline_class;
+    f.spec.img2img_class = pipeline_class;
+    f.spec.inpaint_class.clear();
+    f.spec.unloaded_tensors = {{"text_encoder", "lm_head."}};  // every line encodes an image
+    protocol::ArgumentUse true_cfg{"true_cfg_scale", 4.0};
+    true_cfg.guidance = protocol::Guidance::kAbove1WithNegative;
+    protocol::ArgumentUse image{"image"};
+    image.required = true;
+    image.max = pictures;
+    protocol::ArgumentUse max_sequence{"max_sequence_length", 512, 1024};
+    max_sequence.ignored = true;  // checked, never used: diffusers keeps the whole prompt
+    f.arguments = {{"num_inference_steps", 50}, true_cfg, max_sequence, {"lora"}, {"cache"}, image,
+                   {"sequential_positions", 0}};
+    f.components.insert(f.components.begin() + 2,
+                        {"processor", {"Qwen2VLProcessor"}, true, ComponentRule::kProcessor, false});
+    f.input_size = &edit_size;
+    f.reference_size = &edit_size;
+    f.name_markers.clear();  // an adapter or a file of Qwen-Image's names is named Qwen-Image's
+    f.shipped_config = nullptr;
+    return f;
+}
+
+}  // namespace qwen_image_facts
+
+const FamilyFacts& qwen_image_edit_family() {
+    static const FamilyFacts facts =
+        qwen_image_facts::edit_pipeline("qwen-image-edit", "Qwen-Image-Edit", "QwenImageEditPipeline", 1);
+    return facts;
+}
+
+const FamilyFacts& qwen_image_edit_plus_family() {
+    static const FamilyFacts facts =
+        qwen_image_facts::edit_pipeline("qwen-image-edit-plus", "Qwen-Image-Edit-Plus",
+                                        "QwenImageEditPlusPipeline", protocol::kMaxInputPictures);
     return facts;
 }
 

@@ -6,15 +6,22 @@
 
 namespace dp::strategies {
 
-const FamilyFacts& sd3_family();           // families/sd3.cpp
-const FamilyFacts& qwen_image_family();    // families/qwen_image.cpp
-const FamilyFacts& flux_family();          // families/flux.cpp
-const FamilyFacts& flux_fill_family();     // families/flux.cpp
-const FamilyFacts& flux_kontext_family();  // families/flux.cpp
+const FamilyFacts& sd3_family();                   // families/sd3.cpp
+const FamilyFacts& qwen_image_family();            // families/qwen_image.cpp
+const FamilyFacts& flux_family();                  // families/flux.cpp
+const FamilyFacts& flux_fill_family();             // families/flux.cpp
+const FamilyFacts& flux_kontext_family();          // families/flux.cpp
+const FamilyFacts& qwen_image_edit_family();       // families/qwen_image.cpp
+const FamilyFacts& qwen_image_edit_plus_family();  // families/qwen_image.cpp
 
 const std::vector<const FamilyFacts*>& families() {
-    static const std::vector<const FamilyFacts*> all = {&sd3_family(), &qwen_image_family(), &flux_family(),
-                                                        &flux_fill_family(), &flux_kontext_family()};
+    static const std::vector<const FamilyFacts*> all = {&sd3_family(),
+                                                        &qwen_image_family(),
+                                                        &flux_family(),
+                                                        &flux_fill_family(),
+                                                        &flux_kontext_family(),
+                                                        &qwen_image_edit_family(),
+                                                        &qwen_image_edit_plus_family()};
     return all;
 }
 

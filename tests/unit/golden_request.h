@@ -36,13 +36,24 @@ inline runtime::GenerateRequest golden_request(const nlohmann::json& c) {
         r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
     if (c.contains("skip_guidance_layers"))
         r.arguments.set("skip_guidance_layers", c.at("skip_guidance_layers").get<std::vector<int>>());
-    for (const char* key : {"image", "mask_image"})  // an edit: its input and mask, repository-relative
-        if (c.contains(key)) {                       // with its decoded size, as the launcher resolves it
-            protocol::InputImage image{repository_path(c.at(key).get<std::string>())};
-            const images::RgbImage pixels = images::decode_image(image.path);
-            image.width = pixels.width, image.height = pixels.height;
-            r.arguments.set(key, image);
-        }
+    // An edit: its input and mask, repository-relative, with their decoded sizes, as the launcher
+    // resolves them; "images": a list of pictures (Qwen-Image-Edit-Plus), or one.
+    const auto resolved = [](const std::string& path) {
+        protocol::InputImage image{repository_path(path)};
+        const images::RgbImage pixels = images::decode_image(image.path);
+        image.width = pixels.width, image.height = pixels.height;
+        return image;
+    };
+    for (const char* key : {"image", "mask_image"})
+        if (c.contains(key)) r.arguments.set(key, resolved(c.at(key).get<std::string>()));
+    if (c.contains("images")) {
+        std::vector<protocol::InputImage> pictures;
+        for (const nlohmann::json& path : c.at("images"))
+            pictures.push_back(resolved(path.get<std::string>()));
+        r.arguments.set("image", protocol::InputImage::of(pictures));
+    }
+    if (c.contains("positions"))  // Note [Qwen2.5-VL positions with images]
+        r.arguments.set("sequential_positions", int64_t{c.at("positions") == "sequential"});
     if (c.contains("strength")) r.arguments.set("strength", c.at("strength").get<double>());
     for (const char* key : {"max_area", "padding_mask_crop"})
         if (c.contains(key)) r.arguments.set(key, c.at(key).get<int64_t>());

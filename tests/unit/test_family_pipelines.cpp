@@ -374,46 +374,52 @@ TEST_CASE(
 // folder, its input and its call; one request at a time, as diffusers ran them.
 TEST_CASE(
     "edits give diffusers' images: img2img and inpainting (and on the mask's region, padding_mask_crop) on "
-    "SD3, FLUX.1-dev and Qwen-Image, FLUX.1-Fill, "
+    "SD3, FLUX.1-dev and Qwen-Image, FLUX.1-Fill, Qwen-Image-Edit and Edit-Plus (two pictures of other "
+    "sizes and ratios, true CFG, 2511's zero_cond_t, both kinds of text positions), "
     "FLUX.1-Kontext (and its text to image, its size scaled to max_area), PNG and JPEG inputs at the "
     "output size and resized, masks resized and binarized, strength 0.5 to 1") {
-    const auto file = SafetensorsFile::open(golden_path("img2img_pipeline.safetensors"));
     std::map<std::string, std::unique_ptr<DiffusionPipeline>> loaded;
     std::set<std::string> folders;
     int checked = 0;
-    const nlohmann::json cases = dp::test::golden_cases(file);
-    for (const auto& [name, c] : cases.items()) {
-        CAPTURE(name);
-        const std::string folder = dp::test::repository_path(c.at("folder").get<std::string>());
-        if (!loaded.count(folder)) {
-            PipelineOptions options;
-            options.model_dir = folder;
-            loaded[folder] = load(options);
+    // Qwen-Image-Edit's and Edit-Plus's cases (golden_qwen_edit.py) name their pictures in "images".
+    for (const char* golden : {"img2img_pipeline.safetensors", "qwen_edit.safetensors"}) {
+        const auto file = SafetensorsFile::open(golden_path(golden));
+        const nlohmann::json cases = dp::test::golden_cases(file);
+        for (const auto& [name, c] : cases.items()) {
+            CAPTURE(name);
+            if (!c.contains("seed")) continue;  // the processor's, the tower's and the text encoder's
+            const std::string folder = dp::test::repository_path(c.at("folder").get<std::string>());
+            if (!loaded.count(folder)) {
+                PipelineOptions options;
+                options.model_dir = folder;
+                loaded[folder] = load(options);
+            }
+            const GenerateRequest request = golden_request(c);
+            if (c.contains("asked_width")) {  // Note [output size]: the size made of the size asked
+                const dp::strategies::ModelInfo model = dp::strategies::read_model_info(folder);
+                const dp::strategies::FamilyFacts& facts = dp::strategies::facts_of(*model.spec);
+                const auto asked = std::pair<int64_t, int64_t>{c.at("asked_width"), c.at("asked_height")};
+                const auto made = facts.output_size
+                                      ? facts.output_size(asked.first, asked.second,
+                                                          model.arguments.completed(request.arguments),
+                                                          model.sizes.multiple())
+                                      : asked;
+                CHECK(made == std::pair<int64_t, int64_t>{request.width, request.height});
+            }
+            const GenerateResult out = loaded[folder]->generate(request);
+            CHECK_MESSAGE(out.error.empty(), out.error);
+            PipelineRow row{name, folder, golden};
+            const bool latents = !c.contains("padding_mask_crop");  // diffusers makes none then
+            const Difference d =
+                against(row, out, {request, name + ".image", latents ? name + ".latents" : ""});
+            CHECK(d.within_one >= 0.999);
+            CHECK(d.latents <= 1e-4);
+            folders.insert(folder);
+            ++checked;
         }
-        const GenerateRequest request = golden_request(c);
-        if (c.contains("asked_width")) {  // Note [output size]: the size made of the size asked
-            const dp::strategies::ModelInfo model = dp::strategies::read_model_info(folder);
-            const dp::strategies::FamilyFacts& facts = dp::strategies::facts_of(*model.spec);
-            const auto asked = std::pair<int64_t, int64_t>{c.at("asked_width"), c.at("asked_height")};
-            const auto made =
-                facts.output_size
-                    ? facts.output_size(asked.first, asked.second,
-                                        model.arguments.completed(request.arguments), model.sizes.multiple())
-                    : asked;
-            CHECK(made == std::pair<int64_t, int64_t>{request.width, request.height});
-        }
-        const GenerateResult out = loaded[folder]->generate(request);
-        CHECK_MESSAGE(out.error.empty(), out.error);
-        PipelineRow row{name, folder, "img2img_pipeline.safetensors"};
-        const bool latents = !c.contains("padding_mask_crop");  // diffusers makes none then
-        const Difference d = against(row, out, {request, name + ".image", latents ? name + ".latents" : ""});
-        CHECK(d.within_one >= 0.999);
-        CHECK(d.latents <= 1e-4);
-        folders.insert(folder);
-        ++checked;
     }
-    CHECK(checked == 21);
-    CHECK(folders.size() == 6);
+    CHECK(checked == 21 + 7);
+    CHECK(folders.size() == 6 + 3);
 }
 
 TEST_CASE(

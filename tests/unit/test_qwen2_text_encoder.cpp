@@ -7,11 +7,15 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/errors.h"
 #include "runtime/io/tensor_io.h"
 #include "runtime/models/common/qwen2_text_encoder.h"
+#include "runtime/models/common/qwen2_vision.h"
+#include "support/test_paths.h"
+#include "unit/golden_request.h"
 #include "unit/temp_dir.h"
 
 using namespace dp::runtime;
@@ -157,4 +161,97 @@ TEST_CASE("Qwen2.5-VL text config errors name the file and key") {
                          doctest::Contains("'text_config' must be an object"), ModelError);
     CHECK_THROWS_WITH_AS(Qwen2TextConfig::from_json_file("/nonexistent/config.json"),
                          doctest::Contains("/nonexistent/config.json"), ModelError);
+}
+
+// Note [Qwen2.5-VL positions with images]: the processor's patches, the vision tower's tokens and
+// the language model's hidden states for the edit templates with pictures inside them, against
+// transformers (scripts/golden/golden_qwen_edit.py), with the three-section positions and with
+// diffusers' sequential ones.
+namespace {
+
+const std::string kEditModel = std::string(DP_MODELS_DIR) + "/tiny-random-qwen-image-edit";
+
+// A case's pictures as its pipeline gives them to the processor: decoded, and resized with PIL's
+// Lanczos where the case names a size (the pipeline's calculate_dimensions).
+std::vector<VisionPatches> case_patches(const nlohmann::json& c, const Qwen2VLProcessorConfig& processor) {
+    std::vector<VisionPatches> out;
+    for (std::size_t k = 0; k < c.at("images").size(); ++k) {
+        dp::images::RgbImage rgb = dp::images::decode_image(dp::test::repository_path(c.at("images")[k]));
+        const nlohmann::json& size = c.at("pipeline_resize")[k];
+        if (!size.is_null()) rgb = dp::images::resize(rgb, size[0].get<int>(), size[1].get<int>());
+        out.push_back(qwen2vl_patches(rgb, processor));
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "Qwen2.5-VL with images: the processor's patches, the vision tower, the three-section positions and "
+    "the hidden states of edit prompts equal transformers'") {
+    const auto g = SafetensorsFile::open(golden_path("qwen_edit.safetensors"));
+    const nlohmann::json cases = dp::test::golden_cases(g);
+    const Qwen2VLProcessorConfig processor =
+        Qwen2VLProcessorConfig::from_json_file(kEditModel + "/processor/preprocessor_config.json");
+    CHECK(processor.max_pixels == 2304);  // the folder's size.longest_edge
+    std::map<std::string, std::vector<VisionPatches>> patches;
+    for (const std::string name : {"processor.edit", "processor.plus", "processor.direct"}) {
+        CAPTURE(name);
+        patches[name] = case_patches(cases.at(name), processor);
+        std::vector<at::Tensor> values;
+        for (const VisionPatches& p : patches[name]) values.push_back(p.values);
+        const at::Tensor want = load_tensor(g, name + ".pixel_values", at::kFloat);
+        REQUIRE(at::cat(values).sizes() == want.sizes());
+        CHECK(max_diff(at::cat(values), want) <= 1e-6);
+        const at::Tensor grids = load_tensor(g, name + ".image_grid_thw", at::kLong);
+        for (std::size_t k = 0; k < patches[name].size(); ++k) {
+            CHECK(grids[static_cast<int64_t>(k)][1].item<int64_t>() == patches[name][k].grid_h);
+            CHECK(grids[static_cast<int64_t>(k)][2].item<int64_t>() == patches[name][k].grid_w);
+        }
+    }
+    const std::string config = kEditModel + "/text_encoder/config.json";
+    const Qwen2VisionConfig vision = Qwen2VisionConfig::from_json_file(config);
+    WeightStore weights = WeightStore::open_folder(kEditModel + "/text_encoder", at::kFloat, at::kCPU);
+    const Qwen2TextEncoder encoder(Qwen2TextConfig::from_json_file(config), weights, {},
+                                   dp::strategies::qwen2_decoder_spec(), &vision);
+    CHECK_NOTHROW(weights.check_all_taken());  // the tower's tensors all read, lm_head skipped
+    const at::Tensor seen = encoder.vision()->forward(patches["processor.plus"]);
+    const double tower = max_diff(seen, load_tensor(g, "vision.plus.image_embeds", at::kFloat));
+    MESSAGE("vision tower: max |diff| " << tower);
+    CHECK(tower <= 1e-4);
+    // Each row's pictures: text.edit one, text.plus two, text.batch one per row (its own).
+    for (const std::string name : {"text.edit", "text.plus", "text.batch"}) {
+        CAPTURE(name);
+        const at::Tensor ids = load_tensor(g, name + ".input_ids", at::kLong);
+        const at::Tensor mask = load_tensor(g, name + ".attention_mask", at::kLong);
+        const std::vector<VisionPatches>& all = patches.at(cases.at(name).at("pixels").get<std::string>());
+        std::vector<at::Tensor> rows;
+        for (int64_t r = 0; r < ids.size(0); ++r) {
+            const std::vector<int64_t> row(ids[r].data_ptr<int64_t>(),
+                                           ids[r].data_ptr<int64_t>() + ids.size(1));
+            const std::vector<VisionPatches> own =
+                name == "text.batch" ? std::vector<VisionPatches>{all[static_cast<std::size_t>(r)]} : all;
+            rows.push_back(qwen2vl_positions(row, mask[r].sum().item<int64_t>(), vision.image_token_id, own,
+                                             vision.spatial_merge_size));
+        }
+        const at::Tensor positions = at::stack(rows, 1);
+        if (g->contains(name + ".position_ids"))
+            CHECK(at::equal(positions, load_tensor(g, name + ".position_ids", at::kLong)));
+        const at::Tensor images = name == "text.edit" ? encoder.vision()->forward(all) : seen;
+        const double mrope = masked_diff(encoder.forward(ids, mask, positions, images, vision.image_token_id),
+                                         load_tensor(g, name + ".hidden_mrope", at::kFloat), mask);
+        const double sequential = masked_diff(encoder.forward(ids, mask, {}, images, vision.image_token_id),
+                                              load_tensor(g, name + ".hidden_sequential", at::kFloat), mask);
+        MESSAGE(name << ": max |diff| " << mrope << " (M-RoPE), " << sequential << " (sequential)");
+        CHECK(mrope <= 1e-4);
+        CHECK(sequential <= 1e-4);
+    }
+}
+
+TEST_CASE("smart_resize rounds as Python does (half to even) and keeps within min and max pixels") {
+    CHECK(smart_resize(41, 50, 4, 64, 2304) == std::pair<int64_t, int64_t>{40, 48});  // 12.5 -> 12
+    CHECK(smart_resize(1024, 1024, 28, 3136, 12845056) == std::pair<int64_t, int64_t>{1036, 1036});
+    CHECK(smart_resize(1024, 1024, 28, 3136, 1003520) == std::pair<int64_t, int64_t>{980, 980});
+    CHECK(smart_resize(10, 10, 28, 3136, 1003520) == std::pair<int64_t, int64_t>{56, 56});  // scaled up
+    CHECK_THROWS_AS(smart_resize(1, 300, 28, 3136, 1003520), ModelError);                   // ratio over 200
 }

@@ -79,6 +79,11 @@ at::Tensor clamp_half(const at::Tensor& x, HalfClamp how) {
     return at::clamp(x, -bound, bound);
 }
 
+at::Tensor rotate_half(const at::Tensor& x) {
+    const int64_t half = x.size(-1) / 2;
+    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
 at::Tensor rope_frequencies(int64_t dim, double theta, const at::TensorOptions& options) {
     return at::reciprocal(at::pow(theta, at::arange(0, dim, 2, options) / static_cast<double>(dim)));
 }

@@ -59,6 +59,9 @@ struct RMSNorm {
 enum class HalfClamp { kRange, kBelowOverflow };
 at::Tensor clamp_half(const at::Tensor& x, HalfClamp how = HalfClamp::kRange);
 
+// [.., d] -> [-second half, first half]: transformers' rotate_half, the rotation of RoPE in halves.
+at::Tensor rotate_half(const at::Tensor& x);
+
 // Rotary embeddings' one frequency table: 1 / theta^(2i / dim) for i < dim / 2, [dim / 2] in
 // `options`' dtype (FLUX's float64, Qwen-Image's and Qwen2's fp32) and on its device.
 at::Tensor rope_frequencies(int64_t dim, double theta, const at::TensorOptions& options);

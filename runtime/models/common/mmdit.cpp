@@ -55,9 +55,20 @@ DualStreamBlock::DualStreamBlock(const LinearLoader& linear, const std::string& 
 void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& temb_act,
                               const DualStreamStep& s) const {
     // shift, scale, gate (attention), shift, scale, gate (MLP)[, shift, scale, gate (attn2)]
-    const std::vector<at::Tensor> m = modulation_(temb_act).chunk(image_attention_ ? 9 : 6, 1);
+    // shift, scale and gate per image token [B, 1 or n, width]: a token of other_tokens takes the
+    // other conditioning's.
+    std::vector<at::Tensor> m = modulation_(temb_act).chunk(image_attention_ ? 9 : 6, 1);
+    for (at::Tensor& one : m) one = one.unsqueeze(1);
+    if (s.other_conditioning.defined()) {
+        const std::vector<at::Tensor> other = modulation_(s.other_conditioning).chunk(m.size(), 1);
+        for (std::size_t i = 0; i < m.size(); ++i)
+            m[i] = at::where(s.other_tokens, other[i].unsqueeze(1), m[i]);
+    }
+    const auto modulated = [](const at::Tensor& in, const at::Tensor& shift, const at::Tensor& scale) {
+        return in * (1 + scale) + shift;
+    };
     const at::Tensor normed = plain_layer_norm(x, kEps);
-    const at::Tensor nx = modulate(normed, m[0], m[1]);
+    const at::Tensor nx = modulated(normed, m[0], m[1]);
     std::vector<at::Tensor> mc;
     at::Tensor nctx;
     if (context_pre_only_) {
@@ -103,14 +114,14 @@ void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& 
     const at::Tensor& attn_x = attn.at(0);
     const at::Tensor attn_ctx = text_out ? attn.at(1) : at::Tensor();
 
-    x = x + m[2].unsqueeze(1) * attn_x;
+    x = x + m[2] * attn_x;
     if (image_attention_) {  // SD3.5's attn2: the image tokens alone, split as attn's are
         AttentionInputs a2;
-        project(attn2_, modulate(normed, m[6], m[7]), {}, a2.q, a2.k, a2.v);
+        project(attn2_, modulated(normed, m[6], m[7]), {}, a2.q, a2.k, a2.v);
         a2.shard = s.image;
-        x = x + m[8].unsqueeze(1) * attn2_.to_out(merge_heads(attend(a2).out));
+        x = x + m[8] * attn2_.to_out(merge_heads(attend(a2).out));
     }
-    x = x + m[5].unsqueeze(1) * mlp_(modulate(plain_layer_norm(x, kEps), m[3], m[4]));
+    x = x + m[5] * mlp_(modulated(plain_layer_norm(x, kEps), m[3], m[4]));
     if (text_out) {
         ctx = ctx + mc[2].unsqueeze(1) * attn_ctx;
         ctx = ctx + mc[5].unsqueeze(1) * text_mlp_(modulate(plain_layer_norm(ctx, kEps), mc[3], mc[4]));

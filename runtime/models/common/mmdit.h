@@ -45,6 +45,10 @@ struct DualStreamStep {
     // no rotary positions.
     std::function<at::Tensor(const at::Tensor&)> rotate_image, rotate_text;
     bool last = false;  // the model's last block: the text's output feeds nothing
+    // Image tokens modulated by another conditioning (Qwen-Image-Edit-2511's zero_cond_t: an
+    // edit's reference tokens by the timestep 0's): that conditioning [B, width] (after SiLU), and
+    // which of this rank's image tokens take it, [1, n, 1] bool. Undefined: every token the block's.
+    at::Tensor other_conditioning, other_tokens;
     // The block's place in the pass (Note [block runner]): its attention runs through it; nullptr:
     // run directly.
     const BlockContext* block = nullptr;

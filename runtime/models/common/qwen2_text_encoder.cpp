@@ -14,12 +14,6 @@
 namespace dp::runtime {
 namespace {
 
-// [.., d] -> [-second half, first half].
-at::Tensor rotate_half(const at::Tensor& x) {
-    const int64_t half = x.size(-1) / 2;
-    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
 // The additive attention bias [B or 1, heads, L, L]: 0 where a query may see a key (the key is
 // not after it and, with a mask, not a pad), -inf elsewhere. Every query also sees itself: that
 // changes nothing for a real token, and gives a pad query with only pads before it (left padding)
@@ -97,14 +91,15 @@ Qwen2TextConfig Qwen2TextConfig::from_json_text(const std::string& text, const s
         if (rope.has("mrope_section")) {
             const nlohmann::json& s = rope.raw()["mrope_section"];
             int64_t sum = 0;
-            bool ints = s.is_array();
+            bool ints = s.is_array() && s.size() == 3;
+            cfg.mrope_section.clear();
             for (const nlohmann::json& v : s) {
                 ints = ints && v.is_number_integer() && v.get<int64_t>() >= 0;
-                if (ints) sum += v.get<int64_t>();
+                if (ints) sum += v.get<int64_t>(), cfg.mrope_section.push_back(v.get<int64_t>());
             }
             if (!ints || sum != cfg.head_dim() / 2)
                 rope.fail("mrope_section", "is " + s.dump().substr(0, 60) +
-                                               "; it must list integers summing to "
+                                               "; it must list 3 integers summing to "
                                                "head_dim / 2 = " +
                                                std::to_string(cfg.head_dim() / 2));
         }
@@ -114,8 +109,10 @@ Qwen2TextConfig Qwen2TextConfig::from_json_text(const std::string& text, const s
     return cfg;
 }
 
+Qwen2TextEncoder::~Qwen2TextEncoder() = default;
+
 Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w, const TensorGroup& tp,
-                                   const strategies::ParallelSpec& spec)
+                                   const strategies::ParallelSpec& spec, const Qwen2VisionConfig* vision)
     : config_(config) {
     const int64_t d = config.hidden_size, hd = config.head_dim(), kv = config.num_key_value_heads;
     const int64_t heads = config.num_attention_heads, group = config.group_size(),
@@ -129,8 +126,12 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
     const double eps = config.rms_norm_eps;  // Qwen2's RMS norms (Note [Qwen2 dtypes])
     const std::string base =
         w.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
-    w.skip_prefix("visual.");
-    w.skip_prefix("model.visual.");
+    if (vision) {
+        vision_ = std::make_unique<Qwen2VisionTower>(*vision, w);
+    } else {
+        w.skip_prefix("visual.");
+        w.skip_prefix("model.visual.");
+    }
     w.skip_prefix("lm_head.");
     embedding_ = w.take(base + "embed_tokens.weight", {config.vocab_size, d});
     // Heads split by GQA groups: a unit of q's features is one group's query heads, k's and v's
@@ -161,6 +162,12 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
 }
 
 at::Tensor Qwen2TextEncoder::forward(const at::Tensor& input_ids, const at::Tensor& mask) const {
+    return forward(input_ids, mask, {}, {}, -1);
+}
+
+at::Tensor Qwen2TextEncoder::forward(const at::Tensor& input_ids, const at::Tensor& mask,
+                                     const at::Tensor& position_streams, const at::Tensor& images,
+                                     int64_t image_token) const {
     if (input_ids.dim() != 2) throw InternalError("Qwen2TextEncoder::forward: ids must be [batch, tokens]");
     if (mask.defined() && mask.sizes() != input_ids.sizes())
         throw InternalError("Qwen2TextEncoder::forward: the mask must have the ids' shape [batch, tokens]");
@@ -168,9 +175,35 @@ at::Tensor Qwen2TextEncoder::forward(const at::Tensor& input_ids, const at::Tens
     const int64_t tokens = ids.size(1), group = config_.group_size();
     const int64_t q_heads = local_kv_heads_ * group;
     at::Tensor x = at::embedding(embedding_, ids);
-    // Note [Qwen2.5-VL text positions]: positions 0 .. L-1 on every row, one rotary stream.
-    const at::Tensor positions = at::arange(tokens, inv_freq_.options());
-    const at::Tensor freqs = positions.unsqueeze(1) * inv_freq_.unsqueeze(0);  // [L, head_dim / 2]
+    if (images.defined()) {  // the vision tower's tokens in the image tokens' places, in order
+        const at::Tensor places = ids.eq(image_token);
+        if (places.sum().item<int64_t>() != images.size(0) || images.size(-1) != x.size(-1))
+            throw ModelError("the prompt has " + std::to_string(places.sum().item<int64_t>()) +
+                             " image tokens and the vision encoder made " + c10::str(images.sizes()));
+        x = x.masked_scatter(places.unsqueeze(-1), images.to(x.device(), x.scalar_type()));
+    }
+    // Note [Qwen2.5-VL text positions]: positions 0 .. L-1 on every row, one rotary stream; with
+    // images, each stream's section of the frequencies from its own positions.
+    at::Tensor freqs;  // [L, head_dim / 2], or [B, 1, L, head_dim / 2]
+    if (!position_streams.defined()) {
+        freqs = at::arange(tokens, inv_freq_.options()).unsqueeze(1) * inv_freq_.unsqueeze(0);
+    } else {
+        const std::vector<int64_t>& sections = config_.mrope_section;
+        if (sections[0] + sections[1] + sections[2] != config_.head_dim() / 2)
+            throw ModelError(
+                "the text encoder's config gives no rope_parameters.mrope_section summing to "
+                "head_dim / 2 (" +
+                std::to_string(config_.head_dim() / 2) + "), which a prompt with images needs");
+        std::vector<at::Tensor> parts;
+        int64_t first = 0;
+        for (int64_t s = 0; s < 3; ++s) {
+            const int64_t width = config_.mrope_section[static_cast<std::size_t>(s)];
+            const at::Tensor pos = position_streams[s].to(inv_freq_.device(), at::kFloat);  // [B, L]
+            parts.push_back(pos.unsqueeze(-1) * inv_freq_.narrow(0, first, width));
+            first += width;
+        }
+        freqs = at::cat(parts, -1).unsqueeze(1);
+    }
     const at::Tensor angles = at::cat({freqs, freqs}, -1);
     const at::Tensor cos = angles.cos().to(x.scalar_type()), sin = angles.sin().to(x.scalar_type());
     auto rotate = [&](const at::Tensor& t) { return t * cos + rotate_half(t) * sin; };

@@ -24,12 +24,14 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/io/config_file.h"
 #include "runtime/io/weights.h"
 #include "runtime/models/common/layers.h"
+#include "runtime/models/common/qwen2_vision.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "strategies/parallel_spec.h"
@@ -44,6 +46,9 @@ struct Qwen2TextConfig : ConfigFile<Qwen2TextConfig> {
     int64_t num_attention_heads = 64, num_key_value_heads = 8;
     double rms_norm_eps = 1e-5, rope_theta = 1e6;
     std::string hidden_act = "silu";
+    // M-RoPE's frequencies per position stream (temporal, height, width), summing to head_dim / 2;
+    // transformers' default where the config gives none.
+    std::vector<int64_t> mrope_section{16, 24, 24};
 
     int64_t head_dim() const { return hidden_size / num_attention_heads; }
     // Query heads per key-value head (one GQA group).
@@ -65,13 +70,24 @@ class Qwen2TextEncoder {
     // share of the MLP's features. Every rank of the group then calls forward with the same
     // inputs. Tensors are read under model.* (transformers 4's and 5's save_pretrained) or
     // model.language_model.* (transformers 5's module names), whichever the store holds.
+    // With `vision`, the store's vision tower is loaded too (whole on every rank), else skipped.
     Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& weights, const TensorGroup& tp = {},
-                     const strategies::ParallelSpec& spec = strategies::qwen2_decoder_spec());
+                     const strategies::ParallelSpec& spec = strategies::qwen2_decoder_spec(),
+                     const Qwen2VisionConfig* vision = nullptr);
+    ~Qwen2TextEncoder();
+    // The vision tower, or nullptr when it was not loaded.
+    const Qwen2VisionTower* vision() const { return vision_.get(); }
 
     // ids [B, L] int64 and mask [B, L] (1 real, 0 pad; undefined: all real), on any device ->
     // hidden_states[-1] [B, L, hidden_size] on the weights' device, in the run's dtype. Outputs at
     // pads are finite and meaningless.
     at::Tensor forward(const at::Tensor& ids, const at::Tensor& mask = {}) const;
+    // The same for a prompt with images (Note [Qwen2.5-VL positions with images], qwen2_vision.h):
+    // `images` [image tokens, hidden_size] (the vision tower's, every row's in order) replace the
+    // embeddings of the ids equal to `image_token`, and `positions` [3, B, L] int64 are the three
+    // position streams (undefined: 0 .. L-1 on all three).
+    at::Tensor forward(const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& positions,
+                       const at::Tensor& images, int64_t image_token) const;
 
     const Qwen2TextConfig& config() const { return config_; }
     // Bytes of the tensors this rank holds: every tensor it took from its store.
@@ -87,6 +103,7 @@ class Qwen2TextEncoder {
     at::Tensor embedding_, inv_freq_;  // inv_freq_: [head_dim / 2] fp32
     RMSNorm final_norm_;
     std::vector<Layer> layers_;
+    std::unique_ptr<Qwen2VisionTower> vision_;
     int64_t parameter_bytes_ = 0;
 };
 

@@ -42,14 +42,30 @@ at::Tensor centred(int64_t n) { return at::arange(n, at::kFloat) - static_cast<d
 
 QwenRope qwen_image_rope(const std::array<int64_t, 3>& axes, int64_t grid_h, int64_t grid_w,
                          int64_t text_tokens) {
-    const int64_t h2 = axes[1] / 2, w2 = axes[2] / 2;
-    const at::Tensor frame = at::zeros({grid_h, grid_w, axes[0] / 2}, at::kFloat);  // frame 0: no rotation
-    const at::Tensor rows = axis_angles(centred(grid_h), axes[1]).unsqueeze(1).expand({grid_h, grid_w, h2});
-    const at::Tensor cols = axis_angles(centred(grid_w), axes[2]).unsqueeze(0).expand({grid_h, grid_w, w2});
-    const at::Tensor image = at::cat({frame, rows, cols}, 2).reshape({grid_h * grid_w, -1});
-    // The text continues after the image's largest index, the same position on every axis.
-    const at::Tensor pos =
-        at::arange(text_tokens, at::kFloat) + static_cast<double>(std::max(grid_h / 2, grid_w / 2));
+    return qwen_image_rope(axes, std::vector<std::array<int64_t, 2>>{{grid_h, grid_w}}, text_tokens);
+}
+
+QwenRope qwen_image_rope(const std::array<int64_t, 3>& axes, const std::vector<std::array<int64_t, 2>>& grids,
+                         int64_t text_tokens) {
+    const int64_t f2 = axes[0] / 2, h2 = axes[1] / 2, w2 = axes[2] / 2;
+    std::vector<at::Tensor> images;
+    int64_t text_start = 0;
+    for (std::size_t k = 0; k < grids.size(); ++k) {
+        const int64_t grid_h = grids[k][0], grid_w = grids[k][1];
+        // Frame position k: 0 (no rotation) for the latents, 1, 2, ... for the references.
+        const at::Tensor frame = axis_angles(at::full({1}, static_cast<double>(k), at::kFloat), axes[0])
+                                     .view({1, 1, f2})
+                                     .expand({grid_h, grid_w, f2});
+        const at::Tensor rows =
+            axis_angles(centred(grid_h), axes[1]).unsqueeze(1).expand({grid_h, grid_w, h2});
+        const at::Tensor cols =
+            axis_angles(centred(grid_w), axes[2]).unsqueeze(0).expand({grid_h, grid_w, w2});
+        images.push_back(at::cat({frame, rows, cols}, 2).reshape({grid_h * grid_w, -1}));
+        text_start = std::max({text_start, grid_h / 2, grid_w / 2});
+    }
+    const at::Tensor image = at::cat(images, 0);
+    // The text continues after the images' largest index, the same position on every axis.
+    const at::Tensor pos = at::arange(text_tokens, at::kFloat) + static_cast<double>(text_start);
     const at::Tensor text =
         at::cat({axis_angles(pos, axes[0]), axis_angles(pos, axes[1]), axis_angles(pos, axes[2])}, 1);
     return {at::cos(image), at::sin(image), at::cos(text), at::sin(text)};
@@ -106,11 +122,9 @@ QwenImageTransformerConfig QwenImageTransformerConfig::from_json_text(const std:
         c.fail("guidance_embeds",
                "is true; only false is supported (diffusers' QwenImageTransformer2DModel has no "
                "guidance embedder to run it)");
-    for (const char* key : {"zero_cond_t", "use_additional_t_cond", "use_layer3d_rope"})
-        if (c.boolean(key, false))
-            c.fail(key,
-                   "is true (Qwen-Image-Edit / Layered); only false, Qwen-Image's text-to-image transformer, "
-                   "is supported");
+    cfg.zero_cond_t = c.boolean("zero_cond_t", false);
+    for (const char* key : {"use_additional_t_cond", "use_layer3d_rope"})
+        if (c.boolean(key, false)) c.fail(key, "is true (Qwen-Image-Layered); only false is supported");
     return cfg;
 }
 
@@ -144,7 +158,8 @@ QwenImageTransformer::QwenImageTransformer(const QwenImageTransformerConfig& con
 
 at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Tensor& text,
                                          const at::Tensor& text_mask, const at::Tensor& timestep,
-                                         int64_t grid_h, int64_t grid_w, const BlockRunner& runner) const {
+                                         int64_t grid_h, int64_t grid_w, const BlockRunner& runner,
+                                         const QwenReference& reference) const {
     const QwenImageTransformerConfig& c = config_;
     if (grid_h < 1 || grid_w < 1 || latents.dim() != 3 || latents.size(1) != grid_h * grid_w ||
         latents.size(2) != c.in_channels)
@@ -172,9 +187,22 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
 
     // Both streams split over the sequence groups (Note [Qwen-Image text stream]); per-token layers
     // run on this rank's block only.
-    const SequenceShard image(grid_h * grid_w, parallel_->sequence());
+    // An edit's references follow the latents in the image stream (img_shapes' later entries).
+    std::vector<std::array<int64_t, 2>> grids{{grid_h, grid_w}};
+    at::Tensor stream = latents.to(device, dtype);
+    if (reference.tokens.defined()) {
+        int64_t count = 0;
+        for (const auto& g : reference.grids) count += g[0] * g[1], grids.push_back(g);
+        if (reference.tokens.dim() != 3 || reference.tokens.size(0) != batch ||
+            reference.tokens.size(1) != count || reference.tokens.size(2) != c.in_channels)
+            throw ModelError("the reference images' tokens must be [" + std::to_string(batch) + ", " +
+                             std::to_string(count) + ", " + std::to_string(c.in_channels) + "]; got " +
+                             c10::str(reference.tokens.sizes()));
+        stream = at::cat({stream, reference.tokens.to(device, dtype)}, 1);
+    }
+    const SequenceShard image(stream.size(1), parallel_->sequence());
     const SequenceShard words(tokens, text_split_ ? parallel_->sequence() : SequenceGroups{});
-    at::Tensor x = img_in_(image.shard(latents.to(device, dtype)));
+    at::Tensor x = img_in_(image.shard(stream));
     at::Tensor ctx = txt_in_(txt_norm_(words.shard(text.to(device, dtype))));
     at::Tensor text_bias;  // over all T tokens: -inf for padding keys
     if (text_mask.defined())
@@ -183,8 +211,17 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
     const at::Tensor t = timestep.reshape({-1}).to(device, dtype).expand({batch});
     const at::Tensor temb = time_2_(at::silu(time_1_(timestep_projection(t).to(dtype))));
     at::Tensor temb_act = at::silu(temb);
+    // zero_cond_t: the references' tokens (after the latents') take the timestep 0's conditioning.
+    at::Tensor other_conditioning, other_tokens;
+    if (c.zero_cond_t && grids.size() > 1) {
+        other_conditioning =
+            at::silu(time_2_(at::silu(time_1_(timestep_projection(at::zeros_like(t)).to(dtype)))));
+        const at::Tensor index = at::arange(stream.size(1), at::TensorOptions().dtype(at::kLong));
+        other_tokens =
+            image.shard(index.ge(grid_h * grid_w).to(at::kLong).view({1, -1, 1}), 1).ne(0).to(device);
+    }
 
-    const QwenRope rope = qwen_image_rope(c.axes_dims_rope, grid_h, grid_w, tokens);
+    const QwenRope rope = qwen_image_rope(c.axes_dims_rope, grids, tokens);
     // Each position's rotation as one complex number per frequency, this rank's block of them.
     at::Tensor image_rot =
         at::complex(image.shard(rope.image_cos, 0), image.shard(rope.image_sin, 0)).to(device);
@@ -202,15 +239,18 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
     pass.image = &x;
     pass.image_shard = &image;
     pass.conditioning = &temb_act;
-    pass.activations = {&ctx, &text_bias, &image_rot, &text_rot};
+    pass.activations = {&ctx, &text_bias, &image_rot, &text_rot, &other_conditioning, &other_tokens};
     runner.run(pass, devices_, [&](const BlockContext& block) {
         step.text_bias = text_bias;  // moved with the block, under device_map
-        step.last = block.last();    // its text output feeds nothing
+        step.other_conditioning = other_conditioning;
+        step.other_tokens = other_tokens;
+        step.last = block.last();  // its text output feeds nothing
         step.block = &block;
         blocks_[block.index()].forward(x, ctx, temb_act, step);
     });
     const std::vector<at::Tensor> sc = norm_out_(temb_act).chunk(2, 1);  // scale, shift
-    return image.gather(proj_out_(modulate(plain_layer_norm(x), sc[1], sc[0])));
+    const at::Tensor out = image.gather(proj_out_(modulate(plain_layer_norm(x), sc[1], sc[0])));
+    return grids.size() > 1 ? out.narrow(1, 0, grid_h * grid_w) : out;
 }
 
 }  // namespace dp::runtime

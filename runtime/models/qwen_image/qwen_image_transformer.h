@@ -35,8 +35,8 @@ struct DeviceMapping;
 // diffusers' config.json of QwenImageTransformer2DModel. The shape the strategies also read (heads,
 // head size, layers, patch, channels) defaults to Qwen-Image's parallel spec
 // (strategies::family_spec("qwen-image").transformer_defaults). Refused with a ModelError naming
-// the key: guidance_embeds, zero_cond_t, use_additional_t_cond, use_layer3d_rope set to true (the
-// Edit and Layered variants; diffusers has no guidance embedder for the first).
+// the key: guidance_embeds, use_additional_t_cond, use_layer3d_rope set to true (diffusers has no
+// guidance embedder for the first; the others are the Layered variant's).
 struct QwenImageTransformerConfig : ConfigFile<QwenImageTransformerConfig> {
     int64_t patch_size = 0;
     int64_t in_channels = 0;   // of the packed latents: latent channels x patch x patch
@@ -47,10 +47,20 @@ struct QwenImageTransformerConfig : ConfigFile<QwenImageTransformerConfig> {
     int64_t joint_attention_dim = 3584;
     std::array<int64_t, 3> axes_dims_rope{16, 56, 56};  // frame, height, width; even, summing to head_dim
     bool guidance_embeds = false;
+    // Qwen-Image-Edit-2511's: an edit's reference tokens are modulated by the timestep 0's
+    // conditioning, the latents' and the text by the step's.
+    bool zero_cond_t = false;
 
     int64_t inner_dim() const { return num_attention_heads * attention_head_dim; }
 
     static QwenImageTransformerConfig from_json_text(const std::string& text, const std::string& path);
+};
+
+// An edit's reference images as the transformer takes them: packed tokens [B, sum of grids, in_channels]
+// and each image's patch grid (rows, columns), in order; undefined tokens: none.
+struct QwenReference {
+    at::Tensor tokens;
+    std::vector<std::array<int64_t, 2>> grids;
 };
 
 class QwenImageTransformer : public TransformerBase<QwenImageTransformerConfig> {
@@ -73,9 +83,12 @@ class QwenImageTransformer : public TransformerBase<QwenImageTransformerConfig> 
     // context parallelism both streams are split over the sequence groups (Note [Qwen-Image text
     // stream]); every rank of the groups calls forward with the same inputs and gets the same
     // output. Throws ModelError for shapes that do not fit the config.
+    // `reference`: an edit's reference images (QwenImageEditPipeline, Edit-Plus), their packed
+    // tokens appended to the image stream after the latents' (img_shapes' later entries), the
+    // output still the latents' tokens alone.
     at::Tensor forward(const at::Tensor& latents, const at::Tensor& text, const at::Tensor& text_mask,
                        const at::Tensor& timestep, int64_t grid_h, int64_t grid_w,
-                       const BlockRunner& blocks = BlockRunner()) const;
+                       const BlockRunner& blocks = BlockRunner(), const QwenReference& reference = {}) const;
 
   private:
     ParallelLinear img_in_, txt_in_, time_1_, time_2_;
@@ -93,6 +106,10 @@ struct QwenRope {
 };
 QwenRope qwen_image_rope(const std::array<int64_t, 3>& axes_dims, int64_t grid_h, int64_t grid_w,
                          int64_t text_tokens);
+// The same for several images in one stream (img_shapes' entries, rows x columns each): the k-th
+// at frame position k, its rows and columns centred anew; the text after the largest half side.
+QwenRope qwen_image_rope(const std::array<int64_t, 3>& axes_dims,
+                         const std::vector<std::array<int64_t, 2>>& grids, int64_t text_tokens);
 // x [B, H, S, head_dim] rotated pairwise (x[2k], x[2k + 1]) by the angles of cos / sin [S, head_dim
 // / 2], in fp32, as diffusers' complex product; returned in x's dtype.
 at::Tensor apply_qwen_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
