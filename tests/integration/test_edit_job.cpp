@@ -172,6 +172,75 @@ TEST_CASE(
     CHECK(run_launch({"plan", "--model", kontext, "--image", input("missing.png")}).exit_code == 66);
 }
 
+TEST_CASE(
+    "Qwen-Image-Edit: one prompt over a folder of images (--prompt, --image DIR) as each alone at any rank "
+    "count; Edit-Plus's pictures from --image given again; the size and the reference tokens plan counts") {
+    const std::string dir = make_temp_dir();
+    const std::string edit = std::string(DP_MODELS_DIR) + "/tiny-random-qwen-image-edit";
+    const std::string plus = std::string(DP_MODELS_DIR) + "/tiny-random-qwen-image-edit-plus";
+    fs::create_directories(dir + "/photos");
+    for (const char* name : {"in_32x32.png", "in_37x23.jpg"})
+        fs::copy_file(input(name), dir + "/photos/" + name);
+    const std::vector<std::string> common = {"--prompt",
+                                             "make the sky green",
+                                             "--negative-prompt",
+                                             "blurry",
+                                             "--steps",
+                                             "2",
+                                             "--width",
+                                             "32",
+                                             "--height",
+                                             "32",
+                                             "-q"};
+    LaunchResult r = run_launch(
+        with_all({"--model", edit, "-n", "2", "--image", dir + "/photos", "-o", dir + "/all"}, common), {},
+        120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const std::vector<nlohmann::json> records = read_manifest(dir + "/all");
+    REQUIRE(records.size() == 2);
+    for (const nlohmann::json& record : records) {
+        const std::string name = fs::path(record["image"]["path"].get<std::string>()).filename().string();
+        CAPTURE(name);
+        CHECK(record["file"].get<std::string>().find(name.substr(3, 5)) != std::string::npos);  // its name
+        const nlohmann::json line = {{"prompt", "make the sky green"},
+                                     {"negative_prompt", "blurry"},
+                                     {"seed", record["seed"]},
+                                     {"image", dir + "/photos/" + name}};
+        std::ofstream(dir + "/" + name + ".jsonl") << line.dump() << "\n";
+        LaunchResult alone =
+            run_launch({"--model", edit, "-n", "1", "--steps", "2", "--width", "32", "--height", "32", "-q",
+                        "-o", dir + "/" + name, dir + "/" + name + ".jsonl"},
+                       {}, 120);
+        REQUIRE_MESSAGE(alone.exit_code == 0, alone.err);
+        const std::vector<nlohmann::json> one = read_manifest(dir + "/" + name);
+        REQUIRE(one.size() == 1);
+        // Within 1 of 255: one process's threads sum a matmul otherwise than two's.
+        CHECK(max_pixel_difference(dir + "/" + name + "/" + one[0]["file"].get<std::string>(),
+                                   dir + "/all/" + record["file"].get<std::string>()) <= 1);
+    }
+    // Edit-Plus: --image twice is one line's two pictures, recorded in order.
+    r = run_launch(with_all({"--model", plus, "--image", input("in_32x32.png"), "--image",
+                             input("in_37x23.jpg"), "-o", dir + "/plus"},
+                            common),
+                   {}, 120);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const std::vector<nlohmann::json> two = read_manifest(dir + "/plus");
+    REQUIRE(two.size() == 1);
+    REQUIRE(two[0]["image"].is_array());
+    CHECK(fs::path(two[0]["image"][1]["path"].get<std::string>()).filename() == "in_37x23.jpg");
+    // Without a size, the last picture's at 1024 x 1024 pixels' area (1312 x 800 for 37 x 23); each
+    // picture's reference tokens at that size for the VAE: 64 x 64 and 82 x 50 patches.
+    r = run_launch({"plan", "--model", plus, "--image", input("in_32x32.png"), "--image",
+                    input("in_37x23.jpg"), "--json"});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const nlohmann::json plan = nlohmann::json::parse(r.out);
+    CHECK(plan["prompt"]["width"] == 1312);
+    CHECK(plan["prompt"]["height"] == 800);
+    CHECK(plan["prompt"]["reference_tokens"] == 4096 + 4100);
+    CHECK(plan["prompt"]["image_tokens"] == 82 * 50 + 4096 + 4100);
+    remove_dir(dir);
+}
+
 TEST_CASE("bad inputs are refused before any rank starts, naming the line and what is accepted") {
     const std::string dir = make_temp_dir();
     const std::string good = input("in_32x32.png");
@@ -209,6 +278,8 @@ TEST_CASE("bad inputs are refused before any rank starts, naming the line and wh
     // refuses a size that max_area makes too small.
     const std::string fill = std::string(DP_MODELS_DIR) + "/tiny-random-flux-fill";
     const std::string kontext = std::string(DP_MODELS_DIR) + "/tiny-random-flux-kontext";
+    const std::string qwen_edit = std::string(DP_MODELS_DIR) + "/tiny-random-qwen-image-edit";
+    const std::string qwen_plus = std::string(DP_MODELS_DIR) + "/tiny-random-qwen-image-edit-plus";
     struct ModelBad {
         std::string model, line, says;
     };
@@ -223,14 +294,31 @@ TEST_CASE("bad inputs are refused before any rank starts, naming the line and wh
              {kontext,
               R"({"prompt": "x", "image": ")" + input("in_37x23.jpg") +
                   R"(", "width": 16, "height": 1024, "max_area": 1024})",
-              ":2: the image made would be 0 x 256 pixels"}}) {
+              ":2: the image made would be 0 x 256 pixels"},
+             // Qwen-Image-Edit needs an image on every line, and takes one; Edit-Plus up to 3.
+             {qwen_edit, R"({"prompt": "x"})",
+              ":2: key 'image': Qwen-Image-Edit's pipeline (QwenImageEditPipeline) needs it on every line"},
+             {qwen_edit, R"({"prompt": "x", "image": [")" + good + R"(", ")" + good + "\"]}",
+              ":2: key 'image': a list of 2 pictures; Qwen-Image-Edit's pipeline (QwenImageEditPipeline) "
+              "takes one"},
+             {qwen_plus,
+              R"({"prompt": "x", "image": [")" + good + R"(", ")" + good + R"(", ")" + good + R"(", ")" +
+                  good + "\"]}",
+              "or a list of 1 to 3 of them (the list has 4 pictures)"},
+             {qwen_plus, R"({"prompt": "x", "image": [")" + good + R"(", 7]})", ":2: key 'image': expected"},
+             {qwen_plus, R"({"prompt": "x", "image": ")" + good + R"(", "strength": 0.5})",
+              ":2: key 'strength': Qwen-Image-Edit-Plus does not take strength"}}) {
         CAPTURE(bad.line);
         std::ofstream(dir + "/p.jsonl")
             << "{\"prompt\": \"fine\", \"image\": \"" << good << "\", \"mask_image\": \"" << good << "\"}\n"
             << bad.line << "\n";
         std::ofstream(dir + "/k.jsonl") << "{\"prompt\": \"fine\"}\n" << bad.line << "\n";
-        LaunchResult r = run_launch({"--model", bad.model, "-o", dir + "/out", "-q",
-                                     dir + (bad.model == fill ? "/p.jsonl" : "/k.jsonl")});
+        std::ofstream(dir + "/q.jsonl") << "{\"prompt\": \"fine\", \"image\": \"" << good << "\"}\n"
+                                        << bad.line << "\n";
+        const std::string file = bad.model == fill      ? "/p.jsonl"
+                                 : bad.model == kontext ? "/k.jsonl"
+                                                        : "/q.jsonl";
+        LaunchResult r = run_launch({"--model", bad.model, "-o", dir + "/out", "-q", dir + file});
         CHECK(r.exit_code == 65);
         CHECK_MESSAGE(r.err.find(bad.says) != std::string::npos, r.err);
         CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));

@@ -126,6 +126,9 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
     const std::string file = std::string(DP_GOLDEN_DIR) + "/" + row.golden;
     const nlohmann::json all = nlohmann::json::parse(read_safetensors_metadata(file, "cases"));
     std::vector<GoldenLine> out;
+    const auto absolute = [](const nlohmann::json& relative) {
+        return std::string(DP_GOLDEN_DIR) + "/../../../" + relative.get<std::string>();
+    };
     auto add = [&](nlohmann::json line, const std::string& key, const std::string& image,
                    const std::string& latents) {
         for (const char* meta : {"prompts", "seeds", "variant", "folder"}) line.erase(meta);
@@ -133,8 +136,17 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
         // An edit's inputs (repository-relative in the golden file), absolute; the size asked, of
         // which the pipeline makes the golden one (Note [output size]).
         for (const char* input : {"image", "mask_image"})
-            if (line.contains(input))
-                line[input] = std::string(DP_GOLDEN_DIR) + "/../../../" + line.at(input).get<std::string>();
+            if (line.contains(input)) line[input] = absolute(line.at(input));
+        if (line.contains("images")) {  // Qwen-Image-Edit-Plus's pictures (golden_qwen_edit.py)
+            line["image"] = nlohmann::json::array();
+            for (const nlohmann::json& picture : line.at("images"))
+                line["image"].push_back(absolute(picture));
+            if (line.at("positions") == "sequential") line["sequential_positions"] = 1;
+            for (const char* meta : {"images", "positions", "pipeline", "default_width", "default_height",
+                                     "do_true_cfg", "grid_thw", "noise_tokens", "reference_tokens", "tokens",
+                                     "text_lengths", "vae_sizes", "vl_sizes"})
+                line.erase(meta);
+        }
         for (const char* side : {"width", "height"})
             if (line.contains(std::string("asked_") + side)) {
                 line[side] = line.at(std::string("asked_") + side);
@@ -156,6 +168,11 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
     for (const auto& [name, c] : all.items()) {
         if ((name == "bf16") != bf16 ||
             (c.contains("variant") ? c.at("variant") != row.variant : !row.variant.empty()))
+            continue;
+        // A file of several folders' cases: the row's folder's pipeline cases only.
+        if (!c.contains("seed") ||
+            (c.contains("folder") && std::filesystem::path(c.at("folder").get<std::string>()).filename() !=
+                                         std::filesystem::path(row.model).filename()))
             continue;
         if (!c.contains("prompts")) {
             add(c, name, name + ".image", name + ".latents");
@@ -179,8 +196,14 @@ void check_record(const FamilyRow& row, const nlohmann::json& record, const nloh
     for (const auto& [key, value] : line.items()) {
         if (key == "prompt" || key == "seed" || key == "name" || key == "width" || key == "height") continue;
         CAPTURE(key);
-        if (key == "image" || key == "mask_image") {  // recorded with its SHA-256 and size
-            CHECK(record.at(key).at("path") == std::filesystem::canonical(value.get<std::string>()).string());
+        if (key == "image" || key == "mask_image") {  // recorded with its SHA-256 and size, each picture
+            const nlohmann::json pictures = value.is_array() ? value : nlohmann::json::array({value});
+            const nlohmann::json held =
+                record.at(key).is_array() ? record.at(key) : nlohmann::json::array({record.at(key)});
+            REQUIRE(held.size() == pictures.size());
+            for (std::size_t k = 0; k < pictures.size(); ++k)
+                CHECK(held[k].at("path") ==
+                      std::filesystem::canonical(pictures[k].get<std::string>()).string());
             continue;
         }
         if (std::find(row.unrecorded.begin(), row.unrecorded.end(), key) != row.unrecorded.end())
@@ -355,6 +378,42 @@ FamilyRow kontext_row() {
     return kontext;
 }
 
+FamilyRow qwen_edit_row() {
+    // Qwen-Image-Edit-Plus (QwenImageEditPlusPipeline): two pictures of other sizes and ratios
+    // (1024 x 1024 and 1312 x 800 for the VAE: 4096 + 4100 reference tokens after the 6 latents'),
+    // true CFG with the negative prompt's own vision tokens, diffusers' sequential text positions
+    // on one line. No token count divides 2 or 3.
+    FamilyRow plus{"Qwen-Image-Edit-Plus",
+                   tiny("qwen-image-edit-plus"),
+                   "qwen_edit.safetensors",
+                   "",
+                   {{"-n", "1"}},
+                   3,
+                   true};
+    plus.absent = kNotSd3;
+    plus.absent.push_back("strength");
+    plus.base = {"--steps", "2", "--width", "32", "--height", "48"};
+    const std::string two =
+        "[\"" + edit_input("in_32x32.png") + "\", \"" + edit_input("in_37x23.jpg") + "\"]";
+    plus.prompts = {"p.jsonl",
+                    "{\"prompt\": \"put the square into picture 2\", \"negative_prompt\": \"blurry\", "
+                    "\"true_cfg_scale\": 3, \"seed\": 1, \"image\": " +
+                        two +
+                        "}\n{\"prompt\": \"make it night\", \"seed\": 2, "
+                        "\"sequential_positions\": 1, \"image\": \"" +
+                        edit_input("in_50x41.png") + "\"}\n"};
+    plus.runs = {{"-n", "2", "--cfg-parallel"},
+                 {"-n", "2", "--ulysses", "2"},
+                 {"-n", "3", "--ring", "3"},
+                 {"-n", "2", "--tp", "2"},
+                 {"-n", "3"}};
+    plus.single = {{0, "true_cfg_scale", 3.0}, {1, "sequential_positions", 1}, {1, "steps", 2}};
+    plus.refused_flags = {{{"--strength", "0.5"}, "Qwen-Image-Edit-Plus does not take strength"}};
+    plus.refused_keys = {
+        {"mask_image", edit_input("mask_24x16.png"), "Qwen-Image-Edit-Plus does not take mask_image"}};
+    return plus;
+}
+
 std::vector<FamilyRow> rows() {
     std::vector<FamilyRow> rows;
 
@@ -414,6 +473,7 @@ std::vector<FamilyRow> rows() {
 
     rows.push_back(fill_row());
     rows.push_back(kontext_row());
+    rows.push_back(qwen_edit_row());
 
     // schnell has no guidance embedding: its guidance_scale changes nothing and is not recorded.
     FamilyRow schnell{"FLUX.1-schnell",

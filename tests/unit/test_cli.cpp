@@ -154,7 +154,8 @@ std::vector<std::string> candidates(const OptionDef& def) {
             return {"true", "false"};
         case OptionKind::kInt: {
             std::vector<std::string> out;
-            for (int i = 0; i < 4; ++i) out.push_back(std::to_string(static_cast<long long>(def.lo) + i));
+            for (long long v = static_cast<long long>(def.lo); v <= def.hi && v < def.lo + 4; ++v)
+                out.push_back(std::to_string(v));
             return out;
         }
         case OptionKind::kNumber: {

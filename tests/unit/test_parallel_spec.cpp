@@ -122,13 +122,19 @@ TEST_CASE("a model folder's family comes from model_index.json's _class_name, or
     const std::string kontext =
         model_folder("kontext", {{"model_index.json", R"({"_class_name": "FluxKontextPipeline"})"}});
     CHECK(&parallel_spec_for_model(kontext) == &family_spec("flux-kontext"));
+    for (const auto& [edit, family] : {std::pair{"QwenImageEditPipeline", "qwen-image-edit"},
+                                       std::pair{"QwenImageEditPlusPipeline", "qwen-image-edit-plus"}}) {
+        const std::string folder =
+            model_folder(family, {{"model_index.json", std::string(R"({"_class_name": ")") + edit + "\"}"}});
+        CHECK(&parallel_spec_for_model(folder) == &family_spec(family));
+    }
     const std::string control =
         model_folder("control", {{"model_index.json", R"({"_class_name": "FluxControlPipeline"})"}});
     CHECK_THROWS_WITH_AS(
         parallel_spec_for_model(control),
         (control + "/model_index.json: _class_name FluxControlPipeline is not supported (supported: "
                    "StableDiffusion3Pipeline, QwenImagePipeline, FluxPipeline, FluxFillPipeline, "
-                   "FluxKontextPipeline)")
+                   "FluxKontextPipeline, QwenImageEditPipeline, QwenImageEditPlusPipeline)")
             .c_str(),
         dp::protocol::ModelError);
     for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
