@@ -170,7 +170,7 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
             (c.contains("variant") ? c.at("variant") != row.variant : !row.variant.empty()))
             continue;
         // A file of several folders' cases: the row's folder's pipeline cases only.
-        if (!c.contains("seed") ||
+        if (!(c.contains("seed") || c.contains("seeds")) ||
             (c.contains("folder") && std::filesystem::path(c.at("folder").get<std::string>()).filename() !=
                                          std::filesystem::path(row.model).filename()))
             continue;
