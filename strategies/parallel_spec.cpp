@@ -23,6 +23,12 @@ void add_qwen2_decoder_rules(ParallelSpec& s) {
     add_tp_rules(s, TpSplit::kRow, {".self_attn.o_proj", ".mlp.down_proj"});
 }
 
+void add_qwen2_vision_rules(ParallelSpec& s) {
+    s.tp_rules.push_back({".attn.qkv", TpSplit::kColumnSegments, {1, 1, 1}});
+    add_tp_rules(s, TpSplit::kColumn, {".mlp.gate_proj", ".mlp.up_proj"});
+    add_tp_rules(s, TpSplit::kRow, {".attn.proj", ".mlp.down_proj"});
+}
+
 namespace {
 
 // A spec holding one shared encoder's rules alone.
@@ -41,6 +47,11 @@ const ParallelSpec& t5_encoder_spec() {
 
 const ParallelSpec& qwen2_decoder_spec() {
     static const ParallelSpec spec = rules_only(&add_qwen2_decoder_rules);
+    return spec;
+}
+
+const ParallelSpec& qwen2_vision_spec() {
+    static const ParallelSpec spec = rules_only(&add_qwen2_vision_rules);
     return spec;
 }
 
@@ -72,6 +83,7 @@ bool tp_splits_tensor(const ParallelSpec& spec, const std::string& tensor_name) 
             return false;
         case TpSplit::kColumn:
         case TpSplit::kColumnGathered:
+        case TpSplit::kColumnSegments:
             return true;
         case TpSplit::kRow:
         case TpSplit::kRowSegments:

@@ -18,6 +18,9 @@ enum class TpSplit {
     kColumn,       // output features split: weight rows and bias split
     kRow,          // input features split: weight columns split, the bias added once after the sum
     kRowSegments,  // input features are several concatenated segments, each split as kRow
+    // Output features are several concatenated segments, each split as kColumn (a fused q, k, v:
+    // each rank keeps its heads of each).
+    kColumnSegments,
     // Output features split as kColumn, then gathered so that every rank has the whole output: a
     // large weight with a small output (SD3's AdaLN modulations, 6 x width from the timestep).
     kColumnGathered,
@@ -26,7 +29,7 @@ enum class TpSplit {
 struct TpRule {
     std::string layer_suffix;  // matched against the end of a layer's name, e.g. ".attn.to_q"
     TpSplit split = TpSplit::kWhole;
-    std::vector<int64_t> segments;  // kRowSegments: relative segment widths, e.g. {1, 4}
+    std::vector<int64_t> segments;  // k*Segments: relative segment widths, e.g. {1, 4}
 };
 
 // An attention stream: split over the context-parallel ranks like the image tokens, or
@@ -124,9 +127,13 @@ void add_t5_encoder_rules(ParallelSpec& spec);
 // A rule of `split` for each of `layer_suffixes` (kRowSegments takes its segments by hand).
 void add_tp_rules(ParallelSpec& spec, TpSplit split, std::initializer_list<const char*> layer_suffixes);
 void add_qwen2_decoder_rules(ParallelSpec& spec);
+// Qwen2.5-VL's vision tower (Qwen-Image-Edit's text encoder): its fused q, k, v by heads of each,
+// the attention's output row-parallel, the MLP as the decoder's.
+void add_qwen2_vision_rules(ParallelSpec& spec);
 // A spec of those rules alone: the encoders' own, whichever family loads them.
 const ParallelSpec& t5_encoder_spec();
 const ParallelSpec& qwen2_decoder_spec();
+const ParallelSpec& qwen2_vision_spec();
 // Every family's spec, in the registry's order (strategies/families/registry.cpp; a family's
 // facts, strategies/family.h).
 const std::vector<const ParallelSpec*>& parallel_specs();

@@ -99,6 +99,27 @@ ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int
             if (bias) l.bias_ = w.take(bias_name, bias_shape);
             break;
         }
+        case TpSplit::kColumnSegments: {
+            // Each segment of the output is split on its own (a fused q, k, v by heads): this rank
+            // keeps its rows of every segment, in order.
+            const int64_t units = std::accumulate(rule.segments.begin(), rule.segments.end(), int64_t{0});
+            if (rule.segments.empty() || units <= 0 || out % units != 0)
+                throw ModelError(name + ": the parallel spec's segments do not tile its " +
+                                 std::to_string(out) + " output features");
+            std::vector<at::Tensor> rows, biases;
+            int64_t begin = 0;
+            for (int64_t s : rule.segments) {
+                const int64_t width = out / units * s;
+                const FeatureRange mine = my_features(name, width, "output features of a segment", tp, unit);
+                rows.push_back(w.take_shard(weight, weight_shape, 0, begin + mine.start, mine.length));
+                if (bias)
+                    biases.push_back(w.take_shard(bias_name, bias_shape, 0, begin + mine.start, mine.length));
+                begin += width;
+            }
+            l.weight_ = at::cat(rows, 0);
+            if (bias) l.bias_ = at::cat(biases, 0);
+            break;
+        }
     }
     return l;
 }
@@ -119,7 +140,8 @@ at::Tensor ParallelLinear::operator()(const at::Tensor& x) const {
         dense.weight_ = quantized_->dequantize();
         return dense(x);
     }
-    if (split_ == TpSplit::kWhole || split_ == TpSplit::kColumn) return at::linear(x, weight_, bias_);
+    if (split_ == TpSplit::kWhole || split_ == TpSplit::kColumn || split_ == TpSplit::kColumnSegments)
+        return at::linear(x, weight_, bias_);
     if (split_ == TpSplit::kColumnGathered) {
         if (!group_)
             throw InternalError("a gathered column-parallel layer was loaded without its tensor group");

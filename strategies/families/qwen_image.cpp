@@ -160,6 +160,7 @@ FamilyFacts edit_pipeline(const char* family, const char* display_name, const ch
     f.spec.img2img_class = pipeline_class;
     f.spec.inpaint_class.clear();
     f.spec.unloaded_tensors = {{"text_encoder", "lm_head."}};  // every line encodes an image
+    add_qwen2_vision_rules(f.spec);                            // the vision tower by heads under tp
     protocol::ArgumentUse true_cfg{"true_cfg_scale", 4.0};
     true_cfg.guidance = protocol::Guidance::kAbove1WithNegative;
     protocol::ArgumentUse image{"image"};

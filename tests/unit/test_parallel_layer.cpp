@@ -182,6 +182,19 @@ TEST_CASE("SequenceShard pads, splits and gathers any length, and splits rotary 
 
 namespace {
 
+// Rank `rank`'s slice of each of `segments` (relative widths) of `x`'s last dimension, in order.
+at::Tensor segment_slices(const at::Tensor& x, const std::vector<int64_t>& segments, int rank, int tp) {
+    std::vector<at::Tensor> parts;
+    int64_t begin = 0, units = 0;
+    for (int64_t s : segments) units += s;
+    for (int64_t s : segments) {
+        const int64_t width = x.size(-1) / units * s;
+        parts.push_back(x.narrow(-1, begin + rank * width / tp, width / tp));
+        begin += width;
+    }
+    return at::cat(parts, -1);
+}
+
 // Each rank's output of `layer` over `tp` ranks against at::linear on the whole weight.
 // `naive_input`: a segmented layer fed one contiguous slice of the input, as a plain row split would.
 double linear_difference(dp::strategies::TpSplit split, std::vector<int64_t> segments, int tp,
@@ -200,20 +213,12 @@ double linear_difference(dp::strategies::TpSplit split, std::vector<int64_t> seg
         const ParallelLinear layer = ParallelLinear::load(mine, "l", in, out, rule, {&group, rank, tp});
         at::Tensor input = x, want = expected;
         if (split == dp::strategies::TpSplit::kColumn) want = expected.narrow(-1, rank * out / tp, out / tp);
+        if (split == dp::strategies::TpSplit::kColumnSegments)
+            want = segment_slices(expected, segments, rank, tp);
         if (split == dp::strategies::TpSplit::kRow || naive_input)
             input = x.narrow(-1, rank * in / tp, in / tp);
-        if (split == dp::strategies::TpSplit::kRowSegments &&
-            !naive_input) {  // this rank's slice of each segment
-            std::vector<at::Tensor> parts;
-            int64_t begin = 0, units = 0;
-            for (int64_t s : segments) units += s;
-            for (int64_t s : segments) {
-                const int64_t width = in / units * s;
-                parts.push_back(x.narrow(-1, begin + rank * width / tp, width / tp));
-                begin += width;
-            }
-            input = at::cat(parts, -1);
-        }
+        if (split == dp::strategies::TpSplit::kRowSegments && !naive_input)
+            input = segment_slices(x, segments, rank, tp);
         const double diff = max_diff(layer(input), want);
         const std::lock_guard<std::mutex> lock(m);
         worst = std::max(worst, diff);
@@ -223,13 +228,16 @@ double linear_difference(dp::strategies::TpSplit split, std::vector<int64_t> seg
 
 }  // namespace
 
-TEST_CASE("ParallelLinear column, row and segmented splits equal at::linear on the whole weight") {
+TEST_CASE(
+    "ParallelLinear column, row and segmented splits (of the input and of the output) equal at::linear on "
+    "the whole weight") {
     using dp::strategies::TpSplit;
     for (int tp : {2, 3}) {
         CAPTURE(tp);
         CHECK(linear_difference(TpSplit::kColumn, {}, tp) < 1e-5);
         CHECK(linear_difference(TpSplit::kRow, {}, tp) < 1e-5);
         CHECK(linear_difference(TpSplit::kRowSegments, {1, 2}, tp) < 1e-5);
+        CHECK(linear_difference(TpSplit::kColumnSegments, {1, 1}, tp) < 1e-5);  // a fused q and k by heads
     }
     // Splitting a segmented input as if it were one segment gives another answer.
     CHECK(linear_difference(TpSplit::kRowSegments, {1, 2}, 2, /*naive_input=*/true) > 1e-3);

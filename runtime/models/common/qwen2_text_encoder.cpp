@@ -127,7 +127,7 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
     const std::string base =
         w.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
     if (vision) {
-        vision_ = std::make_unique<Qwen2VisionTower>(*vision, w);
+        vision_ = std::make_unique<Qwen2VisionTower>(*vision, w, tp);
     } else {
         w.skip_prefix("visual.");
         w.skip_prefix("model.visual.");

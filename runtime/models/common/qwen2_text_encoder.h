@@ -70,7 +70,8 @@ class Qwen2TextEncoder {
     // share of the MLP's features. Every rank of the group then calls forward with the same
     // inputs. Tensors are read under model.* (transformers 4's and 5's save_pretrained) or
     // model.language_model.* (transformers 5's module names), whichever the store holds.
-    // With `vision`, the store's vision tower is loaded too (whole on every rank), else skipped.
+    // With `vision`, the store's vision tower is loaded too (split over `tp` by its own rules,
+    // Qwen2VisionTower), else skipped.
     Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& weights, const TensorGroup& tp = {},
                      const strategies::ParallelSpec& spec = strategies::qwen2_decoder_spec(),
                      const Qwen2VisionConfig* vision = nullptr);

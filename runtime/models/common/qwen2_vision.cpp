@@ -8,6 +8,7 @@
 
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
+#include "strategies/parallel_spec.h"
 
 namespace dp::runtime {
 namespace {
@@ -168,9 +169,14 @@ Qwen2VisionConfig Qwen2VisionConfig::from_json_text(const std::string& text, con
     return cfg;
 }
 
-Qwen2VisionTower::Qwen2VisionTower(const Qwen2VisionConfig& config, WeightStore& w) : config_(config) {
+Qwen2VisionTower::Qwen2VisionTower(const Qwen2VisionConfig& config, WeightStore& w, const TensorGroup& tp)
+    : config_(config) {
     const std::string base = w.has("model.visual.patch_embed.proj.weight") ? "model.visual." : "visual.";
     const int64_t d = config.hidden_size, ff = config.intermediate_size, p = config.patch_size;
+    const int64_t hd = config.head_dim();
+    const TensorGroup group = config.num_heads >= tp.size ? tp : TensorGroup{};  // too few heads: whole
+    local_heads_ = group.share(config.num_heads);
+    const LinearLoader linear(w, strategies::qwen2_vision_spec(), group);
     patch_w_ =
         w.take(base + "patch_embed.proj.weight", {d, config.in_channels, config.temporal_patch_size, p, p});
     for (int64_t i = 0; i < config.depth; ++i) {
@@ -178,16 +184,11 @@ Qwen2VisionTower::Qwen2VisionTower(const Qwen2VisionConfig& config, WeightStore&
         Block k;
         k.norm1 = RMSNorm::load(w, b + "norm1", d, kVisionEps, true, RmsRounding::kQwen2);
         k.norm2 = RMSNorm::load(w, b + "norm2", d, kVisionEps, true, RmsRounding::kQwen2);
-        k.qkv_w = w.take(b + "attn.qkv.weight", {3 * d, d});
-        k.qkv_b = w.take(b + "attn.qkv.bias", {3 * d});
-        k.proj_w = w.take(b + "attn.proj.weight", {d, d});
-        k.proj_b = w.take(b + "attn.proj.bias", {d});
-        k.gate_w = w.take(b + "mlp.gate_proj.weight", {ff, d});
-        k.gate_b = w.take(b + "mlp.gate_proj.bias", {ff});
-        k.up_w = w.take(b + "mlp.up_proj.weight", {ff, d});
-        k.up_b = w.take(b + "mlp.up_proj.bias", {ff});
-        k.down_w = w.take(b + "mlp.down_proj.weight", {d, ff});
-        k.down_b = w.take(b + "mlp.down_proj.bias", {d});
+        k.qkv = linear(b + "attn.qkv", d, 3 * d, hd);
+        k.proj = linear(b + "attn.proj", d, d, hd);
+        k.gate = linear(b + "mlp.gate_proj", d, ff);
+        k.up = linear(b + "mlp.up_proj", d, ff);
+        k.down = linear(b + "mlp.down_proj", ff, d);
         const auto& full = config.fullatt_block_indexes;
         k.full = std::find(full.begin(), full.end(), i) != full.end();
         blocks_.push_back(std::move(k));
@@ -202,7 +203,7 @@ Qwen2VisionTower::Qwen2VisionTower(const Qwen2VisionConfig& config, WeightStore&
 
 at::Tensor Qwen2VisionTower::forward(const std::vector<VisionPatches>& images) const {
     const Qwen2VisionConfig& c = config_;
-    const int64_t m = c.spatial_merge_size, unit = m * m, hd = c.head_dim(), heads = c.num_heads;
+    const int64_t m = c.spatial_merge_size, unit = m * m, hd = c.head_dim(), heads = local_heads_;
     const int64_t vws = c.window_size / m / c.patch_size;
     // Each patch's (row, column) in merge-group order, the windows' order, both attention's segments.
     std::vector<at::Tensor> values, rows, cols;
@@ -253,8 +254,7 @@ at::Tensor Qwen2VisionTower::forward(const std::vector<VisionPatches>& images) c
     };
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     for (const Block& b : blocks_) {
-        const at::Tensor qkv =
-            at::linear(b.norm1(x), b.qkv_w, b.qkv_b).reshape({n, 3, heads, hd}).permute({1, 0, 2, 3});
+        const at::Tensor qkv = b.qkv(b.norm1(x)).reshape({n, 3, heads, hd}).permute({1, 0, 2, 3});
         const at::Tensor q = rotated(qkv[0]).transpose(0, 1).unsqueeze(0);  // [1, heads, n, hd]
         const at::Tensor k = rotated(qkv[1]).transpose(0, 1).unsqueeze(0);
         const at::Tensor v = qkv[2].transpose(0, 1).unsqueeze(0);
@@ -265,11 +265,10 @@ at::Tensor Qwen2VisionTower::forward(const std::vector<VisionPatches>& images) c
                                                             v.narrow(2, first, len), {}, 0.0, false, scale));
             first += len;
         }
-        const at::Tensor attended = at::cat(outs, 2).squeeze(0).transpose(0, 1).reshape({n, c.hidden_size});
-        x = x + at::linear(attended, b.proj_w, b.proj_b);
+        const at::Tensor attended = at::cat(outs, 2).squeeze(0).transpose(0, 1).reshape({n, heads * hd});
+        x = x + b.proj(attended);
         const at::Tensor h = b.norm2(x);
-        x = x + at::linear(at::silu(at::linear(h, b.gate_w, b.gate_b)) * at::linear(h, b.up_w, b.up_b),
-                           b.down_w, b.down_b);
+        x = x + b.down(at::silu(b.gate(h)) * b.up(h));
     }
     const at::Tensor grouped = merger_norm_(x).view({merged, unit * c.hidden_size});
     const at::Tensor out =

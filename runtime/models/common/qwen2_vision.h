@@ -30,6 +30,8 @@
 #include "runtime/io/config_file.h"
 #include "runtime/io/weights.h"
 #include "runtime/models/common/layers.h"
+#include "runtime/parallel/parallel_context.h"
+#include "runtime/parallel/parallel_linear.h"
 
 namespace dp::runtime {
 
@@ -86,9 +88,12 @@ struct Qwen2VisionConfig : ConfigFile<Qwen2VisionConfig> {
 class Qwen2VisionTower {
   public:
     // Tensors under visual.* (original checkpoints, transformers 4) or model.visual.*
-    // (transformers 5's module names), whichever the store holds. Whole on every rank: its heads
-    // are not split under tensor parallelism (docs/models.md says why).
-    Qwen2VisionTower(const Qwen2VisionConfig& config, WeightStore& weights);
+    // (transformers 5's module names), whichever the store holds. With a tensor group of more
+    // ranks than one, strategies::qwen2_vision_spec's rules split it: each rank its share of the
+    // heads (of q, k and v alike; unevenly where the ranks do not divide them) and of the MLP's
+    // features, the patch embedding, norms and merger whole. With more ranks than heads it is
+    // whole on every rank. Every rank of the group then calls forward with the same inputs.
+    Qwen2VisionTower(const Qwen2VisionConfig& config, WeightStore& weights, const TensorGroup& tp = {});
 
     // The images' merged tokens, [sum of tokens, out_hidden_size] in the weights' dtype on their
     // device: each image's in raster order of its merged grid, the images one after another.
@@ -99,12 +104,12 @@ class Qwen2VisionTower {
   private:
     struct Block {
         RMSNorm norm1, norm2;
-        at::Tensor qkv_w, qkv_b, proj_w, proj_b;
-        at::Tensor gate_w, gate_b, up_w, up_b, down_w, down_b;
+        ParallelLinear qkv, proj, gate, up, down;
         bool full = false;  // attends within each image, else within each window
     };
     Qwen2VisionConfig config_;
-    at::Tensor patch_w_;  // [hidden, in_channels, temporal, patch, patch]
+    int64_t local_heads_ = 0;  // this rank's share of the heads
+    at::Tensor patch_w_;       // [hidden, in_channels, temporal, patch, patch]
     std::vector<Block> blocks_;
     RMSNorm merger_norm_;
     at::Tensor merger_w1_, merger_b1_, merger_w2_, merger_b2_;
