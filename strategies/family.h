@@ -78,6 +78,10 @@ struct FamilyFacts {
     // families are asked in ascending guess_order, so one whose markers others share goes later.
     std::vector<const char*> name_markers;
     int guess_order = 0;
+    // The family whose tensor names its checkpoints and adapters share, by display name, where
+    // it is another's (FLUX.1-Fill's are FLUX.1's, Qwen-Image-Edit's Qwen-Image's): a file the
+    // markers say is made for that family is made for this one too. Empty: its own.
+    std::string names_as;
     // The shipped config-only folder (models/) a checkpoint of the family's is, from its tensor
     // names; empty when they do not say. nullptr: the family ships none.
     std::string (*shipped_config)(const std::vector<std::string>& names) = nullptr;
@@ -131,6 +135,10 @@ struct FamilyFacts {
 // sides at width:height's ratio holding `area` pixels, each rounded (Python's round, half to even)
 // to a multiple of `step`. {width, height}.
 std::pair<int64_t, int64_t> area_dimensions(double area, int64_t width, int64_t height, int64_t step);
+
+// Whether a file whose names adapter_family_guess says are made for `guess` (a display name) is
+// made for `facts`' family: its own name, or the family whose names it shares.
+bool names_fit(const FamilyFacts& facts, const std::string& guess);
 
 // Every family, in the registry's order (strategies/families/registry.cpp).
 const std::vector<const FamilyFacts*>& families();

@@ -601,8 +601,7 @@ LoraLayout read_lora_layout(const SafetensorsFile& file, const ParallelSpec& spe
         mapped.push_back({&p, module, t, std::move(parts)});
     }
     const std::string guess = adapter_family_guess(names);
-    const std::string looks =
-        !guess.empty() && guess != spec.display_name ? "; the adapter looks made for " + guess : "";
+    const std::string looks = names_fit(family, guess) ? "" : "; the adapter looks made for " + guess;
     if (!unmapped.empty()) {
         std::string list;
         for (std::size_t i = 0; i < unmapped.size() && i < 3; ++i)

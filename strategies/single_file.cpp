@@ -206,7 +206,7 @@ SingleFileLayout read_single_file_layout(const std::string& path, const Checkpoi
                 out.prefix = p;
     // The family the names say, for the transformer (a text encoder's names say none).
     const std::string guess = component == spec.transformer ? adapter_family_guess(names) : std::string();
-    if (!guess.empty() && guess != spec.display_name)
+    if (!names_fit(facts_of(spec), guess))
         throw ModelError(path + ": its tensor names look made for " + guess + ", not " + spec.display_name +
                          " (the model of --model's folder)");
     const auto has_name = [&](const char* marker) {

@@ -330,7 +330,8 @@ FamilyFacts dev_pipeline(const char* family, const char* display_name, const cha
     f.spec.variant_family.clear();
     f.spec.unloaded_tensors.clear();  // every line encodes an image
     f.variant_arguments.clear();
-    f.name_markers.clear();  // an adapter or a file of FLUX.1's names is named FLUX.1's
+    f.name_markers.clear();  // an adapter or a file of FLUX.1's names is named FLUX.1's, and fits
+    f.names_as = flux_family().spec.display_name;
     f.shipped_config = nullptr;
     return f;
 }

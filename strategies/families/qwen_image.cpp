@@ -174,7 +174,8 @@ FamilyFacts edit_pipeline(const char* family, const char* display_name, const ch
                         {"processor", {"Qwen2VLProcessor"}, true, ComponentRule::kProcessor, false});
     f.input_size = &edit_size;
     f.reference_size = &edit_size;
-    f.name_markers.clear();  // an adapter or a file of Qwen-Image's names is named Qwen-Image's
+    f.name_markers.clear();  // an adapter or a file of Qwen-Image's names is named Qwen-Image's, and fits
+    f.names_as = qwen_image_family().spec.display_name;
     f.shipped_config = nullptr;
     return f;
 }

@@ -40,6 +40,10 @@ const ParallelSpec* find_parallel_spec(const std::string& pipeline_class) {
     return nullptr;
 }
 
+bool names_fit(const FamilyFacts& facts, const std::string& guess) {
+    return guess.empty() || guess == facts.spec.display_name || guess == facts.names_as;
+}
+
 const FamilyFacts& facts_of(const ParallelSpec& spec) {
     for (const FamilyFacts* f : families())
         if (f->spec.family == spec.family) return *f;

@@ -283,10 +283,23 @@ TEST_CASE(
 
 TEST_CASE(
     "a Qwen-Image transformer from one file (ComfyUI's split files) gives diffusers' from_single_file image "
-    "with true CFG") {
+    "with true CFG, and fits Qwen-Image-Edit-Plus's folder") {
     const auto file = SafetensorsFile::open(golden_path("qwen_single_file_pipeline.safetensors"));
     const nlohmann::json c = dp::test::golden_cases(file).at("qwen_bf16");
     check_against(load_pipeline(file_options(c, {"transformer"}), ParallelContext::single())
                       ->generate(dp::test::golden_request(c)),
                   file, "qwen_bf16", "qwen_folder");
+    // The same file fits Qwen-Image-Edit-Plus (FamilyFacts::names_as): its weights, not the folder's.
+    const auto edits = SafetensorsFile::open(golden_path("qwen_edit.safetensors"));
+    const nlohmann::json edit = dp::test::golden_cases(edits).at("plus_two_plain");
+    PipelineOptions o = file_options(edit, {});
+    o.component_files["transformer"] = dp::test::repository_path(c.at("file").get<std::string>());
+    const GenerateResult out =
+        load_pipeline(o, ParallelContext::single())->generate(dp::test::golden_request(edit));
+    REQUIRE(out.error.empty());
+    const at::Tensor folder = load_tensor(edits, "plus_two_plain.latents", at::kFloat);
+    const double moved = (out.latents.reshape(folder.sizes()) - folder).abs().max().item<double>();
+    MESSAGE("Qwen-Image-Edit-Plus with the bf16 file: max |latent diff| " << moved << " from the folder's");
+    CHECK(moved > 1e-3);
+    CHECK(moved < 1.0);
 }
