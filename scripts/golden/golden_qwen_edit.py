@@ -377,6 +377,24 @@ def _pipeline_cases(pipes, images, tensors, meta):
 
 
 INPUTS = os.path.join(ROOT, "tests", "data", "golden", "img2img")
+LORA = os.path.join(ROOT, "tests", "data", "golden", "lora", "qwen_peft.safetensors")
+
+
+def _lora_case(images, tensors, meta):
+    """Edit-Plus with golden_lora.py's Qwen-Image adapter (diffusers/PEFT names) at scale 0.8: an
+    adapter of Qwen-Image's names fits the edit pipelines' transformer."""
+    pipe = _pipeline(PLUS)
+    pipe.load_lora_weights(os.path.dirname(LORA), weight_name=os.path.basename(LORA), adapter_name="a0")
+    pipe.set_adapters(["a0"], [0.8])
+    kwargs = dict(image=[images["in_48x32.png"]], prompt="a lighthouse at dusk", negative_prompt="blurry",
+                  true_cfg_scale=4.0, num_inference_steps=2, height=32, width=32)
+    out = pipe(**kwargs, generator=torch.Generator("cpu").manual_seed(17), output_type="np").images[0]
+    latents = pipe(**kwargs, generator=torch.Generator("cpu").manual_seed(17), output_type="latent").images[0]
+    tensors["plus_lora.image"] = torch.from_numpy((out * 255).round().astype(np.uint8))
+    tensors["plus_lora.latents"] = latents.float()
+    meta["plus_lora"] = dict(folder="models/" + PLUS, pipeline=CLASSES[PLUS], images=[_rel(os.path.join(INPUTS, "in_48x32.png"))],
+                             prompt=kwargs["prompt"], negative_prompt="blurry", true_cfg_scale=4.0, seed=17, steps=2,
+                             height=32, width=32, positions="mrope", lora=[dict(path=_rel(LORA), scale=0.8)])
 
 
 def qwen_edit():
@@ -396,4 +414,5 @@ def qwen_edit():
     _vision_cases(pipes[EDIT].text_encoder, processed, tensors, meta)
     _text_cases(pipes, conds, tensors, meta)
     _pipeline_cases(pipes, images, tensors, meta)
+    _lora_case(images, tensors, meta)
     save("qwen_edit.safetensors", tensors, meta)

@@ -137,6 +137,8 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
         // which the pipeline makes the golden one (Note [output size]).
         for (const char* input : {"image", "mask_image"})
             if (line.contains(input)) line[input] = absolute(line.at(input));
+        if (line.contains("lora"))  // its adapters' files, repository-relative
+            for (nlohmann::json& adapter : line["lora"]) adapter["path"] = absolute(adapter.at("path"));
         if (line.contains("images")) {  // Qwen-Image-Edit-Plus's pictures (golden_qwen_edit.py)
             line["image"] = nlohmann::json::array();
             for (const nlohmann::json& picture : line.at("images"))
@@ -196,6 +198,15 @@ void check_record(const FamilyRow& row, const nlohmann::json& record, const nloh
     for (const auto& [key, value] : line.items()) {
         if (key == "prompt" || key == "seed" || key == "name" || key == "width" || key == "height") continue;
         CAPTURE(key);
+        if (key == "lora") {  // each adapter recorded by its file's real path, with its scale
+            REQUIRE(record.at(key).size() == value.size());
+            for (std::size_t k = 0; k < value.size(); ++k) {
+                CHECK(record.at(key)[k].at("path") ==
+                      std::filesystem::canonical(value[k].at("path").get<std::string>()).string());
+                CHECK(record.at(key)[k].at("scale") == value[k].at("scale"));
+            }
+            continue;
+        }
         if (key == "image" || key == "mask_image") {  // recorded with its SHA-256 and size, each picture
             const nlohmann::json pictures = value.is_array() ? value : nlohmann::json::array({value});
             const nlohmann::json held =
@@ -379,7 +390,8 @@ FamilyRow kontext_row() {
 }
 
 FamilyRow qwen_edit_row() {
-    // Qwen-Image-Edit-Plus (QwenImageEditPlusPipeline): two pictures of other sizes and ratios
+    // Qwen-Image-Edit-Plus (QwenImageEditPlusPipeline): diffusers' images (a line with a
+    // Qwen-Image adapter among them, at one rank and under tp 2); two pictures of other sizes and ratios
     // (1024 x 1024 and 1312 x 800 for the VAE: 4096 + 4100 reference tokens after the 6 latents'),
     // true CFG with the negative prompt's own vision tokens, diffusers' sequential text positions
     // on one line. No token count divides 2 or 3.
@@ -387,8 +399,8 @@ FamilyRow qwen_edit_row() {
                    tiny("qwen-image-edit-plus"),
                    "qwen_edit.safetensors",
                    "",
-                   {{"-n", "1"}},
-                   3,
+                   {{"-n", "1"}, {"-n", "2", "--tp", "2"}},  // its LoRA line under tp too
+                   4,
                    true};
     plus.absent = kNotSd3;
     plus.absent.push_back("strength");
@@ -402,11 +414,9 @@ FamilyRow qwen_edit_row() {
                         "}\n{\"prompt\": \"make it night\", \"seed\": 2, "
                         "\"sequential_positions\": 1, \"image\": \"" +
                         edit_input("in_50x41.png") + "\"}\n"};
-    plus.runs = {{"-n", "2", "--cfg-parallel"},
-                 {"-n", "2", "--ulysses", "2"},
-                 {"-n", "3", "--ring", "3"},
-                 {"-n", "2", "--tp", "2"},
-                 {"-n", "3"}};
+    plus.runs = {{"-n", "2", "--cfg-parallel"}, {"-n", "2", "--ulysses", "2"},
+                 {"-n", "3", "--ring", "3"},    {"-n", "4", "--ulysses", "2", "--ring", "2"},
+                 {"-n", "2", "--tp", "2"},      {"-n", "3"}};
     plus.single = {{0, "true_cfg_scale", 3.0}, {1, "sequential_positions", 1}, {1, "steps", 2}};
     plus.refused_flags = {{{"--strength", "0.5"}, "Qwen-Image-Edit-Plus does not take strength"}};
     plus.refused_keys = {

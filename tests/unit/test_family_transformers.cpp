@@ -521,9 +521,9 @@ const std::vector<ConfigRow> kConfigs = {
         {"guidance_embeds", false}}}}},
     {"QwenImageTransformer2DModel",
      &kQwenImage,
-     // The Edit and Layered variants' keys; diffusers has no guidance embedder for the first.
+     // The Layered variant's keys (Edit-2511's zero_cond_t runs); diffusers has no guidance
+     // embedder for the first.
      {{R"({"axes_dims_rope": [16, 56, 56], "guidance_embeds": true})", {"'guidance_embeds'"}},
-      {R"({"axes_dims_rope": [16, 56, 56], "zero_cond_t": true})", {"'zero_cond_t'"}},
       {R"({"axes_dims_rope": [16, 56, 56], "use_additional_t_cond": true})", {"'use_additional_t_cond'"}},
       {R"({"axes_dims_rope": [16, 56, 56], "use_layer3d_rope": true})", {"'use_layer3d_rope'"}},
       {R"({"axes_dims_rope": [16, 56, 54]})", {"sums to 126; it must sum to attention_head_dim (128)"}},
