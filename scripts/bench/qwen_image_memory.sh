@@ -27,6 +27,12 @@
 #   DP_BENCH_RUNS=N          runs per case, median reported (default 1)
 #   DP_BENCH_SIZE=PX         image side (default 256)
 #   DP_BENCH_DEVICE=cpu      or cuda (host RSS either way)
+#   DP_BENCH_MODEL=NAME      the config-only folder under models/ (default qwen-image; an edit
+#                            folder, qwen-image-edit or qwen-image-edit-2509, edits DP_BENCH_IMAGE
+#                            and keeps its vision tower whole: 32 blocks of width 1280)
+#   DP_BENCH_VISION_DEPTH=N  an edit folder's vision blocks kept (default: all, 32)
+#   DP_BENCH_IMAGE=FILE      the picture an edit folder's line edits (default: a 50 x 41 test PNG;
+#                            the pipelines resize it to about 1024 x 1024 for the VAE whatever it is)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-${DP_BUILD_DIR:-$root/build}}
@@ -39,6 +45,10 @@ runs=${DP_BENCH_RUNS:-1}
 size=${DP_BENCH_SIZE:-256}
 device=${DP_BENCH_DEVICE:-cpu}
 py=${DP_PYTHON:-python3}
+model=${DP_BENCH_MODEL:-qwen-image}
+tiny=tiny-random-qwen-image
+image_args=()
+case $model in qwen-image-edit*) tiny=tiny-random-$model; [[ $model == *2509 ]] && tiny=tiny-random-qwen-image-edit-plus ;; esac
 for f in "$dp" "$worker"; do [[ -x $f ]] || { echo "no $f (build dp-launch and dp-worker first, or pass BUILD_DIR)" >&2; exit 1; }; done
 [[ -x /usr/bin/time ]] || { echo "needs GNU time (/usr/bin/time): apt-get install time" >&2; exit 1; }
 command -v "$py" >/dev/null || { echo "needs python3 to cut the configs (or set DP_PYTHON)" >&2; exit 1; }
@@ -53,14 +63,19 @@ exec /usr/bin/time -f %M -o "\$DP_BENCH_RSS.\$RANK" "$worker" "\$@"
 WRAP
 chmod +x "$work/worker.sh"
 echo "a lighthouse on a cliff at dusk, oil painting" >"$work/prompt.txt"
+if [[ $tiny != tiny-random-qwen-image ]]; then
+    picture=${DP_BENCH_IMAGE:-$root/tests/data/golden/img2img/in_50x41.png}
+    image_args=(--image "$picture")
+fi
 
-# models/qwen-image with BLOCKS transformer blocks and TEXT_LAYERS text layers: the configs and
-# the manifests cut alike, so plan counts what the ranks build.
-cut=$work/qwen-image-${blocks}b-${text_layers}l
-cp -r "$root/models/qwen-image" "$cut"
-"$py" - "$cut" "$blocks" "$text_layers" <<'PY'
+# models/MODEL with BLOCKS transformer blocks, TEXT_LAYERS text layers and (an edit folder's)
+# VISION_DEPTH vision blocks: the configs and the manifests cut alike, so plan counts what the
+# ranks build. The shared components are copied, not linked.
+cut_folder() {  # DEST BLOCKS TEXT_LAYERS VISION_DEPTH (0: as published)
+cp -rL "$root/models/$model" "$1"
+"$py" - "$@" <<'PY'
 import json, os, re, sys
-folder, blocks, layers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+folder, blocks, layers, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 def edit(path, f):
     data = json.load(open(path))
     f(data)
@@ -72,6 +87,17 @@ def cut_text(c):
     t["num_hidden_layers"] = layers
     t["layer_types"] = t["layer_types"][:layers]
     t["max_window_layers"] = min(t.get("max_window_layers", layers), layers)
+    # The folders' tokenizer is a stand-in with its own ids (models/README.md): the image token
+    # the text encoder scatters into is its <|image_pad|>.
+    added = os.path.join(folder, "tokenizer", "added_tokens.json")
+    if "vision_config" in c and os.path.exists(added):
+        ids = json.load(open(added))
+        c["image_token_id"] = ids["<|image_pad|>"]
+        c["vision_start_token_id"], c["vision_end_token_id"] = ids["<|vision_start|>"], ids["<|vision_end|>"]
+    if depth:
+        v = c["vision_config"]
+        v["depth"] = depth
+        v["fullatt_block_indexes"] = [i for i in v["fullatt_block_indexes"] if i < depth] or [depth - 1]
 def keep(pattern, n):
     def f(m):
         for k in [k for k in m if k != "__metadata__"]:
@@ -83,7 +109,12 @@ edit(os.path.join(folder, "transformer", "config.json"), cut_transformer)
 edit(os.path.join(folder, "transformer", "tensors.json"), keep(r"^transformer_blocks\.(\d+)\.", blocks))
 edit(os.path.join(folder, "text_encoder", "config.json"), cut_text)
 edit(os.path.join(folder, "text_encoder", "tensors.json"), keep(r"^(?:model\.)?(?:language_model\.)?layers\.(\d+)\.", layers))
+if depth:
+    edit(os.path.join(folder, "text_encoder", "tensors.json"), keep(r"^(?:model\.)?visual\.blocks\.(\d+)\.", depth))
 PY
+}
+cut=$work/$model-${blocks}b-${text_layers}l
+cut_folder "$cut" "$blocks" "$text_layers" "${DP_BENCH_VISION_DEPTH:-0}"
 
 # Bytes of the modulation weights (img_mod, txt_mod) in bf16, from the cut manifest.
 mod_bytes=$("$py" - "$cut/transformer/tensors.json" <<'PY'
@@ -97,7 +128,7 @@ PY
 # split bytes, as "W REPLICATED SPLIT".
 plan_figures() {  # MODEL_DIR TP
     local out
-    out=$("$dp" plan --model "$1" -n "$2" --tp "$2" --dtype bf16 --width "$size" --height "$size")
+    out=$("$dp" plan --model "$1" -n "$2" --tp "$2" --dtype bf16 --width "$size" --height "$size" "${image_args[@]}")
     echo "$(sed -n -E 's/^weights per rank \(bf16\): .*\(([0-9]+)\)$/\1/p' <<<"$out")" \
          "$(sed -n -E 's/^transformer parameters per rank .* = .*\(([0-9]+)\) replicated \+ .*\(([0-9]+)\) \/ tp [0-9]+$/\1 \2/p' <<<"$out")"
 }
@@ -105,52 +136,55 @@ plan_figures() {  # MODEL_DIR TP
 # One run: prints "MAX_RANK_RSS_KIB MIN_RANK_RSS_KIB WALL_S", or "FAIL rc".
 one_run() {  # MODEL_DIR RANKS TP
     local dir=$1 n=$2 tp=$3 out=$work/out rc t0 t1 sizes=(--width "$size" --height "$size")
-    [[ $dir == */tiny-random-qwen-image ]] && sizes=(--width 64 --height 64)
+    [[ $dir == */tiny-random-* ]] && sizes=(--width 64 --height 64)
     rm -rf "$out" "$work"/rss.*
     t0=$(date +%s%N)
     set +e
     DP_BENCH_RSS=$work/rss "$dp" -n "$n" --tp "$tp" --model "$dir" --random-weights 0 --dtype bf16 \
-        --device "$device" --steps 2 "${sizes[@]}" \
+        --device "$device" --steps 2 "${sizes[@]}" "${image_args[@]}" \
         --worker "$work/worker.sh" -o "$out" -q --overwrite "$work/prompt.txt" >"$work/log" 2>&1
     rc=$?
     set -e
     t1=$(date +%s%N)
     if ((rc != 0)); then echo "FAIL $rc"; tail -5 "$work/log" >&2; return; fi
-    echo "$(cat "$work"/rss.* | sort -n | tail -1) $(cat "$work"/rss.* | sort -n | head -1) $(((t1 - t0) / 1000000000))"
+    echo "$(cat "$work"/rss.* | sort -n | tail -1) $(cat "$work"/rss.* | sort -n | head -1) $(((t1 - t0) / 1000000000))" \
+         "$(sed -n -E 's/.*"ms":([0-9]+).*/\1/p' "$out/manifest.jsonl" | head -1)"
 }
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : int((v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
-# Median over N runs: sets peak_kib (the largest rank), low_kib (the smallest), wall_s; or returns 1.
+# Median over N runs: sets peak_kib (the largest rank), low_kib (the smallest), wall_s, and
+# image_ms (the record's time to make the image: the job without loading); or returns 1.
 measure() {  # MODEL_DIR RANKS TP N
-    local i r a b c rs=() ls=() ws=()
+    local i r a b c d rs=() ls=() ws=() ms=()
     for ((i = 0; i < $4; i++)); do
         r=$(one_run "$1" "$2" "$3")
         [[ $r == FAIL* ]] && { echo "  run failed (exit ${r#FAIL }); log: above" >&2; return 1; }
-        read -r a b c <<<"$r"
-        rs+=("$a") ls+=("$b") ws+=("$c")
+        read -r a b c d <<<"$r"
+        rs+=("$a") ls+=("$b") ws+=("$c") ms+=("${d:-0}")
     done
     peak_kib=$(printf '%s\n' "${rs[@]}" | median)
     low_kib=$(printf '%s\n' "${ls[@]}" | median)
     wall_s=$(printf '%s\n' "${ws[@]}" | median)
+    image_ms=$(printf '%s\n' "${ms[@]}" | median)
 }
 
 gb() { awk -v b="$1" 'BEGIN { printf "%.2f GB", b / 1e9 }'; }
 avail_bytes() { awk '/^MemAvailable:/ { printf "%.0f", $2 * 1024 }' /proc/meminfo; }
 
 echo "machine: $(nproc) CPUs, $(awk '/^MemTotal:/ { printf "%.1f GB", $2 / 1e6 }' /proc/meminfo) RAM; device $device;" \
-     "models/qwen-image cut to $blocks blocks and $text_layers text layers (widths 3072 / 3584); ${size}x${size}, 2 steps, bf16, random weights"
+     "models/$model cut to $blocks blocks and $text_layers text layers (widths 3072 / 3584); ${size}x${size}, 2 steps, bf16, random weights"
 echo "modulations (img_mod, txt_mod) in the cut transformer: $(gb "$mod_bytes")"
 cases="1 $tps"
 cases=$(tr ' ' '\n' <<<"$cases" | grep -v '^$' | sort -n -u | tr '\n' ' ')
 declare -A base_kib
 for n in $cases; do
-    measure "$root/models/tiny-random-qwen-image" "$n" $((n < 2 ? n : 2)) 3 || exit 1
+    measure "$root/models/$tiny" "$n" $((n < 2 ? n : 2)) 3 || exit 1
     base_kib[$n]=$peak_kib
-    echo "LibTorch's base at $n rank(s) (tiny-random-qwen-image, median of 3): peak RSS $(gb $((peak_kib * 1024)))/rank"
+    echo "LibTorch's base at $n rank(s) ($tiny, median of 3): peak RSS $(gb $((peak_kib * 1024)))/rank"
 done
 echo
-echo "| tp | weights/rank (plan) | = transformer replicated + split / tp | modulations whole | peak RSS/rank (max, min) | (peak - base) / plan | wall | verdict |"
+echo "| tp | weights/rank (plan) | = transformer replicated + split / tp | modulations whole | peak RSS/rank (max, min) | (peak - base) / plan | wall (image) | verdict |"
 echo "|---|---|---|---|---|---|---|---|"
 failed=0
 for n in $cases; do
@@ -167,6 +201,6 @@ for n in $cases; do
     peak=$((peak_kib * 1024)) low=$((low_kib * 1024))
     ratio=$(awk -v p="$peak" -v b="$base" -v w="$w" 'BEGIN { printf "%.3f", (p - b) / w }')
     verdict=$(awk -v r="$ratio" 'BEGIN { print (r >= 0.95 && r <= 1.05) ? "within 5 %" : "**off by more than 5 %**" }')
-    echo "| $n | $(gb "$w") | $(gb "$rep") + $(gb "$split") / $n | $(gb "$whole") | $(gb "$peak"), $(gb "$low") | $ratio | ${wall_s} s | $verdict |"
+    echo "| $n | $(gb "$w") | $(gb "$rep") + $(gb "$split") / $n | $(gb "$whole") | $(gb "$peak"), $(gb "$low") | $ratio | ${wall_s} s ($(awk -v m="$image_ms" 'BEGIN { printf "%.1f", m / 1000 }') s) | $verdict |"
 done
 exit $failed
