@@ -391,15 +391,15 @@ FamilyRow kontext_row() {
 
 FamilyRow qwen_edit_row() {
     // Qwen-Image-Edit-Plus (QwenImageEditPlusPipeline): diffusers' images (a line with a
-    // Qwen-Image adapter among them, at one rank and under tp 2); two pictures of other sizes and ratios
-    // (1024 x 1024 and 1312 x 800 for the VAE: 4096 + 4100 reference tokens after the 6 latents'),
-    // true CFG with the negative prompt's own vision tokens, diffusers' sequential text positions
-    // on one line. No token count divides 2 or 3.
+    // Qwen-Image adapter among them); two pictures of other sizes and ratios (1024 x 1024 and
+    // 1312 x 800 for the VAE: 4096 + 4100 reference tokens after the 6 latents'), true CFG with
+    // the negative prompt's own vision tokens, diffusers' sequential text positions on one line.
+    // The first line's text (431 tokens after the template's 64) splits unevenly over 2 and 3.
     FamilyRow plus{"Qwen-Image-Edit-Plus",
                    tiny("qwen-image-edit-plus"),
                    "qwen_edit.safetensors",
                    "",
-                   {{"-n", "1"}, {"-n", "2", "--tp", "2"}},  // its LoRA line under tp too
+                   {{"-n", "1"}},
                    4,
                    true};
     plus.absent = kNotSd3;
@@ -414,9 +414,11 @@ FamilyRow qwen_edit_row() {
                         "}\n{\"prompt\": \"make it night\", \"seed\": 2, "
                         "\"sequential_positions\": 1, \"image\": \"" +
                         edit_input("in_50x41.png") + "\"}\n"};
-    plus.runs = {{"-n", "2", "--cfg-parallel"}, {"-n", "2", "--ulysses", "2"},
-                 {"-n", "3", "--ring", "3"},    {"-n", "4", "--ulysses", "2", "--ring", "2"},
-                 {"-n", "2", "--tp", "2"},      {"-n", "3"}};
+    plus.runs = {{"-n", "2", "--cfg-parallel"},
+                 {"-n", "2", "--ulysses", "2"},
+                 {"-n", "2", "--ring", "2"},
+                 {"-n", "2", "--tp", "2"},
+                 {"-n", "3"}};
     plus.single = {{0, "true_cfg_scale", 3.0}, {1, "sequential_positions", 1}, {1, "steps", 2}};
     plus.refused_flags = {{{"--strength", "0.5"}, "Qwen-Image-Edit-Plus does not take strength"}};
     plus.refused_keys = {
