@@ -10,6 +10,7 @@
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
 #include "protocol/call_arguments.h"
+#include "strategies/family.h"
 #include "strategies/model_config.h"
 
 namespace dp::cli {
@@ -56,6 +57,18 @@ std::string env_of(const std::string& flag) {
 nlohmann::json bound(const CallArgument& row, double v) {
     if (row.type == CallType::kNumber) return v;
     return static_cast<int64_t>(v);
+}
+
+// A side's default as `arguments` shows it: the model's `v`, in multiples of `m`; where an edit's
+// size is its image's, as its pipeline makes it (Note [output size]), that. Empty: `v` alone.
+std::string side_default_text(const strategies::ModelInfo& model, int v, int64_t m) {
+    const std::string multiples = m > 1 ? " (multiples of " + std::to_string(m) + ")" : "";
+    const protocol::FamilyArgument* image = model.arguments.find("image");
+    const strategies::FamilyFacts& facts = strategies::facts_of(*model.spec);
+    if (!image || !facts.size_from_input) return m > 1 ? std::to_string(v) + multiples : std::string();
+    return (image->required ? std::string() : std::to_string(v) + "; an edit: ") +
+           (facts.input_size ? "its last picture's, as the pipeline sizes it" : "its image's, rounded down") +
+           multiples;
 }
 
 // Every key a line may hold for `model`, with the default a line that leaves it out gets under `job`.
@@ -133,7 +146,7 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
                 if (model.sizes.max_side() > 0) hi = std::min(hi, model.sizes.max_side());
                 e.min = lo;
                 e.max = hi / m * m;
-                if (m > 1) e.default_text = std::to_string(v) + " (multiples of " + std::to_string(m) + ")";
+                e.default_text = side_default_text(model, v, m);
             }
         } else if (const protocol::CallValue* v = defaults.arguments.find(row.name)) {
             e.default_value = protocol::call_value_json(*v);

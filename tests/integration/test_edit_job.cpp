@@ -238,6 +238,11 @@ TEST_CASE(
     CHECK(plan["prompt"]["height"] == 800);
     CHECK(plan["prompt"]["reference_tokens"] == 4096 + 4100);
     CHECK(plan["prompt"]["image_tokens"] == 82 * 50 + 4096 + 4100);
+    // dp-launch arguments says where that default comes from.
+    r = run_launch({"arguments", "--model", plus});
+    CHECK_MESSAGE(
+        r.out.find("its last picture's, as the pipeline sizes it (multiples of 16)") != std::string::npos,
+        r.out);
     remove_dir(dir);
 }
 
