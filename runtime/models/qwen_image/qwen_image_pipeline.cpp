@@ -65,6 +65,41 @@ struct QwenImagePipeline::Components : ComponentsBase {
 
 namespace {
 
+// `rows` padded on the right with `pad` to the longest (the tokenizer's padding side): ids and
+// mask [n, longest] int64 on `device`.
+std::pair<at::Tensor, at::Tensor> padded_rows(const std::vector<std::vector<int64_t>>& rows, int64_t pad,
+                                              const at::Device& device) {
+    std::size_t longest = 0;
+    for (const std::vector<int64_t>& row : rows) longest = std::max(longest, row.size());
+    std::vector<int64_t> ids, mask;
+    for (const std::vector<int64_t>& row : rows) {
+        ids.insert(ids.end(), row.begin(), row.end());
+        ids.insert(ids.end(), longest - row.size(), pad);
+        mask.insert(mask.end(), row.size(), 1);
+        mask.insert(mask.end(), longest - row.size(), 0);
+    }
+    const std::vector<int64_t> shape{static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)};
+    return {at::tensor(ids, at::kLong).view(shape).to(device),
+            at::tensor(mask, at::kLong).view(shape).to(device)};
+}
+
+// Each row's `lengths[k]` hidden states after the template's first `drop`, zero-padded to the
+// longest, with the mask of its own tokens (diffusers' _extract_masked_hidden and its padding).
+Conditioning kept_tokens(const at::Tensor& hidden, const std::vector<int64_t>& lengths, int64_t drop) {
+    const int64_t n = static_cast<int64_t>(lengths.size());
+    const int64_t width = *std::max_element(lengths.begin(), lengths.end());
+    Conditioning e;
+    e.warnings.assign(lengths.size(), "");
+    e.text = at::zeros({n, width, hidden.size(-1)}, hidden.options());
+    e.mask = at::zeros({n, width}, at::TensorOptions().dtype(at::kLong).device(hidden.device()));
+    for (int64_t k = 0; k < n; ++k) {
+        const int64_t len = lengths[static_cast<std::size_t>(k)];
+        e.text[k].narrow(0, 0, len).copy_(hidden[k].narrow(0, drop, len));
+        e.mask[k].narrow(0, 0, len).fill_(1);
+    }
+    return e;
+}
+
 // The processor's patches must be the vision tower's, its merged tokens the language model's width.
 template <typename C>
 void check_vision(const C& c, const std::string& dir) {
@@ -164,13 +199,10 @@ Conditioning QwenImagePipeline::encode_prompts(const std::vector<std::string>& p
                                                int max_sequence_length) const {
     const Components& c = *c_;
     check_max_sequence_length(max_sequence_length, kMaxSequenceLength);
-    const int64_t n = static_cast<int64_t>(prompts.size());
-    Conditioning e;
-    e.warnings.assign(prompts.size(), "");
+    std::vector<std::string> warnings(prompts.size());
     std::vector<int64_t> lengths;  // each prompt's kept tokens
     // Each prompt in its template, truncated where the tokenizer truncates, padded on the right.
     std::vector<std::vector<int64_t>> rows;
-    int64_t longest = 0;
     for (std::size_t k = 0; k < prompts.size(); ++k) {
         std::vector<int64_t> ids = c.tokenizer->tokenize(kTemplatePrefix + prompts[k] + kTemplateSuffix);
         const int64_t limit = kTokenizerMaxLength + kTemplateDrop;
@@ -181,35 +213,18 @@ Conditioning QwenImagePipeline::encode_prompts(const std::vector<std::string>& p
                              std::to_string(kTemplateDrop) + ": this tokenizer is not Qwen2's");
         const int64_t kept = static_cast<int64_t>(ids.size()) - kTemplateDrop;
         if (kept > max_sequence_length)
-            e.warnings[k] = "the prompt's text was cut to max_sequence_length " +
-                            std::to_string(max_sequence_length) + " tokens (" +
-                            std::to_string(kept - max_sequence_length) + " tokens dropped)";
+            warnings[k] = "the prompt's text was cut to max_sequence_length " +
+                          std::to_string(max_sequence_length) + " tokens (" +
+                          std::to_string(kept - max_sequence_length) + " tokens dropped)";
         lengths.push_back(std::min<int64_t>(kept, max_sequence_length));
-        longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
         rows.push_back(std::move(ids));
     }
     const int64_t pad = c.tokenizer->pad_id() >= 0 ? c.tokenizer->pad_id() : 0;
-    std::vector<int64_t> ids, mask;
-    for (const std::vector<int64_t>& row : rows) {
-        ids.insert(ids.end(), row.begin(), row.end());
-        ids.insert(ids.end(), static_cast<std::size_t>(longest) - row.size(), pad);
-        mask.insert(mask.end(), row.size(), 1);
-        mask.insert(mask.end(), static_cast<std::size_t>(longest) - row.size(), 0);
-    }
-    const at::Device device = device_of(c.options, "text_encoder");
-    const at::Tensor input = at::tensor(ids, at::kLong).view({n, longest}).to(device);
-    const at::Tensor input_mask = at::tensor(mask, at::kLong).view({n, longest}).to(device);
+    const auto [input, input_mask] = padded_rows(rows, pad, device_of(c.options, "text_encoder"));
     const at::Tensor hidden =
         to_transformer(c.text_encoder.use()->forward(input, input_mask), "text_encoder");
-    // Each prompt's own tokens after the template's first ones, zero-padded to the longest.
-    const int64_t width = *std::max_element(lengths.begin(), lengths.end());
-    e.text = at::zeros({n, width, hidden.size(-1)}, hidden.options());
-    e.mask = at::zeros({n, width}, at::TensorOptions().dtype(at::kLong).device(hidden.device()));
-    for (int64_t k = 0; k < n; ++k) {
-        const int64_t len = lengths[static_cast<std::size_t>(k)];
-        e.text[k].narrow(0, 0, len).copy_(hidden[k].narrow(0, kTemplateDrop, len));
-        e.mask[k].narrow(0, 0, len).fill_(1);
-    }
+    Conditioning e = kept_tokens(hidden, lengths, kTemplateDrop);
+    e.warnings = std::move(warnings);
     return e;
 }
 
@@ -254,7 +269,7 @@ Conditioning QwenImagePipeline::encode_edit_prompts(const std::vector<std::strin
     // Each <|image_pad|> stands for its picture's merged tokens (the processor's expansion).
     const int64_t image_token = c.vision_config.image_token_id, merge = c.vision_config.spatial_merge_size;
     std::vector<std::vector<int64_t>> rows;
-    int64_t longest = 0;
+    std::vector<int64_t> lengths;  // each row's tokens after the template's first 64: all of them
     for (const std::string& prompt : prompts) {
         std::vector<int64_t> row;
         std::size_t next = 0;
@@ -267,42 +282,28 @@ Conditioning QwenImagePipeline::encode_edit_prompts(const std::vector<std::strin
             throw ModelError("the tokenizer makes " + std::to_string(next) + " image placeholders of " +
                              std::to_string(pictures.size()) + " pictures and " + std::to_string(row.size()) +
                              " tokens of the edit template: this tokenizer is not Qwen2.5-VL's");
-        longest = std::max<int64_t>(longest, static_cast<int64_t>(row.size()));
+        lengths.push_back(static_cast<int64_t>(row.size()) - kEditDrop);
         rows.push_back(std::move(row));
     }
-    const int64_t n = static_cast<int64_t>(prompts.size());
+    const at::Device device = device_of(c.options, "text_encoder");
     const int64_t pad = c.tokenizer->pad_id() >= 0 ? c.tokenizer->pad_id() : 0;
-    std::vector<int64_t> ids, mask;
-    std::vector<at::Tensor> positions;
-    for (const std::vector<int64_t>& row : rows) {
-        std::vector<int64_t> padded = row;
-        padded.resize(static_cast<std::size_t>(longest), pad);
-        if (!sequential)
+    const auto [input, input_mask] = padded_rows(rows, pad, device);
+    at::Tensor streams;  // [3, n, L]: each row's three position streams, its padding at 0
+    if (!sequential) {
+        std::vector<at::Tensor> positions;
+        for (const std::vector<int64_t>& row : rows) {
+            std::vector<int64_t> padded = row;
+            padded.resize(static_cast<std::size_t>(input.size(1)), pad);
             positions.push_back(
                 qwen2vl_positions(padded, static_cast<int64_t>(row.size()), image_token, pictures, merge));
-        ids.insert(ids.end(), padded.begin(), padded.end());
-        mask.insert(mask.end(), row.size(), 1);
-        mask.insert(mask.end(), static_cast<std::size_t>(longest) - row.size(), 0);
+        }
+        streams = at::stack(positions, 1).to(device);
     }
-    const at::Device device = device_of(c.options, "text_encoder");
-    const at::Tensor input = at::tensor(ids, at::kLong).view({n, longest}).to(device);
-    const at::Tensor input_mask = at::tensor(mask, at::kLong).view({n, longest}).to(device);
-    const at::Tensor streams = sequential ? at::Tensor() : at::stack(positions, 1).to(device);  // [3, n, L]
     const at::Tensor seen = encoder->vision()->forward(pictures);
+    const int64_t n = static_cast<int64_t>(prompts.size());
     const at::Tensor hidden = to_transformer(
         encoder->forward(input, input_mask, streams, seen.repeat({n, 1}), image_token), "text_encoder");
-    // Each row's tokens after the template's first 64, zero-padded to the longest; nothing cut.
-    Conditioning e;
-    e.warnings.assign(prompts.size(), "");
-    e.text = at::zeros({n, longest - kEditDrop, hidden.size(-1)}, hidden.options());
-    e.mask =
-        at::zeros({n, longest - kEditDrop}, at::TensorOptions().dtype(at::kLong).device(hidden.device()));
-    for (int64_t k = 0; k < n; ++k) {
-        const int64_t len = static_cast<int64_t>(rows[static_cast<std::size_t>(k)].size()) - kEditDrop;
-        e.text[k].narrow(0, 0, len).copy_(hidden[k].narrow(0, kEditDrop, len));
-        e.mask[k].narrow(0, 0, len).fill_(1);
-    }
-    return e;
+    return kept_tokens(hidden, lengths, kEditDrop);  // nothing cut
 }
 
 std::vector<std::pair<int64_t, int64_t>> QwenImagePipeline::reference_sizes(
