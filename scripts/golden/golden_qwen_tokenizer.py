@@ -63,6 +63,13 @@ def train_qwen2_tokenizer(out_dir, vocab_size=1200):
     vocab.json and merges.txt are written too, as the Qwen-Image release has them. Returns the
     transformers tokenizer. Deterministic: the same folder every run.
     """
+    return train_byte_level_bpe(out_dir, QWEN2_ADDED_PLAIN, vocab_size=vocab_size)
+
+
+def train_byte_level_bpe(out_dir, added_plain, chat_template=None, vocab_size=1200):
+    """train_qwen2_tokenizer's BPE with QWEN2_SPECIAL, then `added_plain` (added, not special), after
+    the vocabulary, and `chat_template` (if any) written into tokenizer_config.json, as Qwen's
+    releases have it (transformers 5 would write chat_template.jinja)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import AddedToken, Qwen2Tokenizer
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
@@ -91,9 +98,11 @@ def train_qwen2_tokenizer(out_dir, vocab_size=1200):
                          model_max_length=131072, clean_up_tokenization_spaces=False)
     # The added tokens in Qwen2's order, whatever transformers added on its own first.
     tok.add_tokens([AddedToken(t, special=True, normalized=False) for t in QWEN2_SPECIAL], special_tokens=True)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN2_ADDED_PLAIN])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added_plain])
     tok.eos_token = "<|im_end|>"
-    tok.save_pretrained(out_dir)
+    if chat_template is not None:
+        tok.chat_template = chat_template
+    tok.save_pretrained(out_dir, save_jinja_files=False)
     with open(os.path.join(out_dir, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False)
     with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
