@@ -41,8 +41,19 @@ SCHEDULERS = {
 }
 
 
+def tiny_flux_vae():
+    """A 16-channel AutoencoderKL of FLUX's layout (4 blocks: 8x down) and scale and shift, 8 channels
+    wide (random weights from torch's global generator; the caller perturbs its norms)."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(8, 8, 8, 8),
+                         layers_per_block=1, latent_channels=16, norm_num_groups=4, use_quant_conv=False,
+                         use_post_quant_conv=False, scaling_factor=0.3611, shift_factor=0.1159,
+                         down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4).eval()
+
+
 def _components(variant, t5_tokenizer):
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer, T5Config, T5EncoderModel
 
     tokenizer = CLIPTokenizer.from_pretrained(os.path.join(ROOT, "models", "tiny-random-sd3", "tokenizer"),
@@ -61,10 +72,7 @@ def _components(variant, t5_tokenizer):
                                          attention_head_dim=16, num_attention_heads=4, joint_attention_dim=32,
                                          pooled_projection_dim=32, guidance_embeds=variant == "dev",
                                          axes_dims_rope=(4, 6, 6)).eval()
-    vae = AutoencoderKL(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(8, 8, 8, 8),
-                        layers_per_block=1, latent_channels=16, norm_num_groups=4, use_quant_conv=False,
-                        use_post_quant_conv=False, scaling_factor=0.3611, shift_factor=0.1159,
-                        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4).eval()
+    vae = tiny_flux_vae()
     for model in (text_encoder, t5, transformer, vae):
         perturb_norms(model)
     with torch.no_grad():
