@@ -1,9 +1,9 @@
 """Writes the config-only folders of real models: models/sd3-medium, models/sd3.5-medium,
 models/sd3.5-large, models/qwen-image, models/qwen-image-edit, models/qwen-image-edit-2509,
-models/flux.1-dev and models/flux.1-schnell, as diffusers lays out
+models/flux.1-dev, models/flux.1-schnell and models/z-image-turbo, as diffusers lays out
 stabilityai/stable-diffusion-3-medium-diffusers, stable-diffusion-3.5-medium,
-stable-diffusion-3.5-large, Qwen/Qwen-Image, Qwen/Qwen-Image-Edit, Qwen/Qwen-Image-Edit-2509 and
-black-forest-labs/FLUX.1-dev and FLUX.1-schnell, without their weights. The two Qwen-Image-Edit
+stable-diffusion-3.5-large, Qwen/Qwen-Image, Qwen/Qwen-Image-Edit, Qwen/Qwen-Image-Edit-2509,
+black-forest-labs/FLUX.1-dev and FLUX.1-schnell and Tongyi-MAI/Z-Image-Turbo, without their weights. The two Qwen-Image-Edit
 folders hold Qwen-Image's components as links to models/qwen-image (the same configs and tensors:
 its text encoder's manifest lists the vision tower the edit pipelines run) and their own processor/.
 
@@ -17,7 +17,8 @@ counts from the manifests; `--random-weights` runs build the real shapes.
 Tokenizer vocabularies are not available offline: tokenizer/ and tokenizer_2/ carry the small CLIP
 BPE of models/tiny-random-sd3, tokenizer_3/ the small SentencePiece vocabulary of
 tests/data/golden/t5_tokenizer (FLUX's tokenizer_2/ too), and Qwen-Image's tokenizer/ the small byte-level BPE of
-tests/data/golden/qwen2_tokenizer (Qwen2's pre-tokenizer and special tokens, a small vocabulary).
+tests/data/golden/qwen2_tokenizer (Qwen2's pre-tokenizer and special tokens, a small vocabulary), and
+Z-Image-Turbo's the same BPE with Qwen3's added tokens and chat template (tests/data/golden/qwen3_tokenizer).
 Their ids are not the real model's (models/README.md).
 
 Run:   ~/.cache/dp-launch/venv/bin/python scripts/models/make_config_folders.py
@@ -140,6 +141,22 @@ FLUX_SCHEDULERS = {
                        max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096),
     "flux.1-schnell": dict(num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=False),
 }
+
+# Tongyi-MAI/Z-Image-Turbo: Qwen3-4B as its text encoder (a Qwen3Model: the pipeline reads
+# hidden_states[-2]), ZImageTransformer2DModel's defaults but for axes_lens (the release's first
+# axis is 1536 long, diffusers' default 1024), FLUX.1's VAE, and a scheduler shifted by 3 without
+# dynamic shifting.
+ZIMAGE_TEXT = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                   num_attention_heads=32, num_key_value_heads=8, head_dim=128, hidden_act="silu",
+                   max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0, attention_bias=False,
+                   attention_dropout=0.0, tie_word_embeddings=True, use_sliding_window=False, sliding_window=None,
+                   max_window_layers=36, bos_token_id=151643, eos_token_id=151645)
+ZIMAGE_TRANSFORMER = dict(all_patch_size=[2], all_f_patch_size=[1], in_channels=16, dim=3840, n_layers=30,
+                          n_refiner_layers=2, n_heads=30, n_kv_heads=30, norm_eps=1e-5, qk_norm=True,
+                          cap_feat_dim=2560, rope_theta=256.0, t_scale=1000.0, axes_dims=[32, 48, 48],
+                          axes_lens=[1536, 512, 512])
+ZIMAGE_SCHEDULER = dict(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False)
+QWEN3_TOKENIZER_DIR = os.path.join(ROOT, "tests", "data", "golden", "qwen3_tokenizer")
 
 # --- writing ------------------------------------------------------------------------------------
 
@@ -299,6 +316,29 @@ def flux_files(name):
     return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
 
 
+def z_image_files():
+    """Relative path -> bytes of every file of models/z-image-turbo."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, ZImageTransformer2DModel
+    from transformers import Qwen3Config, Qwen3Model
+
+    files = {"model_index.json": json_text(
+        {"_class_name": "ZImagePipeline", "_diffusers_version": "0.42.1",
+         "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"], "text_encoder": ["transformers", "Qwen3Model"],
+         "tokenizer": ["transformers", "Qwen2Tokenizer"], "transformer": ["diffusers", "ZImageTransformer2DModel"],
+         "vae": ["diffusers", "AutoencoderKL"]})}
+    files["scheduler/scheduler_config.json"] = json_text(
+        json.loads(FlowMatchEulerDiscreteScheduler(**ZIMAGE_SCHEDULER).to_json_string()))
+    files["text_encoder/config.json"], files["text_encoder/tensors.json"] = transformers_component(
+        Qwen3Config, Qwen3Model, ZIMAGE_TEXT, "BF16")
+    files["transformer/config.json"], files["transformer/tensors.json"] = diffusers_component(
+        ZImageTransformer2DModel, ZIMAGE_TRANSFORMER, "BF16")
+    files["vae/config.json"], files["vae/tensors.json"] = diffusers_component(AutoencoderKL, FLUX_VAE, "BF16")
+    for name in sorted(os.listdir(QWEN3_TOKENIZER_DIR)):
+        with open(os.path.join(QWEN3_TOKENIZER_DIR, name), "rb") as f:
+            files[f"tokenizer/{name}"] = f.read()
+    return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
+
+
 def write_links(folder, links, check):
     """Makes each link (path relative to folder -> target); with check, the paths that are not that link."""
     stale = []
@@ -321,6 +361,7 @@ def main():
     makers = [(name, lambda spec=spec, name=name: folder_files(name, spec)) for name, spec in FOLDERS.items()]
     makers += [("qwen-image", qwen_image_files)] + [(name, lambda name=name: flux_files(name)) for name in FLUX_SCHEDULERS]
     makers += [(name, lambda name=name: qwen_image_edit_files(name)) for name in QWEN_EDIT]
+    makers += [("z-image-turbo", z_image_files)]
     for name, make in makers:
         files = make()
         links = qwen_image_edit_links() if name in QWEN_EDIT else {}
