@@ -182,6 +182,15 @@ def manifest_text(model, dtype, cls):
         ",\n".join(lines) + "\n}\n"
 
 
+def folder_copy(src, rel):
+    """rel/NAME -> bytes of every file NAME of the folder src."""
+    files = {}
+    for name in sorted(os.listdir(src)):
+        with open(os.path.join(src, name), "rb") as f:
+            files[f"{rel}/{name}"] = f.read()
+    return files
+
+
 def transformers_component(cfg_cls, model_cls, values, dtype):
     config = cfg_cls(**values)
     config.architectures = [model_cls.__name__]
@@ -261,9 +270,7 @@ def qwen_image_files():
     files["transformer/config.json"], files["transformer/tensors.json"] = diffusers_component(
         QwenImageTransformer2DModel, QWEN_TRANSFORMER, "BF16")
     files["vae/config.json"], files["vae/tensors.json"] = diffusers_component(AutoencoderKLQwenImage, QWEN_VAE, "BF16")
-    for name in sorted(os.listdir(QWEN_TOKENIZER_DIR)):
-        with open(os.path.join(QWEN_TOKENIZER_DIR, name), "rb") as f:
-            files[f"tokenizer/{name}"] = f.read()
+    files.update(folder_copy(QWEN_TOKENIZER_DIR, "tokenizer"))
     return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
 
 
@@ -333,9 +340,7 @@ def z_image_files():
     files["transformer/config.json"], files["transformer/tensors.json"] = diffusers_component(
         ZImageTransformer2DModel, ZIMAGE_TRANSFORMER, "BF16")
     files["vae/config.json"], files["vae/tensors.json"] = diffusers_component(AutoencoderKL, FLUX_VAE, "BF16")
-    for name in sorted(os.listdir(QWEN3_TOKENIZER_DIR)):
-        with open(os.path.join(QWEN3_TOKENIZER_DIR, name), "rb") as f:
-            files[f"tokenizer/{name}"] = f.read()
+    files.update(folder_copy(QWEN3_TOKENIZER_DIR, "tokenizer"))
     return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
 
 
