@@ -2,11 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
 #include "runtime/parallel/device_mapping.h"
+#include "runtime/pipeline/family_pipeline.h"
 #include "strategies/model_config.h"
 
 namespace dp::runtime {
@@ -131,6 +133,21 @@ at::Tensor pack_latents(const at::Tensor& x) {
 at::Tensor unpack_latents(const at::Tensor& x, int64_t h, int64_t w) {
     const int64_t b = x.size(0), ch = x.size(2) / 4;
     return x.view({b, h / 2, w / 2, ch, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({b, ch, h, w});
+}
+
+Conditioning kept_tokens(const at::Tensor& hidden, const std::vector<int64_t>& lengths, int64_t drop) {
+    const int64_t n = static_cast<int64_t>(lengths.size());
+    const int64_t width = *std::max_element(lengths.begin(), lengths.end());
+    Conditioning e;
+    e.warnings.assign(lengths.size(), "");
+    e.text = at::zeros({n, width, hidden.size(-1)}, hidden.options());
+    e.mask = at::zeros({n, width}, at::TensorOptions().dtype(at::kLong).device(hidden.device()));
+    for (int64_t k = 0; k < n; ++k) {
+        const int64_t len = lengths[static_cast<std::size_t>(k)];
+        e.text[k].narrow(0, 0, len).copy_(hidden[k].narrow(0, drop, len));
+        e.mask[k].narrow(0, 0, len).fill_(1);
+    }
+    return e;
 }
 
 }  // namespace dp::runtime

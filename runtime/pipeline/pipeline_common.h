@@ -51,6 +51,13 @@ struct ComponentsBase {
     }
 };
 
+struct Conditioning;  // family_pipeline.h
+
+// Each row's `lengths[k]` hidden states of `hidden` [n, L, D] after its first `drop`, zero-padded to
+// the longest, with the mask of its own tokens: a decoder's batch as diffusers keeps its tokens
+// (Qwen-Image's _extract_masked_hidden, Z-Image's prompt_embeds[i][mask[i]]).
+Conditioning kept_tokens(const at::Tensor& hidden, const std::vector<int64_t>& lengths, int64_t drop);
+
 // Throws ModelError unless a text encoder's max_sequence_length of `value` is from 1 to `max`
 // (what diffusers refuses past).
 void check_max_sequence_length(int value, int max);

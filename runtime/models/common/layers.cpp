@@ -126,4 +126,14 @@ at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {
     return at::cat({at::cos(emb), at::sin(emb)}, -1);  // flip_sin_to_cos
 }
 
+at::Tensor apply_interleaved_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    // (re, im) -> (-im, re) pairwise, then x cos + rotated sin, in fp32.
+    std::vector<int64_t> pairs = x.sizes().vec();
+    pairs.back() /= 2;
+    pairs.push_back(2);
+    const at::Tensor xp = x.reshape(pairs);
+    const at::Tensor rotated = at::stack({-xp.select(-1, 1), xp.select(-1, 0)}, -1).flatten(-2);
+    return (x.to(at::kFloat) * cos + rotated.to(at::kFloat) * sin).to(x.scalar_type());
+}
+
 }  // namespace dp::runtime

@@ -62,6 +62,11 @@ at::Tensor clamp_half(const at::Tensor& x, HalfClamp how = HalfClamp::kRange);
 // [.., d] -> [-second half, first half]: transformers' rotate_half, the rotation of RoPE in halves.
 at::Tensor rotate_half(const at::Tensor& x);
 
+// x [B, H, S, head_dim] rotated pairwise (x[2k], x[2k + 1]) by cos / sin [S, head_dim] (or any
+// shape that broadcasts, such as [B, 1, S, head_dim]) in fp32, each angle repeated for its pair:
+// diffusers' complex rotation of FLUX's and Z-Image's RoPE. Returned in x's dtype.
+at::Tensor apply_interleaved_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
 // Rotary embeddings' one frequency table: 1 / theta^(2i / dim) for i < dim / 2, [dim / 2] in
 // `options`' dtype (FLUX's float64, Qwen-Image's and Qwen2's fp32) and on its device.
 at::Tensor rope_frequencies(int64_t dim, double theta, const at::TensorOptions& options);

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -15,9 +16,10 @@ namespace dp::runtime {
 namespace {
 
 // The additive attention bias [B or 1, heads, L, L]: 0 where a query may see a key (the key is
-// not after it and, with a mask, not a pad), -inf elsewhere. Every query also sees itself: that
-// changes nothing for a real token, and gives a pad query with only pads before it (left padding)
-// a finite, meaningless output instead of NaN.
+// not after it and, with a mask, not a pad), -inf elsewhere, as transformers masks: a pad query
+// after real tokens sees them (FLUX.2-klein reads its pads' states). A query that would see no key
+// at all (a pad with only pads before it: left padding) sees itself, a finite, meaningless output
+// instead of NaN.
 at::Tensor attention_bias(const at::Tensor& mask, int64_t tokens, int64_t heads,
                           const at::TensorOptions& options) {
     const at::TensorOptions longs = options.dtype(at::kLong);
@@ -26,7 +28,8 @@ at::Tensor attention_bias(const at::Tensor& mask, int64_t tokens, int64_t heads,
     at::Tensor allowed = (key <= query).view({1, 1, tokens, tokens});
     if (mask.defined()) {
         allowed = allowed.logical_and(mask.to(options.device()).ne(0).view({mask.size(0), 1, 1, tokens}));
-        allowed = allowed.logical_or((key == query).view({1, 1, tokens, tokens}));
+        const at::Tensor blind = allowed.any(-1, /*keepdim=*/true).logical_not();
+        allowed = allowed.logical_or(blind.logical_and((key == query).view({1, 1, tokens, tokens})));
     }
     const at::Tensor bias = at::where(allowed, at::scalar_tensor(0.0, options),
                                       at::scalar_tensor(-std::numeric_limits<double>::infinity(), options));
@@ -44,12 +47,33 @@ ConfigJson text_part(const ConfigJson& top) {
 
 }  // namespace
 
+namespace {
+
+// Qwen3Config's own keys (Note [Qwen3 text encoders]): head_dim, attention_bias; its layers all of
+// full attention.
+void read_qwen3(const ConfigJson& c, Qwen2TextConfig& cfg) {
+    cfg.qwen3 = true;
+    cfg.qkv_bias = c.boolean("attention_bias", false);
+    cfg.explicit_head_dim = c.integer("head_dim", cfg.hidden_size / cfg.num_attention_heads, 2, 4096);
+    if (cfg.explicit_head_dim % 2 != 0)
+        c.fail("head_dim", "is " + std::to_string(cfg.explicit_head_dim) + "; RoPE needs an even head size");
+    if (c.has("layer_types") && c.raw()["layer_types"].is_array())
+        for (const nlohmann::json& t : c.raw()["layer_types"])
+            if (t != "full_attention")
+                c.fail("layer_types",
+                       "names " + t.dump() + "; only full_attention in every layer is supported");
+}
+
+}  // namespace
+
 Qwen2TextConfig Qwen2TextConfig::from_json_text(const std::string& text, const std::string& path) {
     const ConfigJson top(text, path);
     const std::string top_type = top.string("model_type", "qwen2_5_vl");
-    if (top_type != "qwen2_5_vl" && top_type != "qwen2_5_vl_text")
+    if (top_type != "qwen2_5_vl" && top_type != "qwen2_5_vl_text" && top_type != "qwen3")
         top.fail("model_type",
-                 "is '" + top_type + "'; supported: qwen2_5_vl (Qwen2.5-VL, Qwen-Image's text_encoder)");
+                 "is '" + top_type +
+                     "'; supported: qwen2_5_vl (Qwen2.5-VL, Qwen-Image's text_encoder) and qwen3 "
+                     "(Qwen3, Z-Image's and FLUX.2-klein's)");
     const bool nested = top.has("text_config");
     const ConfigJson c = text_part(top);
     if (nested && c.has("model_type") && c.string("model_type", "") != "qwen2_5_vl_text")
@@ -65,7 +89,8 @@ Qwen2TextConfig Qwen2TextConfig::from_json_text(const std::string& text, const s
     cfg.hidden_act = c.string("hidden_act", cfg.hidden_act);
     if (cfg.hidden_act != "silu")
         c.fail("hidden_act", "is '" + cfg.hidden_act + "'; supported: silu (SwiGLU)");
-    if (cfg.hidden_size % cfg.num_attention_heads != 0 || cfg.head_dim() % 2 != 0)
+    if (top_type == "qwen3") read_qwen3(c, cfg);
+    if ((!cfg.qwen3 && cfg.hidden_size % cfg.num_attention_heads != 0) || cfg.head_dim() % 2 != 0)
         c.fail("num_attention_heads", "is " + std::to_string(cfg.num_attention_heads) +
                                           "; it must divide hidden_size " + std::to_string(cfg.hidden_size) +
                                           " into heads of an even size");
@@ -112,7 +137,8 @@ Qwen2TextConfig Qwen2TextConfig::from_json_text(const std::string& text, const s
 Qwen2TextEncoder::~Qwen2TextEncoder() = default;
 
 Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w, const TensorGroup& tp,
-                                   const strategies::ParallelSpec& spec, const Qwen2VisionConfig* vision)
+                                   const strategies::ParallelSpec& spec, const Qwen2VisionConfig* vision,
+                                   int64_t layers)
     : config_(config) {
     const int64_t d = config.hidden_size, hd = config.head_dim(), kv = config.num_key_value_heads;
     const int64_t heads = config.num_attention_heads, group = config.group_size(),
@@ -124,8 +150,10 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
     local_kv_heads_ = tp.share(kv);
     const int64_t loaded_before = w.taken_bytes();
     const double eps = config.rms_norm_eps;  // Qwen2's RMS norms (Note [Qwen2 dtypes])
-    const std::string base =
-        w.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+    const std::string base = w.has("model.language_model.embed_tokens.weight") ? "model.language_model."
+                             : w.has("embed_tokens.weight")                    ? ""
+                                                                               : "model.";
+    const int64_t loaded = layers < 0 ? config.num_hidden_layers : std::min(layers, config.num_hidden_layers);
     if (vision) {
         vision_ = std::make_unique<Qwen2VisionTower>(*vision, w, tp);
     } else {
@@ -140,13 +168,22 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
     auto linear = [&](const std::string& name, int64_t in, int64_t out, bool bias, int64_t unit) {
         return load(name, in, out, unit, bias);
     };
+    const bool bias = config.qkv_bias;
     for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
         const std::string p = base + "layers." + std::to_string(i) + ".";
+        if (i >= loaded) {  // hidden states past the pipeline's: never read
+            w.skip_prefix(p);
+            continue;
+        }
         Layer l;
         l.input_norm = RMSNorm::load(w, p + "input_layernorm", d, eps, true, RmsRounding::kQwen2);
-        l.q = linear(p + "self_attn.q_proj", d, heads * hd, true, group * hd);
-        l.k = linear(p + "self_attn.k_proj", d, kv * hd, true, hd);
-        l.v = linear(p + "self_attn.v_proj", d, kv * hd, true, hd);
+        l.q = linear(p + "self_attn.q_proj", d, heads * hd, bias, group * hd);
+        l.k = linear(p + "self_attn.k_proj", d, kv * hd, bias, hd);
+        l.v = linear(p + "self_attn.v_proj", d, kv * hd, bias, hd);
+        if (config.qwen3) {
+            l.q_norm = RMSNorm::load(w, p + "self_attn.q_norm", hd, eps, true, RmsRounding::kQwen2);
+            l.k_norm = RMSNorm::load(w, p + "self_attn.k_norm", hd, eps, true, RmsRounding::kQwen2);
+        }
         l.o = linear(p + "self_attn.o_proj", heads * hd, d, false, group * hd);
         l.post_attention_norm =
             RMSNorm::load(w, p + "post_attention_layernorm", d, eps, true, RmsRounding::kQwen2);
@@ -155,7 +192,10 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
         l.down = linear(p + "mlp.down_proj", ff, d, false, 1);
         layers_.push_back(std::move(l));
     }
-    final_norm_ = RMSNorm::load(w, base + "norm", d, eps, true, RmsRounding::kQwen2);
+    if (loaded == config.num_hidden_layers)
+        final_norm_ = RMSNorm::load(w, base + "norm", d, eps, true, RmsRounding::kQwen2);
+    else
+        w.skip_prefix(base + "norm.");
     parameter_bytes_ = w.taken_bytes() - loaded_before;
     const at::TensorOptions floats = at::TensorOptions().dtype(at::kFloat).device(w.device());
     inv_freq_ = rope_frequencies(hd, config.rope_theta, floats);
@@ -168,6 +208,36 @@ at::Tensor Qwen2TextEncoder::forward(const at::Tensor& input_ids, const at::Tens
 at::Tensor Qwen2TextEncoder::forward(const at::Tensor& input_ids, const at::Tensor& mask,
                                      const at::Tensor& position_streams, const at::Tensor& images,
                                      int64_t image_token) const {
+    if (!final_norm_.weight.defined())
+        throw InternalError("Qwen2TextEncoder::forward: the final norm was not loaded (layers)");
+    return run(input_ids, mask, position_streams, images, image_token, {}).front();
+}
+
+std::vector<at::Tensor> Qwen2TextEncoder::hidden_states(const at::Tensor& ids, const at::Tensor& mask,
+                                                        const std::vector<int64_t>& indices) const {
+    const int64_t all = config_.num_hidden_layers, loaded = static_cast<int64_t>(layers_.size());
+    std::vector<int64_t> wanted;
+    for (int64_t i : indices) {
+        const int64_t at = i < 0 ? all + 1 + i : i;
+        if (at < 0 || at > all || (at > loaded && at != all) || (at == all && loaded < all))
+            throw ModelError("the text encoder's hidden_states[" + std::to_string(i) + "]: it has " +
+                             std::to_string(all) + " layers, " + std::to_string(loaded) + " of them loaded");
+        wanted.push_back(at);
+    }
+    std::vector<int64_t> sorted = wanted;
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    const std::vector<at::Tensor> got = run(ids, mask, {}, {}, -1, sorted);
+    std::vector<at::Tensor> out;
+    for (int64_t at : wanted)
+        out.push_back(got[static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), at) -
+                                                   sorted.begin())]);
+    return out;
+}
+
+std::vector<at::Tensor> Qwen2TextEncoder::run(const at::Tensor& input_ids, const at::Tensor& mask,
+                                              const at::Tensor& position_streams, const at::Tensor& images,
+                                              int64_t image_token, const std::vector<int64_t>& wanted) const {
     if (input_ids.dim() != 2) throw InternalError("Qwen2TextEncoder::forward: ids must be [batch, tokens]");
     if (mask.defined() && mask.sizes() != input_ids.sizes())
         throw InternalError("Qwen2TextEncoder::forward: the mask must have the ids' shape [batch, tokens]");
@@ -209,20 +279,48 @@ at::Tensor Qwen2TextEncoder::forward(const at::Tensor& input_ids, const at::Tens
     auto rotate = [&](const at::Tensor& t) { return t * cos + rotate_half(t) * sin; };
     const at::Tensor bias = attention_bias(mask, tokens, q_heads, x.options());
     const SequenceShard whole(tokens, SequenceGroups{});  // a text encoder: every rank holds all tokens
-    for (const Layer& l : layers_) {
+    std::vector<at::Tensor> out;
+    const auto keep = [&](int64_t index) {
+        if (std::binary_search(wanted.begin(), wanted.end(), index)) out.push_back(x);
+    };
+    const auto per_head = [](const RMSNorm& norm, const at::Tensor& t) {
+        return norm.weight.defined() ? norm(t) : t;
+    };
+    const int64_t last = wanted.empty() ? static_cast<int64_t>(layers_.size()) : wanted.back();
+    keep(0);
+    for (int64_t i = 0; i < std::min<int64_t>(last, static_cast<int64_t>(layers_.size())); ++i) {
+        const Layer& l = layers_[static_cast<std::size_t>(i)];
         at::Tensor h = l.input_norm(x);
         AttentionInputs in;
-        in.q = rotate(split_heads(l.q(h), q_heads));
+        in.q = rotate(per_head(l.q_norm, split_heads(l.q(h), q_heads)));
         // Each key-value head serves its group's query heads (transformers' repeat_kv).
-        in.k = rotate(split_heads(l.k(h), local_kv_heads_)).repeat_interleave(group, 1);
+        in.k = rotate(per_head(l.k_norm, split_heads(l.k(h), local_kv_heads_))).repeat_interleave(group, 1);
         in.v = split_heads(l.v(h), local_kv_heads_).repeat_interleave(group, 1);
         in.shard = &whole;
         in.logits_bias = bias;
         x = x + l.o(merge_heads(attend(in).out));
         h = l.post_attention_norm(x);
         x = x + l.down(at::silu(l.gate(h)) * l.up(h));
+        if (i + 1 < config_.num_hidden_layers) keep(i + 1);
     }
-    return final_norm_(x);
+    if (wanted.empty() || wanted.back() == config_.num_hidden_layers) out.push_back(final_norm_(x));
+    return out;
+}
+
+std::pair<at::Tensor, at::Tensor> padded_rows(const std::vector<std::vector<int64_t>>& rows, int64_t pad,
+                                              const at::Device& device) {
+    std::size_t longest = 0;
+    for (const std::vector<int64_t>& row : rows) longest = std::max(longest, row.size());
+    std::vector<int64_t> ids, mask;
+    for (const std::vector<int64_t>& row : rows) {
+        ids.insert(ids.end(), row.begin(), row.end());
+        ids.insert(ids.end(), longest - row.size(), pad);
+        mask.insert(mask.end(), row.size(), 1);
+        mask.insert(mask.end(), longest - row.size(), 0);
+    }
+    const std::vector<int64_t> shape{static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)};
+    return {at::tensor(ids, at::kLong).view(shape).to(device),
+            at::tensor(mask, at::kLong).view(shape).to(device)};
 }
 
 }  // namespace dp::runtime

@@ -17,6 +17,14 @@
 // keys. So a real token's output does not depend on its row's padding, left or right (the golden
 // script asserts it against each row run alone).
 //
+// Note [Qwen3 text encoders]: Qwen3 (Z-Image's Qwen3Model, FLUX.2-klein's Qwen3ForCausalLM) is
+// the same decoder with three differences, read from its config.json (model_type qwen3): q, k and
+// v without biases (attention_bias), an RMS norm over each head of q and k before RoPE (q_norm,
+// k_norm, Qwen2's rounding), and head_dim given apart from hidden_size / heads. Its pipelines take
+// hidden states from inside the model (Z-Image hidden_states[-2], klein a list of layers): as
+// transformers numbers them, hidden_states[0] is the embeddings, [i] the output of layer i - 1,
+// and [num_hidden_layers] the final norm's output. Only the layers a pipeline reads are loaded.
+//
 // Note [Qwen2 dtypes]: as transformers runs it. RMS norms take the variance in fp32 and scale
 // the input-dtype result by the weight; cos and sin are computed in fp32 and cast to the run's
 // dtype before the rotation; everything else runs in the run's dtype.
@@ -26,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/io/config_file.h"
@@ -39,8 +48,8 @@
 namespace dp::runtime {
 
 // The text part of a Qwen2.5-VL config.json: its `text_config` (transformers 5) or the top level
-// (older files). Absent keys take Qwen2_5_VLTextConfig's defaults (num_key_value_heads:
-// num_attention_heads).
+// (older files); or a Qwen3 config.json (Note [Qwen3 text encoders]). Absent keys take
+// Qwen2_5_VLTextConfig's or Qwen3Config's defaults (num_key_value_heads: num_attention_heads).
 struct Qwen2TextConfig : ConfigFile<Qwen2TextConfig> {
     int64_t vocab_size = 152064, hidden_size = 8192, intermediate_size = 29568, num_hidden_layers = 80;
     int64_t num_attention_heads = 64, num_key_value_heads = 8;
@@ -49,16 +58,23 @@ struct Qwen2TextConfig : ConfigFile<Qwen2TextConfig> {
     // M-RoPE's frequencies per position stream (temporal, height, width), summing to head_dim / 2;
     // transformers' default where the config gives none.
     std::vector<int64_t> mrope_section{16, 24, 24};
+    // Qwen3's (Note [Qwen3 text encoders]): q and k normed per head, no q/k/v biases, head_dim
+    // given (0: hidden_size / num_attention_heads).
+    bool qwen3 = false;
+    bool qkv_bias = true;
+    int64_t explicit_head_dim = 0;
 
-    int64_t head_dim() const { return hidden_size / num_attention_heads; }
+    int64_t head_dim() const {
+        return explicit_head_dim ? explicit_head_dim : hidden_size / num_attention_heads;
+    }
     // Query heads per key-value head (one GQA group).
     int64_t group_size() const { return num_attention_heads / num_key_value_heads; }
 
     // Throws ModelError naming the file and key for a missing, mistyped, invalid or unsupported
-    // value: hidden_act other than silu, a rope_type other than default / mrope, a sliding window,
-    // heads that do not divide hidden_size or kv heads that do not divide heads, an mrope_section
-    // not summing to head_dim / 2. rope_theta is read from rope_parameters (transformers 5),
-    // rope_scaling or the top level, in that order.
+    // value: a model_type other than qwen2_5_vl or qwen3, hidden_act other than silu, a rope_type
+    // other than default / mrope, a sliding window, heads that do not divide hidden_size (without
+    // head_dim) or kv heads that do not divide heads, an mrope_section not summing to head_dim / 2.
+    // rope_theta is read from rope_parameters (transformers 5), rope_scaling or the top level, in that order.
     static Qwen2TextConfig from_json_text(const std::string& text, const std::string& path);
 };
 
@@ -71,10 +87,12 @@ class Qwen2TextEncoder {
     // inputs. Tensors are read under model.* (transformers 4's and 5's save_pretrained) or
     // model.language_model.* (transformers 5's module names), whichever the store holds.
     // With `vision`, the store's vision tower is loaded too (split over `tp` by its own rules,
-    // Qwen2VisionTower), else skipped.
+    // Qwen2VisionTower), else skipped. A Qwen3Model's tensors have no prefix. `layers`: only the
+    // first that many decoder layers are loaded (the others and the final norm skipped), for a
+    // pipeline that reads hidden_states[layers] at most; -1: all of them.
     Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& weights, const TensorGroup& tp = {},
                      const strategies::ParallelSpec& spec = strategies::qwen2_decoder_spec(),
-                     const Qwen2VisionConfig* vision = nullptr);
+                     const Qwen2VisionConfig* vision = nullptr, int64_t layers = -1);
     ~Qwen2TextEncoder();
     // The vision tower, or nullptr when it was not loaded.
     const Qwen2VisionTower* vision() const { return vision_.get(); }
@@ -89,6 +107,11 @@ class Qwen2TextEncoder {
     // position streams (undefined: 0 .. L-1 on all three).
     at::Tensor forward(const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& positions,
                        const at::Tensor& images, int64_t image_token) const;
+    // transformers' hidden_states[i] for each i of `indices` (Note [Qwen3 text encoders]; a negative
+    // i counts from the end, -1 being num_hidden_layers), each [B, L, hidden_size]. Throws
+    // ModelError for an index out of range or past the layers loaded.
+    std::vector<at::Tensor> hidden_states(const at::Tensor& ids, const at::Tensor& mask,
+                                          const std::vector<int64_t>& indices) const;
 
     const Qwen2TextConfig& config() const { return config_; }
     // Bytes of the tensors this rank holds: every tensor it took from its store.
@@ -97,8 +120,14 @@ class Qwen2TextEncoder {
   private:
     struct Layer {
         RMSNorm input_norm, post_attention_norm;
+        RMSNorm q_norm, k_norm;  // Qwen3's; undefined weights otherwise
         ParallelLinear q, k, v, o, gate, up, down;
     };
+    // The decoder over `ids`: the hidden states `wanted` names (sorted, in 0 .. layers), or the
+    // final norm's output alone when `wanted` is empty.
+    std::vector<at::Tensor> run(const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& positions,
+                                const at::Tensor& images, int64_t image_token,
+                                const std::vector<int64_t>& wanted) const;
     Qwen2TextConfig config_;
     int64_t local_kv_heads_ = 0;
     at::Tensor embedding_, inv_freq_;  // inv_freq_: [head_dim / 2] fp32
@@ -107,5 +136,10 @@ class Qwen2TextEncoder {
     std::unique_ptr<Qwen2VisionTower> vision_;
     int64_t parameter_bytes_ = 0;
 };
+
+// `rows` padded on the right with `pad` to the longest (the tokenizers' padding side): ids and
+// mask [n, longest] int64 on `device`.
+std::pair<at::Tensor, at::Tensor> padded_rows(const std::vector<std::vector<int64_t>>& rows, int64_t pad,
+                                              const at::Device& device);
 
 }  // namespace dp::runtime

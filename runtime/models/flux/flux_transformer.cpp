@@ -70,13 +70,7 @@ FluxRope flux_image_rope(const std::array<int64_t, 3>& axes, int64_t grid_h, int
 }
 
 at::Tensor apply_flux_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-    // (re, im) -> (-im, re) pairwise, then x cos + rotated sin, in fp32.
-    std::vector<int64_t> pairs = x.sizes().vec();
-    pairs.back() /= 2;
-    pairs.push_back(2);
-    const at::Tensor xp = x.reshape(pairs);
-    const at::Tensor rotated = at::stack({-xp.select(-1, 1), xp.select(-1, 0)}, -1).flatten(-2);
-    return (x.to(at::kFloat) * cos + rotated.to(at::kFloat) * sin).to(x.scalar_type());
+    return apply_interleaved_rope(x, cos, sin);
 }
 
 FluxTransformerConfig FluxTransformerConfig::from_json_text(const std::string& text,

@@ -65,41 +65,6 @@ struct QwenImagePipeline::Components : ComponentsBase {
 
 namespace {
 
-// `rows` padded on the right with `pad` to the longest (the tokenizer's padding side): ids and
-// mask [n, longest] int64 on `device`.
-std::pair<at::Tensor, at::Tensor> padded_rows(const std::vector<std::vector<int64_t>>& rows, int64_t pad,
-                                              const at::Device& device) {
-    std::size_t longest = 0;
-    for (const std::vector<int64_t>& row : rows) longest = std::max(longest, row.size());
-    std::vector<int64_t> ids, mask;
-    for (const std::vector<int64_t>& row : rows) {
-        ids.insert(ids.end(), row.begin(), row.end());
-        ids.insert(ids.end(), longest - row.size(), pad);
-        mask.insert(mask.end(), row.size(), 1);
-        mask.insert(mask.end(), longest - row.size(), 0);
-    }
-    const std::vector<int64_t> shape{static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)};
-    return {at::tensor(ids, at::kLong).view(shape).to(device),
-            at::tensor(mask, at::kLong).view(shape).to(device)};
-}
-
-// Each row's `lengths[k]` hidden states after the template's first `drop`, zero-padded to the
-// longest, with the mask of its own tokens (diffusers' _extract_masked_hidden and its padding).
-Conditioning kept_tokens(const at::Tensor& hidden, const std::vector<int64_t>& lengths, int64_t drop) {
-    const int64_t n = static_cast<int64_t>(lengths.size());
-    const int64_t width = *std::max_element(lengths.begin(), lengths.end());
-    Conditioning e;
-    e.warnings.assign(lengths.size(), "");
-    e.text = at::zeros({n, width, hidden.size(-1)}, hidden.options());
-    e.mask = at::zeros({n, width}, at::TensorOptions().dtype(at::kLong).device(hidden.device()));
-    for (int64_t k = 0; k < n; ++k) {
-        const int64_t len = lengths[static_cast<std::size_t>(k)];
-        e.text[k].narrow(0, 0, len).copy_(hidden[k].narrow(0, drop, len));
-        e.mask[k].narrow(0, 0, len).fill_(1);
-    }
-    return e;
-}
-
 // The processor's patches must be the vision tower's, its merged tokens the language model's width.
 template <typename C>
 void check_vision(const C& c, const std::string& dir) {
