@@ -130,6 +130,15 @@ const std::vector<CallArgument>& call_arguments() {
             "Qwen-Image-Edit: 1 gives the text encoder's image tokens sequential positions, as diffusers "
             "0.42.1 with transformers 5 does (diffusers issue #14194); 0: Qwen2.5-VL's three-section "
             "positions, as the model was trained");
+        // Z-Image's guidance refinements (ZImagePipeline's call arguments).
+        add("cfg_normalization", CallType::kNumber, 0, 100, "--cfg-normalization,--cfg_normalization", "X",
+            "Z-Image: above 0, each guided prediction's norm is kept within X times the positive "
+            "prediction's (true is 1); 0: off")
+            .model_default = true;
+        add("cfg_truncation", CallType::kNumber, 0, 1, "--cfg-truncation,--cfg_truncation", "X",
+            "Z-Image: steps past this fraction of the schedule ((1000 - timestep) / 1000 above X) run "
+            "without guidance; 1: every step guided")
+            .model_default = true;
         return r;
     }();
     return rows;
@@ -733,12 +742,14 @@ CallValues FamilyArguments::completed(const CallValues& values) const {
     return out;
 }
 
+double guidance_threshold(Guidance guidance) { return guidance == Guidance::kAbove0 ? 0.0 : 1.0; }
+
 bool FamilyArguments::runs_two_branches(const CallValues& values, bool has_negative_prompt) const {
     const FamilyArgument* g = guidance_scale();
     if (!g) return false;
     const double scale =
         values.has(g->row->name) ? values.number(g->row->name) : default_number(g->row->name);
-    if (scale <= 1) return false;
+    if (scale <= guidance_threshold(g->guidance)) return false;
     return g->guidance != Guidance::kAbove1WithNegative || has_negative_prompt;
 }
 

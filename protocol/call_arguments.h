@@ -38,7 +38,12 @@ enum class Guidance {
     kNone,                // not a guidance scale of the family
     kAbove1,              // a negative branch runs when the scale is above 1 (SD3's guidance_scale)
     kAbove1WithNegative,  // ... and a negative prompt is given (FLUX's and Qwen-Image's true CFG)
+    kAbove0,              // a negative branch runs when the scale is above 0 (Z-Image's: positive +
+                          // scale x (positive - negative))
 };
+
+// The scale at or below which `guidance` runs no negative branch: 0 for kAbove0, else 1.
+double guidance_threshold(Guidance guidance);
 
 // A family's use of a row, as the family declares it in its facts file (Note [a family in one
 // place], strategies/families/): the rows its pipeline takes, at which default. Every family takes

@@ -9,6 +9,7 @@
 #include "runtime/models/flux/flux_pipeline.h"
 #include "runtime/models/qwen_image/qwen_image_pipeline.h"
 #include "runtime/models/sd3/sd3_pipeline.h"
+#include "runtime/models/z_image/z_image_pipeline.h"
 #include "runtime/pipeline/pipeline.h"
 #include "strategies/model_config.h"
 
@@ -30,6 +31,7 @@ const std::pair<const char*, Loader> kPipelines[] = {
     {"flux-kontext", &load_as<FluxPipeline>},
     {"qwen-image-edit", &load_as<QwenImagePipeline>},
     {"qwen-image-edit-plus", &load_as<QwenImagePipeline>},
+    {"z-image", &load_as<ZImagePipeline>},
 };
 
 }  // namespace

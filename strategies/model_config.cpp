@@ -58,6 +58,14 @@ TransformerShape read_transformer_shape(const std::string& model_dir, const Para
     TransformerShape shape;
     shape.heads = positive(config, spec.heads_key, d.heads, path);
     shape.head_dim = positive(config, spec.head_dim_key, d.head_dim, path);
+    if (!spec.width_key.empty() && !config.contains(spec.head_dim_key)) {
+        const int64_t width = positive(config, spec.width_key, d.heads * d.head_dim, path);
+        if (width % shape.heads != 0)
+            throw protocol::ModelError(path + ": \"" + spec.heads_key + "\" (" + std::to_string(shape.heads) +
+                                       ") must divide \"" + spec.width_key + "\" (" + std::to_string(width) +
+                                       ")");
+        shape.head_dim = width / shape.heads;
+    }
     shape.layers = positive(config, spec.layers_key, d.layers, path);
     for (const auto& [key, fallback] : spec.more_layers_keys)
         shape.more_layers += positive(config, key, fallback, path);

@@ -70,6 +70,9 @@ struct ParallelSpec {
     // Keys of transformer/config.json holding the attention heads and the head size.
     std::string heads_key = "num_attention_heads";
     std::string head_dim_key = "attention_head_dim";
+    // Where the config gives no head size: the key of the model's width, divided by the heads
+    // (Z-Image's dim / n_heads); empty: the default head size.
+    std::string width_key;
     std::string layers_key = "num_layers";
     // The blocks of the later block_prefixes, by their config keys and diffusers' defaults (FLUX's
     // num_single_layers, 38): TransformerShape::layers counts every block of every prefix.

@@ -121,10 +121,12 @@ void check_cfg_parallel(const StrategyRequest& r, const ParallelSpec& spec) {
     const protocol::FamilyArgument* cfg = arguments.guidance_scale();
     if (!cfg) return;
     const double scale = r.cfg_scale.value_or(arguments.default_number(cfg->row->name));
-    if (scale <= 1.0) {
+    const double threshold = protocol::guidance_threshold(cfg->guidance);
+    if (scale <= threshold) {
         const std::string flag = cfg->row->long_flag();
         std::string why = "--cfg-parallel with " + flag + " " + std::to_string(scale).substr(0, 4) +
-                          ": there is no guidance to split at a scale of 1 or less";
+                          ": there is no guidance to split at a scale of " + (threshold ? "1" : "0") +
+                          " or less";
         if (cfg->guidance == protocol::Guidance::kAbove1WithNegative)
             why += " (" + spec.display_name + "'s negative branch runs only with " + flag +
                    " above 1 and a negative prompt" +

@@ -22,6 +22,7 @@ families=(
     'qwen-image|qwen_image|qwen_image|"qwen-image"|QwenImagePipeline|QwenImageTransformer|qwen_image_family|models/qwen_image/'
     'qwen-image-edit|qwen_image|qwen_image|"qwen-image-edit"|QwenImageEditPipeline|qwen_image_edit_family'
     'qwen-image-edit-plus|qwen_image|qwen_image|"qwen-image-edit-plus"|QwenImageEditPlusPipeline|qwen_image_edit_plus_family'
+    'z-image|z_image|z_image|"z-image"|ZImagePipeline|ZImageTransformer|z_image_family|models/z_image/'
 )
 status=0
 for entry in "${families[@]}"; do

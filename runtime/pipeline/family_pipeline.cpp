@@ -90,6 +90,8 @@ at::Tensor FamilyPipeline::predict_extra(const at::Tensor&, const LatentShape&, 
     throw InternalError("this family makes no extra prediction");
 }
 
+bool FamilyPipeline::guided_at(double, const CallValues&) const { return true; }
+
 at::Tensor FamilyPipeline::combine_extra(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                          const CallValues&) const {
     throw InternalError("this family makes no extra prediction");
@@ -397,8 +399,9 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
                     return combine_extra(n, p, e, arguments);
                 });
         } else {
+            const bool combined = guided_at(timestep, arguments);
             guided_noise = guidance.combine(prediction, [&](const at::Tensor& n, const at::Tensor& p) {
-                return combine(n, p, arguments);
+                return combined ? combine(n, p, arguments) : p;
             });
         }
         latents = scheduler.step(guided_noise, i, latents);

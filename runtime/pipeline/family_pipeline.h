@@ -142,6 +142,9 @@ class FamilyPipeline : public DiffusionPipeline {
     // the family's guidance scale.
     virtual at::Tensor combine(const at::Tensor& negative, const at::Tensor& positive,
                                const protocol::CallValues& arguments) const;
+    // Whether a guided request's step at the scheduler's `timestep` combines the branches; false: the
+    // positive branch's prediction is the step's (Z-Image's cfg_truncation). Default: every step.
+    virtual bool guided_at(double timestep, const protocol::CallValues& arguments) const;
     // An extra prediction from the positive branch's input on some steps (SD3's skip-layer
     // guidance): whether step `step` of `steps` makes one, the prediction, and the rule of three.
     virtual bool extra_at(int step, int steps, const protocol::CallValues& arguments) const;

@@ -13,6 +13,7 @@ const FamilyFacts& flux_fill_family();             // families/flux.cpp
 const FamilyFacts& flux_kontext_family();          // families/flux.cpp
 const FamilyFacts& qwen_image_edit_family();       // families/qwen_image.cpp
 const FamilyFacts& qwen_image_edit_plus_family();  // families/qwen_image.cpp
+const FamilyFacts& z_image_family();               // families/z_image.cpp
 
 const std::vector<const FamilyFacts*>& families() {
     static const std::vector<const FamilyFacts*> all = {&sd3_family(),
@@ -21,7 +22,8 @@ const std::vector<const FamilyFacts*>& families() {
                                                         &flux_fill_family(),
                                                         &flux_kontext_family(),
                                                         &qwen_image_edit_family(),
-                                                        &qwen_image_edit_plus_family()};
+                                                        &qwen_image_edit_plus_family(),
+                                                        &z_image_family()};
     return all;
 }
 

@@ -1,0 +1,105 @@
+// Z-Image (ZImagePipeline: Z-Image and Z-Image-Turbo): what the launcher side knows of the family
+// (Note [a family in one place], strategies/family.h). Its math is runtime/models/z_image/.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "strategies/config_sizes.h"
+#include "strategies/family.h"
+
+namespace dp::strategies {
+// The family's own helpers, named apart from the other families' (the sources build in unity batches).
+namespace z_image_facts {
+
+ParallelSpec spec() {
+    ParallelSpec s;
+    s.family = "z-image";
+    s.display_name = "Z-Image";
+    s.pipeline_class = "ZImagePipeline";
+    s.components = {"text_encoder", "transformer", "vae"};
+    s.tp_components = {"text_encoder"};
+    s.offload = true;
+    // The 30 main blocks; the refiners (2 + 2) go with the embeddings, on block 0's device.
+    s.block_prefixes = {"layers."};
+    s.heads_key = "n_heads";
+    s.head_dim_key = "head_dim";  // absent: dim / n_heads
+    s.width_key = "dim";
+    s.layers_key = "n_layers";
+    // Every block (refiners too): q, k, v and the MLP's w1, w3 column-parallel by heads and
+    // features, the output and w2 row-parallel; the modulations split and gathered.
+    add_tp_rules(
+        s, TpSplit::kColumn,
+        {".attention.to_q", ".attention.to_k", ".attention.to_v", ".feed_forward.w1", ".feed_forward.w3"});
+    add_tp_rules(s, TpSplit::kRow, {".attention.to_out.0", ".feed_forward.w2"});
+    add_tp_rules(s, TpSplit::kColumnGathered, {".adaLN_modulation.0"});
+    add_qwen2_decoder_rules(s);  // Qwen3's names are Qwen2's
+    // The caption (up to 512 tokens, padded to 32) runs through every main block beside the image:
+    // split like it (Note [Z-Image text stream], z_image_transformer.h).
+    s.streams = {{"image", true}, {"text", true}};
+    s.unloaded_tensors = {{"vae", "encoder."}, {"vae", "quant_conv."}, {"text_encoder", "lm_head."}};
+    // ZImageTransformer2DModel's defaults; the pipeline's default is 1024 pixels (128 latents).
+    // heads, head_dim, layers, of them later blocks, patch_size, in_channels, sample_size
+    s.transformer_defaults = {30, 128, 30, 0, 2, 16, 128};
+    // Rotary positions from a table of axes_lens (512 a side for rows and columns by default).
+    s.max_patches_key.clear();
+    s.max_patches = 512;
+    return s;
+}
+
+// ZImageTransformer2DModel's parameters from its config (Note [sizes from configs]): the patch and
+// caption embedders (with the caption's RMS norm), the timestep MLP, both pad tokens, every block
+// (q, k, v, output without biases, the qk-norms, the SwiGLU MLP of dim / 3 x 8 features, four RMS
+// norms, and the modulation but in the context refiner), and the head.
+double transformer_parameters(const nlohmann::json& c) {
+    const double d = config_number(c, "dim", 3840), heads = config_number(c, "n_heads", 30);
+    const double t = std::min(d, 256.0), patch = 4 * config_number(c, "in_channels", 16);
+    const double cap = config_number(c, "cap_feat_dim", 2560),
+                 ff = static_cast<double>(static_cast<int64_t>(d / 3 * 8));
+    const double top = linear_parameters(patch, d) + linear_parameters(256, 1024) +
+                       linear_parameters(1024, t) + cap + linear_parameters(cap, d) + 2 * d +
+                       linear_parameters(t, d) + linear_parameters(d, patch);
+    const double block =
+        4 * linear_parameters(d, d, false) + 2 * (d / heads) + 3 * linear_parameters(d, ff, false) + 4 * d;
+    const double layers = config_number(c, "n_layers", 30),
+                 refiners = config_number(c, "n_refiner_layers", 2);
+    return top + (layers + 2 * refiners) * block + (layers + refiners) * linear_parameters(t, 4 * d);
+}
+
+}  // namespace z_image_facts
+
+const FamilyFacts& z_image_family() {
+    using namespace z_image_facts;
+    static const FamilyFacts facts = [] {
+        FamilyFacts f;
+        f.spec = spec();
+        // ZImagePipeline's defaults (Z-Image-Turbo is run at 8 or 9 steps and guidance 0; its
+        // generation_defaults.json can say so).
+        protocol::ArgumentUse guidance{"guidance_scale", 5.0};
+        guidance.guidance = protocol::Guidance::kAbove0;
+        f.arguments = {{"num_inference_steps", 50},
+                       guidance,
+                       {"cfg_normalization", 0.0},
+                       {"cfg_truncation", 1.0},
+                       {"max_sequence_length", 512, 512},
+                       {"lora"},
+                       {"cache"}};
+        f.components = {
+            {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
+            {"text_encoder", {"Qwen3Model"}, true, ComponentRule::kModel, false},
+            {"tokenizer",
+             {"Qwen2Tokenizer", "Qwen2TokenizerFast"},
+             true,
+             ComponentRule::kBpeTokenizer,
+             false},
+            {"transformer", {"ZImageTransformer2DModel"}, true, ComponentRule::kModel, false},
+            {"vae", {"AutoencoderKL"}, true, ComponentRule::kModel, false},
+        };
+        f.widths = {{"text_encoder", "hidden_size", 2560, "cap_feat_dim", 2560, nullptr,
+                     "use the text encoder made for this model"}};
+        f.name_markers = {"noise_refiner", "context_refiner", "cap_embedder"};
+        f.transformer_parameters = &transformer_parameters;
+        return f;
+    }();
+    return facts;
+}
+
+}  // namespace dp::strategies
