@@ -19,8 +19,9 @@ ZImagePipeline.save_lora_weights) at lora_scale.
 
 z_image_transformer.safetensors: the transformer alone on fixed random inputs, a batch of two
 (captions of 7 and 40 rows: one under, one over the 32-row padding unit) and a batch of one:
-NAME.latents (B x 16 x 1 x H x W), NAME.t (B, the pipeline's (1000 - t) / 1000), NAME.cap.K
-(rows x 64), NAME.out.K (16 x 1 x H x W).
+NAME.latents (B x 16 x H x W, the frame axis left out), NAME.timestep (B, the pipeline's
+(1000 - t) / 1000), NAME.text (B x rows x 64, each caption zero-padded to the longest) with
+NAME.mask (B x rows, 1 on a caption's own), NAME.out (B x 16 x H x W).
 """
 import os
 import shutil
@@ -188,9 +189,14 @@ def _transformer_golden(transformer):
         t = torch.tensor(t)
         with torch.no_grad():
             out = transformer(list(latents.unbind(0)), t, caps, return_dict=False)[0]
-        tensors[f"{name}.latents"], tensors[f"{name}.t"] = latents, t
-        for k, (cap, o) in enumerate(zip(caps, out)):
-            tensors[f"{name}.cap.{k}"], tensors[f"{name}.out.{k}"] = cap, o
+        # As the C++ transformer takes them: the captions padded to the longest with a mask.
+        text = torch.zeros(len(lengths), max(lengths), dim)
+        mask = torch.zeros(len(lengths), max(lengths), dtype=torch.int64)
+        for k, cap in enumerate(caps):
+            text[k, : len(cap)], mask[k, : len(cap)] = cap, 1
+        tensors[f"{name}.latents"], tensors[f"{name}.timestep"] = latents.squeeze(2), t
+        tensors[f"{name}.text"], tensors[f"{name}.mask"] = text, mask
+        tensors[f"{name}.out"] = torch.stack([o.squeeze(1) for o in out])
     save("z_image_transformer.safetensors", tensors, {"folder": "models/tiny-random-z-image/transformer",
                                                       "runs": {k: v[0] for k, v in runs.items()}})
 

@@ -30,8 +30,12 @@ inline runtime::GenerateRequest golden_request(const nlohmann::json& c) {
     r.width = c.at("width").get<int>();
     r.height = c.at("height").get<int>();
     for (const char* key : {"guidance_scale", "true_cfg_scale", "skip_layer_guidance_scale",
-                            "skip_layer_guidance_start", "skip_layer_guidance_stop"})
+                            "skip_layer_guidance_start", "skip_layer_guidance_stop", "cfg_truncation"})
         if (c.contains(key)) r.arguments.set(key, c.at(key).get<double>());
+    if (c.contains("cfg_normalization"))  // diffusers takes a bool (true: 1) or a number
+        r.arguments.set("cfg_normalization", c.at("cfg_normalization").is_boolean()
+                                                 ? double(c.at("cfg_normalization").get<bool>())
+                                                 : c.at("cfg_normalization").get<double>());
     if (c.contains("max_sequence_length"))
         r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
     if (c.contains("skip_guidance_layers"))

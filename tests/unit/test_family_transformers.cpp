@@ -30,6 +30,7 @@
 #include "runtime/models/flux/flux_transformer.h"
 #include "runtime/models/qwen_image/qwen_image_transformer.h"
 #include "runtime/models/sd3/sd3_transformer.h"
+#include "runtime/models/z_image/z_image_transformer.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/parallel_context.h"
@@ -77,6 +78,9 @@ at::Tensor run(const QwenImageTransformer& m, const Inputs& in) {
     return m.forward(in.get("latents"), in.get("text"), in.get("mask"), in.get("timestep"), in.grid_h,
                      in.grid_w);
 }
+at::Tensor run(const ZImageTransformer& m, const Inputs& in) {
+    return m.forward(in.get("latents"), in.get("text"), in.get("mask"), in.get("timestep"));
+}
 at::Tensor run(const Sd3Transformer& m, const Inputs& in) {
     return m.forward(in.get("latents"), in.get("text"), in.get("pooled"), in.get("timestep"), in.tail,
                      in.skip);
@@ -92,6 +96,13 @@ nlohmann::json describe(const FluxTransformerConfig& c) {
 }
 nlohmann::json describe(const QwenImageTransformerConfig& c) {
     return {{"inner_dim", c.inner_dim()}, {"num_layers", c.num_layers}, {"out_channels", c.out_channels}};
+}
+nlohmann::json describe(const ZImageTransformerConfig& c) {
+    return {{"dim", c.dim},
+            {"n_layers", c.n_layers},
+            {"n_refiner_layers", c.n_refiner_layers},
+            {"heads", c.num_attention_heads},
+            {"axes_lens", c.axes_lens}};
 }
 nlohmann::json describe(const Sd3TransformerConfig& c) {
     std::vector<bool> dual;  // dual_attention(block) of each block
@@ -140,6 +151,8 @@ const TransformerClass kFlux{&config_of<FluxTransformerConfig>,
 const TransformerClass kQwenImage{&config_of<QwenImageTransformerConfig>,
                                   &load<QwenImageTransformer, QwenImageTransformerConfig>};
 const TransformerClass kSd3{&config_of<Sd3TransformerConfig>, &load<Sd3Transformer, Sd3TransformerConfig>};
+const TransformerClass kZImage{&config_of<ZImageTransformerConfig>,
+                               &load<ZImageTransformer, ZImageTransformerConfig>};
 
 // A golden case of a folder's FOLDER.safetensors: its inputs are the tensors PREFIX + name present
 // there, diffusers' output the tensor `expected` ("": none for this row's model).
@@ -223,7 +236,12 @@ struct TransformerRow {
     int refused_tp = 0;
     std::vector<int> device_map;  // device_map's block placement over two CPU devices (empty: none)
 
+    std::string golden_file;  // its golden tensors, under tests/data/golden; empty: FOLDER.safetensors
+
     std::string dir() const { return folder.front() == '/' ? folder : golden_path(folder); }
+    std::string goldens() const {
+        return golden_file.empty() ? dir() + ".safetensors" : golden_path(golden_file);
+    }
     WeightStore weights(at::ScalarType dtype = at::kFloat) const {
         return random_config.empty() ? WeightStore::open_folder(dir(), dtype, at::kCPU)
                                      : WeightStore::random(7, dtype, at::kCPU);
@@ -246,7 +264,7 @@ struct TransformerRow {
         return {};
     }
     Inputs read(const GoldenCase& c) const {
-        const auto file = SafetensorsFile::open(dir() + ".safetensors");
+        const auto file = SafetensorsFile::open(goldens());
         Inputs in;
         in.grid_h = c.grid_h, in.grid_w = c.grid_w, in.skip = c.skip;
         for (const std::string t : {"latents", "text", "pooled", "timestep", "guidance", "mask"})
@@ -255,7 +273,7 @@ struct TransformerRow {
         return in;
     }
     at::Tensor golden(const std::string& tensor) const {
-        return load_tensor(SafetensorsFile::open(dir() + ".safetensors"), tensor, at::kFloat);
+        return load_tensor(SafetensorsFile::open(goldens()), tensor, at::kFloat);
     }
 };
 
@@ -326,6 +344,23 @@ Shares sd3_shares(const std::string& folder) {
     s.whole += c.joint_attention_dim * d + d + d * 2 * d + 2 * d;               // context embedder, norm_out
     s.whole +=
         d * c.patch_size * c.patch_size * c.out_channels + c.patch_size * c.patch_size * c.out_channels;
+    return s;
+}
+
+// Z-Image's tp shards: every block's attention (by heads), MLP and modulation (evenly) split.
+Shares z_image_shares(const std::string& folder) {
+    const ZImageTransformerConfig c = ZImageTransformerConfig::from_json_file(folder + "/config.json");
+    const int64_t d = c.dim, hd = c.head_dim(), t = std::min<int64_t>(d, 256), patch = 4 * c.in_channels;
+    const int64_t ff = static_cast<int64_t>(static_cast<double>(d) / 3 * 8);
+    Shares s;
+    s.heads = c.num_attention_heads;
+    const int64_t blocks = c.n_layers + 2 * c.n_refiner_layers, modulated = c.n_layers + c.n_refiner_layers;
+    s.by_heads = blocks * 4 * d * d;                               // q, k, v, output: no biases
+    s.even = blocks * 3 * d * ff + modulated * (t + 1) * 4 * d;    // the MLPs, the modulations
+    s.whole = blocks * (4 * d + 2 * hd);                           // the block norms, the qk-norms
+    s.whole += (patch + 1) * d + (t + 1) * d + (d + 1) * patch;    // x_embedder, the head
+    s.whole += (256 + 1) * 1024 + (1024 + 1) * t;                  // the timestep embedder
+    s.whole += c.cap_feat_dim + (c.cap_feat_dim + 1) * d + 2 * d;  // cap_embedder, the pad tokens
     return s;
 }
 
@@ -425,6 +460,42 @@ std::vector<TransformerRow> rows() {
     qwen.tps = {1, 2}, qwen.shares = &qwen_image_shares, qwen.family = "qwen-image", qwen.refused_tp = 3;
     qwen.device_map = {0, 1};  // one block on each device
     rows.push_back(qwen);
+
+    // Z-Image (30 heads): captions of 7 and 40 tokens (32 and 64 with their pads, so the batch is
+    // masked) over a 6 x 4 latent grid (6 image tokens, padded to 32), and one of 33 over 4 x 8.
+    TransformerRow z{"Z-Image", std::string(DP_MODELS_DIR) + "/tiny-random-z-image/transformer", &kZImage};
+    z.golden_file = "z_image_transformer.safetensors";
+    z.cases = {{"batch", "batch.", "batch.out"}, {"single", "single.", "single.out"}};
+    z.variations = {
+        {"the mask matters", "batch", [](Inputs& in) { in.tensors.erase("mask"); }, "batch.out", false},
+        {"a bool mask is the integer one", "batch",
+         [](Inputs& in) { in.tensors["mask"] = in.get("mask").to(at::kBool); }, "batch.out", true}};
+    z.refusals = {
+        {"odd latents", "single",
+         [](Inputs& in) { in.tensors["latents"] = in.get("latents").narrow(2, 0, 3); }, "even sides"},
+        {"a short mask", "batch", [](Inputs& in) { in.tensors["mask"] = in.get("mask").narrow(1, 0, 6); },
+         "the text mask must be [2, 40]"},
+        {"narrow text", "batch", &narrow_text, "text features [2, tokens >= 1, 64]"},
+        {"an empty caption", "single",
+         [](Inputs& in) {
+             in.tensors["mask"] = at::zeros({1, 33}, at::kLong);
+         },
+         "at least one text token"},
+        {"a grid past the rotary table", "single",
+         [](Inputs& in) {
+             in.tensors["latents"] = at::zeros({1, 16, 130, 2});
+         },
+         "axes_lens"}};
+    // 30 heads over 4 Ulysses ranks (8, 8, 7, 7) and over tp 4 with Ulysses 2.
+    z.layouts = {{1, 2, 1}, {1, 4, 1}, {1, 1, 3}, {1, 2, 2}, {2, 1, 1}, {4, 2, 1}, {3, 1, 2}};
+    z.layout_tolerance = 1e-5, z.layout_cases = {"batch", "single"};
+    z.tps = {1, 2, 4}, z.shares = &z_image_shares, z.family = "z-image", z.refused_tp = 31;
+    z.spec_splits = {"context_refiner.0.attention.to_q.weight", "noise_refiner.0.adaLN_modulation.0.bias",
+                     "layers.1.feed_forward.w2.weight"};
+    z.spec_keeps = {"layers.0.attention.norm_q.weight", "all_final_layer.2-1.adaLN_modulation.1.weight",
+                    "cap_embedder.1.weight", "x_pad_token"};
+    z.device_map = {0, 1};
+    rows.push_back(z);
 
     // SD3, a plain config and an SD3.5-style one with RMS qk-norm, patch 2 and a cropped,
     // non-square patch grid.
@@ -532,6 +603,23 @@ const std::vector<ConfigRow> kConfigs = {
      // Qwen-Image's defaults, and diffusers' out_channels rule: absent 16, null in_channels.
      {{"{}", {{"inner_dim", 3072}, {"num_layers", 60}, {"out_channels", 16}}},
       {R"({"out_channels": null})", {{"out_channels", 64}}}}},
+    {"ZImageTransformer2DModel",
+     &kZImage,
+     {{R"({"all_patch_size": [2, 4]})", {"'all_patch_size'", "only [2]"}},
+      {R"({"all_f_patch_size": [2]})", {"'all_f_patch_size'"}},
+      {R"({"siglip_feat_dim": 1152})", {"'siglip_feat_dim'", "Omni"}},
+      {R"({"axes_dims": [32, 48, 46]})", {"'axes_dims'", "sums to 126"}},
+      {R"({"axes_dims": [31, 49, 48]})", {"3 even integers"}},
+      {R"({"n_heads": 7})", {"'n_heads'", "must divide dim 3840"}},
+      {R"({"axes_lens": [1024, 0, 512]})", {"'axes_lens'"}},
+      {R"({"_class_name": "FluxTransformer2DModel"})", {"FluxTransformer2DModel"}}},
+     // The released model's defaults; the Omni key null is text to image.
+     {{R"({"siglip_feat_dim": null})",
+       {{"dim", 3840},
+        {"n_layers", 30},
+        {"n_refiner_layers", 2},
+        {"heads", 30},
+        {"axes_lens", {1024, 512, 512}}}}}},
     {"SD3Transformer2DModel",
      &kSd3,
      {{R"({"dual_attention_layers": [18]})", {"dual_attention_layers"}},

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "runtime/io/errors.h"
 #include "runtime/io/tensor_io.h"
 #include "runtime/models/common/qwen2_text_encoder.h"
+#include "runtime/models/common/qwen2_tokenizer.h"
 #include "runtime/models/common/qwen2_vision.h"
 #include "support/test_paths.h"
 #include "unit/golden_request.h"
@@ -254,4 +256,73 @@ TEST_CASE("smart_resize rounds as Python does (half to even) and keeps within mi
     CHECK(smart_resize(1024, 1024, 28, 3136, 1003520) == std::pair<int64_t, int64_t>{980, 980});
     CHECK(smart_resize(10, 10, 28, 3136, 1003520) == std::pair<int64_t, int64_t>{56, 56});  // scaled up
     CHECK_THROWS_AS(smart_resize(1, 300, 28, 3136, 1003520), ModelError);                   // ratio over 200
+}
+
+// Note [Qwen3 text encoders]: a tiny Qwen3 (head_dim 16 apart from hidden_size / heads) and its
+// tokenizer with Qwen3's added tokens (scripts/golden/golden_qwen3.py), against transformers.
+TEST_CASE(
+    "Qwen3: the tokenizer's ids, Z-Image's hidden_states[-2] of each prompt's tokens and FLUX.2-klein's "
+    "stacked layers equal transformers', with only the layers read loaded") {
+    const auto g = SafetensorsFile::open(golden_path("qwen3_encoder.safetensors"));
+    const nlohmann::json meta = dp::test::golden_cases(g);
+    const Qwen2Tokenizer tokenizer = Qwen2Tokenizer::from_folder(golden_path("qwen3_tokenizer"));
+    for (std::size_t i = 0; i < meta.at("strings").size(); ++i) {
+        const std::string text = meta.at("strings")[i].get<std::string>();
+        CAPTURE(text);
+        const at::Tensor want = load_tensor(g, "ids." + std::to_string(i), at::kLong);
+        CHECK(tokenizer.tokenize(text) ==
+              std::vector<int64_t>(want.data_ptr<int64_t>(), want.data_ptr<int64_t>() + want.numel()));
+    }
+    for (const auto& [token, id] : meta.at("added").items())
+        CHECK(tokenizer.id_of(token) == id.get<int64_t>());
+
+    const std::string folder = golden_path("qwen3_encoder");
+    const Qwen2TextConfig config = Qwen2TextConfig::from_json_file(folder + "/config.json");
+    CHECK(config.qwen3);
+    CHECK_FALSE(config.qkv_bias);
+    CHECK(config.head_dim() == 16);
+    WeightStore all_weights = WeightStore::open_folder(folder, at::kFloat, at::kCPU);
+    const Qwen2TextEncoder whole(config, all_weights);
+    CHECK_NOTHROW(all_weights.check_all_taken());
+    // Z-Image: the last layer and the final norm are never read, nor loaded.
+    WeightStore fewer = WeightStore::open_folder(folder, at::kFloat, at::kCPU);
+    const Qwen2TextEncoder z_image(config, fewer, {}, dp::strategies::qwen2_decoder_spec(), nullptr,
+                                   config.num_hidden_layers - 1);
+    CHECK(z_image.parameter_bytes() < whole.parameter_bytes());
+    CHECK_THROWS_WITH_AS(z_image.hidden_states(at::zeros({1, 2}, at::kLong), {}, {-1}),
+                         doctest::Contains("hidden_states[-1]"), ModelError);
+    for (const std::string name : {"z_image", "z_image_cut", "z_image_long"}) {
+        CAPTURE(name);
+        const nlohmann::json& c = meta.at("cases").at(name);
+        const at::Tensor ids = load_tensor(g, name + ".input_ids", at::kLong);
+        const at::Tensor mask = load_tensor(g, name + ".attention_mask", at::kLong);
+        for (std::size_t k = 0; k < c.at("texts").size(); ++k) {  // the template applied, then cut
+            std::vector<int64_t> own = tokenizer.tokenize(c.at("texts")[k].get<std::string>());
+            own.resize(std::min<std::size_t>(own.size(), c.at("max_sequence_length").get<std::size_t>()));
+            const int64_t n = static_cast<int64_t>(own.size());
+            CHECK(mask[static_cast<int64_t>(k)].sum().item<int64_t>() == n);
+            CHECK(at::equal(ids[static_cast<int64_t>(k)].narrow(0, 0, n), at::tensor(own, at::kLong)));
+        }
+        // The batch as the pipeline runs it, trimmed to its longest row: the pads after it change nothing.
+        const int64_t longest = mask.sum(1).max().item<int64_t>();
+        const at::Tensor states =
+            z_image.hidden_states(ids.narrow(1, 0, longest), mask.narrow(1, 0, longest), {-2}).front();
+        const at::Tensor from_whole =
+            whole.hidden_states(ids.narrow(1, 0, longest), mask.narrow(1, 0, longest), {-2}).front();
+        CHECK(at::equal(states, from_whole));
+        for (int64_t k = 0; k < ids.size(0); ++k) {
+            const at::Tensor want = load_tensor(g, name + ".embeds." + std::to_string(k), at::kFloat);
+            const double diff = max_diff(states[k].narrow(0, 0, want.size(0)), want);
+            CHECK(diff <= 1e-5);
+        }
+    }
+    // FLUX.2-klein: hidden_states[1, 2, 3] of the whole padded rows, stacked on features.
+    const at::Tensor ids = load_tensor(g, "klein.input_ids", at::kLong);
+    const at::Tensor mask = load_tensor(g, "klein.attention_mask", at::kLong);
+    const std::vector<at::Tensor> layers = whole.hidden_states(ids, mask, {1, 2, 3});
+    const at::Tensor stacked =
+        at::stack(layers, 1).permute({0, 2, 1, 3}).reshape({ids.size(0), ids.size(1), -1});
+    const double klein = max_diff(stacked, load_tensor(g, "klein.embeds", at::kFloat));
+    MESSAGE("klein's stacked layers: max |diff| " << klein << ", pads included");
+    CHECK(klein <= 1e-5);
 }

@@ -164,7 +164,8 @@ bool ZImagePipeline::guided_at(double timestep, const protocol::CallValues& argu
 }
 
 at::Tensor ZImagePipeline::decode(const at::Tensor& latents) const {
-    return c_->vae.use()->decode(latents);  // latents / scaling_factor + shift_factor, then the decoder
+    // The steps keep fp32 latents (as diffusers); the VAE takes its dtype, then scale and shift.
+    return c_->vae.use()->decode(latents.to(options().dtype));
 }
 
 }  // namespace dp::runtime
