@@ -15,7 +15,8 @@ NAME.latents (the final latents, 16 x H/8 x W/8); a case of several prompts (one
 one generator each) NAME.K.image and NAME.K.latents; "bf16" is BF16_CASE with the pipeline in
 bf16. The "lora" case loads tests/data/golden/lora/z_image_peft.safetensors (a peft adapter of
 the transformer's attention, feed-forwards and modulations, main blocks and refiners, saved by
-ZImagePipeline.save_lora_weights) at lora_scale.
+ZImagePipeline.save_lora_weights) at LORA_SCALE; its metadata and its base_latents (the same call
+without it) are golden_lora.py's.
 
 z_image_transformer.safetensors: the transformer alone on fixed random inputs, a batch of two
 (captions of 7 and 40 rows: one under, one over the 32-row padding unit) and a batch of one:
@@ -64,7 +65,7 @@ CASES = [
     ("batch", ["a cat", LONG], None, 4.0, 48, 32, 2, [41, 43], 512, {}),  # one call, captions of 16 and 49 rows
 ]
 BF16_CASE = "cfg"
-LORA_CASE = ("lora", "an old lighthouse at dusk", "blurry, low quality", 4.0, 48, 32, 3, 7, 512, {})
+LORA_CASE = ("z_image_peft", "an old lighthouse at dusk", "blurry, low quality", 4.0, 48, 32, 3, 7, 512, {})
 LORA_SCALE = 0.8
 
 
@@ -222,7 +223,10 @@ def z_image_pipeline():
     pipe = _load()
     pipe.load_lora_weights(adapters, weight_name=ADAPTER + ".safetensors", adapter_name="a0")
     pipe.set_adapters(["a0"], [LORA_SCALE])
-    _store(tensors, meta, LORA_CASE[0], LORA_CASE, _images(pipe, LORA_CASE), lora=ADAPTER, lora_scale=LORA_SCALE)
+    # As golden_lora.py's cases: the family, the folder, the adapters and the call's image without them.
+    _store(tensors, meta, LORA_CASE[0], LORA_CASE, _images(pipe, LORA_CASE), family="z-image",
+           folder="models/tiny-random-z-image", adapters=[{"file": ADAPTER + ".safetensors", "scale": LORA_SCALE}])
+    tensors[f"{LORA_CASE[0]}.base_latents"] = tensors[f"{BF16_CASE}.latents"].clone()  # the same call
     save("z_image_pipeline.safetensors", tensors, meta)
 
 

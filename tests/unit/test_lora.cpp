@@ -3,7 +3,7 @@
 // by peft and saved by diffusers (scripts/golden/golden_lora.py) give diffusers' images
 // (load_lora_weights + set_adapters) per request in one pipeline that switches between them, then
 // the same image again after the switches (no drift), and the single-process image under tp2,
-// ulysses2, ring2 and cfg2.
+// ulysses2, ring2 and cfg2. Z-Image's adapter case lives in its own pipeline golden, in the same form.
 #include "unit/doctest_torch.h"
 
 #include <ATen/ATen.h>
@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +34,26 @@ namespace {
 
 std::shared_ptr<SafetensorsFile> golden() {
     return SafetensorsFile::open(golden_path("lora_pipeline.safetensors"));
+}
+
+// An adapter's golden case: golden_lora.py's, or a family's own pipeline golden's (Z-Image's).
+struct AdapterCase {
+    std::shared_ptr<SafetensorsFile> file;
+    std::string name;
+    nlohmann::json call;
+};
+
+// Every family's adapter cases, by family.
+std::map<std::string, std::vector<AdapterCase>> adapter_cases() {
+    std::map<std::string, std::vector<AdapterCase>> out;
+    for (const char* name : {"lora_pipeline.safetensors", "z_image_pipeline.safetensors"}) {
+        const auto file = SafetensorsFile::open(golden_path(name));
+        const nlohmann::json cases = dp::test::golden_cases(file);
+        for (const auto& [case_name, c] : cases.items())
+            if (c.contains("adapters"))
+                out[c.at("family").get<std::string>()].push_back({file, case_name, c});
+    }
+    return out;
 }
 
 std::string folder_of(const nlohmann::json& c) {
@@ -138,20 +159,15 @@ TEST_CASE(
 TEST_CASE(
     "adapters made by peft and saved by diffusers give diffusers' images, switched per request without "
     "drift") {
-    const auto file = golden();
-    const nlohmann::json all = dp::test::golden_cases(golden());
-    std::map<std::string, std::vector<std::string>> by_family;
-    for (const auto& [name, c] : all.items()) by_family[c.at("family").get<std::string>()].push_back(name);
     int checked = 0;
-    for (const auto& [family, names] : by_family) {
+    for (const auto& [family, cases] : adapter_cases()) {
         CAPTURE(family);
-        const PipelineOptions options = options_for(folder_of(all.at(names.front())));
+        const PipelineOptions options = options_for(folder_of(cases.front().call));
         const auto pipeline = load_pipeline(options, ParallelContext::single());
         {  // Every component's changed weights are made again in place, none built again whole.
             const dp::strategies::ModelInfo model = dp::strategies::read_model_info(options.model_dir);
-            const AdapterState::Report report =
-                options.adapters->apply(request_of(all.at(names.back())).arguments.adapters("lora"),
-                                        *model.spec, options.model_dir, "");
+            const AdapterState::Report report = options.adapters->apply(
+                request_of(cases.back().call).arguments.adapters("lora"), *model.spec, options.model_dir, "");
             CHECK_FALSE(report.components.empty());
             CHECK(report.weights > 0);
             for (const auto& [component, how] : report.components) {
@@ -160,13 +176,13 @@ TEST_CASE(
             }
         }
         at::Tensor first;
-        for (const std::string& name : names) {
+        for (const AdapterCase& c : cases) {
+            const std::string& name = c.name;
             CAPTURE(name);
-            const nlohmann::json& c = all.at(name);
-            const GenerateResult out = pipeline->generate(request_of(c));
+            const GenerateResult out = pipeline->generate(request_of(c.call));
             REQUIRE(out.error.empty());
-            const at::Tensor ref = load_tensor(file, name + ".latents", at::kFloat);
-            const at::Tensor base = load_tensor(file, name + ".base_latents", at::kFloat);
+            const at::Tensor ref = load_tensor(c.file, name + ".latents", at::kFloat);
+            const at::Tensor base = load_tensor(c.file, name + ".base_latents", at::kFloat);
             const at::Tensor mine = out.latents.reshape(ref.sizes());
             const double diff = (mine - ref).abs().max().item<double>();
             const double effect = (base - ref).abs().max().item<double>();
@@ -174,28 +190,33 @@ TEST_CASE(
                          << effect);
             CHECK(effect > 0.05);  // the adapters change the image
             CHECK(diff <= 1e-4);
-            const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
+            const at::Tensor ref_image = load_tensor(c.file, name + ".image", at::kByte);
             const at::Tensor d = (out.image.to(at::kInt) - ref_image.to(at::kInt)).abs();
             CHECK(d.le(1).to(at::kDouble).mean().item<double>() >= 0.999);
             if (!first.defined()) first = out.latents;
             ++checked;
         }
         // Back to the first request's adapters after the others: the same latents, to the bit.
-        const GenerateResult again = pipeline->generate(request_of(all.at(names.front())));
+        const GenerateResult again = pipeline->generate(request_of(cases.front().call));
         CHECK(at::equal(again.latents, first));
         // And with none: the base model's image.
-        GenerateRequest plain = request_of(all.at(names.front()));
+        GenerateRequest plain = request_of(cases.front().call);
         plain.arguments.set("lora", dp::protocol::Adapters{});
         const GenerateResult base = pipeline->generate(plain);
-        const at::Tensor ref_base = load_tensor(file, names.front() + ".base_latents", at::kFloat);
+        const at::Tensor ref_base =
+            load_tensor(cases.front().file, cases.front().name + ".base_latents", at::kFloat);
         CHECK((base.latents.reshape(ref_base.sizes()) - ref_base).abs().max().item<double>() <= 1e-4);
     }
-    CHECK(checked == static_cast<int>(all.size()));
+    CHECK(checked == static_cast<int>(dp::test::golden_cases(golden()).size()) + 1);  // + Z-Image's
 }
 
-TEST_CASE("an adapter gives the single-process image under tp2, ulysses2, ring2 and cfg2") {
-    const nlohmann::json all = dp::test::golden_cases(golden());
-    for (const char* name : {"flux_kohya", "sd3_all", "qwen_peft"}) {
+TEST_CASE(
+    "an adapter gives the single-process image under tp2, ulysses2, ring2 and cfg2: FLUX.1, SD3, Qwen-Image, "
+    "Z-Image") {
+    std::map<std::string, nlohmann::json> all;
+    for (const auto& [family, cases] : adapter_cases())
+        for (const AdapterCase& c : cases) all[c.name] = c.call;
+    for (const char* name : {"flux_kohya", "sd3_all", "qwen_peft", "z_image_peft"}) {
         CAPTURE(name);
         const nlohmann::json& c = all.at(name);
         const std::string folder = folder_of(c);
