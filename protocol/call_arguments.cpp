@@ -37,7 +37,8 @@ const std::vector<CallArgument>& call_arguments() {
         add("width", CallType::kWhole, 8, 8192, "--width", "PX", "Image width").universal = true;
         add("height", CallType::kWhole, 8, 8192, "--height", "PX", "Image height").universal = true;
         add("guidance_scale", CallType::kNumber, 0, 100, "--guidance-scale,--guidance_scale", "X",
-            "SD3's classifier-free guidance scale (1 or less: no guidance); FLUX.1-dev's embedded guidance")
+            "SD3's classifier-free guidance scale (1 or less: no guidance); FLUX.1-dev's embedded guidance; "
+            "Z-Image's (0: no guidance)")
             .model_default = true;
         add("true_cfg_scale", CallType::kNumber, 0, 100, "--true-cfg-scale,--true_cfg_scale", "X",
             "Qwen-Image's and FLUX.1's classifier-free guidance scale: it runs above 1 for prompts with a "
@@ -133,8 +134,9 @@ const std::vector<CallArgument>& call_arguments() {
         // Z-Image's guidance refinements (ZImagePipeline's call arguments).
         add("cfg_normalization", CallType::kNumber, 0, 100, "--cfg-normalization,--cfg_normalization", "X",
             "Z-Image: above 0, each guided prediction's norm is kept within X times the positive "
-            "prediction's (true is 1); 0: off")
-            .model_default = true;
+            "prediction's (true is 1); 0: off");
+        r.back().model_default = true;
+        r.back().boolean = true;
         add("cfg_truncation", CallType::kNumber, 0, 1, "--cfg-truncation,--cfg_truncation", "X",
             "Z-Image: steps past this fraction of the schedule ((1000 - timestep) / 1000 above X) run "
             "without guidance; 1: every step guided")
@@ -155,7 +157,7 @@ std::string CallArgument::expected(double family_max) const {
     switch (type) {
         case CallType::kNumber:
             return "a number " + std::string(above_min ? "above " : "from ") + number_text(min) + " to " +
-                   number_text(hi);
+                   number_text(hi) + (boolean ? ", true (1) or false (0)" : "");
         case CallType::kWhole:
             return "a whole number from " + number_text(min) + " to " + number_text(hi);
         case CallType::kBlocks:
@@ -417,6 +419,10 @@ namespace {
 
 std::string read_number(const CallArgument& row, const nlohmann::json& j, double hi,
                         const std::string& expected, CallValue& out) {
+    if (row.boolean && j.is_boolean()) {
+        out = j.get<bool>() ? 1.0 : 0.0;
+        return {};
+    }
     if (!j.is_number() || !std::isfinite(j.get<double>()) || j.get<double>() < row.min ||
         j.get<double>() > hi || (row.above_min && j.get<double>() == row.min))
         return expected;

@@ -80,6 +80,9 @@ struct CallArgument {
     // Its default is diffusers' None: a request holds it only when given (padding_mask_crop, where
     // 0 is a value of its own).
     bool none_default = false;
+    // kNumber: true and false are taken as 1 and 0, as diffusers takes a bool or a number
+    // (cfg_normalization).
+    bool boolean = false;
 
     // "a number from 0 to 100", "a whole number from 1 to 512", "a list of distinct block indices".
     std::string expected(double family_max = 0) const;

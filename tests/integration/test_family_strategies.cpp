@@ -137,6 +137,14 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
         // which the pipeline makes the golden one (Note [output size]).
         for (const char* input : {"image", "mask_image"})
             if (line.contains(input)) line[input] = absolute(line.at(input));
+        if (line.contains("adapters")) {  // golden_lora.py's form: the files under tests/data/golden/lora
+            line["lora"] = nlohmann::json::array();
+            for (const nlohmann::json& a : line.at("adapters"))
+                line["lora"].push_back({{"path", "tests/data/golden/lora/" + a.at("file").get<std::string>()},
+                                        {"scale", a.at("scale")}});
+            line.erase("adapters");
+            line.erase("family");
+        }
         if (line.contains("lora"))  // its adapters' files, repository-relative
             for (nlohmann::json& adapter : line["lora"]) adapter["path"] = absolute(adapter.at("path"));
         if (line.contains("images")) {  // Qwen-Image-Edit-Plus's pictures (golden_qwen_edit.py)
@@ -219,8 +227,12 @@ void check_record(const FamilyRow& row, const nlohmann::json& record, const nloh
         }
         if (std::find(row.unrecorded.begin(), row.unrecorded.end(), key) != row.unrecorded.end())
             CHECK_FALSE(record.contains(key));
-        else
-            CHECK(record.at(key == "num_inference_steps" ? "steps" : key) == value);
+        else if (key == "negative_prompt" && value.is_null() &&
+                 row.defaults.value("negative_prompt", "-") == "")
+            CHECK(record.at(key) == "");  // a guidance that needs no negative prompt takes "" for none
+        else                              // a bool as the number it stands for
+            CHECK(record.at(key == "num_inference_steps" ? "steps" : key) ==
+                  (value.is_boolean() ? nlohmann::json(value.get<bool>() ? 1.0 : 0.0) : value));
     }
     for (const std::string& other : row.absent) CHECK_FALSE_MESSAGE(record.contains(other), other);
 }
@@ -426,6 +438,46 @@ FamilyRow qwen_edit_row() {
     return plus;
 }
 
+FamilyRow z_image_row() {
+    // Z-Image (30 heads): diffusers' images (its peft adapter's line among them, and
+    // cfg_normalization given as true, as diffusers takes it); Turbo's unguided lines beside guided
+    // ones with cfg_normalization and cfg_truncation. Captions of 16 to 40 template tokens (32 or 64
+    // with their pads) and 6 image tokens (32 with theirs): no stream divides 3, and 30 heads split
+    // 8, 8, 7, 7 over Ulysses 4.
+    FamilyRow z{"Z-Image", tiny("z-image"), "z_image_pipeline.safetensors", "", {{"-n", "1"}}, 13, true};
+    z.absent = kNotSd3;
+    z.absent.push_back("true_cfg_scale");
+    z.stderr_says = {"max_sequence_length 20"};  // "cut" says what was dropped
+    z.bf16_mean = 2.5, z.bf16_max = 16;          // the bounds of tests/unit/test_family_pipelines.cpp
+    z.base = {"--steps", "2", "--width", "48", "--height", "32"};
+    z.prompts = {
+        "p.jsonl",
+        "{\"prompt\": \"a red fox in the snow\", \"guidance_scale\": 0, \"seed\": 1}\n"
+        "{\"prompt\": \"an old lighthouse on a rocky coast at dusk, waves and gulls, warm light in the "
+        "windows\", \"negative_prompt\": \"blurry\", \"guidance_scale\": 4, \"cfg_normalization\": 1.2, "
+        "\"seed\": 2}\n"
+        "{\"prompt\": \"a bowl of ramen\", \"guidance_scale\": 3, \"cfg_truncation\": 0.2, "
+        "\"num_inference_steps\": 4, \"seed\": 3}\n"};
+    z.runs = {{"-n", "2", "--ulysses", "2"}, {"-n", "3", "--ring", "3"},    {"-n", "2", "--tp", "2"},
+              {"-n", "2", "--cfg-parallel"}, {"-n", "4", "--ulysses", "4"}, {"-n", "3"}};
+    z.single = {{0, "guidance_scale", 0.0},
+                {1, "cfg_normalization", 1.2},
+                {2, "cfg_truncation", 0.2},
+                {2, "negative_prompt", ""}};
+    z.refused_flags = {
+        {{"--true-cfg-scale", "2"}, "Z-Image does not take true_cfg_scale"},
+        {{"-n", "2", "--cfg-parallel", "--guidance-scale", "0"},
+         "there is no guidance to split at a scale of 0 or less"},
+        {{"--max-sequence-length", "513"}, "513 is more than Z-Image's pipeline accepts (1 to 512)"},
+        {{"--width", "40"}, "multiples of 16"}};
+    z.refused_keys = {{"cfg_truncation", 1.5, "expected a number from 0 to 1"},
+                      {"cfg_normalization", "yes", "expected a number from 0 to 100, true (1) or false (0)"}};
+    // ZImagePipeline's defaults: 50 steps, guidance 5 (a negative branch of ""), 512 tokens.
+    z.defaults = {{"steps", 50},           {"guidance_scale", 5.0},      {"cfg_normalization", 0.0},
+                  {"cfg_truncation", 1.0}, {"max_sequence_length", 512}, {"negative_prompt", ""}};
+    return z;
+}
+
 std::vector<FamilyRow> rows() {
     std::vector<FamilyRow> rows;
 
@@ -486,6 +538,7 @@ std::vector<FamilyRow> rows() {
     rows.push_back(fill_row());
     rows.push_back(kontext_row());
     rows.push_back(qwen_edit_row());
+    rows.push_back(z_image_row());
 
     // schnell has no guidance embedding: its guidance_scale changes nothing and is not recorded.
     FamilyRow schnell{"FLUX.1-schnell",
