@@ -2,7 +2,8 @@
 // diffusers' FirstBlockCache (scripts/golden/golden_step_cache.py): FLUX.1-dev and Qwen-Image with
 // true CFG (a state per branch) give diffusers' cached latents, compare the same relative changes
 // with the threshold and compute the same passes in full; the single-process cached latents come
-// back under ulysses2 and ring2 with uneven shards, tp2 and cfg2; SD3, which diffusers does not
+// back under ulysses2 and ring2 with uneven shards, tp2 and cfg2 (Z-Image's too, which diffusers
+// does not cache); SD3, which diffusers does not
 // cache, computes every pass at threshold 0 and only each branch's first one at a huge threshold.
 // MagCache (Note [mag cache]) against diffusers' MagCache (scripts/golden/golden_mag_cache.py): the
 // same passes, latents and calibrated ratios, alike under every strategy.
@@ -134,7 +135,7 @@ TEST_CASE("the first-block cache gives diffusers' cached images, deciding as its
 
 TEST_CASE(
     "the first-block cache decides as one process does under ulysses2 and ring2 (uneven shards), tp2 and "
-    "cfg2") {
+    "cfg2: FLUX.1, Qwen-Image, Z-Image") {
     const nlohmann::json all = cases();
     // FLUX at 48x48: 9 image tokens, over two ranks 5 and 4 (the text's too are split).
     nlohmann::json flux = all.at("flux_cached");
@@ -154,6 +155,37 @@ TEST_CASE(
             CHECK(r.computed_steps == alone.computed_steps);
             CHECK((r.latents - alone.latents).abs().max().item<double>() <= 1e-5);
         }
+    }
+    // Z-Image (diffusers has no cache hook for its blocks): the shared block runner's cache over its
+    // one stream, unguided at 48x32 (6 image tokens, 32 with their pads), then guided on two ranks.
+    PipelineOptions z_image;
+    z_image.model_dir = std::string(DP_MODELS_DIR) + "/tiny-random-z-image";
+    GenerateRequest z = dp::test::golden_request({{"prompt", "a lighthouse"},
+                                                  {"seed", 3},
+                                                  {"steps", 8},
+                                                  {"width", 48},
+                                                  {"height", 32},
+                                                  {"guidance_scale", 0.0}});
+    dp::protocol::CallValue cache;
+    REQUIRE(dp::protocol::read_call_value(*dp::protocol::find_call_argument("cache"),
+                                          "first_block_cache:threshold=0.9", cache)
+                .empty());
+    z.arguments.set("cache", cache);
+    const GenerateResult z_alone = load_pipeline(z_image, ParallelContext::single())->generate(z);
+    MESSAGE("Z-Image 48x32: " << z_alone.computed_steps << " of 8 passes computed in full");
+    CHECK(z_alone.computed_steps > 1);
+    CHECK(z_alone.computed_steps < 8);
+    for (const dp::strategies::MeshDegrees& d :
+         {degrees(2, 1, 1, 1), degrees(1, 2, 1, 1), degrees(1, 1, 2, 1)})
+        for (const GenerateResult& r : on_two_ranks(z_image, z, d)) {
+            CHECK(r.computed_steps == z_alone.computed_steps);
+            CHECK((r.latents - z_alone.latents).abs().max().item<double>() <= 1e-5);
+        }
+    z.arguments.set("guidance_scale", 4.0);
+    const GenerateResult z_guided = load_pipeline(z_image, ParallelContext::single())->generate(z);
+    for (const GenerateResult& r : on_two_ranks(z_image, z, degrees(1, 1, 1, 2))) {
+        CHECK(r.computed_steps == z_guided.computed_steps);
+        CHECK((r.latents - z_guided.latents).abs().max().item<double>() <= 1e-5);
     }
     // Qwen-Image's two branches on two ranks, each with its own state; the count is both branches'.
     const nlohmann::json& qwen = all.at("qwen_cached");
