@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -125,6 +126,7 @@ TEST_CASE("plan: the transformer parameters tensor parallelism splits, in closed
 
 // --- the shipped config-only folders of real models, at real size ---------------------------------
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -467,6 +469,49 @@ TEST_CASE(
     // The modulations split too: what a rank keeps whole is 0.4 % of the transformer.
     CHECK(static_cast<double>(whole) / (whole + split) < 0.005);
     CHECK(has(plan_of(model, 1), " px -> 4096 image tokens, up to 512 text tokens\n"));
+}
+
+TEST_CASE(
+    "plan: Z-Image-Turbo at real size, every block (refiners too) and Qwen3 split by tp, in closed form") {
+    // ZImageTransformer2DModel's parameters from its config, by diffusers' layer list. Split: q, k,
+    // v, the output and the SwiGLU MLP of every block (main, noise- and context-refiner; no biases),
+    // and the modulations of the main and noise-refiner blocks. Whole: the patch and caption
+    // embedders, the timestep MLP, the pad tokens, every norm, the head.
+    const std::string model = dp::launcher::resolve_model("z-image-turbo", "--model");
+    const nlohmann::json tc = config_of(model, "transformer/config.json");
+    const long long d = tc["dim"], hd = d / tc["n_heads"].get<long long>(), t = std::min(d, 256LL);
+    const long long ff = d / 3 * 8, cap = tc["cap_feat_dim"], patch = 4 * tc["in_channels"].get<long long>();
+    const long long main = tc["n_layers"], refiners = tc["n_refiner_layers"];
+    const long long blocks = main + 2 * refiners, modulated = main + refiners;
+    const long long whole = linear(patch, d) + linear(256, 1024) + linear(1024, t) + cap + linear(cap, d) +
+                            2 * d + linear(t, d) + linear(d, patch) + blocks * (4 * d + 2 * hd);
+    const long long split = blocks * (4 * d * d + 3 * d * ff) + modulated * linear(t, 4 * d);
+    CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/transformer")) == whole + split);
+    CHECK(whole + split == 6154908736);  // Z-Image's published 6 B
+    // Qwen3-4B: q, k, v (no biases), gate and up split by columns, o and down by rows; the
+    // embeddings, the norms and the per-head qk-norms whole.
+    const nlohmann::json text = config_of(model, "text_encoder/config.json");
+    const long long h = text["hidden_size"], inter = text["intermediate_size"], th = text["head_dim"];
+    const long long q = text["num_attention_heads"].get<long long>() * th;
+    const long long kv = text["num_key_value_heads"].get<long long>() * th;
+    const long long layers = text["num_hidden_layers"];
+    const long long text_split = layers * (2 * h * q + 2 * h * kv + 3 * h * inter);
+    const long long text_whole = text["vocab_size"].get<long long>() * h + layers * (2 * h + 2 * th) + h;
+    CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/text_encoder")) ==
+          text_whole + text_split);
+    for (int tp : {1, 2}) {
+        CAPTURE(tp);
+        const std::string p = plan_of(model, tp);
+        CHECK(has(p, bytes_in(whole * 2) + " replicated + "));
+        CHECK(has(p, bytes_in(split * 2) + " / tp " + std::to_string(tp) + "\n"));
+        CHECK(has(p, "  text_encoder: "));
+        CHECK(has(p, bytes_in((text_whole + text_split / tp) * 2)));
+    }
+    // 30 heads over 4 ranks: the ranks with 8 heads hold the most.
+    CHECK(has(plan_of(model, 4), bytes_in(split * 2) + " x at most 8/30 on the ranks with 8 heads (tp 4)"));
+    CHECK(
+        has(plan_of(model, 1), "30 blocks, width 3840, 30 heads of 128; 1024x1024 px -> 4096 image tokens"));
+    CHECK(static_cast<double>(whole) / (whole + split) < 0.005);
 }
 
 TEST_CASE(
