@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vs_diffusers_common import IMPORTS, STEP_MARKS, TIMINGS, best, check_names, print_rows, run_json, transformer_params  # noqa: E402
+from vs_diffusers_common import IMPORTS, STEP_MARKS, TIMINGS, check_names, print_rows, run_json, side_by_side, transformer_params  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TINY = os.path.join(ROOT, "models", "tiny-random-qwen-image")
@@ -121,11 +121,9 @@ def main():
             else:
                 params = transformer_params(folder)
             for cfg in (False, True):
-                cpp, ref = [], []
-                for _ in range(RUNS):
-                    cpp.append(run_cpp(dp_generate, folder, size, cfg))
-                    ref.append(run_diffusers(folder, size, cfg))
-                rows.append((name + (" +cfg" if cfg else ""), params, size, best(cpp), best(ref)))
+                c, r = side_by_side(RUNS, lambda: run_cpp(dp_generate, folder, size, cfg),
+                                    lambda: run_diffusers(folder, size, cfg))
+                rows.append((name + (" +cfg" if cfg else ""), params, size, c, r))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

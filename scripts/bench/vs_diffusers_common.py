@@ -57,6 +57,15 @@ def best(runs):
     return min(runs, key=median_step)
 
 
+def side_by_side(runs, cpp, ref):
+    """Each side `runs` times, one after the other; the faster run of each: (C++, diffusers)."""
+    c, r = [], []
+    for _ in range(runs):
+        c.append(cpp())
+        r.append(ref())
+    return best(c), best(r)
+
+
 def run_json(args, who):
     """Runs one side; its last stdout line is its JSON timings. Exits naming `who` on failure."""
     proc = subprocess.run(args, capture_output=True, text=True)

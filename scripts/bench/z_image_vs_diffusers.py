@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vs_diffusers_common import IMPORTS, STEP_MARKS, TIMINGS, best, check_names, print_rows, run_json, transformer_params  # noqa: E402
+from vs_diffusers_common import IMPORTS, STEP_MARKS, TIMINGS, check_names, print_rows, run_json, side_by_side, transformer_params  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TINY = os.path.join(ROOT, "models", "tiny-random-z-image")
@@ -112,11 +112,9 @@ def main():
             else:
                 params = transformer_params(folder)
             for guided in (False, True):
-                cpp, ref = [], []
-                for _ in range(RUNS):
-                    cpp.append(run_cpp(dp_generate, folder, size, guided))
-                    ref.append(run_diffusers(folder, size, guided))
-                rows.append((name + (" +cfg" if guided else ""), params, size, best(cpp), best(ref)))
+                c, r = side_by_side(RUNS, lambda: run_cpp(dp_generate, folder, size, guided),
+                                    lambda: run_diffusers(folder, size, guided))
+                rows.append((name + (" +cfg" if guided else ""), params, size, c, r))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

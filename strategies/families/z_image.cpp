@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "protocol/errors.h"
 #include "strategies/config_sizes.h"
 #include "strategies/family.h"
+#include "strategies/original_layouts.h"
+#include "strategies/text.h"
 
 namespace dp::strategies {
 // The family's own helpers, named apart from the other families' (the sources build in unity batches).
@@ -64,6 +67,60 @@ double transformer_parameters(const nlohmann::json& c) {
     return top + (layers + 2 * refiners) * block + (layers + refiners) * linear_parameters(t, 4 * d);
 }
 
+// Note [Z-Image original names]: the layout of Tongyi's own checkpoints and ComfyUI's split files
+// (z_image_turbo_bf16.safetensors), as diffusers' convert_z_image_transformer_checkpoint_to_diffusers
+// maps it: q, k and v fused in attention.qkv (three equal parts), attention.out, q_norm / k_norm,
+// x_embedder and final_layer without diffusers' "2-1" patch key; every other name is diffusers'
+// own. norm_final.weight (a LayerNorm without affine there) is dropped, as diffusers drops it.
+const std::vector<ModuleRename> kZImageTop = {
+    {"x_embedder.", {"all_x_embedder.2-1."}},
+    {"final_layer.linear.", {"all_final_layer.2-1.linear."}},
+    {"final_layer.adaLN_modulation.1.", {"all_final_layer.2-1.adaLN_modulation.1."}},
+    {"t_embedder.mlp.0.", {"t_embedder.mlp.0."}},
+    {"t_embedder.mlp.2.", {"t_embedder.mlp.2."}},
+    {"cap_embedder.0.", {"cap_embedder.0."}},
+    {"cap_embedder.1.", {"cap_embedder.1."}},
+    {"x_pad_token", {"x_pad_token"}},
+    {"cap_pad_token", {"cap_pad_token"}},
+};
+const std::vector<ModuleRename> kZImageBlock = {
+    {"attention.qkv.", {"attention.to_q.", "attention.to_k.", "attention.to_v."}},
+    {"attention.out.", {"attention.to_out.0."}},
+    {"attention.q_norm.weight", {"attention.norm_q.weight"}},
+    {"attention.k_norm.weight", {"attention.norm_k.weight"}},
+    {"feed_forward.w1.", {"feed_forward.w1."}},
+    {"feed_forward.w2.", {"feed_forward.w2."}},
+    {"feed_forward.w3.", {"feed_forward.w3."}},
+    {"attention_norm1.weight", {"attention_norm1.weight"}},
+    {"attention_norm2.weight", {"attention_norm2.weight"}},
+    {"ffn_norm1.weight", {"ffn_norm1.weight"}},
+    {"ffn_norm2.weight", {"ffn_norm2.weight"}},
+    {"adaLN_modulation.0.", {"adaLN_modulation.0."}},
+};
+
+bool is_original(const CheckpointTensors& file, const std::string& prefix) {
+    return file.count(prefix + "layers.0.attention.qkv.weight") > 0;
+}
+
+void map_original(const CheckpointTensors& file, SingleFileLayout& out) {
+    out.layout = "Z-Image's original (Tongyi's, ComfyUI's)";
+    LayoutMapper m{file, out, {}};
+    for (const ModuleRename& f : kZImageTop) m.place(f, 0);
+    for (const char* blocks : {"layers.", "noise_refiner.", "context_refiner."})
+        place_blocks(m, 0, blocks, blocks, kZImageBlock);
+    if (m.find("norm_final.weight")) m.used.insert(out.prefix + "norm_final.weight");
+    mark_unplaced(m);
+}
+
+// Z-Image-Turbo's config-only folder for a checkpoint of its names, in either layout.
+std::string shipped_config(const std::vector<std::string>& names) {
+    const bool ours = std::any_of(names.begin(), names.end(), [](const std::string& n) {
+        return ends_with(n, "layers.0.attention.qkv.weight") ||
+               ends_with(n, "noise_refiner.0.attention.to_q.weight");
+    });
+    return ours ? "z-image-turbo" : std::string();
+}
+
 }  // namespace z_image_facts
 
 const FamilyFacts& z_image_family() {
@@ -96,6 +153,9 @@ const FamilyFacts& z_image_family() {
         f.widths = {{"text_encoder", "hidden_size", 2560, "cap_feat_dim", 2560, nullptr,
                      "use the text encoder made for this model"}};
         f.name_markers = {"noise_refiner", "context_refiner", "cap_embedder"};
+        f.is_original_transformer = &is_original;
+        f.map_original_transformer = &map_original;
+        f.shipped_config = &shipped_config;
         f.transformer_parameters = &transformer_parameters;
         return f;
     }();
