@@ -123,18 +123,26 @@ TEST_CASE("a model folder's family comes from model_index.json's _class_name, or
         model_folder("kontext", {{"model_index.json", R"({"_class_name": "FluxKontextPipeline"})"}});
     CHECK(&parallel_spec_for_model(kontext) == &family_spec("flux-kontext"));
     for (const auto& [edit, family] : {std::pair{"QwenImageEditPipeline", "qwen-image-edit"},
-                                       std::pair{"QwenImageEditPlusPipeline", "qwen-image-edit-plus"}}) {
+                                       std::pair{"QwenImageEditPlusPipeline", "qwen-image-edit-plus"},
+                                       std::pair{"ZImagePipeline", "z-image"}}) {
         const std::string folder =
             model_folder(family, {{"model_index.json", std::string(R"({"_class_name": ")") + edit + "\"}"}});
         CHECK(&parallel_spec_for_model(folder) == &family_spec(family));
     }
     const std::string control =
         model_folder("control", {{"model_index.json", R"({"_class_name": "FluxControlPipeline"})"}});
+    // Every registered class named, in the registry's order (the first seven as they were added).
+    std::string supported;
+    for (const dp::strategies::FamilyFacts* f : dp::strategies::families())
+        supported += (supported.empty() ? "" : ", ") + f->spec.pipeline_class;
+    CHECK(supported.rfind(
+              "StableDiffusion3Pipeline, QwenImagePipeline, FluxPipeline, FluxFillPipeline, "
+              "FluxKontextPipeline, QwenImageEditPipeline, QwenImageEditPlusPipeline, ZImagePipeline",
+              0) == 0);
     CHECK_THROWS_WITH_AS(
         parallel_spec_for_model(control),
-        (control + "/model_index.json: _class_name FluxControlPipeline is not supported (supported: "
-                   "StableDiffusion3Pipeline, QwenImagePipeline, FluxPipeline, FluxFillPipeline, "
-                   "FluxKontextPipeline, QwenImageEditPipeline, QwenImageEditPlusPipeline)")
+        (control +
+         "/model_index.json: _class_name FluxControlPipeline is not supported (supported: " + supported + ")")
             .c_str(),
         dp::protocol::ModelError);
     for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
