@@ -91,6 +91,12 @@ const std::vector<EncoderRow> kEncoders = {
     {"Qwen2.5-VL", "qwen2_encoder", "left.input_ids", "left.attention_mask", "qwen-image", "text_encoder", 10,
      "4 key-value heads over a tensor-parallel degree of 5", &load<Qwen2TextEncoder, Qwen2TextConfig>,
      &load_deeper<Qwen2TextEncoder, Qwen2TextConfig>, "model.layers.2.input_layernorm.weight"},
+    // Z-Image's Qwen3Model (unprefixed names): q, k, v without biases, o, gate, up and down of every
+    // layer; its per-head qk-norms whole. Right padding, under its mask.
+    {"Qwen3", "qwen3_encoder", "z_image.input_ids", "z_image.attention_mask", "z-image", "text_encoder", 7,
+     "Qwen3 text encoder: 4 key-value heads over a tensor-parallel degree of 5",
+     &load<Qwen2TextEncoder, Qwen2TextConfig>, &load_deeper<Qwen2TextEncoder, Qwen2TextConfig>,
+     "layers.3.input_layernorm.weight"},
 };
 
 // The tensors of `row`'s folder that its family's spec splits, less those the spec does not load.
@@ -111,7 +117,7 @@ std::set<std::string> split_by_spec(const EncoderRow& row) {
 
 TEST_CASE(
     "text encoders over 2 and 3 tensor-parallel ranks (uneven heads) equal one process and keep their share "
-    "of the split layers: T5, Qwen2.5-VL") {
+    "of the split layers: T5, Qwen2.5-VL, Qwen3") {
     for (const EncoderRow& row : kEncoders) {
         CAPTURE(row.name);
         const std::string folder = golden_path(row.folder);

@@ -144,7 +144,8 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
     const int64_t heads = config.num_attention_heads, group = config.group_size(),
                   ff = config.intermediate_size;
     if (kv < tp.size)
-        throw ModelError("Qwen2.5-VL text encoder: " + std::to_string(kv) +
+        throw ModelError(std::string(config.qwen3 ? "Qwen3" : "Qwen2.5-VL") +
+                         " text encoder: " + std::to_string(kv) +
                          " key-value heads over a tensor-parallel degree of " + std::to_string(tp.size) +
                          ": a rank would hold none (each rank keeps whole GQA groups)");
     local_kv_heads_ = tp.share(kv);
