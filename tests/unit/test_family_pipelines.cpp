@@ -138,7 +138,7 @@ std::vector<GoldenCase> golden_cases(const PipelineRow& row, bool bf16) {
     }
     for (const auto& [name, c] : all.items()) {
         if ((name == "bf16") != bf16 || (c.contains("variant") && c.at("variant") != row.variant)) continue;
-        if (c.contains("lora")) continue;  // an adapter's case: test_lora.cpp
+        if (c.contains("lora") || c.contains("adapters")) continue;  // an adapter's case: test_lora.cpp
         GoldenCase g{name, c, {}};
         const std::vector<GenerateRequest> requests = dp::test::golden_requests(c);
         for (std::size_t k = 0; k < requests.size(); ++k) {
