@@ -104,6 +104,27 @@ PY
         status=1
     fi
 done
+echo "== Z-Image-Turbo at real size on one GPU (random bf16 weights, 1024x1024): s/step, and ulysses 4 over 30 heads"
+# 12.3 GB of transformer and 8 GB of Qwen3-4B on one device; a step is the difference between a
+# 6-step and a 2-step image, unguided as Turbo runs (one forward a step) and guided (two).
+printf '{%s, "guidance_scale": 0, "steps": %s}\n' "$lighthouse" 2 "$lighthouse" 2 "$lighthouse" 6 >"$out/z.jsonl"
+printf '{%s, "guidance_scale": 4, "steps": %s}\n' "$lighthouse" 2 "$lighthouse" 6 >>"$out/z.jsonl"
+if "$build/bin/dp-launch" -n 1 --device cuda --model "$root/models/z-image-turbo" --random-weights 0 --dtype bf16 \
+        --width 1024 --height 1024 -q -o "$out/z" "$out/z.jsonl"; then
+    "${py:-python3}" - "$out/z/manifest.jsonl" <<'PY' || status=1
+import json, sys
+ms = {r["index"]: r["ms"] for r in map(json.loads, open(sys.argv[1])) if r.get("status") == "ok"}
+step = lambda a, b: (ms[b] - ms[a]) / 4 / 1e3
+print(f"Z-Image-Turbo 1024x1024, bf16, one GPU: {step(1, 2):.3f} s/step, {step(3, 4):.3f} s/step guided; "
+      f"a 2-step image {ms[1] / 1e3:.2f} s (Qwen3, 2 steps, VAE decode)")
+PY
+else
+    status=1
+fi
+# 30 heads over 4 Ulysses ranks (8, 8, 7, 7) sharing the one GPU: a correctness run at real size.
+printf '{%s, "guidance_scale": 0, "steps": 2}\n' "$lighthouse" >"$out/z-mesh.jsonl"
+"$build/bin/dp-launch" -n 4 --ulysses 4 --device cuda --model "$root/models/z-image-turbo" --random-weights 0 \
+    --dtype bf16 --width 1024 --height 1024 -q -o "$out/z-mesh" "$out/z-mesh.jsonl" || status=1
 # TP with CP, which diffusers refuses, on the one GPU: four ranks share it (a correctness run at
 # real size, not a speed figure).
 printf '{%s, "steps": 2}\n' "$lighthouse" >"$out/flux-mesh.jsonl"
