@@ -329,6 +329,41 @@ void FamilyPipeline::decode_results(std::vector<GenerateResult>& results, const 
         results[k].image = pasted[static_cast<int64_t>(k)].contiguous();
 }
 
+at::Tensor FamilyPipeline::step_noise(const StepInputs& in, const Guidance& guidance, StepCacheRun& cache,
+                                      const CallValues& arguments) const {
+    const at::Tensor model_in = guidance.model_input(in.latents);
+    // Note [step cache point]: the one place a step's prediction is made.
+    const auto run = [&](int64_t first, int64_t count) {
+        return cache.call(first, count, [&](const StepCaches& caches) {
+            return predict(model_in.narrow(0, first, count), in.shape, in.text.rows(first, count),
+                           in.timestep, arguments, BlockRunner(caches));
+        });
+    };
+    // Note [steps without guidance]: a guided request's step that combines nothing (guided_at false:
+    // Z-Image's cfg_truncation) is the positive branch's prediction. Where this rank holds both
+    // branches only the positive rows run, under the positive branch's step cache; split over a cfg
+    // group each rank still runs its own, the negative one's dropped, so that no rank idles out of
+    // step with the other.
+    if (guidance.enabled() && !guidance.split() && !guided_at(in.timestep, arguments)) {
+        const int64_t half = model_in.size(0) / 2;  // [negative; positive]
+        return run(half, half);
+    }
+    const at::Tensor prediction = guidance.predict(model_in.size(0), options_.device.is_cpu(), run);
+    if (guidance.enabled() && extra_at(in.step, in.steps, arguments)) {
+        at::Tensor extra;
+        if (guidance.runs_positive())
+            extra = predict_extra(in.latents, in.shape, in.positive, in.timestep, arguments);
+        return guidance.combine(prediction, extra,
+                                [&](const at::Tensor& n, const at::Tensor& p, const at::Tensor& e) {
+                                    return combine_extra(n, p, e, arguments);
+                                });
+    }
+    const bool combined = !guidance.enabled() || guided_at(in.timestep, arguments);
+    return guidance.combine(prediction, [&](const at::Tensor& n, const at::Tensor& p) {
+        return combined ? combine(n, p, arguments) : p;
+    });
+}
+
 std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
     c10::InferenceMode inference;  // no autograd bookkeeping on any tensor made here
     if (batch.empty()) return {};
@@ -379,31 +414,9 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
 
     std::shared_ptr<const void> transformer = hold_transformer();
     for (int i = first; i < r.steps; ++i) {
-        const at::Tensor model_in = guidance.model_input(latents);
         const double timestep = scheduler.timesteps()[static_cast<std::size_t>(i)];
-        // Note [step cache point]: the one place a step's prediction is made.
-        const at::Tensor prediction =
-            guidance.predict(model_in.size(0), options_.device.is_cpu(), [&](int64_t first, int64_t count) {
-                return cache.call(first, count, [&](const StepCaches& caches) {
-                    return predict(model_in.narrow(0, first, count), shape, text.rows(first, count), timestep,
-                                   arguments, BlockRunner(caches));
-                });
-            });
-        at::Tensor guided_noise;
-        if (guidance.enabled() && extra_at(i, r.steps, arguments)) {
-            at::Tensor extra;
-            if (guidance.runs_positive())
-                extra = predict_extra(latents, shape, positive, timestep, arguments);
-            guided_noise = guidance.combine(
-                prediction, extra, [&](const at::Tensor& n, const at::Tensor& p, const at::Tensor& e) {
-                    return combine_extra(n, p, e, arguments);
-                });
-        } else {
-            const bool combined = guided_at(timestep, arguments);
-            guided_noise = guidance.combine(prediction, [&](const at::Tensor& n, const at::Tensor& p) {
-                return combined ? combine(n, p, arguments) : p;
-            });
-        }
+        const StepInputs in{latents, shape, text, positive, timestep, i, r.steps};
+        const at::Tensor guided_noise = step_noise(in, guidance, cache, arguments);
         latents = scheduler.step(guided_noise, i, latents);
         if (blend.defined()) {
             const at::Tensor known = i + 1 < r.steps

@@ -34,6 +34,7 @@ class ParallelContext;
 class BlockRunner;
 struct ComponentsBase;
 class Guidance;
+class StepCacheRun;
 
 // One guidance branch's text conditioning of a batch, batch first: what a family's encode makes of
 // its prompts, and what its predict takes.
@@ -234,6 +235,19 @@ class FamilyPipeline : public DiffusionPipeline {
     // Inpainting's mask as the latents hold it (1: repainted), on the run's device.
     at::Tensor latent_mask(const protocol::InputImage& mask, const LatentShape& shape,
                            const std::optional<images::Box>& crop) const;
+    // One step's inputs, as the loop holds them: the latents (this rank's rows of the batch), their
+    // shape, the model's conditioning rows and the positive branch's own, the scheduler's timestep,
+    // and the step's index among `steps`.
+    struct StepInputs {
+        const at::Tensor& latents;
+        const LatentShape& shape;
+        const Conditioning &text, &positive;
+        double timestep;
+        int step, steps;
+    };
+    // The guided noise of one step: the branches' predictions (Note [step cache point]) combined.
+    at::Tensor step_noise(const StepInputs& in, const Guidance& guidance, StepCacheRun& cache,
+                          const protocol::CallValues& arguments) const;
     // Throws ModelError unless the batch shares what one pass through the model needs.
     void check_batch(const std::vector<GenerateRequest>& batch, const protocol::CallValues& arguments) const;
 

@@ -187,6 +187,22 @@ TEST_CASE(
         CHECK(r.computed_steps == z_guided.computed_steps);
         CHECK((r.latents - z_guided.latents).abs().max().item<double>() <= 1e-5);
     }
+    // Note [steps without guidance]: with cfg_truncation 0.2 the last 2 of 4 steps take the positive
+    // prediction alone; one process runs only its rows then (threshold 0: every pass counted), two
+    // ranks of a cfg group each their own branch, to the same latents.
+    GenerateRequest truncated = z;
+    truncated.steps = 4;
+    truncated.arguments.set("cfg_truncation", 0.2);
+    REQUIRE(dp::protocol::read_call_value(*dp::protocol::find_call_argument("cache"),
+                                          "first_block_cache:threshold=0", cache)
+                .empty());
+    truncated.arguments.set("cache", cache);
+    const GenerateResult fewer = load_pipeline(z_image, ParallelContext::single())->generate(truncated);
+    CHECK(fewer.computed_steps == 2 * 2 + 2);
+    for (const GenerateResult& r : on_two_ranks(z_image, truncated, degrees(1, 1, 1, 2))) {
+        CHECK(r.computed_steps == 2 * 4);
+        CHECK((r.latents - fewer.latents).abs().max().item<double>() <= 1e-5);
+    }
     // Qwen-Image's two branches on two ranks, each with its own state; the count is both branches'.
     const nlohmann::json& qwen = all.at("qwen_cached");
     const GenerateRequest guided = request_of(qwen);
