@@ -196,17 +196,18 @@ def _encode(x, type_name):
 FILE_TYPES = {"q8_0": "MOSTLY_Q8_0", "q4_k": "MOSTLY_Q4_K_M", "q6_k": "MOSTLY_Q6_K"}
 
 
-def write_gguf(path, state, kind):
-    """`state` (BFL names, fp32 torch) as a GGUF file of `kind`; returns {name: ggml type name}."""
+def write_gguf(path, state, kind, arch="flux", plan=_plan):
+    """`state` (the file's names, fp32 torch) as a GGUF file of `kind`, each tensor of the type
+    plan(name, shape, kind) names; returns {name: ggml type name}."""
     import gguf
 
-    writer = gguf.GGUFWriter(path=None, arch="flux")
+    writer = gguf.GGUFWriter(path=None, arch=arch)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     writer.add_file_type(gguf.LlamaFileType[FILE_TYPES[kind]])
     types = {}
     for name, t in state.items():
         x = t.detach().to(torch.float32).numpy()
-        types[name] = _plan(name, x.shape, kind)
+        types[name] = plan(name, x.shape, kind)
         data = _encode(x, types[name])
         writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType[types[name]])
         if types[name] in ("Q4_K", "Q6_K"):
@@ -222,28 +223,83 @@ def write_gguf(path, state, kind):
     return types
 
 
-def read_gguf(path):
+def read_gguf(path, arch="flux"):
     """{name: (ggml type name, torch shape, raw numpy data)} of a GGUF file, through gguf-py's reader."""
     import gguf
 
     reader = gguf.GGUFReader(path)
-    assert reader.fields["general.architecture"].contents() == "flux"
+    assert reader.fields["general.architecture"].contents() == arch
     return {t.name: (gguf.GGMLQuantizationType(t.tensor_type).name, tuple(int(n) for n in reversed(t.shape.tolist())),
                      t.data) for t in reader.tensors}
 
 
-def dequantize_file(path):
-    """Every tensor of a GGUF file dequantized by gguf-py (fp32, exact), BFL names."""
+def dequantize_file(path, arch="flux"):
+    """Every tensor of a GGUF file dequantized by gguf-py (fp32, exact), the file's names."""
     import gguf
 
     return {name: torch.from_numpy(np.array(gguf.quants.dequantize(np.array(data), gguf.GGMLQuantizationType[t]),
                                             dtype=np.float32)).reshape(shape)
-            for name, (t, shape, data) in read_gguf(path).items()}
+            for name, (t, shape, data) in read_gguf(path, arch).items()}
+
+
+def write_files(paths, state, arch="flux", plan=_plan):
+    """`state` written in each file of `paths` ({kind: path}) by write_gguf, read back and checked."""
+    for kind, path in paths.items():
+        print(f"{path}:")
+        types = write_gguf(path, state, kind, arch, plan)
+        read = read_gguf(path, arch)
+        assert list(read) == list(state), f"{kind}: the tensors read back differ"
+        for name, (t, shape, _) in read.items():
+            assert t == types[name] and shape == tuple(state[name].shape), f"{kind}: {name} read back wrong"
+        counts = {t: sum(1 for v in types.values() if v == t) for t in sorted(set(types.values()))}
+        print(f"{path}: {len(types)} tensors {counts}, {os.path.getsize(path)} bytes")
+        for t in ("Q4_K", "Q6_K", "F16", "BF16", "F32"):
+            named = [n for n, v in types.items() if v == t and len(state[n].shape) == 2]
+            if named:
+                print(f"  2-D {t}: {', '.join(named)}")
+
+
+def pipeline_cases(paths, load, run, from_state, exact_state, meta_of):
+    """For each GGUF file of `paths`, the images of the transformer load(path) builds (case <kind>) and of
+    gguf-py's exact dequantization, exact_state(path) in diffusers' names (case <kind>_exact); run(model)
+    makes (image, latents), from_state(state) the fp32 transformer of a state dict, meta_of(path,
+    loader) a case's metadata. Checks that diffusers' latents are those of its own dequantized weights."""
+    from diffusers.quantizers.gguf.utils import GGUFLinear, dequantize_gguf_tensor
+
+    tensors, meta = {}, {}
+    for kind, path in paths.items():
+        transformer = load(path)
+        assert transformer.device.type == "cpu"
+        n_gguf = sum(1 for m in transformer.modules() if isinstance(m, GGUFLinear))
+        print(f"{kind}: from_single_file made {n_gguf} GGUFLinear layers")
+        tensors[kind + ".image"], tensors[kind + ".latents"] = run(transformer)
+        meta[kind] = meta_of(path, "from_single_file, GGUFQuantizationConfig(compute_dtype=float32)")
+
+        # What diffusers computes with: its fp16 dequantization of each weight, cast to fp32.
+        used = {k: dequantize_gguf_tensor(v).to(torch.float32) for k, v in transformer.state_dict().items()}
+        rerun = run(from_state(used))[1]
+        assert torch.equal(rerun, tensors[kind + ".latents"]), f"{kind}: diffusers' GGUF run is not its weights'"
+        exact = exact_state(path)
+        wdiff = max((exact[k] - used[k]).abs().max().item() for k in exact)
+        print(f"{kind}: latents exactly those of the fp32 transformer with diffusers' dequantized weights; "
+              f"those differ from gguf-py's exact dequantization by at most {wdiff:.3g}")
+        tensors[kind + "_exact.image"], tensors[kind + "_exact.latents"] = run(from_state(exact))
+        meta[kind + "_exact"] = meta_of(path, "dequantized here (gguf-py, fp32), load_state_dict")
+    return tensors, meta
+
+
+def print_differences(tensors, kinds, folder="folder"):
+    scale = tensors[folder + ".latents"].abs().max().item()
+    for kind in kinds:
+        d = (tensors[kind + ".latents"] - tensors[kind + "_exact.latents"]).abs().max().item()
+        f = (tensors[kind + "_exact.latents"] - tensors[folder + ".latents"]).abs().max().item()
+        i = (tensors[kind + ".image"].int() - tensors[kind + "_exact.image"].int()).abs().max().item()
+        print(f"{kind}: latents max |diffusers - exact| {d:.6g}, |exact - fp32 folder| {f:.6g} (max |x| {scale:.4g}); "
+              f"images differ by at most {i} levels")
 
 
 def gguf():
-    from diffusers import FluxPipeline, FluxTransformer2DModel, GGUFQuantizationConfig
-    from diffusers.quantizers.gguf.utils import GGUFLinear, dequantize_gguf_tensor
+    from diffusers import FluxTransformer2DModel, GGUFQuantizationConfig
 
     quants()
 
@@ -251,58 +307,21 @@ def gguf():
     inner = config["num_attention_heads"] * config["attention_head_dim"]
     folder_sd = load_file(os.path.join(FOLDER, "transformer", "diffusion_pytorch_model.safetensors"))
     rows = {k: v.shape[0] for k, v in folder_sd.items()}
-    bfl = to_bfl(folder_sd, config)
     os.makedirs(FILES, exist_ok=True)
-    paths = {}
-    for kind in FILE_TYPES:
-        paths[kind] = os.path.join(FILES, f"flux_{kind}.gguf")
-        print(f"{paths[kind]}:")
-        types = write_gguf(paths[kind], bfl, kind)
-        read = read_gguf(paths[kind])
-        assert list(read) == list(bfl), f"{kind}: the tensors read back differ"
-        for name, (t, shape, _) in read.items():
-            assert t == types[name] and shape == tuple(bfl[name].shape), f"{kind}: {name} read back wrong"
-        counts = {t: sum(1 for v in types.values() if v == t) for t in sorted(set(types.values()))}
-        print(f"{paths[kind]}: {len(types)} tensors {counts}, {os.path.getsize(paths[kind])} bytes")
-        for t in ("Q4_K", "Q6_K", "F16", "BF16"):
-            named = [n for n, v in types.items() if v == t and len(bfl[n].shape) == 2]
-            if named:
-                print(f"  2-D {t}: {', '.join(named)}")
+    paths = {kind: os.path.join(FILES, f"flux_{kind}.gguf") for kind in FILE_TYPES}
+    write_files(paths, to_bfl(folder_sd, config))
 
-    pipeline, from_state = flux_pipeline, flux_from_state
-
-    tensors, meta = {}, {}
-    for kind, path in paths.items():
+    def load(path):
         with converter_width(inner):
-            transformer = FluxTransformer2DModel.from_single_file(
+            return FluxTransformer2DModel.from_single_file(
                 path, quantization_config=GGUFQuantizationConfig(compute_dtype=torch.float32), config=FOLDER,
                 subfolder="transformer", torch_dtype=torch.float32)
-        assert transformer.device.type == "cpu"
-        n_gguf = sum(1 for m in transformer.modules() if isinstance(m, GGUFLinear))
-        print(f"{kind}: from_single_file made {n_gguf} GGUFLinear layers")
-        tensors[kind + ".image"], tensors[kind + ".latents"] = _run(pipeline(transformer))
-        meta[kind] = dict(file=os.path.relpath(path, ROOT), loader="from_single_file, GGUFQuantizationConfig("
-                          "compute_dtype=float32)", **CALL)
 
-        # What diffusers computes with: its fp16 dequantization of each weight, cast to fp32.
-        used = {k: dequantize_gguf_tensor(v).to(torch.float32) for k, v in transformer.state_dict().items()}
-        rerun = _run(pipeline(from_state(used)))[1]
-        assert torch.equal(rerun, tensors[kind + ".latents"]), f"{kind}: diffusers' GGUF run is not its weights'"
-        exact = from_bfl(dequantize_file(path), config, rows)
-        wdiff = max((exact[k] - used[k]).abs().max().item() for k in exact)
-        print(f"{kind}: latents exactly those of the fp32 transformer with diffusers' dequantized weights; "
-              f"those differ from gguf-py's exact dequantization by at most {wdiff:.3g}")
-        tensors[kind + "_exact.image"], tensors[kind + "_exact.latents"] = _run(pipeline(from_state(exact)))
-        meta[kind + "_exact"] = dict(file=os.path.relpath(path, ROOT), loader="dequantized here (gguf-py, fp32), "
-                                     "load_state_dict", **CALL)
-
-    tensors["folder.image"], tensors["folder.latents"] = _run(pipeline(None))
+    tensors, meta = pipeline_cases(
+        paths, load, lambda model: _run(flux_pipeline(model)), flux_from_state,
+        lambda path: from_bfl(dequantize_file(path), config, rows),
+        lambda path, loader: dict(file=os.path.relpath(path, ROOT), loader=loader, **CALL))
+    tensors["folder.image"], tensors["folder.latents"] = _run(flux_pipeline(None))
     meta["folder"] = dict(folder=os.path.relpath(FOLDER, ROOT), loader="from_pretrained", **CALL)
-    scale = tensors["folder.latents"].abs().max().item()
-    for kind in paths:
-        d = (tensors[kind + ".latents"] - tensors[kind + "_exact.latents"]).abs().max().item()
-        f = (tensors[kind + "_exact.latents"] - tensors["folder.latents"]).abs().max().item()
-        i = (tensors[kind + ".image"].int() - tensors[kind + "_exact.image"].int()).abs().max().item()
-        print(f"{kind}: latents max |diffusers - exact| {d:.6g}, |exact - fp32 folder| {f:.6g} (max |x| {scale:.4g}); "
-              f"images differ by at most {i} levels")
+    print_differences(tensors, paths)
     save("gguf_pipeline.safetensors", tensors, meta)

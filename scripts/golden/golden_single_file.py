@@ -130,30 +130,40 @@ def _swap_halves(t):
     return torch.cat([second, first], dim=0)
 
 
-def to_bfl(state, config):
-    """A diffusers FluxTransformer2DModel state dict in Black Forest Labs' names."""
+def to_layout(state, table):
+    """A diffusers state dict in a file's own names, by `table` (entries as key_table's)."""
     out, used = {}, set()
-    for bfl, how, names in key_table(config):
+    for name, how, names in table:
         parts = [state[n] for n in names]
         used.update(names)
-        out[bfl] = torch.cat(parts, dim=0) if how == "rows" else _swap_halves(parts[0]) if how == "swap" else parts[0]
+        out[name] = torch.cat(parts, dim=0) if how == "rows" else _swap_halves(parts[0]) if how == "swap" else parts[0]
     left = set(state) - used
-    assert not left, f"tensors with no BFL name: {sorted(left)}"
+    assert not left, f"tensors the table does not name: {sorted(left)}"
     return out
 
 
-def from_bfl(state, config, rows):
-    """The inverse of to_bfl; `rows` gives each diffusers tensor's first dimension (the split sizes)."""
-    out, table = {}, key_table(config)
-    left = set(state) - {bfl for bfl, _, _ in table}
+def from_layout(state, table, rows):
+    """The inverse of to_layout; `rows` gives each diffusers tensor's first dimension (the split sizes)."""
+    out = {}
+    left = set(state) - {name for name, _, _ in table}
     assert not left, f"tensors the table does not name: {sorted(left)}"
-    for bfl, how, names in table:
-        t = state[bfl]
+    for name, how, names in table:
+        t = state[name]
         if how == "rows":
             out.update(zip(names, torch.split(t, [rows[n] for n in names], dim=0)))
         else:
             out[names[0]] = _swap_halves(t) if how == "swap" else t
     return {k: v.contiguous() for k, v in out.items()}
+
+
+def to_bfl(state, config):
+    """A diffusers FluxTransformer2DModel state dict in Black Forest Labs' names."""
+    return to_layout(state, key_table(config))
+
+
+def from_bfl(state, config, rows):
+    """The inverse of to_bfl; `rows` gives each diffusers tensor's first dimension (the split sizes)."""
+    return from_layout(state, key_table(config), rows)
 
 
 def scaled_fp8(bf16):
@@ -179,6 +189,17 @@ def dequantize_scaled_fp8(state):
         scale = state.get(name[:-len("weight")] + "scale_weight") if name.endswith(".weight") else None
         out[name] = t.to(torch.float32) * scale if scale is not None else t.to(torch.float32)
     return out
+
+
+def save_files(files, folder=FILES):
+    """{case: (file name, tensors)} saved in `folder` as safetensors; returns {case: path}."""
+    os.makedirs(folder, exist_ok=True)
+    paths = {}
+    for case, (name, tensors) in files.items():
+        paths[case] = os.path.join(folder, name)
+        save_file(tensors, paths[case], metadata={"format": "pt"})
+        print(f"{paths[case]}: {len(tensors)} tensors, {os.path.getsize(paths[case])} bytes")
+    return paths
 
 
 def flux_pipeline(transformer):
@@ -251,12 +272,7 @@ def single_file():
     assert all(v.float().abs().max() < FP8_MAX for v in bf16.values()), "a weight beyond fp8's range"
     files = {"bfl_bf16": ("flux_bfl_bf16.safetensors", bf16), "bfl_fp8": ("flux_bfl_fp8.safetensors", fp8),
              "bfl_scaled_fp8": ("flux_bfl_scaled_fp8.safetensors", scaled_fp8(bf16))}
-    os.makedirs(FILES, exist_ok=True)
-    paths = {}
-    for case, (name, tensors) in files.items():
-        paths[case] = os.path.join(FILES, name)
-        save_file(tensors, paths[case], metadata={"format": "pt"})
-        print(f"{paths[case]}: {len(tensors)} tensors, {os.path.getsize(paths[case])} bytes")
+    paths = save_files(files)
 
     # The round trip: diffusers' converter (at the tiny width) undoes to_bfl exactly.
     folder_bf16 = {k: v.to(torch.bfloat16) for k, v in folder_sd.items()}
