@@ -99,6 +99,13 @@ def _components():
                 tokenizer=tokenizer, transformer=transformer)
 
 
+def call(name):
+    """Case `name` of CASES (one prompt) as the keywords golden_single_file._run and golden_lora take."""
+    _, prompt, negative, guidance, width, height, steps, seed, msl, extra = next(c for c in CASES if c[0] == name)
+    return dict(prompt=prompt, negative_prompt=negative, seed=seed, steps=steps, guidance_scale=guidance,
+                width=width, height=height, max_sequence_length=msl, **extra)
+
+
 def _kwargs(case):
     name, prompt, negative, guidance, width, height, steps, seed, msl, extra = case
     # A copy: ZImagePipeline templates the prompts of a list in place.
@@ -129,10 +136,10 @@ def _store(tensors, meta, name, case, results, **more):
     meta[name] = m
 
 
-def _load(dtype=torch.float32):
+def _load(dtype=torch.float32, **parts):
     from diffusers import ZImagePipeline
 
-    pipe = ZImagePipeline.from_pretrained(FOLDER, torch_dtype=dtype)  # what the C++ side reads
+    pipe = ZImagePipeline.from_pretrained(FOLDER, torch_dtype=dtype, **parts)  # what the C++ side reads
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
