@@ -6,10 +6,31 @@ FLUX.1-dev (models/tiny-random-flux-dev) and Qwen-Image (models/tiny-random-qwen
   text encoder, each alone at its own scale and all three together;
 - FLUX.1-dev: a diffusers/PEFT adapter of the transformer and the CLIP encoder, and a kohya file in
   Black Forest Labs' block names (fused qkv, an MLP, a projection, a modulation, with alphas);
-- Qwen-Image: an adapter of the transformer's attention and image MLP.
+- Qwen-Image: an adapter of the transformer's attention and image MLP;
+- Z-Image (models/tiny-random-z-image, golden_z_image's "cfg" call): two adapters in the non-diffusers
+  formats diffusers' ZImagePipeline.load_lora_weights converts (_convert_non_diffusers_z_image_lora_
+  to_diffusers), random rank-4 pairs (Z_IMAGE_ADAPTERS), each alone:
+  - z_image_kohya (scale 1): kohya / sd-scripts over the original module tree, every name
+    "lora_unet_" + the original module path with "_" for ".", then .lora_down.weight [rank, in],
+    .lora_up.weight [out, rank] and a 0-d fp32 .alpha (weight change alpha / rank x up @ down):
+        lora_unet_{B}_attention_qkv     B.attention.to_q ; to_k ; to_v: up's rows split in three
+                                        equal parts in that order, down shared by the three
+        lora_unet_{B}_attention_out     B.attention.to_out.0
+        lora_unet_{B}_feed_forward_w{1,2,3}   B.feed_forward.w{1,2,3}
+        lora_unet_{B}_adaLN_modulation_0      B.adaLN_modulation.0
+    with {B} layers_N, noise_refiner_N or context_refiner_N (B: layers.N, noise_refiner.N,
+    context_refiner.N). diffusers undoes the underscores by splitting at every "_" and joining back
+    its own list of names that have one (to_q/k/v/out, feed_forward, noise_refiner, context_refiner,
+    adaLN_modulation, t_embedder, cap_embedder, all_x_embedder, all_final_layer).
+  - z_image_diffusion_model (scale 0.8): "diffusion_model." + diffusers' module names (to_q, to_k,
+    to_v, to_out.0, feed_forward.w*, adaLN_modulation.0 of layers, noise_refiner, context_refiner)
+    + .lora_A.weight / .lora_B.weight, no alpha (alpha = rank: a weight change of up @ down), the
+    layout of ai-toolkit's Z-Image adapters.
+  The run checks that diffusers adapted exactly the modules listed, each by scale x alpha / rank x
+  up @ down (the fused qkv split as above).
 
 The adapters go to tests/data/golden/lora/, the images and final latents to lora_pipeline.safetensors.
-Needs the sd3_family_pipelines and flux_pipeline parts first (their folders).
+Needs the sd3_family_pipelines, flux_pipeline and z_image_pipeline parts first (their folders).
 """
 import copy
 import json
@@ -19,6 +40,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from golden_z_image import call as z_image_call
 from make_golden import OUT, save
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -27,6 +49,7 @@ FOLDERS = {
     "sd3": os.path.join(OUT, "sd3_t5_tiny"),
     "flux": os.path.join(ROOT, "models", "tiny-random-flux-dev"),
     "qwen-image": os.path.join(ROOT, "models", "tiny-random-qwen-image"),
+    "z-image": os.path.join(ROOT, "models", "tiny-random-z-image"),
 }
 PARTS = ["lora"]
 
@@ -54,7 +77,32 @@ CASES = [
     ("qwen_peft", "qwen-image", [("qwen_peft.safetensors", 1.0)],
      dict(prompt="a lighthouse at dusk", seed=13, steps=3, true_cfg_scale=1.0, width=32, height=32,
           max_sequence_length=64)),
+    ("z_image_kohya", "z-image", [("z_image_kohya.safetensors", 1.0)], z_image_call("cfg")),
+    ("z_image_diffusion_model", "z-image", [("z_image_diffusion_model.safetensors", 0.8)], z_image_call("cfg")),
 ]
+
+# Z-Image adapters in the formats trainers write, {file: {module name in the file: [diffusers modules]}}
+# (the file's rows split over the modules in order; see the docstring).
+Z_IMAGE_ADAPTERS = {
+    "z_image_kohya.safetensors": {
+        "lora_unet_layers_0_attention_qkv": [f"layers.0.attention.to_{x}" for x in "qkv"],
+        "lora_unet_noise_refiner_0_attention_qkv": [f"noise_refiner.0.attention.to_{x}" for x in "qkv"],
+        "lora_unet_layers_1_attention_out": ["layers.1.attention.to_out.0"],
+        "lora_unet_context_refiner_0_attention_out": ["context_refiner.0.attention.to_out.0"],
+        "lora_unet_layers_0_feed_forward_w1": ["layers.0.feed_forward.w1"],
+        "lora_unet_layers_1_feed_forward_w2": ["layers.1.feed_forward.w2"],
+        "lora_unet_context_refiner_0_feed_forward_w3": ["context_refiner.0.feed_forward.w3"],
+        "lora_unet_layers_1_adaLN_modulation_0": ["layers.1.adaLN_modulation.0"],
+    },
+    "z_image_diffusion_model.safetensors": {
+        f"diffusion_model.{m}": [m] for m in (
+            "layers.0.attention.to_q", "layers.0.attention.to_k", "layers.0.attention.to_v",
+            "layers.1.attention.to_out.0", "context_refiner.0.attention.to_v", "noise_refiner.0.feed_forward.w2",
+            "layers.1.feed_forward.w1", "layers.0.adaLN_modulation.0")
+    },
+}
+KOHYA = (".lora_down.weight", ".lora_up.weight")
+PEFT = (".lora_A.weight", ".lora_B.weight")
 
 
 def _peft_layers(model, targets, rank, alpha, seed):
@@ -75,10 +123,23 @@ def _peft_layers(model, targets, rank, alpha, seed):
     return layers, meta
 
 
+def _random_pairs(modules, seed, suffixes=KOHYA, alphas=True):
+    """Random rank-4 LoRA pairs for `modules` ({name: (out, in)}), under the names `suffixes` (down,
+    up), with an alpha each (2, 3, 4 in turn: alpha / rank 0.5, 0.75, 1) if `alphas`."""
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for k, (name, (out, inp)) in enumerate(modules.items()):
+        rank = 4
+        tensors[name + suffixes[0]] = torch.randn(rank, inp, generator=g) / inp ** 0.5
+        tensors[name + suffixes[1]] = torch.randn(out, rank, generator=g) * 0.3 / rank ** 0.5
+        if alphas:
+            tensors[name + ".alpha"] = torch.tensor(float(2 + k % 3))
+    return tensors
+
+
 def _flux_kohya(transformer, seed):
     """A kohya / sd-scripts file in Black Forest Labs' names, with an alpha per pair. No linear1:
     diffusers splits it in FLUX.1-dev's own widths (3072 x 3, 12288), which a small model has not."""
-    g = torch.Generator().manual_seed(seed)
     inner = transformer.config.num_attention_heads * transformer.config.attention_head_dim
     mlp = transformer.single_transformer_blocks[0].proj_mlp.out_features
     ff = transformer.transformer_blocks[0].ff.net[0].proj.out_features
@@ -91,13 +152,37 @@ def _flux_kohya(transformer, seed):
         "lora_unet_double_blocks_0_img_mod_lin": (mod, inner),
         "lora_unet_single_blocks_1_linear2": (inner, inner + mlp),
     }
-    tensors = {}
-    for k, (name, (out, inp)) in enumerate(modules.items()):
-        rank = 4
-        tensors[name + ".lora_down.weight"] = torch.randn(rank, inp, generator=g) / inp ** 0.5
-        tensors[name + ".lora_up.weight"] = torch.randn(out, rank, generator=g) * 0.3 / rank ** 0.5
-        tensors[name + ".alpha"] = torch.tensor(float(2 + k % 3))  # alpha / rank: 0.5, 0.75, 1
-    return tensors
+    return _random_pairs(modules, seed)
+
+
+def _z_image_adapter(transformer, file, seed):
+    """Z_IMAGE_ADAPTERS[file] with random pairs: kohya's names and alphas, or lora_A / lora_B without."""
+    shapes = {}
+    for name, targets in Z_IMAGE_ADAPTERS[file].items():
+        layers = [transformer.get_submodule(t) for t in targets]
+        shapes[name] = (sum(x.out_features for x in layers), layers[0].in_features)
+    kohya = file == "z_image_kohya.safetensors"
+    return _random_pairs(shapes, seed, KOHYA if kohya else PEFT, alphas=kohya)
+
+
+def _check_z_image_adapter(transformer, file, adapter, scale):
+    """The adapter diffusers loaded at `scale` changes each module as the file says: scale x alpha /
+    rank (1 without an alpha) x up @ down, a fused qkv's up split in three; and no other module."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(os.path.join(ADAPTERS, file))
+    modules = Z_IMAGE_ADAPTERS[file]
+    down, up = KOHYA if file == "z_image_kohya.safetensors" else PEFT
+    for name, targets in modules.items():
+        a, b = tensors[name + down], tensors[name + up]
+        factor = scale * (tensors[name + ".alpha"].item() / a.shape[0] if name + ".alpha" in tensors else 1.0)
+        for target, part in zip(targets, b.chunk(len(targets), dim=0)):
+            layer = transformer.get_submodule(target)
+            got = layer.lora_B[adapter].weight @ layer.lora_A[adapter].weight * layer.scaling[adapter]
+            assert torch.allclose(got, factor * part @ a, rtol=1e-5, atol=1e-7), f"{file}: {target}"
+    adapted = [n for n, m in transformer.named_modules() if hasattr(m, "lora_A") and adapter in m.lora_A]
+    assert sorted(adapted) == sorted(t for ts in modules.values() for t in ts), f"{file}: adapted {adapted}"
+    print(f"{file}: {len(adapted)} modules adapted as the file says")
 
 
 def _make_adapters(pipes):
@@ -137,6 +222,9 @@ def _make_adapters(pipes):
     QwenImagePipeline.save_lora_weights(ADAPTERS, transformer_lora_layers=q, transformer_lora_adapter_metadata=q_meta,
                                         weight_name="qwen_peft.safetensors")
 
+    for seed, file in enumerate(Z_IMAGE_ADAPTERS, 108):
+        save_file(_z_image_adapter(pipes["z-image"].transformer, file, seed), os.path.join(ADAPTERS, file))
+
 
 def _run(pipe, family, kwargs):
     kwargs = dict(kwargs)
@@ -163,6 +251,9 @@ def lora():
             names.append(f"a{k}")
             pipe.load_lora_weights(ADAPTERS, weight_name=file, adapter_name=names[-1])
         pipe.set_adapters(names, [scale for _, scale in adapters])
+        for (file, scale), adapter in zip(adapters, names):
+            if file in Z_IMAGE_ADAPTERS:
+                _check_z_image_adapter(pipe.transformer, file, adapter, scale)
         image, latents = _run(pipe, family, kwargs)
         tensors[name + ".image"] = image
         tensors[name + ".latents"] = latents
