@@ -14,7 +14,7 @@ ComfyUI's files use, in bf16, fp8, ComfyUI's scaled fp8 and GGUF, made from the 
   X.scale_weight (max|w| / 448 of the bf16 weight; the weight is fp8 value * scale_weight); every
   other tensor (1-D norm scales, biases, the [1, 240] pad tokens, which are no ".weight") bf16; the
   zero-size float8_e4m3fn marker "scaled_fp8".
-- gguf/z_image_Q8_0.gguf, gguf/z_image_Q4_K.gguf: the file's names with no prefix, as city96's
+- gguf/z_image_Q8_0.gguf (a Q4_K file is not written, see GGUF_FILES): the file's names with no prefix, as city96's
   convert.py writes them (general.architecture "lumina2", the arch it detects Z-Image as by
   cap_embedder.1.weight and context_refiner.0.attention.qkv.weight; general.quantization_version 2,
   general.file_type MOSTLY_Q8_0 / MOSTLY_Q4_K_M), written by golden_gguf.write_gguf. The tensor
@@ -92,7 +92,9 @@ PREFIX = "model.diffusion_model."
 ARCH = "lumina2"
 PADS = ("x_pad_token", "cap_pad_token")
 KEEP_FLOAT = ("x_embedder.", "cap_embedder.", "final_layer.")  # BF16 in the Q4_K file
-GGUF_FILES = {"q8_0": "z_image_Q8_0.gguf", "q4_k": "z_image_Q4_K.gguf"}
+# Q8_0 only: at this width K-quants fit two tensors (t_embedder's), and FLUX.1's GGUFs cover them;
+# the file would add 7 MB for little (plan() still says what a Q4_K file would hold).
+GGUF_FILES = {"q8_0": "z_image_Q8_0.gguf"}
 
 
 def key_table(config):
