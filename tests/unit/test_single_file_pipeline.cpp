@@ -2,7 +2,9 @@
 // Black Forest Labs' original layout (bf16, fp8, ComfyUI's scaled fp8), the rest from its diffusers
 // folder, gives the images diffusers gives with FluxTransformer2DModel.from_single_file
 // (scripts/golden/golden_single_file.py; the scaled file's reference is its dequantized weights),
-// and the single-process image under tp2 (fused rows narrowed to each rank's share) and ulysses2.
+// and the single-process image under tp2 (fused rows narrowed to each rank's share) and ulysses2;
+// the same for the tiny Z-Image's transformer in ComfyUI's layout (scripts/golden/golden_z_image_files.py:
+// fused qkv, prefixed or not) and its Q8_0 GGUF (arch lumina2).
 // GGUF files (scripts/golden/golden_gguf.py): every type's blocks dequantize to gguf-py's values to
 // the bit, and Q8_0, Q4_K and Q6_K transformers give the exact dequantization's image (diffusers
 // dequantizes in fp16, so its latents differ by up to 2e-3: checked within that, and its image
@@ -34,21 +36,17 @@ std::shared_ptr<SafetensorsFile> golden() {
     return SafetensorsFile::open(golden_path("single_file_pipeline.safetensors"));
 }
 
-GenerateRequest request_of(const nlohmann::json& c) {
-    GenerateRequest r;
-    r.prompt = c.at("prompt").get<std::string>();
-    r.seed = c.at("seed").get<uint64_t>();
-    r.steps = c.at("steps").get<int>();
-    r.width = c.at("width").get<int>();
-    r.height = c.at("height").get<int>();
-    r.arguments.set("guidance_scale", c.at("guidance_scale").get<double>());
-    r.arguments.set("max_sequence_length", int64_t{c.at("max_sequence_length").get<int>()});
-    return r;
+std::shared_ptr<SafetensorsFile> z_image_golden() {
+    return SafetensorsFile::open(golden_path("z_image_files.safetensors"));
 }
 
+GenerateRequest request_of(const nlohmann::json& c) { return dp::test::golden_request(c); }
+
+// The case's folder (its "folder", else the tiny FLUX.1-dev's) with its transformer from its file.
 PipelineOptions options_for(const nlohmann::json& c) {
     PipelineOptions o;
-    o.model_dir = std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev";
+    o.model_dir = c.contains("folder") ? dp::test::repository_path(c.at("folder").get<std::string>())
+                                       : std::string(DP_MODELS_DIR) + "/tiny-random-flux-dev";
     if (c.contains("file"))
         o.component_files["transformer"] = dp::test::repository_path(c.at("file").get<std::string>());
     return o;
@@ -61,43 +59,47 @@ GenerateResult generate_alone(const nlohmann::json& c) {
     return out;
 }
 
-// Case `c`'s `request` on two ranks under `degrees`: each rank's latents are `alone`'s within 1e-5.
+// Case `c`'s `request` on two ranks under `degrees`: each rank's latents are `alone`'s within
+// `tolerance` (the order of a sum's terms differs between the layouts).
 void check_on_two_ranks(const nlohmann::json& c, const GenerateRequest& request, const at::Tensor& alone,
-                        const dp::strategies::MeshDegrees& degrees) {
+                        const dp::strategies::MeshDegrees& degrees, double tolerance = 1e-5) {
     std::vector<at::Tensor> out(2);
     dp::test::run_ranks(2, [&](int rank, Communicator& group) {
         const ParallelContext parallel(group, dp::strategies::Mesh(2, degrees));
         out[static_cast<std::size_t>(rank)] =
             load_pipeline(options_for(c), parallel)->generate(request).latents;
     });
-    for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= 1e-5);
+    for (const at::Tensor& t : out) CHECK((t - alone).abs().max().item<double>() <= tolerance);
 }
 
 }  // namespace
 
 TEST_CASE(
-    "a FLUX.1 transformer from one file in Black Forest Labs' layout gives diffusers' from_single_file "
-    "image") {
-    const auto file = golden();
-    const nlohmann::json all = dp::test::golden_cases(golden());
+    "a transformer from one file in its original layout gives diffusers' from_single_file image: FLUX.1 in "
+    "Black Forest Labs', Z-Image in ComfyUI's (prefixed or not), bf16, fp8 and scaled fp8") {
     int checked = 0;
-    for (const std::string name : {"bfl_bf16", "bfl_fp8", "bfl_scaled_fp8"}) {
-        CAPTURE(name);
-        const GenerateResult out = generate_alone(all.at(name));
-        const at::Tensor ref = load_tensor(file, name + ".latents", at::kFloat);
-        const at::Tensor folder = load_tensor(file, "folder.latents", at::kFloat);
-        const double diff = (out.latents.reshape(ref.sizes()) - ref).abs().max().item<double>();
-        const double effect = (folder - ref).abs().max().item<double>();
-        MESSAGE(name << ": max |latent diff| " << diff
-                     << " against diffusers; the stored precision moves them by " << effect);
-        CHECK(effect > 1e-3);  // the file's rounding shows: the weights came from it, not the folder
-        CHECK(diff <= 1e-4);
-        const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
-        const at::Tensor d = (out.image.to(at::kInt) - ref_image.to(at::kInt)).abs();
-        CHECK(d.le(1).to(at::kDouble).mean().item<double>() >= 0.999);
-        ++checked;
-    }
-    CHECK(checked == 3);
+    for (const auto& [file, names] :
+         {std::pair{golden(), std::vector<std::string>{"bfl_bf16", "bfl_fp8", "bfl_scaled_fp8"}},
+          std::pair{z_image_golden(),
+                    std::vector<std::string>{"comfy_bf16", "comfy_fp8", "comfy_scaled_fp8"}}})
+        for (const std::string& name : names) {
+            const nlohmann::json all = dp::test::golden_cases(file);
+            CAPTURE(name);
+            const GenerateResult out = generate_alone(all.at(name));
+            const at::Tensor ref = load_tensor(file, name + ".latents", at::kFloat);
+            const at::Tensor folder = load_tensor(file, "folder.latents", at::kFloat);
+            const double diff = (out.latents.reshape(ref.sizes()) - ref).abs().max().item<double>();
+            const double effect = (folder - ref).abs().max().item<double>();
+            MESSAGE(name << ": max |latent diff| " << diff
+                         << " against diffusers; the stored precision moves them by " << effect);
+            CHECK(effect > 1e-3);  // the file's rounding shows: the weights came from it, not the folder
+            CHECK(diff <= 1e-4);
+            const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
+            const at::Tensor d = (out.image.to(at::kInt) - ref_image.to(at::kInt)).abs();
+            CHECK(d.le(1).to(at::kDouble).mean().item<double>() >= 0.999);
+            ++checked;
+        }
+    CHECK(checked == 6);
 }
 
 TEST_CASE("a transformer from one file gives the single-process image under tp2 and ulysses2") {
@@ -143,31 +145,45 @@ TEST_CASE("GGUF blocks of every type dequantize to the values gguf-py gives, to 
 }
 
 TEST_CASE(
-    "a FLUX.1 transformer from GGUF files (Q8_0, Q4_K, Q6_K) gives ggml's exact image, and diffusers' within "
-    "its fp16") {
-    const auto file = SafetensorsFile::open(golden_path("gguf_pipeline.safetensors"));
-    const nlohmann::json all = dp::test::golden_cases(file);
-    for (const std::string name : {"q8_0", "q4_k", "q6_k"}) {
-        CAPTURE(name);
-        const GenerateResult out = generate_alone(all.at(name));
-        const at::Tensor exact = load_tensor(file, name + "_exact.latents", at::kFloat);
-        const at::Tensor diffusers = load_tensor(file, name + ".latents", at::kFloat);
-        const at::Tensor mine = out.latents.reshape(exact.sizes());
-        const double to_exact = max_diff(mine, exact);
-        const double to_diffusers = max_diff(mine, diffusers);
-        MESSAGE(name << ": max |latent diff| " << to_exact << " against the exact dequantization, "
-                     << to_diffusers << " against diffusers (which dequantizes in fp16)");
-        CHECK(to_exact <= 1e-4);
-        CHECK(to_diffusers <= 3e-3);
-        const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
-        CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt)).abs().le(1).all().item<bool>());
-    }
+    "a transformer from GGUF files gives ggml's exact image, and diffusers' within its fp16: FLUX.1 (Q8_0, "
+    "Q4_K, Q6_K), Z-Image (Q8_0, arch lumina2)") {
+    for (const auto& [file, names] :
+         {std::pair{SafetensorsFile::open(golden_path("gguf_pipeline.safetensors")),
+                    std::vector<std::string>{"q8_0", "q4_k", "q6_k"}},
+          std::pair{z_image_golden(), std::vector<std::string>{"q8_0"}}})
+        for (const std::string& name : names) {
+            const nlohmann::json all = dp::test::golden_cases(file);
+            CAPTURE(name);
+            const GenerateResult out = generate_alone(all.at(name));
+            const at::Tensor exact = load_tensor(file, name + "_exact.latents", at::kFloat);
+            const at::Tensor diffusers = load_tensor(file, name + ".latents", at::kFloat);
+            const at::Tensor mine = out.latents.reshape(exact.sizes());
+            const double to_exact = max_diff(mine, exact);
+            const double to_diffusers = max_diff(mine, diffusers);
+            MESSAGE(name << ": max |latent diff| " << to_exact << " against the exact dequantization, "
+                         << to_diffusers << " against diffusers (which dequantizes in fp16)");
+            CHECK(to_exact <= 1e-4);
+            CHECK(to_diffusers <= 3e-3);
+            const at::Tensor ref_image = load_tensor(file, name + ".image", at::kByte);
+            CHECK((out.image.to(at::kInt) - ref_image.to(at::kInt)).abs().le(1).all().item<bool>());
+        }
 }
 
-TEST_CASE("a GGUF Q4_K transformer gives the single-process image under tp2, and fp8 under ulysses2") {
+TEST_CASE(
+    "a GGUF Q4_K transformer gives the single-process image under tp2, fp8 under ulysses2, and Z-Image's "
+    "fused qkv from fp8 under tp2") {
     const auto gguf = SafetensorsFile::open(golden_path("gguf_pipeline.safetensors"));
     const nlohmann::json q4 = dp::test::golden_cases(gguf).at("q4_k");
     const nlohmann::json fp8 = dp::test::golden_cases(golden()).at("bfl_fp8");
+    // Z-Image's fused qkv, narrowed to each rank's share; its latents reach 4.2 (the tiny FLUX.1's
+    // 2): 1.4e-5 measured is the same relative error.
+    const nlohmann::json z_image = dp::test::golden_cases(z_image_golden()).at("comfy_fp8");
+    dp::strategies::MeshDegrees tp2;
+    tp2.tp = 2;
+    check_on_two_ranks(
+        z_image, request_of(z_image),
+        load_pipeline(options_for(z_image), ParallelContext::single())->generate(request_of(z_image)).latents,
+        tp2, 2e-5);
     for (const auto& [c, degrees] :
          {std::pair<nlohmann::json, dp::strategies::MeshDegrees>{q4,
                                                                  [] {
