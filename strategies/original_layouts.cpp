@@ -156,6 +156,19 @@ void place_blocks(LayoutMapper& m, int64_t width, const std::string& from, const
     }
 }
 
+std::vector<LoraPart> stacked_parts(const std::vector<std::string>& modules,
+                                    const std::map<std::string, std::vector<int64_t>>& weights) {
+    std::vector<LoraPart> parts;
+    int64_t first = 0;
+    for (const std::string& m : modules) {
+        const auto it = weights.find(m + ".weight");
+        if (it == weights.end() || it->second.size() != 2) return {};
+        parts.push_back({m, {{first, it->second[0]}}});
+        first += it->second[0];
+    }
+    return parts;
+}
+
 void mark_unplaced(const LayoutMapper& m) {
     for (const auto& [name, info] : m.file)
         if (starts_with(name, m.out.prefix) && !m.used.count(name) && name != "scaled_fp8")

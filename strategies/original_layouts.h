@@ -7,10 +7,12 @@
 // single_file_problem. Headers only, no LibTorch.
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "strategies/family.h"
 #include "strategies/single_file.h"
 
 namespace dp::strategies {
@@ -46,6 +48,12 @@ void place_blocks(LayoutMapper& m, int64_t width, const std::string& from, const
 // What the file holds under the component's prefix beyond what `m` placed, named for
 // single_file_problem.
 void mark_unplaced(const LayoutMapper& m);
+
+// An adapter's module of an original layout that fuses `modules` (diffusers' names, in the order
+// their rows are stacked: a fused qkv): each part the rows of its own weight in `weights` (diffusers'
+// name with ".weight" -> shape); empty when one is missing or not 2-D.
+std::vector<LoraPart> stacked_parts(const std::vector<std::string>& modules,
+                                    const std::map<std::string, std::vector<int64_t>>& weights);
 
 // The original latent-diffusion VAE (`encoder.down.I.block.J`, `decoder.up.K` numbered from the
 // bottom, `mid.attn_1.q` as 1x1 convolutions) in diffusers' AutoencoderKL names.

@@ -146,17 +146,7 @@ std::vector<LoraPart> lora_original_parts(const std::string& name,
         const auto it = w.find(module + ".weight");
         return it == w.end() || it->second.size() != 2 ? -1 : it->second[0];
     };
-    const auto split = [&](const std::vector<std::string>& modules) {
-        std::vector<LoraPart> parts;
-        int64_t first = 0;
-        for (const std::string& m : modules) {
-            const int64_t n = rows_of(m);
-            if (n < 0) return std::vector<LoraPart>{};
-            parts.push_back({m, {{first, n}}});
-            first += n;
-        }
-        return parts;
-    };
+    const auto split = [&](const std::vector<std::string>& modules) { return stacked_parts(modules, w); };
     static const std::regex double_block(
         R"(double_blocks\.(\d+)\.(img|txt)_(attn\.qkv|attn\.proj|mlp\.0|mlp\.2|mod\.lin))");
     static const std::regex single_block(R"(single_blocks\.(\d+)\.(linear1|linear2|modulation\.lin))");

@@ -1,7 +1,9 @@
 // Z-Image (ZImagePipeline: Z-Image and Z-Image-Turbo): what the launcher side knows of the family
 // (Note [a family in one place], strategies/family.h). Its math is runtime/models/z_image/.
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "protocol/errors.h"
 #include "strategies/config_sizes.h"
@@ -112,6 +114,41 @@ void map_original(const CheckpointTensors& file, SingleFileLayout& out) {
     mark_unplaced(m);
 }
 
+// An adapter's module in the original names (kohya's files, dotted again): a fused qkv changes
+// to_q, to_k and to_v by its up's thirds; attention.out is to_out.0; x_embedder and final_layer
+// lack diffusers' "2-1". Any other name is diffusers' own (empty here).
+std::vector<LoraPart> lora_original_parts(const std::string& name,
+                                          const std::map<std::string, std::vector<int64_t>>& w) {
+    static const std::regex block(R"(((?:layers|noise_refiner|context_refiner)\.\d+\.attention)\.(qkv|out))");
+    std::smatch m;
+    if (std::regex_match(name, m, block)) {
+        const std::string a = m[1].str() + ".";
+        if (m[2] == "out") return {{a + "to_out.0", {}}};
+        return stacked_parts({a + "to_q", a + "to_k", a + "to_v"}, w);
+    }
+    static const std::map<std::string, std::string> whole = {
+        {"x_embedder", "all_x_embedder.2-1"},
+        {"final_layer.linear", "all_final_layer.2-1.linear"},
+        {"final_layer.adaLN_modulation.1", "all_final_layer.2-1.adaLN_modulation.1"}};
+    if (const auto it = whole.find(name); it != whole.end()) return {{it->second, {}}};
+    return {};
+}
+
+// kohya's underscored original names of the modules above, dotted again:
+// "lora_unet_layers_0_attention_qkv" -> "layers.0.attention.qkv"; empty for the others, which the
+// model's own underscored names find.
+std::string lora_kohya_original(const std::string& kohya) {
+    static const std::regex block(R"((layers|noise_refiner|context_refiner)_(\d+)_attention_(qkv|out))");
+    std::smatch m;
+    if (std::regex_match(kohya, m, block)) return m[1].str() + "." + m[2].str() + ".attention." + m[3].str();
+    static const std::map<std::string, std::string> whole = {
+        {"x_embedder", "x_embedder"},
+        {"final_layer_linear", "final_layer.linear"},
+        {"final_layer_adaLN_modulation_1", "final_layer.adaLN_modulation.1"}};
+    const auto it = whole.find(kohya);
+    return it == whole.end() ? std::string() : it->second;
+}
+
 // Z-Image-Turbo's config-only folder for a checkpoint of its names, in either layout.
 std::string shipped_config(const std::vector<std::string>& names) {
     const bool ours = std::any_of(names.begin(), names.end(), [](const std::string& n) {
@@ -156,6 +193,9 @@ const FamilyFacts& z_image_family() {
         f.is_original_transformer = &is_original;
         f.map_original_transformer = &map_original;
         f.shipped_config = &shipped_config;
+        f.lora_original_parts = &lora_original_parts;
+        f.lora_kohya_original = &lora_kohya_original;
+        f.kohya_format = "kohya (Z-Image)";
         f.transformer_parameters = &transformer_parameters;
         return f;
     }();
