@@ -27,6 +27,13 @@ the bf16 weights, Flux2Pipeline._get_mistral_3_small_prompt_embeds' output NAME.
 states the pipeline reads are its three slices; then ids.I and tekken_ids.I, the ids of
 QWEN2_STRINGS through both tokenizers (no special tokens added).
 
+flux2_dev_pipeline: models/tiny-random-flux2-dev/ (Flux2Pipeline: a 32-layer tiny Mistral3 of width
+32, its tokenizer/ a PixtralProcessor over LLAMA3_PATTERN with padding_side left, the dev
+transformer of golden_flux2.py (flux2_transformer_dev's weights: guidance embedder), golden_flux2.py's
+VAE as a link to tiny-random-flux2-klein's, FLUX.2's scheduler config) and Flux2Pipeline's images
+from it in flux2_dev_pipeline.safetensors (the layout of flux2_klein_pipeline.safetensors).
+Needs models/tiny-random-flux2-klein/ and tests/data/golden/flux2/ (golden_flux2.py's
+flux2_klein_pipeline).
 """
 import base64
 import json
@@ -34,6 +41,7 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
 import torch
 
 from diffusers.pipelines.flux2.system_messages import SYSTEM_MESSAGE
@@ -41,8 +49,11 @@ from diffusers.pipelines.flux2.system_messages import SYSTEM_MESSAGE
 from golden_qwen_tokenizer import QWEN2_STRINGS, _corpus
 from make_golden import OUT, perturb_norms, save
 
-PARTS = ["mistral3_encoder"]
+PARTS = ["mistral3_encoder", "flux2_dev_pipeline"]
 
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+MODELS = os.path.join(ROOT, "models")
+DEV = "tiny-random-flux2-dev"
 
 # tekken.json's pattern (Mistral-Small-3.x's tekken v7; transformers' fix_mistral_regex puts the same).
 TEKKEN_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
@@ -315,3 +326,119 @@ def mistral3_encoder():
     meta["strings"] = QWEN2_STRINGS
     save("mistral3_encoder.safetensors", tensors, meta)
 
+
+# --- Flux2Pipeline (FLUX.2-dev) -------------------------------------------------------------------
+
+# The pipeline's text model: width 32 (3 x 32 = 96 = the dev transformer's joint_attention_dim), 32
+# layers so that the pipeline's default text_encoder_out_layers (10, 20, 30) are inner layers, as
+# they are of Mistral-Small's 40.
+MISTRAL_PIPE = dict(MISTRAL_TINY, hidden_size=32, intermediate_size=48, num_hidden_layers=32, head_dim=6)
+LONG = ("a lighthouse on a rocky coast at dusk with waves and gulls and warm light in every window of the tower, "
+        "seen from a small boat")
+# name, prompts, guidance_scale, width, height, steps, seeds (one per prompt), reference images,
+# max_sequence_length
+DEV_CASES = [
+    ("t2i", ["a red fox in the snow"], 4.0, 32, 32, 4, [3], [], 512),
+    ("t2i_g25", ["a red fox in the snow"], 2.5, 32, 32, 4, [3], [], 512),
+    ("nonsquare", [LONG], 4.0, 40, 24, 4, [5], [], 48),  # cut inside the prompt
+    ("ref1", ["make the sky green"], 4.0, 32, 32, 3, [11], ["ref_96x72.png"], 512),
+    ("batch", ["a cat", "a bowl of ramen with an egg"], 3.0, 32, 24, 3, [7, 8], [], 512),
+]
+DEV_BF16_CASE = "t2i"
+
+
+def _dev_folder():
+    from diffusers import FlowMatchEulerDiscreteScheduler, Flux2Pipeline
+
+    from golden_flux2 import KLEIN, SCHEDULER, _link, _transformer, _vae
+
+    folder = os.path.join(MODELS, DEV)
+    shutil.rmtree(folder, ignore_errors=True)
+    processor = _processor(LLAMA3_PATTERN, padding_side="left")
+    text_encoder = tiny_mistral3(MISTRAL_PIPE, len(processor.tokenizer), 61)
+    pipe = Flux2Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=_vae(), text_encoder=text_encoder,
+                         tokenizer=processor, transformer=_transformer(True))
+    pipe.save_pretrained(folder, safe_serialization=True)
+    gen = os.path.join(folder, "text_encoder", "generation_config.json")
+    if os.path.exists(gen):
+        os.remove(gen)  # not the encoder's
+    # The VAE is golden_flux2's, byte for byte the klein folder's: a link, as klein-base's components.
+    ours, theirs = os.path.join(folder, "vae"), os.path.join(MODELS, KLEIN, "vae")
+    for name in os.listdir(ours):
+        with open(os.path.join(ours, name), "rb") as a, open(os.path.join(theirs, name), "rb") as b:
+            assert a.read() == b.read(), name
+    shutil.rmtree(ours)
+    _link(os.path.join("..", KLEIN, "vae"), ours)
+    with open(os.path.join(folder, "tokenizer", "tokenizer_config.json")) as f:
+        assert json.load(f).get("padding_side") == "left"
+
+
+def _dev_run(pipe, case, images):
+    """One Flux2Pipeline call; the images as uint8 and the packed latents after the last step."""
+    from diffusers.pipelines.flux2.pipeline_flux2 import compute_empirical_mu
+
+    from golden_flux2 import INPUTS, _rel
+
+    name, prompts, guidance, width, height, steps, seeds, refs, msl = case
+    last = {}
+
+    def keep(p, i, t, kwargs):
+        last["latents"] = kwargs["latents"]
+        return {}
+
+    kwargs = dict(prompt=prompts, guidance_scale=guidance, width=width, height=height, num_inference_steps=steps,
+                  max_sequence_length=msl, callback_on_step_end=keep)
+    if refs:
+        kwargs["image"] = [images[r] for r in refs]
+    gens = [torch.Generator("cpu").manual_seed(s) for s in seeds]
+    out = pipe(**kwargs, generator=gens, output_type="np").images
+    latents = last["latents"]
+    tokens = latents.shape[1]
+    result = {}
+    for k in range(len(prompts)):
+        result[f"{name}.{k}.image"] = torch.from_numpy((out[k] * 255).round().astype(np.uint8))
+        result[f"{name}.{k}.latents"] = latents[k].float()
+    result[f"{name}.sigmas"] = pipe.scheduler.sigmas.float()
+    out_h, out_w = out.shape[1:3]
+    m = dict(name=name, folder="models/" + DEV, pipeline="Flux2Pipeline", prompts=prompts, guidance_scale=guidance,
+             width=width, height=height, out_width=int(out_w), out_height=int(out_h), steps=steps, seeds=seeds,
+             images=[_rel(os.path.join(INPUTS, r)) for r in refs], max_sequence_length=msl,
+             text_encoder_out_layers=[10, 20, 30], image_tokens=int(tokens),
+             mu=compute_empirical_mu(int(tokens), steps))
+    return result, m
+
+
+def flux2_dev_pipeline():
+    from diffusers import Flux2Pipeline
+    from PIL import Image
+
+    from golden_flux2 import INPUTS, REFS
+
+    pixtral_processor_class()
+    _dev_folder()
+    for n in REFS:
+        assert os.path.exists(os.path.join(INPUTS, n)), f"{n}: run golden_flux2.py's flux2_klein_pipeline first"
+    images = {n: Image.open(os.path.join(INPUTS, n)) for n in REFS}
+    pipe = Flux2Pipeline.from_pretrained(os.path.join(MODELS, DEV))  # what the C++ side reads
+    pipe.set_progress_bar_config(disable=True)
+    assert type(pipe.tokenizer).__name__ == "PixtralProcessor" and pipe.tokenizer.tokenizer.padding_side == "left"
+    tensors, meta = {}, {}
+    for case in DEV_CASES:
+        result, m = _dev_run(pipe, case, images)
+        tensors.update(result)
+        meta[case[0]] = m
+    # The prompt encoding of two cases: ids and mask (left-padded), and the embeddings of the cut one.
+    for name in ("t2i", "nonsquare"):
+        case = next(c for c in DEV_CASES if c[0] == name)
+        ids, mask = _encode_ids(pipe.tokenizer, case[1], case[8])
+        tensors[f"{name}.input_ids"], tensors[f"{name}.attention_mask"] = ids[0], mask[0]
+        meta[name]["chat_text"] = pipe.tokenizer.apply_chat_template(_format(case[1]), tokenize=False)[0]
+    embeds, _ = pipe.encode_prompt(LONG, max_sequence_length=48)
+    tensors["nonsquare.prompt_embeds"] = embeds[0]
+    bf16 = Flux2Pipeline.from_pretrained(os.path.join(MODELS, DEV), torch_dtype=torch.bfloat16)
+    bf16.set_progress_bar_config(disable=True)
+    case = next(c for c in DEV_CASES if c[0] == DEV_BF16_CASE)
+    result, m = _dev_run(bf16, ("bf16",) + case[1:], images)
+    tensors.update(result)
+    meta["bf16"] = dict(m, dtype="bfloat16", same_as=DEV_BF16_CASE)
+    save("flux2_dev_pipeline.safetensors", tensors, meta)
