@@ -41,7 +41,6 @@ import os
 import shutil
 import tempfile
 
-import numpy as np
 import torch
 
 from diffusers.pipelines.flux2.system_messages import SYSTEM_MESSAGE
@@ -377,34 +376,18 @@ def _dev_run(pipe, case, images):
     """One Flux2Pipeline call; the images as uint8 and the packed latents after the last step."""
     from diffusers.pipelines.flux2.pipeline_flux2 import compute_empirical_mu
 
-    from golden_flux2 import INPUTS, _rel
+    from golden_flux2 import INPUTS, _rel, run_and_keep
 
     name, prompts, guidance, width, height, steps, seeds, refs, msl = case
-    last = {}
-
-    def keep(p, i, t, kwargs):
-        last["latents"] = kwargs["latents"]
-        return {}
-
     kwargs = dict(prompt=prompts, guidance_scale=guidance, width=width, height=height, num_inference_steps=steps,
-                  max_sequence_length=msl, callback_on_step_end=keep)
+                  max_sequence_length=msl)
     if refs:
         kwargs["image"] = [images[r] for r in refs]
-    gens = [torch.Generator("cpu").manual_seed(s) for s in seeds]
-    out = pipe(**kwargs, generator=gens, output_type="np").images
-    latents = last["latents"]
-    tokens = latents.shape[1]
-    result = {}
-    for k in range(len(prompts)):
-        result[f"{name}.{k}.image"] = torch.from_numpy((out[k] * 255).round().astype(np.uint8))
-        result[f"{name}.{k}.latents"] = latents[k].float()
-    result[f"{name}.sigmas"] = pipe.scheduler.sigmas.float()
-    out_h, out_w = out.shape[1:3]
+    result, out_h, out_w, tokens = run_and_keep(pipe, name, seeds, **kwargs)
     m = dict(name=name, folder="models/" + DEV, pipeline="Flux2Pipeline", prompts=prompts, guidance_scale=guidance,
-             width=width, height=height, out_width=int(out_w), out_height=int(out_h), steps=steps, seeds=seeds,
+             width=width, height=height, out_width=out_w, out_height=out_h, steps=steps, seeds=seeds,
              images=[_rel(os.path.join(INPUTS, r)) for r in refs], max_sequence_length=msl,
-             text_encoder_out_layers=[10, 20, 30], image_tokens=int(tokens),
-             mu=compute_empirical_mu(int(tokens), steps))
+             text_encoder_out_layers=[10, 20, 30], image_tokens=tokens, mu=compute_empirical_mu(tokens, steps))
     return result, m
 
 
