@@ -256,33 +256,39 @@ def _folders():
         f.write("\n")
 
 
+def run_and_keep(pipe, name, seeds, **kwargs):
+    """One call of a FLUX.2 pipeline with a generator per prompt (seeds) and output_type np:
+    NAME.K.image (uint8), NAME.K.latents (the packed latents after the last step), NAME.sigmas;
+    and the output's height and width and the noise token count."""
+    last = {}
+
+    def keep(p, i, t, kw):
+        last["latents"] = kw["latents"]
+        return {}
+
+    gens = [torch.Generator("cpu").manual_seed(s) for s in seeds]
+    out = pipe(**kwargs, callback_on_step_end=keep, generator=gens, output_type="np").images
+    latents = last["latents"]
+    result = {}
+    for k in range(len(seeds)):
+        result[f"{name}.{k}.image"] = torch.from_numpy((out[k] * 255).round().astype(np.uint8))
+        result[f"{name}.{k}.latents"] = latents[k].float()
+    result[f"{name}.sigmas"] = pipe.scheduler.sigmas.float()
+    return result, int(out.shape[1]), int(out.shape[2]), int(latents.shape[1])
+
+
 def _run(pipe, case, images):
     """One pipeline call; the image as uint8 and the packed latents after the last step."""
     from diffusers.pipelines.flux2.pipeline_flux2_klein import compute_empirical_mu
 
     name, folder, prompts, negative, guidance, width, height, steps, seeds, refs, msl = case
-    last = {}
-
-    def keep(p, i, t, kwargs):
-        last["latents"] = kwargs["latents"]
-        return {}
-
     kwargs = dict(prompt=prompts, guidance_scale=guidance, width=width, height=height, num_inference_steps=steps,
-                  max_sequence_length=msl, callback_on_step_end=keep)
+                  max_sequence_length=msl)
     if refs:
         kwargs["image"] = [images[r] for r in refs]
     if negative is not None:  # the pipeline has no negative_prompt: its embeddings, from its own encoder
         kwargs["negative_prompt_embeds"], _ = pipe.encode_prompt([negative] * len(prompts), max_sequence_length=msl)
-    gens = [torch.Generator("cpu").manual_seed(s) for s in seeds]
-    out = pipe(**kwargs, generator=gens, output_type="np").images
-    latents = last["latents"]
-    tokens = latents.shape[1]
-    result = {}
-    for k in range(len(prompts)):
-        result[f"{name}.{k}.image"] = torch.from_numpy((out[k] * 255).round().astype(np.uint8))
-        result[f"{name}.{k}.latents"] = latents[k].float()
-    result[f"{name}.sigmas"] = pipe.scheduler.sigmas.float()
-    out_h, out_w = out.shape[1:3]
+    result, out_h, out_w, tokens = run_and_keep(pipe, name, seeds, **kwargs)
     m = dict(name=name, folder="models/" + folder, pipeline="Flux2KleinPipeline", prompts=prompts,
              negative_prompt=negative, guidance_scale=guidance, width=width, height=height, out_width=int(out_w),
              out_height=int(out_h), steps=steps, seeds=seeds, images=[_rel(os.path.join(INPUTS, r)) for r in refs],

@@ -1,9 +1,10 @@
 """Writes the config-only folders of real models: models/sd3-medium, models/sd3.5-medium,
 models/sd3.5-large, models/qwen-image, models/qwen-image-edit, models/qwen-image-edit-2509,
-models/flux.1-dev, models/flux.1-schnell and models/z-image-turbo, as diffusers lays out
-stabilityai/stable-diffusion-3-medium-diffusers, stable-diffusion-3.5-medium,
+models/flux.1-dev, models/flux.1-schnell, models/z-image-turbo and models/flux2-dev, as diffusers lays
+out stabilityai/stable-diffusion-3-medium-diffusers, stable-diffusion-3.5-medium,
 stable-diffusion-3.5-large, Qwen/Qwen-Image, Qwen/Qwen-Image-Edit, Qwen/Qwen-Image-Edit-2509,
-black-forest-labs/FLUX.1-dev and FLUX.1-schnell and Tongyi-MAI/Z-Image-Turbo, without their weights. The two Qwen-Image-Edit
+black-forest-labs/FLUX.1-dev and FLUX.1-schnell, Tongyi-MAI/Z-Image-Turbo and
+black-forest-labs/FLUX.2-dev, without their weights. The two Qwen-Image-Edit
 folders hold Qwen-Image's components as links to models/qwen-image (the same configs and tensors:
 its text encoder's manifest lists the vision tower the edit pipelines run) and their own processor/.
 
@@ -18,7 +19,9 @@ Tokenizer vocabularies are not available offline: tokenizer/ and tokenizer_2/ ca
 BPE of models/tiny-random-sd3, tokenizer_3/ the small SentencePiece vocabulary of
 tests/data/golden/t5_tokenizer (FLUX's tokenizer_2/ too), and Qwen-Image's tokenizer/ the small byte-level BPE of
 tests/data/golden/qwen2_tokenizer (Qwen2's pre-tokenizer and special tokens, a small vocabulary), and
-Z-Image-Turbo's the same BPE with Qwen3's added tokens and chat template (tests/data/golden/qwen3_tokenizer).
+Z-Image-Turbo's the same BPE with Qwen3's added tokens and chat template (tests/data/golden/qwen3_tokenizer),
+FLUX.2-dev's the PixtralProcessor folder of models/tiny-random-flux2-dev (a small tekken-style BPE
+with Mistral's special tokens and chat template, scripts/golden/golden_mistral3.py).
 Their ids are not the real model's (models/README.md).
 
 Run:   ~/.cache/dp-launch/venv/bin/python scripts/models/make_config_folders.py
@@ -157,6 +160,37 @@ ZIMAGE_TRANSFORMER = dict(all_patch_size=[2], all_f_patch_size=[1], in_channels=
                           axes_lens=[1536, 512, 512])
 ZIMAGE_SCHEDULER = dict(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False)
 QWEN3_TOKENIZER_DIR = os.path.join(ROOT, "tests", "data", "golden", "qwen3_tokenizer")
+
+# black-forest-labs/FLUX.2-dev: Flux2Transformer2DModel's defaults, which are the release's (8 double-
+# and 48 single-stream blocks of 48 heads of 128, text width 3 x 5120, guidance embedder: 32 B
+# parameters); Mistral3ForConditionalGeneration with Mistral-Small-3.x-24B's text model (Mistral3Config's
+# defaults, documented by transformers as Mistral-Small-3.1-24B-Instruct-2503's: 40 layers of
+# width 5120, 32 heads of 128 over 8 key-value heads, rope_theta 1e9, no sliding window, lm_head
+# untied) and Pixtral vision tower (24 layers of width 1024, patch 14); AutoencoderKLFlux2 (32
+# latent channels, batch-norm statistics over the patchified latents); FLUX.2's scheduler. The
+# pipeline reads hidden_states 10, 20 and 30 of the 40 layers.
+FLUX2_TRANSFORMER = dict(patch_size=1, in_channels=128, out_channels=None, num_layers=8, num_single_layers=48,
+                         attention_head_dim=128, num_attention_heads=48, joint_attention_dim=15360,
+                         timestep_guidance_channels=256, mlp_ratio=3.0, axes_dims_rope=(32, 32, 32, 32),
+                         rope_theta=2000, eps=1e-6, guidance_embeds=True)
+MISTRAL_SMALL_TEXT = dict(vocab_size=131072, hidden_size=5120, intermediate_size=32768, num_hidden_layers=40,
+                          num_attention_heads=32, num_key_value_heads=8, head_dim=128, hidden_act="silu",
+                          max_position_embeddings=131072, rms_norm_eps=1e-5,
+                          rope_parameters={"rope_type": "default", "rope_theta": 1e9}, sliding_window=None,
+                          attention_dropout=0.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+PIXTRAL_VISION = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
+                      num_channels=3, image_size=1540, patch_size=14, hidden_act="gelu",
+                      rope_parameters={"rope_type": "axial", "rope_theta": 10000.0})
+FLUX2_VAE = dict(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 4,
+                 up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=[128, 256, 512, 512],
+                 layers_per_block=2, act_fn="silu", latent_channels=32, norm_num_groups=32, sample_size=1024,
+                 use_quant_conv=True, use_post_quant_conv=True, mid_block_add_attention=True, batch_norm_eps=1e-4,
+                 batch_norm_momentum=0.1, patch_size=[2, 2])
+FLUX2_SCHEDULER = dict(base_image_seq_len=256, base_shift=0.5, invert_sigmas=False, max_image_seq_len=4096,
+                       max_shift=1.15, num_train_timesteps=1000, shift=3.0, shift_terminal=None,
+                       stochastic_sampling=False, time_shift_type="exponential", use_beta_sigmas=False,
+                       use_dynamic_shifting=True, use_exponential_sigmas=False, use_karras_sigmas=False)
+FLUX2_TOKENIZER_DIR = os.path.join(MODELS, "tiny-random-flux2-dev", "tokenizer")
 
 # --- writing ------------------------------------------------------------------------------------
 
@@ -344,6 +378,43 @@ def z_image_files():
     return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
 
 
+def flux2_dev_files():
+    """Relative path -> bytes of every file of models/flux2-dev."""
+    from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration
+
+    files = {"model_index.json": json_text(
+        {"_class_name": "Flux2Pipeline", "_diffusers_version": "0.42.1",
+         "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+         "text_encoder": ["transformers", "Mistral3ForConditionalGeneration"],
+         "tokenizer": ["transformers", "PixtralProcessor"], "transformer": ["diffusers", "Flux2Transformer2DModel"],
+         "vae": ["diffusers", "AutoencoderKLFlux2"]})}
+    files["scheduler/scheduler_config.json"] = json_text(
+        json.loads(FlowMatchEulerDiscreteScheduler(**FLUX2_SCHEDULER).to_json_string()))
+    config = Mistral3Config(text_config=MISTRAL_SMALL_TEXT, vision_config=PIXTRAL_VISION, image_token_index=10,
+                            spatial_merge_size=2, projector_hidden_act="gelu", multimodal_projector_bias=False,
+                            vision_feature_layer=-1, tie_word_embeddings=False)
+    config.architectures = ["Mistral3ForConditionalGeneration"]
+    with torch.device("meta"):
+        model = Mistral3ForConditionalGeneration(config)
+    d = config.to_dict()
+    d["dtype"] = "bfloat16"
+    files["text_encoder/config.json"] = json_text(d)
+    # The names save_pretrained writes (transformers 4's layout, which 5 keeps on disk).
+    manifest = manifest_text(model, "BF16", "Mistral3ForConditionalGeneration")
+    for module_name, file_name in (('"model.language_model.', '"language_model.model.'),
+                                   ('"lm_head.', '"language_model.lm_head.'),
+                                   ('"model.vision_tower.', '"vision_tower.'),
+                                   ('"model.multi_modal_projector.', '"multi_modal_projector.')):
+        manifest = manifest.replace(module_name, file_name)
+    files["text_encoder/tensors.json"] = manifest
+    files["transformer/config.json"], files["transformer/tensors.json"] = diffusers_component(
+        Flux2Transformer2DModel, FLUX2_TRANSFORMER, "BF16")
+    files["vae/config.json"], files["vae/tensors.json"] = diffusers_component(AutoencoderKLFlux2, FLUX2_VAE, "BF16")
+    files.update(folder_copy(FLUX2_TOKENIZER_DIR, "tokenizer"))
+    return {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
+
+
 def write_links(folder, links, check):
     """Makes each link (path relative to folder -> target); with check, the paths that are not that link."""
     stale = []
@@ -366,7 +437,7 @@ def main():
     makers = [(name, lambda spec=spec, name=name: folder_files(name, spec)) for name, spec in FOLDERS.items()]
     makers += [("qwen-image", qwen_image_files)] + [(name, lambda name=name: flux_files(name)) for name in FLUX_SCHEDULERS]
     makers += [(name, lambda name=name: qwen_image_edit_files(name)) for name in QWEN_EDIT]
-    makers += [("z-image-turbo", z_image_files)]
+    makers += [("z-image-turbo", z_image_files), ("flux2-dev", flux2_dev_files)]
     for name, make in makers:
         files = make()
         links = qwen_image_edit_links() if name in QWEN_EDIT else {}
