@@ -326,3 +326,40 @@ TEST_CASE(
     MESSAGE("klein's stacked layers: max |diff| " << klein << ", pads included");
     CHECK(klein <= 1e-5);
 }
+
+// Note [blind queries]: FLUX.2-dev's Mistral 3 (scripts/golden/golden_mistral3.py: bf16 weights,
+// computed in fp32 as the golden does) sends every row on, left pads included.
+TEST_CASE(
+    "Mistral 3: FLUX.2-dev's stacked hidden states of left- and right-padded rows, a cut prompt and a cut "
+    "system message equal transformers', pads included") {
+    const auto g = SafetensorsFile::open(golden_path("mistral3_encoder.safetensors"));
+    const nlohmann::json meta = dp::test::golden_cases(g);
+    const std::string folder = golden_path("mistral3_encoder/text_encoder");
+    const Qwen2TextConfig config = Qwen2TextConfig::from_json_file(folder + "/config.json");
+    CHECK(config.mistral);
+    CHECK_FALSE(config.qwen3);
+    CHECK(config.head_dim() == 12);  // given, while hidden_size / heads is 16
+    WeightStore weights = WeightStore::open_folder(folder, at::kFloat, at::kCPU);
+    const Qwen2TextEncoder encoder(config, weights);
+    CHECK_NOTHROW(weights.check_all_taken());  // the vision tower, projector and lm_head skipped
+    const std::vector<int64_t> layers = meta.at("layers").get<std::vector<int64_t>>();
+    for (const std::string name : {"left", "right", "cut", "cut_system"}) {
+        CAPTURE(name);
+        const at::Tensor ids = load_tensor(g, name + ".input_ids", at::kLong);
+        const at::Tensor mask = load_tensor(g, name + ".attention_mask", at::kLong);
+        const std::vector<at::Tensor> states = encoder.hidden_states(ids, mask, layers);
+        const at::Tensor stacked =
+            at::stack(states, 1).permute({0, 2, 1, 3}).reshape({ids.size(0), ids.size(1), -1});
+        const double diff = max_diff(stacked, load_tensor(g, name + ".embeds", at::kFloat));
+        MESSAGE(name << ": max |diff| " << diff << ", pads included");
+        CHECK(diff <= 1e-5);
+    }
+    nlohmann::json bad = nlohmann::json::parse(read_text_file(folder + "/config.json"));
+    bad["text_config"]["model_type"] = "llama";
+    CHECK_THROWS_WITH_AS(Qwen2TextConfig::from_json_text(bad.dump(), "te/config.json"),
+                         doctest::Contains("supported: mistral"), ModelError);
+    bad["text_config"]["model_type"] = "mistral";
+    bad["text_config"]["sliding_window"] = 512;
+    CHECK_THROWS_WITH_AS(Qwen2TextConfig::from_json_text(bad.dump(), "te/config.json"),
+                         doctest::Contains("sliding_window"), ModelError);
+}

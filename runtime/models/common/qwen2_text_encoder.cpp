@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/config_json.h"
@@ -18,8 +19,8 @@ namespace {
 // The additive attention bias [B or 1, heads, L, L]: 0 where a query may see a key (the key is
 // not after it and, with a mask, not a pad), -inf elsewhere, as transformers masks: a pad query
 // after real tokens sees them (FLUX.2-klein reads its pads' states). A query that would see no key
-// at all (a pad with only pads before it: left padding) sees itself, a finite, meaningless output
-// instead of NaN.
+// at all (a pad with only pads before it: left padding) sees itself, so that nothing is NaN; its
+// output is then zeroed (Note [blind queries]).
 at::Tensor attention_bias(const at::Tensor& mask, int64_t tokens, int64_t heads,
                           const at::TensorOptions& options) {
     const at::TensorOptions longs = options.dtype(at::kLong);
@@ -49,11 +50,16 @@ ConfigJson text_part(const ConfigJson& top) {
 
 namespace {
 
-// Qwen3Config's own keys (Note [Qwen3 text encoders]): head_dim, attention_bias; its layers all of
-// full attention.
-void read_qwen3(const ConfigJson& c, Qwen2TextConfig& cfg) {
-    cfg.qwen3 = true;
+// Qwen3Config's and MistralConfig's own keys (Note [Qwen3 text encoders]): head_dim,
+// attention_bias; Qwen3's qk-norm; every layer of full attention (Mistral: a sliding window, if
+// any, of at least the 1024 tokens a prompt may have, where it changes nothing).
+void read_given_heads(const ConfigJson& c, Qwen2TextConfig& cfg, bool qwen3) {
+    cfg.qwen3 = qwen3;
+    cfg.mistral = !qwen3;
     cfg.qkv_bias = c.boolean("attention_bias", false);
+    if (cfg.mistral && c.has("sliding_window") && !c.raw()["sliding_window"].is_null() &&
+        c.integer("sliding_window", 0, 0, int64_t{1} << 40) < 1024)
+        c.fail("sliding_window", "is below 1024 tokens; only attention over the whole prompt is supported");
     cfg.explicit_head_dim = c.integer("head_dim", cfg.hidden_size / cfg.num_attention_heads, 2, 4096);
     if (cfg.explicit_head_dim % 2 != 0)
         c.fail("head_dim", "is " + std::to_string(cfg.explicit_head_dim) + "; RoPE needs an even head size");
@@ -69,15 +75,22 @@ void read_qwen3(const ConfigJson& c, Qwen2TextConfig& cfg) {
 Qwen2TextConfig Qwen2TextConfig::from_json_text(const std::string& text, const std::string& path) {
     const ConfigJson top(text, path);
     const std::string top_type = top.string("model_type", "qwen2_5_vl");
-    if (top_type != "qwen2_5_vl" && top_type != "qwen2_5_vl_text" && top_type != "qwen3")
+    // The outer model_type and its text_config's: Qwen2.5-VL, Qwen3, Mistral 3 (Note [Qwen3 text encoders]).
+    static const std::map<std::string, std::string> kinds = {{"qwen2_5_vl", "qwen2_5_vl_text"},
+                                                             {"qwen2_5_vl_text", "qwen2_5_vl_text"},
+                                                             {"qwen3", "qwen3"},
+                                                             {"mistral3", "mistral"},
+                                                             {"mistral", "mistral"}};
+    const auto kind = kinds.find(top_type);
+    if (kind == kinds.end())
         top.fail("model_type",
                  "is '" + top_type +
-                     "'; supported: qwen2_5_vl (Qwen2.5-VL, Qwen-Image's text_encoder) and qwen3 "
-                     "(Qwen3, Z-Image's and FLUX.2-klein's)");
+                     "'; supported: qwen2_5_vl (Qwen2.5-VL, Qwen-Image's text_encoder), qwen3 "
+                     "(Qwen3, Z-Image's and FLUX.2-klein's) and mistral3 (Mistral 3, FLUX.2-dev's)");
     const bool nested = top.has("text_config");
     const ConfigJson c = text_part(top);
-    if (nested && c.has("model_type") && c.string("model_type", "") != "qwen2_5_vl_text")
-        c.fail("model_type", "is '" + c.string("model_type", "") + "'; supported: qwen2_5_vl_text");
+    if (nested && c.has("model_type") && c.string("model_type", "") != kind->second)
+        c.fail("model_type", "is '" + c.string("model_type", "") + "'; supported: " + kind->second);
     Qwen2TextConfig cfg;
     cfg.vocab_size = c.integer("vocab_size", cfg.vocab_size, 1, 1 << 24);
     cfg.hidden_size = c.integer("hidden_size", cfg.hidden_size, 1, 1 << 17);
@@ -89,8 +102,8 @@ Qwen2TextConfig Qwen2TextConfig::from_json_text(const std::string& text, const s
     cfg.hidden_act = c.string("hidden_act", cfg.hidden_act);
     if (cfg.hidden_act != "silu")
         c.fail("hidden_act", "is '" + cfg.hidden_act + "'; supported: silu (SwiGLU)");
-    if (top_type == "qwen3") read_qwen3(c, cfg);
-    if ((!cfg.qwen3 && cfg.hidden_size % cfg.num_attention_heads != 0) || cfg.head_dim() % 2 != 0)
+    if (kind->second != "qwen2_5_vl_text") read_given_heads(c, cfg, kind->second == "qwen3");
+    if ((!cfg.explicit_head_dim && cfg.hidden_size % cfg.num_attention_heads != 0) || cfg.head_dim() % 2 != 0)
         c.fail("num_attention_heads", "is " + std::to_string(cfg.num_attention_heads) +
                                           "; it must divide hidden_size " + std::to_string(cfg.hidden_size) +
                                           " into heads of an even size");
@@ -144,16 +157,22 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
     const int64_t heads = config.num_attention_heads, group = config.group_size(),
                   ff = config.intermediate_size;
     if (kv < tp.size)
-        throw ModelError(std::string(config.qwen3 ? "Qwen3" : "Qwen2.5-VL") +
+        throw ModelError(std::string(config.qwen3     ? "Qwen3"
+                                     : config.mistral ? "Mistral 3"
+                                                      : "Qwen2.5-VL") +
                          " text encoder: " + std::to_string(kv) +
                          " key-value heads over a tensor-parallel degree of " + std::to_string(tp.size) +
                          ": a rank would hold none (each rank keeps whole GQA groups)");
     local_kv_heads_ = tp.share(kv);
     const int64_t loaded_before = w.taken_bytes();
     const double eps = config.rms_norm_eps;  // Qwen2's RMS norms (Note [Qwen2 dtypes])
-    const std::string base = w.has("model.language_model.embed_tokens.weight") ? "model.language_model."
-                             : w.has("embed_tokens.weight")                    ? ""
-                                                                               : "model.";
+    // transformers 5's module names, 4's (and what 5 still writes for Mistral 3), a bare model's.
+    std::string base = "model.";
+    for (const char* prefix : {"model.language_model.", "language_model.model.", ""})
+        if (w.has(std::string(prefix) + "embed_tokens.weight")) {
+            base = prefix;
+            break;
+        }
     const int64_t loaded = layers < 0 ? config.num_hidden_layers : std::min(layers, config.num_hidden_layers);
     if (vision) {
         vision_ = std::make_unique<Qwen2VisionTower>(*vision, w, tp);
@@ -161,7 +180,9 @@ Qwen2TextEncoder::Qwen2TextEncoder(const Qwen2TextConfig& config, WeightStore& w
         w.skip_prefix("visual.");
         w.skip_prefix("model.visual.");
     }
-    w.skip_prefix("lm_head.");
+    for (const char* unused : {"lm_head.", "language_model.lm_head.", "vision_tower.", "model.vision_tower.",
+                               "multi_modal_projector.", "model.multi_modal_projector."})
+        w.skip_prefix(unused);  // Mistral 3's vision side, and every model's head
     embedding_ = w.take(base + "embed_tokens.weight", {config.vocab_size, d});
     // Heads split by GQA groups: a unit of q's features is one group's query heads, k's and v's
     // one key-value head; the MLP by single features (Note [uneven heads]).
@@ -279,6 +300,10 @@ std::vector<at::Tensor> Qwen2TextEncoder::run(const at::Tensor& input_ids, const
     const at::Tensor cos = angles.cos().to(x.scalar_type()), sin = angles.sin().to(x.scalar_type());
     auto rotate = [&](const at::Tensor& t) { return t * cos + rotate_half(t) * sin; };
     const at::Tensor bias = attention_bias(mask, tokens, q_heads, x.options());
+    // Note [blind queries]: 1 where a query sees some key, 0 where it sees none (its output zeroed).
+    const at::Tensor sees =
+        mask.defined() ? (mask.to(x.device(), at::kLong).cumsum(1) > 0).unsqueeze(-1).to(x.scalar_type())
+                       : at::Tensor();
     const SequenceShard whole(tokens, SequenceGroups{});  // a text encoder: every rank holds all tokens
     std::vector<at::Tensor> out;
     const auto keep = [&](int64_t index) {
@@ -299,7 +324,8 @@ std::vector<at::Tensor> Qwen2TextEncoder::run(const at::Tensor& input_ids, const
         in.v = split_heads(l.v(h), local_kv_heads_).repeat_interleave(group, 1);
         in.shard = &whole;
         in.logits_bias = bias;
-        x = x + l.o(merge_heads(attend(in).out));
+        const at::Tensor attended = merge_heads(attend(in).out);
+        x = x + l.o(sees.defined() ? attended * sees : attended);
         h = l.post_attention_norm(x);
         x = x + l.down(at::silu(l.gate(h)) * l.up(h));
         if (i + 1 < config_.num_hidden_layers) keep(i + 1);

@@ -24,6 +24,10 @@
 // hidden states from inside the model (Z-Image hidden_states[-2], klein a list of layers): as
 // transformers numbers them, hidden_states[0] is the embeddings, [i] the output of layer i - 1,
 // and [num_hidden_layers] the final norm's output. Only the layers a pipeline reads are loaded.
+// Mistral 3's language model (FLUX.2-dev's text encoder, model_type mistral3 with a mistral
+// text_config) is Qwen3 without the qk-norm; its vision tower and projector are never loaded.
+// Note [blind queries]: a query that may see no key (a left pad, before any real token) gets an
+// attention output of zero, as torch's attention gives such a row; FLUX.2 sends its pads' states on.
 //
 // Note [Qwen2 dtypes]: as transformers runs it. RMS norms take the variance in fp32 and scale
 // the input-dtype result by the weight; cos and sin are computed in fp32 and cast to the run's
@@ -61,6 +65,7 @@ struct Qwen2TextConfig : ConfigFile<Qwen2TextConfig> {
     // Qwen3's (Note [Qwen3 text encoders]): q and k normed per head, no q/k/v biases, head_dim
     // given (0: hidden_size / num_attention_heads).
     bool qwen3 = false;
+    bool mistral = false;  // Mistral 3's language model: given head_dim, no biases, no qk-norm
     bool qkv_bias = true;
     int64_t explicit_head_dim = 0;
 
