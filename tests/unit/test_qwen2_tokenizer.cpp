@@ -5,11 +5,14 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "runtime/io/errors.h"
 #include "runtime/io/safetensors.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/common/mistral_tokenizer.h"
 #include "runtime/models/common/qwen2_tokenizer.h"
 #include "unit/temp_dir.h"
 
@@ -160,4 +163,49 @@ TEST_CASE("bad Qwen2 tokenizer files are errors naming the file") {
     bad_added.write("added_tokens.json", R"({"<|endoftext|>": "x"})");
     CHECK_THROWS_WITH_AS(Qwen2Tokenizer::from_folder(bad_added.path),
                          doctest::Contains((bad_added.path + "/added_tokens.json").c_str()), ModelError);
+}
+
+// Mistral 3's tekken tokenizer (scripts/golden/golden_mistral3.py): the same vocabulary under the
+// two split patterns its published files are said to carry (Llama 3's, tekken's), from the file.
+TEST_CASE(
+    "Mistral 3's tokenizer: ids equal transformers' under either split pattern, and FLUX.2-dev's "
+    "prompts in its system template with their control tokens") {
+    const auto g = SafetensorsFile::open(golden_path("mistral3_encoder.safetensors"));
+    const nlohmann::json meta = golden_meta(g);
+    for (const auto& [folder, prefix] :
+         {std::pair{"tokenizer", "ids."}, std::pair{"tokenizer_tekken", "tekken_ids."}}) {
+        CAPTURE(folder);
+        const MistralTokenizer tok = MistralTokenizer::from_folder(golden_path("mistral3_encoder/") + folder);
+        CHECK(tok.bos_id() == meta.at("bos_id").get<int64_t>());
+        CHECK(tok.pad_id() == meta.at("pad_id").get<int64_t>());
+        for (const auto& [token, id] : meta.at("special").items())
+            CHECK(tok.id_of(token) == id.get<int64_t>());
+        for (std::size_t i = 0; i < meta.at("strings").size(); ++i) {
+            CAPTURE(meta.at("strings")[i].get<std::string>());
+            CHECK(tok.tokenize(meta.at("strings")[i].get<std::string>()) ==
+                  ids_of(g, prefix + std::to_string(i)));
+        }
+    }
+    // The pipeline's rows: the rendered template, cut at max_sequence_length, padded on its side.
+    const MistralTokenizer tok = MistralTokenizer::from_folder(golden_path("mistral3_encoder/tokenizer"));
+    for (const std::string name : {"left", "right", "cut", "cut_system", "ids_only"}) {
+        CAPTURE(name);
+        const nlohmann::json& c = meta.at("cases").at(name);
+        const at::Tensor ids = load_tensor(g, name + ".input_ids", at::kLong);
+        const at::Tensor mask = load_tensor(g, name + ".attention_mask", at::kLong);
+        const bool left = c.at("padding_side") == "left";
+        for (std::size_t k = 0; k < c.at("texts").size(); ++k) {
+            std::vector<int64_t> own = tok.tokenize(c.at("texts")[k].get<std::string>());
+            own.resize(std::min<std::size_t>(own.size(), c.at("max_sequence_length").get<std::size_t>()));
+            const auto row = static_cast<int64_t>(k), n = static_cast<int64_t>(own.size());
+            CHECK(mask[row].sum().item<int64_t>() == n);
+            const at::Tensor real = ids[row].narrow(0, left ? ids.size(1) - n : 0, n);
+            CHECK(at::equal(real, at::tensor(own, at::kLong)));
+        }
+    }
+    TempDir dir;  // a vocab.json + merges.txt folder carries no split pattern
+    dir.copy_from(kFolder, "vocab.json");
+    dir.copy_from(kFolder, "merges.txt");
+    CHECK_THROWS_WITH_AS(MistralTokenizer::from_folder(dir.path), doctest::Contains("tokenizer.json"),
+                         ModelError);
 }

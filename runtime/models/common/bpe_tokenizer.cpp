@@ -114,6 +114,54 @@ BpeFlavor BpeFlavor::qwen2() {
     return f;
 }
 
+BpeFlavor BpeFlavor::mistral() {
+    BpeFlavor f;
+    f.name = "Mistral (tekken)";
+    f.split_pattern_from_file = true;
+    f.nfc = false;
+    f.added_tokens = true;
+    f.bos_token = "<s>";
+    f.eos_token = "</s>";
+    f.pad_token = "<pad>";
+    f.unk_token = "<unk>";
+    return f;
+}
+
+namespace {
+
+// tokenizer.json's Split pre-tokenizer's regex (alone, or in a Sequence), \s and \S spelled as the
+// White_Space property (what the reference's engine means by them). Throws ModelError naming `path`.
+std::string file_split_pattern(const nlohmann::json& j, const std::string& path) {
+    const nlohmann::json* pre = j.contains("pre_tokenizer") ? &j.at("pre_tokenizer") : nullptr;
+    std::vector<const nlohmann::json*> steps;
+    if (pre && pre->is_object() && pre->value("type", "") == "Sequence" && pre->contains("pretokenizers"))
+        for (const nlohmann::json& step : pre->at("pretokenizers")) steps.push_back(&step);
+    else if (pre)
+        steps.push_back(pre);
+    for (const nlohmann::json* step : steps)
+        if (step->is_object() && step->value("type", "") == "Split" && step->contains("pattern") &&
+            step->at("pattern").is_object() && step->at("pattern").contains("Regex") &&
+            step->at("pattern").at("Regex").is_string()) {
+            const std::string regex = step->at("pattern").at("Regex").get<std::string>();
+            std::string out;
+            for (std::size_t i = 0; i < regex.size(); ++i) {
+                if (regex[i] == '\\' && i + 1 < regex.size()) {
+                    const char next = regex[i + 1];
+                    out += next == 's'   ? "\\p{White_Space}"
+                           : next == 'S' ? "\\P{White_Space}"
+                                         : regex.substr(i, 2);
+                    ++i;
+                    continue;
+                }
+                out += regex[i];
+            }
+            return out;
+        }
+    throw ModelError(path + ": no Split pre-tokenizer with a regex (a tekken tokenizer.json has one)");
+}
+
+}  // namespace
+
 std::string byte_level_symbol(unsigned char b) { return byte_map()[b]; }
 
 BpeTokenizer BpeTokenizer::from_folder(const std::string& dir, const BpeFlavor& flavor) {
@@ -124,6 +172,8 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir, const BpeFlavor& 
     std::string vocab = read_text(dir + "/vocab.json", false);
     std::string merges;
     bool ignore_merges = false;
+    BpeFlavor used = flavor;  // with the file's split pattern where the flavour takes it from there
+    if (flavor.split_pattern_from_file) vocab.clear();  // tokenizer.json holds the pattern
     if (!vocab.empty()) {
         merges = read_text(dir + "/merges.txt", true);
         const std::string added_path = dir + "/added_tokens.json";
@@ -154,6 +204,11 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir, const BpeFlavor& 
         ignore_merges = model->value("ignore_merges", false);
         if (ignore_merges && !flavor.end_of_word_suffix.empty())
             throw ModelError(path + ": ignore_merges is not supported for " + flavor.name);
+        if (flavor.split_pattern_from_file) {
+            used.split_pattern = file_split_pattern(j, path);
+            if (j.contains("normalizer") && !j.at("normalizer").is_null())
+                throw ModelError(path + ": a normalizer is set; a " + flavor.name + " tokenizer has none");
+        }
         vocab = (*model)["vocab"].dump();
         for (const auto& m : (*model)["merges"]) {
             if (m.is_string())
@@ -170,7 +225,7 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir, const BpeFlavor& 
                     entry, entry.is_object() ? entry.value("id", nlohmann::json()) : nlohmann::json(), path));
         }
     }
-    return build(vocab, merges, config, std::move(added), dir, flavor, ignore_merges);
+    return build(vocab, merges, config, std::move(added), dir, used, ignore_merges);
 }
 
 BpeTokenizer BpeTokenizer::from_strings(const std::string& vocab_json, const std::string& merges_txt,
@@ -193,6 +248,8 @@ BpeTokenizer BpeTokenizer::build(const std::string& vocab_json, const std::strin
             return std::unique_ptr<icu::RegexPattern>(
                 icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(p), 0, pe, status));
         };
+        if (flavor.split_pattern.empty())
+            throw ModelError(where + ": the " + flavor.name + " tokenizer's split pattern comes from tokenizer.json");
         patterns->split = compile(flavor.split_pattern);
         if (flavor.split_again_byte_level) patterns->byte_level = compile(kByteLevelPattern);
         if (flavor.collapse_white_space) patterns->white_space = compile("\\p{White_Space}+");
@@ -268,7 +325,8 @@ void BpeTokenizer::add_literal(const std::string& content, int64_t id) {
 }
 
 void BpeTokenizer::add_tokens(const std::vector<Literal>& added, const std::string& where) {
-    // Added tokens join the vocabulary (after it in Qwen2's files); a clash is a broken folder.
+    // Added tokens join the vocabulary (after it in Qwen2's files; inside it in Mistral's, where
+    // they are matched literally all the same); a clash is a broken folder.
     for (const auto& [content, id] : added) {
         const auto have = vocab_.find(content);
         if (have != vocab_.end()) {
@@ -276,6 +334,7 @@ void BpeTokenizer::add_tokens(const std::vector<Literal>& added, const std::stri
                 throw ModelError(where + ": added token '" + content.substr(0, 40) + "' has id " +
                                  std::to_string(id) + " in one file and " + std::to_string(have->second) +
                                  " in another");
+            add_literal(content, id);
             continue;
         }
         if (static_cast<std::size_t>(id) >= id_to_token_.size())
@@ -365,7 +424,8 @@ void BpeTokenizer::tokenize_span(const std::string& span, std::vector<int64_t>& 
     UErrorCode status = U_ZERO_ERROR;
     const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
     if (U_FAILURE(status)) throw ModelError(std::string("ICU has no NFC normaliser: ") + u_errorName(status));
-    icu::UnicodeString s = nfc->normalize(icu::UnicodeString::fromUTF8(span), status);
+    icu::UnicodeString s = flavor_.nfc ? nfc->normalize(icu::UnicodeString::fromUTF8(span), status)
+                                       : icu::UnicodeString::fromUTF8(span);
     if (flavor_.collapse_white_space) {
         std::unique_ptr<icu::RegexMatcher> ws(patterns_->white_space->matcher(s, status));
         s = ws->replaceAll(icu::UnicodeString(u' '), status);

@@ -1,6 +1,7 @@
 #pragma once
 // One byte-level BPE tokenizer (GPT-2's byte alphabet) read from a tokenizer folder, in the
-// configurations of the models we run: CLIP's (clip_tokenizer.h) and Qwen2's (qwen2_tokenizer.h).
+// configurations of the models we run: CLIP's (clip_tokenizer.h), Qwen2's and Qwen3's
+// (qwen2_tokenizer.h) and Mistral 3's tekken (mistral_tokenizer.h).
 // It gives the same ids as transformers' tokenizer of that configuration. Light header: no LibTorch.
 //
 // Note [byte-level BPE tokenization]: the steps follow transformers' tokenizers exactly, with the
@@ -37,12 +38,17 @@ struct BpeFlavor {
     bool collapse_white_space = false;    // step 2 (CLIP)
     std::string end_of_word_suffix;       // step 4: "</w>" for CLIP
     bool added_tokens = false;            // read added tokens from the folder's files (Qwen2)
-    bool model_has_unk = false;           // step 5: the BPE model has an unk token (CLIP)
+    bool nfc = true;                      // step 2: NFC (a tokenizer.json without a normalizer: none)
+    // Step 3's pattern is tokenizer.json's Split pre-tokenizer's regex (Mistral's tekken files carry
+    // either tekken's or Llama 3's), \s and \S spelled as the White_Space property.
+    bool split_pattern_from_file = false;
+    bool model_has_unk = false;  // step 5: the BPE model has an unk token (CLIP)
     // The special tokens where the tokenizer config names none (or null); "" means none.
     std::string bos_token, eos_token, pad_token, unk_token;
 
     static BpeFlavor clip();
     static BpeFlavor qwen2();
+    static BpeFlavor mistral();
 };
 
 class BpeTokenizer {
