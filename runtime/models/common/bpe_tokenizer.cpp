@@ -249,7 +249,8 @@ BpeTokenizer BpeTokenizer::build(const std::string& vocab_json, const std::strin
                 icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(p), 0, pe, status));
         };
         if (flavor.split_pattern.empty())
-            throw ModelError(where + ": the " + flavor.name + " tokenizer's split pattern comes from tokenizer.json");
+            throw ModelError(where + ": the " + flavor.name +
+                             " tokenizer's split pattern comes from tokenizer.json");
         patterns->split = compile(flavor.split_pattern);
         if (flavor.split_again_byte_level) patterns->byte_level = compile(kByteLevelPattern);
         if (flavor.collapse_white_space) patterns->white_space = compile("\\p{White_Space}+");
