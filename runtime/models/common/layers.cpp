@@ -116,7 +116,24 @@ at::Tensor adaln::plain_layer_norm(const at::Tensor& x, double eps) {
     return at::layer_norm(x, {x.size(-1)}, {}, {}, eps);
 }
 
-at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out(at::gelu(in(x), "tanh")); }
+at::Tensor FeedForward::operator()(const at::Tensor& x) const {
+    if (!gated) return out(at::gelu(in(x), "tanh"));
+    const std::vector<at::Tensor> ab = in(x).chunk(2, -1);
+    return out(at::silu(ab[0]) * ab[1]);
+}
+
+RopeTable rope_table_from_ids(const at::Tensor& ids, const std::vector<int64_t>& dims, double theta) {
+    std::vector<at::Tensor> angles;
+    const at::Tensor positions = ids.to(at::kFloat).to(at::kDouble);  // diffusers: ids.float()
+    for (std::size_t a = 0; a < dims.size(); ++a) {
+        const at::Tensor freqs =
+            rope_frequencies(dims[a], theta, at::TensorOptions().dtype(at::kDouble).device(ids.device()));
+        angles.push_back(
+            at::outer(positions.select(1, static_cast<int64_t>(a)), freqs).repeat_interleave(2, 1));
+    }
+    const at::Tensor all = at::cat(angles, 1);
+    return {at::cos(all).to(at::kFloat), at::sin(all).to(at::kFloat)};
+}
 
 at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {
     const int64_t half = dim / 2;
