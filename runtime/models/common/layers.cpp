@@ -153,4 +153,19 @@ at::Tensor apply_interleaved_rope(const at::Tensor& x, const at::Tensor& cos, co
     return (x.to(at::kFloat) * cos + rotated.to(at::kFloat) * sin).to(x.scalar_type());
 }
 
+void check_time_inputs(const at::Tensor& timestep, const at::Tensor& guidance, int64_t batch,
+                       bool guidance_embeds, const std::string& with, const std::string& without) {
+    const auto one_each = [batch](const at::Tensor& t) {
+        return t.defined() && (t.numel() == batch || t.numel() == 1);
+    };
+    if (!one_each(timestep))
+        throw ModelError("the transformer takes one timestep per prompt (" + std::to_string(batch) + ")");
+    if (guidance_embeds && !one_each(guidance))
+        throw ModelError("this transformer has a guidance embedder (guidance_embeds, " + with +
+                         "): it takes one guidance scale per prompt (" + std::to_string(batch) + ")");
+    if (!guidance_embeds && guidance.defined())
+        throw ModelError("this transformer has no guidance embedder (guidance_embeds false, " + without +
+                         "): it takes no guidance scale");
+}
+
 }  // namespace dp::runtime

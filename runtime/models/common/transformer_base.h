@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "runtime/io/config_file.h"
 #include "runtime/io/weights.h"
@@ -17,6 +18,12 @@
 #include "strategies/parallel_spec.h"
 
 namespace dp::runtime {
+
+// Throws ModelError unless `timestep` holds one value per prompt of `batch` (or one for all), and
+// `guidance` likewise exactly when the model has a guidance embedder; `with` and `without` name
+// the model of each kind ("FLUX.1-dev", "FLUX.1-schnell").
+void check_time_inputs(const at::Tensor& timestep, const at::Tensor& guidance, int64_t batch,
+                       bool guidance_embeds, const std::string& with, const std::string& without);
 
 template <typename Config>
 class TransformerBase {

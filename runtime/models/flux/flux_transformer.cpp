@@ -216,17 +216,7 @@ void FluxTransformer::check_inputs(const at::Tensor& latents, const at::Tensor& 
         throw ModelError("the transformer takes the pooled text [" + std::to_string(batch) + ", " +
                          std::to_string(c.pooled_projection_dim) + "]; got " +
                          (pooled.defined() ? c10::str(pooled.sizes()) : std::string("none")));
-    if (!timestep.defined() || (timestep.numel() != batch && timestep.numel() != 1))
-        throw ModelError("the transformer takes one timestep per prompt (" + std::to_string(batch) + ")");
-    if (c.guidance_embeds && (!guidance.defined() || (guidance.numel() != batch && guidance.numel() != 1)))
-        throw ModelError(
-            "this transformer has a guidance embedder (guidance_embeds, FLUX.1-dev): it takes one "
-            "guidance scale per prompt (" +
-            std::to_string(batch) + ")");
-    if (!c.guidance_embeds && guidance.defined())
-        throw ModelError(
-            "this transformer has no guidance embedder (guidance_embeds false, FLUX.1-schnell): "
-            "it takes no guidance scale");
+    check_time_inputs(timestep, guidance, batch, c.guidance_embeds, "FLUX.1-dev", "FLUX.1-schnell");
     const at::Tensor& ref = reference.latents;
     const int64_t refs = ref.defined() ? reference.grid_h * reference.grid_w : 0;
     if (ref.defined() && (reference.grid_h < 1 || reference.grid_w < 1 || ref.dim() != 3 ||

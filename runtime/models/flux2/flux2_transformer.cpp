@@ -217,17 +217,7 @@ void Flux2Transformer::check_inputs(const at::Tensor& tokens, const at::Tensor& 
         throw ModelError("the transformer takes position ids [tokens, " + std::to_string(axes) +
                          "] for the image and the text tokens; got " + shape_of(image_ids) + " and " +
                          shape_of(text_ids));
-    if (!timestep.defined() || (timestep.numel() != batch && timestep.numel() != 1))
-        throw ModelError("the transformer takes one timestep per prompt (" + std::to_string(batch) + ")");
-    if (c.guidance_embeds && (!guidance.defined() || (guidance.numel() != batch && guidance.numel() != 1)))
-        throw ModelError(
-            "this transformer has a guidance embedder (guidance_embeds, FLUX.2-dev): it takes one "
-            "guidance scale per prompt (" +
-            std::to_string(batch) + ")");
-    if (!c.guidance_embeds && guidance.defined())
-        throw ModelError(
-            "this transformer has no guidance embedder (guidance_embeds false, FLUX.2 klein): it "
-            "takes no guidance scale");
+    check_time_inputs(timestep, guidance, batch, c.guidance_embeds, "FLUX.2-dev", "FLUX.2 klein");
 }
 
 at::Tensor Flux2Transformer::forward(const at::Tensor& tokens, const at::Tensor& image_ids,
