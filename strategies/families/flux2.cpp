@@ -2,7 +2,9 @@
 // classifier-free guidance): what the launcher side knows of the family (Note [a family in one
 // place], strategies/family.h). Its math is runtime/models/flux2/; docs/flux2-reference.md has it in
 // formulas.
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "strategies/config_sizes.h"
 #include "strategies/family.h"
@@ -85,6 +87,20 @@ double transformer_parameters(const nlohmann::json& c) {
            config_number(c, "num_single_layers", 48) * single_block;
 }
 
+// Note [FLUX.2 references] (flux2_pipeline.h): a picture larger than 1024 x 1024 pixels is
+// resized to that area at its ratio (each side int(side x scale)), then cut to multiples of
+// `multiple`; with a multiple of 1, the resized size alone.
+std::pair<int64_t, int64_t> reference_size(int64_t width, int64_t height, int64_t multiple) {
+    constexpr double kArea = 1024.0 * 1024.0;
+    const double w = static_cast<double>(width), h = static_cast<double>(height);
+    if (w * h > kArea) {
+        const double scale = std::sqrt(kArea / (w * h));
+        width = static_cast<int64_t>(w * scale);
+        height = static_cast<int64_t>(h * scale);
+    }
+    return {width / multiple * multiple, height / multiple * multiple};
+}
+
 }  // namespace flux2_facts
 
 const FamilyFacts& flux2_klein_family() {
@@ -119,7 +135,11 @@ const FamilyFacts& flux2_klein_family() {
             {"vae", {"AutoencoderKLFlux2"}, true, ComponentRule::kModel, false},
         };
         f.name_markers = {"single_stream_modulation", "double_stream_modulation_img"};
-        f.size_from_input = true;  // an edit's size is its first picture's, cropped to the multiple
+        // An edit's default size is its first picture's, resized and cut as the references are.
+        f.size_from_input = true;
+        f.size_from_first_picture = true;
+        f.input_size = &reference_size;
+        f.reference_size = &reference_size;
         f.transformer_parameters = &transformer_parameters;
         return f;
     }();
