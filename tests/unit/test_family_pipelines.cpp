@@ -668,6 +668,28 @@ TEST_CASE(
     CHECK(max_diff(two.text[1], alone.text[0]) <= 1e-5);
 }
 
+TEST_CASE(
+    "FLUX.2-klein: an edit's size is its first picture's, at 1024 x 1024 pixels' area when larger, cut to "
+    "the multiple") {
+    const dp::strategies::ModelInfo model = dp::strategies::read_model_info(tiny("flux2-klein"));
+    const dp::strategies::FamilyFacts& facts = dp::strategies::facts_of(*model.spec);
+    REQUIRE(static_cast<bool>(facts.input_size));
+    CHECK(facts.size_from_first_picture);
+    // The two-picture case made no size of its own: the first picture's 70 x 66, cut to 64 x 64.
+    const nlohmann::json ref2 =
+        dp::test::golden_cases(SafetensorsFile::open(golden_path("flux2_klein_pipeline.safetensors")))
+            .at("ref2");
+    CHECK(ref2.at("width").is_null());
+    const dp::images::RgbImage first =
+        dp::images::decode_image(dp::test::repository_path(ref2.at("images")[0].get<std::string>()));
+    CHECK(facts.input_size(first.width, first.height, model.sizes.multiple()) ==
+          std::pair<int64_t, int64_t>{ref2.at("out_width"), ref2.at("out_height")});
+    // Larger than 1024^2: int(side x sqrt(1024^2 / area)) as Python computes it, then the multiple.
+    CHECK(facts.input_size(2000, 1500, 16) == std::pair<int64_t, int64_t>{1168, 880});  // 1182 x 886
+    CHECK(facts.input_size(2000, 1500, 1) == std::pair<int64_t, int64_t>{1182, 886});
+    CHECK(facts.input_size(1024, 1024, 16) == std::pair<int64_t, int64_t>{1024, 1024});
+}
+
 namespace {
 // A copy of the golden tiny SD3 model that a test may break.
 std::string copy_model(const std::string& name) {
