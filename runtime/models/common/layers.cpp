@@ -4,7 +4,9 @@
 
 #include <cmath>
 
+#include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
+#include "runtime/models/common/transformer_base.h"
 
 namespace dp::runtime {
 
@@ -166,6 +168,28 @@ void check_time_inputs(const at::Tensor& timestep, const at::Tensor& guidance, i
     if (!guidance_embeds && guidance.defined())
         throw ModelError("this transformer has no guidance embedder (guidance_embeds false, " + without +
                          "): it takes no guidance scale");
+}
+
+std::vector<int64_t> rope_axes_dims(const ConfigJson& c, const std::vector<int64_t>& fallback,
+                                    int64_t head_dim, const std::string& axes) {
+    std::vector<int64_t> dims = fallback;
+    const std::size_t n = fallback.size();
+    const std::string accepted = "expected " + std::to_string(n) + " even integers (" + axes +
+                                 ") summing to attention_head_dim (" + std::to_string(head_dim) + ")";
+    if (c.has("axes_dims_rope")) {
+        const nlohmann::json& list = c.raw().at("axes_dims_rope");
+        bool ok = list.is_array() && list.size() == n;
+        for (std::size_t i = 0; ok && i < n; ++i) {
+            ok =
+                list[i].is_number_integer() && list[i].get<int64_t>() >= 2 && list[i].get<int64_t>() % 2 == 0;
+            if (ok) dims[i] = list[i].get<int64_t>();
+        }
+        if (!ok) c.fail("axes_dims_rope", "is " + list.dump().substr(0, 40) + "; " + accepted);
+    }
+    int64_t sum = 0;
+    for (int64_t d : dims) sum += d;
+    if (sum != head_dim) c.fail("axes_dims_rope", "sums to " + std::to_string(sum) + "; " + accepted);
+    return dims;
 }
 
 }  // namespace dp::runtime

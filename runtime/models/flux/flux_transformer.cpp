@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <set>
 
 #include "runtime/io/config_json.h"
@@ -27,26 +28,6 @@ const std::set<std::string>& known_keys() {
         "num_attention_heads", "joint_attention_dim", "pooled_projection_dim",
         "guidance_embeds",     "axes_dims_rope"};
     return keys;
-}
-
-std::array<int64_t, 3> axes_dims(const ConfigJson& c, int64_t head_dim) {
-    std::array<int64_t, 3> axes{16, 56, 56};
-    const std::string accepted =
-        "expected 3 even integers (index, row, column) summing to attention_head_dim (" +
-        std::to_string(head_dim) + ")";
-    if (c.has("axes_dims_rope")) {
-        const nlohmann::json& list = c.raw().at("axes_dims_rope");
-        bool ok = list.is_array() && list.size() == 3;
-        for (std::size_t i = 0; ok && i < 3; ++i) {
-            ok =
-                list[i].is_number_integer() && list[i].get<int64_t>() >= 2 && list[i].get<int64_t>() % 2 == 0;
-            if (ok) axes[i] = list[i].get<int64_t>();
-        }
-        if (!ok) c.fail("axes_dims_rope", "is " + list.dump().substr(0, 40) + "; " + accepted);
-    }
-    const int64_t sum = axes[0] + axes[1] + axes[2];
-    if (sum != head_dim) c.fail("axes_dims_rope", "sums to " + std::to_string(sum) + "; " + accepted);
-    return axes;
 }
 
 }  // namespace
@@ -95,7 +76,9 @@ FluxTransformerConfig FluxTransformerConfig::from_json_text(const std::string& t
     cfg.joint_attention_dim = c.integer("joint_attention_dim", cfg.joint_attention_dim, 1, 1 << 16);
     cfg.pooled_projection_dim = c.integer("pooled_projection_dim", cfg.pooled_projection_dim, 1, 1 << 16);
     cfg.guidance_embeds = c.boolean("guidance_embeds", false);
-    cfg.axes_dims_rope = axes_dims(c, cfg.attention_head_dim);
+    const std::vector<int64_t> axes =
+        rope_axes_dims(c, {16, 56, 56}, cfg.attention_head_dim, "index, row, column");
+    std::copy(axes.begin(), axes.end(), cfg.axes_dims_rope.begin());
     return cfg;
 }
 

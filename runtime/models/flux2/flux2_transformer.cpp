@@ -35,26 +35,6 @@ const std::set<std::string>& known_keys() {
     return keys;
 }
 
-std::vector<int64_t> axes_dims(const ConfigJson& c, int64_t head_dim) {
-    std::vector<int64_t> axes{32, 32, 32, 32};
-    const std::string accepted = "expected 4 even integers (T, H, W, L) summing to attention_head_dim (" +
-                                 std::to_string(head_dim) + ")";
-    if (c.has("axes_dims_rope")) {
-        const nlohmann::json& list = c.raw().at("axes_dims_rope");
-        bool ok = list.is_array() && list.size() == 4;
-        for (std::size_t i = 0; ok && i < 4; ++i) {
-            ok =
-                list[i].is_number_integer() && list[i].get<int64_t>() >= 2 && list[i].get<int64_t>() % 2 == 0;
-            if (ok) axes[i] = list[i].get<int64_t>();
-        }
-        if (!ok) c.fail("axes_dims_rope", "is " + list.dump().substr(0, 40) + "; " + accepted);
-    }
-    int64_t sum = 0;
-    for (int64_t a : axes) sum += a;
-    if (sum != head_dim) c.fail("axes_dims_rope", "sums to " + std::to_string(sum) + "; " + accepted);
-    return axes;
-}
-
 std::string shape_of(const at::Tensor& t) { return t.defined() ? c10::str(t.sizes()) : std::string("none"); }
 
 }  // namespace
@@ -90,7 +70,7 @@ Flux2TransformerConfig Flux2TransformerConfig::from_json_text(const std::string&
         c.fail("mlp_ratio",
                "must be 3.0, as every FLUX.2 release has it (the parallel spec splits the fused "
                "projections as widths 1 : 3)");
-    cfg.axes_dims_rope = axes_dims(c, cfg.attention_head_dim);
+    cfg.axes_dims_rope = rope_axes_dims(c, cfg.axes_dims_rope, cfg.attention_head_dim, "T, H, W, L");
     cfg.rope_theta = c.number("rope_theta", cfg.rope_theta, 1.0, 1e9);
     cfg.eps = c.number("eps", cfg.eps, 0.0, 1.0);
     if (cfg.eps != kEps) c.fail("eps", "must be 1e-6, as every FLUX.2 release has it");
