@@ -67,7 +67,9 @@ std::string side_default_text(const strategies::ModelInfo& model, int v, int64_t
     const strategies::FamilyFacts& facts = strategies::facts_of(*model.spec);
     if (!image || !facts.size_from_input) return m > 1 ? std::to_string(v) + multiples : std::string();
     return (image->required ? std::string() : std::to_string(v) + "; an edit: ") +
-           (facts.input_size ? "its last picture's, as the pipeline sizes it" : "its image's, rounded down") +
+           (facts.input_size ? std::string(facts.size_from_first_picture ? "its first" : "its last") +
+                                   " picture's, as the pipeline sizes it"
+                             : std::string("its image's, rounded down")) +
            multiples;
 }
 

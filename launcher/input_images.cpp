@@ -92,9 +92,12 @@ protocol::InputImage InputImages::resolved(const protocol::InputImage& image, co
 std::pair<int, int> line_size(const PromptRecord& p, const JobOptions& job,
                               const strategies::ModelInfo& model, const protocol::CallValues& arguments) {
     const strategies::FamilyFacts& facts = strategies::facts_of(*model.spec);
-    // A list's output follows its last picture, as QwenImageEditPlusPipeline's does.
+    // A list's output follows its last picture, as QwenImageEditPlusPipeline's does, or its first
+    // (Flux2KleinPipeline).
+    const protocol::InputImage& given =
+        model.arguments.find("image") ? arguments.image("image") : protocol::InputImage{};
     const protocol::InputImage input =
-        model.arguments.find("image") ? arguments.image("image").last() : protocol::InputImage{};
+        facts.size_from_first_picture && !given.empty() ? given.pictures().front() : given.last();
     const int64_t m = model.sizes.multiple();
     const auto side = [&](std::optional<int> own, int job_side, int64_t input_side) -> int64_t {
         if (own) return *own;

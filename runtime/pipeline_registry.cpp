@@ -7,6 +7,7 @@
 
 #include "runtime/io/errors.h"
 #include "runtime/models/flux/flux_pipeline.h"
+#include "runtime/models/flux2/flux2_pipeline.h"
 #include "runtime/models/qwen_image/qwen_image_pipeline.h"
 #include "runtime/models/sd3/sd3_pipeline.h"
 #include "runtime/models/z_image/z_image_pipeline.h"
@@ -32,6 +33,7 @@ const std::pair<const char*, Loader> kPipelines[] = {
     {"qwen-image-edit", &load_as<QwenImagePipeline>},
     {"qwen-image-edit-plus", &load_as<QwenImagePipeline>},
     {"z-image", &load_as<ZImagePipeline>},
+    {"flux2-klein", &load_as<Flux2KleinPipeline>},
 };
 
 }  // namespace

@@ -102,6 +102,9 @@ struct FamilyFacts {
     // Whether an edit's default size is its input's, rounded down to the size multiple (the
     // *Img2ImgPipeline classes), or the model's default as for text to image (FluxKontextPipeline).
     bool size_from_input = true;
+    // Which picture of a list sizes it: the last (QwenImageEditPlusPipeline) or the first
+    // (Flux2KleinPipeline).
+    bool size_from_first_picture = false;
     // Where it is: the size the pipeline makes of an edit's image of `width` x `height` (its last
     // picture's) when none is asked, each side taken on its own (QwenImageEditPipeline's
     // calculate_dimensions: 1024 x 1024 pixels' area at the image's ratio). nullptr: the image's

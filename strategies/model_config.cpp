@@ -263,10 +263,13 @@ void check_transformer_config(const std::string& model_dir, const ParallelSpec& 
 
 namespace {
 
-// Whether `model_dir` is its family's variant (ParallelSpec::variant_key false or absent).
+// Whether `model_dir` is its family's variant (ParallelSpec::variant_key false or absent in
+// variant_config).
 bool is_variant(const std::string& model_dir, const ParallelSpec& spec) {
     if (spec.variant_key.empty()) return false;
-    const std::string path = model_dir + "/" + spec.transformer + "/config.json";
+    const std::string path =
+        model_dir + "/" +
+        (spec.variant_config.empty() ? spec.transformer + "/config.json" : spec.variant_config);
     const nlohmann::json config = read_object(path);
     const auto it = config.find(spec.variant_key);
     if (it == config.end() || it->is_null()) return true;

@@ -104,6 +104,9 @@ struct ParallelSpec {
     // name it by variant_family): FLUX.1-schnell, whose transformer has no guidance_embeds. Empty
     // key: none (read_model_info, model_config.h).
     std::string variant_key;
+    // The file of the model folder that holds variant_key; empty: the transformer's config.json
+    // (FLUX.2-klein's is_distilled is model_index.json's).
+    std::string variant_config;
     std::string variant_name;    // how messages name it: "FLUX.1-schnell"
     std::string variant_family;  // its id in the call-argument table: "flux-schnell"
     // The latents per patch side the pipeline packs whatever the transformer's patch_size says

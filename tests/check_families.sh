@@ -23,6 +23,7 @@ families=(
     'qwen-image-edit|qwen_image|qwen_image|"qwen-image-edit"|QwenImageEditPipeline|qwen_image_edit_family'
     'qwen-image-edit-plus|qwen_image|qwen_image|"qwen-image-edit-plus"|QwenImageEditPlusPipeline|qwen_image_edit_plus_family'
     'z-image|z_image|z_image|"z-image"|ZImagePipeline|ZImageTransformer|z_image_family|models/z_image/'
+    'flux2-klein|flux2|flux2|"flux2-klein"|"flux2-klein-base"|Flux2KleinPipeline|Flux2Transformer|flux2_klein_family|models/flux2/'
 )
 status=0
 for entry in "${families[@]}"; do

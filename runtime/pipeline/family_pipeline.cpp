@@ -97,6 +97,10 @@ at::Tensor FamilyPipeline::combine_extra(const at::Tensor&, const at::Tensor&, c
     throw InternalError("this family makes no extra prediction");
 }
 
+double FamilyPipeline::shift_mu(int64_t tokens, int) const {
+    return flow_match_mu(scheduler_, static_cast<int>(tokens));
+}
+
 ImageLatents FamilyPipeline::encode_image(const at::Tensor&) const {
     throw ModelError(model_.family_name + "'s pipeline takes no image to edit");
 }
@@ -391,7 +395,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     // The sigmas: the scheduler's own, or numpy.linspace(1, 1 / steps, steps) (FLUX, Qwen-Image);
     // the dynamic shift, where the config has it, from the image's tokens. An edit starts later.
     FlowMatchEulerScheduler scheduler(scheduler_);
-    const double mu = flow_match_mu(scheduler_, static_cast<int>(shape.tokens));
+    const double mu = shift_mu(shape.tokens, r.steps);
     if (sigma_schedule() == SigmaSchedule::kEvenlySpaced)
         scheduler.set_sigmas(linspace_sigmas(r.steps), mu);
     else

@@ -130,6 +130,9 @@ class FamilyPipeline : public DiffusionPipeline {
     virtual LatentShape latents(int width, int height) const = 0;
     // Which sigmas the scheduler gets (shifted as its config says). Default: its own schedule.
     virtual SigmaSchedule sigma_schedule() const { return SigmaSchedule::kScheduler; }
+    // The dynamic shift's mu for `tokens` image tokens and `steps` steps. Default: the scheduler's
+    // calculate_shift from its config (FLUX.2's pipelines compute their own).
+    virtual double shift_mu(int64_t tokens, int steps) const;
     // The transformer, held for a batch's steps: with offload it is built now and freed when the
     // loop lets go of it, before the decoder is built.
     virtual std::shared_ptr<const void> hold_transformer() const = 0;

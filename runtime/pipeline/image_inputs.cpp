@@ -44,6 +44,14 @@ at::Tensor as_tensor(images::RgbImage& rgb) {
     return at::from_blob(rgb.rgb.data(), {rgb.height, rgb.width, 3}, at::TensorOptions().dtype(at::kByte));
 }
 
+// np.array(image).astype(np.float32) / 255.0, then 2 x - 1: float32 at each step, [1, 3, H, W].
+at::Tensor normalized(images::RgbImage& rgb) {
+    const at::Tensor bytes =
+        at::from_blob(rgb.rgb.data(), {1, rgb.height, rgb.width, 3}, at::TensorOptions().dtype(at::kByte));
+    const at::Tensor unit = bytes.to(at::kFloat).div_(255.0f).permute({0, 3, 1, 2}).contiguous();
+    return unit.mul(2.0).sub_(1.0);
+}
+
 }  // namespace
 
 std::optional<images::Box> inpaint_crop(const protocol::CallValues& arguments, int width, int height) {
@@ -92,11 +100,13 @@ at::Tensor input_mask(const protocol::InputImage& mask, int width, int height,
 at::Tensor input_pixels(const protocol::InputImage& image, int width, int height,
                         const std::optional<images::Box>& crop) {
     images::RgbImage rgb = read_input(image, width, height, crop);
-    // np.array(image).astype(np.float32) / 255.0, then 2 x - 1: float32 at each step.
-    const at::Tensor bytes =
-        at::from_blob(rgb.rgb.data(), {1, height, width, 3}, at::TensorOptions().dtype(at::kByte));
-    const at::Tensor unit = bytes.to(at::kFloat).div_(255.0f).permute({0, 3, 1, 2}).contiguous();
-    return unit.mul(2.0).sub_(1.0);
+    return normalized(rgb);
+}
+
+at::Tensor input_pixels_cut(const protocol::InputImage& image, int width, int height,
+                            const images::Box& box) {
+    images::RgbImage rgb = images::crop(read_input(image, width, height, std::nullopt), box);
+    return normalized(rgb);
 }
 
 images::RgbImage input_rgb(const protocol::InputImage& image, int width, int height) {

@@ -29,6 +29,11 @@ int img2img_first_step(int steps, double strength);
 at::Tensor input_pixels(const protocol::InputImage& image, int width, int height,
                         const std::optional<images::Box>& crop = std::nullopt);
 
+// The image's pixels resized to width x height where its size differs (PIL's Lanczos), then `box`
+// of them cut out without resizing (Flux2ImageProcessor's centre crop), in [-1, 1]: [1, 3, box
+// height, box width] float32 on the CPU. Throws as input_pixels does.
+at::Tensor input_pixels_cut(const protocol::InputImage& image, int width, int height, const images::Box& box);
+
 // The same pixels as 8-bit RGB (PIL's image after VaeImageProcessor.resize), before any
 // normalisation: what a pipeline gives its processor (QwenImageEditPipeline's vision encoder).
 images::RgbImage input_rgb(const protocol::InputImage& image, int width, int height);

@@ -14,6 +14,7 @@ const FamilyFacts& flux_kontext_family();          // families/flux.cpp
 const FamilyFacts& qwen_image_edit_family();       // families/qwen_image.cpp
 const FamilyFacts& qwen_image_edit_plus_family();  // families/qwen_image.cpp
 const FamilyFacts& z_image_family();               // families/z_image.cpp
+const FamilyFacts& flux2_klein_family();           // families/flux2.cpp
 
 const std::vector<const FamilyFacts*>& families() {
     static const std::vector<const FamilyFacts*> all = {&sd3_family(),
@@ -23,7 +24,8 @@ const std::vector<const FamilyFacts*>& families() {
                                                         &flux_kontext_family(),
                                                         &qwen_image_edit_family(),
                                                         &qwen_image_edit_plus_family(),
-                                                        &z_image_family()};
+                                                        &z_image_family(),
+                                                        &flux2_klein_family()};
     return all;
 }
 

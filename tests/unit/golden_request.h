@@ -27,8 +27,11 @@ inline runtime::GenerateRequest golden_request(const nlohmann::json& c) {
         r.negative_prompt = c.at("negative_prompt").get<std::string>();
     r.seed = c.at("seed").get<uint64_t>();
     r.steps = c.at("steps").get<int>();
-    r.width = c.at("width").get<int>();
-    r.height = c.at("height").get<int>();
+    // No size asked (null): the size the launcher makes of the input (Note [output size]), which
+    // the case records as out_width and out_height.
+    const bool asked = !c.at("width").is_null();
+    r.width = c.at(asked ? "width" : "out_width").get<int>();
+    r.height = c.at(asked ? "height" : "out_height").get<int>();
     for (const char* key : {"guidance_scale", "true_cfg_scale", "skip_layer_guidance_scale",
                             "skip_layer_guidance_start", "skip_layer_guidance_stop", "cfg_truncation"})
         if (c.contains(key)) r.arguments.set(key, c.at(key).get<double>());
@@ -50,7 +53,7 @@ inline runtime::GenerateRequest golden_request(const nlohmann::json& c) {
     };
     for (const char* key : {"image", "mask_image"})
         if (c.contains(key)) r.arguments.set(key, resolved(c.at(key).get<std::string>()));
-    if (c.contains("images")) {
+    if (c.contains("images") && !c.at("images").empty()) {
         std::vector<protocol::InputImage> pictures;
         for (const nlohmann::json& path : c.at("images"))
             pictures.push_back(resolved(path.get<std::string>()));

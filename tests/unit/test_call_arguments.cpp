@@ -375,7 +375,8 @@ TEST_CASE(
     "out") {
     for (const char* model :
          {"tiny-random-sd3", "tiny-random-flux-dev", "tiny-random-flux-schnell", "tiny-random-flux-fill",
-          "tiny-random-flux-kontext", "tiny-random-qwen-image", "shapes-sd3", "qwen-image", "flux.1-dev"}) {
+          "tiny-random-flux-kontext", "tiny-random-qwen-image", "tiny-random-flux2-klein",
+          "tiny-random-flux2-klein-base", "shapes-sd3", "qwen-image", "flux.1-dev"}) {
         CAPTURE(model);
         const JobOptions job = job_on(model);
         const ModelInfo info = read_model_info(job.model);
@@ -435,6 +436,14 @@ TEST_CASE("dp-launch arguments shows the job's own settings as the defaults a li
     CHECK(has(text, "FLUX.1-schnell"));
     CHECK(has(text, "accepted and ignored by FLUX.1-schnell"));  // guidance_scale, as diffusers does
     CHECK(has(text, "num_inference_steps (or steps)"));
+    // FLUX.2 klein: the distilled folder ignores guidance_scale (model_index.json's is_distilled),
+    // the -base one guides with it; an edit's size is the first picture's.
+    const std::string klein = dp::cli::describe_arguments(job_on("tiny-random-flux2-klein"), false);
+    CHECK(has(klein, "accepted and ignored by FLUX.2-klein"));
+    CHECK(has(klein, "its first picture's, as the pipeline sizes it"));
+    const std::string base = dp::cli::describe_arguments(job_on("tiny-random-flux2-klein-base"), false);
+    CHECK(has(base, "FLUX.2-klein-base"));
+    CHECK_FALSE(has(base, "accepted and ignored"));
 }
 
 TEST_CASE("dp-launch arguments refuses what the job refuses, with the job's exit code and message") {

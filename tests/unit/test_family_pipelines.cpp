@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -26,7 +27,9 @@
 
 #include "runtime/io/errors.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/models/common/qwen2_tokenizer.h"
 #include "runtime/models/flux/flux_pipeline.h"
+#include "runtime/models/flux2/flux2_pipeline.h"
 #include "runtime/models/qwen_image/qwen_image_pipeline.h"
 #include "runtime/models/sd3/sd3_pipeline.h"
 #include "runtime/models/z_image/z_image_pipeline.h"
@@ -77,6 +80,8 @@ struct PipelineRow {
     int size_multiple = 0, default_width = 0;  // 0: not checked
     std::size_t images = 0;                    // the golden images of the row
     bool whole_pixels = false;                 // within 1 on every channel of a pixel, not per channel
+    // The golden latents are tokens [h w, C] of ours [1, C, h, w] (FLUX.2's, patchified).
+    bool token_latents = false;
     // The warnings of a case's images, as regular expressions; a case not named warns nothing.
     std::map<std::string, std::vector<std::string>> warnings;
     std::optional<Bf16Bounds> bf16;  // none: no bf16 case
@@ -139,6 +144,10 @@ std::vector<GoldenCase> golden_cases(const PipelineRow& row, bool bf16) {
     for (const auto& [name, c] : all.items()) {
         if ((name == "bf16") != bf16 || (c.contains("variant") && c.at("variant") != row.variant)) continue;
         if (c.contains("lora") || c.contains("adapters")) continue;  // an adapter's case: test_lora.cpp
+        if (c.contains("folder") &&
+            !std::filesystem::equivalent(dp::test::repository_path(c.at("folder").get<std::string>()),
+                                         row.model))
+            continue;  // a case of another folder (FLUX.2 klein's distilled and -base)
         GoldenCase g{name, c, {}};
         const std::vector<GenerateRequest> requests = dp::test::golden_requests(c);
         for (std::size_t k = 0; k < requests.size(); ++k) {
@@ -185,7 +194,8 @@ Difference against(const PipelineRow& row, const GenerateResult& out, const Gold
     d.within_one = within.to(at::kDouble).mean().item<double>();
     d.mean = diff.to(at::kDouble).mean().item<double>();
     d.max = diff.max().item<int>();
-    d.latents = (out.latents.reshape(ref_latents.sizes()) - ref_latents).abs().max().item<double>();
+    const at::Tensor ours = row.token_latents ? out.latents.flatten(2).transpose(1, 2) : out.latents;
+    d.latents = (ours.reshape(ref_latents.sizes()) - ref_latents).abs().max().item<double>();
     MESSAGE(row.name << " " << g.image << " (" << g.request.width << "x" << g.request.height << ", "
                      << g.request.steps << " steps): " << d.within_one * 100
                      << "% within 1, mean |uint8 diff| " << d.mean << ", max " << d.max
@@ -314,6 +324,42 @@ std::vector<PipelineRow> rows() {
     // 1.37, max 10, latents 0.099, as measured here. The bounds are twice diffusers' own gap.
     z.bf16 = {2.5, 16, 0.17};
     rows.push_back(z);
+
+    // FLUX.2 klein, step-distilled (no guidance whatever the scale) and -base (CFG at 3 and 4, the
+    // negative "" or a given negative prompt): text to image at square and non-square sizes, a
+    // prompt cut at 40 tokens, a batch of two, one and two reference pictures (PNG and JPEG, their
+    // centres cut, the output sized by the first).
+    PipelineRow klein{"FLUX.2-klein", tiny("flux2-klein"), "flux2_klein_pipeline.safetensors"};
+    klein.picked = [](const DiffusionPipeline& p) {
+        return dynamic_cast<const Flux2KleinPipeline*>(&p) != nullptr;
+    };
+    klein.kept = &components_kept<Flux2KleinPipeline>;
+    klein.size_multiple = 8;  // a VAE of scale 4, 2x2 patches
+    klein.default_width = 512;
+    klein.token_latents = true;
+    // t2i in bf16 (32x32, 4 steps): diffusers' own bf16 image differs from its fp32 one by a mean
+    // |uint8 diff| of 1.96, max 21, latents 0.24 (of values up to 9.1); ours differs from diffusers'
+    // bf16 by a mean of 1.22, max 15, latents 0.039, as measured here. The bounds are about twice that:
+    // the operations' order differs, and bf16 keeps 8 bits.
+    klein.bf16 = {2.5, 30, 0.1};
+    klein.images = 6;  // t2i, nonsquare, batch (2), ref1, ref2
+    klein.warnings = {{"nonsquare", {"cut to max_sequence_length 40 tokens"}}};
+    klein.refused = {
+        {{{"width", 36}}, nullptr, "multiples of 8"},
+        {{{"max_sequence_length", 513}}, nullptr, "max_sequence_length 513: must be 1 to 512"},
+        {{{"case", "ref1"}, {"images", {"tests/data/golden/images/png_rgba8.png"}}},
+         nullptr,
+         "png_rgba8.png: 37 x 23 pixels; FLUX.2's reference pictures must be at least 64 pixels a side"}};
+    klein.batch = {{{"case", "t2i"}, {"steps", 2}},
+                   {{"case", "t2i"}, {"steps", 2}, {"prompt", "a dog"}, {"seed", 9}}};
+    klein.offload = {{"case", "ref1"}, {"steps", 2}};
+    rows.push_back(klein);
+    PipelineRow klein_base{"FLUX.2-klein-base", tiny("flux2-klein-base"), "flux2_klein_pipeline.safetensors"};
+    klein_base.picked = klein.picked;
+    klein_base.kept = &components_kept<Flux2KleinPipeline>;
+    klein_base.images = 3;  // cfg, cfg_negative, cfg_ref
+    klein_base.token_latents = true;
+    rows.push_back(klein_base);
 
     // SD3 without T5: within 1 on every channel of 99.9% of the pixels.
     PipelineRow sd3{"SD3", golden_path("sd3_tiny"), "sd3_pipeline.safetensors"};
@@ -587,6 +633,61 @@ TEST_CASE("FLUX.1: the prompt embeddings are CLIP's pooled output and T5's padde
     const FluxPromptEmbeddings alone = pipeline->encode_prompts({"a dog on a sofa"}, 24);
     CHECK(max_diff(e.sequence[1], alone.sequence[0]) <= 1e-5);
     CHECK(max_diff(e.pooled[1], alone.pooled[0]) <= 1e-5);
+}
+
+TEST_CASE(
+    "FLUX.2-klein: each prompt in Qwen3's template without thinking, padded to max_sequence_length, hidden "
+    "states 9, 18 and 27 of every token side by side, as diffusers encodes it") {
+    PipelineOptions options;
+    options.model_dir = tiny("flux2-klein");
+    const auto pipeline = Flux2KleinPipeline::load(options);
+    const auto file = SafetensorsFile::open(golden_path("flux2_klein_pipeline.safetensors"));
+    const nlohmann::json cases = dp::test::golden_cases(file);
+    // The case cut at 40 tokens (template tail included): its embeddings, every one of the 40.
+    const std::string prompt = cases.at("nonsquare").at("prompts")[0];
+    const Conditioning cut = pipeline->encode_prompts({prompt}, 40);
+    const at::Tensor expected = load_tensor(file, "nonsquare.prompt_embeds", at::kFloat);
+    REQUIRE(cut.text.sizes() == at::IntArrayRef({1, 40, expected.size(1)}));
+    CHECK_FALSE(cut.mask.defined());
+    const double diff = max_diff(cut.text[0], expected);
+    MESSAGE("nonsquare prompt embeddings: max |diff| " << diff);
+    CHECK(diff <= 1e-4);
+    REQUIRE(cut.warnings.size() == 1);
+    CHECK(cut.warnings[0].find("cut to max_sequence_length 40") != std::string::npos);
+    // A short prompt padded to 512: its tokens, then pads, as the tokenizer makes them.
+    const Qwen2Tokenizer tokenizer = Qwen2Tokenizer::from_folder(tiny("flux2-klein") + "/tokenizer");
+    const std::vector<int64_t> ids = tokenizer.tokenize(cases.at("t2i").at("chat_text").get<std::string>());
+    const at::Tensor golden_ids = load_tensor(file, "t2i.input_ids", at::kLong);
+    const int64_t real = load_tensor(file, "t2i.attention_mask", at::kLong).sum().item<int64_t>();
+    REQUIRE(static_cast<int64_t>(ids.size()) == real);
+    CHECK(at::equal(golden_ids.narrow(0, 0, real), at::tensor(ids, at::kLong)));
+    CHECK((golden_ids.narrow(0, real, 512 - real) == tokenizer.pad_id()).all().item<bool>());
+    // Each prompt's embeddings are its own, whatever else is in the batch.
+    const Conditioning two = pipeline->encode_prompts({"a cat", prompt}, 40),
+                       alone = pipeline->encode_prompts({prompt}, 40);
+    CHECK(max_diff(two.text[1], alone.text[0]) <= 1e-5);
+}
+
+TEST_CASE(
+    "FLUX.2-klein: an edit's size is its first picture's, at 1024 x 1024 pixels' area when larger, cut to "
+    "the multiple") {
+    const dp::strategies::ModelInfo model = dp::strategies::read_model_info(tiny("flux2-klein"));
+    const dp::strategies::FamilyFacts& facts = dp::strategies::facts_of(*model.spec);
+    REQUIRE(static_cast<bool>(facts.input_size));
+    CHECK(facts.size_from_first_picture);
+    // The two-picture case made no size of its own: the first picture's 70 x 66, cut to 64 x 64.
+    const nlohmann::json ref2 =
+        dp::test::golden_cases(SafetensorsFile::open(golden_path("flux2_klein_pipeline.safetensors")))
+            .at("ref2");
+    CHECK(ref2.at("width").is_null());
+    const dp::images::RgbImage first =
+        dp::images::decode_image(dp::test::repository_path(ref2.at("images")[0].get<std::string>()));
+    CHECK(facts.input_size(first.width, first.height, model.sizes.multiple()) ==
+          std::pair<int64_t, int64_t>{ref2.at("out_width"), ref2.at("out_height")});
+    // Larger than 1024^2: int(side x sqrt(1024^2 / area)) as Python computes it, then the multiple.
+    CHECK(facts.input_size(2000, 1500, 16) == std::pair<int64_t, int64_t>{1168, 880});  // 1182 x 886
+    CHECK(facts.input_size(2000, 1500, 1) == std::pair<int64_t, int64_t>{1182, 886});
+    CHECK(facts.input_size(1024, 1024, 16) == std::pair<int64_t, int64_t>{1024, 1024});
 }
 
 namespace {

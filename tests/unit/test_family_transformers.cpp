@@ -28,6 +28,7 @@
 #include "runtime/io/errors.h"
 #include "runtime/io/tensor_io.h"
 #include "runtime/models/flux/flux_transformer.h"
+#include "runtime/models/flux2/flux2_transformer.h"
 #include "runtime/models/qwen_image/qwen_image_transformer.h"
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/models/z_image/z_image_transformer.h"
@@ -74,6 +75,15 @@ at::Tensor run(const FluxTransformer& m, const Inputs& in) {
     return m.forward(in.get("latents"), in.get("text"), in.get("pooled"), in.get("timestep"),
                      in.get("guidance"), in.grid_h, in.grid_w);
 }
+// FLUX.2: the image tokens, then any reference's, each with its ids.
+at::Tensor run(const Flux2Transformer& m, const Inputs& in) {
+    at::Tensor tokens = in.get("img"), ids = in.get("img_ids");
+    if (in.get("ref").defined()) {
+        tokens = at::cat({tokens, in.get("ref")}, 1);
+        ids = at::cat({ids, in.get("ref_ids")}, 0);
+    }
+    return m.forward(tokens, ids, in.get("text"), in.get("txt_ids"), in.get("timestep"), in.get("guidance"));
+}
 at::Tensor run(const QwenImageTransformer& m, const Inputs& in) {
     return m.forward(in.get("latents"), in.get("text"), in.get("mask"), in.get("timestep"), in.grid_h,
                      in.grid_w);
@@ -92,6 +102,13 @@ nlohmann::json describe(const FluxTransformerConfig& c) {
     j["num_layers"] = c.num_layers, j["num_single_layers"] = c.num_single_layers;
     j["out_channels"] = c.out_channels, j["joint_attention_dim"] = c.joint_attention_dim;
     j["pooled_projection_dim"] = c.pooled_projection_dim;
+    return j;
+}
+nlohmann::json describe(const Flux2TransformerConfig& c) {
+    nlohmann::json j = {{"inner_dim", c.inner_dim()}, {"guidance_embeds", c.guidance_embeds}};
+    j["num_layers"] = c.num_layers, j["num_single_layers"] = c.num_single_layers;
+    j["joint_attention_dim"] = c.joint_attention_dim, j["axes_dims_rope"] = c.axes_dims_rope;
+    j["mlp_hidden"] = c.mlp_hidden(), j["rope_theta"] = c.rope_theta;
     return j;
 }
 nlohmann::json describe(const QwenImageTransformerConfig& c) {
@@ -148,6 +165,8 @@ Transformer load(const std::string& config_text, const std::string& path, Weight
 
 const TransformerClass kFlux{&config_of<FluxTransformerConfig>,
                              &load<FluxTransformer, FluxTransformerConfig>};
+const TransformerClass kFlux2{&config_of<Flux2TransformerConfig>,
+                              &load<Flux2Transformer, Flux2TransformerConfig>};
 const TransformerClass kQwenImage{&config_of<QwenImageTransformerConfig>,
                                   &load<QwenImageTransformer, QwenImageTransformerConfig>};
 const TransformerClass kSd3{&config_of<Sd3TransformerConfig>, &load<Sd3Transformer, Sd3TransformerConfig>};
@@ -158,19 +177,22 @@ const TransformerClass kZImage{&config_of<ZImageTransformerConfig>,
 // there, diffusers' output the tensor `expected` ("": none for this row's model).
 struct GoldenCase {
     GoldenCase(std::string name_, std::string prefix_, std::string expected_, int64_t grid_h_ = 0,
-               int64_t grid_w_ = 0, std::vector<int> skip_ = {}, bool without_mask_ = false)
+               int64_t grid_w_ = 0, std::vector<int> skip_ = {}, bool without_mask_ = false,
+               std::set<std::string> left_out_ = {})
         : name(std::move(name_)),
           prefix(std::move(prefix_)),
           expected(std::move(expected_)),
           grid_h(grid_h_),
           grid_w(grid_w_),
           skip(std::move(skip_)),
-          without_mask(without_mask_) {}
+          without_mask(without_mask_),
+          left_out(std::move(left_out_)) {}
 
     std::string name, prefix, expected;
     int64_t grid_h = 0, grid_w = 0;
     std::vector<int> skip;
-    bool without_mask = false;  // the case's mask left out: every text token real
+    bool without_mask = false;       // the case's mask left out: every text token real
+    std::set<std::string> left_out;  // inputs of the file this case does not take (FLUX.2 klein's guidance)
 };
 
 // A change to a case's inputs that moves the output (`same` false: by more than 1e-2 from diffusers'
@@ -267,8 +289,9 @@ struct TransformerRow {
         const auto file = SafetensorsFile::open(goldens());
         Inputs in;
         in.grid_h = c.grid_h, in.grid_w = c.grid_w, in.skip = c.skip;
-        for (const std::string t : {"latents", "text", "pooled", "timestep", "guidance", "mask"})
-            if (file->contains(c.prefix + t) && !(t == "mask" && c.without_mask))
+        for (const std::string t : {"latents", "text", "pooled", "timestep", "guidance", "mask", "img", "ref",
+                                    "img_ids", "txt_ids", "ref_ids"})
+            if (file->contains(c.prefix + t) && !(t == "mask" && c.without_mask) && !c.left_out.count(t))
                 in.tensors[t] = load_tensor(file, c.prefix + t, t == "mask" ? at::kLong : at::kFloat);
         return in;
     }
@@ -440,6 +463,50 @@ std::vector<TransformerRow> rows() {
     four.layout_tolerance = 1e-5, four.layout_cases = {"golden"}, four.extra = &flux_square;
     rows.push_back(four);
 
+    // FLUX.2 klein (no guidance embedder) and dev (one), 3 heads, 2 + 2 blocks: a batch of two over
+    // 12 image tokens with 7 text tokens, alone and with 7 reference tokens at ids of their own.
+    TransformerRow klein{"FLUX.2 klein", "flux2_transformer", &kFlux2};
+    klein.cases = {{"plain", "", "klein.plain", 0, 0, {}, false, {"guidance", "ref", "ref_ids"}},
+                   {"refs", "", "klein.refs", 0, 0, {}, false, {"guidance"}}};
+    klein.config_fields = {{"axes_dims_rope", {2, 4, 6, 4}}, {"mlp_hidden", 144}, {"guidance_embeds", false}};
+    klein.variations = {
+        {"the reference tokens matter", "refs", [](Inputs& in) { in.tensors["ref"] = in.get("ref") * 0.5; },
+         "klein.refs", false},
+        {"their ids matter", "refs", [](Inputs& in) { in.tensors["ref_ids"] = in.get("ref_ids") * 0; },
+         "klein.refs", false}};
+    klein.refusals = {
+        {"a guidance scale", "plain", [](Inputs& in) { in.tensors["guidance"] = at::full({2}, 3.5f); },
+         "no guidance embedder"},
+        {"ids of another length", "refs",
+         [](Inputs& in) { in.tensors["ref_ids"] = in.get("ref_ids").narrow(0, 0, 6); }, "position ids"},
+        {"narrow text", "plain", &narrow_text, "text [2, tokens >= 1, 96]"}};
+    // 12 and 19 image tokens, 7 text tokens: most layouts divide neither.
+    klein.layouts = {{1, 2, 1}, {1, 1, 2}, {1, 1, 3}, {1, 2, 2}, {2, 1, 1}, {3, 1, 1}, {2, 1, 2}};
+    klein.layout_tolerance = 1e-5, klein.layout_cases = {"plain", "refs"};
+    klein.tps = {2, 3}, klein.family = "flux2-klein", klein.refused_tp = 4;
+    klein.spec_splits = {"single_transformer_blocks.0.attn.to_qkv_mlp_proj.weight",
+                         "single_transformer_blocks.1.attn.to_out.weight",
+                         "transformer_blocks.0.ff.linear_in.weight",
+                         "transformer_blocks.1.ff_context.linear_out.weight",
+                         "double_stream_modulation_img.linear.weight",
+                         "single_stream_modulation.linear.weight"};
+    klein.spec_keeps = {"norm_out.linear.weight", "proj_out.weight", "context_embedder.weight",
+                        "single_transformer_blocks.0.attn.norm_q.weight"};
+    klein.device_map = {0, 0, 1, 1};  // the double blocks on one device, the single blocks on the other
+    rows.push_back(klein);
+    TransformerRow flux2_dev{"FLUX.2 dev", "flux2_transformer_dev", &kFlux2};
+    flux2_dev.golden_file = "flux2_transformer.safetensors";
+    flux2_dev.cases = {{"plain", "", "dev.plain", 0, 0, {}, false, {"ref", "ref_ids"}},
+                       {"refs", "", "dev.refs"}};
+    flux2_dev.variations = {{"another guidance scale is another result", "plain",
+                             [](Inputs& in) { in.tensors["guidance"] = in.get("guidance") * 2; }, "dev.plain",
+                             false}};
+    flux2_dev.refusals = {
+        {"no guidance", "plain", [](Inputs& in) { in.tensors.erase("guidance"); }, "guidance_embeds"}};
+    flux2_dev.layouts = {{1, 2, 1}, {2, 1, 2}};
+    flux2_dev.layout_tolerance = 1e-5, flux2_dev.layout_cases = {"refs"};
+    rows.push_back(flux2_dev);
+
     // Qwen-Image: a batch of two prompts whose texts have different real lengths, the same without
     // a mask, and a square grid.
     TransformerRow qwen{"Qwen-Image", "qwen_image_transformer", &kQwenImage};
@@ -590,6 +657,24 @@ const std::vector<ConfigRow> kConfigs = {
         {"joint_attention_dim", 4096},
         {"pooled_projection_dim", 768},
         {"guidance_embeds", false}}}}},
+    {"Flux2Transformer2DModel",
+     &kFlux2,
+     {{R"({"patch_size": 2})", {"'patch_size'"}},
+      {R"({"axes_dims_rope": [32, 32, 32]})", {"'axes_dims_rope'", "4 even integers"}},
+      {R"({"axes_dims_rope": [32, 32, 32, 30]})", {"'axes_dims_rope'", "sums to 126"}},
+      {R"({"mlp_ratio": 4.0})", {"'mlp_ratio'"}},
+      {R"({"out_channels": 64})", {"'out_channels'"}},
+      {R"({"pooled_projection_dim": 768})", {"'pooled_projection_dim'"}},
+      {R"({"_class_name": "FluxTransformer2DModel"})", {"FluxTransformer2DModel"}}},
+     // Flux2Transformer2DModel's defaults (FLUX.2-dev's).
+     {{R"({"out_channels": null})",
+       {{"inner_dim", 6144},
+        {"num_layers", 8},
+        {"num_single_layers", 48},
+        {"joint_attention_dim", 15360},
+        {"mlp_hidden", 18432},
+        {"rope_theta", 2000.0},
+        {"guidance_embeds", true}}}}},
     {"QwenImageTransformer2DModel",
      &kQwenImage,
      // The Layered variant's keys (Edit-2511's zero_cond_t runs); diffusers has no guidance

@@ -4,7 +4,9 @@
 
 #include <cmath>
 
+#include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
+#include "runtime/models/common/transformer_base.h"
 
 namespace dp::runtime {
 
@@ -116,7 +118,24 @@ at::Tensor adaln::plain_layer_norm(const at::Tensor& x, double eps) {
     return at::layer_norm(x, {x.size(-1)}, {}, {}, eps);
 }
 
-at::Tensor FeedForward::operator()(const at::Tensor& x) const { return out(at::gelu(in(x), "tanh")); }
+at::Tensor FeedForward::operator()(const at::Tensor& x) const {
+    if (!gated) return out(at::gelu(in(x), "tanh"));
+    const std::vector<at::Tensor> ab = in(x).chunk(2, -1);
+    return out(at::silu(ab[0]) * ab[1]);
+}
+
+RopeTable rope_table_from_ids(const at::Tensor& ids, const std::vector<int64_t>& dims, double theta) {
+    std::vector<at::Tensor> angles;
+    const at::Tensor positions = ids.to(at::kFloat).to(at::kDouble);  // diffusers: ids.float()
+    for (std::size_t a = 0; a < dims.size(); ++a) {
+        const at::Tensor freqs =
+            rope_frequencies(dims[a], theta, at::TensorOptions().dtype(at::kDouble).device(ids.device()));
+        angles.push_back(
+            at::outer(positions.select(1, static_cast<int64_t>(a)), freqs).repeat_interleave(2, 1));
+    }
+    const at::Tensor all = at::cat(angles, 1);
+    return {at::cos(all).to(at::kFloat), at::sin(all).to(at::kFloat)};
+}
 
 at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {
     const int64_t half = dim / 2;
@@ -134,6 +153,43 @@ at::Tensor apply_interleaved_rope(const at::Tensor& x, const at::Tensor& cos, co
     const at::Tensor xp = x.reshape(pairs);
     const at::Tensor rotated = at::stack({-xp.select(-1, 1), xp.select(-1, 0)}, -1).flatten(-2);
     return (x.to(at::kFloat) * cos + rotated.to(at::kFloat) * sin).to(x.scalar_type());
+}
+
+void check_time_inputs(const at::Tensor& timestep, const at::Tensor& guidance, int64_t batch,
+                       bool guidance_embeds, const std::string& with, const std::string& without) {
+    const auto one_each = [batch](const at::Tensor& t) {
+        return t.defined() && (t.numel() == batch || t.numel() == 1);
+    };
+    if (!one_each(timestep))
+        throw ModelError("the transformer takes one timestep per prompt (" + std::to_string(batch) + ")");
+    if (guidance_embeds && !one_each(guidance))
+        throw ModelError("this transformer has a guidance embedder (guidance_embeds, " + with +
+                         "): it takes one guidance scale per prompt (" + std::to_string(batch) + ")");
+    if (!guidance_embeds && guidance.defined())
+        throw ModelError("this transformer has no guidance embedder (guidance_embeds false, " + without +
+                         "): it takes no guidance scale");
+}
+
+std::vector<int64_t> rope_axes_dims(const ConfigJson& c, const std::vector<int64_t>& fallback,
+                                    int64_t head_dim, const std::string& axes) {
+    std::vector<int64_t> dims = fallback;
+    const std::size_t n = fallback.size();
+    const std::string accepted = "expected " + std::to_string(n) + " even integers (" + axes +
+                                 ") summing to attention_head_dim (" + std::to_string(head_dim) + ")";
+    if (c.has("axes_dims_rope")) {
+        const nlohmann::json& list = c.raw().at("axes_dims_rope");
+        bool ok = list.is_array() && list.size() == n;
+        for (std::size_t i = 0; ok && i < n; ++i) {
+            ok =
+                list[i].is_number_integer() && list[i].get<int64_t>() >= 2 && list[i].get<int64_t>() % 2 == 0;
+            if (ok) dims[i] = list[i].get<int64_t>();
+        }
+        if (!ok) c.fail("axes_dims_rope", "is " + list.dump().substr(0, 40) + "; " + accepted);
+    }
+    int64_t sum = 0;
+    for (int64_t d : dims) sum += d;
+    if (sum != head_dim) c.fail("axes_dims_rope", "sums to " + std::to_string(sum) + "; " + accepted);
+    return dims;
 }
 
 }  // namespace dp::runtime

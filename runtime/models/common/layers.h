@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/io/weights.h"
 #include "runtime/parallel/parallel_context.h"
@@ -67,6 +68,15 @@ at::Tensor rotate_half(const at::Tensor& x);
 // diffusers' complex rotation of FLUX's and Z-Image's RoPE. Returned in x's dtype.
 at::Tensor apply_interleaved_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// The rotary tables of tokens at positions `ids` [S, axes] (FLUX's position ids): per axis a,
+// dims[a] / 2 frequencies 1 / theta^(2i / dims[a]) times the position, in float64 as diffusers
+// computes them on CPU and CUDA, each angle repeated for its pair, the axes concatenated in order:
+// cos and sin [S, sum(dims)] in fp32, for apply_interleaved_rope.
+struct RopeTable {
+    at::Tensor cos, sin;
+};
+RopeTable rope_table_from_ids(const at::Tensor& ids, const std::vector<int64_t>& dims, double theta);
+
 // Rotary embeddings' one frequency table: 1 / theta^(2i / dim) for i < dim / 2, [dim / 2] in
 // `options`' dtype (FLUX's float64, Qwen-Image's and Qwen2's fp32) and on its device.
 at::Tensor rope_frequencies(int64_t dim, double theta, const at::TensorOptions& options);
@@ -90,9 +100,11 @@ class LinearLoader {
 };
 
 // diffusers' FeedForward with activation_fn "gelu-approximate": GELU(tanh) between two linear
-// layers, 4x wide (the MMDiTs' MLPs), each split as the family's spec says.
+// layers, 4x wide (the MMDiTs' MLPs), each split as the family's spec says. `gated`: FLUX.2's
+// SwiGLU instead, `in` making [a | b] (each rank its share of both halves) and out(silu(a) * b).
 struct FeedForward {
     ParallelLinear in, out;
+    bool gated = false;
     at::Tensor operator()(const at::Tensor& x) const;
 };
 

@@ -21,17 +21,20 @@ DualStreamBlock::DualStreamBlock(const LinearLoader& linear, const std::string& 
                                  const DualStreamLayout& layout, bool context_pre_only, bool image_attention)
     : clamp_(layout.clamp), context_pre_only_(context_pre_only), image_attention_(image_attention) {
     WeightStore& w = linear.weights();
-    modulation_ = linear(b + layout.image_modulation, d, (image_attention ? 9 : 6) * d);
-    text_modulation_ = linear(b + layout.text_modulation, d, (context_pre_only ? 2 : 6) * d);
+    const bool bias = layout.bias;
+    if (!layout.image_modulation.empty())
+        modulation_ = linear(b + layout.image_modulation, d, (image_attention ? 9 : 6) * d);
+    if (!layout.text_modulation.empty())
+        text_modulation_ = linear(b + layout.text_modulation, d, (context_pre_only ? 2 : 6) * d);
     // The attention projections by whole heads, unevenly where tp does not divide them (Note
     // [uneven heads]).
     const auto attention = [&](const std::string& a, const char* q, const char* k, const char* v,
                                const char* out, const char* norm_q, const char* norm_k) {
         Attention at;
-        at.to_q = linear(a + q, d, d, hd);
-        at.to_k = linear(a + k, d, d, hd);
-        at.to_v = linear(a + v, d, d, hd);
-        if (out) at.to_out = linear(a + out, d, d, hd);
+        at.to_q = linear(a + q, d, d, hd, bias);
+        at.to_k = linear(a + k, d, d, hd, bias);
+        at.to_v = linear(a + v, d, d, hd, bias);
+        if (out) at.to_out = linear(a + out, d, d, hd, bias);
         if (layout.qk_norm) {
             at.norm_q = RMSNorm::load(w, a + norm_q, hd, kEps, true, layout.qk_rounding);
             at.norm_k = RMSNorm::load(w, a + norm_k, hd, kEps, true, layout.qk_rounding);
@@ -41,15 +44,19 @@ DualStreamBlock::DualStreamBlock(const LinearLoader& linear, const std::string& 
     image_ = attention(b + ".attn", ".to_q", ".to_k", ".to_v", ".to_out.0", ".norm_q", ".norm_k");
     text_ = attention(b + ".attn", ".add_q_proj", ".add_k_proj", ".add_v_proj", nullptr, ".norm_added_q",
                       ".norm_added_k");
-    if (!context_pre_only) to_add_out_ = linear(b + ".attn.to_add_out", d, d, hd);
+    if (!context_pre_only) to_add_out_ = linear(b + ".attn.to_add_out", d, d, hd, bias);
     if (image_attention)
         attn2_ = attention(b + ".attn2", ".to_q", ".to_k", ".to_v", ".to_out.0", ".norm_q", ".norm_k");
-    mlp_.in = linear(b + layout.image_mlp + ".net.0.proj", d, 4 * d);
-    mlp_.out = linear(b + layout.image_mlp + ".net.2", 4 * d, d);
-    if (!context_pre_only) {
-        text_mlp_.in = linear(b + layout.text_mlp + ".net.0.proj", d, 4 * d);
-        text_mlp_.out = linear(b + layout.text_mlp + ".net.2", 4 * d, d);
-    }
+    const int64_t hidden = layout.mlp_hidden > 0 ? layout.mlp_hidden : 4 * d;
+    const auto mlp = [&](const std::string& m) {
+        FeedForward f;
+        f.gated = layout.swiglu;
+        f.in = linear(m + (f.gated ? ".linear_in" : ".net.0.proj"), d, (f.gated ? 2 : 1) * hidden, 1, bias);
+        f.out = linear(m + (f.gated ? ".linear_out" : ".net.2"), hidden, d, 1, bias);
+        return f;
+    };
+    mlp_ = mlp(b + layout.image_mlp);
+    if (!context_pre_only) text_mlp_ = mlp(b + layout.text_mlp);
 }
 
 void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& temb_act,
@@ -57,7 +64,9 @@ void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& 
     // shift, scale, gate (attention), shift, scale, gate (MLP)[, shift, scale, gate (attn2)]
     // shift, scale and gate per image token [B, 1 or n, width]: a token of other_tokens takes the
     // other conditioning's.
-    std::vector<at::Tensor> m = modulation_(temb_act).chunk(image_attention_ ? 9 : 6, 1);
+    const bool shared = s.image_modulation.defined();  // FLUX.2's, the model's for every block
+    std::vector<at::Tensor> m =
+        (shared ? s.image_modulation : modulation_(temb_act)).chunk(image_attention_ ? 9 : 6, 1);
     for (at::Tensor& one : m) one = one.unsqueeze(1);
     if (s.other_conditioning.defined()) {
         const std::vector<at::Tensor> other = modulation_(s.other_conditioning).chunk(m.size(), 1);
@@ -76,7 +85,7 @@ void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& 
             text_modulation_(temb_act.to(ctx.scalar_type())).chunk(2, 1);  // scale, shift
         nctx = modulate(plain_layer_norm(ctx, kEps), sc[1], sc[0]);
     } else {
-        mc = text_modulation_(temb_act).chunk(6, 1);
+        mc = (shared ? s.text_modulation : text_modulation_(temb_act)).chunk(6, 1);
         nctx = modulate(plain_layer_norm(ctx, kEps), mc[0], mc[1]);
     }
     // q and k normed, then rotated, as diffusers orders them.
@@ -129,6 +138,31 @@ void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& 
     if (clamp_ == DualStreamLayout::Clamp::kBoth) x = clamp_half(x);
     if (clamp_ == DualStreamLayout::Clamp::kBoth || (clamp_ == DualStreamLayout::Clamp::kText && text_out))
         ctx = clamp_half(ctx);
+}
+
+}  // namespace dp::runtime
+
+namespace dp::runtime {
+
+at::Tensor one_stream_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t nt,
+                                bool image_only, const SequenceShard& image, const SequenceShard& words,
+                                const SequenceGroups& sequence) {
+    const int64_t ni = q.size(2) - nt;
+    AttentionInputs in;
+    if (!image.split()) {
+        const SequenceShard one(nt + ni, sequence);  // unsplit: the one stream
+        in.q = q, in.k = k, in.v = v;
+        in.shard = &one;
+        const at::Tensor out = merge_heads(attend(in).out);
+        return image_only ? out.narrow(1, nt, ni) : out;
+    }
+    in.q = q.narrow(2, nt, ni), in.k = k.narrow(2, nt, ni), in.v = v.narrow(2, nt, ni);
+    in.q2 = q.narrow(2, 0, nt), in.k2 = k.narrow(2, 0, nt), in.v2 = v.narrow(2, 0, nt);
+    in.shard = &image;
+    in.shard2 = &words;
+    in.want_out2 = !image_only;
+    const AttentionOutputs o = attend(in);
+    return image_only ? merge_heads(o.out) : at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1);
 }
 
 }  // namespace dp::runtime

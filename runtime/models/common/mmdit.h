@@ -1,11 +1,13 @@
 #pragma once
-// The MMDiT's dual-stream block, shared by SD3 / SD3.5, FLUX.1's double-stream blocks and
-// Qwen-Image: per stream an adaptive LayerNorm (shift, scale, gate from the conditioning), q, k
+// The MMDiT's dual-stream block, shared by SD3 / SD3.5, FLUX.1's and FLUX.2's double-stream blocks
+// and Qwen-Image: per stream an adaptive LayerNorm (shift, scale, gate from the conditioning), q, k
 // and v with optional RMS qk-norms and rotary positions, one joint attention over the image and
 // text tokens (attend(): every context-parallel scheme), gated residuals, and a GELU(tanh) MLP per
 // stream. The families differ only in what a layout and a step say: the layers' names, the qk-norm
 // rounding, the fp16 clamp, SD3's context_pre_only last block and SD3.5's second image attention
-// (attn2), and each model's rotary tables and text bias.
+// (attn2), FLUX.2's modulations shared by every block, its SwiGLU MLPs and layers without biases,
+// and each model's rotary tables and text bias. Also the single-stream blocks' attention over one
+// [text, image] stream (FLUX.1's and FLUX.2's).
 
 #include <ATen/core/Tensor.h>
 
@@ -19,16 +21,21 @@
 namespace dp::runtime {
 
 class SequenceShard;
+struct SequenceGroups;
 class BlockContext;
 
 // What a family's checkpoints call a block's parts, and how the block rounds.
 struct DualStreamLayout {
+    // Empty (FLUX.2): the model's modulations, shared by every block, come with the step.
     std::string image_modulation = ".norm1.linear";         // Qwen-Image: ".img_mod.1"
     std::string text_modulation = ".norm1_context.linear";  // ".txt_mod.1"
     std::string image_mlp = ".ff";                          // ".img_mlp"
     std::string text_mlp = ".ff_context";                   // ".txt_mlp"
-    bool qk_norm = true;                                    // RMS norms on q and k of both streams
-    RmsRounding qk_rounding = RmsRounding::kDiffusers;      // FLUX's are torch.nn.RMSNorm
+    bool swiglu = false;     // FLUX.2's MLPs: SwiGLU of 2 x mlp_hidden (".linear_in", ".linear_out")
+    int64_t mlp_hidden = 0;  // the MLPs' hidden features; 0: 4 x width
+    bool bias = true;        // FLUX.2's layers have none
+    bool qk_norm = true;     // RMS norms on q and k of both streams
+    RmsRounding qk_rounding = RmsRounding::kDiffusers;  // FLUX's are torch.nn.RMSNorm
     // After the block, in fp16 (as diffusers): none (SD3), the text stream when it changed (FLUX),
     // or both streams (Qwen-Image).
     enum class Clamp { kNone, kText, kBoth } clamp = Clamp::kNone;
@@ -45,6 +52,9 @@ struct DualStreamStep {
     // no rotary positions.
     std::function<at::Tensor(const at::Tensor&)> rotate_image, rotate_text;
     bool last = false;  // the model's last block: the text's output feeds nothing
+    // The modulations of a layout without its own (FLUX.2's, shared by every block): [B, 6 width]
+    // each, (shift, scale, gate) for attention then the MLP.
+    at::Tensor image_modulation, text_modulation;
     // Image tokens modulated by another conditioning (Qwen-Image-Edit-2511's zero_cond_t: an
     // edit's reference tokens by the timestep 0's): that conditioning [B, width] (after SiLU), and
     // which of this rank's image tokens take it, [1, n, 1] bool. Undefined: every token the block's.
@@ -85,5 +95,19 @@ class DualStreamBlock {
     Attention attn2_;            // SD3.5's image-only second attention
     FeedForward mlp_, text_mlp_;
 };
+
+// Note [FLUX single blocks, one stream]: text and image go through the single blocks as
+// diffusers' one [text, image] stream, so no block concatenates or splits them: this rank's text
+// block then its image block, one tensor for the per-token layers. Unsplit, attend() takes it as
+// one stream; split, as the two streams it holds, each by its own shard. (FLUX.1's text rotation is
+// the identity, cos 1 and sin 0: x * 1 + rotated * 0 is x exactly.)
+//
+// The attention of such a block: q, k, v [B, heads, text + image, head_dim] (normed and rotated)
+// of this rank's stream, its first `text` tokens the text's -> the merged heads [B, tokens, heads
+// x head_dim], or the image's alone with `image_only` (the model's last block). Every rank of the
+// sequence groups calls it with the same shapes.
+at::Tensor one_stream_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t text,
+                                bool image_only, const SequenceShard& image, const SequenceShard& words,
+                                const SequenceGroups& sequence);
 
 }  // namespace dp::runtime

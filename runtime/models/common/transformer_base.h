@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "runtime/io/config_file.h"
 #include "runtime/io/weights.h"
@@ -17,6 +19,20 @@
 #include "strategies/parallel_spec.h"
 
 namespace dp::runtime {
+
+class ConfigJson;
+
+// Throws ModelError unless `timestep` holds one value per prompt of `batch` (or one for all), and
+// `guidance` likewise exactly when the model has a guidance embedder; `with` and `without` name
+// the model of each kind ("FLUX.1-dev", "FLUX.1-schnell").
+void check_time_inputs(const at::Tensor& timestep, const at::Tensor& guidance, int64_t batch,
+                       bool guidance_embeds, const std::string& with, const std::string& without);
+
+// A config's axes_dims_rope (rotary dims per position axis, FLUX's): `fallback` when absent, else
+// as many even integers as `fallback` has, summing to `head_dim`; `axes` names them for the
+// message ("index, row, column"). Throws ModelError naming the key.
+std::vector<int64_t> rope_axes_dims(const ConfigJson& c, const std::vector<int64_t>& fallback,
+                                    int64_t head_dim, const std::string& axes);
 
 template <typename Config>
 class TransformerBase {

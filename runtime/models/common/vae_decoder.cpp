@@ -46,18 +46,38 @@ void check_block_types(const ConfigJson& c, const char* key, const std::string& 
     if (list.size() != blocks) c.fail(key, "must have one entry per block_out_channels entry");
 }
 
+// AutoencoderKLFlux2's own keys: the batch norm over 2 x 2 patches, and no scaling or shift factor.
+void read_flux2_keys(const ConfigJson& c, VaeConfig& v) {
+    v.latent_batch_norm = true;
+    v.scaling_factor = 1.0;
+    v.batch_norm_eps = c.number("batch_norm_eps", v.batch_norm_eps, 0.0, 1.0);
+    if (c.has("patch_size") && c.raw()["patch_size"] != nlohmann::json::array({2, 2}))
+        c.fail("patch_size",
+               "is " + c.raw()["patch_size"].dump().substr(0, 40) + "; only [2, 2] is supported");
+    if (c.has("decoder_block_out_channels") &&
+        c.raw()["decoder_block_out_channels"] != c.raw()["block_out_channels"])
+        c.fail("decoder_block_out_channels", "must be null (the encoder's block_out_channels)");
+    for (const char* key : {"scaling_factor", "shift_factor"})
+        if (c.has(key)) c.fail(key, "is not a key of AutoencoderKLFlux2 (its latents are normalized by bn)");
+}
+
 }  // namespace
 
 VaeConfig VaeConfig::from_json_text(const std::string& text, const std::string& path) {
     const ConfigJson c(text, path);
-    c.require_class("VAE", "AutoencoderKL");
+    const std::string cls = c.string("_class_name", "AutoencoderKL");
+    if (cls != "AutoencoderKL" && cls != "AutoencoderKLFlux2")
+        c.fail("_class_name", "'" + cls +
+                                  "' is not supported (the supported VAE classes: AutoencoderKL, "
+                                  "AutoencoderKLFlux2)");
     VaeConfig v;
+    if (cls == "AutoencoderKLFlux2") read_flux2_keys(c, v);
     v.in_channels = c.integer("in_channels", v.in_channels, 1, 64);
     v.out_channels = c.integer("out_channels", v.out_channels, 1, 64);
     v.latent_channels = c.integer("latent_channels", v.latent_channels, 1, 1024);
     v.layers_per_block = c.integer("layers_per_block", v.layers_per_block, 1, 64);
     v.norm_num_groups = c.integer("norm_num_groups", v.norm_num_groups, 1, 1024);
-    v.scaling_factor = c.number("scaling_factor", v.scaling_factor, 1e-6, 1e6);
+    v.scaling_factor = c.number("scaling_factor", v.scaling_factor, 1e-6, 1e6);  // FLUX.2's: 1
     v.shift_factor = c.has("shift_factor") ? c.number("shift_factor", 0.0, -1e6, 1e6) : 0.0;
     v.use_quant_conv = c.boolean("use_quant_conv", true);
     v.use_post_quant_conv = c.boolean("use_post_quant_conv", true);
@@ -134,6 +154,7 @@ VaeDecoder::VaeDecoder(const VaeConfig& config, WeightStore& w) : config_(config
     const std::vector<int64_t>& ch = config.block_out_channels;
     w.skip_prefix("encoder.");
     w.skip_prefix("quant_conv.");
+    if (config.latent_batch_norm) w.skip_prefix("bn.");  // its pipelines' statistics, not the decoder's
     if (config.use_post_quant_conv) post_quant_conv_ = Conv2d::load(w, "post_quant_conv", lc, lc, 1);
     conv_in_ = Conv2d::load(w, "decoder.conv_in", lc, ch.back(), 3);
     mid_ = VaeMidBlock::load(w, "decoder.mid_block", ch.back(), g, config.mid_block_add_attention);

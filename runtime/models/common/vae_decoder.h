@@ -1,5 +1,6 @@
 #pragma once
-// The decoder half of diffusers' AutoencoderKL (SD3's and FLUX.1's VAE and their tiny test shapes):
+// The decoder half of diffusers' AutoencoderKL (SD3's and FLUX.1's VAE and their tiny test shapes,
+// and AutoencoderKLFlux2's, the same network):
 // conv_in, a mid block (ResNet, single-head spatial self-attention, ResNet), up blocks of ResNets
 // with nearest-neighbour 2x upsampling, GroupNorm + SiLU + conv_out. Latents are unscaled with the
 // config's scaling_factor and shift_factor before decoding. Here too: the config and the blocks the
@@ -27,6 +28,11 @@ struct VaeConfig : ConfigFile<VaeConfig> {
     bool use_quant_conv = true;  // the encoder's
     bool use_post_quant_conv = true;
     bool mid_block_add_attention = true;
+    // AutoencoderKLFlux2 (FLUX.2): no scaling or shift factor, and a batch norm over the 2 x 2
+    // patchified latents whose running statistics (bn.*) its pipelines normalize with
+    // (flux2/flux2_vae.h); eps its batch_norm_eps.
+    bool latent_batch_norm = false;
+    double batch_norm_eps = 1e-4;
 
     // How many pixels one latent covers along each side: 2^(blocks - 1).
     int64_t scale_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }

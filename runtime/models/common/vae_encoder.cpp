@@ -63,6 +63,7 @@ VaeEncoder::ImageEncoder(const VaeConfig& config, WeightStore& w) : config_(conf
     const std::vector<int64_t>& ch = config.block_out_channels;
     w.skip_prefix("decoder.");
     w.skip_prefix("post_quant_conv.");
+    if (config.latent_batch_norm) w.skip_prefix("bn.");  // its pipelines' statistics, not the encoder's
     conv_in_ = Conv2d::load(w, "encoder.conv_in", config.in_channels, ch.front(), 3);
     int64_t in = ch.front();
     for (std::size_t i = 0; i < ch.size(); ++i) {

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <set>
 
 #include "runtime/io/config_json.h"
@@ -29,44 +30,14 @@ const std::set<std::string>& known_keys() {
     return keys;
 }
 
-std::array<int64_t, 3> axes_dims(const ConfigJson& c, int64_t head_dim) {
-    std::array<int64_t, 3> axes{16, 56, 56};
-    const std::string accepted =
-        "expected 3 even integers (index, row, column) summing to attention_head_dim (" +
-        std::to_string(head_dim) + ")";
-    if (c.has("axes_dims_rope")) {
-        const nlohmann::json& list = c.raw().at("axes_dims_rope");
-        bool ok = list.is_array() && list.size() == 3;
-        for (std::size_t i = 0; ok && i < 3; ++i) {
-            ok =
-                list[i].is_number_integer() && list[i].get<int64_t>() >= 2 && list[i].get<int64_t>() % 2 == 0;
-            if (ok) axes[i] = list[i].get<int64_t>();
-        }
-        if (!ok) c.fail("axes_dims_rope", "is " + list.dump().substr(0, 40) + "; " + accepted);
-    }
-    const int64_t sum = axes[0] + axes[1] + axes[2];
-    if (sum != head_dim) c.fail("axes_dims_rope", "sums to " + std::to_string(sum) + "; " + accepted);
-    return axes;
-}
-
-// One axis' angles, positions [N] times dim / 2 frequencies, in float64 as diffusers computes them,
-// each repeated for its pair: [N, dim].
-at::Tensor axis_angles(const at::Tensor& positions, int64_t dim) {
-    const at::Tensor freqs = rope_frequencies(dim, kTheta, at::TensorOptions().dtype(at::kDouble));
-    return at::outer(positions.to(at::kDouble), freqs).repeat_interleave(2, 1);
-}
-
 }  // namespace
 
 FluxRope flux_image_rope(const std::array<int64_t, 3>& axes, int64_t grid_h, int64_t grid_w, int64_t first) {
     const int64_t n = grid_h * grid_w;
     const at::Tensor index = at::arange(n, at::kLong);
-    const at::Tensor angles =
-        at::cat({axis_angles(at::full({n}, static_cast<double>(first), at::kFloat), axes[0]),
-                 axis_angles(at::floor_divide(index, grid_w).to(at::kFloat), axes[1]),
-                 axis_angles(at::remainder(index, grid_w).to(at::kFloat), axes[2])},
-                1);
-    return {at::cos(angles).to(at::kFloat), at::sin(angles).to(at::kFloat)};
+    const at::Tensor ids = at::stack(
+        {at::full({n}, first, at::kLong), at::floor_divide(index, grid_w), at::remainder(index, grid_w)}, 1);
+    return rope_table_from_ids(ids, {axes.begin(), axes.end()}, kTheta);
 }
 
 at::Tensor apply_flux_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -105,7 +76,9 @@ FluxTransformerConfig FluxTransformerConfig::from_json_text(const std::string& t
     cfg.joint_attention_dim = c.integer("joint_attention_dim", cfg.joint_attention_dim, 1, 1 << 16);
     cfg.pooled_projection_dim = c.integer("pooled_projection_dim", cfg.pooled_projection_dim, 1, 1 << 16);
     cfg.guidance_embeds = c.boolean("guidance_embeds", false);
-    cfg.axes_dims_rope = axes_dims(c, cfg.attention_head_dim);
+    const std::vector<int64_t> axes =
+        rope_axes_dims(c, {16, 56, 56}, cfg.attention_head_dim, "index, row, column");
+    std::copy(axes.begin(), axes.end(), cfg.axes_dims_rope.begin());
     return cfg;
 }
 
@@ -173,11 +146,7 @@ at::Tensor FluxTransformer::conditioning(const at::Tensor& timestep, const at::T
     return temb + text_2_(at::silu(text_1_(pooled.to(device, dtype))));
 }
 
-// Note [FLUX single blocks, one stream]: text and image go through the single blocks as
-// diffusers' one [text, image] stream, so no block concatenates or splits them: this rank's text
-// block then its image block, one tensor for the per-token layers. Unsplit, attend() takes it as
-// one stream; split, as the two streams it holds, each by its own shard. The text's rotation is
-// the identity (cos 1, sin 0): x * 1 + rotated * 0 is x exactly.
+// Note [FLUX single blocks, one stream] (mmdit.h).
 void FluxTransformer::single_block(const BlockContext& block, OneStream& stream, const at::Tensor& temb_act,
                                    const SequenceShard& image_shard, const SequenceShard& words,
                                    at::Tensor& image) const {
@@ -195,22 +164,8 @@ void FluxTransformer::single_block(const BlockContext& block, OneStream& stream,
         const at::Tensor k =
             apply_flux_rope(blk.norm_k(split_heads(blk.to_k(h), heads)), stream.cos, stream.sin);
         const at::Tensor v = split_heads(blk.to_v(h), heads);
-        AttentionInputs in;
-        if (!image_shard.split()) {
-            const SequenceShard one(nt + ni, parallel_->sequence());  // unsplit: the one stream
-            in.q = q, in.k = k, in.v = v;
-            in.shard = &one;
-            const at::Tensor out = merge_heads(attend(in).out);
-            return std::vector<at::Tensor>{last ? out.narrow(1, nt, ni) : out};
-        }
-        in.q = q.narrow(2, nt, ni), in.k = k.narrow(2, nt, ni), in.v = v.narrow(2, nt, ni);
-        in.q2 = q.narrow(2, 0, nt), in.k2 = k.narrow(2, 0, nt), in.v2 = v.narrow(2, 0, nt);
-        in.shard = &image_shard;
-        in.shard2 = &words;
-        in.want_out2 = !last;
-        const AttentionOutputs o = attend(in);
-        return std::vector<at::Tensor>{last ? merge_heads(o.out)
-                                            : at::cat({merge_heads(o.out2), merge_heads(o.out)}, 1)};
+        return std::vector<at::Tensor>{
+            one_stream_attention(q, k, v, nt, last, image_shard, words, parallel_->sequence())};
     })[0];
     const at::Tensor gate = m[2].unsqueeze(1);
     if (last) {
@@ -244,17 +199,7 @@ void FluxTransformer::check_inputs(const at::Tensor& latents, const at::Tensor& 
         throw ModelError("the transformer takes the pooled text [" + std::to_string(batch) + ", " +
                          std::to_string(c.pooled_projection_dim) + "]; got " +
                          (pooled.defined() ? c10::str(pooled.sizes()) : std::string("none")));
-    if (!timestep.defined() || (timestep.numel() != batch && timestep.numel() != 1))
-        throw ModelError("the transformer takes one timestep per prompt (" + std::to_string(batch) + ")");
-    if (c.guidance_embeds && (!guidance.defined() || (guidance.numel() != batch && guidance.numel() != 1)))
-        throw ModelError(
-            "this transformer has a guidance embedder (guidance_embeds, FLUX.1-dev): it takes one "
-            "guidance scale per prompt (" +
-            std::to_string(batch) + ")");
-    if (!c.guidance_embeds && guidance.defined())
-        throw ModelError(
-            "this transformer has no guidance embedder (guidance_embeds false, FLUX.1-schnell): "
-            "it takes no guidance scale");
+    check_time_inputs(timestep, guidance, batch, c.guidance_embeds, "FLUX.1-dev", "FLUX.1-schnell");
     const at::Tensor& ref = reference.latents;
     const int64_t refs = ref.defined() ? reference.grid_h * reference.grid_w : 0;
     if (ref.defined() && (reference.grid_h < 1 || reference.grid_w < 1 || ref.dim() != 3 ||

@@ -129,9 +129,7 @@ class FluxTransformer : public TransformerBase<FluxTransformerConfig> {
 // row-major; index 0 for the latents, 1 for Kontext's reference): cos and sin [tokens, head_dim] in
 // fp32, each angle repeated for its pair, computed in float64 as diffusers does on CPU and CUDA.
 // The text's ids are all zero: cos 1, sin 0.
-struct FluxRope {
-    at::Tensor cos, sin;
-};
+using FluxRope = RopeTable;
 FluxRope flux_image_rope(const std::array<int64_t, 3>& axes_dims, int64_t grid_h, int64_t grid_w,
                          int64_t index = 0);
 // x [B, H, S, head_dim] rotated pairwise (x[2k], x[2k + 1]) by cos / sin [S, head_dim] in fp32, as
