@@ -227,8 +227,8 @@ void check_record(const FamilyRow& row, const nlohmann::json& record, const nloh
         }
         if (std::find(row.unrecorded.begin(), row.unrecorded.end(), key) != row.unrecorded.end())
             CHECK_FALSE(record.contains(key));
-        else if (key == "negative_prompt" && value.is_null() &&
-                 row.defaults.value("negative_prompt", "-") == "")
+        else if (key == "negative_prompt" && value.is_null() && row.defaults.contains("negative_prompt") &&
+                 row.defaults.at("negative_prompt") == "")
             CHECK(record.at(key) == "");  // a guidance that needs no negative prompt takes "" for none
         else                              // a bool as the number it stands for
             CHECK(record.at(key == "num_inference_steps" ? "steps" : key) ==
