@@ -339,10 +339,10 @@ std::vector<PipelineRow> rows() {
     klein.default_width = 512;
     klein.token_latents = true;
     // t2i in bf16 (32x32, 4 steps): diffusers' own bf16 image differs from its fp32 one by a mean
-    // |uint8 diff| of 1.96, max 21, latents 0.24 (of values up to 9.1); ours differs from diffusers'
-    // bf16 by a mean of 1.22, max 15, latents 0.039, as measured here. The bounds are about twice that:
-    // the operations' order differs, and bf16 keeps 8 bits.
-    klein.bf16 = {2.5, 30, 0.1};
+    // |uint8 diff| of 1.35, max 18, latents 0.081 (of values up to 9.1); ours differs from diffusers'
+    // bf16 by a mean of 1.20, max 18, latents 0.063, as measured here. The bounds are twice
+    // diffusers' own gap: the operations' order differs, and bf16 keeps 8 bits.
+    klein.bf16 = {2.7, 36, 0.16};
     klein.images = 6;  // t2i, nonsquare, batch (2), ref1, ref2
     klein.warnings = {{"nonsquare", {"cut to max_sequence_length 40 tokens"}}};
     klein.refused = {
