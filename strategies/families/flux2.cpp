@@ -134,10 +134,11 @@ const FamilyFacts& flux2_klein_family() {
         f.arguments = {{"num_inference_steps", 50},
                        ignored_guidance,
                        {"max_sequence_length", 512, 512},
+                       {"lora"},
                        {"cache"},
                        image};
-        f.variant_arguments = {
-            {"num_inference_steps", 50}, guidance, {"max_sequence_length", 512, 512}, {"cache"}, image};
+        f.variant_arguments = f.arguments;
+        f.variant_arguments[1] = guidance;  // the same arguments, guidance_scale guiding
         f.components = {
             {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
             {"text_encoder", {"Qwen3ForCausalLM", "Qwen3Model"}, true, ComponentRule::kModel, false},
@@ -192,6 +193,7 @@ const FamilyFacts& flux2_dev_family() {
         f.arguments = {{"num_inference_steps", 50},
                        {"guidance_scale", 4.0},
                        {"max_sequence_length", 512, 512},
+                       {"lora"},
                        {"cache"},
                        image};
         f.variant_arguments.clear();

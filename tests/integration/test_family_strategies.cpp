@@ -541,6 +541,11 @@ std::vector<FamilyRow> flux2_rows() {
         {{"-n", "2", "--cfg-parallel"},
          "FLUX.2-klein runs no negative guidance branch (guidance_scale is ignored)"});
     klein.defaults = {{"steps", 50}, {"max_sequence_length", 512}};
+    // Its peft adapter (scripts/golden/golden_lora.py) on a line of its own.
+    klein.prompts.text += "{\"prompt\": \"a red fox in the snow\", \"seed\": 4, \"lora\": [{\"path\": \"" +
+                          std::string(DP_GOLDEN_DIR) +
+                          "/lora/flux2_klein_peft.safetensors\", \"scale\": 0.9}]}\n";
+    klein.single = {{2, "seed", 4}};
     // klein -base: CFG above 1 with the negative prompt "" unless given; the guidance branches split.
     FamilyRow base =
         flux2_row("FLUX.2-klein-base", "flux2-klein-base", "flux2_klein_pipeline.safetensors", 3);
