@@ -15,6 +15,7 @@ strategies::StrategyRequest strategy_request(const LaunchSpec& launch, const Job
     r.num_processes = launch.num_processes;
     r.strategy = job.strategy;
     r.cfg_parallel = job.cfg_parallel;
+    r.arguments = model.arguments;
     // The job's guidance scale, else the model's own default (its folder's, else its family's).
     r.cfg_scale = cfg_scale_setting(job, model.arguments);
     if (const protocol::FamilyArgument* cfg = model.arguments.guidance_scale(); cfg && !r.cfg_scale)

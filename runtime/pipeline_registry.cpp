@@ -33,7 +33,8 @@ const std::pair<const char*, Loader> kPipelines[] = {
     {"qwen-image-edit", &load_as<QwenImagePipeline>},
     {"qwen-image-edit-plus", &load_as<QwenImagePipeline>},
     {"z-image", &load_as<ZImagePipeline>},
-    {"flux2-klein", &load_as<Flux2KleinPipeline>},
+    {"flux2-klein", &load_as<Flux2Pipeline>},
+    {"flux2-dev", &load_as<Flux2Pipeline>},
 };
 
 }  // namespace

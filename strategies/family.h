@@ -47,6 +47,7 @@ struct WidthRule {
     const char* advice;      // what to do: "use the text encoder made for this model"
     bool t5 = false;         // checked only when the T5 encoder is loaded
     const char* nested = nullptr;
+    int64_t times = 1;  // how many of its outputs side by side make the transformer's width (FLUX.2: 3)
 };
 
 // A base weight an adapter's module changes, and the rows of its `up` the change takes.

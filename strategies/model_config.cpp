@@ -220,8 +220,9 @@ void check_width(const std::string& model_dir, const WidthRule& rule, const nloh
             nested != encoder_config.end() && nested->is_object() ? *nested : encoder_config;
         const int64_t joint = positive(config, rule.joint_key, rule.joint_fallback, path);
         const int64_t width = positive(encoder, rule.key, rule.fallback, encoder_path);
-        if (width != joint)
-            problems.push_back(encoder_path + ": \"" + rule.key + "\" is " + std::to_string(width) +
+        const std::string times = rule.times == 1 ? "" : " (x " + std::to_string(rule.times) + ")";
+        if (width * rule.times != joint)
+            problems.push_back(encoder_path + ": \"" + rule.key + "\" is " + std::to_string(width) + times +
                                " but the transformer's " + rule.joint_key + " is " + std::to_string(joint) +
                                (rule.why ? std::string(" (") + rule.why + ")" : std::string()) + "; " +
                                rule.advice);

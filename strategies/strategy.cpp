@@ -117,9 +117,12 @@ void check_cfg_parallel(const StrategyRequest& r, const ParallelSpec& spec) {
         throw UsageError("--cfg-parallel: the world has " + std::to_string(r.world) +
                          " ranks; CFG parallelism pairs them, so it needs an even number (try -n " +
                          std::to_string(r.num_processes + 1) + ")");
-    const protocol::FamilyArguments arguments = family_arguments(spec.family);
+    const protocol::FamilyArguments arguments = r.arguments ? *r.arguments : family_arguments(spec.family);
     const protocol::FamilyArgument* cfg = arguments.guidance_scale();
-    if (!cfg) return;
+    if (!cfg)  // a step-distilled model that ignores its guidance scale
+        throw UsageError(
+            "--cfg-parallel: " + spec.display_name +
+            " runs no negative guidance branch (guidance_scale is ignored); drop --cfg-parallel");
     const double scale = r.cfg_scale.value_or(arguments.default_number(cfg->row->name));
     const double threshold = protocol::guidance_threshold(cfg->guidance);
     if (scale <= threshold) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "protocol/call_arguments.h"
 #include "strategies/device_map.h"
 #include "strategies/mesh.h"
 #include "strategies/parallel_spec.h"
@@ -24,6 +25,9 @@ struct StrategyRequest {
     // The family's CFG scale as the job sets it (--guidance-scale for SD3, --true-cfg-scale for
     // Qwen-Image), or the model's own default; unset: the family's (protocol/call_arguments.h).
     std::optional<double> cfg_scale;
+    // The model's own call arguments (its variant's: FLUX.2-klein's distilled releases ignore
+    // guidance_scale, its -base ones guide); unset: the family's.
+    std::optional<protocol::FamilyArguments> arguments;
     int ulysses = 1, ring = 1, tp = 1;
     int dp = 0;              // 0: whatever the world leaves; else it must be exactly that
     std::string device_map;  // balanced, auto or a FILE.json; empty: none

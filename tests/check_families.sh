@@ -24,6 +24,7 @@ families=(
     'qwen-image-edit-plus|qwen_image|qwen_image|"qwen-image-edit-plus"|QwenImageEditPlusPipeline|qwen_image_edit_plus_family'
     'z-image|z_image|z_image|"z-image"|ZImagePipeline|ZImageTransformer|z_image_family|models/z_image/'
     'flux2-klein|flux2|flux2|"flux2-klein"|"flux2-klein-base"|Flux2KleinPipeline|Flux2Transformer|flux2_klein_family|models/flux2/'
+    'flux2-dev|flux2|flux2|"flux2-dev"|Flux2Pipeline\b|flux2_dev_family'
 )
 status=0
 for entry in "${families[@]}"; do

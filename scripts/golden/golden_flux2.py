@@ -230,6 +230,13 @@ def _folders():
     text_encoder = Qwen3ForCausalLM(config).eval()
     perturb_norms(text_encoder)
     with torch.no_grad():  # hidden states of about unit size and attention far from uniform
+        # The pad's embedding of the words' size: the init zeroes padding_idx's row, and every pad
+        # goes on to the transformer, so a zero one would leave the pads' states tiny and the RMS
+        # norms would scale their rounding up layer by layer (tp's other summation order would then
+        # move them by far more than the words'). A real model's pad is a word like the others.
+        embed = text_encoder.model.embed_tokens.weight
+        embed[config.pad_token_id] = torch.randn(embed.shape[1], generator=torch.Generator().manual_seed(97)) * (
+            embed.std())
         text_encoder.model.embed_tokens.weight.mul_(40.0)
         for layer in text_encoder.model.layers:
             layer.self_attn.q_norm.weight.mul_(3.0)

@@ -50,6 +50,7 @@ FOLDERS = {
     "flux": os.path.join(ROOT, "models", "tiny-random-flux-dev"),
     "qwen-image": os.path.join(ROOT, "models", "tiny-random-qwen-image"),
     "z-image": os.path.join(ROOT, "models", "tiny-random-z-image"),
+    "flux2-klein": os.path.join(ROOT, "models", "tiny-random-flux2-klein"),
 }
 PARTS = ["lora"]
 
@@ -79,6 +80,8 @@ CASES = [
           max_sequence_length=64)),
     ("z_image_kohya", "z-image", [("z_image_kohya.safetensors", 1.0)], z_image_call("cfg")),
     ("z_image_diffusion_model", "z-image", [("z_image_diffusion_model.safetensors", 0.8)], z_image_call("cfg")),
+    ("flux2_klein_peft", "flux2-klein", [("flux2_klein_peft.safetensors", 0.9)],
+     dict(prompt="a red fox in the snow", seed=3, steps=3, width=32, height=32, max_sequence_length=40)),
 ]
 
 # Z-Image adapters in the formats trainers write, {file: {module name in the file: [diffusers modules]}}
@@ -222,6 +225,15 @@ def _make_adapters(pipes):
     QwenImagePipeline.save_lora_weights(ADAPTERS, transformer_lora_layers=q, transformer_lora_adapter_metadata=q_meta,
                                         weight_name="qwen_peft.safetensors")
 
+    # FLUX.2 klein: both streams' attention and SwiGLU MLPs of the double blocks, the single blocks'
+    # fused projection (its q, k, v and MLP halves in one layer) and a shared modulation.
+    klein = pipes["flux2-klein"]
+    k, k_meta = _peft_layers(klein.transformer, ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "to_add_out",
+                                                 "linear_in", "linear_out", "to_qkv_mlp_proj",
+                                                 "double_stream_modulation_img.linear"], 4, 4, 110)
+    type(klein).save_lora_weights(ADAPTERS, transformer_lora_layers=k, transformer_lora_adapter_metadata=k_meta,
+                                  weight_name="flux2_klein_peft.safetensors")
+
     for seed, file in enumerate(Z_IMAGE_ADAPTERS, 108):
         save_file(_z_image_adapter(pipes["z-image"].transformer, file, seed), os.path.join(ADAPTERS, file))
 
@@ -231,6 +243,18 @@ def _run(pipe, family, kwargs):
     seed = kwargs.pop("seed")
     steps = kwargs.pop("steps")
     args = dict(num_inference_steps=steps, **kwargs)
+    if family == "flux2-klein":  # the packed latents after the last step, channels first (ours)
+        kept = {}
+
+        def keep(p, i, t, kw):
+            kept["latents"] = kw["latents"]
+            return kw
+
+        out = pipe(generator=torch.Generator("cpu").manual_seed(seed), output_type="np",
+                   callback_on_step_end=keep, callback_on_step_end_tensor_inputs=["latents"], **args)
+        image = out.images[0]
+        return (torch.from_numpy((image * 255).round().astype(np.uint8)),
+                kept["latents"][0].transpose(0, 1).float().contiguous())
     image = pipe(generator=torch.Generator("cpu").manual_seed(seed), output_type="np", **args).images[0]
     latents = pipe(generator=torch.Generator("cpu").manual_seed(seed), output_type="latent", **args).images[0]
     return torch.from_numpy((image * 255).round().astype(np.uint8)), latents.float()

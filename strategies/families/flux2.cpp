@@ -1,6 +1,7 @@
 // FLUX.2 [klein] (Flux2KleinPipeline: the step-distilled releases, and the -base ones with
-// classifier-free guidance): what the launcher side knows of the family (Note [a family in one
-// place], strategies/family.h). Its math is runtime/models/flux2/; docs/flux2-reference.md has it in
+// classifier-free guidance) and FLUX.2 [dev] (Flux2Pipeline: Mistral 3's text encoder, an embedded
+// guidance scale): what the launcher side knows of the family (Note [a family in one place],
+// strategies/family.h). Its math is runtime/models/flux2/; docs/flux2-reference.md has it in
 // formulas.
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -101,6 +102,20 @@ std::pair<int64_t, int64_t> reference_size(int64_t width, int64_t height, int64_
     return {width / multiple * multiple, height / multiple * multiple};
 }
 
+// The text encoder's hidden states the transformer takes, three side by side per token.
+WidthRule text_width(const char* nested) {
+    WidthRule w{"text_encoder",
+                "hidden_size",
+                nested ? 5120 : 4096,
+                "joint_attention_dim",
+                15360,
+                "three of its hidden states side by side are the transformer's text",
+                "use the text encoder made for this model"};
+    w.nested = nested;
+    w.times = 3;
+    return w;
+}
+
 }  // namespace flux2_facts
 
 const FamilyFacts& flux2_klein_family() {
@@ -119,10 +134,11 @@ const FamilyFacts& flux2_klein_family() {
         f.arguments = {{"num_inference_steps", 50},
                        ignored_guidance,
                        {"max_sequence_length", 512, 512},
+                       {"lora"},
                        {"cache"},
                        image};
-        f.variant_arguments = {
-            {"num_inference_steps", 50}, guidance, {"max_sequence_length", 512, 512}, {"cache"}, image};
+        f.variant_arguments = f.arguments;
+        f.variant_arguments[1] = guidance;  // the same arguments, guidance_scale guiding
         f.components = {
             {"scheduler", {"FlowMatchEulerDiscreteScheduler"}, true, ComponentRule::kScheduler, false},
             {"text_encoder", {"Qwen3ForCausalLM", "Qwen3Model"}, true, ComponentRule::kModel, false},
@@ -134,6 +150,7 @@ const FamilyFacts& flux2_klein_family() {
             {"transformer", {"Flux2Transformer2DModel"}, true, ComponentRule::kModel, false},
             {"vae", {"AutoencoderKLFlux2"}, true, ComponentRule::kModel, false},
         };
+        f.widths = {text_width(nullptr)};
         f.name_markers = {"single_stream_modulation", "double_stream_modulation_img"};
         // An edit's default size is its first picture's, resized and cut as the references are.
         f.size_from_input = true;
@@ -141,6 +158,52 @@ const FamilyFacts& flux2_klein_family() {
         f.input_size = &reference_size;
         f.reference_size = &reference_size;
         f.transformer_parameters = &transformer_parameters;
+        return f;
+    }();
+    return facts;
+}
+
+const FamilyFacts& flux2_dev_family() {
+    using namespace flux2_facts;
+    static const FamilyFacts facts = [] {
+        // Flux2Pipeline (FLUX.2 [dev]): klein's transformer with a guidance embedder, its VAE, its
+        // references, and Mistral 3's language model as the text encoder (hidden states 10, 20, 30
+        // of each prompt in its system template). Its guidance scale is embedded, as FLUX.1-dev's:
+        // no negative branch.
+        FamilyFacts f = flux2_klein_family();
+        f.spec.family = "flux2-dev";
+        f.spec.display_name = "FLUX.2-dev";
+        f.spec.pipeline_class = "Flux2Pipeline";
+        f.spec.guidance_branches = false;
+        f.spec.variant_config.clear();  // no variant of it
+        f.spec.variant_key.clear();
+        f.spec.variant_name.clear();
+        f.spec.variant_family.clear();
+        // Mistral 3's names are Qwen2's under language_model.model. (add_qwen2_decoder_rules);
+        // the Pixtral tower, its projector and lm_head never load: the pipeline passes no image.
+        f.spec.unloaded_tensors = {{"text_encoder", "vision_tower."},
+                                   {"text_encoder", "multi_modal_projector."},
+                                   {"text_encoder", "language_model.lm_head."},
+                                   {"text_encoder", "model.vision_tower."},
+                                   {"text_encoder", "model.multi_modal_projector."},
+                                   {"text_encoder", "lm_head."}};
+        protocol::ArgumentUse image{"image"};
+        image.max = protocol::kMaxInputPictures;
+        // Flux2Pipeline's __call__ defaults.
+        f.arguments = {{"num_inference_steps", 50},
+                       {"guidance_scale", 4.0},
+                       {"max_sequence_length", 512, 512},
+                       {"lora"},
+                       {"cache"},
+                       image};
+        f.variant_arguments.clear();
+        f.components[1] = {
+            "text_encoder", {"Mistral3ForConditionalGeneration"}, true, ComponentRule::kModel, false};
+        f.components[2] = {"tokenizer", {"PixtralProcessor"}, true, ComponentRule::kBpeTokenizer, false};
+        f.widths = {text_width("text_config")};
+        // Checkpoints and adapters of its transformer carry klein's names.
+        f.name_markers.clear();
+        f.names_as = flux2_klein_family().spec.display_name;
         return f;
     }();
     return facts;

@@ -15,6 +15,7 @@ const FamilyFacts& qwen_image_edit_family();       // families/qwen_image.cpp
 const FamilyFacts& qwen_image_edit_plus_family();  // families/qwen_image.cpp
 const FamilyFacts& z_image_family();               // families/z_image.cpp
 const FamilyFacts& flux2_klein_family();           // families/flux2.cpp
+const FamilyFacts& flux2_dev_family();             // families/flux2.cpp
 
 const std::vector<const FamilyFacts*>& families() {
     static const std::vector<const FamilyFacts*> all = {&sd3_family(),
@@ -25,7 +26,8 @@ const std::vector<const FamilyFacts*>& families() {
                                                         &qwen_image_edit_family(),
                                                         &qwen_image_edit_plus_family(),
                                                         &z_image_family(),
-                                                        &flux2_klein_family()};
+                                                        &flux2_klein_family(),
+                                                        &flux2_dev_family()};
     return all;
 }
 

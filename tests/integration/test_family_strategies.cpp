@@ -92,6 +92,8 @@ struct FamilyRow {
     std::vector<std::vector<std::string>> golden_runs;
     std::size_t images = 0;
     bool golden_latents = false;
+    // The golden latents are tokens [N, C] of ours [C, h, w] (FLUX.2's, C channels); 0: as ours.
+    std::size_t token_channels = 0;
     std::vector<std::string> stderr_says;  // what the golden job says (a cut prompt)
     // Keys no record of the family holds (other families'), and keys a line may give that the
     // family ignores and does not record.
@@ -151,11 +153,19 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
             line["image"] = nlohmann::json::array();
             for (const nlohmann::json& picture : line.at("images"))
                 line["image"].push_back(absolute(picture));
-            if (line.at("positions") == "sequential") line["sequential_positions"] = 1;
-            for (const char* meta : {"images", "positions", "pipeline", "default_width", "default_height",
-                                     "do_true_cfg", "grid_thw", "noise_tokens", "reference_tokens", "tokens",
-                                     "text_lengths", "vae_sizes", "vl_sizes"})
+            if (line.value("positions", "") == "sequential") line["sequential_positions"] = 1;
+            if (line.at("image").empty()) line.erase("image");  // FLUX.2's text to image
+            for (const char* meta :
+                 {"images",       "positions", "pipeline",     "default_width",    "default_height",
+                  "do_true_cfg",  "grid_thw",  "noise_tokens", "reference_tokens", "tokens",
+                  "text_lengths", "vae_sizes", "vl_sizes",     "out_width",        "out_height",
+                  "image_tokens", "mu",        "is_distilled", "do_cfg",           "text_encoder_out_layers",
+                  "chat_text",    "same_as",   "dtype"})
                 line.erase(meta);
+        }
+        if (line.contains("width") && line.at("width").is_null()) {  // FLUX.2's: the first picture's size
+            line.erase("width");
+            line.erase("height");
         }
         for (const char* side : {"width", "height"})
             if (line.contains(std::string("asked_") + side)) {
@@ -246,6 +256,17 @@ std::map<std::string, long long> reported_bytes(const std::string& err, int rank
     std::istringstream in(err.substr(at + marker.size(), err.find('\n', at) - at - marker.size()));
     for (std::string item; in >> item;)
         out[item.substr(0, item.find('='))] = std::stoll(item.substr(item.find('=') + 1));
+    return out;
+}
+
+// Tokens [N, `channels`] as channels [`channels`, N] (FLUX.2's golden latents as ours); as they are
+// with no channels.
+std::vector<float> channels_first(const std::vector<float>& tokens, std::size_t channels) {
+    if (channels == 0) return tokens;
+    const std::size_t n = tokens.size() / channels;
+    std::vector<float> out(tokens.size());
+    for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t c = 0; c < channels; ++c) out[c * n + t] = tokens[t * channels + c];
     return out;
 }
 
@@ -478,6 +499,76 @@ FamilyRow z_image_row() {
     return z;
 }
 
+// FLUX.2's reference pictures (scripts/golden/golden_flux2.py), as an absolute path.
+std::string flux2_picture(const std::string& name) { return std::string(DP_GOLDEN_DIR) + "/flux2/" + name; }
+
+// FLUX.2 klein (distilled, and -base with CFG) and dev (its guidance embedded): diffusers' images
+// (text to image, a cut prompt, a batch, one and two reference pictures); a text line and a line of
+// two reference pictures (70 x 66 and 84 x 100: 64 + 72 reference tokens after the 12 noise tokens)
+// with the text cut to 70 tokens, so that no stream divides 2 or 3.
+FamilyRow flux2_row(const std::string& name, const std::string& folder, const std::string& golden,
+                    std::size_t images) {
+    FamilyRow f{name, tiny(folder), golden, "", {{"-n", "1"}}, images, true};
+    f.token_channels = 32;  // the tiny transformers' in_channels
+    f.absent = kNotSd3;
+    f.absent.insert(f.absent.end(), {"true_cfg_scale", "strength"});
+    f.base = {"--steps", "2", "--width", "32", "--height", "24", "--max-sequence-length", "70"};
+    const std::string two =
+        "[\"" + flux2_picture("ref_70x66.png") + "\", \"" + flux2_picture("ref_84x100.jpg") + "\"]";
+    f.prompts = {"p.jsonl",
+                 "{\"prompt\": \"a red fox in the snow\", \"seed\": 1, \"guidance_scale\": 2.5}\n"
+                 "{\"prompt\": \"put the square from the first picture into the second\", \"seed\": 2, "
+                 "\"image\": " +
+                     two + "}\n"};
+    f.runs = {
+        {"-n", "2", "--ulysses", "2"}, {"-n", "3", "--ring", "3"}, {"-n", "2", "--tp", "2"}, {"-n", "3"}};
+    f.refused_flags = {
+        {{"--true-cfg-scale", "2"}, name + " does not take true_cfg_scale"},
+        {{"--max-sequence-length", "513"}, "513 is more than " + name + "'s pipeline accepts (1 to 512)"},
+        {{"--width", "36"}, "multiples of 8"}};
+    f.refused_keys = {{"mask_image", flux2_picture("ref_96x72.png"), name + " does not take mask_image"},
+                      {"strength", 0.5, name + " does not take strength"}};
+    return f;
+}
+
+std::vector<FamilyRow> flux2_rows() {
+    // klein, distilled: guidance_scale ignored (not recorded), no negative branch to split.
+    FamilyRow klein = flux2_row("FLUX.2-klein", "flux2-klein", "flux2_klein_pipeline.safetensors", 6);
+    klein.unrecorded = {"guidance_scale"};
+    klein.stderr_says = {"cut to max_sequence_length 40 tokens"};
+    klein.bf16_mean = 2.7, klein.bf16_max = 36;  // the bounds of tests/unit/test_family_pipelines.cpp
+    klein.refused_flags.push_back(
+        {{"-n", "2", "--cfg-parallel"},
+         "FLUX.2-klein runs no negative guidance branch (guidance_scale is ignored)"});
+    klein.defaults = {{"steps", 50}, {"max_sequence_length", 512}};
+    // Its peft adapter (scripts/golden/golden_lora.py) on a line of its own.
+    klein.prompts.text += "{\"prompt\": \"a red fox in the snow\", \"seed\": 4, \"lora\": [{\"path\": \"" +
+                          std::string(DP_GOLDEN_DIR) +
+                          "/lora/flux2_klein_peft.safetensors\", \"scale\": 0.9}]}\n";
+    klein.single = {{2, "seed", 4}};
+    // klein -base: CFG above 1 with the negative prompt "" unless given; the guidance branches split.
+    FamilyRow base =
+        flux2_row("FLUX.2-klein-base", "flux2-klein-base", "flux2_klein_pipeline.safetensors", 3);
+    base.runs.push_back({"-n", "2", "--cfg-parallel"});
+    base.refused_flags.push_back({{"-n", "2", "--cfg-parallel", "--guidance-scale", "1"},
+                                  "there is no guidance to split at a scale of 1 or less"});
+    base.prompts.text +=
+        "{\"prompt\": \"an old lighthouse\", \"negative_prompt\": \"blurry\", \"seed\": 3}\n";
+    base.single = {{0, "guidance_scale", 2.5}, {1, "guidance_scale", 4.0}, {1, "negative_prompt", ""}};
+    base.defaults = {
+        {"steps", 50}, {"guidance_scale", 4.0}, {"max_sequence_length", 512}, {"negative_prompt", ""}};
+    // dev: the guidance scale embedded, one branch.
+    FamilyRow dev = flux2_row("FLUX.2-dev", "flux2-dev", "flux2_dev_pipeline.safetensors", 6);
+    dev.stderr_says = {"cut to max_sequence_length 48 tokens"};
+    dev.bf16_mean = 2.7, dev.bf16_max = 36;  // the bounds of tests/unit/test_family_pipelines.cpp
+    dev.single = {{0, "guidance_scale", 2.5}, {1, "guidance_scale", 4.0}};
+    dev.refused_flags.push_back({{"-n", "2", "--cfg-parallel"}, "has no negative guidance branch to split"});
+    dev.refused_flags.push_back(
+        {{"--negative-prompt", "blurry"}, "FLUX.2-dev's pipeline (Flux2Pipeline) takes no negative prompt"});
+    dev.defaults = {{"steps", 50}, {"guidance_scale", 4.0}, {"max_sequence_length", 512}};
+    return {klein, base, dev};
+}
+
 std::vector<FamilyRow> rows() {
     std::vector<FamilyRow> rows;
 
@@ -539,6 +630,7 @@ std::vector<FamilyRow> rows() {
     rows.push_back(kontext_row());
     rows.push_back(qwen_edit_row());
     rows.push_back(z_image_row());
+    for (const FamilyRow& row : flux2_rows()) rows.push_back(row);
 
     // schnell has no guidance embedding: its guidance_scale changes nothing and is not recorded.
     FamilyRow schnell{"FLUX.1-schnell",
@@ -688,7 +780,8 @@ TEST_CASE(
                 CHECK(d.within_one >= 0.999);
                 if (row.golden_latents)
                     CHECK(max_difference(read_latents(file + ".latents.safetensors"),
-                                         golden_f32(golden, g.latents)) <= 1e-4f);
+                                         channels_first(golden_f32(golden, g.latents), row.token_channels)) <=
+                          1e-4f);
             }
             for (const std::string& says : row.stderr_says)
                 CHECK_MESSAGE(r.err.find(says) != std::string::npos, says);

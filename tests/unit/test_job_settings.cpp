@@ -466,3 +466,27 @@ TEST_CASE("--no-t5 with T5's own file is refused: the file would be recorded and
     job.model_file = job.component_files["text_encoder_3"];
     CHECK(job_setting_problems(job, model).empty());
 }
+
+TEST_CASE(
+    "FLUX.2: three of the text encoder's hidden states must be the transformer's text width, klein's Qwen3 "
+    "and dev's Mistral 3 (its text_config), and dev's tokenizer a PixtralProcessor") {
+    for (const char* name : {"tiny-random-flux2-klein", "tiny-random-flux2-dev"}) {
+        CAPTURE(name);
+        const std::string model = scratch(name);
+        fs::copy(resolve_model(name, "--model"), model, fs::copy_options::recursive);
+        CHECK_MESSAGE(problems(model).empty(), joined(problems(model)));
+        const bool dev = std::string(name).find("dev") != std::string::npos;
+        edit_json(model + "/text_encoder/config.json",
+                  [dev](auto& j) { (dev ? j["text_config"] : j)["hidden_size"] = 64; });
+        CHECK(has(joined(problems(model)),
+                  "text_encoder/config.json: \"hidden_size\" is 64 (x 3) but the transformer's "
+                  "joint_attention_dim is 96 (three of its hidden states side by side are the transformer's "
+                  "text)"));
+    }
+    const std::string model = scratch("pixtral");
+    fs::copy(resolve_model("tiny-random-flux2-dev", "--model"), model, fs::copy_options::recursive);
+    edit_json(model + "/model_index.json", [](auto& j) {
+        j["tokenizer"] = {"transformers", "Qwen2Tokenizer"};
+    });
+    CHECK(has(joined(problems(model)), "\"tokenizer\" is a Qwen2Tokenizer; supported: PixtralProcessor"));
+}

@@ -125,7 +125,8 @@ TEST_CASE("a model folder's family comes from model_index.json's _class_name, or
     for (const auto& [edit, family] :
          {std::pair{"QwenImageEditPipeline", "qwen-image-edit"},
           std::pair{"QwenImageEditPlusPipeline", "qwen-image-edit-plus"},
-          std::pair{"ZImagePipeline", "z-image"}, std::pair{"Flux2KleinPipeline", "flux2-klein"}}) {
+          std::pair{"ZImagePipeline", "z-image"}, std::pair{"Flux2KleinPipeline", "flux2-klein"},
+          std::pair{"Flux2Pipeline", "flux2-dev"}}) {
         const std::string folder =
             model_folder(family, {{"model_index.json", std::string(R"({"_class_name": ")") + edit + "\"}"}});
         CHECK(&parallel_spec_for_model(folder) == &family_spec(family));

@@ -471,6 +471,38 @@ TEST_CASE(
     CHECK(has(plan_of(model, 1), " px -> 4096 image tokens, up to 512 text tokens\n"));
 }
 
+namespace {
+
+// A Llama-layout decoder's parameters (Qwen3's, Mistral's): q, k, v, gate and up split by
+// columns, o and down by rows (no biases); the embeddings, the norms (and Qwen3's per-head
+// qk-norms) whole.
+struct DecoderCounts {
+    long long whole = 0, split = 0;
+};
+DecoderCounts decoder_counts(const nlohmann::json& text, bool qk_norm) {
+    const long long h = text["hidden_size"], inter = text["intermediate_size"], th = text["head_dim"];
+    const long long q = text["num_attention_heads"].get<long long>() * th;
+    const long long kv = text["num_key_value_heads"].get<long long>() * th;
+    const long long layers = text["num_hidden_layers"];
+    return {text["vocab_size"].get<long long>() * h + layers * (2 * h + (qk_norm ? 2 * th : 0)) + h,
+            layers * (2 * h * q + 2 * h * kv + 3 * h * inter)};
+}
+
+// plan at each of `tps` counts the transformer's `whole` and `split` and the text encoder's `text`.
+void check_tp_plans(const std::string& model, const std::vector<int>& tps, long long whole, long long split,
+                    const DecoderCounts& text) {
+    for (int tp : tps) {
+        CAPTURE(tp);
+        const std::string p = plan_of(model, tp);
+        CHECK(has(p, bytes_in(whole * 2) + " replicated + "));
+        CHECK(has(p, bytes_in(split * 2) + " / tp " + std::to_string(tp) + "\n"));
+        CHECK(has(p, "  text_encoder: "));
+        CHECK(has(p, bytes_in((text.whole + text.split / tp) * 2)));
+    }
+}
+
+}  // namespace
+
 TEST_CASE(
     "plan: Z-Image-Turbo at real size, every block (refiners too) and Qwen3 split by tp, in closed form") {
     // ZImageTransformer2DModel's parameters from its config, by diffusers' layer list. Split: q, k,
@@ -488,25 +520,11 @@ TEST_CASE(
     const long long split = blocks * (4 * d * d + 3 * d * ff) + modulated * linear(t, 4 * d);
     CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/transformer")) == whole + split);
     CHECK(whole + split == 6154908736);  // Z-Image's published 6 B
-    // Qwen3-4B: q, k, v (no biases), gate and up split by columns, o and down by rows; the
-    // embeddings, the norms and the per-head qk-norms whole.
-    const nlohmann::json text = config_of(model, "text_encoder/config.json");
-    const long long h = text["hidden_size"], inter = text["intermediate_size"], th = text["head_dim"];
-    const long long q = text["num_attention_heads"].get<long long>() * th;
-    const long long kv = text["num_key_value_heads"].get<long long>() * th;
-    const long long layers = text["num_hidden_layers"];
-    const long long text_split = layers * (2 * h * q + 2 * h * kv + 3 * h * inter);
-    const long long text_whole = text["vocab_size"].get<long long>() * h + layers * (2 * h + 2 * th) + h;
+    // Qwen3-4B, its per-head qk-norms whole.
+    const DecoderCounts text = decoder_counts(config_of(model, "text_encoder/config.json"), true);
     CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/text_encoder")) ==
-          text_whole + text_split);
-    for (int tp : {1, 2}) {
-        CAPTURE(tp);
-        const std::string p = plan_of(model, tp);
-        CHECK(has(p, bytes_in(whole * 2) + " replicated + "));
-        CHECK(has(p, bytes_in(split * 2) + " / tp " + std::to_string(tp) + "\n"));
-        CHECK(has(p, "  text_encoder: "));
-        CHECK(has(p, bytes_in((text_whole + text_split / tp) * 2)));
-    }
+          text.whole + text.split);
+    check_tp_plans(model, {1, 2}, whole, split, text);
     // 30 heads over 4 ranks: the ranks with 8 heads hold the most.
     CHECK(has(plan_of(model, 4), bytes_in(split * 2) + " x at most 8/30 on the ranks with 8 heads (tp 4)"));
     CHECK(
@@ -553,6 +571,36 @@ TEST_CASE(
         }
         CHECK(static_cast<double>(whole) / (whole + split) < 0.01);
     }
+}
+
+TEST_CASE(
+    "plan: FLUX.2-dev at real size, double and single blocks and Mistral 3's decoder split by tp, its "
+    "vision tower and lm_head not loaded, in closed form") {
+    // Flux2Transformer2DModel's parameters from its config, no biases. Split: both streams' q, k, v
+    // (by columns) and outputs (by rows), the SwiGLU MLPs' inputs (by segments) and outputs, the
+    // single blocks' fused projection and output (by segments), the three shared modulations
+    // (gathered). Whole: the embedders, the time and guidance MLPs, the qk-norms, the head.
+    const std::string model = dp::launcher::resolve_model("flux2-dev", "--model");
+    const nlohmann::json tc = config_of(model, "transformer/config.json");
+    const long long hd = tc["attention_head_dim"], d = tc["num_attention_heads"].get<long long>() * hd;
+    const long long h = d * 3, ch = tc["in_channels"], f = tc["timestep_guidance_channels"];
+    const long long doubles = tc["num_layers"], singles = tc["num_single_layers"];
+    const long long whole = ch * d + tc["joint_attention_dim"].get<long long>() * d + 2 * (f * d + d * d) +
+                            2 * d * d + d * ch + doubles * 4 * hd + singles * 2 * hd;
+    const long long split = 15 * d * d + doubles * (8 * d * d + 2 * (d * 2 * h + h * d)) +
+                            singles * (d * (3 * d + 2 * h) + (d + h) * d);
+    CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/transformer")) == whole + split);
+    CHECK(whole + split == 32223281152LL);  // FLUX.2-dev's published 32.2 B
+    // Mistral-Small-3.1's language model. The Pixtral tower, the projector and lm_head are not
+    // counted: the pipeline never loads them.
+    const DecoderCounts text =
+        decoder_counts(config_of(model, "text_encoder/config.json").at("text_config"), false);
+    CHECK(sum_counts(dp::strategies::tensor_element_counts(model + "/text_encoder"),
+                     "language_model.model.") == text.whole + text.split);
+    check_tp_plans(model, {1, 2, 4, 8}, whole, split, text);
+    CHECK(
+        has(plan_of(model, 1), "56 blocks, width 6144, 48 heads of 128; 1024x1024 px -> 4096 image tokens"));
+    CHECK(static_cast<double>(whole) / (whole + split) < 0.01);
 }
 
 namespace {

@@ -280,6 +280,25 @@ TEST_CASE("FLUX.1 splits CFG only where true CFG runs: its distilled guidance ha
     check_degrees(resolve_strategy(r, flux, 24).degrees, degrees(1, 1, 2, 2, 2));
 }
 
+TEST_CASE(
+    "FLUX.2-klein splits CFG only in its -base releases above guidance 1: the distilled ones ignore "
+    "guidance_scale") {
+    const ParallelSpec& klein = family_spec("flux2-klein");
+    StrategyRequest r = on_world(2);
+    r.cfg_parallel = true;
+    r.arguments = dp::strategies::family_arguments("flux2-klein");
+    CHECK_THROWS_WITH_AS(resolve_strategy(r, klein, 24),
+                         "--cfg-parallel: FLUX.2-klein runs no negative guidance branch (guidance_scale is "
+                         "ignored); drop --cfg-parallel",
+                         dp::protocol::UsageError);
+    r.arguments = dp::strategies::family_arguments("flux2-klein-base");
+    check_degrees(resolve_strategy(r, klein, 24).degrees, degrees(1, 2, 1, 1, 1));  // guidance 4.0
+    r.cfg_scale = 1.0;
+    CHECK_THROWS_WITH_AS(resolve_strategy(r, klein, 24),
+                         doctest::Contains("there is no guidance to split at a scale of 1 or less"),
+                         dp::protocol::UsageError);
+}
+
 // Over every small request: what is accepted is a mesh of the world that leaves every rank at
 // least one head and whose dp is the one asked for; what is refused is a usage error.
 TEST_CASE("every accepted request is a mesh of the world, and every refusal a usage error") {

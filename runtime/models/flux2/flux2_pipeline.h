@@ -1,12 +1,20 @@
 #pragma once
-// FLUX.2 [klein]'s pipeline, as diffusers' Flux2KleinPipeline runs it (docs/flux2-reference.md,
-// section 3): each prompt in Qwen3's chat template (one user message, the generation prompt,
-// thinking disabled: an empty think block), padded to max_sequence_length and cut there, through
-// the Qwen3 text encoder with its mask; hidden_states 9, 18 and 27 side by side per token, every
-// token (the pads too) the transformer's text -> flow-matching denoising of noise drawn already
-// patchified ([4 L, h / 2, w / 2], a token per position) over linspace sigmas shifted by the
-// pipeline's empirical mu, with any reference pictures (`image`, one or several) appended as tokens
-// of their own -> the VAE decode of the de-normalized, unpatchified latents.
+// FLUX.2's pipelines, as diffusers' Flux2KleinPipeline (FLUX.2 [klein]) and Flux2Pipeline (FLUX.2
+// [dev]) run them (docs/flux2-reference.md, section 3): each prompt in its text encoder's template
+// (Note [FLUX.2 prompts]), padded to max_sequence_length and cut there, through the text encoder
+// with its mask; three hidden states side by side per token, every token (the pads too) the
+// transformer's text -> flow-matching denoising of noise drawn already patchified ([4 L, h / 2,
+// w / 2], a token per position) over linspace sigmas shifted by the pipeline's empirical mu, with
+// any reference pictures (`image`, one or several) appended as tokens of their own -> the VAE
+// decode of the de-normalized, unpatchified latents. model_index.json's class says which.
+//
+// Note [FLUX.2 prompts]: klein's Qwen3 takes Qwen3's chat template of one user message with the
+// generation prompt and thinking disabled (an empty think block), right-padded, hidden states 9,
+// 18 and 27. dev's Mistral 3 takes Mistral-Small-3.1's template of Flux2Pipeline's system
+// message and the prompt, `<s>[SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]{prompt}[/INST]`, with every
+// [IMG] removed from the prompt, padded on the side its tokenizer_config.json's padding_side
+// names (right when it names none, as transformers' tokenizers backend), hidden states 10, 20
+// and 30. dev's guidance scale is embedded (the transformer's guidance embedder): one branch.
 //
 // Note [FLUX.2 klein guidance]: the step-distilled releases (model_index.json's is_distilled)
 // run one branch whatever guidance_scale says (diffusers warns and ignores it: the family's
@@ -34,14 +42,14 @@
 
 namespace dp::runtime {
 
-class Flux2KleinPipeline : public FamilyPipeline {
+class Flux2Pipeline : public FamilyPipeline {
   public:
     // Loads every component of `options.model_dir`, the transformer and the text encoder as this
     // rank's share of the mesh (`parallel` must outlive the pipeline). Throws ModelError naming what
     // is missing, corrupt, inconsistent or unsupported.
-    static std::unique_ptr<Flux2KleinPipeline> load(
-        const PipelineOptions& options, const ParallelContext& parallel = ParallelContext::single());
-    ~Flux2KleinPipeline() override;
+    static std::unique_ptr<Flux2Pipeline> load(const PipelineOptions& options,
+                                               const ParallelContext& parallel = ParallelContext::single());
+    ~Flux2Pipeline() override;
 
     // The text conditioning of `prompts` (one branch): each prompt's templated tokens padded (or
     // cut) to `max_sequence_length` (1 to 512), their stacked hidden states [n, max_sequence_length,
@@ -52,7 +60,7 @@ class Flux2KleinPipeline : public FamilyPipeline {
 
   private:
     struct Components;
-    Flux2KleinPipeline(std::unique_ptr<Components> c, strategies::ModelInfo model);
+    Flux2Pipeline(std::unique_ptr<Components> c, strategies::ModelInfo model);
 
     Conditioning encode(const std::vector<std::string>& prompts,
                         const protocol::CallValues& arguments) const override;
