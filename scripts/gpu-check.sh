@@ -125,6 +125,12 @@ fi
 printf '{%s, "guidance_scale": 0, "steps": 2}\n' "$lighthouse" >"$out/z-mesh.jsonl"
 "$build/bin/dp-launch" -n 4 --ulysses 4 --device cuda --model "$root/models/z-image-turbo" --random-weights 0 \
     --dtype bf16 --width 1024 --height 1024 -q -o "$out/z-mesh" "$out/z-mesh.jsonl" || status=1
+echo "== FLUX.2-dev at real size with --offload on one GPU (random bf16 weights, 1024x1024): a correctness run"
+# 60 GB of transformer and 43 GB of Mistral-Small do not fit one 80 GB device together (nor as
+# tp shards sharing it): --offload keeps one component on it at a time. One 2-step image.
+printf '{%s, "steps": 2}\n' "$lighthouse" >"$out/flux2-dev.jsonl"
+"$build/bin/dp-launch" -n 1 --offload --device cuda --model "$root/models/flux2-dev" --random-weights 0 \
+    --dtype bf16 --width 1024 --height 1024 -q -o "$out/flux2-dev" "$out/flux2-dev.jsonl" || status=1
 # TP with CP, which diffusers refuses, on the one GPU: four ranks share it (a correctness run at
 # real size, not a speed figure).
 printf '{%s, "steps": 2}\n' "$lighthouse" >"$out/flux-mesh.jsonl"

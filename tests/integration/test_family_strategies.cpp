@@ -479,8 +479,13 @@ FamilyRow z_image_row() {
         "\"seed\": 2}\n"
         "{\"prompt\": \"a bowl of ramen\", \"guidance_scale\": 3, \"cfg_truncation\": 0.2, "
         "\"num_inference_steps\": 4, \"seed\": 3}\n"};
-    z.runs = {{"-n", "2", "--ulysses", "2"}, {"-n", "3", "--ring", "3"},    {"-n", "2", "--tp", "2"},
-              {"-n", "2", "--cfg-parallel"}, {"-n", "4", "--ulysses", "4"}, {"-n", "3"}};
+    z.runs = {{"-n", "2", "--ulysses", "2"},
+              {"-n", "2", "--ring", "2"},
+              {"-n", "3", "--ring", "3"},
+              {"-n", "2", "--tp", "2"},
+              {"-n", "2", "--cfg-parallel"},
+              {"-n", "4", "--ulysses", "4"},
+              {"-n", "3"}};
     z.single = {{0, "guidance_scale", 0.0},
                 {1, "cfg_normalization", 1.2},
                 {2, "cfg_truncation", 0.2},
@@ -520,8 +525,11 @@ FamilyRow flux2_row(const std::string& name, const std::string& folder, const st
                  "{\"prompt\": \"put the square from the first picture into the second\", \"seed\": 2, "
                  "\"image\": " +
                      two + "}\n"};
-    f.runs = {
-        {"-n", "2", "--ulysses", "2"}, {"-n", "3", "--ring", "3"}, {"-n", "2", "--tp", "2"}, {"-n", "3"}};
+    f.runs = {{"-n", "2", "--ulysses", "2"},
+              {"-n", "2", "--ring", "2"},
+              {"-n", "3", "--ring", "3"},
+              {"-n", "2", "--tp", "2"},
+              {"-n", "3"}};
     f.refused_flags = {
         {{"--true-cfg-scale", "2"}, name + " does not take true_cfg_scale"},
         {{"--max-sequence-length", "513"}, "513 is more than " + name + "'s pipeline accepts (1 to 512)"},
