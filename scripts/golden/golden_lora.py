@@ -28,13 +28,18 @@ FLUX.1-dev (models/tiny-random-flux-dev) and Qwen-Image (models/tiny-random-qwen
     layout of ai-toolkit's Z-Image adapters.
   The run checks that diffusers adapted exactly the modules listed, each by scale x alpha / rank x
   up @ down (the fused qkv split as above).
+- FLUX.2 klein (models/tiny-random-flux2-klein) and dev (models/tiny-random-flux2-dev): a peft
+  adapter of the transformer (both streams' attention and SwiGLU MLPs, the single blocks' fused
+  projection, a shared modulation), saved by the family's pipeline; latents packed, channels first.
 
 The adapters go to tests/data/golden/lora/, the images and final latents to lora_pipeline.safetensors.
-Needs the sd3_family_pipelines, flux_pipeline and z_image_pipeline parts first (their folders).
+Needs the sd3_family_pipelines, flux_pipeline, z_image_pipeline, flux2_klein_pipeline and
+flux2_dev_pipeline parts first (their folders). DP_GOLDEN_LORA_CASES=name,... makes only those cases.
 """
 import copy
 import json
 import os
+import sys
 
 import numpy as np
 import torch
@@ -51,6 +56,7 @@ FOLDERS = {
     "qwen-image": os.path.join(ROOT, "models", "tiny-random-qwen-image"),
     "z-image": os.path.join(ROOT, "models", "tiny-random-z-image"),
     "flux2-klein": os.path.join(ROOT, "models", "tiny-random-flux2-klein"),
+    "flux2-dev": os.path.join(ROOT, "models", "tiny-random-flux2-dev"),
 }
 PARTS = ["lora"]
 
@@ -82,6 +88,9 @@ CASES = [
     ("z_image_diffusion_model", "z-image", [("z_image_diffusion_model.safetensors", 0.8)], z_image_call("cfg")),
     ("flux2_klein_peft", "flux2-klein", [("flux2_klein_peft.safetensors", 0.9)],
      dict(prompt="a red fox in the snow", seed=3, steps=3, width=32, height=32, max_sequence_length=40)),
+    ("flux2_dev_peft", "flux2-dev", [("flux2_dev_peft.safetensors", 0.8)],
+     dict(prompt="a red fox in the snow", seed=3, steps=3, guidance_scale=4.0, width=32, height=32,
+          max_sequence_length=40)),
 ]
 
 # Z-Image adapters in the formats trainers write, {file: {module name in the file: [diffusers modules]}}
@@ -188,11 +197,9 @@ def _check_z_image_adapter(transformer, file, adapter, scale):
     print(f"{file}: {len(adapted)} modules adapted as the file says")
 
 
-def _make_adapters(pipes):
-    os.makedirs(ADAPTERS, exist_ok=True)
-    from diffusers import FluxPipeline, QwenImagePipeline, StableDiffusion3Pipeline
+def _sd3_adapters(sd3):
+    from diffusers import StableDiffusion3Pipeline
 
-    sd3 = pipes["sd3"]
     attention, attention_meta = _peft_layers(
         sd3.transformer, ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"],
         4, 8, 100)
@@ -209,7 +216,10 @@ def _make_adapters(pipes):
                                                text_encoder_lora_adapter_metadata=clip_meta,
                                                weight_name="sd3_clip.safetensors")
 
-    flux = pipes["flux"]
+
+def _flux_adapters(flux):
+    from diffusers import FluxPipeline
+
     transformer, transformer_meta = _peft_layers(
         flux.transformer, ["to_q", "to_k", "to_v", "to_out.0", "proj_mlp", "proj_out", "ff.net.0.proj"], 4, 6, 103)
     te, te_meta = _peft_layers(flux.text_encoder, ["q_proj", "v_proj", "fc1"], 2, 4, 104)
@@ -219,23 +229,44 @@ def _make_adapters(pipes):
                                    weight_name="flux_peft.safetensors")
     save_file(_flux_kohya(flux.transformer, 105), os.path.join(ADAPTERS, "flux_kohya.safetensors"))
 
-    qwen = pipes["qwen-image"]
+
+def _qwen_adapters(qwen):
+    from diffusers import QwenImagePipeline
+
     q, q_meta = _peft_layers(qwen.transformer, ["to_q", "to_k", "to_v", "to_out.0", "img_mlp.net.0.proj",
                                                 "img_mlp.net.2", "txt_mod.1"], 4, 4, 106)
     QwenImagePipeline.save_lora_weights(ADAPTERS, transformer_lora_layers=q, transformer_lora_adapter_metadata=q_meta,
                                         weight_name="qwen_peft.safetensors")
 
+
+def _flux2_klein_adapters(klein):
     # FLUX.2 klein: both streams' attention and SwiGLU MLPs of the double blocks, the single blocks'
     # fused projection (its q, k, v and MLP halves in one layer) and a shared modulation.
-    klein = pipes["flux2-klein"]
     k, k_meta = _peft_layers(klein.transformer, ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "to_add_out",
                                                  "linear_in", "linear_out", "to_qkv_mlp_proj",
                                                  "double_stream_modulation_img.linear"], 4, 4, 110)
     type(klein).save_lora_weights(ADAPTERS, transformer_lora_layers=k, transformer_lora_adapter_metadata=k_meta,
                                   weight_name="flux2_klein_peft.safetensors")
 
+
+def _flux2_dev_adapters(dev):
+    # FLUX.2 dev (Flux2Pipeline): as klein's, with the text stream's whole attention and the single
+    # blocks' shared modulation.
+    d, d_meta = _peft_layers(dev.transformer, ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj",
+                                               "add_v_proj", "to_add_out", "linear_in", "linear_out",
+                                               "to_qkv_mlp_proj", "single_stream_modulation.linear"], 4, 4, 111)
+    type(dev).save_lora_weights(ADAPTERS, transformer_lora_layers=d, transformer_lora_adapter_metadata=d_meta,
+                                weight_name="flux2_dev_peft.safetensors")
+
+
+def _z_image_adapters(z_image):
     for seed, file in enumerate(Z_IMAGE_ADAPTERS, 108):
-        save_file(_z_image_adapter(pipes["z-image"].transformer, file, seed), os.path.join(ADAPTERS, file))
+        save_file(_z_image_adapter(z_image.transformer, file, seed), os.path.join(ADAPTERS, file))
+
+
+MAKE_ADAPTERS = {"sd3": _sd3_adapters, "flux": _flux_adapters, "qwen-image": _qwen_adapters,
+                 "flux2-klein": _flux2_klein_adapters, "flux2-dev": _flux2_dev_adapters,
+                 "z-image": _z_image_adapters}
 
 
 def _run(pipe, family, kwargs):
@@ -243,7 +274,7 @@ def _run(pipe, family, kwargs):
     seed = kwargs.pop("seed")
     steps = kwargs.pop("steps")
     args = dict(num_inference_steps=steps, **kwargs)
-    if family == "flux2-klein":  # the packed latents after the last step, channels first (ours)
+    if family.startswith("flux2"):  # the packed latents after the last step, channels first (ours)
         kept = {}
 
         def keep(p, i, t, kw):
@@ -260,14 +291,41 @@ def _run(pipe, family, kwargs):
     return torch.from_numpy((image * 255).round().astype(np.uint8)), latents.float()
 
 
+def _cases():
+    """CASES, or those named in DP_GOLDEN_LORA_CASES (comma-separated)."""
+    only = [n for n in os.environ.get("DP_GOLDEN_LORA_CASES", "").split(",") if n]
+    unknown = sorted(set(only) - {c[0] for c in CASES})
+    if unknown:
+        sys.exit(f"DP_GOLDEN_LORA_CASES: unknown cases {unknown}; the cases are: {', '.join(c[0] for c in CASES)}")
+    return [c for c in CASES if not only or c[0] in only]
+
+
+def _committed(dropped):
+    """lora_pipeline.safetensors' tensors and cases as they are, but for the cases `dropped`."""
+    from safetensors import safe_open
+
+    with safe_open(os.path.join(OUT, "lora_pipeline.safetensors"), "pt") as f:
+        meta = json.loads(f.metadata()["cases"])
+        tensors = {k: f.get_tensor(k) for k in f.keys() if k.split(".")[0] not in dropped}
+    return tensors, {k: v for k, v in meta.items() if k not in dropped}
+
+
 def lora():
+    """Every case, or (DP_GOLDEN_LORA_CASES=name,...) only those and their families' adapters, the
+    other cases' tensors kept byte for byte as lora_pipeline.safetensors has them: a new case then
+    leaves the committed ones alone (made again on another machine, they move by ~2e-5)."""
     from diffusers import DiffusionPipeline
 
+    from golden_mistral3 import pixtral_processor_class
+
+    pixtral_processor_class()  # FLUX.2-dev's tokenizer, without torchvision
     load = lambda family: DiffusionPipeline.from_pretrained(FOLDERS[family])  # noqa: E731
-    pipes = {family: load(family) for family in FOLDERS}
-    _make_adapters(pipes)
-    tensors, meta = {}, {}
-    for name, family, adapters, kwargs in CASES:
+    cases = _cases()
+    os.makedirs(ADAPTERS, exist_ok=True)
+    for family in dict.fromkeys(family for _, family, _, _ in cases):
+        MAKE_ADAPTERS[family](load(family))
+    tensors, meta = ({}, {}) if cases == CASES else _committed({name for name, _, _, _ in cases})
+    for name, family, adapters, kwargs in cases:
         pipe = load(family)  # a fresh pipeline: nothing of an earlier case's adapters
         pipe.set_progress_bar_config(disable=True)
         names = []
@@ -291,3 +349,5 @@ def lora():
     for f in sorted(os.listdir(ADAPTERS)):
         print(os.path.join(ADAPTERS, f), os.path.getsize(os.path.join(ADAPTERS, f)), "bytes")
     print(json.dumps({k: v["adapters"] for k, v in meta.items()}))
+    for name, _, _, _ in cases:  # how far the adapters move the final latents
+        print(name, (tensors[name + ".latents"] - tensors[name + ".base_latents"]).abs().max().item())
