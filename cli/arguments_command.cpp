@@ -24,7 +24,9 @@ const char* type_name(protocol::CallType type) {
     constexpr std::pair<CallType, const char*> kNames[] = {
         {CallType::kNumber, "number"},           {CallType::kWhole, "integer"},
         {CallType::kBlocks, "list of integers"}, {CallType::kAdapters, "list of adapters"},
-        {CallType::kCache, "step cache"},        {CallType::kImage, "image file"}};
+        {CallType::kCache, "step cache"},        {CallType::kImage, "image file"},
+        {CallType::kScheduler, "scheduler"},     {CallType::kSchedulerOverrides, "object"},
+        {CallType::kNumbers, "list of numbers"}};
     for (const auto& [t, name] : kNames)
         if (t == type) return name;
     return "value";
@@ -129,8 +131,9 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
         e.type = type_name(row.type);
         if (row.type == CallType::kBlocks) {
             e.min = 0;
-            e.max = model.shape.layers - 1;         // the model's transformer blocks
-        } else if (row.type != CallType::kImage) {  // a path has no range
+            e.max = model.shape.layers - 1;  // the model's transformer blocks
+        } else if (row.type != CallType::kImage && row.type != CallType::kScheduler &&
+                   row.type != CallType::kSchedulerOverrides) {  // a path or a name has no range
             e.min_excluded = row.above_min;
             e.min = bound(row, row.min);
             e.max = bound(row, a.max);

@@ -2,6 +2,7 @@
 // arguments' rows come from the call-argument table (protocol/call_arguments.h).
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
@@ -66,8 +67,9 @@ std::string default_text(const CallArgument& a, double value) {
 // name), after the model folder's generation_defaults.json where it may set it.
 std::string described_default(const CallArgument& a) {
     if (a.type == CallType::kBlocks || a.type == CallType::kAdapters || a.type == CallType::kCache ||
-        a.type == CallType::kImage)
+        a.type == CallType::kImage || a.type == CallType::kSchedulerOverrides || a.type == CallType::kNumbers)
         return "none";
+    if (a.type == CallType::kScheduler) return "the model's (its scheduler/scheduler_config.json)";
     std::string out;
     for (const strategies::FamilyFacts* family : strategies::families()) {
         const strategies::ParallelSpec* spec = &family->spec;
@@ -154,6 +156,17 @@ JobOptionRow call_argument_row(const CallArgument& a) {
                     j.arguments.set(a, std::move(adapters));
                     break;
                 }
+                case CallType::kScheduler:
+                case CallType::kSchedulerOverrides:
+                case CallType::kNumbers: {
+                    protocol::CallValue v;
+                    if (const std::string why = protocol::read_call_value(a, nlohmann::json(text), v);
+                        !why.empty())
+                        throw UsageError(source + " '" + launcher::utf8_for_display(text.substr(0, 200)) +
+                                         "': " + why);
+                    j.arguments.set(a, std::move(v));
+                    break;
+                }
                 case CallType::kCache: {
                     protocol::StepCache cache;
                     const std::string why = protocol::parse_step_cache(text, cache, a.max);
@@ -170,9 +183,7 @@ JobOptionRow call_argument_row(const CallArgument& a) {
             if (!v) return "";
             if (const auto* blocks = std::get_if<std::vector<int>>(v))
                 return launcher::block_list_text(*blocks);
-            if (std::holds_alternative<protocol::Adapters>(*v) ||
-                std::holds_alternative<protocol::StepCache>(*v) ||
-                std::holds_alternative<protocol::InputImage>(*v))
+            if (!std::holds_alternative<double>(*v) && !std::holds_alternative<int64_t>(*v))
                 return protocol::call_value_text(*v);
             if (const auto* d = std::get_if<double>(v)) return launcher::number_text(*d);
             return std::to_string(std::get<int64_t>(*v));

@@ -173,6 +173,12 @@ std::string CallArgument::expected(double family_max) const {
         case CallType::kImage:
             return "an image file's path (PNG, JPEG or WebP), or {\"path\": PATH, \"sha256\": HEX}" +
                    (hi > 1 ? ", or a list of 1 to " + number_text(hi) + " of them" : std::string());
+        case CallType::kScheduler:
+            return "a scheduler's name (" + scheduler_names() + ") or a diffusers scheduler_config.json path";
+        case CallType::kSchedulerOverrides:
+            return "an object of diffusers' scheduler config keys, e.g. {\"use_karras_sigmas\": true}";
+        case CallType::kNumbers:
+            return "a list of numbers from " + number_text(min) + " to " + number_text(hi);
     }
     return {};
 }
@@ -224,6 +230,12 @@ bool fits(const CallArgument& row, const CallValue& value) {
             return std::holds_alternative<StepCache>(value);
         case CallType::kImage:
             return std::holds_alternative<InputImage>(value);
+        case CallType::kScheduler:
+            return std::holds_alternative<SchedulerChoice>(value);
+        case CallType::kSchedulerOverrides:
+            return std::holds_alternative<SchedulerOverrides>(value);
+        case CallType::kNumbers:
+            return std::holds_alternative<std::vector<double>>(value);
     }
     return false;
 }
@@ -286,6 +298,18 @@ const StepCache& CallValues::cache(std::string_view name) const {
 
 const InputImage& CallValues::image(std::string_view name) const {
     return held_or_none<InputImage>(*this, name, "an input image");
+}
+
+const SchedulerChoice& CallValues::scheduler(std::string_view name) const {
+    return held_or_none<SchedulerChoice>(*this, name, "a scheduler");
+}
+
+const SchedulerOverrides& CallValues::scheduler_overrides(std::string_view name) const {
+    return held_or_none<SchedulerOverrides>(*this, name, "a scheduler's config");
+}
+
+const std::vector<double>& CallValues::numbers(std::string_view name) const {
+    return held_or_none<std::vector<double>>(*this, name, "a list of numbers");
 }
 
 void CallValues::set(const CallArgument& row, CallValue value) {
@@ -356,6 +380,10 @@ nlohmann::json call_value_json(const CallValue& value) {
         return out;
     }
     if (const StepCache* c = std::get_if<StepCache>(&value)) return c->text();
+    if (const auto* choice = std::get_if<SchedulerChoice>(&value)) return scheduler_choice_json(*choice);
+    if (const auto* keys = std::get_if<SchedulerOverrides>(&value))
+        return keys->empty() ? nlohmann::json::object() : nlohmann::json::parse(keys->json);
+    if (const auto* list = std::get_if<std::vector<double>>(&value)) return *list;
     if (const InputImage* image = std::get_if<InputImage>(&value)) {
         if (image->empty()) return nullptr;
         const auto one = [](const InputImage& picture) {
@@ -401,6 +429,16 @@ std::string call_value_text(const CallValue& value) {
         return out.empty() ? "none" : out;
     }
     if (const StepCache* c = std::get_if<StepCache>(&value)) return c->text();
+    if (const auto* choice = std::get_if<SchedulerChoice>(&value))
+        return choice->name.empty()     ? "the model's"
+               : choice->config.empty() ? choice->name
+                                        : choice->name + " " + choice->config;
+    if (const auto* keys = std::get_if<SchedulerOverrides>(&value)) return keys->empty() ? "{}" : keys->json;
+    if (const auto* list = std::get_if<std::vector<double>>(&value)) {
+        std::string out;
+        for (double v : *list) out += (out.empty() ? "" : ",") + number_text(v);
+        return out.empty() ? "none" : out;
+    }
     if (const InputImage* image = std::get_if<InputImage>(&value)) {
         std::string out;
         for (const InputImage& picture : image->pictures()) out += (out.empty() ? "" : ", ") + picture.path;
@@ -629,6 +667,61 @@ std::string read_image(const nlohmann::json& j, double hi, const std::string& ex
     return {};
 }
 
+// A list of numbers in the row's range (or "S1,S2,..." as the flag gives it); null is none.
+std::string read_numbers(const CallArgument& row, const nlohmann::json& j, double hi,
+                         const std::string& expected, CallValue& out) {
+    std::vector<double> list;
+    if (j.is_string()) {
+        std::string text = j.get<std::string>();
+        std::size_t at = 0;
+        while (at <= text.size() && !text.empty()) {
+            const std::size_t comma = text.find(',', at);
+            const std::string one =
+                text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+            char* end = nullptr;
+            const double v = std::strtod(one.c_str(), &end);
+            if (one.empty() || !end || *end != '\0')
+                return expected + " ('" + one.substr(0, 30) + "' is not a number)";
+            list.push_back(v);
+            if (comma == std::string::npos) break;
+            at = comma + 1;
+        }
+    } else if (j.is_array()) {
+        for (const nlohmann::json& v : j) {
+            if (!v.is_number()) return expected;
+            list.push_back(v.get<double>());
+        }
+    } else if (!j.is_null()) {
+        return expected;
+    }
+    if (list.size() > 1000) return expected + " (at most 1000 of them)";
+    for (double v : list)
+        if (!std::isfinite(v) || v < row.min || v > hi) return expected + " (" + number_text(v) + " is not)";
+    out = std::move(list);
+    return {};
+}
+
+std::string read_scheduler(const nlohmann::json& j, const std::string& expected, CallValue& out) {
+    SchedulerChoice choice;
+    if (std::string why = read_scheduler_choice(j, choice); !why.empty())
+        return why.rfind("expected", 0) == 0 ? why : why;
+    (void)expected;
+    out = std::move(choice);
+    return {};
+}
+
+std::string read_overrides(const nlohmann::json& j, CallValue& out) {
+    SchedulerOverrides keys;
+    nlohmann::json parsed = j;
+    if (j.is_string()) {  // the flag's JSON text
+        parsed = nlohmann::json::parse(j.get<std::string>(), nullptr, false);
+        if (parsed.is_discarded()) return "expected a JSON object, e.g. {\"use_karras_sigmas\": true}";
+    }
+    if (std::string why = read_scheduler_overrides(parsed, keys); !why.empty()) return why;
+    out = std::move(keys);
+    return {};
+}
+
 }  // namespace
 
 std::string read_call_value(const CallArgument& row, const nlohmann::json& j, CallValue& out,
@@ -648,6 +741,12 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
             return read_cache(j, hi, expected, out);
         case CallType::kImage:
             return read_image(j, hi, expected, out);
+        case CallType::kScheduler:
+            return read_scheduler(j, expected, out);
+        case CallType::kSchedulerOverrides:
+            return read_overrides(j, out);
+        case CallType::kNumbers:
+            return read_numbers(row, j, hi, expected, out);
     }
     return expected;
 }
@@ -666,7 +765,7 @@ FamilyArguments::FamilyArguments(std::string family, const std::vector<ArgumentU
         const auto use = std::find_if(uses.begin(), uses.end(), [&](const ArgumentUse& u) {
             return row.name == std::string_view(u.name);
         });
-        if (use == uses.end() && !row.universal) continue;  // every family takes the universal ones
+        if (use == uses.end() && !row.universal && !row.every_family) continue;  // every family takes those
         const ArgumentUse declared = use == uses.end() ? ArgumentUse{row.name} : *use;
         FamilyArgument a;
         a.row = &row;
@@ -681,6 +780,9 @@ FamilyArguments::FamilyArguments(std::string family, const std::vector<ArgumentU
         if (row.type == CallType::kAdapters) a.value = Adapters{};
         if (row.type == CallType::kCache) a.value = StepCache{};
         if (row.type == CallType::kImage) a.value = InputImage{};
+        if (row.type == CallType::kScheduler) a.value = SchedulerChoice{};
+        if (row.type == CallType::kSchedulerOverrides) a.value = SchedulerOverrides{};
+        if (row.type == CallType::kNumbers) a.value = std::vector<double>{};
         all_.push_back(a);
     }
     std::stable_partition(all_.begin(), all_.end(), [](const FamilyArgument& a) { return a.row->universal; });
@@ -766,6 +868,9 @@ bool something(const CallValue& value) {
     if (const auto* adapters = std::get_if<Adapters>(&value)) return !adapters->empty();
     if (const auto* blocks = std::get_if<std::vector<int>>(&value)) return !blocks->empty();
     if (const auto* image = std::get_if<InputImage>(&value)) return !image->empty();
+    if (const auto* choice = std::get_if<SchedulerChoice>(&value)) return !choice->empty();
+    if (const auto* keys = std::get_if<SchedulerOverrides>(&value)) return !keys->empty();
+    if (const auto* list = std::get_if<std::vector<double>>(&value)) return !list->empty();
     return true;
 }
 

@@ -20,17 +20,21 @@
 #include <variant>
 #include <vector>
 
+#include "protocol/schedulers.h"
 #include "protocol/step_cache_setting.h"
 
 namespace dp::protocol {
 
 enum class CallType {
-    kNumber,    // a finite number
-    kWhole,     // a whole number
-    kBlocks,    // a list of distinct transformer block indices
-    kAdapters,  // a list of LoRA adapters (Adapter)
-    kCache,     // a step cache (StepCache)
-    kImage,     // an input image file (InputImage): img2img's `image`
+    kNumber,              // a finite number
+    kWhole,               // a whole number
+    kBlocks,              // a list of distinct transformer block indices
+    kAdapters,            // a list of LoRA adapters (Adapter)
+    kCache,               // a step cache (StepCache)
+    kImage,               // an input image file (InputImage): img2img's `image`
+    kScheduler,           // a scheduler's name or config file (SchedulerChoice, Note [one scheduler table])
+    kSchedulerOverrides,  // a scheduler's config keys (SchedulerOverrides)
+    kNumbers,             // a list of numbers (the sigmas or timesteps of a schedule)
 };
 
 // How a family's classifier-free guidance depends on an argument that is its scale.
@@ -83,6 +87,8 @@ struct CallArgument {
     // kNumber: true and false are taken as 1 and 0, as diffusers takes a bool or a number
     // (cfg_normalization).
     bool boolean = false;
+    // Every family takes it, with no value by default (the schedulers' rows): no facts file names it.
+    bool every_family = false;
 
     // "a number from 0 to 100", "a whole number from 1 to 512", "a list of distinct block indices".
     std::string expected(double family_max = 0) const;
@@ -150,8 +156,10 @@ inline constexpr int kMaxInputPictures = 3;
 std::string parse_adapter_text(const std::string& text, Adapter& out);
 
 // A value of a row: kNumber a double, kWhole an int64_t, kBlocks a list, kAdapters adapters,
-// kCache a step cache, kImage an input image.
-using CallValue = std::variant<double, int64_t, std::vector<int>, Adapters, StepCache, InputImage>;
+// kCache a step cache, kImage an input image, kScheduler a scheduler, kSchedulerOverrides its keys,
+// kNumbers a list of numbers.
+using CallValue = std::variant<double, int64_t, std::vector<int>, Adapters, StepCache, InputImage,
+                               SchedulerChoice, SchedulerOverrides, std::vector<double>>;
 
 // The family call arguments of a request or a setting: the non-universal rows it sets, each once,
 // in the table's order.
@@ -173,6 +181,10 @@ class CallValues {
     const StepCache& cache(std::string_view name) const;
     // The input image of `name` (none when it is not set).
     const InputImage& image(std::string_view name) const;
+    // The scheduler, its overrides, a list of numbers of `name` (none or empty when not set).
+    const SchedulerChoice& scheduler(std::string_view name) const;
+    const SchedulerOverrides& scheduler_overrides(std::string_view name) const;
+    const std::vector<double>& numbers(std::string_view name) const;
     // Sets `row` (or the row named `name`) to `value`, of the row's type; throws InternalError otherwise.
     void set(const CallArgument& row, CallValue value);
     void set(std::string_view name, CallValue value);

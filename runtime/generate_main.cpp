@@ -47,7 +47,10 @@ void set_call_argument(dp::runtime::GenerateRequest& request, const dp::protocol
             if (const auto* had = request.arguments.find(row.name))  // repeatable: adds one
                 value.insert(value.begin(), dp::protocol::call_value_json(*had).begin(),
                              dp::protocol::call_value_json(*had).end());
-        } else if (row.type == dp::protocol::CallType::kCache || row.type == dp::protocol::CallType::kImage) {
+        } else if (row.type == dp::protocol::CallType::kCache || row.type == dp::protocol::CallType::kImage ||
+                   row.type == dp::protocol::CallType::kScheduler ||
+                   row.type == dp::protocol::CallType::kSchedulerOverrides ||
+                   row.type == dp::protocol::CallType::kNumbers) {
             value = text;
         } else {
             value = nlohmann::json::parse(text);

@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "runtime/io/errors.h"
 #include "runtime/parallel/device_mapping.h"
@@ -14,6 +15,7 @@
 #include "runtime/pipeline/block_runner.h"
 #include "runtime/pipeline/image_inputs.h"
 #include "runtime/pipeline/pipeline_common.h"
+#include "runtime/pipeline/schedulers.h"
 
 namespace dp::runtime {
 
@@ -97,8 +99,8 @@ at::Tensor FamilyPipeline::combine_extra(const at::Tensor&, const at::Tensor&, c
     throw InternalError("this family makes no extra prediction");
 }
 
-double FamilyPipeline::shift_mu(int64_t tokens, int) const {
-    return flow_match_mu(scheduler_, static_cast<int>(tokens));
+double FamilyPipeline::shift_mu(int64_t tokens, int, const nlohmann::json& scheduler) const {
+    return calculate_shift(scheduler, tokens);
 }
 
 ImageLatents FamilyPipeline::encode_image(const at::Tensor&) const {
@@ -236,7 +238,8 @@ FamilyPipeline::StartLatents FamilyPipeline::initial_latents(const std::vector<G
                                                              const LatentShape& shape,
                                                              const protocol::InputImage& image, float sigma,
                                                              const std::optional<EditCondition>& condition,
-                                                             const std::optional<images::Box>& crop) const {
+                                                             const std::optional<images::Box>& crop,
+                                                             std::vector<at::Generator>& generators) const {
     // Drawn on CPU from a generator seeded per request, exactly as diffusers' randn_tensor with
     // generator=torch.Generator("cpu").manual_seed(seed), so an image does not depend on what else
     // is in its batch, nor on the device or the world.
@@ -251,7 +254,7 @@ FamilyPipeline::StartLatents FamilyPipeline::initial_latents(const std::vector<G
     };
     std::vector<at::Tensor> starts, images, noises, conditions;
     for (const GenerateRequest& one : batch) {
-        at::Generator gen = at::detail::createCPUGenerator(one.seed);
+        at::Generator& gen = generators.emplace_back(at::detail::createCPUGenerator(one.seed));
         if (!from_image) {
             starts.push_back(at::randn({1, shape.channels, shape.height, shape.width}, gen, cpu));
         } else {  // the image's sample, then the noise, from the prompt's one generator
@@ -294,21 +297,23 @@ at::Tensor FamilyPipeline::latent_mask(const protocol::InputImage& mask, const L
 
 FamilyPipeline::Start FamilyPipeline::start(const std::vector<GenerateRequest>& batch,
                                             const CallValues& arguments, const LatentShape& shape,
-                                            const FlowMatchEulerScheduler& scheduler) const {
+                                            const Scheduler& scheduler) const {
     const int steps = batch.front().steps;
     const protocol::InputImage& edited = arguments.image("image");
     const protocol::InputImage& mask =
         model_.arguments.find("mask_image") ? arguments.image("mask_image") : protocol::InputImage{};
     const bool from_image = !edited.empty() && edit_starts_from_image();
     Start out;
-    out.first = from_image ? img2img_first_step(steps, arguments.number("strength")) : 0;
+    // diffusers' get_timesteps: the first step's first call (Heun makes two a step).
+    out.first = from_image ? img2img_first_step(steps, arguments.number("strength")) * scheduler.order() : 0;
     const std::optional<EditCondition> condition =
         edited.empty() ? std::nullopt : edit_condition(edited, mask, shape);
     if (from_image)
         out.crop = inpaint_crop(arguments, static_cast<int>(shape.width * model_.sizes.vae_scale),
                                 static_cast<int>(shape.height * model_.sizes.vae_scale));
-    out.latents = initial_latents(
-        batch, shape, edited, scheduler.sigmas()[static_cast<std::size_t>(out.first)], condition, out.crop);
+    const std::size_t at = std::min(static_cast<std::size_t>(out.first), scheduler.sigmas().size() - 1);
+    out.latents =
+        initial_latents(batch, shape, edited, scheduler.sigmas()[at], condition, out.crop, out.generators);
     // Inpainting: after each step, the known region is the image's latents noised to the next
     // step's sigma (none after the last), the mask's white part the denoised one. A mask the
     // conditioning carries (Fill) is the model's to follow: no blend.
@@ -368,6 +373,29 @@ at::Tensor FamilyPipeline::step_noise(const StepInputs& in, const Guidance& guid
     });
 }
 
+std::unique_ptr<Scheduler> FamilyPipeline::scheduler_for(const GenerateRequest& r,
+                                                         const CallValues& arguments,
+                                                         const LatentShape& shape) const {
+    protocol::ResolvedScheduler resolved;
+    const nlohmann::json own = nlohmann::json::parse(scheduler_);
+    if (const std::string why =
+            protocol::resolve_scheduler(own, arguments.scheduler("scheduler"),
+                                        arguments.scheduler_overrides("scheduler_config"), resolved);
+        !why.empty())
+        throw ModelError(why);
+    const std::vector<double>& sigmas = arguments.numbers("sigmas");
+    const std::vector<double>& timesteps = arguments.numbers("timesteps");
+    if (const std::string why = protocol::schedule_problem(resolved, r.steps, sigmas, timesteps);
+        !why.empty())
+        throw ModelError(why);
+    // What the pipeline hands set_timesteps (retrieve_timesteps): its sigmas, or the prompt's, and
+    // mu, each only where the scheduler takes it (Note [one scheduler table]).
+    const double mu = takes_mu(resolved) ? shift_mu(shape.tokens, r.steps, resolved.json()) : 0.0;
+    std::unique_ptr<Scheduler> scheduler = make_scheduler(resolved);
+    scheduler->set_timesteps(schedule_inputs(resolved, sigma_schedule(), r.steps, sigmas, timesteps, mu));
+    return scheduler;
+}
+
 std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<GenerateRequest>& batch) const {
     c10::InferenceMode inference;  // no autograd bookkeeping on any tensor made here
     if (batch.empty()) return {};
@@ -392,16 +420,22 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     const BranchTexts branches = encode_branches(batch, arguments, guidance, results);
     const LatentShape shape = latents(width, height);
 
-    // The sigmas: the scheduler's own, or numpy.linspace(1, 1 / steps, steps) (FLUX, Qwen-Image);
-    // the dynamic shift, where the config has it, from the image's tokens. An edit starts later.
-    FlowMatchEulerScheduler scheduler(scheduler_);
-    const double mu = shift_mu(shape.tokens, r.steps);
-    if (sigma_schedule() == SigmaSchedule::kEvenlySpaced)
-        scheduler.set_sigmas(linspace_sigmas(r.steps), mu);
-    else
-        scheduler.set_timesteps(r.steps, mu);
-    const Start run = start(batch, arguments, shape, scheduler);
+    const std::unique_ptr<Scheduler> scheduler = scheduler_for(r, arguments, shape);
+    const Start run = start(batch, arguments, shape, *scheduler);
     const int first = run.first;
+    const int calls = static_cast<int>(scheduler->timesteps().size());  // Heun: two a step
+    // A stochastic sampler's noise: each prompt's rows from its own generator, as diffusers' randn_tensor
+    // draws them from a list of generators (float32, on the CPU, then moved).
+    std::vector<at::Generator> generators = run.generators;
+    const StepNoise noise = [&generators](const at::Tensor& like) {
+        std::vector<at::Tensor> rows;
+        const int64_t per = like.size(0) / static_cast<int64_t>(generators.size());
+        std::vector<int64_t> shape(like.sizes().begin(), like.sizes().end());
+        shape[0] = per;
+        for (at::Generator& g : generators)
+            rows.push_back(at::randn(shape, g, at::TensorOptions().dtype(at::kFloat)));
+        return at::cat(rows, 0).to(like.device());
+    };
     const StartLatents& start = run.latents;
     const at::Tensor& blend = run.blend;
     at::Tensor latents = start.latents;
@@ -413,23 +447,24 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     }
 
     // The step cache, for this batch's steps (Note [first block cache], Note [taylorseer cache]).
+    // The step cache, for this batch's model calls (Heun's two a step counted).
     StepCacheRun cache(arguments.cache("cache"), guidance, static_cast<int64_t>(batch.size()),
-                       r.steps - first, parallel_->tensor().group);
+                       std::max(calls - first, 0), parallel_->tensor().group);
 
     std::shared_ptr<const void> transformer = hold_transformer();
-    for (int i = first; i < r.steps; ++i) {
-        const double timestep = scheduler.timesteps()[static_cast<std::size_t>(i)];
+    for (int i = first; i < calls; ++i) {
+        const double timestep = scheduler->timesteps()[static_cast<std::size_t>(i)];
         const StepInputs in{latents, shape, text, positive, timestep, i, r.steps};
         const at::Tensor guided_noise = step_noise(in, guidance, cache, arguments);
-        latents = scheduler.step(guided_noise, i, latents);
+        latents = scheduler->step(guided_noise, i, latents, noise);
         if (blend.defined()) {
-            const at::Tensor known = i + 1 < r.steps
+            const at::Tensor known = i + 1 < calls
                                          ? scale_noise(start.image, start.noise,
-                                                       scheduler.sigmas()[static_cast<std::size_t>(i + 1)])
+                                                       scheduler->sigmas()[static_cast<std::size_t>(i + 1)])
                                          : start.image;
             latents = (1 - blend) * known + blend * latents;
         }
-        if (r.on_step) r.on_step(i + 1 - first, r.steps - first);
+        if (r.on_step) r.on_step(i + 1 - first, calls - first);
     }
     transformer.reset();  // with offload, freed before the decoder is built
     const int64_t computed = cache.computed(parallel_->cfg(), options_.device);

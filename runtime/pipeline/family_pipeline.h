@@ -16,6 +16,7 @@
 //     ParallelLinear shards them: adapters change a weight there, from unmodified base weights,
 //     so that each rank's shard of the change is its shard of the changed weight.
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
 #include <memory>
@@ -23,15 +24,18 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
 #include "images/vae_image_processor.h"
-#include "runtime/pipeline/flow_match_scheduler.h"
+
 #include "runtime/pipeline/pipeline.h"
+#include "runtime/pipeline/schedulers.h"
 #include "strategies/model_config.h"
 
 namespace dp::runtime {
 
 class ParallelContext;
 class BlockRunner;
+class Scheduler;
 struct ComponentsBase;
 class Guidance;
 class StepCacheRun;
@@ -81,12 +85,6 @@ struct EditCondition {
     bool ready = false;
 };
 
-// The sigmas the loop gives the scheduler.
-enum class SigmaSchedule {
-    kScheduler,     // the scheduler's own schedule from its config (StableDiffusion3Pipeline)
-    kEvenlySpaced,  // 1 down to 1 / steps, evenly, as numpy makes them (FluxPipeline, QwenImagePipeline)
-};
-
 // One image's initial latents as the family's transformer takes them: [channels, height, width],
 // drawn as diffusers draws them, packed 2x2 or not, and the image tokens they make (the sequence
 // length the scheduler's dynamic shift reads).
@@ -130,9 +128,9 @@ class FamilyPipeline : public DiffusionPipeline {
     virtual LatentShape latents(int width, int height) const = 0;
     // Which sigmas the scheduler gets (shifted as its config says). Default: its own schedule.
     virtual SigmaSchedule sigma_schedule() const { return SigmaSchedule::kScheduler; }
-    // The dynamic shift's mu for `tokens` image tokens and `steps` steps. Default: the scheduler's
-    // calculate_shift from its config (FLUX.2's pipelines compute their own).
-    virtual double shift_mu(int64_t tokens, int steps) const;
+    // The dynamic shift's mu for `tokens` image tokens and `steps` steps, given the request's
+    // scheduler's config. Default: calculate_shift from that config (FLUX.2's pipelines compute their own).
+    virtual double shift_mu(int64_t tokens, int steps, const nlohmann::json& scheduler) const;
     // The transformer, held for a batch's steps: with offload it is built now and freed when the
     // loop lets go of it, before the decoder is built.
     virtual std::shared_ptr<const void> hold_transformer() const = 0;
@@ -215,10 +213,12 @@ class FamilyPipeline : public DiffusionPipeline {
         at::Tensor latents, image, noise;  // image, noise: undefined unless started from an image
         at::Tensor condition;              // Conditioning::image's rows, or undefined
     };
+    // `generators`: each prompt's, continued after its draws here (a stochastic sampler's noise).
     StartLatents initial_latents(const std::vector<GenerateRequest>& batch, const LatentShape& shape,
                                  const protocol::InputImage& image, float sigma,
                                  const std::optional<EditCondition>& condition,
-                                 const std::optional<images::Box>& crop) const;
+                                 const std::optional<images::Box>& crop,
+                                 std::vector<at::Generator>& generators) const;
     // Where a batch's steps start: the first step (an edit from its image starts later), the
     // initial latents and the edit's conditioning, and inpainting's blend (the latent mask, or
     // undefined).
@@ -226,10 +226,14 @@ class FamilyPipeline : public DiffusionPipeline {
         int first = 0;
         StartLatents latents;
         at::Tensor blend;
-        std::optional<images::Box> crop;  // Note [padding_mask_crop]
+        std::optional<images::Box> crop;        // Note [padding_mask_crop]
+        std::vector<at::Generator> generators;  // each prompt's, continued
     };
     Start start(const std::vector<GenerateRequest>& batch, const protocol::CallValues& arguments,
-                const LatentShape& shape, const FlowMatchEulerScheduler& scheduler) const;
+                const LatentShape& shape, const Scheduler& scheduler) const;
+    // The request's scheduler (Note [one scheduler table]) with its timesteps set for `shape`.
+    std::unique_ptr<Scheduler> scheduler_for(const GenerateRequest& r, const protocol::CallValues& arguments,
+                                             const LatentShape& shape) const;
     // The final `latents` (the model's rows, of `shape`) decoded into `results`' images, as `run`
     // began them (an inpainting's decode; padding_mask_crop's paste back).
     void decode_results(std::vector<GenerateResult>& results, const at::Tensor& latents,
@@ -257,7 +261,7 @@ class FamilyPipeline : public DiffusionPipeline {
     PipelineOptions options_;
     const ParallelContext* parallel_;
     strategies::ModelInfo model_;
-    FlowMatchSchedulerConfig scheduler_;
+    std::string scheduler_;  // the folder's scheduler_config.json
 };
 
 }  // namespace dp::runtime

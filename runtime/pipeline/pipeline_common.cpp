@@ -3,8 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <vector>
 
+#include "protocol/schedulers.h"
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
 #include "runtime/parallel/device_mapping.h"
@@ -42,8 +46,18 @@ void require_loadable(const PipelineOptions& o, const strategies::ParallelSpec& 
     throw ModelError(text);
 }
 
-FlowMatchSchedulerConfig read_scheduler_config(const PipelineOptions& o) {
-    return FlowMatchSchedulerConfig::from_json_file(o.model_dir + "/scheduler/scheduler_config.json");
+std::string read_scheduler_config(const PipelineOptions& o) {
+    const std::string path = o.model_dir + "/scheduler/scheduler_config.json";
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ModelError("cannot read " + path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw ModelError(path + ": not a JSON object");
+    protocol::ResolvedScheduler own;
+    if (const std::string why = protocol::resolve_scheduler(j, {}, {}, own); !why.empty())
+        throw ModelError(path + ": " + why);
+    return text.str();
 }
 
 strategies::ModelInfo model_info_of(const PipelineOptions& o) {

@@ -15,7 +15,6 @@
 
 #include "runtime/io/weights.h"
 #include "runtime/pipeline/adapters.h"
-#include "runtime/pipeline/flow_match_scheduler.h"
 #include "runtime/pipeline/pipeline.h"
 #include "strategies/parallel_spec.h"
 
@@ -30,9 +29,10 @@ class ParallelContext;
 // training, and a device map whose run device is not transformer block 0's.
 void require_loadable(const PipelineOptions& options, const strategies::ParallelSpec& spec);
 
-// The folder's scheduler/scheduler_config.json, read as the loop's scheduler takes it (read at the
-// start of a load, so that an option we do not run is refused before any weight is read).
-FlowMatchSchedulerConfig read_scheduler_config(const PipelineOptions& options);
+// The folder's scheduler/scheduler_config.json as its text, checked as the loop's schedulers take it
+// (read at the start of a load, so that an option we do not run is refused before any weight is
+// read; Note [one scheduler table]).
+std::string read_scheduler_config(const PipelineOptions& options);
 
 // What every family's components hold besides its own: the options they are built with (Note
 // [offload]: again at each use), the rank's place, the scheduler the loop is handed and the VAE's
@@ -40,7 +40,7 @@ FlowMatchSchedulerConfig read_scheduler_config(const PipelineOptions& options);
 struct ComponentsBase {
     PipelineOptions options;
     const ParallelContext* parallel = nullptr;
-    FlowMatchSchedulerConfig scheduler;
+    std::string scheduler;  // the folder's scheduler_config.json (read_scheduler_config)
     int64_t vae_scale = 1;
     // The start of a load: the options, the place (which must outlive the pipeline) and the
     // scheduler (read_scheduler_config).

@@ -53,7 +53,7 @@ class FluxPipeline : public FamilyPipeline {
     Conditioning encode(const std::vector<std::string>& prompts,
                         const protocol::CallValues& arguments) const override;
     LatentShape latents(int width, int height) const override;
-    SigmaSchedule sigma_schedule() const override { return SigmaSchedule::kEvenlySpaced; }
+    SigmaSchedule sigma_schedule() const override { return SigmaSchedule::kEvenlySpacedUnlessFlowSigmas; }
     std::shared_ptr<const void> hold_transformer() const override;
     at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
                        double timestep, const protocol::CallValues& arguments,

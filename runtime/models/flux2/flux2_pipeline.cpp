@@ -241,7 +241,7 @@ LatentShape Flux2Pipeline::latents(int width, int height) const {
     return s;
 }
 
-double Flux2Pipeline::shift_mu(int64_t tokens, int steps) const {
+double Flux2Pipeline::shift_mu(int64_t tokens, int steps, const nlohmann::json&) const {
     // diffusers' compute_empirical_mu, fitted by Black Forest Labs.
     const double a1 = 8.73809524e-05, b1 = 1.89833333, a2 = 0.00016927, b2 = 0.45666666;
     const auto s = static_cast<double>(tokens);

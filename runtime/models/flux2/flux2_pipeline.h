@@ -65,8 +65,8 @@ class Flux2Pipeline : public FamilyPipeline {
     Conditioning encode(const std::vector<std::string>& prompts,
                         const protocol::CallValues& arguments) const override;
     LatentShape latents(int width, int height) const override;
-    SigmaSchedule sigma_schedule() const override { return SigmaSchedule::kEvenlySpaced; }
-    double shift_mu(int64_t tokens, int steps) const override;
+    SigmaSchedule sigma_schedule() const override { return SigmaSchedule::kEvenlySpacedUnlessFlowSigmas; }
+    double shift_mu(int64_t tokens, int steps, const nlohmann::json& scheduler) const override;
     std::shared_ptr<const void> hold_transformer() const override;
     at::Tensor predict(const at::Tensor& latents, const LatentShape& shape, const Conditioning& text,
                        double timestep, const protocol::CallValues& arguments,
