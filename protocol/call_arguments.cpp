@@ -141,6 +141,23 @@ const std::vector<CallArgument>& call_arguments() {
             "Z-Image: steps past this fraction of the schedule ((1000 - timestep) / 1000 above X) run "
             "without guidance; 1: every step guided")
             .model_default = true;
+        // Note [one scheduler table] (protocol/schedulers.h): every family takes these.
+        add("scheduler", CallType::kScheduler, 0, 0, "--scheduler", "NAME|FILE",
+            "The sampler: euler (the models' own), heun, lcm, dpm++-2m, dpm++-2m-sde, unipc, as diffusers' "
+            "flow-matching schedulers compute them, or a diffusers scheduler_config.json")
+            .every_family = true;
+        add("scheduler_config", CallType::kSchedulerOverrides, 0, 0, "--scheduler-config,--scheduler_config",
+            "JSON",
+            "Scheduler config keys over the model's, diffusers' names: {\"use_karras_sigmas\": true}, "
+            "{\"shift\": 3.0}, {\"stochastic_sampling\": true}, {\"solver_order\": 3}")
+            .every_family = true;
+        add("sigmas", CallType::kNumbers, 0, 1, "--sigmas", "S1,S2,...",
+            "The schedule's sigmas, one per step, decreasing in (0, 1] (diffusers' sigmas; the scheduler "
+            "still shifts them as its config says)")
+            .every_family = true;
+        add("timesteps", CallType::kNumbers, 0, 1000000, "--timesteps", "T1,T2,...",
+            "The schedule's timesteps, one per step, decreasing (diffusers' timesteps)")
+            .every_family = true;
         return r;
     }();
     return rows;

@@ -64,6 +64,13 @@ inline runtime::GenerateRequest golden_request(const nlohmann::json& c) {
     if (c.contains("strength")) r.arguments.set("strength", c.at("strength").get<double>());
     for (const char* key : {"max_area", "padding_mask_crop"})
         if (c.contains(key)) r.arguments.set(key, c.at(key).get<int64_t>());
+    // The sampler (Note [one scheduler table]), as a prompt line gives it.
+    for (const char* key : {"scheduler", "scheduler_config", "sigmas", "timesteps"})
+        if (c.contains(key)) {
+            protocol::CallValue v;
+            if (protocol::read_call_value(*protocol::find_call_argument(key), c.at(key), v).empty())
+                r.arguments.set(key, std::move(v));
+        }
     return r;
 }
 

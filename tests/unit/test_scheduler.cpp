@@ -3,18 +3,27 @@
 // models' own FlowMatchEulerDiscreteScheduler configs), and schedulers.safetensors (every name on
 // the small SD3, FLUX.1 and Qwen-Image configs at several step counts and sizes, their overrides,
 // a prompt's sigmas and timesteps, and a sampler run of each: the sigmas, timesteps and every
-// sample element-wise, stochastic ones drawing from each row's own generator).
+// sample element-wise, stochastic ones drawing from each row's own generator); and whole pipelines
+// (scheduler_pipelines.safetensors): each name on the small SD3, FLUX.1-dev and Qwen-Image folders,
+// a prompt's sigmas, a stochastic batch, and a Lightning-style adapter with its preset's schedule,
+// every case a request of its own through one pipeline per folder.
 #include "unit/doctest_torch.h"
 
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "runtime/io/errors.h"
 #include "runtime/io/tensor_io.h"
+#include "runtime/parallel/parallel_context.h"
+#include "runtime/pipeline/adapters.h"
+#include "runtime/pipeline/pipeline.h"
 #include "runtime/pipeline/schedulers.h"
+#include "support/test_paths.h"
+#include "unit/golden_request.h"
 
 using namespace dp::runtime;
 using dp::protocol::ResolvedScheduler;
@@ -209,4 +218,70 @@ TEST_CASE("scheduler choices the loop does not run, and bad schedules, are refus
     CHECK(choice.name == "dpm++-2m");
     CHECK(dp::protocol::parse_scheduler_choice("UniPCMultistepScheduler", choice).empty());
     CHECK(choice.name == "unipc");
+}
+
+namespace {
+
+// A case of scheduler_pipelines.safetensors as its requests (a list of prompts: one each, batched).
+std::vector<GenerateRequest> scheduler_requests(const nlohmann::json& c) {
+    nlohmann::json call = c;
+    if (c.contains("preset_expands_to"))  // what the preset stands for (protocol/presets.h)
+        for (const auto& [key, value] : c.at("preset_expands_to").items()) call[key] = value;
+    std::vector<GenerateRequest> out;
+    const std::size_t n = c.at("prompt").is_array() ? c.at("prompt").size() : 1;
+    for (std::size_t k = 0; k < n; ++k) {
+        nlohmann::json one = call;
+        if (c.at("prompt").is_array()) one["prompt"] = c.at("prompt")[k], one["seed"] = c.at("seed")[k];
+        GenerateRequest r = dp::test::golden_request(one);
+        if (c.contains("adapters")) {
+            dp::protocol::Adapters adapters;
+            for (const auto& a : c.at("adapters"))
+                adapters.push_back({golden_path("lora/" + a.at("file").get<std::string>()),
+                                    a.at("scale").get<double>(), ""});
+            r.arguments.set("lora", adapters);
+        }
+        out.push_back(r);
+    }
+    return out;
+}
+
+// The share of `ours`' channels within 1 of `theirs` (uint8 images).
+double within_one(const at::Tensor& ours, const at::Tensor& theirs) {
+    return (ours.to(at::kInt) - theirs.to(at::kInt)).abs().le(1).to(at::kDouble).mean().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("each scheduler gives diffusers' images on SD3, FLUX.1 and Qwen-Image, chosen per request") {
+    auto file = SafetensorsFile::open(golden_path("scheduler_pipelines.safetensors"));
+    const nlohmann::json cases = nlohmann::json::parse(file->metadata().at("cases"));
+    std::map<std::string, std::shared_ptr<DiffusionPipeline>>
+        pipelines;  // one per folder, every case through it
+    int checked = 0;
+    for (const auto& [name, c] : cases.items()) {
+        CAPTURE(name);
+        const std::string folder = c.at("folder").get<std::string>();
+        if (!pipelines.count(folder)) {
+            PipelineOptions o;
+            o.model_dir = dp::test::repository_path(folder);
+            o.adapters = std::make_shared<AdapterState>();
+            pipelines[folder] = load_pipeline(o, ParallelContext::single());
+        }
+        const std::vector<GenerateRequest> requests = scheduler_requests(c);
+        const std::vector<GenerateResult> out = pipelines[folder]->generate_batch(requests);
+        REQUIRE(out.size() == requests.size());
+        for (std::size_t k = 0; k < out.size(); ++k) {
+            const std::string key = name + (requests.size() > 1 ? "." + std::to_string(k) : "");
+            REQUIRE(out[k].error.empty());
+            const at::Tensor ref = load_tensor(file, key + ".latents", at::kFloat);
+            const double diff = (out[k].latents.reshape(ref.sizes()) - ref).abs().max().item<double>();
+            const double scale = std::max(1.0, ref.abs().max().item<double>());
+            MESSAGE(key << ": max |latent diff| " << diff << " (largest latent " << scale << ")");
+            CHECK(diff <= 1e-4 * scale);
+            CHECK(within_one(out[k].image, load_tensor(file, key + ".image", at::kByte)) >= 0.999);
+        }
+        ++checked;
+    }
+    CHECK(checked == static_cast<int>(cases.size()));
+    CHECK(checked >= 30);
 }
