@@ -67,6 +67,8 @@ std::string limit_problem(const strategies::ModelInfo& model, const FamilyArgume
     if (std::holds_alternative<protocol::Adapters>(value)) return {};   // checked against the model's weights
     if (std::holds_alternative<protocol::StepCache>(value)) return {};  // its range is the row's
     if (std::holds_alternative<protocol::InputImage>(value)) return {};  // read with the input files
+    if (!std::holds_alternative<double>(value) && !std::holds_alternative<int64_t>(value))
+        return {};  // a scheduler, its keys, a schedule: checked against the model's scheduler
     const double v = std::holds_alternative<double>(value) ? std::get<double>(value)
                                                            : static_cast<double>(std::get<int64_t>(value));
     if (v <= a.max) return {};

@@ -163,6 +163,8 @@ CallValues FamilyPipeline::arguments_of(const GenerateRequest& request) const {
         if (std::holds_alternative<protocol::Adapters>(item.second)) continue;   // read when they are applied
         if (std::holds_alternative<protocol::StepCache>(item.second)) continue;  // its range is the row's
         if (std::holds_alternative<protocol::InputImage>(item.second)) continue;  // the launcher read it
+        if (!std::holds_alternative<double>(item.second) && !std::holds_alternative<int64_t>(item.second))
+            continue;  // a scheduler, its keys, a schedule: resolved and checked by scheduler_for
         const double v = values.number(a.row->name);
         const auto shown = [&](double x) {  // as the row's type writes it
             return protocol::call_value_text(a.row->type == protocol::CallType::kWhole
