@@ -6,7 +6,9 @@
 // does not cache); SD3, which diffusers does not
 // cache, computes every pass at threshold 0 and only each branch's first one at a huge threshold.
 // MagCache (Note [mag cache]) against diffusers' MagCache (scripts/golden/golden_mag_cache.py): the
-// same passes, latents and calibrated ratios, alike under every strategy.
+// same passes, latents and calibrated ratios, alike under every strategy. The samplers of Note [one
+// scheduler table] under the same strategies (Heun and DPM-Solver++), and the caches counting
+// Heun's two passes a step.
 #include "unit/doctest_torch.h"
 
 #include <ATen/ATen.h>
@@ -462,4 +464,51 @@ TEST_CASE(
         CHECK(out.computed_steps == 6);
         CHECK((out.latents - skipped.latents).abs().max().item<double>() <= 1e-5);
     }
+}
+
+TEST_CASE(
+    "Heun and the DPM-Solver++ samplers give the one-process latents under ulysses2, tp2 and cfg2, "
+    "and the step caches count Heun's two passes a step") {
+    auto file = SafetensorsFile::open(golden_path("scheduler_pipelines.safetensors"));
+    const nlohmann::json all = nlohmann::json::parse(file->metadata().at("cases"));
+    for (const char* name :
+         {"qwen_heun_cfg", "qwen_dpmpp_2m", "qwen_dpmpp_2m_sde", "sd3_heun", "sd3_dpmpp_2m_sde"}) {
+        CAPTURE(name);
+        const nlohmann::json& c = all.at(name);
+        const GenerateRequest r = dp::test::golden_request(c);
+        const GenerateResult one = load_pipeline(options_of(c), ParallelContext::single())->generate(r);
+        REQUIRE(one.error.empty());
+        const bool guided = c.contains("negative_prompt") && !c.at("negative_prompt").is_null() &&
+                            (c.value("true_cfg_scale", 1.0) > 1 || c.value("guidance_scale", 1.0) > 1);
+        std::vector<dp::strategies::MeshDegrees> meshes = {degrees(2, 1, 1, 1), degrees(1, 1, 2, 1)};
+        if (guided) meshes.push_back(degrees(1, 1, 1, 2));
+        for (const dp::strategies::MeshDegrees& d : meshes)
+            for (const GenerateResult& out : on_two_ranks(options_of(c), r, d)) {
+                CAPTURE(d.ulysses);
+                CAPTURE(d.tp);
+                CAPTURE(d.cfg);
+                const double diff = (out.latents - one.latents).abs().max().item<double>();
+                MESSAGE(name << ", ulysses " << d.ulysses << " tp " << d.tp << " cfg " << d.cfg
+                             << ": max |latent diff| " << diff);
+                CHECK(diff <=
+                      (d.tp > 1 ? 1e-4 : 2e-5) * std::max(1.0, one.latents.abs().max().item<double>()));
+            }
+    }
+    // Heun's 4 steps are 7 passes: a cache that reuses nothing computes all 7 of each of SD3's two
+    // branches, and the progress counts 7.
+    GenerateRequest heun = dp::test::golden_request(all.at("sd3_heun"));
+    dp::protocol::CallValue cache;
+    REQUIRE(dp::protocol::read_call_value(*dp::protocol::find_call_argument("cache"),
+                                          "first_block_cache:threshold=0", cache)
+                .empty());
+    heun.arguments.set("cache", cache);
+    int reported = 0;
+    heun.on_step = [&reported](int done, int total) {
+        reported = done;
+        CHECK(total == 7);
+    };
+    const GenerateResult out =
+        load_pipeline(options_of(all.at("sd3_heun")), ParallelContext::single())->generate(heun);
+    CHECK(out.computed_steps == 2 * 7);
+    CHECK(reported == 7);
 }
