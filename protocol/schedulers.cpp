@@ -98,7 +98,8 @@ std::string common_problem(const nlohmann::json& c) {
         return "'num_train_timesteps' must be from 1 to 1000000";
     for (const char* key : {"shift", "flow_shift"})
         if (c.contains(key) && !(c.at(key).get<double>() > 0 && c.at(key).get<double>() < 1e6))
-            return "'" + std::string(key) + "' must be above 0";
+            return "'" + std::string(key) + "' is " + number_text(c.at(key).get<double>()) +
+                   ": it must be above 0 (and below 1e6)";
     if (c.contains("shift_terminal") && c.at("shift_terminal").is_number() &&
         !(c.at("shift_terminal").get<double>() > 0 && c.at("shift_terminal").get<double>() < 1))
         return "'shift_terminal' must be above 0 and below 1 (or null: none)";
@@ -179,11 +180,7 @@ std::string kind_problem(const SchedulerKind& kind, const nlohmann::json& c) {
     const std::string_view cls = kind.diffusers_class;
     if (cls == "FlowMatchLCMScheduler" && !c.at("scale_factors").is_null())
         return "'scale_factors' (LCM's upscaling between steps) is not supported";
-    if (cls == "FlowMatchEulerDiscreteScheduler" || cls == "FlowMatchLCMScheduler") {
-        if (c.value("use_beta_sigmas", false))
-            return "'use_beta_sigmas' is not supported; use use_karras_sigmas or use_exponential_sigmas";
-        return {};
-    }
+    if (cls == "FlowMatchEulerDiscreteScheduler" || cls == "FlowMatchLCMScheduler") return {};
     if (cls != "DPMSolverMultistepScheduler" && cls != "UniPCMultistepScheduler") return {};
     if (std::string why = multistep_problem(kind, c); !why.empty()) return why;
     return cls == "DPMSolverMultistepScheduler" ? dpm_problem(c) : unipc_problem(c);
@@ -350,7 +347,11 @@ std::string resolve_scheduler(const nlohmann::json& model_config, const Schedule
         model_config.value("_class_name", std::string("FlowMatchEulerDiscreteScheduler"));
     const SchedulerKind* kind =
         choice.name.empty() ? kind_of_class(own_class) : find_scheduler_kind(choice.name);
-    if (!kind) return "the model's scheduler " + own_class + " is not one dp-launch runs";
+    if (!kind)
+        return "_class_name '" + own_class.substr(0, 60) +
+               "' is not supported: dp-launch runs the flow-matching "
+               "schedulers (" +
+               scheduler_names() + ")";
     const SchedulerKind& cls = *kind;
     nlohmann::json c = class_defaults(cls);
     if (std::string why = merge_keys(cls, model_config, false, c, "the model's scheduler_config.json");

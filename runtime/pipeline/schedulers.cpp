@@ -6,6 +6,9 @@
 #include <cmath>
 #include <deque>
 #include <nlohmann/json.hpp>
+#ifdef DP_HAVE_BOOST_MATH
+#include <boost/math/special_functions/beta.hpp>
+#endif
 
 #include "runtime/io/errors.h"
 
@@ -30,6 +33,18 @@ double config_number(const nlohmann::json& c, const char* key, double fallback) 
 // A 0-dim float32 tensor: diffusers' schedulers do their scalar arithmetic on such tensors.
 at::Tensor f32(float v) { return at::scalar_tensor(v, at::kFloat); }
 
+// scipy.stats.beta.ppf(q, 0.6, 0.6): the inverse of the regularized incomplete beta function.
+double beta_ppf(double q) {
+#ifdef DP_HAVE_BOOST_MATH
+    if (q <= 0) return 0;
+    if (q >= 1) return 1;
+    return boost::math::ibeta_inv(0.6, 0.6, q);
+#else
+    (void)q;
+    throw ModelError("use_beta_sigmas: this build has no Boost.Math (libboost-dev) for the beta schedule");
+#endif
+}
+
 // --- The flow-matching schedule (Euler, LCM; Heun's own in part) ---
 
 // The shift, terminal stretch and inversion of FlowMatchEulerDiscreteScheduler.set_timesteps on
@@ -38,7 +53,7 @@ struct FlowSchedule {
     double shift = 1, base_shift = 0.5, max_shift = 1.15;
     bool dynamic = false, linear = false, invert = false;
     std::optional<double> terminal;
-    int karras_like = 0;  // 1 Karras, 2 exponential
+    int karras_like = 0;  // 1 Karras, 2 exponential, 3 beta
     int train = 1000;
 
     explicit FlowSchedule(const nlohmann::json& c) {
@@ -52,6 +67,7 @@ struct FlowSchedule {
             terminal = c.at("shift_terminal").get<double>();
         karras_like = c.value("use_karras_sigmas", false)        ? 1
                       : c.value("use_exponential_sigmas", false) ? 2
+                      : c.value("use_beta_sigmas", false)        ? 3
                                                                  : 0;
     }
 
@@ -77,7 +93,8 @@ struct FlowSchedule {
         return out;
     }
 
-    // _convert_to_karras / _convert_to_exponential from the shifted sigmas' ends, in float64.
+    // _convert_to_karras / _convert_to_exponential / _convert_to_beta from the shifted sigmas'
+    // ends, in float64 (beta: scipy.stats.beta.ppf(1 - linspace(0, 1, n), 0.6, 0.6)).
     std::vector<double> converted(const std::vector<double>& in) const {
         const double lo = in.back(), hi = in.front();
         const int n = static_cast<int>(in.size());
@@ -86,8 +103,10 @@ struct FlowSchedule {
             const double rho = 7.0, min_inv = std::pow(lo, 1 / rho), max_inv = std::pow(hi, 1 / rho);
             for (double r : np_linspace(0, 1, n))
                 out.push_back(std::pow(max_inv + r * (min_inv - max_inv), rho));
-        } else {
+        } else if (karras_like == 2) {
             for (double x : np_linspace(std::log(hi), std::log(lo), n)) out.push_back(std::exp(x));
+        } else {
+            for (double t : np_linspace(0, 1, n)) out.push_back(lo + beta_ppf(1 - t) * (hi - lo));
         }
         return out;
     }

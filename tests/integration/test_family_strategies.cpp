@@ -685,7 +685,15 @@ std::vector<FamilyRow> rows() {
         "23}\n"
         // An edit with true CFG: a 37 x 23 JPEG resized to 44 x 28.
         "{\"prompt\": \"a snowy hill, at night\", \"negative_prompt\": \"dull\", \"seed\": 5, \"image\": \"" +
-            edit_input("in_37x23.jpg") + "\"}\n"};
+            edit_input("in_37x23.jpg") +
+            "\"}\n"
+            // Samplers per line (Note [one scheduler table]): Heun's two passes a step with true CFG,
+            // DPM-Solver++'s SDE drawing from each prompt's seed.
+            "{\"prompt\": \"a red barn\", \"negative_prompt\": \"dull\", \"seed\": 6, \"scheduler\": "
+            "\"heun\"}\n"
+            "{\"prompt\": \"a blue lake\", \"seed\": 7, \"scheduler\": \"dpm++-2m-sde\", "
+            "\"num_inference_steps\": "
+            "3}\n"};
     // The transformer's embeddings and block 0 (0.21 MiB) on cpu:0 and block 1 on cpu:1.
     qwen.device_map = {
         "cpu:0=300KiB,cpu:1=1MiB",
@@ -695,13 +703,17 @@ std::vector<FamilyRow> rows() {
                            {"-n", "2", "--cfg-parallel"},
                            {"-n", "1", "--device-map", "auto", "--max-memory", qwen.device_map.budgets},
                            {"-n", "3", "--strategy", "context"}});
-    qwen.single = {{0, "negative_prompt", nullptr}, {2, "steps", 3}};
+    qwen.single = {{0, "negative_prompt", nullptr},
+                   {2, "steps", 3},
+                   {5, "scheduler", "heun"},
+                   {6, "scheduler", "dpm++-2m-sde"}};
     qwen.refused_flags = {{{"--guidance-scale", "5"}, "Qwen-Image does not take guidance_scale"},
                           {{"--skip-guidance-layers", "1"}, "Qwen-Image does not take skip_guidance_layers"},
                           {{"--no-t5"}, "--no-t5: Qwen-Image has no T5 text encoder"},
                           {{"--max-sequence-length", "1025"},
                            "--max-sequence-length '1025': expected a whole number from 1 to 1024"}};
     qwen.refused_keys = {{"guidance_scale", 5, "Qwen-Image does not take guidance_scale"},
+                         {"scheduler", "eulr", "unknown scheduler 'eulr' (known: euler, heun, lcm"},
                          {"skip_guidance_layers", {1}, "Qwen-Image does not take skip_guidance_layers"}};
     // diffusers' defaults: 50 steps, true_cfg_scale 4.0, 512 tokens, no negative prompt.
     qwen.defaults = {
@@ -726,7 +738,12 @@ std::vector<FamilyRow> rows() {
         "{\"prompt\": \"a green square\", \"negative_prompt\": \"blurry\", \"seed\": 5}\n"
         "{\"prompt\": \"a yellow star\", \"skip_guidance_layers\": [1], \"skip_layer_guidance_stop\": 0.9}\n"
         "{\"prompt\": \"a green square, in winter\", \"seed\": 6, \"image\": \"" +
-        edit_input("in_37x23.jpg") + "\"}\n";
+        edit_input("in_37x23.jpg") +
+        "\"}\n"
+        "{\"prompt\": \"a blue triangle\", \"negative_prompt\": \"blurry\", \"seed\": 7, \"scheduler\": "
+        "\"heun\"}\n"
+        "{\"prompt\": \"an orange moon\", \"seed\": 8, \"scheduler\": \"dpm++-2m\", \"scheduler_config\": "
+        "{\"solver_order\": 3}}\n";
     const Runs every_strategy = with_runs(
         kContextAndTp, {kTp2Ulysses2,
                         {"-n", "2", "--cfg-parallel"},

@@ -152,7 +152,8 @@ TEST_CASE("a flag or key of another family is refused, naming the family and wha
     REQUIRE(bad.size() == 3);
     CHECK(bad[0] ==
           "--guidance-scale: Qwen-Image does not take guidance_scale (its pipeline takes true_cfg_scale, "
-          "max_sequence_length, lora, cache, image, mask_image, strength, padding_mask_crop; its guidance "
+          "max_sequence_length, lora, cache, image, mask_image, strength, padding_mask_crop, scheduler, "
+          "scheduler_config, sigmas, timesteps; its guidance "
           "scale is "
           "true_cfg_scale)");
     CHECK(has(bad[1], "--skip-guidance-layers: Qwen-Image does not take skip_guidance_layers"));

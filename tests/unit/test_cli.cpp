@@ -181,6 +181,11 @@ std::vector<std::string> candidates(const OptionDef& def) {
     if (def.key == "tee" || def.key == "redirects") return {"0", "3", "0:1,1:2"};
     if (def.key == "skip_guidance_layers") return {"1", "0,2", "3"};
     if (def.key == "cache") return {"first_block_cache:threshold=0.1", "none", "first_block_cache"};
+    if (def.key == "scheduler") return {"heun", "dpm++-2m", "unipc"};
+    if (def.key == "scheduler_config")
+        return {"{\"shift\":2.0}", "{\"shift\":3.0}", "{\"use_karras_sigmas\":true}"};
+    if (def.key == "sigmas") return {"1,0.5", "0.9,0.4", "0.8"};
+    if (def.key == "timesteps") return {"999,500", "900,400", "800"};
     if (def.key == "revision") return {"v1", "v2", "v3"};  // branches of the fake cache's org/tiny
     if (def.key == "model") {
         std::vector<std::string> out;
