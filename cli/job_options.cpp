@@ -303,6 +303,18 @@ const std::vector<JobOptionRow>& job_option_table() {
                          static_cast<int>(universal("num_inference_steps").max),
                          universal("num_inference_steps").help),
                 described_default(universal("num_inference_steps")).c_str()),
+            described(row<J>(
+                          "--preset", "NAME|FILE.json", OptionKind::kText,
+                          "The settings a few-step adapter was made for, fixed (docs/schedulers.md, "
+                          "\"Presets\"): a shipped name or a preset file",
+                          [](J& j, const std::string& t, const std::string& src) {
+                              protocol::Preset preset;
+                              if (const std::string why = protocol::find_preset(t, preset); !why.empty())
+                                  throw UsageError(src + ": " + launcher::utf8_for_display(why));
+                              j.preset = std::move(preset);
+                          },
+                          [](const J& j) { return j.preset ? j.preset->name : std::string(); }),
+                      "none"),
             read_by(u64<J>("--seed", "N|random", &J::seed,
                            "Base seed: a prompt without its own seed gets seed + its index; random draws one "
                            "(0 to 4294967295) that the job prints and every record keeps"),

@@ -32,6 +32,7 @@
 #include "launcher/port.h"
 #include "launcher/process.h"
 #include "launcher/prompt_file.h"
+#include "launcher/schedule_settings.h"
 #include "launcher/start_signals.h"
 #include "launcher/supervisor.h"
 #include "launcher/system_info.h"
@@ -274,6 +275,7 @@ PromptFile read_job_prompts(const JobOptions& job, const strategies::ModelInfo& 
             adapters.resolve(q.arguments);
             nlohmann::json record = pending_record(q, p.line, job, settings.dtype, settings.components);
             if (!settings.weights.empty()) record["weights"] = settings.weights;
+            add_schedule_record(record, q, line_preset(p, job), model);
             if (p.images > 1) record["num_images_per_prompt"] = p.images, record["image_index"] = p.image;
             records.set(std::move(record));
             records.set_request(p.index, protocol::request_line(q));

@@ -13,6 +13,7 @@
 
 #include "protocol/call_arguments.h"
 #include "protocol/job_file.h"
+#include "protocol/presets.h"
 
 namespace dp::launcher {
 
@@ -36,6 +37,9 @@ struct JobOptions : protocol::ModelLoad {
     // The family call arguments the job sets (guidance_scale, max_sequence_length,
     // skip-layer guidance, ...): the defaults of each prompt's; unset ones take the model's default.
     protocol::CallValues arguments;
+    // --preset NAME|FILE.json (Note [presets], protocol/presets.h): read when the flag is, as
+    // --scheduler's file is.
+    std::optional<protocol::Preset> preset;
     uint64_t seed = 0;
     bool seed_drawn = false;  // --seed random: `seed` was drawn once by this launcher
     int width = 0;            // 0: the model's default

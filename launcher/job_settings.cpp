@@ -11,6 +11,7 @@
 #include "launcher/component_files.h"
 #include "launcher/errors.h"
 #include "launcher/input_images.h"
+#include "launcher/schedule_settings.h"
 #include "launcher/system_info.h"
 #include "launcher/values.h"
 #include "protocol/errors.h"
@@ -161,6 +162,8 @@ std::vector<std::string> setting_problems(const JobOptions& job, const strategie
                       "; diffusers' defaults are " + protocol::call_value_text(a.value) + " and " +
                       protocol::call_value_text(b->value) + ")");
     }
+    const std::vector<std::string> schedule = job_schedule_problems(job, model);
+    out.insert(out.end(), schedule.begin(), schedule.end());
     return out;
 }
 
@@ -205,7 +208,7 @@ std::string prompt_setting_problem(const PromptRecord& p, const JobOptions& job,
                b->row->name + " " + number_text(high) + (own_high ? "" : " (the job's)") + ": " +
                a.row->below_why;
     }
-    return {};
+    return line_schedule_problem(p, job, model);
 }
 
 namespace {
@@ -346,11 +349,9 @@ protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job,
     if (cfg && cfg->guidance != protocol::Guidance::kAbove1WithNegative && !q.negative_prompt)
         q.negative_prompt = "";
     q.seed = p.seed.value_or(prompt_seed(job.seed, p.index));
-    q.steps = p.steps.value_or(job.steps.value_or(static_cast<int>(a.default_number("num_inference_steps"))));
-    // Each call argument: the record's, else the job's, else the model's default.
-    CallValues given = job.arguments;
-    for (const CallValues::Item& item : p.arguments.items()) given.set(*item.first, item.second);
-    q.arguments = a.completed(given);
+    q.steps = line_steps(p, job, model);  // Note [schedules checked first]
+    // Each call argument: the record's, else its preset's, else the job's, else the model's default.
+    q.arguments = a.completed(line_values(p, job));
     std::tie(q.width, q.height) = line_size(p, job, model, q.arguments);  // Note [output size]
     // An edit's image is named after its input (photos/cat.jpg: 00003-cat.png), unless the line names it.
     const protocol::InputImage& edited = q.arguments.image("image");

@@ -214,7 +214,8 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
                                                                 {"width", 0},
                                                                 {"height", 0},
                                                                 {"negative_prompt", ""},
-                                                                {"components", nlohmann::json::object()}};
+                                                                {"components", nlohmann::json::object()},
+                                                                {"scheduler_resolved", nullptr}};
     // Then every call argument that shapes the pixels: left out, it was the family's default (an
     // older record), or off (a skip-layer setting without skipped blocks: CallArgument::active_with).
     const auto off = [&](const protocol::CallArgument& row, const nlohmann::json& r) {

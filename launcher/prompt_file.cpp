@@ -30,7 +30,7 @@ const std::string& accepted_keys() {
     static const std::string text = [] {
         std::string common =
             "prompt, negative_prompt, seed, steps (or num_inference_steps), width, height, name, "
-            "num_images_per_prompt";
+            "num_images_per_prompt, preset";
         std::vector<std::pair<std::string, std::vector<std::string>>> own;
         for (const strategies::ParallelSpec* spec : strategies::parallel_specs())
             own.emplace_back(spec->display_name, strategies::family_arguments(spec->family).names());
@@ -58,8 +58,8 @@ const std::string& accepted_keys() {
 const std::vector<std::string>& known_keys() {
     static const std::vector<std::string> keys = [] {
         std::vector<std::string> out = {
-            "prompt", "negative_prompt",      "seed", "steps", "num_inference_steps", "width", "height",
-            "name",   "num_images_per_prompt"};
+            "prompt", "negative_prompt",       "seed",  "steps", "num_inference_steps", "width", "height",
+            "name",   "num_images_per_prompt", "preset"};
         for (const protocol::CallArgument& row : protocol::call_arguments())
             if (std::find(out.begin(), out.end(), row.name) == out.end()) out.push_back(row.name);
         return out;
@@ -126,6 +126,13 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
                 return "key 'name': expected 1 to 200 bytes";
             else
                 out.name = s;
+        } else if (key == "preset") {  // Note [presets]
+            if (!value.is_string())
+                return "key 'preset': expected a preset's name (" + protocol::preset_names() + ")";
+            protocol::Preset preset;
+            if (std::string why = protocol::find_preset(value.get<std::string>(), preset); !why.empty())
+                return "key 'preset': " + why;
+            out.preset = std::move(preset);
         } else if (std::optional<std::string> why = read_whole_key(key, value, j, out)) {
             if (!why->empty()) return *why;
         } else if (const protocol::CallArgument* row = protocol::find_call_argument(key);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "protocol/call_arguments.h"
+#include "protocol/presets.h"
 
 namespace dp::launcher {
 
@@ -59,7 +60,8 @@ struct PromptRecord {
     std::optional<int> steps;
     std::optional<int> width, height;
     std::optional<std::string> name;
-    protocol::CallValues arguments;  // the family call arguments the line sets
+    protocol::CallValues arguments;          // the family call arguments the line sets
+    std::optional<protocol::Preset> preset;  // "preset": NAME (Note [presets]), over the job's
 };
 
 // Where a job's prompts come from: a prompt file (`path`, "-" for standard input), or the texts

@@ -163,4 +163,135 @@ TEST_CASE("control characters from a prompt file and a model path reach the term
     CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
 }
 
+TEST_CASE(
+    "a line's scheduler, schedule or preset that cannot run is an invalid line, refused before any rank") {
+    const std::string dir = make_temp_dir();
+    struct Row {
+        const char* line;
+        const char* why;
+    };
+    const Row rows[] = {
+        {R"({"prompt": "a", "scheduler": "eulr"})",
+         "key 'scheduler': unknown scheduler 'eulr' (known: euler, heun, lcm, dpm++-2m, dpm++-2m-sde, unipc"},
+        {R"({"prompt": "a", "sigmas": [0.5, 0.9]})", "sigmas must decrease: sigmas[1] 0.9 is not below"},
+        {R"({"prompt": "a", "steps": 3, "sigmas": [0.9, 0.5]})",
+         "sigmas: 2 values for 3 steps (num_inference_steps)"},
+        {R"({"prompt": "a", "sigmas": "0.9,inf"})", "key 'sigmas': expected a list of numbers from 0 to 1"},
+        {R"({"prompt": "a", "sigmas": "nan,0.5"})", "key 'sigmas': expected a list of numbers from 0 to 1"},
+        {R"({"prompt": "a", "sigmas": [1e308, 0.5]})",
+         "key 'sigmas': expected a list of numbers from 0 to 1"},
+        {R"({"prompt": "a", "timesteps": [900, 950]})", "timesteps must decrease"},
+        {R"({"prompt": "a", "scheduler": "heun", "sigmas": [0.9]})",
+         "sigmas: heun (FlowMatchHeunDiscreteScheduler) takes no sigmas"},
+        {R"({"prompt": "a", "scheduler_config": {"use_karas_sigmas": true}})",
+         "scheduler_config: 'use_karas_sigmas' is not a key of FlowMatchEulerDiscreteScheduler"},
+        {R"({"prompt": "a", "scheduler": "dpm++-2m", "scheduler_config": {"solver_order": 5}})",
+         "dpm++-2m: 'solver_order' must be 1, 2 or 3"},
+        {R"({"prompt": "a", "preset": "hyper-sd3-8step", "steps": 20})",
+         "num_inference_steps 20, but preset hyper-sd3-8step fixes it at 8"},
+        {R"({"prompt": "a", "preset": "hyper-sd3-8step"})",
+         "num_inference_steps 1 (the job's), but preset hyper-sd3-8step fixes it at 8"},
+        {R"({"prompt": "a", "preset": "hyper-sd3-8step", "guidance_scale": 7})",
+         "guidance_scale 7, but preset hyper-sd3-8step fixes it at 5"},
+        {R"({"prompt": "a", "preset": "qwen-image-lightning-8step"})",
+         "key 'preset': preset qwen-image-lightning-8step is for the qwen-image family"},
+        {R"({"prompt": "a", "preset": "lightning"})",
+         "key 'preset': unknown preset 'lightning' (known: qwen-image-lightning-8step, "
+         "qwen-image-lightning-4step, flux-turbo-alpha, hyper-flux-8step, hyper-sd3-8step"},
+    };
+    for (const Row& row : rows) {
+        CAPTURE(std::string(row.line));
+        const std::string prompts =
+            write_file(dir + "/p.jsonl", "{\"prompt\": \"fine\"}\n" + std::string(row.line) + "\n");
+        const LaunchResult refused = run_launch(tiny(dir + "/out", {prompts}));
+        CHECK(refused.exit_code == 65);
+        CHECK_MESSAGE(refused.err.find(prompts + ":2: " + row.why) != std::string::npos, refused.err);
+        CHECK(refused.err.find(":1:") == std::string::npos);
+        CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
+    }
+}
+
+TEST_CASE("the job's scheduler flags and --preset that cannot run are usage errors (2)") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_file(dir + "/p.txt", "one\n");
+    struct Row {
+        std::vector<std::string> flags;
+        const char* why;
+    };
+    const Row rows[] = {
+        {{"--scheduler", "eulr"}, "--scheduler 'eulr': unknown scheduler 'eulr' (known: euler, heun"},
+        {{"--sigmas", "0.5,0.9"}, "--sigmas 0.5,0.9: sigmas must decrease"},
+        {{"--sigmas", "0.9,0.5", "--steps", "3"}, "--sigmas 0.9,0.5: sigmas: 2 values for 3 steps"},
+        {{"--sigmas", "0.9", "--scheduler", "heun"},
+         "--scheduler heun --sigmas 0.9: sigmas: heun (FlowMatchHeunDiscreteScheduler) takes no sigmas"},
+        {{"--scheduler-config", R"({"nope": 1})"},
+         "--scheduler-config {\"nope\":1}: scheduler_config: 'nope' is not a key of"},
+        {{"--preset", "hyper-sd3-8step", "--steps", "20"},
+         "--steps 20, but preset hyper-sd3-8step fixes num_inference_steps at 8"},
+        {{"--preset", "hyper-sd3-8step", "--guidance-scale", "7"},
+         "--guidance-scale 7, but preset hyper-sd3-8step fixes guidance_scale at 5"},
+        {{"--preset", "flux-turbo-alpha"},
+         "--preset flux-turbo-alpha: preset flux-turbo-alpha is for the flux family"},
+        {{"--preset", "turbo"}, "--preset: unknown preset 'turbo' (known: qwen-image-lightning-8step"},
+    };
+    for (const Row& row : rows) {
+        CAPTURE(std::string(row.why));
+        std::vector<std::string> args = {"--model", DP_TINY_MODEL, "-o", dir + "/out", "-q"};
+        args.insert(args.end(), row.flags.begin(), row.flags.end());
+        args.push_back(prompts);
+        const LaunchResult refused = run_launch(args);
+        CHECK(refused.exit_code == 2);
+        CHECK_MESSAGE(refused.err.find(row.why) != std::string::npos, refused.err);
+        CHECK_FALSE(file_exists(dir + "/out/manifest.jsonl"));
+    }
+}
+
+TEST_CASE("a line's sigmas set its steps, and records hold the scheduler resolved and the preset") {
+    const std::string dir = make_temp_dir();
+    const std::string prompts = write_file(dir + "/p.jsonl", R"({"prompt": "a", "sigmas": [0.9, 0.6, 0.3]})"
+                                                             "\n"
+                                                             R"({"prompt": "b", "scheduler": "unipc"})"
+                                                             "\n"
+                                                             R"({"prompt": "c", "preset": "hyper-sd3-8step"})"
+                                                             "\n"
+                                                             R"({"prompt": "d"})"
+                                                             "\n");
+    const LaunchResult run = run_launch(
+        {"--model", DP_TINY_MODEL, "--width", "16", "--height", "16", "-o", dir + "/out", "-q", prompts}, {},
+        120);
+    REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+    const auto records = manifest_of(dir + "/out");
+    REQUIRE(records.size() == 4);
+    CHECK(records[0]["steps"] == 3);
+    CHECK(records[0]["sigmas"] == nlohmann::json::array({0.9, 0.6, 0.3}));
+    CHECK(records[0]["scheduler_resolved"]["class"] == "FlowMatchEulerDiscreteScheduler");
+    CHECK(records[0]["scheduler_resolved"]["config"]["shift"] == 3.0);  // the model's own config
+    CHECK(records[1]["scheduler"] == "unipc");
+    CHECK(records[1]["scheduler_resolved"]["class"] == "UniPCMultistepScheduler");
+    CHECK(records[1]["scheduler_resolved"]["config"]["flow_shift"] == 3.0);
+    CHECK(records[1]["scheduler_resolved"]["config"]["use_flow_sigmas"] == true);
+    CHECK(records[2]["preset"] == "hyper-sd3-8step");
+    CHECK(records[2]["steps"] == 8);
+    CHECK(records[2]["guidance_scale"] == 5.0);
+    CHECK_FALSE(records[2].contains("scheduler_resolved"));
+    CHECK_FALSE(records[3].contains("scheduler_resolved"));
+    CHECK_FALSE(records[3].contains("preset"));
+    CHECK(records[3]["steps"] == 28);  // SD3's default
+    for (const nlohmann::json& r : records) CHECK(r["status"] == "ok");
+
+    // A preset file of the user's, in the shipped format, as --preset.
+    const std::string preset = write_file(dir + "/mine.json", R"({"name": "mine", "family": "sd3",
+        "num_inference_steps": 2, "scheduler": "euler", "scheduler_config": {"use_karras_sigmas": true}})");
+    const std::string one = write_file(dir + "/one.txt", "one\n");
+    const LaunchResult own = run_launch({"--model", DP_TINY_MODEL, "--width", "16", "--height", "16", "-o",
+                                         dir + "/own", "-q", "--preset", preset, one},
+                                        {}, 120);
+    REQUIRE_MESSAGE(own.exit_code == 0, own.err);
+    const auto mine = manifest_of(dir + "/own");
+    REQUIRE(mine.size() == 1);
+    CHECK(mine[0]["preset"] == "mine");
+    CHECK(mine[0]["steps"] == 2);
+    CHECK(mine[0]["scheduler_resolved"]["config"]["use_karras_sigmas"] == true);
+}
+
 TEST_SUITE_END();

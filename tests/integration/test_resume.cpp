@@ -507,3 +507,55 @@ TEST_CASE("--resume after the model's weights changed in place at the same path:
     CHECK_MESSAGE(changed.err.find("weight files") != std::string::npos, changed.err);
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("--resume keeps images of the same scheduler and refuses another scheduler, config or sigmas") {
+    const std::string dir = make_temp_dir();
+    const std::string out = dir + "/out";
+    const std::string prompts = numbered_prompts(dir, 2);
+    const std::vector<std::string> karras = {"--scheduler",        "euler",
+                                             "--scheduler-config", R"({"use_karras_sigmas": true})",
+                                             "--sigmas",           "0.9,0.4"};
+    const auto with = [&](std::vector<std::string> flags) {
+        flags.push_back(prompts);
+        return args_for(out, flags);
+    };
+    std::vector<std::string> first = karras;
+    REQUIRE_MESSAGE(run_launch(with(first), {}, 120).exit_code == 0, "first run");
+    CHECK(whole_records(out)[0]["scheduler_resolved"]["config"]["use_karras_sigmas"] == true);
+    const std::string file = out + "/" + whole_records(out)[1]["file"].get<std::string>();
+    const int64_t made = mtime_ns(file);
+
+    std::vector<std::string> same = karras;
+    same.push_back("--resume");
+    const LaunchResult kept = run_launch(with(same), {}, 120);
+    REQUIRE_MESSAGE(kept.exit_code == 0, kept.err);
+    CHECK(kept.out.find("(2 kept from the earlier run)") != std::string::npos);
+    CHECK(mtime_ns(file) == made);
+
+    struct Row {
+        std::vector<std::string> flags;
+        const char* named;
+    };
+    const Row rows[] = {
+        {{"--scheduler", "lcm", "--scheduler-config", R"({"use_karras_sigmas": true})", "--sigmas",
+          "0.9,0.4"},
+         "scheduler 'euler' (now 'lcm')"},
+        {{"--scheduler", "euler", "--scheduler-config", R"({"use_exponential_sigmas": true})", "--sigmas",
+          "0.9,0.4"},
+         "scheduler_config {\"use_karras_sigmas\":true} (now {\"use_exponential_sigmas\":true})"},
+        {{"--scheduler", "euler", "--scheduler-config", R"({"use_karras_sigmas": true})", "--sigmas",
+          "0.9,0.5"},
+         "sigmas [0.9,0.4] (now [0.9,0.5])"},
+        {{}, "scheduler 'euler' (now '')"},
+    };
+    for (const Row& row : rows) {
+        CAPTURE(row.named);
+        std::vector<std::string> flags = row.flags;
+        flags.push_back("--resume");
+        const LaunchResult refused = run_launch(with(flags), {}, 120);
+        CHECK(refused.exit_code == 2);
+        CHECK_MESSAGE(refused.err.find(row.named) != std::string::npos, refused.err);
+        CHECK(mtime_ns(file) == made);
+    }
+    std::filesystem::remove_all(dir);
+}

@@ -17,8 +17,10 @@
 #include "launcher/job.h"
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
+#include "launcher/schedule_settings.h"
 #include "protocol/errors.h"
 #include "protocol/job_file.h"
+#include "protocol/presets.h"
 #include "strategies/model_config.h"
 #include "unit/test_support.h"
 
@@ -153,9 +155,7 @@ TEST_CASE("a flag or key of another family is refused, naming the family and wha
     CHECK(bad[0] ==
           "--guidance-scale: Qwen-Image does not take guidance_scale (its pipeline takes true_cfg_scale, "
           "max_sequence_length, lora, cache, image, mask_image, strength, padding_mask_crop, scheduler, "
-          "scheduler_config, sigmas, timesteps; its guidance "
-          "scale is "
-          "true_cfg_scale)");
+          "scheduler_config, sigmas, timesteps; its guidance scale is true_cfg_scale)");
     CHECK(has(bad[1], "--skip-guidance-layers: Qwen-Image does not take skip_guidance_layers"));
     CHECK(bad[2] == "--no-t5: Qwen-Image has no T5 text encoder to leave out");
 
@@ -703,4 +703,67 @@ TEST_CASE("a step cache setting that contradicts itself is refused, naming both 
         }
         for (const std::string& s : row.says) CHECK_MESSAGE(has(why, s), why);
     }
+}
+
+TEST_CASE("the shipped presets fix their steps and settings, and a preset file is read in the same format") {
+    using dp::protocol::Preset;
+    REQUIRE(dp::protocol::shipped_presets().size() == 5);
+    Preset lightning;
+    REQUIRE(dp::protocol::find_preset("qwen-image-lightning-4step", lightning).empty());
+    CHECK(lightning.family == "qwen-image");
+    CHECK(lightning.steps == 4);
+    CHECK(lightning.arguments.number("true_cfg_scale") == 1.0);
+    CHECK(lightning.arguments.scheduler("scheduler").name == "euler");
+    CHECK(has(lightning.adapter, "lightx2v/Qwen-Image-Lightning"));
+
+    // On the config-only Qwen-Image folder: a line with the preset runs its values, resolved over the
+    // model's scheduler config with the preset's keys.
+    const JobOptions job = job_on("qwen-image");
+    const ModelInfo model = read_model_info(job.model);
+    PromptRecord p;
+    p.prompt = "a";
+    p.preset = lightning;
+    CHECK(prompt_setting_problem(p, job, model).empty());
+    const dp::protocol::JobRequest q = job_request(p, job, model);
+    CHECK(q.steps == 4);
+    CHECK(q.arguments.number("true_cfg_scale") == 1.0);
+    nlohmann::json record = nlohmann::json::object();
+    add_schedule_record(record, q, &lightning, model);
+    CHECK(record["preset"] == "qwen-image-lightning-4step");
+    CHECK(record["scheduler_resolved"]["config"]["max_shift"] == 1.0986122886681098);
+    CHECK(record["scheduler_resolved"]["config"]["use_dynamic_shifting"] == true);
+    p.arguments.set("true_cfg_scale", 4.0);
+    CHECK(prompt_setting_problem(p, job, model) ==
+          "true_cfg_scale 4, but preset qwen-image-lightning-4step fixes it at 1");
+
+    struct Row {
+        const char* text;
+        const char* why;
+    };
+    const Row rows[] = {
+        {R"({"name": "x", "family": "sd3", "num_inference_steps": 4})", ""},
+        {R"({"family": "sd3", "num_inference_steps": 4})", "missing key 'name'"},
+        {R"({"name": "x", "num_inference_steps": 4})", "missing key 'family'"},
+        {R"({"name": "x", "family": "sd3", "num_inference_steps": 0})",
+         "key 'num_inference_steps': expected a whole number from 1 to 1000"},
+        {R"({"name": "x", "family": "sd3", "width": 512})", "unknown key 'width' (accepted: name, family"},
+        {R"({"name": "x", "family": "sd3", "scheduler": "eulr"})",
+         "key 'scheduler': unknown scheduler 'eulr'"},
+        {R"({"name": "x", "family": "sd3"})", "this one sets nothing"},
+        {R"([1])", "expected a JSON object"},
+    };
+    const std::string file = "/tmp/dp_preset_" + std::to_string(getpid()) + ".json";
+    for (const Row& row : rows) {
+        CAPTURE(std::string(row.text));
+        std::ofstream(file, std::ios::trunc) << row.text;
+        Preset read;
+        const std::string why = dp::protocol::find_preset(file, read);
+        if (*row.why == '\0')
+            CHECK(why.empty());
+        else
+            CHECK_MESSAGE(has(why, row.why), why.c_str());
+    }
+    std::filesystem::remove(file);
+    Preset none;
+    CHECK(has(dp::protocol::find_preset("lightning", none), "unknown preset 'lightning' (known: "));
 }

@@ -187,6 +187,12 @@ std::vector<std::string> candidates(const OptionDef& def) {
     if (def.key == "sigmas") return {"1,0.5", "0.9,0.4", "0.8"};
     if (def.key == "timesteps") return {"999,500", "900,400", "800"};
     if (def.key == "revision") return {"v1", "v2", "v3"};  // branches of the fake cache's org/tiny
+    if (def.key == "preset") return {"hyper-sd3-8step", "flux-turbo-alpha", "qwen-image-lightning-4step"};
+    if (def.key == "scheduler") return {"euler", "heun", "unipc"};
+    if (def.key == "scheduler_config")
+        return {"{\"shift\":2}", "{\"shift\":3}", "{\"use_karras_sigmas\":true}"};
+    if (def.key == "sigmas") return {"0.9", "0.9,0.5", "1,0.5,0.25"};
+    if (def.key == "timesteps") return {"900", "900,500", "999,500,250"};
     if (def.key == "model") {
         std::vector<std::string> out;
         for (const char* name : {"model_a", "model_b", "model_c"}) {
