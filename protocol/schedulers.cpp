@@ -373,7 +373,8 @@ std::string resolve_scheduler(const nlohmann::json& model_config, const Schedule
                 merge_keys(cls, nlohmann::json::parse(overrides.json), true, c, "scheduler_config");
             !why.empty())
             return why;
-    if (std::string why = kind_problem(cls, c); !why.empty()) return std::string(kind->name) + ": " + why;
+    if (std::string why = kind_problem(cls, c); !why.empty())
+        return choice.name.empty() ? why : std::string(kind->name) + ": " + why;
     out.kind = kind;
     out.config = c.dump();
     return {};

@@ -214,17 +214,19 @@ class HeunScheduler : public Scheduler {
         const auto i = static_cast<std::size_t>(index);
         at::Tensor x = sample.to(at::kFloat);
         at::Tensor prev;
+        // Note [Heun's derivative]: diffusers takes it as (x - (x - out * sigma)) / sigma, which is the
+        // model's output itself; at the schedule's last sigma (1 / 1000 shifted) that difference
+        // cancels catastrophically and multiplies a rounding step of x by 1 / sigma, so two runs whose
+        // x differ in the last bit (another strategy's sums) end 1e-3 apart. The output itself is
+        // taken here: the same up to diffusers' own rounding there, and alike under every strategy.
         if (!derivative_.defined()) {  // first order: sigma -> the next
             const at::Tensor sigma = f32(sigmas_.at(i)), next = f32(sigmas_.at(i + 1));
-            const at::Tensor denoised = x - out * sigma;
-            derivative_ = (x - denoised) / sigma;
+            derivative_ = out.to(at::kFloat);
             dt_ = next - sigma;
             sample_ = x;
             prev = x + derivative_ * dt_;
         } else {  // second order, from the first pass's sample
-            const at::Tensor next = f32(sigmas_.at(i));
-            const at::Tensor denoised = x - out * next;
-            const at::Tensor derivative = 0.5 * (derivative_ + (x - denoised) / next);
+            const at::Tensor derivative = 0.5 * (derivative_ + out.to(at::kFloat));
             prev = sample_ + derivative * dt_;
             derivative_ = sample_ = dt_ = at::Tensor();
         }

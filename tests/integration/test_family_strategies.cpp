@@ -6,7 +6,8 @@
 // PNGs (and final latents) and are recorded as given; bf16 is within the unit test's tolerance; every
 // strategy gives the single-process images; the bytes each strategy sends are the closed-form ones;
 // what a family does not take is refused before anything starts; and the family's defaults and flag
-// names are recorded. A new family adds its rows.
+// names are recorded; and every sampler chosen per line gives diffusers' images at 1 and 3 ranks. A new
+// family adds its rows.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "integration/job_outputs.h"
@@ -133,7 +135,8 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
     };
     auto add = [&](nlohmann::json line, const std::string& key, const std::string& image,
                    const std::string& latents) {
-        for (const char* meta : {"prompts", "seeds", "variant", "folder"}) line.erase(meta);
+        for (const char* meta : {"prompts", "seeds", "variant", "folder", "preset_expands_to"})
+            line.erase(meta);
         if (!key.empty()) line["name"] = key;
         // An edit's inputs (repository-relative in the golden file), absolute; the size asked, of
         // which the pipeline makes the golden one (Note [output size]).
@@ -145,8 +148,8 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
                 line["lora"].push_back({{"path", "tests/data/golden/lora/" + a.at("file").get<std::string>()},
                                         {"scale", a.at("scale")}});
             line.erase("adapters");
-            line.erase("family");
         }
+        line.erase("family");
         if (line.contains("lora"))  // its adapters' files, repository-relative
             for (nlohmann::json& adapter : line["lora"]) adapter["path"] = absolute(adapter.at("path"));
         if (line.contains("images")) {  // Qwen-Image-Edit-Plus's pictures (golden_qwen_edit.py)
@@ -194,14 +197,18 @@ std::vector<GoldenLine> golden_lines(const FamilyRow& row, bool bf16) {
             (c.contains("folder") && std::filesystem::path(c.at("folder").get<std::string>()).filename() !=
                                          std::filesystem::path(row.model).filename()))
             continue;
-        if (!c.contains("prompts")) {
+        // Several prompts: "prompts" and "seeds", or lists under "prompt" and "seed".
+        const bool listed = c.contains("prompts") || c.at("prompt").is_array();
+        if (!listed) {
             add(c, name, name + ".image", name + ".latents");
             continue;
         }
-        for (std::size_t k = 0; k < c.at("prompts").size(); ++k) {
+        const nlohmann::json& prompts = c.contains("prompts") ? c.at("prompts") : c.at("prompt");
+        const nlohmann::json& seeds = c.contains("seeds") ? c.at("seeds") : c.at("seed");
+        for (std::size_t k = 0; k < prompts.size(); ++k) {
             nlohmann::json line = c;
-            line["prompt"] = c.at("prompts")[k];
-            line["seed"] = c.at("seeds")[k];
+            line["prompt"] = prompts[k];
+            line["seed"] = seeds[k];
             const std::string key = name + "." + std::to_string(k);
             add(line, key, key + ".image", key + ".latents");
         }
@@ -770,6 +777,21 @@ std::vector<FamilyRow> rows() {
                         {"-n", "4", "--tp", "2", "--cfg-parallel"}};
         rows.push_back(sd3);
     }
+    // Every sampler (Note [one scheduler table]) chosen per line in one job, against diffusers' images
+    // (scripts/golden/golden_scheduler_pipelines.py): euler plain, Karras, stochastic and with the
+    // line's sigmas, heun, lcm, dpm++-2m, dpm++-2m-sde and unipc on each folder; Qwen-Image's Heun with
+    // true CFG and its Lightning presets with their adapter; FLUX.1's stochastic batch. At 3 ranks too.
+    for (const auto& [name, folder, images] :
+         {std::tuple<const char*, const char*, std::size_t>{"SD3 samplers", "sd3", 9},
+          {"FLUX.1-dev samplers", "flux-dev", 11},
+          {"Qwen-Image samplers", "qwen-image", 12}})
+        rows.push_back(FamilyRow{name,
+                                 tiny(folder),
+                                 "scheduler_pipelines.safetensors",
+                                 "",
+                                 {{"-n", "1"}, {"-n", "3"}},
+                                 images,
+                                 false});
     return rows;
 }
 
@@ -842,7 +864,9 @@ TEST_CASE(
 TEST_CASE(
     "every strategy gives the single-process images in every family: ulysses, ring, usp, tp, tp x "
     "sequence, cfg2, device_map, offload and context, on token counts the degrees do not divide") {
-    for_rows(rows(), every<FamilyRow>, [](const FamilyRow& row) {
+    // Every row with prompts of its own (the samplers' rows have only diffusers' golden lines).
+    const auto has_prompts = [](const FamilyRow& row) { return !row.prompts.text.empty(); };
+    for_rows(rows(), has_prompts, [](const FamilyRow& row) {
         if (!row.device_map.budgets.empty())
             check_plan(row, {"-n", "1", "--device-map", "auto", "--max-memory", row.device_map.budgets},
                        row.device_map.says);

@@ -113,13 +113,20 @@ TEST_CASE("every scheduler's sigmas, timesteps and sampler run match diffusers")
             return at::cat(drawn, 0).to(like.device());
         };
         REQUIRE(trajectory.size(0) == static_cast<int64_t>(scheduler->timesteps().size()));
+        // Heun: diffusers' own rounding where its derivative cancels (Note [Heun's derivative]): a
+        // float32 step of x over the smallest sigma.
+        float smallest = 1;
+        for (float sigma : scheduler->sigmas())
+            if (sigma > 0) smallest = std::min(smallest, sigma);
         for (std::size_t i = 0; i < scheduler->timesteps().size(); ++i) {
             const at::Tensor v = 0.3 * x + (scheduler->timesteps()[i] / 1000.0f) * b;
+            const double cancelled =
+                s.kind->order == 2 ? 2 * 1.2e-7 * x.abs().max().item<double>() / smallest : 0;
             x = scheduler->step(v, static_cast<int>(i), x, noise);
             const at::Tensor ref = trajectory[static_cast<int64_t>(i)];
             const double scale = std::max(1.0, ref.abs().max().item<double>());
             CAPTURE(i);
-            CHECK((x - ref).abs().max().item<double>() <= 2e-5 * scale);
+            CHECK((x - ref).abs().max().item<double>() <= 2e-5 * scale + cancelled);
         }
         ++checked;
     }
