@@ -4,7 +4,8 @@
 // picks the schedule with it (--schedule auto), `dp-launch plan` prints it, and every rank orders the
 // dynamic queue with it, so that all of them agree.
 //
-// A prompt's cost is steps x image tokens x branches: the transformer's work per step grows with
+// A prompt's cost is passes x image tokens x branches (a pass a step; Heun's 2 x steps - 1): the
+// transformer's work per pass grows with
 // the tokens it attends over, and a call with classifier-free guidance runs the transformer on two
 // branches. Text tokens, the text encoders and the VAE are left out: they are the same for every
 // prompt of a job or small beside the denoising loop. The unit is one image token for one step.

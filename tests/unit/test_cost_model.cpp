@@ -35,7 +35,7 @@ CostRules shapes_rules() {
 
 }  // namespace
 
-TEST_CASE("a prompt costs steps x image tokens, twice with classifier-free guidance") {
+TEST_CASE("a prompt costs its passes x image tokens, twice with classifier-free guidance, Heun two a step") {
     const CostRules shapes = shapes_rules();
     CHECK(shapes.pixels_per_token == 4);
     // 64x32 px at patch 4: 16 x 8 = 128 tokens; 10 steps; SD3's guidance 7 runs two branches.
@@ -61,6 +61,13 @@ TEST_CASE("a prompt costs steps x image tokens, twice with classifier-free guida
     q.negative_prompt = "";
     CHECK(prompt_cost(q, qwen) == 50 * 4096 * 2);
     q.arguments.set("true_cfg_scale", 1.0);
+    CHECK(prompt_cost(q, qwen) == 50 * 4096);
+    // Heun makes two passes a step but the first: 99 for 50 steps; a multistep solver one a step.
+    dp::protocol::SchedulerChoice heun, dpm;
+    heun.name = "heun", dpm.name = "dpm++-2m";
+    q.arguments.set("scheduler", heun);
+    CHECK(prompt_cost(q, qwen) == 99 * 4096);
+    q.arguments.set("scheduler", dpm);
     CHECK(prompt_cost(q, qwen) == 50 * 4096);
     CHECK_THROWS_AS(prompt_cost(request(0, 1, 0, 0),
                                 cost_rules(ImageSizeRule{}, dp::strategies::family_arguments("sd3"))),
