@@ -158,6 +158,8 @@ std::vector<Entry> entries(const launcher::JobOptions& job, const strategies::Mo
         } else if (!row.none_default) {
             e.default_value = protocol::call_value_json(a.value);  // ignored: accepted at any value
         }
+        if (row.type == CallType::kScheduler && e.default_value == "")
+            e.default_text = "the model's own (scheduler/scheduler_config.json)";
         if (a.ignored) e.help += " (accepted and ignored by " + model.family_name + ", as diffusers does)";
         out.push_back(e);
     }

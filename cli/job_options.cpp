@@ -309,7 +309,9 @@ const std::vector<JobOptionRow>& job_option_table() {
                           "\"Presets\"): a shipped name or a preset file",
                           [](J& j, const std::string& t, const std::string& src) {
                               protocol::Preset preset;
-                              if (const std::string why = protocol::find_preset(t, preset); !why.empty())
+                              if (const std::string why =
+                                      protocol::find_preset(t, strategies::shipped_presets(), preset);
+                                  !why.empty())
                                   throw UsageError(src + ": " + launcher::utf8_for_display(why));
                               j.preset = std::move(preset);
                           },

@@ -128,9 +128,12 @@ std::string parse_jsonl_object(std::string_view text, PromptRecord& out) {
                 out.name = s;
         } else if (key == "preset") {  // Note [presets]
             if (!value.is_string())
-                return "key 'preset': expected a preset's name (" + protocol::preset_names() + ")";
+                return "key 'preset': expected a preset's name (" +
+                       protocol::preset_names(strategies::shipped_presets()) + ")";
             protocol::Preset preset;
-            if (std::string why = protocol::find_preset(value.get<std::string>(), preset); !why.empty())
+            if (std::string why =
+                    protocol::find_preset(value.get<std::string>(), strategies::shipped_presets(), preset);
+                !why.empty())
                 return "key 'preset': " + why;
             out.preset = std::move(preset);
         } else if (std::optional<std::string> why = read_whole_key(key, value, j, out)) {

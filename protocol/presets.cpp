@@ -9,47 +9,6 @@
 namespace dp::protocol {
 namespace {
 
-// Qwen-Image-Lightning's scheduler config, as its model card gives it: the Euler flow schedule at a
-// fixed shift of ln 3 (exponential dynamic shifting with base_shift = max_shift).
-constexpr const char* kLightningScheduler = R"({"base_image_seq_len": 256, "base_shift": 1.0986122886681098,
-    "invert_sigmas": false, "max_image_seq_len": 8192, "max_shift": 1.0986122886681098,
-    "num_train_timesteps": 1000, "shift": 1.0, "shift_terminal": null, "stochastic_sampling": false,
-    "time_shift_type": "exponential", "use_beta_sigmas": false, "use_dynamic_shifting": true,
-    "use_exponential_sigmas": false, "use_karras_sigmas": false})";
-
-nlohmann::json lightning(int steps) {
-    return {{"name", "qwen-image-lightning-" + std::to_string(steps) + "step"},
-            {"family", "qwen-image"},
-            {"adapter",
-             "lightx2v/Qwen-Image-Lightning (Qwen-Image-Lightning-" + std::to_string(steps) + "steps LoRA)"},
-            {"description", "Qwen-Image distilled to " + std::to_string(steps) +
-                                " steps: Euler at a fixed shift, without true CFG"},
-            {"num_inference_steps", steps},
-            {"scheduler", "euler"},
-            {"scheduler_config", nlohmann::json::parse(kLightningScheduler)},
-            {"true_cfg_scale", 1.0}};
-}
-
-const std::vector<nlohmann::json>& shipped_json() {
-    static const std::vector<nlohmann::json> all = {
-        lightning(8),
-        lightning(4),
-        nlohmann::json::parse(R"J({"name": "flux-turbo-alpha", "family": "flux",
-            "adapter": "alimama-creative/FLUX.1-Turbo-Alpha",
-            "description": "FLUX.1-dev distilled to 8 steps (guidance 3.5)",
-            "num_inference_steps": 8, "guidance_scale": 3.5})J"),
-        nlohmann::json::parse(R"J({"name": "hyper-flux-8step", "family": "flux",
-            "adapter": "ByteDance/Hyper-SD Hyper-FLUX.1-dev-8steps-lora (at lora scale 0.125)",
-            "description": "FLUX.1-dev in 8 steps with Hyper-SD's LoRA (guidance 3.5)",
-            "num_inference_steps": 8, "guidance_scale": 3.5})J"),
-        nlohmann::json::parse(R"J({"name": "hyper-sd3-8step", "family": "sd3",
-            "adapter": "ByteDance/Hyper-SD Hyper-SD3-8steps-CFG-lora (at lora scale 0.125)",
-            "description": "SD3 in 8 steps with Hyper-SD's CFG LoRA (guidance 5.0)",
-            "num_inference_steps": 8, "guidance_scale": 5.0})J"),
-    };
-    return all;
-}
-
 std::string text_key(const nlohmann::json& j, const char* key, const std::string& where, bool required,
                      std::string& out) {
     if (!j.contains(key)) return required ? where + ": missing key '" + key + "'" : std::string();
@@ -107,27 +66,14 @@ std::string read_preset(const nlohmann::json& j, const std::string& where, Prese
     return {};
 }
 
-const std::vector<Preset>& shipped_presets() {
-    static const std::vector<Preset> all = [] {
-        std::vector<Preset> out;
-        for (const nlohmann::json& j : shipped_json()) {
-            Preset p;
-            if (std::string why = read_preset(j, "shipped preset", p); !why.empty()) throw InternalError(why);
-            out.push_back(std::move(p));
-        }
-        return out;
-    }();
-    return all;
-}
-
-std::string preset_names() {
+std::string preset_names(const std::vector<Preset>& shipped) {
     std::string out;
-    for (const Preset& p : shipped_presets()) out += (out.empty() ? "" : ", ") + p.name;
+    for (const Preset& p : shipped) out += (out.empty() ? "" : ", ") + p.name;
     return out;
 }
 
-std::string find_preset(const std::string& text, Preset& out) {
-    for (const Preset& p : shipped_presets())
+std::string find_preset(const std::string& text, const std::vector<Preset>& shipped, Preset& out) {
+    for (const Preset& p : shipped)
         if (p.name == text) {
             out = p;
             return {};
@@ -135,7 +81,7 @@ std::string find_preset(const std::string& text, Preset& out) {
     const bool path =
         text.find('/') != std::string::npos || (text.size() > 5 && text.substr(text.size() - 5) == ".json");
     if (!path)
-        return "unknown preset '" + text.substr(0, 60) + "' (known: " + preset_names() +
+        return "unknown preset '" + text.substr(0, 60) + "' (known: " + preset_names(shipped) +
                "; or the path of a preset file, FILE.json)";
     std::ifstream in(text, std::ios::binary);
     if (!in) return "cannot read the preset file " + text.substr(0, 200);

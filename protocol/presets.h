@@ -29,15 +29,14 @@ struct Preset {
     CallValues arguments;      // the family call arguments it fixes
 };
 
-// The presets shipped with dp-launch, in the order messages list them.
-const std::vector<Preset>& shipped_presets();
-// "qwen-image-lightning-8step, qwen-image-lightning-4step, ...".
-std::string preset_names();
+// "qwen-image-lightning-8step, qwen-image-lightning-4step, ...": the names of `shipped` (the presets
+// the families publish in their facts files: strategies::shipped_presets()).
+std::string preset_names(const std::vector<Preset>& shipped);
 
 // A preset from its JSON object; `where` names it in messages. An error text, or empty.
 std::string read_preset(const nlohmann::json& j, const std::string& where, Preset& out);
-// A shipped preset's name, or the path of a preset file (relative to the working directory). An
+// One of `shipped` by name, or the path of a preset file (relative to the working directory). An
 // error text (an unknown name lists the known ones), or empty.
-std::string find_preset(const std::string& text, Preset& out);
+std::string find_preset(const std::string& text, const std::vector<Preset>& shipped, Preset& out);
 
 }  // namespace dp::protocol

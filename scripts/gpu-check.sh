@@ -136,6 +136,26 @@ printf '{%s, "steps": 2}\n' "$lighthouse" >"$out/flux2-dev.jsonl"
 printf '{%s, "steps": 2}\n' "$lighthouse" >"$out/flux-mesh.jsonl"
 "$build/bin/dp-launch" -n 4 --tp 2 --ulysses 2 --device cuda --model "$root/models/flux.1-dev" --random-weights 0 \
     --dtype bf16 --width 1024 --height 1024 -q -o "$out/flux-mesh" "$out/flux-mesh.jsonl" || status=1
+echo "== samplers per line on the GPU: Heun, DPM-Solver++ SDE and UniPC at real size, one process and tp 2"
+# The stochastic sampler's noise comes from each prompt's seed on the CPU: the same image on every
+# layout (compared by the manifests' sha256).
+{
+    printf '{%s, "steps": 3, "scheduler": "heun"}\n' "$lighthouse"
+    printf '{%s, "steps": 3, "scheduler": "dpm++-2m-sde"}\n' "$lighthouse"
+    printf '{%s, "steps": 3, "scheduler": "unipc"}\n' "$lighthouse"
+} >"$out/samplers.jsonl"
+for layout in "-n 1" "-n 2 --tp 2"; do
+    # shellcheck disable=SC2086
+    "$build/bin/dp-launch" $layout --device cuda --model "$root/models/flux.1-dev" --random-weights 0 --dtype bf16 \
+        --width 512 --height 512 -q -o "$out/samplers${layout// /}" "$out/samplers.jsonl" || status=1
+done
+"${py:-python3}" - "$out/samplers-n1/manifest.jsonl" "$out/samplers-n2--tp2/manifest.jsonl" <<'PY' || status=1
+import json, sys
+runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+for a, b in zip(*runs):
+    print(f"  {a['scheduler']}: {a['status']} {b['status']} ({a['ms']} ms, tp2 {b['ms']} ms)")
+    assert a["status"] == b["status"] == "ok"
+PY
 rm -rf "$out"
 echo "== total: $(( $(date +%s) - start )) s"
 exit ${status:-0}

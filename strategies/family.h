@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "protocol/call_arguments.h"
+#include "protocol/presets.h"
 #include "strategies/model_config.h"
 #include "strategies/parallel_spec.h"
 #include "strategies/single_file.h"
@@ -127,6 +128,10 @@ struct FamilyFacts {
     // [sizes from configs], config_sizes.h): what random weights build. Throws
     // std::invalid_argument (config_number) for a key that is not a size. nullptr: not known.
     double (*transformer_parameters)(const nlohmann::json& config) = nullptr;
+    // --- presets ---
+    // Note [presets] (protocol/presets.h): the few-step recipes published for the family's
+    // distilled adapters, each a JSON text in the preset file format.
+    std::vector<const char*> presets;
     // --- plan ---
     // The text tokens a prompt gives the transformer, for `plan`'s figures, when it is not
     // max_sequence_length (SD3: CLIP's, then T5's or one standing for its zeros; `left_out`: the
@@ -146,6 +151,8 @@ bool names_fit(const FamilyFacts& facts, const std::string& guess);
 
 // Every family, in the registry's order (strategies/families/registry.cpp).
 const std::vector<const FamilyFacts*>& families();
+// Every family's presets (FamilyFacts::presets), in the families' order, each name once.
+const std::vector<protocol::Preset>& shipped_presets();
 // The facts of `spec`'s family (by spec.family). Throws protocol::InternalError for a spec of no
 // registered family.
 const FamilyFacts& facts_of(const ParallelSpec& spec);

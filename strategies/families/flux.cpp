@@ -301,6 +301,15 @@ const FamilyFacts& flux_family() {
         f.lora_original_parts = &lora_original_parts;
         f.lora_kohya_original = &lora_kohya_original;
         f.kohya_format = "kohya (FLUX.1)";
+        // Note [presets]: the published 8-step FLUX.1-dev adapters.
+        f.presets = {R"J({"name": "flux-turbo-alpha", "family": "flux",
+            "adapter": "alimama-creative/FLUX.1-Turbo-Alpha",
+            "description": "FLUX.1-dev distilled to 8 steps (guidance 3.5)",
+            "num_inference_steps": 8, "guidance_scale": 3.5})J",
+                     R"J({"name": "hyper-flux-8step", "family": "flux",
+            "adapter": "ByteDance/Hyper-SD Hyper-FLUX.1-dev-8steps-lora (at lora scale 0.125)",
+            "description": "FLUX.1-dev in 8 steps with Hyper-SD's LoRA (guidance 3.5)",
+            "num_inference_steps": 8, "guidance_scale": 3.5})J"};
         return f;
     }();
     return facts;

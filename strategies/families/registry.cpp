@@ -2,7 +2,11 @@
 // list them.
 #include "strategies/family.h"
 
+#include <algorithm>
+
 #include "protocol/errors.h"
+
+#include <nlohmann/json.hpp>
 
 namespace dp::strategies {
 
@@ -28,6 +32,24 @@ const std::vector<const FamilyFacts*>& families() {
                                                         &z_image_family(),
                                                         &flux2_klein_family(),
                                                         &flux2_dev_family()};
+    return all;
+}
+
+const std::vector<protocol::Preset>& shipped_presets() {
+    static const std::vector<protocol::Preset> all = [] {
+        std::vector<protocol::Preset> out;
+        for (const FamilyFacts* f : families())
+            for (const char* text : f->presets) {
+                protocol::Preset p;
+                const std::string why =
+                    protocol::read_preset(nlohmann::json::parse(text), "a shipped preset", p);
+                if (!why.empty()) throw protocol::InternalError(why);
+                const bool seen = std::any_of(out.begin(), out.end(),
+                                              [&](const protocol::Preset& o) { return o.name == p.name; });
+                if (!seen) out.push_back(std::move(p));
+            }
+        return out;
+    }();
     return all;
 }
 

@@ -221,6 +221,11 @@ const FamilyFacts& sd3_family() {
         f.shipped_config = &shipped_config;
         f.plan_text_tokens = &plan_text_tokens;
         f.transformer_parameters = &transformer_parameters;
+        // Note [presets]: Hyper-SD's 8-step SD3 adapter, which keeps CFG.
+        f.presets = {R"J({"name": "hyper-sd3-8step", "family": "sd3",
+            "adapter": "ByteDance/Hyper-SD Hyper-SD3-8steps-CFG-lora (at lora scale 0.125)",
+            "description": "SD3 in 8 steps with Hyper-SD's CFG LoRA (guidance 5.0)",
+            "num_inference_steps": 8, "guidance_scale": 5.0})J"};
         return f;
     }();
     return facts;

@@ -196,8 +196,8 @@ TEST_CASE(
         {R"({"prompt": "a", "preset": "qwen-image-lightning-8step"})",
          "key 'preset': preset qwen-image-lightning-8step is for the qwen-image family"},
         {R"({"prompt": "a", "preset": "lightning"})",
-         "key 'preset': unknown preset 'lightning' (known: qwen-image-lightning-8step, "
-         "qwen-image-lightning-4step, flux-turbo-alpha, hyper-flux-8step, hyper-sd3-8step"},
+         "key 'preset': unknown preset 'lightning' (known: hyper-sd3-8step, qwen-image-lightning-8step, "
+         "qwen-image-lightning-4step, flux-turbo-alpha, hyper-flux-8step"},
     };
     for (const Row& row : rows) {
         CAPTURE(std::string(row.line));
@@ -232,7 +232,7 @@ TEST_CASE("the job's scheduler flags and --preset that cannot run are usage erro
          "--guidance-scale 7, but preset hyper-sd3-8step fixes guidance_scale at 5"},
         {{"--preset", "flux-turbo-alpha"},
          "--preset flux-turbo-alpha: preset flux-turbo-alpha is for the flux family"},
-        {{"--preset", "turbo"}, "--preset: unknown preset 'turbo' (known: qwen-image-lightning-8step"},
+        {{"--preset", "turbo"}, "--preset: unknown preset 'turbo' (known: hyper-sd3-8step, qwen-image-lightning-8step"},
     };
     for (const Row& row : rows) {
         CAPTURE(std::string(row.why));

@@ -707,9 +707,11 @@ TEST_CASE("a step cache setting that contradicts itself is refused, naming both 
 
 TEST_CASE("the shipped presets fix their steps and settings, and a preset file is read in the same format") {
     using dp::protocol::Preset;
-    REQUIRE(dp::protocol::shipped_presets().size() == 5);
+    REQUIRE(dp::strategies::shipped_presets().size() == 5);
     Preset lightning;
-    REQUIRE(dp::protocol::find_preset("qwen-image-lightning-4step", lightning).empty());
+    REQUIRE(
+        dp::protocol::find_preset("qwen-image-lightning-4step", dp::strategies::shipped_presets(), lightning)
+            .empty());
     CHECK(lightning.family == "qwen-image");
     CHECK(lightning.steps == 4);
     CHECK(lightning.arguments.number("true_cfg_scale") == 1.0);
@@ -757,7 +759,7 @@ TEST_CASE("the shipped presets fix their steps and settings, and a preset file i
         CAPTURE(std::string(row.text));
         std::ofstream(file, std::ios::trunc) << row.text;
         Preset read;
-        const std::string why = dp::protocol::find_preset(file, read);
+        const std::string why = dp::protocol::find_preset(file, dp::strategies::shipped_presets(), read);
         if (*row.why == '\0')
             CHECK(why.empty());
         else
@@ -765,5 +767,6 @@ TEST_CASE("the shipped presets fix their steps and settings, and a preset file i
     }
     std::filesystem::remove(file);
     Preset none;
-    CHECK(has(dp::protocol::find_preset("lightning", none), "unknown preset 'lightning' (known: "));
+    CHECK(has(dp::protocol::find_preset("lightning", dp::strategies::shipped_presets(), none),
+              "unknown preset 'lightning' (known: "));
 }
