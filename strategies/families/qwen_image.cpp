@@ -97,23 +97,20 @@ std::pair<int64_t, int64_t> area_dimensions(double area, int64_t width, int64_t 
     return {side(w), side(h)};
 }
 
-// Qwen-Image-Lightning's presets (Note [presets]), as its model card runs it.
-constexpr const char* kLightning8 = R"J({"name": "qwen-image-lightning-8step", "family": "qwen-image",
-    "num_inference_steps": 8, "adapter": "lightx2v/Qwen-Image-Lightning (Qwen-Image-Lightning-8steps LoRA)",
-    "description": "Qwen-Image distilled to 8 steps: Euler at a fixed shift, without true CFG",
+// Qwen-Image-Lightning's preset of `steps` steps (Note [presets]), as its model card runs it.
+std::string lightning_preset(int steps) {
+    const std::string n = std::to_string(steps);
+    return R"J({"name": "qwen-image-lightning-)J" + n + R"J(step", "family": "qwen-image",
+    "num_inference_steps": )J" +
+           n + R"J(, "adapter": "lightx2v/Qwen-Image-Lightning (Qwen-Image-Lightning-)J" + n +
+           R"J(steps LoRA)", "description": "Qwen-Image distilled to )J" + n +
+           R"J( steps: Euler at a fixed shift, without true CFG",
     "scheduler": "euler", "true_cfg_scale": 1.0, "scheduler_config": {"base_image_seq_len": 256,
     "base_shift": 1.0986122886681098, "invert_sigmas": false, "max_image_seq_len": 8192,
     "max_shift": 1.0986122886681098, "num_train_timesteps": 1000, "shift": 1.0, "shift_terminal": null,
     "stochastic_sampling": false, "time_shift_type": "exponential", "use_beta_sigmas": false,
     "use_dynamic_shifting": true, "use_exponential_sigmas": false, "use_karras_sigmas": false}})J";
-constexpr const char* kLightning4 = R"J({"name": "qwen-image-lightning-4step", "family": "qwen-image",
-    "num_inference_steps": 4, "adapter": "lightx2v/Qwen-Image-Lightning (Qwen-Image-Lightning-4steps LoRA)",
-    "description": "Qwen-Image distilled to 4 steps: Euler at a fixed shift, without true CFG",
-    "scheduler": "euler", "true_cfg_scale": 1.0, "scheduler_config": {"base_image_seq_len": 256,
-    "base_shift": 1.0986122886681098, "invert_sigmas": false, "max_image_seq_len": 8192,
-    "max_shift": 1.0986122886681098, "num_train_timesteps": 1000, "shift": 1.0, "shift_terminal": null,
-    "stochastic_sampling": false, "time_shift_type": "exponential", "use_beta_sigmas": false,
-    "use_dynamic_shifting": true, "use_exponential_sigmas": false, "use_karras_sigmas": false}})J";
+}
 
 const FamilyFacts& qwen_image_family() {
     using namespace qwen_image_facts;
@@ -159,7 +156,8 @@ const FamilyFacts& qwen_image_family() {
         f.transformer_parameters = &transformer_parameters;
         // Qwen-Image-Lightning's model card: the Euler flow schedule at a fixed shift of ln 3
         // (exponential dynamic shifting with base_shift = max_shift), without true CFG.
-        f.presets = {kLightning8, kLightning4};
+        static const std::string eight = lightning_preset(8), four = lightning_preset(4);
+        f.presets = {eight.c_str(), four.c_str()};
         return f;
     }();
     return facts;

@@ -232,7 +232,8 @@ TEST_CASE("the job's scheduler flags and --preset that cannot run are usage erro
          "--guidance-scale 7, but preset hyper-sd3-8step fixes guidance_scale at 5"},
         {{"--preset", "flux-turbo-alpha"},
          "--preset flux-turbo-alpha: preset flux-turbo-alpha is for the flux family"},
-        {{"--preset", "turbo"}, "--preset: unknown preset 'turbo' (known: hyper-sd3-8step, qwen-image-lightning-8step"},
+        {{"--preset", "turbo"},
+         "--preset: unknown preset 'turbo' (known: hyper-sd3-8step, qwen-image-lightning-8step"},
     };
     for (const Row& row : rows) {
         CAPTURE(std::string(row.why));
