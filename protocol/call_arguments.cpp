@@ -718,11 +718,9 @@ std::string read_numbers(const CallArgument& row, const nlohmann::json& j, doubl
     return {};
 }
 
-std::string read_scheduler(const nlohmann::json& j, const std::string& expected, CallValue& out) {
+std::string read_scheduler(const nlohmann::json& j, CallValue& out) {
     SchedulerChoice choice;
-    if (std::string why = read_scheduler_choice(j, choice); !why.empty())
-        return why.rfind("expected", 0) == 0 ? why : why;
-    (void)expected;
+    if (std::string why = read_scheduler_choice(j, choice); !why.empty()) return why;
     out = std::move(choice);
     return {};
 }
@@ -759,7 +757,7 @@ std::string read_call_value(const CallArgument& row, const nlohmann::json& j, Ca
         case CallType::kImage:
             return read_image(j, hi, expected, out);
         case CallType::kScheduler:
-            return read_scheduler(j, expected, out);
+            return read_scheduler(j, out);
         case CallType::kSchedulerOverrides:
             return read_overrides(j, out);
         case CallType::kNumbers:

@@ -1,10 +1,9 @@
 #include "protocol/presets.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "protocol/errors.h"
+#include "protocol/strict_json.h"
 
 namespace dp::protocol {
 namespace {
@@ -78,17 +77,12 @@ std::string find_preset(const std::string& text, const std::vector<Preset>& ship
             out = p;
             return {};
         }
-    const bool path =
-        text.find('/') != std::string::npos || (text.size() > 5 && text.substr(text.size() - 5) == ".json");
-    if (!path)
+    if (!names_a_json_file(text))
         return "unknown preset '" + text.substr(0, 60) + "' (known: " + preset_names(shipped) +
                "; or the path of a preset file, FILE.json)";
-    std::ifstream in(text, std::ios::binary);
-    if (!in) return "cannot read the preset file " + text.substr(0, 200);
-    std::ostringstream s;
-    s << in.rdbuf();
-    if (s.str().size() > (1 << 20)) return text + ": a preset file is at most 1 MiB";
-    const nlohmann::json j = nlohmann::json::parse(s.str(), nullptr, false);
+    std::string body;
+    if (std::string why = read_small_file(text, "preset file", body); !why.empty()) return why;
+    const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
     if (j.is_discarded()) return text + ": not JSON (a preset is a JSON object)";
     return read_preset(j, text, out);
 }

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "protocol/number_text.h"
+#include "protocol/strict_json.h"
 
 namespace dp::protocol {
 namespace {
@@ -207,16 +206,6 @@ std::string merge_keys(const SchedulerKind& kind, const nlohmann::json& keys, bo
     return {};
 }
 
-std::string read_file(const std::string& path, std::string& text) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return "cannot read the scheduler config file " + path;
-    std::ostringstream s;
-    s << in.rdbuf();
-    text = s.str();
-    if (text.size() > (1 << 20)) return path + ": a scheduler config file is at most 1 MiB";
-    return {};
-}
-
 }  // namespace
 
 const std::vector<SchedulerKind>& scheduler_kinds() {
@@ -274,13 +263,11 @@ std::string parse_scheduler_choice(const std::string& text, SchedulerChoice& out
         out.name = k->name;
         return {};
     }
-    const bool path =
-        text.find('/') != std::string::npos || text.size() > 5 && text.substr(text.size() - 5) == ".json";
-    if (!path)
+    if (!names_a_json_file(text))
         return "unknown scheduler '" + text.substr(0, 60) + "' (known: " + scheduler_names() +
                "; or the path of a diffusers scheduler_config.json)";
     std::string body;
-    if (std::string why = read_file(text, body); !why.empty()) return why;
+    if (std::string why = read_small_file(text, "scheduler config file", body); !why.empty()) return why;
     const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
     if (j.is_discarded() || !j.is_object())
         return text + ": not a JSON object (a diffusers scheduler_config.json)";

@@ -1,7 +1,9 @@
 #include "protocol/strict_json.h"
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <vector>
 
 namespace dp::protocol {
@@ -52,6 +54,21 @@ std::string parse_strict_json(std::string_view text, nlohmann::json& out) {
         out = nullptr;
         return std::string("cannot be read: ") + e.what();
     }
+    return {};
+}
+
+bool names_a_json_file(std::string_view text) {
+    return text.find('/') != std::string_view::npos ||
+           (text.size() > 5 && text.substr(text.size() - 5) == ".json");
+}
+
+std::string read_small_file(const std::string& path, const std::string& what, std::string& text) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return "cannot read the " + what + " " + path.substr(0, 200);
+    std::ostringstream s;
+    s << in.rdbuf();
+    text = s.str();
+    if (text.size() > (1 << 20)) return path + ": a " + what + " is at most 1 MiB";
     return {};
 }
 

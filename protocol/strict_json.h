@@ -19,4 +19,11 @@ inline constexpr int kMaxJsonDepth = 64;
 // Never throws for any input.
 std::string parse_strict_json(std::string_view text, nlohmann::json& out);
 
+// Whether `text` names a JSON file rather than something by name: it has a '/' or ends in .json
+// (a scheduler's or a preset's file beside the shipped names).
+bool names_a_json_file(std::string_view text);
+// The bytes of a user's small file (`what`, e.g. "preset file": at most 1 MiB) into `text`: an
+// error text naming it, or empty.
+std::string read_small_file(const std::string& path, const std::string& what, std::string& text);
+
 }  // namespace dp::protocol

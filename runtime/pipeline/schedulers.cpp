@@ -56,9 +56,10 @@ struct FlowSchedule {
     int karras_like = 0;  // 1 Karras, 2 exponential, 3 beta
     int train = 1000;
 
-    explicit FlowSchedule(const nlohmann::json& c) {
+    // `shift_key`: the config key of the static shift (UniPC's flow_shift).
+    explicit FlowSchedule(const nlohmann::json& c, const char* shift_key = "shift") {
         train = c.at("num_train_timesteps").get<int>();
-        shift = c.at("shift").get<double>();
+        shift = c.at(shift_key).get<double>();
         dynamic = c.value("use_dynamic_shifting", false);
         linear = c.value("time_shift_type", std::string("exponential")) == "linear";
         invert = c.value("invert_sigmas", false);
@@ -361,15 +362,11 @@ class UniPcScheduler : public Scheduler {
         : Scheduler(1),
           train_(c.at("num_train_timesteps").get<int>()),
           order_(c.at("solver_order").get<int>()),
-          flow_shift_(c.at("flow_shift").get<double>()),
-          dynamic_(c.at("use_dynamic_shifting").get<bool>()),
-          linear_(c.at("time_shift_type") == "linear"),
+          schedule_(c, "flow_shift"),
           bh2_(c.at("solver_type") == "bh2"),
           lower_order_final_(c.at("lower_order_final").get<bool>()),
           sigma_min_last_(c.at("final_sigmas_type") == "sigma_min") {
         for (const nlohmann::json& i : c.at("disable_corrector")) disabled_.push_back(i.get<int64_t>());
-        if (c.at("shift_terminal").is_number() && c.at("shift_terminal").get<double>() != 0)
-            terminal_ = c.at("shift_terminal").get<double>();
     }
 
     void set_timesteps(const ScheduleInputs& in) override {
@@ -378,19 +375,7 @@ class UniPcScheduler : public Scheduler {
             s = np_linspace(1, 1.0 / train_, in.steps + 1);
             s.pop_back();
         }
-        for (double& v : s) {
-            if (dynamic_) {
-                if (!in.mu) throw InternalError("a dynamic shift needs mu");
-                const double e = linear_ ? *in.mu : std::exp(*in.mu);
-                v = e / (e + (1 / v - 1));
-            } else {
-                v = flow_shift_ * v / (1 + (flow_shift_ - 1) * v);
-            }
-        }
-        if (terminal_ && s.back() < 1) {  // as FlowSchedule: no 0 / 0
-            const double scale = (1 - s.back()) / (1 - *terminal_);
-            for (double& v : s) v = 1 - (1 - v) / scale;
-        }
+        s = schedule_.shaped(s, in.mu);  // float64 throughout, as UniPC's numpy arrays
         if (std::fabs(s[0] - 1) < 1e-6) s[0] -= 1e-6;
         sigmas_.clear();
         timesteps_.clear();
@@ -483,9 +468,8 @@ class UniPcScheduler : public Scheduler {
     }
 
     int train_, order_;
-    double flow_shift_;
-    bool dynamic_, linear_, bh2_, lower_order_final_, sigma_min_last_;
-    std::optional<double> terminal_;
+    FlowSchedule schedule_;  // its flow sigmas' shift and terminal stretch, Euler's (no spacing: refused)
+    bool bh2_, lower_order_final_, sigma_min_last_;
     std::vector<int64_t> disabled_;
     std::deque<at::Tensor> outputs_;
     at::Tensor last_sample_;

@@ -584,6 +584,26 @@ std::vector<FamilyRow> flux2_rows() {
     return {klein, base, dev};
 }
 
+// Every sampler (Note [one scheduler table]) chosen per line in one job, against diffusers' images
+// (scripts/golden/golden_scheduler_pipelines.py).
+std::vector<FamilyRow> sampler_rows() {
+    std::vector<FamilyRow> rows;
+    // euler plain, Karras, stochastic and with the line's sigmas, heun, lcm, dpm++-2m, dpm++-2m-sde
+    // and unipc on each folder; Qwen-Image's Heun with true CFG and its Lightning presets with their
+    // adapter; FLUX.1's stochastic batch. SD3's at 3 ranks too (the others' strategies: the Heun and
+    // DPM-Solver++ lines of their rows in rows()).
+    for (const auto& [name, folder, images, ranks] :
+         {std::tuple<const char*, const char*, std::size_t, const char*>{"SD3 samplers", "sd3", 9, "3"},
+          {"FLUX.1-dev samplers", "flux-dev", 11, "1"},
+          {"Qwen-Image samplers", "qwen-image", 12, "1"}}) {
+        std::vector<std::vector<std::string>> runs = {{"-n", "1"}};
+        if (std::string(ranks) != "1") runs.push_back({"-n", ranks});
+        rows.push_back(
+            FamilyRow{name, tiny(folder), "scheduler_pipelines.safetensors", "", runs, images, false});
+    }
+    return rows;
+}
+
 std::vector<FamilyRow> rows() {
     std::vector<FamilyRow> rows;
 
@@ -777,20 +797,8 @@ std::vector<FamilyRow> rows() {
                         {"-n", "4", "--tp", "2", "--cfg-parallel"}};
         rows.push_back(sd3);
     }
-    // Every sampler (Note [one scheduler table]) chosen per line in one job, against diffusers' images
-    // (scripts/golden/golden_scheduler_pipelines.py): euler plain, Karras, stochastic and with the
-    // line's sigmas, heun, lcm, dpm++-2m, dpm++-2m-sde and unipc on each folder; Qwen-Image's Heun with
-    // true CFG and its Lightning presets with their adapter; FLUX.1's stochastic batch. SD3's at 3
-    // ranks too (the others' strategies: their rows' Heun and DPM-Solver++ lines above).
-    for (const auto& [name, folder, images, ranks] :
-         {std::tuple<const char*, const char*, std::size_t, const char*>{"SD3 samplers", "sd3", 9, "3"},
-          {"FLUX.1-dev samplers", "flux-dev", 11, "1"},
-          {"Qwen-Image samplers", "qwen-image", 12, "1"}}) {
-        std::vector<std::vector<std::string>> runs = {{"-n", "1"}};
-        if (std::string(ranks) != "1") runs.push_back({"-n", ranks});
-        rows.push_back(
-            FamilyRow{name, tiny(folder), "scheduler_pipelines.safetensors", "", runs, images, false});
-    }
+    const std::vector<FamilyRow> samplers = sampler_rows();
+    rows.insert(rows.end(), samplers.begin(), samplers.end());
     return rows;
 }
 
