@@ -16,11 +16,14 @@
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
 #include "launcher/resolved_job.h"
+#include "strategies/config_file.h"
 #include "strategies/cost_model.h"
+#include "strategies/family.h"
 #include "strategies/mesh.h"
 #include "strategies/model_config.h"
 #include "strategies/model_files.h"
 #include "strategies/model_sizes.h"
+#include "strategies/pass_flops.h"
 #include "strategies/step_traffic.h"
 #include "strategies/strategy.h"
 
@@ -431,6 +434,44 @@ void describe_step_traffic(std::ostream& out, Json& facts, const ResolvedJob& re
     out << "\n";
 }
 
+// Note [FLOPs of a pass]: a pass's work, a rank's share of it under the mesh, and an image's (its
+// passes and guidance branches at the job's settings, from noise).
+void describe_flops(std::ostream& out, Json& facts, const ResolvedJob& resolved, const PlanPrompt& prompt) {
+    const strategies::ModelInfo& model = resolved.model;
+    const strategies::PassFlopsCount count = strategies::facts_of(*model.spec).pass_flops;
+    const Json config =
+        strategies::read_config_object_if_present(model.dir + "/" + model.spec->transformer + "/config.json");
+    if (!count || !config.is_object() || config.empty()) {
+        facts["flops"] = nullptr;
+        return;
+    }
+    const JobOptions& job = resolved.options;
+    const strategies::PassTokens tokens{prompt.image_tokens, prompt.text_tokens};
+    const strategies::PassFlops pass = count(config, tokens);
+    const strategies::RankFlops rank = strategies::rank_flops(count, config, tokens, resolved.degrees(),
+                                                              strategies::stream_split(*model.spec, "text"));
+    const long long steps = static_cast<long long>(
+        job.arguments.has("num_inference_steps") ? job.arguments.number("num_inference_steps")
+                                                 : model.arguments.default_number("num_inference_steps"));
+    const long long passes = strategies::model_passes(steps, job.arguments);
+    const int branches =
+        model.arguments.runs_two_branches(job.arguments, job.negative_prompt.has_value()) ? 2 : 1;
+    const double image = pass.total() * static_cast<double>(passes) * branches;
+    facts["flops"] = {{"per_pass", pass.total()},
+                      {"per_pass_gemm", pass.gemm()},
+                      {"per_pass_attention", pass.attention},
+                      {"per_pass_per_rank", rank.total()},
+                      {"passes_per_image", passes},
+                      {"branches", branches},
+                      {"per_image", image}};
+    out << "FLOPs per image: " << strategies::flops_text(image) << " (" << passes << " transformer passes x "
+        << branches << " guidance branch" << (branches > 1 ? "es" : "") << " of "
+        << strategies::flops_text(pass.total()) << ": " << strategies::flops_text(pass.gemm())
+        << " in weight products, " << strategies::flops_text(pass.attention)
+        << " in attention; the VAE and text encoders not counted)\n  per rank per pass: "
+        << strategies::flops_text(rank.total()) << "\n";
+}
+
 // What the job itself would refuse, though a plan can still be made: the folder's and the
 // settings' problems, then what a rank would refuse, checked as a job checks it before its ranks
 // start (Note [checking a model before the ranks start]); a folder of configs only (a plan for
@@ -547,6 +588,7 @@ std::string describe_plan(const LaunchSpec& launch, const JobOptions& options, b
     describe_adapters(out, facts, resolved, component_rank_bytes, f);
     describe_component_files(out, facts, resolved);
     describe_step_traffic(out, facts, resolved, prompt, transformer.counts, f);
+    describe_flops(out, facts, resolved, prompt);
     facts["schedules"] = nullptr;  // without prompts
     if (!options.prompts.empty() || !options.prompt_texts.empty()) describe_schedules(out, facts, resolved);
     const std::vector<std::string> refusals = job_refusals(launch, resolved);

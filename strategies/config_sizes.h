@@ -24,6 +24,10 @@ namespace dp::strategies {
 // there but not a number from 0 to 1e15. Counts are kept as doubles: exact for any real model,
 // and a hostile config cannot overflow them.
 double config_number(const nlohmann::json& config, const char* key, double fallback);
+// config_number as a whole count (a layer's features, a block count).
+inline int64_t config_count(const nlohmann::json& config, const char* key, double fallback) {
+    return static_cast<int64_t>(config_number(config, key, fallback));
+}
 // A linear layer's parameters: weight and bias.
 inline double linear_parameters(double in, double out, bool bias = true) {
     return in * out + (bias ? out : 0);

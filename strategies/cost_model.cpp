@@ -40,6 +40,13 @@ int64_t reference_tokens(const CostRules& rules, const protocol::InputImage& ima
     return tokens;
 }
 
+int64_t model_passes(int64_t steps, const protocol::CallValues& arguments) {
+    const protocol::SchedulerKind* kind =
+        protocol::find_scheduler_kind(arguments.scheduler("scheduler").name);
+    const int64_t order = kind ? kind->order : 1;
+    return steps > 0 ? steps * order - (order - 1) : steps;
+}
+
 int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules) {
     const int64_t width = request.width > 0 ? request.width : rules.default_side;
     const int64_t height = request.height > 0 ? request.height : rules.default_side;
@@ -55,11 +62,7 @@ int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules)
     int64_t steps = request.steps, step_tokens = tokens;
     if (!image.empty() && request.arguments.has("strength"))
         steps -= protocol::edit_first_step(request.steps, request.arguments.number("strength"));
-    // A sampler of two passes a step (Heun) makes 2 x steps - 1 of them (Note [one scheduler table]).
-    const protocol::SchedulerKind* kind =
-        protocol::find_scheduler_kind(request.arguments.scheduler("scheduler").name);
-    const int64_t order = kind ? kind->order : 1;
-    if (steps > 0) steps = steps * order - (order - 1);
+    steps = model_passes(steps, request.arguments);
     if (!image.empty()) steps += 1;
     if (!image.empty()) step_tokens += reference_tokens(rules, image);
     return steps * step_tokens * (runs_two_branches(request, rules) ? 2 : 1);

@@ -49,6 +49,10 @@ CostRules cost_rules(const ImageSizeRule& sizes, const protocol::FamilyArguments
 // asks for one, it has a negative prompt).
 bool runs_two_branches(const protocol::JobRequest& request, const CostRules& rules);
 
+// The transformer passes of `steps` steps under the scheduler `arguments` name: a pass a step, a
+// sampler of two passes a step (Heun) 2 x steps - 1 (Note [one scheduler table]).
+int64_t model_passes(int64_t steps, const protocol::CallValues& arguments);
+
 // steps x image tokens x branches (1 or 2). Throws std::invalid_argument for a size that is not
 // positive after the default.
 int64_t prompt_cost(const protocol::JobRequest& request, const CostRules& rules);

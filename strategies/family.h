@@ -22,6 +22,7 @@
 #include "protocol/presets.h"
 #include "strategies/model_config.h"
 #include "strategies/parallel_spec.h"
+#include "strategies/pass_flops.h"
 #include "strategies/single_file.h"
 
 namespace dp::strategies {
@@ -128,6 +129,10 @@ struct FamilyFacts {
     // [sizes from configs], config_sizes.h): what random weights build. Throws
     // std::invalid_argument (config_number) for a key that is not a size. nullptr: not known.
     double (*transformer_parameters)(const nlohmann::json& config) = nullptr;
+    // --- FLOPs ---
+    // Note [FLOPs of a pass] (pass_flops.h): one transformer pass's products and attention from
+    // its config.json, by diffusers' forward, for `tokens`. nullptr: not known.
+    PassFlopsCount pass_flops = nullptr;
     // --- presets ---
     // Note [presets] (protocol/presets.h): the few-step recipes published for the family's
     // distilled adapters, each a JSON text in the preset file format.

@@ -244,6 +244,41 @@ double transformer_parameters(const nlohmann::json& c) {
            config_number(c, "num_single_layers", 38) * single_block;
 }
 
+// FluxTransformer2DModel's forward (Note [FLOPs of a pass]): the embedders, the time, guidance
+// and pooled-text MLPs, each double block (both streams' modulations, q, k, v, outputs and MLPs,
+// one attention over text and image), each single block (its modulation, the MLP input and q, k,
+// v over both streams, the fused output) and the head.
+PassFlops pass_flops(const nlohmann::json& c, const PassTokens& t) {
+    const int64_t d = config_count(c, "num_attention_heads", 24) * config_count(c, "attention_head_dim", 128);
+    const int64_t in = config_count(c, "in_channels", 64), p = config_count(c, "patch_size", 1);
+    const int64_t i = t.image, x = t.text, n = i + x;
+    const int64_t blocks = config_count(c, "num_layers", 19),
+                  singles = config_count(c, "num_single_layers", 38);
+    PassFlops f;
+    f.linear(i, in, d);
+    f.linear(x, config_count(c, "joint_attention_dim", 4096), d);
+    const int64_t mlps = c.value("guidance_embeds", false) ? 2 : 1;
+    f.linear(1, 256, d, mlps);
+    f.linear(1, d, d, mlps);
+    f.linear(1, config_count(c, "pooled_projection_dim", 768), d);
+    f.linear(1, d, d);
+    f.linear(1, d, 6 * d, 2 * blocks);
+    for (const int64_t tokens : {i, x}) {
+        f.linear(tokens, d, d, 4 * blocks);
+        f.linear(tokens, d, 4 * d, blocks);
+        f.linear(tokens, 4 * d, d, blocks);
+    }
+    f.attend(n, n, d, blocks);
+    f.linear(1, d, 3 * d, singles);
+    f.linear(n, d, 4 * d, singles);
+    f.linear(n, d, d, 3 * singles);
+    f.attend(n, n, d, singles);
+    f.linear(n, 5 * d, d, singles);
+    f.linear(1, d, 2 * d);
+    f.linear(i, d, p * p * config_count(c, "out_channels", static_cast<double>(in)));
+    return f;
+}
+
 }  // namespace flux_facts
 
 const FamilyFacts& flux_family() {
@@ -298,6 +333,7 @@ const FamilyFacts& flux_family() {
         f.guess_order = 1;
         f.shipped_config = &shipped_config;
         f.transformer_parameters = &transformer_parameters;
+        f.pass_flops = &pass_flops;
         f.lora_original_parts = &lora_original_parts;
         f.lora_kohya_original = &lora_kohya_original;
         f.kohya_format = "kohya (FLUX.1)";

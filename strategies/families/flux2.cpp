@@ -88,6 +88,39 @@ double transformer_parameters(const nlohmann::json& c) {
            config_number(c, "num_single_layers", 48) * single_block;
 }
 
+// Flux2Transformer2DModel's forward (Note [FLOPs of a pass]): the embedders, the time (and
+// guidance) MLPs, the three modulations shared by the blocks, each double block (q, k, v and
+// outputs of both streams, one attention over both, their SwiGLU MLPs), each single block (the
+// fused projection, one attention, the fused output) and the head.
+PassFlops pass_flops(const nlohmann::json& c, const PassTokens& t) {
+    const int64_t d = config_count(c, "num_attention_heads", 48) * config_count(c, "attention_head_dim", 128);
+    const int64_t h = static_cast<int64_t>(static_cast<double>(d) * config_number(c, "mlp_ratio", 3.0));
+    const int64_t ch = config_count(c, "in_channels", 128), n = t.image + t.text;
+    const int64_t blocks = config_count(c, "num_layers", 8),
+                  singles = config_count(c, "num_single_layers", 48);
+    const bool guidance = !c.contains("guidance_embeds") || c["guidance_embeds"].is_null() ||
+                          (c["guidance_embeds"].is_boolean() && c["guidance_embeds"].get<bool>());
+    PassFlops f;
+    f.linear(t.image, ch, d);
+    f.linear(t.text, config_count(c, "joint_attention_dim", 15360), d);
+    f.linear(1, config_count(c, "timestep_guidance_channels", 256), d, guidance ? 2 : 1);
+    f.linear(1, d, d, guidance ? 2 : 1);
+    f.linear(1, d, 6 * d, 2);
+    f.linear(1, d, 3 * d);
+    for (const int64_t tokens : {t.image, t.text}) {
+        f.linear(tokens, d, d, 4 * blocks);
+        f.linear(tokens, d, 2 * h, blocks);
+        f.linear(tokens, h, d, blocks);
+    }
+    f.attend(n, n, d, blocks);
+    f.linear(n, d, 3 * d + 2 * h, singles);
+    f.attend(n, n, d, singles);
+    f.linear(n, d + h, d, singles);
+    f.linear(1, d, 2 * d);
+    f.linear(t.image, d, ch);
+    return f;
+}
+
 // Note [FLUX.2 references] (flux2_pipeline.h): a picture larger than 1024 x 1024 pixels is
 // resized to that area at its ratio (each side int(side x scale)), then cut to multiples of
 // `multiple`; with a multiple of 1, the resized size alone.
@@ -158,6 +191,7 @@ const FamilyFacts& flux2_klein_family() {
         f.input_size = &reference_size;
         f.reference_size = &reference_size;
         f.transformer_parameters = &transformer_parameters;
+        f.pass_flops = &pass_flops;
         return f;
     }();
     return facts;

@@ -75,6 +75,29 @@ double transformer_parameters(const nlohmann::json& c) {
     return top + config_number(c, "num_layers", 60) * block;
 }
 
+// QwenImageTransformer2DModel's forward (Note [FLOPs of a pass]): the image and text inputs, the
+// timestep MLP, each block (both streams' modulations, q, k, v, outputs and MLPs, one attention
+// over text and image) and the head.
+PassFlops pass_flops(const nlohmann::json& c, const PassTokens& t) {
+    const int64_t d = config_count(c, "num_attention_heads", 24) * config_count(c, "attention_head_dim", 128);
+    const int64_t layers = config_count(c, "num_layers", 60), p = config_count(c, "patch_size", 2);
+    PassFlops f;
+    f.linear(t.image, config_count(c, "in_channels", 64), d);
+    f.linear(t.text, config_count(c, "joint_attention_dim", 3584), d);
+    f.linear(1, 256, d);
+    f.linear(1, d, d);
+    f.linear(1, d, 6 * d, 2 * layers);
+    for (const int64_t tokens : {t.image, t.text}) {
+        f.linear(tokens, d, d, 4 * layers);
+        f.linear(tokens, d, 4 * d, layers);
+        f.linear(tokens, 4 * d, d, layers);
+    }
+    f.attend(t.image + t.text, t.image + t.text, d, layers);
+    f.linear(1, d, 2 * d);
+    f.linear(t.image, d, p * p * config_count(c, "out_channels", 16));
+    return f;
+}
+
 // QwenImageEditPipeline's size of an image, for its VAE (the reference) and its output when none
 // is asked: 1024 x 1024 pixels' area at its ratio, in multiples of 32; rounded down to `multiple`.
 std::pair<int64_t, int64_t> edit_size(int64_t width, int64_t height, int64_t multiple) {
@@ -154,6 +177,7 @@ const FamilyFacts& qwen_image_family() {
         f.guess_order = 2;  // FLUX.1's original names have img_mlp too
         f.shipped_config = &shipped_config;
         f.transformer_parameters = &transformer_parameters;
+        f.pass_flops = &pass_flops;
         // Qwen-Image-Lightning's model card: the Euler flow schedule at a fixed shift of ln 3
         // (exponential dynamic shifting with base_shift = max_shift), without true CFG.
         static const std::string eight = lightning_preset(8), four = lightning_preset(4);

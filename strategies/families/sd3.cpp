@@ -146,6 +146,48 @@ double transformer_parameters(const nlohmann::json& c) {
     return n;
 }
 
+// SD3Transformer2DModel's forward (Note [FLOPs of a pass]): the patch convolution (a product per
+// patch), the time and pooled-text MLPs, the context embedder, each joint block (the AdaLNs, q, k,
+// v of both streams, one attention over both, the outputs and MLPs but the last block's text ones,
+// attn2's over the image alone in SD3.5's dual blocks) and the head.
+PassFlops pass_flops(const nlohmann::json& c, const PassTokens& t) {
+    const int64_t d = config_count(c, "num_attention_heads", 18) * config_count(c, "attention_head_dim", 64);
+    const int64_t layers = config_count(c, "num_layers", 18), p = config_count(c, "patch_size", 2);
+    const int64_t i = t.image, x = t.text, n = i + x;
+    std::vector<int64_t> dual;
+    if (const auto it = c.find("dual_attention_layers"); it != c.end() && it->is_array())
+        for (const auto& layer : *it)
+            if (layer.is_number_integer()) dual.push_back(layer.get<int64_t>());
+    PassFlops f;
+    f.linear(i, config_count(c, "in_channels", 16) * p * p, d);
+    f.linear(1, 256, d);
+    f.linear(1, d, d);
+    f.linear(1, config_count(c, "pooled_projection_dim", 2048), d);
+    f.linear(1, d, d);
+    f.linear(x, config_count(c, "joint_attention_dim", 4096), d);
+    for (int64_t b = 0; b < layers; ++b) {
+        const bool last = b == layers - 1, two = std::find(dual.begin(), dual.end(), b) != dual.end();
+        f.linear(1, d, (two ? 9 : 6) * d);
+        f.linear(1, d, (last ? 2 : 6) * d);
+        f.linear(i, d, d, 4);
+        f.linear(x, d, d, last ? 3 : 4);
+        f.attend(n, n, d);
+        if (two) {
+            f.linear(i, d, d, 4);
+            f.attend(i, i, d);
+        }
+        f.linear(i, d, 4 * d);
+        f.linear(i, 4 * d, d);
+        if (!last) {
+            f.linear(x, d, 4 * d);
+            f.linear(x, 4 * d, d);
+        }
+    }
+    f.linear(1, d, 2 * d);
+    f.linear(i, d, p * p * config_count(c, "out_channels", 16));
+    return f;
+}
+
 // CLIP's tokens (its tokenizer_config.json's model_max_length, else 77), then T5's
 // max_sequence_length, or without T5 one that stands for its zero positions (the worker's Note
 // [constant text tail]).
@@ -221,6 +263,7 @@ const FamilyFacts& sd3_family() {
         f.shipped_config = &shipped_config;
         f.plan_text_tokens = &plan_text_tokens;
         f.transformer_parameters = &transformer_parameters;
+        f.pass_flops = &pass_flops;
         // Note [presets]: Hyper-SD's 8-step SD3 adapter, which keeps CFG.
         f.presets = {R"J({"name": "hyper-sd3-8step", "family": "sd3",
             "adapter": "ByteDance/Hyper-SD Hyper-SD3-8steps-CFG-lora (at lora scale 0.125)",

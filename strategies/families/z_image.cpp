@@ -69,6 +69,36 @@ double transformer_parameters(const nlohmann::json& c) {
     return top + (layers + 2 * refiners) * block + (layers + refiners) * linear_parameters(t, 4 * d);
 }
 
+// ZImageTransformer2DModel's forward (Note [FLOPs of a pass]): the image and caption each padded
+// to a multiple of 32 tokens; the embedders, the timestep MLP, the noise refiner's blocks over the
+// image and the context refiner's over the caption (without modulation), the main blocks over
+// both (q, k, v, output, the SwiGLU MLP, the modulation), and the head.
+PassFlops pass_flops(const nlohmann::json& c, const PassTokens& t) {
+    const int64_t d = config_count(c, "dim", 3840), patch = 4 * config_count(c, "in_channels", 16);
+    const int64_t e = std::min<int64_t>(d, 256), ff = static_cast<int64_t>(static_cast<double>(d) / 3 * 8);
+    const int64_t layers = config_count(c, "n_layers", 30), refiners = config_count(c, "n_refiner_layers", 2);
+    const auto padded = [](int64_t tokens) { return (tokens + 31) / 32 * 32; };
+    const int64_t i = padded(t.image), x = padded(t.text), n = i + x;
+    PassFlops f;
+    f.linear(i, patch, d);
+    f.linear(1, 256, 1024);
+    f.linear(1, 1024, e);
+    f.linear(x, config_count(c, "cap_feat_dim", 2560), d);
+    const auto blocks = [&](int64_t tokens, int64_t count, bool modulated) {
+        if (modulated) f.linear(1, e, 4 * d, count);
+        f.linear(tokens, d, d, 4 * count);
+        f.attend(tokens, tokens, d, count);
+        f.linear(tokens, d, ff, 2 * count);
+        f.linear(tokens, ff, d, count);
+    };
+    blocks(i, refiners, true);
+    blocks(x, refiners, false);
+    blocks(n, layers, true);
+    f.linear(1, e, d);
+    f.linear(n, d, patch);
+    return f;
+}
+
 // Note [Z-Image original names]: the layout of Tongyi's own checkpoints and ComfyUI's split files
 // (z_image_turbo_bf16.safetensors), as diffusers' convert_z_image_transformer_checkpoint_to_diffusers
 // maps it: q, k and v fused in attention.qkv (three equal parts), attention.out, q_norm / k_norm,
@@ -197,6 +227,7 @@ const FamilyFacts& z_image_family() {
         f.lora_kohya_original = &lora_kohya_original;
         f.kohya_format = "kohya (Z-Image)";
         f.transformer_parameters = &transformer_parameters;
+        f.pass_flops = &pass_flops;
         return f;
     }();
     return facts;

@@ -648,3 +648,80 @@ TEST_CASE("the bytes a rank sends per step, in closed form from the spec, the sh
     CHECK(traffic(1, 1, 1, 2) == Traffic{{"all_reduce", B * D * (2 * N * L + 2 * T * (L - 1)) * f},
                                          {"all_gather", B * (6 * D * L + 6 * D * (L - 1) + 2 * D) / P * f}});
 }
+
+#include "strategies/config_file.h"
+#include "strategies/pass_flops.h"
+
+// Note [FLOPs of a pass]: every family's count from its config against PyTorch's FLOP counter
+// over diffusers' transformer (scripts/golden/golden_flops.py): 16 folders (the tiny ones and the
+// shipped real configs) at two sizes and two text lengths each.
+TEST_CASE("a transformer pass's FLOPs from its config are PyTorch's FLOP counter's over diffusers' model") {
+    const nlohmann::json golden =
+        dp::strategies::read_config_json(std::string(DP_GOLDEN_DIR) + "/pass_flops.json");
+    std::size_t checked = 0;
+    std::set<std::string> families;
+    for (const nlohmann::json& c : golden.at("cases")) {
+        const std::string family = c.at("family"), model = c.at("model");
+        const int width = c.at("width"), text = c.at("text_tokens");
+        CAPTURE(model);
+        CAPTURE(width);
+        CAPTURE(text);
+        const nlohmann::json index =
+            dp::strategies::read_config_json(std::string(DP_MODELS_DIR) + "/" + model + "/model_index.json");
+        const dp::strategies::ParallelSpec* spec =
+            dp::strategies::find_parallel_spec(index.at("_class_name").get<std::string>());
+        REQUIRE(spec != nullptr);
+        const dp::strategies::PassFlopsCount count = dp::strategies::facts_of(*spec).pass_flops;
+        REQUIRE(static_cast<bool>(count));
+        const nlohmann::json config = dp::strategies::read_config_json(std::string(DP_MODELS_DIR) + "/" +
+                                                                       model + "/transformer/config.json");
+        const dp::strategies::PassFlops f =
+            count(config, {c.at("image_tokens").get<int64_t>(), c.at("text_tokens").get<int64_t>()});
+        CHECK(f.gemm() == doctest::Approx(c.at("gemm").get<double>()).epsilon(1e-12));
+        CHECK(f.attention == doctest::Approx(c.at("attention").get<double>()).epsilon(1e-12));
+        families.insert(family);
+        ++checked;
+    }
+    CHECK(checked >= 60);
+    CHECK(families.size() == 5);
+}
+
+TEST_CASE("a rank's share of a pass's FLOPs under tp and a sequence split, and plan's FLOPs per image") {
+    const nlohmann::json config =
+        dp::strategies::read_config_json(std::string(DP_MODELS_DIR) + "/flux.1-dev/transformer/config.json");
+    const dp::strategies::ParallelSpec* spec = dp::strategies::find_parallel_spec("FluxPipeline");
+    REQUIRE(spec != nullptr);
+    const auto count = dp::strategies::facts_of(*spec).pass_flops;
+    const dp::strategies::PassTokens tokens{4096, 512};
+    const dp::strategies::PassFlops whole = count(config, tokens);
+    const auto rank = [&](int ulysses, int tp) {
+        dp::strategies::MeshDegrees d;
+        d.ulysses = ulysses, d.tp = tp;
+        return dp::strategies::rank_flops(count, config, tokens, d, true);
+    };
+    // The one-token products (modulations, embedders of the timestep) are a rank's each under a
+    // split: the shares add up to the whole within them.
+    CHECK(rank(1, 1).total() == doctest::Approx(whole.total()));
+    CHECK(rank(2, 1).total() * 2 == doctest::Approx(whole.total()).epsilon(1e-3));
+    CHECK(rank(1, 2).total() * 2 == doctest::Approx(whole.total()).epsilon(1e-9));
+    CHECK(rank(2, 2).total() * 4 == doctest::Approx(whole.total()).epsilon(1e-3));
+    CHECK(rank(2, 2).attention * 4 == doctest::Approx(whole.attention));
+    // Each product's output features over tp in the shapes the rank's GEMM rate is measured at.
+    const auto shares = rank(1, 2).gemms;
+    REQUIRE(shares.size() == whole.gemms.size());
+    for (std::size_t i = 0; i < shares.size(); ++i) CHECK(shares[i].n == (whole.gemms[i].n + 1) / 2);
+
+    // plan: FLOPs per image are the passes x branches x a pass's.
+    const nlohmann::json p = plan_json(2, {"--tp", "2"});
+    const nlohmann::json& flops = p.at("flops");
+    CHECK(flops.at("per_image").get<double>() ==
+          doctest::Approx(flops.at("per_pass").get<double>() * flops.at("passes_per_image").get<double>() *
+                          flops.at("branches").get<double>()));
+    CHECK(flops.at("per_pass").get<double>() ==
+          doctest::Approx(flops.at("per_pass_gemm").get<double>() +
+                          flops.at("per_pass_attention").get<double>()));
+    CHECK(flops.at("per_pass_per_rank").get<double>() < flops.at("per_pass").get<double>());
+    CHECK(has(plan(1, {}), "FLOPs per image: "));
+    CHECK(dp::strategies::flops_text(2.08e15) == "2.08 PFLOP");
+    CHECK(dp::strategies::flops_text(512) == "512 FLOP");
+}
