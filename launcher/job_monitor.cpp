@@ -1,4 +1,5 @@
 #include "launcher/job_monitor.h"
+#include "launcher/phase_report.h"
 
 #include <unistd.h>
 
@@ -142,6 +143,8 @@ void JobMonitor::on_status(int rank, std::string_view line) {
         append(*r);
         progress_.event("failure", {{"index", failed->index}, {"rank", rank}, {"error", failed->error}});
         progress_.finished(failed->index, done_ + failed_);
+    } else if (const auto* phases = std::get_if<protocol::PhasesEvent>(&*event)) {
+        phases_[rank] = *phases;
     } else if (const auto* take = std::get_if<protocol::TakeEvent>(&*event)) {
         std::vector<int64_t>& taken = taken_[rank];
         taken.insert(taken.end(), take->indices.begin(), take->indices.end());
@@ -304,9 +307,11 @@ int JobMonitor::finish(int code) {
                                     {"seconds", seconds},
                                     {"exit_code", result},
                                     {"manifest", undone_ ? nlohmann::json() : nlohmann::json(manifest_path_)},
+                                    {"phases", phase_json(phases_)},
                                     {"line", line.substr(0, line.size() - 1)}});
     else
-        Terminal::instance().write_own(STDOUT_FILENO, line);
+        // Where the time went before the one line a script reads, which stays the last.
+        Terminal::instance().write_own(STDOUT_FILENO, (launch_.quiet ? "" : phase_lines(phases_)) + line);
     if (exchange_) {
         try {
             exchange_->publish_result({{"exit_code", result}, {"summary", line}});

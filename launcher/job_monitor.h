@@ -20,6 +20,7 @@
 #include "launcher/progress.h"
 #include "launcher/supervisor.h"
 #include "protocol/job_file.h"
+#include "protocol/status_events.h"
 
 namespace dp::launcher {
 
@@ -109,6 +110,7 @@ class JobMonitor : public StatusListener {
     std::map<int, std::pair<int64_t, int64_t>> shares_;  // rank -> its share [first, first + count)
     std::map<int, std::vector<int64_t>> taken_;          // dynamic: rank -> the prompts it took
     bool dynamic_ = false;                               // a rank said the schedule is dynamic
+    std::map<int, protocol::PhasesEvent> phases_;        // rank -> where its time went (Note [phase split])
     std::map<int, std::string> dtype_of_;                // rank -> the precision it said it runs in
     int64_t to_run_;
     int64_t done_ = 0, failed_ = 0, not_run_ = 0, kept_ = 0;

@@ -15,7 +15,8 @@ namespace {
 constexpr std::size_t kMaxMessageBytes = 4096;
 
 // Each kind's name on the wire, in the variant's order.
-constexpr const char* kEventNames[] = {"start", "image", "failed", "error", "heartbeat", "joined", "take"};
+constexpr const char* kEventNames[] = {"start",     "image",  "failed", "error",
+                                       "heartbeat", "joined", "take",   "phases"};
 static_assert(std::size(kEventNames) == std::variant_size_v<StatusEvent>);
 
 std::string cut(const std::string& text) {
@@ -51,6 +52,13 @@ nlohmann::json fields(const RankErrorEvent& e) {
 
 nlohmann::json fields(const JoinedEvent& e) { return {{"rank", e.rank}, {"job_id", e.job_id}}; }
 nlohmann::json fields(const TakeEvent& e) { return {{"rank", e.rank}, {"indices", e.indices}}; }
+
+nlohmann::json fields(const PhasesEvent& e) {
+    return {{"rank", e.rank},          {"load_ms", e.load_ms},     {"encode_ms", e.encode_ms},
+            {"steps_ms", e.steps_ms},  {"decode_ms", e.decode_ms}, {"write_ms", e.write_ms},
+            {"passes", e.passes},      {"flops", e.flops},         {"gemm_flops", e.gemm_flops},
+            {"gemm_rate", e.gemm_rate}};
+}
 
 int read_rank(detail::Fields& f) { return static_cast<int>(f.integer("rank", 0, INT_MAX)); }
 
@@ -114,6 +122,19 @@ void read(detail::Fields& f, TakeEvent& e) {
             throw InputDataError(f.path("indices", i) + ": expected a prompt index (an integer >= 0)");
         e.indices.push_back(list[i].get<int64_t>());
     }
+}
+
+void read(detail::Fields& f, PhasesEvent& e) {
+    e.rank = read_rank(f);
+    e.load_ms = f.number("load_ms", 0, 1e18);
+    e.encode_ms = f.number("encode_ms", 0, 1e18);
+    e.steps_ms = f.number("steps_ms", 0, 1e18);
+    e.decode_ms = f.number("decode_ms", 0, 1e18);
+    e.write_ms = f.number("write_ms", 0, 1e18);
+    e.passes = f.integer("passes", 0, INT64_MAX);
+    e.flops = f.number("flops", 0, 1e30);
+    e.gemm_flops = f.number("gemm_flops", 0, e.flops);
+    e.gemm_rate = f.number("gemm_rate", 0, 1e30);
 }
 
 void read(detail::Fields& f, HeartbeatEvent& e) {

@@ -12,6 +12,9 @@
 //   {"event": "error", "rank": 1, "exit_code": 75, "message": "all_reduce on group ... timed out"}
 //   {"event": "heartbeat", "rank": 0, "phase": "generating", "index": 4, "step": 3, "steps": 28}
 //   {"event": "joined", "rank": 2, "job_id": "host-1234-5678"}
+//   {"event": "phases", "rank": 0, "load_ms": 210.5, "encode_ms": 40.1, "steps_ms": 3120.0,
+//    "decode_ms": 300.2, "write_ms": 12.9, "passes": 16, "flops": 2.1e12, "gemm_flops": 1.9e12,
+//    "gemm_rate": 9.4e11}
 
 #include <cstdint>
 #include <optional>
@@ -105,8 +108,22 @@ struct JoinedEvent {
     std::string job_id;
 };
 
-using StatusEvent =
-    std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent, HeartbeatEvent, JoinedEvent, TakeEvent>;
+// Note [phase split]: where the rank's time went, sent once when its work is done: the model's
+// load, the encoders (the prompts' text, an edit's image), the denoising steps, the VAE's decode
+// and the image files' writes, in milliseconds; the transformer passes it ran and their FLOPs (its
+// share of them, Note [FLOPs of a pass] in strategies/pass_flops.h); and the rate its device's
+// GEMMs reach at those passes' shapes (FLOP/s; 0: not measured). steps' FLOP rate over gemm_rate
+// is the job's model FLOPs utilisation (MFU).
+struct PhasesEvent {
+    int rank = 0;
+    double load_ms = 0, encode_ms = 0, steps_ms = 0, decode_ms = 0, write_ms = 0;
+    int64_t passes = 0;
+    double flops = 0, gemm_flops = 0;  // all of the passes' FLOPs; of them, the weight products'
+    double gemm_rate = 0;
+};
+
+using StatusEvent = std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent, HeartbeatEvent,
+                                 JoinedEvent, TakeEvent, PhasesEvent>;
 
 // The event as one line, ending in '\n'. Text that is not UTF-8 is replaced, never refused; a
 // message is cut to a few KiB, so that a line always stays far below the launcher's line bound.

@@ -16,6 +16,8 @@
 #include "runtime/pipeline/image_inputs.h"
 #include "runtime/pipeline/pipeline_common.h"
 #include "runtime/pipeline/schedulers.h"
+#include "strategies/config_file.h"
+#include "strategies/family.h"
 
 namespace dp::runtime {
 
@@ -78,7 +80,41 @@ LatentShape packed_latents(int64_t channels, int64_t vae_scale, int width, int h
 // --- FamilyPipeline ---
 
 FamilyPipeline::FamilyPipeline(const ComponentsBase& c, strategies::ModelInfo model)
-    : options_(c.options), parallel_(c.parallel), model_(std::move(model)), scheduler_(c.scheduler) {}
+    : options_(c.options), parallel_(c.parallel), model_(std::move(model)), scheduler_(c.scheduler) {
+    try {
+        if (model_.spec && strategies::facts_of(*model_.spec).pass_flops)
+            transformer_config_ =
+                std::make_shared<const nlohmann::json>(strategies::read_config_object_if_present(
+                    model_.dir + "/" + model_.spec->transformer + "/config.json"));
+    } catch (const std::exception&) {
+        transformer_config_.reset();  // the FLOPs are a report; the load has read the config its own way
+    }
+}
+
+void FamilyPipeline::count_work(PhaseTimes& times, int width, int height, const Conditioning& text,
+                                int64_t passes) const {
+    if (!transformer_config_ || !transformer_config_->is_object() || transformer_config_->empty() ||
+        passes <= 0)
+        return;
+    const int64_t scale = model_.sizes.vae_scale, grid = std::max<int64_t>(model_.sizes.patch_size, 1);
+    strategies::PassTokens tokens{(width / scale / grid) * (height / scale / grid), 0};
+    if (text.text.defined() && text.text.dim() >= 2) tokens.text = text.text.size(1) + text.tail_repeats - 1;
+    if (text.image.defined() && text.image.dim() == 4)
+        tokens.image += (text.image.size(2) / grid) * (text.image.size(3) / grid);
+    const strategies::PassFlopsCount count = strategies::facts_of(*model_.spec).pass_flops;
+    const strategies::MeshDegrees& degrees = parallel_->mesh().degrees();
+    const bool text_split = strategies::stream_split(*model_.spec, "text");
+    try {
+        const strategies::RankFlops rank =
+            strategies::rank_flops(count, *transformer_config_, tokens, degrees, text_split);
+        times.passes = passes;
+        times.flops = rank.total() * static_cast<double>(passes);
+        times.gemm_flops = rank.gemm * static_cast<double>(passes);
+        times.gemms = rank.gemms;
+    } catch (const std::exception&) {
+        // A config number that is not a size: the load would have refused it; nothing counted.
+    }
+}
 
 at::Tensor FamilyPipeline::combine(const at::Tensor& negative, const at::Tensor& positive,
                                    const CallValues& arguments) const {
@@ -208,6 +244,48 @@ void FamilyPipeline::check_batch(const std::vector<GenerateRequest>& batch,
     }
 }
 
+// Note [prompts encoded once]: a job often encodes the same text again: the negative prompt of
+// every line, a prompt repeated at other seeds or sizes, a batch edit's one prompt over a folder.
+// diffusers' pipelines encode it on every call; here a batch's branch whose prompts and call
+// arguments (among them the adapters, with their files' SHA-256: the encoders' weights) are an
+// earlier batch's reuses that encoding, which is the same tensors encode() would make again.
+// The cache lives as long as the pipeline, one job, and keeps a few encodings (kEncodings, at most
+// kEncodingBytes of them), the latest used first.
+namespace {
+constexpr std::size_t kEncodings = 16;
+constexpr int64_t kEncodingBytes = int64_t{512} << 20;
+
+int64_t tensor_bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+}  // namespace
+
+Conditioning FamilyPipeline::encoded(const std::vector<std::string>& prompts,
+                                     const CallValues& arguments) const {
+    nlohmann::json key = {{"prompts", prompts}, {"arguments", nlohmann::json::array()}};
+    for (const CallValues::Item& item : arguments.items())
+        key["arguments"].push_back({item.first->name, protocol::call_value_json(item.second)});
+    const std::string text = key.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    for (auto it = encodings_.begin(); it != encodings_.end(); ++it)
+        if (it->first == text) {
+            encodings_.splice(encodings_.begin(), encodings_, it);
+            ++encodings_reused_;
+            return it->second;
+        }
+    Conditioning c = encode(prompts, arguments);
+    ++encodings_made_;
+    encodings_.emplace_front(text, c);
+    int64_t bytes = 0;
+    std::size_t kept = 0;
+    for (auto it = encodings_.begin(); it != encodings_.end(); ++kept) {
+        bytes += tensor_bytes(it->second.text) + tensor_bytes(it->second.pooled) +
+                 tensor_bytes(it->second.mask) + tensor_bytes(it->second.image);
+        if (kept > 0 && (kept >= kEncodings || bytes > kEncodingBytes))
+            it = encodings_.erase(it);
+        else
+            ++it;
+    }
+    return c;
+}
+
 FamilyPipeline::BranchTexts FamilyPipeline::encode_branches(const std::vector<GenerateRequest>& batch,
                                                             const CallValues& arguments,
                                                             const Guidance& guidance,
@@ -216,7 +294,7 @@ FamilyPipeline::BranchTexts FamilyPipeline::encode_branches(const std::vector<Ge
         std::vector<std::string> prompts;
         for (const GenerateRequest& one : batch)
             prompts.push_back(negative ? one.negative_prompt.value_or("") : one.prompt);
-        Conditioning c = encode(prompts, arguments);
+        Conditioning c = encoded(prompts, arguments);
         for (std::size_t k = 0; k < batch.size() && k < c.warnings.size(); ++k)
             if (!c.warnings[k].empty())
                 results[k].warnings.push_back((negative ? "negative prompt: " : "") + c.warnings[k]);
@@ -419,7 +497,12 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
                                    ": classifier-free guidance runs only above 1");
     // `positive` is the positive branch's own (an extra prediction's input), where this rank has it.
     const Guidance guidance(guided, parallel_->cfg());
+    PhaseClock clock(options_.device);  // Note [phase split]
+    PhaseTimes times;
+    const int64_t made = encodings_made_, reused = encodings_reused_;
     const BranchTexts branches = encode_branches(batch, arguments, guidance, results);
+    times.encodings = encodings_made_ - made;
+    times.reused_encodings = encodings_reused_ - reused;
     const LatentShape shape = latents(width, height);
 
     const std::unique_ptr<Scheduler> scheduler = scheduler_for(r, arguments, shape);
@@ -438,6 +521,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
             rows.push_back(at::randn(shape, g, at::TensorOptions().dtype(at::kFloat)));
         return at::cat(rows, 0).to(like.device());
     };
+    times.encode_ms = clock.lap_ms();
     const StartLatents& start = run.latents;
     const at::Tensor& blend = run.blend;
     at::Tensor latents = start.latents;
@@ -471,8 +555,17 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     transformer.reset();  // with offload, freed before the decoder is built
     const int64_t computed = cache.computed(parallel_->cfg(), options_.device);
     const std::vector<double> mag_ratios = cache.mag_ratios(parallel_->cfg(), options_.device);
+    times.steps_ms = clock.lap_ms();
+    // This rank's passes: each prompt's branches here through each call, or what a cache computed
+    // of them (counted over both branches; a cfg group's rank runs one).
+    const int64_t branches_here = guidance.enabled() && !guidance.split() ? 2 : 1;
+    const int64_t passes =
+        computed >= 0 ? computed / (guidance.split() ? 2 : 1) : branches_here * std::max(calls - first, 0);
+    count_work(times, width, height, text, passes * static_cast<int64_t>(batch.size()));
 
     decode_results(results, latents, shape, run, arguments, r.steps);
+    times.decode_ms = clock.lap_ms();
+    results.front().phases = times;
     for (GenerateResult& out : results) {
         out.computed_steps = computed;
         out.cache_metrics = cache.metrics();

@@ -19,6 +19,7 @@
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -204,6 +205,10 @@ class FamilyPipeline : public DiffusionPipeline {
     BranchTexts encode_branches(const std::vector<GenerateRequest>& batch,
                                 const protocol::CallValues& arguments, const Guidance& guidance,
                                 std::vector<GenerateResult>& results) const;
+    // Note [prompts encoded once]: encode(prompts, arguments), or what an earlier batch of the job
+    // got for the same prompts under the same call arguments.
+    Conditioning encoded(const std::vector<std::string>& prompts,
+                         const protocol::CallValues& arguments) const;
     // The batch's initial latents on the run's device, each prompt's noise from its own seed; for
     // an edit (`image` not empty), the image's latents noised to `sigma` (Note [img2img in the
     // one loop]), with the image's latents and the noise kept for inpainting's blend.
@@ -257,11 +262,19 @@ class FamilyPipeline : public DiffusionPipeline {
                           const protocol::CallValues& arguments) const;
     // Throws ModelError unless the batch shares what one pass through the model needs.
     void check_batch(const std::vector<GenerateRequest>& batch, const protocol::CallValues& arguments) const;
+    // Note [phase split]: `passes` passes' work on this rank for a batch of `width` x `height`
+    // images under `text` (the model's own text tokens, an edit's reference image's tokens).
+    void count_work(PhaseTimes& times, int width, int height, const Conditioning& text, int64_t passes) const;
 
     PipelineOptions options_;
     const ParallelContext* parallel_;
     strategies::ModelInfo model_;
     std::string scheduler_;  // the folder's scheduler_config.json
+    // The transformer's config.json, for its FLOPs (Note [FLOPs of a pass]); null: not counted.
+    std::shared_ptr<const nlohmann::json> transformer_config_;
+    // Note [prompts encoded once]: the latest encodings, the newest first, by their key.
+    mutable std::list<std::pair<std::string, Conditioning>> encodings_;
+    mutable int64_t encodings_made_ = 0, encodings_reused_ = 0;
 };
 
 }  // namespace dp::runtime

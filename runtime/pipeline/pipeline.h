@@ -15,6 +15,7 @@
 
 #include "protocol/call_arguments.h"
 #include "protocol/job_file.h"
+#include "runtime/pipeline/phase_timer.h"
 #include "strategies/model_config.h"
 
 namespace dp::runtime {
@@ -68,6 +69,9 @@ struct GenerateResult {
     std::vector<std::vector<double>> cache_metrics;
     // MagCache calibration (Note [mag cache]): the positive branch's ratio at each step; else empty.
     std::vector<double> mag_ratios;
+    // Note [phase split]: the batch's phases and transformer work on this rank (the batch's own,
+    // in its first result; zero in the others).
+    PhaseTimes phases;
 };
 
 class DiffusionPipeline {

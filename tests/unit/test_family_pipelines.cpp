@@ -833,6 +833,45 @@ TEST_CASE("SD3: broken model folders, each error naming the file and what is wro
     std::system(("rm -rf /tmp/dp_model_" + std::to_string(getpid()) + "_*").c_str());
 }
 
+// Note [prompts encoded once]: SD3 guides with the negative prompt "" on every line.
+TEST_CASE(
+    "a job encodes each distinct text once: the negative prompt and a repeated prompt are reused, "
+    "with the same image") {
+    PipelineOptions options;
+    options.model_dir = golden_path("sd3_tiny");
+    const auto pipeline = load(options);
+    const auto request = [](const char* prompt, uint64_t seed) {
+        GenerateRequest r;
+        r.prompt = prompt;
+        r.seed = seed;
+        r.steps = 2;
+        r.width = r.height = 16;
+        return r;
+    };
+    const GenerateResult first = pipeline->generate(request("a red circle", 1));
+    CHECK(first.phases.encodings == 2);  // the prompt and ""
+    CHECK(first.phases.reused_encodings == 0);
+    const GenerateResult other = pipeline->generate(request("a blue square", 2));
+    CHECK(other.phases.encodings == 1);
+    CHECK(other.phases.reused_encodings == 1);
+    const GenerateResult again = pipeline->generate(request("a red circle", 1));
+    CHECK(again.phases.encodings == 0);
+    CHECK(again.phases.reused_encodings == 2);
+    CHECK(at::equal(again.image, first.image));
+    CHECK(at::equal(again.latents, first.latents));
+    // Another setting that reaches the encoders is another text.
+    GenerateRequest shorter = request("a red circle", 1);
+    shorter.arguments.set("max_sequence_length", int64_t{8});
+    CHECK(pipeline->generate(shorter).phases.encodings == 2);
+    // A fresh pipeline, which encodes everything, makes the same image as the reused encodings.
+    CHECK(at::equal(load(options)->generate(request("a red circle", 1)).image, first.image));
+    // The phases of the batch are counted: its passes (2 steps x 2 branches) and their FLOPs.
+    CHECK(first.phases.passes == 4);
+    CHECK(first.phases.flops > first.phases.gemm_flops);
+    CHECK(first.phases.gemm_flops > 0);
+    CHECK(first.phases.steps_ms > 0);
+}
+
 TEST_CASE("SD3: random weights from the folder's configs are seeded, and bf16 runs and stays close to fp32") {
     PipelineOptions options;
     options.model_dir = golden_path("sd3_tiny");

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/phase_report.h"
 #include "protocol/errors.h"
 #include "protocol/image_parameters.h"
 #include "protocol/job_file.h"
@@ -316,6 +317,18 @@ TEST_CASE("every status event round-trips field by field, as one line") {
     CHECK(e.message == error.message);
 }
 
+namespace {
+// Why a status line is refused, or "accepted".
+std::string refusal(const char* text) {
+    try {
+        parse_status_line(text);
+    } catch (const InputDataError& e) {
+        return std::string(e.what());
+    }
+    return std::string("accepted");
+}
+}  // namespace
+
 TEST_CASE("the dynamic schedule's start and take events round-trip, and bad fields are refused") {
     const StartEvent start{1, "cpu", 0, 0, "fp32", "dynamic"};
     CHECK(std::get<StartEvent>(*parse_status_line(status_line(start))).schedule == "dynamic");
@@ -325,14 +338,6 @@ TEST_CASE("the dynamic schedule's start and take events round-trip, and bad fiel
     const auto t = std::get<TakeEvent>(*parse_status_line(line));
     CHECK(t.rank == 2);
     CHECK(t.indices == std::vector<int64_t>{7, 3, 11});
-    const auto refusal = [](const char* text) {
-        try {
-            parse_status_line(text);
-        } catch (const InputDataError& e) {
-            return std::string(e.what());
-        }
-        return std::string("accepted");
-    };
     CHECK(
         refusal(
             R"({"event": "start", "rank": 0, "device": "cpu", "first": 0, "count": 0, "schedule": "greedy"})") ==
@@ -340,6 +345,51 @@ TEST_CASE("the dynamic schedule's start and take events round-trip, and bad fiel
     CHECK(refusal(R"({"event": "take", "rank": 0, "indices": [1, -2]})") ==
           "status event 'take': indices[1]: expected a prompt index (an integer >= 0)");
     CHECK(refusal(R"({"event": "take", "rank": 0})").find("indices") != std::string::npos);
+}
+
+TEST_CASE(
+    "a rank's phases round-trip, the summary prints them with the steps' MFU, and bad fields are refused") {
+    PhasesEvent p;
+    p.rank = 1, p.load_ms = 250, p.encode_ms = 40, p.steps_ms = 2000, p.decode_ms = 300, p.write_ms = 10;
+    p.passes = 16, p.flops = 4e12, p.gemm_flops = 3.5e12, p.gemm_rate = 4e12;
+    const auto back = std::get<PhasesEvent>(*parse_status_line(status_line(p)));
+    CHECK(back.rank == 1);
+    CHECK(back.load_ms == 250);
+    CHECK(back.encode_ms == 40);
+    CHECK(back.steps_ms == 2000);
+    CHECK(back.decode_ms == 300);
+    CHECK(back.write_ms == 10);
+    CHECK(back.passes == 16);
+    CHECK(back.flops == 4e12);
+    CHECK(back.gemm_flops == 3.5e12);
+    CHECK(back.gemm_rate == 4e12);
+    // 4 TFLOP in 2 s is 2 TFLOP/s, half of the 4 TFLOP/s the GEMMs reach.
+    CHECK(dp::launcher::steps_flop_rate(p) == doctest::Approx(2e12));
+    CHECK(dp::launcher::model_flops_utilisation(p) == doctest::Approx(0.5));
+    const std::string line = dp::launcher::phase_lines({{1, p}});
+    CHECK(line ==
+          "dp-launch: rank 1 time by phase: load 0.25 s, encode 0.04 s, steps 2.00 s, decode 0.30 s, write "
+          "0.01 s; "
+          "16 transformer passes, 4 TFLOP at 2 TFLOP/s, MFU 50 % of the 4 TFLOP/s its GEMMs reach at those "
+          "shapes\n");
+    const nlohmann::json j = dp::launcher::phase_json({{1, p}});
+    CHECK(j[0]["mfu"].get<double>() == doctest::Approx(0.5));
+    CHECK(j[0]["steps_ms"] == 2000);
+    PhasesEvent unmeasured = p;
+    unmeasured.gemm_rate = 0;
+    CHECK(dp::launcher::phase_lines({{0, unmeasured}}).find("MFU") == std::string::npos);
+    CHECK(dp::launcher::phase_lines({}).empty());
+    std::map<int, PhasesEvent> many;
+    for (int r = 0; r < 10; ++r) many[r] = p;
+    CHECK(dp::launcher::phase_lines(many).find("... and 2 more ranks") != std::string::npos);
+    CHECK(refusal(
+              R"({"event": "phases", "rank": 0, "load_ms": -1, "encode_ms": 0, "steps_ms": 0, "decode_ms": 0,
+                      "write_ms": 0, "passes": 0, "flops": 0, "gemm_flops": 0, "gemm_rate": 0})")
+              .find("load_ms") != std::string::npos);
+    CHECK(
+        refusal(R"({"event": "phases", "rank": 0, "load_ms": 1, "encode_ms": 0, "steps_ms": 0, "decode_ms": 0,
+                      "write_ms": 0, "passes": 0, "flops": 1, "gemm_flops": 2, "gemm_rate": 0})")
+            .find("gemm_flops") != std::string::npos);
 }
 
 TEST_CASE("a heartbeat round-trips in each phase, says what the rank does, and refuses other phases") {
