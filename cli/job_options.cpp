@@ -269,6 +269,17 @@ const std::vector<JobOptionRow>& job_option_table() {
                 "Keep a GGUF file's quantized weights in their blocks and dequantize each layer as it runs, "
                 "as diffusers does: the memory of the file, for a dequantization per use (off: "
                 "dequantized once at load, the fastest)"),
+            read_by(
+                choice<J>("--quantize", &J::quantize, {"none", "int8"},
+                          "Run the transformer's attention and MLP projections as int8 products (per-token "
+                          "activations, per-channel weights; the layers its family allows), faster than the "
+                          "run's dtype where the CPU or GPU has int8 instructions, at a cost in pixels "
+                          "`dp-launch compare` measures (docs/benchmarks.md); none: every product in "
+                          "--dtype"),
+                [](J& j, const std::string& t, const std::string& src) {
+                    const std::string v = launcher::parse_choice(t, {"none", "int8"}, src);
+                    j.quantize = v == "none" ? "" : v;
+                }),
             on_off<J>(
                 "--offload", &J::offload,
                 "Keep each component on the GPU only while it runs, as diffusers' enable_model_cpu_offload: "

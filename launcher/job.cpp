@@ -231,6 +231,9 @@ CheckedComponents check_components(const JobOptions& job, const strategies::Mode
         out.paths[c.component] = c.path;
         gguf = gguf || c.quantized_bytes > 0;
     }
+    if (!job.quantize.empty() && model.spec->int8_layers.empty())
+        throw UsageError("--quantize " + job.quantize + ": " + model.family_name +
+                         " has no layers declared for int8 products (leave --quantize out)");
     if (job.keep_quantized && !gguf)
         throw UsageError(
             "--keep-quantized keeps a GGUF file's quantized weights, and no component comes from one "

@@ -410,6 +410,7 @@ nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const
     if (job.random_weights) r["random_weights"] = *job.random_weights;
     if (!job.variant.empty()) r["variant"] = job.variant;
     if (job.no_t5) r["no_t5"] = true;
+    if (!job.quantize.empty()) r["quantize"] = job.quantize;  // Note [int8 compute]
     if (components.is_object() && !components.empty()) r["components"] = components;
     r["status"] = "pending";
     return r;

@@ -209,6 +209,7 @@ std::vector<std::string> pixel_setting_differences(const nlohmann::json& earlier
                                                                 {"variant", ""},
                                                                 {"dtype", "fp32"},
                                                                 {"no_t5", false},
+                                                                {"quantize", nullptr},
                                                                 {"seed", nullptr},
                                                                 {"steps", nullptr},
                                                                 {"width", 0},

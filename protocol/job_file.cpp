@@ -176,6 +176,7 @@ nlohmann::json settings_json(const JobFile& job) {
                         {"no_t5", job.no_t5},
                         {"offload", job.offload},
                         {"keep_quantized", job.keep_quantized},
+                        {"quantize", job.quantize},
                         {"mesh",
                          {{"dp", job.mesh.dp},
                           {"cfg", job.mesh.cfg},
@@ -269,6 +270,12 @@ void from_json(const nlohmann::json& j, JobFile& job) {
     out.no_t5 = f.boolean("no_t5");
     out.offload = f.boolean("offload");
     if (f.has("keep_quantized")) out.keep_quantized = f.boolean("keep_quantized");
+    if (f.has("quantize")) {
+        out.quantize = f.string("quantize");
+        if (!out.quantize.empty() && out.quantize != "int8")
+            throw InputDataError(f.path("quantize") + " '" + out.quantize.substr(0, 40) +
+                                 "': expected \"\" or int8");
+    }
     for (const auto& [key, field] : kDiagnostics)
         if (f.has(key)) out.*field = f.boolean(key);
     read_mesh(detail::Fields(f.object("mesh"), "mesh"), out.mesh);

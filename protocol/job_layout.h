@@ -29,6 +29,9 @@ struct ModelLoad {
     // GGUF component files' quantized matrices kept in their blocks, dequantized per use (Note
     // [kept quantized], runtime/io/shard_source.h).
     bool keep_quantized = false;
+    // Note [int8 compute] (runtime/parallel/int8_linear.h): "int8" runs the transformer's layers
+    // its family allows as W8A8 products; empty: every product in the run's dtype.
+    std::string quantize;
 };
 
 // The device mesh's degrees, in the mesh's order (dp outermost, tp innermost; strategies/mesh.h);

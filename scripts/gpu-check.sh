@@ -156,6 +156,20 @@ for a, b in zip(*runs):
     print(f"  {a['scheduler']}: {a['status']} {b['status']} ({a['ms']} ms, tp2 {b['ms']} ms)")
     assert a["status"] == b["status"] == "ok"
 PY
+echo "== int8 products (cuBLASLt) against bf16 on the GPU, and the phase split with MFU: FLUX.1-dev, one process and tp 2"
+# Note [int8 compute]: --quantize int8 against the eager bf16 path, each timed by its own job
+# summary (steps, MFU against the GEMM rate measured at the pass's shapes), the pixels compared.
+printf '{%s, "steps": 4}\n' "$lighthouse" "$lighthouse" >"$out/int8.jsonl"
+for q in none int8; do
+    for layout in "-n 1" "-n 2 --tp 2"; do
+        # shellcheck disable=SC2086
+        "$build/bin/dp-launch" $layout --device cuda --model "$root/models/flux.1-dev" --random-weights 0 \
+            --dtype bf16 --quantize $q --width 1024 --height 1024 -o "$out/int8-$q${layout// /}" \
+            "$out/int8.jsonl" | grep 'time by phase' || status=1
+    done
+done
+"$build/bin/dp-launch" compare "$out/int8-none-n1" "$out/int8-int8-n1" | tail -2 || status=1
+"$build/bin/dp-launch" compare "$out/int8-int8-n1" "$out/int8-int8-n2--tp2" | tail -2 || status=1
 rm -rf "$out"
 echo "== total: $(( $(date +%s) - start )) s"
 exit ${status:-0}

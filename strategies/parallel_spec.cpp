@@ -92,4 +92,9 @@ bool tp_splits_tensor(const ParallelSpec& spec, const std::string& tensor_name) 
     return false;
 }
 
+std::vector<std::string> mmdit_int8_layers() {
+    return {".to_q",       ".to_k",       ".to_v",       ".to_out.0",   ".add_q_proj",
+            ".add_k_proj", ".add_v_proj", ".to_add_out", ".net.0.proj", ".net.2"};
+}
+
 }  // namespace dp::strategies

@@ -66,6 +66,11 @@ struct ParallelSpec {
     // prefix plus its index.
     std::vector<std::string> block_prefixes;
     std::vector<TpRule> tp_rules;
+    // Note [int8 compute] (runtime/parallel/int8_linear.h): the transformer's linear layers, by
+    // name suffix, that --quantize int8 runs as W8A8 products: the blocks' attention projections
+    // and MLPs, never the embedders, the modulations or the output head (the layers xDiT's and
+    // SGLang's int8 paths leave in the run's dtype too). Empty: the family takes no --quantize.
+    std::vector<std::string> int8_layers;
     std::vector<StreamSpec> streams;
     // Keys of transformer/config.json holding the attention heads and the head size.
     std::string heads_key = "num_attention_heads";
@@ -133,6 +138,9 @@ void add_t5_encoder_rules(ParallelSpec& spec);
 // A rule of `split` for each of `layer_suffixes` (kRowSegments takes its segments by hand).
 void add_tp_rules(ParallelSpec& spec, TpSplit split, std::initializer_list<const char*> layer_suffixes);
 void add_qwen2_decoder_rules(ParallelSpec& spec);
+// Note [int8 compute]: the layers of diffusers' joint-attention blocks int8 products may run: q, k,
+// v and outputs of both streams (attn2's too) and the FeedForward MLPs (".net.0.proj", ".net.2").
+std::vector<std::string> mmdit_int8_layers();
 // Qwen2.5-VL's vision tower (Qwen-Image-Edit's text encoder): its fused q, k, v by heads of each,
 // the attention's output row-parallel, the MLP as the decoder's.
 void add_qwen2_vision_rules(ParallelSpec& spec);

@@ -51,6 +51,13 @@ class ShardSource {
         (void)name, (void)shape, (void)dim, (void)start, (void)length;
         return nullptr;
     }
+    // Whether the linear layer `layer` (its name without ".weight") runs as int8 products (Note
+    // [int8 compute], runtime/parallel/int8_linear.h): --quantize int8 asked for them, and its
+    // family allows them for this layer.
+    virtual bool int8_compute(const std::string& layer) const {
+        (void)layer;
+        return false;
+    }
 };
 
 }  // namespace dp::runtime

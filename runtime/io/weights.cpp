@@ -423,4 +423,11 @@ void WeightStore::check_all_taken() const {
     throw ModelError(where_ + ": unexpected tensor(s) " + list + " (does config.json match these weights?)");
 }
 
+bool WeightStore::int8_compute(const std::string& layer) const {
+    return std::any_of(int8_layers_.begin(), int8_layers_.end(), [&](const std::string& suffix) {
+        return layer.size() >= suffix.size() &&
+               layer.compare(layer.size() - suffix.size(), suffix.size(), suffix) == 0;
+    });
+}
+
 }  // namespace dp::runtime

@@ -107,6 +107,11 @@ class WeightStore : public ShardSource {
     void keep_as_parameters() { keep_ = true; }
     const std::vector<std::pair<std::string, at::Tensor>>& parameters() const { return parameters_; }
 
+    // Note [int8 compute]: the linear layers whose names end with one of `suffixes` run as int8
+    // products (--quantize int8, over the family's allow-list, strategies::ParallelSpec::int8_layers).
+    void set_int8_layers(std::vector<std::string> suffixes) { int8_layers_ = std::move(suffixes); }
+    bool int8_compute(const std::string& layer) const override;
+
     // Where the tensors taken from now on go (device_map loads blocks on several devices).
     void set_device(at::Device device) { device_ = device; }
     // The dtype the tensors taken from now on get, converted from the file's (T5 keeps some
@@ -143,6 +148,7 @@ class WeightStore : public ShardSource {
     std::map<std::string, std::vector<int64_t>> stored_shapes_;
     std::shared_ptr<strategies::GgufFile> gguf_;  // a GGUF single file's
     bool keep_quantized_ = false;
+    std::vector<std::string> int8_layers_;
     // The rows [first, first + count) of GGUF tensor `tensor`, in fp32.
     at::Tensor gguf_rows(const std::string& tensor, int64_t first, int64_t count) const;
     std::set<std::string> taken_;

@@ -302,6 +302,14 @@ void Communicator::all_reduce(at::Tensor& tensor) {
     bytes_["all_reduce"] += tensor.numel() * tensor.element_size();
 }
 
+void Communicator::all_reduce_max(at::Tensor& tensor) {
+    std::vector<at::Tensor> t = {tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MAX;
+    finish(impl_->backend->allreduce(t, options), "all_reduce");
+    bytes_["all_reduce"] += tensor.numel() * tensor.element_size();
+}
+
 std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
     std::vector<std::vector<at::Tensor>> out(1);
     for (int i = 0; i < size(); ++i) out[0].push_back(at::empty_like(tensor));

@@ -87,7 +87,8 @@ class Communicator {
     // Adds `delta` to the integer at `key` (0 while absent) and returns the sum, in one step of the
     // store: ranks that add at the same time each get a different sum.
     int64_t store_add(const std::string& key, int64_t delta);
-    void all_reduce(at::Tensor& tensor);  // sum, in place
+    void all_reduce(at::Tensor& tensor);      // sum, in place
+    void all_reduce_max(at::Tensor& tensor);  // maximum, in place
     std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
     // All_gather of blocks whose dim 0 differs by rank: rank i holds rows[i] rows (the other dims
     // equal), and gets every block back, block i from rank i. On the wire each block is padded to

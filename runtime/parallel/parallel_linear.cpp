@@ -6,6 +6,7 @@
 
 #include "runtime/io/errors.h"
 #include "runtime/parallel/communicator.h"
+#include "runtime/parallel/int8_linear.h"
 
 namespace dp::runtime {
 
@@ -121,6 +122,15 @@ ParallelLinear ParallelLinear::load(ShardSource& w, const std::string& name, int
             break;
         }
     }
+    if (w.int8_compute(name) && !l.quantized_) {
+        // Note [int8 compute]: a row-parallel shard's channels scaled by their whole rows' maxima.
+        const bool row = l.split_ == TpSplit::kRow || l.split_ == TpSplit::kRowSegments;
+        at::Tensor row_max = l.weight_.abs().amax(1).to(at::kFloat);
+        if (row) l.group_->all_reduce_max(row_max);
+        l.int8_ = std::make_shared<const Int8Weight>(quantize_weight(l.weight_, row_max));
+        l.dtype_ = l.weight_.scalar_type();
+        l.weight_ = at::Tensor();
+    }
     return l;
 }
 
@@ -131,7 +141,15 @@ ParallelLinear ParallelLinear::whole(at::Tensor weight, at::Tensor bias) {
     return l;
 }
 
-at::Tensor ParallelLinear::weight() const { return quantized_ ? quantized_->dequantize() : weight_; }
+at::Tensor ParallelLinear::weight() const {
+    return quantized_ ? quantized_->dequantize() : int8_ ? int8_->dequantized(dtype_) : weight_;
+}
+
+at::Tensor ParallelLinear::product(const at::Tensor& x, bool bias, Communicator* row_group) const {
+    if (!int8_) return at::linear(x, weight_, bias ? bias_ : at::Tensor());
+    const at::Tensor y = int8_linear(x, *int8_, row_group);
+    return bias && bias_.defined() ? y + bias_ : y;
+}
 
 at::Tensor ParallelLinear::operator()(const at::Tensor& x) const {
     if (quantized_) {  // Note [kept quantized]: dequantized for this use only
@@ -141,13 +159,13 @@ at::Tensor ParallelLinear::operator()(const at::Tensor& x) const {
         return dense(x);
     }
     if (split_ == TpSplit::kWhole || split_ == TpSplit::kColumn || split_ == TpSplit::kColumnSegments)
-        return at::linear(x, weight_, bias_);
+        return product(x, true, nullptr);
     if (split_ == TpSplit::kColumnGathered) {
         if (!group_)
             throw InternalError("a gathered column-parallel layer was loaded without its tensor group");
         // The features are gathered along dim 0 (the Communicator's unequal blocks), so the
         // output's features go first and come back last.
-        const at::Tensor mine = at::linear(x, weight_, bias_);
+        const at::Tensor mine = product(x, true, nullptr);
         const int64_t features = mine.size(-1);
         const at::Tensor rows = mine.reshape({-1, features}).t().contiguous();
         const at::Tensor all = at::cat(group_->all_gather(rows, gathered_rows_), 0).t();
@@ -157,7 +175,7 @@ at::Tensor ParallelLinear::operator()(const at::Tensor& x) const {
     }
     // Row-parallel: the partial products summed over the group, then the bias, once.
     if (!group_) throw InternalError("a row-parallel layer was loaded for a tensor group it was not given");
-    at::Tensor partial = at::linear(x, weight_);
+    at::Tensor partial = product(x, false, group_);
     group_->all_reduce(partial);
     return bias_.defined() ? partial + bias_ : partial;
 }
@@ -166,6 +184,7 @@ int64_t ParallelLinear::parameter_bytes() const {
     int64_t total = 0;
     for (const at::Tensor* t : {&weight_, &bias_})
         if (t->defined()) total += t->numel() * t->element_size();
+    if (int8_) total += int8_->values.numel() + int8_->scale.numel() * 4;
     return total + (quantized_ ? quantized_->bytes() : 0);
 }
 

@@ -16,6 +16,8 @@
 
 namespace dp::runtime {
 
+struct Int8Weight;
+
 class ParallelLinear {
   public:
     ParallelLinear() = default;
@@ -37,13 +39,16 @@ class ParallelLinear {
     // over the group (one all_reduce) with the bias added once. Every rank of the group calls it.
     at::Tensor operator()(const at::Tensor& x) const;
 
-    bool defined() const { return weight_.defined() || quantized_; }
+    bool defined() const { return weight_.defined() || quantized_ || int8_; }
     strategies::TpSplit split() const { return split_; }
     // This rank's tensors: the weight shard (dequantized, when kept quantized), and the bias (a
     // row-parallel layer's whole bias).
     at::Tensor weight() const;
     // Whether the weight is kept quantized (Note [kept quantized], runtime/io/shard_source.h).
     bool quantized() const { return quantized_ != nullptr; }
+    // Whether it runs as int8 products (Note [int8 compute], int8_linear.h): the weights source
+    // asked for it (ShardSource::int8_compute).
+    bool int8() const { return int8_ != nullptr; }
     const at::Tensor& bias() const { return bias_; }
     // Bytes of the tensors this rank holds.
     int64_t parameter_bytes() const;
@@ -54,6 +59,12 @@ class ParallelLinear {
     std::vector<int64_t> gathered_rows_;  // kColumnGathered: each rank's output features
     at::Tensor weight_, bias_;
     std::shared_ptr<const QuantizedWeight> quantized_;  // instead of weight_
+    std::shared_ptr<const Int8Weight> int8_;            // instead of weight_ (Note [int8 compute])
+    at::ScalarType dtype_ = at::kFloat;                 // the run's, with int8_
+
+    // x's product with this rank's weight (and bias); `row_group`: the group whose ranks hold the
+    // other slices of x's features (a row-parallel layer's, for int8's token scales).
+    at::Tensor product(const at::Tensor& x, bool bias, Communicator* row_group) const;
 };
 
 }  // namespace dp::runtime

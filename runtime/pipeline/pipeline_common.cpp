@@ -95,6 +95,10 @@ WeightStore open_weights(const PipelineOptions& o, const std::string& component,
                                            o.keep_quantized)
                         : WeightStore::open_folder(o.model_dir + "/" + component, o.dtype, device, o.variant);
     if (o.adapters) w.set_deltas(o.adapters->deltas(component));
+    if (o.quantize == "int8") {
+        const strategies::ModelInfo model = model_info_of(o);
+        if (component == model.spec->transformer) w.set_int8_layers(model.spec->int8_layers);
+    }
     return w;
 }
 

@@ -46,6 +46,10 @@ ParallelSpec spec() {
     // The text (T5's 512 or 256 tokens, no mask) runs through every single block's MLP beside the
     // image: split like it, as Qwen-Image's (Note [FLUX text stream], flux_transformer.h).
     s.streams = {{"image", true}, {"text", true}};
+    // Note [int8 compute]: both blocks' attention projections and MLPs (the single blocks' fused
+    // output among them), not the embedders, modulations or head.
+    s.int8_layers = mmdit_int8_layers();
+    s.int8_layers.insert(s.int8_layers.end(), {".proj_mlp", ".proj_out"});
     s.unloaded_tensors = {{"vae", "encoder."}, {"vae", "quant_conv."}};
     // FluxTransformer2DModel's defaults; FluxPipeline's default_sample_size is 128 latents.
     // heads, head_dim, layers, of them later blocks (from more_layers_keys), patch_size, in_channels,

@@ -46,6 +46,11 @@ ParallelSpec spec() {
     // The text (512 tokens, padding included) runs through every single block beside the image:
     // split like it (Note [FLUX text stream], flux_transformer.h).
     s.streams = {{"image", true}, {"text", true}};
+    // Note [int8 compute]: the double blocks' projections and SwiGLU MLPs, the single blocks' fused
+    // projection and output; not the embedders, the shared modulations or the head.
+    s.int8_layers = mmdit_int8_layers();
+    s.int8_layers.insert(s.int8_layers.end(),
+                         {".linear_in", ".linear_out", ".to_qkv_mlp_proj", ".attn.to_out"});
     s.unloaded_tensors = {{"text_encoder", "lm_head."}};
     // Flux2Transformer2DModel's defaults; the pipeline's default_sample_size is 128 latents.
     // heads, head_dim, layers, of them later blocks (from more_layers_keys), patch_size, in_channels,

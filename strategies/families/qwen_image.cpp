@@ -37,6 +37,7 @@ ParallelSpec spec() {
     // parallelism, padded and masked: replicated, each rank would repeat its whole MLPs and
     // projections (Note [Qwen-Image text stream], qwen_image_transformer.h).
     s.streams = {{"image", true}, {"text", true}};
+    s.int8_layers = mmdit_int8_layers();  // Note [int8 compute]: both streams' projections and MLPs
     s.unloaded_tensors = {{"vae", "encoder."},
                           {"vae", "quant_conv."},
                           {"text_encoder", "visual."},

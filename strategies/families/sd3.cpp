@@ -40,6 +40,7 @@ ParallelSpec spec() {
     add_tp_rules(s, TpSplit::kColumnGathered, {".norm1.linear", ".norm1_context.linear"});
     add_t5_encoder_rules(s);
     s.streams = {{"image", true}, {"text", false}};
+    s.int8_layers = mmdit_int8_layers();  // Note [int8 compute]: attn's, attn2's and the MLPs
     s.optional_components = {"text_encoder_3", "vae"};
     s.unloaded_tensors = {{"vae", "encoder."}, {"vae", "quant_conv."}};
     // SD3Transformer2DModel's defaults.

@@ -40,6 +40,9 @@ ParallelSpec spec() {
     // The caption (up to 512 tokens, padded to 32) runs through every main block beside the image:
     // split like it (Note [Z-Image text stream], z_image_transformer.h).
     s.streams = {{"image", true}, {"text", true}};
+    // Note [int8 compute]: every block's attention projections and SwiGLU MLP, the refiners' too.
+    s.int8_layers = mmdit_int8_layers();
+    s.int8_layers.insert(s.int8_layers.end(), {".feed_forward.w1", ".feed_forward.w2", ".feed_forward.w3"});
     s.unloaded_tensors = {{"vae", "encoder."}, {"vae", "quant_conv."}, {"text_encoder", "lm_head."}};
     // ZImageTransformer2DModel's defaults; the pipeline's default is 1024 pixels (128 latents).
     // heads, head_dim, layers, of them later blocks, patch_size, in_channels, sample_size

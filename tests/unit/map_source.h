@@ -16,6 +16,8 @@ namespace dp::test {
 class MapSource : public dp::runtime::ShardSource {
   public:
     std::map<std::string, at::Tensor> tensors;
+    bool int8 = false;  // every layer as int8 products (Note [int8 compute])
+    bool int8_compute(const std::string&) const override { return int8; }
     at::Tensor take(const std::string& name, const std::vector<int64_t>& shape) override {
         const at::Tensor& t = tensors.at(name);
         if (t.sizes().vec() != shape) throw std::runtime_error(name + ": wrong shape asked for");

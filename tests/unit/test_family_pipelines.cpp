@@ -872,6 +872,26 @@ TEST_CASE(
     CHECK(first.phases.steps_ms > 0);
 }
 
+// Note [int8 compute]: the allowed layers as int8 products change the image a little, and only them.
+TEST_CASE(
+    "--quantize int8 runs the transformer's allowed layers as int8 products: close to fp32, not equal") {
+    PipelineOptions options;
+    options.model_dir = golden_path("sd3_tiny");
+    GenerateRequest r;
+    r.prompt = "a red circle";
+    r.steps = 2;
+    r.width = r.height = 16;
+    const GenerateResult fp32 = load(options)->generate(r);
+    options.quantize = "int8";
+    const GenerateResult int8 = load(options)->generate(r);
+    const double latents = (int8.latents - fp32.latents).abs().max().item<double>();
+    const double mean = (int8.image.to(at::kFloat) - fp32.image.to(at::kFloat)).abs().mean().item<double>();
+    MESSAGE("int8 vs fp32: max |latent diff| " << latents << ", mean |uint8 diff| " << mean);
+    CHECK(latents > 1e-6);
+    CHECK(latents < 0.1 * fp32.latents.abs().max().item<double>());
+    CHECK(mean < 8.0);
+}
+
 TEST_CASE("SD3: random weights from the folder's configs are seeded, and bf16 runs and stays close to fp32") {
     PipelineOptions options;
     options.model_dir = golden_path("sd3_tiny");

@@ -247,6 +247,66 @@ TEST_CASE(
         doctest::Contains("do not divide by the tensor-parallel degree 3"), ModelError);
 }
 
+// Note [int8 compute]: the integer products are exact, so int8 is what its definition says to
+// float rounding; a token split changes nothing; tp reduces the scales and gives one process's.
+TEST_CASE(
+    "int8 products: per-token and per-channel int8 by definition, equal under a token split and under "
+    "tp's column and row splits") {
+    using dp::strategies::TpSplit;
+    const int64_t in = 64, out = 48;
+    MapSource source;
+    source.int8 = true;
+    source.tensors["l.weight"] = seeded({out, in}, 11);
+    source.tensors["l.bias"] = seeded({out}, 12);
+    const at::Tensor x = seeded({2, 9, in}, 13) * 3;
+    MapSource mine = source;
+    const ParallelLinear whole =
+        ParallelLinear::load(mine, "l", in, out, {".l", TpSplit::kWhole, {}}, {nullptr, 0, 1});
+    REQUIRE(whole.int8());
+    const at::Tensor y = whole(x);
+    // The definition: each token's absolute maximum over 127 and each channel's over 63 (the CPU's
+    // 7-bit weights), rounded to even: the integer sums exact, so equal to float rounding.
+    const at::Tensor w = source.tensors["l.weight"];
+    const at::Tensor ws = w.abs().amax(1) / 63, xs = x.abs().amax(-1, true) / 127;
+    const at::Tensor wq = at::round(w / ws.unsqueeze(1)), xq = at::round(x / xs);
+    const at::Tensor expected =
+        at::matmul(xq.to(at::kDouble), wq.to(at::kDouble).t()) * xs.to(at::kDouble) * ws.to(at::kDouble) +
+        source.tensors["l.bias"].to(at::kDouble);
+    CHECK(max_diff(y.to(at::kDouble), expected) < 1e-4);
+    // Near the float product, far from equal to it (int8's cost), and its weight dequantized.
+    const at::Tensor fp32 = at::linear(x, w, source.tensors["l.bias"]);
+    CHECK(max_diff(y, fp32) < 0.05 * fp32.abs().max().item<double>());
+    CHECK(max_diff(y, fp32) > 1e-5);
+    CHECK(max_diff(whole.weight(), w) <= ws.max().item<double>() / 2 + 1e-6);
+    // A token split (Ulysses, Ring): each token's output is the same bits.
+    CHECK(at::equal(whole(x.narrow(1, 0, 4)), y.narrow(1, 0, 4)));
+    CHECK(at::equal(whole(x.narrow(1, 4, 5)), y.narrow(1, 4, 5)));
+    // tp 2 and 3: column-parallel ranks give their slice exactly; row-parallel ranks reduce the token
+    // and channel maxima, so they sum one process's integers (only the float sum's order differs).
+    for (int tp : {2, 3}) {
+        for (TpSplit split : {TpSplit::kColumn, TpSplit::kRow}) {
+            CAPTURE(tp);
+            const int64_t per_in = split == TpSplit::kRow ? in / tp : in;
+            if (split == TpSplit::kRow && in % tp != 0) continue;
+            if (split == TpSplit::kColumn && out % tp != 0) continue;
+            std::mutex m;
+            double worst = 0;
+            dp::test::run_ranks(tp, [&](int rank, Communicator& group) {
+                MapSource shard = source;
+                const ParallelLinear layer =
+                    ParallelLinear::load(shard, "l", in, out, {".l", split, {}}, {&group, rank, tp});
+                const at::Tensor got =
+                    layer(split == TpSplit::kRow ? x.narrow(-1, rank * per_in, per_in).contiguous() : x);
+                const at::Tensor want =
+                    split == TpSplit::kColumn ? y.narrow(-1, rank * out / tp, out / tp) : y;
+                const std::lock_guard<std::mutex> lock(m);
+                worst = std::max(worst, max_diff(got, want));
+            });
+            CHECK(worst <= 2e-6 * y.abs().max().item<double>());
+        }
+    }
+}
+
 TEST_CASE("a tensor-parallel shard is narrowed before it is converted: only the shard is resident") {
     const std::string dir = golden_path("sd3_transformer");
     WeightStore weights = WeightStore::open_folder(dir, at::kBFloat16, at::kCPU);

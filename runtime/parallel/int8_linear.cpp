@@ -1,0 +1,78 @@
+#include "runtime/parallel/int8_linear.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include "runtime/io/errors.h"
+#include "runtime/parallel/communicator.h"
+
+namespace dp::runtime {
+
+namespace {
+
+constexpr double kLevels = 127.0;  // an activation's, and a GPU weight's
+// Note [7-bit weights on the CPU]: x86 CPUs without VNNI (AVX2, AVX-512 before VNNI) multiply int8
+// with vpmaddubsw, which adds each pair of u8 x s8 products in int16 and saturates: 255 x 127 x 2
+// overflows, and oneDNN's products come out wrong by whole percents (measured here). Weights of at
+// most 63 keep every pair below 32767, so the CPU's sums are exact on every x86 CPU, VNNI or not,
+// and the image is the same on all of them.
+constexpr double kCpuWeightLevels = 63.0;
+
+// onednn's int8 linear ops, by name (they are registered operators, not ATen functions).
+c10::OperatorHandle onednn_op(const char* name) {
+    return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+}
+
+at::Tensor call(const c10::OperatorHandle& op, std::vector<c10::IValue> stack) {
+    op.callBoxed(&stack);
+    return stack.front().toTensor();
+}
+
+}  // namespace
+
+at::Tensor Int8Weight::dequantized(at::ScalarType dtype) const {
+    return (values.to(at::kFloat) * scale.unsqueeze(1)).to(dtype);
+}
+
+Int8Weight quantize_weight(const at::Tensor& weight, const at::Tensor& row_max) {
+    const at::Tensor w = weight.to(at::kFloat);
+    const at::Tensor amax = row_max.defined() ? row_max.to(w.device(), at::kFloat) : w.abs().amax(1);
+    const double levels = w.is_cpu() ? kCpuWeightLevels : kLevels;
+    Int8Weight q;
+    q.scale = at::where(amax > 0, amax / levels, at::ones_like(amax)).contiguous();
+    q.values = at::round(w / q.scale.unsqueeze(1)).clamp_(-levels, levels).to(at::kChar).contiguous();
+    if (w.is_cpu()) {
+        static const c10::OperatorHandle prepack = onednn_op("onednn::qlinear_prepack");
+        q.packed = call(prepack, {q.values, c10::IValue()});
+        q.zero_points = at::zeros({q.scale.size(0)}, at::TensorOptions().dtype(at::kLong));
+    } else {
+        q.packed = q.values.t().contiguous();  // _int_mm's [in, out]
+    }
+    return q;
+}
+
+at::Tensor int8_linear(const at::Tensor& x, const Int8Weight& w, Communicator* group) {
+    const int64_t in = x.size(-1), out = w.scale.size(0);
+    const at::Tensor rows = x.reshape({-1, in}).to(at::kFloat);
+    at::Tensor amax = rows.abs().amax(1, /*keepdim=*/true);
+    if (group) group->all_reduce_max(amax);
+    const at::Tensor scale = at::where(amax > 0, amax / kLevels, at::ones_like(amax));
+    const at::Tensor values = at::round(rows / scale).clamp_(-kLevels, kLevels).to(at::kChar);
+    at::Tensor product;
+    if (x.is_cpu()) {
+        // int32 sums times the channel's scale (the tokens' scale 1 here), as float.
+        static const c10::OperatorHandle linear = onednn_op("onednn::qlinear_pointwise");
+        product = call(linear, {values, 1.0, int64_t{0}, w.packed, w.scale, w.zero_points, c10::IValue(), 1.0,
+                                int64_t{0}, at::kFloat, std::string("none"),
+                                c10::List<std::optional<at::Scalar>>(), std::string("")});
+    } else if (values.size(0) > 16 && in % 8 == 0 && out % 8 == 0) {
+        product = at::_int_mm(values, w.packed).to(at::kFloat) * w.scale;
+    } else {  // cuBLASLt's shape rules: the same integer sums in float (exact below 2^24 each)
+        product = at::matmul(values.to(at::kFloat), w.packed.to(at::kFloat)) * w.scale;
+    }
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = out;
+    return (product * scale).to(x.scalar_type()).reshape(shape);
+}
+
+}  // namespace dp::runtime
