@@ -12,7 +12,10 @@
 // under tensor parallelism a column-parallel rank sees whole rows; a row-parallel rank holds a
 // slice of each row, so the token's and the weight channel's absolute maxima are reduced over the
 // group (max) first, which makes them one process's. Only the partial sums' order differs, as in
-// floating point.
+// floating point. The float work around these products (norms, attention, the other layers) differs
+// in its last bits across strategies as it does in fp32, and a token's rounding to int8 can turn
+// such a difference into one level (1/127 of its largest value): one process's images within 1 per
+// channel, latents within 1e-2 (tests/integration/test_family_strategies.cpp, the int8 rows).
 
 #include <ATen/core/Tensor.h>
 

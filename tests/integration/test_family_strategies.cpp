@@ -110,6 +110,8 @@ struct FamilyRow {
     PromptFile prompts;
     std::vector<Recorded> single;
     std::vector<std::vector<std::string>> runs;
+    // How far a run's final latents may be from the single process's (and its pixels at most 1).
+    float latent_bound = 1e-4f;
     DeviceMapPlan device_map;
     std::vector<CommCase> (*bytes)(const std::string& model) = nullptr;
     std::vector<RefusedFlags> refused_flags;
@@ -606,7 +608,10 @@ std::vector<FamilyRow> sampler_rows() {
 
 // Note [int8 compute]: --quantize int8 on FLUX.1-dev's and Qwen-Image's lines (uneven streams, true
 // CFG, an edit, samplers) gives one process's images under Ulysses and tp: a token's scale is its own,
-// a row-parallel slice's scales are reduced over the group.
+// a row-parallel slice's scales are reduced over the group. The float work around the int8 products
+// still differs in its last bits with the ranks' threads and sums, as in fp32, and int8's rounding
+// can turn such a difference into one level of a token's value (1/127 of its largest): the latents
+// move by up to 1e-2 where fp32's move by 1e-6, the pixels stay within 1.
 std::vector<FamilyRow> int8_rows(const std::vector<FamilyRow>& rows) {
     std::vector<FamilyRow> out;
     for (const FamilyRow& row : rows) {
@@ -617,6 +622,7 @@ std::vector<FamilyRow> int8_rows(const std::vector<FamilyRow>& rows) {
         q.prompts = row.prompts;
         q.single = {{0, "quantize", "int8"}};
         q.runs = {{"-n", "2", "--ulysses", "2"}, {"-n", "2", "--tp", "2"}};
+        q.latent_bound = 2e-2f;
         out.push_back(q);
     }
     return out;
@@ -920,7 +926,8 @@ TEST_CASE(
                 CHECK(records[i].at("sha256").is_string());
                 CHECK(max_pixel_difference(dir + "/single/" + file, dir + "/run/" + file) <= 1);
                 CHECK(max_latent_difference(dir + "/single/" + file + ".latents.safetensors",
-                                            dir + "/run/" + file + ".latents.safetensors") <= 1e-4f);
+                                            dir + "/run/" + file + ".latents.safetensors") <=
+                      row.latent_bound);
             }
             remove_dir(dir + "/run");
         }
