@@ -1,5 +1,6 @@
 #include "launcher/phase_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,12 @@ double steps_flop_rate(const protocol::PhasesEvent& p) {
 
 double model_flops_utilisation(const protocol::PhasesEvent& p) {
     return p.gemm_rate > 0 ? steps_flop_rate(p) / p.gemm_rate : 0;
+}
+
+double outside_share(const protocol::PhasesEvent& p) {
+    if (p.gemm_rate <= 0 || p.attention_rate <= 0 || p.steps_ms <= 0 || p.flops <= 0) return -1;
+    const double known_s = p.gemm_flops / p.gemm_rate + (p.flops - p.gemm_flops) / p.attention_rate;
+    return std::max(0.0, 1 - known_s / (p.steps_ms / 1000));
 }
 
 std::string phase_lines(const std::map<int, protocol::PhasesEvent>& phases, int max_ranks) {
@@ -40,6 +47,11 @@ std::string phase_lines(const std::map<int, protocol::PhasesEvent>& phases, int 
                               100 * model_flops_utilisation(p), strategies::flops_text(p.gemm_rate).c_str());
                 out += line;
             }
+            if (const double rest = outside_share(p); rest >= 0) {
+                std::snprintf(line, sizeof(line), "; outside GEMMs and attention %.0f %% of the steps",
+                              100 * rest);
+                out += line;
+            }
         }
         out += "\n";
     }
@@ -53,6 +65,7 @@ nlohmann::json phase_json(const std::map<int, protocol::PhasesEvent>& phases) {
         j.erase("event");
         if (p.flops > 0 && p.steps_ms > 0) j["flop_rate"] = steps_flop_rate(p);
         if (p.gemm_rate > 0 && p.flops > 0) j["mfu"] = model_flops_utilisation(p);
+        if (const double rest = outside_share(p); rest >= 0) j["outside_gemm_attention"] = rest;
         all.push_back(std::move(j));
     }
     return all;

@@ -22,5 +22,9 @@ nlohmann::json phase_json(const std::map<int, protocol::PhasesEvent>& phases);
 // The steps' FLOP rate (FLOP/s) and its fraction of the GEMM rate; 0 where not known.
 double steps_flop_rate(const protocol::PhasesEvent& p);
 double model_flops_utilisation(const protocol::PhasesEvent& p);
+// The share of the steps' time outside their GEMMs and attention (norms, RoPE, modulation,
+// elementwise work, copies, waits): what is left once the GEMMs' and the attention's FLOPs at their
+// measured rates are taken away; -1 where a rate is not known.
+double outside_share(const protocol::PhasesEvent& p);
 
 }  // namespace dp::launcher

@@ -54,10 +54,17 @@ nlohmann::json fields(const JoinedEvent& e) { return {{"rank", e.rank}, {"job_id
 nlohmann::json fields(const TakeEvent& e) { return {{"rank", e.rank}, {"indices", e.indices}}; }
 
 nlohmann::json fields(const PhasesEvent& e) {
-    return {{"rank", e.rank},          {"load_ms", e.load_ms},     {"encode_ms", e.encode_ms},
-            {"steps_ms", e.steps_ms},  {"decode_ms", e.decode_ms}, {"write_ms", e.write_ms},
-            {"passes", e.passes},      {"flops", e.flops},         {"gemm_flops", e.gemm_flops},
-            {"gemm_rate", e.gemm_rate}};
+    return {{"rank", e.rank},
+            {"load_ms", e.load_ms},
+            {"encode_ms", e.encode_ms},
+            {"steps_ms", e.steps_ms},
+            {"decode_ms", e.decode_ms},
+            {"write_ms", e.write_ms},
+            {"passes", e.passes},
+            {"flops", e.flops},
+            {"gemm_flops", e.gemm_flops},
+            {"gemm_rate", e.gemm_rate},
+            {"attention_rate", e.attention_rate}};
 }
 
 int read_rank(detail::Fields& f) { return static_cast<int>(f.integer("rank", 0, INT_MAX)); }
@@ -135,6 +142,7 @@ void read(detail::Fields& f, PhasesEvent& e) {
     e.flops = f.number("flops", 0, 1e30);
     e.gemm_flops = f.number("gemm_flops", 0, e.flops);
     e.gemm_rate = f.number("gemm_rate", 0, 1e30);
+    if (f.has("attention_rate")) e.attention_rate = f.number("attention_rate", 0, 1e30);
 }
 
 void read(detail::Fields& f, HeartbeatEvent& e) {

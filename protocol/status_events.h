@@ -14,7 +14,7 @@
 //   {"event": "joined", "rank": 2, "job_id": "host-1234-5678"}
 //   {"event": "phases", "rank": 0, "load_ms": 210.5, "encode_ms": 40.1, "steps_ms": 3120.0,
 //    "decode_ms": 300.2, "write_ms": 12.9, "passes": 16, "flops": 2.1e12, "gemm_flops": 1.9e12,
-//    "gemm_rate": 9.4e11}
+//    "gemm_rate": 9.4e11, "attention_rate": 6.1e11}
 
 #include <cstdint>
 #include <optional>
@@ -120,6 +120,7 @@ struct PhasesEvent {
     int64_t passes = 0;
     double flops = 0, gemm_flops = 0;  // all of the passes' FLOPs; of them, the weight products'
     double gemm_rate = 0;
+    double attention_rate = 0;  // the rate of its attention kernel at the passes' shapes (0: not measured)
 };
 
 using StatusEvent = std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent, HeartbeatEvent,

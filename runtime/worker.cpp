@@ -411,9 +411,12 @@ class RankWork {
     protocol::PhasesEvent phases(double load_ms, at::ScalarType dtype, at::Device device) {
         phases_.rank = rank_;
         phases_.load_ms = load_ms;
-        if (!gemms_.empty())
-            phases_.gemm_rate =
-                measure_gemm_rate(gemms_, dtype, device, std::max(50.0, 0.03 * phases_.steps_ms));
+        const double budget_ms = std::max(25.0, 0.015 * phases_.steps_ms);
+        if (!shapes_.gemms.empty())
+            phases_.gemm_rate = measure_gemm_rate(shapes_.gemms, dtype, device, budget_ms);
+        if (!shapes_.attentions.empty())
+            phases_.attention_rate = measure_attention_rate(shapes_.attentions, shapes_.heads,
+                                                            shapes_.head_dim, dtype, device, budget_ms);
         return phases_;
     }
 
@@ -425,7 +428,7 @@ class RankWork {
         phases_.passes += t.passes;
         phases_.flops += t.flops;
         phases_.gemm_flops += t.gemm_flops;
-        if (!t.gemms.empty()) gemms_ = t.gemms;  // the last batch's shapes stand for the job's
+        if (!t.gemms.empty()) shapes_ = t;  // the last batch's shapes stand for the job's
     }
 
     void fail(const JobRequest& r, const std::string& why) {
@@ -480,7 +483,7 @@ class RankWork {
     ImageEncoding encoding_;
     int failed_ = 0;
     protocol::PhasesEvent phases_;
-    std::vector<strategies::GemmShape> gemms_;
+    PhaseTimes shapes_;
 };
 
 // The rank's work once the job file is read. Returns its exit code; throws for what ends it.

@@ -13,6 +13,7 @@ void PassFlops::linear(int64_t tokens, int64_t in, int64_t out, int64_t count) {
 void PassFlops::attend(int64_t queries, int64_t keys, int64_t width, int64_t count) {
     attention += 4.0 * static_cast<double>(queries) * static_cast<double>(keys) * static_cast<double>(width) *
                  static_cast<double>(count);
+    if (queries > 0 && keys > 0 && count > 0) attentions.push_back({queries, keys, count});
 }
 
 double PassFlops::gemm() const {
@@ -30,6 +31,8 @@ RankFlops rank_flops(PassFlopsCount count, const nlohmann::json& config, const P
     RankFlops rank{own.gemm() / static_cast<double>(tp), whole.attention / static_cast<double>(cp * tp),
                    own.gemms};
     for (GemmShape& g : rank.gemms) g.n = (g.n + tp - 1) / tp;
+    rank.attentions = whole.attentions;  // its heads over tp (the caller's), its share of the queries
+    for (AttentionShape& a : rank.attentions) a.queries = share(a.queries);
     return rank;
 }
 

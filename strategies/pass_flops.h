@@ -24,6 +24,11 @@ struct GemmShape {
     double flops() const { return 2.0 * m * k * n * count; }
 };
 
+// `count` attentions of `queries` over `keys` tokens (all heads).
+struct AttentionShape {
+    int64_t queries = 0, keys = 0, count = 1;
+};
+
 // The tokens of one pass: the image's patches (an edit's reference included) and the text's.
 struct PassTokens {
     int64_t image = 0;
@@ -31,8 +36,9 @@ struct PassTokens {
 };
 
 struct PassFlops {
-    std::vector<GemmShape> gemms;  // every weight product, in the pass's order
-    double attention = 0;          // the attention products (QK^T and the weighted sum)
+    std::vector<GemmShape> gemms;            // every weight product, in the pass's order
+    double attention = 0;                    // the attention products (QK^T and the weighted sum)
+    std::vector<AttentionShape> attentions;  // every attention of the pass
 
     // `count` layers of `in` -> `out` features applied to `tokens` tokens.
     void linear(int64_t tokens, int64_t in, int64_t out, int64_t count = 1);
@@ -48,7 +54,8 @@ struct PassFlops {
 // layer whole (the modulations: a token's worth of work).
 struct RankFlops {
     double gemm = 0, attention = 0;
-    std::vector<GemmShape> gemms;  // its weight products (each one's output features over tp)
+    std::vector<GemmShape> gemms;            // its weight products (each one's output features over tp)
+    std::vector<AttentionShape> attentions;  // its attentions (its share of the queries)
     double total() const { return gemm + attention; }
 };
 using PassFlopsCount = PassFlops (*)(const nlohmann::json& config, const PassTokens& tokens);

@@ -111,6 +111,9 @@ void FamilyPipeline::count_work(PhaseTimes& times, int width, int height, const 
         times.flops = rank.total() * static_cast<double>(passes);
         times.gemm_flops = rank.gemm * static_cast<double>(passes);
         times.gemms = rank.gemms;
+        times.attentions = rank.attentions;
+        times.heads = (model_.shape.heads + degrees.tp - 1) / std::max(degrees.tp, 1);
+        times.head_dim = model_.shape.head_dim;
     } catch (const std::exception&) {
         // A config number that is not a size: the load would have refused it; nothing counted.
     }

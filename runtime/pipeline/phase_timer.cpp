@@ -4,6 +4,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -28,6 +29,47 @@ double PhaseClock::lap_ms() {
     return ms;
 }
 
+namespace {
+
+// The fastest of three runs of `run` after a warm-up, in ms (the library's first call of a shape
+// sets it up).
+double fastest_ms(at::Device device, const std::function<void()>& run) {
+    PhaseClock clock(device);
+    run();
+    clock.lap_ms();
+    double ms = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+        run();
+        const double one = clock.lap_ms();
+        ms = rep == 0 ? one : std::min(ms, one);
+    }
+    return ms;
+}
+
+// FLOPs over time of `shapes` (`flops` of each, with its count), each timed by `time_ms`, the most
+// FLOPs first while the time spent stays under `budget_ms` (the first always).
+template <class Shape>
+double measured_rate(std::vector<Shape> shapes, at::Device device, double budget_ms,
+                     const std::function<double(const Shape&)>& flops,
+                     const std::function<double(const Shape&)>& time_ms) {
+    std::sort(shapes.begin(), shapes.end(),
+              [&](const Shape& a, const Shape& b) { return flops(a) > flops(b); });
+    c10::InferenceMode inference;
+    double total = 0, seconds = 0, spent_ms = 0;
+    PhaseClock spent(device);
+    for (const Shape& s : shapes) {
+        if (spent_ms > budget_ms && seconds > 0) break;
+        const double ms = time_ms(s);
+        spent_ms += spent.lap_ms();
+        if (ms <= 0) continue;
+        total += flops(s);
+        seconds += ms / 1000 * static_cast<double>(s.count);
+    }
+    return seconds > 0 ? total / seconds : 0;
+}
+
+}  // namespace
+
 double measure_gemm_rate(const std::vector<strategies::GemmShape>& gemms, at::ScalarType dtype,
                          at::Device device, double budget_ms) {
     // Each distinct shape once, with the products of the pass that have it.
@@ -37,32 +79,36 @@ double measure_gemm_rate(const std::vector<strategies::GemmShape>& gemms, at::Sc
     std::vector<strategies::GemmShape> shapes;
     for (const auto& [mkn, count] : counts)
         shapes.push_back({std::get<0>(mkn), std::get<1>(mkn), std::get<2>(mkn), count});
-    std::sort(
-        shapes.begin(), shapes.end(),
-        [](const strategies::GemmShape& a, const strategies::GemmShape& b) { return a.flops() > b.flops(); });
-    c10::InferenceMode inference;
     const at::TensorOptions options = at::TensorOptions().dtype(dtype).device(device);
-    double flops = 0, seconds = 0;
-    PhaseClock spent(device);
-    double spent_ms = 0;
-    for (const strategies::GemmShape& g : shapes) {
-        if (spent_ms > budget_ms && seconds > 0) break;
-        PhaseClock clock(device);
-        const at::Tensor x = at::full({g.m, g.k}, 0.5, options), w = at::full({g.n, g.k}, 0.25, options);
-        at::linear(x, w);  // the warm-up: the library's first call of a shape sets it up
-        clock.lap_ms();
-        double ms = 0;
-        for (int rep = 0; rep < 3; ++rep) {  // the fastest of three: what the library reaches
-            at::linear(x, w);
-            const double one = clock.lap_ms();
-            ms = rep == 0 ? one : std::min(ms, one);
-        }
-        spent_ms += spent.lap_ms();
-        if (ms <= 0) continue;
-        flops += g.flops();
-        seconds += ms / 1000 * static_cast<double>(g.count);
-    }
-    return seconds > 0 ? flops / seconds : 0;
+    return measured_rate<strategies::GemmShape>(
+        shapes, device, budget_ms, [](const strategies::GemmShape& g) { return g.flops(); },
+        [&](const strategies::GemmShape& g) {
+            const at::Tensor x = at::full({g.m, g.k}, 0.5, options), w = at::full({g.n, g.k}, 0.25, options);
+            return fastest_ms(device, [&] { at::linear(x, w); });
+        });
+}
+
+double measure_attention_rate(const std::vector<strategies::AttentionShape>& attentions, int64_t heads,
+                              int64_t head_dim, at::ScalarType dtype, at::Device device, double budget_ms) {
+    if (heads <= 0 || head_dim <= 0) return 0;
+    std::map<std::pair<int64_t, int64_t>, int64_t> counts;
+    for (const strategies::AttentionShape& a : attentions)
+        if (a.queries > 0 && a.keys > 0) counts[{a.queries, a.keys}] += a.count;
+    std::vector<strategies::AttentionShape> shapes;
+    for (const auto& [qk, count] : counts) shapes.push_back({qk.first, qk.second, count});
+    const at::TensorOptions options = at::TensorOptions().dtype(dtype).device(device);
+    const double width = static_cast<double>(heads * head_dim);
+    return measured_rate<strategies::AttentionShape>(
+        shapes, device, budget_ms,
+        [width](const strategies::AttentionShape& a) {
+            return 4.0 * static_cast<double>(a.queries) * static_cast<double>(a.keys) * width *
+                   static_cast<double>(a.count);
+        },
+        [&](const strategies::AttentionShape& a) {
+            const at::Tensor q = at::full({1, heads, a.queries, head_dim}, 0.5, options);
+            const at::Tensor kv = at::full({1, heads, a.keys, head_dim}, 0.25, options);
+            return fastest_ms(device, [&] { at::scaled_dot_product_attention(q, kv, kv); });
+        });
 }
 
 }  // namespace dp::runtime

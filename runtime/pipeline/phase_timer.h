@@ -27,6 +27,8 @@ struct PhaseTimes {
     int64_t encodings = 0, reused_encodings = 0;
     double flops = 0, gemm_flops = 0;          // the passes' FLOPs (this rank's share); the GEMMs' of them
     std::vector<strategies::GemmShape> gemms;  // one pass's weight products, this rank's share
+    std::vector<strategies::AttentionShape> attentions;  // its attentions, this rank's share
+    int64_t heads = 0, head_dim = 0;                     // this rank's heads of them
 };
 
 // Milliseconds since the clock started or last lapped, once `device`'s queued work is done.
@@ -46,5 +48,9 @@ class PhaseClock {
 // 0 when there is nothing to time.
 double measure_gemm_rate(const std::vector<strategies::GemmShape>& gemms, at::ScalarType dtype,
                          at::Device device, double budget_ms);
+// The same for attentions of `attentions`' shapes, `heads` heads of `head_dim` features each,
+// through at::scaled_dot_product_attention (the kernel the pipelines' attention runs).
+double measure_attention_rate(const std::vector<strategies::AttentionShape>& attentions, int64_t heads,
+                              int64_t head_dim, at::ScalarType dtype, at::Device device, double budget_ms);
 
 }  // namespace dp::runtime

@@ -351,7 +351,7 @@ TEST_CASE(
     "a rank's phases round-trip, the summary prints them with the steps' MFU, and bad fields are refused") {
     PhasesEvent p;
     p.rank = 1, p.load_ms = 250, p.encode_ms = 40, p.steps_ms = 2000, p.decode_ms = 300, p.write_ms = 10;
-    p.passes = 16, p.flops = 4e12, p.gemm_flops = 3.5e12, p.gemm_rate = 4e12;
+    p.passes = 16, p.flops = 4e12, p.gemm_flops = 3.5e12, p.gemm_rate = 4e12, p.attention_rate = 1e12;
     const auto back = std::get<PhasesEvent>(*parse_status_line(status_line(p)));
     CHECK(back.rank == 1);
     CHECK(back.load_ms == 250);
@@ -363,6 +363,9 @@ TEST_CASE(
     CHECK(back.flops == 4e12);
     CHECK(back.gemm_flops == 3.5e12);
     CHECK(back.gemm_rate == 4e12);
+    CHECK(back.attention_rate == 1e12);
+    // 3.5 TFLOP at 4 TFLOP/s (0.875 s) and 0.5 TFLOP at 1 TFLOP/s (0.5 s) of the 2 s: 31 % outside.
+    CHECK(dp::launcher::outside_share(p) == doctest::Approx(0.3125));
     // 4 TFLOP in 2 s is 2 TFLOP/s, half of the 4 TFLOP/s the GEMMs reach.
     CHECK(dp::launcher::steps_flop_rate(p) == doctest::Approx(2e12));
     CHECK(dp::launcher::model_flops_utilisation(p) == doctest::Approx(0.5));
@@ -371,7 +374,7 @@ TEST_CASE(
           "dp-launch: rank 1 time by phase: load 0.25 s, encode 0.04 s, steps 2.00 s, decode 0.30 s, write "
           "0.01 s; "
           "16 transformer passes, 4 TFLOP at 2 TFLOP/s, MFU 50 % of the 4 TFLOP/s its GEMMs reach at those "
-          "shapes\n");
+          "shapes; outside GEMMs and attention 31 % of the steps\n");
     const nlohmann::json j = dp::launcher::phase_json({{1, p}});
     CHECK(j[0]["mfu"].get<double>() == doctest::Approx(0.5));
     CHECK(j[0]["steps_ms"] == 2000);
