@@ -309,9 +309,12 @@ int JobMonitor::finish(int code) {
                                     {"manifest", undone_ ? nlohmann::json() : nlohmann::json(manifest_path_)},
                                     {"phases", phase_json(phases_)},
                                     {"line", line.substr(0, line.size() - 1)}});
-    else
-        // Where the time went before the one line a script reads, which stays the last.
-        Terminal::instance().write_own(STDOUT_FILENO, (launch_.quiet ? "" : phase_lines(phases_)) + line);
+    else {
+        // Where the time went, on stderr with dp-launch's other lines: stdout keeps the one line a
+        // script reads.
+        if (!launch_.quiet) Terminal::instance().write_own(STDERR_FILENO, phase_lines(phases_));
+        Terminal::instance().write_own(STDOUT_FILENO, line);
+    }
     if (exchange_) {
         try {
             exchange_->publish_result({{"exit_code", result}, {"summary", line}});

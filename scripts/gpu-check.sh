@@ -165,7 +165,7 @@ for q in none int8; do
         # shellcheck disable=SC2086
         "$build/bin/dp-launch" $layout --device cuda --model "$root/models/flux.1-dev" --random-weights 0 \
             --dtype bf16 --quantize $q --width 1024 --height 1024 -o "$out/int8-$q${layout// /}" \
-            "$out/int8.jsonl" | grep 'time by phase' || status=1
+            "$out/int8.jsonl" 2>&1 | grep 'time by phase' || status=1
     done
 done
 "$build/bin/dp-launch" compare "$out/int8-none-n1" "$out/int8-int8-n1" | tail -2 || status=1

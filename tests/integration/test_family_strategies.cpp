@@ -606,8 +606,8 @@ std::vector<FamilyRow> sampler_rows() {
     return rows;
 }
 
-// Note [int8 compute]: --quantize int8 on FLUX.1-dev's and Qwen-Image's lines (uneven streams, true
-// CFG, an edit, samplers) gives one process's images under Ulysses and tp: a token's scale is its own,
+// Note [int8 compute]: --quantize int8 on FLUX.1-dev's lines (uneven streams, true CFG, an edit and
+// an inpainting) gives one process's images under Ulysses and tp: a token's scale is its own,
 // a row-parallel slice's scales are reduced over the group. The float work around the int8 products
 // still differs in its last bits with the ranks' threads and sums, as in fp32, and int8's rounding
 // can turn such a difference into one level of a token's value (1/127 of its largest): the latents
@@ -615,7 +615,7 @@ std::vector<FamilyRow> sampler_rows() {
 std::vector<FamilyRow> int8_rows(const std::vector<FamilyRow>& rows) {
     std::vector<FamilyRow> out;
     for (const FamilyRow& row : rows) {
-        if (row.name != "FLUX.1-dev" && row.name != "Qwen-Image") continue;
+        if (row.name != "FLUX.1-dev") continue;
         FamilyRow q{row.name + " int8", row.model, "", "", {}, 0, false};
         q.base = row.base;
         q.base.insert(q.base.end(), {"--quantize", "int8"});

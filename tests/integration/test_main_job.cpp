@@ -680,15 +680,16 @@ TEST_CASE(
           std::string::npos);
     CHECK(r.err.find("transformer block 1: cpu:1") != std::string::npos);
     CHECK(r.err.find("text_encoder: cpu:1") != std::string::npos);
-    // Per prompt (width D = 32, B = 2 with guidance, N = 90 image and T = 78 text tokens, C = 4,
-    // S = 3 steps): both encoders' hidden states (77 x 32) and pooled outputs (32) for both
-    // branches to cpu:0; each step, for each branch's call (on the CPU the branches run one call
-    // each: Note [CFG branches on the CPU]), the image, text and conditioning to cpu:1 at block 1
-    // and the image and conditioning back for the head; the final latents to the VAE on cpu:1.
-    const long long D = 32, B = 2, N = 90, T = 78, C = 4, S = 3, f = 4, prompts_n = 2;
-    const long long moves = prompts_n * (2 * 2 * 2 + S * 5 * B + 1);
-    const long long bytes = prompts_n * (2 * 2 * (77 * D + D) * f +
-                                         S * (B * (N * D + T * D + D) + B * (N * D + D)) * f + C * N * f);
+    // Width D = 32, B = 2 with guidance, N = 90 image and T = 78 text tokens, C = 4, S = 3 steps.
+    // Each branch encoded: both encoders' hidden states (77 x 32) and pooled outputs (32) to cpu:0;
+    // three in all, the negative prompt "" once for both prompts (Note [prompts encoded once]).
+    // Per prompt, each step, for each branch's call (on the CPU the branches run one call each: Note
+    // [CFG branches on the CPU]), the image, text and conditioning to cpu:1 at block 1 and the image
+    // and conditioning back for the head; the final latents to the VAE on cpu:1.
+    const long long D = 32, B = 2, N = 90, T = 78, C = 4, S = 3, f = 4, prompts_n = 2, encoded = 3;
+    const long long moves = encoded * 2 * 2 + prompts_n * (S * 5 * B + 1);
+    const long long bytes = encoded * 2 * (77 * D + D) * f +
+                            prompts_n * (S * (B * (N * D + T * D + D) + B * (N * D + D)) * f + C * N * f);
     CHECK(r.err.find("device_map moved " + std::to_string(bytes) + " bytes in " + std::to_string(moves) +
                      " moves") != std::string::npos);
 }
