@@ -38,8 +38,8 @@ TEST_CASE("60 images are byte-identical at 1, 2 and 3 processes, whatever each r
         // Two intra-op threads for one process, one for each of several (as the launcher splits
         // two cores), set here so that the thread counts differ on any machine.
         const LaunchResult r = run_launch(
-            {"-n", std::to_string(n), "--model", DP_TINY_MODEL, "--steps", "4", "--width", "40", "--height",
-             "40", "--guidance-scale", "5", "--device", "cpu", "-o", out, dir + "/p.txt"},
+            {"-n", std::to_string(n), "--model", DP_TINY_MODEL, "--steps", "4", "--width", "32", "--height",
+             "32", "--guidance-scale", "5", "--device", "cpu", "-o", out, dir + "/p.txt"},
             {{"OMP_NUM_THREADS", n == 1 ? "2" : "1"}}, 300);
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
         std::istringstream manifest(read_file(out + "/manifest.jsonl"));
