@@ -13,6 +13,7 @@
 #include "cli/help_pages.h"
 #include "cli/option_groups.h"
 #include "cli/plan_command.h"
+#include "cli/serve_command.h"
 #include "launcher/build_info.h"
 #include "launcher/dry_run.h"
 #include "launcher/errors.h"
@@ -100,6 +101,8 @@ struct CommandApp {
     CLI::App* plan = nullptr;
     CLI::App* arguments = nullptr;
     CLI::App* compare = nullptr;
+    CLI::App* serve = nullptr;
+    ServeFlags serve_flags;  // serve's own flags, as given
     std::vector<std::string> runs;   // compare's two folders
     std::string min_psnr, min_ssim;  // its budgets, as given (compare_command reads them)
     CLI::Option* psnr = nullptr;
@@ -160,6 +163,7 @@ CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result, std::size_t h
     compare->add_flag("--json", result.compare.json, "Print one JSON object per pair, then the summary's");
     compare->add_flag("--strict", result.compare.strict,
                       "Exit 1 also when a pair's records differ in prompt or seed (always reported)");
+    serve = add_serve_command(app, serve_flags);
     set_help_pages(*formatter);
 }
 
@@ -223,7 +227,7 @@ bool parse_options(CommandApp& c, const std::vector<std::string>& options, Comma
         return true;
     } catch (const CLI::CallForHelp&) {
         const CLI::App* page = &c.app;
-        for (const CLI::App* sub : {c.env, c.plan, c.arguments, c.compare})
+        for (const CLI::App* sub : {c.env, c.plan, c.arguments, c.compare, c.serve})
             if (sub->parsed()) page = sub;
         print(result, page->help());
     } catch (const CLI::CallForVersion& e) {
@@ -280,7 +284,7 @@ std::string stray_problem(const CommandApp& c, const std::vector<std::string>& o
     std::error_code no_file;
     if (!std::filesystem::exists(stray.front(), no_file))
         if (const std::string hint =
-                launcher::did_you_mean(stray.front(), {"plan", "arguments", "env", "compare"});
+                launcher::did_you_mean(stray.front(), {"plan", "arguments", "env", "compare", "serve"});
             !hint.empty())
             return "'" + launcher::utf8_for_display(stray.front().substr(0, 80)) +
                    "' is neither a prompt file nor a subcommand" + hint;
@@ -315,6 +319,15 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
         return result;
     }
     if (c.compare->parsed()) return compare_command(c, raw, result);
+    const bool serve = c.serve->parsed();
+    if (serve) {
+        if (!c.stray.empty() || !raw.command.empty() || !c.prompt_texts.empty())
+            return usage_error(result, "serve takes no PROMPTS file, --prompt or command: each request brings its "
+                                       "prompts (dp-launch serve --model M [options], docs/serve.md)");
+        std::string problem = serve_options_from(c.serve_flags, env, result.serve);
+        if (problem.empty()) result.serve.job_args = job_args_for_serve(options, problem);
+        if (!problem.empty()) return usage_error(result, problem);
+    }
     if (const std::string why = stray_problem(c, options, raw, dashes != args.end()); !why.empty())
         return usage_error(result, why);
     // `plan` resolves the same options as the main job; a PROMPTS file is optional (given: the
@@ -326,7 +339,7 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
                                        ": give one (--prompt is a prompt file of its own)");
     if (prompt_given && !raw.command.empty())
         return usage_error(result, "--prompt is a pipeline option: it makes images, not a command after --");
-    const bool job_mode = c.plan->parsed() || c.arguments->parsed() ||
+    const bool job_mode = serve || c.plan->parsed() || c.arguments->parsed() ||
                           (raw.command.empty() && (!c.stray.empty() || prompt_given));
     try {
         result.spec = resolve_launch_spec(raw, env, /*require_command=*/!job_mode);
@@ -342,7 +355,8 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
         usage_error(result, e.what()).exit_code = e.exit_code();
         return result;
     }
-    result.action = c.plan->parsed()        ? CommandLine::Action::kPlan
+    result.action = serve                   ? CommandLine::Action::kServe
+                    : c.plan->parsed()      ? CommandLine::Action::kPlan
                     : c.arguments->parsed() ? CommandLine::Action::kArguments
                                             : CommandLine::Action::kLaunch;
     return result;
@@ -372,6 +386,8 @@ int run_command_line(const CommandLine& command_line) {
                 return 0;
             case CommandLine::Action::kCompare:
                 return run_compare(command_line.compare, std::cout);
+            case CommandLine::Action::kServe:
+                return run_serve(command_line.spec, *command_line.job, command_line.serve);
             case CommandLine::Action::kEnv:
                 std::cout << describe_environment(command_line.json) << std::flush;
                 return 0;

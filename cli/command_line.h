@@ -9,6 +9,7 @@
 #include "cli/compare_command.h"
 #include "cli/launch_options.h"
 #include "launcher/launch_spec.h"
+#include "serve/serve_options.h"
 
 namespace dp::cli {
 
@@ -19,6 +20,7 @@ struct CommandLine {
         kPlan,       // `dp-launch plan [options]`: print what a job would do
         kArguments,  // `dp-launch arguments [--model M] [--json]`: the model's call arguments
         kCompare,    // `dp-launch compare RUN_A RUN_B [...]`: Note [compare]
+        kServe,      // `dp-launch serve [options]`: the HTTP API over a job queue (docs/serve.md)
         kPrint,      // --help or --version: print `message` to stdout, exit 0
         kFail,       // print `message` to stderr, exit `exit_code`
     };
@@ -27,6 +29,7 @@ struct CommandLine {
     std::optional<launcher::JobOptions> job;  // set: the main job on a PROMPTS file
     bool json = false;                        // `env --json`, `arguments --json`
     CompareOptions compare;                   // `compare`'s
+    serve::ServeOptions serve;                // `serve`'s (its root, dp-launch and job_args set by run)
     std::string message;
     int exit_code = 0;
 };

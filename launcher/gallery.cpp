@@ -51,6 +51,26 @@ std::string field(const nlohmann::json& r, const char* key) {
 
 bool has_image(const nlohmann::json& r) { return r.value("status", "") == "ok"; }
 
+}  // namespace
+
+std::string gallery_style() {
+    return
+           "body{font-family:system-ui,sans-serif;margin:1.5rem;background:#f4f4f4;color:#222}\n"
+           "h1{font-size:1.3rem;margin:0 0 .3rem}.summary{color:#555;margin-bottom:1rem}\n"
+           "h2{font-size:1.05rem;margin:1.2rem 0 .5rem}.pages{margin:.6rem 0 1rem;line-height:1.8}\n"
+           ".pages a,.pages b{margin-right:.5rem}\n"
+           ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(180px,1fr));gap:12px}\n"
+           ".item{background:#fff;border-radius:6px;padding:8px;box-shadow:0 1px 3px rgba(0,0,0,.15)}\n"
+           ".item img{width:100%;height:auto;image-rendering:pixelated;display:block;border-radius:3px}\n"
+           ".item img.input{width:40%;margin-top:.3rem;opacity:.9}\n"
+           ".prompt{font-size:.85rem;margin:.4rem 0 .2rem;overflow-wrap:anywhere}\n"
+           ".meta{font-size:.75rem;color:#666}.error{color:#b00020;font-size:.8rem;overflow-wrap:anywhere}\n"
+           ".missing{aspect-ratio:1;background:#eee;display:flex;align-items:center;justify-content:center;"
+           "color:#999;border-radius:3px}\n";
+}
+
+namespace {
+
 // The page up to its first grid: the summary, then `between` (navigation, the prompts without an
 // image), then the opening of the cards' grid.
 std::string page_head(const std::string& title, const GallerySummary& s, const std::string& between) {
@@ -66,19 +86,8 @@ std::string page_head(const std::string& title, const GallerySummary& s, const s
            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
            "<title>" +
            title +
-           "</title>\n<style>\n"
-           "body{font-family:system-ui,sans-serif;margin:1.5rem;background:#f4f4f4;color:#222}\n"
-           "h1{font-size:1.3rem;margin:0 0 .3rem}.summary{color:#555;margin-bottom:1rem}\n"
-           "h2{font-size:1.05rem;margin:1.2rem 0 .5rem}.pages{margin:.6rem 0 1rem;line-height:1.8}\n"
-           ".pages a,.pages b{margin-right:.5rem}\n"
-           ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(180px,1fr));gap:12px}\n"
-           ".item{background:#fff;border-radius:6px;padding:8px;box-shadow:0 1px 3px rgba(0,0,0,.15)}\n"
-           ".item img{width:100%;height:auto;image-rendering:pixelated;display:block;border-radius:3px}\n"
-           ".item img.input{width:40%;margin-top:.3rem;opacity:.9}\n"
-           ".prompt{font-size:.85rem;margin:.4rem 0 .2rem;overflow-wrap:anywhere}\n"
-           ".meta{font-size:.75rem;color:#666}.error{color:#b00020;font-size:.8rem;overflow-wrap:anywhere}\n"
-           ".missing{aspect-ratio:1;background:#eee;display:flex;align-items:center;justify-content:center;"
-           "color:#999;border-radius:3px}\n"
+           "</title>\n<style>\n" +
+           gallery_style() +
            "</style>\n</head>\n<body>\n<h1>dp-launch gallery</h1>\n<div class=\"summary\">" +
            std::string(summary) + " &middot; model " + html_escape(s.model) + "</div>\n" + between +
            "<div class=\"grid\">\n";

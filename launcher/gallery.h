@@ -43,6 +43,9 @@ std::string gallery_html(const std::vector<nlohmann::json>& records, const Galle
 // The file of gallery page `page` (1-based): index.html, page-2.html, ...
 std::string gallery_page_name(std::size_t page);
 
+// The pages' CSS (the server's live page shares it).
+std::string gallery_style();
+
 // &, <, >, " and ' as entities.
 std::string html_escape(const std::string& text);
 

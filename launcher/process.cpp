@@ -94,6 +94,27 @@ ChildProcess spawn_child(const std::vector<std::string>& argv, const std::vector
     return child;
 }
 
+ChildProcess spawn_child_to_files(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                                  const std::string& out_path, const std::string& err_path) {
+    if (argv.empty()) throw UsageError("no command to run");
+    const auto open_log = [](const std::string& path) {
+        UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+        if (!fd) throw IoError(errno_message("cannot open " + path));
+        return fd;
+    };
+    UniqueFd out = open_log(out_path), err = open_log(err_path);
+    std::vector<char*> c_argv = c_strings(argv);
+    std::vector<char*> c_env = c_strings(env);
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) throw SystemError(errno_message("cannot fork"));
+    if (pid == 0) exec_child(parent, c_argv.data(), c_env.data(), out.get(), err.get(), -1, false);
+    setpgid(pid, pid);
+    ChildProcess child;
+    child.pid = pid;
+    return child;
+}
+
 std::string signal_name(int sig) {
     if (const char* abbrev = sigabbrev_np(sig)) return std::string("SIG") + abbrev;
     return "signal " + std::to_string(sig);

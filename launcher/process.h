@@ -28,6 +28,12 @@ inline constexpr int kStatusFd = 3;
 ChildProcess spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                          int status_fd = -1, bool ignore_user_signals = false);
 
+// As spawn_child, with the child's stdout and stderr appended to the files `out_path` and
+// `err_path` (created when missing) instead of pipes: a child that outlives any reader of its
+// output (a job of `dp-launch serve`). The result's pipes are empty.
+ChildProcess spawn_child_to_files(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                                  const std::string& out_path, const std::string& err_path);
+
 // "SIGTERM", or "signal 42" for an unnamed one.
 std::string signal_name(int sig);
 
