@@ -102,7 +102,7 @@ struct CommandApp {
     CLI::App* arguments = nullptr;
     CLI::App* compare = nullptr;
     CLI::App* serve = nullptr;
-    ServeFlags serve_flags;  // serve's own flags, as given
+    ServeFlags serve_flags;          // serve's own flags, as given
     std::vector<std::string> runs;   // compare's two folders
     std::string min_psnr, min_ssim;  // its budgets, as given (compare_command reads them)
     CLI::Option* psnr = nullptr;
@@ -322,8 +322,9 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
     const bool serve = c.serve->parsed();
     if (serve) {
         if (!c.stray.empty() || !raw.command.empty() || !c.prompt_texts.empty())
-            return usage_error(result, "serve takes no PROMPTS file, --prompt or command: each request brings its "
-                                       "prompts (dp-launch serve --model M [options], docs/serve.md)");
+            return usage_error(result,
+                               "serve takes no PROMPTS file, --prompt or command: each request brings its "
+                               "prompts (dp-launch serve --model M [options], docs/serve.md)");
         std::string problem = serve_options_from(c.serve_flags, env, result.serve);
         if (problem.empty()) result.serve.job_args = job_args_for_serve(options, problem);
         if (!problem.empty()) return usage_error(result, problem);

@@ -27,9 +27,11 @@ const std::array<ServeFlag, 9>& serve_flags() {
     static const std::array<ServeFlag, 9> rows = {{
         {"--host", "DP_SERVE_HOST", &ServeFlags::host, "HOST",
          "Address to listen on (default 127.0.0.1; any other needs --api-key)"},
-        {"--port", "DP_SERVE_PORT", &ServeFlags::port, "P", "Port to listen on, 0 to 65535 (default 8000; 0: any free one, printed)"},
+        {"--port", "DP_SERVE_PORT", &ServeFlags::port, "P",
+         "Port to listen on, 0 to 65535 (default 8000; 0: any free one, printed)"},
         {"--api-key", "DP_API_KEY", &ServeFlags::api_key, "KEY",
-         "Key every request must carry (Authorization: Bearer KEY); prefer DP_API_KEY, which ps does not show"},
+         "Key every request must carry (Authorization: Bearer KEY); prefer DP_API_KEY, which ps does not "
+         "show"},
         {"--max-queue", "DP_MAX_QUEUE", &ServeFlags::max_queue, "N",
          "Jobs queued or running before requests are answered 429, 1 to 100000 (default 64)"},
         {"--max-prompts", "DP_MAX_PROMPTS", &ServeFlags::max_prompts, "N",
@@ -65,7 +67,8 @@ CLI::App* add_serve_command(CLI::App& app, ServeFlags& flags) {
         "dp-launch runs it with these flags into its own folder under -o, queued in SQLite there so "
         "that a restart resumes it (docs/serve.md)");
     for (const ServeFlag& f : serve_flags())
-        serve->add_option(f.flag, flags.*f.field, std::string(f.help) + " [env " + f.env + "]")->type_name(f.value);
+        serve->add_option(f.flag, flags.*f.field, std::string(f.help) + " [env " + f.env + "]")
+            ->type_name(f.value);
     serve->fallthrough();  // the launch and pipeline options belong to the main app
     return serve;
 }
@@ -90,7 +93,8 @@ std::string serve_options_from(const ServeFlags& flags, const EnvLookup& env, se
         return e.what();
     }
     if (out.host.empty() || out.host.find_first_of(" /") != std::string::npos)
-        return "--host '" + out.host + "': give an address or host name to listen on (e.g. 127.0.0.1 or 0.0.0.0)";
+        return "--host '" + out.host +
+               "': give an address or host name to listen on (e.g. 127.0.0.1 or 0.0.0.0)";
     if (out.api_key.find_first_of(" \t\r\n") != std::string::npos)
         return "--api-key: a key may not hold white space";
     return {};
@@ -120,20 +124,23 @@ std::vector<std::string> job_args_for_serve(const std::vector<std::string>& give
             ++i;
             continue;
         }
-        if (starts_with(a, "--output-dir=") || starts_with(a, "--output_dir=") || (starts_with(a, "-o") && a.size() > 2))
+        if (starts_with(a, "--output-dir=") || starts_with(a, "--output_dir=") ||
+            (starts_with(a, "-o") && a.size() > 2))
             continue;
         if (a == "-q" || a == "--quiet") continue;
         for (const char* refused : {"--resume", "--overwrite", "--dry-run"})
             if (a == refused || starts_with(a, std::string(refused) + "="))
-                problem = std::string(refused) +
-                          " does not go with serve: each job has a folder of its own, and a job a killed server "
-                          "left is resumed when it starts again";
+                problem =
+                    std::string(refused) +
+                    " does not go with serve: each job has a folder of its own, and a job a killed server "
+                    "left is resumed when it starts again";
         out.push_back(a);
     }
     return out;
 }
 
-int run_serve(const launcher::LaunchSpec& launch, const launcher::JobOptions& job, serve::ServeOptions options) {
+int run_serve(const launcher::LaunchSpec& launch, const launcher::JobOptions& job,
+              serve::ServeOptions options) {
     // Note [a job is resolved once]: the model and flags refused here, before anything listens,
     // exactly as the batch job would refuse them.
     const launcher::ResolvedJob resolved = launcher::resolve_job(launch, job);

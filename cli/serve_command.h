@@ -33,6 +33,7 @@ std::vector<std::string> job_args_for_serve(const std::vector<std::string>& give
 
 // Runs the server for `launch` and `job` (resolved here, once, as a batch job is): every refusal
 // of the model and the flags before it listens.
-int run_serve(const launcher::LaunchSpec& launch, const launcher::JobOptions& job, serve::ServeOptions options);
+int run_serve(const launcher::LaunchSpec& launch, const launcher::JobOptions& job,
+              serve::ServeOptions options);
 
 }  // namespace dp::cli

@@ -54,8 +54,7 @@ bool has_image(const nlohmann::json& r) { return r.value("status", "") == "ok"; 
 }  // namespace
 
 std::string gallery_style() {
-    return
-           "body{font-family:system-ui,sans-serif;margin:1.5rem;background:#f4f4f4;color:#222}\n"
+    return "body{font-family:system-ui,sans-serif;margin:1.5rem;background:#f4f4f4;color:#222}\n"
            "h1{font-size:1.3rem;margin:0 0 .3rem}.summary{color:#555;margin-bottom:1rem}\n"
            "h2{font-size:1.05rem;margin:1.2rem 0 .5rem}.pages{margin:.6rem 0 1rem;line-height:1.8}\n"
            ".pages a,.pages b{margin-right:.5rem}\n"
@@ -85,9 +84,7 @@ std::string page_head(const std::string& title, const GallerySummary& s, const s
     return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
            "<title>" +
-           title +
-           "</title>\n<style>\n" +
-           gallery_style() +
+           title + "</title>\n<style>\n" + gallery_style() +
            "</style>\n</head>\n<body>\n<h1>dp-launch gallery</h1>\n<div class=\"summary\">" +
            std::string(summary) + " &middot; model " + html_escape(s.model) + "</div>\n" + between +
            "<div class=\"grid\">\n";

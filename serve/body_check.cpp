@@ -21,7 +21,8 @@ std::string names_server_file(const launcher::PromptRecord& p) {
         if (type == protocol::CallType::kImage || type == protocol::CallType::kAdapters)
             return std::string("key '") + item.first->name +
                    "' names a file, and a request may not name files on the server (give the server's "
-                   "--" + (type == protocol::CallType::kImage ? "image" : "lora") + " instead)";
+                   "--" +
+                   (type == protocol::CallType::kImage ? "image" : "lora") + " instead)";
     }
     return {};
 }
@@ -58,7 +59,8 @@ BodyChecker make_body_checker(const launcher::ResolvedJob& resolved, const Serve
     return [job, limits](const std::string& jsonl) {
         BodyCheck c;
         if (jsonl.find_first_not_of(" \t\r\n") == std::string::npos) {
-            c.problem = "the body has no prompt lines: send JSON Lines, one {\"prompt\": \"...\"} object a line";
+            c.problem =
+                "the body has no prompt lines: send JSON Lines, one {\"prompt\": \"...\"} object a line";
             return c;
         }
         if (!launcher::is_valid_utf8(jsonl)) {
@@ -72,16 +74,18 @@ BodyChecker make_body_checker(const launcher::ResolvedJob& resolved, const Serve
         bool too_large = false;
         launcher::PromptFile file;
         try {
-            file = launcher::parse_prompt_file(jsonl, "request", /*jsonl=*/true, [&](const launcher::PromptRecord& p) {
-                if (std::string why = names_server_file(p); !why.empty()) return why;
-                for (const std::optional<int>& side : {p.width, p.height})
-                    if (side && *side > limits.max_image_side) {
-                        too_large = true;
-                        return "width and height may be at most " + std::to_string(limits.max_image_side) +
-                               " pixels on this server (--max-image-side)";
-                    }
-                return launcher::prompt_setting_problem(p, job->options, job->model);
-            });
+            file = launcher::parse_prompt_file(
+                jsonl, "request", /*jsonl=*/true, [&](const launcher::PromptRecord& p) {
+                    if (std::string why = names_server_file(p); !why.empty()) return why;
+                    for (const std::optional<int>& side : {p.width, p.height})
+                        if (side && *side > limits.max_image_side) {
+                            too_large = true;
+                            return "width and height may be at most " +
+                                   std::to_string(limits.max_image_side) +
+                                   " pixels on this server (--max-image-side)";
+                        }
+                    return launcher::prompt_setting_problem(p, job->options, job->model);
+                });
         } catch (const launcher::Error& e) {  // past the prompt file's own limits
             c.status = 413;
             c.problem = e.what();

@@ -39,8 +39,9 @@ std::string read_bytes(const std::string& path) {
 
 std::string base64(const std::string& bytes) {
     std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-    const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                  reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
+    const int n =
+        EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                        reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
     out.resize(static_cast<std::size_t>(n));
     return out;
 }
@@ -128,12 +129,14 @@ void generations(ApiContext& c, const httplib::Request& req, httplib::Response& 
                 return answer_error(res, 400, "\"" + key + "\" must be a string", "invalid_request_error");
         } else if (key == "n") {
             if (!value.is_number_integer() || value.get<int64_t>() < 1)
-                return answer_error(res, 400, "\"n\" must be an integer of at least 1", "invalid_request_error");
+                return answer_error(res, 400, "\"n\" must be an integer of at least 1",
+                                    "invalid_request_error");
             n = value.get<int64_t>();
             if (n > c.options.max_images)
                 return answer_error(res, 413,
                                     "\"n\" is " + std::to_string(n) + "; this server makes at most " +
-                                        std::to_string(c.options.max_images) + " images a request (--max-images)",
+                                        std::to_string(c.options.max_images) +
+                                        " images a request (--max-images)",
                                     "invalid_request_error");
         } else if (key == "size") {
             const std::string size = value.is_string() ? value.get<std::string>() : "";
@@ -141,7 +144,8 @@ void generations(ApiContext& c, const httplib::Request& req, httplib::Response& 
             char x = 0, extra = 0;
             if (size == "auto") continue;
             if (std::sscanf(size.c_str(), "%d%c%d%c", &w, &x, &h, &extra) != 3 || x != 'x' || w < 1 || h < 1)
-                return answer_error(res, 400, "\"size\" must be \"WIDTHxHEIGHT\" (e.g. \"512x512\") or \"auto\"",
+                return answer_error(res, 400,
+                                    "\"size\" must be \"WIDTHxHEIGHT\" (e.g. \"512x512\") or \"auto\"",
                                     "invalid_request_error");
             line["width"] = w;
             line["height"] = h;
@@ -163,9 +167,10 @@ void generations(ApiContext& c, const httplib::Request& req, httplib::Response& 
     }
     const JobRow done = *c.store.get(row->id);
     if (done.state != JobState::kDone)
-        return answer_error(res, done.state == JobState::kCancelled ? 409 : 500,
-                            row->id + " " + state_name(done.state) + (done.error.empty() ? "" : ": " + done.error),
-                            "server_error");
+        return answer_error(
+            res, done.state == JobState::kCancelled ? 409 : 500,
+            row->id + " " + state_name(done.state) + (done.error.empty() ? "" : ": " + done.error),
+            "server_error");
     json data = json::array();
     for (const json& r : run_records(run_folder(c.options, row->id))) {
         if (r.value("status", "") != "ok") continue;
@@ -175,7 +180,8 @@ void generations(ApiContext& c, const httplib::Request& req, httplib::Response& 
         else
             data.push_back({{"b64_json", base64(read_bytes(run_folder(c.options, row->id) + "/" + file))}});
     }
-    answer_json(res, 200, {{"created", static_cast<int64_t>(done.created)}, {"job", row->id}, {"data", data}});
+    answer_json(res, 200,
+                {{"created", static_cast<int64_t>(done.created)}, {"job", row->id}, {"data", data}});
 }
 
 std::string metrics(ApiContext& c) {
@@ -185,7 +191,8 @@ std::string metrics(ApiContext& c) {
     out << "# HELP dp_queue_depth Jobs waiting to run.\n# TYPE dp_queue_depth gauge\n"
         << "dp_queue_depth " << counts.at(JobState::kQueued) << "\n"
         << "# HELP dp_jobs Jobs in the server's database, by state.\n# TYPE dp_jobs gauge\n";
-    for (const auto& [state, count] : counts) out << "dp_jobs{state=\"" << state_name(state) << "\"} " << count << "\n";
+    for (const auto& [state, count] : counts)
+        out << "dp_jobs{state=\"" << state_name(state) << "\"} " << count << "\n";
     out << "# HELP dp_images_total Images the server's runs made since it started.\n"
         << "# TYPE dp_images_total counter\ndp_images_total " << s.images << "\n"
         << "# HELP dp_images_per_second Images made per second of running jobs since the start.\n"
@@ -223,18 +230,24 @@ void add_job_routes(httplib::Server& server, ApiContext& c) {
         if (!row) return answer_error(res, 404, "no job " + std::string(req.matches[1]), "not_found");
         const std::string path = run_folder(c.options, row->id) + "/manifest.jsonl";
         std::ifstream probe(path);
-        if (!probe) return answer_error(res, 404, row->id + " has no manifest yet (it is " + state_name(row->state) + ")", "not_found");
+        if (!probe)
+            return answer_error(res, 404,
+                                row->id + " has no manifest yet (it is " + state_name(row->state) + ")",
+                                "not_found");
         res.set_content(read_bytes(path), "application/x-ndjson");
     });
-    server.Get(R"(/v1/jobs/([^/]+)/images/([^/]+))", [&c](const httplib::Request& req, httplib::Response& res) {
-        const std::optional<JobRow> row = c.store.get(req.matches[1]);
-        if (!row) return answer_error(res, 404, "no job " + std::string(req.matches[1]), "not_found");
-        const std::string name = req.matches[2];
-        if (!is_recorded_image(run_records(run_folder(c.options, row->id)), name))
-            return answer_error(res, 404, row->id + " has no image named " + json(name).dump() +
-                                              " (the names are its records' \"file\")", "not_found");
-        res.set_content(read_bytes(run_folder(c.options, row->id) + "/" + name), content_type(name));
-    });
+    server.Get(
+        R"(/v1/jobs/([^/]+)/images/([^/]+))", [&c](const httplib::Request& req, httplib::Response& res) {
+            const std::optional<JobRow> row = c.store.get(req.matches[1]);
+            if (!row) return answer_error(res, 404, "no job " + std::string(req.matches[1]), "not_found");
+            const std::string name = req.matches[2];
+            if (!is_recorded_image(run_records(run_folder(c.options, row->id)), name))
+                return answer_error(res, 404,
+                                    row->id + " has no image named " + json(name).dump() +
+                                        " (the names are its records' \"file\")",
+                                    "not_found");
+            res.set_content(read_bytes(run_folder(c.options, row->id) + "/" + name), content_type(name));
+        });
     server.Delete(R"(/v1/jobs/([^/]+))", [&c](const httplib::Request& req, httplib::Response& res) {
         const std::optional<JobRow> row = c.store.get(req.matches[1]);
         if (!row) return answer_error(res, 404, "no job " + std::string(req.matches[1]), "not_found");
@@ -273,11 +286,13 @@ void add_routes(httplib::Server& server, ApiContext& c) {
     server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
         if (res.status == 413)
-            return answer_error(res, 413, "the request body is larger than this server takes (--max-request-bytes)",
+            return answer_error(res, 413,
+                                "the request body is larger than this server takes (--max-request-bytes)",
                                 "invalid_request_error");
         if (res.status == 404)
             return answer_error(res, 404, "no such path: " + req.method + " " + req.path, "not_found");
-        answer_error(res, res.status, "the request could not be served (HTTP " + std::to_string(res.status) + ")",
+        answer_error(res, res.status,
+                     "the request could not be served (HTTP " + std::to_string(res.status) + ")",
                      "invalid_request_error");
     });
     server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -293,10 +308,11 @@ void add_routes(httplib::Server& server, ApiContext& c) {
     server.Post("/v1/images/generations",
                 [&c](const httplib::Request& req, httplib::Response& res) { generations(c, req, res); });
     server.Post("/v1/images/edits", [](const httplib::Request&, httplib::Response& res) {
-        answer_error(res, 501,
-                     "image edits over HTTP are not served yet: run the edit as a batch job (a JSONL line with "
-                     "\"image\" and \"mask_image\", docs/prompt-files.md)",
-                     "not_implemented");
+        answer_error(
+            res, 501,
+            "image edits over HTTP are not served yet: run the edit as a batch job (a JSONL line with "
+            "\"image\" and \"mask_image\", docs/prompt-files.md)",
+            "not_implemented");
     });
     add_job_routes(server, c);
     server.Get("/health", [&c](const httplib::Request&, httplib::Response& res) {

@@ -99,9 +99,9 @@ void JobRunner::run_one(const JobRow& job) {
     const Clock::time_point start = Clock::now();
     int code = -1;
     try {
-        launcher::ChildProcess child = launcher::spawn_child_to_files(
-            job_command(options_, job.id, prompts, resume), current_environment(), requests + "/" + job.id + ".out",
-            err_path);
+        launcher::ChildProcess child =
+            launcher::spawn_child_to_files(job_command(options_, job.id, prompts, resume),
+                                           current_environment(), requests + "/" + job.id + ".out", err_path);
         {
             std::lock_guard<std::mutex> lock(mutex_);
             child_ = child.pid;
@@ -178,8 +178,8 @@ void JobRunner::cancel(const std::string& id) {
 }
 
 bool JobRunner::wait_finished(const std::string& id, double timeout_s) {
-    const Clock::time_point until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                       std::chrono::duration<double>(timeout_s));
+    const Clock::time_point until =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
     for (;;) {
         const std::optional<JobRow> row = store_.get(id);
         if (!row || (row->state != JobState::kQueued && row->state != JobState::kRunning)) return true;

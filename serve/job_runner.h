@@ -21,12 +21,12 @@ std::string requests_folder(const ServeOptions& options);
 
 // What the runner has done since the server started, for /metrics and /health.
 struct RunnerStats {
-    int64_t jobs_run = 0;        // runs that ended (retries counted)
-    int64_t images = 0;          // images the finished runs recorded as made
-    double busy_s = 0;           // seconds a job's dp-launch ran
-    double last_image_ms = 0;    // the mean time per image of the last run that made one
-    std::string running;         // the running job's id; empty: none
-    bool healthy = true;         // false once a job used up its attempts on a crash
+    int64_t jobs_run = 0;      // runs that ended (retries counted)
+    int64_t images = 0;        // images the finished runs recorded as made
+    double busy_s = 0;         // seconds a job's dp-launch ran
+    double last_image_ms = 0;  // the mean time per image of the last run that made one
+    std::string running;       // the running job's id; empty: none
+    bool healthy = true;       // false once a job used up its attempts on a crash
     std::string unhealthy_reason;
 };
 

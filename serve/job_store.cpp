@@ -40,8 +40,8 @@ double now_s() {
 }
 
 JobState state_of(const std::string& name) {
-    for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed,
-                       JobState::kCancelled})
+    for (JobState s :
+         {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed, JobState::kCancelled})
         if (name == state_name(s)) return s;
     throw std::runtime_error("unknown job state '" + name + "' in the job database");
 }
@@ -105,7 +105,8 @@ class Statement {
 
 std::string text_column(sqlite3_stmt* s, int i) {
     const unsigned char* t = sqlite3_column_text(s, i);
-    return t ? std::string(reinterpret_cast<const char*>(t), static_cast<std::size_t>(sqlite3_column_bytes(s, i)))
+    return t ? std::string(reinterpret_cast<const char*>(t),
+                           static_cast<std::size_t>(sqlite3_column_bytes(s, i)))
              : std::string();
 }
 
@@ -113,11 +114,16 @@ std::string text_column(sqlite3_stmt* s, int i) {
 
 const char* state_name(JobState state) {
     switch (state) {
-        case JobState::kQueued: return "queued";
-        case JobState::kRunning: return "running";
-        case JobState::kDone: return "done";
-        case JobState::kFailed: return "failed";
-        case JobState::kCancelled: return "cancelled";
+        case JobState::kQueued:
+            return "queued";
+        case JobState::kRunning:
+            return "running";
+        case JobState::kDone:
+            return "done";
+        case JobState::kFailed:
+            return "failed";
+        case JobState::kCancelled:
+            return "cancelled";
     }
     return "unknown";
 }
@@ -164,7 +170,9 @@ JobRow JobStore::row_of(sqlite3_stmt* s) const {
 
 JobRow JobStore::add(const std::string& kind, const std::string& body, int64_t prompts, int64_t images) {
     std::lock_guard<std::mutex> lock(mutex_);
-    Statement s(db_, "INSERT INTO jobs (kind, state, body, prompts, images, created) VALUES (?, 'queued', ?, ?, ?, ?)");
+    Statement s(
+        db_,
+        "INSERT INTO jobs (kind, state, body, prompts, images, created) VALUES (?, 'queued', ?, ?, ?, ?)");
     s.bind(1, kind).bind_blob(2, body).bind(3, prompts).bind(4, images).bind(5, now_s());
     s.step();
     return *get_locked(id_of(sqlite3_last_insert_rowid(db_)));
@@ -195,7 +203,9 @@ int JobStore::requeue_running() {
 
 void JobStore::finish(const std::string& id, JobState state, int exit_code, const std::string& error) {
     std::lock_guard<std::mutex> lock(mutex_);
-    Statement s(db_, "UPDATE jobs SET state = ?, exit_code = ?, error = ?, finished = ?, requeued = 0 WHERE number = ?");
+    Statement s(
+        db_,
+        "UPDATE jobs SET state = ?, exit_code = ?, error = ?, finished = ?, requeued = 0 WHERE number = ?");
     s.bind(1, std::string(state_name(state))).bind(2, static_cast<int64_t>(exit_code)).bind(3, error);
     s.bind(4, now_s()).bind(5, number_of(id));
     s.step();
@@ -237,9 +247,10 @@ int64_t JobStore::queue_position(const std::string& id) {
     const std::optional<JobRow> row = get_locked(id);
     if (!row || row->state != JobState::kQueued) return -1;
     // The claim order: requeued jobs first, then by number.
-    Statement s(db_, "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND (requeued > "
-                     "(SELECT requeued FROM jobs WHERE number = ?1) OR (requeued = (SELECT requeued FROM "
-                     "jobs WHERE number = ?1) AND number < ?1))");
+    Statement s(db_,
+                "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND (requeued > "
+                "(SELECT requeued FROM jobs WHERE number = ?1) OR (requeued = (SELECT requeued FROM "
+                "jobs WHERE number = ?1) AND number < ?1))");
     s.bind(1, row->number);
     s.step();
     return sqlite3_column_int64(s.get(), 0);
@@ -257,8 +268,9 @@ bool JobStore::cancel(const std::string& id) {
     const std::optional<JobRow> row = get_locked(id);
     if (!row) return false;
     if (row->state == JobState::kQueued) {
-        Statement s(db_, "UPDATE jobs SET state = 'cancelled', finished = ?, error = 'cancelled before it "
-                         "started', requeued = 0 WHERE number = ?");
+        Statement s(db_,
+                    "UPDATE jobs SET state = 'cancelled', finished = ?, error = 'cancelled before it "
+                    "started', requeued = 0 WHERE number = ?");
         s.bind(1, now_s()).bind(2, row->number);
         s.step();
         return true;
@@ -282,8 +294,8 @@ std::vector<JobRow> JobStore::recent(int limit) {
 std::map<JobState, int64_t> JobStore::counts() {
     std::lock_guard<std::mutex> lock(mutex_);
     std::map<JobState, int64_t> out;
-    for (JobState st : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed,
-                        JobState::kCancelled})
+    for (JobState st :
+         {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed, JobState::kCancelled})
         out[st] = 0;
     Statement s(db_, "SELECT state, COUNT(*) FROM jobs GROUP BY state");
     while (s.step()) out[state_of(text_column(s.get(), 0))] = sqlite3_column_int64(s.get(), 1);

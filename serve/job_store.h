@@ -24,8 +24,8 @@ struct JobRow {
     int64_t number = 0;
     std::string kind;  // "jobs" (POST /v1/jobs) or "generations" (POST /v1/images/generations)
     JobState state = JobState::kQueued;
-    int64_t prompts = 0;  // the body's prompt lines
-    int64_t images = 0;   // the images they make (num_images_per_prompt counted)
+    int64_t prompts = 0;                            // the body's prompt lines
+    int64_t images = 0;                             // the images they make (num_images_per_prompt counted)
     double created = 0, started = 0, finished = 0;  // Unix seconds; 0: not yet
     int attempts = 0;                               // runs started (a restart or a retry adds one)
     int exit_code = -1;                             // dp-launch's, once finished

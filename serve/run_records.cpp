@@ -35,7 +35,8 @@ bool is_recorded_image(const std::vector<nlohmann::json>& records, const std::st
         if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_')) return false;
     for (const nlohmann::json& r : records) {
         const auto file = r.find("file");
-        if (file != r.end() && file->is_string() && *file == name && r.value("status", "") == "ok") return true;
+        if (file != r.end() && file->is_string() && *file == name && r.value("status", "") == "ok")
+            return true;
     }
     return false;
 }

@@ -10,19 +10,19 @@ namespace dp::serve {
 inline constexpr int kDefaultPort = 8000;
 
 struct ServeOptions {
-    std::string host = "127.0.0.1";  // loopback unless asked; any other needs api_key
-    int port = kDefaultPort;         // 0: any free port (the one taken is printed)
-    std::string api_key;             // --api-key / DP_API_KEY: checked on every request when set
-    int max_queue = 64;              // queued and running jobs; more is answered 429
-    int64_t max_prompts = 1000;      // prompt lines in one request; more is 413
-    int64_t max_images = 16;         // n of one generations request; more is 413
-    int64_t max_body_bytes = 8 << 20;  // a request's body; more is 413
-    int64_t max_image_side = 4096;     // a line's width or height; more is 413
-    double request_timeout_s = 600;    // how long POST /v1/images/generations waits for its images
-    int max_attempts = 3;              // runs of one job (a rank that dies is started again)
-    int world_size = 1;                // the ranks each job runs on (/metrics)
-    std::string root;                  // the output root: the job database and one folder per job
-    std::string dp_launch;             // the dp-launch each job runs
+    std::string host = "127.0.0.1";     // loopback unless asked; any other needs api_key
+    int port = kDefaultPort;            // 0: any free port (the one taken is printed)
+    std::string api_key;                // --api-key / DP_API_KEY: checked on every request when set
+    int max_queue = 64;                 // queued and running jobs; more is answered 429
+    int64_t max_prompts = 1000;         // prompt lines in one request; more is 413
+    int64_t max_images = 16;            // n of one generations request; more is 413
+    int64_t max_body_bytes = 8 << 20;   // a request's body; more is 413
+    int64_t max_image_side = 4096;      // a line's width or height; more is 413
+    double request_timeout_s = 600;     // how long POST /v1/images/generations waits for its images
+    int max_attempts = 3;               // runs of one job (a rank that dies is started again)
+    int world_size = 1;                 // the ranks each job runs on (/metrics)
+    std::string root;                   // the output root: the job database and one folder per job
+    std::string dp_launch;              // the dp-launch each job runs
     std::vector<std::string> job_args;  // its launch and pipeline flags (serve's own and -o left out)
     bool quiet = false;                 // -q: no line per job on stderr
 };

@@ -51,9 +51,10 @@ bool is_loopback_host(const std::string& host) {
 
 int run_server(const ServeOptions& options, const BodyChecker& check, const std::string& model) {
     if (!is_loopback_host(options.host) && options.api_key.empty())
-        throw launcher::UsageError("--host " + options.host +
-                                   " is not loopback: a server others can reach needs --api-key KEY (or DP_API_KEY); "
-                                   "every request must then carry it");
+        throw launcher::UsageError(
+            "--host " + options.host +
+            " is not loopback: a server others can reach needs --api-key KEY (or DP_API_KEY); "
+            "every request must then carry it");
     make_folder(options.root);
     const launcher::UniqueFd lock = lock_root(options.root);
     make_folder(requests_folder(options));
@@ -82,24 +83,26 @@ int run_server(const ServeOptions& options, const BodyChecker& check, const std:
         port = 0;
     }
     if (port <= 0)
-        throw launcher::UsageError("cannot listen on " + options.host + ":" + std::to_string(options.port) +
-                                   " (in use, or not an address of this host): give another --port or --host");
+        throw launcher::UsageError(
+            "cannot listen on " + options.host + ":" + std::to_string(options.port) +
+            " (in use, or not an address of this host): give another --port or --host");
 
     std::thread jobs([&runner] { runner.run(); });
     std::thread stopper([&] {
         int sig = 0;
         sigwait(&stop_signals, &sig);
         if (!options.quiet && sig != 0)
-            launcher::Terminal::instance().say("serve: stopping (the running job ends at a step boundary and "
-                                               "resumes at the next start)");
+            launcher::Terminal::instance().say(
+                "serve: stopping (the running job ends at a step boundary and "
+                "resumes at the next start)");
         runner.stop();
         server.stop();
     });
     // Said even with -q: the address is what a script waits for.
-    launcher::Terminal::instance().say("serve: listening on http://" + options.host + ":" + std::to_string(port) +
-                                           "/ (root " + options.root + ", " + std::to_string(options.world_size) +
-                                           " rank(s) a job" +
-                                           (resumed ? ", " + std::to_string(resumed) + " job(s) resumed" : "") + ")");
+    launcher::Terminal::instance().say(
+        "serve: listening on http://" + options.host + ":" + std::to_string(port) + "/ (root " +
+        options.root + ", " + std::to_string(options.world_size) + " rank(s) a job" +
+        (resumed ? ", " + std::to_string(resumed) + " job(s) resumed" : "") + ")");
     const bool listened = server.listen_after_bind();
     runner.stop();
     pthread_kill(stopper.native_handle(), SIGTERM);  // no-op when it already returned

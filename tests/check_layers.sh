@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The layer rules of DESIGN.md, checked on the sources under ROOT (default: this checkout):
-#   - launcher/, cli/, protocol/ and strategies/ include no LibTorch header (the launcher starts in
-#     milliseconds and `dp-launch plan` needs no LibTorch);
+#   - launcher/, cli/, serve/, protocol/ and strategies/ include no LibTorch header (the launcher
+#     starts in milliseconds, `dp-launch plan` needs no LibTorch, and the server runs jobs through
+#     dp-launch);
 #   - protocol/ includes nothing of ours but protocol/ (it is the contract both sides link);
 #   - images/ includes no LibTorch header and nothing of ours but protocol/ and images/ (the
 #     launcher reads input images' headers, the worker decodes them: both sides link it);
@@ -28,8 +29,8 @@ violations() {  # $1: rule, $2: pattern, folders...
         status=1
     fi
 }
-violations "launcher/, cli/, protocol/ and strategies/ must not include LibTorch" \
-    'ATen/|torch/|c10/|caffe2/' launcher cli protocol strategies
+violations "launcher/, cli/, serve/, protocol/ and strategies/ must not include LibTorch" \
+    'ATen/|torch/|c10/|caffe2/' launcher cli serve protocol strategies
 violations "protocol/ must include nothing of ours outside protocol/" \
     '(launcher|cli|strategies|runtime|shapes|training)/' protocol
 violations "images/ must not include LibTorch" 'ATen/|torch/|c10/|caffe2/' images
