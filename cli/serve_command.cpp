@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "launcher/errors.h"
+#include "launcher/job.h"
 #include "launcher/model_location.h"
 #include "launcher/resolved_job.h"
 #include "launcher/values.h"
@@ -144,6 +145,12 @@ int run_serve(const launcher::LaunchSpec& launch, const launcher::JobOptions& jo
     // Note [a job is resolved once]: the model and flags refused here, before anything listens,
     // exactly as the batch job would refuse them.
     const launcher::ResolvedJob resolved = launcher::resolve_job(launch, job);
+    // Note [checking a model before the ranks start]: once here, not again for every job. A job
+    // that names its worker skips the check; naming our own changes nothing else.
+    if (job.worker.empty()) {
+        launcher::check_model_with_worker(launch, resolved);
+        options.job_args.insert(options.job_args.end(), {"--worker", launcher::self_dir() + "/dp-worker"});
+    }
     options.root = job.output_dir;
     options.dp_launch = launcher::self_dir() + "/dp-launch";
     options.world_size = launch.world_size();

@@ -28,6 +28,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bf16_cpu import run  # noqa: E402  (a whole process, timed; its failure ends the benchmark)
+from job_summary import summary_of  # noqa: E402
 
 SIZE, SEED = 512, 0
 PROMPTS = ["an old lighthouse on a rocky coast at dusk, waves and gulls", "a red bicycle leaning on a brick wall",
@@ -66,18 +67,6 @@ def build(name, folder):
         return build_model("medium+t5", CONFIGS["medium+t5"], folder)
     from qwen_image_vs_diffusers import build_medium
     return build_medium(folder)
-
-
-def summary_of(proc):
-    """The --progress json summary event dp-launch printed last on stdout."""
-    for line in reversed(proc.stdout.splitlines()):
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("event") == "summary":
-            return event
-    sys.exit("dp-launch printed no summary event:\n" + proc.stderr[-2000:])
 
 
 def pixels_against(ours, theirs, count):

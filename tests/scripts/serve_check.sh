@@ -4,7 +4,8 @@
 #   serve_check.sh DP_LAUNCH bytes     POST /v1/jobs and /v1/images/generations give the bytes of
 #                                      dp-launch -n 2 on the same JSONL
 #   serve_check.sh DP_LAUNCH restart   a server killed with SIGKILL mid-job, started again on its
-#                                      root, finishes the job with every image exactly once
+#                                      root, stopped with SIGTERM, started again, finishes the
+#                                      job with every image exactly once
 #   serve_check.sh DP_LAUNCH security  a non-loopback bind without a key is refused at start; with
 #                                      one, a request without it is answered 401
 #   serve_check.sh DP_LAUNCH limits    malformed JSON, unknown keys, server files, oversize bodies,
@@ -147,6 +148,22 @@ restart)
     for _ in $(seq 100); do [[ $(marked) == 0 ]] && break; sleep 0.1; done
     [[ $(marked) == 0 ]] || fail "$(marked) process(es) of the killed server's job are left"
     echo "killed the server with $made of 40 images made"
+    # Started again, then stopped with SIGTERM: the running job records what it made and goes
+    # back to the queue; the server exits 0.
+    start "$work/root" "${flags[@]}"
+    wait_for "$id" running 60
+    for _ in $(seq 600); do
+        again=$(grep -c '"status":"ok"' "$work/root/$id/manifest.jsonl" 2>/dev/null || true)
+        [[ ${again:-0} -gt $made ]] && break
+        sleep 0.05
+    done
+    kill -TERM "$pid"
+    rc=0
+    wait "$pid" || rc=$?
+    [[ $rc == 0 ]] || fail "the server stopped by SIGTERM exited $rc, not 0"
+    for _ in $(seq 100); do [[ $(marked) == 0 ]] && break; sleep 0.1; done
+    [[ $(marked) == 0 ]] || fail "$(marked) process(es) left after SIGTERM"
+    echo "stopped the server with SIGTERM with $(grep -c '"status":"ok"' "$work/root/$id/manifest.jsonl") of 40 images made"
     start "$work/root" "${flags[@]}"
     wait_for "$id" done 180
     python3 - "$work/root/$id/manifest.jsonl" <<'PY' || exit 1
