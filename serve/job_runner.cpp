@@ -12,10 +12,9 @@
 
 #include "launcher/errors.h"
 #include "launcher/process.h"
+#include "launcher/rank_env.h"
 #include "protocol/atomic_file.h"
 #include "serve/run_records.h"
-
-extern char** environ;
 
 namespace dp::serve {
 namespace {
@@ -38,9 +37,11 @@ std::vector<std::string> job_command(const ServeOptions& options, const std::str
     return argv;
 }
 
-std::vector<std::string> current_environment() {
+// The server's environment, less its API key: a job has no use for it.
+std::vector<std::string> job_environment() {
     std::vector<std::string> env;
-    for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
+    for (std::string& kv : launcher::current_environment())
+        if (kv.rfind("DP_API_KEY=", 0) != 0) env.push_back(std::move(kv));
     return env;
 }
 
@@ -100,8 +101,8 @@ void JobRunner::run_one(const JobRow& job) {
     int code = -1;
     try {
         launcher::ChildProcess child =
-            launcher::spawn_child_to_files(job_command(options_, job.id, prompts, resume),
-                                           current_environment(), requests + "/" + job.id + ".out", err_path);
+            launcher::spawn_child_to_files(job_command(options_, job.id, prompts, resume), job_environment(),
+                                           requests + "/" + job.id + ".out", err_path);
         {
             std::lock_guard<std::mutex> lock(mutex_);
             child_ = child.pid;
