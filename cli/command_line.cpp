@@ -18,6 +18,7 @@
 #include "launcher/dry_run.h"
 #include "launcher/errors.h"
 #include "launcher/job.h"
+#include "launcher/model_location.h"
 #include "launcher/prompt_file.h"
 #include "launcher/spelling.h"
 #include "launcher/start_signals.h"
@@ -103,6 +104,8 @@ struct CommandApp {
     CLI::App* compare = nullptr;
     CLI::App* serve = nullptr;
     ServeFlags serve_flags;          // serve's own flags, as given
+    CLI::App* warm_ranks = nullptr;  // serve's own use: Note [warm ranks]
+    std::string warm_dir;
     std::vector<std::string> runs;   // compare's two folders
     std::string min_psnr, min_ssim;  // its budgets, as given (compare_command reads them)
     CLI::Option* psnr = nullptr;
@@ -164,6 +167,9 @@ CommandApp::CommandApp(RawLaunchOptions& raw, CommandLine& result, std::size_t h
     compare->add_flag("--strict", result.compare.strict,
                       "Exit 1 also when a pair's records differ in prompt or seed (always reported)");
     serve = add_serve_command(app, serve_flags);
+    warm_ranks = app.add_subcommand("warm-ranks", "dp-launch serve's warm ranks")->group("");
+    warm_ranks->add_option("dir", warm_dir)->required();
+    warm_ranks->fallthrough();
     set_help_pages(*formatter);
 }
 
@@ -319,7 +325,8 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
         return result;
     }
     if (c.compare->parsed()) return compare_command(c, raw, result);
-    const bool serve = c.serve->parsed();
+    const bool serve = c.serve->parsed(), warm = c.warm_ranks->parsed();
+    if (warm) result.serve.root = c.warm_dir;
     if (serve) {
         if (!c.stray.empty() || !raw.command.empty() || !c.prompt_texts.empty())
             return usage_error(result,
@@ -340,7 +347,7 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
                                        ": give one (--prompt is a prompt file of its own)");
     if (prompt_given && !raw.command.empty())
         return usage_error(result, "--prompt is a pipeline option: it makes images, not a command after --");
-    const bool job_mode = serve || c.plan->parsed() || c.arguments->parsed() ||
+    const bool job_mode = serve || warm || c.plan->parsed() || c.arguments->parsed() ||
                           (raw.command.empty() && (!c.stray.empty() || prompt_given));
     try {
         result.spec = resolve_launch_spec(raw, env, /*require_command=*/!job_mode);
@@ -356,7 +363,8 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
         usage_error(result, e.what()).exit_code = e.exit_code();
         return result;
     }
-    result.action = serve                   ? CommandLine::Action::kServe
+    result.action = warm                    ? CommandLine::Action::kWarmRanks
+                    : serve                 ? CommandLine::Action::kServe
                     : c.plan->parsed()      ? CommandLine::Action::kPlan
                     : c.arguments->parsed() ? CommandLine::Action::kArguments
                                             : CommandLine::Action::kLaunch;
@@ -366,7 +374,9 @@ CommandLine parse_command_line(const std::vector<std::string>& given, const EnvL
 int run_command_line(const CommandLine& command_line) {
     // Only a launch starts ranks to forward the job signals to (Note [signals before the ranks
     // start]); any other command acts on them as any program does.
-    if (command_line.action != CommandLine::Action::kLaunch) launcher::release_job_signals();
+    if (command_line.action != CommandLine::Action::kLaunch &&
+        command_line.action != CommandLine::Action::kWarmRanks)
+        launcher::release_job_signals();
     try {
         switch (command_line.action) {
             case CommandLine::Action::kPrint:
@@ -387,6 +397,11 @@ int run_command_line(const CommandLine& command_line) {
                 return 0;
             case CommandLine::Action::kCompare:
                 return run_compare(command_line.compare, std::cout);
+            case CommandLine::Action::kWarmRanks: {
+                launcher::LaunchSpec spec = command_line.spec;
+                spec.command = {launcher::self_dir() + "/dp-worker", "--pool", command_line.serve.root};
+                return launcher::run_launch(spec);
+            }
             case CommandLine::Action::kServe:
                 return run_serve(command_line.spec, *command_line.job, command_line.serve);
             case CommandLine::Action::kEnv:

@@ -21,6 +21,8 @@ struct CommandLine {
         kArguments,  // `dp-launch arguments [--model M] [--json]`: the model's call arguments
         kCompare,    // `dp-launch compare RUN_A RUN_B [...]`: Note [compare]
         kServe,      // `dp-launch serve [options]`: the HTTP API over a job queue (docs/serve.md)
+        kWarmRanks,  // `dp-launch warm-ranks DIR [options]`: serve's warm ranks (Note [warm ranks]), not for
+                     // users
         kPrint,      // --help or --version: print `message` to stdout, exit 0
         kFail,       // print `message` to stderr, exit `exit_code`
     };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
 #include <utility>
 
 #include "launcher/errors.h"
@@ -145,13 +146,20 @@ int run_serve(const launcher::LaunchSpec& launch, const launcher::JobOptions& jo
     // Note [a job is resolved once]: the model and flags refused here, before anything listens,
     // exactly as the batch job would refuse them.
     const launcher::ResolvedJob resolved = launcher::resolve_job(launch, job);
-    // Note [checking a model before the ranks start]: once here, not again for every job. A job
-    // that names its worker skips the check; naming our own changes nothing else.
+    if (launch.nnodes > 1)
+        throw launcher::UsageError("serve runs on one node: give it no --nnodes (its ranks are this node's)");
+    // Note [checking a model before the ranks start]: once here, not for every job. Each job's
+    // ranks are then the warm ranks (Note [warm ranks]): its dp-launch starts dp-attach in their
+    // place. With a --worker of one's own, each job starts that worker.
     if (job.worker.empty()) {
         launcher::check_model_with_worker(launch, resolved);
-        options.job_args.insert(options.job_args.end(), {"--worker", launcher::self_dir() + "/dp-worker"});
+        options.worker = launcher::self_dir() + "/dp-attach";
+    } else {
+        options.warm = false;
     }
-    options.root = job.output_dir;
+    std::error_code error;
+    options.root = std::filesystem::absolute(job.output_dir, error).lexically_normal().string();
+    if (error) options.root = job.output_dir;
     options.dp_launch = launcher::self_dir() + "/dp-launch";
     options.world_size = launch.world_size();
     options.quiet = launch.quiet;

@@ -14,7 +14,6 @@ namespace dp::runtime {
 namespace {
 
 constexpr const char* kPostKey = "dp/job/";
-constexpr const char* kVerdictKey = "dp/job/verdict";
 
 std::string host_name() {
     char name[256] = {};
@@ -110,15 +109,17 @@ std::string difference(const nlohmann::json& zero, const nlohmann::json& other) 
 
 }  // namespace
 
-std::string agree_on_job(const protocol::JobFile& job, Communicator& comm) {
+std::string agree_on_job(const protocol::JobFile& job, Communicator& comm, int round) {
     const int rank = comm.rank();
+    const std::string post_key = std::string(kPostKey) + (round == 0 ? "" : std::to_string(round) + "/");
+    const std::string verdict_key = post_key + "verdict";
     const nlohmann::json mine = posting(job, rank);
-    comm.store_set(kPostKey + std::to_string(rank), mine.dump());
+    comm.store_set(post_key + std::to_string(rank), mine.dump());
     if (rank == 0) {
         std::string verdict;
         for (int r = 1; r < comm.size() && verdict.empty(); ++r) {
             const nlohmann::json other =
-                nlohmann::json::parse(comm.store_get(kPostKey + std::to_string(r)), nullptr, false);
+                nlohmann::json::parse(comm.store_get(post_key + std::to_string(r)), nullptr, false);
             if (other.is_discarded() || !other.contains("settings")) {
                 verdict =
                     "rank " + std::to_string(r) + " posted an unreadable job (another dp-worker build?)";
@@ -127,20 +128,20 @@ std::string agree_on_job(const protocol::JobFile& job, Communicator& comm) {
             if (const std::string d = difference(mine, other); !d.empty())
                 verdict = where(other) + " was started with another job than " + where(mine) + ": " + d;
         }
-        comm.store_set(kVerdictKey, verdict.empty() ? "ok" : verdict);
+        comm.store_set(verdict_key, verdict.empty() ? "ok" : verdict);
         if (!verdict.empty())
             throw protocol::UsageError(verdict +
                                        ". Start every node with the same prompt file, flags and "
                                        "--output-dir (on storage every node sees)");
         return job.job_id;
     }
-    const std::string verdict = comm.store_get(kVerdictKey);
+    const std::string verdict = comm.store_get(verdict_key);
     if (verdict != "ok")
         throw protocol::UsageError(verdict +
                                    ". Start every node with the same prompt file, flags and "
                                    "--output-dir (on storage every node sees)");
     const nlohmann::json zero =
-        nlohmann::json::parse(comm.store_get(std::string(kPostKey) + "0"), nullptr, false);
+        nlohmann::json::parse(comm.store_get(post_key + "0"), nullptr, false);
     return zero.is_discarded() ? std::string() : zero.value("job_id", "");
 }
 

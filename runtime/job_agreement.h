@@ -25,6 +25,8 @@ class Communicator;
 // first rank whose job differs from rank 0's (its node and host, the settings that differ, or the
 // prompts' count and digest), CommunicationError when the store fails. Every rank calls it once,
 // in the same place.
-std::string agree_on_job(const protocol::JobFile& job, Communicator& comm);
+// `round` counts the jobs a group ran before this one (Note [warm ranks]): each job's postings
+// have keys of their own in the group's store.
+std::string agree_on_job(const protocol::JobFile& job, Communicator& comm, int round = 0);
 
 }  // namespace dp::runtime

@@ -1,6 +1,7 @@
 #include "runtime/worker.h"
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
@@ -15,11 +16,14 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
+#include "protocol/atomic_file.h"
 #include "protocol/image_parameters.h"
 #include "protocol/job_file.h"
+#include "protocol/rank_pool.h"
 #include "protocol/status_events.h"
 #include "protocol/write_all.h"
 #include "runtime/image_sink.h"
@@ -343,6 +347,9 @@ CommunicatorOptions communicator_options(const JobFile& job, int rank, int world
     return co;
 }
 
+// The GEMM and attention rates measured at a set of shapes (RankWork::phases), by those shapes.
+using RateCache = std::map<std::string, std::pair<double, double>>;
+
 // A rank's prompts through its pipeline: each batch the queue gives it generated, its images
 // written (by the replica's writer) and reported on the status channel.
 class RankWork {
@@ -407,16 +414,29 @@ class RankWork {
     int failed() const { return failed_; }
 
     // Note [phase split]: the rank's phases so far, with its load, and the rate its GEMMs reach
-    // at its passes' shapes, measured now (within 3 % of its steps' time, at least 50 ms' worth).
-    protocol::PhasesEvent phases(double load_ms, at::ScalarType dtype, at::Device device) {
+    // at its passes' shapes, measured now (within 3 % of its steps' time, at least 50 ms' worth),
+    // or as `rates` holds them for these shapes (a warm rank's earlier job: Note [warm ranks]).
+    protocol::PhasesEvent phases(double load_ms, at::ScalarType dtype, at::Device device, RateCache& rates) {
         phases_.rank = rank_;
         phases_.load_ms = load_ms;
+        std::string key = std::to_string(static_cast<int>(dtype)) + device.str();
+        for (const strategies::GemmShape& g : shapes_.gemms)
+            key += ";" + std::to_string(g.m) + "x" + std::to_string(g.k) + "x" + std::to_string(g.n);
+        for (const strategies::AttentionShape& a : shapes_.attentions)
+            key += ";" + std::to_string(a.queries) + "/" + std::to_string(a.keys);
+        key += ";" + std::to_string(shapes_.heads) + "x" + std::to_string(shapes_.head_dim);
+        if (const auto known = rates.find(key); known != rates.end()) {
+            phases_.gemm_rate = known->second.first;
+            phases_.attention_rate = known->second.second;
+            return phases_;
+        }
         const double budget_ms = std::max(25.0, 0.015 * phases_.steps_ms);
         if (!shapes_.gemms.empty())
             phases_.gemm_rate = measure_gemm_rate(shapes_.gemms, dtype, device, budget_ms);
         if (!shapes_.attentions.empty())
             phases_.attention_rate = measure_attention_rate(shapes_.attentions, shapes_.heads,
                                                             shapes_.head_dim, dtype, device, budget_ms);
+        rates[key] = {phases_.gemm_rate, phases_.attention_rate};
         return phases_;
     }
 
@@ -486,79 +506,127 @@ class RankWork {
     PhaseTimes shapes_;
 };
 
-// The rank's work once the job file is read. Returns its exit code; throws for what ends it.
-int run_rank(const JobFile& job, int rank, StatusChannel& status) {
-    const int world = env_int("WORLD_SIZE", 1, 1, 1 << 24);
-    const int local_rank = env_int("LOCAL_RANK", 0, 0, 1 << 24);
-    if (rank >= world)
-        throw protocol::UsageError("RANK " + std::to_string(rank) + " is not below WORLD_SIZE " +
-                                   std::to_string(world));
-    if (job.mesh.product() != world)
-        throw protocol::UsageError(
-            "the job file's mesh (dp x cfg x ring x ulysses x tp = " + std::to_string(job.mesh.product()) +
-            ") does not match WORLD_SIZE " + std::to_string(world));
-
-    // The model, read once here (Note [a model is read once]); it must still be the family the
-    // launcher read.
-    const auto model =
-        std::make_shared<const strategies::ModelInfo>(strategies::read_model_info(job.model_dir));
-    if (model->family != job.family)
-        throw ModelError(job.model_dir + ": the folder's model is now " + model->family_name + " (" +
-                         model->family + "), but dp-launch started the job for " + job.family +
-                         "; run dp-launch again");
-    PipelineOptions po = pipeline_options(job, model);
-    // Adapters only where a prompt asks for them: their state keeps each component's weight files
-    // mapped, for switches in place (Note [adapter switches]).
-    for (const protocol::JobRequest& r : job.requests)
-        if (!r.arguments.adapters("lora").empty()) po.adapters = std::make_shared<AdapterState>();
-    place_rank(job, world, local_rank, *model, po);
-
-    const CommunicatorOptions co = communicator_options(job, rank, world, po.device);
-    ensure_open_file_headroom(world, co.backend == "gloo");  // Note [resource failures in a rank]
-    test_thread_failure();
-    ExitOnStop connecting(rank);  // Note [stopped while connecting]
-    Communicator comm(co);
-    keep_library_errors_thrown();  // Note [resource failures in a rank]
-    // Before anything is loaded: the same job on every node (Note [one job on every node]).
-    const std::string job_id = agree_on_job(job, comm);
-    status.send(protocol::JoinedEvent{rank, job_id});
-    // Every rank forms its sub-groups here, in the same order, so none waits on another.
-    const ParallelContext parallel(comm, strategies::Mesh(world, job.mesh));
-    PromptQueue queue(job, *model, parallel, comm, job_id);
-    RankWork work(job, *model, rank, status, parallel.writes_outputs());
-    connecting.end();
-    status.send(protocol::StartEvent{rank, po.device.str(), queue.share().begin, queue.share().size(),
-                                     dtype_name(po.dtype), job.schedule});
-    if (queue.has_work()) {
-        status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kLoading, -1, 0, 0});
-        PhaseClock loading(po.device);
-        const auto pipeline = load_pipeline(po, parallel);
-        const double load_ms = loading.lap_ms();
-        while (const std::vector<std::size_t>* unit = queue.next())
-            work.run(*pipeline, *unit, queue.dynamic());
-        status.send(work.phases(load_ms, po.dtype, po.device));
+// A rank joined to its group with its model's settings: what it keeps from one job to the next
+// (Note [warm ranks]). The batch job's rank makes one and runs its one job on it.
+class RankSession {
+  public:
+    // Reads the model, places the rank and connects it to the others for `job`'s settings. A stop
+    // signal ends the rank at once from here until its first job's queue is made (Note [stopped
+    // while connecting]).
+    RankSession(const JobFile& job, int rank) : rank_(rank) {
+        world_ = env_int("WORLD_SIZE", 1, 1, 1 << 24);
+        const int local_rank = env_int("LOCAL_RANK", 0, 0, 1 << 24);
+        if (rank >= world_)
+            throw protocol::UsageError("RANK " + std::to_string(rank) + " is not below WORLD_SIZE " +
+                                       std::to_string(world_));
+        if (job.mesh.product() != world_)
+            throw protocol::UsageError("the job file's mesh (dp x cfg x ring x ulysses x tp = " +
+                                       std::to_string(job.mesh.product()) + ") does not match WORLD_SIZE " +
+                                       std::to_string(world_));
+        // The model, read once here (Note [a model is read once]); it must still be the family the
+        // launcher read.
+        model_ = std::make_shared<const strategies::ModelInfo>(strategies::read_model_info(job.model_dir));
+        if (model_->family != job.family)
+            throw ModelError(job.model_dir + ": the folder's model is now " + model_->family_name + " (" +
+                             model_->family + "), but dp-launch started the job for " + job.family +
+                             "; run dp-launch again");
+        po_ = pipeline_options(job, model_);
+        // Adapters only where a prompt asks for them: their state keeps each component's weight files
+        // mapped, for switches in place (Note [adapter switches]). Warm ranks keep it for any job.
+        for (const protocol::JobRequest& r : job.requests)
+            if (!r.arguments.adapters("lora").empty()) po_.adapters = std::make_shared<AdapterState>();
+        if (std::getenv(protocol::kPoolDirVariable)) po_.adapters = std::make_shared<AdapterState>();
+        place_rank(job, world_, local_rank, *model_, po_);
+        const CommunicatorOptions co = communicator_options(job, rank, world_, po_.device);
+        ensure_open_file_headroom(world_, co.backend == "gloo");  // Note [resource failures in a rank]
+        test_thread_failure();
+        connecting_.emplace(rank);  // Note [stopped while connecting]
+        comm_.emplace(co);
+        keep_library_errors_thrown();  // Note [resource failures in a rank]
+        settings_ = model_settings(job);
     }
-    // Every rank, with prompts or without, meets the others before leaving.
-    stop_if_asked(rank, "after its share");
-    status.send(protocol::HeartbeatEvent{rank, protocol::RankPhase::kWaiting, -1, 0, 0});
-    comm.barrier();
-    if (job.comm_report) {
+
+    // Whether `job` runs on this rank's model and group as they are: every setting but its
+    // requests, output folder, schedule, id and diagnostics is the first job's.
+    bool same_settings(const JobFile& job) const { return model_settings(job) == settings_; }
+
+    // Runs `job` on the session, reporting on `status`. Returns the rank's exit code; throws for
+    // what ends the rank.
+    int run(const JobFile& job, StatusChannel& status) {
+        // Before anything is loaded: the same job on every node (Note [one job on every node]).
+        const std::string job_id = agree_on_job(job, *comm_, rounds_++);
+        status.send(protocol::JoinedEvent{rank_, job_id});
+        // Every rank forms its sub-groups here, in the same order, so none waits on another.
+        if (!parallel_) parallel_.emplace(*comm_, strategies::Mesh(world_, job.mesh));
+        PromptQueue queue(job, *model_, *parallel_, *comm_, job_id);
+        RankWork work(job, *model_, rank_, status, parallel_->writes_outputs());
+        connecting_.reset();
+        status.send(protocol::StartEvent{rank_, po_.device.str(), queue.share().begin, queue.share().size(),
+                                         dtype_name(po_.dtype), job.schedule});
+        if (queue.has_work()) {
+            double load_ms = 0;
+            if (!pipeline_) {
+                status.send(protocol::HeartbeatEvent{rank_, protocol::RankPhase::kLoading, -1, 0, 0});
+                PhaseClock loading(po_.device);
+                pipeline_ = load_pipeline(po_, *parallel_);
+                load_ms = loading.lap_ms();
+            }
+            while (const std::vector<std::size_t>* unit = queue.next())
+                work.run(*pipeline_, *unit, queue.dynamic());
+            status.send(work.phases(load_ms, po_.dtype, po_.device, rates_));
+        }
+        // Every rank, with prompts or without, meets the others before leaving.
+        stop_if_asked(rank_, "after its share");
+        status.send(protocol::HeartbeatEvent{rank_, protocol::RankPhase::kWaiting, -1, 0, 0});
+        comm_->barrier();
+        if (job.comm_report) report_communication();
+        // A prompt that failed is in the manifest and makes dp-launch exit 1; the rank itself did
+        // its job, so it exits 0 (a non-zero exit would stop the group, or restart it with
+        // --max-restarts).
+        if (work.failed() > 0)
+            std::cerr << "rank " << rank_ << ": " << work.failed() << " prompt(s) failed" << std::endl;
+        return protocol::kExitOk;
+    }
+
+  private:
+    // `job` as the job file says it, less what may differ between two jobs of one session.
+    static nlohmann::json model_settings(const JobFile& job) {
+        nlohmann::json j = job;
+        for (const char* key : {"requests", "output_dir", "schedule", "job_id", "save_latents",
+                                "cache_report", "comm_report", "step_events"})
+            j.erase(key);
+        return j;
+    }
+
+    void report_communication() const {
         // Bytes this rank sent, per kind of collective, over every group it belongs to (the
         // figures docs/strategies.md's communication formulas predict).
-        const std::map<std::string, uint64_t> total = parallel.bytes();
-        std::string line = "dp-worker: rank " + std::to_string(rank) + " communication bytes:";
+        const std::map<std::string, uint64_t> total = parallel_->bytes();
+        std::string line = "dp-worker: rank " + std::to_string(rank_) + " communication bytes:";
         for (const auto& [kind, n] : total) line += " " + kind + "=" + std::to_string(n);
         std::cerr << line << std::endl;
-        if (po.device_map)
-            std::cerr << "dp-worker: device_map moved " << po.device_map->moved_bytes() << " bytes in "
-                      << po.device_map->moves() << " moves between devices" << std::endl;
+        if (po_.device_map)
+            std::cerr << "dp-worker: device_map moved " << po_.device_map->moved_bytes() << " bytes in "
+                      << po_.device_map->moves() << " moves between devices" << std::endl;
     }
-    // A prompt that failed is in the manifest and makes dp-launch exit 1; the rank itself did
-    // its job, so it exits 0 (a non-zero exit would stop the group, or restart it with
-    // --max-restarts).
-    if (work.failed() > 0)
-        std::cerr << "rank " << rank << ": " << work.failed() << " prompt(s) failed" << std::endl;
-    return protocol::kExitOk;
+
+    const int rank_;
+    int world_ = 1;
+    std::shared_ptr<const strategies::ModelInfo> model_;
+    PipelineOptions po_;
+    std::optional<ExitOnStop> connecting_;
+    std::optional<Communicator> comm_;
+    std::optional<ParallelContext> parallel_;
+    std::shared_ptr<const DiffusionPipeline> pipeline_;
+    nlohmann::json settings_;
+    int rounds_ = 0;   // jobs run: each agrees under keys of its own
+    RateCache rates_;  // measured by its jobs, reused by the next at the same shapes
+};
+
+// The rank's work once the job file is read. Returns its exit code; throws for what ends it.
+int run_rank(const JobFile& job, int rank, StatusChannel& status) {
+    RankSession session(job, rank);
+    return session.run(job, status);
 }
 
 }  // namespace
@@ -616,6 +684,87 @@ int run_worker(const std::string& job_path) {
         // rank]), else a broken promise in our code or a library's, never the input.
         return report_failure(
             rank, status, failure_of(e, protocol::kExitInternal, std::string("internal error: ") + e.what()));
+    }
+}
+
+namespace {
+
+// One job of a warm rank (Note [warm ranks]): its status events to the request's FIFO, its exit
+// code to the request's exit file. The session is made by the first job and kept.
+int run_pool_job(const protocol::PoolRequest& request, int rank, std::optional<RankSession>& session) {
+    // dp-attach holds the FIFO open for reading: opening it for writing does not wait. When it
+    // cannot be opened, the job's dp-attach is gone, and so is the job.
+    const int fd = ::open(request.status.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        std::cerr << "dp-worker: rank " << rank << ": the job's status channel " << request.status
+                  << " is gone; the job is skipped" << std::endl;
+        return protocol::kExitOk;
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // a full pipe waits for its reader
+    std::optional<StatusChannel> status(std::in_place, fd);
+    int code = protocol::kExitOk;
+    try {
+        const JobFile job = protocol::read_job_file(request.job, strategies::check_job_family);
+        if (job.step_events) status->send_every_step();
+        if (!session)
+            session.emplace(job, rank);
+        else if (!session->same_settings(job))
+            throw protocol::UsageError(
+                "the job's model settings are not the warm ranks' (a server runs one model and one set of "
+                "flags; start it again to change them)");
+        code = session->run(job, *status);
+    } catch (const Error& e) {
+        code = report_failure(rank, status, failure_of(e, e.exit_code(), e.what()));
+    } catch (const std::exception& e) {
+        code = report_failure(
+            rank, status, failure_of(e, protocol::kExitInternal, std::string("internal error: ") + e.what()));
+    }
+    try {
+        protocol::write_file_atomically(request.exit, std::to_string(code) + "\n");
+    } catch (const std::exception& e) {
+        std::cerr << "dp-worker: rank " << rank << ": " << e.what() << std::endl;
+        code = protocol::kExitIo;
+    }
+    status.reset();
+    ::close(fd);
+    return code;
+}
+
+}  // namespace
+
+int run_pool(const std::string& pool) {
+    int rank = 0;
+    keep_freed_memory();
+    install_stop_handlers();
+    strategies::guard_mapped_files("dp-worker: ");  // before any file is mapped
+    try {
+        rank = env_int("RANK", 0, 0, 1 << 24);
+        install_rank_terminate_handler(rank, -1);
+        std::filesystem::create_directories(protocol::pool_rank_dir(pool, rank));
+        protocol::write_file_atomically(protocol::pool_pid_path(pool, rank),
+                                        std::to_string(::getpid()) + "\n");
+    } catch (const std::exception& e) {
+        std::cerr << "dp-worker: rank " << rank << ": cannot wait for jobs in " << pool << ": " << e.what()
+                  << std::endl;
+        return protocol::kExitIo;
+    }
+    std::optional<RankSession> session;
+    for (;;) {
+        std::optional<protocol::PoolRequest> request;
+        try {
+            request = protocol::take_pool_request(pool, rank);
+        } catch (const Error& e) {
+            std::cerr << "dp-worker: rank " << rank << ": " << e.what() << std::endl;
+            return e.exit_code();
+        }
+        if (!request) {
+            if (const int sig = g_stop_signal) return 128 + sig;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            continue;
+        }
+        // A job that did not end well may have left the group mid-collective: the rank ends, and
+        // the server starts the group again.
+        if (const int code = run_pool_job(*request, rank, session); code != protocol::kExitOk) return code;
     }
 }
 

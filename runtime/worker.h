@@ -22,6 +22,12 @@ namespace dp::runtime {
 // Never throws: every error is printed on stderr and, once the status channel is open, sent on it.
 int run_worker(const std::string& job_path);
 
+// Note [warm ranks] (protocol/rank_pool.h): `dp-worker --pool DIR`, a rank of dp-launch serve's
+// warm group. It waits for jobs in DIR and runs each one as run_worker would, on the model and
+// group its first job set up; returns (an exit code) after the first job that does not end with
+// 0, or on a stop signal while it waits.
+int run_pool(const std::string& pool);
+
 // Note [checking a model before the ranks start]: dp-launch runs `dp-worker --job FILE --check`
 // once before it starts any rank: the job's model is loaded as a rank loads it, in check mode
 // (PipelineOptions::check_only: every config with its bounds, every tokenizer, every weight

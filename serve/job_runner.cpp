@@ -14,6 +14,7 @@
 #include "launcher/process.h"
 #include "launcher/rank_env.h"
 #include "protocol/atomic_file.h"
+#include "protocol/rank_pool.h"
 #include "serve/run_records.h"
 
 namespace dp::serve {
@@ -25,24 +26,26 @@ using Clock = std::chrono::steady_clock;
 // job: the same dp-launch, with the flags the server was given, on the job's JSONL, into its own
 // run folder. A run folder that exists is an earlier run of the job, cut short (the server was
 // killed or stopped, or a rank died): --resume goes on from its manifest, so that each image is
-// made once. (The model is loaded by each job's ranks; keeping them warm between jobs is the next
-// step, docs/serve.md.)
+// made once. Its ranks are the server's warm ranks, which keep the model loaded between jobs
+// (Note [warm ranks], protocol/rank_pool.h): the job's dp-launch starts dp-attach in their place.
 std::vector<std::string> job_command(const ServeOptions& options, const std::string& id,
                                      const std::string& prompts, bool resume) {
     std::vector<std::string> argv = {options.dp_launch};
     argv.insert(argv.end(), options.job_args.begin(), options.job_args.end());
+    if (!options.worker.empty()) argv.insert(argv.end(), {"--worker", options.worker});
     argv.insert(argv.end(), {"-o", run_folder(options, id), "-q"});
     if (resume) argv.push_back("--resume");
     argv.push_back(prompts);
     return argv;
 }
 
-// The server's environment, less its API key: a job has no use for it.
-std::vector<std::string> job_environment() {
+// The server's environment, less its API key (a job has no use for it), with the warm ranks'
+// folder `pool` when there is one.
+std::vector<std::string> job_environment(const std::string& pool) {
     std::vector<std::string> env;
     for (std::string& kv : launcher::current_environment())
         if (kv.rfind("DP_API_KEY=", 0) != 0) env.push_back(std::move(kv));
-    return env;
+    return pool.empty() ? env : launcher::merge_environment(env, {{protocol::kPoolDirVariable, pool}});
 }
 
 bool exists(const std::string& path) {
@@ -69,7 +72,11 @@ std::string run_folder(const ServeOptions& options, const std::string& id) { ret
 
 std::string requests_folder(const ServeOptions& options) { return options.root + "/.requests"; }
 
-JobRunner::JobRunner(const ServeOptions& options, JobStore& store) : options_(options), store_(store) {}
+JobRunner::JobRunner(const ServeOptions& options, JobStore& store) : options_(options), store_(store) {
+    if (options.warm) warm_ = std::make_unique<WarmRanks>(options);
+}
+
+JobRunner::~JobRunner() = default;
 
 void JobRunner::run() {
     for (;;) {
@@ -100,9 +107,10 @@ void JobRunner::run_one(const JobRow& job) {
     const Clock::time_point start = Clock::now();
     int code = -1;
     try {
-        launcher::ChildProcess child =
-            launcher::spawn_child_to_files(job_command(options_, job.id, prompts, resume), job_environment(),
-                                           requests + "/" + job.id + ".out", err_path);
+        if (warm_) warm_->ensure();
+        launcher::ChildProcess child = launcher::spawn_child_to_files(
+            job_command(options_, job.id, prompts, resume), job_environment(warm_ ? warm_->dir() : ""),
+            requests + "/" + job.id + ".out", err_path);
         {
             std::lock_guard<std::mutex> lock(mutex_);
             child_ = child.pid;
@@ -117,6 +125,9 @@ void JobRunner::run_one(const JobRow& job) {
         std::ofstream(err_path, std::ios::app) << "dp-launch serve: " << e.what() << "\n";
         code = launcher::kExitSystem;
     }
+    // Note [warm ranks]: after a job that did not end well (a prompt that failed is not that:
+    // 1), the warm ranks are gone or on their way; the next job starts them again, whole.
+    if (warm_ && code != 0 && code != launcher::kExitFailure) warm_->stop();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const RunCount made = count_run(run_folder(options_, job.id));
     bool stopping = false;

@@ -6,11 +6,13 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "serve/job_store.h"
 #include "serve/serve_options.h"
+#include "serve/warm_ranks.h"
 
 namespace dp::serve {
 
@@ -33,6 +35,7 @@ struct RunnerStats {
 class JobRunner {
   public:
     JobRunner(const ServeOptions& options, JobStore& store);
+    ~JobRunner();  // the warm ranks stop
 
     // Claims and runs jobs until stop(); call from one thread.
     void run();
@@ -59,6 +62,7 @@ class JobRunner {
     bool woken_ = false;
     pid_t child_ = -1;  // the running job's dp-launch
     RunnerStats stats_;
+    std::unique_ptr<WarmRanks> warm_;  // Note [warm ranks]; none with a --worker of one's own
 };
 
 }  // namespace dp::serve

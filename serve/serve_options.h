@@ -24,6 +24,8 @@ struct ServeOptions {
     std::string root;                   // the output root: the job database and one folder per job
     std::string dp_launch;              // the dp-launch each job runs
     std::vector<std::string> job_args;  // its launch and pipeline flags (serve's own and -o left out)
+    std::string worker;                 // each job's --worker: dp-attach for the warm ranks
+    bool warm = true;                   // the warm ranks run the jobs (Note [warm ranks])
     bool quiet = false;                 // -q: no line per job on stderr
 };
 

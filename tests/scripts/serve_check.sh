@@ -12,6 +12,8 @@
 #                                      a full queue, path traversal: 4xx, and nothing written
 #   serve_check.sh DP_LAUNCH cancel    DELETE stops a running job at a step boundary, keeping its
 #                                      images, and a queued one at once
+#   serve_check.sh DP_LAUNCH ranks     a warm rank killed mid-job: the job runs again, every image
+#                                      once; ranks that die in every job: unhealthy
 #   serve_check.sh DP_LAUNCH page      the live page in headless Chromium shows the queue and loads
 #                                      the latest images (77: no Chromium here)
 # Prints PASS, or FAIL with why (exit 1).
@@ -264,6 +266,48 @@ cancel)
     [[ $code == 409 ]] || fail "DELETE of a cancelled job: $code, not 409"
     echo "cancelled with $made of 40 images kept"
     ;;
+ranks)
+    # A warm rank killed mid-job: the job runs again on warm ranks started again, resumed, every
+    # image once, and the job queued behind it runs too.
+    start "$work/root" "${flags[@]}"
+    prompts 40 >"$work/job.jsonl"
+    prompts 3 >"$work/three.jsonl"
+    id=$(curl -s -X POST --data-binary @"$work/job.jsonl" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+    behind=$(curl -s -X POST --data-binary @"$work/three.jsonl" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+    for _ in $(seq 600); do
+        made=$(grep -c '"status":"ok"' "$work/root/$id/manifest.jsonl" 2>/dev/null || true)
+        [[ ${made:-0} -ge 3 ]] && break
+        sleep 0.05
+    done
+    warm=$(cat "$work/root/.warm-ranks/rank-1/pid")
+    kill -KILL "$warm"
+    echo "killed warm rank 1 (pid $warm) with $made of 40 images made"
+    wait_for "$id" done 180
+    wait_for "$behind" done 60
+    attempts=$(curl -s "$url/v1/jobs/$id" | python3 -c 'import json,sys; print(json.load(sys.stdin)["attempts"])')
+    [[ $attempts == 2 ]] || fail "the job ran $attempts time(s), not 2"
+    [[ $(cat "$work/root/.warm-ranks/rank-1/pid") != "$warm" ]] || fail "the warm ranks were not started again"
+    python3 - "$work/root/$id/manifest.jsonl" <<'PY' || exit 1
+import json, sys
+indices = [r["index"] for r in map(json.loads, open(sys.argv[1]))]
+if sorted(indices) != list(range(40)):
+    sys.exit(f"FAIL: the manifest records {len(indices)} images, indices {sorted(indices)}")
+print("40 images, each recorded once")
+PY
+    "$dp_launch" "${flags[@]}" -q -o "$work/batch" "$work/job.jsonl" >/dev/null
+    same_images "$work/batch" "$work/root/$id" || exit 1
+    [[ $(curl -s -o /dev/null -w '%{http_code}' "$url/health") == 200 ]] || fail "unhealthy after one crash"
+    # Warm ranks that die in every job (the worker's test-only DP_TEST_KILL_AT_STEP, which they
+    # inherit): the job fails after its 3 attempts and the server says it is unhealthy.
+    DP_TEST_KILL_AT_STEP=0:1 start "$work/dying" "${flags[@]}"
+    id=$(curl -s -X POST --data-binary @"$work/three.jsonl" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+    wait_for "$id" failed 120
+    attempts=$(curl -s "$url/v1/jobs/$id" | python3 -c 'import json,sys; print(json.load(sys.stdin)["attempts"])')
+    [[ $attempts == 3 ]] || fail "the failed job ran $attempts time(s), not 3"
+    code=$(curl -s -o "$work/health" -w '%{http_code}' "$url/health")
+    [[ $code == 503 ]] || fail "/health is $code after a job failed 3 times on dying ranks: $(cat "$work/health")"
+    echo "unhealthy: $(head -c 200 "$work/health")"
+    ;;
 page)
     browser=""
     for b in chromium chromium-browser google-chrome; do
@@ -288,7 +332,7 @@ page)
     grep -q "$id" <<<"$dom" || fail "the page does not name $id"
     ;;
 *)
-    echo "usage: serve_check.sh DP_LAUNCH bytes|restart|security|limits|cancel|page" >&2
+    echo "usage: serve_check.sh DP_LAUNCH bytes|restart|security|limits|cancel|ranks|page" >&2
     exit 2
     ;;
 esac
