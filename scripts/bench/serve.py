@@ -9,7 +9,7 @@
 Each of ROUNDS rounds runs the three in turn; medians are printed with the server's ratio to each
 batch figure, and the images are checked to be the batch job's, byte for byte.
 
-    serve.py DP_LAUNCH [--prompts N] [--rounds R] [--model M] [--flags "..."]
+    serve.py DP_LAUNCH [--prompts N] [--rounds R] [--ranks N] [--steps N] [--model M] [--flags "..."]
 """
 import base64
 import concurrent.futures
@@ -87,7 +87,8 @@ def serve_round(dp_launch, flags, prompts, root):
 def main():
     dp_launch = sys.argv[1]
     count, rounds = int(arg("--prompts", "64")), int(arg("--rounds", "3"))
-    flags = ["-n", "2", "--steps", "8"] + (["--model", arg("--model", "")] if "--model" in sys.argv else [])
+    flags = ["-n", arg("--ranks", "2"), "--steps", arg("--steps", "8")]
+    flags += ["--model", arg("--model", "")] if "--model" in sys.argv else []
     flags += arg("--flags", "").split()
     tmp = tempfile.mkdtemp(prefix="dp-bench-serve-")
     prompts = lines(count)

@@ -2,7 +2,7 @@
 # dp-launch serve against batch jobs of the same prompts, side by side (serve.py); figures in
 # docs/serve.md, "What a request costs".
 #
-#   scripts/bench/serve.sh [--prompts N] [--rounds R] [--model M] [--flags "..."]
+#   scripts/bench/serve.sh [--prompts N] [--rounds R] [--ranks N] [--steps N] [--model M] [--flags "..."]
 #   DP_BENCH_SKIP_SETUP=1    use the build as it is (default: scripts/setup.sh first)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
