@@ -140,8 +140,7 @@ std::string agree_on_job(const protocol::JobFile& job, Communicator& comm, int r
         throw protocol::UsageError(verdict +
                                    ". Start every node with the same prompt file, flags and "
                                    "--output-dir (on storage every node sees)");
-    const nlohmann::json zero =
-        nlohmann::json::parse(comm.store_get(post_key + "0"), nullptr, false);
+    const nlohmann::json zero = nlohmann::json::parse(comm.store_get(post_key + "0"), nullptr, false);
     return zero.is_discarded() ? std::string() : zero.value("job_id", "");
 }
 

@@ -175,8 +175,9 @@ void generations(ApiContext& c, const httplib::Request& req, httplib::Response& 
     for (const json& r : run_records(run_folder(c.options, row->id))) {
         if (r.value("status", "") != "ok") continue;
         const std::string file = r.value("file", "");
-        if (format == "url")
-            data.push_back({{"url", "/v1/jobs/" + row->id + "/images/" + file}});
+        if (format == "url")  // absolute, as OpenAI's are: by the Host the client used
+            data.push_back({{"url", "http://" + req.get_header_value("Host") + "/v1/jobs/" + row->id +
+                                        "/images/" + file}});
         else
             data.push_back({{"b64_json", base64(read_bytes(run_folder(c.options, row->id) + "/" + file))}});
     }

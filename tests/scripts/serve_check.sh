@@ -95,6 +95,20 @@ print(f"{len(ra)} images byte-identical")
 PY
 }
 
+# each_once_as_batch ID N: job ID's manifest records prompts 0 to N-1 once each, and its images
+# are the batch job's on $work/job.jsonl, byte for byte.
+each_once_as_batch() {
+    python3 - "$work/root/$1/manifest.jsonl" "$2" <<'PY' || exit 1
+import json, sys
+indices = [r["index"] for r in map(json.loads, open(sys.argv[1]))]
+if sorted(indices) != list(range(int(sys.argv[2]))):
+    sys.exit(f"FAIL: the manifest records {len(indices)} images, indices {sorted(indices)}")
+print(f"{len(indices)} images, each recorded once")
+PY
+    "$dp_launch" "${flags[@]}" -q -o "$work/batch" "$work/job.jsonl" >/dev/null
+    same_images "$work/batch" "$work/root/$1" || exit 1
+}
+
 prompts() {  # N: N JSONL lines of the built-in model's grammar
     python3 -c '
 import json, sys
@@ -133,7 +147,8 @@ print("generations: 2 images byte-identical")
 PY
     first=$(curl -s -X POST -d '{"prompt": "a green ring", "size": "32x32", "seed": 5, "response_format": "url"}' \
         "$url/v1/images/generations" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["url"])')
-    curl -s "$url$first" | cmp -s - "$work/gen/$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["file"])' "$work/gen/manifest.jsonl")" ||
+    [[ $first == "$url/"* ]] || fail "the url answer $first is not an absolute URL of this server"
+    curl -s "$first" | cmp -s - "$work/gen/$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["file"])' "$work/gen/manifest.jsonl")" ||
         fail "the url answer's image is not the batch job's"
     ;;
 restart)
@@ -168,15 +183,7 @@ restart)
     echo "stopped the server with SIGTERM with $(grep -c '"status":"ok"' "$work/root/$id/manifest.jsonl") of 40 images made"
     start "$work/root" "${flags[@]}"
     wait_for "$id" done 180
-    python3 - "$work/root/$id/manifest.jsonl" <<'PY' || exit 1
-import json, sys
-indices = [r["index"] for r in map(json.loads, open(sys.argv[1]))]
-if sorted(indices) != list(range(40)):
-    sys.exit(f"FAIL: the manifest records {len(indices)} images, indices {sorted(indices)}")
-print("40 images, each recorded once")
-PY
-    "$dp_launch" "${flags[@]}" -q -o "$work/batch" "$work/job.jsonl" >/dev/null
-    same_images "$work/batch" "$work/root/$id" || exit 1
+    each_once_as_batch "$id" 40
     [[ $(ls "$work/root/$id"/*.png | wc -l) == 40 ]] || fail "the run folder holds $(ls "$work/root/$id"/*.png | wc -l) images"
     ;;
 security)
@@ -287,15 +294,7 @@ ranks)
     attempts=$(curl -s "$url/v1/jobs/$id" | python3 -c 'import json,sys; print(json.load(sys.stdin)["attempts"])')
     [[ $attempts == 2 ]] || fail "the job ran $attempts time(s), not 2"
     [[ $(cat "$work/root/.warm-ranks/rank-1/pid") != "$warm" ]] || fail "the warm ranks were not started again"
-    python3 - "$work/root/$id/manifest.jsonl" <<'PY' || exit 1
-import json, sys
-indices = [r["index"] for r in map(json.loads, open(sys.argv[1]))]
-if sorted(indices) != list(range(40)):
-    sys.exit(f"FAIL: the manifest records {len(indices)} images, indices {sorted(indices)}")
-print("40 images, each recorded once")
-PY
-    "$dp_launch" "${flags[@]}" -q -o "$work/batch" "$work/job.jsonl" >/dev/null
-    same_images "$work/batch" "$work/root/$id" || exit 1
+    each_once_as_batch "$id" 40
     [[ $(curl -s -o /dev/null -w '%{http_code}' "$url/health") == 200 ]] || fail "unhealthy after one crash"
     # Warm ranks that die in every job (the worker's test-only DP_TEST_KILL_AT_STEP, which they
     # inherit): the job fails after its 3 attempts and the server says it is unhealthy.
