@@ -208,6 +208,7 @@ std::string HelpFormatter::make_subcommands(const CLI::App* app, CLI::AppFormatM
     std::vector<std::pair<std::string, std::string>> rows;
     std::size_t longest = 0;
     for (const CLI::App* sub : app->get_subcommands({})) {
+        if (sub->get_group().empty()) continue;  // not for users (serve's warm-ranks)
         rows.emplace_back(sub->get_name(), sub->get_description());
         longest = std::max(longest, display_width(sub->get_name()));
     }
