@@ -109,6 +109,20 @@ PY
     same_images "$work/batch" "$work/root/$1" || exit 1
 }
 
+# submit FILE: POST /v1/jobs with FILE's lines; prints the job's id.
+submit() {
+    curl -s -X POST --data-binary @"$1" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
+}
+
+# wait_made ID N: until job ID's manifest records N images (within 30 s); sets made.
+wait_made() {
+    for _ in $(seq 600); do
+        made=$(grep -c '"status":"ok"' "$work/root/$1/manifest.jsonl" 2>/dev/null || true)
+        [[ ${made:-0} -ge $2 ]] && return 0
+        sleep 0.05
+    done
+}
+
 prompts() {  # N: N JSONL lines of the built-in model's grammar
     python3 -c '
 import json, sys
@@ -122,7 +136,7 @@ case $part in
 bytes)
     start "$work/root" "${flags[@]}"
     { prompts 3; echo '{"prompt": "a small blue star", "seed": 11, "num_images_per_prompt": 2}'; } >"$work/job.jsonl"
-    id=$(curl -s -X POST --data-binary @"$work/job.jsonl" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+    id=$(submit "$work/job.jsonl")
     wait_for "$id" done 120
     "$dp_launch" "${flags[@]}" -q -o "$work/batch" "$work/job.jsonl" >/dev/null
     same_images "$work/batch" "$work/root/$id" || exit 1
@@ -154,12 +168,8 @@ PY
 restart)
     start "$work/root" "${flags[@]}"
     prompts 40 >"$work/job.jsonl"
-    id=$(curl -s -X POST --data-binary @"$work/job.jsonl" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-    for _ in $(seq 600); do
-        made=$(grep -c '"status":"ok"' "$work/root/$id/manifest.jsonl" 2>/dev/null || true)
-        [[ ${made:-0} -ge 3 ]] && break
-        sleep 0.05
-    done
+    id=$(submit "$work/job.jsonl")
+    wait_made "$id" 3
     [[ ${made:-0} -ge 3 && $made -lt 40 ]] || fail "$made images made before the kill (3 to 39 wanted)"
     { kill -KILL "$pid" && wait "$pid"; } 2>/dev/null || true
     for _ in $(seq 100); do [[ $(marked) == 0 ]] && break; sleep 0.1; done
@@ -241,7 +251,7 @@ limits)
         fail "a refused request made a job"
     # Two jobs fill the queue (--max-queue 2): the third is answered 429 with Retry-After.
     prompts 3 >"$work/three.jsonl"
-    id=$(curl -s -X POST --data-binary @"$work/three.jsonl" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+    id=$(submit "$work/three.jsonl")
     curl -s -X POST --data-binary @"$work/three.jsonl" "$url/v1/jobs" >/dev/null
     code=$(curl -s -D "$work/headers" -o "$work/answer" -w '%{http_code}' -X POST --data-binary @"$work/three.jsonl" "$url/v1/jobs")
     [[ $code == 429 ]] || fail "a third job past --max-queue 2: $code, not 429"
@@ -254,12 +264,9 @@ limits)
 cancel)
     start "$work/root" "${flags[@]}"
     prompts 40 >"$work/job.jsonl"
-    id=$(curl -s -X POST --data-binary @"$work/job.jsonl" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-    queued=$(curl -s -X POST --data-binary @"$work/job.jsonl" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-    for _ in $(seq 600); do
-        [[ $(grep -c '"status":"ok"' "$work/root/$id/manifest.jsonl" 2>/dev/null || true) -ge 2 ]] && break
-        sleep 0.05
-    done
+    id=$(submit "$work/job.jsonl")
+    queued=$(submit "$work/job.jsonl")
+    wait_made "$id" 2
     code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$url/v1/jobs/$queued")
     [[ $code == 200 && $(state_of "$queued") == cancelled ]] || fail "DELETE of a queued job: $code, $(state_of "$queued")"
     code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$url/v1/jobs/$id")
@@ -279,13 +286,9 @@ ranks)
     start "$work/root" "${flags[@]}"
     prompts 40 >"$work/job.jsonl"
     prompts 3 >"$work/three.jsonl"
-    id=$(curl -s -X POST --data-binary @"$work/job.jsonl" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-    behind=$(curl -s -X POST --data-binary @"$work/three.jsonl" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-    for _ in $(seq 600); do
-        made=$(grep -c '"status":"ok"' "$work/root/$id/manifest.jsonl" 2>/dev/null || true)
-        [[ ${made:-0} -ge 3 ]] && break
-        sleep 0.05
-    done
+    id=$(submit "$work/job.jsonl")
+    behind=$(submit "$work/three.jsonl")
+    wait_made "$id" 3
     warm=$(cat "$work/root/.warm-ranks/rank-1/pid")
     kill -KILL "$warm"
     echo "killed warm rank 1 (pid $warm) with $made of 40 images made"
@@ -299,7 +302,7 @@ ranks)
     # Warm ranks that die in every job (the worker's test-only DP_TEST_KILL_AT_STEP, which they
     # inherit): the job fails after its 3 attempts and the server says it is unhealthy.
     DP_TEST_KILL_AT_STEP=0:1 start "$work/dying" "${flags[@]}"
-    id=$(curl -s -X POST --data-binary @"$work/three.jsonl" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+    id=$(submit "$work/three.jsonl")
     wait_for "$id" failed 120
     attempts=$(curl -s "$url/v1/jobs/$id" | python3 -c 'import json,sys; print(json.load(sys.stdin)["attempts"])')
     [[ $attempts == 3 ]] || fail "the failed job ran $attempts time(s), not 3"
