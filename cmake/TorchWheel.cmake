@@ -29,14 +29,30 @@ get_filename_component(DP_TORCH_SITE_PACKAGES "${Torch_DIR}/../../../.." ABSOLUT
 file(GLOB DP_TORCH_NVIDIA_LIB_DIRS LIST_DIRECTORIES true "${DP_TORCH_SITE_PACKAGES}/nvidia/*/lib")
 list(JOIN DP_TORCH_NVIDIA_LIB_DIRS ":" _dp_nvidia_path)
 
-# The one target every LibTorch-linking target uses.
+# The one target every LibTorch-linking target uses: LibTorch's CPU half only. libtorch_cuda is
+# linked by the CUDA plugin alone (dp_torch_cuda below, runtime/parallel/cuda_plugin.cpp), which a
+# worker loads where NVIDIA's driver is (Note [CUDA loaded on demand] in
+# runtime/parallel/cuda_support.cpp): its static registrations and the CUDA libraries it pulls in
+# cost every other process 0.3 s.
 add_library(dp_torch INTERFACE)
-target_link_libraries(dp_torch INTERFACE ${TORCH_LIBRARIES})
-target_compile_options(dp_torch INTERFACE ${TORCH_CXX_FLAGS})
-if(_dp_nvidia_path)
-  target_link_options(dp_torch INTERFACE "LINKER:-rpath-link,${_dp_nvidia_path}")
+if(TARGET torch_cpu_library)
+  target_link_libraries(dp_torch INTERFACE torch_cpu_library c10)
+  target_include_directories(dp_torch INTERFACE ${TORCH_INCLUDE_DIRS})
+  # The C++ standard LibTorch's config puts on its `torch` target.
+  target_compile_features(dp_torch INTERFACE $<TARGET_PROPERTY:torch,INTERFACE_COMPILE_FEATURES>)
+  target_compile_options(dp_torch INTERFACE $<TARGET_PROPERTY:torch,INTERFACE_COMPILE_OPTIONS>)
+else()
+  target_link_libraries(dp_torch INTERFACE ${TORCH_LIBRARIES})
 endif()
+target_compile_options(dp_torch INTERFACE ${TORCH_CXX_FLAGS})
 target_link_options(dp_torch INTERFACE "LINKER:--as-needed")
+# The whole of LibTorch, CUDA included, for the plugin.
+add_library(dp_torch_cuda INTERFACE)
+target_link_libraries(dp_torch_cuda INTERFACE ${TORCH_LIBRARIES})
+target_compile_options(dp_torch_cuda INTERFACE ${TORCH_CXX_FLAGS})
+if(_dp_nvidia_path)
+  target_link_options(dp_torch_cuda INTERFACE "LINKER:-rpath-link,${_dp_nvidia_path}")
+endif()
 
 file(READ "${DP_TORCH_SITE_PACKAGES}/torch/version.py" _dp_torch_version_py)
 string(REGEX MATCH "__version__ = '([^']+)'" _m "${_dp_torch_version_py}")

@@ -8,7 +8,4 @@ namespace dp::runtime {
 // TORCH_VERSION of the headers we were built with, e.g. "2.15.0".
 std::string libtorch_version();
 
-// Whether LibTorch sees a CUDA device right now.
-bool cuda_available();
-
 }  // namespace dp::runtime

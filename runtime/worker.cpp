@@ -31,6 +31,7 @@
 #include "runtime/io/tensor_io.h"
 #include "runtime/job_agreement.h"
 #include "runtime/parallel/communicator.h"
+#include "runtime/parallel/cuda_support.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/adapters.h"
@@ -300,7 +301,7 @@ PipelineOptions pipeline_options(const JobFile& job, std::shared_ptr<const strat
 // once by the caller). Throws UsageError for a device the rank does not have.
 void place_rank(const JobFile& job, int world, int local_rank, const strategies::ModelInfo& model,
                 PipelineOptions& po) {
-    const bool cuda = at::hasCUDA();
+    const bool cuda = cuda_available();
     if (job.device_map && world != 1)
         throw protocol::UsageError("--device-map runs one process over several devices; the world has " +
                                    std::to_string(world) + " ranks");

@@ -17,16 +17,15 @@
 // Gloo's headers come from Debian's libgloo-dev: the wheel ships ProcessGroupGloo.hpp without the
 // gloo headers it includes. We only hold gloo objects through pointers, so the class layouts we
 // compile against do not depend on the gloo version inside libtorch_cpu.
-// (USE_C10D_GLOO and USE_C10D_NCCL come with LibTorch's compile definitions.)
+// (USE_C10D_GLOO comes with LibTorch's compile definitions.) NCCL's process group is in
+// libtorch_cuda, reached through our CUDA plugin (Note [CUDA loaded on demand]).
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef DP_WITH_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include "runtime/io/errors.h"
+#include "runtime/parallel/cuda_support.h"
 
 namespace dp::runtime {
 
@@ -59,13 +58,13 @@ c10::intrusive_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::St
         return c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world_size, go);
     }
     if (o.backend == "nccl") {
-#ifdef DP_WITH_NCCL
-        auto no = c10d::ProcessGroupNCCL::Options::create();
-        no->timeout = o.timeout;
-        return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.rank, o.world_size, no);
-#else
-        throw Error("the nccl backend is not built in (no CUDA toolkit at build time); use --device cpu", 1);
-#endif
+        const CudaPluginApi* cuda = cuda_plugin();
+        if (!cuda || !cuda->make_nccl)
+            throw Error(
+                "the nccl backend needs CUDA and NCCL, which this machine or build lacks (no NVIDIA "
+                "driver, or no CUDA toolkit with nccl.h at build time); use --device cpu",
+                1);
+        return cuda->make_nccl(store, o.rank, o.world_size, o.timeout);
     }
     throw Error("unknown collective backend '" + o.backend + "' (known: gloo, nccl)", 2);
 }

@@ -1,13 +1,11 @@
 #include "runtime/parallel/device_mapping.h"
 
 #include <ATen/Context.h>
-#ifdef DP_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#endif
 
 #include <algorithm>
 
 #include "runtime/io/errors.h"
+#include "runtime/parallel/cuda_support.h"
 
 namespace dp::runtime {
 
@@ -16,7 +14,7 @@ at::Device DeviceMapping::device_for(const std::string& label) {
     const std::string kind = label.substr(0, colon);
     const int index = colon == std::string::npos ? 0 : std::stoi(label.substr(colon + 1));
     if (kind == "cpu") return at::Device(at::kCPU);
-    const int gpus = at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : 0;
+    const int gpus = cuda_available() ? static_cast<int>(at::getNumGPUs()) : 0;
     if (kind != "cuda" || index >= gpus)
         throw Error("device_map: " + label + " is not available here (" + std::to_string(gpus) +
                         " CUDA device(s) visible; CPU \"devices\" cpu:N are always available)",
@@ -64,13 +62,9 @@ at::Tensor DeviceMapping::move(const at::Tensor& t, int from, int to) const {
 
 std::vector<std::pair<std::string, int64_t>> DeviceMapping::visible_gpu_budgets() {
     std::vector<std::pair<std::string, int64_t>> out;
-#ifdef DP_WITH_CUDA
-    if (!at::hasCUDA()) return out;
-    for (int i = 0; i < static_cast<int>(at::getNumGPUs()); ++i) {
-        const auto* props = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(i));
-        out.emplace_back("cuda:" + std::to_string(i), static_cast<int64_t>(props->totalGlobalMem / 10 * 9));
-    }
-#endif
+    if (!cuda_available() || !cuda_plugin()->device_memory) return out;
+    for (int i = 0; i < static_cast<int>(at::getNumGPUs()); ++i)
+        out.emplace_back("cuda:" + std::to_string(i), cuda_plugin()->device_memory(i) / 10 * 9);
     return out;
 }
 

@@ -13,6 +13,7 @@ extern const char* const kTinyModel;      // tests/data/golden/sd3_tiny
 extern const char* const kLaunchBin;      // the built dp-launch
 extern const char* const kTestWorkerBin;  // the built dp-test-worker
 extern const char* const kWorkerBin;      // the built dp-worker; empty in a build without LibTorch
+extern const char* const kCudaPlugin;     // the built libdp_cuda.so; empty without the CUDA toolkit
 
 }  // namespace dp::test::paths
 
