@@ -25,8 +25,8 @@ struct ServeFlag {
     const char* help;
 };
 
-const std::array<ServeFlag, 9>& serve_flags() {
-    static const std::array<ServeFlag, 9> rows = {{
+const std::array<ServeFlag, 10>& serve_flags() {
+    static const std::array<ServeFlag, 10> rows = {{
         {"--host", "DP_SERVE_HOST", &ServeFlags::host, "HOST",
          "Address to listen on (default 127.0.0.1; any other needs --api-key)"},
         {"--port", "DP_SERVE_PORT", &ServeFlags::port, "P",
@@ -47,6 +47,9 @@ const std::array<ServeFlag, 9>& serve_flags() {
         {"--request-timeout", "DP_REQUEST_TIMEOUT", &ServeFlags::request_timeout, "SECONDS",
          "How long a generations request waits for its images before it is answered 202 with its job "
          "(default 600)"},
+        {"--batch-images", "DP_BATCH_IMAGES", &ServeFlags::batch_images, "N",
+         "Queued jobs run together as one batch job of up to N images, each job's folder as its own run "
+         "writes it, 1 to 100000 (default 256; 1: each job alone)"},
     }};
     return rows;
 }
@@ -91,6 +94,7 @@ std::string serve_options_from(const ServeFlags& flags, const EnvLookup& env, se
         if (!value(6).empty()) out.max_body_bytes = launcher::parse_int(value(6), 1, 64 << 20, source(6));
         if (!value(7).empty()) out.max_image_side = launcher::parse_int(value(7), 16, 16384, source(7));
         if (!value(8).empty()) out.request_timeout_s = launcher::parse_seconds(value(8), 86400, source(8));
+        if (!value(9).empty()) out.batch_images = launcher::parse_int(value(9), 1, 100000, source(9));
     } catch (const launcher::Error& e) {
         return e.what();
     }
@@ -163,6 +167,13 @@ int run_serve(const launcher::LaunchSpec& launch, const launcher::JobOptions& jo
     options.dp_launch = launcher::self_dir() + "/dp-launch";
     options.world_size = launch.world_size();
     options.quiet = launch.quiet;
+    // Note [jobs batched together]: each line's seed is made explicit, which a seed drawn per run
+    // (--seed random) has not; only a PNG's record is rewritten for its job; and with --batch-size
+    // above 1 which prompts share a forward pass, and so the last bit of an image, would change.
+    options.batch = !resolved.options.seed_drawn && resolved.options.image_format == "png" &&
+                    resolved.options.batch_size == 1;
+    options.base_seed = resolved.options.seed;
+    options.images_per_prompt = resolved.options.images_per_prompt;
     return serve::run_server(options, serve::make_body_checker(resolved, options), job.model);
 }
 

@@ -15,7 +15,7 @@ namespace dp::cli {
 // serve's flags as given, read by serve_options_from.
 struct ServeFlags {
     std::string host, port, api_key, max_queue, max_prompts, max_images, max_request_bytes, max_image_side,
-        request_timeout;
+        request_timeout, batch_images;
 };
 
 // Adds the `serve` subcommand to `app`, its flags into `flags`.

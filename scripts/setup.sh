@@ -66,7 +66,7 @@ trap '[[ -n $torch_pid ]] && kill "$torch_pid" 2>/dev/null; true' EXIT
 if [[ $with_torch == 1 ]] && ! torch_ready && has_venv; then start_torch_install; fi
 
 # 1. Debian packages.
-packages=(g++ make cmake ccache clang-format hyperfine time unzip bc libcli11-dev nlohmann-json3-dev doctest-dev libicu-dev libpng-dev libjpeg62-turbo-dev libwebp-dev pkg-config libssl-dev libgloo-dev libsentencepiece-dev libyaml-cpp-dev libboost-dev libcpp-httplib-dev libsqlite3-dev curl python3)
+packages=(g++ make cmake ccache clang-format hyperfine time unzip bc libcli11-dev nlohmann-json3-dev doctest-dev libicu-dev libpng-dev zlib1g-dev libjpeg62-turbo-dev libwebp-dev pkg-config libssl-dev libgloo-dev libsentencepiece-dev libyaml-cpp-dev libboost-dev libcpp-httplib-dev libsqlite3-dev curl python3)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,9 +6,12 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "serve/job_store.h"
 #include "serve/serve_options.h"
@@ -27,7 +30,7 @@ struct RunnerStats {
     int64_t images = 0;        // images the finished runs recorded as made
     double busy_s = 0;         // seconds a job's dp-launch ran
     double last_image_ms = 0;  // the mean time per image of the last run that made one
-    std::string running;       // the running job's id; empty: none
+    std::string running;       // the running jobs' ids, comma-separated; empty: none
     bool healthy = true;       // false once a job used up its attempts on a crash
     std::string unhealthy_reason;
 };
@@ -51,7 +54,19 @@ class JobRunner {
     RunnerStats stats();
 
   private:
+    // The oldest queued job, and the queued jobs that can run with it (Note [jobs batched together]).
+    std::vector<JobRow> claim();
+    bool batchable(const JobRow& job) const;
     void run_one(const JobRow& job);
+    void run_batch(const std::vector<JobRow>& jobs);
+    // Starts `argv` as the running run of `ids` and waits for it, calling `poll` every 50 ms while
+    // it runs; its exit code (128 + signal when killed, 71 when it could not start).
+    int run_child(const std::vector<std::string>& argv, const std::vector<std::string>& ids,
+                  const std::string& log_stem, const std::function<void()>& poll);
+    void record_run(double seconds, int64_t images, double image_ms);
+    struct Batch;
+    void take_batch_records(Batch& batch);
+    void finish_batched_job(Batch& batch, std::size_t job);
 
     const ServeOptions& options_;
     JobStore& store_;
@@ -60,7 +75,9 @@ class JobRunner {
     std::condition_variable finished_;  // a job finished
     bool stopping_ = false;
     bool woken_ = false;
-    pid_t child_ = -1;  // the running job's dp-launch
+    pid_t child_ = -1;                      // the running job's dp-launch
+    std::vector<std::string> running_ids_;  // the jobs it runs
+    std::set<std::string> alone_;           // jobs a batch left unfinished: they run alone next
     RunnerStats stats_;
     std::unique_ptr<WarmRanks> warm_;  // Note [warm ranks]; none with a --worker of one's own
 };

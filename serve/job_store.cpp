@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 
 namespace dp::serve {
@@ -187,6 +188,29 @@ std::optional<JobRow> JobStore::claim_next() {
                       kColumns)
                          .c_str());
     s.bind(1, now_s());
+    if (!s.step()) return std::nullopt;
+    JobRow row = row_of(s.get());
+    while (s.step()) {
+    }
+    return row;
+}
+
+std::optional<JobRow> JobStore::claim_next_if(const std::function<bool(const JobRow&)>& take) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::optional<JobRow> next;
+    {
+        Statement s(db_, (std::string("SELECT ") + kColumns +
+                          " FROM jobs WHERE state = 'queued' ORDER BY requeued DESC, number LIMIT 1")
+                             .c_str());
+        if (s.step()) next = row_of(s.get());
+    }
+    if (!next || !take(*next)) return std::nullopt;
+    // Under the store's lock: nothing claimed or cancelled it since it was read.
+    Statement s(db_, (std::string("UPDATE jobs SET state = 'running', attempts = attempts + 1, started = ? "
+                                  "WHERE number = ? AND state = 'queued' RETURNING ") +
+                      kColumns)
+                         .c_str());
+    s.bind(1, now_s()).bind(2, next->number);
     if (!s.step()) return std::nullopt;
     JobRow row = row_of(s.get());
     while (s.step()) {

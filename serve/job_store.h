@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -45,6 +46,9 @@ class JobStore {
     JobRow add(const std::string& kind, const std::string& body, int64_t prompts, int64_t images);
     // The oldest queued job, now running with one more attempt; nullopt when none is queued.
     std::optional<JobRow> claim_next();
+    // The same when `take` (called under the store's lock: it must not call the store) accepts
+    // the oldest queued job; else nullopt, and it stays queued.
+    std::optional<JobRow> claim_next_if(const std::function<bool(const JobRow&)>& take);
     // Jobs a killed or stopped server left running, queued again ahead of the others (their run
     // folders are resumed). Returns how many.
     int requeue_running();

@@ -27,6 +27,12 @@ struct ServeOptions {
     std::string worker;                 // each job's --worker: dp-attach for the warm ranks
     bool warm = true;                   // the warm ranks run the jobs (Note [warm ranks])
     bool quiet = false;                 // -q: no line per job on stderr
+    // Note [jobs batched together]: queued jobs run as one batch job of up to this many images
+    // (--batch-images; 1: each job alone), where `batch` allows it (PNG images, a fixed --seed).
+    int64_t batch_images = 256;
+    bool batch = false;
+    uint64_t base_seed = 0;     // the jobs' --seed
+    int images_per_prompt = 1;  // and --num-images-per-prompt
 };
 
 }  // namespace dp::serve

@@ -16,6 +16,9 @@
 #                                      once; ranks that die in every job: unhealthy
 #   serve_check.sh DP_LAUNCH page      the live page in headless Chromium shows the queue and loads
 #                                      the latest images (77: no Chromium here)
+#   serve_check.sh DP_LAUNCH batch     jobs queued together run as one batch job, and each job's
+#                                      folder is its own run's: records, names and bytes; a job
+#                                      cancelled in a batch keeps its images, the others finish
 # Prints PASS, or FAIL with why (exit 1).
 set -euo pipefail
 dp_launch=$1
@@ -92,6 +95,27 @@ for k, r in ra.items():
     if not filecmp.cmp(os.path.join(a, r["file"]), os.path.join(b, rb[k]["file"]), shallow=False):
         sys.exit(f"FAIL: prompt {k}: {r['file']} differs")
 print(f"{len(ra)} images byte-identical")
+PY
+}
+
+# same_run OWN JOB: JOB's folder is what dp-launch wrote in OWN: the same records but for each
+# image's time and rank, the same files (but OWN's lock), the same bytes.
+same_run() {
+    same_images "$1" "$2" >/dev/null || return 1
+    python3 - "$1" "$2" <<'PY'
+import json, os, sys
+def records(d):
+    out = {}
+    for r in map(json.loads, open(os.path.join(d, "manifest.jsonl"))):
+        r.pop("ms", None), r.pop("rank", None)
+        out[(r["index"], r.get("image_index", 0))] = r
+    return out
+a, b = sys.argv[1], sys.argv[2]
+if records(a) != records(b):
+    sys.exit(f"FAIL: {b}'s records are not {a}'s: {records(b)} against {records(a)}")
+files = lambda d: sorted(f for f in os.listdir(d) if f != ".dp-lock")
+if files(a) != files(b):
+    sys.exit(f"FAIL: {b} holds {files(b)}, its own run {files(a)}")
 PY
 }
 
@@ -262,7 +286,7 @@ limits)
     expect 404 "a hidden name" "$url/v1/jobs/$id/images/.serve.lock"
     ;;
 cancel)
-    start "$work/root" "${flags[@]}"
+    start "$work/root" "${flags[@]}" --batch-images 1  # the queued job stays queued (batch: below)
     prompts 40 >"$work/job.jsonl"
     id=$(submit "$work/job.jsonl")
     queued=$(submit "$work/job.jsonl")
@@ -309,6 +333,64 @@ ranks)
     code=$(curl -s -o "$work/health" -w '%{http_code}' "$url/health")
     [[ $code == 503 ]] || fail "/health is $code after a job failed 3 times on dying ranks: $(cat "$work/health")"
     echo "unhealthy: $(head -c 200 "$work/health")"
+    ;;
+batch)
+    # A job of 6 prompts keeps the runner busy while 10 jobs of every kind of line queue behind it.
+    start "$work/root" "${flags[@]}"
+    prompts 6 >"$work/first.jsonl"
+    python3 - "$work" <<'PY'
+import json, sys
+colours, shapes = ["red", "green", "blue", "yellow"], ["circle", "square", "triangle", "star", "ring"]
+for j in range(10):
+    lines = [{"prompt": f"a {colours[j % 4]} {shapes[(j + k) % 5]} on a plain background"} for k in range(1 + j % 3)]
+    if j == 3: lines.append({"prompt": "a small blue star", "seed": 11, "num_images_per_prompt": 2})
+    if j == 5: lines.append({"prompt": "a red ring", "name": "my ring", "seed": None})
+    if j == 7: lines.insert(0, {"prompt": "a green square", "guidance_scale": 3.5})
+    open(f"{sys.argv[1]}/b{j}.jsonl", "w").write("".join(json.dumps(l) + "\n" for l in lines) + ("\n" if j == 8 else ""))
+PY
+    first=$(submit "$work/first.jsonl")
+    ids=()
+    for j in $(seq 0 9); do ids+=("$(submit "$work/b$j.jsonl")"); done
+    wait_for "$first" done 120
+    for id in "${ids[@]}"; do wait_for "$id" done 120; done
+    ls "$work/root/.requests"/batch-*.jsonl >/dev/null 2>&1 || fail "no batch ran: the queued jobs each ran alone"
+    [[ -z $(ls -d "$work/root/.requests"/batch-*/ 2>/dev/null) ]] || fail "a batch's run folder is left"
+    # Each job's folder against dp-launch -n 2 on that job's own JSONL: the same records (but each
+    # image's time and rank), the same files, the same bytes.
+    for j in $(seq 0 9); do
+        "$dp_launch" "${flags[@]}" -q -o "$work/own$j" "$work/b$j.jsonl" >/dev/null
+        same_run "$work/own$j" "$work/root/${ids[$j]}" || exit 1
+    done
+    echo "10 jobs run in a batch: each folder is its own run's"
+    # A job cancelled while its batch runs keeps the images it has; the others finish, each its own
+    # run's.
+    prompts 8 >"$work/eight.jsonl"
+    long=$(submit "$work/first.jsonl")
+    ids=()
+    for j in $(seq 0 4); do ids+=("$(submit "$work/eight.jsonl")"); done
+    prompts 40 >"$work/forty.jsonl"
+    ids+=("$(submit "$work/forty.jsonl")")
+    wait_for "${ids[5]}" running 60
+    code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$url/v1/jobs/${ids[5]}")
+    [[ $code == 202 ]] || fail "DELETE of the last job of a running batch: $code, not 202"
+    wait_for "${ids[5]}" cancelled 60
+    "$dp_launch" "${flags[@]}" -q -o "$work/own-eight" "$work/eight.jsonl" >/dev/null
+    for j in 0 1 2 3 4; do
+        wait_for "${ids[$j]}" done 120
+        same_run "$work/own-eight" "$work/root/${ids[$j]}" || exit 1
+    done
+    "$dp_launch" "${flags[@]}" -q -o "$work/own-forty" "$work/forty.jsonl" >/dev/null
+    python3 - "$work/own-forty" "$work/root/${ids[5]}" <<'PY' || exit 1
+import filecmp, json, os, sys
+own, cut = sys.argv[1], sys.argv[2]
+if not os.path.exists(os.path.join(cut, "manifest.jsonl")):
+    sys.exit(0) if not os.path.exists(cut) or not os.listdir(cut) else sys.exit(f"FAIL: {cut} has files but no manifest")
+kept = [r for r in map(json.loads, open(os.path.join(cut, "manifest.jsonl"))) if r["status"] == "ok"]
+for r in kept:
+    if not filecmp.cmp(os.path.join(own, r["file"]), os.path.join(cut, r["file"]), shallow=False):
+        sys.exit(f"FAIL: the cancelled job's kept {r['file']} is not its own run's")
+print(f"the cancelled job kept {len(kept)} image(s), each its own run's")
+PY
     ;;
 page)
     browser=""

@@ -1,18 +1,24 @@
 // dp-launch serve's pieces without a server: the job database (order, restart, cancel), which
 // words of the command line each job's dp-launch takes, the flags, the key check, the image names
-// a request may fetch. tests/scripts/serve_check.sh runs the server itself.
+// a request may fetch, and how queued jobs become one batch and each image its job's again.
+// tests/scripts/serve_check.sh runs the server itself.
 #include <doctest/doctest.h>
+#include <png.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/command_line.h"
 #include "cli/serve_command.h"
+#include "launcher/prompt_file.h"
+#include "serve/batch.h"
 #include "serve/http_api.h"
 #include "serve/job_store.h"
 #include "serve/run_records.h"
@@ -150,9 +156,9 @@ TEST_CASE("serve's flags: flag over DP_* twin over default, each range refused w
     CHECK(o.port == 9001);
     CHECK(o.api_key == "abc");
     const std::vector<std::pair<std::string, std::string>> bad_env = {
-        {"DP_SERVE_PORT", "65536"},  {"DP_MAX_QUEUE", "0"},         {"DP_MAX_PROMPTS", "-1"},
-        {"DP_MAX_IMAGES", "x"},      {"DP_MAX_REQUEST_BYTES", "0"}, {"DP_MAX_IMAGE_SIDE", "8"},
-        {"DP_REQUEST_TIMEOUT", "-3"}};
+        {"DP_SERVE_PORT", "65536"},   {"DP_MAX_QUEUE", "0"},         {"DP_MAX_PROMPTS", "-1"},
+        {"DP_MAX_IMAGES", "x"},       {"DP_MAX_REQUEST_BYTES", "0"}, {"DP_MAX_IMAGE_SIDE", "8"},
+        {"DP_REQUEST_TIMEOUT", "-3"}, {"DP_BATCH_IMAGES", "0"}};
     for (const auto& [name, value] : bad_env) {
         CAPTURE(name);
         serve::ServeOptions out;
@@ -204,4 +210,124 @@ TEST_CASE("the API key is compared whole, and loopback is 127/8, ::1 and localho
         CHECK(serve::is_loopback_host(yes));
     for (const char* no : {"0.0.0.0", "10.0.0.1", "::", "128.0.0.1", "example.com", ""})
         CHECK_FALSE(serve::is_loopback_host(no));
+}
+
+namespace {
+
+// A 2 x 1 RGB PNG written by libpng with text chunks `texts` (key, text), as the worker writes one.
+std::string png_with_texts(const std::vector<std::pair<std::string, std::string>>& texts) {
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+    png_infop info = png_create_info_struct(png);
+    std::string out;
+    png_set_write_fn(
+        png, &out,
+        [](png_structp p, png_bytep data, png_size_t n) {
+            static_cast<std::string*>(png_get_io_ptr(p))->append(reinterpret_cast<const char*>(data), n);
+        },
+        nullptr);
+    png_set_IHDR(png, info, 2, 1, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+                 PNG_FILTER_TYPE_DEFAULT);
+    std::vector<png_text> chunks(texts.size());
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+        chunks[i].compression = PNG_TEXT_COMPRESSION_NONE;
+        chunks[i].key = const_cast<char*>(texts[i].first.c_str());
+        chunks[i].text = const_cast<char*>(texts[i].second.c_str());
+    }
+    png_set_text(png, info, chunks.data(), static_cast<int>(chunks.size()));
+    png_write_info(png, info);
+    unsigned char row[6] = {10, 20, 30, 200, 150, 100};
+    png_write_row(png, row);
+    png_write_end(png, nullptr);
+    png_destroy_write_struct(&png, &info);
+    return out;
+}
+
+// What libpng reads back from `bytes` (which it checks, CRCs included): the texts and the pixels.
+std::pair<std::map<std::string, std::string>, std::vector<unsigned char>> read_png(const std::string& bytes) {
+    png_image image{};
+    image.version = PNG_IMAGE_VERSION;
+    REQUIRE(png_image_begin_read_from_memory(&image, bytes.data(), bytes.size()));
+    image.format = PNG_FORMAT_RGB;
+    std::vector<unsigned char> pixels(PNG_IMAGE_SIZE(image));
+    REQUIRE(png_image_finish_read(&image, nullptr, pixels.data(), 0, nullptr));
+    std::map<std::string, std::string> texts;
+    struct Source {
+        const std::string& bytes;
+        std::size_t at = 0;
+    } source{bytes};
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+    png_infop info = png_create_info_struct(png);
+    png_set_read_fn(png, &source, [](png_structp p, png_bytep data, png_size_t n) {
+        auto* s = static_cast<Source*>(png_get_io_ptr(p));
+        std::memcpy(data, s->bytes.data() + s->at, n);
+        s->at += n;
+    });
+    png_read_info(png, info);
+    png_textp text = nullptr;
+    const int n = png_get_text(png, info, &text, nullptr);
+    for (int i = 0; i < n; ++i) texts[text[i].key] = text[i].text;
+    png_destroy_read_struct(&png, &info, nullptr);
+    return {texts, pixels};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "queued jobs as one batch: each line carries the seed of its job's own run, and each image maps back "
+    "to its job's index and line (Note [jobs batched together])") {
+    const std::vector<std::string> bodies = {
+        "{\"prompt\": \"a\"}\n\n{\"prompt\": \"b\", \"seed\": 7}\n",
+        "{\"prompt\": \"c\", \"num_images_per_prompt\": 2}\r\n{\"prompt\": \"d\", \"seed\": null}",
+        "{\"prompt\": \"e\", \"name\": \"my e\", \"guidance_scale\": 3.5}\n"};
+    const serve::BatchPlan plan = serve::plan_batch(bodies, {100, 1});
+    // The batch's lines, read as dp-launch reads a prompt file: the seeds each job's run gives.
+    const launcher::PromptFile merged = launcher::parse_prompt_file(plan.jsonl, "batch", true);
+    REQUIRE(merged.invalid.empty());
+    std::vector<uint64_t> seeds;
+    for (const launcher::PromptRecord& p : merged.prompts) seeds.push_back(p.seed.value_or(0));
+    CHECK(seeds == std::vector<uint64_t>{100, 7, 100, 101, 102, 100});
+    CHECK(merged.prompts.back().name == "my e");
+    CHECK(merged.prompts.back().arguments.items().size() == 1);
+    REQUIRE(plan.images.size() == 6);
+    const std::vector<std::tuple<std::size_t, int64_t, int64_t>> expected = {{0, 0, 1}, {0, 1, 3}, {1, 0, 1},
+                                                                             {1, 1, 1}, {1, 2, 2}, {2, 0, 1}};
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+        CAPTURE(i);
+        CHECK(std::tuple(plan.images[i].job, plan.images[i].index, plan.images[i].line) == expected[i]);
+    }
+    CHECK(plan.job_images == std::vector<int64_t>{2, 3, 1});
+    // The job's --num-images-per-prompt counts in every index after a line.
+    const serve::BatchPlan three = serve::plan_batch({"{\"prompt\": \"x\"}\n{\"prompt\": \"y\"}\n"}, {5, 3});
+    CHECK(three.images.size() == 6);
+    CHECK(three.jsonl == "{\"prompt\":\"x\",\"seed\":5}\n{\"prompt\":\"y\",\"seed\":8}\n");
+    CHECK_THROWS_AS(serve::plan_batch({"{\"prompt\": \"a\"}\n{\"prompt\": 3}\n"}, {}), std::runtime_error);
+}
+
+TEST_CASE("a batch image becomes its job's: the name its own run gives it, and its PNG record rewritten") {
+    CHECK(serve::name_in_job("00012-a-red-fox.png", 3) == "00003-a-red-fox.png");
+    CHECK(serve::name_in_job("123456-image.png", 7) == "00007-image.png");
+    CHECK(serve::name_in_job("00001-a-cat.png", 100000) == "100000-a-cat.png");
+    const std::string record =
+        "{\"file\":\"00012-a-red-fox.png\",\"guidance_scale\":2.5,\"index\":12,\"prompt\":\"a red fox "
+        "\\u00e9\","
+        "\"seed\":18446744073709551615,\"steps\":4}";
+    const std::string batch = png_with_texts({{"parameters", "a red fox\nSteps: 4"}, {"dp-launch", record}});
+    const std::string job = serve::png_for_job(batch, 3, "00003-a-red-fox.png");
+    REQUIRE_FALSE(job.empty());
+    const auto [texts, pixels] = read_png(job);
+    CHECK(pixels == read_png(batch).second);
+    CHECK(texts.at("parameters") == "a red fox\nSteps: 4");
+    // What the job's own run writes: the same record, its index and file, dumped the same way.
+    CHECK(texts.at("dp-launch") ==
+          "{\"file\":\"00003-a-red-fox.png\",\"guidance_scale\":2.5,\"index\":3,\"prompt\":\"a red fox "
+          "\\u00e9\","
+          "\"seed\":18446744073709551615,\"steps\":4}");
+    CHECK(serve::png_for_job(job, 12, "00012-a-red-fox.png") == batch);
+    // Anything else is no image of the batch's.
+    CHECK(serve::png_for_job("not a png", 0, "x.png").empty());
+    CHECK(serve::png_for_job(png_with_texts({{"parameters", "a"}}), 0, "x.png").empty());
+    CHECK(serve::png_for_job(batch.substr(0, batch.size() / 2), 0, "x.png").empty());
+    std::string broken = batch;
+    broken[8 + 3] = '\x7f';  // IHDR's length past the file
+    CHECK(serve::png_for_job(broken, 0, "x.png").empty());
 }
