@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/errors.h"
+#include "launcher/input_images.h"
 #include "launcher/job_settings.h"
 #include "launcher/prompt_file.h"
 #include "protocol/strict_json.h"
@@ -15,9 +16,20 @@ namespace {
 // a scheduler's or preset's JSON file, which its user could read anyway. A server's client could
 // not, and must not make the server read (or show) its files: such a line is refused, and the
 // server's own --lora, --image and --scheduler flags still apply to every job.
-std::string names_server_file(const launcher::PromptRecord& p) {
+// The request's own uploads (`uploads`, Note [edits over HTTP]) are the only files it may name.
+bool all_uploaded(const protocol::CallValue& value, const std::string& uploads) {
+    const auto* image = std::get_if<protocol::InputImage>(&value);
+    if (uploads.empty() || !image) return false;
+    for (const protocol::InputImage& picture : image->pictures())
+        if (picture.path.rfind(uploads + "/", 0) != 0 || picture.path.find("/..") != std::string::npos)
+            return false;
+    return true;
+}
+
+std::string names_server_file(const launcher::PromptRecord& p, const std::string& uploads) {
     for (const protocol::CallValues::Item& item : p.arguments.items()) {
         const protocol::CallType type = item.first->type;
+        if (type == protocol::CallType::kImage && all_uploaded(item.second, uploads)) continue;
         if (type == protocol::CallType::kImage || type == protocol::CallType::kAdapters)
             return std::string("key '") + item.first->name +
                    "' names a file, and a request may not name files on the server (give the server's "
@@ -56,7 +68,7 @@ std::string names_json_file(const std::string& jsonl) {
 BodyChecker make_body_checker(const launcher::ResolvedJob& resolved, const ServeOptions& options) {
     const auto job = std::make_shared<const launcher::ResolvedJob>(resolved);
     const ServeOptions limits = options;
-    return [job, limits](const std::string& jsonl) {
+    return [job, limits](const std::string& jsonl, const std::string& uploads) {
         BodyCheck c;
         if (jsonl.find_first_not_of(" \t\r\n") == std::string::npos) {
             c.problem =
@@ -76,7 +88,7 @@ BodyChecker make_body_checker(const launcher::ResolvedJob& resolved, const Serve
         try {
             file = launcher::parse_prompt_file(
                 jsonl, "request", /*jsonl=*/true, [&](const launcher::PromptRecord& p) {
-                    if (std::string why = names_server_file(p); !why.empty()) return why;
+                    if (std::string why = names_server_file(p, uploads); !why.empty()) return why;
                     for (const std::optional<int>& side : {p.width, p.height})
                         if (side && *side > limits.max_image_side) {
                             too_large = true;
@@ -84,7 +96,15 @@ BodyChecker make_body_checker(const launcher::ResolvedJob& resolved, const Serve
                                    std::to_string(limits.max_image_side) +
                                    " pixels on this server (--max-image-side)";
                         }
-                    return launcher::prompt_setting_problem(p, job->options, job->model);
+                    if (std::string why = launcher::prompt_setting_problem(p, job->options, job->model);
+                        !why.empty())
+                        return why;
+                    // The request's own uploads: read as the job would read them (Note [input
+                    // images are checked first]), so that a file that is no image is a 400 now.
+                    if (uploads.empty()) return std::string();
+                    launcher::InputImages images;
+                    int64_t missing = 0;
+                    return images.line_problem(p, job->options, job->model, uploads, missing);
                 });
         } catch (const launcher::Error& e) {  // past the prompt file's own limits
             c.status = 413;
@@ -105,6 +125,10 @@ BodyChecker make_body_checker(const launcher::ResolvedJob& resolved, const Serve
             for (std::size_t i = 0; i < file.invalid.size() && i < 10; ++i)
                 c.problem += (i ? "; " : "") + file.invalid[i].reason;
         }
+        // An upload is named as the client sent it, not by where the server keeps it.
+        const std::string kept = uploads + "/";
+        for (std::size_t at; !uploads.empty() && (at = c.problem.find(kept)) != std::string::npos;)
+            c.problem.replace(at, kept.size(), "uploaded ");
         return c;
     };
 }

@@ -6,11 +6,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "protocol/atomic_file.h"
 #include "protocol/strict_json.h"
+#include "serve/edit_uploads.h"
 #include "serve/live_page.h"
 #include "serve/run_records.h"
 
@@ -98,10 +101,11 @@ bool refuse_when_full(ApiContext& c, httplib::Response& res) {
     return true;
 }
 
-// Checks `jsonl` and queues it as a job of `kind`; nullopt with `res` answered when refused.
+// Checks `jsonl` and queues it as a job of `kind`; nullopt with `res` answered when refused. Its
+// lines may name the files in `uploads` (the request's own, Note [edits over HTTP]) and no other.
 std::optional<JobRow> queue_job(ApiContext& c, const std::string& kind, const std::string& jsonl,
-                                httplib::Response& res) {
-    const BodyCheck check = c.check(jsonl);
+                                httplib::Response& res, const std::string& uploads = "") {
+    const BodyCheck check = c.check(jsonl, uploads);
     if (!check.problem.empty()) {
         answer_error(res, check.status, check.problem, "invalid_request_error");
         return std::nullopt;
@@ -112,54 +116,55 @@ std::optional<JobRow> queue_job(ApiContext& c, const std::string& kind, const st
     return row;
 }
 
-// POST /v1/images/generations: OpenAI's keys, the rest our prompt line's, one line of n images.
-void generations(ApiContext& c, const httplib::Request& req, httplib::Response& res) {
-    json body;
-    if (const std::string why = protocol::parse_strict_json(req.body, body); !why.empty())
-        return answer_error(res, 400, "the body is not JSON: " + why, "invalid_request_error");
-    if (!body.is_object())
-        return answer_error(res, 400, "the body must be a JSON object with at least \"prompt\"",
-                            "invalid_request_error");
-    json line = json::object();
+// OpenAI's image request `body` as a prompt line of n images: its keys (n, size, response_format,
+// model, user), the rest our prompt line's. False with `res` answered when a key is wrong.
+bool generation_line(ApiContext& c, const json& body, json& line, std::string& format,
+                     httplib::Response& res) {
+    line = json::object();
     int64_t n = 1;
-    std::string format = "b64_json";
+    format = "b64_json";
+    const auto refuse = [&](int status, const std::string& why) {
+        answer_error(res, status, why, "invalid_request_error");
+        return false;
+    };
     for (const auto& [key, value] : body.items()) {
         if (key == "model" || key == "user") {  // OpenAI's; this server has one model
-            if (!value.is_string())
-                return answer_error(res, 400, "\"" + key + "\" must be a string", "invalid_request_error");
+            if (!value.is_string()) return refuse(400, "\"" + key + "\" must be a string");
         } else if (key == "n") {
             if (!value.is_number_integer() || value.get<int64_t>() < 1)
-                return answer_error(res, 400, "\"n\" must be an integer of at least 1",
-                                    "invalid_request_error");
+                return refuse(400, "\"n\" must be an integer of at least 1");
             n = value.get<int64_t>();
             if (n > c.options.max_images)
-                return answer_error(res, 413,
-                                    "\"n\" is " + std::to_string(n) + "; this server makes at most " +
-                                        std::to_string(c.options.max_images) +
-                                        " images a request (--max-images)",
-                                    "invalid_request_error");
+                return refuse(413, "\"n\" is " + std::to_string(n) + "; this server makes at most " +
+                                       std::to_string(c.options.max_images) +
+                                       " images a request (--max-images)");
         } else if (key == "size") {
             const std::string size = value.is_string() ? value.get<std::string>() : "";
             int w = 0, h = 0;
             char x = 0, extra = 0;
             if (size == "auto") continue;
             if (std::sscanf(size.c_str(), "%d%c%d%c", &w, &x, &h, &extra) != 3 || x != 'x' || w < 1 || h < 1)
-                return answer_error(res, 400,
-                                    "\"size\" must be \"WIDTHxHEIGHT\" (e.g. \"512x512\") or \"auto\"",
-                                    "invalid_request_error");
+                return refuse(400, "\"size\" must be \"WIDTHxHEIGHT\" (e.g. \"512x512\") or \"auto\"");
             line["width"] = w;
             line["height"] = h;
         } else if (key == "response_format") {
             format = value.is_string() ? value.get<std::string>() : "";
             if (format != "b64_json" && format != "url")
-                return answer_error(res, 400, "\"response_format\" must be \"b64_json\" or \"url\"",
-                                    "invalid_request_error");
+                return refuse(400, "\"response_format\" must be \"b64_json\" or \"url\"");
         } else {
             line[key] = value;  // prompt, seed, negative_prompt, the call arguments: checked as a line
         }
     }
     if (n > 1) line["num_images_per_prompt"] = n;
-    const std::optional<JobRow> row = queue_job(c, "generations", line.dump() + "\n", res);
+    return true;
+}
+
+// Queues `line` as a job of `kind` and answers with its images once made, as OpenAI does
+// (b64_json or absolute urls), or 202 with the job after --request-timeout.
+void answer_images(ApiContext& c, const httplib::Request& req, httplib::Response& res,
+                   const std::string& kind, const json& line, const std::string& format,
+                   const std::string& uploads = "") {
+    const std::optional<JobRow> row = queue_job(c, kind, line.dump() + "\n", res, uploads);
     if (!row) return;
     if (!c.runner.wait_finished(row->id, c.options.request_timeout_s)) {
         res.set_header("Location", "/v1/jobs/" + row->id);
@@ -183,6 +188,83 @@ void generations(ApiContext& c, const httplib::Request& req, httplib::Response& 
     }
     answer_json(res, 200,
                 {{"created", static_cast<int64_t>(done.created)}, {"job", row->id}, {"data", data}});
+}
+
+// POST /v1/images/generations: OpenAI's keys, the rest our prompt line's, one line of n images.
+void generations(ApiContext& c, const httplib::Request& req, httplib::Response& res) {
+    json body;
+    if (const std::string why = protocol::parse_strict_json(req.body, body); !why.empty())
+        return answer_error(res, 400, "the body is not JSON: " + why, "invalid_request_error");
+    if (!body.is_object())
+        return answer_error(res, 400, "the body must be a JSON object with at least \"prompt\"",
+                            "invalid_request_error");
+    json line;
+    std::string format;
+    if (generation_line(c, body, line, format, res)) answer_images(c, req, res, "generations", line, format);
+}
+
+// A form field's value as JSON: a number, true, false, null, an array or an object as such; any
+// other text (and always prompt, negative_prompt, size, response_format, model and user) as a string.
+json form_value(const std::string& key, const std::string& text) {
+    for (const char* text_key : {"prompt", "negative_prompt", "size", "response_format", "model", "user"})
+        if (key == text_key) return text;
+    json value;
+    if (protocol::parse_strict_json(text, value).empty() && !value.is_string()) return value;
+    return text;
+}
+
+// POST /v1/images/edits (Note [edits over HTTP], edit_uploads.cpp): OpenAI's multipart request,
+// "image" (and "mask") files and the generations keys as fields.
+void edits(ApiContext& c, const httplib::Request& req, httplib::Response& res) {
+    const auto refuse = [&](const std::string& why) { answer_error(res, 400, why, "invalid_request_error"); };
+    if (!req.is_multipart_form_data())
+        return refuse(
+            "send multipart/form-data (curl -F): image=@FILE (PNG, JPEG or WebP), prompt=TEXT, and "
+            "optionally mask=@FILE, n, size, response_format and the prompt line's keys");
+    json body = json::object();
+    std::vector<std::string> images;  // one, or several for a model that takes them (Qwen-Image-Edit-2509)
+    std::string mask;
+    for (const auto& [key, field] : req.files) {
+        if (key == "image" || key == "image[]") {
+            images.push_back(field.content);
+        } else if (key == "mask") {
+            mask = field.content;
+        } else if (key == "mask_image") {
+            return refuse("give the mask as the file field \"mask\"");
+        } else {
+            body[key] = form_value(key, field.content);
+        }
+    }
+    if (images.empty()) return refuse("\"image\": the image to edit, a PNG, JPEG or WebP file, is missing");
+    json line;
+    std::string format;
+    if (!generation_line(c, body, line, format, res)) return;
+    std::string folder;
+    try {
+        folder = make_upload_folder(c.options.root);
+        const std::optional<std::string> from_alpha =
+            mask.empty() ? mask_from_alpha(images.front(), true) : mask_from_alpha(mask, false);
+        json pictures = json::array();
+        for (std::size_t i = 0; i < images.size(); ++i) {
+            const std::string file = folder + "/image" + (i == 0 ? "" : "-" + std::to_string(i + 1));
+            protocol::write_file_atomically(file, images[i]);
+            pictures.push_back(file);
+        }
+        line["image"] = images.size() == 1 ? pictures.front() : pictures;
+        if (!mask.empty() || from_alpha) {
+            protocol::write_file_atomically(folder + "/mask", from_alpha ? *from_alpha : mask);
+            line["mask_image"] = folder + "/mask";
+        }
+    } catch (const std::exception& e) {
+        std::error_code ignored;
+        if (!folder.empty()) std::filesystem::remove_all(folder, ignored);
+        return answer_error(res, 500, std::string("cannot keep the upload: ") + e.what(), "server_error");
+    }
+    answer_images(c, req, res, "edits", line, format, folder);
+    if (res.status == 400 || res.status == 413 || res.status == 429) {  // refused: nothing kept
+        std::error_code ignored;
+        std::filesystem::remove_all(folder, ignored);
+    }
 }
 
 std::string metrics(ApiContext& c) {
@@ -308,13 +390,8 @@ void add_routes(httplib::Server& server, ApiContext& c) {
     });
     server.Post("/v1/images/generations",
                 [&c](const httplib::Request& req, httplib::Response& res) { generations(c, req, res); });
-    server.Post("/v1/images/edits", [](const httplib::Request&, httplib::Response& res) {
-        answer_error(
-            res, 501,
-            "image edits over HTTP are not served yet: run the edit as a batch job (a JSONL line with "
-            "\"image\" and \"mask_image\", docs/prompt-files.md)",
-            "not_implemented");
-    });
+    server.Post("/v1/images/edits",
+                [&c](const httplib::Request& req, httplib::Response& res) { edits(c, req, res); });
     add_job_routes(server, c);
     server.Get("/health", [&c](const httplib::Request&, httplib::Response& res) {
         const RunnerStats s = c.runner.stats();

@@ -30,7 +30,9 @@ struct BodyCheck {
     int64_t prompts = 0;  // lines
     int64_t images = 0;   // images they make
 };
-using BodyChecker = std::function<BodyCheck(const std::string& jsonl)>;
+// Checks a request's JSONL; its lines may name the files in the folder `uploads` (the request's
+// own uploads, Note [edits over HTTP]; empty: none) and no other file on the server.
+using BodyChecker = std::function<BodyCheck(const std::string& jsonl, const std::string& uploads)>;
 
 struct ApiContext {
     const ServeOptions& options;

@@ -145,8 +145,7 @@ int JobRunner::run_child(const std::vector<std::string>& argv, const std::vector
             std::lock_guard<std::mutex> lock(mutex_);
             child_ = child.pid;
             running_ids_ = ids;
-            stats_.running.clear();
-            for (const std::string& id : ids) stats_.running += (stats_.running.empty() ? "" : ",") + id;
+            show_running();
             if (stopping_) ::kill(child.pid, SIGTERM);  // stop() came before the pid was known
         }
         for (const std::string& id : ids) {
@@ -169,6 +168,11 @@ int JobRunner::run_child(const std::vector<std::string>& argv, const std::vector
         std::ofstream(log_stem + ".log", std::ios::app) << "dp-launch serve: " << e.what() << "\n";
         return launcher::kExitSystem;
     }
+}
+
+void JobRunner::show_running() {
+    stats_.running.clear();
+    for (const std::string& id : running_ids_) stats_.running += (stats_.running.empty() ? "" : ",") + id;
 }
 
 void JobRunner::record_run(double seconds, int64_t images, double image_ms) {
@@ -321,6 +325,7 @@ void JobRunner::finish_batched_job(Batch& b, std::size_t j) {
     b.finished[j] = true;
     std::lock_guard<std::mutex> lock(mutex_);
     running_ids_.erase(std::remove(running_ids_.begin(), running_ids_.end(), id), running_ids_.end());
+    show_running();
     finished_.notify_all();
 }
 

@@ -64,6 +64,7 @@ class JobRunner {
     int run_child(const std::vector<std::string>& argv, const std::vector<std::string>& ids,
                   const std::string& log_stem, const std::function<void()>& poll);
     void record_run(double seconds, int64_t images, double image_ms);
+    void show_running();  // stats_.running from running_ids_, under mutex_
     struct Batch;
     void take_batch_records(Batch& batch);
     void finish_batched_job(Batch& batch, std::size_t job);

@@ -16,6 +16,9 @@
 #                                      once; ranks that die in every job: unhealthy
 #   serve_check.sh DP_LAUNCH page      the live page in headless Chromium shows the queue and loads
 #                                      the latest images (77: no Chromium here)
+#   serve_check.sh DP_LAUNCH edits     POST /v1/images/edits (multipart image, mask) gives the bytes
+#                                      of dp-launch on the line with the uploaded files; refusals
+#                                      keep nothing
 #   serve_check.sh DP_LAUNCH batch     jobs queued together run as one batch job, and each job's
 #                                      folder is its own run's: records, names and bytes; a job
 #                                      cancelled in a batch keeps its images, the others finish
@@ -133,6 +136,23 @@ PY
     same_images "$work/batch" "$work/root/$1" || exit 1
 }
 
+# same_as_answer ANSWER_JSON FOLDER N: the answer's N b64_json images are FOLDER's, in index order.
+same_as_answer() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import base64, json, os, sys
+answer, folder, n = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+files = [r["file"] for r in sorted(map(json.loads, open(os.path.join(folder, "manifest.jsonl"))),
+                                   key=lambda r: (r["index"], r.get("image_index", 0)))]
+data = answer.get("data")
+if not data or len(data) != n:
+    sys.exit(f"FAIL: the answer is {str(answer)[:300]}")
+for d, f in zip(data, files):
+    if base64.b64decode(d["b64_json"]) != open(os.path.join(folder, f), "rb").read():
+        sys.exit(f"FAIL: a b64_json image is not the batch job's {f}")
+print(f"{n} answered images byte-identical")
+PY
+}
+
 # submit FILE: POST /v1/jobs with FILE's lines; prints the job's id.
 submit() {
     curl -s -X POST --data-binary @"$1" "$url/v1/jobs" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
@@ -170,19 +190,7 @@ bytes)
         "$url/v1/images/generations" >"$work/gen.json"
     echo '{"prompt": "a green ring", "seed": 5, "width": 32, "height": 32, "num_images_per_prompt": 2}' >"$work/gen.jsonl"
     "$dp_launch" "${flags[@]}" -q -o "$work/gen" "$work/gen.jsonl" >/dev/null
-    python3 - "$work/gen.json" "$work/gen" <<'PY' || exit 1
-import base64, json, os, sys
-answer, folder = json.load(open(sys.argv[1])), sys.argv[2]
-files = [r["file"] for r in sorted(map(json.loads, open(os.path.join(folder, "manifest.jsonl"))),
-                                   key=lambda r: (r["index"], r.get("image_index", 0)))]
-data = answer.get("data")
-if not data or len(data) != 2:
-    sys.exit(f"FAIL: generations answered {str(answer)[:300]}")
-for d, f in zip(data, files):
-    if base64.b64decode(d["b64_json"]) != open(os.path.join(folder, f), "rb").read():
-        sys.exit(f"FAIL: a b64_json image is not the batch job's {f}")
-print("generations: 2 images byte-identical")
-PY
+    same_as_answer "$work/gen.json" "$work/gen" 2 || exit 1
     first=$(curl -s -X POST -d '{"prompt": "a green ring", "size": "32x32", "seed": 5, "response_format": "url"}' \
         "$url/v1/images/generations" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["url"])')
     [[ $first == "$url/"* ]] || fail "the url answer $first is not an absolute URL of this server"
@@ -333,6 +341,55 @@ ranks)
     code=$(curl -s -o "$work/health" -w '%{http_code}' "$url/health")
     [[ $code == 503 ]] || fail "/health is $code after a job failed 3 times on dying ranks: $(cat "$work/health")"
     echo "unhealthy: $(head -c 200 "$work/health")"
+    ;;
+edits)
+    golden=$here/../data/golden/img2img
+    start "$work/root" "${flags[@]}"
+    curl -s -F image=@"$golden/in_32x32.png" -F prompt="a red circle" -F seed=5 -F strength=0.6 -F n=2 \
+        "$url/v1/images/edits" >"$work/edit.json"
+    upload=$(ls -d "$work/root/.uploads"/*/ | head -1)
+    upload=${upload%/}
+    cmp -s "$upload/image" "$golden/in_32x32.png" || fail "the upload is not kept as sent"
+    printf '{"prompt": "a red circle", "seed": 5, "strength": 0.6, "num_images_per_prompt": 2, "image": "%s/image"}\n' \
+        "$upload" >"$work/edit.jsonl"
+    "$dp_launch" "${flags[@]}" -q -o "$work/edit" "$work/edit.jsonl" >/dev/null
+    same_as_answer "$work/edit.json" "$work/edit" 2 || exit 1
+    # Refused requests keep nothing.
+    refused() {  # WHAT CURL_ARGS...: answered 400 with a message
+        local what=$1
+        shift
+        local code
+        code=$(curl -s -o "$work/answer" -w '%{http_code}' "$@" "$url/v1/images/edits")
+        [[ $code == 400 ]] || fail "$what: $code, not 400: $(head -c 300 "$work/answer")"
+        ! grep -q "$work/root" "$work/answer" || fail "$what: the answer shows where the server keeps uploads"
+        echo "$what: $code $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["error"]["message"][:100])' "$work/answer")"
+    }
+    refused "no image" -F prompt="a cat"
+    refused "not multipart" -d '{"prompt": "a cat"}'
+    refused "no prompt" -F image=@"$golden/in_32x32.png"
+    refused "a file that is no image" -F image=@"$here/serve_check.sh" -F prompt="a cat"
+    refused "the mask as mask_image" -F image=@"$golden/in_32x32.png" -F mask_image=@"$golden/mask_32x32.png" -F prompt="a cat"
+    refused "an unknown key" -F image=@"$golden/in_32x32.png" -F prompt="a cat" -F colour=red
+    [[ $(ls "$work/root/.uploads" | wc -l) == 1 ]] || fail "a refused edit left its upload"
+    # OpenAI's mask, transparent where the image is edited, on a model that inpaints.
+    python3 - "$work/mask.png" <<'PY'
+import struct, sys, zlib
+w = h = 32
+rows = b"".join(b"\0" + b"".join(bytes([0, 0, 0, 0 if x < 16 else 255]) for x in range(w)) for _ in range(h))
+chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0)) +
+                               chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+PY
+    start "$work/inpaint" --model "$here/../../models/tiny-random-sd3-16ch" -n 2 --steps 2
+    curl -s -F image=@"$golden/in_32x32.png" -F mask=@"$work/mask.png" -F prompt="a red circle" -F seed=3 \
+        "$url/v1/images/edits" >"$work/inpaint.json"
+    upload=$(ls -d "$work/inpaint/.uploads"/*/ | head -1)
+    upload=${upload%/}
+    printf '{"prompt": "a red circle", "seed": 3, "image": "%s/image", "mask_image": "%s/mask"}\n' "$upload" "$upload" \
+        >"$work/inpaint.jsonl"
+    "$dp_launch" --model "$here/../../models/tiny-random-sd3-16ch" -n 2 --steps 2 -q -o "$work/inpainted" \
+        "$work/inpaint.jsonl" >/dev/null
+    same_as_answer "$work/inpaint.json" "$work/inpainted" 1 || exit 1
     ;;
 batch)
     # A job of 6 prompts keeps the runner busy while 10 jobs of every kind of line queue behind it.

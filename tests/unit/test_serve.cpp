@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "cli/serve_command.h"
 #include "launcher/prompt_file.h"
 #include "serve/batch.h"
+#include "serve/edit_uploads.h"
 #include "serve/http_api.h"
 #include "serve/job_store.h"
 #include "serve/run_records.h"
@@ -330,4 +332,46 @@ TEST_CASE("a batch image becomes its job's: the name its own run gives it, and i
     std::string broken = batch;
     broken[8 + 3] = '\x7f';  // IHDR's length past the file
     CHECK(serve::png_for_job(broken, 0, "x.png").empty());
+}
+
+TEST_CASE(
+    "OpenAI's edit mask, transparent where the image is edited, becomes diffusers' white-repaints mask") {
+    const auto write = [](int format, const std::vector<unsigned char>& pixels, int w, int h) {
+        png_image image{};
+        image.version = PNG_IMAGE_VERSION;
+        image.width = static_cast<png_uint_32>(w);
+        image.height = static_cast<png_uint_32>(h);
+        image.format = static_cast<png_uint_32>(format);
+        png_alloc_size_t size = 0;
+        REQUIRE(png_image_write_to_memory(&image, nullptr, &size, 0, pixels.data(), 0, nullptr));
+        std::string out(size, '\0');
+        REQUIRE(png_image_write_to_memory(&image, out.data(), &size, 0, pixels.data(), 0, nullptr));
+        out.resize(size);
+        return out;
+    };
+    // 4 x 2 RGBA: the first two columns transparent (whatever their colour), the rest opaque or half.
+    std::vector<unsigned char> rgba;
+    for (int y = 0; y < 2; ++y)
+        for (int x = 0; x < 4; ++x)
+            rgba.insert(rgba.end(), {200, 10, 10, static_cast<unsigned char>(x < 2 ? 0 : x * 60)});
+    const std::optional<std::string> mask = serve::mask_from_alpha(write(PNG_FORMAT_RGBA, rgba, 4, 2), false);
+    REQUIRE(mask);
+    png_image read{};
+    read.version = PNG_IMAGE_VERSION;
+    REQUIRE(png_image_begin_read_from_memory(&read, mask->data(), mask->size()));
+    CHECK((read.format & PNG_FORMAT_FLAG_ALPHA) == 0);
+    read.format = PNG_FORMAT_GRAY;
+    std::vector<unsigned char> grey(PNG_IMAGE_SIZE(read));
+    REQUIRE(png_image_finish_read(&read, nullptr, grey.data(), 0, nullptr));
+    CHECK(grey == std::vector<unsigned char>{255, 255, 0, 0, 255, 255, 0, 0});
+    // An opaque image is no mask when one is looked for in it; a mask without alpha, a JPEG or
+    // bytes that are no PNG are taken as they are.
+    std::vector<unsigned char> opaque(rgba);
+    for (std::size_t i = 3; i < opaque.size(); i += 4) opaque[i] = 255;
+    CHECK_FALSE(serve::mask_from_alpha(write(PNG_FORMAT_RGBA, opaque, 4, 2), true));
+    CHECK(serve::mask_from_alpha(write(PNG_FORMAT_RGBA, opaque, 4, 2), false));
+    CHECK_FALSE(
+        serve::mask_from_alpha(write(PNG_FORMAT_GRAY, std::vector<unsigned char>(8, 255), 4, 2), false));
+    CHECK_FALSE(serve::mask_from_alpha("\xff\xd8\xff\xe0 a JPEG", false));
+    CHECK_FALSE(serve::mask_from_alpha("", false));
 }
