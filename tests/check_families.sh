@@ -26,6 +26,13 @@ families=(
     'flux2-klein|flux2|flux2|"flux2-klein"|"flux2-klein-base"|Flux2KleinPipeline|Flux2Transformer|flux2_klein_family|models/flux2/'
     'flux2-dev|flux2|flux2|"flux2-dev"|Flux2Pipeline\b|flux2_dev_family'
 )
+# Code only: each file once with its // comments cut (a line that is a comment becomes blank), in
+# a scratch tree that one grep a family then reads whole.
+code=$(mktemp -d)
+trap 'rm -rf "$code"' EXIT
+mapfile -t files < <(find cli launcher protocol strategies runtime \( -name '*.cpp' -o -name '*.h' \) 2>/dev/null | sort)
+for d in $(printf '%s\n' "${files[@]}" | xargs -r -n1 dirname | sort -u); do mkdir -p "$code/$d"; done
+[[ ${#files[@]} -gt 0 ]] && awk -v out="$code" '{ sub(/\/\/.*$/, ""); print > (out "/" FILENAME) }' "${files[@]}"
 status=0
 for entry in "${families[@]}"; do
     IFS='|' read -r id folder facts pattern <<<"$entry"
@@ -39,12 +46,11 @@ for entry in "${families[@]}"; do
         skip=0
         for e in "${exceptions[@]}"; do [[ $e == "$id $file" ]] && skip=1; done
         [[ $skip == 1 ]] && continue
-        # Code only: each line's // comment removed, lines that are comments passed over.
-        if sed -e 's|//.*$||' "$file" | grep -qE "$pattern"; then outside+=("$file"); fi
-    done < <(find cli launcher protocol strategies runtime \( -name '*.cpp' -o -name '*.h' \) 2>/dev/null | sort)
+        outside+=("$file")
+    done < <(cd "$code" && grep -rlE -- "$pattern" . 2>/dev/null | sed 's|^\./||' | sort)
     echo "$id: ${#outside[@]} file(s) outside its facts file, its folder and the registries"
     for f in "${outside[@]}"; do
-        echo "  $f: $(sed -e 's|//.*$||' "$f" | grep -noE "$pattern" | head -3 | tr '\n' ' ')"
+        echo "  $f: $(grep -noE -- "$pattern" "$code/$f" | head -3 | tr '\n' ' ')"
         status=1
     done
 done
