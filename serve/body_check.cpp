@@ -86,8 +86,10 @@ BodyChecker make_body_checker(const launcher::ResolvedJob& resolved, const Serve
         bool too_large = false;
         launcher::PromptFile file;
         try {
-            file = launcher::parse_prompt_file(
-                jsonl, "request", /*jsonl=*/true, [&](const launcher::PromptRecord& p) {
+            // The job's --num-images-per-prompt counts in each line's images, as its run counts them.
+            launcher::PromptFileReader reader(
+                "request", launcher::PromptFormat::kJsonl,
+                [&](const launcher::PromptRecord& p) {
                     if (std::string why = names_server_file(p, uploads); !why.empty()) return why;
                     for (const std::optional<int>& side : {p.width, p.height})
                         if (side && *side > limits.max_image_side) {
@@ -105,7 +107,10 @@ BodyChecker make_body_checker(const launcher::ResolvedJob& resolved, const Serve
                     launcher::InputImages images;
                     int64_t missing = 0;
                     return images.line_problem(p, job->options, job->model, uploads, missing);
-                });
+                },
+                {}, job->options.images_per_prompt);
+            reader.feed(jsonl);
+            file = reader.finish();
         } catch (const launcher::Error& e) {  // past the prompt file's own limits
             c.status = 413;
             c.problem = e.what();

@@ -18,8 +18,11 @@
 
 #include "cli/command_line.h"
 #include "cli/serve_command.h"
+#include "launcher/model_location.h"
 #include "launcher/prompt_file.h"
+#include "launcher/resolved_job.h"
 #include "serve/batch.h"
+#include "serve/body_check.h"
 #include "serve/edit_uploads.h"
 #include "serve/http_api.h"
 #include "serve/job_store.h"
@@ -374,4 +377,38 @@ TEST_CASE(
         serve::mask_from_alpha(write(PNG_FORMAT_GRAY, std::vector<unsigned char>(8, 255), 4, 2), false));
     CHECK_FALSE(serve::mask_from_alpha("\xff\xd8\xff\xe0 a JPEG", false));
     CHECK_FALSE(serve::mask_from_alpha("", false));
+}
+
+TEST_CASE(
+    "a request's lines are checked as the job checks them: images counted with the server's "
+    "--num-images-per-prompt, and files named only among the request's own uploads") {
+    launcher::LaunchSpec launch;
+    launcher::JobOptions job;
+    job.model = launcher::resolve_model("tiny-random-sd3", "--model");
+    job.images_per_prompt = 3;
+    const serve::BodyChecker check = serve::make_body_checker(launcher::resolve_job(launch, job), {});
+    const serve::BodyCheck two =
+        check("{\"prompt\": \"a\"}\n{\"prompt\": \"b\", \"num_images_per_prompt\": 2}\n", "");
+    CHECK(two.problem.empty());
+    CHECK(two.prompts == 2);
+    CHECK(two.images == 5);
+    const std::string uploads = temp_root();
+    std::ofstream(uploads + "/image") << "not an image";
+    const auto line = [](const std::string& path) {
+        return nlohmann::json{{"prompt", "a cat"}, {"image", path}}.dump() + "\n";
+    };
+    // An upload is read as the job would read it, and named as the client sent it.
+    const serve::BodyCheck bad = check(line(uploads + "/image"), uploads);
+    CHECK(bad.status == 400);
+    CHECK(bad.problem.find("uploaded image: not a PNG, JPEG or WebP image") != std::string::npos);
+    CHECK(bad.problem.find(uploads) == std::string::npos);
+    // Any other file is refused, even beside the uploads or through them.
+    for (const std::string& other :
+         {std::string("/etc/hostname"), uploads + "/../image", uploads + "x/image"}) {
+        CAPTURE(other);
+        CHECK(check(line(other), uploads).problem.find("may not name files on the server") !=
+              std::string::npos);
+        CHECK(check(line(other), "").problem.find("may not name files on the server") != std::string::npos);
+    }
+    std::system(("rm -rf " + uploads).c_str());
 }
