@@ -33,13 +33,6 @@ void answer_json(httplib::Response& res, int status, const json& body) {
     res.set_content(body.dump() + "\n", "application/json");
 }
 
-std::string read_bytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream out;
-    out << in.rdbuf();
-    return out.str();
-}
-
 std::string base64(const std::string& bytes) {
     std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
     const int n =

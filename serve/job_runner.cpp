@@ -145,7 +145,6 @@ int JobRunner::run_child(const std::vector<std::string>& argv, const std::vector
             std::lock_guard<std::mutex> lock(mutex_);
             child_ = child.pid;
             running_ids_ = ids;
-            show_running();
             if (stopping_) ::kill(child.pid, SIGTERM);  // stop() came before the pid was known
         }
         for (const std::string& id : ids) {
@@ -170,16 +169,10 @@ int JobRunner::run_child(const std::vector<std::string>& argv, const std::vector
     }
 }
 
-void JobRunner::show_running() {
-    stats_.running.clear();
-    for (const std::string& id : running_ids_) stats_.running += (stats_.running.empty() ? "" : ",") + id;
-}
-
 void JobRunner::record_run(double seconds, int64_t images, double image_ms) {
     std::lock_guard<std::mutex> lock(mutex_);
     child_ = -1;
     running_ids_.clear();
-    stats_.running.clear();
     ++stats_.jobs_run;
     stats_.busy_s += seconds;
     stats_.images += images;
@@ -248,12 +241,6 @@ struct JobRunner::Batch {
 
 namespace {
 
-std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot read " + path);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // The job's gallery, as its own dp-launch writes it at the end of its run.
 void write_job_gallery(const std::string& dir, int world_size, double seconds) {
     const std::map<int64_t, nlohmann::json> records = launcher::read_manifest(dir + "/manifest.jsonl");
@@ -291,7 +278,7 @@ void JobRunner::take_batch_records(Batch& b) {
         if (status == "ok") {
             const std::string file = record.at("file").get<std::string>();
             const std::string name = name_in_job(file, image.index);
-            const std::string png = png_for_job(read_file(b.folder + "/" + file), image.index, name);
+            const std::string png = png_for_job(read_bytes(b.folder + "/" + file), image.index, name);
             if (png.empty())
                 throw std::runtime_error(file + " of the batch is not a PNG that dp-launch wrote");
             protocol::write_file_atomically(dir + "/" + name, png);
@@ -325,7 +312,6 @@ void JobRunner::finish_batched_job(Batch& b, std::size_t j) {
     b.finished[j] = true;
     std::lock_guard<std::mutex> lock(mutex_);
     running_ids_.erase(std::remove(running_ids_.begin(), running_ids_.end(), id), running_ids_.end());
-    show_running();
     finished_.notify_all();
 }
 
@@ -434,7 +420,9 @@ bool JobRunner::wait_finished(const std::string& id, double timeout_s) {
 
 RunnerStats JobRunner::stats() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
+    RunnerStats s = stats_;
+    for (const std::string& id : running_ids_) s.running += (s.running.empty() ? "" : ",") + id;
+    return s;
 }
 
 }  // namespace dp::serve

@@ -30,7 +30,7 @@ struct RunnerStats {
     int64_t images = 0;        // images the finished runs recorded as made
     double busy_s = 0;         // seconds a job's dp-launch ran
     double last_image_ms = 0;  // the mean time per image of the last run that made one
-    std::string running;       // the running jobs' ids, comma-separated; empty: none
+    std::string running;       // the running jobs' ids, comma-separated; empty: none (from running_ids_)
     bool healthy = true;       // false once a job used up its attempts on a crash
     std::string unhealthy_reason;
 };
@@ -64,7 +64,6 @@ class JobRunner {
     int run_child(const std::vector<std::string>& argv, const std::vector<std::string>& ids,
                   const std::string& log_stem, const std::function<void()>& poll);
     void record_run(double seconds, int64_t images, double image_ms);
-    void show_running();  // stats_.running from running_ids_, under mutex_
     struct Batch;
     void take_batch_records(Batch& batch);
     void finish_batched_job(Batch& batch, std::size_t job);

@@ -5,6 +5,11 @@
 
 namespace dp::serve {
 
+std::string read_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 std::vector<nlohmann::json> run_records(const std::string& run_folder) {
     std::vector<nlohmann::json> records;
     std::ifstream in(run_folder + "/manifest.jsonl", std::ios::binary);

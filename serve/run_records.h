@@ -12,6 +12,9 @@ namespace dp::serve {
 // written when the server looks, is left out); empty when there is no manifest yet.
 std::vector<nlohmann::json> run_records(const std::string& run_folder);
 
+// The bytes of the file at `path`; empty when it cannot be read.
+std::string read_bytes(const std::string& path);
+
 struct RunCount {
     int64_t ok = 0;      // images made
     int64_t failed = 0;  // records that are not ok (failed, invalid, not run)
