@@ -129,10 +129,12 @@ AttentionOutputs attend(const AttentionInputs& in) {
     };
     auto outputs = [&](const at::Tensor& joint) {
         AttentionOutputs out;
-        out.out = ulysses.heads_to_tokens(joint.narrow(2, 0, seg1).contiguous());
+        // No copy here: heads_to_tokens reshapes as it needs, and without Ulysses the kernels'
+        // [B, S, H, d] storage of each stream's segment is merge_heads' layout already.
+        out.out = ulysses.heads_to_tokens(joint.narrow(2, 0, seg1));
         if (has2 && in.want_out2) {
             const at::Tensor o2 = joint.narrow(2, seg1, joint.size(2) - seg1);
-            out.out2 = split2 ? ulysses.heads_to_tokens(o2.contiguous()) : ulysses.all_heads(o2);
+            out.out2 = split2 ? ulysses.heads_to_tokens(o2) : ulysses.all_heads(o2);
         }
         return out;
     };
