@@ -46,6 +46,14 @@ else()
 endif()
 target_compile_options(dp_torch INTERFACE ${TORCH_CXX_FLAGS})
 target_link_options(dp_torch INTERFACE "LINKER:--as-needed")
+# The OpenMP runtime LibTorch's CPU kernels run on (the wheel's own libgomp), for our files built
+# with -fopenmp that call at::parallel_for: one runtime and one thread pool, never a second.
+find_library(DP_TORCH_OPENMP NAMES libgomp.so.1 gomp PATHS "${DP_TORCH_SITE_PACKAGES}/torch/lib" NO_DEFAULT_PATH)
+if(NOT DP_TORCH_OPENMP)
+  find_package(OpenMP REQUIRED COMPONENTS CXX)
+  set(DP_TORCH_OPENMP OpenMP::OpenMP_CXX)
+endif()
+target_link_libraries(dp_torch INTERFACE ${DP_TORCH_OPENMP})
 # The whole of LibTorch, CUDA included, for the plugin.
 add_library(dp_torch_cuda INTERFACE)
 target_link_libraries(dp_torch_cuda INTERFACE ${TORCH_LIBRARIES})

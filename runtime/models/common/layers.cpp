@@ -6,6 +6,7 @@
 
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
+#include "runtime/models/common/fused_ops.h"
 #include "runtime/models/common/transformer_base.h"
 
 namespace dp::runtime {
@@ -54,6 +55,9 @@ RMSNorm RMSNorm::load_weight(WeightStore& w, const std::string& name, int64_t di
 }
 
 at::Tensor RMSNorm::operator()(const at::Tensor& x) const {
+    // In fp32 every rounding below is the same math: one pass (Note [fused elementwise work]).
+    if (x.scalar_type() == at::kFloat && (!weight.defined() || weight.scalar_type() == at::kFloat))
+        return fused::rms_norm(x, weight, eps);
     const bool half_weight =
         weight.defined() && (weight.scalar_type() == at::kHalf || weight.scalar_type() == at::kBFloat16);
     if (rounding == RmsRounding::kQwen2) {
@@ -111,15 +115,24 @@ at::Tensor merge_heads(const at::Tensor& x) {
 }
 
 at::Tensor adaln::modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-    return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+    return fused::modulate(x, shift.unsqueeze(1), scale.unsqueeze(1));
 }
 
 at::Tensor adaln::plain_layer_norm(const at::Tensor& x, double eps) {
-    return at::layer_norm(x, {x.size(-1)}, {}, {}, eps);
+    return fused::norm_modulate(x, {}, {}, eps);
+}
+
+at::Tensor adaln::norm_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+                                double eps) {
+    return fused::norm_modulate(x, shift.unsqueeze(1), scale.unsqueeze(1), eps);
 }
 
 at::Tensor FeedForward::operator()(const at::Tensor& x) const {
-    if (!gated) return out(at::gelu(in(x), "tanh"));
+    if (!gated) {
+        at::Tensor hidden = in(x);
+        fused::gelu_tanh_into(hidden, hidden);  // the projection's own output, so in place
+        return out(hidden);
+    }
     const std::vector<at::Tensor> ab = in(x).chunk(2, -1);
     return out(at::silu(ab[0]) * ab[1]);
 }
@@ -146,13 +159,7 @@ at::Tensor timestep_embedding(const at::Tensor& timesteps, int64_t dim) {
 }
 
 at::Tensor apply_interleaved_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-    // (re, im) -> (-im, re) pairwise, then x cos + rotated sin, in fp32.
-    std::vector<int64_t> pairs = x.sizes().vec();
-    pairs.back() /= 2;
-    pairs.push_back(2);
-    const at::Tensor xp = x.reshape(pairs);
-    const at::Tensor rotated = at::stack({-xp.select(-1, 1), xp.select(-1, 0)}, -1).flatten(-2);
-    return (x.to(at::kFloat) * cos + rotated.to(at::kFloat) * sin).to(x.scalar_type());
+    return fused::interleaved_rope(x, cos, sin);  // (re, im) -> (-im, re) pairwise, x cos + that sin
 }
 
 void check_time_inputs(const at::Tensor& timestep, const at::Tensor& guidance, int64_t batch,

@@ -114,6 +114,8 @@ namespace adaln {
 at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale);
 // LayerNorm without elementwise affine over the last dimension.
 at::Tensor plain_layer_norm(const at::Tensor& x, double eps = 1e-6);
+// modulate(plain_layer_norm(x, eps), shift, scale) in one pass (Note [fused elementwise work]).
+at::Tensor norm_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
 }  // namespace adaln
 
 // diffusers' get_timestep_embedding(t, dim, flip_sin_to_cos=True, downscale_freq_shift=0, scale 1):

@@ -4,14 +4,12 @@
 
 #include <ATen/ATen.h>
 
+#include "runtime/models/common/fused_ops.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/sequence_shard.h"
 
 namespace dp::runtime {
 namespace {
-
-using adaln::modulate;
-using adaln::plain_layer_norm;
 
 constexpr double kEps = 1e-6;  // every MMDiT's LayerNorms and qk-norms
 
@@ -73,20 +71,17 @@ void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& 
         for (std::size_t i = 0; i < m.size(); ++i)
             m[i] = at::where(s.other_tokens, other[i].unsqueeze(1), m[i]);
     }
-    const auto modulated = [](const at::Tensor& in, const at::Tensor& shift, const at::Tensor& scale) {
-        return in * (1 + scale) + shift;
-    };
-    const at::Tensor normed = plain_layer_norm(x, kEps);
-    const at::Tensor nx = modulated(normed, m[0], m[1]);
+    const at::Tensor x_in = x;  // SD3.5's attn2 modulates the block's input again
+    const at::Tensor nx = fused::norm_modulate(x, m[0], m[1], kEps);
     std::vector<at::Tensor> mc;
     at::Tensor nctx;
     if (context_pre_only_) {
         const std::vector<at::Tensor> sc =
             text_modulation_(temb_act.to(ctx.scalar_type())).chunk(2, 1);  // scale, shift
-        nctx = modulate(plain_layer_norm(ctx, kEps), sc[1], sc[0]);
+        nctx = adaln::norm_modulate(ctx, sc[1], sc[0], kEps);
     } else {
         mc = (shared ? s.text_modulation : text_modulation_(temb_act)).chunk(6, 1);
-        nctx = modulate(plain_layer_norm(ctx, kEps), mc[0], mc[1]);
+        nctx = adaln::norm_modulate(ctx, mc[0], mc[1], kEps);
     }
     // q and k normed, then rotated, as diffusers orders them.
     const auto project = [&](const Attention& a, const at::Tensor& in,
@@ -123,17 +118,18 @@ void DualStreamBlock::forward(at::Tensor& x, at::Tensor& ctx, const at::Tensor& 
     const at::Tensor& attn_x = attn.at(0);
     const at::Tensor attn_ctx = text_out ? attn.at(1) : at::Tensor();
 
-    x = x + m[2] * attn_x;
+    x = fused::gated_residual(x, m[2], attn_x);
     if (image_attention_) {  // SD3.5's attn2: the image tokens alone, split as attn's are
         AttentionInputs a2;
-        project(attn2_, modulated(normed, m[6], m[7]), {}, a2.q, a2.k, a2.v);
+        project(attn2_, fused::norm_modulate(x_in, m[6], m[7], kEps), {}, a2.q, a2.k, a2.v);
         a2.shard = s.image;
-        x = x + m[8] * attn2_.to_out(merge_heads(attend(a2).out));
+        x = fused::gated_residual(x, m[8], attn2_.to_out(merge_heads(attend(a2).out)));
     }
-    x = x + m[5] * mlp_(modulated(plain_layer_norm(x, kEps), m[3], m[4]));
+    x = fused::gated_residual(x, m[5], mlp_(fused::norm_modulate(x, m[3], m[4], kEps)));
     if (text_out) {
-        ctx = ctx + mc[2].unsqueeze(1) * attn_ctx;
-        ctx = ctx + mc[5].unsqueeze(1) * text_mlp_(modulate(plain_layer_norm(ctx, kEps), mc[3], mc[4]));
+        ctx = fused::gated_residual(ctx, mc[2].unsqueeze(1), attn_ctx);
+        ctx = fused::gated_residual(ctx, mc[5].unsqueeze(1),
+                                    text_mlp_(adaln::norm_modulate(ctx, mc[3], mc[4], kEps)));
     }
     if (clamp_ == DualStreamLayout::Clamp::kBoth) x = clamp_half(x);
     if (clamp_ == DualStreamLayout::Clamp::kBoth || (clamp_ == DualStreamLayout::Clamp::kText && text_out))

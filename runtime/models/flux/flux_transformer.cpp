@@ -7,15 +7,13 @@
 
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
+#include "runtime/models/common/fused_ops.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/sequence_shard.h"
 #include "strategies/family.h"
 
 namespace dp::runtime {
 namespace {
-
-using adaln::modulate;
-using adaln::plain_layer_norm;
 
 constexpr double kEps = 1e-6;       // every LayerNorm and qk-norm of the model
 constexpr double kTheta = 10000.0;  // RoPE's base
@@ -156,7 +154,7 @@ void FluxTransformer::single_block(const BlockContext& block, OneStream& stream,
     const bool last = block.last();  // the image alone: its text feeds nothing
     at::Tensor& joint = stream.tokens;
     const std::vector<at::Tensor> m = blk.norm(temb_act).chunk(3, 1);  // shift, scale, gate
-    const at::Tensor h = modulate(plain_layer_norm(joint, kEps), m[0], m[1]);
+    const at::Tensor h = adaln::norm_modulate(joint, m[0], m[1], kEps);
     // The stream's attention output: [text; image], or the image's on the last block.
     const at::Tensor attn = block.attention([&] {
         const at::Tensor q =
@@ -168,13 +166,14 @@ void FluxTransformer::single_block(const BlockContext& block, OneStream& stream,
             one_stream_attention(q, k, v, nt, last, image_shard, words, parallel_->sequence())};
     })[0];
     const at::Tensor gate = m[2].unsqueeze(1);
-    if (last) {
-        const at::Tensor mlp = at::gelu(blk.proj_mlp(h.narrow(1, nt, ni)), "tanh");
-        image = clamp_half(joint.narrow(1, nt, ni) + gate * blk.proj_out(at::cat({attn, mlp}, 2)));
-    } else {
-        joint =
-            clamp_half(joint + gate * blk.proj_out(at::cat({attn, at::gelu(blk.proj_mlp(h), "tanh")}, 2)));
-    }
+    // proj_out's input [attention, GELU(MLP)], each part written straight into its place (no cat).
+    const at::Tensor mlp = blk.proj_mlp(last ? h.narrow(1, nt, ni) : h);
+    const int64_t width = attn.size(2);
+    at::Tensor both = at::empty({mlp.size(0), mlp.size(1), width + mlp.size(2)}, mlp.options());
+    both.narrow(2, 0, width).copy_(attn);
+    fused::gelu_tanh_into(mlp, both.narrow(2, width, mlp.size(2)));
+    const at::Tensor residual = last ? joint.narrow(1, nt, ni) : joint;
+    (last ? image : joint) = clamp_half(fused::gated_residual(residual, gate, blk.proj_out(both)));
 }
 
 void FluxTransformer::check_inputs(const at::Tensor& latents, const at::Tensor& text,
@@ -271,7 +270,7 @@ at::Tensor FluxTransformer::forward(const at::Tensor& latents, const at::Tensor&
     });
 
     const std::vector<at::Tensor> sc = norm_out_(temb_act).chunk(2, 1);  // scale, shift
-    const at::Tensor out = image.gather(proj_out_(modulate(plain_layer_norm(x, kEps), sc[1], sc[0])));
+    const at::Tensor out = image.gather(proj_out_(adaln::norm_modulate(x, sc[1], sc[0], kEps)));
     return refs ? out.narrow(1, 0, own).contiguous() : out;  // the latents' tokens alone
 }
 

@@ -12,9 +12,6 @@
 namespace dp::runtime {
 namespace {
 
-using adaln::modulate;
-using adaln::plain_layer_norm;
-
 constexpr double kEps = 1e-6;  // the shared blocks' (mmdit.h): the only eps this code runs
 
 const std::set<std::string>& known_keys() {
@@ -155,7 +152,7 @@ void Flux2Transformer::single_block(const BlockContext& block, OneStream& stream
     const bool last = block.last();  // the image alone: its text feeds nothing
     at::Tensor& joint = stream.tokens;
     const std::vector<at::Tensor> m = stream.modulation.chunk(3, 1);  // shift, scale, gate
-    const at::Tensor h = modulate(plain_layer_norm(joint, kEps), m[0], m[1]);
+    const at::Tensor h = adaln::norm_modulate(joint, m[0], m[1], kEps);
     const at::Tensor p = blk.to_qkv_mlp_proj(h);
     const int64_t mlp = (p.size(2) - 3 * width) / 2;  // this rank's share of each MLP half
     const at::Tensor attn = block.attention([&] {
@@ -267,7 +264,7 @@ at::Tensor Flux2Transformer::forward(const at::Tensor& tokens, const at::Tensor&
     });
 
     const std::vector<at::Tensor> sc = norm_out_(temb_act).chunk(2, 1);  // scale, shift
-    return image.gather(proj_out_(modulate(plain_layer_norm(x, kEps), sc[1], sc[0])));
+    return image.gather(proj_out_(adaln::norm_modulate(x, sc[1], sc[0], kEps)));
 }
 
 }  // namespace dp::runtime

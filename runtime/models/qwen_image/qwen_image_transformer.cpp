@@ -13,9 +13,6 @@
 namespace dp::runtime {
 namespace {
 
-using adaln::modulate;
-using adaln::plain_layer_norm;
-
 constexpr double kEps = 1e-6;       // every LayerNorm and RMSNorm of the model
 constexpr double kTheta = 10000.0;  // RoPE's base
 
@@ -249,7 +246,7 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
         blocks_[block.index()].forward(x, ctx, temb_act, step);
     });
     const std::vector<at::Tensor> sc = norm_out_(temb_act).chunk(2, 1);  // scale, shift
-    const at::Tensor out = image.gather(proj_out_(modulate(plain_layer_norm(x), sc[1], sc[0])));
+    const at::Tensor out = image.gather(proj_out_(adaln::norm_modulate(x, sc[1], sc[0], kEps)));
     return grids.size() > 1 ? out.narrow(1, 0, grid_h * grid_w) : out;
 }
 

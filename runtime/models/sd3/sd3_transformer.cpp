@@ -21,9 +21,6 @@ at::Tensor sincos_1d(int64_t dim, const at::Tensor& pos) {
     return at::cat({at::sin(out), at::cos(out)}, 1);
 }
 
-using adaln::modulate;
-using adaln::plain_layer_norm;
-
 // One axis of diffusers' square sin-cos table: each of the `grid` coordinates (i / (grid / base))
 // embedded over dim / 2 features, [grid, dim / 2], computed in double and rounded to float.
 at::Tensor sincos_axis(int64_t dim, int64_t grid, int64_t base_size) {
@@ -229,7 +226,7 @@ at::Tensor Sd3Transformer::forward(const at::Tensor& latents, const at::Tensor& 
         blocks_[block.index()].forward(x, ctx, temb_act, step);
     });
     const std::vector<at::Tensor> sc = norm_out_(temb_act.to(x.scalar_type())).chunk(2, 1);  // scale, shift
-    x = image.gather(proj_out_(modulate(plain_layer_norm(x), sc[1], sc[0])));
+    x = image.gather(proj_out_(adaln::norm_modulate(x, sc[1], sc[0], 1e-6)));
     // Unpatchify: [B, gh, gw, p, p, C] -> [B, C, gh * p, gw * p].
     x = x.reshape({batch, gh, gw, p, p, config_.out_channels}).permute({0, 5, 1, 3, 2, 4});
     return x.reshape({batch, config_.out_channels, gh * p, gw * p});
