@@ -6,6 +6,7 @@
 
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
+#include "runtime/models/common/fused_ops.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/sequence_shard.h"
 #include "strategies/family.h"
@@ -229,14 +230,28 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
     step.heads = heads;
     step.image = &image;
     step.text = text_split_ ? &words : nullptr;
-    step.rotate_image = [&](const at::Tensor& q) { return apply_qwen_rope(q, image_rot); };
-    step.rotate_text = [&](const at::Tensor& q) { return apply_qwen_rope(q, text_rot); };
+    // fp32 on the CPU: the same products (re cos - im sin, im cos + re sin) in one pass (Note [fused
+    // elementwise work]), each angle's cos and sin repeated for its pair.
+    const bool fused_rope = device.is_cpu() && dtype == at::kFloat;
+    const auto pairs = [&](const at::Tensor& rotation, bool imaginary) {
+        return fused_rope ? (imaginary ? at::imag(rotation) : at::real(rotation)).repeat_interleave(2, -1)
+                          : at::Tensor();
+    };
+    at::Tensor image_cos = pairs(image_rot, false), image_sin = pairs(image_rot, true);
+    at::Tensor text_cos = pairs(text_rot, false), text_sin = pairs(text_rot, true);
+    step.rotate_image = [&](const at::Tensor& q) {
+        return fused_rope ? fused::interleaved_rope(q, image_cos, image_sin) : apply_qwen_rope(q, image_rot);
+    };
+    step.rotate_text = [&](const at::Tensor& q) {
+        return fused_rope ? fused::interleaved_rope(q, text_cos, text_sin) : apply_qwen_rope(q, text_rot);
+    };
     BlockPass pass;
     pass.blocks = blocks_.size();
     pass.image = &x;
     pass.image_shard = &image;
     pass.conditioning = &temb_act;
-    pass.activations = {&ctx, &text_bias, &image_rot, &text_rot, &other_conditioning, &other_tokens};
+    pass.activations = {&ctx,       &text_bias, &image_rot, &text_rot,           &image_cos,
+                        &image_sin, &text_cos,  &text_sin,  &other_conditioning, &other_tokens};
     runner.run(pass, devices_, [&](const BlockContext& block) {
         step.text_bias = text_bias;  // moved with the block, under device_map
         step.other_conditioning = other_conditioning;
