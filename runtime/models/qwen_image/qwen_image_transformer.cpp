@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <utility>
 
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
@@ -81,6 +82,25 @@ at::Tensor apply_qwen_rope(const at::Tensor& x, const at::Tensor& rotation) {
     const at::Tensor xc = at::view_as_complex(x.to(at::kFloat).contiguous().view(pairs));
     return at::view_as_real(xc * rotation).flatten(-2).to(x.scalar_type());
 }
+
+namespace {
+
+// A stream's rotation for one pass: diffusers' complex numbers and, for fp32 on the CPU, the same
+// angles' cos and sin repeated for each pair, for the fused kernel (Note [fused elementwise work]),
+// whose products re cos - im sin and im cos + re sin round as the complex product's do.
+struct StreamRotation {
+    at::Tensor complex, cos, sin;  // cos and sin undefined off the fused path
+    StreamRotation(at::Tensor rotation, bool fused) : complex(std::move(rotation)) {
+        if (!fused) return;
+        cos = at::real(complex).repeat_interleave(2, -1);
+        sin = at::imag(complex).repeat_interleave(2, -1);
+    }
+    at::Tensor operator()(const at::Tensor& q) const {
+        return cos.defined() ? fused::interleaved_rope(q, cos, sin) : apply_qwen_rope(q, complex);
+    }
+};
+
+}  // namespace
 
 QwenImageTransformerConfig QwenImageTransformerConfig::from_json_text(const std::string& text,
                                                                       const std::string& path) {
@@ -221,37 +241,26 @@ at::Tensor QwenImageTransformer::forward(const at::Tensor& latents, const at::Te
 
     const QwenRope rope = qwen_image_rope(c.axes_dims_rope, grids, tokens);
     // Each position's rotation as one complex number per frequency, this rank's block of them.
-    at::Tensor image_rot =
-        at::complex(image.shard(rope.image_cos, 0), image.shard(rope.image_sin, 0)).to(device);
-    at::Tensor text_rot =
-        at::complex(words.shard(rope.text_cos, 0), words.shard(rope.text_sin, 0)).to(device);
+    const bool fused_rope = device.is_cpu() && dtype == at::kFloat;
+    StreamRotation image_rot(
+        at::complex(image.shard(rope.image_cos, 0), image.shard(rope.image_sin, 0)).to(device), fused_rope);
+    StreamRotation text_rot(
+        at::complex(words.shard(rope.text_cos, 0), words.shard(rope.text_sin, 0)).to(device), fused_rope);
 
     DualStreamStep step;
     step.heads = heads;
     step.image = &image;
     step.text = text_split_ ? &words : nullptr;
-    // fp32 on the CPU: the same products (re cos - im sin, im cos + re sin) in one pass (Note [fused
-    // elementwise work]), each angle's cos and sin repeated for its pair.
-    const bool fused_rope = device.is_cpu() && dtype == at::kFloat;
-    const auto pairs = [&](const at::Tensor& rotation, bool imaginary) {
-        return fused_rope ? (imaginary ? at::imag(rotation) : at::real(rotation)).repeat_interleave(2, -1)
-                          : at::Tensor();
-    };
-    at::Tensor image_cos = pairs(image_rot, false), image_sin = pairs(image_rot, true);
-    at::Tensor text_cos = pairs(text_rot, false), text_sin = pairs(text_rot, true);
-    step.rotate_image = [&](const at::Tensor& q) {
-        return fused_rope ? fused::interleaved_rope(q, image_cos, image_sin) : apply_qwen_rope(q, image_rot);
-    };
-    step.rotate_text = [&](const at::Tensor& q) {
-        return fused_rope ? fused::interleaved_rope(q, text_cos, text_sin) : apply_qwen_rope(q, text_rot);
-    };
+    step.rotate_image = [&](const at::Tensor& q) { return image_rot(q); };
+    step.rotate_text = [&](const at::Tensor& q) { return text_rot(q); };
     BlockPass pass;
     pass.blocks = blocks_.size();
     pass.image = &x;
     pass.image_shard = &image;
     pass.conditioning = &temb_act;
-    pass.activations = {&ctx,       &text_bias, &image_rot, &text_rot,           &image_cos,
-                        &image_sin, &text_cos,  &text_sin,  &other_conditioning, &other_tokens};
+    pass.activations = {
+        &ctx,           &text_bias,    &image_rot.complex, &text_rot.complex,   &image_rot.cos,
+        &image_rot.sin, &text_rot.cos, &text_rot.sin,      &other_conditioning, &other_tokens};
     runner.run(pass, devices_, [&](const BlockContext& block) {
         step.text_bias = text_bias;  // moved with the block, under device_map
         step.other_conditioning = other_conditioning;
