@@ -7,6 +7,7 @@
 
 #include "runtime/io/config_json.h"
 #include "runtime/io/errors.h"
+#include "runtime/models/common/fused_ops.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/sequence_shard.h"
 
@@ -159,7 +160,10 @@ at::Tensor ZImageTransformer::block(const ZImageBlock& b, const at::Tensor& toke
         scale_msa = 1.0 + m[0], gate_msa = m[1].tanh(), scale_mlp = 1.0 + m[2], gate_mlp = m[3].tanh();
     }
     const auto scaled = [](const at::Tensor& x, const at::Tensor& by) { return by.defined() ? x * by : x; };
-    const auto gated = [](const at::Tensor& x, const at::Tensor& by) { return by.defined() ? by * x : x; };
+    // residual + gate * y, in one pass where it can (Note [fused elementwise work]: the same bits).
+    const auto gated = [](const at::Tensor& residual, const at::Tensor& y, const at::Tensor& by) {
+        return by.defined() ? fused::gated_residual(residual, by, y) : residual + y;
+    };
     const auto per_head = [](const RMSNorm& norm, const at::Tensor& x) {
         return norm.weight.defined() ? norm(x) : x;
     };
@@ -185,9 +189,9 @@ at::Tensor ZImageTransformer::block(const ZImageBlock& b, const at::Tensor& toke
         return std::vector<at::Tensor>{b.to_out(at::cat({merge_heads(o.out), merge_heads(o.out2)}, 1))};
     };
     const at::Tensor attn = context ? context->attention(compute)[0] : compute()[0];
-    at::Tensor x = tokens + gated(b.attention_norm2(attn), gate_msa);
+    const at::Tensor x = gated(tokens, b.attention_norm2(attn), gate_msa);
     const at::Tensor f = scaled(b.ffn_norm1(x), scale_mlp);
-    return x + gated(b.ffn_norm2(b.w2(at::silu(b.w1(f)) * b.w3(f))), gate_mlp);
+    return gated(x, b.ffn_norm2(b.w2(at::silu(b.w1(f)) * b.w3(f))), gate_mlp);
 }
 
 void ZImageTransformer::check_inputs(const at::Tensor& latents, const at::Tensor& text,
