@@ -93,9 +93,13 @@ bool fast_path(std::initializer_list<at::Tensor> tensors) {
     return true;
 }
 
-// A broadcasting operand as x's shape (strides 0 where it repeats); still fast when its last dim
-// is contiguous.
-at::Tensor as_shape_of(const at::Tensor& t, const at::Tensor& x) { return t.expand(x.sizes()); }
+// A broadcasting operand as x's shape (strides 0 where it repeats), when it can take the fast path
+// as that (its last dim still contiguous); undefined otherwise.
+at::Tensor fast_as_shape_of(const at::Tensor& t, const at::Tensor& x) {
+    if (!fast_path(t)) return {};
+    at::Tensor expanded = t.expand(x.sizes());
+    return fast_path(expanded) ? expanded : at::Tensor();
+}
 
 // e^x for the GELU: Cephes' single-precision range reduction and polynomial (about 1 ulp). Written
 // without branches or library calls so that both clones vectorize it the same way. The argument is
@@ -226,14 +230,16 @@ at::Tensor gelu_tanh(const at::Tensor& x) {
 
 at::Tensor norm_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
     const bool modulated = shift.defined();
-    if (!fast_path(x) || (modulated && !fast_path({shift, scale}))) {
+    const auto composed = [&] {
         const at::Tensor normed = at::layer_norm(x, {x.size(-1)}, {}, {}, eps);
         return modulated ? normed * (1 + scale) + shift : normed;
-    }
+    };
+    if (!fast_path(x)) return composed();
+    // Unmodulated, x stands in for shift and scale: the rows pass them as null.
+    const at::Tensor sh = modulated ? fast_as_shape_of(shift, x) : x,
+                     sc = modulated ? fast_as_shape_of(scale, x) : x;
+    if (!sh.defined() || !sc.defined()) return composed();
     const at::Tensor out = output_like(x);
-    const at::Tensor sh = modulated ? as_shape_of(shift, x) : out,
-                     sc = modulated ? as_shape_of(scale, x) : out;
-    if (!fast_path({sh, sc})) return at::layer_norm(x, {x.size(-1)}, {}, {}, eps) * (1 + scale) + shift;
     const auto w = walk_of<4>(x.sizes(), {x, sh, sc, out});
     const auto n = static_cast<double>(w.width);
     for_rows(w, [&](const std::array<float*, 4>& p) {
@@ -247,19 +253,19 @@ at::Tensor norm_modulate(const at::Tensor& x, const at::Tensor& shift, const at:
 }
 
 at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-    if (!fast_path({x, shift, scale})) return x * (1 + scale) + shift;
+    const at::Tensor sh = fast_path(x) ? fast_as_shape_of(shift, x) : at::Tensor(),
+                     sc = fast_path(x) ? fast_as_shape_of(scale, x) : at::Tensor();
+    if (!sh.defined() || !sc.defined()) return x * (1 + scale) + shift;
     const at::Tensor out = output_like(x);
-    const at::Tensor sh = as_shape_of(shift, x), sc = as_shape_of(scale, x);
-    if (!fast_path({sh, sc})) return x * (1 + scale) + shift;
     const auto w = walk_of<4>(x.sizes(), {x, sh, sc, out});
     for_rows(w, [&](const std::array<float*, 4>& p) { modulate_row(p[0], p[1], p[2], p[3], w.width); });
     return out;
 }
 
 at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& gate, const at::Tensor& y) {
-    if (!fast_path({residual, gate, y}) || residual.sizes() != y.sizes()) return residual + gate * y;
-    const at::Tensor g = as_shape_of(gate, y);
-    if (!fast_path(g)) return residual + gate * y;
+    const bool fast = fast_path({residual, y}) && residual.sizes() == y.sizes();
+    const at::Tensor g = fast ? fast_as_shape_of(gate, y) : at::Tensor();
+    if (!g.defined()) return residual + gate * y;
     const at::Tensor out = output_like(residual);
     const auto w = walk_of<4>(y.sizes(), {residual, g, y, out});
     for_rows(w, [&](const std::array<float*, 4>& p) { gated_row(p[0], p[1], p[2], p[3], w.width); });
@@ -271,10 +277,10 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
         const at::Tensor y = x * at::rsqrt(x.pow(2).mean(-1, true) + eps);
         return weight.defined() ? y * weight : y;
     };
-    if (!fast_path(x) || (weight.defined() && !fast_path(weight))) return composed();
+    if (!fast_path(x)) return composed();
+    const at::Tensor wt = weight.defined() ? fast_as_shape_of(weight, x) : x;  // x: no weight
+    if (!wt.defined()) return composed();
     const at::Tensor out = output_like(x);
-    const at::Tensor wt = weight.defined() ? as_shape_of(weight, x) : out;
-    if (!fast_path(wt)) return composed();
     const auto w = walk_of<3>(x.sizes(), {x, wt, out});
     const auto n = static_cast<double>(w.width);
     const bool has_weight = weight.defined();
@@ -295,9 +301,10 @@ at::Tensor interleaved_rope(const at::Tensor& x, const at::Tensor& cos, const at
         const at::Tensor rotated = at::stack({-xp.select(-1, 1), xp.select(-1, 0)}, -1).flatten(-2);
         return (x.to(at::kFloat) * cos + rotated.to(at::kFloat) * sin).to(x.scalar_type());
     };
-    if (!fast_path({x, cos, sin}) || x.size(-1) % 2 != 0) return composed();
-    const at::Tensor c = as_shape_of(cos, x), s = as_shape_of(sin, x);
-    if (!fast_path({c, s})) return composed();
+    const bool fast = fast_path(x) && x.size(-1) % 2 == 0;
+    const at::Tensor c = fast ? fast_as_shape_of(cos, x) : at::Tensor(),
+                     s = fast ? fast_as_shape_of(sin, x) : at::Tensor();
+    if (!c.defined() || !s.defined()) return composed();
     const at::Tensor out = output_like(x);
     const auto w = walk_of<4>(x.sizes(), {x, c, s, out});
     for_rows(w, [&](const std::array<float*, 4>& p) { rope_row(p[0], p[1], p[2], p[3], w.width); });
