@@ -22,6 +22,12 @@ constexpr double kLevels = 127.0;  // an activation's, and a GPU weight's
 // most 63 keep every pair below 32767, so the CPU's sums are exact on every x86 CPU, VNNI or not,
 // and the image is the same on all of them.
 constexpr double kCpuWeightLevels = 63.0;
+// Note [unsigned activations on the CPU]: oneDNN's fast x86 int8 products (brgemm, VNNI or not)
+// take unsigned activations: given signed ones with weights prepacked as onednn::qlinear_prepack
+// packs them, it falls back to its reference kernel, about 1000x slower (measured on an AVX512-VNNI
+// EPYC: 1.8 s for a 256x512x512 product). So a CPU token's int8 value q goes in as q + 128 with
+// zero point 128: the same integer sums, which oneDNN's u8 x s8 instructions take natively.
+constexpr int kCpuActivationZeroPoint = 128;
 
 // onednn's int8 linear ops, by name (they are registered operators, not ATen functions).
 c10::OperatorHandle onednn_op(const char* name) {
@@ -52,12 +58,14 @@ float row_absmax(const float* __restrict x, int64_t n) {
     return *std::max_element(lane, lane + 8);
 }
 
-// round(x / scale) clamped to +-levels: the division ATen's does, and round-half-even by adding and
-// taking away 1.5 * 2^23 (exact for |q| < 2^22; |q| <= 127 here), which vectorizes on every x86 CPU.
-void quantize_row(const float* __restrict x, float scale, int8_t* __restrict out, int64_t n, float levels) {
+// round(x / scale) clamped to +-levels, plus the zero point: the division ATen's does, and
+// round-half-even by adding and taking away 1.5 * 2^23 (exact for |q| < 2^22; |q| <= 127 here),
+// which vectorizes on every x86 CPU.
+void quantize_row(const float* __restrict x, float scale, uint8_t* __restrict out, int64_t n, float levels) {
     for (int64_t i = 0; i < n; ++i) {
         const float v = (x[i] / scale + 12582912.0f) - 12582912.0f;
-        out[i] = static_cast<int8_t>(v > -levels ? (v < levels ? v : levels) : -levels);
+        const float q = v > -levels ? (v < levels ? v : levels) : -levels;
+        out[i] = static_cast<uint8_t>(static_cast<int>(q) + kCpuActivationZeroPoint);
     }
 }
 
@@ -74,15 +82,17 @@ at::Tensor token_absmax(const at::Tensor& rows) {
     return amax;
 }
 
-// ATen's at::round(rows / scale).clamp(-127, 127).to(kChar) in one pass, with the same values.
+// The tokens' int8 values, at::round(rows / scale).clamp(-127, 127): signed on a GPU, plus 128 as
+// uint8 on the CPU (Note [unsigned activations on the CPU]); fp32 CPU rows in one pass.
 at::Tensor token_values(const at::Tensor& rows, const at::Tensor& scale) {
+    if (!rows.is_cpu()) return at::round(rows / scale).clamp_(-kLevels, kLevels).to(at::kChar);
     if (!cpu_rows(rows) || !scale.is_contiguous())
-        return at::round(rows / scale).clamp_(-kLevels, kLevels).to(at::kChar);
+        return at::round(rows / scale).clamp_(-kLevels, kLevels).add_(kCpuActivationZeroPoint).to(at::kByte);
     const int64_t n = rows.size(0), in = rows.size(1);
-    at::Tensor values = at::empty({n, in}, rows.options().dtype(at::kChar));
+    at::Tensor values = at::empty({n, in}, rows.options().dtype(at::kByte));
     const float* x = rows.data_ptr<float>();
     const float* s = scale.data_ptr<float>();
-    int8_t* out = values.data_ptr<int8_t>();
+    uint8_t* out = values.data_ptr<uint8_t>();
     at::parallel_for(0, n, rows_per_task(in), [x, s, out, in](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) quantize_row(x + r * in, s[r], out + r * in, in, kLevels);
     });
@@ -121,9 +131,9 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8Weight& w, Communicator* g
     const at::Tensor values = token_values(rows, scale);
     at::Tensor product;
     if (x.is_cpu()) {
-        // int32 sums times the channel's scale (the tokens' scale 1 here), as float.
+        // int32 sums (less the zero point's) times the channel's scale (the tokens' scale 1 here), as float.
         static const c10::OperatorHandle linear = onednn_op("onednn::qlinear_pointwise");
-        product = call(linear, {values, 1.0, int64_t{0}, w.packed, w.scale, w.zero_points, c10::IValue(), 1.0,
+        product = call(linear, {values, 1.0, int64_t{kCpuActivationZeroPoint}, w.packed, w.scale, w.zero_points, c10::IValue(), 1.0,
                                 int64_t{0}, at::kFloat, std::string("none"),
                                 c10::List<std::optional<at::Scalar>>(), std::string("")});
     } else if (values.size(0) > 16 && in % 8 == 0 && out % 8 == 0) {

@@ -140,8 +140,9 @@ def main():
                         wall, _ = run([sys.executable, "-c", DIFFUSERS_RUN, folder,
                                        os.path.join(tmp, f"{name}.json"), out[side]])
                     else:
-                        extra = {"dp-launch int8": ["--quantize", "int8"], "dp-launch bf16": ["--dtype", "bf16"]}
-                        wall, proc = run([dp_launch, "-n", "1", "--model", folder, "--dtype", "fp32", "--progress",
+                        extra = {"dp-launch int8": ["--quantize", "int8"]}
+                        dtype = "bf16" if side == "dp-launch bf16" else "fp32"
+                        wall, proc = run([dp_launch, "-n", "1", "--model", folder, "--dtype", dtype, "--progress",
                                           "json", "--overwrite", "-o", out[side], *extra.get(side, []), prompts])
                         summaries[side] = summary_of(proc)
                     sides[side].append(wall)

@@ -273,6 +273,15 @@ TEST_CASE(
         at::matmul(xq.to(at::kDouble), wq.to(at::kDouble).t()) * xs.to(at::kDouble) * ws.to(at::kDouble) +
         source.tensors["l.bias"].to(at::kDouble);
     CHECK(max_diff(y.to(at::kDouble), expected) < 1e-4);
+    // The same bits from a slice of a wider buffer (ATen's quantization, not the one-pass kernel),
+    // and the definition for tokens at their maximum everywhere (every int8 value +-127).
+    CHECK(at::equal(whole(at::cat({x, seeded({2, 9, 5}, 14)}, -1).narrow(-1, 0, in)), y));
+    const at::Tensor flat = at::cat({at::full({1, 1, in}, 2.5), at::full({1, 1, in}, -0.5)}, 1);
+    const at::Tensor flat_expected =
+        at::matmul(at::full({1, 2, in}, 127.0, at::kDouble), wq.to(at::kDouble).t()) *
+            at::tensor({2.5 / 127, -0.5 / 127}, at::kDouble).view({1, 2, 1}) * ws.to(at::kDouble) +
+        source.tensors["l.bias"].to(at::kDouble);
+    CHECK(max_diff(whole(flat).to(at::kDouble), flat_expected) < 1e-4);
     // Near the float product, far from equal to it (int8's cost), and its weight dequantized.
     const at::Tensor fp32 = at::linear(x, w, source.tensors["l.bias"]);
     CHECK(max_diff(y, fp32) < 0.05 * fp32.abs().max().item<double>());
