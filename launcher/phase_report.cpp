@@ -16,7 +16,10 @@ double model_flops_utilisation(const protocol::PhasesEvent& p) {
     return p.gemm_rate > 0 ? steps_flop_rate(p) / p.gemm_rate : 0;
 }
 
+bool kernels_timed(const protocol::PhasesEvent& p) { return p.gemm_ms > 0 || p.attention_ms > 0; }
+
 double outside_share(const protocol::PhasesEvent& p) {
+    if (p.steps_ms > 0 && kernels_timed(p)) return std::max(0.0, 1 - (p.gemm_ms + p.attention_ms) / p.steps_ms);
     if (p.gemm_rate <= 0 || p.attention_rate <= 0 || p.steps_ms <= 0 || p.flops <= 0) return -1;
     const double known_s = p.gemm_flops / p.gemm_rate + (p.flops - p.gemm_flops) / p.attention_rate;
     return std::max(0.0, 1 - known_s / (p.steps_ms / 1000));
@@ -47,7 +50,12 @@ std::string phase_lines(const std::map<int, protocol::PhasesEvent>& phases, int 
                               100 * model_flops_utilisation(p), strategies::flops_text(p.gemm_rate).c_str());
                 out += line;
             }
-            if (const double rest = outside_share(p); rest >= 0) {
+            if (const double rest = outside_share(p); rest >= 0 && kernels_timed(p)) {
+                std::snprintf(line, sizeof(line),
+                              "; GEMMs %.0f %% and attention %.0f %% of the steps, outside them %.0f %%",
+                              100 * p.gemm_ms / p.steps_ms, 100 * p.attention_ms / p.steps_ms, 100 * rest);
+                out += line;
+            } else if (rest >= 0) {
                 std::snprintf(line, sizeof(line), "; outside GEMMs and attention %.0f %% of the steps",
                               100 * rest);
                 out += line;
@@ -66,6 +74,10 @@ nlohmann::json phase_json(const std::map<int, protocol::PhasesEvent>& phases) {
         if (p.flops > 0 && p.steps_ms > 0) j["flop_rate"] = steps_flop_rate(p);
         if (p.gemm_rate > 0 && p.flops > 0) j["mfu"] = model_flops_utilisation(p);
         if (const double rest = outside_share(p); rest >= 0) j["outside_gemm_attention"] = rest;
+        if (kernels_timed(p) && p.steps_ms > 0) {
+            j["gemm_share"] = p.gemm_ms / p.steps_ms;
+            j["attention_share"] = p.attention_ms / p.steps_ms;
+        }
         all.push_back(std::move(j));
     }
     return all;

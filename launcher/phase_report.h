@@ -23,8 +23,9 @@ nlohmann::json phase_json(const std::map<int, protocol::PhasesEvent>& phases);
 double steps_flop_rate(const protocol::PhasesEvent& p);
 double model_flops_utilisation(const protocol::PhasesEvent& p);
 // The share of the steps' time outside their GEMMs and attention (norms, RoPE, modulation,
-// elementwise work, copies, waits): what is left once the GEMMs' and the attention's FLOPs at their
-// measured rates are taken away; -1 where a rate is not known.
+// elementwise work, copies, waits): what is left of the steps once their kernels' own time is taken
+// away, where the rank timed them (the CPU: Note [kernel time in the steps]); else once the GEMMs'
+// and the attention's FLOPs at their measured rates are; -1 where neither is known.
 double outside_share(const protocol::PhasesEvent& p);
 
 }  // namespace dp::launcher

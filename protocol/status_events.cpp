@@ -64,7 +64,9 @@ nlohmann::json fields(const PhasesEvent& e) {
             {"flops", e.flops},
             {"gemm_flops", e.gemm_flops},
             {"gemm_rate", e.gemm_rate},
-            {"attention_rate", e.attention_rate}};
+            {"attention_rate", e.attention_rate},
+            {"gemm_ms", e.gemm_ms},
+            {"attention_ms", e.attention_ms}};
 }
 
 int read_rank(detail::Fields& f) { return static_cast<int>(f.integer("rank", 0, INT_MAX)); }
@@ -143,6 +145,10 @@ void read(detail::Fields& f, PhasesEvent& e) {
     e.gemm_flops = f.number("gemm_flops", 0, e.flops);
     e.gemm_rate = f.number("gemm_rate", 0, 1e30);
     if (f.has("attention_rate")) e.attention_rate = f.number("attention_rate", 0, 1e30);
+    // Each within the steps (their kernels ran in them), to a rounding of the sums.
+    const double steps = e.steps_ms * (1 + 1e-9) + 1e-6;
+    if (f.has("gemm_ms")) e.gemm_ms = f.number("gemm_ms", 0, steps);
+    if (f.has("attention_ms")) e.attention_ms = f.number("attention_ms", 0, steps);
 }
 
 void read(detail::Fields& f, HeartbeatEvent& e) {

@@ -14,7 +14,7 @@
 //   {"event": "joined", "rank": 2, "job_id": "host-1234-5678"}
 //   {"event": "phases", "rank": 0, "load_ms": 210.5, "encode_ms": 40.1, "steps_ms": 3120.0,
 //    "decode_ms": 300.2, "write_ms": 12.9, "passes": 16, "flops": 2.1e12, "gemm_flops": 1.9e12,
-//    "gemm_rate": 9.4e11, "attention_rate": 6.1e11}
+//    "gemm_rate": 9.4e11, "attention_rate": 6.1e11, "gemm_ms": 2050.3, "attention_ms": 810.7}
 
 #include <cstdint>
 #include <optional>
@@ -113,7 +113,9 @@ struct JoinedEvent {
 // and the image files' writes, in milliseconds; the transformer passes it ran and their FLOPs (its
 // share of them, Note [FLOPs of a pass] in strategies/pass_flops.h); and the rate its device's
 // GEMMs reach at those passes' shapes (FLOP/s; 0: not measured). steps' FLOP rate over gemm_rate
-// is the job's model FLOPs utilisation (MFU).
+// is the job's model FLOPs utilisation (MFU). gemm_ms and attention_ms: the steps' time in their
+// GEMMs and attention kernels, timed where they ran (the CPU; Note [kernel time in the steps] in
+// runtime/parallel/kernel_time.h); 0 where they were not (a GPU, an older rank).
 struct PhasesEvent {
     int rank = 0;
     double load_ms = 0, encode_ms = 0, steps_ms = 0, decode_ms = 0, write_ms = 0;
@@ -121,6 +123,7 @@ struct PhasesEvent {
     double flops = 0, gemm_flops = 0;  // all of the passes' FLOPs; of them, the weight products'
     double gemm_rate = 0;
     double attention_rate = 0;  // the rate of its attention kernel at the passes' shapes (0: not measured)
+    double gemm_ms = 0, attention_ms = 0;
 };
 
 using StatusEvent = std::variant<StartEvent, ImageEvent, FailedEvent, RankErrorEvent, HeartbeatEvent,

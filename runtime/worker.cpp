@@ -417,10 +417,11 @@ class RankWork {
     // Note [phase split]: the rank's phases so far, with its load, and the rate its GEMMs reach
     // at its passes' shapes, measured now (within 3 % of its steps' time, at least 50 ms' worth),
     // or as `rates` holds them for these shapes (a warm rank's earlier job: Note [warm ranks]).
-    protocol::PhasesEvent phases(double load_ms, at::ScalarType dtype, at::Device device, RateCache& rates) {
+    protocol::PhasesEvent phases(double load_ms, at::ScalarType dtype, at::Device device, bool int8,
+                                 RateCache& rates) {
         phases_.rank = rank_;
         phases_.load_ms = load_ms;
-        std::string key = std::to_string(static_cast<int>(dtype)) + device.str();
+        std::string key = std::to_string(static_cast<int>(dtype)) + device.str() + (int8 ? "int8" : "");
         for (const strategies::GemmShape& g : shapes_.gemms)
             key += ";" + std::to_string(g.m) + "x" + std::to_string(g.k) + "x" + std::to_string(g.n);
         for (const strategies::AttentionShape& a : shapes_.attentions)
@@ -433,7 +434,7 @@ class RankWork {
         }
         const double budget_ms = std::max(25.0, 0.015 * phases_.steps_ms);
         if (!shapes_.gemms.empty())
-            phases_.gemm_rate = measure_gemm_rate(shapes_.gemms, dtype, device, budget_ms);
+            phases_.gemm_rate = measure_gemm_rate(shapes_.gemms, dtype, device, budget_ms, int8);
         if (!shapes_.attentions.empty())
             phases_.attention_rate = measure_attention_rate(shapes_.attentions, shapes_.heads,
                                                             shapes_.head_dim, dtype, device, budget_ms);
@@ -445,6 +446,8 @@ class RankWork {
     void add_phases(const PhaseTimes& t) {
         phases_.encode_ms += t.encode_ms;
         phases_.steps_ms += t.steps_ms;
+        phases_.gemm_ms += t.gemm_ms;
+        phases_.attention_ms += t.attention_ms;
         phases_.decode_ms += t.decode_ms;
         phases_.passes += t.passes;
         phases_.flops += t.flops;
@@ -574,7 +577,7 @@ class RankSession {
             }
             while (const std::vector<std::size_t>* unit = queue.next())
                 work.run(*pipeline_, *unit, queue.dynamic());
-            status.send(work.phases(load_ms, po_.dtype, po_.device, rates_));
+            status.send(work.phases(load_ms, po_.dtype, po_.device, po_.quantize == "int8", rates_));
         }
         // Every rank, with prompts or without, meets the others before leaving.
         stop_if_asked(rank_, "after its share");

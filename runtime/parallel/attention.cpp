@@ -8,6 +8,7 @@
 
 #include "runtime/io/errors.h"
 #include "runtime/parallel/communicator.h"
+#include "runtime/parallel/kernel_time.h"
 #include "strategies/mesh.h"
 
 namespace dp::runtime {
@@ -100,6 +101,13 @@ at::Tensor joint_bias(const std::vector<std::pair<at::Tensor, int64_t>>& parts,
     return at::cat(pieces, 1);
 }
 
+// ATen's attention kernel, timed as the steps' attention (Note [kernel time in the steps]).
+at::Tensor timed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const std::optional<at::Tensor>& mask, std::optional<double> scale) {
+    const KernelTimer timer(KernelKind::kAttention);
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale);
+}
+
 }  // namespace
 
 AttentionOutputs attend(const AttentionInputs& in) {
@@ -112,8 +120,7 @@ AttentionOutputs attend(const AttentionInputs& in) {
         if (s1.split() || in.q2.defined())
             throw InternalError("attend: a logits bias needs one stream that is not split");
         AttentionOutputs out;
-        out.out = at::scaled_dot_product_attention(in.q, in.k, in.v, in.logits_bias.to(in.q.scalar_type()),
-                                                   0.0, false, sdpa_scale);
+        out.out = timed_attention(in.q, in.k, in.v, in.logits_bias.to(in.q.scalar_type()), sdpa_scale);
         return out;
     }
     const Ulysses ulysses(g, in.q.size(1));
@@ -151,7 +158,7 @@ AttentionOutputs attend(const AttentionInputs& in) {
         at::Tensor bias = joint_bias(parts, options);
         std::optional<at::Tensor> mask;
         if (bias.defined()) mask = bias.view({bias.size(0), 1, 1, -1}).to(q.scalar_type());
-        return outputs(at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, sdpa_scale));
+        return outputs(timed_attention(q, k, v, mask, sdpa_scale));
     }
 
     // Note [ring attention merge]: the queries here are this rank's segment of the split streams
@@ -168,6 +175,7 @@ AttentionOutputs attend(const AttentionInputs& in) {
         return at::where(at::isneginf(t), at::zeros_like(t), t);
     };
     auto absorb = [&](const at::Tensor& keys, const at::Tensor& values, const at::Tensor& bias) {
+        const KernelTimer timer(KernelKind::kAttention);
         at::Tensor scores = at::matmul(queries, keys.transpose(-2, -1)) * scale;
         if (bias.defined()) scores = scores + bias.view({bias.size(0), 1, 1, -1}).to(scores.scalar_type());
         const at::Tensor block_lse = at::logsumexp(scores, -1, true);

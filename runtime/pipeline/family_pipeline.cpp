@@ -11,6 +11,7 @@
 #include "runtime/io/errors.h"
 #include "runtime/parallel/device_mapping.h"
 #include "runtime/parallel/guidance.h"
+#include "runtime/parallel/kernel_time.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/pipeline/block_runner.h"
 #include "runtime/pipeline/image_inputs.h"
@@ -541,6 +542,7 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
                        std::max(calls - first, 0), parallel_->tensor().group);
 
     std::shared_ptr<const void> transformer = hold_transformer();
+    const KernelWindow kernels(options_.device.is_cpu());  // Note [kernel time in the steps]
     for (int i = first; i < calls; ++i) {
         const double timestep = scheduler->timesteps()[static_cast<std::size_t>(i)];
         const StepInputs in{latents, shape, text, positive, timestep, i, r.steps};
@@ -559,6 +561,8 @@ std::vector<GenerateResult> FamilyPipeline::generate_batch(const std::vector<Gen
     const int64_t computed = cache.computed(parallel_->cfg(), options_.device);
     const std::vector<double> mag_ratios = cache.mag_ratios(parallel_->cfg(), options_.device);
     times.steps_ms = clock.lap_ms();
+    times.gemm_ms = kernels.elapsed().gemm;
+    times.attention_ms = kernels.elapsed().attention;
     // This rank's passes: each prompt's branches here through each call, or what a cache computed
     // of them (counted over both branches; a cfg group's rank runs one).
     const int64_t branches_here = guidance.enabled() && !guidance.split() ? 2 : 1;

@@ -8,6 +8,8 @@
 #include <map>
 #include <tuple>
 
+#include "runtime/parallel/int8_linear.h"
+
 namespace dp::runtime {
 
 namespace {
@@ -71,7 +73,7 @@ double measured_rate(std::vector<Shape> shapes, at::Device device, double budget
 }  // namespace
 
 double measure_gemm_rate(const std::vector<strategies::GemmShape>& gemms, at::ScalarType dtype,
-                         at::Device device, double budget_ms) {
+                         at::Device device, double budget_ms, bool int8) {
     // Each distinct shape once, with the products of the pass that have it.
     std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> counts;
     for (const strategies::GemmShape& g : gemms)
@@ -84,7 +86,9 @@ double measure_gemm_rate(const std::vector<strategies::GemmShape>& gemms, at::Sc
         shapes, device, budget_ms, [](const strategies::GemmShape& g) { return g.flops(); },
         [&](const strategies::GemmShape& g) {
             const at::Tensor x = at::full({g.m, g.k}, 0.5, options), w = at::full({g.n, g.k}, 0.25, options);
-            return fastest_ms(device, [&] { at::linear(x, w); });
+            if (!int8) return fastest_ms(device, [&] { at::linear(x, w); });
+            const Int8Weight q = quantize_weight(w);
+            return fastest_ms(device, [&] { int8_linear(x, q); });
         });
 }
 

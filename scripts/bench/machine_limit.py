@@ -10,9 +10,8 @@ For each model it prints:
   (the share of channels within 1 of diffusers' PNGs, and the largest difference);
 - the job summary's phase split (load, encode, steps, decode, write) and the steps' MFU: their FLOPs
   (Note [FLOPs of a pass]) over their time, against the rate LibTorch's GEMMs reach at the pass's
-  own shapes, measured by the rank; and the share of the step outside the GEMMs and attention
-  (what is left of the step once the GEMMs' and the attention's FLOPs at their measured rates are
-  taken away);
+  own shapes, measured by the rank; and the steps' time in their GEMMs, in attention and outside
+  both, as the rank timed them in the steps (Note [kernel time in the steps]);
 - the same dp-launch job with --quantize int8 (and --dtype bf16 where the CPU has bf16
   instructions: without them LibTorch's bf16 kernels run 10x slower than fp32, docs/benchmarks.md):
   its wall, its step time against fp32's, and `dp-launch compare`'s PSNR and SSIM against fp32.
@@ -88,15 +87,16 @@ def phase_text(phases):
     text = (f"load {p['load_ms'] / 1000:.2f} s, encode {p['encode_ms'] / 1000:.2f} s, steps "
             f"{p['steps_ms'] / 1000:.2f} s, decode {p['decode_ms'] / 1000:.2f} s, write {p['write_ms'] / 1000:.2f} s")
     if p.get("mfu"):
-        gemm_s = p["gemm_flops"] / p["gemm_rate"]
         text += (f"; {p['passes']} passes at {p['flop_rate'] / 1e9:.1f} GFLOP/s, MFU {100 * p['mfu']:.0f} % of the "
-                 f"{p['gemm_rate'] / 1e9:.1f} GFLOP/s the GEMMs reach at their shapes; GEMMs at that rate "
-                 f"{100 * gemm_s / (p['steps_ms'] / 1000):.0f} % of the steps")
-    if "outside_gemm_attention" in p:
-        attention_s = (p["flops"] - p["gemm_flops"]) / p["attention_rate"]
-        text += (f", attention at its rate ({p['attention_rate'] / 1e9:.1f} GFLOP/s) "
-                 f"{100 * attention_s / (p['steps_ms'] / 1000):.0f} %, outside GEMMs and attention "
+                 f"{p['gemm_rate'] / 1e9:.1f} GFLOP/s the GEMMs reach at their shapes")
+    if "gemm_share" in p:  # timed in the steps (Note [kernel time in the steps])
+        steps_s = p["steps_ms"] / 1000
+        text += (f"; timed in the steps: GEMMs {100 * p['gemm_share']:.0f} % (at "
+                 f"{p['gemm_flops'] / (p['gemm_share'] * steps_s) / 1e9:.1f} GFLOP/s), attention "
+                 f"{100 * p['attention_share']:.0f} %, outside GEMMs and attention "
                  f"{100 * p['outside_gemm_attention']:.0f} %")
+    elif "outside_gemm_attention" in p:
+        text += f"; outside GEMMs and attention at their measured rates {100 * p['outside_gemm_attention']:.0f} %"
     return text
 
 

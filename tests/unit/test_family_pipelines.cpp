@@ -870,6 +870,11 @@ TEST_CASE(
     CHECK(first.phases.flops > first.phases.gemm_flops);
     CHECK(first.phases.gemm_flops > 0);
     CHECK(first.phases.steps_ms > 0);
+    // Note [kernel time in the steps]: on the CPU the steps' products and attention are timed, and
+    // they are part of the steps.
+    CHECK(first.phases.gemm_ms > 0);
+    CHECK(first.phases.attention_ms > 0);
+    CHECK(first.phases.gemm_ms + first.phases.attention_ms <= first.phases.steps_ms);
 }
 
 // Note [int8 compute]: the allowed layers as int8 products change the image a little, and only them.

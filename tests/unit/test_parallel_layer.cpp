@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "runtime/io/errors.h"
 #include "runtime/io/weights.h"
@@ -15,6 +16,7 @@
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/communicator.h"
 #include "runtime/parallel/guidance.h"
+#include "runtime/parallel/kernel_time.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "runtime/parallel/sequence_shard.h"
@@ -396,4 +398,55 @@ TEST_CASE("guidance split over a cfg group equals both branches as one batch") {
     CHECK(Guidance(true, nullptr).model_input(negative).size(0) == 4);  // both branches, one batch
     CHECK(Guidance(false, nullptr).model_input(negative).size(0) == 2);
     CHECK(at::equal(Guidance(false, nullptr).combine(negative, rule), negative));
+}
+
+// Note [kernel time in the steps]: a window counts its own thread's timed calls, a call inside
+// another once, and nothing when it is closed. (Lower bounds and zeros only: the sleeps may last
+// longer on a loaded machine, never shorter.)
+TEST_CASE("a kernel window counts its thread's timed calls, a nested call once, and nothing when closed") {
+    using namespace std::chrono_literals;
+    const auto nap = [] { std::this_thread::sleep_for(20ms); };
+    {
+        KernelWindow window(true);
+        {
+            const KernelTimer gemm(KernelKind::kGemm);
+            nap();
+            const KernelTimer inner(KernelKind::kAttention);  // inside the product: counted there
+            nap();
+        }
+        CHECK(window.elapsed().gemm >= 40);
+        CHECK(window.elapsed().attention == 0);
+    }
+    {
+        KernelWindow window(true);
+        std::thread([&] {  // another thread's call: not this window's
+            const KernelTimer other(KernelKind::kGemm);
+            nap();
+        }).join();
+        {
+            KernelWindow closed(false);  // a closed window leaves this one counting
+            const KernelTimer attention(KernelKind::kAttention);
+            nap();
+        }
+        CHECK(window.elapsed().gemm == 0);
+        CHECK(window.elapsed().attention >= 20);
+    }
+    {
+        KernelWindow window(true);
+        {
+            KernelWindow inner(true);  // the innermost open window counts
+            {
+                const KernelTimer gemm(KernelKind::kGemm);
+                nap();
+            }
+            CHECK(inner.elapsed().gemm >= 20);
+        }
+        CHECK(window.elapsed().gemm == 0);
+    }
+    KernelWindow closed(false);
+    {
+        const KernelTimer gemm(KernelKind::kGemm);  // no window open: nothing to count, no fault
+        nap();
+    }
+    CHECK(closed.elapsed().gemm == 0);
 }

@@ -385,6 +385,22 @@ TEST_CASE(
     std::map<int, PhasesEvent> many;
     for (int r = 0; r < 10; ++r) many[r] = p;
     CHECK(dp::launcher::phase_lines(many).find("... and 2 more ranks") != std::string::npos);
+    // Kernels timed in the steps (the CPU, Note [kernel time in the steps]): their own time, not the
+    // rates, says what is outside them.
+    PhasesEvent timed = p;
+    timed.gemm_ms = 1100, timed.attention_ms = 700;
+    const auto timed_back = std::get<PhasesEvent>(*parse_status_line(status_line(timed)));
+    CHECK(timed_back.gemm_ms == 1100);
+    CHECK(timed_back.attention_ms == 700);
+    CHECK(dp::launcher::outside_share(timed) == doctest::Approx(0.1));
+    CHECK(dp::launcher::phase_lines({{1, timed}}).find(
+              "; GEMMs 55 % and attention 35 % of the steps, outside them 10 %\n") != std::string::npos);
+    const nlohmann::json tj = dp::launcher::phase_json({{1, timed}});
+    CHECK(tj[0]["gemm_share"].get<double>() == doctest::Approx(0.55));
+    CHECK(tj[0]["outside_gemm_attention"].get<double>() == doctest::Approx(0.1));
+    CHECK(refusal(R"({"event": "phases", "rank": 0, "load_ms": 1, "encode_ms": 0, "steps_ms": 10, "decode_ms": 0,
+                      "write_ms": 0, "passes": 0, "flops": 0, "gemm_flops": 0, "gemm_rate": 0, "gemm_ms": 11})")
+              .find("gemm_ms") != std::string::npos);
     CHECK(refusal(
               R"({"event": "phases", "rank": 0, "load_ms": -1, "encode_ms": 0, "steps_ms": 0, "decode_ms": 0,
                       "write_ms": 0, "passes": 0, "flops": 0, "gemm_flops": 0, "gemm_rate": 0})")
