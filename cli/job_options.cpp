@@ -393,7 +393,8 @@ const std::vector<JobOptionRow>& job_option_table() {
                       "with exit code 75"),
             read_by(
                 choice<J>("--dtype", &J::dtype, {"auto", "fp32", "bf16", "fp16"},
-                          "Precision the model runs in; auto is bf16 on a GPU and fp32 on the CPU, decided "
+                          "Precision the model runs in; auto is bf16 on a GPU, and on a CPU with bf16 "
+                          "instructions (AVX512-BF16, AMX) for a model 512 or more wide; else fp32, decided "
                           "by each rank for its device. torch's names are taken too: float32, bfloat16, "
                           "float16 (with or without torch.), float and half"),
                 [](J& j, const std::string& t, const std::string& src) { j.dtype = dtype_value(t, src); }),

@@ -158,7 +158,7 @@ PlanPrompt plan_prompt(const ResolvedJob& resolved) {
 void describe_model(std::ostream& out, Json& facts, const ResolvedJob& resolved, const PlanPrompt& prompt) {
     const strategies::TransformerShape& shape = resolved.model.shape;
     const bool text_up_to = strategies::stream_split(*resolved.model.spec, "text");
-    const std::string precision = describe_dtype(resolved.options, resolved.strategy);
+    const std::string precision = describe_dtype(resolved.options, resolved.strategy, shape.width());
     facts["model"] = {{"path", utf8_for_display(resolved.options.model)},
                       {"dtype", resolved.dtype},
                       {"precision", precision},

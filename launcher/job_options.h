@@ -59,7 +59,7 @@ struct JobOptions : protocol::ModelLoad {
     std::string strategy;
     std::string device_map;  // balanced, auto or a FILE.json; empty: none asked (the strategy may give one)
     std::string max_memory;  // device_map's budgets, "DEV=SIZE,..."; empty: the visible GPUs
-    std::string dtype = "auto";  // auto: bf16 on a GPU, fp32 on the CPU (each rank decides); fp32, bf16, fp16
+    std::string dtype = "auto";  // auto: expected_dtype's rule (each rank decides); fp32, bf16, fp16
     std::string device = "auto";
     std::string revision;  // --model ORG/NAME's branch, tag or commit in the Hugging Face cache; empty: main
     // Components whose weights come from one file (--transformer FILE, ...): component -> path as

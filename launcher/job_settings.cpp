@@ -11,6 +11,7 @@
 #include "launcher/component_files.h"
 #include "launcher/errors.h"
 #include "launcher/input_images.h"
+#include "strategies/cpu_dtype.h"
 #include "launcher/schedule_settings.h"
 #include "launcher/system_info.h"
 #include "launcher/values.h"
@@ -368,32 +369,47 @@ namespace {
 
 bool is_gpu(const std::string& device) { return device.rfind("cuda", 0) == 0; }
 
+// auto's answer on the CPU for a model `width` features wide (Note [bf16 on a CPU that has it]),
+// and why: `where` says why the CPU.
+std::pair<std::string, std::string> auto_on_cpu(const std::string& where, int64_t width) {
+    const std::string& instructions = strategies::cpu_bf16_instructions();
+    if (strategies::auto_bf16_on_cpu(instructions, width))
+        return {"bf16", where + "; the CPU has " + instructions + ", the model is " + std::to_string(width) +
+                            " wide"};
+    if (instructions.empty()) return {"fp32", where + "; the CPU has no bf16 instructions"};
+    return {"fp32", where + "; the model is " + std::to_string(width) + " wide, under " +
+                        std::to_string(strategies::kCpuBf16MinWidth)};
+}
+
 // expected_dtype's answer for auto, and why.
-std::pair<std::string, std::string> auto_dtype(const JobOptions& job,
-                                               const strategies::ResolvedStrategy& strategy) {
+std::pair<std::string, std::string> auto_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy,
+                                               int64_t width) {
     const std::optional<strategies::DeviceMapPlan>& plan = strategy.device_map_plan;
     if (!strategy.device_map.empty()) {
         if (!plan) return {"bf16", "device_map over the visible GPUs"};
-        const bool gpu = std::any_of(plan->devices.begin(), plan->devices.end(), is_gpu);
-        return {gpu ? "bf16" : "fp32", "device_map on " + joined(plan->devices, ", ")};
+        const std::string where = "device_map on " + joined(plan->devices, ", ");
+        if (std::any_of(plan->devices.begin(), plan->devices.end(), is_gpu)) return {"bf16", where};
+        return auto_on_cpu(where, width);
     }
-    if (job.device == "cpu") return {"fp32", "--device cpu"};
+    if (job.device == "cpu") return auto_on_cpu("--device cpu", width);
     if (job.device == "cuda") return {"bf16", "--device cuda"};
     const int gpus = visible_gpu_count();
-    if (gpus == 0) return {"fp32", "no GPU is visible"};
+    if (gpus == 0) return auto_on_cpu("no GPU is visible", width);
     return {"bf16", std::to_string(gpus) + " GPU(s) visible"};
 }
 
 }  // namespace
 
-std::string expected_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy) {
-    return job.dtype == "auto" ? auto_dtype(job, strategy).first : job.dtype;
+std::string expected_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy, int64_t width) {
+    return job.dtype == "auto" ? auto_dtype(job, strategy, width).first : job.dtype;
 }
 
-std::string describe_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy) {
+std::string describe_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy, int64_t width) {
     if (job.dtype != "auto") return job.dtype;
-    const auto [dtype, why] = auto_dtype(job, strategy);
-    return "auto: bf16 on a GPU, fp32 on the CPU; " + dtype + " here (" + why + ")";
+    const auto [dtype, why] = auto_dtype(job, strategy, width);
+    return "auto: bf16 on a GPU, and on a CPU with bf16 instructions for a model " +
+           std::to_string(strategies::kCpuBf16MinWidth) + " or more wide; else fp32; " + dtype + " here (" +
+           why + ")";
 }
 
 nlohmann::json pending_record(const protocol::JobRequest& q, int64_t line, const JobOptions& job,

@@ -46,7 +46,8 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const ResolvedJob& 
                                                     o.max_memory, {}, o.variant, job.left_out);
         };
         if (o.dtype != "auto") return plan_at(o.dtype == "fp32" ? 4 : 2);
-        // --dtype auto is fp32 on CPU devices and bf16 on GPUs: the devices say which.
+        // --dtype auto is bf16 on GPUs and, where they have bf16 instructions, on CPUs (Note [bf16 on
+        // a CPU that has it]): the devices say which.
         strategies::ResolvedStrategy devices = job.strategy;
         devices.device_map_plan.emplace();
         if (!o.max_memory.empty()) {
@@ -55,7 +56,7 @@ std::optional<strategies::DeviceMapPlan> plan_device_map_for(const ResolvedJob& 
         } else {
             devices.device_map_plan = plan_at(4);  // a FILE.json: no budgets to exceed
         }
-        return plan_at(expected_dtype(o, devices) == "fp32" ? 4 : 2);
+        return plan_at(expected_dtype(o, devices, job.model.shape.width()) == "fp32" ? 4 : 2);
     } catch (const std::exception& e) {
         throw UsageError("--device-map " + device_map + ": " + e.what());
     }
@@ -73,7 +74,7 @@ ResolvedJob resolve_job(const LaunchSpec& launch, const JobOptions& options) {
     job.left_out = strategies::components_left_out(options.model, *job.model.spec, options.no_t5);
     // Planned once, here (every error now, before anything starts), when the budgets are known.
     job.strategy.device_map_plan = plan_device_map_for(job);
-    job.dtype = expected_dtype(options, job.strategy);
+    job.dtype = expected_dtype(options, job.strategy, job.model.shape.width());
     return job;
 }
 

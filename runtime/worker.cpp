@@ -38,6 +38,7 @@
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/prompt_queue.h"
 #include "runtime/rank_failure.h"
+#include "strategies/cpu_dtype.h"
 #include "strategies/device_map.h"
 #include "strategies/mapped_files.h"
 #include "strategies/mesh.h"
@@ -260,10 +261,13 @@ GenerateRequest generate_request(const JobRequest& r) {
     return g;
 }
 
-// The job's precision on `device`: --dtype auto is bf16 on a GPU and fp32 on the CPU (the
-// launcher's launcher::expected_dtype says the same before the ranks start).
-at::ScalarType run_dtype(const std::string& dtype, bool on_gpu) {
-    if (dtype == "auto") return on_gpu ? at::kBFloat16 : at::kFloat;
+// The job's precision on `device`: --dtype auto is bf16 on a GPU, and on a CPU with bf16
+// instructions for a transformer `width` features wide or more (Note [bf16 on a CPU that has it]);
+// else fp32 (the launcher's launcher::expected_dtype says the same before the ranks start).
+at::ScalarType run_dtype(const std::string& dtype, bool on_gpu, int64_t width) {
+    if (dtype == "auto")
+        return on_gpu || strategies::auto_bf16_on_cpu(strategies::cpu_bf16_instructions(), width) ? at::kBFloat16
+                                                                                                   : at::kFloat;
     return dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
 }
 
@@ -306,7 +310,7 @@ void place_rank(const JobFile& job, int world, int local_rank, const strategies:
         throw protocol::UsageError("--device-map runs one process over several devices; the world has " +
                                    std::to_string(world) + " ranks");
     if (job.device_map) {
-        po.dtype = run_dtype(job.dtype, device_map_on_gpus(job));
+        po.dtype = run_dtype(job.dtype, device_map_on_gpus(job), model.shape.width());
         po.device_map = make_device_mapping(job, model, po.dtype == at::kFloat ? 4 : 2);
         po.device =
             po.device_map->devices[static_cast<std::size_t>(po.device_map->transformer_blocks.front())];
@@ -329,7 +333,7 @@ void place_rank(const JobFile& job, int world, int local_rank, const strategies:
             "); start at most that many ranks per node, or give each rank its own GPU");
     };
     po.device = (job.device == "cpu" || !cuda) ? at::Device(at::kCPU) : rank_cuda_device();
-    po.dtype = run_dtype(job.dtype, po.device.is_cuda());
+    po.dtype = run_dtype(job.dtype, po.device.is_cuda(), model.shape.width());
 }
 
 // The rendezvous of rank `rank` of `world` from torchrun's environment and the job's timeouts.

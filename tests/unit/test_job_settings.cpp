@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "launcher/prompt_file.h"
 #include "protocol/errors.h"
 #include "protocol/job_file.h"
+#include "strategies/cpu_dtype.h"
 #include "strategies/family.h"
 #include "strategies/model_config.h"
 #include "unit/st_writer.h"
@@ -281,26 +283,63 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("--dtype auto: bf16 on a GPU, fp32 on the CPU, as the devices the ranks get say") {
+TEST_CASE(
+    "--dtype auto: bf16 on a GPU and on a CPU with bf16 instructions for a wide model, else fp32, as the "
+    "devices the ranks get say") {
     JobOptions job;
     dp::strategies::ResolvedStrategy strategy;  // the job's device map and its plan, as resolved
     CHECK(job.dtype == "auto");
     job.device = "cpu";
-    CHECK(expected_dtype(job, strategy) == "fp32");
-    CHECK(describe_dtype(job, strategy) == "auto: bf16 on a GPU, fp32 on the CPU; fp32 here (--device cpu)");
+    const int64_t narrow = 64, wide = 3072;  // a tiny test model's width; FLUX.1's
+    CHECK(expected_dtype(job, strategy, narrow) == "fp32");
+    const std::string rule =
+        "auto: bf16 on a GPU, and on a CPU with bf16 instructions for a model 512 or more wide; else fp32; ";
+    // Note [bf16 on a CPU that has it]: a wide model in bf16 where this CPU has the instructions.
+    const std::string& bf16 = dp::strategies::cpu_bf16_instructions();
+    CAPTURE(bf16);
+    if (bf16.empty()) {
+        CHECK(describe_dtype(job, strategy, narrow) ==
+              rule + "fp32 here (--device cpu; the CPU has no bf16 instructions)");
+        CHECK(expected_dtype(job, strategy, wide) == "fp32");
+    } else {
+        CHECK(describe_dtype(job, strategy, narrow) == rule + "fp32 here (--device cpu; the model is 64 wide, under 512)");
+        CHECK(expected_dtype(job, strategy, wide) == "bf16");
+        CHECK(describe_dtype(job, strategy, wide) ==
+              rule + "bf16 here (--device cpu; the CPU has " + bf16 + ", the model is 3072 wide)");
+    }
     job.device = "cuda";
-    CHECK(expected_dtype(job, strategy) == "bf16");
+    CHECK(expected_dtype(job, strategy, narrow) == "bf16");
     strategy.device_map = "balanced";
-    CHECK(expected_dtype(job, strategy) == "bf16");  // the visible GPUs' budgets
+    CHECK(expected_dtype(job, strategy, narrow) == "bf16");  // the visible GPUs' budgets
     dp::strategies::DeviceMapPlan plan;
     plan.devices = {"cpu:0", "cpu:1"};
     strategy.device_map_plan = plan;
-    CHECK(expected_dtype(job, strategy) == "fp32");
+    CHECK(expected_dtype(job, strategy, narrow) == "fp32");
+    CHECK(expected_dtype(job, strategy, wide) == (bf16.empty() ? "fp32" : "bf16"));
     strategy.device_map_plan->devices = {"cuda:0", "cuda:1"};
-    CHECK(expected_dtype(job, strategy) == "bf16");
+    CHECK(expected_dtype(job, strategy, narrow) == "bf16");
     job.dtype = "fp16";
-    CHECK(expected_dtype(job, strategy) == "fp16");
-    CHECK(describe_dtype(job, strategy) == "fp16");
+    CHECK(expected_dtype(job, strategy, wide) == "fp16");
+    CHECK(describe_dtype(job, strategy, wide) == "fp16");
+}
+
+TEST_CASE("the bf16 instructions are read from cpuinfo's flags as whole words, AMX before AVX-512") {
+    using dp::strategies::bf16_instructions;
+    CHECK(bf16_instructions("").empty());
+    CHECK(bf16_instructions("processor\t: 0\nflags\t\t: fpu avx2 fma\n").empty());
+    CHECK(bf16_instructions("flags\t\t: fpu avx512f avx512_bf16 avx512_vnni\n") == "avx512_bf16");
+    CHECK(bf16_instructions("flags\t: avx512_bf16 amx_bf16 amx_tile\nflags\t: avx512_bf16\n") == "amx_bf16");
+    CHECK(bf16_instructions("flags\t: avx512_bf16x avx512_bf1\n").empty());  // whole words only
+    CHECK(bf16_instructions("model name\t: avx512_bf16 in a name\nflags : sse\n").empty());  // flags lines only
+    CHECK(bf16_instructions("flags avx512_bf16").empty());  // no colon: no flags
+    CHECK(dp::strategies::auto_bf16_on_cpu("avx512_bf16", 512));
+    CHECK_FALSE(dp::strategies::auto_bf16_on_cpu("avx512_bf16", 511));
+    CHECK_FALSE(dp::strategies::auto_bf16_on_cpu("", 3072));
+    // This machine's answer is what its /proc/cpuinfo says.
+    std::ifstream in("/proc/cpuinfo");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const bool listed = text.find(" avx512_bf16") != std::string::npos || text.find(" amx_bf16") != std::string::npos;
+    CHECK(dp::strategies::cpu_bf16_instructions().empty() == !listed);
 }
 
 TEST_CASE(
