@@ -11,11 +11,11 @@
 #include "launcher/component_files.h"
 #include "launcher/errors.h"
 #include "launcher/input_images.h"
-#include "strategies/cpu_dtype.h"
 #include "launcher/schedule_settings.h"
 #include "launcher/system_info.h"
 #include "launcher/values.h"
 #include "protocol/errors.h"
+#include "strategies/cpu_dtype.h"
 #include "strategies/family.h"
 #include "strategies/model_config.h"
 
@@ -382,8 +382,8 @@ std::pair<std::string, std::string> auto_on_cpu(const std::string& where, int64_
 }
 
 // expected_dtype's answer for auto, and why.
-std::pair<std::string, std::string> auto_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy,
-                                               int64_t width) {
+std::pair<std::string, std::string> auto_dtype(const JobOptions& job,
+                                               const strategies::ResolvedStrategy& strategy, int64_t width) {
     const std::optional<strategies::DeviceMapPlan>& plan = strategy.device_map_plan;
     if (!strategy.device_map.empty()) {
         if (!plan) return {"bf16", "device_map over the visible GPUs"};
@@ -400,11 +400,13 @@ std::pair<std::string, std::string> auto_dtype(const JobOptions& job, const stra
 
 }  // namespace
 
-std::string expected_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy, int64_t width) {
+std::string expected_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy,
+                           int64_t width) {
     return job.dtype == "auto" ? auto_dtype(job, strategy, width).first : job.dtype;
 }
 
-std::string describe_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy, int64_t width) {
+std::string describe_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy,
+                           int64_t width) {
     if (job.dtype != "auto") return job.dtype;
     const auto [dtype, why] = auto_dtype(job, strategy, width);
     return "auto: bf16 on a GPU, and on a CPU with bf16 instructions for a model " +

@@ -78,11 +78,13 @@ protocol::JobRequest job_request(const PromptRecord& p, const JobOptions& job,
 // --device, or `strategy`'s device map (the devices of its plan, when the launcher made one; else
 // the visible GPUs), or for --device auto whether this node shows a GPU. The ranks say what they
 // resolved (protocol::StartEvent::dtype), which the manifest then records.
-std::string expected_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy, int64_t width);
+std::string expected_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy,
+                           int64_t width);
 
 // What expected_dtype means for auto, in words, for `plan` ("auto: bf16 on a GPU, and on a CPU
 // with bf16 instructions ...; fp32 here (no GPU is visible; the CPU has no bf16 instructions)").
-std::string describe_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy, int64_t width);
+std::string describe_dtype(const JobOptions& job, const strategies::ResolvedStrategy& strategy,
+                           int64_t width);
 
 // A prompt's manifest record before any rank reports it (status "pending"): its request and every
 // setting that changes its pixels (manifest.h: pixel_setting_differences). `dtype` is

@@ -19,7 +19,8 @@ double model_flops_utilisation(const protocol::PhasesEvent& p) {
 bool kernels_timed(const protocol::PhasesEvent& p) { return p.gemm_ms > 0 || p.attention_ms > 0; }
 
 double outside_share(const protocol::PhasesEvent& p) {
-    if (p.steps_ms > 0 && kernels_timed(p)) return std::max(0.0, 1 - (p.gemm_ms + p.attention_ms) / p.steps_ms);
+    if (p.steps_ms > 0 && kernels_timed(p))
+        return std::max(0.0, 1 - (p.gemm_ms + p.attention_ms) / p.steps_ms);
     if (p.gemm_rate <= 0 || p.attention_rate <= 0 || p.steps_ms <= 0 || p.flops <= 0) return -1;
     const double known_s = p.gemm_flops / p.gemm_rate + (p.flops - p.gemm_flops) / p.attention_rate;
     return std::max(0.0, 1 - known_s / (p.steps_ms / 1000));

@@ -266,8 +266,9 @@ GenerateRequest generate_request(const JobRequest& r) {
 // else fp32 (the launcher's launcher::expected_dtype says the same before the ranks start).
 at::ScalarType run_dtype(const std::string& dtype, bool on_gpu, int64_t width) {
     if (dtype == "auto")
-        return on_gpu || strategies::auto_bf16_on_cpu(strategies::cpu_bf16_instructions(), width) ? at::kBFloat16
-                                                                                                   : at::kFloat;
+        return on_gpu || strategies::auto_bf16_on_cpu(strategies::cpu_bf16_instructions(), width)
+                   ? at::kBFloat16
+                   : at::kFloat;
     return dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
 }
 

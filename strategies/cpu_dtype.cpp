@@ -11,7 +11,8 @@ std::string bf16_instructions(std::string_view cpuinfo) {
     std::string line;
     while (std::getline(lines, line)) {
         if (line.rfind("flags", 0) != 0) continue;
-        std::istringstream words(line.substr(line.find(':') == std::string::npos ? line.size() : line.find(':') + 1));
+        std::istringstream words(
+            line.substr(line.find(':') == std::string::npos ? line.size() : line.find(':') + 1));
         std::string word;
         while (words >> word) {
             avx512 = avx512 || word == "avx512_bf16";

@@ -133,9 +133,10 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8Weight& w, Communicator* g
     if (x.is_cpu()) {
         // int32 sums (less the zero point's) times the channel's scale (the tokens' scale 1 here), as float.
         static const c10::OperatorHandle linear = onednn_op("onednn::qlinear_pointwise");
-        product = call(linear, {values, 1.0, int64_t{kCpuActivationZeroPoint}, w.packed, w.scale, w.zero_points, c10::IValue(), 1.0,
-                                int64_t{0}, at::kFloat, std::string("none"),
-                                c10::List<std::optional<at::Scalar>>(), std::string("")});
+        product =
+            call(linear, {values, 1.0, int64_t{kCpuActivationZeroPoint}, w.packed, w.scale, w.zero_points,
+                          c10::IValue(), 1.0, int64_t{0}, at::kFloat, std::string("none"),
+                          c10::List<std::optional<at::Scalar>>(), std::string("")});
     } else if (values.size(0) > 16 && in % 8 == 0 && out % 8 == 0) {
         product = at::_int_mm(values, w.packed).to(at::kFloat) * w.scale;
     } else {  // cuBLASLt's shape rules: the same integer sums in float (exact below 2^24 each)

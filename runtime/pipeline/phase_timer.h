@@ -27,11 +27,11 @@ struct PhaseTimes {
     // Its branches' text encodings: those the encoders made, those an earlier batch had made
     // (Note [prompts encoded once], family_pipeline.cpp).
     int64_t encodings = 0, reused_encodings = 0;
-    double flops = 0, gemm_flops = 0;          // the passes' FLOPs (this rank's share); the GEMMs' of them
+    double flops = 0, gemm_flops = 0;  // the passes' FLOPs (this rank's share); the GEMMs' of them
     // The steps' time in their GEMMs and attention kernels, where they were timed (the CPU; Note
     // [kernel time in the steps], runtime/parallel/kernel_time.h); 0 elsewhere.
     double gemm_ms = 0, attention_ms = 0;
-    std::vector<strategies::GemmShape> gemms;  // one pass's weight products, this rank's share
+    std::vector<strategies::GemmShape> gemms;            // one pass's weight products, this rank's share
     std::vector<strategies::AttentionShape> attentions;  // its attentions, this rank's share
     int64_t heads = 0, head_dim = 0;                     // this rank's heads of them
 };

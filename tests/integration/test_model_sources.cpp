@@ -244,7 +244,8 @@ TEST_CASE(
     CHECK_FALSE(file_exists(dir + "/d"));
 }
 
-TEST_CASE("--dtype auto on the CPU is fp32 for a narrow model: the manifest says so and the images are fp32's") {
+TEST_CASE(
+    "--dtype auto on the CPU is fp32 for a narrow model: the manifest says so and the images are fp32's") {
     // Note [bf16 on a CPU that has it]: the tiny model is 32 wide, under the 512 where bf16 starts.
     const std::string dir = make_temp_dir();
     const std::string prompts = dir + "/p.txt";

@@ -302,7 +302,8 @@ TEST_CASE(
               rule + "fp32 here (--device cpu; the CPU has no bf16 instructions)");
         CHECK(expected_dtype(job, strategy, wide) == "fp32");
     } else {
-        CHECK(describe_dtype(job, strategy, narrow) == rule + "fp32 here (--device cpu; the model is 64 wide, under 512)");
+        CHECK(describe_dtype(job, strategy, narrow) ==
+              rule + "fp32 here (--device cpu; the model is 64 wide, under 512)");
         CHECK(expected_dtype(job, strategy, wide) == "bf16");
         CHECK(describe_dtype(job, strategy, wide) ==
               rule + "bf16 here (--device cpu; the CPU has " + bf16 + ", the model is 3072 wide)");
@@ -330,7 +331,8 @@ TEST_CASE("the bf16 instructions are read from cpuinfo's flags as whole words, A
     CHECK(bf16_instructions("flags\t\t: fpu avx512f avx512_bf16 avx512_vnni\n") == "avx512_bf16");
     CHECK(bf16_instructions("flags\t: avx512_bf16 amx_bf16 amx_tile\nflags\t: avx512_bf16\n") == "amx_bf16");
     CHECK(bf16_instructions("flags\t: avx512_bf16x avx512_bf1\n").empty());  // whole words only
-    CHECK(bf16_instructions("model name\t: avx512_bf16 in a name\nflags : sse\n").empty());  // flags lines only
+    CHECK(
+        bf16_instructions("model name\t: avx512_bf16 in a name\nflags : sse\n").empty());  // flags lines only
     CHECK(bf16_instructions("flags avx512_bf16").empty());  // no colon: no flags
     CHECK(dp::strategies::auto_bf16_on_cpu("avx512_bf16", 512));
     CHECK_FALSE(dp::strategies::auto_bf16_on_cpu("avx512_bf16", 511));
@@ -338,7 +340,8 @@ TEST_CASE("the bf16 instructions are read from cpuinfo's flags as whole words, A
     // This machine's answer is what its /proc/cpuinfo says.
     std::ifstream in("/proc/cpuinfo");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const bool listed = text.find(" avx512_bf16") != std::string::npos || text.find(" amx_bf16") != std::string::npos;
+    const bool listed =
+        text.find(" avx512_bf16") != std::string::npos || text.find(" amx_bf16") != std::string::npos;
     CHECK(dp::strategies::cpu_bf16_instructions().empty() == !listed);
 }
 

@@ -422,7 +422,8 @@ TEST_CASE("a kernel window counts its thread's timed calls, a nested call once, 
         std::thread([&] {  // another thread's call: not this window's
             const KernelTimer other(KernelKind::kGemm);
             nap();
-        }).join();
+        })
+            .join();
         {
             KernelWindow closed(false);  // a closed window leaves this one counting
             const KernelTimer attention(KernelKind::kAttention);

@@ -394,8 +394,9 @@ TEST_CASE("plan says what --dtype auto means and warns about what the job would 
     job.model = dp::launcher::resolve_model("tiny-random-sd3", "--model");
     job.device = "cpu";
     std::string p = dp::cli::describe_plan(launch, job);
-    CHECK(has(p, "  precision: auto: bf16 on a GPU, and on a CPU with bf16 instructions for a model 512 or more "
-                 "wide; else fp32; fp32 here (--device cpu; "));
+    CHECK(has(p,
+              "  precision: auto: bf16 on a GPU, and on a CPU with bf16 instructions for a model 512 or more "
+              "wide; else fp32; fp32 here (--device cpu; "));
     CHECK(has(p, "transformer parameters per rank (fp32): 504.3 KiB (516368)"));
     CHECK_FALSE(has(p, "warning"));
     job.device = "cuda";

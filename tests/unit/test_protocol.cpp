@@ -393,12 +393,14 @@ TEST_CASE(
     CHECK(timed_back.gemm_ms == 1100);
     CHECK(timed_back.attention_ms == 700);
     CHECK(dp::launcher::outside_share(timed) == doctest::Approx(0.1));
-    CHECK(dp::launcher::phase_lines({{1, timed}}).find(
-              "; GEMMs 55 % and attention 35 % of the steps, outside them 10 %\n") != std::string::npos);
+    CHECK(dp::launcher::phase_lines({{1, timed}})
+              .find("; GEMMs 55 % and attention 35 % of the steps, outside them 10 %\n") !=
+          std::string::npos);
     const nlohmann::json tj = dp::launcher::phase_json({{1, timed}});
     CHECK(tj[0]["gemm_share"].get<double>() == doctest::Approx(0.55));
     CHECK(tj[0]["outside_gemm_attention"].get<double>() == doctest::Approx(0.1));
-    CHECK(refusal(R"({"event": "phases", "rank": 0, "load_ms": 1, "encode_ms": 0, "steps_ms": 10, "decode_ms": 0,
+    CHECK(refusal(
+              R"({"event": "phases", "rank": 0, "load_ms": 1, "encode_ms": 0, "steps_ms": 10, "decode_ms": 0,
                       "write_ms": 0, "passes": 0, "flops": 0, "gemm_flops": 0, "gemm_rate": 0, "gemm_ms": 11})")
               .find("gemm_ms") != std::string::npos);
     CHECK(refusal(
