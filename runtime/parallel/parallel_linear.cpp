@@ -6,6 +6,7 @@
 
 #include "runtime/io/errors.h"
 #include "runtime/parallel/communicator.h"
+#include "runtime/parallel/dense_linear.h"
 #include "runtime/parallel/int8_linear.h"
 #include "runtime/parallel/kernel_time.h"
 
@@ -148,7 +149,7 @@ at::Tensor ParallelLinear::weight() const {
 
 at::Tensor ParallelLinear::product(const at::Tensor& x, bool bias, Communicator* row_group) const {
     const KernelTimer timer(KernelKind::kGemm);  // Note [kernel time in the steps]
-    if (!int8_) return at::linear(x, weight_, bias ? bias_ : at::Tensor());
+    if (!int8_) return dense_linear(x, weight_, bias ? bias_ : at::Tensor());
     const at::Tensor y = int8_linear(x, *int8_, row_group);
     return bias && bias_.defined() ? y + bias_ : y;
 }

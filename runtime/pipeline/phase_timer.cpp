@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 
+#include "runtime/parallel/dense_linear.h"
 #include "runtime/parallel/int8_linear.h"
 
 namespace dp::runtime {
@@ -86,7 +87,7 @@ double measure_gemm_rate(const std::vector<strategies::GemmShape>& gemms, at::Sc
         shapes, device, budget_ms, [](const strategies::GemmShape& g) { return g.flops(); },
         [&](const strategies::GemmShape& g) {
             const at::Tensor x = at::full({g.m, g.k}, 0.5, options), w = at::full({g.n, g.k}, 0.25, options);
-            if (!int8) return fastest_ms(device, [&] { at::linear(x, w); });
+            if (!int8) return fastest_ms(device, [&] { dense_linear(x, w, at::Tensor()); });
             const Int8Weight q = quantize_weight(w);
             return fastest_ms(device, [&] { int8_linear(x, q); });
         });

@@ -10,11 +10,14 @@
 #include <set>
 #include <thread>
 
+#include <ATen/Parallel.h>
+
 #include "runtime/io/errors.h"
 #include "runtime/io/weights.h"
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/communicator.h"
+#include "runtime/parallel/dense_linear.h"
 #include "runtime/parallel/guidance.h"
 #include "runtime/parallel/kernel_time.h"
 #include "runtime/parallel/parallel_context.h"
@@ -450,4 +453,38 @@ TEST_CASE("a kernel window counts its thread's timed calls, a nested call once, 
         nap();
     }
     CHECK(closed.elapsed().gemm == 0);
+}
+
+// Note [fp32 products through oneDNN]: dense_linear is at::linear to float rounding, on 2-D and 3-D
+// inputs, with and without a bias, sliced or not, and gives the same bits at any thread count.
+TEST_CASE("dense_linear equals at::linear to rounding and gives the same bits at 1, 2 and 3 threads") {
+    struct Case {
+        std::vector<int64_t> x;
+        int64_t out;
+        bool bias;
+    };
+    const int threads = at::get_num_threads();
+    for (const Case& c : {Case{{1, 64}, 48, true}, Case{{7, 130}, 33, false}, Case{{2, 65, 96}, 160, true},
+                          Case{{130, 512}, 9, true}, Case{{3, 1, 40}, 1, false}}) {
+        CAPTURE(c.x);
+        const at::Tensor x = seeded(c.x, 21), w = seeded({c.out, c.x.back()}, 22);
+        const at::Tensor b = c.bias ? seeded({c.out}, 23) : at::Tensor();
+        const at::Tensor want =
+            at::linear(x.to(at::kDouble), w.to(at::kDouble), c.bias ? b.to(at::kDouble) : b);
+        at::set_num_threads(1);
+        const at::Tensor one = dense_linear(x, w, b);
+        CHECK(one.sizes() == want.sizes());
+        CHECK(max_diff(one.to(at::kDouble), want) <= 1e-5 * (1 + want.abs().max().item<double>()));
+        for (int n : {2, 3}) {
+            at::set_num_threads(n);
+            CHECK(at::equal(dense_linear(x, w, b), one));
+        }
+        // A slice of a wider buffer gives the same product.
+        const at::Tensor wide = at::cat({x, seeded(c.x, 24)}, -1).narrow(-1, 0, c.x.back());
+        CHECK(at::equal(dense_linear(wide, w, b), one));
+    }
+    at::set_num_threads(threads);
+    // Another dtype is at::linear's.
+    const at::Tensor x = seeded({4, 16}, 25).to(at::kDouble), w = seeded({8, 16}, 26).to(at::kDouble);
+    CHECK(at::equal(dense_linear(x, w, at::Tensor()), at::linear(x, w)));
 }
