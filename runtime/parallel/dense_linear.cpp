@@ -19,7 +19,7 @@ bool onednn_fp32(const at::Tensor& x, const at::Tensor& weight, const at::Tensor
     static const bool avx512 = has_avx512();
     return avx512 && x.is_cpu() && weight.is_cpu() && x.scalar_type() == at::kFloat &&
            weight.scalar_type() == at::kFloat && weight.dim() == 2 && x.dim() >= 2 && x.numel() > 0 &&
-           (!bias.defined() || bias.scalar_type() == at::kFloat);
+           weight.numel() > 0 && (!bias.defined() || bias.scalar_type() == at::kFloat);
 }
 
 }  // namespace

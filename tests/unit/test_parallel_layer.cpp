@@ -484,6 +484,11 @@ TEST_CASE("dense_linear equals at::linear to rounding and gives the same bits at
         CHECK(at::equal(dense_linear(wide, w, b), one));
     }
     at::set_num_threads(threads);
+    // No output features, or no tokens: at::linear's empty products.
+    CHECK(dense_linear(seeded({3, 8}, 27), at::zeros({0, 8}), at::Tensor()).sizes() ==
+          at::IntArrayRef({3, 0}));
+    CHECK(dense_linear(at::zeros({0, 8}), seeded({5, 8}, 28), at::Tensor()).sizes() ==
+          at::IntArrayRef({0, 5}));
     // Another dtype is at::linear's.
     const at::Tensor x = seeded({4, 16}, 25).to(at::kDouble), w = seeded({8, 16}, 26).to(at::kDouble);
     CHECK(at::equal(dense_linear(x, w, at::Tensor()), at::linear(x, w)));
