@@ -6,7 +6,8 @@
 // transformer's fp32 products go through oneDNN. Its sums are the same at any thread count
 // (checked for 1 to 3 threads on the pipelines' shapes), but not MKL's bits: they differ in the
 // last places as any two GEMM kernels do, and the images stay within diffusers' tolerance (the
-// golden tests). Elsewhere (AVX2 only, a GPU, another dtype) it is at::linear as before.
+// golden tests). The encoders' and the VAE's Linear layers take the same path. Elsewhere (AVX2
+// only, a GPU, another dtype) it is at::linear as before.
 
 #include <ATen/core/Tensor.h>
 

@@ -8,6 +8,7 @@
 #include "runtime/io/errors.h"
 #include "runtime/models/common/fused_ops.h"
 #include "runtime/models/common/transformer_base.h"
+#include "runtime/parallel/dense_linear.h"
 
 namespace dp::runtime {
 
@@ -18,7 +19,8 @@ Linear Linear::load(WeightStore& w, const std::string& prefix, int64_t in, int64
     return l;
 }
 
-at::Tensor Linear::operator()(const at::Tensor& x) const { return at::linear(x, weight, bias); }
+// Note [fp32 products through oneDNN]: the encoders' and the VAE's products too.
+at::Tensor Linear::operator()(const at::Tensor& x) const { return dense_linear(x, weight, bias); }
 
 LayerNorm LayerNorm::load(WeightStore& w, const std::string& prefix, int64_t dim, double eps, bool affine,
                           bool bias) {
