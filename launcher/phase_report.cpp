@@ -52,9 +52,10 @@ std::string phase_lines(const std::map<int, protocol::PhasesEvent>& phases, int 
                 out += line;
             }
             if (const double rest = outside_share(p); rest >= 0 && kernels_timed(p)) {
-                std::snprintf(line, sizeof(line),
-                              "; GEMMs %.0f %% and attention %.0f %% of the steps, outside them %.0f %%",
-                              100 * p.gemm_ms / p.steps_ms, 100 * p.attention_ms / p.steps_ms, 100 * rest);
+                std::snprintf(
+                    line, sizeof(line),
+                    "; GEMMs %.0f %%, attention %.0f %%, outside GEMMs and attention %.0f %% of the steps",
+                    100 * p.gemm_ms / p.steps_ms, 100 * p.attention_ms / p.steps_ms, 100 * rest);
                 out += line;
             } else if (rest >= 0) {
                 std::snprintf(line, sizeof(line), "; outside GEMMs and attention %.0f %% of the steps",

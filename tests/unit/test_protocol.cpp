@@ -394,7 +394,7 @@ TEST_CASE(
     CHECK(timed_back.attention_ms == 700);
     CHECK(dp::launcher::outside_share(timed) == doctest::Approx(0.1));
     CHECK(dp::launcher::phase_lines({{1, timed}})
-              .find("; GEMMs 55 % and attention 35 % of the steps, outside them 10 %\n") !=
+              .find("; GEMMs 55 %, attention 35 %, outside GEMMs and attention 10 % of the steps\n") !=
           std::string::npos);
     const nlohmann::json tj = dp::launcher::phase_json({{1, timed}});
     CHECK(tj[0]["gemm_share"].get<double>() == doctest::Approx(0.55));
