@@ -16,7 +16,12 @@ double model_flops_utilisation(const protocol::PhasesEvent& p) {
     return p.gemm_rate > 0 ? steps_flop_rate(p) / p.gemm_rate : 0;
 }
 
+namespace {
+
+// Whether the rank timed its steps' kernels (Note [kernel time in the steps]).
 bool kernels_timed(const protocol::PhasesEvent& p) { return p.gemm_ms > 0 || p.attention_ms > 0; }
+
+}  // namespace
 
 double outside_share(const protocol::PhasesEvent& p) {
     if (p.steps_ms > 0 && kernels_timed(p))

@@ -25,6 +25,10 @@ std::string bf16_instructions(std::string_view cpuinfo);
 // This machine's (read once; "" where /proc/cpuinfo cannot be read).
 const std::string& cpu_bf16_instructions();
 
+// Whether this machine's /proc/cpuinfo lists `flag` ("avx512f") among its flags (false where it
+// cannot be read).
+bool cpu_has(std::string_view flag);
+
 // Whether --dtype auto runs a model `width` features wide in bf16 on a CPU with `instructions`
 // (bf16_instructions' answer).
 bool auto_bf16_on_cpu(std::string_view instructions, int64_t width);

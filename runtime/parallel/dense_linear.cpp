@@ -3,20 +3,14 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "strategies/cpu_dtype.h"
+
 namespace dp::runtime {
 
 namespace {
 
-bool has_avx512() {
-#if defined(__x86_64__)
-    return __builtin_cpu_supports("avx512f");
-#else
-    return false;
-#endif
-}
-
 bool onednn_fp32(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-    static const bool avx512 = has_avx512();
+    static const bool avx512 = strategies::cpu_has("avx512f");
     return avx512 && x.is_cpu() && weight.is_cpu() && x.scalar_type() == at::kFloat &&
            weight.scalar_type() == at::kFloat && weight.dim() == 2 && x.dim() >= 2 && x.numel() > 0 &&
            weight.numel() > 0 && (!bias.defined() || bias.scalar_type() == at::kFloat);
