@@ -17,12 +17,14 @@
 #include "runtime/models/sd3/sd3_transformer.h"
 #include "runtime/parallel/attention.h"
 #include "runtime/parallel/communicator.h"
+#include "runtime/parallel/cpu_attention.h"
 #include "runtime/parallel/dense_linear.h"
 #include "runtime/parallel/guidance.h"
 #include "runtime/parallel/kernel_time.h"
 #include "runtime/parallel/parallel_context.h"
 #include "runtime/parallel/parallel_linear.h"
 #include "runtime/parallel/sequence_shard.h"
+#include "strategies/cpu_dtype.h"
 #include "strategies/family.h"
 #include "strategies/model_sizes.h"
 #include "strategies/parallel_spec.h"
@@ -492,4 +494,79 @@ TEST_CASE("dense_linear equals at::linear to rounding and gives the same bits at
     // Another dtype is at::linear's.
     const at::Tensor x = seeded({4, 16}, 25).to(at::kDouble), w = seeded({8, 16}, 26).to(at::kDouble);
     CHECK(at::equal(dense_linear(x, w, at::Tensor()), at::linear(x, w)));
+}
+
+// Note [attention on the CPU]: cpu_attention is softmax(q k^T * scale + bias) v, computed in fp64
+// from the same inputs, to fp32's (bf16's) rounding: any query and key count, head sizes 32 to 256,
+// no bias, one bias row or one per batch (with masked keys), q, k and v in merge_heads' [B, S, H, d]
+// storage. The same bits at 1, 2 and 3 threads. Where the CPU lacks the instructions, it refuses.
+TEST_CASE(
+    "cpu_attention equals attention in fp64 to rounding and gives the same bits at 1, 2 and 3 threads") {
+    using dp::strategies::cpu_has;
+    struct Case {
+        int64_t batch, heads, queries, keys, dim, bias_rows;  // bias_rows 0: no bias
+    };
+    const bool avx512 =
+        cpu_has("avx512f") && cpu_has("avx512bw") && cpu_has("avx512dq") && cpu_has("avx512vl");
+    const bool bf16 = avx512 && cpu_has("avx512_bf16");
+    const int threads = at::get_num_threads();
+    for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16})
+        for (const Case& c :
+             {Case{1, 2, 1, 1, 32, 0}, Case{2, 3, 37, 33, 64, 1}, Case{1, 2, 130, 300, 128, 1},
+              Case{2, 1, 5, 129, 96, 2}, Case{1, 1, 70, 64, 256, 0}, Case{2, 2, 33, 161, 64, 2}}) {
+            CAPTURE(c10::toString(dtype));
+            CAPTURE(c.queries);
+            CAPTURE(c.keys);
+            CAPTURE(c.dim);
+            auto heads_view = [&](int64_t tokens, uint64_t seed) {  // [B, H, S, d] over [B, S, H, d]
+                return (seeded({c.batch, tokens, c.heads, c.dim}, seed) * 1.5)
+                    .to(dtype)
+                    .permute({0, 2, 1, 3});
+            };
+            const at::Tensor q = heads_view(c.queries, 31), k = heads_view(c.keys, 32),
+                             v = heads_view(c.keys, 33);
+            at::Tensor bias;
+            if (c.bias_rows > 0) {  // every third key masked, the rest shifted
+                bias = seeded({c.bias_rows, c.keys}, 34);
+                bias.index_put_({at::indexing::Slice(), at::indexing::Slice(1, at::indexing::None, 3)},
+                                -INFINITY);
+            }
+            const bool fits = cpu_attention_fits(q, k, v, bias);
+            CHECK(fits == (dtype == at::kFloat ? avx512 : bf16));
+            if (!fits) {
+                MESSAGE("cpu_attention in " << dtype
+                                            << " not computed: this CPU lacks the AVX-512 instructions");
+                continue;
+            }
+            const double scale = 1.0 / std::sqrt(static_cast<double>(c.dim));
+            at::Tensor logits = at::matmul(q.to(at::kDouble), k.to(at::kDouble).transpose(2, 3)) * scale;
+            if (bias.defined()) logits = logits + bias.to(at::kDouble).view({c.bias_rows, 1, 1, c.keys});
+            const at::Tensor want = at::matmul(at::softmax(logits, -1), v.to(at::kDouble));
+            at::set_num_threads(1);
+            const at::Tensor one = cpu_attention(q, k, v, bias, scale);
+            CHECK((one.scalar_type() == dtype));
+            CHECK(one.sizes() == want.sizes());
+            CHECK(one.permute({0, 2, 1, 3}).is_contiguous());
+            const double tolerance = dtype == at::kFloat ? 1e-5 : 2e-2;
+            CHECK(max_diff(one.to(at::kDouble), want) <= tolerance * (1 + want.abs().max().item<double>()));
+            for (int n : {2, 3}) {
+                at::set_num_threads(n);
+                CHECK(at::equal(cpu_attention(q, k, v, bias, scale), one));
+            }
+            at::set_num_threads(threads);
+        }
+    if (!avx512) return;
+    const at::Tensor q = seeded({1, 2, 5, 64}, 35), kv = seeded({1, 2, 7, 64}, 36);
+    // A row whose every key is masked is 0, not NaN.
+    const at::Tensor all_masked = at::full({1, 7}, -INFINITY);
+    CHECK(at::equal(cpu_attention(q, kv, kv, all_masked, 0.125), at::zeros_like(q)));
+    // Everything else goes to ATen's kernel.
+    CHECK_FALSE(cpu_attention_fits(seeded({1, 2, 5, 48}, 37), seeded({1, 2, 7, 48}, 38),
+                                   seeded({1, 2, 7, 48}, 38), {}));
+    CHECK_FALSE(cpu_attention_fits(q.to(at::kHalf), kv.to(at::kHalf), kv.to(at::kHalf), {}));
+    CHECK_FALSE(cpu_attention_fits(q, kv, kv, at::zeros({1, 2, 5, 7})));  // a bias per query
+    CHECK_FALSE(cpu_attention_fits(q, kv, kv, at::zeros({3, 7})));        // a bias for 3 batches
+    CHECK_FALSE(cpu_attention_fits(q, seeded({1, 3, 7, 64}, 39), seeded({1, 3, 7, 64}, 39), {}));
+    CHECK_FALSE(cpu_attention_fits(q, kv.to(at::kDouble), kv, {}));
+    CHECK_THROWS_AS(cpu_attention(q, kv.narrow(3, 0, 32), kv, {}, 0.125), dp::runtime::InternalError);
 }

@@ -1,0 +1,112 @@
+#include "runtime/parallel/cpu_attention.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+
+#include "runtime/io/errors.h"
+#include "runtime/parallel/cpu_attention_kernels.h"
+#include "strategies/cpu_dtype.h"
+
+namespace dp::runtime {
+
+namespace kernels = cpu_attention_kernels;
+
+namespace {
+
+bool cpu_can(at::ScalarType dtype) {
+    static const bool avx512 = strategies::cpu_has("avx512f") && strategies::cpu_has("avx512bw") &&
+                               strategies::cpu_has("avx512dq") && strategies::cpu_has("avx512vl");
+    static const bool bf16 = avx512 && strategies::cpu_has("avx512_bf16");
+    return dtype == at::kFloat ? avx512 : dtype == at::kBFloat16 && bf16;
+}
+
+// Keys transposed, values as they are, both padded with zeros to `padded` keys; bf16 in pairs
+// (Operands' layouts).
+at::Tensor pack_keys(const at::Tensor& k, int64_t padded) {
+    const int64_t b = k.size(0), h = k.size(1), n = k.size(2), d = k.size(3);
+    if (k.scalar_type() == at::kFloat) {
+        at::Tensor kt = at::zeros({b, h, d, padded}, k.options());
+        kt.narrow(3, 0, n).copy_(k.transpose(2, 3));
+        return kt;
+    }
+    at::Tensor kp = at::zeros({b, h, padded, d}, k.options());
+    kp.narrow(2, 0, n).copy_(k);
+    return kp.view({b, h, padded, d / 2, 2}).permute({0, 1, 3, 2, 4}).contiguous();
+}
+
+at::Tensor pack_values(const at::Tensor& v, int64_t padded) {
+    const int64_t b = v.size(0), h = v.size(1), n = v.size(2), d = v.size(3);
+    at::Tensor vp = at::zeros({b, h, padded, d}, v.options());
+    vp.narrow(2, 0, n).copy_(v);
+    if (v.scalar_type() == at::kFloat) return vp;
+    return vp.view({b, h, padded / 2, 2, d}).permute({0, 1, 2, 4, 3}).contiguous();
+}
+
+// [1 or B, padded] fp32: the bias (0 without one) on the real keys, -inf on the padding.
+at::Tensor padded_bias(const at::Tensor& bias, int64_t keys, int64_t padded) {
+    const int64_t rows = bias.defined() ? bias.size(0) : 1;
+    at::Tensor out = at::full({rows, padded}, -INFINITY, at::TensorOptions().dtype(at::kFloat));
+    if (bias.defined())
+        out.narrow(1, 0, keys).copy_(bias);
+    else
+        out.narrow(1, 0, keys).zero_();
+    return out;
+}
+
+}  // namespace
+
+bool cpu_attention_fits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const at::Tensor& key_bias) {
+    if (!q.defined() || !k.defined() || !v.defined() || !q.is_cpu() || !k.is_cpu() || !v.is_cpu())
+        return false;
+    if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
+    const at::ScalarType dtype = q.scalar_type();
+    if (k.scalar_type() != dtype || v.scalar_type() != dtype || !cpu_can(dtype)) return false;
+    const int64_t b = q.size(0), h = q.size(1), d = q.size(3), keys = k.size(2);
+    if (k.size(0) != b || v.size(0) != b || k.size(1) != h || v.size(1) != h || v.size(2) != keys ||
+        k.size(3) != d || v.size(3) != d)
+        return false;
+    if (d % 32 != 0 || d > kernels::kMaxHeadDim || q.numel() == 0 || keys == 0) return false;
+    if (!key_bias.defined()) return true;
+    return key_bias.is_cpu() && key_bias.dim() == 2 && key_bias.size(1) == keys &&
+           (key_bias.size(0) == 1 || key_bias.size(0) == b) && at::isFloatingType(key_bias.scalar_type());
+}
+
+at::Tensor cpu_attention(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v,
+                         const at::Tensor& key_bias, double scale) {
+    if (!cpu_attention_fits(q_in, k, v, key_bias))
+        throw InternalError("cpu_attention: a call cpu_attention_fits refuses");
+    const at::Tensor q = q_in.stride(3) == 1 ? q_in : q_in.contiguous();
+    const int64_t b = q.size(0), h = q.size(1), n = q.size(2), d = q.size(3), keys = k.size(2);
+    const int64_t padded = (keys + kernels::kKeyAlign - 1) / kernels::kKeyAlign * kernels::kKeyAlign;
+    const at::Tensor kt = pack_keys(k, padded), vp = pack_values(v, padded);
+    const at::Tensor bias =
+        padded_bias(key_bias.defined() ? key_bias.to(at::kFloat) : key_bias, keys, padded);
+    const at::Tensor out = at::empty({b, n, h, d}, q.options()).permute({0, 2, 1, 3});
+    kernels::Operands o;
+    o.q = q.data_ptr();
+    for (int i = 0; i < 3; ++i) {
+        o.q_stride[i] = q.stride(i);
+        o.out_stride[i] = out.stride(i);
+    }
+    o.kt = kt.data_ptr();
+    o.v = vp.data_ptr();
+    o.bias = bias.data_ptr<float>();
+    o.bias_batch_stride = bias.size(0) == 1 ? 0 : padded;
+    o.out = out.data_ptr();
+    o.batch = b;
+    o.heads = h;
+    o.queries = n;
+    o.keys_padded = padded;
+    o.head_dim = d;
+    o.scale = static_cast<float>(scale);
+    const bool fp32 = q.scalar_type() == at::kFloat;
+    at::parallel_for(0, kernels::task_count(o), 1, [&](int64_t first, int64_t end) {
+        fp32 ? kernels::run_f32(o, first, end) : kernels::run_bf16(o, first, end);
+    });
+    return out;
+}
+
+}  // namespace dp::runtime
