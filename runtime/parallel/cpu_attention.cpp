@@ -22,28 +22,6 @@ bool cpu_can(at::ScalarType dtype) {
     return dtype == at::kFloat ? avx512 : dtype == at::kBFloat16 && bf16;
 }
 
-// Keys transposed, values as they are, both padded with zeros to `padded` keys; bf16 in pairs
-// (Operands' layouts).
-at::Tensor pack_keys(const at::Tensor& k, int64_t padded) {
-    const int64_t b = k.size(0), h = k.size(1), n = k.size(2), d = k.size(3);
-    if (k.scalar_type() == at::kFloat) {
-        at::Tensor kt = at::zeros({b, h, d, padded}, k.options());
-        kt.narrow(3, 0, n).copy_(k.transpose(2, 3));
-        return kt;
-    }
-    at::Tensor kp = at::zeros({b, h, padded, d}, k.options());
-    kp.narrow(2, 0, n).copy_(k);
-    return kp.view({b, h, padded, d / 2, 2}).permute({0, 1, 3, 2, 4}).contiguous();
-}
-
-at::Tensor pack_values(const at::Tensor& v, int64_t padded) {
-    const int64_t b = v.size(0), h = v.size(1), n = v.size(2), d = v.size(3);
-    at::Tensor vp = at::zeros({b, h, padded, d}, v.options());
-    vp.narrow(2, 0, n).copy_(v);
-    if (v.scalar_type() == at::kFloat) return vp;
-    return vp.view({b, h, padded / 2, 2, d}).permute({0, 1, 2, 4, 3}).contiguous();
-}
-
 // [1 or B, padded] fp32: the bias (0 without one) on the real keys, -inf on the padding.
 at::Tensor padded_bias(const at::Tensor& bias, int64_t keys, int64_t padded) {
     const int64_t rows = bias.defined() ? bias.size(0) : 1;
@@ -74,14 +52,17 @@ bool cpu_attention_fits(const at::Tensor& q, const at::Tensor& k, const at::Tens
            (key_bias.size(0) == 1 || key_bias.size(0) == b) && at::isFloatingType(key_bias.scalar_type());
 }
 
-at::Tensor cpu_attention(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v,
+at::Tensor cpu_attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                          const at::Tensor& key_bias, double scale) {
-    if (!cpu_attention_fits(q_in, k, v, key_bias))
+    if (!cpu_attention_fits(q_in, k_in, v_in, key_bias))
         throw InternalError("cpu_attention: a call cpu_attention_fits refuses");
-    const at::Tensor q = q_in.stride(3) == 1 ? q_in : q_in.contiguous();
+    auto last_contiguous = [](const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
+    const at::Tensor q = last_contiguous(q_in), k = last_contiguous(k_in), v = last_contiguous(v_in);
     const int64_t b = q.size(0), h = q.size(1), n = q.size(2), d = q.size(3), keys = k.size(2);
     const int64_t padded = (keys + kernels::kKeyAlign - 1) / kernels::kKeyAlign * kernels::kKeyAlign;
-    const at::Tensor kt = pack_keys(k, padded), vp = pack_values(v, padded);
+    // Both packed by the kernels (Operands' layouts), every element written.
+    const at::Tensor kt = at::empty({b, h, d, padded}, q.options()),
+                     vp = at::empty({b, h, padded, d}, q.options());
     const at::Tensor bias =
         padded_bias(key_bias.defined() ? key_bias.to(at::kFloat) : key_bias, keys, padded);
     const at::Tensor out = at::empty({b, n, h, d}, q.options()).permute({0, 2, 1, 3});
@@ -102,7 +83,18 @@ at::Tensor cpu_attention(const at::Tensor& q_in, const at::Tensor& k, const at::
     o.keys_padded = padded;
     o.head_dim = d;
     o.scale = static_cast<float>(scale);
+    kernels::Source src;
+    src.k = k.data_ptr();
+    src.v = v.data_ptr();
+    for (int i = 0; i < 3; ++i) {
+        src.k_stride[i] = k.stride(i);
+        src.v_stride[i] = v.stride(i);
+    }
+    src.keys = keys;
     const bool fp32 = q.scalar_type() == at::kFloat;
+    at::parallel_for(0, b * h, 1, [&](int64_t first, int64_t end) {
+        fp32 ? kernels::pack_f32(src, o, first, end) : kernels::pack_bf16(src, o, first, end);
+    });
     at::parallel_for(0, kernels::task_count(o), 1, [&](int64_t first, int64_t end) {
         fp32 ? kernels::run_f32(o, first, end) : kernels::run_bf16(o, first, end);
     });

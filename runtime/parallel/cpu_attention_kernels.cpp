@@ -249,7 +249,40 @@ void run(const Operands& o, int64_t first, int64_t end) {
     for (int64_t t = first; t < end; ++t) run_task<K>(o, t, blk);
 }
 
+// Packs one (batch, head): keys transposed so that a head_dim step's keys (fp32), or pair of steps'
+// (bf16, as 32-bit lanes), lie together; values as they are (fp32) or with each pair of keys'
+// entries side by side (bf16). Either way a 32-bit word moves whole: E elements per word.
+template <typename E>
+void pack_head(const Source& s, const Operands& o, int64_t head) {
+    constexpr int64_t per = 4 / sizeof(E);  // elements per 32-bit word
+    const int64_t b = head / o.heads, h = head % o.heads, d = o.head_dim, kp = o.keys_padded, words = d / per;
+    const E* k = static_cast<const E*>(s.k) + b * s.k_stride[0] + h * s.k_stride[1];
+    const E* v = static_cast<const E*>(s.v) + b * s.v_stride[0] + h * s.v_stride[1];
+    uint32_t* kt = static_cast<uint32_t*>(const_cast<void*>(o.kt)) + head * words * kp;
+    E* vp = static_cast<E*>(const_cast<void*>(o.v)) + head * d * kp;
+    for (int64_t j = 0; j < kp; ++j) {
+        const E* row = j < s.keys ? k + j * s.k_stride[2] : nullptr;
+        for (int64_t w = 0; w < words; ++w) {
+            uint32_t word = 0;
+            if (row) __builtin_memcpy(&word, row + w * per, sizeof word);
+            kt[w * kp + j] = word;
+        }
+    }
+    for (int64_t j = 0; j < kp; ++j) {  // value j, entry e: at (j / per) * per * d + e * per + j % per
+        const E* row = j < s.keys ? v + j * s.v_stride[2] : nullptr;
+        E* out = vp + j / per * per * d + j % per;
+        for (int64_t e = 0; e < d; ++e) out[e * per] = row ? row[e] : E(0);
+    }
+}
+
 }  // namespace
+
+void pack_f32(const Source& s, const Operands& o, int64_t first, int64_t end) {
+    for (int64_t head = first; head < end; ++head) pack_head<float>(s, o, head);
+}
+void pack_bf16(const Source& s, const Operands& o, int64_t first, int64_t end) {
+    for (int64_t head = first; head < end; ++head) pack_head<uint16_t>(s, o, head);
+}
 
 int64_t task_count(const Operands& o) {
     return o.batch * o.heads * ((o.queries + kQueryBlock - 1) / kQueryBlock);
@@ -262,6 +295,8 @@ void run_bf16(const Operands& o, int64_t first, int64_t end) { run<Bf16>(o, firs
 #else  // not built for AVX-512: cpu_attention_fits() never lets a call reach these
 
 namespace dp::runtime::cpu_attention_kernels {
+void pack_f32(const Source&, const Operands&, int64_t, int64_t) {}
+void pack_bf16(const Source&, const Operands&, int64_t, int64_t) {}
 int64_t task_count(const Operands&) { return 0; }
 void run_f32(const Operands&, int64_t, int64_t) {}
 void run_bf16(const Operands&, int64_t, int64_t) {}

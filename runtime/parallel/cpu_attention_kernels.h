@@ -30,6 +30,20 @@ struct Operands {
     float scale = 1;
 };
 
+// The keys and values as attention takes them: [B, H, keys, head_dim] at their strides (head_dim
+// contiguous), of Operands' element type.
+struct Source {
+    const void* k = nullptr;
+    const void* v = nullptr;
+    int64_t k_stride[3] = {}, v_stride[3] = {};
+    int64_t keys = 0;
+};
+
+// Packs heads [first, end) of batch * heads (one (batch, head) pair each) from `s` into o.kt and
+// o.v, in Operands' layouts, with zeros for the padded keys.
+void pack_f32(const Source& s, const Operands& o, int64_t first, int64_t end);
+void pack_bf16(const Source& s, const Operands& o, int64_t first, int64_t end);
+
 // batch * heads * ceil(queries / kQueryBlock): the tasks run_* splits the work into.
 int64_t task_count(const Operands& o);
 

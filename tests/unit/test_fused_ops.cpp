@@ -101,7 +101,28 @@ std::vector<Case> cases() {
          [=](const In& in) { return rms(in(q), in(weight)); }, 1e-5},
         {"RMS norm without a weight", [=] { return fused::rms_norm(x, {}, 1e-6); },
          [=](const In& in) { return in(x)*at::rsqrt(in(x).pow(2).mean(-1, true) + 1e-6); }, 1e-5},
-        // Not fp32: the same ATen ops as before, unchanged.
+        // bf16 (Note [fused elementwise work]): computed in fp32, rounded once, as ATen's bf16 ops.
+        {"GELU(tanh) in bf16", [=] { return fused::gelu_tanh(x.to(at::kBFloat16)); },
+         [=](const In& in) { return at::gelu(in(x.to(at::kBFloat16)), "tanh"); }, 4e-3},
+        {"GELU(tanh) in bf16, in place in a slice",
+         [=] {
+             at::Tensor buffer = at::cat({y, x}, 2).to(at::kBFloat16);
+             fused::gelu_tanh_into(buffer.narrow(2, d, d), buffer.narrow(2, d, d));
+             return buffer;
+         },
+         [=](const In& in) {
+             return at::cat({in(y.to(at::kBFloat16)), at::gelu(in(x.to(at::kBFloat16)), "tanh")}, 2);
+         },
+         4e-3},
+        {"RoPE over split heads in bf16, fp32 angles",
+         [=] { return fused::interleaved_rope(q.to(at::kBFloat16), cos, sin); },
+         [=](const In& in) {
+             const at::Tensor t = in(q.to(at::kBFloat16));
+             const at::ScalarType wide = t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+             return rope(t.to(wide), in(cos), in(sin)).to(t.scalar_type());
+         },
+         0},
+        // Not fp32 or bf16: the same ATen ops as before, unchanged.
         {"float64 takes ATen's ops", [=] { return fused::gated_residual(x.to(at::kDouble), gate, y); },
          [=](const In& in) { return in(x).to(at::kDouble) + in(gate)*in(y); }, 0},
     };
@@ -139,7 +160,8 @@ TEST_CASE("fused elementwise kernels give the same bits for 1, 2 and 3 threads")
     const at::Tensor x = randn({3, 1500, 40}, 20), gate = randn({3, 1, 40}, 21), y = randn({3, 1500, 40}, 22);
     const auto run = [&](int n) {
         at::set_num_threads(n);
-        return std::vector<at::Tensor>{fused::gelu_tanh(x), fused::norm_modulate(x, gate, y, 1e-6),
+        return std::vector<at::Tensor>{fused::gelu_tanh(x), fused::gelu_tanh(x.to(at::kBFloat16)),
+                                       fused::norm_modulate(x, gate, y, 1e-6),
                                        fused::gated_residual(x, gate, y), fused::rms_norm(x, {}, 1e-6)};
     };
     const std::vector<at::Tensor> one = run(1), two = run(2), three = run(3);

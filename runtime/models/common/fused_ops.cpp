@@ -28,16 +28,25 @@ constexpr int kMaxDims = 6;
 constexpr int64_t kElementsPerTask = 1 << 15;
 
 // A tensor's rows (all but its last dimension) walked in the order of an output's logical shape.
+// Operands may differ in element type (a bf16 activation with fp32 angles): bases and strides are
+// in bytes.
 template <int N>
 struct RowWalk {
     int leading = 0;                                        // dimensions before the last
     std::array<int64_t, kMaxDims> size{};                   // their sizes
-    std::array<std::array<int64_t, kMaxDims>, N> stride{};  // each operand's strides over them
-    std::array<float*, N> base{};
+    std::array<std::array<int64_t, kMaxDims>, N> stride{};  // each operand's strides over them, in bytes
+    std::array<char*, N> base{};
     int64_t rows = 1, width = 0;
 };
 
-// Every operand expanded to `shape`; the caller has checked fp32, CPU and a contiguous last dim.
+// A row's operand as its element type.
+template <typename T>
+T* as(char* p) {
+    return reinterpret_cast<T*>(p);
+}
+
+// Every operand expanded to `shape`; the caller has checked the dtypes, CPU and a contiguous last
+// dim.
 template <int N>
 RowWalk<N> walk_of(at::IntArrayRef shape, const std::array<at::Tensor, N>& operands) {
     RowWalk<N> w;
@@ -48,8 +57,9 @@ RowWalk<N> walk_of(at::IntArrayRef shape, const std::array<at::Tensor, N>& opera
         w.rows *= shape[d];
     }
     for (int i = 0; i < N; ++i) {
-        w.base[i] = operands[i].template data_ptr<float>();
-        for (int d = 0; d < w.leading; ++d) w.stride[i][d] = operands[i].stride(d);
+        w.base[i] = static_cast<char*>(operands[i].data_ptr());
+        const auto bytes = static_cast<int64_t>(operands[i].element_size());
+        for (int d = 0; d < w.leading; ++d) w.stride[i][d] = operands[i].stride(d) * bytes;
     }
     return w;
 }
@@ -68,7 +78,7 @@ void for_rows(const RowWalk<N>& w, const Row& row) {
             rest /= w.size[d];
             for (int i = 0; i < N; ++i) offset[i] += index[d] * w.stride[i][d];
         }
-        std::array<float*, N> p{};
+        std::array<char*, N> p{};
         for (int64_t r = begin; r < end; ++r) {
             for (int i = 0; i < N; ++i) p[i] = w.base[i] + offset[i];
             row(p);
@@ -82,14 +92,24 @@ void for_rows(const RowWalk<N>& w, const Row& row) {
     });
 }
 
-bool fast_path(const at::Tensor& t) {
-    return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() >= 1 &&
+// for_rows over fp32 operands.
+template <int N, typename Row>
+void for_float_rows(const RowWalk<N>& w, const Row& row) {
+    for_rows(w, [&](const std::array<char*, N>& bytes) {
+        std::array<float*, N> p{};
+        for (int i = 0; i < N; ++i) p[i] = as<float>(bytes[i]);
+        row(p);
+    });
+}
+
+bool fast_path(const at::Tensor& t, at::ScalarType dtype = at::kFloat) {
+    return t.defined() && t.device().is_cpu() && t.scalar_type() == dtype && t.dim() >= 1 &&
            t.dim() <= kMaxDims && (t.stride(-1) == 1 || t.size(-1) <= 1) && !t.requires_grad();
 }
 
-bool fast_path(std::initializer_list<at::Tensor> tensors) {
+bool fast_path(std::initializer_list<at::Tensor> tensors, at::ScalarType dtype = at::kFloat) {
     for (const at::Tensor& t : tensors)
-        if (!fast_path(t)) return false;
+        if (!fast_path(t, dtype)) return false;
     return true;
 }
 
@@ -207,22 +227,69 @@ DP_ROW_KERNEL void rope_row(const float* x, const float* cos, const float* sin, 
     }
 }
 
+// bf16 rows go through fp32 chunks: widened exactly, computed by the fp32 row kernel, rounded once
+// to the nearest even bf16 (as ATen's bf16 ops round their fp32 results).
+constexpr int64_t kChunk = 512;  // even: RoPE's pairs never straddle two chunks
+
+DP_ROW_KERNEL void widen(const uint16_t* x, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const uint32_t bits = static_cast<uint32_t>(x[i]) << 16;
+        std::memcpy(out + i, &bits, sizeof bits);
+    }
+}
+
+DP_ROW_KERNEL void round_to_bf16(const float* x, uint16_t* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, x + i, sizeof bits);
+        const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+        out[i] = nan ? uint16_t{0x7fc0} : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    }
+}
+
+void gelu_row16(const uint16_t* x, uint16_t* out, int64_t n) {
+    float buf[kChunk];
+    for (int64_t i = 0; i < n; i += kChunk) {
+        const int64_t m = std::min(kChunk, n - i);
+        widen(x + i, buf, m);
+        gelu_row(buf, buf, m);
+        round_to_bf16(buf, out + i, m);
+    }
+}
+
+void rope_row16(const uint16_t* x, const float* cos, const float* sin, uint16_t* out, int64_t n) {
+    float buf[kChunk];
+    for (int64_t i = 0; i < n; i += kChunk) {
+        const int64_t m = std::min(kChunk, n - i);
+        widen(x + i, buf, m);
+        rope_row(buf, cos + i, sin + i, buf, m);
+        round_to_bf16(buf, out + i, m);
+    }
+}
+
 // A new tensor in x's memory layout (as ATen's elementwise ops make theirs).
 at::Tensor output_like(const at::Tensor& x) { return at::empty_like(x, at::MemoryFormat::Preserve); }
 
 }  // namespace
 
 void gelu_tanh_into(const at::Tensor& x, const at::Tensor& out) {
+    if (fast_path({x, out}, at::kBFloat16) && out.sizes() == x.sizes()) {
+        const auto w = walk_of<2>(x.sizes(), {x, out});
+        for_rows(w, [&](const std::array<char*, 2>& p) {
+            gelu_row16(as<uint16_t>(p[0]), as<uint16_t>(p[1]), w.width);
+        });
+        return;
+    }
     if (!fast_path({x, out}) || out.sizes() != x.sizes()) {
         out.copy_(at::gelu(x, "tanh"));
         return;
     }
     const auto w = walk_of<2>(x.sizes(), {x, out});
-    for_rows(w, [&](const std::array<float*, 2>& p) { gelu_row(p[0], p[1], w.width); });
+    for_float_rows(w, [&](const std::array<float*, 2>& p) { gelu_row(p[0], p[1], w.width); });
 }
 
 at::Tensor gelu_tanh(const at::Tensor& x) {
-    if (!fast_path(x)) return at::gelu(x, "tanh");
+    if (!fast_path(x) && !fast_path(x, at::kBFloat16)) return at::gelu(x, "tanh");
     at::Tensor out = output_like(x);
     gelu_tanh_into(x, out);
     return out;
@@ -242,7 +309,7 @@ at::Tensor norm_modulate(const at::Tensor& x, const at::Tensor& shift, const at:
     const at::Tensor out = output_like(x);
     const auto w = walk_of<4>(x.sizes(), {x, sh, sc, out});
     const auto n = static_cast<double>(w.width);
-    for_rows(w, [&](const std::array<float*, 4>& p) {
+    for_float_rows(w, [&](const std::array<float*, 4>& p) {
         const double mean = row_sum(p[0], w.width) / n;
         const double var = row_squares(p[0], w.width, mean) / n;
         const auto rstd = static_cast<float>(1.0 / std::sqrt(var + eps));
@@ -258,7 +325,7 @@ at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tens
     if (!sh.defined() || !sc.defined()) return x * (1 + scale) + shift;
     const at::Tensor out = output_like(x);
     const auto w = walk_of<4>(x.sizes(), {x, sh, sc, out});
-    for_rows(w, [&](const std::array<float*, 4>& p) { modulate_row(p[0], p[1], p[2], p[3], w.width); });
+    for_float_rows(w, [&](const std::array<float*, 4>& p) { modulate_row(p[0], p[1], p[2], p[3], w.width); });
     return out;
 }
 
@@ -268,7 +335,7 @@ at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& gate, co
     if (!g.defined()) return residual + gate * y;
     const at::Tensor out = output_like(residual);
     const auto w = walk_of<4>(y.sizes(), {residual, g, y, out});
-    for_rows(w, [&](const std::array<float*, 4>& p) { gated_row(p[0], p[1], p[2], p[3], w.width); });
+    for_float_rows(w, [&](const std::array<float*, 4>& p) { gated_row(p[0], p[1], p[2], p[3], w.width); });
     return out;
 }
 
@@ -284,7 +351,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     const auto w = walk_of<3>(x.sizes(), {x, wt, out});
     const auto n = static_cast<double>(w.width);
     const bool has_weight = weight.defined();
-    for_rows(w, [&](const std::array<float*, 3>& p) {
+    for_float_rows(w, [&](const std::array<float*, 3>& p) {
         const auto mean_square = static_cast<float>(row_squares(p[0], w.width, 0.0) / n);
         const float rstd = 1.0f / std::sqrt(mean_square + static_cast<float>(eps));
         scale_row(p[0], has_weight ? p[1] : nullptr, p[2], w.width, rstd);
@@ -301,13 +368,20 @@ at::Tensor interleaved_rope(const at::Tensor& x, const at::Tensor& cos, const at
         const at::Tensor rotated = at::stack({-xp.select(-1, 1), xp.select(-1, 0)}, -1).flatten(-2);
         return (x.to(at::kFloat) * cos + rotated.to(at::kFloat) * sin).to(x.scalar_type());
     };
-    const bool fast = fast_path(x) && x.size(-1) % 2 == 0;
+    const bool bf16 = fast_path(x, at::kBFloat16);
+    const bool fast = (fast_path(x) || bf16) && x.size(-1) % 2 == 0;
     const at::Tensor c = fast ? fast_as_shape_of(cos, x) : at::Tensor(),
                      s = fast ? fast_as_shape_of(sin, x) : at::Tensor();
     if (!c.defined() || !s.defined()) return composed();
     const at::Tensor out = output_like(x);
     const auto w = walk_of<4>(x.sizes(), {x, c, s, out});
-    for_rows(w, [&](const std::array<float*, 4>& p) { rope_row(p[0], p[1], p[2], p[3], w.width); });
+    if (bf16) {
+        for_rows(w, [&](const std::array<char*, 4>& p) {
+            rope_row16(as<uint16_t>(p[0]), as<float>(p[1]), as<float>(p[2]), as<uint16_t>(p[3]), w.width);
+        });
+        return out;
+    }
+    for_float_rows(w, [&](const std::array<float*, 4>& p) { rope_row(p[0], p[1], p[2], p[3], w.width); });
     return out;
 }
 

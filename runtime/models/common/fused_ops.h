@@ -2,8 +2,11 @@
 // Note [fused elementwise work]: the elementwise work around a transformer's projections, one pass
 // over memory each instead of ATen's chain of whole-tensor ops (each of which reads and writes the
 // activations again, and on the CPU waits on OpenMP's threads between them). A call takes the fast
-// path when every tensor is fp32 on the CPU with its last dimension contiguous; anything else (a
-// GPU, a 16-bit run) takes the same math as ATen ops, unchanged.
+// path when every tensor is fp32 on the CPU with its last dimension contiguous; the GELU and RoPE
+// also take bf16 activations (RoPE with fp32 angles), computed in fp32 chunks and rounded once to
+// bf16, as ATen's bf16 GELU and the composed RoPE (which widens to fp32) round. Anything else (a
+// GPU, fp16, the other kernels in bf16, whose ATen chains round after each op) takes the same math
+// as ATen ops, unchanged.
 //
 // On the fast path each output element is computed from its own row only, in a fixed order, so the
 // result is the same whatever the thread count or the split of rows between threads. The file is
@@ -12,8 +15,8 @@
 // ATen's bits exactly (given the same inputs). The norms reduce in double (closer to the exact
 // mean than ATen's float cascade, so within an ulp of it, not its bits), and GELU is computed from
 // one exponential (x * sigmoid(2u), the same function as 0.5 x (1 + tanh u)), within a few ulps of
-// ATen's tanh form. Both keep diffusers' image (tests/unit/test_fused_ops.cpp, and every family's
-// golden image test).
+// ATen's tanh form (in bf16, within one bf16 rounding of it). Both keep diffusers' image
+// (tests/unit/test_fused_ops.cpp, and every family's golden image test).
 
 #include <ATen/core/Tensor.h>
 
