@@ -11,6 +11,15 @@
 #include "runtime/io/errors.h"
 #include "runtime/parallel/communicator.h"
 
+// The tokens' passes (absolute maximum, quantization) are built for AVX-512, AVX2 and the baseline
+// x86-64, each clone the same operations in the same order (a maximum, a division, a rounding): the
+// same bits on every CPU.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DP_TOKEN_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DP_TOKEN_KERNEL
+#endif
+
 namespace dp::runtime {
 
 namespace {
@@ -46,7 +55,7 @@ bool cpu_rows(const at::Tensor& rows) {
 int64_t rows_per_task(int64_t width) { return std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, width)); }
 
 // A row's absolute maximum, in eight lanes so that the loop vectorizes (max is exact in any order).
-float row_absmax(const float* __restrict x, int64_t n) {
+DP_TOKEN_KERNEL float row_absmax(const float* __restrict x, int64_t n) {
     float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -61,7 +70,8 @@ float row_absmax(const float* __restrict x, int64_t n) {
 // round(x / scale) clamped to +-levels, plus the zero point: the division ATen's does, and
 // round-half-even by adding and taking away 1.5 * 2^23 (exact for |q| < 2^22; |q| <= 127 here),
 // which vectorizes on every x86 CPU.
-void quantize_row(const float* __restrict x, float scale, uint8_t* __restrict out, int64_t n, float levels) {
+DP_TOKEN_KERNEL void quantize_row(const float* __restrict x, float scale, uint8_t* __restrict out, int64_t n,
+                                  float levels) {
     for (int64_t i = 0; i < n; ++i) {
         const float v = (x[i] / scale + 12582912.0f) - 12582912.0f;
         const float q = v > -levels ? (v < levels ? v : levels) : -levels;
