@@ -12,9 +12,11 @@ For each model it prints:
   (Note [FLOPs of a pass]) over their time, against the rate LibTorch's GEMMs reach at the pass's
   own shapes, measured by the rank; and the steps' time in their GEMMs, in attention and outside
   both, as the rank timed them in the steps (Note [kernel time in the steps]);
-- the same dp-launch job with --quantize int8 (and --dtype bf16 where the CPU has bf16
-  instructions: without them LibTorch's bf16 kernels run 10x slower than fp32, docs/benchmarks.md):
-  its wall, its step time against fp32's, and `dp-launch compare`'s PSNR and SSIM against fp32.
+- the same dp-launch job with --quantize int8 (the rest in fp32), and where the CPU has bf16
+  instructions (without them LibTorch's bf16 kernels run 10x slower than fp32, docs/benchmarks.md)
+  with --dtype bf16, and with both: int8 products, the rest in bf16, what --quantize int8 runs
+  there under --dtype auto for a model 512 or more wide: each one's wall, its step time against
+  fp32's, and `dp-launch compare`'s PSNR and SSIM against fp32.
 
     machine_limit.py DP_LAUNCH [--runs N] [--models flux,sd3,qwen] [--steps N] [--prompts N]
 """
@@ -131,6 +133,7 @@ def main():
             sides = {"dp-launch fp32": [], "diffusers fp32": [], "dp-launch int8": []}
             if bf16:
                 sides["dp-launch bf16"] = []
+                sides["dp-launch int8+bf16"] = []
             out = {k: os.path.join(tmp, f"{name}-{k.replace(' ', '-')}") for k in sides}
             summaries = {}
             for r in range(runs):
@@ -140,10 +143,10 @@ def main():
                         wall, _ = run([sys.executable, "-c", DIFFUSERS_RUN, folder,
                                        os.path.join(tmp, f"{name}.json"), out[side]])
                     else:
-                        extra = {"dp-launch int8": ["--quantize", "int8"]}
-                        dtype = "bf16" if side == "dp-launch bf16" else "fp32"
+                        extra = ["--quantize", "int8"] if "int8" in side else []
+                        dtype = "bf16" if "bf16" in side else "fp32"
                         wall, proc = run([dp_launch, "-n", "1", "--model", folder, "--dtype", dtype, "--progress",
-                                          "json", "--overwrite", "-o", out[side], *extra.get(side, []), prompts])
+                                          "json", "--overwrite", "-o", out[side], *extra, prompts])
                         summaries[side] = summary_of(proc)
                     sides[side].append(wall)
                 print(f"{name} round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in sides.items()),
@@ -152,7 +155,7 @@ def main():
             within, worst = pixels_against(out["dp-launch fp32"], out["diffusers fp32"], count)
             print(f"\n{name}: medium ({params / 1e6:.1f} M transformer parameters)")
             for k in sides:
-                print(f"  {k:<16}{med[k]:>8.1f} s")
+                print(f"  {k:<20}{med[k]:>8.1f} s")
             print(f"  dp-launch / diffusers (fp32, whole jobs): {med['dp-launch fp32'] / med['diffusers fp32']:.2f}x; "
                   f"images: {100 * within:.2f} % of channels within 1 of diffusers' (worst image), largest "
                   f"difference {worst}")

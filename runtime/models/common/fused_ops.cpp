@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DP_ROW_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -117,10 +118,10 @@ bool fast_path(std::initializer_list<at::Tensor> tensors, at::ScalarType dtype =
 
 // A broadcasting operand as x's shape (strides 0 where it repeats), when it can take the fast path
 // as that (its last dim still contiguous); undefined otherwise.
-at::Tensor fast_as_shape_of(const at::Tensor& t, const at::Tensor& x) {
-    if (!fast_path(t)) return {};
+at::Tensor fast_as_shape_of(const at::Tensor& t, const at::Tensor& x, at::ScalarType dtype = at::kFloat) {
+    if (!fast_path(t, dtype)) return {};
     at::Tensor expanded = t.expand(x.sizes());
-    return fast_path(expanded) ? expanded : at::Tensor();
+    return fast_path(expanded, dtype) ? expanded : at::Tensor();
 }
 
 // e^x for the GELU: Cephes' single-precision range reduction and polynomial (about 1 ulp). Written
@@ -229,10 +230,9 @@ DP_ROW_KERNEL void rope_row(const float* x, const float* cos, const float* sin, 
     }
 }
 
-// bf16 rows go through fp32 chunks: widened exactly, computed by the fp32 row kernel, rounded once
-// to the nearest even bf16 (as ATen's bf16 ops round their fp32 results).
-constexpr int64_t kChunk = 512;  // even: RoPE's pairs never straddle two chunks
-
+// bf16 rows are widened exactly to fp32, computed by an fp32 row kernel, and rounded to the nearest
+// even bf16 (as ATen's bf16 ops round their fp32 results). A kernel that stands for a chain of
+// ATen ops (the modulation, the gate) rounds after each op as the chain does (bf16_rounded).
 DP_ROW_KERNEL void widen(const uint16_t* x, float* out, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         const uint32_t bits = static_cast<uint32_t>(x[i]) << 16;
@@ -240,33 +240,58 @@ DP_ROW_KERNEL void widen(const uint16_t* x, float* out, int64_t n) {
     }
 }
 
+inline uint16_t bf16_bits(float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    return nan ? uint16_t{0x7fc0} : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+inline float bf16_rounded(float v) {
+    const uint32_t bits = static_cast<uint32_t>(bf16_bits(v)) << 16;
+    float out;
+    std::memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
 DP_ROW_KERNEL void round_to_bf16(const float* x, uint16_t* out, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-        uint32_t bits;
-        std::memcpy(&bits, x + i, sizeof bits);
-        const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-        out[i] = nan ? uint16_t{0x7fc0} : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-    }
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits(x[i]);
 }
 
-void gelu_row16(const uint16_t* x, uint16_t* out, int64_t n) {
-    float buf[kChunk];
-    for (int64_t i = 0; i < n; i += kChunk) {
-        const int64_t m = std::min(kChunk, n - i);
-        widen(x + i, buf, m);
-        gelu_row(buf, buf, m);
-        round_to_bf16(buf, out + i, m);
-    }
+DP_ROW_KERNEL void modulate_row_bf16(const float* x, const float* shift, const float* scale, float* out,
+                                     int64_t n) {
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; ++i)
+        out[i] = bf16_rounded(bf16_rounded(x[i] * bf16_rounded(1.0f + scale[i])) + shift[i]);
 }
 
-void rope_row16(const uint16_t* x, const float* cos, const float* sin, uint16_t* out, int64_t n) {
-    float buf[kChunk];
-    for (int64_t i = 0; i < n; i += kChunk) {
-        const int64_t m = std::min(kChunk, n - i);
-        widen(x + i, buf, m);
-        rope_row(buf, cos + i, sin + i, buf, m);
-        round_to_bf16(buf, out + i, m);
-    }
+DP_ROW_KERNEL void norm_row_bf16(const float* x, float* out, int64_t n, float mean, float rstd) {
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_rounded((x[i] - mean) * rstd);
+}
+
+DP_ROW_KERNEL void gated_row_bf16(const float* residual, const float* gate, const float* y, float* out,
+                                  int64_t n) {
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_rounded(residual[i] + bf16_rounded(gate[i] * y[i]));
+}
+
+// for_rows over operands of which those marked `bf16` are bf16 (the last, the output, among them):
+// row() gets every operand as fp32, the bf16 ones widened into this thread's buffers, and the output
+// row it writes is rounded to bf16.
+template <int N, typename Row>
+void for_bf16_rows(const RowWalk<N>& w, const std::array<bool, N>& bf16, const Row& row) {
+    for_rows(w, [&](const std::array<char*, N>& bytes) {
+        thread_local std::vector<float> buffer;
+        buffer.resize(static_cast<std::size_t>(N * w.width));
+        std::array<float*, N> p{};
+        for (int i = 0; i < N; ++i) {
+            p[i] = bf16[i] ? buffer.data() + i * w.width : as<float>(bytes[i]);
+            if (bf16[i] && i + 1 < N) widen(as<uint16_t>(bytes[i]), p[i], w.width);
+        }
+        row(p);
+        round_to_bf16(p[N - 1], as<uint16_t>(bytes[N - 1]), w.width);
+    });
 }
 
 // A new tensor in x's memory layout (as ATen's elementwise ops make theirs).
@@ -277,9 +302,8 @@ at::Tensor output_like(const at::Tensor& x) { return at::empty_like(x, at::Memor
 void gelu_tanh_into(const at::Tensor& x, const at::Tensor& out) {
     if (fast_path({x, out}, at::kBFloat16) && out.sizes() == x.sizes()) {
         const auto w = walk_of<2>(x.sizes(), {x, out});
-        for_rows(w, [&](const std::array<char*, 2>& p) {
-            gelu_row16(as<uint16_t>(p[0]), as<uint16_t>(p[1]), w.width);
-        });
+        for_bf16_rows(w, {true, true},
+                      [&](const std::array<float*, 2>& p) { gelu_row(p[0], p[1], w.width); });
         return;
     }
     if (!fast_path({x, out}) || out.sizes() != x.sizes()) {
@@ -303,41 +327,65 @@ at::Tensor norm_modulate(const at::Tensor& x, const at::Tensor& shift, const at:
         const at::Tensor normed = at::layer_norm(x, {x.size(-1)}, {}, {}, eps);
         return modulated ? normed * (1 + scale) + shift : normed;
     };
-    if (!fast_path(x)) return composed();
+    const bool bf16 = fast_path(x, at::kBFloat16);
+    if (!fast_path(x) && !bf16) return composed();
     // Unmodulated, x stands in for shift and scale: the rows pass them as null.
-    const at::Tensor sh = modulated ? fast_as_shape_of(shift, x) : x,
-                     sc = modulated ? fast_as_shape_of(scale, x) : x;
+    const at::Tensor sh = modulated ? fast_as_shape_of(shift, x, x.scalar_type()) : x,
+                     sc = modulated ? fast_as_shape_of(scale, x, x.scalar_type()) : x;
     if (!sh.defined() || !sc.defined()) return composed();
     const at::Tensor out = output_like(x);
     const auto w = walk_of<4>(x.sizes(), {x, sh, sc, out});
     const auto n = static_cast<double>(w.width);
-    for_float_rows(w, [&](const std::array<float*, 4>& p) {
+    const auto row = [&](const std::array<float*, 4>& p) {
         const double mean = row_sum(p[0], w.width) / n;
         const double var = row_squares(p[0], w.width, mean) / n;
         const auto rstd = static_cast<float>(1.0 / std::sqrt(var + eps));
-        norm_modulate_row(p[0], modulated ? p[1] : nullptr, p[2], p[3], w.width, static_cast<float>(mean),
-                          rstd);
-    });
+        if (!bf16) {
+            norm_modulate_row(p[0], modulated ? p[1] : nullptr, p[2], p[3], w.width, static_cast<float>(mean),
+                              rstd);
+            return;
+        }
+        norm_row_bf16(p[0], p[3], w.width, static_cast<float>(mean), rstd);  // layer_norm's bf16 output
+        if (modulated) modulate_row_bf16(p[3], p[1], p[2], p[3], w.width);
+    };
+    if (bf16)
+        for_bf16_rows(w, {true, modulated, modulated, true}, row);
+    else
+        for_float_rows(w, row);
     return out;
 }
 
 at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-    const at::Tensor sh = fast_path(x) ? fast_as_shape_of(shift, x) : at::Tensor(),
-                     sc = fast_path(x) ? fast_as_shape_of(scale, x) : at::Tensor();
+    const bool bf16 = fast_path(x, at::kBFloat16), fast = fast_path(x) || bf16;
+    const at::Tensor sh = fast ? fast_as_shape_of(shift, x, x.scalar_type()) : at::Tensor(),
+                     sc = fast ? fast_as_shape_of(scale, x, x.scalar_type()) : at::Tensor();
     if (!sh.defined() || !sc.defined()) return x * (1 + scale) + shift;
     const at::Tensor out = output_like(x);
     const auto w = walk_of<4>(x.sizes(), {x, sh, sc, out});
-    for_float_rows(w, [&](const std::array<float*, 4>& p) { modulate_row(p[0], p[1], p[2], p[3], w.width); });
+    if (bf16)
+        for_bf16_rows(w, {true, true, true, true}, [&](const std::array<float*, 4>& p) {
+            modulate_row_bf16(p[0], p[1], p[2], p[3], w.width);
+        });
+    else
+        for_float_rows(
+            w, [&](const std::array<float*, 4>& p) { modulate_row(p[0], p[1], p[2], p[3], w.width); });
     return out;
 }
 
 at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& gate, const at::Tensor& y) {
-    const bool fast = fast_path({residual, y}) && residual.sizes() == y.sizes();
-    const at::Tensor g = fast ? fast_as_shape_of(gate, y) : at::Tensor();
+    const bool bf16 = fast_path({residual, y}, at::kBFloat16);
+    const bool fast = (fast_path({residual, y}) || bf16) && residual.sizes() == y.sizes();
+    const at::Tensor g = fast ? fast_as_shape_of(gate, y, y.scalar_type()) : at::Tensor();
     if (!g.defined()) return residual + gate * y;
     const at::Tensor out = output_like(residual);
     const auto w = walk_of<4>(y.sizes(), {residual, g, y, out});
-    for_float_rows(w, [&](const std::array<float*, 4>& p) { gated_row(p[0], p[1], p[2], p[3], w.width); });
+    if (bf16)
+        for_bf16_rows(w, {true, true, true, true}, [&](const std::array<float*, 4>& p) {
+            gated_row_bf16(p[0], p[1], p[2], p[3], w.width);
+        });
+    else
+        for_float_rows(w,
+                       [&](const std::array<float*, 4>& p) { gated_row(p[0], p[1], p[2], p[3], w.width); });
     return out;
 }
 
@@ -378,9 +426,8 @@ at::Tensor interleaved_rope(const at::Tensor& x, const at::Tensor& cos, const at
     const at::Tensor out = output_like(x);
     const auto w = walk_of<4>(x.sizes(), {x, c, s, out});
     if (bf16) {
-        for_rows(w, [&](const std::array<char*, 4>& p) {
-            rope_row16(as<uint16_t>(p[0]), as<float>(p[1]), as<float>(p[2]), as<uint16_t>(p[3]), w.width);
-        });
+        for_bf16_rows(w, {true, false, false, true},
+                      [&](const std::array<float*, 4>& p) { rope_row(p[0], p[1], p[2], p[3], w.width); });
         return out;
     }
     for_float_rows(w, [&](const std::array<float*, 4>& p) { rope_row(p[0], p[1], p[2], p[3], w.width); });

@@ -2,11 +2,12 @@
 // Note [fused elementwise work]: the elementwise work around a transformer's projections, one pass
 // over memory each instead of ATen's chain of whole-tensor ops (each of which reads and writes the
 // activations again, and on the CPU waits on OpenMP's threads between them). A call takes the fast
-// path when every tensor is fp32 on the CPU with its last dimension contiguous; the GELU and RoPE
-// also take bf16 activations (RoPE with fp32 angles), computed in fp32 chunks and rounded once to
-// bf16, as ATen's bf16 GELU and the composed RoPE (which widens to fp32) round. Anything else (a
-// GPU, fp16, the other kernels in bf16, whose ATen chains round after each op) takes the same math
-// as ATen ops, unchanged.
+// path when every tensor is fp32 on the CPU with its last dimension contiguous, or bf16 (RoPE's
+// angles fp32): bf16 rows are widened to fp32, computed there, and rounded to bf16 where ATen's
+// ops round, once for the GELU and RoPE (which widens to fp32), after each op for the modulation,
+// the gate and the norm's output. The bf16 chains give ATen's bits; the GELU and the norm nearly
+// always do (tests/unit/test_fused_ops.cpp). Anything else (a GPU, fp16, the RMS norm in bf16)
+// takes the same math as ATen ops, unchanged.
 //
 // On the fast path each output element is computed from its own row only, in a fixed order, so the
 // result is the same whatever the thread count or the split of rows between threads. The file is
