@@ -152,6 +152,23 @@ std::vector<Case> cases() {
          0.5},  // bf16's own error where the modulation cancels to near 0; ATen's is as large
         {"norm alone in bf16", [=] { return fused::norm_modulate(x.to(at::kBFloat16), {}, {}, 1e-6); },
          [=](const In& in) { return layer_norm(in(x.to(at::kBFloat16))); }, 1e-2},
+        {"RMS norm over split heads in bf16, an fp32 weight applied before rounding (torch.nn.RMSNorm)",
+         [=] { return fused::rms_norm(q.to(at::kBFloat16), weight, 1e-6); },
+         [=](const In& in) {
+             const at::Tensor t = in(q.to(at::kBFloat16));
+             const at::Tensor h = t.scalar_type() == at::kDouble ? t : t.to(at::kFloat);
+             return rms(h, in(weight)).to(t.scalar_type());
+         },
+         1e-2},
+        {"RMS norm in bf16, rounded before its bf16 weight (diffusers' RMSNorm)",
+         [=] { return fused::rms_norm(q.to(at::kBFloat16), weight.to(at::kBFloat16), 1e-6, true); },
+         [=](const In& in) {
+             const at::Tensor t = in(q.to(at::kBFloat16));
+             const at::Tensor h = t.scalar_type() == at::kDouble ? t : t.to(at::kFloat);
+             const at::Tensor normed = (h * at::rsqrt(h.pow(2).mean(-1, true) + 1e-6)).to(t.scalar_type());
+             return (normed * in(weight.to(at::kBFloat16))).to(t.scalar_type());
+         },
+         2e-2},
         // Not fp32 or bf16: the same ATen ops as before, unchanged.
         {"float64 takes ATen's ops", [=] { return fused::gated_residual(x.to(at::kDouble), gate, y); },
          [=](const In& in) { return in(x).to(at::kDouble) + in(gate)*in(y); }, 0},

@@ -389,23 +389,39 @@ at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& gate, co
     return out;
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool round_normed) {
     const auto composed = [&] {
-        const at::Tensor y = x * at::rsqrt(x.pow(2).mean(-1, true) + eps);
-        return weight.defined() ? y * weight : y;
+        const at::Tensor h = x.to(at::kFloat);
+        at::Tensor y = h * at::rsqrt(h.pow(2).mean(-1, true) + eps);
+        if (!weight.defined()) return y.to(x.scalar_type());
+        if (round_normed) y = y.to(x.scalar_type());
+        return (y * weight).to(x.scalar_type());
     };
-    if (!fast_path(x)) return composed();
-    const at::Tensor wt = weight.defined() ? fast_as_shape_of(weight, x) : x;  // x: no weight
+    const bool bf16 = fast_path(x, at::kBFloat16);
+    if (!fast_path(x) && !bf16) return composed();
+    // The weight in fp32, or in bf16 with bf16 rows; x stands in for no weight.
+    const bool bf16_weight = bf16 && weight.defined() && weight.scalar_type() == at::kBFloat16;
+    const at::Tensor wt =
+        weight.defined() ? fast_as_shape_of(weight, x, bf16_weight ? at::kBFloat16 : at::kFloat) : x;
     if (!wt.defined()) return composed();
     const at::Tensor out = output_like(x);
     const auto w = walk_of<3>(x.sizes(), {x, wt, out});
     const auto n = static_cast<double>(w.width);
     const bool has_weight = weight.defined();
-    for_float_rows(w, [&](const std::array<float*, 3>& p) {
+    const auto row = [&](const std::array<float*, 3>& p) {
         const auto mean_square = static_cast<float>(row_squares(p[0], w.width, 0.0) / n);
         const float rstd = 1.0f / std::sqrt(mean_square + static_cast<float>(eps));
+        if (bf16 && round_normed && has_weight) {
+            norm_row_bf16(p[0], p[2], w.width, 0.0f, rstd);  // x rstd rounded to bf16, then the weight
+            scale_row(p[2], p[1], p[2], w.width, 1.0f);
+            return;
+        }
         scale_row(p[0], has_weight ? p[1] : nullptr, p[2], w.width, rstd);
-    });
+    };
+    if (bf16)
+        for_bf16_rows(w, {true, bf16_weight, true}, row);
+    else
+        for_float_rows(w, row);
     return out;
 }
 

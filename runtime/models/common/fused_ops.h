@@ -40,8 +40,10 @@ at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tens
 at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& gate, const at::Tensor& y);
 
 // x * rsqrt(mean(x^2) + eps) over the last dimension, times `weight` when it is defined: an fp32
-// RMS norm (every rounding mode of layers.h agrees in fp32).
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// RMS norm (every rounding mode of layers.h agrees in fp32). bf16 x (the weight fp32 or bf16) is
+// normalised in fp32 and rounded once at the end, as torch.nn.RMSNorm; with round_normed, the
+// normalised x is rounded to bf16 before the weight, as diffusers' RMSNorm with a 16-bit weight.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool round_normed = false);
 
 // x rotated pairwise (x[2k], x[2k + 1]) by cos / sin, which broadcast over x and repeat each angle
 // for its pair: x * cos + (-x[2k + 1], x[2k]) * sin, in x's memory layout.

@@ -62,6 +62,11 @@ at::Tensor RMSNorm::operator()(const at::Tensor& x) const {
         return fused::rms_norm(x, weight, eps);
     const bool half_weight =
         weight.defined() && (weight.scalar_type() == at::kHalf || weight.scalar_type() == at::kBFloat16);
+    // bf16 rows through the fused kernel, rounded where each rounding mode rounds.
+    if (x.scalar_type() == at::kBFloat16 &&
+        (rounding == RmsRounding::kTorch || rounding == RmsRounding::kDiffusers) &&
+        (!weight.defined() || weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kBFloat16))
+        return fused::rms_norm(x, weight, eps, rounding == RmsRounding::kDiffusers && half_weight);
     if (rounding == RmsRounding::kQwen2) {
         const at::Tensor h = x.to(at::kFloat);
         const at::Tensor normed = (h * at::rsqrt(h.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
