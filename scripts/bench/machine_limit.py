@@ -17,6 +17,8 @@ For each model it prints:
   with --dtype bf16, and with both: int8 products, the rest in bf16, what --quantize int8 runs
   there under --dtype auto for a model 512 or more wide: each one's wall, its step time against
   fp32's, and `dp-launch compare`'s PSNR and SSIM against fp32.
+With several rounds, a side's phases are those of its round with the median steps, and a step
+ratio is the median of the rounds' own ratios (each round runs every side once, one after another).
 
     machine_limit.py DP_LAUNCH [--runs N] [--models flux,sd3,qwen] [--steps N] [--prompts N]
 """
@@ -147,7 +149,7 @@ def main():
                         dtype = "bf16" if "bf16" in side else "fp32"
                         wall, proc = run([dp_launch, "-n", "1", "--model", folder, "--dtype", dtype, "--progress",
                                           "json", "--overwrite", "-o", out[side], *extra, prompts])
-                        summaries[side] = summary_of(proc)
+                        summaries.setdefault(side, []).append(summary_of(proc))
                     sides[side].append(wall)
                 print(f"{name} round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in sides.items()),
                       flush=True)
@@ -159,15 +161,20 @@ def main():
             print(f"  dp-launch / diffusers (fp32, whole jobs): {med['dp-launch fp32'] / med['diffusers fp32']:.2f}x; "
                   f"images: {100 * within:.2f} % of channels within 1 of diffusers' (worst image), largest "
                   f"difference {worst}")
+            steps = {side: [r["phases"][0]["steps_ms"] for r in rounds] for side, rounds in summaries.items()}
+            # Each side's round with its median steps stands for it; the ratios are per round, then their median.
+            summaries = {side: sorted(rounds, key=lambda r: r["phases"][0]["steps_ms"])[len(rounds) // 2]
+                         for side, rounds in summaries.items()}
             for side, summary in summaries.items():
                 print(f"  {side} phases: {phase_text(summary['phases'])}")
-            fp32_steps = summaries["dp-launch fp32"]["phases"][0]["steps_ms"]
             for side in [s for s in summaries if s != "dp-launch fp32"]:
-                ratio = summaries[side]["phases"][0]["steps_ms"] / fp32_steps
+                ratio = statistics.median(a / b for a, b in zip(steps[side], steps["dp-launch fp32"]))
                 _, proc = run([dp_launch, "compare", out["dp-launch fp32"], out[side], "--gallery",
                                os.path.join(tmp, f"{name}-{side.replace(' ', '-')}.html")])
                 last = proc.stdout.strip().splitlines()[-2:]
-                print(f"  {side} steps / fp32 steps: {ratio:.2f}x; compare against fp32: {' | '.join(last)}")
+                print(f"  {side} steps / fp32 steps: {ratio:.2f}x (rounds: "
+                      f"{', '.join(f'{a / b:.2f}' for a, b in zip(steps[side], steps['dp-launch fp32']))}); "
+                      f"compare against fp32: {' | '.join(last)}")
             print(flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
