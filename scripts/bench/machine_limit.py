@@ -161,19 +161,19 @@ def main():
             print(f"  dp-launch / diffusers (fp32, whole jobs): {med['dp-launch fp32'] / med['diffusers fp32']:.2f}x; "
                   f"images: {100 * within:.2f} % of channels within 1 of diffusers' (worst image), largest "
                   f"difference {worst}")
-            steps = {side: [r["phases"][0]["steps_ms"] for r in rounds] for side, rounds in summaries.items()}
+            step_ms = {side: [r["phases"][0]["steps_ms"] for r in rounds] for side, rounds in summaries.items()}
             # Each side's round with its median steps stands for it; the ratios are per round, then their median.
             summaries = {side: sorted(rounds, key=lambda r: r["phases"][0]["steps_ms"])[len(rounds) // 2]
                          for side, rounds in summaries.items()}
             for side, summary in summaries.items():
                 print(f"  {side} phases: {phase_text(summary['phases'])}")
             for side in [s for s in summaries if s != "dp-launch fp32"]:
-                ratio = statistics.median(a / b for a, b in zip(steps[side], steps["dp-launch fp32"]))
+                ratio = statistics.median(a / b for a, b in zip(step_ms[side], step_ms["dp-launch fp32"]))
                 _, proc = run([dp_launch, "compare", out["dp-launch fp32"], out[side], "--gallery",
                                os.path.join(tmp, f"{name}-{side.replace(' ', '-')}.html")])
                 last = proc.stdout.strip().splitlines()[-2:]
                 print(f"  {side} steps / fp32 steps: {ratio:.2f}x (rounds: "
-                      f"{', '.join(f'{a / b:.2f}' for a, b in zip(steps[side], steps['dp-launch fp32']))}); "
+                      f"{', '.join(f'{a / b:.2f}' for a, b in zip(step_ms[side], step_ms['dp-launch fp32']))}); "
                       f"compare against fp32: {' | '.join(last)}")
             print(flush=True)
     finally:
