@@ -2,8 +2,8 @@
 // Note [bf16 on a CPU that has it]: --dtype auto is bf16 on a GPU, and on a CPU that multiplies
 // bf16 natively (AVX512-BF16 or AMX-BF16) for a model whose transformer is at least
 // kCpuBf16MinWidth features wide; fp32 elsewhere, diffusers' own default. Measured on a 2-core
-// AVX512-BF16 EPYC (docs/benchmarks.md, "int8 and bf16"): a 512-wide FLUX.1-dev's steps 1.9x
-// faster in bf16; oneDNN's bf16 GEMMs there reach 4-5x fp32's sgemm. Without those instructions
+// AVX512-BF16 EPYC (docs/benchmarks.md, "Close to the machine's limit"): a 512-wide FLUX.1-dev's
+// steps 1.8x faster in bf16 than in fp32, both on oneDNN's products and our attention kernel. Without those instructions
 // LibTorch converts every bf16 operand and runs 8-14x slower than fp32, and a narrow model's
 // products are too small for the faster kernels to pay for the conversions around them. The
 // launcher (expected_dtype) and each rank (run_dtype) decide with the same function, from the same
