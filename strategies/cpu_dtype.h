@@ -3,12 +3,12 @@
 // bf16 natively (AVX512-BF16 or AMX-BF16) for a model whose transformer is at least
 // kCpuBf16MinWidth features wide; fp32 elsewhere, diffusers' own default. Measured on a 2-core
 // AVX512-BF16 EPYC (docs/benchmarks.md, "Close to the machine's limit"): a 512-wide FLUX.1-dev's
-// steps 1.8x faster in bf16 than in fp32, both on oneDNN's products and our attention kernel. Without those instructions
-// LibTorch converts every bf16 operand and runs 8-14x slower than fp32, and a narrow model's
-// products are too small for the faster kernels to pay for the conversions around them. The
-// launcher (expected_dtype) and each rank (run_dtype) decide with the same function, from the same
-// /proc/cpuinfo. bf16 changes the image (PSNR about 44 dB against fp32): --dtype fp32 keeps
-// diffusers' fp32 image on any machine.
+// steps 1.8x faster in bf16 than in fp32, both on oneDNN's products and our attention kernel.
+// Without those instructions LibTorch converts every bf16 operand and runs 8-14x slower than
+// fp32, and a narrow model's products are too small for the faster kernels to pay for the
+// conversions around them. The launcher (expected_dtype) and each rank (run_dtype) decide with the
+// same function, from the same /proc/cpuinfo. bf16 changes the image (PSNR about 44 dB against
+// fp32): --dtype fp32 keeps diffusers' fp32 image on any machine.
 
 #include <cstdint>
 #include <string>
