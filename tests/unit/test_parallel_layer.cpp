@@ -43,6 +43,7 @@ using dp::test::Second;
 struct AttendCase {
     int ulysses, ring;
     Second second;
+    int64_t head_dim = 8;  // 64: the CPU kernel's size (Note [attention on the CPU]), where it runs
 };
 
 // Whole-sequence attention over [first; second] with the second stream's key bias.
@@ -58,7 +59,8 @@ at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // Runs attend() on every rank of a ring x ulysses mesh and compares each rank's gathered outputs
 // with whole-sequence attention. Returns the largest difference over ranks and streams.
 double attend_difference(const AttendCase& c, bool drop_bias = false) {
-    const int64_t batch = 2, heads = 12, tokens = 13, head_dim = 8, text = c.second == Second::kSplit ? 7 : 5;
+    const int64_t batch = 2, heads = 12, tokens = 13, head_dim = c.head_dim,
+                  text = c.second == Second::kSplit ? 7 : 5;
     const at::Tensor q = seeded({batch, heads, tokens, head_dim}, 1),
                      k = seeded({batch, heads, tokens, head_dim}, 2),
                      v = seeded({batch, heads, tokens, head_dim}, 3);
@@ -85,16 +87,20 @@ double attend_difference(const AttendCase& c, bool drop_bias = false) {
 
 }  // namespace
 
-TEST_CASE("attend() over 2, 3 and 4 ranks equals whole-sequence attention: Ulysses, Ring and USP") {
-    for (Second second : {Second::kNone, Second::kReplicated, Second::kSplit})
-        for (const auto& [u, r] :
-             std::vector<std::pair<int, int>>{{2, 1}, {3, 1}, {4, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 2}}) {
-            CAPTURE(u);
-            CAPTURE(r);
-            CAPTURE(static_cast<int>(second));
-            // 13 image tokens never divide by the ranks, so the padding is always exercised.
-            CHECK(attend_difference({u, r, second}) < 1e-5);
-        }
+TEST_CASE(
+    "attend() over 2, 3 and 4 ranks equals whole-sequence attention: Ulysses, Ring and USP, head sizes 8 and "
+    "64") {
+    for (const int64_t head_dim : {8, 64})
+        for (Second second : {Second::kNone, Second::kReplicated, Second::kSplit})
+            for (const auto& [u, r] :
+                 std::vector<std::pair<int, int>>{{2, 1}, {3, 1}, {4, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 2}}) {
+                CAPTURE(u);
+                CAPTURE(r);
+                CAPTURE(head_dim);
+                CAPTURE(static_cast<int>(second));
+                // 13 image tokens never divide by the ranks, so the padding is always exercised.
+                CHECK(attend_difference({u, r, second, head_dim}) < 1e-5);
+            }
 }
 
 TEST_CASE("attend() applies the second stream's key bias: without it the result differs") {
