@@ -16,8 +16,9 @@ namespace kernels = cpu_attention_kernels;
 namespace {
 
 bool cpu_can(at::ScalarType dtype) {
-    static const bool avx512 = strategies::cpu_has("avx512f") && strategies::cpu_has("avx512bw") &&
-                               strategies::cpu_has("avx512dq") && strategies::cpu_has("avx512vl");
+    static const bool avx512 = kernels::built() && strategies::cpu_has("avx512f") &&
+                               strategies::cpu_has("avx512bw") && strategies::cpu_has("avx512dq") &&
+                               strategies::cpu_has("avx512vl");
     static const bool bf16 = avx512 && strategies::cpu_has("avx512_bf16");
     return dtype == at::kFloat ? avx512 : dtype == at::kBFloat16 && bf16;
 }

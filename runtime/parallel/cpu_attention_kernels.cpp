@@ -284,6 +284,8 @@ void pack_bf16(const Source& s, const Operands& o, int64_t first, int64_t end) {
     for (int64_t head = first; head < end; ++head) pack_head<uint16_t>(s, o, head);
 }
 
+bool built() { return true; }
+
 int64_t task_count(const Operands& o) {
     return o.batch * o.heads * ((o.queries + kQueryBlock - 1) / kQueryBlock);
 }
@@ -295,6 +297,7 @@ void run_bf16(const Operands& o, int64_t first, int64_t end) { run<Bf16>(o, firs
 #else  // not built for AVX-512: cpu_attention_fits() never lets a call reach these
 
 namespace dp::runtime::cpu_attention_kernels {
+bool built() { return false; }
 void pack_f32(const Source&, const Operands&, int64_t, int64_t) {}
 void pack_bf16(const Source&, const Operands&, int64_t, int64_t) {}
 int64_t task_count(const Operands&) { return 0; }

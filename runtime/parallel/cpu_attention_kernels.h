@@ -44,6 +44,10 @@ struct Source {
 void pack_f32(const Source& s, const Operands& o, int64_t first, int64_t end);
 void pack_bf16(const Source& s, const Operands& o, int64_t first, int64_t end);
 
+// Whether this build has the kernels (built for x86-64 with AVX-512 and AVX512-BF16 enabled); the
+// functions below do nothing where it has not.
+bool built();
+
 // batch * heads * ceil(queries / kQueryBlock): the tasks run_* splits the work into.
 int64_t task_count(const Operands& o);
 
