@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <optional>
 #include <vector>
 
 #include "runtime/io/errors.h"
@@ -102,21 +101,11 @@ at::Tensor joint_bias(const std::vector<std::pair<at::Tensor, int64_t>>& parts,
     return at::cat(pieces, 1);
 }
 
-// The attention kernel, timed as the steps' attention (Note [kernel time in the steps]): ours on a
-// CPU that runs it (Note [attention on the CPU]), else ATen's. key_bias: [1 or B, keys] fp32, or
-// undefined; logits_bias: [1 or B, H, queries, keys] (ATen's kernel alone), or undefined.
+// attention_kernel(), timed as the steps' attention (Note [kernel time in the steps]).
 at::Tensor timed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const at::Tensor& key_bias, const at::Tensor& logits_bias, double scale,
-                           std::optional<double> sdpa_scale) {
+                           const at::Tensor& key_bias, double scale, const at::Tensor& logits_bias = {}) {
     const KernelTimer timer(KernelKind::kAttention);
-    if (!logits_bias.defined() && cpu_attention_fits(q, k, v, key_bias))
-        return cpu_attention(q, k, v, key_bias, scale);
-    std::optional<at::Tensor> mask;
-    if (logits_bias.defined())
-        mask = logits_bias.to(q.scalar_type());
-    else if (key_bias.defined())
-        mask = key_bias.view({key_bias.size(0), 1, 1, -1}).to(q.scalar_type());
-    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, sdpa_scale);
+    return attention_kernel(q, k, v, key_bias, scale, logits_bias);
 }
 
 }  // namespace
@@ -126,12 +115,11 @@ AttentionOutputs attend(const AttentionInputs& in) {
     const SequenceShard& s1 = *in.shard;
     const SequenceGroups& g = s1.groups();
     const double scale = in.scale > 0 ? in.scale : 1.0 / std::sqrt(static_cast<double>(in.q.size(3)));
-    const std::optional<double> sdpa_scale = in.scale > 0 ? std::optional<double>(in.scale) : std::nullopt;
     if (in.logits_bias.defined()) {  // a replicated stream alone: one plain attention
         if (s1.split() || in.q2.defined())
             throw InternalError("attend: a logits bias needs one stream that is not split");
         AttentionOutputs out;
-        out.out = timed_attention(in.q, in.k, in.v, {}, in.logits_bias, scale, sdpa_scale);
+        out.out = timed_attention(in.q, in.k, in.v, {}, in.scale, in.logits_bias);
         return out;
     }
     const Ulysses ulysses(g, in.q.size(1));
@@ -166,7 +154,7 @@ AttentionOutputs attend(const AttentionInputs& in) {
         std::vector<std::pair<at::Tensor, int64_t>> parts = {
             {stream_key_bias(s1.tokens(), {}, 0, seg1, options), seg1}};
         if (has2) parts.emplace_back(stream_key_bias(tokens2, in.bias2, 0, seg2, options), seg2);
-        return outputs(timed_attention(q, k, v, joint_bias(parts, options), {}, scale, sdpa_scale));
+        return outputs(timed_attention(q, k, v, joint_bias(parts, options), in.scale));
     }
 
     // Note [ring attention merge]: the queries here are this rank's segment of the split streams

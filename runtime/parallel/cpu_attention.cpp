@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <optional>
 
 #include "runtime/io/errors.h"
 #include "runtime/parallel/cpu_attention_kernels.h"
@@ -100,6 +101,20 @@ at::Tensor cpu_attention(const at::Tensor& q_in, const at::Tensor& k_in, const a
         fp32 ? kernels::run_f32(o, first, end) : kernels::run_bf16(o, first, end);
     });
     return out;
+}
+
+at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& key_bias, double scale, const at::Tensor& logits_bias) {
+    if (!logits_bias.defined() && cpu_attention_fits(q, k, v, key_bias))
+        return cpu_attention(q, k, v, key_bias,
+                             scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(3))));
+    std::optional<at::Tensor> mask;
+    if (logits_bias.defined())
+        mask = logits_bias.to(q.scalar_type());
+    else if (key_bias.defined())
+        mask = key_bias.view({key_bias.size(0), 1, 1, -1}).to(q.scalar_type());
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, false,
+                                            scale > 0 ? std::optional<double>(scale) : std::nullopt);
 }
 
 }  // namespace dp::runtime

@@ -32,4 +32,11 @@ bool cpu_attention_fits(const at::Tensor& q, const at::Tensor& k, const at::Tens
 at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const at::Tensor& key_bias, double scale);
 
+// The attention every caller runs (attend(), and the rate the phase split measures): cpu_attention()
+// where it fits, else ATen's kernel with the same scale (0: 1 / sqrt(head_dim)). key_bias: [1 or B,
+// keys] or undefined; logits_bias: [1 or B, H, queries, keys] (ATen's kernel alone) or undefined.
+at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& key_bias, double scale,
+                            const at::Tensor& logits_bias = at::Tensor());
+
 }  // namespace dp::runtime

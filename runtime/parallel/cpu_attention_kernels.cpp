@@ -15,7 +15,9 @@ constexpr int kTileRows = 4;        // query rows per register tile
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // e^x in 16 lanes, within 2 ulp where e^x is a normal float; exactly 0 below e^-87 (and at -inf).
-// Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2; e^r from its degree-7 minimax polynomial.
+// Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2; e^r from its degree-7 minimax polynomial:
+// the constants of fused_ops.cpp's exp_for_gelu, written again here in intrinsics because this file
+// shares no inline code with the rest (cpu_attention_kernels.h).
 inline __m512 exp16(__m512 x) {
     const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
     x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.5f)), _mm512_set1_ps(-87.0f));

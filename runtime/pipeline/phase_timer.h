@@ -55,7 +55,7 @@ class PhaseClock {
 double measure_gemm_rate(const std::vector<strategies::GemmShape>& gemms, at::ScalarType dtype,
                          at::Device device, double budget_ms, bool int8 = false);
 // The same for attentions of `attentions`' shapes, `heads` heads of `head_dim` features each,
-// through at::scaled_dot_product_attention (the kernel the pipelines' attention runs).
+// through attention_kernel (the kernel the pipelines' attention runs: ours on an AVX-512 CPU).
 double measure_attention_rate(const std::vector<strategies::AttentionShape>& attentions, int64_t heads,
                               int64_t head_dim, at::ScalarType dtype, at::Device device, double budget_ms);
 
